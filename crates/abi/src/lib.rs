@@ -1,0 +1,209 @@
+//! Baton's system-call ABI: the one place where numbers, registers, error codes and the
+//! layout of structures shared between the kernel and user space are defined.
+//!
+//! Both the kernel (`kern`, `baton-kernel`) and user space (`baton-rt`) depend on this crate,
+//! so the two sides cannot disagree. `docs/abi.md` describes the same ABI in prose.
+//!
+//! # Calling convention
+//!
+//! A system call is the `syscall` instruction with
+//!
+//! | register | role |
+//! |---|---|
+//! | `rax` | system-call number ([`Sys`]) on entry, result on return |
+//! | `rdi`, `rsi`, `rdx`, `r10`, `r8`, `r9` | arguments 0 to 5 |
+//! | `rcx`, `r11` | clobbered by the instruction itself (user `rip` and `rflags`) |
+//!
+//! All other registers are preserved. The result in `rax` is a signed 64-bit value: zero or
+//! positive is success (the call's value), negative is `-(code)` of an [`Error`]. Use
+//! [`decode_result`] to turn it into a `Result`.
+//!
+//! A call with an unknown number is not an error return: it is an *exception* of the calling
+//! thread (as a fault is), and a thread with nobody to handle its exceptions is terminated
+//! with a report on the console.
+#![no_std]
+#![forbid(unsafe_code)]
+
+/// System-call numbers (the value in `rax` on entry).
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Sys {
+    /// `debug_write(ptr, len) -> len`: write bytes to the kernel console, prefixed by the
+    /// task's name on each line. At most [`DEBUG_WRITE_MAX`] bytes per call.
+    DebugWrite = 0,
+    /// `yield() -> 0`: give up the processor to the next ready thread, if any.
+    Yield = 1,
+    /// `exit(code) -> !`: end the calling task with an exit code the kernel reports.
+    Exit = 2,
+    /// `clock() -> ns`: nanoseconds since the machine was reset (from the calibrated TSC).
+    Clock = 3,
+    /// `spawn(name_ptr, name_len) -> task id`: start the boot module of that name as a new
+    /// task. A bootstrap call until tasks become capability-invoked kernel objects.
+    Spawn = 4,
+    /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
+    /// [`Error::NotFound`] past the last one.
+    ModuleInfo = 5,
+}
+
+impl Sys {
+    /// Decodes a raw system-call number.
+    pub const fn from_raw(n: u64) -> Option<Sys> {
+        Some(match n {
+            0 => Sys::DebugWrite,
+            1 => Sys::Yield,
+            2 => Sys::Exit,
+            3 => Sys::Clock,
+            4 => Sys::Spawn,
+            5 => Sys::ModuleInfo,
+            _ => return None,
+        })
+    }
+}
+
+/// Error codes returned (negated) in `rax`.
+#[repr(i64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// A user address was not mapped with the access the call needs, or was not a user
+    /// address at all (kernel half, non-canonical, wrapping).
+    BadAddress = 1,
+    /// An argument was out of range or malformed.
+    InvalidArgument = 2,
+    /// The named thing does not exist.
+    NotFound = 3,
+    /// The kernel ran out of memory or of a bounded resource.
+    NoMemory = 4,
+    /// A buffer or count was larger than the call allows.
+    TooLarge = 5,
+    /// The object exists but cannot be used this way (e.g. a boot module that is not a
+    /// valid ELF executable).
+    BadFormat = 6,
+}
+
+impl Error {
+    /// Decodes a positive error code.
+    pub const fn from_code(code: i64) -> Option<Error> {
+        Some(match code {
+            1 => Error::BadAddress,
+            2 => Error::InvalidArgument,
+            3 => Error::NotFound,
+            4 => Error::NoMemory,
+            5 => Error::TooLarge,
+            6 => Error::BadFormat,
+            _ => return None,
+        })
+    }
+
+    /// The value the kernel places in `rax` for this error.
+    pub const fn to_raw(self) -> u64 {
+        (-(self as i64)) as u64
+    }
+
+    /// A short lower-case name for reports.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Error::BadAddress => "bad address",
+            Error::InvalidArgument => "invalid argument",
+            Error::NotFound => "not found",
+            Error::NoMemory => "out of memory",
+            Error::TooLarge => "too large",
+            Error::BadFormat => "bad format",
+        }
+    }
+}
+
+/// Turns a raw `rax` result into a `Result`. An unknown negative code (which the kernel never
+/// returns) decodes as [`Error::InvalidArgument`].
+pub const fn decode_result(raw: u64) -> Result<u64, Error> {
+    let v = raw as i64;
+    if v >= 0 {
+        Ok(raw)
+    } else {
+        match Error::from_code(-v) {
+            Some(e) => Err(e),
+            None => Err(Error::InvalidArgument),
+        }
+    }
+}
+
+/// Largest number of bytes one `debug_write` accepts.
+pub const DEBUG_WRITE_MAX: u64 = 4096;
+
+/// Longest boot-module name, in bytes.
+pub const MODULE_NAME_MAX: usize = 56;
+
+/// What `module_info` writes to user memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModuleInfo {
+    /// Size of the module in bytes.
+    pub size: u64,
+    /// Number of valid bytes in `name`.
+    pub name_len: u64,
+    /// The module's name (UTF-8, not NUL-terminated).
+    pub name: [u8; MODULE_NAME_MAX],
+}
+
+impl ModuleInfo {
+    /// An empty record, for user space to pass in.
+    pub const fn empty() -> ModuleInfo {
+        ModuleInfo {
+            size: 0,
+            name_len: 0,
+            name: [0; MODULE_NAME_MAX],
+        }
+    }
+
+    /// The name as a string (empty if the kernel wrote invalid UTF-8, which it does not).
+    pub fn name(&self) -> &str {
+        let len = (self.name_len as usize).min(MODULE_NAME_MAX);
+        match self.name.get(..len) {
+            Some(bytes) => core::str::from_utf8(bytes).unwrap_or(""),
+            None => "",
+        }
+    }
+}
+
+/// User virtual address space layout.
+pub mod layout {
+    /// Lowest address a user mapping may use (page 0 stays unmapped so null faults).
+    pub const USER_MIN: u64 = 0x1000;
+    /// One past the highest user address (the top of the lower canonical half, less a guard
+    /// page so that `sysret` never returns to a non-canonical address).
+    pub const USER_END: u64 = 0x0000_7fff_ffff_f000;
+    /// Top of the initial thread's user stack.
+    pub const USER_STACK_TOP: u64 = 0x0000_7fff_fff0_0000;
+    /// Size of the initial thread's user stack.
+    pub const USER_STACK_SIZE: u64 = 64 * 1024;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_round_trip() {
+        assert_eq!(decode_result(5), Ok(5));
+        for e in [
+            Error::BadAddress,
+            Error::InvalidArgument,
+            Error::NotFound,
+            Error::NoMemory,
+            Error::TooLarge,
+            Error::BadFormat,
+        ] {
+            assert_eq!(decode_result(e.to_raw()), Err(e));
+            assert_eq!(Error::from_code(e as i64), Some(e));
+        }
+        assert_eq!(decode_result((-999i64) as u64), Err(Error::InvalidArgument));
+    }
+
+    #[test]
+    fn syscall_numbers_decode() {
+        for n in 0..6 {
+            assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
+        }
+        assert_eq!(Sys::from_raw(6), None);
+        assert_eq!(Sys::from_raw(u64::MAX), None);
+    }
+}

@@ -1,0 +1,28 @@
+//! `kern`: Baton's machine-independent kernel logic.
+//!
+//! This crate is `no_std + alloc` and never touches hardware, so all of it builds and is
+//! unit-tested on the host with plain `cargo test -p kern`. The kernel binary
+//! (`baton-kernel`) links it and supplies the machine through small traits (for example
+//! [`pmap::PhysMem`], through which page-table frames are read and written).
+//!
+//! # Design principles
+//! - Decode, then invoke: user input is validated completely, without side effects, and
+//!   only then acted upon; every failure is an [`baton_abi::Error`], never a panic.
+//! - User memory is an allegation until checked ([`usercopy`]).
+//! - State machines are enums whose variants carry what they wait on.
+#![no_std]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
+extern crate alloc;
+#[cfg(test)]
+extern crate std;
+
+pub mod frame;
+pub mod initrd;
+pub mod loader;
+pub mod pmap;
+pub mod sched;
+pub mod usercopy;

@@ -1,0 +1,27 @@
+//! x86-64: boot, CPU setup, traps and system calls, page tables, the LAPIC timer, serial.
+
+pub mod apic;
+pub mod boot;
+pub mod cpu;
+pub mod gdt;
+pub mod paging;
+pub mod serial;
+pub mod trap;
+
+/// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,
+/// processor features and the timer. Returns the features found.
+pub fn init_cpu() -> cpu::Features {
+    gdt::init();
+    trap::init();
+    let features = cpu::init_features();
+    apic::init();
+    features
+}
+
+/// Waits for the next interrupt with interrupts enabled, then disables them again.
+pub fn wait_for_interrupt() {
+    // SAFETY: `sti; hlt` atomically enables interrupts and halts (the STI shadow covers
+    // HLT); any interrupt handler runs on this stack and returns here; `cli` restores the
+    // kernel's interrupts-off invariant.
+    unsafe { core::arch::asm!("sti", "hlt", "cli", options(nomem, nostack)) };
+}

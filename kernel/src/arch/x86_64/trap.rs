@@ -1,0 +1,400 @@
+//! Every way into the kernel — exceptions, interrupts, `syscall` — and the one way back.
+//!
+//! All entries build the same [`TrapFrame`] at the top of the CPU's trap stack and call a
+//! Rust dispatcher with it; returning from the dispatcher runs `trap_exit`, which restores
+//! the frame with `sysretq` when the frame was made by `syscall` and `iretq` otherwise. A
+//! handler switches threads by saving the frame into the old thread and loading the new
+//! thread's saved frame in its place; [`resume_user`] enters a thread from anywhere by
+//! writing its frame at the top of the trap stack and jumping to `trap_exit`, discarding
+//! whatever the kernel had on its stack (the kernel never blocks in the middle of a call
+//! in this design, so nothing is lost).
+//!
+//! # Invariants
+//! - The field order of [`TrapFrame`] is the push order in the assembly below.
+//! - The kernel runs with interrupts off; the only place they are enabled is the idle
+//!   loop's `sti; hlt`.
+//! - `gs` holds the per-CPU base in kernel mode: entries from user mode `swapgs`, exits to
+//!   user mode `swapgs` back.
+
+use super::gdt::{self, USER_CS, USER_DS};
+use core::arch::{asm, global_asm};
+use core::mem::size_of;
+use x86_64::structures::idt::InterruptDescriptorTable;
+use x86_64::{PrivilegeLevel, VirtAddr};
+
+/// Vector recorded in frames made by the `syscall` entry (not a hardware vector).
+pub const SYSCALL_VECTOR: u64 = 0x100;
+/// The LAPIC timer's vector.
+pub const TIMER_VECTOR: u64 = 0x40;
+/// The LAPIC spurious-interrupt vector.
+pub const SPURIOUS_VECTOR: u64 = 0xff;
+/// First vector of the (masked) legacy PIC.
+pub const PIC_BASE: u64 = 0x20;
+
+/// A thread's user register state as saved on entry to the kernel.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+#[allow(missing_docs)]
+pub struct TrapFrame {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rbp: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rbx: u64,
+    pub rax: u64,
+    /// The vector that entered the kernel ([`SYSCALL_VECTOR`] for `syscall`).
+    pub vector: u64,
+    /// The exception's error code, or 0.
+    pub error: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
+}
+
+const _: () = assert!(size_of::<TrapFrame>() == 22 * 8);
+
+impl TrapFrame {
+    /// The frame of a thread that has never run: it starts at `entry` with stack `rsp`,
+    /// interrupts on and `rdi` = `arg`.
+    pub fn new_user(entry: u64, rsp: u64, arg: u64) -> TrapFrame {
+        TrapFrame {
+            rip: entry,
+            rsp,
+            rdi: arg,
+            cs: u64::from(USER_CS),
+            ss: u64::from(USER_DS),
+            rflags: 0x202,
+            ..TrapFrame::default()
+        }
+    }
+
+    /// Whether the kernel was entered from user mode.
+    pub fn from_user(&self) -> bool {
+        self.cs & 3 == 3
+    }
+
+    /// The system-call number and arguments (`rax`; `rdi`, `rsi`, `rdx`, `r10`, `r8`, `r9`).
+    pub fn syscall_args(&self) -> (u64, [u64; 6]) {
+        (
+            self.rax,
+            [self.rdi, self.rsi, self.rdx, self.r10, self.r8, self.r9],
+        )
+    }
+}
+
+global_asm!(
+    r#"
+    .section .text.trap, "ax"
+    .p2align 4
+    .global trap_stubs
+trap_stubs:
+    .set vec, 0
+    .rept 256
+    .p2align 4
+    .if (vec == 8) || ((vec >= 10) && (vec <= 14)) || (vec == 17) || (vec == 21) || (vec == 29) || (vec == 30)
+    .else
+    pushq $0
+    .endif
+    pushq $vec
+    jmp trap_common
+    .set vec, vec + 1
+    .endr
+
+trap_common:
+    testb $3, 24(%rsp)
+    jz 1f
+    swapgs
+1:
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rbp
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, %rdi
+    cld
+    callq trap_dispatch
+
+    .global trap_exit
+trap_exit:
+    cmpq ${syscall_vector}, 120(%rsp)
+    je 3f
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %r11
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rbp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %rcx
+    popq %rbx
+    popq %rax
+    addq $16, %rsp
+    testb $3, 8(%rsp)
+    jz 2f
+    swapgs
+2:
+    iretq
+3:
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    addq $8, %rsp
+    popq %r10
+    popq %r9
+    popq %r8
+    popq %rbp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    addq $8, %rsp
+    popq %rbx
+    popq %rax
+    movq 16(%rsp), %rcx
+    movq 32(%rsp), %r11
+    movq 40(%rsp), %rsp
+    swapgs
+    sysretq
+
+    .global syscall_entry
+syscall_entry:
+    swapgs
+    movq %rsp, %gs:8
+    movq %gs:0, %rsp
+    pushq ${user_ds}
+    pushq %gs:8
+    pushq %r11
+    pushq ${user_cs}
+    pushq %rcx
+    pushq $0
+    pushq ${syscall_vector}
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rbp
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, %rdi
+    callq syscall_dispatch
+    jmp trap_exit
+    "#,
+    syscall_vector = const SYSCALL_VECTOR,
+    user_ds = const USER_DS as u64,
+    user_cs = const USER_CS as u64,
+    options(att_syntax)
+);
+
+extern "C" {
+    static trap_stubs: u8;
+    fn syscall_entry();
+}
+
+/// Bytes between two vectors' stubs in `trap_stubs`.
+const STUB_STRIDE: u64 = 16;
+
+static IDT: spin::Once<InterruptDescriptorTable> = spin::Once::new();
+
+/// Loads the IDT (every vector goes to its stub) and programs the `syscall` MSRs.
+pub fn init() {
+    let base = core::ptr::addr_of!(trap_stubs) as u64;
+    let idt = IDT.call_once(|| {
+        let mut idt = InterruptDescriptorTable::new();
+        let stub = |v: u64| VirtAddr::new(base + v * STUB_STRIDE);
+        // SAFETY (for every `set_handler_addr` below): each stub address is the entry of
+        // the assembly stub for that vector, which saves a full frame and never returns
+        // to the vector's caller except through `trap_exit`.
+        unsafe {
+            idt.divide_error.set_handler_addr(stub(0));
+            idt.debug.set_handler_addr(stub(1));
+            idt.non_maskable_interrupt
+                .set_handler_addr(stub(2))
+                .set_stack_index(gdt::IST_FATAL);
+            idt.breakpoint
+                .set_handler_addr(stub(3))
+                .set_privilege_level(PrivilegeLevel::Ring3);
+            idt.overflow.set_handler_addr(stub(4));
+            idt.bound_range_exceeded.set_handler_addr(stub(5));
+            idt.invalid_opcode.set_handler_addr(stub(6));
+            idt.device_not_available.set_handler_addr(stub(7));
+            idt.double_fault
+                .set_handler_addr(stub(8))
+                .set_stack_index(gdt::IST_FATAL);
+            idt.invalid_tss.set_handler_addr(stub(10));
+            idt.segment_not_present.set_handler_addr(stub(11));
+            idt.stack_segment_fault.set_handler_addr(stub(12));
+            idt.general_protection_fault.set_handler_addr(stub(13));
+            idt.page_fault.set_handler_addr(stub(14));
+            idt.x87_floating_point.set_handler_addr(stub(16));
+            idt.alignment_check.set_handler_addr(stub(17));
+            idt.machine_check
+                .set_handler_addr(stub(18))
+                .set_stack_index(gdt::IST_FATAL);
+            idt.simd_floating_point.set_handler_addr(stub(19));
+            idt.virtualization.set_handler_addr(stub(20));
+            idt.cp_protection_exception.set_handler_addr(stub(21));
+            idt.hv_injection_exception.set_handler_addr(stub(28));
+            idt.vmm_communication_exception.set_handler_addr(stub(29));
+            idt.security_exception.set_handler_addr(stub(30));
+            for (i, entry) in idt.slice_mut(32..).iter_mut().enumerate() {
+                entry.set_handler_addr(stub(32 + i as u64));
+            }
+        }
+        idt
+    });
+    idt.load();
+
+    // SAFETY: IA32_STAR/LSTAR/FMASK exist on x86-64 and EFER.SCE was set at boot. STAR
+    // names the GDT layout of `gdt` (kernel CS 0x08, SS 0x10; sysret bases at 0x10 so user
+    // SS = 0x18|3, CS = 0x20|3). FMASK clears IF, TF, DF, AC and NT on entry.
+    unsafe {
+        let star = (u64::from(gdt::KERNEL_DS | 3) << 48) | (u64::from(gdt::KERNEL_CS) << 32);
+        super::cpu::wrmsr(0xc000_0081, star);
+        super::cpu::wrmsr(0xc000_0082, syscall_entry as *const () as u64);
+        super::cpu::wrmsr(0xc000_0084, 0x4_7700);
+    }
+}
+
+/// Enters user mode with `frame`, discarding everything on the kernel stack.
+pub fn resume_user(frame: &TrapFrame) -> ! {
+    let dst = gdt::trap_stack_top() - size_of::<TrapFrame>() as u64;
+    // SAFETY: `dst` is the frame slot at the top of this CPU's trap stack. No kernel code is
+    // live there: handlers run below their entry frame, and other callers run on the boot
+    // stack; `frame` lives in a thread object on the heap, not in that slot. `trap_exit`
+    // restores the frame, which describes user mode (CPL 3 selectors are set by every
+    // constructor of user frames), so the kernel state below is abandoned for good.
+    unsafe {
+        core::ptr::write(dst as *mut TrapFrame, *frame);
+        asm!("mov rsp, {0}", "jmp trap_exit", in(reg) dst, options(noreturn));
+    }
+}
+
+#[no_mangle]
+extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+    crate::kernel::on_trap(frame);
+}
+
+#[no_mangle]
+extern "C" fn syscall_dispatch(frame: &mut TrapFrame) {
+    crate::kernel::on_syscall(frame);
+}
+
+/// The name of an exception vector.
+pub fn exception_name(vector: u64) -> &'static str {
+    match vector {
+        0 => "divide error",
+        1 => "debug",
+        2 => "non-maskable interrupt",
+        3 => "breakpoint",
+        4 => "overflow",
+        5 => "bound range exceeded",
+        6 => "invalid opcode",
+        7 => "device not available",
+        8 => "double fault",
+        10 => "invalid TSS",
+        11 => "segment not present",
+        12 => "stack-segment fault",
+        13 => "general protection fault",
+        14 => "page fault",
+        16 => "x87 floating-point error",
+        17 => "alignment check",
+        18 => "machine check",
+        19 => "SIMD floating-point error",
+        20 => "virtualization exception",
+        21 => "control protection",
+        _ => "reserved exception",
+    }
+}
+
+/// Describes a page-fault error code.
+pub fn page_fault_detail(error: u64) -> (&'static str, &'static str, &'static str) {
+    let presence = if error & 1 != 0 {
+        "protection violation"
+    } else {
+        "not present"
+    };
+    let access = if error & 16 != 0 {
+        "instruction fetch"
+    } else if error & 2 != 0 {
+        "write"
+    } else {
+        "read"
+    };
+    let mode = if error & 4 != 0 { "user" } else { "kernel" };
+    (presence, access, mode)
+}
+
+/// Prints every register of `frame`.
+pub fn dump_frame(frame: &TrapFrame) {
+    let f = frame;
+    crate::kprintln!(
+        "  rip={:#018x} rsp={:#018x} rflags={:#x} cs={:#x} ss={:#x} error={:#x}",
+        f.rip,
+        f.rsp,
+        f.rflags,
+        f.cs,
+        f.ss,
+        f.error
+    );
+    crate::kprintln!(
+        "  rax={:#018x} rbx={:#018x} rcx={:#018x} rdx={:#018x}",
+        f.rax,
+        f.rbx,
+        f.rcx,
+        f.rdx
+    );
+    crate::kprintln!(
+        "  rsi={:#018x} rdi={:#018x} rbp={:#018x} r8 ={:#018x}",
+        f.rsi,
+        f.rdi,
+        f.rbp,
+        f.r8
+    );
+    crate::kprintln!(
+        "  r9 ={:#018x} r10={:#018x} r11={:#018x} r12={:#018x}",
+        f.r9,
+        f.r10,
+        f.r11,
+        f.r12
+    );
+    crate::kprintln!(
+        "  r13={:#018x} r14={:#018x} r15={:#018x}",
+        f.r13,
+        f.r14,
+        f.r15
+    );
+}

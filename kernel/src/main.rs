@@ -1,0 +1,129 @@
+//! The Baton kernel binary: boots the machine, then runs user tasks.
+//!
+//! Machine-dependent code is under [`arch`]; the machine-independent logic (frame
+//! allocation, page-table bookkeeping, the ELF loader, user-memory checks, run queues) is
+//! the host-tested `kern` crate; [`kernel`] glues them into tasks, scheduling and system
+//! calls. `docs/architecture.md` describes the whole design.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+pub mod arch;
+mod kernel;
+
+use arch::paging::{self, phys_to_virt};
+use arch::{boot, cpu, serial};
+use core::ops::Range;
+use kern::frame::{FrameAllocator, PAGE_SIZE};
+use linked_list_allocator::LockedHeap;
+
+#[global_allocator]
+static HEAP: LockedHeap = LockedHeap::empty();
+
+/// The kernel heap lives in the first GiB, which the boot page tables already map.
+const EARLY_MAP_LIMIT: u64 = 1 << 30;
+
+/// Entered from the boot assembly on the boot stack, in long mode, interrupts off, with the
+/// physical address of the PVH start info.
+#[no_mangle]
+extern "C" fn kmain(start_info: u64) -> ! {
+    serial::init();
+    let boot = boot::parse(start_info);
+    kprintln!("[kernel] Baton {} booting", env!("CARGO_PKG_VERSION"));
+    kprintln!("[kernel] command line: {}", boot.cmdline());
+
+    let usable = boot.usable();
+    let phys_top = usable.iter().map(|r| r.end).max().unwrap_or(0);
+    let ram: u64 = usable.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+    let mut reserved: [Range<u64>; 5] = [
+        0..0x10_0000,
+        0x10_0000..paging::kernel_phys_end(),
+        boot.initrd.clone(),
+        boot.start_info & !(PAGE_SIZE - 1)..(boot.start_info & !(PAGE_SIZE - 1)) + PAGE_SIZE,
+        0..0,
+    ];
+    let heap_size = (ram / 8).clamp(4 << 20, 64 << 20);
+    let Some(heap_start) = find_free(usable, &reserved, heap_size, EARLY_MAP_LIMIT) else {
+        panic!("no room for a {heap_size}-byte kernel heap below 1 GiB");
+    };
+    // SAFETY: `heap_start..heap_start + heap_size` is usable RAM below 1 GiB (mapped by the
+    // boot tables and later by the direct map), outside the kernel image, the initrd and
+    // the boot information, and is reserved from the frame allocator below, so nothing
+    // else ever uses it.
+    unsafe {
+        HEAP.lock()
+            .init(phys_to_virt(heap_start) as *mut u8, heap_size as usize)
+    };
+    reserved[4] = heap_start..heap_start + heap_size;
+
+    let mut frames = FrameAllocator::new(usable, &reserved);
+    let kernel_root = paging::init(&mut frames, phys_top);
+    let features = arch::init_cpu();
+    kprintln!(
+        "[kernel] memory: {} MiB RAM, {} MiB heap, {} free frames; SMEP {}, SMAP {}, PCID {}",
+        ram >> 20,
+        heap_size >> 20,
+        frames.free_frames(),
+        on_off(features.smep),
+        on_off(features.smap),
+        on_off(features.pcid),
+    );
+    kprintln!(
+        "[kernel] TSC {} MHz, timer {} Hz",
+        arch::apic::tsc_hz() / 1_000_000,
+        arch::apic::TICK_HZ
+    );
+
+    let initrd: &'static [u8] = if boot.initrd.is_empty() {
+        &[]
+    } else {
+        // SAFETY: the loader placed the initrd at this physical range, which is RAM covered
+        // by the direct map and reserved from the frame allocator for the kernel's whole
+        // life, and nothing writes to it.
+        unsafe {
+            core::slice::from_raw_parts(
+                phys_to_virt(boot.initrd.start) as *const u8,
+                (boot.initrd.end - boot.initrd.start) as usize,
+            )
+        }
+    };
+    let config = kernel::Config::parse(boot.cmdline());
+    kernel::start(frames, kernel_root, initrd, config)
+}
+
+fn on_off(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// Finds `size` bytes (page aligned) of usable RAM below `limit` that overlap no reserved
+/// range.
+fn find_free(usable: &[Range<u64>], reserved: &[Range<u64>], size: u64, limit: u64) -> Option<u64> {
+    let candidates = usable
+        .iter()
+        .map(|r| r.start)
+        .chain(reserved.iter().map(|r| r.end));
+    for start in candidates {
+        let start = start.next_multiple_of(PAGE_SIZE);
+        let end = start.checked_add(size)?;
+        let inside = usable.iter().any(|r| r.start <= start && end <= r.end);
+        let clear = reserved
+            .iter()
+            .all(|r| r.is_empty() || end <= r.start || r.end <= start);
+        if inside && clear && end <= limit {
+            return Some(start);
+        }
+    }
+    None
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    serial::force_unlock();
+    kprintln!("\n[kernel] PANIC: {info}");
+    cpu::qemu_exit(cpu::EXIT_FAILURE)
+}

@@ -1,0 +1,55 @@
+//! `baton-rt`: the runtime every Baton user program links against.
+//!
+//! It provides
+//!
+//! - the program entry point: [`entry!`] emits `_start`, which aligns the stack, calls the
+//!   program's `main(task_id) -> i32` and passes its result to [`exit`];
+//! - the system calls of [`baton_abi`]: raw `syscall` instruction sequences in [`raw`]
+//!   and safe wrappers around them in [`sys`] (re-exported here);
+//! - console output: [`print!`] and [`println!`] format into a fixed stack buffer and write
+//!   it with [`debug_write`], with no heap;
+//! - a panic handler that prints `panic: <message> at <file>:<line>:<column>` and exits
+//!   with [`PANIC_EXIT_CODE`];
+//! - [`rdtsc`], the time-stamp counter, which under QEMU's `-icount shift=0` counts
+//!   instructions.
+//!
+//! A program looks like this:
+//!
+//! ```ignore
+//! #![no_std]
+//! #![no_main]
+//!
+//! baton_rt::entry!(main);
+//!
+//! fn main(task_id: u64) -> i32 {
+//!     baton_rt::println!("hello from task {task_id}");
+//!     0
+//! }
+//! ```
+//!
+//! # Invariants
+//!
+//! - Every system call goes through [`raw`], which follows the register convention of
+//!   [`baton_abi`] exactly; nothing else in user space issues `syscall`.
+//! - Safe functions never ask the kernel to write to memory they do not own; those that
+//!   pass a caller-chosen address (the `*_raw` functions) only let the kernel *read* it, and
+//!   the kernel validates every user address, so a bad one is an error return, not
+//!   undefined behaviour.
+#![no_std]
+
+pub mod cpu;
+pub mod io;
+pub mod raw;
+pub mod start;
+pub mod sys;
+
+mod panic;
+
+pub use baton_abi::{Error, ModuleInfo};
+pub use cpu::rdtsc;
+pub use sys::{
+    clock_ns, debug_write, debug_write_raw, exit, module_info, spawn, spawn_raw, yield_now,
+};
+
+/// Exit code of a task whose program panicked.
+pub const PANIC_EXIT_CODE: i32 = 101;

@@ -1,0 +1,52 @@
+//! Program entry.
+//!
+//! The kernel starts a task's first thread at the ELF entry point with `rsp` =
+//! [`USER_STACK_TOP`](baton_abi::layout::USER_STACK_TOP) (16-byte aligned, nothing
+//! pushed), `rdi` = the task id and every other register zero. [`entry!`](crate::entry)
+//! emits that entry point, `_start`, in the program's own crate (so the linker cannot
+//! leave it out): a naked function that clears `rbp` (the end of the frame-pointer
+//! chain), aligns `rsp` to 16 bytes as the SysV ABI requires before a `call`, and calls
+//! [`__start`] through a small `extern "C"` shim with the task id still in `rdi`.
+
+/// Runs the program's `main` and exits with its result. Called only by the `_start` that
+/// [`entry!`](crate::entry) emits.
+#[doc(hidden)]
+pub fn __start(task_id: u64, main: fn(u64) -> i32) -> ! {
+    let code = main(task_id);
+    crate::sys::exit(code)
+}
+
+/// Declares the program's `main`, a `fn(task_id: u64) -> i32` whose result is the task's
+/// exit code, and emits the entry point `_start` that calls it.
+///
+/// ```ignore
+/// baton_rt::entry!(main);
+///
+/// fn main(task_id: u64) -> i32 {
+///     0
+/// }
+/// ```
+#[macro_export]
+macro_rules! entry {
+    ($main:path) => {
+        const _: () = {
+            /// The ELF entry point: `rsp` = user stack top, `rdi` = task id.
+            #[unsafe(naked)]
+            #[unsafe(no_mangle)]
+            extern "C" fn _start() -> ! {
+                ::core::arch::naked_asm!(
+                    "xor ebp, ebp",
+                    "and rsp, -16",
+                    "call {entry}",
+                    "ud2",
+                    entry = sym __baton_entry,
+                )
+            }
+
+            extern "C" fn __baton_entry(task_id: u64) -> ! {
+                let main: fn(u64) -> i32 = $main;
+                $crate::start::__start(task_id, main)
+            }
+        };
+    };
+}
