@@ -41,6 +41,9 @@ pub struct Config {
     pub init: Vec<String>,
     /// Power off when no task is left (tests, non-interactive runs).
     pub shutdown_when_idle: bool,
+    /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
+    /// fatal-exception report.
+    pub crash: bool,
 }
 
 impl Config {
@@ -49,6 +52,7 @@ impl Config {
         let mut config = Config {
             init: Vec::new(),
             shutdown_when_idle: false,
+            crash: false,
         };
         for word in cmdline.split_ascii_whitespace() {
             if let Some(list) = word.strip_prefix("init=") {
@@ -59,6 +63,8 @@ impl Config {
                     .collect();
             } else if word == "shutdown" {
                 config.shutdown_when_idle = true;
+            } else if word == "crash=kernel-page-fault" {
+                config.crash = true;
             }
         }
         if config.init.is_empty() {
@@ -152,6 +158,17 @@ pub fn start(
         tsc
     );
     *KERNEL.lock() = Some(k);
+    if config.crash {
+        kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
+        let v: u64;
+        // SAFETY: deliberately loads from an unmapped address (nothing is mapped in the user
+        // half of the kernel's tables); the page-fault handler reports it and stops the
+        // machine, so no Rust value is ever formed from the access.
+        unsafe {
+            core::arch::asm!("mov {}, [{}]", out(reg) v, in(reg) 0xdead_0000u64, options(nostack, readonly));
+        }
+        kprintln!("[kernel] unexpectedly read {v:#x}");
+    }
     idle()
 }
 

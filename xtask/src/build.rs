@@ -1,0 +1,166 @@
+//! Building what QEMU boots: the kernel ELF, the user programs and the initrd.
+//!
+//! The kernel and the user programs are cross-built for [`TARGET`] in release mode, each in
+//! its own target directory (`target/kernel`, `target/user`) because they need different
+//! code-generation flags, which are set through `CARGO_ENCODED_RUSTFLAGS` (this overrides any
+//! `RUSTFLAGS` or configured flags). The kernel crate's own build script passes its linker
+//! script. Every `user/programs/src/bin/<name>.rs` is one program; the initrd holds them all.
+
+use crate::deps::{self, TARGET};
+use crate::initrd;
+use crate::workspace::{cargo, note, root, run_checked, target_dir};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+/// One of the two cross builds.
+pub struct CrossBuild {
+    /// The package to build.
+    pub package: &'static str,
+    /// Its target directory, under `target/`.
+    pub dir: &'static str,
+    /// Code-generation flags, joined with 0x1f into `CARGO_ENCODED_RUSTFLAGS`.
+    pub rustflags: &'static [&'static str],
+}
+
+/// The kernel: static, in the top 2 GiB (`code-model=kernel`), with frame pointers so that
+/// panics can print a backtrace.
+pub const KERNEL: CrossBuild = CrossBuild {
+    package: "baton-kernel",
+    dir: "kernel",
+    rustflags: &[
+        "-Crelocation-model=static",
+        "-Ccode-model=kernel",
+        "-Cforce-frame-pointers=yes",
+    ],
+};
+
+/// The user programs: static executables.
+pub const USER: CrossBuild = CrossBuild {
+    package: "baton-programs",
+    dir: "user",
+    rustflags: &["-Crelocation-model=static"],
+};
+
+impl CrossBuild {
+    /// `cargo <subcommand> --release -p <package> --target x86_64-unknown-none` with this
+    /// build's target directory and flags.
+    pub fn cargo(&self, subcommand: &str) -> Command {
+        let mut cmd = cargo();
+        cmd.args([
+            subcommand,
+            "--release",
+            "-p",
+            self.package,
+            "--target",
+            TARGET,
+        ])
+        .env("CARGO_TARGET_DIR", target_dir().join(self.dir))
+        .env("CARGO_ENCODED_RUSTFLAGS", self.rustflags.join("\x1f"));
+        cmd
+    }
+
+    /// Where the release binaries land.
+    pub fn out_dir(&self) -> PathBuf {
+        target_dir().join(self.dir).join(TARGET).join("release")
+    }
+}
+
+/// The built images.
+pub struct Images {
+    /// The kernel ELF (with debug info).
+    pub kernel: PathBuf,
+    /// The initrd archive.
+    pub initrd: PathBuf,
+    /// The program names in the initrd, sorted.
+    pub programs: Vec<String>,
+}
+
+/// `cargo xtask build`.
+pub fn build_command() -> Result<ExitCode, String> {
+    deps::ensure_target()?;
+    deps::ensure_qemu()?;
+    let images = build()?;
+    println!("kernel: {}", images.kernel.display());
+    for name in &images.programs {
+        println!("program: {}", USER.out_dir().join(name).display());
+    }
+    println!(
+        "initrd: {} ({})",
+        images.initrd.display(),
+        images.programs.join(", ")
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Builds the kernel, the user programs and the initrd.
+pub fn build() -> Result<Images, String> {
+    note(format!("building the kernel ({})", KERNEL.package));
+    run_checked(&mut KERNEL.cargo("build"), "the kernel build").map_err(compiler_output)?;
+    let kernel = KERNEL.out_dir().join(KERNEL.package);
+    if !kernel.is_file() {
+        return Err(format!(
+            "the kernel build succeeded but {} does not exist",
+            kernel.display()
+        ));
+    }
+
+    let programs = program_names()?;
+    note(format!(
+        "building the user programs ({}): {}",
+        USER.package,
+        programs.join(", ")
+    ));
+    run_checked(&mut USER.cargo("build"), "the user-program build").map_err(compiler_output)?;
+    let mut files = Vec::new();
+    for name in &programs {
+        let path = USER.out_dir().join(name);
+        if !path.is_file() {
+            return Err(format!(
+                "the user-program build succeeded but {} does not exist",
+                path.display()
+            ));
+        }
+        files.push((name.clone(), path));
+    }
+
+    let initrd = target_dir().join("initrd.tar");
+    initrd::write(&initrd, &files)?;
+    Ok(Images {
+        kernel,
+        initrd,
+        programs,
+    })
+}
+
+/// Points from a failed cargo build to its own messages.
+fn compiler_output(e: String) -> String {
+    format!("{e}; the compiler's messages are above")
+}
+
+/// The programs: one per `user/programs/src/bin/<name>.rs` (or `<name>/main.rs`), sorted.
+fn program_names() -> Result<Vec<String>, String> {
+    let dir = root().join("user/programs/src/bin");
+    let entries =
+        std::fs::read_dir(&dir).map_err(|e| format!("cannot list {}: {e}", dir.display()))?;
+    let mut names = Vec::new();
+    for entry in entries {
+        let path = entry
+            .map_err(|e| format!("cannot list {}: {e}", dir.display()))?
+            .path();
+        let name = if path.extension().is_some_and(|ext| ext == "rs") && path.is_file() {
+            path.file_stem()
+        } else if path.join("main.rs").is_file() {
+            path.file_name()
+        } else {
+            None
+        };
+        if let Some(name) = name {
+            names.push(name.to_string_lossy().into_owned());
+        }
+    }
+    if names.is_empty() {
+        return Err(format!("no user programs in {}", dir.display()));
+    }
+    names.sort();
+    Ok(names)
+}

@@ -1,0 +1,48 @@
+//! `cargo xtask clippy`: clippy with `-D warnings` on every crate, each built the way it is
+//! really built: the host crates with their tests, and the kernel and the user programs for
+//! `x86_64-unknown-none` with the same target directories and flags as [`crate::build`].
+//! (Workspace crates these depend on, such as the user runtime, are linted with them.)
+
+use crate::build::{KERNEL, USER};
+use crate::deps;
+use crate::workspace::{cargo, note, shell_line};
+use std::process::{Command, ExitCode};
+
+/// Runs `cargo xtask clippy`.
+pub fn clippy() -> Result<ExitCode, String> {
+    deps::ensure_target()?;
+    deps::ensure_clippy()?;
+    let mut host = cargo();
+    host.args([
+        "clippy",
+        "-p",
+        "kern",
+        "-p",
+        "baton-abi",
+        "-p",
+        "xtask",
+        "--all-targets",
+    ]);
+    let runs: [(&str, Command); 3] = [
+        ("host crates", host),
+        ("kernel", KERNEL.cargo("clippy")),
+        ("user programs", USER.cargo("clippy")),
+    ];
+    let mut failed = Vec::new();
+    for (what, mut cmd) in runs {
+        cmd.args(["--", "-D", "warnings"]);
+        note(format!("clippy, {what}: {}", shell_line(&cmd)));
+        match cmd.status() {
+            Ok(status) if status.success() => {}
+            Ok(_) => failed.push(what),
+            Err(e) => return Err(format!("could not start cargo: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        note("clippy: no warnings");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("clippy failed for: {}", failed.join(", "));
+        Ok(ExitCode::FAILURE)
+    }
+}

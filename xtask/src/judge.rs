@@ -1,0 +1,165 @@
+//! Judging an integration test from QEMU's exit status and the serial log: the rules every
+//! test shares, and helpers for the per-test checks in [`crate::tests`].
+//!
+//! Output conventions the rules rely on: kernel lines start with `[kernel] `; user debug
+//! output is prefixed `<task name>#<task id>| ` on each line; tasks end with
+//! `[kernel] task <id> (<name>) exited with code <n>` or
+//! `[kernel] task <id> (<name>) killed: <reason>`; test programs print `TEST PASS <what>` or
+//! `TEST FAIL <what>`.
+
+use crate::qemu::{self, EXIT_CLEAN, EXIT_KERNEL_FAILED};
+use crate::tests::{IntegrationTest, Outcome};
+
+/// The kernel's last line before a clean shutdown.
+pub const ALL_FINISHED: &str = "[kernel] all tasks finished";
+/// Text that fails every test wherever it appears.
+pub const FORBIDDEN: &[&str] = &["PANIC", "KERNEL EXCEPTION", "TEST FAIL"];
+
+/// Judges one finished boot: `exit` is QEMU's exit status (`None` if killed by a signal) and
+/// `log` the serial output. The error lists every problem found.
+pub fn judge(test: &IntegrationTest, exit: Option<i32>, log: &str) -> Result<(), String> {
+    let mut problems = Vec::new();
+    // A test of the kernel's own failure path expects the failure exit and its report
+    // instead of a clean shutdown.
+    let (want_exit, finished, forbidden): (i32, &[&str], &[&str]) = match test.outcome {
+        Outcome::Clean => (EXIT_CLEAN, &[ALL_FINISHED], FORBIDDEN),
+        Outcome::KernelFailure => (EXIT_KERNEL_FAILED, &[], &["TEST FAIL", ALL_FINISHED]),
+    };
+    if exit != Some(want_exit) {
+        problems.push(qemu::explain_exit(exit));
+    }
+    for bad in forbidden {
+        if let Some((n, line)) = find_line(log, |l| l.contains(bad)) {
+            problems.push(format!("line {n} contains `{bad}`: {}", line.trim()));
+        }
+    }
+    let missing: Vec<String> = finished
+        .iter()
+        .copied()
+        .chain(test.require.iter().copied())
+        .filter(|needle| !log.contains(needle))
+        .map(|needle| format!("`{needle}`"))
+        .collect();
+    if !missing.is_empty() {
+        problems.push(format!("missing {}", missing.join(", ")));
+    }
+    // The custom check runs on a log that has everything it looks for.
+    if let (true, Some(check)) = (problems.is_empty(), test.check) {
+        check(log)?;
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// The first line (numbered from 1) that satisfies `pred`.
+fn find_line(log: &str, pred: impl Fn(&str) -> bool) -> Option<(usize, &str)> {
+    log.lines()
+        .enumerate()
+        .find(|(_, l)| pred(l))
+        .map(|(i, l)| (i + 1, l))
+}
+
+/// Checks that the first line containing `later` comes after the first line containing
+/// `earlier`.
+pub fn expect_order(log: &str, earlier: &str, later: &str) -> Result<(), String> {
+    let line_of = |needle: &str| {
+        find_line(log, |l| l.contains(needle))
+            .map(|(n, _)| n)
+            .ok_or_else(|| format!("missing `{needle}`"))
+    };
+    let (a, b) = (line_of(earlier)?, line_of(later)?);
+    if b > a {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{later}` (line {b}) should come after `{earlier}` (line {a})"
+        ))
+    }
+}
+
+/// Checks that lines starting with `a` and lines starting with `b` interleave: some `b` line
+/// lies between the first and the last `a` line, and some `a` line between the first and the
+/// last `b` line.
+pub fn expect_interleaved(log: &str, a: &str, b: &str) -> Result<(), String> {
+    let numbers = |prefix: &str| -> Vec<usize> {
+        log.lines()
+            .enumerate()
+            .filter(|(_, l)| l.trim_start().starts_with(prefix))
+            .map(|(i, _)| i + 1)
+            .collect()
+    };
+    let (lines_a, lines_b) = (numbers(a), numbers(b));
+    let within = |outer: &[usize], inner: &[usize]| match (outer.first(), outer.last()) {
+        (Some(first), Some(last)) => inner.iter().any(|n| first < n && n < last),
+        _ => false,
+    };
+    let span = |lines: &[usize]| match (lines.first(), lines.last()) {
+        (Some(first), Some(last)) => format!("{} lines, {first} to {last}", lines.len()),
+        _ => "no lines".to_string(),
+    };
+    if within(&lines_a, &lines_b) && within(&lines_b, &lines_a) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{a}` ({}) and `{b}` ({}) do not interleave",
+            span(&lines_a),
+            span(&lines_b)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+    use std::time::Duration;
+
+    const T: IntegrationTest = IntegrationTest {
+        name: "t",
+        init: &["x"],
+        smp: 1,
+        timeout: Duration::from_secs(1),
+        require: &["x| hi"],
+        check: Some(|log| expect_order(log, "first", "second")),
+    };
+
+    #[test]
+    fn common_rules() {
+        let good = "first\nx| hi\nsecond\n[kernel] all tasks finished\n";
+        assert_eq!(judge(&T, Some(33), good), Ok(()));
+        assert!(judge(&T, Some(35), good)
+            .unwrap_err()
+            .contains("kernel panic"));
+        assert!(judge(&T, None, good).is_err());
+        let failed = "first\nx| hi\nx| TEST FAIL y\nsecond\n[kernel] all tasks finished\n";
+        assert!(judge(&T, Some(33), failed)
+            .unwrap_err()
+            .contains("line 3 contains `TEST FAIL`"));
+        let unfinished = "first\nx| hi\nsecond\n";
+        assert!(judge(&T, Some(33), unfinished)
+            .unwrap_err()
+            .contains(ALL_FINISHED));
+        let missing = "first\nsecond\n[kernel] all tasks finished\n";
+        assert_eq!(judge(&T, Some(33), missing).unwrap_err(), "missing `x| hi`");
+        let misordered = "second\nx| hi\nfirst\n[kernel] all tasks finished\n";
+        assert!(judge(&T, Some(33), misordered)
+            .unwrap_err()
+            .contains("should come after"));
+    }
+
+    #[test]
+    fn interleaving() {
+        let log = "a| progress 1\nb| progress 1\na| progress 2\nb| progress 2\n";
+        assert_eq!(
+            expect_interleaved(log, "a| progress", "b| progress"),
+            Ok(())
+        );
+        let serial = "a| progress 1\na| progress 2\nb| progress 1\nb| progress 2\n";
+        assert!(expect_interleaved(serial, "a| progress", "b| progress").is_err());
+        let nested = "a| progress 1\nb| progress 1\nb| progress 2\na| progress 2\n";
+        assert!(expect_interleaved(nested, "a| progress", "b| progress").is_err());
+        assert!(expect_interleaved("", "a| progress", "b| progress").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! `cargo xtask`: Baton's build, run and test driver. It runs on the host.
+//!
+//! One command per job (see [`USAGE`]); the alias `cargo xtask` is defined in
+//! `.cargo/config.toml`. Every command first installs what it needs and is missing
+//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`,
+//! each in its own target directory, and the programs are packed into the initrd ([`build`],
+//! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test`
+//! runs the host unit tests and then the integration tests listed in [`tests`], judging each
+//! serial log ([`judge`], [`test`]).
+//!
+//! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
+//! carries the serial console (`run`), the paths (`build`) and the results (`test`).
+#![forbid(unsafe_code)]
+
+mod build;
+mod clippy;
+mod deps;
+mod initrd;
+mod judge;
+mod qemu;
+mod run;
+mod test;
+mod tests;
+mod workspace;
+
+use std::num::NonZeroUsize;
+use std::process::ExitCode;
+
+/// The usage text, printed by `help` and on bad input.
+const USAGE: &str = "\
+usage: cargo xtask <command> [options]
+
+commands:
+  build                  build the kernel, the user programs and the initrd; print their paths
+  run [options] [-- word...]
+                         build, then boot Baton in QEMU with the serial console on this terminal
+                         (when standard input is not a terminal, the kernel powers off by itself
+                         after the demo)
+      --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
+      --smp N            number of CPUs (default 1)
+      --icount           -icount shift=0,align=off,sleep=off: the TSC counts instructions
+                         (implies TCG)
+      --gdb              start paused, waiting for gdb on tcp::1234 (as `gdb`)
+      -- word...         extra kernel command-line words; an `init=...` word replaces the
+                         default `init=init`
+  gdb [run options]      build, start QEMU paused with a gdb stub on tcp::1234, say how to attach
+  test [options]         host unit tests, then integration tests that boot QEMU; ends with the
+                         line `N passed, N failed`
+      --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
+      --filter SUBSTR    only tests whose name contains SUBSTR (host and integration tests)
+      -j N               run up to N integration tests at once (default: number of CPUs)
+  clippy                 clippy -D warnings on the host crates, the kernel and the user programs
+  help                   print this text
+
+Integration-test logs are written to target/test-logs/<name>.log.";
+
+/// Options of `run` and `gdb`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct RunOpts {
+    /// `--tcg`: never use KVM.
+    pub tcg: bool,
+    /// `--smp N`: number of CPUs.
+    pub smp: u32,
+    /// `--icount`: deterministic instruction counting (TCG only).
+    pub icount: bool,
+    /// `--gdb`: start paused with the gdb stub.
+    pub gdb: bool,
+    /// Words after `--`, appended to the kernel command line.
+    pub extra: Vec<String>,
+}
+
+/// Options of `test`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TestOpts {
+    /// `--tcg`: never use KVM.
+    pub tcg: bool,
+    /// `--filter SUBSTR`: only tests whose name contains it.
+    pub filter: Option<String>,
+    /// `-j N`: integration tests run at once; `None` means the number of CPUs.
+    pub jobs: Option<NonZeroUsize>,
+}
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+enum Cmd {
+    Build,
+    Run(RunOpts),
+    Test(TestOpts),
+    Clippy,
+    Help,
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = match parse(&args) {
+        Ok(cmd) => cmd,
+        Err(msg) => {
+            eprintln!("xtask: {msg}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = match cmd {
+        Cmd::Help => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Build => build::build_command(),
+        Cmd::Run(opts) => run::run(&opts),
+        Cmd::Test(opts) => test::test(&opts),
+        Cmd::Clippy => clippy::clippy(),
+    };
+    result.unwrap_or_else(|msg| {
+        eprintln!("xtask: error: {msg}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Parses the arguments after `cargo xtask`.
+fn parse(args: &[String]) -> Result<Cmd, String> {
+    let Some((cmd, rest)) = args.split_first() else {
+        return Err("missing command".into());
+    };
+    let mut rest = rest.iter().cloned();
+    match cmd.as_str() {
+        "build" | "clippy" => {
+            if let Some(arg) = rest.next() {
+                return Err(format!("`{cmd}` takes no arguments, got `{arg}`"));
+            }
+            Ok(if cmd == "build" {
+                Cmd::Build
+            } else {
+                Cmd::Clippy
+            })
+        }
+        "run" | "gdb" => {
+            let mut opts = RunOpts {
+                smp: 1,
+                gdb: cmd == "gdb",
+                ..RunOpts::default()
+            };
+            while let Some(arg) = rest.next() {
+                let (flag, inline) = split_flag(&arg);
+                match flag {
+                    "--" => {
+                        opts.extra = rest.by_ref().collect();
+                        break;
+                    }
+                    "--tcg" if inline.is_none() => opts.tcg = true,
+                    "--icount" if inline.is_none() => opts.icount = true,
+                    "--gdb" if inline.is_none() => opts.gdb = true,
+                    "--smp" => {
+                        opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?;
+                    }
+                    _ => return Err(format!("unknown option `{arg}` for `{cmd}`")),
+                }
+            }
+            Ok(Cmd::Run(opts))
+        }
+        "test" => {
+            let mut opts = TestOpts::default();
+            while let Some(arg) = rest.next() {
+                let (flag, inline) = split_flag(&arg);
+                match flag {
+                    "--tcg" if inline.is_none() => opts.tcg = true,
+                    "--filter" => opts.filter = Some(value(flag, inline, &mut rest)?),
+                    "-j" | "--jobs" => {
+                        let n: usize = positive(flag, &value(flag, inline, &mut rest)?)?;
+                        opts.jobs = NonZeroUsize::new(n);
+                    }
+                    _ => return Err(format!("unknown option `{arg}` for `test`")),
+                }
+            }
+            Ok(Cmd::Test(opts))
+        }
+        "help" | "-h" | "--help" => Ok(Cmd::Help),
+        _ => Err(format!("unknown command `{cmd}`")),
+    }
+}
+
+/// Splits `--flag=value` and `-jN` into the flag and its inline value.
+fn split_flag(arg: &str) -> (&str, Option<&str>) {
+    if arg.starts_with("--") {
+        if let Some((flag, value)) = arg.split_once('=') {
+            return (flag, Some(value));
+        }
+    } else if let Some(value) = arg.strip_prefix("-j").filter(|v| !v.is_empty()) {
+        return ("-j", Some(value));
+    }
+    (arg, None)
+}
+
+/// The value of `flag`: inline (`--flag=value`) or the next argument.
+fn value(
+    flag: &str,
+    inline: Option<&str>,
+    rest: &mut impl Iterator<Item = String>,
+) -> Result<String, String> {
+    match inline {
+        Some(v) => Ok(v.to_string()),
+        None => rest.next().ok_or_else(|| format!("`{flag}` needs a value")),
+    }
+}
+
+/// Parses a number that must be at least 1.
+fn positive<T: std::str::FromStr + PartialOrd + From<u8>>(
+    flag: &str,
+    s: &str,
+) -> Result<T, String> {
+    match s.parse::<T>() {
+        Ok(n) if n >= T::from(1) => Ok(n),
+        _ => Err(format!("`{flag}` needs a number of at least 1, got `{s}`")),
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    fn p(args: &[&str]) -> Result<Cmd, String> {
+        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn parses_run_flags_and_extra_words() {
+        let cmd = p(&[
+            "run", "--tcg", "--smp", "2", "--icount", "--", "init=a,b", "x",
+        ])
+        .unwrap();
+        let want = RunOpts {
+            tcg: true,
+            smp: 2,
+            icount: true,
+            gdb: false,
+            extra: vec!["init=a,b".into(), "x".into()],
+        };
+        assert_eq!(cmd, Cmd::Run(want));
+        assert_eq!(
+            p(&["gdb", "--smp=4"]).unwrap(),
+            Cmd::Run(RunOpts {
+                smp: 4,
+                gdb: true,
+                ..RunOpts::default()
+            })
+        );
+    }
+
+    #[test]
+    fn parses_test_flags() {
+        let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg"]).unwrap();
+        let want = TestOpts {
+            tcg: true,
+            filter: Some("fault".into()),
+            jobs: NonZeroUsize::new(3),
+        };
+        assert_eq!(cmd, Cmd::Test(want));
+        assert_eq!(
+            p(&["test", "-j", "1", "--filter=x"]).unwrap(),
+            Cmd::Test(TestOpts {
+                filter: Some("x".into()),
+                jobs: NonZeroUsize::new(1),
+                ..TestOpts::default()
+            })
+        );
+    }
+
+    #[test]
+    fn rejects_bad_input() {
+        for bad in [
+            &[][..],
+            &["frobnicate"],
+            &["build", "--tcg"],
+            &["run", "--smp"],
+            &["run", "--smp", "0"],
+            &["run", "--smp", "x"],
+            &["run", "--tcg=1"],
+            &["test", "-j0"],
+            &["test", "--gdb"],
+            &["clippy", "extra"],
+        ] {
+            assert!(p(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! `cargo xtask run` and `cargo xtask gdb`: build, then boot Baton in QEMU with the serial
+//! console on this terminal.
+//!
+//! When standard input is not a terminal nobody can interact, so the kernel command line
+//! gets `shutdown` and the kernel powers the machine off after the demo.
+
+use crate::build;
+use crate::deps;
+use crate::qemu::{self, Machine, EXIT_CLEAN, EXIT_KERNEL_FAILED};
+use crate::workspace::{note, shell_line, shell_quote};
+use crate::RunOpts;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+/// Runs `run` (or `gdb`, which is `run --gdb`).
+pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
+    deps::ensure_target()?;
+    let qemu = deps::ensure_qemu()?;
+    let images = build::build()?;
+    let accel = qemu::choose_accel(opts.tcg, opts.icount);
+    let shutdown = !std::io::stdin().is_terminal();
+    let machine = Machine {
+        images: &images,
+        accel,
+        smp: opts.smp,
+        cmdline: qemu::cmdline("init", shutdown, &opts.extra),
+        icount: opts.icount,
+        gdb: opts.gdb,
+    };
+    let mut cmd = machine.command(&qemu);
+    note(format!("$ {}", shell_line(&cmd)));
+    if opts.gdb {
+        let kernel = shell_quote(&images.kernel.to_string_lossy());
+        eprintln!(
+            "xtask: QEMU is paused with a gdb stub on tcp::1234. To attach, run in another \
+             terminal:\n\n    gdb {kernel} -ex 'target remote :1234'\n\n\
+             xtask: then e.g. `hbreak kmain` and `continue`. Use hardware breakpoints (hbreak) \
+             for code that runs\nxtask: before the kernel has set up its page tables: software \
+             breakpoints set there may not stick.\n"
+        );
+    } else if !shutdown {
+        note("the serial console is on this terminal; Ctrl-C stops QEMU");
+    }
+    let status = cmd
+        .status()
+        .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+    match status.code() {
+        Some(EXIT_CLEAN) => Ok(ExitCode::SUCCESS),
+        Some(n) => {
+            eprintln!("kernel failed (qemu exit status {n})");
+            if n == 0 || n == EXIT_KERNEL_FAILED {
+                note(qemu::explain_exit(Some(n)));
+            }
+            Ok(ExitCode::FAILURE)
+        }
+        None => {
+            eprintln!("kernel failed ({})", qemu::explain_exit(None));
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! `cargo xtask test`: every test, ending with the line `N passed, N failed`.
+//!
+//! 1. Host unit tests: `cargo test -p kern -p baton-abi`, streamed, each
+//!    `test result: ... X passed; Y failed; ...` line counted.
+//! 2. The images are built; a failed build counts as one failure and skips step 3.
+//! 3. The integration tests of [`crate::tests`], up to `-j` at once, each in its own QEMU with
+//!    its serial log in `target/test-logs/<name>.log`, judged by [`crate::judge`].
+//!
+//! Setup problems (missing Rust target or QEMU) and a host-test run that fails without a
+//! counted test failure (a compile error) each count as one failure too, so the final line
+//! always reflects everything that went wrong, and the exit status is non-zero when anything
+//! failed.
+
+use crate::build::{self, Images};
+use crate::deps;
+use crate::judge;
+use crate::qemu::{self, Accel, Machine};
+use crate::tests::{IntegrationTest, ALL};
+use crate::workspace::{cargo, note, shell_line, target_dir};
+use crate::TestOpts;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitCode, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How many lines of a failed test's log are shown.
+const LOG_TAIL_LINES: usize = 30;
+
+/// Counts of passed and failed tests.
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+}
+
+impl Tally {
+    /// Prints a failure that is not a single test's (setup, build) and counts it.
+    fn fail(&mut self, what: &str, why: &str) {
+        println!("FAIL {what}: {why}");
+        self.failed += 1;
+    }
+}
+
+/// Runs `cargo xtask test`.
+pub fn test(opts: &TestOpts) -> Result<ExitCode, String> {
+    let mut tally = Tally::default();
+    let setup = deps::ensure_target().and_then(|()| deps::ensure_qemu());
+    if let Err(e) = &setup {
+        tally.fail("setup", e);
+    }
+
+    host_tests(opts.filter.as_deref(), &mut tally);
+
+    let selected: Vec<&IntegrationTest> = ALL
+        .iter()
+        .filter(|t| opts.filter.as_deref().is_none_or(|f| t.name.contains(f)))
+        .collect();
+    let Ok(qemu) = setup else {
+        println!(
+            "skipped {} integration test(s) because of the setup failure",
+            selected.len()
+        );
+        return Ok(finish(&tally));
+    };
+    match build::build() {
+        Ok(images) => {
+            let jobs = opts.jobs.map_or_else(default_jobs, |n| n.get());
+            let accel = qemu::choose_accel(opts.tcg, false);
+            integration_tests(&selected, &images, &qemu, accel, jobs, &mut tally);
+        }
+        Err(e) => {
+            tally.fail("build", &e);
+            println!(
+                "skipped {} integration test(s) because the images did not build",
+                selected.len()
+            );
+        }
+    }
+    Ok(finish(&tally))
+}
+
+/// Prints the final line and gives the exit status.
+fn finish(tally: &Tally) -> ExitCode {
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    if tally.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// One test per CPU.
+fn default_jobs() -> usize {
+    thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs the host unit tests, streaming their output, and counts their results.
+fn host_tests(filter: Option<&str>, tally: &mut Tally) {
+    let mut cmd = cargo();
+    cmd.args(["test", "--no-fail-fast", "-p", "kern", "-p", "baton-abi"]);
+    if let Some(filter) = filter {
+        cmd.arg("--").arg(filter);
+    }
+    note(format!("host unit tests: {}", shell_line(&cmd)));
+    let mut child = match cmd.stdout(Stdio::piped()).spawn() {
+        Ok(child) => child,
+        Err(e) => return tally.fail("host unit tests", &format!("could not start cargo: {e}")),
+    };
+    let (mut passed, mut failed) = (0, 0);
+    if let Some(stdout) = child.stdout.take() {
+        let mut reader = BufReader::new(stdout);
+        let mut buf = Vec::new();
+        while reader.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+            let line = String::from_utf8_lossy(&buf);
+            print!("{line}");
+            if let Some((p, f)) = parse_result_line(&line) {
+                passed += p;
+                failed += f;
+            }
+            buf.clear();
+        }
+    }
+    tally.passed += passed;
+    tally.failed += failed;
+    match child.wait() {
+        Ok(status) if status.success() || failed > 0 => {}
+        Ok(status) => tally.fail(
+            "host unit tests",
+            &format!("`cargo test` failed ({status}) with no failing test: see its errors above"),
+        ),
+        Err(e) => tally.fail("host unit tests", &format!("waiting for cargo: {e}")),
+    }
+    note(format!("host unit tests: {passed} passed, {failed} failed"));
+}
+
+/// `(passed, failed)` from a libtest summary line such as
+/// `test result: ok. 12 passed; 0 failed; 0 ignored; 0 measured; 0 filtered out; ...`.
+fn parse_result_line(line: &str) -> Option<(usize, usize)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let count = |what: &str| {
+        rest.split(';').find_map(|part| {
+            let number = part.trim().strip_suffix(what)?.split_whitespace().last()?;
+            number.parse::<usize>().ok()
+        })
+    };
+    Some((count(" passed")?, count(" failed")?))
+}
+
+/// The result of one integration test.
+struct Outcome {
+    name: &'static str,
+    elapsed: Duration,
+    log: PathBuf,
+    result: Result<(), String>,
+}
+
+/// Runs `tests`, `jobs` at a time, printing each result as it comes.
+fn integration_tests(
+    tests: &[&IntegrationTest],
+    images: &Images,
+    qemu: &Path,
+    accel: Accel,
+    jobs: usize,
+    tally: &mut Tally,
+) {
+    if tests.is_empty() {
+        note("no integration test matches the filter");
+        return;
+    }
+    let logs = target_dir().join("test-logs");
+    if let Err(e) = fs::create_dir_all(&logs) {
+        return tally.fail(
+            "integration tests",
+            &format!("cannot create {}: {e}", logs.display()),
+        );
+    }
+    let jobs = jobs.clamp(1, tests.len());
+    note(format!(
+        "running {} integration test(s), up to {jobs} at a time",
+        tests.len()
+    ));
+    let next = AtomicUsize::new(0);
+    let (sender, receiver) = mpsc::channel();
+    thread::scope(|scope| {
+        for _ in 0..jobs {
+            let (sender, next, logs) = (sender.clone(), &next, &logs);
+            scope.spawn(move || {
+                while let Some(test) = tests.get(next.fetch_add(1, Ordering::Relaxed)) {
+                    let outcome = run_one(test, images, qemu, accel, logs);
+                    if sender.send(outcome).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(sender);
+        for outcome in receiver {
+            report(&outcome, tally);
+        }
+    });
+}
+
+/// Prints one test's result; on failure also its log's path and tail.
+fn report(outcome: &Outcome, tally: &mut Tally) {
+    let secs = outcome.elapsed.as_secs_f64();
+    match &outcome.result {
+        Ok(()) => {
+            println!("PASS {} ({secs:.1}s)", outcome.name);
+            tally.passed += 1;
+        }
+        Err(why) => {
+            println!("FAIL {}: {why}", outcome.name);
+            println!("    log ({secs:.1}s): {}", outcome.log.display());
+            let text = fs::read(&outcome.log).unwrap_or_default();
+            let text = String::from_utf8_lossy(&text);
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines
+                .get(lines.len().saturating_sub(LOG_TAIL_LINES)..)
+                .unwrap_or_default();
+            for line in tail {
+                println!("    | {line}");
+            }
+            tally.failed += 1;
+        }
+    }
+}
+
+/// Boots QEMU for `test`, its serial output (and QEMU's own messages) going to its log, and
+/// judges the result. The log ends with a trailer giving the QEMU command and how it ended.
+fn run_one(
+    test: &IntegrationTest,
+    images: &Images,
+    qemu: &Path,
+    accel: Accel,
+    logs: &Path,
+) -> Outcome {
+    let log = logs.join(format!("{}.log", test.name));
+    let start = Instant::now();
+    let mut trailer = String::new();
+    let result = boot_and_judge(test, images, qemu, accel, &log, &mut trailer);
+    let elapsed = start.elapsed();
+    let tail = format!(
+        "\n---- xtask: {} after {:.1}s ----\n{trailer}",
+        match &result {
+            Ok(()) => "PASS".to_string(),
+            Err(why) => format!("FAIL: {why}"),
+        },
+        elapsed.as_secs_f64()
+    );
+    if let Ok(mut file) = OpenOptions::new().create(true).append(true).open(&log) {
+        // The trailer is a convenience; the result does not depend on it.
+        let _ = file.write_all(tail.as_bytes());
+    }
+    Outcome {
+        name: test.name,
+        elapsed,
+        log,
+        result,
+    }
+}
+
+/// The part of [`run_one`] that can fail; `trailer` collects lines for the end of the log.
+fn boot_and_judge(
+    test: &IntegrationTest,
+    images: &Images,
+    qemu: &Path,
+    accel: Accel,
+    log: &Path,
+    trailer: &mut String,
+) -> Result<(), String> {
+    let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    if let Some(missing) = test
+        .init
+        .iter()
+        .find(|p| !images.programs.iter().any(|q| q == *p))
+    {
+        return Err(format!(
+            "program `{missing}` is not in the initrd (no user/programs/src/bin/{missing}.rs)"
+        ));
+    }
+    let machine = Machine {
+        images,
+        accel,
+        smp: test.smp,
+        cmdline: qemu::cmdline(
+            &test.init.join(","),
+            true,
+            &test.extra.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+        ),
+        icount: false,
+        gdb: false,
+    };
+    let mut cmd = machine.command(qemu);
+    trailer.push_str(&format!("qemu command: {}\n", shell_line(&cmd)));
+    let stderr = file
+        .try_clone()
+        .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+    let status = wait_with_timeout(&mut child, test.timeout)?;
+    trailer.push_str(&format!(
+        "qemu: {}\n",
+        status.map_or_else(|| "killed at the timeout".to_string(), |s| s.to_string())
+    ));
+    let Some(status) = status else {
+        return Err(format!("timeout after {}s", test.timeout.as_secs()));
+    };
+    let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    judge::judge(test, status.code(), &String::from_utf8_lossy(&text))
+}
+
+/// Waits for `child` to exit, killing it at `timeout` (then `None`).
+fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>, String> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(Some(status)),
+            Ok(None) if Instant::now() >= deadline => {
+                // It may have exited just now; either way, reap it.
+                let _ = child.kill();
+                let _ = child.wait();
+                return Ok(None);
+            }
+            Ok(None) => thread::sleep(Duration::from_millis(20)),
+            Err(e) => {
+                let _ = child.kill();
+                return Err(format!("waiting for qemu: {e}"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn parses_libtest_summaries() {
+        let ok = "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; \
+                  finished in 0.01s";
+        assert_eq!(parse_result_line(ok), Some((12, 0)));
+        let failed =
+            "test result: FAILED. 3 passed; 2 failed; 0 ignored; 0 measured; 0 filtered out";
+        assert_eq!(parse_result_line(failed), Some((3, 2)));
+        assert_eq!(parse_result_line("test foo ... ok"), None);
+        assert_eq!(parse_result_line("running 3 tests"), None);
+    }
+}

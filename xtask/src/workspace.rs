@@ -1,0 +1,107 @@
+//! Where things are in the workspace, and small helpers for running programs.
+//!
+//! Every program xtask runs is started from the workspace root, so relative paths and
+//! `.cargo/config.toml` mean the same as for a developer typing the command there.
+
+use std::env;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The workspace root: the parent of this crate's directory.
+pub fn root() -> PathBuf {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().unwrap_or(manifest_dir).to_path_buf()
+}
+
+/// `<root>/target`.
+pub fn target_dir() -> PathBuf {
+    root().join("target")
+}
+
+/// A `cargo` command (the `CARGO` that runs xtask, else `cargo` from `PATH`), started from the
+/// workspace root.
+pub fn cargo() -> Command {
+    let program = env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut cmd = Command::new(program);
+    cmd.current_dir(root());
+    cmd
+}
+
+/// A command for `program` started from the workspace root.
+pub fn command(program: impl AsRef<std::ffi::OsStr>) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Looks `name` up in `PATH`, as a shell would.
+pub fn find_in_path(name: &str) -> Option<PathBuf> {
+    let path = env::var_os("PATH")?;
+    env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|candidate| is_executable(candidate))
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    path.metadata()
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Prints a progress note from xtask itself (to standard error).
+pub fn note(msg: impl std::fmt::Display) {
+    eprintln!("xtask: {msg}");
+}
+
+/// The command as a shell line (program and arguments quoted where needed; environment
+/// variables not shown; the `CARGO` that runs xtask shown as `cargo`).
+pub fn shell_line(cmd: &Command) -> String {
+    // The full path of the toolchain's cargo is noise: it is what `cargo` runs.
+    let program = cmd.get_program();
+    let program = match env::var_os("CARGO") {
+        Some(cargo) if cargo == program => std::ffi::OsStr::new("cargo"),
+        _ => program,
+    };
+    std::iter::once(program)
+        .chain(cmd.get_args())
+        .map(|word| shell_quote(&word.to_string_lossy()))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Quotes `word` for a POSIX shell if it contains anything but plainly safe characters.
+pub fn shell_quote(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+/// Runs `cmd` to completion with inherited standard streams; `what` names it in errors.
+pub fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
+    let status = cmd
+        .status()
+        .map_err(|e| format!("{what}: could not start `{}`: {e}", shell_line(cmd)))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{what} failed (`{}`: {status})", shell_line(cmd)))
+    }
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn quotes_only_when_needed() {
+        assert_eq!(shell_quote("init=a,b"), "init=a,b");
+        assert_eq!(shell_quote("/x/y.tar"), "/x/y.tar");
+        assert_eq!(shell_quote("init=init shutdown"), "'init=init shutdown'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+    }
+}
