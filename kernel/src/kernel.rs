@@ -26,6 +26,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use baton_abi::{Error, ModuleInfo, Sys, DEBUG_WRITE_MAX, MODULE_NAME_MAX};
 use core::fmt::Write as _;
+use kern::cmdline::BootConfig;
 use kern::frame::{FrameAllocator, PhysAddr};
 use kern::pmap::AddressSpace;
 use kern::sched::RunQueue;
@@ -34,45 +35,6 @@ use spin::Mutex;
 
 /// Task identifier; never reused.
 pub type TaskId = u64;
-
-/// What the command line asks for.
-pub struct Config {
-    /// Boot modules to start, in order.
-    pub init: Vec<String>,
-    /// Power off when no task is left (tests, non-interactive runs).
-    pub shutdown_when_idle: bool,
-    /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
-    /// fatal-exception report.
-    pub crash: bool,
-}
-
-impl Config {
-    /// Parses `init=a,b,c` and `shutdown` from the kernel command line.
-    pub fn parse(cmdline: &str) -> Config {
-        let mut config = Config {
-            init: Vec::new(),
-            shutdown_when_idle: false,
-            crash: false,
-        };
-        for word in cmdline.split_ascii_whitespace() {
-            if let Some(list) = word.strip_prefix("init=") {
-                config.init = list
-                    .split(',')
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect();
-            } else if word == "shutdown" {
-                config.shutdown_when_idle = true;
-            } else if word == "crash=kernel-page-fault" {
-                config.crash = true;
-            }
-        }
-        if config.init.is_empty() {
-            config.init.push(String::from("init"));
-        }
-        config
-    }
-}
 
 /// A user task: an address space with one thread.
 struct Task {
@@ -115,7 +77,7 @@ pub fn start(
     frames: FrameAllocator,
     kernel_root: PhysAddr,
     initrd: &'static [u8],
-    config: Config,
+    config: BootConfig,
 ) -> ! {
     let modules = match initrd::parse(initrd) {
         Ok(list) => list
@@ -145,6 +107,9 @@ pub fn start(
         open_line: None,
     };
     kprintln!("[kernel] {} boot modules", k.modules.len());
+    for word in &config.unknown {
+        kprintln!("[kernel] ignoring unknown command-line word `{word}`");
+    }
     for name in &config.init {
         match k.spawn(name) {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),

@@ -28,9 +28,13 @@ const EARLY_MAP_LIMIT: u64 = 1 << 30;
 /// physical address of the PVH start info.
 #[no_mangle]
 extern "C" fn kmain(start_info: u64) -> ! {
+    let entry_tsc = cpu::rdtsc();
     serial::init();
     let boot = boot::parse(start_info);
-    kprintln!("[kernel] Baton {} booting", env!("CARGO_PKG_VERSION"));
+    kprintln!(
+        "[kernel] Baton {} booting (entered at TSC {entry_tsc})",
+        env!("CARGO_PKG_VERSION")
+    );
     kprintln!("[kernel] command line: {}", boot.cmdline());
 
     let usable = boot.usable();
@@ -88,7 +92,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
             )
         }
     };
-    let config = kernel::Config::parse(boot.cmdline());
+    let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     kernel::start(frames, kernel_root, initrd, config)
 }
 

@@ -123,6 +123,8 @@ mod unit_tests {
         timeout: Duration::from_secs(1),
         require: &["x| hi"],
         check: Some(|log| expect_order(log, "first", "second")),
+        extra: &[],
+        outcome: Outcome::Clean,
     };
 
     #[test]
@@ -147,6 +149,20 @@ mod unit_tests {
         assert!(judge(&T, Some(33), misordered)
             .unwrap_err()
             .contains("should come after"));
+    }
+
+    #[test]
+    fn kernel_failure_outcome() {
+        let t = IntegrationTest {
+            outcome: Outcome::KernelFailure,
+            require: &["KERNEL EXCEPTION"],
+            check: None,
+            ..T
+        };
+        let crashed = "boot\n[kernel] KERNEL EXCEPTION: page fault\n";
+        assert_eq!(judge(&t, Some(EXIT_KERNEL_FAILED), crashed), Ok(()));
+        assert!(judge(&t, Some(EXIT_CLEAN), crashed).is_err());
+        assert!(judge(&t, Some(EXIT_KERNEL_FAILED), "boot\n").is_err());
     }
 
     #[test]

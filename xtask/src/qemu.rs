@@ -113,6 +113,14 @@ pub struct Machine<'a> {
     pub gdb: bool,
 }
 
+/// QEMU's minimal firmware `qboot`, when installed (Debian ships it in `qemu-system-data`):
+/// it reaches the kernel's PVH entry in about 80 thousand instructions where SeaBIOS takes
+/// about 17 million. Without it QEMU's default firmware is used.
+fn fast_firmware() -> Option<&'static Path> {
+    let qboot = Path::new("/usr/share/qemu/qboot.rom");
+    qboot.is_file().then_some(qboot)
+}
+
 impl Machine<'_> {
     /// The QEMU command line; standard streams are left to the caller.
     pub fn command(&self, qemu: &Path) -> Command {
@@ -139,6 +147,9 @@ impl Machine<'_> {
         }
         if self.gdb {
             cmd.args(["-s", "-S"]);
+        }
+        if let Some(bios) = fast_firmware() {
+            cmd.arg("-bios").arg(bios);
         }
         cmd.arg("-kernel")
             .arg(&self.images.kernel)

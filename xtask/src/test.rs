@@ -1,6 +1,6 @@
 //! `cargo xtask test`: every test, ending with the line `N passed, N failed`.
 //!
-//! 1. Host unit tests: `cargo test -p kern -p baton-abi`, streamed, each
+//! 1. Host unit tests: `cargo test -p kern -p baton-abi -p xtask`, streamed, each
 //!    `test result: ... X passed; Y failed; ...` line counted.
 //! 2. The images are built; a failed build counts as one failure and skips step 3.
 //! 3. The integration tests of [`crate::tests`], up to `-j` at once, each in its own QEMU with
@@ -101,7 +101,16 @@ fn default_jobs() -> usize {
 /// Runs the host unit tests, streaming their output, and counts their results.
 fn host_tests(filter: Option<&str>, tally: &mut Tally) {
     let mut cmd = cargo();
-    cmd.args(["test", "--no-fail-fast", "-p", "kern", "-p", "baton-abi"]);
+    cmd.args([
+        "test",
+        "--no-fail-fast",
+        "-p",
+        "kern",
+        "-p",
+        "baton-abi",
+        "-p",
+        "xtask",
+    ]);
     if let Some(filter) = filter {
         cmd.arg("--").arg(filter);
     }

@@ -20,6 +20,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod cmdline;
 pub mod frame;
 pub mod initrd;
 pub mod loader;

@@ -23,7 +23,7 @@ const REG_TIMER_CURRENT: u64 = 0x390;
 const REG_TIMER_DIVIDE: u64 = 0x3e0;
 
 const PIT_HZ: u64 = 1_193_182;
-const CALIBRATE_MS: u64 = 10;
+const CALIBRATE_MS: u64 = 2;
 
 static LAPIC_BASE: AtomicU64 = AtomicU64::new(0);
 static TSC_HZ: AtomicU64 = AtomicU64::new(1);

@@ -235,7 +235,7 @@ pub fn init() {
     let idt = IDT.call_once(|| {
         let mut idt = InterruptDescriptorTable::new();
         let stub = |v: u64| VirtAddr::new(base + v * STUB_STRIDE);
-        // SAFETY (for every `set_handler_addr` below): each stub address is the entry of
+        // SAFETY: (for every `set_handler_addr` below) each stub address is the entry of
         // the assembly stub for that vector, which saves a full frame and never returns
         // to the vector's caller except through `trap_exit`.
         unsafe {

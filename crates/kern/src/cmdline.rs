@@ -1,0 +1,75 @@
+//! The kernel command line: which boot modules to start and how to end.
+//!
+//! Words are separated by ASCII whitespace; unknown words are ignored (and returned by
+//! [`BootConfig::parse`] so the kernel can report them), so a newer command line still boots
+//! an older kernel.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// What the command line asks for.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BootConfig {
+    /// Boot modules to start, in order (`init=a,b,c`; default `init`).
+    pub init: Vec<String>,
+    /// Power off when no task is left (`shutdown`): tests and non-interactive runs.
+    pub shutdown_when_idle: bool,
+    /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
+    /// fatal-exception report.
+    pub crash: bool,
+    /// Words that were not understood.
+    pub unknown: Vec<String>,
+}
+
+impl BootConfig {
+    /// Parses a command line.
+    pub fn parse(cmdline: &str) -> BootConfig {
+        let mut config = BootConfig::default();
+        for word in cmdline.split_ascii_whitespace() {
+            if let Some(list) = word.strip_prefix("init=") {
+                config.init = list
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
+            } else if word == "shutdown" {
+                config.shutdown_when_idle = true;
+            } else if word == "crash=kernel-page-fault" {
+                config.crash = true;
+            } else {
+                config.unknown.push(String::from(word));
+            }
+        }
+        if config.init.is_empty() {
+            config.init.push(String::from("init"));
+        }
+        config
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = BootConfig::parse("");
+        assert_eq!(c.init, ["init"]);
+        assert!(!c.shutdown_when_idle && !c.crash && c.unknown.is_empty());
+    }
+
+    #[test]
+    fn words() {
+        let c = BootConfig::parse("  init=a,,b shutdown  bogus crash=kernel-page-fault\tx=y ");
+        assert_eq!(c.init, ["a", "b"]);
+        assert!(c.shutdown_when_idle);
+        assert!(c.crash);
+        assert_eq!(c.unknown, ["bogus", "x=y"]);
+    }
+
+    #[test]
+    fn empty_init_list_falls_back() {
+        assert_eq!(BootConfig::parse("init=").init, ["init"]);
+        assert_eq!(BootConfig::parse("init=,").init, ["init"]);
+    }
+}
