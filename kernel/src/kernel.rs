@@ -1,369 +1,300 @@
-//! Tasks, the round-robin scheduler, exceptions of user code and the system calls.
+//! Kernel state, the big kernel lock, and every entry from user mode or interrupts.
 //!
-//! One big lock ([`KERNEL`]) guards all kernel state; the kernel runs with interrupts off
-//! and never sleeps while holding it, so on one CPU it is never contended. Each task has
-//! one thread for now (its saved [`TrapFrame`]); threads become their own objects with the
-//! continuation scheduler.
-//!
-//! Every entry (`on_syscall`, `on_trap`) works on the frame at the top of the trap stack:
-//! it either edits it in place (results, or a different thread's saved frame when it
-//! switches) and returns, or, when nothing is runnable, abandons it and goes to [`idle`].
+//! All kernel state lives in one [`Kernel`] behind one lock, taken on every entry and
+//! released on the way back to user mode or before an idle CPU halts — the big kernel lock
+//! (as in seL4): the kernel runs with interrupts off, never blocks holding anything but
+//! the CPU, and its operations are short, so one lock keeps SMP simple and correct; the
+//! lock belongs to the CPU, not the thread, and passes across `switch_context`.
 //!
 //! # Invariants
-//! - `current` is `Some` exactly while a task's frame is live on the trap stack or in user
-//!   mode; its saved `frame` field is stale until it is switched out.
-//! - A task id is in the run queue only if the task exists and is not `current`.
-//! - The loaded CR3 is `loaded_root`, which is the kernel root or the root of an existing
-//!   task: a task's space is unloaded before it is destroyed.
+//! - [`kernel()`] is called only with the lock held.
+//! - Each CPU's `current` thread is `Running { cpu }` and holds a kernel stack.
+//! - `loaded_root` of each CPU is what its CR3 holds: the kernel root (idle) or the root of
+//!   a task with a thread running there, so a task's space is never destroyed while loaded.
 
-use crate::arch::cpu;
+use crate::arch::context::KernelStack;
 use crate::arch::paging::KernelMem;
+use crate::arch::stack::StackPool;
 use crate::arch::trap::{self, TrapFrame, SPURIOUS_VECTOR, TIMER_VECTOR};
-use crate::arch::{apic, serial};
+use crate::arch::{apic, cpu, gdt, serial};
 use crate::kprintln;
+use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
-use baton_abi::{Error, ModuleInfo, Sys, DEBUG_WRITE_MAX, MODULE_NAME_MAX};
+use baton_abi::{Stats, PRIORITY_DEFAULT};
+use core::cell::UnsafeCell;
 use core::fmt::Write as _;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kern::cmdline::BootConfig;
+use kern::continuation::{Continuation, Resume};
 use kern::frame::{FrameAllocator, PhysAddr};
+use kern::gauge::Gauge;
 use kern::pmap::AddressSpace;
 use kern::sched::RunQueue;
-use kern::{initrd, loader, usercopy};
-use spin::Mutex;
+use kern::timer::TimerQueue;
+use kern::waitq::WaitQueues;
 
 /// Task identifier; never reused.
 pub type TaskId = u64;
 
-/// A user task: an address space with one thread.
-struct Task {
-    name: String,
-    space: AddressSpace,
-    pcid: u16,
-    /// The thread's user registers while it is not running.
-    frame: TrapFrame,
+/// Most CPUs the kernel runs on.
+pub const MAX_CPUS: usize = gdt::MAX_CPUS;
+const PCIDS: usize = 4096;
+
+/// A user task: an address space and its threads.
+pub struct Task {
+    /// The boot module it runs.
+    pub name: String,
+    /// Its address space.
+    pub space: AddressSpace,
+    /// PCID used for its address space.
+    pub pcid: u16,
+    /// Threads alive.
+    pub threads: u64,
+    /// Set when the task is ending: the exit code, or the kill report already printed.
+    pub ending: Option<Ending>,
+}
+
+/// How a task ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// `exit(code)` or its last thread exited (code 0).
+    Exit(i32),
+    /// Killed by an exception (already reported).
+    Killed,
 }
 
 /// A boot module: a named ELF image inside the initrd.
-struct Module {
-    name: String,
-    data: &'static [u8],
+pub struct Module {
+    /// Its name.
+    pub name: String,
+    /// Its bytes.
+    pub data: &'static [u8],
 }
 
-struct Kernel {
-    frames: FrameAllocator,
-    kernel_root: PhysAddr,
-    loaded_root: PhysAddr,
-    /// For each PCID, the task whose entries the TLB may hold under it.
-    pcid_owner: Vec<TaskId>,
-    tasks: BTreeMap<TaskId, Task>,
-    runq: RunQueue<TaskId>,
-    current: Option<TaskId>,
-    next_id: TaskId,
-    modules: Vec<Module>,
-    shutdown_when_idle: bool,
-    ticks: u64,
-    /// The task whose console line is still open (its last write did not end in `\n`).
+/// Per-CPU scheduling state.
+pub struct Cpu {
+    /// The running thread.
+    pub current: ThreadId,
+    /// This CPU's idle thread.
+    pub idle: ThreadId,
+    /// Ready threads that run here.
+    pub runq: RunQueue<ThreadId>,
+    /// What CR3 holds.
+    pub loaded_root: PhysAddr,
+    /// For each PCID, the task whose TLB entries this CPU may hold under it.
+    pub pcid_owner: Vec<TaskId>,
+    /// Whether the CPU is halted in its idle loop (wake it with an IPI).
+    pub halted: bool,
+}
+
+/// All kernel state.
+pub struct Kernel {
+    /// Physical frames.
+    pub frames: FrameAllocator,
+    /// The kernel's page-table root (shared kernel half).
+    pub kernel_root: PhysAddr,
+    /// Tasks by id.
+    pub tasks: BTreeMap<TaskId, Task>,
+    /// Threads by id.
+    pub threads: BTreeMap<ThreadId, Thread>,
+    /// Per-CPU state, one entry per online CPU.
+    pub cpus: Vec<Cpu>,
+    /// Sleep and wait timeouts, in nanoseconds since reset.
+    pub timers: TimerQueue<ThreadId>,
+    /// Threads in `wait`, by (task, user address).
+    pub waits: WaitQueues<(TaskId, u64), ThreadId>,
+    /// Kernel stacks not attached to any thread.
+    pub stacks: StackPool,
+    /// Stacks attached to threads.
+    pub stacks_in_use: Gauge,
+    /// The always-on counters.
+    pub stats: Stats,
+    /// Boot modules.
+    pub modules: Vec<Module>,
+    /// Power off when the last task ends.
+    pub shutdown_when_idle: bool,
+    next_task: TaskId,
+    next_thread: ThreadId,
+    next_cpu: usize,
+    /// The task whose console line is still open.
     open_line: Option<TaskId>,
 }
 
-static KERNEL: Mutex<Option<Kernel>> = Mutex::new(None);
+/// The big kernel lock.
+static BKL: AtomicBool = AtomicBool::new(false);
 
-const PCIDS: usize = 4096;
+struct KernelCell(UnsafeCell<Option<Kernel>>);
+// SAFETY: the cell is only accessed through `kernel()`, whose callers hold the big kernel
+// lock, so at most one CPU touches it at a time.
+unsafe impl Sync for KernelCell {}
 
-/// Sets up the kernel state, starts the boot tasks and runs them.
-pub fn start(
-    frames: FrameAllocator,
-    kernel_root: PhysAddr,
-    initrd: &'static [u8],
-    config: BootConfig,
-) -> ! {
-    let modules = match initrd::parse(initrd) {
-        Ok(list) => list
-            .into_iter()
-            .map(|m| Module {
-                name: String::from(m.name),
-                data: m.data,
-            })
-            .collect(),
-        Err(e) => {
-            kprintln!("[kernel] initrd unreadable: {e:?}");
-            Vec::new()
-        }
-    };
-    let mut k = Kernel {
-        frames,
-        kernel_root,
-        loaded_root: kernel_root,
-        pcid_owner: alloc::vec![0; PCIDS],
-        tasks: BTreeMap::new(),
-        runq: RunQueue::new(),
-        current: None,
-        next_id: 1,
-        modules,
-        shutdown_when_idle: config.shutdown_when_idle,
-        ticks: 0,
-        open_line: None,
-    };
-    kprintln!("[kernel] {} boot modules", k.modules.len());
-    for word in &config.unknown {
-        kprintln!("[kernel] ignoring unknown command-line word `{word}`");
-    }
-    for name in &config.init {
-        match k.spawn(name) {
-            Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
-            Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),
-        }
-    }
-    let tsc = cpu::rdtsc();
-    kprintln!(
-        "[kernel] boot done after {} us ({} TSC ticks since reset)",
-        apic::now_ns() / 1000,
-        tsc
-    );
-    *KERNEL.lock() = Some(k);
-    if config.crash {
-        kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
-        let v: u64;
-        // SAFETY: deliberately loads from an unmapped address (nothing is mapped in the user
-        // half of the kernel's tables); the page-fault handler reports it and stops the
-        // machine, so no Rust value is ever formed from the access.
-        unsafe {
-            core::arch::asm!("mov {}, [{}]", out(reg) v, in(reg) 0xdead_0000u64, options(nostack, readonly));
-        }
-        kprintln!("[kernel] unexpectedly read {v:#x}");
-    }
-    idle()
-}
+static KERNEL: KernelCell = KernelCell(UnsafeCell::new(None));
 
-/// Runs the next ready task, or waits for one; powers off when none is left and the
-/// command line asked for it.
-pub fn idle() -> ! {
-    loop {
-        {
-            let mut guard = KERNEL.lock();
-            let Some(k) = guard.as_mut() else {
-                panic!("idle before the kernel state exists")
-            };
-            if let Some(next) = k.runq.pop() {
-                let frame = k.activate(next);
-                drop(guard);
-                trap::resume_user(&frame);
-            }
-            if k.tasks.is_empty() && k.shutdown_when_idle {
-                k.close_line();
-                kprintln!("[kernel] all tasks finished; shutting down");
-                cpu::qemu_exit(cpu::EXIT_SUCCESS);
-            }
-        }
-        crate::arch::wait_for_interrupt();
+/// Takes the big kernel lock (interrupts are off).
+pub fn lock() {
+    while BKL
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        core::hint::spin_loop();
     }
 }
 
-/// Entry for every interrupt and exception.
-pub fn on_trap(frame: &mut TrapFrame) {
-    if !frame.from_user() {
-        kernel_mode_trap(frame);
-        return;
-    }
-    let mut guard = KERNEL.lock();
-    let Some(k) = guard.as_mut() else {
-        panic!("user trap before the kernel state exists")
-    };
-    let runs = match frame.vector {
-        TIMER_VECTOR => {
-            apic::eoi();
-            k.ticks += 1;
-            if k.runq.is_empty() {
-                true
-            } else {
-                k.switch(frame, true)
-            }
-        }
-        v if v < 32 => {
-            k.report_exception(frame);
-            k.kill_current();
-            k.switch(frame, false)
-        }
-        // Spurious LAPIC or PIC interrupts: nothing to do.
-        _ => true,
-    };
-    if !runs {
-        drop(guard);
-        idle();
-    }
+/// Releases the big kernel lock.
+pub fn unlock() {
+    BKL.store(false, Ordering::Release);
 }
 
-/// Interrupts and exceptions taken in kernel mode: the timer while idle is expected;
-/// anything else is a kernel bug and stops the machine with a report.
-fn kernel_mode_trap(frame: &mut TrapFrame) {
-    match frame.vector {
-        TIMER_VECTOR => {
-            apic::eoi();
-            if let Some(k) = KERNEL.lock().as_mut() {
-                k.ticks += 1;
-            }
-        }
-        SPURIOUS_VECTOR => {}
-        v if (trap::PIC_BASE..trap::PIC_BASE + 16).contains(&v) => {}
-        v => {
-            serial::force_unlock();
-            kprintln!(
-                "\n[kernel] KERNEL EXCEPTION: {} (vector {v}) in kernel mode",
-                trap::exception_name(v)
-            );
-            if v == 14 {
-                let (presence, access, mode) = trap::page_fault_detail(frame.error);
-                kprintln!(
-                    "  address {:#x}: {presence}, {access}, {mode}",
-                    cpu::read_cr2()
-                );
-            }
-            // SAFETY-free peek: try_lock so a fault inside a critical section still reports.
-            if let Some(guard) = KERNEL.try_lock() {
-                if let Some(k) = guard.as_ref() {
-                    if let Some(id) = k.current {
-                        let name = k.tasks.get(&id).map(|t| t.name.as_str()).unwrap_or("?");
-                        kprintln!("  while serving task {id} ({name})");
-                    }
-                }
-            }
-            trap::dump_frame(frame);
-            cpu::qemu_exit(cpu::EXIT_FAILURE);
-        }
-    }
-}
-
-/// Entry for the `syscall` instruction.
-pub fn on_syscall(frame: &mut TrapFrame) {
-    let mut guard = KERNEL.lock();
-    let Some(k) = guard.as_mut() else {
-        panic!("system call before the kernel state exists")
-    };
-    let (number, args) = frame.syscall_args();
-    let runs = match Sys::from_raw(number) {
-        None => {
-            k.report(format_args!(
-                "killed: bad system call {number} (no handler)"
-            ));
-            trap::dump_frame(frame);
-            k.kill_current();
-            k.switch(frame, false)
-        }
-        Some(Sys::Exit) => {
-            let code = args[0] as i32;
-            k.report(format_args!("exited with code {code}"));
-            k.kill_current();
-            k.switch(frame, false)
-        }
-        Some(Sys::Yield) => {
-            frame.rax = 0;
-            k.switch(frame, true)
-        }
-        Some(call) => {
-            let result = k.syscall(call, args);
-            frame.rax = match result {
-                Ok(v) => v,
-                Err(e) => e.to_raw(),
-            };
-            true
-        }
-    };
-    if !runs {
-        drop(guard);
-        idle();
+/// The kernel state.
+///
+/// # Safety
+/// The caller must hold the big kernel lock, and must not keep the reference across a
+/// point where another CPU could take the lock (the lock's release), nor use a reference
+/// obtained before a `switch_context` after it.
+pub unsafe fn kernel() -> &'static mut Kernel {
+    // SAFETY: the caller holds the lock, so no other reference is in use on another CPU.
+    match unsafe { &mut *KERNEL.0.get() } {
+        Some(k) => k,
+        None => panic!("kernel state used before it exists"),
     }
 }
 
 impl Kernel {
+    /// Per-CPU state of `cpu`.
+    pub fn cpu(&self, cpu: usize) -> &Cpu {
+        match self.cpus.get(cpu) {
+            Some(c) => c,
+            None => panic!("CPU {cpu} is not online"),
+        }
+    }
+
+    fn cpu_mut(&mut self, cpu: usize) -> &mut Cpu {
+        match self.cpus.get_mut(cpu) {
+            Some(c) => c,
+            None => panic!("CPU {cpu} is not online"),
+        }
+    }
+
     fn mem(&mut self) -> KernelMem<'_> {
         KernelMem {
             frames: &mut self.frames,
         }
     }
 
-    /// Calls that return to the caller: decode, check, act.
-    fn syscall(&mut self, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
-        let Some(id) = self.current else {
-            return Err(Error::InvalidArgument);
-        };
-        let result = match call {
-            Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
-            Sys::Clock => Ok(apic::now_ns()),
-            Sys::Spawn => self.sys_spawn(id, args[0], args[1]),
-            Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
-            Sys::Yield | Sys::Exit => Err(Error::InvalidArgument),
-        };
-        if let Err(Error::BadAddress) = result {
-            self.report(format_args!(
-                "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
-                args[0], args[1]
-            ));
+    fn now(&self) -> u64 {
+        apic::now_ns()
+    }
+
+    /// Takes a kernel stack from the pool.
+    pub fn stack_alloc(&mut self) -> Option<KernelStack> {
+        let s = self.stacks.alloc(&mut self.frames, self.kernel_root)?;
+        self.stats.stacks_allocated = self.stacks.created;
+        let now = self.now();
+        self.stacks_in_use.inc(now);
+        Some(s)
+    }
+
+    /// Gives a kernel stack back to the pool.
+    pub fn stack_free(&mut self, s: KernelStack) {
+        self.stacks.free(s);
+        let now = self.now();
+        self.stacks_in_use.dec(now);
+    }
+
+    /// Base of the stack the current thread of `cpu` runs on.
+    pub fn current_stack_start(&self, cpu: usize) -> u64 {
+        let cur = self.cpu(cpu).current;
+        match self.threads.get(&cur).and_then(|t| t.stack.as_ref()) {
+            Some(s) => s.start(),
+            None => panic!("current thread {cur} has no stack"),
         }
-        result
     }
 
-    fn sys_debug_write(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
-        if len > DEBUG_WRITE_MAX {
-            return Err(Error::TooLarge);
-        }
-        let mut buf = [0u8; DEBUG_WRITE_MAX as usize];
-        let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
-        self.copy_in(id, ptr, out)?;
-        self.console_write(id, out);
-        Ok(len)
-    }
-
-    fn sys_spawn(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
-        if len > MODULE_NAME_MAX as u64 {
-            return Err(Error::TooLarge);
-        }
-        let mut buf = [0u8; MODULE_NAME_MAX];
-        let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
-        self.copy_in(id, ptr, out)?;
-        let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
-        let name = String::from(name);
-        let child = self.spawn(&name)?;
-        self.close_line();
-        kprintln!("[kernel] task {child} ({name}) started by task {id}");
-        Ok(child)
-    }
-
-    fn sys_module_info(&mut self, id: TaskId, index: u64, ptr: u64) -> Result<u64, Error> {
-        let module = usize::try_from(index)
-            .ok()
-            .and_then(|i| self.modules.get(i))
-            .ok_or(Error::NotFound)?;
-        let name = module.name.as_bytes();
-        let name_len = name.len().min(MODULE_NAME_MAX);
-        // The wire form of `ModuleInfo` (repr(C): size, name_len, name).
-        let mut bytes = [0u8; core::mem::size_of::<ModuleInfo>()];
-        let (size_b, rest) = bytes.split_at_mut(8);
-        let (len_b, name_b) = rest.split_at_mut(8);
-        size_b.copy_from_slice(&(module.data.len() as u64).to_le_bytes());
-        len_b.copy_from_slice(&(name_len as u64).to_le_bytes());
-        for (dst, src) in name_b.iter_mut().zip(name.iter().take(name_len)) {
-            *dst = *src;
-        }
-        let task = self.tasks.get(&id).ok_or(Error::InvalidArgument)?;
-        let mut mem = KernelMem {
-            frames: &mut self.frames,
+    /// Makes `t` (which holds a stack) the running thread of `cpu`: loads its address space
+    /// and points user entries at its stack.
+    pub fn make_current(&mut self, cpu: usize, t: ThreadId) {
+        let kernel_root = self.kernel_root;
+        let (task, top) = match self.threads.get_mut(&t) {
+            Some(th) => {
+                th.state = ThreadState::Running { cpu };
+                th.cpu = cpu;
+                (th.task, th.stack.as_ref().map(|s| s.top))
+            }
+            None => panic!("make_current: no thread {t}"),
         };
-        usercopy::copy_to_user(&task.space, &mut mem, ptr, &bytes)?;
-        Ok(0)
-    }
-
-    fn copy_in(&mut self, id: TaskId, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
-        let task = self.tasks.get(&id).ok_or(Error::InvalidArgument)?;
-        let mem = KernelMem {
-            frames: &mut self.frames,
+        let (root, pcid) = match task.and_then(|id| self.tasks.get(&id).map(|x| (id, x))) {
+            Some((id, x)) => (x.space.root(), Some((id, x.pcid))),
+            None => (kernel_root, None),
         };
-        usercopy::copy_from_user(&task.space, &mem, ptr, out)
+        let c = self.cpu_mut(cpu);
+        c.current = t;
+        if root != c.loaded_root {
+            match pcid {
+                Some((id, pcid)) => {
+                    let slot = usize::from(pcid);
+                    let keep = c.pcid_owner.get(slot) == Some(&id);
+                    // SAFETY: the root belongs to a live task whose kernel half is the
+                    // kernel's.
+                    unsafe { cpu::switch_space(root.0, pcid, keep) };
+                    if let Some(owner) = c.pcid_owner.get_mut(slot) {
+                        *owner = id;
+                    }
+                }
+                // SAFETY: the kernel root maps the kernel.
+                None => unsafe { cpu::switch_space(root.0, 0, true) },
+            }
+            c.loaded_root = root;
+        }
+        if let Some(top) = top {
+            gdt::set_kernel_stack(top);
+        }
     }
 
-    /// Creates a task running boot module `name` and makes it ready.
-    fn spawn(&mut self, name: &str) -> Result<TaskId, Error> {
+    /// Frees a halted thread that is off its CPU, and its task when it was the last thread.
+    pub fn reap_thread(&mut self, t: ThreadId) {
+        let Some(th) = self.threads.remove(&t) else {
+            return;
+        };
+        if let Some(timer) = th.timer {
+            self.timers.cancel(timer);
+        }
+        if let Some(stack) = th.stack {
+            self.stack_free(stack);
+        }
+        let Some(task_id) = th.task else {
+            return;
+        };
+        let last = match self.tasks.get_mut(&task_id) {
+            Some(task) => {
+                task.threads = task.threads.saturating_sub(1);
+                task.threads == 0
+            }
+            None => false,
+        };
+        if last {
+            if let Some(task) = self.tasks.remove(&task_id) {
+                if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
+                    self.close_line();
+                    kprintln!(
+                        "[kernel] task {task_id} ({}) exited with code {code}",
+                        task.name
+                    );
+                }
+                if self.open_line == Some(task_id) {
+                    self.close_line();
+                }
+                let mut mem = self.mem();
+                task.space.destroy(&mut mem);
+            }
+        }
+        self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
+    }
+
+    /// Creates a task running boot module `name`, with one ready thread.
+    pub fn spawn(&mut self, name: &str) -> Result<TaskId, baton_abi::Error> {
+        use baton_abi::Error;
         let data = self
             .modules
             .iter()
@@ -374,8 +305,8 @@ impl Kernel {
         let mut mem = self.mem();
         let mut space =
             AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
-        let loaded = loader::load_elf(&mut space, &mut mem, data)
-            .and_then(|entry| Ok((entry, loader::map_user_stack(&mut space, &mut mem)?)));
+        let loaded = kern::loader::load_elf(&mut space, &mut mem, data)
+            .and_then(|entry| Ok((entry, kern::loader::map_user_stack(&mut space, &mut mem)?)));
         let (entry, rsp) = match loaded {
             Ok(v) => v,
             Err(e) => {
@@ -383,115 +314,164 @@ impl Kernel {
                 return Err(e.into());
             }
         };
-        let id = self.next_id;
-        self.next_id += 1;
-        let task = Task {
-            name: String::from(name),
-            space,
-            pcid: (id % (PCIDS as u64 - 1) + 1) as u16,
-            frame: TrapFrame::new_user(entry, rsp, id),
-        };
-        self.tasks.insert(id, task);
-        self.runq.push(id);
+        let id = self.next_task;
+        self.next_task += 1;
+        self.tasks.insert(
+            id,
+            Task {
+                name: String::from(name),
+                space,
+                pcid: (id % (PCIDS as u64 - 1) + 1) as u16,
+                threads: 0,
+                ending: None,
+            },
+        );
+        self.create_thread(
+            id,
+            TrapFrame::new_user(entry, rsp, id),
+            PRIORITY_DEFAULT as u8,
+        )?;
         Ok(id)
     }
 
-    /// Makes `id` the current task, loading its address space, and returns its frame.
-    fn activate(&mut self, id: TaskId) -> TrapFrame {
-        self.current = Some(id);
-        let Some(task) = self.tasks.get(&id) else {
-            panic!("run queue named a task that does not exist");
-        };
-        let root = task.space.root();
-        if root != self.loaded_root {
-            let slot = usize::from(task.pcid);
-            let keep = self.pcid_owner.get(slot) == Some(&id);
-            // SAFETY: the root belongs to a live task whose kernel half is the kernel's.
-            unsafe { cpu::switch_space(root.0, task.pcid, keep) };
-            if let Some(owner) = self.pcid_owner.get_mut(slot) {
-                *owner = id;
-            }
-            self.loaded_root = root;
-        }
-        task.frame
+    /// Creates a ready thread in `task`.
+    pub fn create_thread(
+        &mut self,
+        task: TaskId,
+        frame: TrapFrame,
+        priority: u8,
+    ) -> Result<ThreadId, baton_abi::Error> {
+        let t = self
+            .tasks
+            .get_mut(&task)
+            .ok_or(baton_abi::Error::NotFound)?;
+        t.threads += 1;
+        let id = self.next_thread;
+        self.next_thread += 1;
+        let cpu = self.next_cpu % self.cpus.len().max(1);
+        self.next_cpu = self.next_cpu.wrapping_add(1);
+        self.threads
+            .insert(id, Thread::new_user(task, frame, priority, cpu));
+        self.stats.threads_created += 1;
+        self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
+        thread::thread_setrun(self, id);
+        Ok(id)
     }
 
-    /// Stops running the current task (saving `frame` into it and queueing it again when
-    /// `requeue`) and puts the next ready task's frame in `frame`. Returns `false` when
-    /// nothing is ready (the caller goes idle).
-    fn switch(&mut self, frame: &mut TrapFrame, requeue: bool) -> bool {
-        if let Some(cur) = self.current {
-            if requeue {
-                if self.runq.is_empty() {
-                    return true;
-                }
-                if let Some(task) = self.tasks.get_mut(&cur) {
-                    task.frame = *frame;
-                }
-                self.runq.push(cur);
-            }
-        }
-        self.current = None;
-        match self.runq.pop() {
-            Some(next) => {
-                *frame = self.activate(next);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Destroys the current task and frees its memory.
-    fn kill_current(&mut self) {
-        let Some(id) = self.current.take() else {
+    /// Makes a blocked thread ready again, cancelling its timeout.
+    pub fn unblock(&mut self, t: ThreadId) {
+        let Some(th) = self.threads.get_mut(&t) else {
             return;
         };
-        self.runq.remove(id);
-        if self.open_line == Some(id) {
-            self.close_line();
+        if let Some(timer) = th.timer.take() {
+            self.timers.cancel(timer);
         }
-        if let Some(task) = self.tasks.remove(&id) {
-            if self.loaded_root == task.space.root() {
-                // SAFETY: the kernel root maps the kernel; the dying space is not used again.
-                unsafe { cpu::write_cr3(self.kernel_root.0) };
-                self.loaded_root = self.kernel_root;
+        thread::thread_setrun(self, t);
+    }
+
+    /// Wakes every thread whose timeout has passed.
+    pub fn expire_timers(&mut self) {
+        let now = self.now();
+        while let Some((_, t)) = self.timers.pop_expired(now) {
+            let Some(th) = self.threads.get_mut(&t) else {
+                continue;
+            };
+            th.timer = None;
+            match th.state {
+                ThreadState::Blocked(Blocked::Sleep) => {
+                    th.frame.rax = 0;
+                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                }
+                ThreadState::Blocked(Blocked::Wait { key }) => {
+                    th.frame.rax = baton_abi::Error::TimedOut.to_raw();
+                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    self.waits.remove(key, t);
+                }
+                ThreadState::Blocked(Blocked::ProcessModel) => {}
+                _ => continue,
             }
-            let mut mem = self.mem();
-            task.space.destroy(&mut mem);
+            thread::thread_setrun(self, t);
         }
     }
 
-    fn report_exception(&mut self, frame: &TrapFrame) {
-        let name = trap::exception_name(frame.vector);
-        if frame.vector == 14 {
-            let (presence, access, mode) = trap::page_fault_detail(frame.error);
-            let addr = cpu::read_cr2();
-            self.report(format_args!(
-                "killed: {name} at address {addr:#x} ({presence}, {access}, {mode})"
-            ));
-        } else {
-            self.report(format_args!("killed: {name} (vector {})", frame.vector));
+    /// Ends task `id`: every thread stops (those running on other CPUs at their next
+    /// entry). The current thread, if it belongs to the task, is left to the caller.
+    pub fn end_task(&mut self, id: TaskId, how: Ending) {
+        match self.tasks.get_mut(&id) {
+            Some(task) if task.ending.is_none() => task.ending = Some(how),
+            _ => return,
         }
-        trap::dump_frame(frame);
+        let victims: Vec<ThreadId> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.task == Some(id))
+            .map(|(&tid, _)| tid)
+            .collect();
+        for tid in victims {
+            let Some(th) = self.threads.get_mut(&tid) else {
+                continue;
+            };
+            match th.state {
+                ThreadState::Running { cpu } => {
+                    if cpu != gdt::this_cpu() {
+                        th.kill_pending = true;
+                        poke_cpu(self, cpu, u8::MAX);
+                    }
+                }
+                ThreadState::Ready => {
+                    let (cpu, prio) = (th.cpu, th.priority);
+                    th.state = ThreadState::Halted;
+                    if let Some(c) = self.cpus.get_mut(cpu) {
+                        c.runq.remove(tid, prio);
+                    }
+                    self.reap_thread(tid);
+                }
+                ThreadState::Blocked(b) => {
+                    th.state = ThreadState::Halted;
+                    if let Blocked::Wait { key } = b {
+                        self.waits.remove(key, tid);
+                    }
+                    self.reap_thread(tid);
+                }
+                ThreadState::Halted | ThreadState::Idle => {}
+            }
+        }
     }
 
-    /// Prints `[kernel] task <id> (<name>) <what>` for the current task.
-    fn report(&mut self, what: core::fmt::Arguments<'_>) {
+    /// Reports something about the current thread's task.
+    pub fn report(&mut self, what: core::fmt::Arguments<'_>) {
         self.close_line();
-        let id = self.current.unwrap_or(0);
-        let name = self.tasks.get(&id).map(|t| t.name.as_str()).unwrap_or("?");
+        let (id, name) = self.current_task_name();
         kprintln!("[kernel] task {id} ({name}) {what}");
     }
 
+    fn current_task_name(&self) -> (TaskId, &str) {
+        let cur = self.cpu(gdt::this_cpu()).current;
+        let id = self.threads.get(&cur).and_then(|t| t.task).unwrap_or(0);
+        let name = self.tasks.get(&id).map(|t| t.name.as_str()).unwrap_or("?");
+        (id, name)
+    }
+
+    /// The current thread's task id.
+    pub fn current_task(&self) -> Option<TaskId> {
+        let cur = self.cpu(gdt::this_cpu()).current;
+        self.threads.get(&cur).and_then(|t| t.task)
+    }
+
+    /// The current thread's id.
+    pub fn current_thread(&self) -> ThreadId {
+        self.cpu(gdt::this_cpu()).current
+    }
+
     /// Ends a user line left open, so kernel lines start at the left margin.
-    fn close_line(&mut self) {
+    pub fn close_line(&mut self) {
         if self.open_line.take().is_some() {
             serial::CONSOLE.lock().write_bytes(b"\n");
         }
     }
 
     /// Writes user output, each line prefixed with `<task name>#<task id>| `.
-    fn console_write(&mut self, id: TaskId, bytes: &[u8]) {
+    pub fn console_write(&mut self, id: TaskId, bytes: &[u8]) {
         if self.open_line.is_some_and(|o| o != id) {
             self.close_line();
         }
@@ -506,5 +486,314 @@ impl Kernel {
             open = piece.last() != Some(&b'\n');
         }
         self.open_line = if open { Some(id) } else { None };
+    }
+
+    /// Fills the counters that are derived on demand.
+    pub fn snapshot_stats(&mut self) -> Stats {
+        let now = self.now();
+        let mut s = self.stats;
+        s.cpus = self.cpus.len() as u64;
+        s.stacks_in_use = self.stacks_in_use.current();
+        s.stacks_max = self.stacks_in_use.max();
+        s.stacks_mean_milli = self.stacks_in_use.mean_milli(now);
+        s.stack_bytes = crate::arch::stack::STACK_SIZE;
+        s.thread_bytes = core::mem::size_of::<Thread>() as u64;
+        s.heap_used = crate::heap_used() as u64;
+        s
+    }
+}
+
+/// Makes sure `cpu` notices new work of priority `prio`: an IPI if it is another CPU that
+/// is halted or runs something less urgent.
+pub fn poke_cpu(k: &mut Kernel, cpu: usize, prio: u8) {
+    if cpu == gdt::this_cpu() {
+        return;
+    }
+    let Some(c) = k.cpus.get(cpu) else {
+        return;
+    };
+    let running = k.threads.get(&c.current).map(|t| t.priority).unwrap_or(0);
+    if c.halted || prio > running || c.current == c.idle {
+        crate::arch::smp::wake_cpu(cpu);
+    }
+}
+
+/// Sets up the kernel state on the boot CPU, starts the boot tasks and runs them.
+pub fn start(
+    frames: FrameAllocator,
+    kernel_root: PhysAddr,
+    initrd: &'static [u8],
+    config: BootConfig,
+    boot_stack: KernelStack,
+    cpus: usize,
+) -> ! {
+    let modules = match kern::initrd::parse(initrd) {
+        Ok(list) => list
+            .into_iter()
+            .map(|m| Module {
+                name: String::from(&*m.name),
+                data: m.data,
+            })
+            .collect(),
+        Err(e) => {
+            kprintln!("[kernel] initrd unreadable: {e:?}");
+            Vec::new()
+        }
+    };
+    let now = apic::now_ns();
+    let k = Kernel {
+        frames,
+        kernel_root,
+        tasks: BTreeMap::new(),
+        threads: BTreeMap::new(),
+        cpus: Vec::new(),
+        timers: TimerQueue::new(),
+        waits: WaitQueues::new(),
+        stacks: StackPool::new(),
+        stacks_in_use: Gauge::new(now),
+        stats: Stats::default(),
+        modules,
+        shutdown_when_idle: config.shutdown_when_idle,
+        next_task: 1,
+        next_thread: 1,
+        next_cpu: 0,
+        open_line: None,
+    };
+    lock();
+    // SAFETY: the lock is held and nothing else has touched the cell yet.
+    unsafe { *KERNEL.0.get() = Some(k) };
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel() };
+    for c in 0..cpus {
+        add_cpu(k, c);
+    }
+    // The boot CPU's idle thread runs on the boot stack.
+    let idle0 = k.cpu(0).idle;
+    if let Some(t) = k.threads.get_mut(&idle0) {
+        t.stack = Some(boot_stack);
+    }
+    k.stacks_in_use.inc(apic::now_ns());
+    kprintln!("[kernel] {} boot modules", k.modules.len());
+    for word in &config.unknown {
+        kprintln!("[kernel] ignoring unknown command-line word `{word}`");
+    }
+    for name in &config.init {
+        match k.spawn(name) {
+            Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
+            Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),
+        }
+    }
+    kprintln!(
+        "[kernel] boot done after {} us ({} TSC ticks since reset)",
+        apic::now_ns() / 1000,
+        cpu::rdtsc()
+    );
+    if config.crash {
+        kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
+        let v: u64;
+        // SAFETY: deliberately loads from an unmapped address (nothing is mapped in the user
+        // half of the kernel's tables); the page-fault handler reports it and stops the
+        // machine, so no Rust value is ever formed from the access.
+        unsafe {
+            core::arch::asm!("mov {}, [{}]", out(reg) v, in(reg) 0xdead_0000u64, options(nostack, readonly));
+        }
+        kprintln!("[kernel] unexpectedly read {v:#x}");
+    }
+    unlock();
+    crate::arch::smp::release_aps();
+    lock();
+    idle_loop()
+}
+
+/// Registers CPU `c` with its idle thread (running, on a stack set by the caller).
+fn add_cpu(k: &mut Kernel, c: usize) {
+    let idle = k.next_thread;
+    k.next_thread += 1;
+    k.threads.insert(idle, Thread::new_idle(c, None));
+    k.cpus.push(Cpu {
+        current: idle,
+        idle,
+        runq: RunQueue::new(),
+        loaded_root: k.kernel_root,
+        pcid_owner: alloc::vec![0; PCIDS],
+        halted: false,
+    });
+}
+
+/// Entry of an application processor once it is in long mode on `stack`, lock not held.
+pub fn ap_start(cpu: usize, stack: KernelStack) -> ! {
+    lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel() };
+    let idle = k.cpu(cpu).idle;
+    if let Some(t) = k.threads.get_mut(&idle) {
+        t.stack = Some(stack);
+    }
+    k.stacks_in_use.inc(apic::now_ns());
+    idle_loop()
+}
+
+/// The idle thread's loop (its continuation): run ready work, else halt until an
+/// interrupt. Entered with the lock held.
+pub fn idle_loop() -> ! {
+    loop {
+        // SAFETY: the lock is held at the top of every iteration.
+        let k = unsafe { kernel() };
+        let cpu = gdt::this_cpu();
+        if k.cpu(cpu).runq.is_empty() {
+            steal_work(k, cpu);
+        }
+        if !k.cpu(cpu).runq.is_empty() {
+            let idle = k.cpu(cpu).idle;
+            if let Some(t) = k.threads.get_mut(&idle) {
+                t.state = ThreadState::Idle;
+            }
+            thread::thread_block(k, Some(Continuation::new(Resume::Idle)));
+            continue;
+        }
+        if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
+            k.close_line();
+            kprintln!("[kernel] all tasks finished; shutting down");
+            cpu::qemu_exit(cpu::EXIT_SUCCESS);
+        }
+        k.cpu_mut(cpu).halted = true;
+        unlock();
+        crate::arch::wait_for_interrupt();
+        lock();
+        // SAFETY: the lock is held again.
+        let k = unsafe { kernel() };
+        k.cpu_mut(cpu).halted = false;
+    }
+}
+
+/// Moves one ready thread from the busiest other CPU to `cpu`.
+fn steal_work(k: &mut Kernel, cpu: usize) {
+    let busiest = (0..k.cpus.len())
+        .filter(|&c| c != cpu)
+        .max_by_key(|&c| k.cpus.get(c).map(|x| x.runq.len()).unwrap_or(0));
+    let Some(from) = busiest else {
+        return;
+    };
+    let Some((t, prio)) = k.cpus.get_mut(from).and_then(|c| c.runq.pop()) else {
+        return;
+    };
+    if let Some(th) = k.threads.get_mut(&t) {
+        th.cpu = cpu;
+    }
+    k.cpu_mut(cpu).runq.push(t, prio);
+}
+
+/// Leaves the kernel to user mode with `frame` on the current stack, releasing the lock
+/// (`thread_exception_return` / `thread_syscall_return`).
+pub fn leave_to_user(frame: &TrapFrame) -> ! {
+    let f = *frame;
+    unlock();
+    trap::resume_user(&f)
+}
+
+/// Entry for every interrupt and exception.
+pub fn on_trap(frame: &mut TrapFrame) {
+    if !frame.from_user() {
+        kernel_mode_trap(frame);
+        return;
+    }
+    lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel() };
+    match frame.vector {
+        TIMER_VECTOR => {
+            apic::eoi();
+            k.expire_timers();
+        }
+        v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
+        v if v < 32 => {
+            k.report_exception(frame);
+            if let Some(task) = k.current_task() {
+                k.end_task(task, Ending::Killed);
+            }
+            thread::thread_terminate_current(k);
+        }
+        _ => {}
+    }
+    finish_entry(k, frame, TIMER_VECTOR == frame.vector);
+}
+
+/// On the way back to user mode: honour a pending kill, then preempt if a thread of at
+/// least this priority is waiting (`timeslice` for a timer tick, round robin within the
+/// level) or of higher priority (any entry).
+pub fn finish_entry(k: &mut Kernel, frame: &mut TrapFrame, timeslice: bool) {
+    let cpu = gdt::this_cpu();
+    let cur = k.cpu(cpu).current;
+    let (kill, prio) = match k.threads.get(&cur) {
+        Some(t) => (t.kill_pending, t.priority),
+        None => (false, 0),
+    };
+    if kill {
+        thread::thread_terminate_current(k);
+    }
+    let waiting = k.cpu(cpu).runq.peek_priority();
+    let preempt = match waiting {
+        Some(p) => p > prio || (timeslice && p == prio),
+        None => false,
+    };
+    if preempt {
+        if let Some(t) = k.threads.get_mut(&cur) {
+            t.frame = *frame;
+        }
+        k.stats.blocks_preempt += 1;
+        thread::thread_setrun(k, cur);
+        thread::thread_block(k, Some(Continuation::new(Resume::UserReturn)));
+    }
+    unlock();
+}
+
+/// Interrupts and exceptions taken in kernel mode: timer ticks and wake-ups while idle are
+/// expected; anything else is a kernel bug and stops the machine with a report.
+fn kernel_mode_trap(frame: &mut TrapFrame) {
+    match frame.vector {
+        TIMER_VECTOR => {
+            apic::eoi();
+            lock();
+            // SAFETY: the lock is held.
+            let k = unsafe { kernel() };
+            k.expire_timers();
+            unlock();
+        }
+        v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
+        SPURIOUS_VECTOR => {}
+        v if (trap::PIC_BASE..trap::PIC_BASE + 16).contains(&v) => {}
+        v => {
+            serial::force_unlock();
+            kprintln!(
+                "\n[kernel] KERNEL EXCEPTION: {} (vector {v}) in kernel mode on CPU {}",
+                trap::exception_name(v),
+                gdt::this_cpu()
+            );
+            if v == 14 {
+                let (presence, access, mode) = trap::page_fault_detail(frame.error);
+                kprintln!(
+                    "  address {:#x}: {presence}, {access}, {mode}",
+                    cpu::read_cr2()
+                );
+            }
+            trap::dump_frame(frame);
+            cpu::qemu_exit(cpu::EXIT_FAILURE);
+        }
+    }
+}
+
+impl Kernel {
+    fn report_exception(&mut self, frame: &TrapFrame) {
+        let name = trap::exception_name(frame.vector);
+        if frame.vector == 14 {
+            let (presence, access, mode) = trap::page_fault_detail(frame.error);
+            let addr = cpu::read_cr2();
+            self.report(format_args!(
+                "killed: {name} at address {addr:#x} ({presence}, {access}, {mode})"
+            ));
+        } else {
+            self.report(format_args!("killed: {name} (vector {})", frame.vector));
+        }
+        trap::dump_frame(frame);
     }
 }

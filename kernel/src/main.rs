@@ -11,6 +11,8 @@ extern crate alloc;
 
 pub mod arch;
 mod kernel;
+mod syscall;
+mod thread;
 
 use arch::paging::{self, phys_to_virt};
 use arch::{boot, cpu, serial};
@@ -93,7 +95,15 @@ extern "C" fn kmain(start_info: u64) -> ! {
         }
     };
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
-    kernel::start(frames, kernel_root, initrd, config)
+    extern "C" {
+        static boot_stack_bottom: u8;
+        static boot_stack_top: u8;
+    }
+    let boot_stack = arch::context::KernelStack {
+        base: core::ptr::addr_of!(boot_stack_bottom) as u64,
+        top: core::ptr::addr_of!(boot_stack_top) as u64,
+    };
+    kernel::start(frames, kernel_root, initrd, config, boot_stack, 1)
 }
 
 fn on_off(b: bool) -> &'static str {
@@ -123,6 +133,11 @@ fn find_free(usable: &[Range<u64>], reserved: &[Range<u64>], size: u64, limit: u
         }
     }
     None
+}
+
+/// Bytes of kernel heap in use.
+pub fn heap_used() -> usize {
+    HEAP.lock().used()
 }
 
 #[panic_handler]

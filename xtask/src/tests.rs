@@ -61,6 +61,101 @@ pub const BASE: IntegrationTest = IntegrationTest {
     outcome: Outcome::Clean,
 };
 
+/// `threads10k` creates 10,000 threads, which takes a while under TCG.
+const THREADS10K_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the `threads10k` tests require (the same at every CPU count).
+const THREADS10K_REQUIRE: &[&str] = &[
+    "threads10k#1| TEST PASS 10000 threads blocked with at most cpus+2 kernel stacks (",
+    "threads10k#1| TEST PASS all 10000 threads finished and were reclaimed",
+    "threads10k#1| stats: blocks ",
+    "[kernel] task 1 (threads10k) exited with code 0",
+];
+
+/// What the `pingpong` tests require (the same at every CPU count).
+const PINGPONG_REQUIRE: &[&str] = &[
+    "pingpong#1| TEST PASS pingpong threads",
+    "[kernel] task 1 (pingpong) exited with code 0",
+];
+
+/// What the `yield_storm` tests require (the same at every CPU count).
+const YIELD_STORM_REQUIRE: &[&str] = &[
+    "yield_storm#1| TEST PASS yield storm",
+    "[kernel] task 1 (yield_storm) exited with code 0",
+];
+
+/// What the `sleepers` tests require (the same at every CPU count).
+const SLEEPERS_REQUIRE: &[&str] = &[
+    "sleepers#1| TEST PASS sleep ordering",
+    "sleepers#1| TEST PASS wait timeout",
+    "sleepers#1| TEST PASS wait value mismatch",
+    "sleepers#1| TEST PASS wait bad address",
+    "[kernel] task 1 (sleepers) exited with code 0",
+];
+
+/// What the `procmodel` tests require (the same at every CPU count).
+const PROCMODEL_REQUIRE: &[&str] = &[
+    "procmodel#1| TEST PASS process model block",
+    "[kernel] task 1 (procmodel) exited with code 0",
+];
+
+/// What the `priority` tests require (the same at every CPU count).
+const PRIORITY_REQUIRE: &[&str] = &[
+    "priority#1| TEST PASS high priority runs over a spinner",
+    "priority#1| TEST PASS priority out of range rejected",
+    "[kernel] task 1 (priority) exited with code 0",
+];
+
+/// What the `pong` tests require (the same at every CPU count).
+const PONG_REQUIRE: &[&str] = &[
+    "pong#1| TEST PASS yield pingpong task 1",
+    "pong#2| TEST PASS yield pingpong task 2",
+    "[kernel] task 1 (pong) exited with code 0",
+    "[kernel] task 2 (pong) exited with code 0",
+];
+
+/// The fields of `baton_abi::Stats`, as the `stats` program prints them.
+const STATS_FIELDS: &[&str] = &[
+    "cpus",
+    "threads",
+    "threads_created",
+    "blocks_yield",
+    "blocks_preempt",
+    "blocks_sleep",
+    "blocks_wait",
+    "blocks_internal",
+    "blocks_process_model",
+    "stack_discards",
+    "stack_handoffs",
+    "recognitions",
+    "context_switches",
+    "stacks_allocated",
+    "stacks_in_use",
+    "stacks_max",
+    "stacks_mean_milli",
+    "stack_bytes",
+    "thread_bytes",
+    "heap_used",
+];
+
+/// Checks that the `stats` program printed a `stats: <field> = <value>` line for every
+/// field.
+fn every_stats_field(log: &str) -> Result<(), String> {
+    let missing: Vec<&str> = STATS_FIELDS
+        .iter()
+        .copied()
+        .filter(|field| !log.contains(&format!("stats#1| stats: {field} = ")))
+        .collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "no `stats: <field> = ` line for {}",
+            missing.join(", ")
+        ))
+    }
+}
+
 /// Every integration test, in the order they are started.
 pub const ALL: &[IntegrationTest] = &[
     IntegrationTest {
@@ -174,6 +269,160 @@ pub const ALL: &[IntegrationTest] = &[
             "address 0xdead0000: not present, read, kernel",
             "  rip=0xffffffff8",
         ],
+        ..BASE
+    },
+    IntegrationTest {
+        // 10,000 blocked threads hold at most cpus+2 kernel stacks; all are reclaimed.
+        name: "threads10k_smp1",
+        init: &["threads10k"],
+        smp: 1,
+        timeout: THREADS10K_TIMEOUT,
+        require: THREADS10K_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "threads10k_smp2",
+        init: &["threads10k"],
+        smp: 2,
+        timeout: THREADS10K_TIMEOUT,
+        require: THREADS10K_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "threads10k_smp4",
+        init: &["threads10k"],
+        smp: 4,
+        timeout: THREADS10K_TIMEOUT,
+        require: THREADS10K_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Two threads of one task alternate 1,000 rounds through wait/wake.
+        name: "pingpong_smp1",
+        init: &["pingpong"],
+        smp: 1,
+        require: PINGPONG_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "pingpong_smp2",
+        init: &["pingpong"],
+        smp: 2,
+        require: PINGPONG_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "pingpong_smp4",
+        init: &["pingpong"],
+        smp: 4,
+        require: PINGPONG_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Nine threads yield 2,000 times each; every yield returns exactly once.
+        name: "yield_storm_smp1",
+        init: &["yield_storm"],
+        smp: 1,
+        require: YIELD_STORM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "yield_storm_smp2",
+        init: &["yield_storm"],
+        smp: 2,
+        require: YIELD_STORM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "yield_storm_smp4",
+        init: &["yield_storm"],
+        smp: 4,
+        require: YIELD_STORM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Sleep ordering, wait timeouts, and wait's error returns.
+        name: "sleepers_smp1",
+        init: &["sleepers"],
+        smp: 1,
+        require: SLEEPERS_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "sleepers_smp2",
+        init: &["sleepers"],
+        smp: 2,
+        require: SLEEPERS_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "sleepers_smp4",
+        init: &["sleepers"],
+        smp: 4,
+        require: SLEEPERS_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // A process-model block keeps its kernel stack (and its live variables) and
+        // lets other threads run.
+        name: "procmodel_smp1",
+        init: &["procmodel"],
+        smp: 1,
+        require: PROCMODEL_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "procmodel_smp4",
+        init: &["procmodel"],
+        smp: 4,
+        require: PROCMODEL_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // A priority-50 sleeper keeps getting the processor from a priority-10 spinner.
+        name: "priority_smp1",
+        init: &["priority"],
+        smp: 1,
+        require: PRIORITY_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "priority_smp4",
+        init: &["priority"],
+        smp: 4,
+        require: PRIORITY_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Two tasks taking turns through yield.
+        name: "pong_smp1",
+        init: &["pong", "pong"],
+        smp: 1,
+        require: PONG_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "pong_smp4",
+        init: &["pong", "pong"],
+        smp: 4,
+        require: PONG_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Every field of `stats` printed, and self-consistent.
+        name: "stats_smp1",
+        init: &["stats"],
+        smp: 1,
+        require: &["stats#1| stats: cpus = 1", "stats#1| TEST PASS stats"],
+        check: Some(every_stats_field),
+        ..BASE
+    },
+    IntegrationTest {
+        name: "stats_smp4",
+        init: &["stats"],
+        smp: 4,
+        require: &["stats#1| stats: cpus = 4", "stats#1| TEST PASS stats"],
+        check: Some(every_stats_field),
         ..BASE
     },
 ];

@@ -43,7 +43,102 @@ pub enum Sys {
     /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
     /// [`Error::NotFound`] past the last one.
     ModuleInfo = 5,
+    /// `thread_create(entry, stack_top, arg) -> thread id`: a new thread in the calling
+    /// task, starting at `entry` with `rsp = stack_top` and `rdi = arg`, at the caller's
+    /// priority. Both addresses must be user addresses (the stack need not be mapped yet:
+    /// a bad one faults in the new thread).
+    ThreadCreate = 6,
+    /// `thread_exit() -> !`: ends the calling thread. A task ends (exit code 0) when its
+    /// last thread has ended; `exit` ends all of its threads at once.
+    ThreadExit = 7,
+    /// `wait(addr, expected, timeout_ns) -> 0`: if the 32-bit word at user address `addr`
+    /// (4-byte aligned) still holds `expected`, block until a `wake` on that address or
+    /// until `timeout_ns` nanoseconds have passed ([`FOREVER`] = no timeout). Errors:
+    /// [`Error::WouldBlock`] when the word differs, [`Error::TimedOut`].
+    Wait = 8,
+    /// `wake(addr, n) -> woken`: wakes up to `n` threads waiting on `addr`, oldest first.
+    Wake = 9,
+    /// `sleep(ns) -> 0`: blocks the calling thread for at least `ns` nanoseconds.
+    Sleep = 10,
+    /// `stats(*mut Stats) -> 0`: the kernel's always-on counters.
+    Stats = 11,
+    /// `set_priority(thread id or 0 for self, priority) -> 0`: priority 0 (lowest) to
+    /// [`PRIORITY_MAX`]; threads start at [`PRIORITY_DEFAULT`]. Only threads of the
+    /// calling task.
+    SetPriority = 12,
+    /// `debug_block_process_model(ns, seed) -> f(seed)`: blocks the calling thread in the
+    /// *process model* (keeping its kernel stack and kernel-mode registers) for `ns`
+    /// nanoseconds, then returns a value the kernel computed from `seed` with live kernel
+    /// stack variables before blocking, so a test can check that the stack survived. The
+    /// kernel's only process-model wait until page faults on user memory exist.
+    DebugBlockProcessModel = 13,
 }
+
+/// Timeout meaning "no timeout".
+pub const FOREVER: u64 = u64::MAX;
+/// Highest thread priority.
+pub const PRIORITY_MAX: u64 = 63;
+/// Priority of new threads.
+pub const PRIORITY_DEFAULT: u64 = 32;
+
+/// What `debug_block_process_model(ns, seed)` returns: proves the kernel stack frame that
+/// computed it survived the block.
+/// The value has bit 63 clear, so it can never be mistaken for an error result.
+pub const fn process_model_check(seed: u64) -> u64 {
+    (seed.rotate_left(17) ^ 0x5a5a_0f0f_c3c3_9696) & (i64::MAX as u64)
+}
+
+/// The kernel's always-on counters, as `stats` writes them (all `u64`).
+///
+/// The block reasons, discards, handoffs and recognitions reproduce Tables 1 and 2 of the
+/// continuations paper; the stack and byte counts, Table 5.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Number of CPUs running.
+    pub cpus: u64,
+    /// Threads that exist now.
+    pub threads: u64,
+    /// Threads created since boot.
+    pub threads_created: u64,
+    /// Blocks by reason (all with a continuation except `blocks_process_model`).
+    pub blocks_yield: u64,
+    /// Preemptions by the timer.
+    pub blocks_preempt: u64,
+    /// `sleep`.
+    pub blocks_sleep: u64,
+    /// `wait`.
+    pub blocks_wait: u64,
+    /// Kernel-internal threads waiting for work.
+    pub blocks_internal: u64,
+    /// Blocks that kept their kernel stack (the process model).
+    pub blocks_process_model: u64,
+    /// Kernel stacks given back to the pool when their thread blocked with a continuation.
+    pub stack_discards: u64,
+    /// Kernel stacks handed directly from the blocking thread to the next one.
+    pub stack_handoffs: u64,
+    /// Continuations examined and short-circuited by the blocker (recognition).
+    pub recognitions: u64,
+    /// Full context switches (`switch_context` between two stacks).
+    pub context_switches: u64,
+    /// Kernel stacks ever allocated (created, not reused from the pool).
+    pub stacks_allocated: u64,
+    /// Kernel stacks attached to threads now.
+    pub stacks_in_use: u64,
+    /// Most kernel stacks ever attached at once.
+    pub stacks_max: u64,
+    /// Time-weighted mean of `stacks_in_use` since boot, times 1000.
+    pub stacks_mean_milli: u64,
+    /// Size of one kernel stack in bytes.
+    pub stack_bytes: u64,
+    /// Kernel bytes of one thread object (without a stack).
+    pub thread_bytes: u64,
+    /// Kernel heap bytes in use now.
+    pub heap_used: u64,
+}
+
+/// Number of `u64` fields in [`Stats`].
+pub const STATS_WORDS: usize = core::mem::size_of::<Stats>() / 8;
 
 impl Sys {
     /// Decodes a raw system-call number.
@@ -55,6 +150,14 @@ impl Sys {
             3 => Sys::Clock,
             4 => Sys::Spawn,
             5 => Sys::ModuleInfo,
+            6 => Sys::ThreadCreate,
+            7 => Sys::ThreadExit,
+            8 => Sys::Wait,
+            9 => Sys::Wake,
+            10 => Sys::Sleep,
+            11 => Sys::Stats,
+            12 => Sys::SetPriority,
+            13 => Sys::DebugBlockProcessModel,
             _ => return None,
         })
     }
@@ -78,6 +181,10 @@ pub enum Error {
     /// The object exists but cannot be used this way (e.g. a boot module that is not a
     /// valid ELF executable).
     BadFormat = 6,
+    /// `wait` found a value other than the expected one.
+    WouldBlock = 7,
+    /// A timeout expired first.
+    TimedOut = 8,
 }
 
 impl Error {
@@ -90,6 +197,8 @@ impl Error {
             4 => Error::NoMemory,
             5 => Error::TooLarge,
             6 => Error::BadFormat,
+            7 => Error::WouldBlock,
+            8 => Error::TimedOut,
             _ => return None,
         })
     }
@@ -108,6 +217,8 @@ impl Error {
             Error::NoMemory => "out of memory",
             Error::TooLarge => "too large",
             Error::BadFormat => "bad format",
+            Error::WouldBlock => "would block",
+            Error::TimedOut => "timed out",
         }
     }
 }
@@ -191,6 +302,8 @@ mod tests {
             Error::NoMemory,
             Error::TooLarge,
             Error::BadFormat,
+            Error::WouldBlock,
+            Error::TimedOut,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));
@@ -200,10 +313,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..6 {
+        for n in 0..14 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(6), None);
+        assert_eq!(Sys::from_raw(14), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

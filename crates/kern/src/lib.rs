@@ -21,9 +21,13 @@ extern crate alloc;
 extern crate std;
 
 pub mod cmdline;
+pub mod continuation;
 pub mod frame;
+pub mod gauge;
 pub mod initrd;
 pub mod loader;
 pub mod pmap;
 pub mod sched;
+pub mod timer;
 pub mod usercopy;
+pub mod waitq;

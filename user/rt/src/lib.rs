@@ -11,7 +11,12 @@
 //! - a panic handler that prints `panic: <message> at <file>:<line>:<column>` and exits
 //!   with [`PANIC_EXIT_CODE`];
 //! - [`rdtsc`], the time-stamp counter, which under QEMU's `-icount shift=0` counts
-//!   instructions.
+//!   instructions;
+//! - threads: [`thread::spawn`] runs a `fn(u64)` on a new thread of the task, on a stack
+//!   from a [`thread::StackPool`]; [`wait`]/[`wake`] block on and wake up a 32-bit word,
+//!   and [`sync`] builds [`sync::wait_until`] and [`sync::Counter`] on them;
+//! - the kernel's counters: [`stats`], printed field by field or as one line by
+//!   [`report`].
 //!
 //! A program looks like this:
 //!
@@ -35,20 +40,29 @@
 //!   pass a caller-chosen address (the `*_raw` functions) only let the kernel *read* it, and
 //!   the kernel validates every user address, so a bad one is an error return, not
 //!   undefined behaviour.
+//! - A new thread is started safely only by [`thread::spawn`], on a `&'static mut` stack it
+//!   takes for good, running a safe function; the raw `thread_create`
+//!   ([`thread::create_raw`]) is `unsafe`. (Not to be confused with [`spawn`], which starts
+//!   a boot module as a new *task*.)
 #![no_std]
 
 pub mod cpu;
 pub mod io;
 pub mod raw;
+pub mod report;
 pub mod start;
+pub mod sync;
 pub mod sys;
+pub mod thread;
 
 mod panic;
 
-pub use baton_abi::{Error, ModuleInfo};
+pub use baton_abi::{Error, ModuleInfo, Stats, FOREVER};
 pub use cpu::rdtsc;
 pub use sys::{
-    clock_ns, debug_write, debug_write_raw, exit, module_info, spawn, spawn_raw, yield_now,
+    clock_ns, debug_block_process_model, debug_write, debug_write_raw, exit, module_info,
+    set_priority, sleep_ns, spawn, spawn_raw, stats, thread_exit, wait, wait_raw, wake, wake_raw,
+    yield_now,
 };
 
 /// Exit code of a task whose program panicked.

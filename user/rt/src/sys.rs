@@ -1,17 +1,23 @@
 //! Safe wrappers around Baton's system calls, one per [`Sys`] number.
 //!
 //! Each returns a `Result` decoded with [`decode_result`], except where the call cannot
-//! fail ([`yield_now`], [`clock_ns`]) or does not return ([`exit`]).
+//! fail ([`yield_now`], [`clock_ns`]) or does not return ([`exit`], [`thread_exit`]).
+//! `thread_create` is not here: starting a thread on a caller-chosen stack is not safe in
+//! general, so it lives in [`crate::thread`] as an `unsafe fn` and a safe
+//! [`spawn`](crate::thread::spawn).
 //!
 //! # Invariants
 //!
-//! The kernel writes user memory only in [`module_info`], and only into a record this
-//! module owns. The `*_raw` functions take caller-chosen addresses but only let the kernel
-//! read them; the kernel validates every address, so they are safe whatever the address.
+//! The kernel writes user memory only in [`module_info`] and [`stats`], and only into a
+//! record this module owns. The `*_raw` functions take caller-chosen addresses but at most
+//! let the kernel read them; the kernel validates every address, so they are safe whatever
+//! the address.
 
-use baton_abi::{decode_result, Error, ModuleInfo, Sys, DEBUG_WRITE_MAX};
+use core::sync::atomic::AtomicU32;
 
-use crate::raw::{syscall0, syscall1, syscall2};
+use baton_abi::{decode_result, Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX};
+
+use crate::raw::{syscall0, syscall1, syscall2, syscall3};
 
 /// Writes `bytes` to the kernel console (the kernel prefixes each line with the task's
 /// name). Longer buffers are split into calls of at most [`DEBUG_WRITE_MAX`] bytes.
@@ -86,4 +92,102 @@ pub fn module_info(index: usize) -> Result<ModuleInfo, Error> {
     // `ModuleInfo` (integers and bytes only).
     let raw = unsafe { crate::raw::syscall2(Sys::ModuleInfo as u64, index as u64, ptr as u64) };
     decode_result(raw).map(|_| info)
+}
+
+/// Blocks the calling thread while the word at `word` holds `expected`: until a [`wake`] on
+/// that word, or until `timeout_ns` nanoseconds have passed ([`FOREVER`](baton_abi::FOREVER) = no timeout).
+///
+/// The kernel compares the word with `expected` and queues the thread atomically with
+/// respect to [`wake`], so the usual pattern is race-free: load the word, decide to sleep,
+/// then `wait` with the value loaded. If another thread changed the word and called `wake`
+/// in between, `wait` returns [`Error::WouldBlock`] at once instead of sleeping through the
+/// wake-up.
+///
+/// `Ok(())` means a `wake` on this word happened, not that the word changed: a wake meant
+/// for an earlier round can arrive late. Callers re-check the word in a loop, as
+/// [`crate::sync::wait_until`] does.
+///
+/// Errors: [`Error::WouldBlock`] if the word does not hold `expected`;
+/// [`Error::TimedOut`] if the timeout expired first.
+pub fn wait(word: &AtomicU32, expected: u32, timeout_ns: u64) -> Result<(), Error> {
+    wait_raw(word.as_ptr() as u64, expected, timeout_ns)
+}
+
+/// [`wait`] with an arbitrary address, for tests that pass bad ones.
+///
+/// Safe whatever the address: the kernel only reads the word, after checking that `addr`
+/// is 4-byte aligned ([`Error::InvalidArgument`] if not) and mapped user memory
+/// ([`Error::BadAddress`] if not).
+pub fn wait_raw(addr: u64, expected: u32, timeout_ns: u64) -> Result<(), Error> {
+    // SAFETY: `wait` only reads user memory, and the kernel validates the address.
+    let raw = unsafe { syscall3(Sys::Wait as u64, addr, u64::from(expected), timeout_ns) };
+    decode_result(raw).map(|_| ())
+}
+
+/// Wakes up to `n` threads blocked in [`wait`] on `word`, oldest first (`u64::MAX` wakes
+/// them all). Returns how many were woken; zero is not an error.
+///
+/// Store the new value before waking (with `Release` or stronger ordering), so that the
+/// woken threads see it.
+pub fn wake(word: &AtomicU32, n: u64) -> Result<u64, Error> {
+    wake_raw(word.as_ptr() as u64, n)
+}
+
+/// [`wake`] with an arbitrary address, for tests that pass bad ones.
+///
+/// Safe whatever the address: the kernel does not access the word at all, it only uses the
+/// address to find the threads waiting on it.
+pub fn wake_raw(addr: u64, n: u64) -> Result<u64, Error> {
+    // SAFETY: `wake` touches no user memory.
+    decode_result(unsafe { syscall2(Sys::Wake as u64, addr, n) })
+}
+
+/// Blocks the calling thread for at least `ns` nanoseconds.
+pub fn sleep_ns(ns: u64) -> Result<(), Error> {
+    // SAFETY: `sleep` touches no user memory.
+    decode_result(unsafe { syscall1(Sys::Sleep as u64, ns) }).map(|_| ())
+}
+
+/// The kernel's always-on counters (see [`Stats`] for each field).
+pub fn stats() -> Result<Stats, Error> {
+    let mut stats = Stats::default();
+    let ptr = &raw mut stats;
+    // SAFETY: the kernel writes one `Stats` through `ptr`, which points to a local record
+    // of exactly that type that nothing else borrows; every bit pattern is a valid `Stats`
+    // (`u64` fields only).
+    let raw = unsafe { syscall1(Sys::Stats as u64, ptr as u64) };
+    decode_result(raw).map(|_| stats)
+}
+
+/// Sets the priority of `thread` (a thread id of the calling task, or 0 for the calling
+/// thread) to `priority`, from 0 (lowest) to [`PRIORITY_MAX`](baton_abi::PRIORITY_MAX); threads start at
+/// [`PRIORITY_DEFAULT`](baton_abi::PRIORITY_DEFAULT) or, if created by
+/// [`thread::spawn`](crate::thread::spawn), at their creator's priority.
+///
+/// [`Error::InvalidArgument`] for a priority above
+/// [`PRIORITY_MAX`](baton_abi::PRIORITY_MAX).
+pub fn set_priority(thread: u64, priority: u64) -> Result<(), Error> {
+    // SAFETY: `set_priority` touches no user memory.
+    decode_result(unsafe { syscall2(Sys::SetPriority as u64, thread, priority) }).map(|_| ())
+}
+
+/// Ends the calling thread. The task ends (with exit code 0) when its last thread has
+/// ended; [`exit`] ends every thread of the task at once.
+pub fn thread_exit() -> ! {
+    // SAFETY: `thread_exit` touches no user memory.
+    unsafe { syscall0(Sys::ThreadExit as u64) };
+    // The kernel never returns from `thread_exit`; if it did, fault rather than run on.
+    // SAFETY: `ud2` raises an invalid-opcode exception, which ends this task.
+    unsafe { core::arch::asm!("ud2", options(noreturn, nomem, nostack)) }
+}
+
+/// Blocks the calling thread in the kernel's *process model* (keeping its kernel stack)
+/// for `ns` nanoseconds and returns what the kernel computed from `seed` before blocking,
+/// which must equal [`baton_abi::process_model_check`]`(seed)`.
+///
+/// The result travels in `rax` like any other, so a value with the top bit set cannot be
+/// told from an error: tests pick seeds whose check value is below `2^63`.
+pub fn debug_block_process_model(ns: u64, seed: u64) -> Result<u64, Error> {
+    // SAFETY: `debug_block_process_model` touches no user memory.
+    decode_result(unsafe { syscall2(Sys::DebugBlockProcessModel as u64, ns, seed) })
 }

@@ -11,6 +11,9 @@ use super::paging::phys_to_virt;
 use super::trap::{PIC_BASE, SPURIOUS_VECTOR, TIMER_VECTOR};
 use core::sync::atomic::{AtomicU64, Ordering};
 
+/// Vector of the wake-up IPI (new work for a halted or busy CPU).
+pub const IPI_WAKE: u64 = 0x41;
+
 /// Timer interrupts per second (the round-robin quantum is one tick).
 pub const TICK_HZ: u64 = 100;
 

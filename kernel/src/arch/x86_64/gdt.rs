@@ -59,6 +59,11 @@ static GDT: Once<GlobalDescriptorTable> = Once::new();
 
 /// Top of the boot CPU's trap stack.
 pub fn trap_stack_top() -> u64 {
+    // SAFETY: reads this CPU's per-CPU area, written only by this CPU.
+    let top = unsafe { (*core::ptr::addr_of!(PERCPU0)).trap_stack_top };
+    if top != 0 {
+        return top;
+    }
     let base = core::ptr::addr_of!(TRAP_STACK) as u64;
     base + TRAP_STACK_SIZE as u64
 }
@@ -102,6 +107,35 @@ pub fn init() {
     unsafe {
         super::cpu::wrmsr(0xc000_0101, percpu);
         super::cpu::wrmsr(0xc000_0102, 0);
+    }
+}
+
+/// Most CPUs supported.
+pub const MAX_CPUS: usize = 16;
+
+/// This CPU's number (from the per-CPU area).
+pub fn this_cpu() -> usize {
+    let cpu: u64;
+    // SAFETY: in kernel mode `gs` points at this CPU's `PerCpu`, whose `cpu` field is at
+    // offset 16.
+    unsafe {
+        core::arch::asm!("mov {}, gs:[16]", out(reg) cpu, options(nostack, readonly, preserves_flags))
+    };
+    cpu as usize
+}
+
+/// Makes `top` the stack where this CPU's next entry from user mode lands (TSS `rsp0` and
+/// the `syscall` entry's stack).
+pub fn set_kernel_stack(top: u64) {
+    // SAFETY: single CPU for now: the TSS and per-CPU area are this CPU's, and the kernel runs
+    // with interrupts off, so nothing reads them while they change.
+    unsafe {
+        let p = core::ptr::addr_of_mut!(PERCPU0);
+        (*p).trap_stack_top = top;
+        if let Some(tss) = TSS.get() {
+            let tss = tss as *const TaskStateSegment as *mut TaskStateSegment;
+            (*tss).privilege_stack_table[0] = VirtAddr::new(top);
+        }
     }
 }
 

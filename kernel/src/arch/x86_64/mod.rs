@@ -2,10 +2,13 @@
 
 pub mod apic;
 pub mod boot;
+pub mod context;
 pub mod cpu;
 pub mod gdt;
 pub mod paging;
 pub mod serial;
+pub mod smp;
+pub mod stack;
 pub mod trap;
 
 /// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,

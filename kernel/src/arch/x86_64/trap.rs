@@ -310,7 +310,7 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 
 #[no_mangle]
 extern "C" fn syscall_dispatch(frame: &mut TrapFrame) {
-    crate::kernel::on_syscall(frame);
+    crate::syscall::on_syscall(frame);
 }
 
 /// The name of an exception vector.

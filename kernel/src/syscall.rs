@@ -1,0 +1,352 @@
+//! System calls: decode the number, check every argument, then act.
+//!
+//! Calls that return at once edit the caller's frame in place. Calls that wait (`yield`,
+//! `sleep`, `wait`) save the caller's user registers in its thread and block it with a
+//! continuation; whoever finishes the call (a waker, a timeout) writes the result into
+//! the saved `rax`. `debug_block_process_model` is the one call that blocks in the process
+//! model, keeping its kernel stack.
+
+use crate::arch::paging::KernelMem;
+use crate::arch::trap::TrapFrame;
+use crate::arch::{apic, gdt};
+use crate::kernel::{self, Ending, Kernel, TaskId};
+use crate::kprintln;
+use crate::thread::{self, Blocked, ThreadState};
+use alloc::string::String;
+use baton_abi::layout::{USER_END, USER_MIN};
+use baton_abi::{
+    Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX, FOREVER, MODULE_NAME_MAX, PRIORITY_MAX,
+    STATS_WORDS,
+};
+use kern::continuation::{Continuation, Resume};
+use kern::usercopy;
+
+/// Entry for the `syscall` instruction.
+pub fn on_syscall(frame: &mut TrapFrame) {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    let cur = k.current_thread();
+    if k.threads.get(&cur).is_some_and(|t| t.kill_pending) {
+        thread::thread_terminate_current(k);
+    }
+    let (number, args) = frame.syscall_args();
+    let Some(call) = Sys::from_raw(number) else {
+        k.report(format_args!(
+            "killed: bad system call {number} (no handler)"
+        ));
+        crate::arch::trap::dump_frame(frame);
+        if let Some(task) = k.current_task() {
+            k.end_task(task, Ending::Killed);
+        }
+        thread::thread_terminate_current(k);
+    };
+    match call {
+        Sys::Exit => {
+            if let Some(task) = k.current_task() {
+                k.end_task(task, Ending::Exit(args[0] as i32));
+            }
+            thread::thread_terminate_current(k);
+        }
+        Sys::ThreadExit => thread::thread_terminate_current(k),
+        Sys::Yield => {
+            frame.rax = 0;
+            save_frame(k, frame);
+            k.stats.blocks_yield += 1;
+            thread::thread_setrun(k, cur);
+            thread::thread_block(k, Some(Continuation::new(Resume::UserReturn)));
+        }
+        Sys::Sleep => {
+            let deadline = apic::now_ns().saturating_add(args[0]);
+            block_until(k, frame, Blocked::Sleep, Some(deadline));
+            k.stats.blocks_sleep += 1;
+            thread::thread_block(k, Some(Continuation::new(Resume::Sleep)));
+        }
+        Sys::Wait => match check_wait(k, args[0], args[1]) {
+            Ok(key) => {
+                let deadline = match args[2] {
+                    FOREVER => None,
+                    ns => Some(apic::now_ns().saturating_add(ns)),
+                };
+                k.waits.enqueue(key, cur);
+                block_until(k, frame, Blocked::Wait { key }, deadline);
+                k.stats.blocks_wait += 1;
+                thread::thread_block(k, Some(Continuation::new(Resume::Wait)));
+            }
+            Err(e) => frame.rax = e.to_raw(),
+        },
+        Sys::DebugBlockProcessModel => {
+            frame.rax = process_model_block(args[0], args[1]);
+        }
+        other => {
+            frame.rax = match k.syscall(other, args) {
+                Ok(v) => v,
+                Err(e) => e.to_raw(),
+            };
+        }
+    }
+    // SAFETY: the lock is still held (a process-model block returns with it).
+    let k = unsafe { kernel::kernel() };
+    kernel::finish_entry(k, frame, false);
+}
+
+/// Saves the caller's user registers into its thread (before it blocks).
+fn save_frame(k: &mut Kernel, frame: &TrapFrame) {
+    let cur = k.current_thread();
+    if let Some(t) = k.threads.get_mut(&cur) {
+        t.frame = *frame;
+    }
+}
+
+/// Marks the current thread blocked on `why`, with an optional timeout.
+fn block_until(k: &mut Kernel, frame: &TrapFrame, why: Blocked, deadline: Option<u64>) {
+    save_frame(k, frame);
+    let cur = k.current_thread();
+    let timer = deadline.map(|d| k.timers.insert(d, cur));
+    if let Some(t) = k.threads.get_mut(&cur) {
+        t.state = ThreadState::Blocked(why);
+        t.timer = timer;
+    }
+}
+
+/// Checks a `wait`: aligned user word that still holds `expected`.
+fn check_wait(k: &mut Kernel, addr: u64, expected: u64) -> Result<(TaskId, u64), Error> {
+    if addr % 4 != 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let task = k.current_task().ok_or(Error::InvalidArgument)?;
+    let mut word = [0u8; 4];
+    k.copy_in(task, addr, &mut word)?;
+    if u64::from(u32::from_le_bytes(word)) != expected {
+        return Err(Error::WouldBlock);
+    }
+    Ok((task, addr))
+}
+
+/// `debug_block_process_model(ns, seed)`: computes the answer into a stack variable,
+/// blocks keeping this kernel stack, and returns the variable after the switch back.
+#[inline(never)]
+fn process_model_block(ns: u64, seed: u64) -> u64 {
+    let answer = core::hint::black_box(baton_abi::process_model_check(seed));
+    let guard = core::hint::black_box([seed, !seed, seed ^ 0xabcd]);
+    {
+        // SAFETY: the lock is held.
+        let k = unsafe { kernel::kernel() };
+        let cur = k.current_thread();
+        let deadline = apic::now_ns().saturating_add(ns);
+        let timer = k.timers.insert(deadline, cur);
+        if let Some(t) = k.threads.get_mut(&cur) {
+            t.state = ThreadState::Blocked(Blocked::ProcessModel);
+            t.timer = Some(timer);
+        }
+        k.stats.blocks_process_model += 1;
+        thread::thread_block(k, None);
+    }
+    // Resumed on the same stack: the locals must be intact.
+    let guard = core::hint::black_box(guard);
+    if guard != [seed, !seed, seed ^ 0xabcd] {
+        kprintln!(
+            "[kernel] process-model stack corrupted on CPU {}",
+            gdt::this_cpu()
+        );
+        return Error::InvalidArgument.to_raw();
+    }
+    core::hint::black_box(answer)
+}
+
+impl Kernel {
+    /// Calls that return to the caller at once.
+    fn syscall(&mut self, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
+        let id = self.current_task().ok_or(Error::InvalidArgument)?;
+        let result = match call {
+            Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
+            Sys::Clock => Ok(apic::now_ns()),
+            Sys::Spawn => self.sys_spawn(id, args[0], args[1]),
+            Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
+            Sys::ThreadCreate => self.sys_thread_create(id, args[0], args[1], args[2]),
+            Sys::Wake => self.sys_wake(id, args[0], args[1]),
+            Sys::Stats => self.sys_stats(id, args[0]),
+            Sys::SetPriority => self.sys_set_priority(id, args[0], args[1]),
+            Sys::Yield
+            | Sys::Exit
+            | Sys::ThreadExit
+            | Sys::Wait
+            | Sys::Sleep
+            | Sys::DebugBlockProcessModel => Err(Error::InvalidArgument),
+        };
+        if let Err(Error::BadAddress) = result {
+            self.report(format_args!(
+                "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
+                args[0], args[1]
+            ));
+        }
+        result
+    }
+
+    /// Copies user bytes of `task` into `out`.
+    pub fn copy_in(&mut self, task: TaskId, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
+        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        usercopy::copy_from_user(&t.space, &mem, ptr, out)
+    }
+
+    fn copy_out(&mut self, task: TaskId, ptr: u64, data: &[u8]) -> Result<(), Error> {
+        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let mut mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        usercopy::copy_to_user(&t.space, &mut mem, ptr, data)
+    }
+
+    fn sys_debug_write(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
+        if len > DEBUG_WRITE_MAX {
+            return Err(Error::TooLarge);
+        }
+        let mut buf = [0u8; DEBUG_WRITE_MAX as usize];
+        let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
+        self.copy_in(id, ptr, out)?;
+        self.console_write(id, out);
+        Ok(len)
+    }
+
+    fn sys_spawn(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
+        if len > MODULE_NAME_MAX as u64 {
+            return Err(Error::TooLarge);
+        }
+        let mut buf = [0u8; MODULE_NAME_MAX];
+        let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
+        self.copy_in(id, ptr, out)?;
+        let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
+        let name = String::from(name);
+        let child = self.spawn(&name)?;
+        self.close_line();
+        kprintln!("[kernel] task {child} ({name}) started by task {id}");
+        Ok(child)
+    }
+
+    fn sys_module_info(&mut self, id: TaskId, index: u64, ptr: u64) -> Result<u64, Error> {
+        let module = usize::try_from(index)
+            .ok()
+            .and_then(|i| self.modules.get(i))
+            .ok_or(Error::NotFound)?;
+        let name = module.name.as_bytes();
+        let name_len = name.len().min(MODULE_NAME_MAX);
+        // The wire form of `ModuleInfo` (repr(C): size, name_len, name).
+        let mut bytes = [0u8; core::mem::size_of::<ModuleInfo>()];
+        let (size_b, rest) = bytes.split_at_mut(8);
+        let (len_b, name_b) = rest.split_at_mut(8);
+        size_b.copy_from_slice(&(module.data.len() as u64).to_le_bytes());
+        len_b.copy_from_slice(&(name_len as u64).to_le_bytes());
+        for (dst, src) in name_b.iter_mut().zip(name.iter().take(name_len)) {
+            *dst = *src;
+        }
+        self.copy_out(id, ptr, &bytes)?;
+        Ok(0)
+    }
+
+    fn sys_thread_create(
+        &mut self,
+        task: TaskId,
+        entry: u64,
+        stack_top: u64,
+        arg: u64,
+    ) -> Result<u64, Error> {
+        let user = USER_MIN..USER_END;
+        if !user.contains(&entry) || !(USER_MIN..=USER_END).contains(&stack_top) {
+            return Err(Error::BadAddress);
+        }
+        let prio = self
+            .threads
+            .get(&self.current_thread())
+            .map(|t| t.priority)
+            .unwrap_or(baton_abi::PRIORITY_DEFAULT as u8);
+        let frame = TrapFrame::new_user(entry, stack_top, arg);
+        self.create_thread(task, frame, prio)
+    }
+
+    fn sys_wake(&mut self, task: TaskId, addr: u64, n: u64) -> Result<u64, Error> {
+        if addr % 4 != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        let woken = self.waits.wake((task, addr), n);
+        for &t in &woken {
+            if let Some(th) = self.threads.get_mut(&t) {
+                // Continuation recognition: the waiter only has to return from `wait`, so
+                // finish its call here and let it go straight back to user mode.
+                if th.cont.is_some_and(|c| c.finishes_syscall()) {
+                    th.frame.rax = 0;
+                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    self.stats.recognitions += 1;
+                }
+            }
+            self.unblock(t);
+        }
+        Ok(woken.len() as u64)
+    }
+
+    fn sys_stats(&mut self, task: TaskId, ptr: u64) -> Result<u64, Error> {
+        let s: Stats = self.snapshot_stats();
+        let words: [u64; STATS_WORDS] = stats_words(&s);
+        let mut bytes = [0u8; STATS_WORDS * 8];
+        for (chunk, w) in bytes.chunks_exact_mut(8).zip(words.iter()) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        self.copy_out(task, ptr, &bytes)?;
+        Ok(0)
+    }
+
+    fn sys_set_priority(&mut self, task: TaskId, thread: u64, prio: u64) -> Result<u64, Error> {
+        if prio > PRIORITY_MAX {
+            return Err(Error::InvalidArgument);
+        }
+        let t = if thread == 0 {
+            self.current_thread()
+        } else {
+            thread
+        };
+        let th = self.threads.get_mut(&t).ok_or(Error::NotFound)?;
+        if th.task != Some(task) {
+            return Err(Error::NotFound);
+        }
+        let old = th.priority;
+        th.priority = prio as u8;
+        if th.state == ThreadState::Ready {
+            let cpu = th.cpu;
+            if let Some(c) = self.cpus.get_mut(cpu) {
+                if c.runq.remove(t, old) {
+                    c.runq.push(t, prio as u8);
+                }
+            }
+        }
+        Ok(0)
+    }
+}
+
+/// `Stats` as its `u64` words, in field order.
+fn stats_words(s: &Stats) -> [u64; STATS_WORDS] {
+    [
+        s.cpus,
+        s.threads,
+        s.threads_created,
+        s.blocks_yield,
+        s.blocks_preempt,
+        s.blocks_sleep,
+        s.blocks_wait,
+        s.blocks_internal,
+        s.blocks_process_model,
+        s.stack_discards,
+        s.stack_handoffs,
+        s.recognitions,
+        s.context_switches,
+        s.stacks_allocated,
+        s.stacks_in_use,
+        s.stacks_max,
+        s.stacks_mean_milli,
+        s.stack_bytes,
+        s.thread_bytes,
+        s.heap_used,
+    ]
+}

@@ -1,0 +1,120 @@
+//! `yield_storm`: [`WORKERS`] threads and the main thread each call `yield` [`YIELDS`]
+//! times, counting every return. The workers are released together (they wait on `GO`
+//! first) so that all of them storm at once; the main thread then yields alongside and
+//! waits for them to finish. Every count must be exact: a lost or doubled return from
+//! `yield`, or a thread that never came back, shows up here.
+//!
+//! Verdict: `TEST PASS yield storm`.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use baton_rt::report::print_summary;
+use baton_rt::sync::{wait_until, Counter};
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{clock_ns, println, stats, wake, yield_now};
+
+baton_rt::entry!(main);
+
+/// Worker threads.
+const WORKERS: usize = 8;
+/// Yields per thread.
+const YIELDS: u32 = 2000;
+/// The workers must have finished this long after they were released.
+const TIMEOUT_NS: u64 = 50_000_000_000;
+
+static STACKS: StackPool<WORKERS, 4096> = StackPool::new();
+/// 0 until the main thread releases the workers.
+static GO: AtomicU32 = AtomicU32::new(0);
+/// Yields completed by each worker, and by the main thread (last slot).
+static COUNTS: [AtomicU32; WORKERS + 1] = [const { AtomicU32::new(0) }; WORKERS + 1];
+/// Workers that have finished.
+static DONE: Counter = Counter::new(0);
+/// Workers whose wait for `GO` failed.
+static FAILURES: AtomicU32 = AtomicU32::new(0);
+
+/// Yields [`YIELDS`] times, counting into `COUNTS[slot]`.
+fn storm(slot: usize) {
+    if let Some(count) = COUNTS.get(slot) {
+        for _ in 0..YIELDS {
+            yield_now();
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+fn worker(index: u64) {
+    if wait_until(&GO, |go| go != 0, TIMEOUT_NS).is_err() {
+        FAILURES.fetch_add(1, Ordering::Relaxed);
+    } else {
+        storm(index as usize);
+    }
+    DONE.increment();
+}
+
+fn main(_task_id: u64) -> i32 {
+    let yields_before = stats().map(|s| s.blocks_yield).unwrap_or(0);
+    for index in 0..WORKERS {
+        let Some(stack) = STACKS.take() else {
+            println!("TEST FAIL yield storm: no stack for worker {index}");
+            return 1;
+        };
+        if let Err(e) = spawn(stack, worker, index as u64) {
+            println!(
+                "TEST FAIL yield storm: creating worker {index}: {}",
+                e.name()
+            );
+            return 1;
+        }
+    }
+
+    let start = clock_ns();
+    GO.store(1, Ordering::Release);
+    if let Err(e) = wake(&GO, u64::MAX) {
+        println!("TEST FAIL yield storm: wake of GO: {}", e.name());
+        return 1;
+    }
+    storm(WORKERS);
+    if let Err(e) = DONE.wait_for(WORKERS as u32, TIMEOUT_NS) {
+        println!(
+            "TEST FAIL yield storm: {} of {WORKERS} workers finished: {}",
+            DONE.get(),
+            e.name()
+        );
+        return 1;
+    }
+    let elapsed = clock_ns() - start;
+
+    let failures = FAILURES.load(Ordering::Relaxed);
+    let mut ok = failures == 0;
+    if !ok {
+        println!("TEST FAIL yield storm: {failures} workers could not wait for the start");
+    }
+    let mut total = 0u64;
+    for (slot, count) in COUNTS.iter().enumerate() {
+        let n = count.load(Ordering::Relaxed);
+        total += u64::from(n);
+        if n != YIELDS {
+            println!("TEST FAIL yield storm: thread {slot} counted {n} yields, expected {YIELDS}");
+            ok = false;
+        }
+    }
+    let yields = stats()
+        .map(|s| s.blocks_yield.saturating_sub(yields_before))
+        .unwrap_or(0);
+    println!(
+        "{total} yields by {} threads in {} ms; the kernel counted {yields} yield blocks",
+        WORKERS + 1,
+        elapsed / 1_000_000
+    );
+    if ok {
+        println!("TEST PASS yield storm");
+    }
+    print_summary();
+    if ok {
+        0
+    } else {
+        1
+    }
+}

@@ -1,0 +1,86 @@
+//! Reporting the kernel's counters ([`Stats`]): every field by name ([`fields`]), and the
+//! one-line summary test programs print at the end ([`Summary`], [`print_summary`]).
+
+use core::fmt;
+
+use baton_abi::{Stats, STATS_WORDS};
+
+use crate::sys::stats;
+
+/// The number of fields [`fields`] lists; must match [`Stats`].
+const FIELDS: usize = 20;
+const _: () = assert!(
+    FIELDS == STATS_WORDS,
+    "`report::fields` must list every field of `Stats`"
+);
+
+/// Every field of `s` with its name, in declaration order.
+pub fn fields(s: &Stats) -> [(&'static str, u64); FIELDS] {
+    [
+        ("cpus", s.cpus),
+        ("threads", s.threads),
+        ("threads_created", s.threads_created),
+        ("blocks_yield", s.blocks_yield),
+        ("blocks_preempt", s.blocks_preempt),
+        ("blocks_sleep", s.blocks_sleep),
+        ("blocks_wait", s.blocks_wait),
+        ("blocks_internal", s.blocks_internal),
+        ("blocks_process_model", s.blocks_process_model),
+        ("stack_discards", s.stack_discards),
+        ("stack_handoffs", s.stack_handoffs),
+        ("recognitions", s.recognitions),
+        ("context_switches", s.context_switches),
+        ("stacks_allocated", s.stacks_allocated),
+        ("stacks_in_use", s.stacks_in_use),
+        ("stacks_max", s.stacks_max),
+        ("stacks_mean_milli", s.stacks_mean_milli),
+        ("stack_bytes", s.stack_bytes),
+        ("thread_bytes", s.thread_bytes),
+        ("heap_used", s.heap_used),
+    ]
+}
+
+/// Formats a [`Stats`] as one line (without the newline), starting `stats: `:
+/// blocks by reason, discards, handoffs, recognitions, context switches, kernel stacks
+/// (in use, max, time-weighted mean, allocated), thread bytes, threads and heap.
+pub struct Summary<'a>(pub &'a Stats);
+
+impl fmt::Display for Summary<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0;
+        write!(
+            f,
+            "stats: blocks yield={} preempt={} sleep={} wait={} internal={} pmodel={} \
+             | discards={} handoffs={} recognitions={} switches={} \
+             | stacks in_use={} max={} mean={}.{:03} allocated={} \
+             | thread_bytes={} threads={} created={} heap={}",
+            s.blocks_yield,
+            s.blocks_preempt,
+            s.blocks_sleep,
+            s.blocks_wait,
+            s.blocks_internal,
+            s.blocks_process_model,
+            s.stack_discards,
+            s.stack_handoffs,
+            s.recognitions,
+            s.context_switches,
+            s.stacks_in_use,
+            s.stacks_max,
+            s.stacks_mean_milli / 1000,
+            s.stacks_mean_milli % 1000,
+            s.stacks_allocated,
+            s.thread_bytes,
+            s.threads,
+            s.threads_created,
+            s.heap_used,
+        )
+    }
+}
+
+/// Reads [`stats`] and prints its [`Summary`] line, or `stats: unavailable (<error>)`.
+pub fn print_summary() {
+    match stats() {
+        Ok(s) => crate::println!("{}", Summary(&s)),
+        Err(e) => crate::println!("stats: unavailable ({})", e.name()),
+    }
+}
