@@ -38,8 +38,6 @@ use kern::waitq::WaitQueues;
 /// Task identifier; never reused.
 pub type TaskId = u64;
 
-/// Most CPUs the kernel runs on.
-pub const MAX_CPUS: usize = gdt::MAX_CPUS;
 const PCIDS: usize = 4096;
 
 /// A user task: an address space and its threads.

@@ -80,6 +80,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
         arch::apic::tsc_hz() / 1_000_000,
         arch::apic::TICK_HZ
     );
+    let cpus = start_other_cpus(&boot, kernel_root);
 
     let initrd: &'static [u8] = if boot.initrd.is_empty() {
         &[]
@@ -103,8 +104,53 @@ extern "C" fn kmain(start_info: u64) -> ! {
         base: core::ptr::addr_of!(boot_stack_bottom) as u64,
         top: core::ptr::addr_of!(boot_stack_top) as u64,
     };
-    kernel::start(frames, kernel_root, initrd, config, boot_stack, 1)
+    kernel::start(frames, kernel_root, initrd, config, boot_stack, cpus)
 }
+
+// ---- SMP bring-up ------------------------------------------------------------------------
+
+/// Finds the processors in ACPI's MADT and starts every one besides the boot CPU into
+/// [`ap_entry`]; prints how many CPUs are online and returns that number.
+fn start_other_cpus(boot: &boot::BootInfo, kernel_root: kern::frame::PhysAddr) -> usize {
+    let apic_ids = arch::acpi::cpu_apic_ids(boot.rsdp);
+    let mut aps = apic_ids.get(1..).unwrap_or(&[]);
+    // The trampoline pages must be RAM that nothing still needs.
+    let low = arch::smp::LOW_PAGES;
+    let low_is_ram = boot
+        .usable()
+        .iter()
+        .any(|r| r.start <= low.start && low.end <= r.end);
+    let low_is_free = boot.initrd.end <= low.start || low.end <= boot.initrd.start;
+    let low_usable = low_is_ram && low_is_free;
+    if !aps.is_empty() && !low_usable {
+        kprintln!(
+            "[kernel] warning: {:#x}..{:#x} is not free RAM; the other {} CPUs stay off",
+            low.start,
+            low.end,
+            aps.len()
+        );
+        aps = &[];
+    }
+    let n = arch::smp::start_aps(kernel_root.0, aps, ap_entry);
+    kprintln!("[kernel] {n} CPU{} online", if n == 1 { "" } else { "s" });
+    n
+}
+
+/// Where each other CPU goes once it is set up (its own GDT/TSS/per-CPU area, the shared
+/// IDT, its LAPIC timer ticking) and the kernel has released it (`smp::release_aps`): the
+/// scheduler, on the stack it runs on.
+extern "C" fn ap_entry(cpu: usize) -> ! {
+    let Some(stack) = arch::smp::ap_stack(cpu) else {
+        cpu::halt_forever()
+    };
+    let stack = arch::context::KernelStack {
+        base: stack.start,
+        top: stack.end,
+    };
+    kernel::ap_start(cpu, stack)
+}
+
+// ---- end of SMP bring-up -----------------------------------------------------------------
 
 fn on_off(b: bool) -> &'static str {
     if b {

@@ -42,6 +42,7 @@ pub fn on_syscall(frame: &mut TrapFrame) {
         thread::thread_terminate_current(k);
     };
     match call {
+        Sys::Null => frame.rax = 0,
         Sys::Exit => {
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Exit(args[0] as i32));
@@ -111,7 +112,7 @@ fn block_until(k: &mut Kernel, frame: &TrapFrame, why: Blocked, deadline: Option
 
 /// Checks a `wait`: aligned user word that still holds `expected`.
 fn check_wait(k: &mut Kernel, addr: u64, expected: u64) -> Result<(TaskId, u64), Error> {
-    if addr % 4 != 0 {
+    if !addr.is_multiple_of(4) {
         return Err(Error::InvalidArgument);
     }
     let task = k.current_task().ok_or(Error::InvalidArgument)?;
@@ -133,11 +134,17 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
         // SAFETY: the lock is held.
         let k = unsafe { kernel::kernel() };
         let cur = k.current_thread();
-        let deadline = apic::now_ns().saturating_add(ns);
-        let timer = k.timers.insert(deadline, cur);
-        if let Some(t) = k.threads.get_mut(&cur) {
-            t.state = ThreadState::Blocked(Blocked::ProcessModel);
-            t.timer = Some(timer);
+        if ns == 0 {
+            // A yield in the process model: ready again at once, keeping the stack (the
+            // benchmark of `switch_context` against stack handoff).
+            thread::thread_setrun(k, cur);
+        } else {
+            let deadline = apic::now_ns().saturating_add(ns);
+            let timer = k.timers.insert(deadline, cur);
+            if let Some(t) = k.threads.get_mut(&cur) {
+                t.state = ThreadState::Blocked(Blocked::ProcessModel);
+                t.timer = Some(timer);
+            }
         }
         k.stats.blocks_process_model += 1;
         thread::thread_block(k, None);
@@ -172,7 +179,8 @@ impl Kernel {
             | Sys::ThreadExit
             | Sys::Wait
             | Sys::Sleep
-            | Sys::DebugBlockProcessModel => Err(Error::InvalidArgument),
+            | Sys::DebugBlockProcessModel
+            | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {
             self.report(format_args!(
@@ -267,7 +275,7 @@ impl Kernel {
     }
 
     fn sys_wake(&mut self, task: TaskId, addr: u64, n: u64) -> Result<u64, Error> {
-        if addr % 4 != 0 {
+        if !addr.is_multiple_of(4) {
             return Err(Error::InvalidArgument);
         }
         let n = usize::try_from(n).unwrap_or(usize::MAX);

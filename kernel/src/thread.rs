@@ -16,7 +16,7 @@
 
 use crate::arch::context::{self, KernelStack, SavedContext};
 use crate::arch::gdt;
-use crate::arch::trap::{self, TrapFrame};
+use crate::arch::trap::TrapFrame;
 use crate::kernel::{self, Kernel, TaskId};
 use kern::continuation::{Continuation, Resume};
 use kern::timer::TimerKey;

@@ -72,6 +72,8 @@ pub enum Sys {
     /// stack variables before blocking, so a test can check that the stack survived. The
     /// kernel's only process-model wait until page faults on user memory exist.
     DebugBlockProcessModel = 13,
+    /// `null() -> 0`: does nothing; the floor of a system call, for benchmarks.
+    Null = 14,
 }
 
 /// Timeout meaning "no timeout".
@@ -158,6 +160,7 @@ impl Sys {
             11 => Sys::Stats,
             12 => Sys::SetPriority,
             13 => Sys::DebugBlockProcessModel,
+            14 => Sys::Null,
             _ => return None,
         })
     }
@@ -313,10 +316,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..14 {
+        for n in 0..15 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(14), None);
+        assert_eq!(Sys::from_raw(15), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -11,7 +11,7 @@
 //! - a panic handler that prints `panic: <message> at <file>:<line>:<column>` and exits
 //!   with [`PANIC_EXIT_CODE`];
 //! - [`rdtsc`], the time-stamp counter, which under QEMU's `-icount shift=0` counts
-//!   instructions;
+//!   instructions, and [`rdtsc_ordered`], its serialised form for benchmarks;
 //! - threads: [`thread::spawn`] runs a `fn(u64)` on a new thread of the task, on a stack
 //!   from a [`thread::StackPool`]; [`wait`]/[`wake`] block on and wake up a 32-bit word,
 //!   and [`sync`] builds [`sync::wait_until`] and [`sync::Counter`] on them;
@@ -58,9 +58,9 @@ pub mod thread;
 mod panic;
 
 pub use baton_abi::{Error, ModuleInfo, Stats, FOREVER};
-pub use cpu::rdtsc;
+pub use cpu::{rdtsc, rdtsc_ordered};
 pub use sys::{
-    clock_ns, debug_block_process_model, debug_write, debug_write_raw, exit, module_info,
+    clock_ns, debug_block_process_model, debug_write, debug_write_raw, exit, module_info, null,
     set_priority, sleep_ns, spawn, spawn_raw, stats, thread_exit, wait, wait_raw, wake, wake_raw,
     yield_now,
 };

@@ -1,7 +1,7 @@
 //! Safe wrappers around Baton's system calls, one per [`Sys`] number.
 //!
 //! Each returns a `Result` decoded with [`decode_result`], except where the call cannot
-//! fail ([`yield_now`], [`clock_ns`]) or does not return ([`exit`], [`thread_exit`]).
+//! fail ([`yield_now`], [`clock_ns`], [`null`]) or does not return ([`exit`], [`thread_exit`]).
 //! `thread_create` is not here: starting a thread on a caller-chosen stack is not safe in
 //! general, so it lives in [`crate::thread`] as an `unsafe fn` and a safe
 //! [`spawn`](crate::thread::spawn).
@@ -58,6 +58,12 @@ pub fn exit(code: i32) -> ! {
     // The kernel never returns from `exit`; if it did, fault rather than run on.
     // SAFETY: `ud2` raises an invalid-opcode exception, which ends this task.
     unsafe { core::arch::asm!("ud2", options(noreturn, nomem, nostack)) }
+}
+
+/// Does nothing in the kernel and returns: the floor of a system call (for benchmarks).
+pub fn null() {
+    // SAFETY: `null` touches no user memory.
+    let _ = unsafe { syscall0(Sys::Null as u64) };
 }
 
 /// Nanoseconds since the machine was reset (from the kernel's calibrated TSC).

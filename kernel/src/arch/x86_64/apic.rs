@@ -9,17 +9,21 @@
 use super::cpu::{inb, outb, rdmsr, rdtsc};
 use super::paging::phys_to_virt;
 use super::trap::{PIC_BASE, SPURIOUS_VECTOR, TIMER_VECTOR};
-use core::sync::atomic::{AtomicU64, Ordering};
-
-/// Vector of the wake-up IPI (new work for a halted or busy CPU).
-pub const IPI_WAKE: u64 = 0x41;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Timer interrupts per second (the round-robin quantum is one tick).
 pub const TICK_HZ: u64 = 100;
 
+/// Vector of the inter-processor interrupt that wakes an idle CPU.
+pub const IPI_WAKE: u64 = 0x41;
+/// Vector of the inter-processor interrupt that asks a CPU to flush its TLB.
+pub const IPI_TLB: u64 = 0x42;
+
 const REG_ID: u64 = 0x20;
 const REG_EOI: u64 = 0xb0;
 const REG_SVR: u64 = 0xf0;
+const REG_ICR_LOW: u64 = 0x300;
+const REG_ICR_HIGH: u64 = 0x310;
 const REG_LVT_TIMER: u64 = 0x320;
 const REG_TIMER_INIT: u64 = 0x380;
 const REG_TIMER_CURRENT: u64 = 0x390;
@@ -30,6 +34,8 @@ const CALIBRATE_MS: u64 = 2;
 
 static LAPIC_BASE: AtomicU64 = AtomicU64::new(0);
 static TSC_HZ: AtomicU64 = AtomicU64::new(1);
+/// The LAPIC timer's initial count for one tick, as calibrated on the boot CPU.
+static TIMER_COUNT: AtomicU32 = AtomicU32::new(0);
 
 fn reg(offset: u64) -> *mut u32 {
     (LAPIC_BASE.load(Ordering::Relaxed) + offset) as *mut u32
@@ -93,8 +99,90 @@ pub fn init() {
     };
     TSC_HZ.store((tsc_ticks * 1000 / CALIBRATE_MS).max(1), Ordering::Relaxed);
     let per_tick = (lapic_ticks * 1000 / CALIBRATE_MS / TICK_HZ).clamp(1, u64::from(u32::MAX));
+    TIMER_COUNT.store(per_tick as u32, Ordering::Relaxed);
+    start_timer();
+}
+
+/// Enables the LAPIC and the periodic tick on a CPU other than the boot CPU, with the boot
+/// CPU's calibration (every LAPIC timer runs at the same bus clock). After [`init`].
+pub fn init_ap() {
+    enable();
+    write(REG_TIMER_DIVIDE, 0x3); // divide by 16, as calibrated
+    start_timer();
+}
+
+/// Software-enables this CPU's LAPIC (spurious vector [`SPURIOUS_VECTOR`]) so that it takes
+/// IPIs; its timer is left as it is. After [`init`] on the boot CPU.
+pub fn enable() {
+    write(REG_SVR, 0x100 | SPURIOUS_VECTOR as u32);
+}
+
+/// Starts this CPU's LAPIC timer: periodic, [`TICK_HZ`], vector [`TIMER_VECTOR`].
+fn start_timer() {
     write(REG_LVT_TIMER, (1 << 17) | TIMER_VECTOR as u32); // periodic
-    write(REG_TIMER_INIT, per_tick as u32);
+    write(REG_TIMER_INIT, TIMER_COUNT.load(Ordering::Relaxed).max(1));
+}
+
+/// ICR delivery modes (bits 8–10), level assert (bit 14) and delivery status (bit 12).
+const ICR_FIXED: u32 = 0 << 8;
+const ICR_INIT: u32 = 5 << 8;
+const ICR_STARTUP: u32 = 6 << 8;
+const ICR_ASSERT: u32 = 1 << 14;
+const ICR_PENDING: u32 = 1 << 12;
+
+/// Sends one IPI to the LAPIC `apic_id` (xAPIC mode: ids up to 254) and waits until this
+/// LAPIC has delivered it. Interrupts must be off (the ICR is not shared safely with an
+/// interrupt handler that sends IPIs).
+fn send_icr(apic_id: u32, low: u32) {
+    write(REG_ICR_HIGH, (apic_id & 0xff) << 24);
+    write(REG_ICR_LOW, low);
+    while read(REG_ICR_LOW) & ICR_PENDING != 0 {
+        core::hint::spin_loop();
+    }
+}
+
+/// Sends the fixed interrupt `vector` to the CPU with LAPIC id `apic_id`.
+pub fn send_ipi(apic_id: u32, vector: u8) {
+    send_icr(apic_id, ICR_FIXED | ICR_ASSERT | u32::from(vector));
+}
+
+/// Wait after INIT before the first start-up IPI (Intel SDM vol. 3, 8.4.4.1).
+pub const INIT_DELAY_US: u64 = 10_000;
+/// Wait after each start-up IPI.
+pub const SIPI_DELAY_US: u64 = 200;
+
+/// Sends INIT (assert) to `apic_id`: that CPU resets and waits for a start-up IPI. (Also
+/// the way to stop a CPU for good.)
+pub fn send_init(apic_id: u32) {
+    send_icr(apic_id, ICR_INIT | ICR_ASSERT);
+}
+
+/// Sends one start-up IPI: a CPU waiting after INIT starts in real mode at physical
+/// address `start_page << 12` (CS = `start_page << 8`, IP = 0). A CPU not waiting for one
+/// ignores it.
+pub fn send_sipi(apic_id: u32, start_page: u8) {
+    send_icr(apic_id, ICR_STARTUP | ICR_ASSERT | u32::from(start_page));
+}
+
+/// Starts the CPU with LAPIC id `apic_id` at `start_page << 12`: INIT, [`INIT_DELAY_US`],
+/// then a start-up IPI twice with [`SIPI_DELAY_US`] after each (the MP start-up sequence of
+/// the Intel SDM, vol. 3, 8.4.4.1; the second start-up IPI is ignored by a CPU that
+/// already started).
+pub fn send_init_sipi(apic_id: u32, start_page: u8) {
+    send_init(apic_id);
+    delay_us(INIT_DELAY_US);
+    for _ in 0..2 {
+        send_sipi(apic_id, start_page);
+        delay_us(SIPI_DELAY_US);
+    }
+}
+
+/// Busy-waits `us` microseconds by the calibrated TSC.
+pub fn delay_us(us: u64) {
+    let end = rdtsc().saturating_add(tsc_hz().saturating_mul(us) / 1_000_000);
+    while rdtsc() < end {
+        core::hint::spin_loop();
+    }
 }
 
 /// Signals end of interrupt to the LAPIC.

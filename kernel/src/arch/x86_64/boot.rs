@@ -178,6 +178,8 @@ pub struct BootInfo {
     pub cmdline_len: usize,
     /// Physical page holding the start-info structures (kept reserved).
     pub start_info: u64,
+    /// Physical address of the ACPI RSDP as the loader found it (`rsdp_paddr`), or 0.
+    pub rsdp: u64,
 }
 
 impl BootInfo {
@@ -228,6 +230,7 @@ pub fn parse(pa: u64) -> BootInfo {
         cmdline: [0; MAX_CMDLINE],
         cmdline_len: 0,
         start_info: pa,
+        rsdp: si.rsdp_paddr,
     };
     for i in 0..u64::from(si.memmap_entries) {
         // SAFETY: the loader's memory map has `memmap_entries` entries at `memmap_paddr`.

@@ -164,4 +164,4 @@ pub fn stack_handoff(stack: &KernelStack) {
     super::gdt::set_kernel_stack(stack.top);
 }
 
-const _: () = assert!(FRAME_SLOT % 16 == 0);
+const _: () = assert!(FRAME_SLOT.is_multiple_of(16));

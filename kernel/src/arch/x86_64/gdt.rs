@@ -1,11 +1,17 @@
-//! Segments, the task-state segment, the per-CPU area and the kernel trap stack.
+//! Segments, the task-state segment, the per-CPU area and the kernel trap stack, one set
+//! per CPU.
 //!
 //! The GDT order is fixed by `syscall`/`sysret`: kernel code, kernel data, user data, user
 //! code (see [`KERNEL_CS`] … [`USER_CS`]). Every entry from user mode lands at the top of
 //! this CPU's trap stack: the CPU switches to `TSS.rsp0` on interrupts and exceptions, and
-//! the `syscall` entry loads the same address from the per-CPU area at `gs:0`.
+//! the `syscall` entry loads the same address from the per-CPU area at `gs:0`;
+//! [`set_kernel_stack`] moves both.
+//!
+//! Each CPU's GDT, TSS, per-CPU area and stacks are allocated from the kernel heap by
+//! [`init`] on that CPU and never freed. `gs` points at the per-CPU area in kernel mode.
 
-use spin::Once;
+use alloc::alloc::Layout;
+use alloc::boxed::Box;
 use x86_64::instructions::segmentation::{Segment, CS, DS, ES, SS};
 use x86_64::instructions::tables::load_tss;
 use x86_64::registers::segmentation::SegmentSelector;
@@ -23,120 +29,153 @@ pub const USER_DS: u16 = 0x18 | 3;
 pub const USER_CS: u16 = 0x20 | 3;
 const TSS_SEL: u16 = 0x28;
 
-/// Size of the per-CPU trap stack.
+/// Most CPUs the kernel runs on.
+pub const MAX_CPUS: usize = 16;
+/// Size of each CPU's initial trap stack.
 pub const TRAP_STACK_SIZE: usize = 64 * 1024;
 const IST_STACK_SIZE: usize = 16 * 1024;
-
-#[repr(C, align(4096))]
-struct Stack<const N: usize>([u8; N]);
-
-static mut TRAP_STACK: Stack<TRAP_STACK_SIZE> = Stack([0; TRAP_STACK_SIZE]);
-static mut IST_STACK: Stack<IST_STACK_SIZE> = Stack([0; IST_STACK_SIZE]);
 
 /// Per-CPU data, reached through `gs` in kernel mode.
 ///
 /// # Invariants
-/// The offsets of `trap_stack_top` (0) and `user_rsp` (8) are used by the `syscall` entry
-/// assembly; do not reorder.
+/// The offsets of `trap_stack_top` (0), `user_rsp` (8) and `cpu` (16) are used by assembly
+/// (the `syscall` entry, [`this_cpu`], [`trap_stack_top`], [`set_kernel_stack`]); do not
+/// reorder them. New fields go after `cpu`.
 #[repr(C)]
 pub struct PerCpu {
-    /// Top of this CPU's trap stack (`gs:0`).
+    /// Top of this CPU's current trap stack (`gs:0`).
     pub trap_stack_top: u64,
     /// Scratch slot for the user `rsp` during `syscall` entry (`gs:8`).
     pub user_rsp: u64,
-    /// This CPU's number.
+    /// This CPU's number, 0 for the boot CPU (`gs:16`).
     pub cpu: u64,
 }
 
-static mut PERCPU0: PerCpu = PerCpu {
-    trap_stack_top: 0,
-    user_rsp: 0,
-    cpu: 0,
-};
+const _: () = assert!(core::mem::offset_of!(PerCpu, trap_stack_top) == 0);
+const _: () = assert!(core::mem::offset_of!(PerCpu, user_rsp) == 8);
+const _: () = assert!(core::mem::offset_of!(PerCpu, cpu) == 16);
 
-static TSS: Once<TaskStateSegment> = Once::new();
-static GDT: Once<GlobalDescriptorTable> = Once::new();
-
-/// Top of the boot CPU's trap stack.
-pub fn trap_stack_top() -> u64 {
-    // SAFETY: reads this CPU's per-CPU area, written only by this CPU.
-    let top = unsafe { (*core::ptr::addr_of!(PERCPU0)).trap_stack_top };
-    if top != 0 {
-        return top;
-    }
-    let base = core::ptr::addr_of!(TRAP_STACK) as u64;
-    base + TRAP_STACK_SIZE as u64
+/// Everything one CPU owns here. `gs` points at `percpu`, the first field, so the TSS is at
+/// a fixed distance from the `gs` base.
+#[repr(C)]
+struct Cpu {
+    percpu: PerCpu,
+    tss: TaskStateSegment,
+    gdt: GlobalDescriptorTable,
 }
 
-/// Loads the GDT and TSS, reloads the segment registers and points `gs` at the per-CPU area.
-pub fn init() {
-    let tss = TSS.call_once(|| {
-        let mut tss = TaskStateSegment::new();
-        tss.privilege_stack_table[0] = VirtAddr::new(trap_stack_top());
-        let ist = core::ptr::addr_of!(IST_STACK) as u64 + IST_STACK_SIZE as u64;
-        tss.interrupt_stack_table[0] = VirtAddr::new(ist);
-        tss
-    });
-    let gdt = GDT.call_once(|| {
-        let mut gdt = GlobalDescriptorTable::new();
+/// Offset from the `gs` base of this CPU's `TSS.rsp0`.
+const GS_TSS_RSP0: usize = core::mem::offset_of!(Cpu, tss)
+    + core::mem::offset_of!(TaskStateSegment, privilege_stack_table);
+
+/// Allocates a never-freed kernel stack of `size` bytes from the heap and returns its top
+/// (page aligned). Panics when the heap is exhausted.
+pub fn alloc_stack(size: usize) -> u64 {
+    let Ok(layout) = Layout::from_size_align(size, 4096) else {
+        panic!("bad stack layout");
+    };
+    // SAFETY: the layout has a non-zero size. The memory is never freed; a stack needs no
+    // initial contents.
+    let base = unsafe { alloc::alloc::alloc(layout) };
+    if base.is_null() {
+        panic!("out of memory for a {size}-byte CPU stack");
+    }
+    base as u64 + size as u64
+}
+
+/// Sets up CPU `cpu` (0 = the boot CPU; each CPU calls this once, on itself): a GDT and TSS
+/// of its own with a fresh trap stack and double-fault stack, reloads the segment
+/// registers and points `gs` at its per-CPU area.
+pub fn init(cpu: usize) {
+    assert!(cpu < MAX_CPUS, "cpu {cpu} is beyond MAX_CPUS");
+    let trap_top = alloc_stack(TRAP_STACK_SIZE);
+    let mut tss = TaskStateSegment::new();
+    tss.privilege_stack_table[0] = VirtAddr::new(trap_top);
+    tss.interrupt_stack_table[usize::from(IST_FATAL)] = VirtAddr::new(alloc_stack(IST_STACK_SIZE));
+    let this = Box::into_raw(Box::new(Cpu {
+        percpu: PerCpu {
+            trap_stack_top: trap_top,
+            user_rsp: 0,
+            cpu: cpu as u64,
+        },
+        tss,
+        gdt: GlobalDescriptorTable::new(),
+    }));
+    // SAFETY: `this` is a leaked heap allocation that this CPU alone uses from now on; the
+    // GDT is filled before it is loaded and never changes afterwards, and both it and the
+    // TSS live for ever. The selectors below index the descriptors appended here, in the
+    // order that `KERNEL_CS` … `TSS_SEL` name.
+    unsafe {
+        let gdt = &mut (*this).gdt;
         gdt.append(Descriptor::kernel_code_segment());
         gdt.append(Descriptor::kernel_data_segment());
         gdt.append(Descriptor::user_data_segment());
         gdt.append(Descriptor::user_code_segment());
-        gdt.append(Descriptor::tss_segment(tss));
-        gdt
-    });
-    gdt.load();
-    // SAFETY: the selectors index the descriptors just loaded, in the order above.
-    unsafe {
+        gdt.append(Descriptor::tss_segment_unchecked(core::ptr::addr_of!(
+            (*this).tss
+        )));
+        gdt.load_unsafe();
         CS::set_reg(SegmentSelector::new(KERNEL_CS >> 3, PrivilegeLevel::Ring0));
         SS::set_reg(SegmentSelector::new(KERNEL_DS >> 3, PrivilegeLevel::Ring0));
         DS::set_reg(SegmentSelector::new(0, PrivilegeLevel::Ring0));
         ES::set_reg(SegmentSelector::new(0, PrivilegeLevel::Ring0));
         load_tss(SegmentSelector::new(TSS_SEL >> 3, PrivilegeLevel::Ring0));
     }
-    // SAFETY: PERCPU0 is written once here, before interrupts or user mode exist, and
-    // afterwards only through `gs` by this CPU.
-    let percpu = unsafe {
-        let p = core::ptr::addr_of_mut!(PERCPU0);
-        (*p).trap_stack_top = trap_stack_top();
-        p as u64
-    };
     // SAFETY: IA32_GS_BASE (0xc000_0101) and IA32_KERNEL_GS_BASE (0xc000_0102) exist on
-    // x86-64; in kernel mode `gs` points at the per-CPU area, and user mode starts with 0.
+    // x86-64; in kernel mode `gs` points at this CPU's per-CPU area, and user mode starts
+    // with 0.
     unsafe {
-        super::cpu::wrmsr(0xc000_0101, percpu);
+        super::cpu::wrmsr(0xc000_0101, this as u64);
         super::cpu::wrmsr(0xc000_0102, 0);
     }
 }
 
-/// Most CPUs supported.
-pub const MAX_CPUS: usize = 16;
-
-/// This CPU's number (from the per-CPU area).
+/// This CPU's number (0 for the boot CPU). Only after [`init`] on this CPU.
+#[inline]
 pub fn this_cpu() -> usize {
     let cpu: u64;
-    // SAFETY: in kernel mode `gs` points at this CPU's `PerCpu`, whose `cpu` field is at
-    // offset 16.
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu` (set by `init`), whose `cpu`
+    // field is at offset 16.
     unsafe {
-        core::arch::asm!("mov {}, gs:[16]", out(reg) cpu, options(nostack, readonly, preserves_flags))
+        core::arch::asm!("mov {}, qword ptr gs:[16]", out(reg) cpu, options(nostack, readonly, preserves_flags))
     };
     cpu as usize
 }
 
-/// Makes `top` the stack where this CPU's next entry from user mode lands (TSS `rsp0` and
-/// the `syscall` entry's stack).
-pub fn set_kernel_stack(top: u64) {
-    // SAFETY: single CPU for now: the TSS and per-CPU area are this CPU's, and the kernel runs
-    // with interrupts off, so nothing reads them while they change.
+/// Top of this CPU's current trap stack (where entries from user mode land). Only after
+/// [`init`] on this CPU.
+#[inline]
+pub fn trap_stack_top() -> u64 {
+    let top: u64;
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `trap_stack_top` is at 0.
     unsafe {
-        let p = core::ptr::addr_of_mut!(PERCPU0);
-        (*p).trap_stack_top = top;
-        if let Some(tss) = TSS.get() {
-            let tss = tss as *const TaskStateSegment as *mut TaskStateSegment;
-            (*tss).privilege_stack_table[0] = VirtAddr::new(top);
-        }
-    }
+        core::arch::asm!("mov {}, qword ptr gs:[0]", out(reg) top, options(nostack, readonly, preserves_flags))
+    };
+    top
+}
+
+/// Makes `top` this CPU's trap stack: interrupts from user mode (`TSS.rsp0`) and `syscall`
+/// (`gs:0`) land there from now on. Two stores.
+///
+/// # Panics
+/// Never; but `top` must be the top of a stack this CPU owns, or the next entry from user
+/// mode overwrites foreign memory.
+#[inline]
+pub fn set_kernel_stack(top: u64) {
+    // SAFETY: in kernel mode `gs` is this CPU's `Cpu` (set by `init`): offset 0 is
+    // `PerCpu::trap_stack_top` and `GS_TSS_RSP0` is its TSS's `rsp0` (8 bytes, 4-aligned,
+    // which x86 allows). Only this CPU writes either; the CPU reads `rsp0` only on the next
+    // entry from user mode, which cannot happen in the middle of this function (the kernel
+    // runs with interrupts off).
+    unsafe {
+        core::arch::asm!(
+            "mov qword ptr gs:[0], {top}",
+            "mov qword ptr gs:[{rsp0}], {top}",
+            top = in(reg) top,
+            rsp0 = const GS_TSS_RSP0,
+            options(nostack, preserves_flags)
+        )
+    };
 }
 
 /// Index of the IST stack used for double faults, NMIs and machine checks (1-based in the

@@ -1,5 +1,7 @@
-//! x86-64: boot, CPU setup, traps and system calls, page tables, the LAPIC timer, serial.
+//! x86-64: boot, CPU setup, traps and system calls, page tables, the LAPIC timer, serial,
+//! ACPI processor discovery and starting the other CPUs.
 
+pub mod acpi;
 pub mod apic;
 pub mod boot;
 pub mod context;
@@ -14,7 +16,7 @@ pub mod trap;
 /// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,
 /// processor features and the timer. Returns the features found.
 pub fn init_cpu() -> cpu::Features {
-    gdt::init();
+    gdt::init(0);
     trap::init();
     let features = cpu::init_features();
     apic::init();

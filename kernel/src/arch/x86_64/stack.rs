@@ -31,6 +31,12 @@ pub struct StackPool {
     pub created: u64,
 }
 
+impl Default for StackPool {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl StackPool {
     /// An empty pool.
     pub const fn new() -> StackPool {

@@ -1,0 +1,214 @@
+//! ACPI, only as far as finding the processors: RSDP → RSDT/XSDT → MADT local APIC entries.
+//!
+//! Firmware tables are read through the direct map (which covers the whole 32-bit physical
+//! space, where firmware puts them) and trusted only after their checksums and lengths
+//! check out. Anything missing or malformed degrades to "the boot CPU alone" with a
+//! `[kernel] warning` line; nothing here panics.
+
+use super::paging::phys_to_virt;
+use alloc::vec;
+use alloc::vec::Vec;
+use core::mem::size_of;
+
+/// Tables are read only below this physical address (the direct map covers at least 4 GiB).
+const MAPPED_LIMIT: u64 = 4 << 30;
+/// Longest system description table accepted (the MADT of 16 CPUs is well under 1 KiB).
+const MAX_TABLE_LEN: u32 = 1 << 20;
+/// Size of the common system-description-table header.
+const HEADER_LEN: u32 = 36;
+
+/// Plain integers and byte arrays: every bit pattern is a valid value.
+trait Plain: Copy {}
+impl Plain for u8 {}
+impl Plain for u16 {}
+impl Plain for u32 {}
+impl Plain for u64 {}
+impl<const N: usize> Plain for [u8; N] {}
+
+/// Reads a `T` at physical address `pa`, or `None` beyond the mapped range.
+fn read<T: Plain>(pa: u64) -> Option<T> {
+    let end = pa.checked_add(size_of::<T>() as u64)?;
+    if end > MAPPED_LIMIT {
+        return None;
+    }
+    // SAFETY: `pa..end` lies below 4 GiB, which the direct map covers (RAM or not, as
+    // write-back memory, which is how firmware tables are meant to be read); `T` is a plain
+    // integer or byte array, valid for any bits; the read is unaligned-safe.
+    Some(unsafe { core::ptr::read_unaligned(phys_to_virt(pa) as *const T) })
+}
+
+/// Whether the `len` bytes at `pa` sum to zero (mod 256), the ACPI checksum rule.
+fn checksum_ok(pa: u64, len: u32) -> bool {
+    let Some(end) = pa.checked_add(u64::from(len)) else {
+        return false;
+    };
+    if end > MAPPED_LIMIT {
+        return false;
+    }
+    let mut sum = 0u8;
+    for a in pa..end {
+        match read::<u8>(a) {
+            Some(b) => sum = sum.wrapping_add(b),
+            None => return false,
+        }
+    }
+    sum == 0
+}
+
+/// A valid RSDP at `pa`: its revision, RSDT and XSDT addresses.
+struct Rsdp {
+    revision: u8,
+    rsdt: u64,
+    xsdt: u64,
+}
+
+fn rsdp_at(pa: u64) -> Option<Rsdp> {
+    if read::<[u8; 8]>(pa)? != *b"RSD PTR " || !checksum_ok(pa, 20) {
+        return None;
+    }
+    let revision = read::<u8>(pa + 15)?;
+    let rsdt = u64::from(read::<u32>(pa + 16)?);
+    let mut xsdt = 0;
+    if revision >= 2 {
+        let len = read::<u32>(pa + 20)?;
+        if (36..=4096).contains(&len) && checksum_ok(pa, len) {
+            xsdt = read::<u64>(pa + 24)?;
+        }
+    }
+    Some(Rsdp {
+        revision,
+        rsdt,
+        xsdt,
+    })
+}
+
+/// Looks for the RSDP on 16-byte boundaries of `range`.
+fn scan(range: core::ops::Range<u64>) -> Option<(u64, Rsdp)> {
+    range
+        .step_by(16)
+        .find_map(|pa| rsdp_at(pa).map(|r| (pa, r)))
+}
+
+/// Finds the RSDP: the loader's pointer when it gives one, else the BIOS areas (the first
+/// KiB of the EBDA, then 0xE0000–0xFFFFF).
+fn find_rsdp(hint: u64) -> Option<(u64, Rsdp)> {
+    if hint != 0 {
+        if let Some(r) = rsdp_at(hint) {
+            return Some((hint, r));
+        }
+        crate::kprintln!("[kernel] warning: ACPI: no valid RSDP at {hint:#x}; scanning");
+    }
+    let ebda = u64::from(read::<u16>(0x40e).unwrap_or(0)) << 4;
+    if (0x8_0000..0xa_0000).contains(&ebda) {
+        if let Some(found) = scan(ebda..ebda + 1024) {
+            return Some(found);
+        }
+    }
+    scan(0xe_0000..0x10_0000)
+}
+
+/// The length of the valid table with signature `sig` at `pa`, if it is one.
+fn table_at(pa: u64, sig: &[u8; 4]) -> Option<u32> {
+    if read::<[u8; 4]>(pa)? != *sig {
+        return None;
+    }
+    let len = read::<u32>(pa + 4)?;
+    ((HEADER_LEN..=MAX_TABLE_LEN).contains(&len) && checksum_ok(pa, len)).then_some(len)
+}
+
+/// Finds the table with signature `sig` through the XSDT (8-byte pointers) or the RSDT
+/// (4-byte pointers); returns its address and length.
+fn find_table(rsdp: &Rsdp, sig: &[u8; 4]) -> Option<(u64, u32)> {
+    let roots: [(u64, &[u8; 4], u64); 2] = [(rsdp.xsdt, b"XSDT", 8), (rsdp.rsdt, b"RSDT", 4)];
+    for (root, root_sig, width) in roots {
+        if root == 0 {
+            continue;
+        }
+        let Some(len) = table_at(root, root_sig) else {
+            continue;
+        };
+        let entries = u64::from(len - HEADER_LEN) / width;
+        for i in 0..entries {
+            let at = root + u64::from(HEADER_LEN) + i * width;
+            let pa = if width == 8 {
+                read::<u64>(at)
+            } else {
+                read::<u32>(at).map(u64::from)
+            };
+            if let Some(found) = pa.and_then(|pa| table_at(pa, sig).map(|len| (pa, len))) {
+                return Some(found);
+            }
+        }
+    }
+    None
+}
+
+/// The enabled processors' local APIC ids from the MADT at `pa` (`len` bytes).
+fn madt_apic_ids(pa: u64, len: u32) -> Option<Vec<u32>> {
+    let end = pa + u64::from(len);
+    // Entries follow the header, the local APIC address (u32) and the flags (u32).
+    let mut at = pa + u64::from(HEADER_LEN) + 8;
+    let mut ids = Vec::new();
+    while at + 2 <= end {
+        let kind = read::<u8>(at)?;
+        let entry_len = u64::from(read::<u8>(at + 1)?);
+        if entry_len < 2 || at + entry_len > end {
+            crate::kprintln!("[kernel] warning: ACPI: malformed MADT entry at {at:#x}");
+            break;
+        }
+        let (id, flags) = match (kind, entry_len) {
+            // Processor local APIC: ACPI processor id u8, APIC id u8, flags u32.
+            (0, 8..) => (u32::from(read::<u8>(at + 3)?), read::<u32>(at + 4)?),
+            // Processor local x2APIC: reserved u16, x2APIC id u32, flags u32, uid u32.
+            (9, 16..) => (read::<u32>(at + 4)?, read::<u32>(at + 8)?),
+            _ => (0, 0),
+        };
+        // Bit 0 "enabled": present and usable now. Bit 1 "online capable" without bit 0
+        // means a processor that may be hot-added later, not one that is there to start.
+        if flags & 1 != 0 && !ids.contains(&id) {
+            ids.push(id);
+        }
+        at += entry_len;
+    }
+    Some(ids)
+}
+
+/// The boot CPU's initial APIC id (CPUID leaf 1).
+pub fn bsp_apic_id() -> u32 {
+    // CPUID leaf 1 exists on every x86-64 processor.
+    core::arch::x86_64::__cpuid(1).ebx >> 24
+}
+
+/// The local APIC ids of the processors to run on, the boot CPU's first.
+///
+/// `rsdp_hint` is the RSDP address from the boot loader, or 0. When ACPI cannot be read the
+/// answer is the boot CPU alone, after a warning line.
+pub fn cpu_apic_ids(rsdp_hint: u64) -> Vec<u32> {
+    let bsp = bsp_apic_id();
+    let Some((rsdp_pa, rsdp)) = find_rsdp(rsdp_hint) else {
+        crate::kprintln!("[kernel] warning: ACPI: no RSDP found; using the boot CPU only");
+        return vec![bsp];
+    };
+    let Some((madt, len)) = find_table(&rsdp, b"APIC") else {
+        crate::kprintln!(
+            "[kernel] warning: ACPI: no valid MADT (RSDP at {rsdp_pa:#x}, revision {}); \
+             using the boot CPU only",
+            rsdp.revision
+        );
+        return vec![bsp];
+    };
+    let Some(mut ids) = madt_apic_ids(madt, len) else {
+        crate::kprintln!("[kernel] warning: ACPI: unreadable MADT; using the boot CPU only");
+        return vec![bsp];
+    };
+    match ids.iter().position(|&id| id == bsp) {
+        Some(i) => {
+            ids.remove(i);
+        }
+        None => crate::kprintln!(
+            "[kernel] warning: ACPI: the boot CPU (APIC id {bsp}) is not in the MADT"
+        ),
+    }
+    ids.insert(0, bsp);
+    ids
+}

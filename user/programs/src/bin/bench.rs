@@ -1,0 +1,422 @@
+//! `bench`: Baton's microbenchmarks, counted in instructions.
+//!
+//! Run by `cargo xtask bench`, which boots `init=bench shutdown` under QEMU with
+//! `-icount shift=0,align=off,sleep=off` and one CPU. There the time-stamp counter advances
+//! exactly once per instruction, so the difference of two [`rdtsc_ordered`] readings is the
+//! exact number of instructions executed between them (user and kernel alike), and two runs
+//! give the same figures to the instruction. `docs/benchmarks.md` defines every benchmark.
+//!
+//! # Method
+//!
+//! Each benchmark runs [`WARMUP`] iterations that are not recorded, then [`ITER`] recorded
+//! ones, and keeps one delta per iteration. It prints
+//!
+//! ```text
+//! BENCH name=<dotted.name> unit=instructions iterations=<n> median=<x> min=<y> max=<z>
+//! ```
+//!
+//! where median (the lower median, element `(n - 1) / 2` of the sorted deltas), min and max
+//! are over the per-iteration deltas. The readings include the timestamps' own cost, which
+//! `floor.rdtsc.overhead` measures on its own. A timer tick (every 10 ms of virtual time,
+//! that is every 10 million instructions) lands in a few iterations and shows in `max`; the
+//! median is the figure to compare.
+//!
+//! Around the recorded iterations it reads the kernel's counters and prints their change,
+//! which tells which kernel path the benchmark took:
+//!
+//! ```text
+//! BENCHSTAT name=<dotted.name> handoffs=<d> switches=<d> discards=<d> recognitions=<d>
+//! ```
+//!
+//! After the last benchmark it prints `BENCH done`. A failure prints `TEST FAIL bench: ...`
+//! and the task exits with code 1.
+#![no_std]
+#![no_main]
+
+use core::hint::black_box;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use baton_abi::{process_model_check, Stats, Sys, FOREVER};
+use baton_rt::raw::{syscall0, syscall2};
+use baton_rt::sync::{wait_until, Counter};
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{println, rdtsc_ordered, stats, wake, yield_now};
+
+baton_rt::entry!(main);
+
+/// Iterations run before recording.
+const WARMUP: usize = 100;
+/// Recorded iterations of every benchmark.
+const ITER: usize = 1000;
+/// Every iteration, warm-up included.
+const TOTAL: usize = WARMUP + ITER;
+/// `SEQ` value meaning "warm-up iteration, do not record".
+const NOT_RECORDED: u32 = u32::MAX;
+/// Bytes of user stack of every thread the benchmarks create.
+const STACK_SIZE: usize = 4096;
+/// Seed for `debug_block_process_model`; the result must be `process_model_check(SEED)`.
+const SEED: u64 = 0x0123_4567_89ab_cdef;
+
+/// Per-iteration deltas of the benchmark being run (one-way, or the only series).
+static SAMPLES: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
+/// A second series (round trips) for the benchmarks that report two.
+static SAMPLES2: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
+
+/// Stacks of the partner threads (one per two-thread benchmark).
+static PARTNER_STACKS: StackPool<3, 16384> = StackPool::new();
+/// A fresh stack for every thread `thread.create_exit` creates: a stack is never reused,
+/// so no thread can still be on a stack that is handed out again.
+static CHILD_STACKS: StackPool<TOTAL, STACK_SIZE> = StackPool::new();
+
+/// The timestamp thread A took just before switching to thread B.
+static STAMP: AtomicU64 = AtomicU64::new(0);
+/// Index of the iteration thread A is in, or [`NOT_RECORDED`].
+static SEQ: AtomicU32 = AtomicU32::new(NOT_RECORDED);
+/// Set to 1 to make the partner thread stop.
+static STOP: AtomicU32 = AtomicU32::new(0);
+/// Incremented by a partner thread when it stops.
+static PARTNER_DONE: Counter = Counter::new(0);
+/// The round the main thread has started (`sync.waitwake.pingpong`).
+static PING: AtomicU32 = AtomicU32::new(0);
+/// The round the partner has answered (`sync.waitwake.pingpong`).
+static PONG: AtomicU32 = AtomicU32::new(0);
+/// The argument of the last child thread that ran (`thread.create_exit`).
+static CHILD_RAN: AtomicU32 = AtomicU32::new(0);
+/// Process-model calls whose result was not `process_model_check(SEED)`.
+static BAD_RESULTS: AtomicU32 = AtomicU32::new(0);
+
+/// A benchmark failed; the message has been printed.
+struct Failed;
+
+/// Prints `TEST FAIL bench: <what>` and gives [`Failed`].
+macro_rules! fail {
+    ($($arg:tt)*) => {{
+        println!("TEST FAIL bench: {}", format_args!($($arg)*));
+        Failed
+    }};
+}
+
+/// `null`: the floor of a system call.
+#[inline(always)]
+fn sys_null() -> u64 {
+    // SAFETY: `null` touches no user memory.
+    unsafe { syscall0(Sys::Null as u64) }
+}
+
+/// `clock`.
+#[inline(always)]
+fn sys_clock() -> u64 {
+    // SAFETY: `clock` touches no user memory.
+    unsafe { syscall0(Sys::Clock as u64) }
+}
+
+/// `yield`.
+#[inline(always)]
+fn sys_yield() -> u64 {
+    // SAFETY: `yield` touches no user memory.
+    unsafe { syscall0(Sys::Yield as u64) }
+}
+
+/// `debug_block_process_model(0, seed)`: a yield that keeps the kernel stack.
+#[inline(always)]
+fn sys_pmodel_yield(seed: u64) -> u64 {
+    // SAFETY: `debug_block_process_model` touches no user memory.
+    unsafe { syscall2(Sys::DebugBlockProcessModel as u64, 0, seed) }
+}
+
+/// Stores `delta` as sample `index` of `series` (ignored when out of range).
+#[inline(always)]
+fn record(series: &[AtomicU64; ITER], index: usize, delta: u64) {
+    if let Some(slot) = series.get(index) {
+        slot.store(delta, Ordering::Relaxed);
+    }
+}
+
+/// Clears both series, so that a sample a benchmark failed to record shows as 0.
+fn clear_samples() {
+    for slot in SAMPLES.iter().chain(SAMPLES2.iter()) {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Prints the `BENCH` line of `series`.
+fn report(name: &str, series: &[AtomicU64; ITER]) {
+    let mut sorted = [0u64; ITER];
+    for (dst, src) in sorted.iter_mut().zip(series.iter()) {
+        *dst = src.load(Ordering::Relaxed);
+    }
+    sorted.sort_unstable();
+    let median = sorted.get((ITER - 1) / 2).copied().unwrap_or(0);
+    let min = sorted.first().copied().unwrap_or(0);
+    let max = sorted.last().copied().unwrap_or(0);
+    println!(
+        "BENCH name={name} unit=instructions iterations={ITER} median={median} min={min} max={max}"
+    );
+}
+
+/// The kernel's counters, or a failure.
+fn read_stats() -> Result<Stats, Failed> {
+    stats().map_err(|e| fail!("stats: {}", e.name()))
+}
+
+/// Prints the `BENCHSTAT` line: how the counters changed from `before` to `after`.
+fn report_stats(name: &str, before: &Stats, after: &Stats) {
+    println!(
+        "BENCHSTAT name={name} handoffs={} switches={} discards={} recognitions={}",
+        after.stack_handoffs.wrapping_sub(before.stack_handoffs),
+        after.context_switches.wrapping_sub(before.context_switches),
+        after.stack_discards.wrapping_sub(before.stack_discards),
+        after.recognitions.wrapping_sub(before.recognitions),
+    );
+}
+
+/// A benchmark of one thread: `op` between two timestamps, [`TOTAL`] times.
+fn single(name: &str, mut op: impl FnMut()) -> Result<(), Failed> {
+    for _ in 0..WARMUP {
+        op();
+    }
+    let before = read_stats()?;
+    for i in 0..ITER {
+        let t0 = rdtsc_ordered();
+        op();
+        let t1 = rdtsc_ordered();
+        record(&SAMPLES, i, t1.wrapping_sub(t0));
+    }
+    let after = read_stats()?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// Starts a partner thread running `f`.
+fn start_partner(f: fn(u64)) -> Result<(), Failed> {
+    STOP.store(0, Ordering::Release);
+    SEQ.store(NOT_RECORDED, Ordering::Release);
+    let stack = PARTNER_STACKS
+        .take()
+        .ok_or_else(|| fail!("no stack left for a partner thread"))?;
+    spawn(stack, f, 0).map_err(|e| fail!("creating a partner thread: {}", e.name()))?;
+    Ok(())
+}
+
+/// Waits until every thread the benchmark created has ended and been reclaimed (the
+/// kernel's thread count is back to `threads`), so the next benchmark starts alone.
+fn wait_threads_gone(threads: u64) -> Result<(), Failed> {
+    loop {
+        if read_stats()?.threads <= threads {
+            return Ok(());
+        }
+        yield_now();
+    }
+}
+
+/// Stops the partner thread: sets `STOP`, runs `nudge` to get it past its blocking call,
+/// waits for it to say so and for the kernel to reclaim it.
+fn stop_partner(threads: u64, nudge: impl FnOnce()) -> Result<(), Failed> {
+    let stopped = PARTNER_DONE.get().wrapping_add(1);
+    STOP.store(1, Ordering::Release);
+    nudge();
+    PARTNER_DONE
+        .wait_for(stopped, FOREVER)
+        .map_err(|e| fail!("waiting for the partner thread: {}", e.name()))?;
+    wait_threads_gone(threads)
+}
+
+/// Thread B of `sched.yield.switch` and `sched.pmodel.switch`: yields back at once, and
+/// records the one-way delta from A's timestamp before A switched to its own after its
+/// `yield` returned.
+fn yield_partner(_arg: u64) {
+    loop {
+        sys_yield();
+        let t1 = rdtsc_ordered();
+        if STOP.load(Ordering::Acquire) != 0 {
+            break;
+        }
+        let seq = SEQ.load(Ordering::Relaxed);
+        if seq != NOT_RECORDED {
+            let t0 = STAMP.load(Ordering::Relaxed);
+            record(&SAMPLES, seq as usize, t1.wrapping_sub(t0));
+        }
+    }
+    PARTNER_DONE.increment();
+}
+
+/// `sched.yield.switch` and `sched.yield.roundtrip` (`pmodel` false), or
+/// `sched.pmodel.switch` and `sched.pmodel.roundtrip` (`pmodel` true): thread A (this one)
+/// switches to thread B with `yield` (or a process-model yield); B yields back.
+fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> Result<(), Failed> {
+    clear_samples();
+    start_partner(yield_partner)?;
+    let mut before = Stats::default();
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        if recorded == Some(0) {
+            before = read_stats()?;
+        }
+        SEQ.store(
+            recorded.map_or(NOT_RECORDED, |i| i as u32),
+            Ordering::Relaxed,
+        );
+        let t0 = rdtsc_ordered();
+        STAMP.store(t0, Ordering::Relaxed);
+        let result = if pmodel {
+            sys_pmodel_yield(SEED)
+        } else {
+            sys_yield()
+        };
+        let t2 = rdtsc_ordered();
+        if let Some(i) = recorded {
+            record(&SAMPLES2, i, t2.wrapping_sub(t0));
+        }
+        if pmodel && result != process_model_check(SEED) {
+            BAD_RESULTS.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let after = read_stats()?;
+    stop_partner(threads, yield_now)?;
+    let bad = BAD_RESULTS.swap(0, Ordering::Relaxed);
+    if bad != 0 {
+        return Err(fail!(
+            "{bad} process-model yields returned the wrong value (the kernel stack did not survive)"
+        ));
+    }
+    report(one_way, &SAMPLES);
+    report_stats(one_way, &before, &after);
+    report(round_trip, &SAMPLES2);
+    report_stats(round_trip, &before, &after);
+    Ok(())
+}
+
+/// Thread B of `sync.waitwake.pingpong`: waits for each round in `PING`, answers it in
+/// `PONG` and wakes A.
+fn pong_partner(_arg: u64) {
+    let mut round = 1u32;
+    loop {
+        let seen = wait_until(&PING, |v| v >= round, FOREVER);
+        if STOP.load(Ordering::Acquire) != 0 || seen.is_err() {
+            break;
+        }
+        PONG.store(round, Ordering::Release);
+        let _ = wake(&PONG, 1);
+        round = round.wrapping_add(1);
+    }
+    PARTNER_DONE.increment();
+}
+
+/// `sync.waitwake.pingpong`: one round trip of A (this thread) waking B and waiting, and
+/// B waking A and waiting.
+fn waitwake_pingpong(threads: u64) -> Result<(), Failed> {
+    let name = "sync.waitwake.pingpong";
+    clear_samples();
+    PING.store(0, Ordering::Release);
+    PONG.store(0, Ordering::Release);
+    start_partner(pong_partner)?;
+    let mut before = Stats::default();
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        if recorded == Some(0) {
+            before = read_stats()?;
+        }
+        let round = w as u32 + 1;
+        let t0 = rdtsc_ordered();
+        PING.store(round, Ordering::Release);
+        let woken = wake(&PING, 1);
+        let answered = wait_until(&PONG, |v| v >= round, FOREVER);
+        let t1 = rdtsc_ordered();
+        if let Some(i) = recorded {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+        if let Err(e) = woken.and(answered) {
+            return Err(fail!("{name}: round {round}: {}", e.name()));
+        }
+    }
+    let after = read_stats()?;
+    stop_partner(threads, || {
+        PING.store(u32::MAX, Ordering::Release);
+        let _ = wake(&PING, 1);
+    })?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// A thread of `thread.create_exit`: says it ran, and ends.
+fn child(arg: u64) {
+    CHILD_RAN.store(arg as u32, Ordering::Release);
+    let _ = wake(&CHILD_RAN, 1);
+}
+
+/// `thread.create_exit`: create a thread, wait until it has run, and it ends.
+fn create_exit(threads: u64) -> Result<(), Failed> {
+    let name = "thread.create_exit";
+    clear_samples();
+    CHILD_RAN.store(0, Ordering::Release);
+    let mut before = Stats::default();
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        if recorded == Some(0) {
+            before = read_stats()?;
+        }
+        let tag = w as u32 + 1;
+        let stack = CHILD_STACKS
+            .take()
+            .ok_or_else(|| fail!("{name}: out of stacks at iteration {w}"))?;
+        let t0 = rdtsc_ordered();
+        let created = spawn(stack, child, u64::from(tag));
+        let ran = created.and_then(|_| wait_until(&CHILD_RAN, |v| v >= tag, FOREVER));
+        let t1 = rdtsc_ordered();
+        if let Some(i) = recorded {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+        if let Err(e) = ran {
+            return Err(fail!("{name}: iteration {w}: {}", e.name()));
+        }
+    }
+    let after = read_stats()?;
+    wait_threads_gone(threads)?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// Runs every benchmark in turn.
+fn run_all() -> Result<(), Failed> {
+    let threads = read_stats()?.threads;
+    println!("bench: {WARMUP} warm-up and {ITER} recorded iterations per benchmark");
+
+    single("floor.rdtsc.overhead", || {})?;
+    single("floor.syscall.null", || {
+        black_box(sys_null());
+    })?;
+    single("floor.syscall.clock", || {
+        black_box(sys_clock());
+    })?;
+    single("sched.yield.self", || {
+        black_box(sys_yield());
+    })?;
+    switch_pair(
+        "sched.yield.switch",
+        "sched.yield.roundtrip",
+        false,
+        threads,
+    )?;
+    switch_pair(
+        "sched.pmodel.switch",
+        "sched.pmodel.roundtrip",
+        true,
+        threads,
+    )?;
+    waitwake_pingpong(threads)?;
+    create_exit(threads)?;
+    Ok(())
+}
+
+fn main(_task_id: u64) -> i32 {
+    match run_all() {
+        Ok(()) => {
+            println!("BENCH done");
+            0
+        }
+        Err(Failed) => 1,
+    }
+}
