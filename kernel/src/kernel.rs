@@ -136,6 +136,8 @@ pub fn lock() {
         .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
+        // A CPU waiting here has interrupts off: answer TLB shootdowns while waiting.
+        crate::arch::tlb::service();
         core::hint::spin_loop();
     }
 }
@@ -691,6 +693,11 @@ pub fn leave_to_user(frame: &TrapFrame) -> ! {
 
 /// Entry for every interrupt and exception.
 pub fn on_trap(frame: &mut TrapFrame) {
+    if frame.vector == crate::arch::apic::IPI_TLB {
+        crate::arch::tlb::service();
+        apic::eoi();
+        return;
+    }
     if !frame.from_user() {
         kernel_mode_trap(frame);
         return;

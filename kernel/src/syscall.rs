@@ -19,6 +19,8 @@ use baton_abi::{
     STATS_WORDS,
 };
 use kern::continuation::{Continuation, Resume};
+use kern::frame::PAGE_SIZE;
+use kern::pmap::MapFlags;
 use kern::usercopy;
 
 /// Entry for the `syscall` instruction.
@@ -174,6 +176,8 @@ impl Kernel {
             Sys::Wake => self.sys_wake(id, args[0], args[1]),
             Sys::Stats => self.sys_stats(id, args[0]),
             Sys::SetPriority => self.sys_set_priority(id, args[0], args[1]),
+            Sys::MemMap => self.sys_mem_map(id, args[0], args[1], args[2]),
+            Sys::MemUnmap => self.sys_mem_unmap(id, args[0], args[1]),
             Sys::Yield
             | Sys::Exit
             | Sys::ThreadExit
@@ -333,6 +337,105 @@ impl Kernel {
     }
 }
 
+/// Checks a page range for `mem_map`/`mem_unmap`: aligned, non-empty, inside user space.
+fn page_range(addr: u64, len: u64) -> Result<core::ops::Range<u64>, Error> {
+    if len > baton_abi::MEM_MAP_MAX {
+        return Err(Error::TooLarge);
+    }
+    if len == 0 || !addr.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
+        return Err(Error::InvalidArgument);
+    }
+    let end = addr.checked_add(len).ok_or(Error::BadAddress)?;
+    if addr < USER_MIN || end > USER_END {
+        return Err(Error::BadAddress);
+    }
+    Ok(addr..end)
+}
+
+impl Kernel {
+    fn sys_mem_map(&mut self, task: TaskId, addr: u64, len: u64, flags: u64) -> Result<u64, Error> {
+        let range = page_range(addr, len)?;
+        if flags & !baton_abi::MAP_WRITABLE != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        let writable = flags & baton_abi::MAP_WRITABLE != 0;
+        let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+        let mut mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        // Decode first: nothing may be mapped in the range.
+        let mut va = range.start;
+        while va < range.end {
+            if t.space.translate(&mem, va).is_some() {
+                return Err(Error::InvalidArgument);
+            }
+            va += PAGE_SIZE;
+        }
+        let mut va = range.start;
+        while va < range.end {
+            let mapped = kern::pmap::PhysMem::alloc_frame(&mut mem)
+                .ok_or(Error::NoMemory)
+                .and_then(|f| {
+                    t.space
+                        .map(&mut mem, va, f, MapFlags::user_owned(writable, false))
+                        .map_err(|_| {
+                            kern::pmap::PhysMem::free_frame(&mut mem, f);
+                            Error::NoMemory
+                        })
+                });
+            if let Err(e) = mapped {
+                let mut undo = range.start;
+                while undo < va {
+                    t.space.unmap(&mut mem, undo);
+                    undo += PAGE_SIZE;
+                }
+                return Err(e);
+            }
+            va += PAGE_SIZE;
+        }
+        Ok(0)
+    }
+
+    fn sys_mem_unmap(&mut self, task: TaskId, addr: u64, len: u64) -> Result<u64, Error> {
+        let range = page_range(addr, len)?;
+        let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+        let pcid = usize::from(t.pcid);
+        let mut mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        let mut pages = 0;
+        let mut va = range.start;
+        while va < range.end {
+            if t.space.unmap(&mut mem, va).is_some() {
+                pages += 1;
+            }
+            va += PAGE_SIZE;
+        }
+        if pages > 0 {
+            // No CPU may keep a translation: flush here, shoot down the CPUs running other
+            // threads of the task, and make every CPU flush the task's PCID on next load.
+            crate::arch::tlb::flush_local();
+            let targets: alloc::vec::Vec<usize> = self
+                .threads
+                .values()
+                .filter(|th| th.task == Some(task))
+                .filter_map(|th| match th.state {
+                    ThreadState::Running { cpu } => Some(cpu),
+                    _ => None,
+                })
+                .collect();
+            for c in self.cpus.iter_mut() {
+                if let Some(owner) = c.pcid_owner.get_mut(pcid) {
+                    *owner = 0;
+                }
+            }
+            self.stats.tlb_shootdowns += targets.len() as u64;
+            crate::arch::tlb::shootdown(targets.into_iter());
+        }
+        Ok(pages)
+    }
+}
+
 /// `Stats` as its `u64` words, in field order.
 fn stats_words(s: &Stats) -> [u64; STATS_WORDS] {
     [
@@ -356,5 +459,6 @@ fn stats_words(s: &Stats) -> [u64; STATS_WORDS] {
         s.stack_bytes,
         s.thread_bytes,
         s.heap_used,
+        s.tlb_shootdowns,
     ]
 }

@@ -114,6 +114,13 @@ const PONG_REQUIRE: &[&str] = &[
     "[kernel] task 2 (pong) exited with code 0",
 ];
 
+/// Unmapping a page that reader threads use kills the task with a fault at the page.
+const SHOOTDOWN_REQUIRE: &[&str] = &[
+    "shootdown#1| TEST PASS mem_map argument checks",
+    "shootdown#1| all 3 readers are reading; unmapping the page",
+    "[kernel] task 1 (shootdown) killed: page fault at address 0x50000000 (not present, read, user)",
+];
+
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
 const STATS_FIELDS: &[&str] = &[
     "cpus",
@@ -136,6 +143,7 @@ const STATS_FIELDS: &[&str] = &[
     "stack_bytes",
     "thread_bytes",
     "heap_used",
+    "tlb_shootdowns",
 ];
 
 /// Checks that the `stats` program printed a `stats: <field> = <value>` line for every
@@ -423,6 +431,19 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 4,
         require: &["stats#1| stats: cpus = 4", "stats#1| TEST PASS stats"],
         check: Some(every_stats_field),
+        ..BASE
+    },
+    IntegrationTest {
+        name: "tlb_shootdown_smp1",
+        init: &["shootdown"],
+        require: SHOOTDOWN_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "tlb_shootdown_smp4",
+        init: &["shootdown"],
+        smp: 4,
+        require: SHOOTDOWN_REQUIRE,
         ..BASE
     },
 ];

@@ -74,7 +74,20 @@ pub enum Sys {
     DebugBlockProcessModel = 13,
     /// `null() -> 0`: does nothing; the floor of a system call, for benchmarks.
     Null = 14,
+    /// `mem_map(addr, len, flags) -> 0`: maps fresh zero-filled pages at `[addr, addr+len)`
+    /// (page aligned, user range, nothing mapped there yet, at most [`MEM_MAP_MAX`] bytes);
+    /// flags: [`MAP_WRITABLE`]. Pages are never executable.
+    MemMap = 15,
+    /// `mem_unmap(addr, len) -> pages`: unmaps and frees the pages mapped in the range
+    /// (holes are skipped); every CPU running a thread of the task forgets them before the
+    /// call returns (TLB shootdown).
+    MemUnmap = 16,
 }
+
+/// `mem_map` flag: the pages are writable.
+pub const MAP_WRITABLE: u64 = 1;
+/// Largest `mem_map` in one call.
+pub const MEM_MAP_MAX: u64 = 1 << 30;
 
 /// Timeout meaning "no timeout".
 pub const FOREVER: u64 = u64::MAX;
@@ -137,6 +150,8 @@ pub struct Stats {
     pub thread_bytes: u64,
     /// Kernel heap bytes in use now.
     pub heap_used: u64,
+    /// CPUs asked to flush their TLB by `mem_unmap` (shootdown IPIs sent).
+    pub tlb_shootdowns: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -161,6 +176,8 @@ impl Sys {
             12 => Sys::SetPriority,
             13 => Sys::DebugBlockProcessModel,
             14 => Sys::Null,
+            15 => Sys::MemMap,
+            16 => Sys::MemUnmap,
             _ => return None,
         })
     }
@@ -316,10 +333,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..15 {
+        for n in 0..17 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(15), None);
+        assert_eq!(Sys::from_raw(17), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -8,7 +8,7 @@ use baton_abi::{Stats, STATS_WORDS};
 use crate::sys::stats;
 
 /// The number of fields [`fields`] lists; must match [`Stats`].
-const FIELDS: usize = 20;
+const FIELDS: usize = 21;
 const _: () = assert!(
     FIELDS == STATS_WORDS,
     "`report::fields` must list every field of `Stats`"
@@ -37,6 +37,7 @@ pub fn fields(s: &Stats) -> [(&'static str, u64); FIELDS] {
         ("stack_bytes", s.stack_bytes),
         ("thread_bytes", s.thread_bytes),
         ("heap_used", s.heap_used),
+        ("tlb_shootdowns", s.tlb_shootdowns),
     ]
 }
 

@@ -154,6 +154,27 @@ pub fn sleep_ns(ns: u64) -> Result<(), Error> {
     decode_result(unsafe { syscall1(Sys::Sleep as u64, ns) }).map(|_| ())
 }
 
+/// Maps fresh zero-filled pages at `[addr, addr + len)` (page aligned, user range, nothing
+/// mapped there yet); writable when `writable`.
+///
+/// Mapping new pages where nothing was mapped cannot change memory Rust code already uses,
+/// so this is safe; using the pages is up to the caller (through raw pointers).
+pub fn mem_map(addr: u64, len: u64, writable: bool) -> Result<(), Error> {
+    let flags = if writable { baton_abi::MAP_WRITABLE } else { 0 };
+    // SAFETY: the kernel only adds mappings where there were none.
+    decode_result(unsafe { syscall3(Sys::MemMap as u64, addr, len, flags) }).map(|_| ())
+}
+
+/// Unmaps the pages in `[addr, addr + len)`; returns how many were mapped. Every thread of
+/// the task faults on them afterwards, on every CPU.
+///
+/// # Safety
+/// No Rust reference may point into the range (its memory disappears).
+pub unsafe fn mem_unmap(addr: u64, len: u64) -> Result<u64, Error> {
+    // SAFETY: forwarded to the caller.
+    decode_result(unsafe { syscall2(Sys::MemUnmap as u64, addr, len) })
+}
+
 /// The kernel's always-on counters (see [`Stats`] for each field).
 pub fn stats() -> Result<Stats, Error> {
     let mut stats = Stats::default();

@@ -11,6 +11,7 @@ pub mod paging;
 pub mod serial;
 pub mod smp;
 pub mod stack;
+pub mod tlb;
 pub mod trap;
 
 /// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,
