@@ -6,12 +6,14 @@
 //! each in its own target directory, and the programs are packed into the initrd ([`build`],
 //! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test`
 //! runs the host unit tests and then the integration tests listed in [`tests`], judging each
-//! serial log ([`judge`], [`test`]).
+//! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount` and
+//! writes its instruction counts to `results/` ([`bench`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
-//! carries the serial console (`run`), the paths (`build`) and the results (`test`).
+//! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
 #![forbid(unsafe_code)]
 
+mod bench;
 mod build;
 mod clippy;
 mod deps;
@@ -49,6 +51,10 @@ commands:
       --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
       --filter SUBSTR    only tests whose name contains SUBSTR (host and integration tests)
       -j N               run up to N integration tests at once (default: number of CPUs)
+  bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
+                         instructions) twice, check that both runs agree to the instruction, and
+                         write results/baton.json and results/report.md; print the table
+      --quick            one run only (no repeatability check)
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
   help                   print this text
 
@@ -80,12 +86,20 @@ pub struct TestOpts {
     pub jobs: Option<NonZeroUsize>,
 }
 
+/// Options of `bench`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BenchOpts {
+    /// `--quick`: one run, no repeatability check.
+    pub quick: bool,
+}
+
 /// A parsed command line.
 #[derive(Debug, PartialEq, Eq)]
 enum Cmd {
     Build,
     Run(RunOpts),
     Test(TestOpts),
+    Bench(BenchOpts),
     Clippy,
     Help,
 }
@@ -107,6 +121,7 @@ fn main() -> ExitCode {
         Cmd::Build => build::build_command(),
         Cmd::Run(opts) => run::run(&opts),
         Cmd::Test(opts) => test::test(&opts),
+        Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::Clippy => clippy::clippy(),
     };
     result.unwrap_or_else(|msg| {
@@ -171,6 +186,16 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 }
             }
             Ok(Cmd::Test(opts))
+        }
+        "bench" => {
+            let mut opts = BenchOpts::default();
+            for arg in rest {
+                match arg.as_str() {
+                    "--quick" => opts.quick = true,
+                    _ => return Err(format!("unknown option `{arg}` for `bench`")),
+                }
+            }
+            Ok(Cmd::Bench(opts))
         }
         "help" | "-h" | "--help" => Ok(Cmd::Help),
         _ => Err(format!("unknown command `{cmd}`")),
@@ -264,6 +289,18 @@ mod unit_tests {
     }
 
     #[test]
+    fn parses_bench_flags() {
+        assert_eq!(
+            p(&["bench"]).unwrap(),
+            Cmd::Bench(BenchOpts { quick: false })
+        );
+        assert_eq!(
+            p(&["bench", "--quick"]).unwrap(),
+            Cmd::Bench(BenchOpts { quick: true })
+        );
+    }
+
+    #[test]
     fn rejects_bad_input() {
         for bad in [
             &[][..],
@@ -276,6 +313,7 @@ mod unit_tests {
             &["test", "-j0"],
             &["test", "--gdb"],
             &["clippy", "extra"],
+            &["bench", "--tcg"],
         ] {
             assert!(p(bad).is_err(), "{bad:?} should be rejected");
         }
