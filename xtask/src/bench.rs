@@ -27,8 +27,7 @@ use crate::BenchOpts;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::path::Path;
-use std::process::{Child, ExitCode, ExitStatus, Stdio};
-use std::thread;
+use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// QEMU is killed, and the benchmark fails, after this long.
@@ -181,7 +180,7 @@ fn boot(images: &Images, qemu: &Path, log: &Path) -> Result<Results, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
-    let status = wait_with_timeout(&mut child, TIMEOUT)?;
+    let status = crate::test::wait_with_timeout(&mut child, TIMEOUT)?;
     let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
     let text = String::from_utf8_lossy(&text);
     let judged = match status {
@@ -209,27 +208,6 @@ fn boot(images: &Images, qemu: &Path, log: &Path) -> Result<Results, String> {
                 msg.push_str(line);
             }
             Err(msg)
-        }
-    }
-}
-
-/// Waits for `child` to exit, killing it at `timeout` (then `None`).
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>, String> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Ok(Some(status)),
-            Ok(None) if Instant::now() >= deadline => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Ok(None);
-            }
-            Ok(None) => thread::sleep(Duration::from_millis(20)),
-            Err(e) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(format!("waiting for qemu: {e}"));
-            }
         }
     }
 }

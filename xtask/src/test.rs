@@ -325,7 +325,10 @@ fn boot_and_judge(
 }
 
 /// Waits for `child` to exit, killing it at `timeout` (then `None`).
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Result<Option<ExitStatus>, String> {
+pub(crate) fn wait_with_timeout(
+    child: &mut Child,
+    timeout: Duration,
+) -> Result<Option<ExitStatus>, String> {
     let deadline = Instant::now() + timeout;
     loop {
         match child.try_wait() {
