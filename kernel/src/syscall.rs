@@ -301,7 +301,7 @@ impl Kernel {
 
     fn sys_stats(&mut self, task: TaskId, ptr: u64) -> Result<u64, Error> {
         let s: Stats = self.snapshot_stats();
-        let words: [u64; STATS_WORDS] = stats_words(&s);
+        let words: [u64; STATS_WORDS] = s.to_words();
         let mut bytes = [0u8; STATS_WORDS * 8];
         for (chunk, w) in bytes.chunks_exact_mut(8).zip(words.iter()) {
             chunk.copy_from_slice(&w.to_le_bytes());
@@ -434,31 +434,4 @@ impl Kernel {
         }
         Ok(pages)
     }
-}
-
-/// `Stats` as its `u64` words, in field order.
-fn stats_words(s: &Stats) -> [u64; STATS_WORDS] {
-    [
-        s.cpus,
-        s.threads,
-        s.threads_created,
-        s.blocks_yield,
-        s.blocks_preempt,
-        s.blocks_sleep,
-        s.blocks_wait,
-        s.blocks_internal,
-        s.blocks_process_model,
-        s.stack_discards,
-        s.stack_handoffs,
-        s.recognitions,
-        s.context_switches,
-        s.stacks_allocated,
-        s.stacks_in_use,
-        s.stacks_max,
-        s.stacks_mean_milli,
-        s.stack_bytes,
-        s.thread_bytes,
-        s.heap_used,
-        s.tlb_shootdowns,
-    ]
 }

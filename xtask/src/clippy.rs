@@ -13,16 +13,9 @@ pub fn clippy() -> Result<ExitCode, String> {
     deps::ensure_target()?;
     deps::ensure_clippy()?;
     let mut host = cargo();
-    host.args([
-        "clippy",
-        "-p",
-        "kern",
-        "-p",
-        "baton-abi",
-        "-p",
-        "xtask",
-        "--all-targets",
-    ]);
+    host.arg("clippy")
+        .args(crate::workspace::HOST_PACKAGES)
+        .arg("--all-targets");
     let runs: [(&str, Command); 3] = [
         ("host crates", host),
         ("kernel", KERNEL.cargo("clippy")),

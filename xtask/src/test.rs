@@ -101,16 +101,8 @@ fn default_jobs() -> usize {
 /// Runs the host unit tests, streaming their output, and counts their results.
 fn host_tests(filter: Option<&str>, tally: &mut Tally) {
     let mut cmd = cargo();
-    cmd.args([
-        "test",
-        "--no-fail-fast",
-        "-p",
-        "kern",
-        "-p",
-        "baton-abi",
-        "-p",
-        "xtask",
-    ]);
+    cmd.args(["test", "--no-fail-fast"])
+        .args(crate::workspace::HOST_PACKAGES);
     if let Some(filter) = filter {
         cmd.arg("--").arg(filter);
     }

@@ -122,29 +122,7 @@ const SHOOTDOWN_REQUIRE: &[&str] = &[
 ];
 
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
-const STATS_FIELDS: &[&str] = &[
-    "cpus",
-    "threads",
-    "threads_created",
-    "blocks_yield",
-    "blocks_preempt",
-    "blocks_sleep",
-    "blocks_wait",
-    "blocks_internal",
-    "blocks_process_model",
-    "stack_discards",
-    "stack_handoffs",
-    "recognitions",
-    "context_switches",
-    "stacks_allocated",
-    "stacks_in_use",
-    "stacks_max",
-    "stacks_mean_milli",
-    "stack_bytes",
-    "thread_bytes",
-    "heap_used",
-    "tlb_shootdowns",
-];
+const STATS_FIELDS: &[&str] = &baton_abi::Stats::FIELD_NAMES;
 
 /// Checks that the `stats` program printed a `stats: <field> = <value>` line for every
 /// field.

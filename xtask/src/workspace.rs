@@ -92,6 +92,9 @@ pub fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
     }
 }
 
+/// The crates built and tested on the host, as `cargo -p` arguments.
+pub const HOST_PACKAGES: [&str; 6] = ["-p", "kern", "-p", "baton-abi", "-p", "xtask"];
+
 #[cfg(test)]
 mod unit_tests {
     use super::*;

@@ -157,6 +157,60 @@ pub struct Stats {
 /// Number of `u64` fields in [`Stats`].
 pub const STATS_WORDS: usize = core::mem::size_of::<Stats>() / 8;
 
+impl Stats {
+    /// The field names, in declaration order (the order of [`Stats::to_words`]).
+    pub const FIELD_NAMES: [&'static str; STATS_WORDS] = [
+        "cpus",
+        "threads",
+        "threads_created",
+        "blocks_yield",
+        "blocks_preempt",
+        "blocks_sleep",
+        "blocks_wait",
+        "blocks_internal",
+        "blocks_process_model",
+        "stack_discards",
+        "stack_handoffs",
+        "recognitions",
+        "context_switches",
+        "stacks_allocated",
+        "stacks_in_use",
+        "stacks_max",
+        "stacks_mean_milli",
+        "stack_bytes",
+        "thread_bytes",
+        "heap_used",
+        "tlb_shootdowns",
+    ];
+
+    /// The fields as words, in declaration order: the layout `stats` writes.
+    pub const fn to_words(&self) -> [u64; STATS_WORDS] {
+        [
+            self.cpus,
+            self.threads,
+            self.threads_created,
+            self.blocks_yield,
+            self.blocks_preempt,
+            self.blocks_sleep,
+            self.blocks_wait,
+            self.blocks_internal,
+            self.blocks_process_model,
+            self.stack_discards,
+            self.stack_handoffs,
+            self.recognitions,
+            self.context_switches,
+            self.stacks_allocated,
+            self.stacks_in_use,
+            self.stacks_max,
+            self.stacks_mean_milli,
+            self.stack_bytes,
+            self.thread_bytes,
+            self.heap_used,
+            self.tlb_shootdowns,
+        ]
+    }
+}
+
 impl Sys {
     /// Decodes a raw system-call number.
     pub const fn from_raw(n: u64) -> Option<Sys> {
@@ -329,6 +383,44 @@ mod tests {
             assert_eq!(Error::from_code(e as i64), Some(e));
         }
         assert_eq!(decode_result((-999i64) as u64), Err(Error::InvalidArgument));
+    }
+
+    #[test]
+    fn stats_words_follow_the_layout() {
+        // Each field gets a distinct value; `to_words` must match the repr(C) order,
+        // which is the order of the fields in memory.
+        let s = Stats {
+            cpus: 1,
+            threads: 2,
+            threads_created: 3,
+            blocks_yield: 4,
+            blocks_preempt: 5,
+            blocks_sleep: 6,
+            blocks_wait: 7,
+            blocks_internal: 8,
+            blocks_process_model: 9,
+            stack_discards: 10,
+            stack_handoffs: 11,
+            recognitions: 12,
+            context_switches: 13,
+            stacks_allocated: 14,
+            stacks_in_use: 15,
+            stacks_max: 16,
+            stacks_mean_milli: 17,
+            stack_bytes: 18,
+            thread_bytes: 19,
+            heap_used: 20,
+            tlb_shootdowns: 21,
+        };
+        let words = s.to_words();
+        for (i, w) in words.iter().enumerate() {
+            assert_eq!(*w, i as u64 + 1);
+        }
+        assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
+        assert_eq!(
+            core::mem::offset_of!(Stats, tlb_shootdowns),
+            8 * (STATS_WORDS - 1)
+        );
     }
 
     #[test]

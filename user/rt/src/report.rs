@@ -7,38 +7,15 @@ use baton_abi::{Stats, STATS_WORDS};
 
 use crate::sys::stats;
 
-/// The number of fields [`fields`] lists; must match [`Stats`].
-const FIELDS: usize = 21;
-const _: () = assert!(
-    FIELDS == STATS_WORDS,
-    "`report::fields` must list every field of `Stats`"
-);
-
 /// Every field of `s` with its name, in declaration order.
-pub fn fields(s: &Stats) -> [(&'static str, u64); FIELDS] {
-    [
-        ("cpus", s.cpus),
-        ("threads", s.threads),
-        ("threads_created", s.threads_created),
-        ("blocks_yield", s.blocks_yield),
-        ("blocks_preempt", s.blocks_preempt),
-        ("blocks_sleep", s.blocks_sleep),
-        ("blocks_wait", s.blocks_wait),
-        ("blocks_internal", s.blocks_internal),
-        ("blocks_process_model", s.blocks_process_model),
-        ("stack_discards", s.stack_discards),
-        ("stack_handoffs", s.stack_handoffs),
-        ("recognitions", s.recognitions),
-        ("context_switches", s.context_switches),
-        ("stacks_allocated", s.stacks_allocated),
-        ("stacks_in_use", s.stacks_in_use),
-        ("stacks_max", s.stacks_max),
-        ("stacks_mean_milli", s.stacks_mean_milli),
-        ("stack_bytes", s.stack_bytes),
-        ("thread_bytes", s.thread_bytes),
-        ("heap_used", s.heap_used),
-        ("tlb_shootdowns", s.tlb_shootdowns),
-    ]
+pub fn fields(s: &Stats) -> [(&'static str, u64); STATS_WORDS] {
+    let words = s.to_words();
+    core::array::from_fn(|i| {
+        (
+            Stats::FIELD_NAMES.get(i).copied().unwrap_or("?"),
+            words.get(i).copied().unwrap_or(0),
+        )
+    })
 }
 
 /// Formats a [`Stats`] as one line (without the newline), starting `stats: `:
