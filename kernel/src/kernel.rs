@@ -19,6 +19,7 @@ use crate::arch::trap::{self, TrapFrame, SPURIOUS_VECTOR, TIMER_VECTOR};
 use crate::arch::{apic, cpu, gdt, serial};
 use crate::kprintln;
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
+use alloc::boxed::Box;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -32,6 +33,7 @@ use kern::frame::{FrameAllocator, PhysAddr};
 use kern::gauge::Gauge;
 use kern::pmap::AddressSpace;
 use kern::sched::RunQueue;
+use kern::slab::Slab;
 use kern::timer::TimerQueue;
 use kern::waitq::WaitQueues;
 
@@ -95,8 +97,8 @@ pub struct Kernel {
     pub kernel_root: PhysAddr,
     /// Tasks by id.
     pub tasks: BTreeMap<TaskId, Task>,
-    /// Threads by id.
-    pub threads: BTreeMap<ThreadId, Thread>,
+    /// Threads by id (boxed: a thread object never moves, see [`Thread`]).
+    pub threads: Slab<Box<Thread>>,
     /// Per-CPU state, one entry per online CPU.
     pub cpus: Vec<Cpu>,
     /// Sleep and wait timeouts, in nanoseconds since reset.
@@ -114,7 +116,6 @@ pub struct Kernel {
     /// Power off when the last task ends.
     pub shutdown_when_idle: bool,
     next_task: TaskId,
-    next_thread: ThreadId,
     next_cpu: usize,
     /// The task whose console line is still open.
     open_line: Option<TaskId>,
@@ -206,55 +207,55 @@ impl Kernel {
     /// Base of the stack the current thread of `cpu` runs on.
     pub fn current_stack_start(&self, cpu: usize) -> u64 {
         let cur = self.cpu(cpu).current;
-        match self.threads.get(&cur).and_then(|t| t.stack.as_ref()) {
+        match self.threads.get(cur).and_then(|t| t.stack.as_ref()) {
             Some(s) => s.start(),
-            None => panic!("current thread {cur} has no stack"),
+            None => panic!("current thread {cur:?} has no stack"),
         }
     }
 
-    /// Makes `t` (which holds a stack) the running thread of `cpu`: loads its address space
-    /// and points user entries at its stack.
+    /// Makes `t` (which holds a stack) the running thread of `cpu`: loads its address space,
+    /// points user entries at its stack and its saved user registers.
     pub fn make_current(&mut self, cpu: usize, t: ThreadId) {
         let kernel_root = self.kernel_root;
-        let (task, top) = match self.threads.get_mut(&t) {
-            Some(th) => {
-                th.state = ThreadState::Running { cpu };
-                th.cpu = cpu;
-                (th.task, th.stack.as_ref().map(|s| s.top))
-            }
-            None => panic!("make_current: no thread {t}"),
+        let Some(th) = self.threads.get_mut(t) else {
+            panic!("make_current: no thread {t:?}");
         };
-        let (root, pcid) = match task.and_then(|id| self.tasks.get(&id).map(|x| (id, x))) {
-            Some((id, x)) => (x.space.root(), Some((id, x.pcid))),
-            None => (kernel_root, None),
+        th.state = ThreadState::Running { cpu };
+        th.cpu = cpu;
+        let top = th.stack.as_ref().map(|s| s.top);
+        let frame = core::ptr::addr_of!(th.frame) as u64;
+        let (task, space) = (th.task, th.space);
+        let Some(c) = self.cpus.get_mut(cpu) else {
+            panic!("CPU {cpu} is not online");
         };
-        let c = self.cpu_mut(cpu);
         c.current = t;
+        let root = space.map_or(kernel_root, |(root, _)| root);
         if root != c.loaded_root {
-            match pcid {
-                Some((id, pcid)) => {
+            match (task, space) {
+                (Some(id), Some((root, pcid))) => {
                     let slot = usize::from(pcid);
                     let keep = c.pcid_owner.get(slot) == Some(&id);
-                    // SAFETY: the root belongs to a live task whose kernel half is the
-                    // kernel's.
+                    // SAFETY: the root belongs to a live task (the thread is alive, so its
+                    // task is) whose kernel half is the kernel's.
                     unsafe { cpu::switch_space(root.0, pcid, keep) };
                     if let Some(owner) = c.pcid_owner.get_mut(slot) {
                         *owner = id;
                     }
                 }
                 // SAFETY: the kernel root maps the kernel.
-                None => unsafe { cpu::switch_space(root.0, 0, true) },
+                _ => unsafe { cpu::switch_space(kernel_root.0, 0, true) },
             }
             c.loaded_root = root;
         }
         if let Some(top) = top {
             gdt::set_kernel_stack(top);
         }
+        gdt::set_user_frame(frame);
     }
 
     /// Frees a halted thread that is off its CPU, and its task when it was the last thread.
     pub fn reap_thread(&mut self, t: ThreadId) {
-        let Some(th) = self.threads.remove(&t) else {
+        let Some(th) = self.threads.remove(t) else {
             return;
         };
         if let Some(timer) = th.timer {
@@ -345,13 +346,15 @@ impl Kernel {
             .tasks
             .get_mut(&task)
             .ok_or(baton_abi::Error::NotFound)?;
-        t.threads += 1;
-        let id = self.next_thread;
-        self.next_thread += 1;
+        let space = (t.space.root(), t.pcid);
         let cpu = self.next_cpu % self.cpus.len().max(1);
+        let thread = Box::new(Thread::new_user(task, space, frame, priority, cpu));
+        let id = self
+            .threads
+            .insert(thread)
+            .map_err(|_| baton_abi::Error::NoMemory)?;
+        t.threads += 1;
         self.next_cpu = self.next_cpu.wrapping_add(1);
-        self.threads
-            .insert(id, Thread::new_user(task, frame, priority, cpu));
         self.stats.threads_created += 1;
         self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
         thread::thread_setrun(self, id);
@@ -360,7 +363,7 @@ impl Kernel {
 
     /// Makes a blocked thread ready again, cancelling its timeout.
     pub fn unblock(&mut self, t: ThreadId) {
-        let Some(th) = self.threads.get_mut(&t) else {
+        let Some(th) = self.threads.get_mut(t) else {
             return;
         };
         if let Some(timer) = th.timer.take() {
@@ -373,7 +376,7 @@ impl Kernel {
     pub fn expire_timers(&mut self) {
         let now = self.now();
         while let Some((_, t)) = self.timers.pop_expired(now) {
-            let Some(th) = self.threads.get_mut(&t) else {
+            let Some(th) = self.threads.get_mut(t) else {
                 continue;
             };
             th.timer = None;
@@ -405,10 +408,10 @@ impl Kernel {
             .threads
             .iter()
             .filter(|(_, t)| t.task == Some(id))
-            .map(|(&tid, _)| tid)
+            .map(|(tid, _)| tid)
             .collect();
         for tid in victims {
-            let Some(th) = self.threads.get_mut(&tid) else {
+            let Some(th) = self.threads.get_mut(tid) else {
                 continue;
             };
             match th.state {
@@ -447,7 +450,7 @@ impl Kernel {
 
     fn current_task_name(&self) -> (TaskId, &str) {
         let cur = self.cpu(gdt::this_cpu()).current;
-        let id = self.threads.get(&cur).and_then(|t| t.task).unwrap_or(0);
+        let id = self.threads.get(cur).and_then(|t| t.task).unwrap_or(0);
         let name = self.tasks.get(&id).map(|t| t.name.as_str()).unwrap_or("?");
         (id, name)
     }
@@ -455,7 +458,7 @@ impl Kernel {
     /// The current thread's task id.
     pub fn current_task(&self) -> Option<TaskId> {
         let cur = self.cpu(gdt::this_cpu()).current;
-        self.threads.get(&cur).and_then(|t| t.task)
+        self.threads.get(cur).and_then(|t| t.task)
     }
 
     /// The current thread's id.
@@ -512,7 +515,7 @@ pub fn poke_cpu(k: &mut Kernel, cpu: usize, prio: u8) {
     let Some(c) = k.cpus.get(cpu) else {
         return;
     };
-    let running = k.threads.get(&c.current).map(|t| t.priority).unwrap_or(0);
+    let running = k.threads.get(c.current).map(|t| t.priority).unwrap_or(0);
     if c.halted || prio > running || c.current == c.idle {
         crate::arch::smp::wake_cpu(cpu);
     }
@@ -545,7 +548,7 @@ pub fn start(
         frames,
         kernel_root,
         tasks: BTreeMap::new(),
-        threads: BTreeMap::new(),
+        threads: Slab::new(),
         cpus: Vec::new(),
         timers: TimerQueue::new(),
         waits: WaitQueues::new(),
@@ -555,7 +558,6 @@ pub fn start(
         modules,
         shutdown_when_idle: config.shutdown_when_idle,
         next_task: 1,
-        next_thread: 1,
         next_cpu: 0,
         open_line: None,
     };
@@ -569,7 +571,7 @@ pub fn start(
     }
     // The boot CPU's idle thread runs on the boot stack.
     let idle0 = k.cpu(0).idle;
-    if let Some(t) = k.threads.get_mut(&idle0) {
+    if let Some(t) = k.threads.get_mut(idle0) {
         t.stack = Some(boot_stack);
     }
     k.stacks_in_use.inc(apic::now_ns());
@@ -607,9 +609,9 @@ pub fn start(
 
 /// Registers CPU `c` with its idle thread (running, on a stack set by the caller).
 fn add_cpu(k: &mut Kernel, c: usize) {
-    let idle = k.next_thread;
-    k.next_thread += 1;
-    k.threads.insert(idle, Thread::new_idle(c, None));
+    let Ok(idle) = k.threads.insert(Box::new(Thread::new_idle(c, None))) else {
+        panic!("no room for the idle thread of CPU {c}");
+    };
     k.cpus.push(Cpu {
         current: idle,
         idle,
@@ -626,7 +628,7 @@ pub fn ap_start(cpu: usize, stack: KernelStack) -> ! {
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
     let idle = k.cpu(cpu).idle;
-    if let Some(t) = k.threads.get_mut(&idle) {
+    if let Some(t) = k.threads.get_mut(idle) {
         t.stack = Some(stack);
     }
     k.stacks_in_use.inc(apic::now_ns());
@@ -645,7 +647,7 @@ pub fn idle_loop() -> ! {
         }
         if !k.cpu(cpu).runq.is_empty() {
             let idle = k.cpu(cpu).idle;
-            if let Some(t) = k.threads.get_mut(&idle) {
+            if let Some(t) = k.threads.get_mut(idle) {
                 t.state = ThreadState::Idle;
             }
             thread::thread_block(k, Some(Continuation::new(Resume::Idle)));
@@ -677,21 +679,21 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
     let Some((t, prio)) = k.cpus.get_mut(from).and_then(|c| c.runq.pop()) else {
         return;
     };
-    if let Some(th) = k.threads.get_mut(&t) {
+    if let Some(th) = k.threads.get_mut(t) {
         th.cpu = cpu;
     }
     k.cpu_mut(cpu).runq.push(t, prio);
 }
 
-/// Leaves the kernel to user mode with `frame` on the current stack, releasing the lock
-/// (`thread_exception_return` / `thread_syscall_return`).
-pub fn leave_to_user(frame: &TrapFrame) -> ! {
-    let f = *frame;
+/// Leaves the kernel to user mode with the running thread's saved registers, releasing
+/// the lock (`thread_exception_return` / `thread_syscall_return`).
+pub fn leave_to_user() -> ! {
     unlock();
-    trap::resume_user(&f)
+    trap::resume_current()
 }
 
-/// Entry for every interrupt and exception.
+/// Entry for every interrupt and exception. `frame` is on the kernel stack, where the CPU
+/// and the stub pushed it.
 pub fn on_trap(frame: &mut TrapFrame) {
     if frame.vector == crate::arch::apic::IPI_TLB {
         crate::arch::tlb::service();
@@ -705,6 +707,12 @@ pub fn on_trap(frame: &mut TrapFrame) {
     lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
+    // From here on the thread object holds the user registers; the copy on the stack is
+    // dead (we leave through `leave_to_user`, never back through the stub).
+    let cur = k.current_thread();
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.frame = *frame;
+    }
     match frame.vector {
         TIMER_VECTOR => {
             apic::eoi();
@@ -720,16 +728,18 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         _ => {}
     }
-    finish_entry(k, frame, TIMER_VECTOR == frame.vector);
+    finish_entry(k, TIMER_VECTOR == frame.vector);
+    leave_to_user()
 }
 
 /// On the way back to user mode: honour a pending kill, then preempt if a thread of at
 /// least this priority is waiting (`timeslice` for a timer tick, round robin within the
-/// level) or of higher priority (any entry).
-pub fn finish_entry(k: &mut Kernel, frame: &mut TrapFrame, timeslice: bool) {
+/// level) or of higher priority (any entry). Returns with the lock held, on the thread
+/// that is to return to user mode (its registers are in its thread object).
+pub fn finish_entry(k: &mut Kernel, timeslice: bool) {
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
-    let (kill, prio) = match k.threads.get(&cur) {
+    let (kill, prio) = match k.threads.get(cur) {
         Some(t) => (t.kill_pending, t.priority),
         None => (false, 0),
     };
@@ -742,14 +752,10 @@ pub fn finish_entry(k: &mut Kernel, frame: &mut TrapFrame, timeslice: bool) {
         None => false,
     };
     if preempt {
-        if let Some(t) = k.threads.get_mut(&cur) {
-            t.frame = *frame;
-        }
         k.stats.blocks_preempt += 1;
         thread::thread_setrun(k, cur);
         thread::thread_block(k, Some(Continuation::new(Resume::UserReturn)));
     }
-    unlock();
 }
 
 /// Interrupts and exceptions taken in kernel mode: timer ticks and wake-ups while idle are

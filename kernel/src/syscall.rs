@@ -21,30 +21,37 @@ use baton_abi::{
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PAGE_SIZE;
 use kern::pmap::MapFlags;
+use kern::slab::Key;
 use kern::usercopy;
 
-/// Entry for the `syscall` instruction.
-pub fn on_syscall(frame: &mut TrapFrame) {
+/// Entry for the `syscall` instruction. The caller's user registers are already in its
+/// thread object (the entry pushed them there); the result goes into its saved `rax`.
+pub fn on_syscall() -> ! {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
     let cur = k.current_thread();
-    if k.threads.get(&cur).is_some_and(|t| t.kill_pending) {
+    let Some(th) = k.threads.get(cur) else {
+        panic!("system call from thread {cur:?}, which does not exist");
+    };
+    let (number, args) = th.frame.syscall_args();
+    if th.kill_pending {
         thread::thread_terminate_current(k);
     }
-    let (number, args) = frame.syscall_args();
     let Some(call) = Sys::from_raw(number) else {
         k.report(format_args!(
             "killed: bad system call {number} (no handler)"
         ));
-        crate::arch::trap::dump_frame(frame);
+        if let Some(th) = k.threads.get(cur) {
+            crate::arch::trap::dump_frame(&th.frame);
+        }
         if let Some(task) = k.current_task() {
             k.end_task(task, Ending::Killed);
         }
         thread::thread_terminate_current(k);
     };
-    match call {
-        Sys::Null => frame.rax = 0,
+    let result = match call {
+        Sys::Null => 0,
         Sys::Exit => {
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Exit(args[0] as i32));
@@ -53,17 +60,16 @@ pub fn on_syscall(frame: &mut TrapFrame) {
         }
         Sys::ThreadExit => thread::thread_terminate_current(k),
         Sys::Yield => {
-            frame.rax = 0;
-            save_frame(k, frame);
+            set_result(k, 0);
             k.stats.blocks_yield += 1;
             thread::thread_setrun(k, cur);
-            thread::thread_block(k, Some(Continuation::new(Resume::UserReturn)));
+            thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
         }
         Sys::Sleep => {
             let deadline = apic::now_ns().saturating_add(args[0]);
-            block_until(k, frame, Blocked::Sleep, Some(deadline));
+            block_until(k, Blocked::Sleep, Some(deadline));
             k.stats.blocks_sleep += 1;
-            thread::thread_block(k, Some(Continuation::new(Resume::Sleep)));
+            thread::thread_block_with(k, Continuation::new(Resume::Sleep));
         }
         Sys::Wait => match check_wait(k, args[0], args[1]) {
             Ok(key) => {
@@ -72,41 +78,39 @@ pub fn on_syscall(frame: &mut TrapFrame) {
                     ns => Some(apic::now_ns().saturating_add(ns)),
                 };
                 k.waits.enqueue(key, cur);
-                block_until(k, frame, Blocked::Wait { key }, deadline);
+                block_until(k, Blocked::Wait { key }, deadline);
                 k.stats.blocks_wait += 1;
-                thread::thread_block(k, Some(Continuation::new(Resume::Wait)));
+                thread::thread_block_with(k, Continuation::new(Resume::Wait));
             }
-            Err(e) => frame.rax = e.to_raw(),
+            Err(e) => e.to_raw(),
         },
-        Sys::DebugBlockProcessModel => {
-            frame.rax = process_model_block(args[0], args[1]);
-        }
-        other => {
-            frame.rax = match k.syscall(other, args) {
-                Ok(v) => v,
-                Err(e) => e.to_raw(),
-            };
-        }
-    }
-    // SAFETY: the lock is still held (a process-model block returns with it).
+        Sys::DebugBlockProcessModel => process_model_block(args[0], args[1]),
+        other => match k.syscall(other, args) {
+            Ok(v) => v,
+            Err(e) => e.to_raw(),
+        },
+    };
+    // SAFETY: the lock is still held (a process-model block returns with it, on this
+    // thread).
     let k = unsafe { kernel::kernel() };
-    kernel::finish_entry(k, frame, false);
+    set_result(k, result);
+    kernel::finish_entry(k, false);
+    kernel::leave_to_user()
 }
 
-/// Saves the caller's user registers into its thread (before it blocks).
-fn save_frame(k: &mut Kernel, frame: &TrapFrame) {
+/// Sets the running thread's system-call result (its saved `rax`).
+fn set_result(k: &mut Kernel, value: u64) {
     let cur = k.current_thread();
-    if let Some(t) = k.threads.get_mut(&cur) {
-        t.frame = *frame;
+    if let Some(t) = k.threads.get_mut(cur) {
+        t.frame.rax = value;
     }
 }
 
 /// Marks the current thread blocked on `why`, with an optional timeout.
-fn block_until(k: &mut Kernel, frame: &TrapFrame, why: Blocked, deadline: Option<u64>) {
-    save_frame(k, frame);
+fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
     let cur = k.current_thread();
     let timer = deadline.map(|d| k.timers.insert(d, cur));
-    if let Some(t) = k.threads.get_mut(&cur) {
+    if let Some(t) = k.threads.get_mut(cur) {
         t.state = ThreadState::Blocked(why);
         t.timer = timer;
     }
@@ -143,7 +147,7 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
         } else {
             let deadline = apic::now_ns().saturating_add(ns);
             let timer = k.timers.insert(deadline, cur);
-            if let Some(t) = k.threads.get_mut(&cur) {
+            if let Some(t) = k.threads.get_mut(cur) {
                 t.state = ThreadState::Blocked(Blocked::ProcessModel);
                 t.timer = Some(timer);
             }
@@ -271,11 +275,11 @@ impl Kernel {
         }
         let prio = self
             .threads
-            .get(&self.current_thread())
+            .get(self.current_thread())
             .map(|t| t.priority)
             .unwrap_or(baton_abi::PRIORITY_DEFAULT as u8);
         let frame = TrapFrame::new_user(entry, stack_top, arg);
-        self.create_thread(task, frame, prio)
+        self.create_thread(task, frame, prio).map(|t| t.0)
     }
 
     fn sys_wake(&mut self, task: TaskId, addr: u64, n: u64) -> Result<u64, Error> {
@@ -285,7 +289,7 @@ impl Kernel {
         let n = usize::try_from(n).unwrap_or(usize::MAX);
         let woken = self.waits.wake((task, addr), n);
         for &t in &woken {
-            if let Some(th) = self.threads.get_mut(&t) {
+            if let Some(th) = self.threads.get_mut(t) {
                 // Continuation recognition: the waiter only has to return from `wait`, so
                 // finish its call here and let it go straight back to user mode.
                 if th.cont.is_some_and(|c| c.finishes_syscall()) {
@@ -317,9 +321,9 @@ impl Kernel {
         let t = if thread == 0 {
             self.current_thread()
         } else {
-            thread
+            Key(thread)
         };
-        let th = self.threads.get_mut(&t).ok_or(Error::NotFound)?;
+        let th = self.threads.get_mut(t).ok_or(Error::NotFound)?;
         if th.task != Some(task) {
             return Err(Error::NotFound);
         }
@@ -415,13 +419,11 @@ impl Kernel {
             // No CPU may keep a translation: flush here, shoot down the CPUs running other
             // threads of the task, and make every CPU flush the task's PCID on next load.
             crate::arch::tlb::flush_local();
-            let targets: alloc::vec::Vec<usize> = self
-                .threads
-                .values()
-                .filter(|th| th.task == Some(task))
-                .filter_map(|th| match th.state {
-                    ThreadState::Running { cpu } => Some(cpu),
-                    _ => None,
+            let targets: alloc::vec::Vec<usize> = (0..self.cpus.len())
+                .filter(|&c| {
+                    self.threads
+                        .get(self.cpu(c).current)
+                        .is_some_and(|th| th.task == Some(task))
                 })
                 .collect();
             for c in self.cpus.iter_mut() {

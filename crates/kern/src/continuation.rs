@@ -50,6 +50,15 @@ impl Continuation {
     pub const fn finishes_syscall(&self) -> bool {
         matches!(self.point, Resume::Wait | Resume::Sleep)
     }
+
+    /// Whether resuming here just returns to user mode with the thread's saved registers
+    /// (so a thread resuming here needs no kernel stack frame at all).
+    pub const fn returns_to_user(&self) -> bool {
+        matches!(
+            self.point,
+            Resume::UserReturn | Resume::Wait | Resume::Sleep
+        )
+    }
 }
 
 #[cfg(test)]
@@ -62,6 +71,9 @@ mod tests {
         assert!(Continuation::new(Resume::Sleep).finishes_syscall());
         assert!(!Continuation::new(Resume::UserReturn).finishes_syscall());
         assert!(!Continuation::new(Resume::Idle).finishes_syscall());
+        assert!(Continuation::new(Resume::UserReturn).returns_to_user());
+        assert!(Continuation::new(Resume::Wait).returns_to_user());
+        assert!(!Continuation::new(Resume::Idle).returns_to_user());
         assert!(core::mem::size_of::<Continuation>() <= 32);
     }
 }

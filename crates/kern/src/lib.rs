@@ -28,6 +28,7 @@ pub mod initrd;
 pub mod loader;
 pub mod pmap;
 pub mod sched;
+pub mod slab;
 pub mod timer;
 pub mod usercopy;
 pub mod waitq;

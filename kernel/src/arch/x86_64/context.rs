@@ -10,12 +10,12 @@
 //! | `stack_handoff(new)` | [`stack_handoff`]: the running stack becomes the new thread's (address space and `rsp0` follow) |
 //! | `call_continuation(cont)` | [`call_continuation`]: resets `rsp` to the stack's base and calls the continuation |
 //! | `switch_context(cont, new)` | [`switch_context`]: saves callee-saved registers only when the old thread keeps its stack |
-//! | `thread_syscall_return` / `thread_exception_return` | [`super::trap::resume_user`]: writes the thread's saved user frame at the top of the current stack and leaves through `trap_exit` (`sysretq` for frames made by `syscall`, `iretq` otherwise) |
+//! | `thread_syscall_return` / `thread_exception_return` | [`super::trap::resume_current`]: points `rsp` at the running thread's saved user frame (in the thread object) and leaves through `trap_exit` (`sysretq` for frames made by `syscall`, `iretq` otherwise) |
 //!
 //! # Invariants
-//! - The top [`FRAME_SLOT`] bytes of every kernel stack are reserved for the user frame of
-//!   the next kernel entry; kernel code runs below them, so writing a frame there never
-//!   overwrites a live kernel frame.
+//! - The top [`FRAME_SLOT`] bytes of every kernel stack are reserved for the frame the CPU
+//!   and the stub push on an interrupt or exception from user mode; kernel code runs below
+//!   them.
 //! - A stack's saved `rsp` (in [`SavedContext`]) is meaningful only while its thread is
 //!   blocked in the process model.
 

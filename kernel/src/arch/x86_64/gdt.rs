@@ -38,9 +38,10 @@ const IST_STACK_SIZE: usize = 16 * 1024;
 /// Per-CPU data, reached through `gs` in kernel mode.
 ///
 /// # Invariants
-/// The offsets of `trap_stack_top` (0), `user_rsp` (8) and `cpu` (16) are used by assembly
-/// (the `syscall` entry, [`this_cpu`], [`trap_stack_top`], [`set_kernel_stack`]); do not
-/// reorder them. New fields go after `cpu`.
+/// The offsets of `trap_stack_top` (0), `user_rsp` (8), `cpu` (16) and `user_frame` (24)
+/// are used by assembly (the `syscall` entry, `trap_exit`, [`this_cpu`], [`trap_stack_top`],
+/// [`set_kernel_stack`], [`set_user_frame`]); do not reorder them. New fields go after
+/// `user_frame`.
 #[repr(C)]
 pub struct PerCpu {
     /// Top of this CPU's current trap stack (`gs:0`).
@@ -49,11 +50,15 @@ pub struct PerCpu {
     pub user_rsp: u64,
     /// This CPU's number, 0 for the boot CPU (`gs:16`).
     pub cpu: u64,
+    /// Address of the running thread's saved user registers (`gs:24`): `syscall` pushes
+    /// them straight there, and every return to user mode pops them from there.
+    pub user_frame: u64,
 }
 
 const _: () = assert!(core::mem::offset_of!(PerCpu, trap_stack_top) == 0);
 const _: () = assert!(core::mem::offset_of!(PerCpu, user_rsp) == 8);
 const _: () = assert!(core::mem::offset_of!(PerCpu, cpu) == 16);
+const _: () = assert!(core::mem::offset_of!(PerCpu, user_frame) == 24);
 
 /// Everything one CPU owns here. `gs` points at `percpu`, the first field, so the TSS is at
 /// a fixed distance from the `gs` base.
@@ -97,6 +102,7 @@ pub fn init(cpu: usize) {
             trap_stack_top: trap_top,
             user_rsp: 0,
             cpu: cpu as u64,
+            user_frame: 0,
         },
         tss,
         gdt: GlobalDescriptorTable::new(),
@@ -181,3 +187,22 @@ pub fn set_kernel_stack(top: u64) {
 /// Index of the IST stack used for double faults, NMIs and machine checks (1-based in the
 /// IDT, 0-based in the TSS).
 pub const IST_FATAL: u16 = 0;
+
+/// Makes `frame` the place of the running thread's user registers: the next `syscall`
+/// saves them there, and [`super::trap::resume_current`] returns to user mode from there.
+///
+/// `frame` must be the address of a `TrapFrame` that stays put while this CPU runs the
+/// thread (it lives in the boxed thread object, which is freed only when the thread is off
+/// every CPU).
+#[inline]
+pub fn set_user_frame(frame: u64) {
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24; only
+    // this CPU writes it, with interrupts off.
+    unsafe {
+        core::arch::asm!(
+            "mov qword ptr gs:[24], {frame}",
+            frame = in(reg) frame,
+            options(nostack, preserves_flags)
+        )
+    };
+}

@@ -1,13 +1,16 @@
 //! Every way into the kernel — exceptions, interrupts, `syscall` — and the one way back.
 //!
-//! All entries build the same [`TrapFrame`] at the top of the CPU's trap stack and call a
-//! Rust dispatcher with it; returning from the dispatcher runs `trap_exit`, which restores
-//! the frame with `sysretq` when the frame was made by `syscall` and `iretq` otherwise. A
-//! handler switches threads by saving the frame into the old thread and loading the new
-//! thread's saved frame in its place; [`resume_user`] enters a thread from anywhere by
-//! writing its frame at the top of the trap stack and jumping to `trap_exit`, discarding
-//! whatever the kernel had on its stack (the kernel never blocks in the middle of a call
-//! in this design, so nothing is lost).
+//! A thread's user registers live in its thread object (a [`TrapFrame`]), whose address
+//! the per-CPU area holds at `gs:24` while the thread runs. The `syscall` entry pushes the
+//! registers straight into that frame and then moves to the kernel stack; interrupts and
+//! exceptions arrive on the kernel stack (the CPU pushes there) and the dispatcher copies
+//! the frame into the thread. Every return to user mode — [`resume_current`], which is
+//! `thread_syscall_return` and `thread_exception_return` of the continuations paper —
+//! points `rsp` at the running thread's frame and runs `trap_exit`, which restores it with
+//! `sysretq` when the frame was made by `syscall` and `iretq` otherwise. So the kernel
+//! stack holds no user state at all: it is abandoned on every exit, which is what lets a
+//! thread that blocks with a continuation give its stack away, and a switch costs no copy
+//! of the frame.
 //!
 //! # Invariants
 //! - The field order of [`TrapFrame`] is the push order in the assembly below.
@@ -17,7 +20,7 @@
 //!   user mode `swapgs` back.
 
 use super::gdt::{self, USER_CS, USER_DS};
-use core::arch::{asm, global_asm};
+use core::arch::global_asm;
 use core::mem::size_of;
 use x86_64::structures::idt::InterruptDescriptorTable;
 use x86_64::{PrivilegeLevel, VirtAddr};
@@ -182,11 +185,15 @@ trap_exit:
     swapgs
     sysretq
 
+    // The `syscall` entry saves the user registers straight into the running thread's
+    // frame (`gs:24`, in the thread object), not on the kernel stack: the stack then holds
+    // nothing a continuation needs, and no copy is made on a switch.
     .global syscall_entry
 syscall_entry:
     swapgs
     movq %rsp, %gs:8
-    movq %gs:0, %rsp
+    movq %gs:24, %rsp
+    addq ${frame_size}, %rsp
     pushq ${user_ds}
     pushq %gs:8
     pushq %r11
@@ -209,19 +216,26 @@ syscall_entry:
     pushq %r13
     pushq %r14
     pushq %r15
-    movq %rsp, %rdi
+    movq %gs:0, %rsp
     callq syscall_dispatch
+    // Back to user mode from the running thread's frame (which may be another thread's
+    // than the one that entered, after a process-model switch back).
+    .global resume_current_frame
+resume_current_frame:
+    movq %gs:24, %rsp
     jmp trap_exit
     "#,
     syscall_vector = const SYSCALL_VECTOR,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
+    frame_size = const size_of::<TrapFrame>(),
     options(att_syntax)
 );
 
 extern "C" {
     static trap_stubs: u8;
     fn syscall_entry();
+    fn resume_current_frame() -> !;
 }
 
 /// Bytes between two vectors' stubs in `trap_stubs`.
@@ -289,18 +303,15 @@ pub fn init() {
     }
 }
 
-/// Enters user mode with `frame`, discarding everything on the kernel stack.
-pub fn resume_user(frame: &TrapFrame) -> ! {
-    let dst = gdt::trap_stack_top() - size_of::<TrapFrame>() as u64;
-    // SAFETY: `dst` is the frame slot at the top of this CPU's trap stack. No kernel code is
-    // live there: handlers run below their entry frame, and other callers run on the boot
-    // stack; `frame` lives in a thread object on the heap, not in that slot. `trap_exit`
-    // restores the frame, which describes user mode (CPL 3 selectors are set by every
-    // constructor of user frames), so the kernel state below is abandoned for good.
-    unsafe {
-        core::ptr::write(dst as *mut TrapFrame, *frame);
-        asm!("mov rsp, {0}", "jmp trap_exit", in(reg) dst, options(noreturn));
-    }
+/// Enters user mode with the running thread's saved frame (the one [`gdt::set_user_frame`]
+/// names), discarding everything on the kernel stack: `thread_syscall_return` and
+/// `thread_exception_return` of the paper. The caller has released the kernel lock.
+pub fn resume_current() -> ! {
+    // SAFETY: `gs:24` names the running thread's frame, which stays put while it runs here
+    // (see `set_user_frame`); no other CPU writes the frame of a running thread. Every
+    // constructor of user frames sets CPL 3 selectors, so `trap_exit` enters user mode, and
+    // the kernel state on this stack is abandoned for good.
+    unsafe { resume_current_frame() }
 }
 
 #[no_mangle]
@@ -309,8 +320,8 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 }
 
 #[no_mangle]
-extern "C" fn syscall_dispatch(frame: &mut TrapFrame) {
-    crate::syscall::on_syscall(frame);
+extern "C" fn syscall_dispatch() {
+    crate::syscall::on_syscall();
 }
 
 /// The name of an exception vector.

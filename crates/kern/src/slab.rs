@@ -1,0 +1,333 @@
+//! Generation-checked slabs: objects named by keys that can never reach a later object.
+//!
+//! A [`Slab`] stores objects in numbered slots. A [`Key`] names a slot *and* the generation
+//! of the object that was put there; when the object is removed the slot's generation is
+//! bumped, so the old key stops matching and a new object in the same slot gets a new key.
+//! Lookup is O(1): one bounds check, one generation compare — this is what the kernel's
+//! hot paths (every system call finds its thread) use instead of a search tree, and what
+//! capability names are built from (a stale name never reaches a new object).
+//!
+//! # Invariants
+//! - `slots[i]` is `Full` exactly when some key with index `i` and that slot's generation
+//!   is live; `Free` slots are chained through `next_free`, ending in [`NIL`].
+//! - A slot's generation only grows (wrapping after 2^32 reuses of that one slot, which a
+//!   caller that cares retires by never freeing it: see [`Slab::remove`]).
+//! - `len` counts the `Full` slots.
+
+use alloc::vec::Vec;
+
+/// A slab key: slot index in the low 32 bits, the object's generation in the high 32.
+/// Generation 0 is never handed out, so the all-zero key is never valid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key(pub u64);
+
+impl Key {
+    /// The key of slot `index` at `generation`.
+    pub const fn new(index: u32, generation: u32) -> Key {
+        Key(((generation as u64) << 32) | index as u64)
+    }
+
+    /// The slot index.
+    pub const fn index(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The generation.
+    pub const fn generation(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+}
+
+/// End of the free list.
+const NIL: u32 = u32::MAX;
+
+/// One slot.
+#[derive(Debug)]
+enum Slot<T> {
+    /// Holds an object of this generation.
+    Full { generation: u32, value: T },
+    /// Empty; the next object here gets `generation`; `next_free` chains the free list.
+    Free { generation: u32, next_free: u32 },
+}
+
+/// A slab of `T` with generation-checked [`Key`]s. See the module documentation.
+#[derive(Debug)]
+pub struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    free_head: u32,
+    len: usize,
+    /// At most this many slots (the index space of a key, or a caller's smaller limit).
+    limit: u32,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Slab<T> {
+    /// An empty slab.
+    pub const fn new() -> Slab<T> {
+        Slab::with_limit(NIL)
+    }
+
+    /// An empty slab that never holds more than `limit` objects (at most `u32::MAX - 1`).
+    pub const fn with_limit(limit: u32) -> Slab<T> {
+        Slab {
+            slots: Vec::new(),
+            free_head: NIL,
+            len: 0,
+            limit: if limit > NIL - 1 { NIL - 1 } else { limit },
+        }
+    }
+
+    /// Number of objects held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the slab is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Stores `value` and returns its key, or gives the value back when the slab is at its
+    /// limit.
+    pub fn insert(&mut self, value: T) -> Result<Key, T> {
+        self.insert_with(|_| value).map_err(|f| f(Key(0)))
+    }
+
+    /// Stores the value `make(key)` builds knowing its own key, and returns the key; when the
+    /// slab is full, gives `make` back without calling it.
+    pub fn insert_with<F: FnOnce(Key) -> T>(&mut self, make: F) -> Result<Key, F> {
+        if self.free_head != NIL {
+            let index = self.free_head;
+            let Some(slot) = self.slots.get_mut(index as usize) else {
+                return Err(make);
+            };
+            let Slot::Free {
+                generation,
+                next_free,
+            } = *slot
+            else {
+                return Err(make);
+            };
+            let key = Key::new(index, generation);
+            *slot = Slot::Full {
+                generation,
+                value: make(key),
+            };
+            self.free_head = next_free;
+            self.len += 1;
+            return Ok(key);
+        }
+        let index = self.slots.len();
+        if index >= self.limit as usize {
+            return Err(make);
+        }
+        let key = Key::new(index as u32, 1);
+        self.slots.push(Slot::Full {
+            generation: 1,
+            value: make(key),
+        });
+        self.len += 1;
+        Ok(key)
+    }
+
+    /// The object named by `key`, if it is still there.
+    #[inline]
+    pub fn get(&self, key: Key) -> Option<&T> {
+        match self.slots.get(key.index() as usize) {
+            Some(Slot::Full { generation, value }) if *generation == key.generation() => {
+                Some(value)
+            }
+            _ => None,
+        }
+    }
+
+    /// The object named by `key`, mutably, if it is still there.
+    #[inline]
+    pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
+        match self.slots.get_mut(key.index() as usize) {
+            Some(Slot::Full { generation, value }) if *generation == key.generation() => {
+                Some(value)
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `key` names an object held.
+    pub fn contains(&self, key: Key) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// Removes and returns the object named by `key`. The slot's generation moves on, so
+    /// `key` never matches again; a slot whose generation would wrap is retired (never
+    /// reused) instead, so no key can ever come back to life.
+    pub fn remove(&mut self, key: Key) -> Option<T> {
+        let index = key.index();
+        let slot = self.slots.get_mut(index as usize)?;
+        match slot {
+            Slot::Full { generation, .. } if *generation == key.generation() => {}
+            _ => return None,
+        }
+        let next_generation = key.generation().checked_add(1);
+        let old = core::mem::replace(
+            slot,
+            Slot::Free {
+                generation: next_generation.unwrap_or(0),
+                next_free: NIL,
+            },
+        );
+        if let Some(generation) = next_generation {
+            *slot = Slot::Free {
+                generation,
+                next_free: self.free_head,
+            };
+            self.free_head = index;
+        }
+        self.len -= 1;
+        match old {
+            Slot::Full { value, .. } => Some(value),
+            Slot::Free { .. } => None,
+        }
+    }
+
+    /// Every object with its key, in slot order.
+    pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| match s {
+            Slot::Full { generation, value } => Some((Key::new(i as u32, *generation), value)),
+            Slot::Free { .. } => None,
+        })
+    }
+
+    /// Every object with its key, mutably, in slot order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (Key, &mut T)> {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Slot::Full { generation, value } => Some((Key::new(i as u32, *generation), value)),
+                Slot::Free { .. } => None,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::vec;
+
+    #[test]
+    fn insert_get_remove() {
+        let mut s = Slab::new();
+        let a = s.insert("a").unwrap();
+        let b = s.insert("b").unwrap();
+        assert_ne!(a, b);
+        assert_eq!(s.get(a), Some(&"a"));
+        assert_eq!(s.get(b), Some(&"b"));
+        assert_eq!(s.len(), 2);
+        assert_eq!(s.remove(a), Some("a"));
+        assert_eq!(s.get(a), None);
+        assert_eq!(s.remove(a), None, "a key works once");
+        assert_eq!(s.len(), 1);
+        *s.get_mut(b).unwrap() = "B";
+        assert_eq!(s.get(b), Some(&"B"));
+    }
+
+    #[test]
+    fn stale_keys_never_reach_new_objects() {
+        let mut s = Slab::new();
+        let old = s.insert(1).unwrap();
+        s.remove(old);
+        let new = s.insert(2).unwrap();
+        assert_eq!(new.index(), old.index(), "the slot is reused");
+        assert_ne!(new, old);
+        assert_eq!(s.get(old), None);
+        assert_eq!(s.get_mut(old), None);
+        assert_eq!(s.remove(old), None);
+        assert_eq!(s.get(new), Some(&2));
+    }
+
+    #[test]
+    fn zero_and_forged_keys_are_rejected() {
+        let mut s = Slab::new();
+        let k = s.insert(7).unwrap();
+        assert_eq!(s.get(Key(0)), None);
+        assert_eq!(s.get(Key::new(k.index(), k.generation() + 1)), None);
+        assert_eq!(s.get(Key::new(1000, 1)), None);
+        assert_eq!(s.get(Key(u64::MAX)), None);
+        assert!(s.contains(k));
+    }
+
+    #[test]
+    fn limit_is_enforced() {
+        let mut s = Slab::with_limit(2);
+        let a = s.insert(1).unwrap();
+        s.insert(2).unwrap();
+        assert_eq!(s.insert(3), Err(3));
+        s.remove(a);
+        assert!(s.insert(4).is_ok());
+    }
+
+    #[test]
+    fn insert_with_knows_its_key() {
+        let mut s = Slab::new();
+        let k = s.insert_with(|k| k.0).ok().unwrap();
+        assert_eq!(s.get(k), Some(&k.0));
+    }
+
+    #[test]
+    fn wrapped_generation_retires_the_slot() {
+        let mut s: Slab<u8> = Slab::new();
+        let k = s.insert(1).unwrap();
+        // Force the slot to the last generation.
+        s.slots[0] = Slot::Full {
+            generation: u32::MAX,
+            value: 1,
+        };
+        let last = Key::new(k.index(), u32::MAX);
+        assert_eq!(s.remove(last), Some(1));
+        let next = s.insert(2).unwrap();
+        assert_ne!(
+            next.index(),
+            0,
+            "a slot at the last generation is never reused"
+        );
+        assert_eq!(s.get(last), None);
+    }
+
+    #[test]
+    fn matches_a_map_under_random_operations() {
+        // A small deterministic xorshift drives inserts and removes; the slab must agree
+        // with a BTreeMap model at every step.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut s = Slab::new();
+        let mut model: BTreeMap<Key, u64> = BTreeMap::new();
+        let mut dead = vec![];
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if !x.is_multiple_of(3) || model.is_empty() {
+                let k = s.insert(step).unwrap();
+                assert!(model.insert(k, step).is_none(), "keys are unique");
+            } else {
+                let victim = *model.keys().nth((x as usize / 3) % model.len()).unwrap();
+                assert_eq!(s.remove(victim), model.remove(&victim));
+                dead.push(victim);
+            }
+            assert_eq!(s.len(), model.len());
+        }
+        for (k, v) in &model {
+            assert_eq!(s.get(*k), Some(v));
+        }
+        for k in dead {
+            assert_eq!(s.get(k), None);
+        }
+        let listed: BTreeMap<Key, u64> = s.iter().map(|(k, v)| (k, *v)).collect();
+        assert_eq!(listed, model);
+    }
+}
