@@ -171,7 +171,8 @@ impl Kernel {
         }
     }
 
-    fn cpu_mut(&mut self, cpu: usize) -> &mut Cpu {
+    /// Per-CPU state of `cpu`, mutably.
+    pub fn cpu_mut(&mut self, cpu: usize) -> &mut Cpu {
         match self.cpus.get_mut(cpu) {
             Some(c) => c,
             None => panic!("CPU {cpu} is not online"),
@@ -204,53 +205,16 @@ impl Kernel {
         self.stacks_in_use.dec(now);
     }
 
-    /// Base of the stack the current thread of `cpu` runs on.
-    pub fn current_stack_start(&self, cpu: usize) -> u64 {
-        let cur = self.cpu(cpu).current;
-        match self.threads.get(cur).and_then(|t| t.stack.as_ref()) {
-            Some(s) => s.start(),
-            None => panic!("current thread {cur:?} has no stack"),
-        }
-    }
-
-    /// Makes `t` (which holds a stack) the running thread of `cpu`: loads its address space,
-    /// points user entries at its stack and its saved user registers.
+    /// Makes `t` (which holds a stack) the running thread of `cpu` ([`switch_in`]).
     pub fn make_current(&mut self, cpu: usize, t: ThreadId) {
         let kernel_root = self.kernel_root;
         let Some(th) = self.threads.get_mut(t) else {
             panic!("make_current: no thread {t:?}");
         };
-        th.state = ThreadState::Running { cpu };
-        th.cpu = cpu;
-        let top = th.stack.as_ref().map(|s| s.top);
-        let frame = core::ptr::addr_of!(th.frame) as u64;
-        let (task, space) = (th.task, th.space);
         let Some(c) = self.cpus.get_mut(cpu) else {
             panic!("CPU {cpu} is not online");
         };
-        c.current = t;
-        let root = space.map_or(kernel_root, |(root, _)| root);
-        if root != c.loaded_root {
-            match (task, space) {
-                (Some(id), Some((root, pcid))) => {
-                    let slot = usize::from(pcid);
-                    let keep = c.pcid_owner.get(slot) == Some(&id);
-                    // SAFETY: the root belongs to a live task (the thread is alive, so its
-                    // task is) whose kernel half is the kernel's.
-                    unsafe { cpu::switch_space(root.0, pcid, keep) };
-                    if let Some(owner) = c.pcid_owner.get_mut(slot) {
-                        *owner = id;
-                    }
-                }
-                // SAFETY: the kernel root maps the kernel.
-                _ => unsafe { cpu::switch_space(kernel_root.0, 0, true) },
-            }
-            c.loaded_root = root;
-        }
-        if let Some(top) = top {
-            gdt::set_kernel_stack(top);
-        }
-        gdt::set_user_frame(frame);
+        switch_in(c, kernel_root, cpu, t, th);
     }
 
     /// Frees a halted thread that is off its CPU, and its task when it was the last thread.
@@ -506,6 +470,38 @@ impl Kernel {
     }
 }
 
+/// Makes thread `t` (`th`, which holds a stack) the running thread of CPU `cpu` (`c`):
+/// loads its address space unless it is loaded, points user entries at its kernel stack
+/// and its saved user registers.
+#[inline(always)]
+pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th: &mut Thread) {
+    th.state = ThreadState::Running { cpu };
+    th.cpu = cpu;
+    c.current = t;
+    let root = th.space.map_or(kernel_root, |(root, _)| root);
+    if root != c.loaded_root {
+        match (th.task, th.space) {
+            (Some(id), Some((root, pcid))) => {
+                let slot = usize::from(pcid);
+                let keep = c.pcid_owner.get(slot) == Some(&id);
+                // SAFETY: the root belongs to a live task (the thread is alive, so its task
+                // is) whose kernel half is the kernel's.
+                unsafe { cpu::switch_space(root.0, pcid, keep) };
+                if let Some(owner) = c.pcid_owner.get_mut(slot) {
+                    *owner = id;
+                }
+            }
+            // SAFETY: the kernel root maps the kernel.
+            _ => unsafe { cpu::switch_space(kernel_root.0, 0, true) },
+        }
+        c.loaded_root = root;
+    }
+    if let Some(stack) = &th.stack {
+        gdt::set_kernel_stack(stack.top);
+    }
+    gdt::set_user_frame(core::ptr::addr_of!(th.frame) as u64);
+}
+
 /// Makes sure `cpu` notices new work of priority `prio`: an IPI if it is another CPU that
 /// is halted or runs something less urgent.
 pub fn poke_cpu(k: &mut Kernel, cpu: usize, prio: u8) {
@@ -728,34 +724,37 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         _ => {}
     }
-    finish_entry(k, TIMER_VECTOR == frame.vector);
-    leave_to_user()
+    finish_entry(k, TIMER_VECTOR == frame.vector, None)
 }
 
-/// On the way back to user mode: honour a pending kill, then preempt if a thread of at
-/// least this priority is waiting (`timeslice` for a timer tick, round robin within the
-/// level) or of higher priority (any entry). Returns with the lock held, on the thread
-/// that is to return to user mode (its registers are in its thread object).
-pub fn finish_entry(k: &mut Kernel, timeslice: bool) {
+/// On the way back to user mode: store the system call's `result` (if any) in the saved
+/// `rax`, honour a pending kill, then preempt if a thread of higher priority is waiting (or
+/// of the same priority, with `timeslice` for a timer tick: round robin within the level),
+/// and leave to user mode, releasing the lock.
+#[inline]
+pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
-    let (kill, prio) = match k.threads.get(cur) {
-        Some(t) => (t.kill_pending, t.priority),
-        None => (false, 0),
+    let Some(th) = k.threads.get_mut(cur) else {
+        panic!("finish_entry: running thread {cur:?} vanished");
     };
+    if let Some(value) = result {
+        th.frame.rax = value;
+    }
+    let (kill, prio) = (th.kill_pending, th.priority);
     if kill {
         thread::thread_terminate_current(k);
     }
-    let waiting = k.cpu(cpu).runq.peek_priority();
-    let preempt = match waiting {
+    let preempt = match k.cpu(cpu).runq.peek_priority() {
         Some(p) => p > prio || (timeslice && p == prio),
         None => false,
     };
     if preempt {
         k.stats.blocks_preempt += 1;
         thread::thread_setrun(k, cur);
-        thread::thread_block(k, Some(Continuation::new(Resume::UserReturn)));
+        thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
     }
+    leave_to_user()
 }
 
 /// Interrupts and exceptions taken in kernel mode: timer ticks and wake-ups while idle are

@@ -24,9 +24,10 @@ use kern::pmap::MapFlags;
 use kern::slab::Key;
 use kern::usercopy;
 
-/// Entry for the `syscall` instruction. The caller's user registers are already in its
-/// thread object (the entry pushed them there); the result goes into its saved `rax`.
-pub fn on_syscall() -> ! {
+/// Entry for the `syscall` instruction, with the call `number` (the user's `rax`). The
+/// caller's user registers are already in its thread object (the entry pushed them there);
+/// the result goes into its saved `rax`.
+pub fn on_syscall(number: u64) -> ! {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
@@ -34,10 +35,15 @@ pub fn on_syscall() -> ! {
     let Some(th) = k.threads.get(cur) else {
         panic!("system call from thread {cur:?}, which does not exist");
     };
-    let (number, args) = th.frame.syscall_args();
     if th.kill_pending {
         thread::thread_terminate_current(k);
     }
+    let args = match Sys::from_raw(number) {
+        // The two calls that need no arguments take the short way.
+        Some(Sys::Yield) => thread::thread_yield(k, cur),
+        Some(Sys::Null) => kernel::finish_entry(k, false, Some(0)),
+        _ => th.frame.syscall_args().1,
+    };
     let Some(call) = Sys::from_raw(number) else {
         k.report(format_args!(
             "killed: bad system call {number} (no handler)"
@@ -51,7 +57,7 @@ pub fn on_syscall() -> ! {
         thread::thread_terminate_current(k);
     };
     let result = match call {
-        Sys::Null => 0,
+        Sys::Null | Sys::Yield => 0,
         Sys::Exit => {
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Exit(args[0] as i32));
@@ -59,12 +65,6 @@ pub fn on_syscall() -> ! {
             thread::thread_terminate_current(k);
         }
         Sys::ThreadExit => thread::thread_terminate_current(k),
-        Sys::Yield => {
-            set_result(k, 0);
-            k.stats.blocks_yield += 1;
-            thread::thread_setrun(k, cur);
-            thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
-        }
         Sys::Sleep => {
             let deadline = apic::now_ns().saturating_add(args[0]);
             block_until(k, Blocked::Sleep, Some(deadline));
@@ -93,17 +93,7 @@ pub fn on_syscall() -> ! {
     // SAFETY: the lock is still held (a process-model block returns with it, on this
     // thread).
     let k = unsafe { kernel::kernel() };
-    set_result(k, result);
-    kernel::finish_entry(k, false);
-    kernel::leave_to_user()
-}
-
-/// Sets the running thread's system-call result (its saved `rax`).
-fn set_result(k: &mut Kernel, value: u64) {
-    let cur = k.current_thread();
-    if let Some(t) = k.threads.get_mut(cur) {
-        t.frame.rax = value;
-    }
+    kernel::finish_entry(k, false, Some(result))
 }
 
 /// Marks the current thread blocked on `why`, with an optional timeout.

@@ -134,15 +134,18 @@ impl Thread {
 
 /// Picks the thread to run next on `cpu`: the highest-priority ready thread, or the idle
 /// thread.
+#[inline]
 pub fn thread_select(k: &mut Kernel, cpu: usize) -> ThreadId {
-    match k.cpus.get_mut(cpu).and_then(|c| c.runq.pop()) {
+    let c = k.cpu_mut(cpu);
+    match c.runq.pop() {
         Some((t, _)) => t,
-        None => k.cpu(cpu).idle,
+        None => c.idle,
     }
 }
 
 /// Makes `t` ready on its CPU's run queue (Mach's `thread_setrun`), waking that CPU if it is
 /// idle elsewhere.
+#[inline]
 pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
     let Some(th) = k.threads.get_mut(t) else {
         return;
@@ -152,7 +155,106 @@ pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
     if let Some(c) = k.cpus.get_mut(cpu) {
         c.runq.push(t, prio);
     }
-    kernel::poke_cpu(k, cpu, prio);
+    if cpu != gdt::this_cpu() {
+        kernel::poke_cpu(k, cpu, prio);
+    }
+}
+
+/// `yield` by the running thread `cur`: when a thread of at least its priority is ready
+/// here, `cur` goes to the back of its level and that thread runs; otherwise `cur` returns
+/// to user mode at once, in place (a yield to itself touches no queue and no stack).
+#[inline(always)]
+pub fn thread_yield(k: &mut Kernel, cur: ThreadId) -> ! {
+    let cpu = gdt::this_cpu();
+    let Some(o) = k.threads.get_mut(cur) else {
+        panic!("thread_yield: running thread {cur:?} vanished");
+    };
+    o.frame.rax = 0;
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        panic!("CPU {cpu} is not online");
+    };
+    let Some((next, _)) = c.runq.exchange(cur, o.priority) else {
+        kernel::leave_to_user()
+    };
+    o.state = ThreadState::Ready;
+    k.stats.blocks_yield += 1;
+    let stack = stack_detach(o, Continuation::new(Resume::UserReturn));
+    run_handoff(k, cpu, cur, stack, next)
+}
+
+/// Runs `new` in place of the running thread `old` of `cpu`, which blocks with
+/// continuation `cont` (Figure 4's `thread_handoff`): the caller chose `new` and took it off
+/// any queue, and has set `old`'s state. When `new` has no stack (it blocked with a
+/// continuation) the running stack is handed to it; otherwise this is [`thread_block`]'s
+/// switch. Never returns.
+#[inline(always)]
+pub fn thread_handoff(
+    k: &mut Kernel,
+    cpu: usize,
+    old: ThreadId,
+    cont: Continuation,
+    new: ThreadId,
+) -> ! {
+    let Some(o) = k.threads.get_mut(old) else {
+        panic!("thread_handoff: running thread {old:?} vanished");
+    };
+    let stack = stack_detach(o, cont);
+    run_handoff(k, cpu, old, stack, new)
+}
+
+/// The old half of a handoff (`stack_detach`): the running thread `o` blocks with `cont`
+/// and gives up its stack, which is returned.
+#[inline(always)]
+fn stack_detach(o: &mut Thread, cont: Continuation) -> KernelStack {
+    o.cont = Some(cont);
+    match o.stack.take() {
+        Some(stack) => stack,
+        None => panic!("stack_detach: the running thread has no stack"),
+    }
+}
+
+/// The new half of a handoff: `stack`, the running stack that `old` just gave up, goes to
+/// `new` (`stack_handoff`) and `new` resumes in its continuation; or, when `new` has a
+/// stack of its own (it blocked in the process model), `old`'s stack is discarded and we
+/// switch to `new`'s. Reclaims `old` if it has halted. Never returns.
+#[inline(always)]
+fn run_handoff(k: &mut Kernel, cpu: usize, old: ThreadId, stack: KernelStack, new: ThreadId) -> ! {
+    let kernel_root = k.kernel_root;
+    let Some(n) = k.threads.get_mut(new) else {
+        panic!("thread_handoff: thread {new:?} vanished");
+    };
+    if n.stack.is_some() {
+        if let Some(o) = k.threads.get_mut(old) {
+            o.stack = Some(stack);
+        }
+        switch_to(k, cpu, old, new, false);
+        unreachable!("switch_context without a save returned");
+    }
+    let start = stack.start();
+    n.stack = Some(stack);
+    // A continuation that returns to user mode is finished here (the registers are in the
+    // thread object); any other is left in the thread for `continue_entry`.
+    let to_user = n.cont.as_ref().is_none_or(Continuation::returns_to_user);
+    if to_user {
+        n.cont = None;
+    }
+    k.stats.stack_handoffs += 1;
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        panic!("CPU {cpu} is not online");
+    };
+    kernel::switch_in(c, kernel_root, cpu, new, n);
+    if k.threads
+        .get(old)
+        .is_some_and(|o| o.state == ThreadState::Halted)
+    {
+        k.reap_thread(old);
+    }
+    if to_user {
+        kernel::leave_to_user()
+    }
+    // SAFETY: `start` is the base of the stack we are running on, now the new thread's;
+    // nothing on it is used again.
+    unsafe { context::call_continuation(start, continue_entry, new.0) }
 }
 
 /// Blocks the current thread of this CPU and runs another.
@@ -162,8 +264,7 @@ pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
 /// it blocks in the process model and the call returns when it is switched back to.
 ///
 /// The caller has already set the old thread's state (`Ready` and queued for a yield or a
-/// preemption, `Blocked(..)`, `Halted`) and saved its user registers in `frame` if they are
-/// needed later.
+/// preemption, `Blocked(..)`, `Halted`); its user registers are in its thread object.
 pub fn thread_block(k: &mut Kernel, cont: Option<Continuation>) {
     let cpu = gdt::this_cpu();
     let old = k.cpu(cpu).current;
@@ -171,11 +272,14 @@ pub fn thread_block(k: &mut Kernel, cont: Option<Continuation>) {
 
     if new == old {
         // Nothing else to run: the old thread goes on.
-        if let Some(th) = k.threads.get_mut(old) {
-            th.state = ThreadState::Running { cpu };
-        }
+        let Some(th) = k.threads.get_mut(old) else {
+            panic!("thread_block: running thread {old:?} vanished");
+        };
+        th.state = ThreadState::Running { cpu };
         if let Some(c) = cont {
-            let start = k.current_stack_start(cpu);
+            let Some(start) = th.stack.as_ref().map(KernelStack::start) else {
+                panic!("thread_block: running thread {old:?} has no stack");
+            };
             // SAFETY: we run on the current thread's own stack and abandon everything on it;
             // the continuation only uses the thread object.
             unsafe { continue_on_stack(k, start, old, c) };
@@ -183,54 +287,31 @@ pub fn thread_block(k: &mut Kernel, cont: Option<Continuation>) {
         return;
     }
 
-    let new_has_stack = k.threads.get(new).is_some_and(|t| t.stack.is_some());
-    match (cont, new_has_stack) {
-        (Some(c), false) => {
-            // Stack handoff: the running stack becomes the new thread's.
-            let Some(stack) = k.threads.get_mut(old).and_then(|t| t.stack.take()) else {
-                panic!("thread_block: running thread {old:?} has no stack");
-            };
-            let start = stack.start();
-            if let Some(th) = k.threads.get_mut(old) {
-                th.cont = Some(c);
-            }
-            let new_cont = k.threads.get_mut(new).and_then(|t| {
-                t.stack = Some(stack);
-                t.cont.take()
-            });
-            k.stats.stack_handoffs += 1;
-            k.make_current(cpu, new);
-            thread_dispatch(k, old);
-            let resume = new_cont.unwrap_or(Continuation::new(Resume::UserReturn));
-            // SAFETY: `start` is the base of the stack we are running on, now the new
-            // thread's; nothing on it is used again.
-            unsafe { continue_on_stack(k, start, new, resume) }
-        }
-        (cont, true) => {
-            // The new thread resumes on its own stack (it blocked in the process model).
-            if let Some(th) = k.threads.get_mut(old) {
-                th.cont = cont;
-            }
-            switch_to(k, cpu, old, new, cont.is_none());
-        }
-        (None, false) => {
-            // The old thread keeps its stack; the new one needs a stack to run its
-            // continuation on.
-            let Some(stack) = k.stack_alloc() else {
-                panic!("out of kernel stacks");
-            };
-            let saved = context::stack_attach(&stack);
-            if let Some(th) = k.threads.get_mut(new) {
-                th.stack = Some(stack);
-                th.saved = saved;
-            }
-            switch_to(k, cpu, old, new, true);
+    if let Some(c) = cont {
+        thread_handoff(k, cpu, old, c, new);
+    }
+    // The process model: the old thread keeps its stack and registers.
+    let Some((o, n)) = k.threads.get2_mut(old, new) else {
+        panic!("thread_block: thread {old:?} or {new:?} vanished");
+    };
+    o.cont = None;
+    if n.stack.is_none() {
+        // The new thread needs a stack to run its continuation on.
+        let Some(stack) = k.stack_alloc() else {
+            panic!("out of kernel stacks");
+        };
+        let saved = context::stack_attach(&stack);
+        if let Some(th) = k.threads.get_mut(new) {
+            th.stack = Some(stack);
+            th.saved = saved;
         }
     }
+    switch_to(k, cpu, old, new, true);
 }
 
 /// Blocks the current thread with continuation `cont` ([`thread_block`] with a
 /// continuation): never returns.
+#[inline(always)]
 pub fn thread_block_with(k: &mut Kernel, cont: Continuation) -> ! {
     thread_block(k, Some(cont));
     unreachable!("a thread that blocked with a continuation returned")
@@ -308,6 +389,7 @@ extern "C" fn baton_thread_continue(prev: u64) -> ! {
 ///
 /// # Safety
 /// We must be running on the stack whose start is `start`, and abandon it.
+#[inline(always)]
 unsafe fn continue_on_stack(k: &mut Kernel, start: u64, t: ThreadId, cont: Continuation) -> ! {
     if cont.returns_to_user() {
         kernel::leave_to_user()

@@ -27,6 +27,7 @@ pub mod gauge;
 pub mod initrd;
 pub mod loader;
 pub mod pmap;
+pub mod ring;
 pub mod sched;
 pub mod slab;
 pub mod timer;

@@ -9,7 +9,7 @@
 //!
 //! Every operation the scheduler performs per switch ([`RunQueue::push`],
 //! [`RunQueue::push_front`], [`RunQueue::pop`], [`RunQueue::peek_priority`],
-//! [`RunQueue::len`]) is O(1) (amortised, for the `VecDeque` growth), independent of the
+//! [`RunQueue::len`]) is O(1) (amortised, for the ring growth), independent of the
 //! number of threads. Only [`RunQueue::remove`], used for cancellation (exit, kill), costs
 //! O(length of one level).
 //!
@@ -24,7 +24,7 @@
 //! - Priorities above 63 are clamped to 63 on the way in, so every level index is in
 //!   bounds by construction.
 
-use alloc::collections::VecDeque;
+use crate::ring::Ring;
 
 /// Number of priority levels: priorities `0..=63`, one bit each in a `u64` bitmap.
 pub const LEVELS: usize = 64;
@@ -47,23 +47,23 @@ pub struct RunQueue<T> {
     /// Bit `i` set: `levels[i]` is non-empty.
     bitmap: u64,
     /// One FIFO per priority level, index = priority.
-    levels: [VecDeque<T>; LEVELS],
+    levels: [Ring<T>; LEVELS],
     /// Total number of queued threads.
     len: usize,
 }
 
-impl<T: Copy + PartialEq> Default for RunQueue<T> {
+impl<T: Copy + Default + PartialEq> Default for RunQueue<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T: Copy + PartialEq> RunQueue<T> {
+impl<T: Copy + Default + PartialEq> RunQueue<T> {
     /// An empty queue.
     pub const fn new() -> Self {
         RunQueue {
             bitmap: 0,
-            levels: [const { VecDeque::new() }; LEVELS],
+            levels: [const { Ring::new() }; LEVELS],
             len: 0,
         }
     }
@@ -71,6 +71,7 @@ impl<T: Copy + PartialEq> RunQueue<T> {
     /// Makes `t` ready at priority `prio`, at the back of its level (round robin). A `prio`
     /// above 63 is clamped to 63. The caller guarantees `t` is not already queued (see the
     /// module invariants).
+    #[inline]
     pub fn push(&mut self, t: T, prio: u8) {
         let l = level(prio);
         self.levels[l].push_back(t);
@@ -90,6 +91,7 @@ impl<T: Copy + PartialEq> RunQueue<T> {
 
     /// Takes the next thread to run, the front of the highest non-empty level, with its
     /// (clamped) priority.
+    #[inline]
     pub fn pop(&mut self) -> Option<(T, u8)> {
         let prio = self.peek_priority()?;
         let l = usize::from(prio);
@@ -103,8 +105,35 @@ impl<T: Copy + PartialEq> RunQueue<T> {
         Some((t, prio))
     }
 
+    /// A yield by `t`, running at priority `prio`: when a thread of at least that priority
+    /// is ready, takes it (as [`RunQueue::pop`]) and queues `t` at the back of its level in
+    /// one step, returning the taken thread and its priority; otherwise changes nothing and
+    /// returns `None` (the yielding thread goes on).
+    #[inline]
+    pub fn exchange(&mut self, t: T, prio: u8) -> Option<(T, u8)> {
+        let top = self.peek_priority()?;
+        let l = level(prio);
+        if usize::from(top) < l {
+            return None;
+        }
+        let q = &mut self.levels[usize::from(top)];
+        let next = q.pop_front()?;
+        if usize::from(top) == l {
+            // Same level: a rotation, the bitmap and the length stay as they are.
+            q.push_back(t);
+        } else {
+            if q.is_empty() {
+                self.bitmap &= !(1 << top);
+            }
+            self.levels[l].push_back(t);
+            self.bitmap |= 1 << l;
+        }
+        Some((next, top))
+    }
+
     /// The highest priority at which a thread is ready, if any: what a newly woken thread
     /// must beat to preempt.
+    #[inline]
     pub fn peek_priority(&self) -> Option<u8> {
         if self.bitmap == 0 {
             return None;
@@ -118,7 +147,7 @@ impl<T: Copy + PartialEq> RunQueue<T> {
     pub fn remove(&mut self, t: T, prio: u8) -> bool {
         let l = level(prio);
         let q = &mut self.levels[l];
-        let Some(i) = q.iter().position(|&x| x == t) else {
+        let Some(i) = q.position(t) else {
             return false;
         };
         let removed = q.remove(i).is_some();
@@ -148,7 +177,7 @@ mod tests {
     use std::vec::Vec;
 
     /// Checks the module invariants from the outside-invisible state.
-    fn check<T: Copy + PartialEq>(q: &RunQueue<T>) {
+    fn check<T: Copy + Default + PartialEq>(q: &RunQueue<T>) {
         let mut total = 0;
         for (i, l) in q.levels.iter().enumerate() {
             assert_eq!(q.bitmap & (1 << i) != 0, !l.is_empty(), "bitmap bit {i}");
@@ -156,6 +185,32 @@ mod tests {
         }
         assert_eq!(q.len(), total);
         assert_eq!(q.is_empty(), total == 0);
+    }
+
+    #[test]
+    fn exchange_is_pop_then_push() {
+        // Same level: rotation.
+        let mut q = RunQueue::new();
+        q.push(1u32, 10);
+        q.push(2, 10);
+        assert_eq!(q.exchange(9, 10), Some((1, 10)));
+        assert_eq!(q.len(), 2);
+        assert_eq!(q.pop(), Some((2, 10)));
+        assert_eq!(q.pop(), Some((9, 10)));
+        assert!(q.is_empty());
+        // Higher level ready: taken, the yielder queued at its own level.
+        q.push(5, 20);
+        assert_eq!(q.exchange(9, 10), Some((5, 20)));
+        assert_eq!(q.peek_priority(), Some(10));
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(), Some((9, 10)));
+        // Only lower levels ready, or none: nothing changes.
+        q.push(3, 5);
+        assert_eq!(q.exchange(9, 10), None);
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.pop(), Some((3, 5)));
+        assert_eq!(q.exchange(9, 10), None);
+        assert!(q.is_empty());
     }
 
     #[test]

@@ -18,7 +18,7 @@ use alloc::vec::Vec;
 
 /// A slab key: slot index in the low 32 bits, the object's generation in the high 32.
 /// Generation 0 is never handed out, so the all-zero key is never valid.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Key(pub u64);
 
 impl Key {
@@ -157,6 +157,33 @@ impl<T> Slab<T> {
         }
     }
 
+    /// The two distinct objects named by `a` and `b`, mutably, if both are there (`None`
+    /// also when `a == b`).
+    #[inline]
+    pub fn get2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        let (i, j) = (a.index() as usize, b.index() as usize);
+        if i == j || i.max(j) >= self.slots.len() {
+            return None;
+        }
+        let (lo, hi, swapped) = if i < j { (i, j, false) } else { (j, i, true) };
+        let (left, right) = self.slots.split_at_mut(hi);
+        let (x, y) = (left.get_mut(lo)?, right.first_mut()?);
+        let (sa, sb) = if swapped { (y, x) } else { (x, y) };
+        match (sa, sb) {
+            (
+                Slot::Full {
+                    generation: ga,
+                    value: va,
+                },
+                Slot::Full {
+                    generation: gb,
+                    value: vb,
+                },
+            ) if *ga == a.generation() && *gb == b.generation() => Some((va, vb)),
+            _ => None,
+        }
+    }
+
     /// Whether `key` names an object held.
     pub fn contains(&self, key: Key) -> bool {
         self.get(key).is_some()
@@ -260,6 +287,28 @@ mod tests {
         assert_eq!(s.get(Key::new(1000, 1)), None);
         assert_eq!(s.get(Key(u64::MAX)), None);
         assert!(s.contains(k));
+    }
+
+    #[test]
+    fn get2_mut_gives_both_or_nothing() {
+        let mut s = Slab::new();
+        let a = s.insert(1).unwrap();
+        let b = s.insert(2).unwrap();
+        let c = s.insert(3).unwrap();
+        {
+            let (x, y) = s.get2_mut(c, a).unwrap();
+            assert_eq!((*x, *y), (3, 1));
+            *x = 30;
+            *y = 10;
+        }
+        assert_eq!(s.get(a), Some(&10));
+        assert_eq!(s.get(c), Some(&30));
+        assert_eq!(s.get2_mut(a, b).map(|(x, y)| (*x, *y)), Some((10, 2)));
+        assert!(s.get2_mut(a, a).is_none());
+        s.remove(b);
+        assert!(s.get2_mut(a, b).is_none());
+        assert!(s.get2_mut(b, a).is_none());
+        assert!(s.get2_mut(a, Key::new(99, 1)).is_none());
     }
 
     #[test]

@@ -217,6 +217,7 @@ syscall_entry:
     pushq %r14
     pushq %r15
     movq %gs:0, %rsp
+    movq %rax, %rdi
     callq syscall_dispatch
     // Back to user mode from the running thread's frame (which may be another thread's
     // than the one that entered, after a process-model switch back).
@@ -306,6 +307,7 @@ pub fn init() {
 /// Enters user mode with the running thread's saved frame (the one [`gdt::set_user_frame`]
 /// names), discarding everything on the kernel stack: `thread_syscall_return` and
 /// `thread_exception_return` of the paper. The caller has released the kernel lock.
+#[inline(always)]
 pub fn resume_current() -> ! {
     // SAFETY: `gs:24` names the running thread's frame, which stays put while it runs here
     // (see `set_user_frame`); no other CPU writes the frame of a running thread. Every
@@ -320,8 +322,8 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 }
 
 #[no_mangle]
-extern "C" fn syscall_dispatch() {
-    crate::syscall::on_syscall();
+extern "C" fn syscall_dispatch(number: u64) {
+    crate::syscall::on_syscall(number);
 }
 
 /// The name of an exception vector.
