@@ -276,9 +276,12 @@ impl Kernel {
         if !addr.is_multiple_of(4) {
             return Err(Error::InvalidArgument);
         }
-        let n = usize::try_from(n).unwrap_or(usize::MAX);
-        let woken = self.waits.wake((task, addr), n);
-        for &t in &woken {
+        let mut woken = 0;
+        while woken < n {
+            let Some(t) = self.waits.wake_one((task, addr)) else {
+                break;
+            };
+            woken += 1;
             if let Some(th) = self.threads.get_mut(t) {
                 // Continuation recognition: the waiter only has to return from `wait`, so
                 // finish its call here and let it go straight back to user mode.
@@ -290,7 +293,7 @@ impl Kernel {
             }
             self.unblock(t);
         }
-        Ok(woken.len() as u64)
+        Ok(woken)
     }
 
     fn sys_stats(&mut self, task: TaskId, ptr: u64) -> Result<u64, Error> {

@@ -110,10 +110,19 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
         (0..self.len).find(|&i| self.buf.get(self.phys(i)) == Some(&t))
     }
 
-    /// Removes logical element `i`, shifting the later ones forward. O(len).
+    /// Slots allocated.
+    pub fn capacity(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Removes logical element `i`, shifting the later ones forward: O(1) for the front,
+    /// O(len - i) otherwise.
     pub fn remove(&mut self, i: usize) -> Option<T> {
         if i >= self.len {
             return None;
+        }
+        if i == 0 {
+            return self.pop_front();
         }
         let removed = *self.buf.get(self.phys(i))?;
         for j in i..self.len - 1 {

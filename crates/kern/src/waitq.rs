@@ -1,88 +1,126 @@
 //! Wait queues keyed by an address, for the futex-like `wait` / `wake` system calls.
 //!
-//! A thread that waits on a key (typically a user address, or an (address space, address)
-//! pair) joins the back of that key's FIFO; [`WaitQueues::wake`] releases the oldest
-//! waiters first. Only keys with at least one waiter have a queue: an address that nobody
-//! waits on any more costs nothing, so user space cannot grow the kernel's memory by
-//! waiting on and waking ever new addresses. Finding a key's queue is O(log number of keys);
-//! waking k threads costs O(k) more; [`WaitQueues::total`] is O(1).
+//! A thread that waits on a key (an (address space, address) pair) joins the back of its
+//! key's FIFO; [`WaitQueues::wake_one`] releases the oldest waiter first. The queues are
+//! hashed, as Linux's futex table is: a fixed array of [`BUCKETS`] rings of (key, thread),
+//! the key's hash choosing the ring. Waiting and waking allocate nothing once a ring has
+//! grown to the most waiters it has held at once, so the `wait`/`wake` path never enters
+//! the heap allocator; and memory is bounded by the number of waiting threads, never by
+//! the number of addresses user space chooses to wait on.
+//!
+//! Costs: [`WaitQueues::enqueue`] O(1) (amortised); [`WaitQueues::wake_one`] and
+//! [`WaitQueues::remove`] O(waiters in the key's bucket) at worst, O(1) when the oldest
+//! waiter of the bucket is the one taken; [`WaitQueues::total`] O(1).
 //!
 //! # Invariants
-//! - No queue in the map is empty: a key is removed as soon as its last waiter leaves
-//!   ([`WaitQueues::wake`] or [`WaitQueues::remove`]).
-//! - `total` equals the sum of the queue lengths.
+//! - Within a bucket, entries are in the order their threads started waiting, so each
+//!   key's waiters leave oldest first.
+//! - `total` equals the sum of the bucket lengths.
 //! - A thread waits in at most one queue, at most once. The structure does not check this
 //!   (it would cost O(n) per enqueue): callers guarantee it through their thread state
 //!   (a thread enqueues itself only on its transition to "waiting", and leaves through
-//!   `wake` or `remove`).
-//! - Nothing here allocates in proportion to a number chosen by the caller: `wake` with a
-//!   huge `n` allocates only for the waiters it actually wakes.
+//!   `wake_one` or `remove`).
 
-use alloc::collections::{BTreeMap, VecDeque};
-use alloc::vec::Vec;
+use crate::ring::Ring;
+use core::hash::{Hash, Hasher};
+
+/// Number of hash buckets.
+pub const BUCKETS: usize = 64;
+
+/// A multiply-rotate hasher (the idea of rustc's FxHash): fast, and good enough to spread
+/// word-aligned addresses over the buckets.
+struct WordHasher(u64);
+
+impl Hasher for WordHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7cc1_b727_220a_95);
+    }
+
+    fn write_u32(&mut self, word: u32) {
+        self.write_u64(u64::from(word));
+    }
+
+    fn write_usize(&mut self, word: usize) {
+        self.write_u64(word as u64);
+    }
+}
+
+/// Which bucket `key` lives in.
+fn bucket_of<K: Hash>(key: &K) -> usize {
+    let mut h = WordHasher(0);
+    key.hash(&mut h);
+    // The top bits of a multiplicative hash are the well-mixed ones.
+    (h.finish() >> (64 - BUCKETS.trailing_zeros())) as usize
+}
+
+const _: () = assert!(BUCKETS.is_power_of_two());
 
 /// Per-key FIFOs of waiting threads (`T`, a thread id). See the module documentation.
 #[derive(Debug)]
-pub struct WaitQueues<K: Ord + Copy, T: Copy + PartialEq> {
-    /// Non-empty queues only, oldest waiter at the front.
-    queues: BTreeMap<K, VecDeque<T>>,
+pub struct WaitQueues<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> {
+    /// (key, thread) in waiting order, per bucket.
+    buckets: [Ring<(K, T)>; BUCKETS],
     /// Total number of waiters over all keys.
     total: usize,
 }
 
-impl<K: Ord + Copy, T: Copy + PartialEq> Default for WaitQueues<K, T> {
+impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> Default for WaitQueues<K, T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<K: Ord + Copy, T: Copy + PartialEq> WaitQueues<K, T> {
+impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> WaitQueues<K, T> {
     /// No waiters.
     pub const fn new() -> Self {
         WaitQueues {
-            queues: BTreeMap::new(),
+            buckets: [const { Ring::new() }; BUCKETS],
             total: 0,
         }
+    }
+
+    fn bucket(&mut self, key: &K) -> Option<&mut Ring<(K, T)>> {
+        self.buckets.get_mut(bucket_of(key))
     }
 
     /// Makes `t` wait on `key`, behind the threads already waiting there. The caller
     /// guarantees `t` is not already waiting anywhere (see the module invariants).
     pub fn enqueue(&mut self, key: K, t: T) {
-        self.queues.entry(key).or_default().push_back(t);
-        self.total += 1;
+        if let Some(b) = self.bucket(&key) {
+            b.push_back((key, t));
+            self.total += 1;
+        }
     }
 
-    /// Releases up to `n` threads waiting on `key`, oldest first, and returns them in that
-    /// order. `n == 0` wakes none; an `n` larger than the number of waiters wakes them all.
-    pub fn wake(&mut self, key: K, n: usize) -> Vec<T> {
-        if n == 0 {
-            return Vec::new();
-        }
-        let Some(q) = self.queues.get_mut(&key) else {
-            return Vec::new();
-        };
-        let k = n.min(q.len());
-        let woken: Vec<T> = q.drain(..k).collect();
-        if q.is_empty() {
-            self.queues.remove(&key);
-        }
-        self.total -= woken.len();
-        woken
+    /// Releases the oldest thread waiting on `key`, if any.
+    pub fn wake_one(&mut self, key: K) -> Option<T> {
+        let b = self.bucket(&key)?;
+        let i = b.iter().position(|(k, _)| k == key)?;
+        let (_, t) = b.remove(i)?;
+        self.total -= 1;
+        Some(t)
     }
 
     /// Takes `t` out of `key`'s queue (its wait timed out, or it was killed). Returns
-    /// whether it was there. Costs O(number of waiters on `key`).
+    /// whether it was there.
     pub fn remove(&mut self, key: K, t: T) -> bool {
-        let Some(q) = self.queues.get_mut(&key) else {
+        let Some(b) = self.bucket(&key) else {
             return false;
         };
-        let Some(i) = q.iter().position(|&x| x == t) else {
+        let Some(i) = b.position((key, t)) else {
             return false;
         };
-        let removed = q.remove(i).is_some();
-        if q.is_empty() {
-            self.queues.remove(&key);
-        }
+        let removed = b.remove(i).is_some();
         if removed {
             self.total -= 1;
         }
@@ -91,7 +129,9 @@ impl<K: Ord + Copy, T: Copy + PartialEq> WaitQueues<K, T> {
 
     /// Number of threads waiting on `key`.
     pub fn waiters(&self, key: K) -> usize {
-        self.queues.get(&key).map_or(0, VecDeque::len)
+        self.buckets
+            .get(bucket_of(&key))
+            .map_or(0, |b| b.iter().filter(|(k, _)| *k == key).count())
     }
 
     /// Number of threads waiting on any key.
@@ -108,11 +148,27 @@ impl<K: Ord + Copy, T: Copy + PartialEq> WaitQueues<K, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::vec::Vec;
+
+    /// Wakes up to `n` waiters of `key`, oldest first.
+    fn wake<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default>(
+        w: &mut WaitQueues<K, T>,
+        key: K,
+        n: usize,
+    ) -> Vec<T> {
+        let mut out = Vec::new();
+        while out.len() < n {
+            match w.wake_one(key) {
+                Some(t) => out.push(t),
+                None => break,
+            }
+        }
+        out
+    }
 
     /// Checks the module invariants.
-    fn check<K: Ord + Copy, T: Copy + PartialEq>(w: &WaitQueues<K, T>) {
-        assert!(w.queues.values().all(|q| !q.is_empty()), "empty queue kept");
-        let sum: usize = w.queues.values().map(VecDeque::len).sum();
+    fn check<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default>(w: &WaitQueues<K, T>) {
+        let sum: usize = w.buckets.iter().map(Ring::len).sum();
         assert_eq!(w.total(), sum);
         assert_eq!(w.is_empty(), sum == 0);
     }
@@ -129,33 +185,36 @@ mod tests {
         assert_eq!(w.waiters(0x2000), 1);
         assert_eq!(w.waiters(0x3000), 0);
         assert_eq!(w.total(), 6);
-        assert_eq!(w.wake(0x1000, 2), [1, 2]);
+        assert_eq!(wake(&mut w, 0x1000, 2), [1, 2]);
         assert_eq!(w.waiters(0x1000), 3);
         assert_eq!(w.total(), 4);
         check(&w);
-        assert_eq!(w.wake(0x1000, 1), [3]);
-        // More than are waiting: all of them, and the key's queue goes away.
-        assert_eq!(w.wake(0x1000, usize::MAX), [4, 5]);
+        assert_eq!(wake(&mut w, 0x1000, 1), [3]);
+        assert_eq!(wake(&mut w, 0x1000, usize::MAX), [4, 5]);
         assert_eq!(w.waiters(0x1000), 0);
-        assert!(!w.queues.contains_key(&0x1000));
-        assert_eq!(w.wake(0x1000, 3), []);
+        assert_eq!(wake(&mut w, 0x1000, 3), []);
         // The other key was untouched.
-        assert_eq!(w.wake(0x2000, 10), [9]);
+        assert_eq!(wake(&mut w, 0x2000, 10), [9]);
         assert!(w.is_empty());
-        assert!(w.queues.is_empty());
         check(&w);
     }
 
     #[test]
-    fn wake_zero_wakes_none() {
+    fn keys_sharing_a_bucket_stay_apart() {
         let mut w = WaitQueues::new();
-        w.enqueue(1u64, 7u32);
-        assert_eq!(w.wake(1, 0), []);
-        assert_eq!(w.waiters(1), 1);
-        // Waking nothing on an unknown key creates no queue.
-        assert_eq!(w.wake(2, 0), []);
-        assert_eq!(w.wake(2, 5), []);
-        assert_eq!(w.queues.len(), 1);
+        // Find two keys in one bucket.
+        let a = 8u64;
+        let b = (16..u64::MAX)
+            .step_by(8)
+            .find(|k| bucket_of(k) == bucket_of(&a))
+            .unwrap();
+        w.enqueue(a, 1u32);
+        w.enqueue(b, 2);
+        w.enqueue(a, 3);
+        assert_eq!(w.waiters(a), 2);
+        assert_eq!(w.wake_one(b), Some(2));
+        assert_eq!(w.wake_one(b), None);
+        assert_eq!(wake(&mut w, a, 5), [1, 3]);
         check(&w);
     }
 
@@ -171,30 +230,34 @@ mod tests {
         assert!(!w.remove(3, 10), "unknown key");
         assert_eq!(w.total(), 2);
         check(&w);
-        assert_eq!(w.wake(1, 5), [10, 12], "order kept around the removal");
+        assert_eq!(
+            wake(&mut w, 1, 5),
+            [10, 12],
+            "order kept around the removal"
+        );
         w.enqueue(4, 40);
         assert!(w.remove(4, 40));
-        assert!(w.queues.is_empty(), "last waiter removed: key dropped");
         assert!(w.is_empty());
         check(&w);
     }
 
     #[test]
-    fn churn_does_not_grow_the_map() {
+    fn churn_over_new_addresses_keeps_memory_bounded() {
         let mut w = WaitQueues::new();
         w.enqueue(u64::MAX, 0u32); // One long-term waiter.
         for addr in 0..10_000u64 {
             w.enqueue(addr * 8, 1);
             w.enqueue(addr * 8, 2);
             if addr % 2 == 0 {
-                assert_eq!(w.wake(addr * 8, 2), [1, 2]);
+                assert_eq!(wake(&mut w, addr * 8, 2), [1, 2]);
             } else {
                 assert!(w.remove(addr * 8, 2));
-                assert_eq!(w.wake(addr * 8, 1), [1]);
+                assert_eq!(wake(&mut w, addr * 8, 1), [1]);
             }
-            assert_eq!(w.queues.len(), 1);
             assert_eq!(w.total(), 1);
         }
+        // No bucket ever held more than three entries at once.
+        assert!(w.buckets.iter().all(|b| b.capacity() <= 4));
         check(&w);
     }
 
@@ -202,15 +265,23 @@ mod tests {
     fn many_waiters() {
         let mut w = WaitQueues::new();
         for t in 0..10_000u32 {
-            w.enqueue(t % 10, t);
+            w.enqueue(u64::from(t % 10), t);
         }
         assert_eq!(w.total(), 10_000);
         assert_eq!(w.waiters(3), 1000);
-        let woken = w.wake(3, 600);
+        let woken = wake(&mut w, 3, 600);
         assert_eq!(woken.len(), 600);
         assert!(woken.windows(2).all(|p| p[0] < p[1]));
         assert!(woken.iter().all(|t| t % 10 == 3));
         assert_eq!(w.total(), 9_400);
         check(&w);
+    }
+
+    #[test]
+    fn addresses_spread_over_buckets() {
+        let used: std::collections::BTreeSet<usize> = (0..1024u64)
+            .map(|a| bucket_of(&(1u64, 0x40_0000 + a * 4)))
+            .collect();
+        assert!(used.len() > BUCKETS / 2, "only {} buckets used", used.len());
     }
 }
