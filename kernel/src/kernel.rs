@@ -476,7 +476,9 @@ impl Kernel {
 #[inline(always)]
 pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th: &mut Thread) {
     th.state = ThreadState::Running { cpu };
-    th.cpu = cpu;
+    if !th.pinned {
+        th.cpu = cpu;
+    }
     c.current = t;
     let root = th.space.map_or(kernel_root, |(root, _)| root);
     if root != c.loaded_root {
@@ -664,7 +666,8 @@ pub fn idle_loop() -> ! {
     }
 }
 
-/// Moves one ready thread from the busiest other CPU to `cpu`.
+/// Moves one ready thread from the busiest other CPU to `cpu`: the next one that CPU would
+/// run, unless it is pinned there (then nothing moves).
 fn steal_work(k: &mut Kernel, cpu: usize) {
     let busiest = (0..k.cpus.len())
         .filter(|&c| c != cpu)
@@ -675,10 +678,18 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
     let Some((t, prio)) = k.cpus.get_mut(from).and_then(|c| c.runq.pop()) else {
         return;
     };
-    if let Some(th) = k.threads.get_mut(t) {
-        th.cpu = cpu;
+    let target = match k.threads.get_mut(t) {
+        Some(th) if !th.pinned => {
+            th.cpu = cpu;
+            cpu
+        }
+        _ => from,
+    };
+    if target == from {
+        k.cpu_mut(from).runq.push_front(t, prio);
+    } else {
+        k.cpu_mut(cpu).runq.push(t, prio);
     }
-    k.cpu_mut(cpu).runq.push(t, prio);
 }
 
 /// Leaves the kernel to user mode with the running thread's saved registers, releasing

@@ -172,6 +172,7 @@ impl Kernel {
             Sys::SetPriority => self.sys_set_priority(id, args[0], args[1]),
             Sys::MemMap => self.sys_mem_map(id, args[0], args[1], args[2]),
             Sys::MemUnmap => self.sys_mem_unmap(id, args[0], args[1]),
+            Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::Yield
             | Sys::Exit
             | Sys::ThreadExit
@@ -328,6 +329,48 @@ impl Kernel {
                 if c.runq.remove(t, old) {
                     c.runq.push(t, prio as u8);
                 }
+            }
+        }
+        Ok(0)
+    }
+}
+
+impl Kernel {
+    fn sys_set_affinity(&mut self, task: TaskId, thread: u64, cpu: u64) -> Result<u64, Error> {
+        let pin = match cpu {
+            baton_abi::CPU_ANY => None,
+            c => Some(
+                usize::try_from(c)
+                    .ok()
+                    .filter(|&c| c < self.cpus.len())
+                    .ok_or(Error::InvalidArgument)?,
+            ),
+        };
+        let t = if thread == 0 {
+            self.current_thread()
+        } else {
+            Key(thread)
+        };
+        let th = self.threads.get_mut(t).ok_or(Error::NotFound)?;
+        if th.task != Some(task) {
+            return Err(Error::NotFound);
+        }
+        let Some(to) = pin else {
+            th.pinned = false;
+            return Ok(0);
+        };
+        th.pinned = true;
+        let from = th.cpu;
+        th.cpu = to;
+        if th.state == ThreadState::Ready && from != to {
+            let prio = th.priority;
+            if self
+                .cpus
+                .get_mut(from)
+                .is_some_and(|c| c.runq.remove(t, prio))
+            {
+                self.cpu_mut(to).runq.push(t, prio);
+                kernel::poke_cpu(self, to, prio);
             }
         }
         Ok(0)

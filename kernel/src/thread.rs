@@ -81,8 +81,11 @@ pub struct Thread {
     pub saved: SavedContext,
     /// User registers while not in user mode.
     pub frame: TrapFrame,
-    /// The CPU it last ran on (its run queue).
+    /// The CPU whose run queue it joins when ready: where it last ran, or where
+    /// `set_affinity` pinned it.
     pub cpu: usize,
+    /// Pinned to `cpu` by `set_affinity`: no other CPU steals it.
+    pub pinned: bool,
     /// Pending timeout, if any.
     pub timer: Option<TimerKey>,
     /// Set when its task is ending while it runs on another CPU.
@@ -109,6 +112,7 @@ impl Thread {
             saved: SavedContext::default(),
             frame,
             cpu,
+            pinned: false,
             timer: None,
             kill_pending: false,
         }
@@ -126,6 +130,7 @@ impl Thread {
             saved: SavedContext::default(),
             frame: TrapFrame::default(),
             cpu,
+            pinned: true,
             timer: None,
             kill_pending: false,
         }
@@ -170,6 +175,12 @@ pub fn thread_yield(k: &mut Kernel, cur: ThreadId) -> ! {
         panic!("thread_yield: running thread {cur:?} vanished");
     };
     o.frame.rax = 0;
+    if o.cpu != cpu {
+        // Pinned elsewhere since it started running here: it moves now.
+        k.stats.blocks_yield += 1;
+        thread_setrun(k, cur);
+        thread_block_with(k, Continuation::new(Resume::UserReturn));
+    }
     let Some(c) = k.cpus.get_mut(cpu) else {
         panic!("CPU {cpu} is not online");
     };

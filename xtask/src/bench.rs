@@ -6,7 +6,9 @@
 //!    one CPU: the guest's time-stamp counter then advances exactly once per instruction,
 //!    so the program's `rdtsc` deltas are exact instruction counts. The serial log goes to
 //!    `results/bench.log` (a file, never a pipe, so that a slow reader cannot change the
-//!    guest's timing).
+//!    guest's timing). A second boot with two CPUs (`results/bench.smp2.log`) runs the
+//!    cross-CPU benchmarks; there the TSC counts the instructions of both CPUs, which
+//!    QEMU runs in turn on one host thread.
 //! 3. The log must show a clean shutdown (QEMU status 33), `BENCH done`, and no
 //!    `TEST FAIL`, `PANIC` or `KERNEL EXCEPTION`; its `BENCH` and `BENCHSTAT` lines are
 //!    parsed.
@@ -116,11 +118,11 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     let dir = root().join("results");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
 
-    let first = boot(&images, &qemu, &dir.join("bench.log"))?;
+    let first = boot_all(&images, &qemu, &dir, "")?;
     let second = if opts.quick {
         None
     } else {
-        Some(boot(&images, &qemu, &dir.join("bench.2.log"))?)
+        Some(boot_all(&images, &qemu, &dir, ".2")?)
     };
 
     let meta = Meta {
@@ -159,12 +161,37 @@ fn hardware_kvm() -> Option<&'static str> {
         .find(|m| Path::new("/sys/module").join(m).exists())
 }
 
-/// Boots the benchmark image once, its serial output going to `log`, and parses the log.
-fn boot(images: &Images, qemu: &Path, log: &Path) -> Result<Results, String> {
+/// CPU counts the image is booted with: the program runs the one-CPU benchmarks on one
+/// CPU and the cross-CPU ones (`*.cross`) on two.
+const SMP: [u32; 2] = [1, 2];
+
+/// Boots the benchmark image once per entry of [`SMP`], logging to `bench<tag>.log` and
+/// `bench<tag>.smp2.log` in `dir`, and joins the results.
+fn boot_all(images: &Images, qemu: &Path, dir: &Path, tag: &str) -> Result<Results, String> {
+    let mut all = Results {
+        done: true,
+        ..Results::default()
+    };
+    for smp in SMP {
+        let name = match smp {
+            1 => format!("bench{tag}.log"),
+            n => format!("bench{tag}.smp{n}.log"),
+        };
+        let r = boot(images, qemu, &dir.join(name), smp)?;
+        all.rows.extend(r.rows);
+        all.paths.extend(r.paths);
+        all.done &= r.done;
+    }
+    Ok(all)
+}
+
+/// Boots the benchmark image once with `smp` CPUs, its serial output going to `log`, and
+/// parses the log.
+fn boot(images: &Images, qemu: &Path, log: &Path, smp: u32) -> Result<Results, String> {
     let machine = Machine {
         images,
         accel: Accel::Tcg,
-        smp: 1,
+        smp,
         cmdline: qemu::cmdline("bench", true, &[]),
         icount: true,
         gdb: false,

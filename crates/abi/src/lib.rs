@@ -82,7 +82,14 @@ pub enum Sys {
     /// (holes are skipped); every CPU running a thread of the task forgets them before the
     /// call returns (TLB shootdown).
     MemUnmap = 16,
+    /// `set_affinity(thread id or 0 for self, cpu) -> 0`: pins a thread of the calling task
+    /// to CPU `cpu` (0 to number of CPUs − 1; no other CPU steals it), or lets it move
+    /// again with [`CPU_ANY`]. A running thread moves when it next blocks or is preempted.
+    SetAffinity = 17,
 }
+
+/// `set_affinity` value: the thread may run on any CPU (the default).
+pub const CPU_ANY: u64 = u64::MAX;
 
 /// `mem_map` flag: the pages are writable.
 pub const MAP_WRITABLE: u64 = 1;
@@ -232,6 +239,7 @@ impl Sys {
             14 => Sys::Null,
             15 => Sys::MemMap,
             16 => Sys::MemUnmap,
+            17 => Sys::SetAffinity,
             _ => return None,
         })
     }
@@ -425,10 +433,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..17 {
+        for n in 0..18 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(17), None);
+        assert_eq!(Sys::from_raw(18), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -198,6 +198,17 @@ pub fn set_priority(thread: u64, priority: u64) -> Result<(), Error> {
     decode_result(unsafe { syscall2(Sys::SetPriority as u64, thread, priority) }).map(|_| ())
 }
 
+/// Pins `thread` (0 = the calling thread) of this task to CPU `cpu`, or lets it run on
+/// any CPU again with [`CPU_ANY`](baton_abi::CPU_ANY). A running thread moves when it
+/// next blocks or is preempted.
+///
+/// [`Error::InvalidArgument`] for a CPU that is not online; [`Error::NotFound`] for a
+/// thread that is not one of this task's.
+pub fn set_affinity(thread: u64, cpu: u64) -> Result<(), Error> {
+    // SAFETY: `set_affinity` touches no user memory.
+    decode_result(unsafe { syscall2(Sys::SetAffinity as u64, thread, cpu) }).map(|_| ())
+}
+
 /// Ends the calling thread. The task ends (with exit code 0) when its last thread has
 /// ended; [`exit`] ends every thread of the task at once.
 pub fn thread_exit() -> ! {

@@ -10,7 +10,7 @@ use core::fmt::Debug;
 
 use baton_abi::{layout::USER_STACK_TOP, Error, Sys, DEBUG_WRITE_MAX};
 use baton_rt::raw::raw_syscall;
-use baton_rt::{debug_write_raw, println, spawn, spawn_raw};
+use baton_rt::{debug_write_raw, println, set_affinity, spawn, spawn_raw};
 
 baton_rt::entry!(main);
 
@@ -105,6 +105,17 @@ fn main(_task_id: u64) -> i32 {
         spawn_raw(KERNEL_ADDRESS, 4),
         Error::BadAddress,
     );
+    ok &= expect_err(
+        "affinity to a CPU that is not online rejected",
+        set_affinity(0, 4096),
+        Error::InvalidArgument,
+    );
+    ok &= expect_err(
+        "affinity of a thread that does not exist rejected",
+        set_affinity(0xdead_0000_0001, 0),
+        Error::NotFound,
+    );
+    ok &= set_affinity(0, 0).is_ok() && set_affinity(0, baton_abi::CPU_ANY).is_ok();
 
     if !ok {
         println!("some checks failed; going on to the undefined system call");

@@ -40,7 +40,7 @@ use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::raw::{syscall0, syscall2};
 use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, rdtsc_ordered, stats, wake, yield_now};
+use baton_rt::{println, rdtsc_ordered, set_affinity, stats, wake, yield_now};
 
 baton_rt::entry!(main);
 
@@ -188,14 +188,22 @@ fn single(name: &str, mut op: impl FnMut()) -> Result<(), Failed> {
     Ok(())
 }
 
+/// `start_partner_on` argument: leave the partner's CPU to the scheduler.
+const NO_CPU: u64 = u64::MAX;
+
 /// Starts a partner thread running `f`.
 fn start_partner(f: fn(u64)) -> Result<(), Failed> {
+    start_partner_on(f, NO_CPU)
+}
+
+/// Starts a partner thread running `f(arg)`.
+fn start_partner_on(f: fn(u64), arg: u64) -> Result<(), Failed> {
     STOP.store(0, Ordering::Release);
     SEQ.store(NOT_RECORDED, Ordering::Release);
     let stack = PARTNER_STACKS
         .take()
         .ok_or_else(|| fail!("no stack left for a partner thread"))?;
-    spawn(stack, f, 0).map_err(|e| fail!("creating a partner thread: {}", e.name()))?;
+    spawn(stack, f, arg).map_err(|e| fail!("creating a partner thread: {}", e.name()))?;
     Ok(())
 }
 
@@ -289,7 +297,10 @@ fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> R
 
 /// Thread B of `sync.waitwake.pingpong`: waits for each round in `PING`, answers it in
 /// `PONG` and wakes A.
-fn pong_partner(_arg: u64) {
+fn pong_partner(cpu: u64) {
+    if cpu != NO_CPU && set_affinity(0, cpu).is_err() {
+        return;
+    }
     let mut round = 1u32;
     loop {
         let seen = wait_until(&PING, |v| v >= round, FOREVER);
@@ -304,13 +315,24 @@ fn pong_partner(_arg: u64) {
 }
 
 /// `sync.waitwake.pingpong`: one round trip of A (this thread) waking B and waiting, and
-/// B waking A and waiting.
-fn waitwake_pingpong(threads: u64) -> Result<(), Failed> {
-    let name = "sync.waitwake.pingpong";
+/// B waking A and waiting; `sync.waitwake.cross` the same with A pinned to CPU 0 and B to
+/// CPU 1 (`cross`).
+fn waitwake_pingpong(threads: u64, cross: bool) -> Result<(), Failed> {
+    let name = if cross {
+        "sync.waitwake.cross"
+    } else {
+        "sync.waitwake.pingpong"
+    };
     clear_samples();
     PING.store(0, Ordering::Release);
     PONG.store(0, Ordering::Release);
-    start_partner(pong_partner)?;
+    let partner_cpu = if cross {
+        set_affinity(0, 0).map_err(|e| fail!("{name}: pinning to CPU 0: {}", e.name()))?;
+        1
+    } else {
+        NO_CPU
+    };
+    start_partner_on(pong_partner, partner_cpu)?;
     let mut before = Stats::default();
     for w in 0..TOTAL {
         let recorded = w.checked_sub(WARMUP);
@@ -381,8 +403,17 @@ fn create_exit(threads: u64) -> Result<(), Failed> {
 
 /// Runs every benchmark in turn.
 fn run_all() -> Result<(), Failed> {
-    let threads = read_stats()?.threads;
-    println!("bench: {WARMUP} warm-up and {ITER} recorded iterations per benchmark");
+    let start = read_stats()?;
+    let threads = start.threads;
+    println!(
+        "bench: {WARMUP} warm-up and {ITER} recorded iterations per benchmark, {} CPUs",
+        start.cpus
+    );
+    if start.cpus >= 2 {
+        // The cross-CPU benchmarks (booted with two CPUs).
+        waitwake_pingpong(threads, true)?;
+        return Ok(());
+    }
 
     single("floor.rdtsc.overhead", || {})?;
     single("floor.syscall.null", || {
@@ -406,7 +437,7 @@ fn run_all() -> Result<(), Failed> {
         true,
         threads,
     )?;
-    waitwake_pingpong(threads)?;
+    waitwake_pingpong(threads, false)?;
     create_exit(threads)?;
     Ok(())
 }
