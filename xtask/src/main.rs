@@ -19,6 +19,7 @@ mod clippy;
 mod deps;
 mod initrd;
 mod judge;
+mod linux;
 mod qemu;
 mod run;
 mod test;
@@ -55,6 +56,7 @@ commands:
                          instructions) twice, check that both runs agree to the instruction, and
                          write results/baton.json and results/report.md; print the table
       --quick            one run only (no repeatability check)
+  bench-linux            the Linux side of `bench`: a Debian guest under the same QEMU, twice
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
   help                   print this text
 
@@ -100,6 +102,7 @@ enum Cmd {
     Run(RunOpts),
     Test(TestOpts),
     Bench(BenchOpts),
+    BenchLinux,
     Clippy,
     Help,
 }
@@ -122,6 +125,7 @@ fn main() -> ExitCode {
         Cmd::Run(opts) => run::run(&opts),
         Cmd::Test(opts) => test::test(&opts),
         Cmd::Bench(opts) => bench::bench(&opts),
+        Cmd::BenchLinux => linux::bench_linux(),
         Cmd::Clippy => clippy::clippy(),
     };
     result.unwrap_or_else(|msg| {
@@ -197,6 +201,10 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
             }
             Ok(Cmd::Bench(opts))
         }
+        "bench-linux" => match rest.next() {
+            Some(arg) => Err(format!("`bench-linux` takes no arguments, got `{arg}`")),
+            None => Ok(Cmd::BenchLinux),
+        },
         "help" | "-h" | "--help" => Ok(Cmd::Help),
         _ => Err(format!("unknown command `{cmd}`")),
     }

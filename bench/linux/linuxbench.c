@@ -1,0 +1,932 @@
+/*
+ * linuxbench: the Linux side of `cargo xtask bench`.
+ *
+ * The same kind of micro-operations as Baton's `bench` program (user/programs/src/bin/
+ * bench.rs), measured in a Linux guest under the same QEMU settings: TCG,
+ * `-icount shift=0,align=off,sleep=off` and one CPU, where the time-stamp counter advances
+ * exactly once per guest instruction. The difference of two `stamp()` readings is then the
+ * exact number of instructions executed between them, user and kernel alike, and two boots
+ * of the same image give the same figures. xtask/src/linux.rs builds this file with
+ * `gcc -O2 -static`, packs it into the guest's initramfs, boots it and parses the output;
+ * docs/benchmarks.md defines every benchmark.
+ *
+ * Method (as Baton's): each benchmark runs WARMUP iterations that are not recorded, then
+ * ITER recorded ones, one delta per iteration, and prints
+ *
+ *   BENCH name=linux.<op> unit=instructions iterations=<n> median=<x> min=<y> max=<z>
+ *
+ * where median is the lower median (element (n - 1) / 2 of the sorted deltas). The deltas
+ * include the timestamps' own cost (`linux.rdtsc.overhead`). After the last benchmark it
+ * prints `BENCH done`; on a failure `TEST FAIL linux: <why>`, and it exits with status 1.
+ * Lines starting `LINUXINFO ` are remarks (how often a yield did not switch, and so on).
+ *
+ * Usage: linuxbench [PATH-OF-NULL-PROGRAM]   (default /bench/null)
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Iterations run before recording. */
+#define WARMUP 100
+/* Recorded iterations of every benchmark. */
+#define ITER 1000
+/* Every iteration, warm-up included. */
+#define TOTAL (WARMUP + ITER)
+/* Bytes per page. */
+#define PAGE 4096
+/* Pages of PROT100, UNPROT100 and APPEL2, and of APPEL1's ring of pages. */
+#define RANGE 100
+/* Bytes of the request and of the reply of `linux.unix.rpc64`. */
+#define RPC_BYTES 64
+
+extern char **environ;
+
+/* Per-iteration deltas of the benchmark being run; the first WARMUP are not reported. */
+static uint64_t samples[TOTAL];
+
+/*
+ * Reads the time-stamp counter in program order: `lfence; rdtsc; lfence`, exactly as
+ * Baton's `baton_rt::rdtsc_ordered`. The "memory" clobber makes it a compiler barrier, so
+ * the operation being measured stays between two readings.
+ */
+static inline __attribute__((always_inline)) uint64_t stamp(void)
+{
+	uint32_t lo, hi;
+	__asm__ volatile("lfence\n\trdtsc\n\tlfence" : "=a"(lo), "=d"(hi) : : "memory");
+	return ((uint64_t)hi << 32) | lo;
+}
+
+/* A system call with no argument, issued inline (no C library wrapper). */
+static inline long sys0(long nr)
+{
+	long ret;
+	__asm__ volatile("syscall" : "=a"(ret) : "0"(nr) : "rcx", "r11", "memory");
+	return ret;
+}
+
+/* A system call with two arguments, issued inline. */
+static inline long sys2(long nr, long a, long b)
+{
+	long ret;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "0"(nr), "D"(a), "S"(b)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+
+/* A system call with four arguments, issued inline. */
+static inline long sys4(long nr, long a, long b, long c, long d)
+{
+	long ret;
+	register long r10 __asm__("r10") = d;
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "0"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+			 : "rcx", "r11", "memory");
+	return ret;
+}
+
+/* Writes all of `buf` to standard output (no stdio buffer, so nothing is duplicated by
+ * fork and nothing is lost at `_exit`). */
+static void put(const char *buf, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(1, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(1);
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+/* printf to standard output, one write per line. */
+static void say(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof buf - 1)
+		n = (int)sizeof buf - 1;
+	if (n > 0)
+		put(buf, (size_t)n);
+}
+
+/* Prints `TEST FAIL linux: <why>` and exits with status 1. */
+static void __attribute__((noreturn, format(printf, 1, 2))) fail(const char *fmt, ...)
+{
+	char buf[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	say("TEST FAIL linux: %s (errno %d: %s)\n", buf, errno, strerror(errno));
+	_exit(1);
+}
+
+/* qsort order of u64. */
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* Prints the BENCH line of `name` from the recorded part of `samples`. */
+static void report(const char *name)
+{
+	static uint64_t sorted[ITER];
+	memcpy(sorted, samples + WARMUP, sizeof sorted);
+	qsort(sorted, ITER, sizeof sorted[0], cmp_u64);
+	say("BENCH name=%s unit=instructions iterations=%d median=%llu min=%llu max=%llu\n",
+	    name, ITER, (unsigned long long)sorted[(ITER - 1) / 2],
+	    (unsigned long long)sorted[0], (unsigned long long)sorted[ITER - 1]);
+}
+
+/* fork(), failing the run if it fails. */
+static pid_t fork_or_fail(const char *what)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		fail("%s: fork", what);
+	return pid;
+}
+
+/* Waits for `pid`, which must exit with status 0. */
+static void reap(pid_t pid, const char *what)
+{
+	int status;
+	if (waitpid(pid, &status, 0) != pid)
+		fail("%s: waitpid", what);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fail("%s: child ended with wait status %#x", what, status);
+}
+
+/* Reads exactly `len` bytes. */
+static void read_full(int fd, void *buf, size_t len, const char *what)
+{
+	char *p = buf;
+	while (len > 0) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			fail("%s: read", what);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* Writes exactly `len` bytes. */
+static void write_full(int fd, const void *buf, size_t len, const char *what)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			fail("%s: write", what);
+		p += n;
+		len -= (size_t)n;
+	}
+}
+
+/* mmap of `pages` private anonymous read-write pages, with transparent huge pages off
+ * (Debian's kernel enables them for every large enough mapping: the fault benchmarks
+ * measure 4 KiB pages), each page written once when `touch` is set. */
+static char *map_pages(size_t pages, int touch, const char *what)
+{
+	char *p = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (p == MAP_FAILED)
+		fail("%s: mmap", what);
+	if (madvise(p, pages * PAGE, MADV_NOHUGEPAGE) != 0)
+		fail("%s: madvise(MADV_NOHUGEPAGE)", what);
+	if (touch)
+		for (size_t i = 0; i < pages; i++)
+			((volatile char *)p)[i * PAGE] = 1;
+	return p;
+}
+
+/* mprotect, failing the run if it fails. */
+static void protect(void *p, size_t pages, int prot, const char *what)
+{
+	if (mprotect(p, pages * PAGE, prot) != 0)
+		fail("%s: mprotect", what);
+}
+
+/* ---- floor ---------------------------------------------------------------------------- */
+
+/* linux.rdtsc.overhead: two timestamps back to back, the cost included in every figure. */
+static void bench_rdtsc(void)
+{
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	report("linux.rdtsc.overhead");
+}
+
+/* linux.syscall.null: `getppid` issued inline with `syscall`, from user mode and back. */
+static void bench_syscall_null(void)
+{
+	pid_t parent = getppid();
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		long r = sys0(SYS_getppid);
+		uint64_t b = stamp();
+		if (r != parent)
+			fail("syscall.null: getppid returned %ld, not %d", r, (int)parent);
+		samples[i] = b - a;
+	}
+	report("linux.syscall.null");
+}
+
+/* linux.clock.gettime: glibc's clock_gettime(CLOCK_MONOTONIC), which uses the vDSO when the
+ * kernel's clocksource allows it and makes the system call otherwise. */
+static void bench_clock_gettime(void)
+{
+	struct timespec ts;
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		int r = clock_gettime(CLOCK_MONOTONIC, &ts);
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("clock.gettime: clock_gettime");
+		samples[i] = b - a;
+	}
+	report("linux.clock.gettime");
+}
+
+/* ---- signals, processes ------------------------------------------------------------- */
+
+/* Signals taken by `on_usr1`. */
+static volatile unsigned long usr1_count;
+
+/* The SIGUSR1 handler of linux.signal.roundtrip: counts and returns. */
+static void on_usr1(int sig)
+{
+	(void)sig;
+	usr1_count++;
+}
+
+/* linux.signal.roundtrip: `kill(getpid(), SIGUSR1)` issued inline; the signal is delivered
+ * on the way out of the system call, the handler runs and returns through `rt_sigreturn`,
+ * and the second timestamp is taken when the `kill` call has returned. */
+static void bench_signal(void)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = on_usr1;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGUSR1, &sa, NULL) != 0)
+		fail("signal.roundtrip: sigaction");
+	long self = getpid();
+	usr1_count = 0;
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		long r = sys2(SYS_kill, self, SIGUSR1);
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("signal.roundtrip: kill returned %ld", r);
+		samples[i] = b - a;
+	}
+	if (usr1_count != TOTAL)
+		fail("signal.roundtrip: %lu signals handled, not %d", usr1_count, TOTAL);
+	signal(SIGUSR1, SIG_DFL);
+	report("linux.signal.roundtrip");
+}
+
+/* linux.fork.exit: glibc `fork()`, the child `_exit(0)`s at once, the parent `waitpid`s for
+ * it. From before the fork to after the wait returns (in the parent). */
+static void bench_fork_exit(void)
+{
+	for (int i = 0; i < TOTAL; i++) {
+		int status;
+		uint64_t a = stamp();
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(0);
+		pid_t w = waitpid(pid, &status, 0);
+		uint64_t b = stamp();
+		if (pid < 0 || w != pid || status != 0)
+			fail("fork.exit: fork %d, waitpid %d, status %#x", (int)pid, (int)w, status);
+		samples[i] = b - a;
+	}
+	report("linux.fork.exit");
+}
+
+/* linux.spawn.null: glibc `posix_spawn` (clone with CLONE_VM | CLONE_VFORK, then execve) of
+ * the static null program (bench/linux/null.c: no C library, it only exits), then
+ * `waitpid`. From before the spawn to after the wait returns. */
+static void bench_spawn(const char *null_path)
+{
+	char *argv[] = {(char *)"null", NULL};
+	for (int i = 0; i < TOTAL; i++) {
+		pid_t pid;
+		int status = -1;
+		uint64_t a = stamp();
+		int r = posix_spawn(&pid, null_path, NULL, NULL, argv, environ);
+		pid_t w = r == 0 ? waitpid(pid, &status, 0) : -1;
+		uint64_t b = stamp();
+		if (r != 0) {
+			errno = r;
+			fail("spawn.null: posix_spawn %s", null_path);
+		}
+		if (w != pid || status != 0)
+			fail("spawn.null: waitpid %d, status %#x", (int)w, status);
+		samples[i] = b - a;
+	}
+	report("linux.spawn.null");
+}
+
+/* linux.pipe.pingpong: two processes, two pipes. The parent writes one byte into the first
+ * pipe and reads one from the second; the child reads the byte and writes it back. One
+ * round trip, from before the parent's write to after its read returns. */
+static void bench_pipe(void)
+{
+	int there[2], back[2];
+	if (pipe(there) != 0 || pipe(back) != 0)
+		fail("pipe.pingpong: pipe");
+	pid_t pid = fork_or_fail("pipe.pingpong");
+	if (pid == 0) {
+		close(there[1]);
+		close(back[0]);
+		for (int i = 0; i < TOTAL; i++) {
+			char c;
+			read_full(there[0], &c, 1, "pipe.pingpong child");
+			write_full(back[1], &c, 1, "pipe.pingpong child");
+		}
+		_exit(0);
+	}
+	close(there[0]);
+	close(back[1]);
+	for (int i = 0; i < TOTAL; i++) {
+		char out = (char)i, in = 0;
+		uint64_t a = stamp();
+		ssize_t w = write(there[1], &out, 1);
+		ssize_t r = read(back[0], &in, 1);
+		uint64_t b = stamp();
+		if (w != 1 || r != 1 || in != out)
+			fail("pipe.pingpong: write %zd, read %zd", w, r);
+		samples[i] = b - a;
+	}
+	reap(pid, "pipe.pingpong");
+	close(there[1]);
+	close(back[0]);
+	report("linux.pipe.pingpong");
+}
+
+/* linux.unix.rpc64: a client and a server process on a UNIX stream socket pair. The client
+ * writes a 64-byte request and reads the 64-byte reply; the server reads the request and
+ * writes the reply (the request with its first byte incremented). One round trip, from
+ * before the client's write to after its read of the whole reply. */
+static void bench_unix_rpc(void)
+{
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
+		fail("unix.rpc64: socketpair");
+	pid_t pid = fork_or_fail("unix.rpc64");
+	if (pid == 0) {
+		close(sv[0]);
+		char buf[RPC_BYTES];
+		for (int i = 0; i < TOTAL; i++) {
+			read_full(sv[1], buf, RPC_BYTES, "unix.rpc64 server");
+			buf[0]++;
+			write_full(sv[1], buf, RPC_BYTES, "unix.rpc64 server");
+		}
+		_exit(0);
+	}
+	close(sv[1]);
+	char req[RPC_BYTES], rep[RPC_BYTES];
+	memset(req, 0x5a, sizeof req);
+	for (int i = 0; i < TOTAL; i++) {
+		req[0] = (char)i;
+		uint64_t a = stamp();
+		write_full(sv[0], req, RPC_BYTES, "unix.rpc64 client");
+		read_full(sv[0], rep, RPC_BYTES, "unix.rpc64 client");
+		uint64_t b = stamp();
+		if (rep[0] != (char)(i + 1) || memcmp(rep + 1, req + 1, RPC_BYTES - 1) != 0)
+			fail("unix.rpc64: wrong reply");
+		samples[i] = b - a;
+	}
+	reap(pid, "unix.rpc64");
+	close(sv[0]);
+	report("linux.unix.rpc64");
+}
+
+/* ---- threads -------------------------------------------------------------------------- */
+
+/* Creates a thread running `fn`, failing the run if that fails. */
+static pthread_t start_thread(void *(*fn)(void *), const char *what)
+{
+	pthread_t t;
+	int r = pthread_create(&t, NULL, fn, NULL);
+	if (r != 0) {
+		errno = r;
+		fail("%s: pthread_create", what);
+	}
+	return t;
+}
+
+/* Joins `t`, failing the run if that fails. */
+static void join_thread(pthread_t t, const char *what)
+{
+	int r = pthread_join(t, NULL);
+	if (r != 0) {
+		errno = r;
+		fail("%s: pthread_join", what);
+	}
+}
+
+/* The timestamp thread A took just before its latest `sched_yield`. */
+static volatile uint64_t yield_stamp;
+/* How many times A has yielded. */
+static volatile unsigned long a_yields;
+/* Set by B when it has recorded every iteration. */
+static volatile int yield_stop;
+/* B's yields that returned without A having run (not recorded, retried). */
+static unsigned long b_unswitched;
+
+/* Thread B of linux.sched.yield.switch: yields, and on return records the instructions
+ * since A's timestamp, if A ran in between (else it tries again). */
+static void *yield_partner(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < TOTAL;) {
+		unsigned long seen = a_yields;
+		sys0(SYS_sched_yield);
+		uint64_t t = stamp();
+		if (a_yields != seen)
+			samples[i++] = t - yield_stamp;
+		else
+			b_unswitched++;
+	}
+	yield_stop = 1;
+	return NULL;
+}
+
+/* linux.sched.yield.switch: threads A (main) and B of one process, both runnable on the one
+ * CPU, alternate with `sched_yield` (issued inline). A takes a timestamp just before each
+ * yield; B takes one when its own yield returns. One switch A -> B, one direction, as
+ * Baton's `sched.yield.switch` (and sel4bench) measure it. */
+static void bench_yield(void)
+{
+	yield_stop = 0;
+	a_yields = 0;
+	b_unswitched = 0;
+	pthread_t b = start_thread(yield_partner, "sched.yield.switch");
+	while (!yield_stop) {
+		a_yields++;
+		yield_stamp = stamp();
+		sys0(SYS_sched_yield);
+	}
+	join_thread(b, "sched.yield.switch");
+	report("linux.sched.yield.switch");
+	say("LINUXINFO name=linux.sched.yield.switch a_yields=%lu b_yields_without_switch=%lu\n",
+	    a_yields, b_unswitched);
+}
+
+/* The round A has started, and the round B has answered (linux.futex.pingpong). */
+static volatile uint32_t futex_ping, futex_pong;
+
+/* FUTEX_WAIT_PRIVATE on `word` while it holds `val`, issued inline. */
+static inline void futex_wait(volatile uint32_t *word, uint32_t val)
+{
+	sys4(SYS_futex, (long)word, FUTEX_WAIT_PRIVATE, val, 0);
+}
+
+/* FUTEX_WAKE_PRIVATE of one waiter on `word`, issued inline. */
+static inline void futex_wake(volatile uint32_t *word)
+{
+	sys4(SYS_futex, (long)word, FUTEX_WAKE_PRIVATE, 1, 0);
+}
+
+/* Thread B of linux.futex.pingpong: waits for each round in `futex_ping`, answers it in
+ * `futex_pong` and wakes A. */
+static void *futex_partner(void *arg)
+{
+	(void)arg;
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		uint32_t v;
+		while ((v = futex_ping) != r)
+			futex_wait(&futex_ping, v);
+		futex_pong = r;
+		futex_wake(&futex_pong);
+	}
+	return NULL;
+}
+
+/* linux.futex.pingpong: one round trip between two threads of one process, as Baton's
+ * `sync.waitwake.pingpong`: A stores the round number in PING and wakes it
+ * (FUTEX_WAKE_PRIVATE), then waits (FUTEX_WAIT_PRIVATE) until PONG holds the round; B,
+ * waiting on PING, stores the round in PONG, wakes it and waits for the next round. From A's
+ * timestamp before its store to A's after its wait returns. */
+static void bench_futex(void)
+{
+	futex_ping = 0;
+	futex_pong = 0;
+	pthread_t b = start_thread(futex_partner, "futex.pingpong");
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		uint64_t a = stamp();
+		futex_ping = r;
+		futex_wake(&futex_ping);
+		uint32_t v;
+		while ((v = futex_pong) != r)
+			futex_wait(&futex_pong, v);
+		uint64_t t = stamp();
+		samples[r - 1] = t - a;
+	}
+	join_thread(b, "futex.pingpong");
+	report("linux.futex.pingpong");
+}
+
+/* The mutex, the condition variables and the rounds of linux.condvar.pingpong. */
+static pthread_mutex_t cv_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cv_ping_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t cv_pong_cond = PTHREAD_COND_INITIALIZER;
+static uint32_t cv_ping, cv_pong;
+
+/* Thread B of linux.condvar.pingpong. */
+static void *condvar_partner(void *arg)
+{
+	(void)arg;
+	pthread_mutex_lock(&cv_lock);
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		while (cv_ping != r)
+			pthread_cond_wait(&cv_ping_cond, &cv_lock);
+		cv_pong = r;
+		pthread_cond_signal(&cv_pong_cond);
+	}
+	pthread_mutex_unlock(&cv_lock);
+	return NULL;
+}
+
+/* linux.condvar.pingpong: the same round trip as linux.futex.pingpong with a pthread mutex
+ * and two condition variables: A locks, stores the round in PING, signals PING's condition,
+ * waits on PONG's until PONG holds the round, unlocks; B, waiting on PING's condition,
+ * stores the round in PONG and signals. From A's timestamp before its lock to after its
+ * unlock. */
+static void bench_condvar(void)
+{
+	cv_ping = 0;
+	cv_pong = 0;
+	pthread_t b = start_thread(condvar_partner, "condvar.pingpong");
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		uint64_t a = stamp();
+		pthread_mutex_lock(&cv_lock);
+		cv_ping = r;
+		pthread_cond_signal(&cv_ping_cond);
+		while (cv_pong != r)
+			pthread_cond_wait(&cv_pong_cond, &cv_lock);
+		pthread_mutex_unlock(&cv_lock);
+		uint64_t t = stamp();
+		samples[r - 1] = t - a;
+	}
+	join_thread(b, "condvar.pingpong");
+	report("linux.condvar.pingpong");
+}
+
+/* The body of linux.thread.create_join's threads: returns at once. */
+static void *nothing(void *arg)
+{
+	return arg;
+}
+
+/* linux.thread.create_join: `pthread_create` (default attributes: glibc reuses the stack of
+ * a joined thread from its cache) of a thread that returns at once, and `pthread_join`. */
+static void bench_thread_create(void)
+{
+	for (int i = 0; i < TOTAL; i++) {
+		pthread_t t;
+		uint64_t a = stamp();
+		int c = pthread_create(&t, NULL, nothing, NULL);
+		int j = c == 0 ? pthread_join(t, NULL) : 0;
+		uint64_t b = stamp();
+		if (c != 0 || j != 0) {
+			errno = c ? c : j;
+			fail("thread.create_join");
+		}
+		samples[i] = b - a;
+	}
+	report("linux.thread.create_join");
+}
+
+/* ---- page faults ---------------------------------------------------------------------- */
+
+/* linux.fault.zero: the first write to a page of a fresh private anonymous mapping (4 KiB
+ * pages: transparent huge pages off for it): the page fault, a zeroed page allocated and
+ * mapped, and the write retried. One page per iteration, each page touched once. */
+static void bench_fault_zero(void)
+{
+	volatile char *p = map_pages(TOTAL, 0, "fault.zero");
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		p[(size_t)i * PAGE] = 1;
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	munmap((void *)p, (size_t)TOTAL * PAGE);
+	report("linux.fault.zero");
+}
+
+/* linux.fault.cow: the first write, in the parent, to a page it wrote before a fork, while
+ * the child still exists (it waits on a pipe and never touches the pages): the
+ * copy-on-write fault copies the page. One page per iteration. */
+static void bench_fault_cow(void)
+{
+	volatile char *p = map_pages(TOTAL, 1, "fault.cow");
+	int gate[2];
+	if (pipe(gate) != 0)
+		fail("fault.cow: pipe");
+	pid_t pid = fork_or_fail("fault.cow");
+	if (pid == 0) {
+		char c;
+		close(gate[1]);
+		read_full(gate[0], &c, 1, "fault.cow child");
+		_exit(0);
+	}
+	close(gate[0]);
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		p[(size_t)i * PAGE] = 2;
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	write_full(gate[1], "x", 1, "fault.cow");
+	close(gate[1]);
+	reap(pid, "fault.cow");
+	munmap((void *)p, (size_t)TOTAL * PAGE);
+	report("linux.fault.cow");
+}
+
+/*
+ * ---- Appel and Li's virtual-memory primitives ----------------------------------------
+ *
+ * Appel and Li, "Virtual Memory Primitives for User Programs" (ASPLOS 1991), as the SPIN
+ * paper (Bershad et al., SOSP 1995, section 5.2, Table 4) defines and reports them. On
+ * Linux a protection fault is reflected to the program as SIGSEGV (handler installed with
+ * SA_SIGINFO) and protections are changed with mprotect. All work on private anonymous
+ * pages that have been written (resident, 4 KiB pages). SPIN's "Dirty" (ask the kernel
+ * whether a page is dirty) has no Linux interface and is not measured.
+ */
+
+/* What the SIGSEGV handler does besides unprotecting the faulting page. */
+enum vm_mode { VM_UNPROTECT, VM_APPEL1 };
+
+/* The handler's mode. */
+static volatile int vm_mode;
+/* The pages the handler may unprotect: [vm_base, vm_base + vm_pages * PAGE). */
+static char *vm_base;
+/* Pages at vm_base. */
+static size_t vm_pages;
+/* VM_APPEL1: the page the handler protects. */
+static volatile size_t vm_next;
+/* Timestamp taken just before the faulting access (linux.appel.trap). */
+static volatile uint64_t vm_before;
+/* Instructions from `vm_before` to the handler's first timestamp (linux.appel.trap). */
+static volatile uint64_t vm_trap;
+/* Faults the handler resolved. */
+static volatile unsigned long vm_faults;
+
+/* The SIGSEGV handler: takes a timestamp first, then makes the faulting page readable and
+ * writable (and in VM_APPEL1 mode protects page `vm_next`, read-only). */
+static void on_segv(int sig, siginfo_t *si, void *ctx)
+{
+	uint64_t now = stamp();
+	(void)sig;
+	(void)ctx;
+	vm_trap = now - vm_before;
+	uintptr_t addr = (uintptr_t)si->si_addr;
+	uintptr_t base = (uintptr_t)vm_base;
+	if (addr < base || addr >= base + vm_pages * PAGE) {
+		static const char msg[] = "TEST FAIL linux: SIGSEGV outside the benchmark's pages\n";
+		put(msg, sizeof msg - 1);
+		_exit(1);
+	}
+	char *page = (char *)(addr & ~(uintptr_t)(PAGE - 1));
+	if (mprotect(page, PAGE, PROT_READ | PROT_WRITE) != 0)
+		_exit(1);
+	if (vm_mode == VM_APPEL1 && mprotect(vm_base + vm_next * PAGE, PAGE, PROT_READ) != 0)
+		_exit(1);
+	vm_faults++;
+}
+
+/* Maps `pages` written pages for the Appel-Li benchmarks and installs the handler. */
+static volatile char *vm_setup(size_t pages, int mode, const char *what)
+{
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = on_segv;
+	sa.sa_flags = SA_SIGINFO;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGSEGV, &sa, NULL) != 0)
+		fail("%s: sigaction", what);
+	vm_base = map_pages(pages, 1, what);
+	vm_pages = pages;
+	vm_mode = mode;
+	vm_faults = 0;
+	return (volatile char *)vm_base;
+}
+
+/* Unmaps the pages and restores SIGSEGV's default action. */
+static void vm_teardown(const char *what, unsigned long faults)
+{
+	if (vm_faults != faults)
+		fail("%s: %lu faults handled, not %lu", what, vm_faults, faults);
+	munmap(vm_base, vm_pages * PAGE);
+	vm_base = NULL;
+	vm_pages = 0;
+	signal(SIGSEGV, SIG_DFL);
+}
+
+/* linux.appel.trap (TRAP): the latency from a write to a read-only page until the
+ * program's fault handler runs: from the timestamp before the write to the first
+ * timestamp in the SIGSEGV handler (the kernel's fault path and signal delivery). The
+ * handler then unprotects the page and the write completes (not counted). */
+static void bench_appel_trap(void)
+{
+	volatile char *p = vm_setup(1, VM_UNPROTECT, "appel.trap");
+	for (int i = 0; i < TOTAL; i++) {
+		protect((void *)p, 1, PROT_READ, "appel.trap");
+		vm_before = stamp();
+		p[0] = 1;
+		samples[i] = vm_trap;
+	}
+	vm_teardown("appel.trap", TOTAL);
+	report("linux.appel.trap");
+}
+
+/* linux.appel.fault (FAULT): the latency of a write to a read-only page as the faulting
+ * thread sees it: the fault reflected to the program, the handler making the page writable
+ * (mprotect), the return from the handler, and the write retried. */
+static void bench_appel_fault(void)
+{
+	volatile char *p = vm_setup(1, VM_UNPROTECT, "appel.fault");
+	for (int i = 0; i < TOTAL; i++) {
+		protect((void *)p, 1, PROT_READ, "appel.fault");
+		uint64_t a = stamp();
+		p[0] = 1;
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	vm_teardown("appel.fault", TOTAL);
+	report("linux.appel.fault");
+}
+
+/* linux.appel.prot1 (PROT1): increasing the protection of one written page:
+ * mprotect(PROT_READ) of a page that is readable and writable. (Not counted: making it
+ * writable again and writing it, before the next iteration.) */
+static void bench_appel_prot1(void)
+{
+	volatile char *p = vm_setup(1, VM_UNPROTECT, "appel.prot1");
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		int r = mprotect((void *)p, PAGE, PROT_READ);
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("appel.prot1: mprotect");
+		samples[i] = b - a;
+		protect((void *)p, 1, PROT_READ | PROT_WRITE, "appel.prot1");
+		p[0] = 1;
+	}
+	vm_teardown("appel.prot1", 0);
+	report("linux.appel.prot1");
+}
+
+/* linux.appel.prot100 (PROT100): increasing the protection of 100 written pages with one
+ * mprotect(PROT_READ) of the range. (Not counted: making them writable again and writing
+ * each.) */
+static void bench_appel_prot100(void)
+{
+	volatile char *p = vm_setup(RANGE, VM_UNPROTECT, "appel.prot100");
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		int r = mprotect((void *)p, RANGE * PAGE, PROT_READ);
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("appel.prot100: mprotect");
+		samples[i] = b - a;
+		protect((void *)p, RANGE, PROT_READ | PROT_WRITE, "appel.prot100");
+		for (size_t j = 0; j < RANGE; j++)
+			p[j * PAGE] = 1;
+	}
+	vm_teardown("appel.prot100", 0);
+	report("linux.appel.prot100");
+}
+
+/* linux.appel.unprot100 (UNPROT100): decreasing the protection of 100 read-only (resident)
+ * pages with one mprotect(PROT_READ | PROT_WRITE) of the range. (Not counted: protecting
+ * them again.) */
+static void bench_appel_unprot100(void)
+{
+	volatile char *p = vm_setup(RANGE, VM_UNPROTECT, "appel.unprot100");
+	protect((void *)p, RANGE, PROT_READ, "appel.unprot100");
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		int r = mprotect((void *)p, RANGE * PAGE, PROT_READ | PROT_WRITE);
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("appel.unprot100: mprotect");
+		samples[i] = b - a;
+		protect((void *)p, RANGE, PROT_READ, "appel.unprot100");
+	}
+	vm_teardown("appel.unprot100", 0);
+	report("linux.appel.unprot100");
+}
+
+/* linux.appel.appel1 (APPEL1): a write to a protected page whose handler unprotects it and
+ * protects another page: a ring of 100 written pages, exactly one of them read-only; the
+ * iteration writes that page, and the handler makes it writable and the next page of the
+ * ring read-only. From before the write to after it completes. */
+static void bench_appel1(void)
+{
+	volatile char *p = vm_setup(RANGE, VM_APPEL1, "appel.appel1");
+	protect((void *)p, 1, PROT_READ, "appel.appel1");
+	for (int i = 0; i < TOTAL; i++) {
+		size_t page = (size_t)i % RANGE;
+		vm_next = (page + 1) % RANGE;
+		uint64_t a = stamp();
+		p[page * PAGE] = 1;
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	vm_teardown("appel.appel1", TOTAL);
+	report("linux.appel.appel1");
+}
+
+/* linux.appel.appel2 (APPEL2): protecting 100 written pages with one mprotect(PROT_READ),
+ * then writing each, the handler unprotecting each faulting page. The figure is per page:
+ * each iteration's count divided by 100 (rounded down), as the SPIN paper reports it. */
+static void bench_appel2(void)
+{
+	volatile char *p = vm_setup(RANGE, VM_UNPROTECT, "appel.appel2");
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		int r = mprotect((void *)p, RANGE * PAGE, PROT_READ);
+		for (size_t j = 0; j < RANGE; j++)
+			p[j * PAGE] = 1;
+		uint64_t b = stamp();
+		if (r != 0)
+			fail("appel.appel2: mprotect");
+		samples[i] = (b - a) / RANGE;
+	}
+	vm_teardown("appel.appel2", (unsigned long)TOTAL * RANGE);
+	report("linux.appel.appel2");
+}
+
+int main(int argc, char **argv)
+{
+	const char *null_path = argc > 1 ? argv[1] : "/bench/null";
+	/* One CPU: the guest has only CPU 0; on a bigger machine (a host try-out) this keeps
+	 * every thread and child on the same CPU. */
+	cpu_set_t one;
+	CPU_ZERO(&one);
+	CPU_SET(0, &one);
+	if (sched_setaffinity(0, sizeof one, &one) != 0)
+		fail("sched_setaffinity(CPU 0)");
+
+	bench_rdtsc();
+	bench_syscall_null();
+	bench_clock_gettime();
+	bench_signal();
+	bench_fork_exit();
+	bench_spawn(null_path);
+	bench_pipe();
+	bench_unix_rpc();
+	bench_yield();
+	bench_futex();
+	bench_condvar();
+	bench_thread_create();
+	bench_fault_zero();
+	bench_fault_cow();
+	bench_appel_trap();
+	bench_appel_fault();
+	bench_appel_prot1();
+	bench_appel_prot100();
+	bench_appel_unprot100();
+	bench_appel1();
+	bench_appel2();
+	say("BENCH done\n");
+	return 0;
+}
