@@ -54,6 +54,8 @@ pub struct Task {
     pub threads: u64,
     /// Set when the task is ending: the exit code, or the kill report already printed.
     pub ending: Option<Ending>,
+    /// Its capability name space.
+    pub names: kern::ipc::Space,
 }
 
 /// How a task ends.
@@ -105,6 +107,8 @@ pub struct Kernel {
     pub timers: TimerQueue<ThreadId>,
     /// Threads in `wait`, by (task, user address).
     pub waits: WaitQueues<(TaskId, u64), ThreadId>,
+    /// Every port.
+    pub ipc: kern::ipc::Ipc<ThreadId>,
     /// Kernel stacks not attached to any thread.
     pub stacks: StackPool,
     /// Stacks attached to threads.
@@ -250,6 +254,10 @@ impl Kernel {
                 if self.open_line == Some(task_id) {
                     self.close_line();
                 }
+                let mut task = task;
+                let mut fx = kern::ipc::Effects::default();
+                self.ipc.release_space(&mut task.names, &mut fx);
+                crate::ipc::apply(self, fx);
                 let mut mem = self.mem();
                 task.space.destroy(&mut mem);
             }
@@ -259,6 +267,16 @@ impl Kernel {
 
     /// Creates a task running boot module `name`, with one ready thread.
     pub fn spawn(&mut self, name: &str) -> Result<TaskId, baton_abi::Error> {
+        self.spawn_with(name, None)
+    }
+
+    /// Creates a task running boot module `name`, with one ready thread, which starts with
+    /// `rsi` = its name for a send right to `bootstrap` (0 without one).
+    pub fn spawn_with(
+        &mut self,
+        name: &str,
+        bootstrap: Option<kern::ipc::PortId>,
+    ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
         let data = self
             .modules
@@ -289,13 +307,23 @@ impl Kernel {
                 pcid: (id % (PCIDS as u64 - 1) + 1) as u16,
                 threads: 0,
                 ending: None,
+                names: kern::ipc::Space::new(),
             },
         );
-        self.create_thread(
-            id,
-            TrapFrame::new_user(entry, rsp, id),
-            PRIORITY_DEFAULT as u8,
-        )?;
+        let mut frame = TrapFrame::new_user(entry, rsp, id);
+        if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
+            frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
+        }
+        if let Err(e) = self.create_thread(id, frame, PRIORITY_DEFAULT as u8) {
+            if let Some(mut task) = self.tasks.remove(&id) {
+                let mut fx = kern::ipc::Effects::default();
+                self.ipc.release_space(&mut task.names, &mut fx);
+                crate::ipc::apply(self, fx);
+                let mut mem = self.mem();
+                task.space.destroy(&mut mem);
+            }
+            return Err(e);
+        }
         Ok(id)
     }
 
@@ -355,6 +383,11 @@ impl Kernel {
                     self.waits.remove(key, t);
                 }
                 ThreadState::Blocked(Blocked::ProcessModel) => {}
+                ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {
+                    th.frame.rax = baton_abi::Error::TimedOut.to_raw();
+                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    crate::ipc::forget_waiter(self, t, why);
+                }
                 _ => continue,
             }
             thread::thread_setrun(self, t);
@@ -398,6 +431,7 @@ impl Kernel {
                     if let Blocked::Wait { key } = b {
                         self.waits.remove(key, tid);
                     }
+                    crate::ipc::forget_waiter(self, tid, b);
                     self.reap_thread(tid);
                 }
                 ThreadState::Halted | ThreadState::Idle => {}
@@ -466,6 +500,9 @@ impl Kernel {
         s.stack_bytes = crate::arch::stack::STACK_SIZE;
         s.thread_bytes = core::mem::size_of::<Thread>() as u64;
         s.heap_used = crate::heap_used() as u64;
+        s.ports = self.ipc.ports() as u64;
+        s.messages_queued = self.ipc.queued() as u64;
+        s.names = self.tasks.values().map(|t| t.names.len() as u64).sum();
         s
     }
 }
@@ -550,6 +587,7 @@ pub fn start(
         cpus: Vec::new(),
         timers: TimerQueue::new(),
         waits: WaitQueues::new(),
+        ipc: kern::ipc::Ipc::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
         stats: Stats::default(),

@@ -10,6 +10,7 @@
 extern crate alloc;
 
 pub mod arch;
+mod ipc;
 mod kernel;
 mod syscall;
 mod thread;

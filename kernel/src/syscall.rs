@@ -85,6 +85,7 @@ pub fn on_syscall(number: u64) -> ! {
             Err(e) => e.to_raw(),
         },
         Sys::DebugBlockProcessModel => process_model_block(args[0], args[1]),
+        Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
         other => match k.syscall(other, args) {
             Ok(v) => v,
             Err(e) => e.to_raw(),
@@ -164,7 +165,7 @@ impl Kernel {
         let result = match call {
             Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
             Sys::Clock => Ok(apic::now_ns()),
-            Sys::Spawn => self.sys_spawn(id, args[0], args[1]),
+            Sys::Spawn => self.sys_spawn(id, args[0], args[1], args[2]),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
             Sys::ThreadCreate => self.sys_thread_create(id, args[0], args[1], args[2]),
             Sys::Wake => self.sys_wake(id, args[0], args[1]),
@@ -173,12 +174,41 @@ impl Kernel {
             Sys::MemMap => self.sys_mem_map(id, args[0], args[1], args[2]),
             Sys::MemUnmap => self.sys_mem_unmap(id, args[0], args[1]),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
+            Sys::IpcBufferSet => {
+                let cur = self.current_thread();
+                crate::ipc::sys_ipc_buffer_set(self, cur, id, args[0])
+            }
+            Sys::PortAllocate => {
+                self.with_names(id, |ipc, names, _| ipc.allocate(names, id, args[0]))
+            }
+            Sys::PortMakeSend => self.with_names(id, |ipc, names, _| {
+                let once = match args[1] {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(Error::InvalidArgument),
+                };
+                ipc.make_send(names, args[0], once)
+            }),
+            Sys::CapDrop => self.with_names(id, |ipc, names, fx| {
+                ipc.release(names, args[0], fx).map(|()| 0)
+            }),
+            Sys::CapInfo => self.with_names(id, |ipc, names, _| {
+                ipc.info(names, args[0]).map(|k| k as u64)
+            }),
+            Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
+                ipc.request_notify(names, args[0], args[1], args[2], fx)
+                    .map(|()| 0)
+            }),
+            Sys::PortSetLimit => self.with_names(id, |ipc, names, _| {
+                ipc.set_limit(names, args[0], args[1]).map(|()| 0)
+            }),
             Sys::Yield
             | Sys::Exit
             | Sys::ThreadExit
             | Sys::Wait
             | Sys::Sleep
             | Sys::DebugBlockProcessModel
+            | Sys::IpcMsg
             | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {
@@ -199,7 +229,26 @@ impl Kernel {
         usercopy::copy_from_user(&t.space, &mem, ptr, out)
     }
 
-    fn copy_out(&mut self, task: TaskId, ptr: u64, data: &[u8]) -> Result<(), Error> {
+    /// Runs a port operation on `task`'s name space, then makes ready the threads it
+    /// unblocked.
+    fn with_names(
+        &mut self,
+        task: TaskId,
+        op: impl FnOnce(
+            &mut kern::ipc::Ipc<crate::thread::ThreadId>,
+            &mut kern::ipc::Space,
+            &mut kern::ipc::Effects<crate::thread::ThreadId>,
+        ) -> Result<u64, Error>,
+    ) -> Result<u64, Error> {
+        let mut fx = kern::ipc::Effects::default();
+        let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+        let result = op(&mut self.ipc, &mut t.names, &mut fx);
+        crate::ipc::apply(self, fx);
+        result
+    }
+
+    /// Copies `data` into user memory of `task`.
+    pub fn copy_out(&mut self, task: TaskId, ptr: u64, data: &[u8]) -> Result<(), Error> {
         let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
         let mut mem = KernelMem {
             frames: &mut self.frames,
@@ -218,16 +267,23 @@ impl Kernel {
         Ok(len)
     }
 
-    fn sys_spawn(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
+    fn sys_spawn(&mut self, id: TaskId, ptr: u64, len: u64, bootstrap: u64) -> Result<u64, Error> {
         if len > MODULE_NAME_MAX as u64 {
             return Err(Error::TooLarge);
         }
+        let bootstrap = match bootstrap {
+            0 => None,
+            n => {
+                let t = self.tasks.get(&id).ok_or(Error::InvalidArgument)?;
+                Some(self.ipc.sendable_port(&t.names, n)?)
+            }
+        };
         let mut buf = [0u8; MODULE_NAME_MAX];
         let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
         self.copy_in(id, ptr, out)?;
         let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
         let name = String::from(name);
-        let child = self.spawn(&name)?;
+        let child = self.spawn_with(&name, bootstrap)?;
         self.close_line();
         kprintln!("[kernel] task {child} ({name}) started by task {id}");
         Ok(child)
@@ -452,6 +508,7 @@ impl Kernel {
             va += PAGE_SIZE;
         }
         if pages > 0 {
+            crate::ipc::unmap_buffers(self, task, range.start, range.end);
             // No CPU may keep a translation: flush here, shoot down the CPUs running other
             // threads of the task, and make every CPU flush the task's PCID on next load.
             crate::arch::tlb::flush_local();

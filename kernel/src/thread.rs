@@ -39,6 +39,16 @@ pub enum Blocked {
     },
     /// Blocked in the process model (keeps its kernel stack) until its timer fires.
     ProcessModel,
+    /// `ipc_msg` receiving on a port, until a message arrives or its timer fires.
+    Receive {
+        /// The port.
+        port: kern::ipc::PortId,
+    },
+    /// `ipc_msg` sending to a full port, until there is room or its timer fires.
+    Send {
+        /// The port.
+        port: kern::ipc::PortId,
+    },
 }
 
 /// A thread's scheduling state.
@@ -90,6 +100,9 @@ pub struct Thread {
     pub timer: Option<TimerKey>,
     /// Set when its task is ending while it runs on another CPU.
     pub kill_pending: bool,
+    /// Its IPC buffer: the user address and the frame behind it (checked when set,
+    /// forgotten when the page is unmapped).
+    pub ipc_buffer: Option<(u64, PhysAddr)>,
 }
 
 impl Thread {
@@ -115,6 +128,7 @@ impl Thread {
             pinned: false,
             timer: None,
             kill_pending: false,
+            ipc_buffer: None,
         }
     }
 
@@ -133,6 +147,7 @@ impl Thread {
             pinned: true,
             timer: None,
             kill_pending: false,
+            ipc_buffer: None,
         }
     }
 }
@@ -429,6 +444,8 @@ extern "C" fn continue_entry(t: u64) -> ! {
 fn resume(k: &mut Kernel, t: ThreadId, cont: Continuation) -> ! {
     match cont.point {
         Resume::Idle => kernel::idle_loop(),
+        Resume::Receive => crate::ipc::continue_receive(k, t),
+        Resume::SendRetry => crate::ipc::continue_send(k, t),
         // The result of a finished call is already in the saved frame.
         Resume::UserReturn | Resume::Wait | Resume::Sleep => {
             if k.threads.get(t).is_none() {

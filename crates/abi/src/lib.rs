@@ -37,8 +37,10 @@ pub enum Sys {
     Exit = 2,
     /// `clock() -> ns`: nanoseconds since the machine was reset (from the calibrated TSC).
     Clock = 3,
-    /// `spawn(name_ptr, name_len) -> task id`: start the boot module of that name as a new
-    /// task. A bootstrap call until tasks become capability-invoked kernel objects.
+    /// `spawn(name_ptr, name_len, bootstrap) -> task id`: start the boot module of that name
+    /// as a new task. `bootstrap` (0 for none) names a send or receive right of the caller:
+    /// the new task gets a send right to that port, whose name its first thread finds in
+    /// `rsi`. A bootstrap call until tasks become capability-invoked kernel objects.
     Spawn = 4,
     /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
     /// [`Error::NotFound`] past the last one.
@@ -86,7 +88,41 @@ pub enum Sys {
     /// to CPU `cpu` (0 to number of CPUs − 1; no other CPU steals it), or lets it move
     /// again with [`CPU_ANY`]. A running thread moves when it next blocks or is preempted.
     SetAffinity = 17,
+    /// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size) -> 0`: the one message call
+    /// ([`ipc`]). With [`ipc::MSG_SEND`] it sends the message in the buffer; with
+    /// [`ipc::MSG_RECEIVE`] it then receives a message from the port `rcv_name` (a receive
+    /// right) into the buffer; both together are an RPC. The buffer is the thread's IPC
+    /// buffer, or `buf`/`buf_size` with [`ipc::MSG_BUF`]. `timeout_ns` bounds each
+    /// blocking phase (a full queue, an empty one): 0 never blocks ([`Error::WouldBlock`]),
+    /// [`FOREVER`] waits as long as it takes.
+    IpcMsg = 18,
+    /// `ipc_buffer_set(addr) -> 0`: makes the page at `addr` (page aligned, mapped
+    /// writable) the calling thread's IPC buffer; 0 unsets it.
+    IpcBufferSet = 19,
+    /// `port_allocate(queue_limit) -> name`: a new port; the caller gets its receive right.
+    /// `queue_limit` 0 means [`ipc::QUEUE_LIMIT_DEFAULT`].
+    PortAllocate = 20,
+    /// `port_make_send(name, once) -> new name`: a new send right (`once` = 0) or send-once
+    /// right (`once` = 1) to the port whose receive right `name` is.
+    PortMakeSend = 21,
+    /// `cap_drop(name) -> 0`: releases the right `name`. Releasing a receive right
+    /// destroys the port (its senders' names become dead names).
+    CapDrop = 22,
+    /// `cap_info(name) -> kind`: the kind of right `name` is ([`ipc::RightKind`]).
+    CapInfo = 23,
+    /// `port_notify(name, kind, notify_name) -> 0`: asks for a notification message on the
+    /// port whose receive right `notify_name` is (the kernel keeps a send-once right to it
+    /// until then) when the port of the send right `name` dies
+    /// ([`ipc::NOTIFY_KIND_DEAD_NAME`]) or when the port of the receive right `name` has
+    /// no send rights left ([`ipc::NOTIFY_KIND_NO_SENDERS`]; at once if it has none now).
+    /// `notify_name` 0 cancels.
+    PortNotify = 24,
+    /// `port_set_limit(name, limit) -> 0`: sets the queue limit (1 to
+    /// [`ipc::QUEUE_LIMIT_MAX`]) of the port whose receive right `name` is.
+    PortSetLimit = 25,
 }
+
+pub mod ipc;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;
@@ -159,6 +195,19 @@ pub struct Stats {
     pub heap_used: u64,
     /// CPUs asked to flush their TLB by `mem_unmap` (shootdown IPIs sent).
     pub tlb_shootdowns: u64,
+    /// Blocks in `ipc_msg` (receiving, or sending to a full queue).
+    pub blocks_ipc: u64,
+    /// Messages delivered by the fast path: straight into a waiting receiver's buffer,
+    /// its receive finished by the sender (recognition), no queue.
+    pub ipc_fast: u64,
+    /// Messages that took the slow path through a port's queue.
+    pub ipc_queued: u64,
+    /// Ports that exist now.
+    pub ports: u64,
+    /// Messages queued on all ports now.
+    pub messages_queued: u64,
+    /// Rights (names) held by all tasks now.
+    pub names: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -188,6 +237,12 @@ impl Stats {
         "thread_bytes",
         "heap_used",
         "tlb_shootdowns",
+        "blocks_ipc",
+        "ipc_fast",
+        "ipc_queued",
+        "ports",
+        "messages_queued",
+        "names",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -214,6 +269,12 @@ impl Stats {
             self.thread_bytes,
             self.heap_used,
             self.tlb_shootdowns,
+            self.blocks_ipc,
+            self.ipc_fast,
+            self.ipc_queued,
+            self.ports,
+            self.messages_queued,
+            self.names,
         ]
     }
 }
@@ -240,6 +301,14 @@ impl Sys {
             15 => Sys::MemMap,
             16 => Sys::MemUnmap,
             17 => Sys::SetAffinity,
+            18 => Sys::IpcMsg,
+            19 => Sys::IpcBufferSet,
+            20 => Sys::PortAllocate,
+            21 => Sys::PortMakeSend,
+            22 => Sys::CapDrop,
+            23 => Sys::CapInfo,
+            24 => Sys::PortNotify,
+            25 => Sys::PortSetLimit,
             _ => return None,
         })
     }
@@ -267,6 +336,18 @@ pub enum Error {
     WouldBlock = 7,
     /// A timeout expired first.
     TimedOut = 8,
+    /// The name does not denote a right in the caller's name space (never did, or was
+    /// released).
+    InvalidName = 9,
+    /// The name denotes a right of the wrong kind for the operation (e.g. sending on a
+    /// receive right, receiving on a send right).
+    InvalidRight = 10,
+    /// The name is a dead name: its port was destroyed.
+    DeadName = 11,
+    /// The name space (or another per-task table) is full.
+    NoSpace = 12,
+    /// The operation is defined but not implemented yet (e.g. out-of-line memory).
+    NotSupported = 13,
 }
 
 impl Error {
@@ -281,6 +362,11 @@ impl Error {
             6 => Error::BadFormat,
             7 => Error::WouldBlock,
             8 => Error::TimedOut,
+            9 => Error::InvalidName,
+            10 => Error::InvalidRight,
+            11 => Error::DeadName,
+            12 => Error::NoSpace,
+            13 => Error::NotSupported,
             _ => return None,
         })
     }
@@ -301,6 +387,11 @@ impl Error {
             Error::BadFormat => "bad format",
             Error::WouldBlock => "would block",
             Error::TimedOut => "timed out",
+            Error::InvalidName => "invalid name",
+            Error::InvalidRight => "invalid right",
+            Error::DeadName => "dead name",
+            Error::NoSpace => "no space",
+            Error::NotSupported => "not supported",
         }
     }
 }
@@ -386,6 +477,11 @@ mod tests {
             Error::BadFormat,
             Error::WouldBlock,
             Error::TimedOut,
+            Error::InvalidName,
+            Error::InvalidRight,
+            Error::DeadName,
+            Error::NoSpace,
+            Error::NotSupported,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));
@@ -419,24 +515,27 @@ mod tests {
             thread_bytes: 19,
             heap_used: 20,
             tlb_shootdowns: 21,
+            blocks_ipc: 22,
+            ipc_fast: 23,
+            ipc_queued: 24,
+            ports: 25,
+            messages_queued: 26,
+            names: 27,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
             assert_eq!(*w, i as u64 + 1);
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
-        assert_eq!(
-            core::mem::offset_of!(Stats, tlb_shootdowns),
-            8 * (STATS_WORDS - 1)
-        );
+        assert_eq!(core::mem::offset_of!(Stats, names), 8 * (STATS_WORDS - 1));
     }
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..18 {
+        for n in 0..26 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(18), None);
+        assert_eq!(Sys::from_raw(26), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

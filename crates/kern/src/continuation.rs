@@ -24,6 +24,12 @@ pub enum Resume {
     Sleep,
     /// A processor's idle loop.
     Idle,
+    /// The receive phase of `ipc_msg`: run it again (a message arrived). A sender that
+    /// finds a receiver here may instead deliver the message itself and replace the
+    /// continuation with [`Resume::UserReturn`] (recognition, the RPC fast path).
+    Receive,
+    /// `ipc_msg` blocked on a full queue: run the whole call again (queue space freed).
+    SendRetry,
 }
 
 /// A continuation: the resumption point and up to three words of state it keeps (the
@@ -48,7 +54,7 @@ impl Continuation {
     /// Whether resuming means only returning to user mode once a result is written, so that
     /// a waker may finish the call in its own context (continuation recognition).
     pub const fn finishes_syscall(&self) -> bool {
-        matches!(self.point, Resume::Wait | Resume::Sleep)
+        matches!(self.point, Resume::Wait | Resume::Sleep | Resume::Receive)
     }
 
     /// Whether resuming here just returns to user mode with the thread's saved registers
@@ -74,6 +80,9 @@ mod tests {
         assert!(Continuation::new(Resume::UserReturn).returns_to_user());
         assert!(Continuation::new(Resume::Wait).returns_to_user());
         assert!(!Continuation::new(Resume::Idle).returns_to_user());
+        assert!(!Continuation::new(Resume::Receive).returns_to_user());
+        assert!(!Continuation::new(Resume::SendRetry).returns_to_user());
+        assert!(Continuation::new(Resume::Receive).finishes_syscall());
         assert!(core::mem::size_of::<Continuation>() <= 32);
     }
 }

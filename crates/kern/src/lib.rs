@@ -25,6 +25,7 @@ pub mod continuation;
 pub mod frame;
 pub mod gauge;
 pub mod initrd;
+pub mod ipc;
 pub mod loader;
 pub mod pmap;
 pub mod ring;

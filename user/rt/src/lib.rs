@@ -48,6 +48,7 @@
 
 pub mod cpu;
 pub mod io;
+pub mod ipc;
 pub mod raw;
 pub mod report;
 pub mod start;
@@ -61,8 +62,8 @@ pub use baton_abi::{Error, ModuleInfo, Stats, FOREVER};
 pub use cpu::{rdtsc, rdtsc_ordered};
 pub use sys::{
     clock_ns, debug_block_process_model, debug_write, debug_write_raw, exit, mem_map, mem_unmap,
-    module_info, null, set_affinity, set_priority, sleep_ns, spawn, spawn_raw, stats, thread_exit,
-    wait, wait_raw, wake, wake_raw, yield_now,
+    module_info, null, set_affinity, set_priority, sleep_ns, spawn, spawn_raw, spawn_with, stats,
+    thread_exit, wait, wait_raw, wake, wake_raw, yield_now,
 };
 
 /// Exit code of a task whose program panicked.

@@ -6,12 +6,25 @@
 //! emits that entry point, `_start`, in the program's own crate (so the linker cannot
 //! leave it out): a naked function that clears `rbp` (the end of the frame-pointer
 //! chain), aligns `rsp` to 16 bytes as the SysV ABI requires before a `call`, and calls
-//! [`__start`] through a small `extern "C"` shim with the task id still in `rdi`.
+//! [`__start`] through a small `extern "C"` shim with the task id still in `rdi` and the
+//! bootstrap right's name (see [`bootstrap`]) in `rsi`.
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// The task's name for the send right its creator gave it, 0 for none.
+static BOOTSTRAP: AtomicU64 = AtomicU64::new(0);
+
+/// The task's bootstrap right: its name for a send right to the port its creator passed
+/// to `spawn` ([`crate::sys::spawn_with`]), or 0 when it was given none.
+pub fn bootstrap() -> u64 {
+    BOOTSTRAP.load(Ordering::Relaxed)
+}
 
 /// Runs the program's `main` and exits with its result. Called only by the `_start` that
 /// [`entry!`](crate::entry) emits.
 #[doc(hidden)]
-pub fn __start(task_id: u64, main: fn(u64) -> i32) -> ! {
+pub fn __start(task_id: u64, bootstrap: u64, main: fn(u64) -> i32) -> ! {
+    BOOTSTRAP.store(bootstrap, Ordering::Relaxed);
     let code = main(task_id);
     crate::sys::exit(code)
 }
@@ -30,7 +43,8 @@ pub fn __start(task_id: u64, main: fn(u64) -> i32) -> ! {
 macro_rules! entry {
     ($main:path) => {
         const _: () = {
-            /// The ELF entry point: `rsp` = user stack top, `rdi` = task id.
+            /// The ELF entry point: `rsp` = user stack top, `rdi` = task id, `rsi` =
+            /// bootstrap right.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
             extern "C" fn _start() -> ! {
@@ -43,9 +57,9 @@ macro_rules! entry {
                 )
             }
 
-            extern "C" fn __baton_entry(task_id: u64) -> ! {
+            extern "C" fn __baton_entry(task_id: u64, bootstrap: u64) -> ! {
                 let main: fn(u64) -> i32 = $main;
-                $crate::start::__start(task_id, main)
+                $crate::start::__start(task_id, bootstrap, main)
             }
         };
     };

@@ -80,13 +80,28 @@ pub fn spawn(name: &str) -> Result<u64, Error> {
     spawn_raw(name.as_ptr() as u64, name.len() as u64)
 }
 
+/// Starts boot module `name` as a new task that gets a send right to the port of
+/// `bootstrap` (a send or receive right of the caller; the child finds its name with
+/// [`crate::start::bootstrap`]). Returns the task id.
+pub fn spawn_with(name: &str, bootstrap: u64) -> Result<u64, Error> {
+    // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
+    decode_result(unsafe {
+        syscall3(
+            Sys::Spawn as u64,
+            name.as_ptr() as u64,
+            name.len() as u64,
+            bootstrap,
+        )
+    })
+}
+
 /// `spawn` with an arbitrary name address and length, for tests that pass bad ones.
 ///
 /// Safe whatever the arguments: the kernel only reads the name, and validates the range
 /// first ([`Error::BadAddress`] if it is not mapped user memory).
 pub fn spawn_raw(name_ptr: u64, name_len: u64) -> Result<u64, Error> {
     // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
-    decode_result(unsafe { syscall2(Sys::Spawn as u64, name_ptr, name_len) })
+    decode_result(unsafe { syscall3(Sys::Spawn as u64, name_ptr, name_len, 0) })
 }
 
 /// Describes boot module `index`; [`Error::NotFound`] past the last one.

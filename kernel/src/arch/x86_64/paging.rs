@@ -92,6 +92,24 @@ impl PhysMem for KernelMem<'_> {
     }
 }
 
+/// Copies `len` bytes from physical `src` to physical `dst` through the direct map.
+///
+/// Both ranges must lie inside frames of user memory (IPC buffers) that the caller has
+/// checked are mapped in their tasks, and must not overlap.
+pub fn copy_phys(dst: PhysAddr, src: PhysAddr, len: usize) {
+    // SAFETY: the caller guarantees both ranges are RAM frames of user pages, covered by
+    // the direct map; kernel data never lives in such frames, and distinct threads' IPC
+    // buffers are distinct ranges (overlap would only garble user data, which `copy` —
+    // not `copy_nonoverlapping` — tolerates).
+    unsafe {
+        core::ptr::copy(
+            phys_to_virt(src.0) as *const u8,
+            phys_to_virt(dst.0) as *mut u8,
+            len,
+        )
+    }
+}
+
 extern "C" {
     static __text_start: u8;
     static __text_end: u8;

@@ -1,0 +1,795 @@
+//! Ports, rights and messages (Accent's ports, Mach's rights; `baton_abi::ipc` is the user
+//! view).
+//!
+//! This module is the semantic reference of IPC, machine- and thread-independent: the
+//! kernel keeps its threads, and asks this module to resolve names, move rights in and out
+//! of messages, queue messages and destroy ports. Threads appear only as opaque `T` values
+//! in each port's queues of blocked receivers and senders, and in the [`Effects`] an
+//! operation returns: the threads the kernel must make ready, and with what.
+//!
+//! - A [`Port`] is a bounded message queue with one receive right, counted send and
+//!   send-once rights, and notification requests.
+//! - A task's rights live in its [`Space`]; an in-flight right (inside a queued message)
+//!   is a [`Right`] owned by the message.
+//! - [`Ipc::copyin`] turns a message in a sender's terms (names and dispositions) into a
+//!   kernel [`Message`], in two phases: it first checks everything without side effects
+//!   (decode), and only then moves the rights (invoke); [`Ipc::copyout`] does the reverse
+//!   for the receiver, after checking that its name space has room.
+//! - Releasing a right has consequences: the last send right triggers a no-senders
+//!   notification, an unused send-once right a send-once notification, a receive right
+//!   destroys its port (its queued messages, and the rights inside them, are released in
+//!   turn — with an explicit work list, never by recursion), and a destroyed port triggers
+//!   its dead-name notifications.
+//!
+//! # Invariants
+//! - For every live port, `sends` equals the number of send entries naming it plus send
+//!   rights inside queued messages; `send_onces` likewise for send-once rights, plus the
+//!   send-once rights the kernel keeps for notification requests.
+//! - A port's receive right is in exactly one place: a `Receive` entry of the space
+//!   `receiver`, or (with `receiver == 0`) inside one queued message.
+//! - A thread is in a port's `receivers` only while blocked receiving on it, in `senders`
+//!   only while blocked on its full queue; destroying the port or moving its receive right
+//!   away hands every such thread back through [`Effects`].
+
+pub mod space;
+
+use crate::ring::Ring;
+use crate::slab::{Key, Slab};
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use baton_abi::ipc::{
+    Descriptor, Disposition, MsgHeader, RightKind, DESCRIPTORS_MAX, DESCRIPTOR_SIZE, DESC_OOL,
+    DESC_PORT, HEADER_SIZE, KERNEL_ID_BASE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME,
+    NOTIFY_KIND_NO_SENDERS, NOTIFY_NO_SENDERS, NOTIFY_SEND_ONCE, QUEUE_LIMIT_DEFAULT,
+    QUEUE_LIMIT_MAX,
+};
+use baton_abi::Error;
+pub use space::{Entry, Held, Space};
+
+/// A port, by its slot in [`Ipc`]'s slab: destroyed ports fail the generation check.
+pub type PortId = Key;
+/// The name space (task) that holds a receive right; 0 means none (in flight).
+pub type SpaceId = u64;
+
+/// A right inside a kernel message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Right {
+    /// What kind of right.
+    pub kind: Held,
+    /// To which port.
+    pub port: PortId,
+}
+
+/// A message in the kernel: its rights are kernel-owned [`Right`]s, not names.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Message {
+    /// The sender's operation id.
+    pub id: u64,
+    /// The reply right, if any.
+    pub reply: Option<Right>,
+    /// The port descriptors' rights, in order.
+    pub rights: Vec<Right>,
+    /// The in-line data.
+    pub data: Vec<u8>,
+}
+
+impl Message {
+    /// Its size in the receiver's buffer: header, descriptors, data.
+    pub fn size(&self) -> usize {
+        HEADER_SIZE + self.rights.len() * DESCRIPTOR_SIZE + self.data.len()
+    }
+
+    /// A kernel notification carrying one word.
+    fn notification(id: u64, word: u64) -> Message {
+        Message {
+            id,
+            reply: None,
+            rights: Vec::new(),
+            data: word.to_le_bytes().to_vec(),
+        }
+    }
+}
+
+/// What a thread blocked on a port is told when it is made ready again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wake {
+    /// Try the operation again (a message arrived, or queue space freed up).
+    Retry,
+    /// Give up with this error (the port died, or its receive right moved away).
+    Fail(Error),
+}
+
+/// Threads an operation unblocked; the kernel makes each ready with its [`Wake`].
+#[derive(Debug)]
+pub struct Effects<T> {
+    /// In order.
+    pub wake: Vec<(T, Wake)>,
+}
+
+impl<T> Default for Effects<T> {
+    fn default() -> Self {
+        Effects { wake: Vec::new() }
+    }
+}
+
+/// A port. See the module documentation.
+#[derive(Debug)]
+pub struct Port<T> {
+    /// The space holding the receive right, 0 while it is in flight.
+    pub receiver: SpaceId,
+    /// Queued messages, oldest first.
+    pub queue: VecDeque<Message>,
+    /// Most queued messages senders may add (notifications may exceed it).
+    pub limit: usize,
+    /// Send rights in existence.
+    pub sends: u64,
+    /// Send-once rights in existence.
+    pub send_onces: u64,
+    /// No-senders request: the notify port (a kernel-held send-once right) and the name
+    /// reported.
+    no_senders: Option<(PortId, u64)>,
+    /// Dead-name requests: notify port (kernel-held send-once right) and the dead name.
+    dead_names: Vec<(PortId, u64)>,
+    /// Threads blocked receiving here, oldest first.
+    pub receivers: Ring<T>,
+    /// Threads blocked on the full queue, oldest first.
+    pub senders: Ring<T>,
+}
+
+impl<T: Copy + Default + PartialEq> Port<T> {
+    fn new(receiver: SpaceId, limit: usize) -> Port<T> {
+        Port {
+            receiver,
+            queue: VecDeque::new(),
+            limit,
+            sends: 0,
+            send_onces: 0,
+            no_senders: None,
+            dead_names: Vec::new(),
+            receivers: Ring::new(),
+            senders: Ring::new(),
+        }
+    }
+
+    /// Whether a sender must wait.
+    pub fn is_full(&self) -> bool {
+        self.queue.len() >= self.limit
+    }
+}
+
+/// A right named in a message, checked but not yet taken (the decode phase's result).
+#[derive(Clone, Copy, Debug)]
+struct Named {
+    name: u64,
+    entry: Entry,
+    disposition: Disposition,
+}
+
+/// All ports.
+#[derive(Debug)]
+pub struct Ipc<T> {
+    ports: Slab<Port<T>>,
+    /// Messages queued on all ports.
+    queued: usize,
+}
+
+impl<T: Copy + Default + PartialEq> Default for Ipc<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Whether an entry of kind `held` may be used with `disposition`.
+fn allows(held: Held, disposition: Disposition) -> bool {
+    matches!(
+        (held, disposition),
+        (
+            Held::Receive,
+            Disposition::MoveReceive | Disposition::MakeSend | Disposition::MakeSendOnce
+        ) | (Held::Send, Disposition::MoveSend | Disposition::CopySend)
+            | (Held::SendOnce, Disposition::MoveSendOnce)
+    )
+}
+
+/// Whether `disposition` takes the sender's name away.
+fn moves(disposition: Disposition) -> bool {
+    matches!(
+        disposition,
+        Disposition::MoveReceive | Disposition::MoveSend | Disposition::MoveSendOnce
+    )
+}
+
+impl<T: Copy + Default + PartialEq> Ipc<T> {
+    /// No ports.
+    pub const fn new() -> Ipc<T> {
+        Ipc {
+            ports: Slab::new(),
+            queued: 0,
+        }
+    }
+
+    /// Live ports.
+    pub fn ports(&self) -> usize {
+        self.ports.len()
+    }
+
+    /// Messages queued on all ports.
+    pub fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// The port `id`, if alive.
+    pub fn port(&self, id: PortId) -> Option<&Port<T>> {
+        self.ports.get(id)
+    }
+
+    /// The port `id`, mutably, if alive.
+    pub fn port_mut(&mut self, id: PortId) -> Option<&mut Port<T>> {
+        self.ports.get_mut(id)
+    }
+
+    /// `port_allocate`: a new port whose receive right goes into `space` (id `sid`).
+    pub fn allocate(&mut self, space: &mut Space, sid: SpaceId, limit: u64) -> Result<u64, Error> {
+        let limit = match limit {
+            0 => QUEUE_LIMIT_DEFAULT,
+            l if l <= QUEUE_LIMIT_MAX => l,
+            _ => return Err(Error::InvalidArgument),
+        } as usize;
+        if space.room() == 0 {
+            return Err(Error::NoSpace);
+        }
+        let port = self
+            .ports
+            .insert(Port::new(sid, limit))
+            .map_err(|_| Error::NoMemory)?;
+        match space.insert(Entry {
+            kind: Held::Receive,
+            port,
+        }) {
+            Ok(name) => Ok(name),
+            Err(e) => {
+                self.ports.remove(port);
+                Err(e)
+            }
+        }
+    }
+
+    /// The kind of right `name` is, dead names included.
+    pub fn info(&self, space: &Space, name: u64) -> Result<RightKind, Error> {
+        let e = space.lookup(name)?;
+        Ok(match e.kind {
+            _ if !self.ports.contains(e.port) => RightKind::DeadName,
+            Held::Receive => RightKind::Receive,
+            Held::Send => RightKind::Send,
+            Held::SendOnce => RightKind::SendOnce,
+        })
+    }
+
+    /// The live port of the receive right `name`.
+    pub fn receive_port(&self, space: &Space, name: u64) -> Result<PortId, Error> {
+        let e = space.lookup(name)?;
+        if e.kind != Held::Receive {
+            return Err(Error::InvalidRight);
+        }
+        if !self.ports.contains(e.port) {
+            return Err(Error::InvalidName);
+        }
+        Ok(e.port)
+    }
+
+    /// `port_make_send`: a new send (or send-once) right from the receive right `name`.
+    pub fn make_send(&mut self, space: &mut Space, name: u64, once: bool) -> Result<u64, Error> {
+        let port = self.receive_port(space, name)?;
+        let kind = if once { Held::SendOnce } else { Held::Send };
+        let new = space.insert(Entry { kind, port })?;
+        if let Some(p) = self.ports.get_mut(port) {
+            match kind {
+                Held::SendOnce => p.send_onces += 1,
+                _ => p.sends += 1,
+            }
+        }
+        Ok(new)
+    }
+
+    /// The live port to which `name` (a send or receive right) lets its holder give send
+    /// rights (e.g. a bootstrap port for a new task).
+    pub fn sendable_port(&self, space: &Space, name: u64) -> Result<PortId, Error> {
+        let e = space.lookup(name)?;
+        if e.kind == Held::SendOnce {
+            return Err(Error::InvalidRight);
+        }
+        if !self.ports.contains(e.port) {
+            return Err(Error::DeadName);
+        }
+        Ok(e.port)
+    }
+
+    /// Puts a new send right to the live `port` into `space` (the kernel's own grant, e.g.
+    /// a new task's bootstrap right); its name.
+    pub fn grant_send(&mut self, space: &mut Space, port: PortId) -> Result<u64, Error> {
+        if !self.ports.contains(port) {
+            return Err(Error::DeadName);
+        }
+        let name = space.insert(Entry {
+            kind: Held::Send,
+            port,
+        })?;
+        if let Some(p) = self.ports.get_mut(port) {
+            p.sends += 1;
+        }
+        Ok(name)
+    }
+
+    /// `port_set_limit`.
+    pub fn set_limit(&mut self, space: &Space, name: u64, limit: u64) -> Result<(), Error> {
+        if !(1..=QUEUE_LIMIT_MAX).contains(&limit) {
+            return Err(Error::InvalidArgument);
+        }
+        let port = self.receive_port(space, name)?;
+        if let Some(p) = self.ports.get_mut(port) {
+            p.limit = limit as usize;
+        }
+        Ok(())
+    }
+
+    /// `cap_drop`: releases the right `name` of `space`, with its consequences.
+    pub fn release(
+        &mut self,
+        space: &mut Space,
+        name: u64,
+        fx: &mut Effects<T>,
+    ) -> Result<(), Error> {
+        let e = space.remove(name).ok_or(Error::InvalidName)?;
+        self.release_rights(
+            alloc::vec![Right {
+                kind: e.kind,
+                port: e.port,
+            }],
+            fx,
+        );
+        Ok(())
+    }
+
+    /// Releases every right of a space (its task ended).
+    pub fn release_space(&mut self, space: &mut Space, fx: &mut Effects<T>) {
+        let names: Vec<(u64, Entry)> = space.iter().collect();
+        let mut rights = Vec::with_capacity(names.len());
+        for (name, e) in names {
+            space.remove(name);
+            rights.push(Right {
+                kind: e.kind,
+                port: e.port,
+            });
+        }
+        self.release_rights(rights, fx);
+    }
+
+    /// `port_notify`: registers (or with `notify_name` 0 cancels) a notification. The
+    /// kernel keeps a send-once right to the notify port (whose receive right
+    /// `notify_name` must be).
+    pub fn request_notify(
+        &mut self,
+        space: &Space,
+        name: u64,
+        kind: u64,
+        notify_name: u64,
+        fx: &mut Effects<T>,
+    ) -> Result<(), Error> {
+        let e = space.lookup(name)?;
+        let notify = match notify_name {
+            0 => None,
+            n => Some(self.receive_port(space, n)?),
+        };
+        let port = self.ports.get(e.port);
+        match (kind, e.kind) {
+            (NOTIFY_KIND_DEAD_NAME, Held::Send | Held::SendOnce) => {
+                if port.is_none() {
+                    return Err(Error::DeadName);
+                }
+            }
+            (NOTIFY_KIND_NO_SENDERS, Held::Receive) => {
+                if port.is_none() {
+                    return Err(Error::InvalidName);
+                }
+            }
+            (NOTIFY_KIND_DEAD_NAME | NOTIFY_KIND_NO_SENDERS, _) => return Err(Error::InvalidRight),
+            _ => return Err(Error::InvalidArgument),
+        }
+        // Decoded; now act. Cancel the old request of this kind for this name.
+        let mut released = Vec::new();
+        if let Some(p) = self.ports.get_mut(e.port) {
+            if kind == NOTIFY_KIND_NO_SENDERS {
+                released.extend(p.no_senders.take().map(|(n, _)| n));
+            } else {
+                let (gone, kept): (Vec<_>, Vec<_>) =
+                    p.dead_names.drain(..).partition(|&(_, nm)| nm == name);
+                p.dead_names = kept;
+                released.extend(gone.into_iter().map(|(n, _)| n));
+            }
+        }
+        for n in released {
+            self.drop_kernel_send_once(n);
+        }
+        let Some(notify) = notify else {
+            return Ok(());
+        };
+        if let Some(np) = self.ports.get_mut(notify) {
+            np.send_onces += 1;
+        }
+        let fire_now = match self.ports.get_mut(e.port) {
+            Some(p) if kind == NOTIFY_KIND_NO_SENDERS => {
+                p.no_senders = Some((notify, name));
+                p.sends == 0
+            }
+            Some(p) => {
+                p.dead_names.push((notify, name));
+                false
+            }
+            None => false,
+        };
+        if fire_now {
+            self.fire_no_senders(e.port, fx);
+        }
+        Ok(())
+    }
+
+    /// Resolves the destination of a message without side effects: the live port of the
+    /// header's `dest` name used with its disposition.
+    pub fn dest_port(&self, space: &Space, header: &MsgHeader) -> Result<PortId, Error> {
+        let d = Disposition::from_raw(header.dest_disposition()).ok_or(Error::InvalidArgument)?;
+        if matches!(d, Disposition::None | Disposition::MoveReceive) {
+            return Err(Error::InvalidArgument);
+        }
+        let e = space.lookup(header.dest)?;
+        if !allows(e.kind, d) {
+            return Err(Error::InvalidRight);
+        }
+        if !self.ports.contains(e.port) {
+            return Err(Error::DeadName);
+        }
+        Ok(e.port)
+    }
+
+    /// Checks a message header's form: reserved bits, size, descriptor count, kernel ids.
+    pub fn check_header(header: &MsgHeader, limit: usize) -> Result<(), Error> {
+        let size = header.size as usize;
+        let n = header.descriptors();
+        if !header.reserved_clear() || header.id >= KERNEL_ID_BASE {
+            return Err(Error::InvalidArgument);
+        }
+        if n > DESCRIPTORS_MAX {
+            return Err(Error::TooLarge);
+        }
+        if size > limit {
+            return Err(Error::TooLarge);
+        }
+        if size < HEADER_SIZE + n * DESCRIPTOR_SIZE {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(())
+    }
+
+    /// Turns the sender's message (its header and descriptors; `data`, the in-line bytes)
+    /// into a kernel message for the port it returns, moving the rights out of `space`.
+    /// Nothing changes unless everything checks out.
+    pub fn copyin(
+        &mut self,
+        space: &mut Space,
+        header: &MsgHeader,
+        descriptors: &[Descriptor],
+        data: Vec<u8>,
+        fx: &mut Effects<T>,
+    ) -> Result<(PortId, Message), Error> {
+        // Decode: every name, disposition and descriptor, with no side effect.
+        let dest = self.dest_port(space, header)?;
+        let dest_disp =
+            Disposition::from_raw(header.dest_disposition()).ok_or(Error::InvalidArgument)?;
+        let reply_disp =
+            Disposition::from_raw(header.reply_disposition()).ok_or(Error::InvalidArgument)?;
+        let reply = match (reply_disp, header.reply) {
+            (Disposition::None, 0) => None,
+            (Disposition::None, _) | (Disposition::MoveReceive, _) => {
+                return Err(Error::InvalidArgument)
+            }
+            (d, name) => Some(self.check_named(space, name, d)?),
+        };
+        if descriptors.len() != header.descriptors() {
+            return Err(Error::InvalidArgument);
+        }
+        let mut named: Vec<Named> = Vec::with_capacity(descriptors.len());
+        for d in descriptors {
+            match d.kind {
+                DESC_PORT => {}
+                DESC_OOL => return Err(Error::NotSupported),
+                _ => return Err(Error::InvalidArgument),
+            }
+            if d.size != 0 {
+                return Err(Error::InvalidArgument);
+            }
+            let disp = u8::try_from(d.disposition)
+                .ok()
+                .and_then(Disposition::from_raw)
+                .ok_or(Error::InvalidArgument)?;
+            if disp == Disposition::None {
+                return Err(Error::InvalidArgument);
+            }
+            let n = self.check_named(space, d.value, disp)?;
+            if n.disposition == Disposition::MoveReceive && n.entry.port == dest {
+                // A message cannot carry the receive right of its own destination.
+                return Err(Error::InvalidArgument);
+            }
+            named.push(n);
+        }
+        // A name that moves may appear nowhere else in the message.
+        let mut uses: Vec<(u64, bool)> = Vec::with_capacity(named.len() + 2);
+        uses.push((header.dest, moves(dest_disp)));
+        if let Some(r) = reply {
+            uses.push((r.name, moves(r.disposition)));
+        }
+        uses.extend(named.iter().map(|n| (n.name, moves(n.disposition))));
+        for (i, &(name, moving)) in uses.iter().enumerate() {
+            let clash = uses
+                .iter()
+                .enumerate()
+                .any(|(j, &(other, m))| i != j && other == name && (moving || m));
+            if clash {
+                return Err(Error::InvalidArgument);
+            }
+        }
+
+        // Invoke: take the rights.
+        if moves(dest_disp) {
+            if let Some(e) = space.remove(header.dest) {
+                self.forget_entry(e, fx);
+            }
+        }
+        let reply = reply.map(|n| self.take(space, n, fx));
+        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
+        Ok((
+            dest,
+            Message {
+                id: header.id,
+                reply,
+                rights,
+                data,
+            },
+        ))
+    }
+
+    /// A moved-out entry that does not travel (the destination's `MoveSend` or
+    /// `MoveSendOnce`): the send-once right is used up by this message, a send right is
+    /// released.
+    fn forget_entry(&mut self, e: Entry, fx: &mut Effects<T>) {
+        match e.kind {
+            Held::SendOnce => {
+                if let Some(p) = self.ports.get_mut(e.port) {
+                    p.send_onces = p.send_onces.saturating_sub(1);
+                }
+            }
+            kind => self.release_rights(alloc::vec![Right { kind, port: e.port }], fx),
+        }
+    }
+
+    /// Checks one named right against its disposition.
+    fn check_named(
+        &self,
+        space: &Space,
+        name: u64,
+        disposition: Disposition,
+    ) -> Result<Named, Error> {
+        let entry = space.lookup(name)?;
+        if !allows(entry.kind, disposition) {
+            return Err(Error::InvalidRight);
+        }
+        if !self.ports.contains(entry.port) {
+            return Err(Error::DeadName);
+        }
+        Ok(Named {
+            name,
+            entry,
+            disposition,
+        })
+    }
+
+    /// Takes a checked right out of `space` into a message.
+    fn take(&mut self, space: &mut Space, n: Named, fx: &mut Effects<T>) -> Right {
+        let port = n.entry.port;
+        let kind = match n.disposition {
+            Disposition::MoveReceive => Held::Receive,
+            Disposition::MakeSendOnce | Disposition::MoveSendOnce => Held::SendOnce,
+            _ => Held::Send,
+        };
+        if moves(n.disposition) {
+            space.remove(n.name);
+        }
+        if let Some(p) = self.ports.get_mut(port) {
+            match n.disposition {
+                Disposition::MakeSend | Disposition::CopySend => p.sends += 1,
+                Disposition::MakeSendOnce => p.send_onces += 1,
+                Disposition::MoveReceive => {
+                    // The receive right leaves its task: whoever waits on it there gives
+                    // up.
+                    p.receiver = 0;
+                    while let Some(t) = p.receivers.pop_front() {
+                        fx.wake.push((t, Wake::Fail(Error::InvalidName)));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Right { kind, port }
+    }
+
+    /// Queues `msg` on `port` (whatever its limit) and hands the oldest blocked receiver
+    /// a retry. A message for a port that died meanwhile is destroyed.
+    pub fn enqueue(&mut self, port: PortId, msg: Message, fx: &mut Effects<T>) {
+        match self.ports.get_mut(port) {
+            Some(p) => {
+                p.queue.push_back(msg);
+                self.queued += 1;
+                if let Some(t) = p.receivers.pop_front() {
+                    fx.wake.push((t, Wake::Retry));
+                }
+            }
+            None => self.destroy_message(msg, fx),
+        }
+    }
+
+    /// Takes the oldest message of `port`, handing the oldest blocked sender a retry.
+    pub fn dequeue(&mut self, port: PortId, fx: &mut Effects<T>) -> Option<Message> {
+        let p = self.ports.get_mut(port)?;
+        let msg = p.queue.pop_front()?;
+        self.queued -= 1;
+        if let Some(t) = p.senders.pop_front() {
+            fx.wake.push((t, Wake::Retry));
+        }
+        Some(msg)
+    }
+
+    /// Puts `msg` back at the front of `port`'s queue (it was dequeued but could not be
+    /// received); destroyed if the port died meanwhile.
+    pub fn requeue_front(&mut self, port: PortId, msg: Message, fx: &mut Effects<T>) {
+        match self.ports.get_mut(port) {
+            Some(p) => {
+                p.queue.push_front(msg);
+                self.queued += 1;
+            }
+            None => self.destroy_message(msg, fx),
+        }
+    }
+
+    /// The size the oldest message of `port` needs in a receive buffer.
+    pub fn peek_size(&self, port: PortId) -> Option<usize> {
+        self.ports.get(port)?.queue.front().map(Message::size)
+    }
+
+    /// Moves a message's rights into `space` (id `sid`), which receives it on the port it
+    /// calls `rcv_name`. Returns the header and descriptors to write out. When the space
+    /// has no room for every right, nothing happens ([`Error::NoSpace`]).
+    pub fn copyout(
+        &mut self,
+        space: &mut Space,
+        sid: SpaceId,
+        rcv_name: u64,
+        msg: &Message,
+        out: &mut Vec<Descriptor>,
+    ) -> Result<MsgHeader, Error> {
+        let needed = msg.rights.len() + usize::from(msg.reply.is_some());
+        if space.room() < needed {
+            return Err(Error::NoSpace);
+        }
+        let mut insert = |this: &mut Self, r: Right| -> (u64, Disposition) {
+            let name = space
+                .insert(Entry {
+                    kind: r.kind,
+                    port: r.port,
+                })
+                .unwrap_or(0);
+            let disposition = match r.kind {
+                Held::Receive => {
+                    if let Some(p) = this.ports.get_mut(r.port) {
+                        p.receiver = sid;
+                    }
+                    Disposition::MoveReceive
+                }
+                Held::Send => Disposition::MoveSend,
+                Held::SendOnce => Disposition::MoveSendOnce,
+            };
+            (name, disposition)
+        };
+        let (reply, reply_disp) = match msg.reply {
+            Some(r) => insert(self, r),
+            None => (0, Disposition::None),
+        };
+        out.clear();
+        for &r in &msg.rights {
+            let (name, d) = insert(self, r);
+            out.push(Descriptor::port(name, d));
+        }
+        Ok(MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::None, reply_disp, msg.rights.len() as u8),
+            size: msg.size() as u32,
+            dest: rcv_name,
+            reply,
+            id: msg.id,
+        })
+    }
+
+    /// Destroys a message that will never be received, releasing its rights.
+    pub fn destroy_message(&mut self, msg: Message, fx: &mut Effects<T>) {
+        let mut rights = msg.rights;
+        rights.extend(msg.reply);
+        self.release_rights(rights, fx);
+    }
+
+    /// A send-once right the kernel held for a notification, dropped without use.
+    fn drop_kernel_send_once(&mut self, port: PortId) {
+        if let Some(p) = self.ports.get_mut(port) {
+            p.send_onces = p.send_onces.saturating_sub(1);
+        }
+    }
+
+    /// Sends the no-senders notification of `port`, if requested.
+    fn fire_no_senders(&mut self, port: PortId, fx: &mut Effects<T>) {
+        let Some((notify, name)) = self.ports.get_mut(port).and_then(|p| p.no_senders.take())
+        else {
+            return;
+        };
+        self.drop_kernel_send_once(notify);
+        self.enqueue(notify, Message::notification(NOTIFY_NO_SENDERS, name), fx);
+    }
+
+    /// Releases rights and everything that follows from that, without recursion.
+    fn release_rights(&mut self, mut work: Vec<Right>, fx: &mut Effects<T>) {
+        while let Some(r) = work.pop() {
+            match r.kind {
+                Held::Send => {
+                    let none_left = match self.ports.get_mut(r.port) {
+                        Some(p) => {
+                            p.sends = p.sends.saturating_sub(1);
+                            p.sends == 0
+                        }
+                        None => false,
+                    };
+                    if none_left {
+                        self.fire_no_senders(r.port, fx);
+                    }
+                }
+                Held::SendOnce => {
+                    if let Some(p) = self.ports.get_mut(r.port) {
+                        p.send_onces = p.send_onces.saturating_sub(1);
+                        self.enqueue(r.port, Message::notification(NOTIFY_SEND_ONCE, 0), fx);
+                    }
+                }
+                Held::Receive => {
+                    let Some(p) = self.ports.remove(r.port) else {
+                        continue;
+                    };
+                    self.queued -= p.queue.len();
+                    let mut receivers = p.receivers;
+                    while let Some(t) = receivers.pop_front() {
+                        fx.wake.push((t, Wake::Fail(Error::InvalidName)));
+                    }
+                    let mut senders = p.senders;
+                    while let Some(t) = senders.pop_front() {
+                        fx.wake.push((t, Wake::Fail(Error::DeadName)));
+                    }
+                    if let Some((notify, _)) = p.no_senders {
+                        self.drop_kernel_send_once(notify);
+                    }
+                    for (notify, name) in p.dead_names {
+                        self.drop_kernel_send_once(notify);
+                        self.enqueue(notify, Message::notification(NOTIFY_DEAD_NAME, name), fx);
+                    }
+                    for msg in p.queue {
+                        work.extend(msg.rights);
+                        work.extend(msg.reply);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

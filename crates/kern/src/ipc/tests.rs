@@ -1,0 +1,472 @@
+//! Host tests of the IPC semantics.
+
+use super::*;
+use baton_abi::ipc::{Descriptor, Disposition as D, MsgHeader};
+use std::vec;
+
+type I = Ipc<u32>;
+
+fn header(dest: u64, dd: D, reply: u64, rd: D, n: u8, id: u64) -> MsgHeader {
+    MsgHeader {
+        bits: MsgHeader::make_bits(dd, rd, n),
+        size: (HEADER_SIZE + usize::from(n) * DESCRIPTOR_SIZE) as u32,
+        dest,
+        reply,
+        id,
+    }
+}
+
+/// A server task (space 1) with a port, and a client task (space 2) with a send right to
+/// it (made by the server and moved over in a message, as rights travel).
+fn setup() -> (I, Space, Space, u64, u64) {
+    let mut ipc = I::new();
+    let mut server = Space::new();
+    let mut client = Space::new();
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut server, 1, 0).unwrap();
+    // The client gets a send right by a message on a bootstrap port it receives on.
+    let boot = ipc.allocate(&mut client, 2, 0).unwrap();
+    let boot_send = ipc.make_send(&mut client, boot, false).unwrap();
+    // Hand the client's bootstrap send right to the server space by hand (as spawn would).
+    let e = client.lookup(boot_send).unwrap();
+    client.remove(boot_send);
+    let boot_in_server = server.insert(e).unwrap();
+    let h = header(boot_in_server, D::CopySend, 0, D::None, 1, 7);
+    let (dest, msg) = ipc
+        .copyin(
+            &mut server,
+            &h,
+            &[Descriptor::port(port, D::MakeSend)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut descs = Vec::new();
+    let hdr = ipc.copyout(&mut client, 2, boot, &msg, &mut descs).unwrap();
+    assert_eq!(hdr.id, 7);
+    assert_eq!(hdr.dest, boot);
+    let send = descs[0].value;
+    assert_eq!(descs[0].disposition, D::MoveSend as u32);
+    assert_eq!(ipc.info(&client, send), Ok(RightKind::Send));
+    (ipc, server, client, port, send)
+}
+
+#[test]
+fn send_receive_with_reply_right() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
+    let h = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 99);
+    let (dest, msg) = ipc
+        .copyin(&mut client, &h, &[], b"hello".to_vec(), &mut fx)
+        .unwrap();
+    assert_eq!(ipc.port(dest).unwrap().receiver, 1);
+    ipc.enqueue(dest, msg, &mut fx);
+    assert_eq!(ipc.queued(), 1);
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut d = Vec::new();
+    let hdr = ipc.copyout(&mut server, 1, port, &msg, &mut d).unwrap();
+    assert_eq!(msg.data, b"hello");
+    assert_eq!(hdr.size as usize, HEADER_SIZE + 5);
+    assert_eq!(hdr.reply_disposition(), D::MoveSendOnce as u8);
+    assert_eq!(ipc.info(&server, hdr.reply), Ok(RightKind::SendOnce));
+    // The reply uses the send-once right up.
+    let rh = header(hdr.reply, D::MoveSendOnce, 0, D::None, 0, 100);
+    let (rdest, rmsg) = ipc.copyin(&mut server, &rh, &[], vec![], &mut fx).unwrap();
+    assert_eq!(rdest, client.lookup(reply_port).unwrap().port);
+    assert_eq!(server.lookup(hdr.reply), Err(Error::InvalidName));
+    ipc.enqueue(rdest, rmsg, &mut fx);
+    assert_eq!(ipc.port(rdest).unwrap().send_onces, 0);
+    // Send-once works once.
+    assert_eq!(
+        ipc.copyin(&mut server, &rh, &[], vec![], &mut fx)
+            .unwrap_err(),
+        Error::InvalidName
+    );
+}
+
+#[test]
+fn names_are_per_task_and_forged_names_fail() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    // The server's receive-right name means nothing (or something else) in the client.
+    let h = header(port, D::CopySend, 0, D::None, 0, 1);
+    assert!(ipc.copyin(&mut client, &h, &[], vec![], &mut fx).is_err());
+    // Made-up names.
+    for forged in [0, 1, 0xffff_ffff_0000_0000, u64::MAX, send + (1 << 32)] {
+        let h = header(forged, D::CopySend, 0, D::None, 0, 1);
+        assert_eq!(
+            ipc.copyin(&mut client, &h, &[], vec![], &mut fx)
+                .unwrap_err(),
+            Error::InvalidName,
+            "{forged:#x}"
+        );
+    }
+    // A right not held cannot be used: the client cannot make send rights or receive.
+    assert_eq!(
+        ipc.make_send(&mut client, send, false),
+        Err(Error::InvalidRight)
+    );
+    assert_eq!(ipc.receive_port(&client, send), Err(Error::InvalidRight));
+    // Wrong disposition for the right held.
+    let h = header(send, D::MoveSendOnce, 0, D::None, 0, 1);
+    assert_eq!(
+        ipc.copyin(&mut client, &h, &[], vec![], &mut fx)
+            .unwrap_err(),
+        Error::InvalidRight
+    );
+    let _ = &mut server;
+}
+
+#[test]
+fn failed_copyin_changes_nothing() {
+    let (mut ipc, _server, mut client, _port, send) = setup();
+    let mut fx = Effects::default();
+    let mine = ipc.allocate(&mut client, 2, 0).unwrap();
+    let before: Vec<_> = client.iter().collect();
+    let sends = ipc.port(client.lookup(send).unwrap().port).unwrap().sends;
+    // Good first descriptor, bad second: nothing may move.
+    let h = header(send, D::CopySend, 0, D::None, 2, 1);
+    let bad = [
+        Descriptor::port(mine, D::MoveReceive),
+        Descriptor::port(12345, D::MoveSend),
+    ];
+    assert_eq!(
+        ipc.copyin(&mut client, &h, &bad, vec![], &mut fx)
+            .unwrap_err(),
+        Error::InvalidName
+    );
+    // The same name moved twice.
+    let twice = [
+        Descriptor::port(mine, D::MoveReceive),
+        Descriptor::port(mine, D::MakeSend),
+    ];
+    assert_eq!(
+        ipc.copyin(&mut client, &h, &twice, vec![], &mut fx)
+            .unwrap_err(),
+        Error::InvalidArgument
+    );
+    // Out-of-line memory is not there yet; unknown kinds are malformed.
+    let h1 = header(send, D::CopySend, 0, D::None, 1, 1);
+    let ool = Descriptor {
+        kind: DESC_OOL,
+        disposition: 0,
+        value: 0x1000,
+        size: 4096,
+    };
+    assert_eq!(
+        ipc.copyin(&mut client, &h1, &[ool], vec![], &mut fx)
+            .unwrap_err(),
+        Error::NotSupported
+    );
+    let junk = Descriptor {
+        kind: 77,
+        ..Descriptor::default()
+    };
+    assert_eq!(
+        ipc.copyin(&mut client, &h1, &[junk], vec![], &mut fx)
+            .unwrap_err(),
+        Error::InvalidArgument
+    );
+    assert_eq!(client.iter().collect::<Vec<_>>(), before);
+    assert_eq!(
+        ipc.port(client.lookup(send).unwrap().port).unwrap().sends,
+        sends
+    );
+    assert!(fx.wake.is_empty());
+}
+
+#[test]
+fn receive_right_moves_and_waiters_give_up() {
+    let (mut ipc, mut server, mut client, _port, send) = setup();
+    let mut fx = Effects::default();
+    let moving = ipc.allocate(&mut client, 2, 0).unwrap();
+    let pid = client.lookup(moving).unwrap().port;
+    ipc.port_mut(pid).unwrap().receivers.push_back(41);
+    let h = header(send, D::CopySend, 0, D::None, 1, 5);
+    let (dest, msg) = ipc
+        .copyin(
+            &mut client,
+            &h,
+            &[Descriptor::port(moving, D::MoveReceive)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    assert_eq!(fx.wake, vec![(41, Wake::Fail(Error::InvalidName))]);
+    assert_eq!(client.lookup(moving), Err(Error::InvalidName));
+    assert_eq!(ipc.port(pid).unwrap().receiver, 0);
+    ipc.enqueue(dest, msg, &mut fx);
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut d = Vec::new();
+    let server_port = server
+        .iter()
+        .find(|(_, e)| e.kind == Held::Receive)
+        .unwrap()
+        .0;
+    ipc.copyout(&mut server, 1, server_port, &msg, &mut d)
+        .unwrap();
+    assert_eq!(ipc.info(&server, d[0].value), Ok(RightKind::Receive));
+    assert_eq!(ipc.port(pid).unwrap().receiver, 1);
+}
+
+#[test]
+fn destroying_a_port_makes_dead_names_and_notifies() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let notify = ipc.allocate(&mut client, 2, 0).unwrap();
+    let notify_port = client.lookup(notify).unwrap().port;
+    ipc.request_notify(&client, send, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+        .unwrap();
+    let pid = server.lookup(port).unwrap().port;
+    // A queued message carrying a send right to the notify port, and blocked threads.
+    ipc.port_mut(pid).unwrap().receivers.push_back(1);
+    ipc.port_mut(pid).unwrap().senders.push_back(2);
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    assert_eq!(ipc.info(&client, send), Ok(RightKind::DeadName));
+    let h = header(send, D::CopySend, 0, D::None, 0, 1);
+    assert_eq!(
+        ipc.copyin(&mut client, &h, &[], vec![], &mut fx)
+            .unwrap_err(),
+        Error::DeadName
+    );
+    assert!(fx.wake.contains(&(1, Wake::Fail(Error::InvalidName))));
+    assert!(fx.wake.contains(&(2, Wake::Fail(Error::DeadName))));
+    let n = ipc.dequeue(notify_port, &mut fx).unwrap();
+    assert_eq!(n.id, NOTIFY_DEAD_NAME);
+    assert_eq!(n.data, send.to_le_bytes());
+    assert_eq!(ipc.port(notify_port).unwrap().send_onces, 0);
+    // Dropping the dead name removes it.
+    ipc.release(&mut client, send, &mut fx).unwrap();
+    assert_eq!(client.lookup(send), Err(Error::InvalidName));
+}
+
+#[test]
+fn no_senders_and_send_once_notifications() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let pid = server.lookup(port).unwrap().port;
+    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+        .unwrap();
+    assert_eq!(ipc.queued(), 0, "one sender left: nothing yet");
+    // An unused send-once right, dropped: the port hears about it.
+    let once = ipc.make_send(&mut server, port, true).unwrap();
+    ipc.release(&mut server, once, &mut fx).unwrap();
+    assert_eq!(ipc.dequeue(pid, &mut fx).unwrap().id, NOTIFY_SEND_ONCE);
+    // The last send right goes: no more senders.
+    ipc.release(&mut client, send, &mut fx).unwrap();
+    let n = ipc.dequeue(pid, &mut fx).unwrap();
+    assert_eq!(n.id, NOTIFY_NO_SENDERS);
+    assert_eq!(n.data, port.to_le_bytes());
+    let p = ipc.port(pid).unwrap();
+    assert_eq!((p.sends, p.send_onces), (0, 0));
+    // Asking when there are none fires at once.
+    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+        .unwrap();
+    assert_eq!(ipc.dequeue(pid, &mut fx).unwrap().id, NOTIFY_NO_SENDERS);
+}
+
+#[test]
+fn queued_rights_are_released_with_their_port() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    // The client sends its own new port's receive right to the server and the server never
+    // receives it; then the server's port dies. The inner port must die too.
+    let inner = ipc.allocate(&mut client, 2, 0).unwrap();
+    let inner_send = ipc.make_send(&mut client, inner, false).unwrap();
+    let inner_pid = client.lookup(inner).unwrap().port;
+    let h = header(send, D::CopySend, 0, D::None, 1, 3);
+    let (dest, msg) = ipc
+        .copyin(
+            &mut client,
+            &h,
+            &[Descriptor::port(inner, D::MoveReceive)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    let ports = ipc.ports();
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    assert!(ipc.port(inner_pid).is_none());
+    assert_eq!(ipc.ports(), ports - 2);
+    assert_eq!(ipc.info(&client, inner_send), Ok(RightKind::DeadName));
+    assert_eq!(ipc.queued(), 0);
+}
+
+#[test]
+fn header_checks() {
+    let ok = header(1, D::CopySend, 0, D::None, 2, 1);
+    assert!(I::check_header(&ok, 4096).is_ok());
+    let mut h = ok;
+    h.bits |= 1 << 30;
+    assert_eq!(I::check_header(&h, 4096), Err(Error::InvalidArgument));
+    let mut h = ok;
+    h.size = 10;
+    assert_eq!(I::check_header(&h, 4096), Err(Error::InvalidArgument));
+    let mut h = ok;
+    h.size = 5000;
+    assert_eq!(I::check_header(&h, 4096), Err(Error::TooLarge));
+    let mut h = ok;
+    h.id = KERNEL_ID_BASE;
+    assert_eq!(I::check_header(&h, 4096), Err(Error::InvalidArgument));
+    let h = header(1, D::CopySend, 0, D::None, 65, 1);
+    assert_eq!(I::check_header(&h, 1 << 20), Err(Error::TooLarge));
+}
+
+#[test]
+fn release_space_cleans_everything() {
+    let (mut ipc, mut server, mut client, _port, send) = setup();
+    let mut fx = Effects::default();
+    let reply = ipc.allocate(&mut client, 2, 0).unwrap();
+    let h = header(send, D::CopySend, reply, D::MakeSendOnce, 0, 9);
+    let (dest, msg) = ipc
+        .copyin(&mut client, &h, &[], vec![1, 2], &mut fx)
+        .unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    ipc.release_space(&mut server, &mut fx);
+    ipc.release_space(&mut client, &mut fx);
+    assert_eq!(ipc.ports(), 0);
+    assert_eq!(ipc.queued(), 0);
+    assert!(server.is_empty() && client.is_empty());
+}
+
+#[test]
+fn random_operations_keep_counts_consistent() {
+    // Random sequences of allocate / make_send / send with rights / receive / release on
+    // two spaces; after each step the counts must match the rights that exist.
+    let mut x: u64 = 0x1234_5678_9abc_def1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut ipc = I::new();
+    let mut spaces = [Space::new(), Space::new()];
+    let mut fx = Effects::default();
+    for _ in 0..5000 {
+        let s = (next() % 2) as usize;
+        let names: Vec<(u64, Entry)> = spaces[s].iter().collect();
+        let pick = |r: u64| names.get(r as usize % names.len().max(1)).copied();
+        match next() % 6 {
+            0 => {
+                let _ = ipc.allocate(&mut spaces[s], s as u64 + 1, 2);
+            }
+            1 => {
+                if let Some((n, _)) = pick(next()) {
+                    let _ = ipc.make_send(&mut spaces[s], n, next() % 2 == 0);
+                }
+            }
+            2 => {
+                if let (Some((dest, _)), Some((carry, _))) = (pick(next()), pick(next())) {
+                    let disp = [D::CopySend, D::MoveSend, D::MoveSendOnce, D::MakeSend]
+                        [next() as usize % 4];
+                    let cd = [
+                        D::MoveReceive,
+                        D::MakeSend,
+                        D::CopySend,
+                        D::MoveSend,
+                        D::MakeSendOnce,
+                    ][next() as usize % 5];
+                    let h = header(dest, disp, 0, D::None, 1, 1);
+                    if let Ok(port) = ipc.dest_port(&spaces[s], &h) {
+                        if ipc.port(port).is_some_and(|p| !p.is_full()) {
+                            if let Ok((d, m)) = ipc.copyin(
+                                &mut spaces[s],
+                                &h,
+                                &[Descriptor::port(carry, cd)],
+                                vec![],
+                                &mut fx,
+                            ) {
+                                ipc.enqueue(d, m, &mut fx);
+                            }
+                        }
+                    }
+                }
+            }
+            3 => {
+                if let Some((n, _)) = pick(next()) {
+                    if let Ok(port) = ipc.receive_port(&spaces[s], n) {
+                        if let Some(m) = ipc.dequeue(port, &mut fx) {
+                            let mut d = Vec::new();
+                            match ipc.copyout(&mut spaces[s], s as u64 + 1, n, &m, &mut d) {
+                                Ok(_) => {}
+                                Err(_) => ipc.destroy_message(m, &mut fx),
+                            }
+                        }
+                    }
+                }
+            }
+            _ => {
+                if let Some((n, _)) = pick(next()) {
+                    ipc.release(&mut spaces[s], n, &mut fx).unwrap();
+                }
+            }
+        }
+        check_counts(&ipc, &spaces);
+    }
+    for s in spaces.iter_mut() {
+        ipc.release_space(s, &mut fx);
+    }
+    assert_eq!(ipc.ports(), 0);
+    assert_eq!(ipc.queued(), 0);
+}
+
+/// Recounts every right and compares with the ports' counters.
+fn check_counts(ipc: &I, spaces: &[Space]) {
+    use std::collections::BTreeMap;
+    let mut sends: BTreeMap<PortId, u64> = BTreeMap::new();
+    let mut onces: BTreeMap<PortId, u64> = BTreeMap::new();
+    let mut receives: BTreeMap<PortId, u64> = BTreeMap::new();
+    let mut count = |r: Right| match r.kind {
+        Held::Send => *sends.entry(r.port).or_default() += 1,
+        Held::SendOnce => *onces.entry(r.port).or_default() += 1,
+        Held::Receive => *receives.entry(r.port).or_default() += 1,
+    };
+    for s in spaces {
+        for (_, e) in s.iter() {
+            count(Right {
+                kind: e.kind,
+                port: e.port,
+            });
+        }
+    }
+    let mut queued = 0;
+    for (id, p) in ipc.ports.iter() {
+        queued += p.queue.len();
+        for m in &p.queue {
+            m.rights
+                .iter()
+                .chain(m.reply.iter())
+                .for_each(|&r| count(r));
+        }
+        let _ = id;
+    }
+    assert_eq!(queued, ipc.queued());
+    for (id, p) in ipc.ports.iter() {
+        assert_eq!(
+            sends.get(&id).copied().unwrap_or(0),
+            p.sends,
+            "sends of {id:?}"
+        );
+        assert_eq!(
+            receives.get(&id).copied().unwrap_or(0),
+            1,
+            "receive right of {id:?}"
+        );
+    }
+    // Send-once counts include notification rights the kernel holds.
+    let mut kernel: BTreeMap<PortId, u64> = BTreeMap::new();
+    for (_, p) in ipc.ports.iter() {
+        for &(n, _) in p.no_senders.iter().chain(p.dead_names.iter()) {
+            *kernel.entry(n).or_default() += 1;
+        }
+    }
+    for (id, p) in ipc.ports.iter() {
+        let want = onces.get(&id).copied().unwrap_or(0) + kernel.get(&id).copied().unwrap_or(0);
+        assert_eq!(want, p.send_onces, "send-onces of {id:?}");
+    }
+}

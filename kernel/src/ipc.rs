@@ -1,0 +1,580 @@
+//! The message system calls: `ipc_msg` with its fast path, and the explicit port calls.
+//!
+//! The semantics live in `kern::ipc` (names, rights, queues, notifications); this module
+//! moves bytes between user buffers and decides which path a message takes, as the
+//! continuations paper's Figure 2 does for `mach_msg`:
+//!
+//! - **Fast path**: the destination port's queue is empty and a receiver is blocked on it
+//!   with the [`Resume::Receive`] continuation and an IPC buffer. The sender copies the
+//!   message straight into the receiver's buffer, moves the rights into the receiver's name
+//!   space, and *recognises* the receiver's continuation: the receive is finished (its
+//!   result written), so the receiver will just return to user mode. If the sender then
+//!   receives too (an RPC), it blocks on its own port with the receive continuation and
+//!   hands its kernel stack straight to the receiver (`thread_handoff`): no queue, no
+//!   scheduler, no stack switch.
+//! - **Slow path**: anything else. The message is copied into the kernel and queued; a
+//!   blocked receiver is made ready and its continuation runs the receive again; a sender
+//!   facing a full queue blocks with [`Resume::SendRetry`] and runs the call again when
+//!   space frees up.
+//!
+//! Every transfer is counted by path (`Stats::ipc_fast`, `Stats::ipc_queued`), as Table 2
+//! of the paper counts handoffs and recognitions.
+
+use crate::arch::paging::KernelMem;
+use crate::kernel::{Kernel, TaskId};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use crate::{arch::apic, arch::gdt};
+use alloc::vec::Vec;
+use baton_abi::ipc::{
+    Descriptor, MsgHeader, DESCRIPTOR_SIZE, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_OPTIONS,
+    MSG_RECEIVE, MSG_SEND, MSG_SIZE_MAX, MSG_SLOW,
+};
+use baton_abi::{Error, FOREVER};
+use kern::continuation::{Continuation, Resume};
+use kern::frame::{PhysAddr, PAGE_SIZE};
+use kern::ipc::{Effects, Ipc, PortId, Wake};
+use kern::pmap::PhysMem;
+
+/// Where a message is read from or written to.
+#[derive(Clone, Copy, Debug)]
+pub enum Buf {
+    /// The thread's IPC buffer: one page whose frame is known (no page walk).
+    Page(PhysAddr),
+    /// A user buffer of a task, reached through `usercopy`.
+    User {
+        /// The task.
+        task: TaskId,
+        /// Its address.
+        va: u64,
+        /// Its size.
+        len: usize,
+    },
+}
+
+impl Buf {
+    /// Size in bytes.
+    fn len(&self) -> usize {
+        match *self {
+            Buf::Page(_) => IPC_BUFFER_SIZE,
+            Buf::User { len, .. } => len,
+        }
+    }
+
+    /// Reads `out.len()` bytes at `off`.
+    fn read(&self, k: &mut Kernel, off: usize, out: &mut [u8]) -> Result<(), Error> {
+        let end = off.checked_add(out.len()).ok_or(Error::TooLarge)?;
+        if end > self.len() {
+            return Err(Error::TooLarge);
+        }
+        match *self {
+            Buf::Page(pa) => {
+                let mem = KernelMem {
+                    frames: &mut k.frames,
+                };
+                mem.read_bytes(PhysAddr(pa.0 + off as u64), out);
+                Ok(())
+            }
+            Buf::User { task, va, .. } => k.copy_in(task, va + off as u64, out),
+        }
+    }
+
+    /// Writes `data` at `off`.
+    fn write(&self, k: &mut Kernel, off: usize, data: &[u8]) -> Result<(), Error> {
+        let end = off.checked_add(data.len()).ok_or(Error::TooLarge)?;
+        if end > self.len() {
+            return Err(Error::TooLarge);
+        }
+        match *self {
+            Buf::Page(pa) => {
+                let mut mem = KernelMem {
+                    frames: &mut k.frames,
+                };
+                mem.write_bytes(PhysAddr(pa.0 + off as u64), data);
+                Ok(())
+            }
+            Buf::User { task, va, .. } => k.copy_out(task, va + off as u64, data),
+        }
+    }
+}
+
+/// Copies `len` bytes from `src` at `off` to `dst` at `off`.
+fn copy_between(k: &mut Kernel, src: &Buf, dst: &Buf, off: usize, len: usize) -> Result<(), Error> {
+    if let (Buf::Page(s), Buf::Page(d)) = (src, dst) {
+        if off + len <= IPC_BUFFER_SIZE {
+            crate::arch::paging::copy_phys(
+                PhysAddr(d.0 + off as u64),
+                PhysAddr(s.0 + off as u64),
+                len,
+            );
+            return Ok(());
+        }
+    }
+    let mut chunk = [0u8; 256];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(chunk.len());
+        let part = chunk.get_mut(..n).ok_or(Error::TooLarge)?;
+        src.read(k, off + done, part)?;
+        dst.write(k, off + done, part)?;
+        done += n;
+    }
+    Ok(())
+}
+
+/// The buffer of an `ipc_msg` by thread `t` of `task` with these options.
+fn resolve_buf(
+    k: &Kernel,
+    t: ThreadId,
+    task: TaskId,
+    opts: u64,
+    va: u64,
+    len: u64,
+) -> Result<Buf, Error> {
+    if opts & MSG_BUF != 0 {
+        let len = usize::try_from(len).map_err(|_| Error::TooLarge)?;
+        if len > MSG_SIZE_MAX {
+            return Err(Error::TooLarge);
+        }
+        return Ok(Buf::User { task, va, len });
+    }
+    match k.threads.get(t).and_then(|th| th.ipc_buffer) {
+        Some((_, pa)) => Ok(Buf::Page(pa)),
+        None => Err(Error::InvalidArgument),
+    }
+}
+
+/// The arguments of an `ipc_msg`, as saved in the caller's frame.
+#[derive(Clone, Copy, Debug)]
+struct MsgArgs {
+    opts: u64,
+    rcv_name: u64,
+    timeout: u64,
+    buf: u64,
+    buf_size: u64,
+}
+
+impl MsgArgs {
+    fn from(a: [u64; 6]) -> MsgArgs {
+        MsgArgs {
+            opts: a[0],
+            rcv_name: a[1],
+            timeout: a[2],
+            buf: a[3],
+            buf_size: a[4],
+        }
+    }
+
+    /// The arguments of thread `t`'s pending call.
+    fn of(k: &Kernel, t: ThreadId) -> Option<MsgArgs> {
+        k.threads
+            .get(t)
+            .map(|th| MsgArgs::from(th.frame.syscall_args().1))
+    }
+}
+
+/// What the send phase did.
+enum Sent {
+    /// The message was queued (slow path).
+    Queued,
+    /// The message went straight into this receiver's buffer (fast path); the receiver's
+    /// call is finished and it is ready to return to user mode, but not yet queued to run.
+    Delivered(ThreadId),
+}
+
+/// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size)` by the running thread `cur`.
+/// Returns the call's result, unless the thread blocks (then it does not return).
+pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
+    match ipc_msg(k, cur, MsgArgs::from(a)) {
+        Ok(()) => 0,
+        Err(e) => e.to_raw(),
+    }
+}
+
+fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
+    let opts = args.opts;
+    if opts & !MSG_OPTIONS != 0 || opts & (MSG_SEND | MSG_RECEIVE) == 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let task = k.current_task().ok_or(Error::InvalidArgument)?;
+    let buf = resolve_buf(k, cur, task, opts, args.buf, args.buf_size)?;
+    let mut handoff = None;
+    if opts & MSG_SEND != 0 {
+        match send(k, cur, task, &buf, args)? {
+            Sent::Queued => {}
+            Sent::Delivered(r) if opts & MSG_RECEIVE != 0 => handoff = Some(r),
+            Sent::Delivered(r) => {
+                thread::thread_setrun(k, r);
+                return Ok(());
+            }
+        }
+    }
+    if opts & MSG_RECEIVE != 0 {
+        return receive(k, cur, task, &buf, args, handoff);
+    }
+    Ok(())
+}
+
+/// The send phase: the message in `buf` goes to its destination, by the fast path when a
+/// receiver is waiting, else into the queue; a full queue blocks (or fails with
+/// `WouldBlock` when the timeout is 0).
+fn send(
+    k: &mut Kernel,
+    cur: ThreadId,
+    task: TaskId,
+    buf: &Buf,
+    args: MsgArgs,
+) -> Result<Sent, Error> {
+    let mut hb = [0u8; HEADER_SIZE];
+    buf.read(k, 0, &mut hb)?;
+    let header = MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)?;
+    Ipc::<ThreadId>::check_header(&header, buf.len())?;
+    let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
+    let dest = k.ipc.dest_port(names, &header)?;
+    let n = header.descriptors();
+    let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    let data_len = header.size as usize - data_off;
+
+    if args.opts & MSG_SLOW == 0 {
+        if let Some(r) = fast_receiver(k, dest, header.size as usize, n) {
+            let descriptors = read_descriptors(k, buf, n)?;
+            return deliver(
+                k,
+                task,
+                buf,
+                &header,
+                &descriptors,
+                dest,
+                r,
+                data_off,
+                data_len,
+            );
+        }
+    }
+
+    let full = k.ipc.port(dest).is_some_and(|p| p.is_full());
+    if full {
+        if args.timeout == 0 {
+            return Err(Error::WouldBlock);
+        }
+        if let Some(p) = k.ipc.port_mut(dest) {
+            p.senders.push_back(cur);
+        }
+        block(k, cur, Blocked::Send { port: dest }, args.timeout);
+        k.stats.blocks_ipc += 1;
+        // Nothing on this stack owns heap memory here: blocking abandons the stack.
+        thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
+    }
+    let descriptors = read_descriptors(k, buf, n)?;
+    let mut data = alloc::vec![0u8; data_len];
+    buf.read(k, data_off, &mut data)?;
+    let mut fx = Effects::default();
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let (port, msg) = k
+        .ipc
+        .copyin(&mut t.names, &header, &descriptors, data, &mut fx)?;
+    k.ipc.enqueue(port, msg, &mut fx);
+    k.stats.ipc_queued += 1;
+    apply(k, fx);
+    Ok(Sent::Queued)
+}
+
+/// Reads the `n` descriptors after the header.
+fn read_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descriptor>, Error> {
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let mut raw = alloc::vec![0u8; n * DESCRIPTOR_SIZE];
+    buf.read(k, HEADER_SIZE, &mut raw)?;
+    Ok(raw
+        .chunks_exact(DESCRIPTOR_SIZE)
+        .filter_map(Descriptor::from_bytes)
+        .collect())
+}
+
+/// The receiver the fast path may deliver a message of `size` bytes with `rights` port
+/// descriptors to: the oldest thread blocked receiving on `dest` when the queue is empty,
+/// if it waits with an IPC buffer and its name space has room.
+fn fast_receiver(k: &Kernel, dest: PortId, size: usize, rights: usize) -> Option<ThreadId> {
+    let p = k.ipc.port(dest)?;
+    if !p.queue.is_empty() {
+        return None;
+    }
+    let r = p.receivers.iter().next()?;
+    let th = k.threads.get(r)?;
+    let args = MsgArgs::from(th.frame.syscall_args().1);
+    if args.opts & (MSG_BUF | MSG_SLOW) != 0 || th.ipc_buffer.is_none() || size > IPC_BUFFER_SIZE {
+        return None;
+    }
+    let task = k.tasks.get(&th.task?)?;
+    (task.names.room() > rights).then_some(r)
+}
+
+/// The fast path: moves the message straight from the sender's buffer into receiver `r`'s
+/// IPC buffer and finishes `r`'s receive (continuation recognition).
+#[allow(clippy::too_many_arguments)]
+fn deliver(
+    k: &mut Kernel,
+    task: TaskId,
+    buf: &Buf,
+    header: &MsgHeader,
+    descriptors: &[Descriptor],
+    dest: PortId,
+    r: ThreadId,
+    data_off: usize,
+    data_len: usize,
+) -> Result<Sent, Error> {
+    let mut fx = Effects::default();
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let (_, msg) = k
+        .ipc
+        .copyin(&mut t.names, header, descriptors, Vec::new(), &mut fx)?;
+    // Take the receiver off the port: its receive is finished here.
+    if let Some(p) = k.ipc.port_mut(dest) {
+        p.receivers.pop_front();
+    }
+    let (r_task, r_buf, rcv_name) = match k.threads.get_mut(r) {
+        Some(th) => {
+            if let Some(timer) = th.timer.take() {
+                k.timers.cancel(timer);
+            }
+            let rcv_name = th.frame.rsi;
+            (th.task, th.ipc_buffer, rcv_name)
+        }
+        None => (None, None, 0),
+    };
+    let (Some(r_task), Some((_, r_pa))) = (r_task, r_buf) else {
+        k.ipc.destroy_message(msg, &mut fx);
+        apply(k, fx);
+        return Ok(Sent::Queued);
+    };
+    let mut out = Vec::new();
+    let rt = k.tasks.get_mut(&r_task).ok_or(Error::InvalidArgument)?;
+    let mut msg = msg;
+    let hdr = match k
+        .ipc
+        .copyout(&mut rt.names, r_task, rcv_name, &msg, &mut out)
+    {
+        Ok(h) => h,
+        Err(_) => {
+            // Cannot happen (room was checked); keep the message rather than lose it.
+            let mut data = alloc::vec![0u8; data_len];
+            buf.read(k, data_off, &mut data)?;
+            msg.data = data;
+            k.ipc.enqueue(dest, msg, &mut fx);
+            fx.wake.push((r, Wake::Retry));
+            apply(k, fx);
+            return Ok(Sent::Queued);
+        }
+    };
+    let mut hdr = hdr;
+    hdr.size = header.size;
+    let rb = Buf::Page(r_pa);
+    rb.write(k, 0, &hdr.to_bytes())?;
+    for (i, d) in out.iter().enumerate() {
+        rb.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
+    }
+    copy_between(k, buf, &rb, data_off, data_len)?;
+    if let Some(th) = k.threads.get_mut(r) {
+        th.frame.rax = 0;
+        th.cont = Some(Continuation::new(Resume::UserReturn));
+    }
+    k.stats.recognitions += 1;
+    k.stats.ipc_fast += 1;
+    apply(k, fx);
+    Ok(Sent::Delivered(r))
+}
+
+/// The receive phase: takes the oldest message of the port `args.rcv_name` into `buf`, or
+/// blocks for one (handing the processor to `handoff` if given: the RPC fast path).
+fn receive(
+    k: &mut Kernel,
+    cur: ThreadId,
+    task: TaskId,
+    buf: &Buf,
+    args: MsgArgs,
+    handoff: Option<ThreadId>,
+) -> Result<(), Error> {
+    let port = {
+        let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
+        k.ipc.receive_port(names, args.rcv_name)
+    };
+    let port = match port {
+        Ok(p) => p,
+        Err(e) => {
+            if let Some(r) = handoff {
+                thread::thread_setrun(k, r);
+            }
+            return Err(e);
+        }
+    };
+    if let Some(size) = k.ipc.peek_size(port) {
+        if let Some(r) = handoff {
+            thread::thread_setrun(k, r);
+        }
+        if size > buf.len() {
+            return Err(Error::TooLarge);
+        }
+        return take_message(k, task, buf, port, args.rcv_name);
+    }
+    if args.timeout == 0 {
+        if let Some(r) = handoff {
+            thread::thread_setrun(k, r);
+        }
+        return Err(Error::WouldBlock);
+    }
+    if let Some(p) = k.ipc.port_mut(port) {
+        p.receivers.push_back(cur);
+    }
+    block(k, cur, Blocked::Receive { port }, args.timeout);
+    k.stats.blocks_ipc += 1;
+    let cont = Continuation::new(Resume::Receive);
+    match handoff {
+        Some(r) => {
+            let cpu = gdt::this_cpu();
+            thread::thread_handoff(k, cpu, cur, cont, r)
+        }
+        None => thread::thread_block_with(k, cont),
+    }
+}
+
+/// Dequeues the oldest message of `port` into `buf` of `task`.
+fn take_message(
+    k: &mut Kernel,
+    task: TaskId,
+    buf: &Buf,
+    port: PortId,
+    rcv_name: u64,
+) -> Result<(), Error> {
+    let mut fx = Effects::default();
+    let Some(msg) = k.ipc.dequeue(port, &mut fx) else {
+        return Err(Error::WouldBlock);
+    };
+    let mut out = Vec::new();
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let hdr = match k.ipc.copyout(&mut t.names, task, rcv_name, &msg, &mut out) {
+        Ok(h) => h,
+        Err(e) => {
+            // No room for the rights: the message stays, at the front.
+            k.ipc.requeue_front(port, msg, &mut fx);
+            apply(k, fx);
+            return Err(e);
+        }
+    };
+    let written = (|| {
+        buf.write(k, 0, &hdr.to_bytes())?;
+        for (i, d) in out.iter().enumerate() {
+            buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
+        }
+        buf.write(k, HEADER_SIZE + out.len() * DESCRIPTOR_SIZE, &msg.data)
+    })();
+    apply(k, fx);
+    written
+}
+
+/// Marks `cur` blocked on `why` with a timeout (`FOREVER`: none).
+fn block(k: &mut Kernel, cur: ThreadId, why: Blocked, timeout: u64) {
+    let timer = match timeout {
+        FOREVER => None,
+        ns => Some(k.timers.insert(apic::now_ns().saturating_add(ns), cur)),
+    };
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.state = ThreadState::Blocked(why);
+        th.timer = timer;
+    }
+}
+
+/// Makes ready the threads an IPC operation unblocked.
+pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
+    for (t, wake) in fx.wake {
+        if let (Some(th), Wake::Fail(e)) = (k.threads.get_mut(t), wake) {
+            th.frame.rax = e.to_raw();
+            th.cont = Some(Continuation::new(Resume::UserReturn));
+        }
+        k.unblock(t);
+    }
+}
+
+/// Continuation [`Resume::Receive`] of thread `t` (current, on a fresh stack): run the
+/// receive phase of its `ipc_msg` again.
+pub fn continue_receive(k: &mut Kernel, t: ThreadId) -> ! {
+    let result = MsgArgs::of(k, t)
+        .ok_or(Error::InvalidArgument)
+        .and_then(|args| {
+            let task = k.current_task().ok_or(Error::InvalidArgument)?;
+            let buf = resolve_buf(k, t, task, args.opts, args.buf, args.buf_size)?;
+            receive(k, t, task, &buf, args, None)
+        });
+    crate::kernel::finish_entry(k, false, Some(result.map_or_else(Error::to_raw, |()| 0)))
+}
+
+/// Continuation [`Resume::SendRetry`] of thread `t`: run its whole `ipc_msg` again.
+pub fn continue_send(k: &mut Kernel, t: ThreadId) -> ! {
+    let result = match MsgArgs::of(k, t) {
+        Some(args) => ipc_msg(k, t, args),
+        None => Err(Error::InvalidArgument),
+    };
+    crate::kernel::finish_entry(k, false, Some(result.map_or_else(Error::to_raw, |()| 0)))
+}
+
+/// Takes thread `t`, blocked on a port for `why`, off that port's queue (timeout, kill).
+pub fn forget_waiter(k: &mut Kernel, t: ThreadId, why: Blocked) {
+    let (port, receiving) = match why {
+        Blocked::Receive { port } => (port, true),
+        Blocked::Send { port } => (port, false),
+        _ => return,
+    };
+    if let Some(p) = k.ipc.port_mut(port) {
+        let q = if receiving {
+            &mut p.receivers
+        } else {
+            &mut p.senders
+        };
+        if let Some(i) = q.position(t) {
+            q.remove(i);
+        }
+    }
+}
+
+/// `ipc_buffer_set(addr)`: makes the page at `addr` thread `t`'s IPC buffer.
+pub fn sys_ipc_buffer_set(
+    k: &mut Kernel,
+    t: ThreadId,
+    task: TaskId,
+    addr: u64,
+) -> Result<u64, Error> {
+    if addr == 0 {
+        if let Some(th) = k.threads.get_mut(t) {
+            th.ipc_buffer = None;
+        }
+        return Ok(0);
+    }
+    if !addr.is_multiple_of(PAGE_SIZE) {
+        return Err(Error::InvalidArgument);
+    }
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let space = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.space;
+    let (pa, flags) = space.translate(&mem, addr).ok_or(Error::BadAddress)?;
+    if !flags.user || !flags.writable {
+        return Err(Error::BadAddress);
+    }
+    if let Some(th) = k.threads.get_mut(t) {
+        th.ipc_buffer = Some((addr, pa));
+    }
+    Ok(0)
+}
+
+/// Forgets the IPC buffers of `task`'s threads that lie in `[start, end)` (the pages are
+/// being unmapped).
+pub fn unmap_buffers(k: &mut Kernel, task: TaskId, start: u64, end: u64) {
+    for (_, th) in k.threads.iter_mut() {
+        if th.task == Some(task)
+            && th
+                .ipc_buffer
+                .is_some_and(|(va, _)| (start..end).contains(&va))
+        {
+            th.ipc_buffer = None;
+        }
+    }
+}
