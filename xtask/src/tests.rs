@@ -61,6 +61,15 @@ pub const BASE: IntegrationTest = IntegrationTest {
     outcome: Outcome::Clean,
 };
 
+/// What the `ipc` tests require.
+const IPC_REQUIRE: &[&str] = &[
+    "ipc#1| ok: RPCs take the fast path",
+    "ipc#1| ok: a send-once right works once",
+    "ipc#1| ok: the server's end brings a dead-name notification",
+    "ipc#1| ok: ports, names and queued messages back to the baseline",
+    "ipc#1| TEST PASS ipc",
+];
+
 /// `threads10k` creates 10,000 threads, which takes a while under TCG.
 const THREADS10K_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -346,6 +355,29 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["sleepers"],
         smp: 4,
         require: SLEEPERS_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Ports, rights, messages, RPC fast and slow paths, notifications, between two
+        // tasks.
+        name: "ipc_smp1",
+        init: &["ipc"],
+        smp: 1,
+        require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "ipc_smp2",
+        init: &["ipc"],
+        smp: 2,
+        require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "ipc_smp4",
+        init: &["ipc"],
+        smp: 4,
+        require: IPC_REQUIRE,
         ..BASE
     },
     IntegrationTest {

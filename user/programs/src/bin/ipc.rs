@@ -1,0 +1,354 @@
+//! `ipc`: ports, rights and messages between two tasks, from user space.
+//!
+//! It starts `ipc_echo` with a bootstrap right to a port of its own, receives the server's
+//! send right from it, and then checks, printing `ok: <what>` for each:
+//! RPCs with 32 B and 1 KiB of data (and that they took the fast path), the same with the
+//! slow path forced, a full queue that refuses (timeout 0) and times out, rights rules
+//! (forged names, wrong kinds, send-once used once), the send-once notification when a
+//! server drops a reply right, the no-senders notification when the last send right is
+//! released, several client threads calling at once, the dead-name notification when the
+//! server task ends, and that the kernel's port, name and message counts are back where
+//! they started.
+//!
+//! Verdict: `TEST PASS ipc` or `TEST FAIL ipc: ...`.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, Ordering};
+
+use baton_rt::ipc::{
+    cap_drop, cap_info, port_allocate, port_make_send, port_notify, port_set_limit, Descriptor,
+    Disposition, IpcBuffer, MsgHeader, RightKind, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
+    NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME, NOTIFY_KIND_NO_SENDERS, NOTIFY_NO_SENDERS,
+    NOTIFY_SEND_ONCE,
+};
+use baton_rt::sync::Counter;
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{println, spawn_with, stats, Error};
+
+baton_rt::entry!(main);
+
+/// Request ids of `ipc_echo` (see that program).
+const ECHO: u64 = 10;
+const DROP_REPLY: u64 = 11;
+const TAKE_RIGHT: u64 = 12;
+const EXIT: u64 = 13;
+const HELLO: u64 = 1;
+/// Timeout for anything that should come at once.
+const SOON: u64 = 5_000_000_000;
+
+/// Client threads calling at once.
+const CLIENTS: usize = 4;
+/// RPCs per client thread.
+const CALLS: u32 = 200;
+static STACKS: StackPool<CLIENTS, 16384> = StackPool::new();
+static CLIENTS_DONE: Counter = Counter::new(0);
+static CLIENT_ERRORS: AtomicU32 = AtomicU32::new(0);
+/// The client's name for the server's send right (shared by the task's threads).
+static SERVER: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+struct Failed;
+
+macro_rules! check {
+    ($cond:expr, $($what:tt)*) => {
+        if $cond {
+            println!("ok: {}", format_args!($($what)*));
+        } else {
+            println!("TEST FAIL ipc: {}", format_args!($($what)*));
+            return Err(Failed);
+        }
+    };
+}
+
+/// Runs `f`, turning an error into a failure that names `what`.
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    r.map_err(|e| {
+        println!("TEST FAIL ipc: {what}: {}", e.name());
+        Failed
+    })
+}
+
+fn main(_task_id: u64) -> i32 {
+    match run() {
+        Ok(()) => {
+            println!("TEST PASS ipc");
+            0
+        }
+        Err(Failed) => 1,
+    }
+}
+
+/// A request header for the server.
+fn request(server: u64, reply: u64, id: u64) -> MsgHeader {
+    MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: server,
+        reply,
+        id,
+        ..MsgHeader::default()
+    }
+}
+
+/// One echo RPC of `data`; checks the reply.
+fn echo(
+    buf: &mut IpcBuffer,
+    server: u64,
+    reply: u64,
+    data: &[u8],
+    slow: bool,
+) -> Result<bool, Error> {
+    buf.set(request(server, reply, ECHO), &[], data)?;
+    let extra = if slow { MSG_SLOW } else { 0 };
+    buf.msg(MSG_SEND | MSG_RECEIVE | extra, reply, SOON)?;
+    let h = buf.header();
+    Ok(h.id == ECHO + 100 && h.dest == reply && buf.data() == data)
+}
+
+fn counts() -> Result<(u64, u64, u64), Failed> {
+    let s = must("stats", stats())?;
+    Ok((s.ports, s.names, s.messages_queued))
+}
+
+fn run() -> Result<(), Failed> {
+    let baseline = counts()?;
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    let boot = must("port_allocate", port_allocate(0))?;
+    must("spawn ipc_echo", spawn_with("ipc_echo", boot))?;
+    must("receiving the hello", buf.msg(MSG_RECEIVE, boot, SOON))?;
+    let hello = buf.header();
+    let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
+    check!(
+        hello.id == HELLO && cap_info(server) == Ok(RightKind::Send),
+        "hello carries a send right to the server's port"
+    );
+    SERVER.store(server, Ordering::Relaxed);
+    let reply = must("reply port", port_allocate(0))?;
+
+    // RPCs, fast path.
+    let before = must("stats", stats())?;
+    let small = [0x5au8; 32];
+    let mut big = [0u8; 1024];
+    for (i, b) in big.iter_mut().enumerate() {
+        *b = (i * 7) as u8;
+    }
+    let mut good = true;
+    for _ in 0..50 {
+        good &= must("echo 32 B", echo(&mut buf, server, reply, &small, false))?;
+        good &= must("echo 1 KiB", echo(&mut buf, server, reply, &big, false))?;
+    }
+    let after = must("stats", stats())?;
+    check!(good, "100 RPCs with 32 B and 1 KiB come back intact");
+    check!(
+        after.ipc_fast - before.ipc_fast >= 100,
+        "RPCs take the fast path ({} fast, {} queued)",
+        after.ipc_fast - before.ipc_fast,
+        after.ipc_queued - before.ipc_queued
+    );
+    let before = after;
+    let mut good = true;
+    for _ in 0..20 {
+        good &= must("slow echo", echo(&mut buf, server, reply, &small, true))?;
+    }
+    let after = must("stats", stats())?;
+    check!(
+        good && after.ipc_queued - before.ipc_queued >= 20,
+        "RPCs with the slow path forced work and are queued ({} queued)",
+        after.ipc_queued - before.ipc_queued
+    );
+
+    // A full queue.
+    let q = must("port_allocate", port_allocate(1))?;
+    let qs = must("port_make_send", port_make_send(q, false))?;
+    let to_q = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: qs,
+        id: 5,
+        ..MsgHeader::default()
+    };
+    must("set", buf.set(to_q, &[], b"x"))?;
+    must("first send to a queue of 1", buf.msg(MSG_SEND, 0, 0))?;
+    must("set", buf.set(to_q, &[], b"y"))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 0) == Err(Error::WouldBlock),
+        "a full queue refuses a send with timeout 0"
+    );
+    must("set", buf.set(to_q, &[], b"y"))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 20_000_000) == Err(Error::TimedOut),
+        "a full queue blocks the sender until its timeout"
+    );
+    must("receive from q", buf.msg(MSG_RECEIVE, q, 0))?;
+    check!(buf.data() == b"x", "the queued message is received");
+    check!(
+        buf.msg(MSG_RECEIVE, q, 0) == Err(Error::WouldBlock),
+        "an empty queue refuses a receive with timeout 0"
+    );
+    check!(
+        buf.msg(MSG_RECEIVE, q, 20_000_000) == Err(Error::TimedOut),
+        "an empty queue times out a receive"
+    );
+    check!(
+        port_set_limit(q, 0) == Err(Error::InvalidArgument),
+        "limit 0 is refused"
+    );
+
+    // Rights rules.
+    for forged in [12345u64, 0, u64::MAX, qs ^ (1 << 40)] {
+        let h = MsgHeader {
+            dest: forged,
+            ..to_q
+        };
+        must("set", buf.set(h, &[], &[]))?;
+        check!(
+            buf.msg(MSG_SEND, 0, 0) == Err(Error::InvalidName),
+            "a forged name {forged:#x} is refused"
+        );
+    }
+    check!(
+        buf.msg(MSG_RECEIVE, qs, 0) == Err(Error::InvalidRight),
+        "receiving needs the receive right"
+    );
+    check!(
+        port_make_send(qs, false) == Err(Error::InvalidRight),
+        "making a send right needs the receive right"
+    );
+    must("set", buf.set(MsgHeader { dest: q, ..to_q }, &[], &[]))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 0) == Err(Error::InvalidRight),
+        "a receive right cannot be sent to as a send right"
+    );
+    let once = must("send-once", port_make_send(q, true))?;
+    let by_once = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+        dest: once,
+        id: 6,
+        ..MsgHeader::default()
+    };
+    must("set", buf.set(by_once, &[], &[]))?;
+    must("send-once send", buf.msg(MSG_SEND, 0, 0))?;
+    must("set", buf.set(by_once, &[], &[]))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 0) == Err(Error::InvalidName),
+        "a send-once right works once"
+    );
+    must("drain", buf.msg(MSG_RECEIVE, q, 0))?;
+    let dup = [
+        Descriptor::port(q, Disposition::MoveReceive),
+        Descriptor::port(q, Disposition::MakeSend),
+    ];
+    must("set", buf.set(to_q, &dup, &[]))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 0) == Err(Error::InvalidArgument)
+            && cap_info(q) == Ok(RightKind::Receive),
+        "a message that moves a right and uses it again is refused whole"
+    );
+
+    // Notifications.
+    must("set", buf.set(request(server, reply, DROP_REPLY), &[], &[]))?;
+    must(
+        "rpc that gets no reply",
+        buf.msg(MSG_SEND | MSG_RECEIVE, reply, SOON),
+    )?;
+    check!(
+        buf.header().id == NOTIFY_SEND_ONCE,
+        "a reply right released unused brings a send-once notification"
+    );
+    let n = must("port_allocate", port_allocate(0))?;
+    let ns = must("port_make_send", port_make_send(n, false))?;
+    must(
+        "no-senders request",
+        port_notify(n, NOTIFY_KIND_NO_SENDERS, n),
+    )?;
+    must(
+        "set",
+        buf.set(
+            request(server, reply, TAKE_RIGHT),
+            &[Descriptor::port(ns, Disposition::MoveSend)],
+            &[],
+        ),
+    )?;
+    must(
+        "rpc moving a send right",
+        buf.msg(MSG_SEND | MSG_RECEIVE, reply, SOON),
+    )?;
+    check!(
+        buf.header().id == TAKE_RIGHT + 100 && cap_info(ns) == Err(Error::InvalidName),
+        "a moved send right leaves the sender"
+    );
+    must("no-senders notification", buf.msg(MSG_RECEIVE, n, SOON))?;
+    check!(
+        buf.header().id == NOTIFY_NO_SENDERS && buf.data() == n.to_le_bytes(),
+        "releasing the last send right brings a no-senders notification"
+    );
+
+    // Several clients at once.
+    for i in 0..CLIENTS {
+        let Some(stack) = STACKS.take() else {
+            println!("TEST FAIL ipc: no stack for client thread {i}");
+            return Err(Failed);
+        };
+        must("client thread", spawn(stack, client, i as u64))?;
+    }
+    must(
+        "clients",
+        CLIENTS_DONE.wait_for(CLIENTS as u32, SOON).map(|_| ()),
+    )?;
+    check!(
+        CLIENT_ERRORS.load(Ordering::Relaxed) == 0,
+        "{CLIENTS} client threads x {CALLS} concurrent RPCs all correct"
+    );
+
+    // The server ends: dead name.
+    let dead = must("port_allocate", port_allocate(0))?;
+    must(
+        "dead-name request",
+        port_notify(server, NOTIFY_KIND_DEAD_NAME, dead),
+    )?;
+    must("set", buf.set(request(server, reply, EXIT), &[], &[]))?;
+    must("exit rpc", buf.msg(MSG_SEND | MSG_RECEIVE, reply, SOON))?;
+    must("dead-name notification", buf.msg(MSG_RECEIVE, dead, SOON))?;
+    check!(
+        buf.header().id == NOTIFY_DEAD_NAME && buf.data() == server.to_le_bytes(),
+        "the server's end brings a dead-name notification"
+    );
+    check!(
+        cap_info(server) == Ok(RightKind::DeadName),
+        "the server's name is a dead name"
+    );
+    must("set", buf.set(request(server, reply, ECHO), &[], &[]))?;
+    check!(
+        buf.msg(MSG_SEND, 0, 0) == Err(Error::DeadName),
+        "sending to a dead name fails"
+    );
+
+    for name in [server, reply, q, qs, n, dead, boot] {
+        must("cap_drop", cap_drop(name))?;
+    }
+    drop(buf);
+    let end = counts()?;
+    check!(
+        end == baseline,
+        "ports, names and queued messages back to the baseline {baseline:?} (now {end:?})"
+    );
+    Ok(())
+}
+
+/// A client thread: its own IPC buffer and reply port, [`CALLS`] echo RPCs.
+fn client(index: u64) {
+    let ok = (|| -> Result<bool, Error> {
+        let mut buf = IpcBuffer::new()?;
+        let reply = port_allocate(0)?;
+        let server = SERVER.load(Ordering::Relaxed);
+        let mut good = true;
+        for call in 0..CALLS {
+            let data = [index as u8, call as u8, (call >> 8) as u8, 0xc1];
+            good &= echo(&mut buf, server, reply, &data, call % 10 == 0)?;
+        }
+        cap_drop(reply)?;
+        Ok(good)
+    })();
+    if ok != Ok(true) {
+        CLIENT_ERRORS.fetch_add(1, Ordering::Relaxed);
+    }
+    CLIENTS_DONE.increment();
+}
