@@ -174,6 +174,12 @@ impl IpcBuffer {
         Ok(())
     }
 
+    /// Overwrites only the header (as given, `size` included), leaving descriptors and
+    /// data in place: a server replies with the request's data this way without copying.
+    pub fn set_header(&mut self, header: MsgHeader) {
+        self.bytes()[..HEADER_SIZE].copy_from_slice(&header.to_bytes());
+    }
+
     /// The header of the message in the buffer.
     pub fn header(&self) -> MsgHeader {
         MsgHeader::from_bytes(self.view()).unwrap_or_default()

@@ -40,7 +40,10 @@ use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::raw::{syscall0, syscall2};
 use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, rdtsc_ordered, set_affinity, stats, wake, yield_now};
+use baton_rt::ipc::{
+    cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
+};
+use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
 
 baton_rt::entry!(main);
 
@@ -401,6 +404,70 @@ fn create_exit(threads: u64) -> Result<(), Failed> {
     Ok(())
 }
 
+/// `ipc_echo`'s echo request id.
+const ECHO: u64 = 10;
+
+/// `rpc.*`: round trips of an echo RPC to the `ipc_echo` server task (another address
+/// space), from the client's timestamp before the call to its timestamp after the reply:
+/// the client's `ipc_msg(SEND|RECEIVE)` plus the server's `ipc_msg(SEND|RECEIVE)` (reply
+/// and wait for the next request), as sel4bench measures Call + ReplyRecv. Each iteration
+/// writes the request header and `len` bytes into the IPC buffer first.
+fn rpc_benchmarks() -> Result<(), Failed> {
+    let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
+    let boot = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    spawn_with("ipc_echo", boot).map_err(|e| fail!("spawn ipc_echo: {}", e.name()))?;
+    buf.msg(MSG_RECEIVE, boot, FOREVER)
+        .map_err(|e| fail!("hello: {}", e.name()))?;
+    let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
+    let reply = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    let data = [0xa5u8; 1024];
+    for (name, len, slow) in [
+        ("rpc.null.fast", 0, false),
+        ("rpc.32b.fast", 32, false),
+        ("rpc.1k.fast", 1024, false),
+        ("rpc.null.slow", 0, true),
+        ("rpc.32b.slow", 32, true),
+        ("rpc.1k.slow", 1024, true),
+    ] {
+        let header = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+            dest: server,
+            reply,
+            id: ECHO,
+            ..MsgHeader::default()
+        };
+        let opts = MSG_SEND | MSG_RECEIVE | if slow { MSG_SLOW } else { 0 };
+        let mut failed = None;
+        single(name, || {
+            let r = buf
+                .set(header, &[], &data[..len])
+                .and_then(|()| buf.msg(opts, reply, FOREVER));
+            if let Err(e) = r {
+                failed = Some(e);
+            }
+        })?;
+        if let Some(e) = failed {
+            return Err(fail!("{name}: {}", e.name()));
+        }
+    }
+    let exit = MsgHeader {
+        id: 13,
+        ..MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+            dest: server,
+            reply,
+            ..MsgHeader::default()
+        }
+    };
+    buf.set(exit, &[], &[])
+        .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, reply, FOREVER))
+        .map_err(|e| fail!("stopping ipc_echo: {}", e.name()))?;
+    for name in [server, reply, boot] {
+        let _ = cap_drop(name);
+    }
+    Ok(())
+}
+
 /// Runs every benchmark in turn.
 fn run_all() -> Result<(), Failed> {
     let start = read_stats()?;
@@ -438,6 +505,7 @@ fn run_all() -> Result<(), Failed> {
         threads,
     )?;
     waitwake_pingpong(threads, false)?;
+    rpc_benchmarks()?;
     create_exit(threads)?;
     Ok(())
 }

@@ -10,12 +10,14 @@
 //! | [`TAKE_RIGHT`] | descriptor 0: a send right | empty, after releasing the right |
 //! | [`EXIT`] | — | empty, then the task exits |
 //!
-//! Anything else gets an empty reply with id `u64::MAX - 1`.
+//! Replies have id request id + 100; anything else gets an empty reply with id
+//! `u64::MAX - 1`.
 #![no_std]
 #![no_main]
 
 use baton_rt::ipc::{
-    cap_drop, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+    cap_drop, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE,
+    MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::{println, start::bootstrap, FOREVER};
 
@@ -59,13 +61,18 @@ fn serve() -> Result<(), baton_rt::Error> {
     loop {
         let req = buf.header();
         let reply_to = req.reply;
-        let mut data = [0u8; 4096];
-        let len = buf.data().len();
-        data[..len].copy_from_slice(buf.data());
-        let mut reply_len = 0;
-        let mut exit = false;
+        let mut reply = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+            dest: reply_to,
+            id: req.id + 100,
+            size: HEADER_SIZE as u32,
+            ..MsgHeader::default()
+        };
         match req.id {
-            ECHO => reply_len = len,
+            ECHO if req.descriptors() == 0 => {
+                // The data stays where it is: only the header changes.
+                reply.size = req.size;
+            }
             DROP_REPLY => {
                 cap_drop(reply_to)?;
                 buf.msg(MSG_RECEIVE, port, FOREVER)?;
@@ -76,25 +83,14 @@ fn serve() -> Result<(), baton_rt::Error> {
                     cap_drop(d.value)?;
                 }
             }
-            EXIT => exit = true,
-            _ => {}
+            EXIT => {
+                buf.set_header(reply);
+                buf.msg(MSG_SEND, 0, FOREVER)?;
+                return Ok(());
+            }
+            _ => reply.id = u64::MAX - 1,
         }
-        let id = if matches!(req.id, ECHO | TAKE_RIGHT | EXIT) {
-            req.id + 100
-        } else {
-            u64::MAX - 1
-        };
-        let reply = MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
-            dest: reply_to,
-            id,
-            ..MsgHeader::default()
-        };
-        buf.set(reply, &[], &data[..reply_len])?;
-        if exit {
-            buf.msg(MSG_SEND, 0, FOREVER)?;
-            return Ok(());
-        }
+        buf.set_header(reply);
         buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER)?;
     }
 }
