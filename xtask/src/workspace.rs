@@ -93,7 +93,18 @@ pub fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
 }
 
 /// The crates built and tested on the host, as `cargo -p` arguments.
-pub const HOST_PACKAGES: [&str; 6] = ["-p", "kern", "-p", "baton-abi", "-p", "xtask"];
+pub const HOST_PACKAGES: [&str; 10] = [
+    "-p",
+    "kern",
+    "-p",
+    "baton-abi",
+    "-p",
+    "baton-idl",
+    "-p",
+    "baton-idl-rt",
+    "-p",
+    "xtask",
+];
 
 #[cfg(test)]
 mod unit_tests {

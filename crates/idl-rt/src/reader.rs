@@ -1,0 +1,177 @@
+//! [`MsgReader`]: takes a received message apart, safely whatever its bytes.
+//!
+//! [`MsgReader::new`] checks the header against the bytes received; afterwards the reader
+//! has two independent cursors, one over the port descriptors
+//! ([`MsgReader::next_port`]) and one over the in-line data ([`MsgReader::bytes`]), so
+//! values are taken out in the order they were marshaled whatever mix of rights and data
+//! they hold. [`MsgReader::finish`] checks that nothing was left over.
+//!
+//! A server reads messages that any holder of a send right can write, so every read is
+//! bounds-checked and a malformed message is [`Error::BadFormat`], never a panic.
+//!
+//! # Invariants
+//! - `msg` is exactly the message: `msg.len() == header.size`, and
+//!   `HEADER_SIZE + descriptors * DESCRIPTOR_SIZE <= msg.len()` (checked by `new`).
+//! - `descriptors <= DESCRIPTORS_MAX`; `next_descriptor <= descriptors`.
+//! - `data_start <= data <= msg.len()`, where `data_start` is the end of the descriptors.
+
+use baton_abi::ipc::{
+    Descriptor, Disposition, MsgHeader, DESCRIPTORS_MAX, DESCRIPTOR_SIZE, DESC_PORT, HEADER_SIZE,
+};
+use baton_abi::Error;
+
+/// Reads one received message. See the module documentation.
+#[derive(Clone, Debug)]
+pub struct MsgReader<'a> {
+    /// The message, cut to `header.size`.
+    msg: &'a [u8],
+    header: MsgHeader,
+    /// Number of descriptors.
+    descriptors: usize,
+    /// Index of the next descriptor [`MsgReader::next_port`] takes.
+    next_descriptor: usize,
+    /// Offset of the first in-line byte (the end of the descriptors).
+    data_start: usize,
+    /// Offset of the next in-line byte to read.
+    data: usize,
+}
+
+impl<'a> MsgReader<'a> {
+    /// A reader for the message at the start of `msg` (bytes past `header.size` are
+    /// ignored).
+    ///
+    /// Error [`Error::BadFormat`] when `msg` is shorter than a header or than
+    /// `header.size`, the header's reserved bits are set, or `header.size` cannot hold the
+    /// header and its descriptors (or there are more than [`DESCRIPTORS_MAX`]).
+    pub fn new(msg: &'a [u8]) -> Result<MsgReader<'a>, Error> {
+        let header = MsgHeader::from_bytes(msg).ok_or(Error::BadFormat)?;
+        let descriptors = header.descriptors();
+        if !header.reserved_clear() || descriptors > DESCRIPTORS_MAX {
+            return Err(Error::BadFormat);
+        }
+        let size = usize::try_from(header.size).map_err(|_| Error::BadFormat)?;
+        let data_start = descriptors
+            .checked_mul(DESCRIPTOR_SIZE)
+            .and_then(|d| d.checked_add(HEADER_SIZE))
+            .ok_or(Error::BadFormat)?;
+        if size < data_start {
+            return Err(Error::BadFormat);
+        }
+        let msg = msg.get(..size).ok_or(Error::BadFormat)?;
+        Ok(MsgReader {
+            msg,
+            header,
+            descriptors,
+            next_descriptor: 0,
+            data_start,
+            data: data_start,
+        })
+    }
+
+    /// The message's header.
+    pub fn header(&self) -> MsgHeader {
+        self.header
+    }
+
+    /// The message's id.
+    pub fn id(&self) -> u64 {
+        self.header.id
+    }
+
+    /// The message's length (`header.size`).
+    pub fn len(&self) -> usize {
+        self.msg.len()
+    }
+
+    /// Whether the message is only a header (no descriptors, no data).
+    pub fn is_empty(&self) -> bool {
+        self.msg.len() == HEADER_SIZE
+    }
+
+    /// Number of descriptors.
+    pub fn descriptors(&self) -> usize {
+        self.descriptors
+    }
+
+    /// Descriptor `i`, as it is in the message (not checked beyond being there).
+    pub fn descriptor(&self, i: usize) -> Result<Descriptor, Error> {
+        if i >= self.descriptors {
+            return Err(Error::BadFormat);
+        }
+        let at = i
+            .checked_mul(DESCRIPTOR_SIZE)
+            .and_then(|o| o.checked_add(HEADER_SIZE))
+            .ok_or(Error::BadFormat)?;
+        Descriptor::from_bytes(self.msg.get(at..).ok_or(Error::BadFormat)?).ok_or(Error::BadFormat)
+    }
+
+    /// Takes the next descriptor, which must be a port descriptor: its name and its
+    /// disposition (on receipt, the kind of right received: `MoveReceive`, `MoveSend` or
+    /// `MoveSendOnce`).
+    ///
+    /// Error [`Error::BadFormat`] when no descriptor is left, or the descriptor is not a
+    /// well-formed port descriptor (kind, size 0, a known non-`None` disposition, a
+    /// nonzero name).
+    pub fn next_port(&mut self) -> Result<(u64, Disposition), Error> {
+        let d = self.descriptor(self.next_descriptor)?;
+        let port = port_of(&d).ok_or(Error::BadFormat)?;
+        self.next_descriptor += 1;
+        Ok(port)
+    }
+
+    /// The names of every well-formed port descriptor of the message, whether taken yet
+    /// or not: the rights a receiver holds because of this message (besides the header's
+    /// reply right), for releasing them when it rejects the message.
+    pub fn port_names(&self) -> impl Iterator<Item = u64> + '_ {
+        (0..self.descriptors).filter_map(move |i| {
+            let d = self.descriptor(i).ok()?;
+            port_of(&d).map(|(name, _)| name)
+        })
+    }
+
+    /// Takes the next `n` bytes of in-line data. Error [`Error::BadFormat`] past the end.
+    pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Error> {
+        let end = self.data.checked_add(n).ok_or(Error::BadFormat)?;
+        let bytes = self.msg.get(self.data..end).ok_or(Error::BadFormat)?;
+        self.data = end;
+        Ok(bytes)
+    }
+
+    /// Takes the next `N` bytes of in-line data as an array.
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
+        let bytes = self.bytes(N)?;
+        bytes.try_into().map_err(|_| Error::BadFormat)
+    }
+
+    /// In-line bytes not taken yet.
+    pub fn remaining(&self) -> usize {
+        self.msg.len().saturating_sub(self.data)
+    }
+
+    /// All in-line data of the message, whatever has been taken.
+    pub fn data(&self) -> &'a [u8] {
+        self.msg.get(self.data_start..).unwrap_or(&[])
+    }
+
+    /// Checks that every descriptor and every in-line byte has been taken: a message
+    /// with anything left over is [`Error::BadFormat`].
+    pub fn finish(&self) -> Result<(), Error> {
+        if self.next_descriptor == self.descriptors && self.remaining() == 0 {
+            Ok(())
+        } else {
+            Err(Error::BadFormat)
+        }
+    }
+}
+
+/// The name and disposition of a well-formed port descriptor.
+fn port_of(d: &Descriptor) -> Option<(u64, Disposition)> {
+    if d.kind != DESC_PORT || d.size != 0 || d.value == 0 {
+        return None;
+    }
+    let disposition = Disposition::from_raw(u8::try_from(d.disposition).ok()?)?;
+    if disposition == Disposition::None {
+        return None;
+    }
+    Some((d.value, disposition))
+}

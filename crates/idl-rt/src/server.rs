@@ -1,0 +1,164 @@
+//! The server side of the request/reply convention, as generated dispatch functions use
+//! it.
+//!
+//! A dispatch function reads the request with a [`MsgReader`], finds where the reply goes
+//! with [`ReplyTo::of`], and answers with [`ReplyTo::respond`] (the method ran) or
+//! [`ReplyTo::reject`] (the request never reached a method: unknown id, undecodable
+//! arguments). Both return a [`Dispatched`], which tells the server loop what to send and
+//! which rights of the request it still has to release.
+//!
+//! # The reply
+//! - header `dest` = the request's reply name, with `MoveSendOnce` when the request
+//!   brought a send-once right (the usual case: the client's transport made one) and
+//!   `MoveSend` when it brought a send right. Either way the server's name is used up by
+//!   the reply, so a server never accumulates reply rights. (Each received right gets a
+//!   fresh name in Baton, so moving a received send right back cannot take a name the
+//!   server uses for anything else.)
+//! - no reply right; id = request id + [`REPLY_ID_OFFSET`];
+//! - data: a `u64` result code ([`RESULT_OK`] or the error's code), then, on success, the
+//!   return value marshaled (its rights as descriptors before the code).
+//!
+//! # Invariants
+//! - A reply is written only when the request had a reply right; otherwise
+//!   `reply_len` is 0.
+//! - When a successful result does not fit in the reply buffer, the reply is an error
+//!   reply with the marshaling error ([`Error::TooLarge`]), so the client is never left
+//!   waiting while the server can still answer.
+
+use crate::marshal::Marshal;
+use crate::reader::MsgReader;
+use crate::writer::MsgWriter;
+use crate::{result_code, REPLY_ID_OFFSET, RESULT_OK};
+use baton_abi::ipc::Disposition;
+use baton_abi::Error;
+
+/// What a dispatch function did with a request, for the server loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dispatched {
+    /// Length of the reply written at the start of the reply buffer, to be sent as is
+    /// (which uses up the request's reply right); 0 when there is nothing to send.
+    pub reply_len: usize,
+    /// Whether the request reached a method, which then owns the rights it carried.
+    /// When false, those rights are still the server task's to release.
+    pub delivered: bool,
+}
+
+impl Dispatched {
+    /// The names the server loop should release (`cap_drop`) after handling `request`:
+    /// the request's port descriptors when it was not delivered, and its reply right
+    /// when no reply is sent.
+    pub fn leftover_rights<'r>(&self, request: &'r [u8]) -> impl Iterator<Item = u64> + 'r {
+        let reader = MsgReader::new(request).ok();
+        let reply = match &reader {
+            Some(r) if self.reply_len == 0 && r.header().reply != 0 => Some(r.header().reply),
+            _ => None,
+        };
+        let ports = if self.delivered { None } else { reader };
+        let names = ports.into_iter().flat_map(|r| {
+            (0..r.descriptors()).filter_map(move |i| {
+                let d = r.descriptor(i).ok()?;
+                (d.kind == crate::DESC_PORT && d.value != 0).then_some(d.value)
+            })
+        });
+        reply.into_iter().chain(names)
+    }
+}
+
+/// Where the reply to a request goes: the request's reply right.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    /// The server's name for the reply right (0: the request has none).
+    pub name: u64,
+    /// How the reply uses it: `MoveSendOnce` or `MoveSend` (`None` when `name` is 0).
+    pub disposition: Disposition,
+    /// The request's id.
+    pub request_id: u64,
+}
+
+impl ReplyTo {
+    /// The reply route of a received request. Error [`Error::BadFormat`] if the header's
+    /// reply fields are not what the kernel delivers (a `MoveSendOnce` or `MoveSend`
+    /// right, or none).
+    pub fn of(request: &MsgReader<'_>) -> Result<ReplyTo, Error> {
+        let h = request.header();
+        let disposition = match (h.reply, Disposition::from_raw(h.reply_disposition())) {
+            (0, Some(Disposition::None)) => Disposition::None,
+            (1.., Some(d @ (Disposition::MoveSendOnce | Disposition::MoveSend))) => d,
+            _ => return Err(Error::BadFormat),
+        };
+        Ok(ReplyTo {
+            name: h.reply,
+            disposition,
+            request_id: h.id,
+        })
+    }
+
+    /// Whether there is a reply right.
+    pub fn is_some(&self) -> bool {
+        self.name != 0
+    }
+
+    /// Answers a request that reached its method with the method's `result`.
+    ///
+    /// Error [`Error::TooLarge`] only when `reply` cannot hold even an error reply.
+    pub fn respond<T: Marshal>(
+        &self,
+        reply: &mut [u8],
+        result: Result<T, Error>,
+    ) -> Result<Dispatched, Error> {
+        let reply_len = match result {
+            Ok(value) => match self.write(reply, Ok(&value)) {
+                Ok(len) => len,
+                Err(e) => self.write::<()>(reply, Err(e))?,
+            },
+            Err(e) => self.write::<()>(reply, Err(e))?,
+        };
+        Ok(Dispatched {
+            reply_len,
+            delivered: true,
+        })
+    }
+
+    /// Answers a request that did not reach a method with the error `e`
+    /// ([`Error::NotSupported`] for an unknown id, [`Error::BadFormat`] for undecodable
+    /// arguments). When no reply can be written (the reply id would be a kernel id), the
+    /// result has `reply_len` 0.
+    ///
+    /// Error [`Error::TooLarge`] only when `reply` cannot hold an error reply.
+    pub fn reject(&self, reply: &mut [u8], e: Error) -> Result<Dispatched, Error> {
+        let reply_len = match self.write::<()>(reply, Err(e)) {
+            Err(Error::InvalidArgument) => 0,
+            other => other?,
+        };
+        Ok(Dispatched {
+            reply_len,
+            delivered: false,
+        })
+    }
+
+    /// Writes the reply message for `result` into `reply` (nothing, length 0, without a
+    /// reply right).
+    fn write<T: Marshal>(
+        &self,
+        reply: &mut [u8],
+        result: Result<&T, Error>,
+    ) -> Result<usize, Error> {
+        if !self.is_some() {
+            return Ok(0);
+        }
+        let id = self
+            .request_id
+            .checked_add(REPLY_ID_OFFSET)
+            .ok_or(Error::InvalidArgument)?;
+        let mut w = MsgWriter::new(reply, self.name, self.disposition, 0, Disposition::None, id)?;
+        match result {
+            Ok(value) => {
+                value.marshal_ports(&mut w)?;
+                w.bytes(&RESULT_OK.to_le_bytes())?;
+                value.marshal_data(&mut w)?;
+            }
+            Err(e) => w.bytes(&result_code(e).to_le_bytes())?,
+        }
+        Ok(w.finish())
+    }
+}
