@@ -37,12 +37,12 @@ use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::{process_model_check, Stats, Sys, FOREVER};
-use baton_rt::raw::{syscall0, syscall2};
-use baton_rt::sync::{wait_until, Counter};
-use baton_rt::thread::{spawn, StackPool};
 use baton_rt::ipc::{
     cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
 };
+use baton_rt::raw::{syscall0, syscall2};
+use baton_rt::sync::{wait_until, Counter};
+use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
 
 baton_rt::entry!(main);
