@@ -22,7 +22,7 @@
 
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
-use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, ThreadId};
 use crate::{arch::apic, arch::gdt};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
@@ -259,7 +259,7 @@ fn send(
         if let Some(p) = k.ipc.port_mut(dest) {
             p.senders.push_back(cur);
         }
-        block(k, cur, Blocked::Send { port: dest }, args.timeout);
+        block(k, Blocked::Send { port: dest }, args.timeout);
         k.stats.blocks_ipc += 1;
         // Nothing on this stack owns heap memory here: blocking abandons the stack.
         thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
@@ -291,22 +291,41 @@ fn read_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descripto
         .collect())
 }
 
+/// A receiver the fast path can deliver to, with what delivery needs of it.
+#[derive(Clone, Copy, Debug)]
+struct FastReceiver {
+    /// The thread.
+    thread: ThreadId,
+    /// Its task.
+    task: TaskId,
+    /// Its IPC buffer's frame.
+    buf: PhysAddr,
+    /// Its name for the port it receives on.
+    rcv_name: u64,
+}
+
 /// The receiver the fast path may deliver a message of `size` bytes with `rights` port
 /// descriptors to: the oldest thread blocked receiving on `dest` when the queue is empty,
 /// if it waits with an IPC buffer and its name space has room.
-fn fast_receiver(k: &Kernel, dest: PortId, size: usize, rights: usize) -> Option<ThreadId> {
+fn fast_receiver(k: &Kernel, dest: PortId, size: usize, rights: usize) -> Option<FastReceiver> {
     let p = k.ipc.port(dest)?;
-    if !p.queue.is_empty() {
+    if !p.queue.is_empty() || size > IPC_BUFFER_SIZE {
         return None;
     }
-    let r = p.receivers.iter().next()?;
-    let th = k.threads.get(r)?;
+    let thread = p.receivers.iter().next()?;
+    let th = k.threads.get(thread)?;
     let args = MsgArgs::from(th.frame.syscall_args().1);
-    if args.opts & (MSG_BUF | MSG_SLOW) != 0 || th.ipc_buffer.is_none() || size > IPC_BUFFER_SIZE {
+    let (_, buf) = th.ipc_buffer?;
+    if args.opts & (MSG_BUF | MSG_SLOW) != 0 {
         return None;
     }
-    let task = k.tasks.get(&th.task?)?;
-    (task.names.room() > rights).then_some(r)
+    let task = th.task?;
+    (k.tasks.get(&task)?.names.room() > rights).then_some(FastReceiver {
+        thread,
+        task,
+        buf,
+        rcv_name: args.rcv_name,
+    })
 }
 
 /// The fast path: moves the message straight from the sender's buffer into receiver `r`'s
@@ -319,7 +338,7 @@ fn deliver(
     header: &MsgHeader,
     descriptors: &[Descriptor],
     dest: PortId,
-    r: ThreadId,
+    r: FastReceiver,
     data_off: usize,
     data_len: usize,
 ) -> Result<Sent, Error> {
@@ -332,56 +351,43 @@ fn deliver(
     if let Some(p) = k.ipc.port_mut(dest) {
         p.receivers.pop_front();
     }
-    let (r_task, r_buf, rcv_name) = match k.threads.get_mut(r) {
-        Some(th) => {
-            if let Some(timer) = th.timer.take() {
-                k.timers.cancel(timer);
-            }
-            let rcv_name = th.frame.rsi;
-            (th.task, th.ipc_buffer, rcv_name)
-        }
-        None => (None, None, 0),
-    };
-    let (Some(r_task), Some((_, r_pa))) = (r_task, r_buf) else {
-        k.ipc.destroy_message(msg, &mut fx);
-        apply(k, fx);
-        return Ok(Sent::Queued);
-    };
+    if let Some(timer) = k.threads.get_mut(r.thread).and_then(|th| th.timer.take()) {
+        k.timers.cancel(timer);
+    }
     let mut out = Vec::new();
-    let rt = k.tasks.get_mut(&r_task).ok_or(Error::InvalidArgument)?;
-    let mut msg = msg;
-    let hdr = match k
+    let rt = k.tasks.get_mut(&r.task).ok_or(Error::InvalidArgument)?;
+    let mut hdr = match k
         .ipc
-        .copyout(&mut rt.names, r_task, rcv_name, &msg, &mut out)
+        .copyout(&mut rt.names, r.task, r.rcv_name, &msg, &mut out)
     {
         Ok(h) => h,
         Err(_) => {
             // Cannot happen (room was checked); keep the message rather than lose it.
+            let mut msg = msg;
             let mut data = alloc::vec![0u8; data_len];
             buf.read(k, data_off, &mut data)?;
             msg.data = data;
             k.ipc.enqueue(dest, msg, &mut fx);
-            fx.wake.push((r, Wake::Retry));
+            fx.wake.push((r.thread, Wake::Retry));
             apply(k, fx);
             return Ok(Sent::Queued);
         }
     };
-    let mut hdr = hdr;
     hdr.size = header.size;
-    let rb = Buf::Page(r_pa);
+    let rb = Buf::Page(r.buf);
     rb.write(k, 0, &hdr.to_bytes())?;
     for (i, d) in out.iter().enumerate() {
         rb.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
     }
     copy_between(k, buf, &rb, data_off, data_len)?;
-    if let Some(th) = k.threads.get_mut(r) {
+    if let Some(th) = k.threads.get_mut(r.thread) {
         th.frame.rax = 0;
         th.cont = Some(Continuation::new(Resume::UserReturn));
     }
     k.stats.recognitions += 1;
     k.stats.ipc_fast += 1;
     apply(k, fx);
-    Ok(Sent::Delivered(r))
+    Ok(Sent::Delivered(r.thread))
 }
 
 /// The receive phase: takes the oldest message of the port `args.rcv_name` into `buf`, or
@@ -394,38 +400,20 @@ fn receive(
     args: MsgArgs,
     handoff: Option<ThreadId>,
 ) -> Result<(), Error> {
-    let port = {
-        let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
-        k.ipc.receive_port(names, args.rcv_name)
-    };
-    let port = match port {
-        Ok(p) => p,
-        Err(e) => {
+    let port = match receive_now(k, task, buf, args) {
+        Ok(Some(port)) => port,
+        done => {
+            // Not blocking after all: the thread we delivered to just becomes ready.
             if let Some(r) = handoff {
                 thread::thread_setrun(k, r);
             }
-            return Err(e);
+            return done.map(|_| ());
         }
     };
-    if let Some(size) = k.ipc.peek_size(port) {
-        if let Some(r) = handoff {
-            thread::thread_setrun(k, r);
-        }
-        if size > buf.len() {
-            return Err(Error::TooLarge);
-        }
-        return take_message(k, task, buf, port, args.rcv_name);
-    }
-    if args.timeout == 0 {
-        if let Some(r) = handoff {
-            thread::thread_setrun(k, r);
-        }
-        return Err(Error::WouldBlock);
-    }
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.push_back(cur);
     }
-    block(k, cur, Blocked::Receive { port }, args.timeout);
+    block(k, Blocked::Receive { port }, args.timeout);
     k.stats.blocks_ipc += 1;
     let cont = Continuation::new(Resume::Receive);
     match handoff {
@@ -435,6 +423,28 @@ fn receive(
         }
         None => thread::thread_block_with(k, cont),
     }
+}
+
+/// The receive phase without blocking: `Ok(None)` when a message was taken, `Ok(Some(port))`
+/// when the caller must block on `port`, or the error to return.
+fn receive_now(
+    k: &mut Kernel,
+    task: TaskId,
+    buf: &Buf,
+    args: MsgArgs,
+) -> Result<Option<PortId>, Error> {
+    let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
+    let port = k.ipc.receive_port(names, args.rcv_name)?;
+    if let Some(size) = k.ipc.peek_size(port) {
+        if size > buf.len() {
+            return Err(Error::TooLarge);
+        }
+        return take_message(k, task, buf, port, args.rcv_name).map(|()| None);
+    }
+    if args.timeout == 0 {
+        return Err(Error::WouldBlock);
+    }
+    Ok(Some(port))
 }
 
 /// Dequeues the oldest message of `port` into `buf` of `task`.
@@ -471,16 +481,13 @@ fn take_message(
     written
 }
 
-/// Marks `cur` blocked on `why` with a timeout (`FOREVER`: none).
-fn block(k: &mut Kernel, cur: ThreadId, why: Blocked, timeout: u64) {
-    let timer = match timeout {
+/// Marks the running thread blocked on `why` with a timeout (`FOREVER`: none).
+fn block(k: &mut Kernel, why: Blocked, timeout: u64) {
+    let deadline = match timeout {
         FOREVER => None,
-        ns => Some(k.timers.insert(apic::now_ns().saturating_add(ns), cur)),
+        ns => Some(apic::now_ns().saturating_add(ns)),
     };
-    if let Some(th) = k.threads.get_mut(cur) {
-        th.state = ThreadState::Blocked(why);
-        th.timer = timer;
-    }
+    crate::syscall::block_until(k, why, deadline);
 }
 
 /// Makes ready the threads an IPC operation unblocked.

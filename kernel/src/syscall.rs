@@ -11,7 +11,7 @@ use crate::arch::trap::TrapFrame;
 use crate::arch::{apic, gdt};
 use crate::kernel::{self, Ending, Kernel, TaskId};
 use crate::kprintln;
-use crate::thread::{self, Blocked, ThreadState};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use alloc::string::String;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::{
@@ -97,8 +97,9 @@ pub fn on_syscall(number: u64) -> ! {
     kernel::finish_entry(k, false, Some(result))
 }
 
-/// Marks the current thread blocked on `why`, with an optional timeout.
-fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
+/// Marks the current thread blocked on `why`, with an optional timeout (an absolute
+/// deadline in nanoseconds).
+pub fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
     let cur = k.current_thread();
     let timer = deadline.map(|d| k.timers.insert(d, cur));
     if let Some(t) = k.threads.get_mut(cur) {
@@ -364,19 +365,27 @@ impl Kernel {
         Ok(0)
     }
 
+    /// The thread a call of `task` names: `thread`, or the caller for 0; `NotFound` unless
+    /// it is a live thread of `task`.
+    fn own_thread(&self, task: TaskId, thread: u64) -> Result<ThreadId, Error> {
+        let t = match thread {
+            0 => self.current_thread(),
+            n => Key(n),
+        };
+        match self.threads.get(t) {
+            Some(th) if th.task == Some(task) => Ok(t),
+            _ => Err(Error::NotFound),
+        }
+    }
+
     fn sys_set_priority(&mut self, task: TaskId, thread: u64, prio: u64) -> Result<u64, Error> {
         if prio > PRIORITY_MAX {
             return Err(Error::InvalidArgument);
         }
-        let t = if thread == 0 {
-            self.current_thread()
-        } else {
-            Key(thread)
-        };
-        let th = self.threads.get_mut(t).ok_or(Error::NotFound)?;
-        if th.task != Some(task) {
+        let t = self.own_thread(task, thread)?;
+        let Some(th) = self.threads.get_mut(t) else {
             return Err(Error::NotFound);
-        }
+        };
         let old = th.priority;
         th.priority = prio as u8;
         if th.state == ThreadState::Ready {
@@ -402,15 +411,10 @@ impl Kernel {
                     .ok_or(Error::InvalidArgument)?,
             ),
         };
-        let t = if thread == 0 {
-            self.current_thread()
-        } else {
-            Key(thread)
-        };
-        let th = self.threads.get_mut(t).ok_or(Error::NotFound)?;
-        if th.task != Some(task) {
+        let t = self.own_thread(task, thread)?;
+        let Some(th) = self.threads.get_mut(t) else {
             return Err(Error::NotFound);
-        }
+        };
         let Some(to) = pin else {
             th.pinned = false;
             return Ok(0);

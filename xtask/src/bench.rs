@@ -343,9 +343,19 @@ impl<'a> Fields<'a> {
 
 /// Checks that two runs agree to the instruction.
 fn compare(first: &Results, second: &Results) -> Result<(), String> {
+    compare_rows(
+        &first.rows,
+        &second.rows,
+        "two runs of the same image",
+        "results/bench.log and results/bench.2.log",
+    )
+}
+
+/// Checks that two runs (`what`, logged in `logs`) gave the same rows to the instruction.
+pub fn compare_rows(first: &[Row], second: &[Row], what: &str, logs: &str) -> Result<(), String> {
     let mut diffs = Vec::new();
-    for a in &first.rows {
-        match second.rows.iter().find(|b| b.name == a.name) {
+    for a in first {
+        match second.iter().find(|b| b.name == a.name) {
             Some(b) if b == a => {}
             Some(b) => diffs.push(format!(
                 "{}: median {} / {}, min {} / {}, max {} / {}",
@@ -354,8 +364,8 @@ fn compare(first: &Results, second: &Results) -> Result<(), String> {
             None => diffs.push(format!("{}: missing from the second run", a.name)),
         }
     }
-    for b in &second.rows {
-        if !first.rows.iter().any(|a| a.name == b.name) {
+    for b in second {
+        if !first.iter().any(|a| a.name == b.name) {
             diffs.push(format!("{}: missing from the first run", b.name));
         }
     }
@@ -363,8 +373,7 @@ fn compare(first: &Results, second: &Results) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "two runs of the same image gave different instruction counts (first / second; \
-             logs results/bench.log and results/bench.2.log):\n    {}",
+            "{what} gave different instruction counts (first / second; logs {logs}):\n    {}",
             diffs.join("\n    ")
         ))
     }

@@ -936,31 +936,12 @@ fn bench_row(fields: &str) -> Result<Row, String> {
 
 /// Checks that two boots gave the same figures to the instruction.
 fn compare(first: &Parsed, second: &Parsed) -> Result<(), String> {
-    let mut diffs = Vec::new();
-    for a in &first.rows {
-        match second.rows.iter().find(|b| b.name == a.name) {
-            Some(b) if b == a => {}
-            Some(b) => diffs.push(format!(
-                "{}: median {} / {}, min {} / {}, max {} / {}",
-                a.name, a.median, b.median, a.min, b.min, a.max, b.max
-            )),
-            None => diffs.push(format!("{}: missing from the second run", a.name)),
-        }
-    }
-    for b in &second.rows {
-        if !first.rows.iter().any(|a| a.name == b.name) {
-            diffs.push(format!("{}: missing from the first run", b.name));
-        }
-    }
-    if diffs.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "two boots of the same Linux image gave different instruction counts (first / \
-             second; logs results/linux.log and results/linux.2.log):\n    {}",
-            diffs.join("\n    ")
-        ))
-    }
+    crate::bench::compare_rows(
+        &first.rows,
+        &second.rows,
+        "two boots of the same Linux image",
+        "results/linux.log and results/linux.2.log",
+    )
 }
 
 #[cfg(test)]

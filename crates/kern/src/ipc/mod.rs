@@ -520,18 +520,19 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
             named.push(n);
         }
-        // A name that moves may appear nowhere else in the message.
-        let mut uses: Vec<(u64, bool)> = Vec::with_capacity(named.len() + 2);
-        uses.push((header.dest, moves(dest_disp)));
-        if let Some(r) = reply {
-            uses.push((r.name, moves(r.disposition)));
-        }
-        uses.extend(named.iter().map(|n| (n.name, moves(n.disposition))));
-        for (i, &(name, moving)) in uses.iter().enumerate() {
-            let clash = uses
-                .iter()
+        // A name that moves may appear nowhere else in the message (checked pairwise, with
+        // no allocation: at most 2 + DESCRIPTORS_MAX names).
+        let dest_use = (header.dest, moves(dest_disp));
+        let reply_use = reply.map(|r| (r.name, moves(r.disposition)));
+        let uses = || {
+            core::iter::once(dest_use)
+                .chain(reply_use)
+                .chain(named.iter().map(|n| (n.name, moves(n.disposition))))
+        };
+        for (i, (name, moving)) in uses().enumerate() {
+            let clash = uses()
                 .enumerate()
-                .any(|(j, &(other, m))| i != j && other == name && (moving || m));
+                .any(|(j, (other, m))| i != j && other == name && (moving || m));
             if clash {
                 return Err(Error::InvalidArgument);
             }
