@@ -42,6 +42,9 @@ pub type TaskId = u64;
 
 const PCIDS: usize = 4096;
 
+/// The boot module that, named first in `init=`, is started as the name server.
+pub const NAME_SERVER: &str = "names";
+
 /// A user task: an address space and its threads.
 pub struct Task {
     /// The boot module it runs.
@@ -268,6 +271,35 @@ impl Kernel {
     /// Creates a task running boot module `name`, with one ready thread.
     pub fn spawn(&mut self, name: &str) -> Result<TaskId, baton_abi::Error> {
         self.spawn_with(name, None)
+    }
+
+    /// Creates the name server task from boot module `name`: its first thread starts with
+    /// `rsi` = its name for the receive right of a new port (the name service port), which
+    /// is returned so that the boot programs started after it get send rights to it.
+    pub fn spawn_name_server(
+        &mut self,
+        name: &str,
+    ) -> Result<(TaskId, kern::ipc::PortId), baton_abi::Error> {
+        use baton_abi::Error;
+        let id = self.spawn_with(name, None)?;
+        let task = self.tasks.get_mut(&id).ok_or(Error::InvalidArgument)?;
+        let made = self
+            .ipc
+            .allocate(&mut task.names, id, 0)
+            .and_then(|n| Ok((n, self.ipc.receive_port(&task.names, n)?)));
+        let (rcv_name, port) = match made {
+            Ok(v) => v,
+            Err(e) => {
+                self.end_task(id, Ending::Killed);
+                return Err(e);
+            }
+        };
+        for (_, th) in self.threads.iter_mut() {
+            if th.task == Some(id) {
+                th.frame.rsi = rcv_name;
+            }
+        }
+        Ok((id, port))
     }
 
     /// Creates a task running boot module `name`, with one ready thread, which starts with
@@ -615,8 +647,19 @@ pub fn start(
     for word in &config.unknown {
         kprintln!("[kernel] ignoring unknown command-line word `{word}`");
     }
-    for name in &config.init {
-        match k.spawn(name) {
+    // `init=names,...`: the name server starts first, and every later boot program gets a
+    // send right to its port as its bootstrap right.
+    let mut names_port = None;
+    for (i, name) in config.init.iter().enumerate() {
+        let started = if i == 0 && name == NAME_SERVER {
+            k.spawn_name_server(name).map(|(id, port)| {
+                names_port = Some(port);
+                id
+            })
+        } else {
+            k.spawn_with(name, names_port)
+        };
+        match started {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
             Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),
         }
