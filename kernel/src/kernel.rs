@@ -171,6 +171,7 @@ pub unsafe fn kernel() -> &'static mut Kernel {
 
 impl Kernel {
     /// Per-CPU state of `cpu`.
+    #[inline]
     pub fn cpu(&self, cpu: usize) -> &Cpu {
         match self.cpus.get(cpu) {
             Some(c) => c,
@@ -266,11 +267,6 @@ impl Kernel {
             }
         }
         self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
-    }
-
-    /// Creates a task running boot module `name`, with one ready thread.
-    pub fn spawn(&mut self, name: &str) -> Result<TaskId, baton_abi::Error> {
-        self.spawn_with(name, None)
     }
 
     /// Creates the name server task from boot module `name`: its first thread starts with

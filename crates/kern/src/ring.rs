@@ -105,6 +105,15 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
         Some(t)
     }
 
+    /// The front element, left in place.
+    #[inline]
+    pub fn front(&self) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        self.buf.get(self.head).copied()
+    }
+
     /// Logical index of the first element equal to `t`.
     pub fn position(&self, t: T) -> Option<usize> {
         (0..self.len).find(|&i| self.buf.get(self.phys(i)) == Some(&t))
@@ -200,6 +209,7 @@ mod tests {
                 }
             }
             assert_eq!(r.len(), model.len());
+            assert_eq!(r.front(), model.front().copied());
         }
         assert_eq!(
             r.iter().collect::<vec::Vec<_>>(),

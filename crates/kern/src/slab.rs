@@ -94,6 +94,7 @@ impl<T> Slab<T> {
 
     /// Stores `value` and returns its key, or gives the value back when the slab is at its
     /// limit.
+    #[inline]
     pub fn insert(&mut self, value: T) -> Result<Key, T> {
         self.insert_with(|_| value).map_err(|f| f(Key(0)))
     }
@@ -185,6 +186,7 @@ impl<T> Slab<T> {
     }
 
     /// Whether `key` names an object held.
+    #[inline]
     pub fn contains(&self, key: Key) -> bool {
         self.get(key).is_some()
     }
@@ -192,6 +194,7 @@ impl<T> Slab<T> {
     /// Removes and returns the object named by `key`. The slot's generation moves on, so
     /// `key` never matches again; a slot whose generation would wrap is retired (never
     /// reused) instead, so no key can ever come back to life.
+    #[inline]
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let index = key.index();
         let slot = self.slots.get_mut(index as usize)?;

@@ -31,6 +31,7 @@
 //!   only while blocked on its full queue; destroying the port or moving its receive right
 //!   away hands every such thread back through [`Effects`].
 
+pub mod fast;
 pub mod space;
 
 use crate::ring::Ring;
@@ -44,6 +45,7 @@ use baton_abi::ipc::{
     QUEUE_LIMIT_MAX,
 };
 use baton_abi::Error;
+pub use fast::FastMsg;
 pub use space::{Entry, Held, Space};
 
 /// A port, by its slot in [`Ipc`]'s slab: destroyed ports fail the generation check.
@@ -219,11 +221,13 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     }
 
     /// The port `id`, if alive.
+    #[inline]
     pub fn port(&self, id: PortId) -> Option<&Port<T>> {
         self.ports.get(id)
     }
 
     /// The port `id`, mutably, if alive.
+    #[inline]
     pub fn port_mut(&mut self, id: PortId) -> Option<&mut Port<T>> {
         self.ports.get_mut(id)
     }
@@ -266,6 +270,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     }
 
     /// The live port of the receive right `name`.
+    #[inline]
     pub fn receive_port(&self, space: &Space, name: u64) -> Result<PortId, Error> {
         let e = space.lookup(name)?;
         if e.kind != Held::Receive {

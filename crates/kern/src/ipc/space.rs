@@ -57,6 +57,7 @@ impl Space {
     }
 
     /// The right `name` denotes ([`Error::InvalidName`] if none).
+    #[inline]
     pub fn lookup(&self, name: u64) -> Result<Entry, Error> {
         self.entries
             .get(Key(name))
@@ -65,6 +66,7 @@ impl Space {
     }
 
     /// Adds a right; its new name ([`Error::NoSpace`] when full).
+    #[inline]
     pub(super) fn insert(&mut self, entry: Entry) -> Result<u64, Error> {
         self.entries
             .insert(entry)
@@ -73,11 +75,13 @@ impl Space {
     }
 
     /// Removes the right `name`.
+    #[inline]
     pub(super) fn remove(&mut self, name: u64) -> Option<Entry> {
         self.entries.remove(Key(name))
     }
 
     /// How many more rights fit.
+    #[inline]
     pub fn room(&self) -> usize {
         (NAMES_MAX as usize).saturating_sub(self.entries.len())
     }

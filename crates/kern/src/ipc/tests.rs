@@ -470,3 +470,88 @@ fn check_counts(ipc: &I, spaces: &[Space]) {
         assert_eq!(want, p.send_onces, "send-onces of {id:?}");
     }
 }
+
+/// The fast path's moves for a call and its reply equal the general path's: one send-once
+/// right appears in the server's space and is used up by the reply; counts end where they
+/// started.
+#[test]
+fn fast_path_call_and_reply() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
+    let mut call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
+    call.size = (HEADER_SIZE + 8) as u32;
+    let m = ipc.fast_decode(&client, &call, 4096).expect("a call takes the fast path");
+    let server_port = ipc.receive_port(&server, port).unwrap();
+    let rp = ipc.receive_port(&client, reply_port).unwrap();
+    assert_eq!(m.dest, server_port);
+    assert_eq!(m.reply, Some(rp));
+    assert_eq!(m.consumed, None);
+    let names_before = (server.len(), client.len());
+    ipc.fast_take(&mut client, &m);
+    let got = ipc.fast_give(&mut server, &m, port);
+    assert_eq!(got.dest, port);
+    assert_eq!(got.id, 42);
+    assert_eq!(got.size as usize, HEADER_SIZE + 8);
+    assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
+    assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 1);
+    assert_eq!((server.len(), client.len()), (names_before.0 + 1, names_before.1));
+
+    // The reply uses the send-once right up.
+    let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
+    let r = ipc.fast_decode(&server, &reply, 4096).expect("a reply takes the fast path");
+    assert_eq!(r.consumed, Some(got.reply));
+    assert_eq!(r.dest, rp);
+    ipc.fast_take(&mut server, &r);
+    let back = ipc.fast_give(&mut client, &r, reply_port);
+    assert_eq!(back.reply, 0);
+    assert_eq!(back.reply_disposition(), D::None as u8);
+    assert_eq!(ipc.info(&server, got.reply), Err(Error::InvalidName));
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
+    assert_eq!((server.len(), client.len()), names_before);
+    // The copied send right is untouched.
+    assert_eq!(ipc.port(server_port).unwrap().sends, 1);
+}
+
+/// Everything but the two RPC forms declines (the general path decides, and reports
+/// errors), and deciding never changes anything.
+#[test]
+fn fast_path_declines() {
+    let (mut ipc, mut server, client, port, send) = setup();
+    let reply_port = ipc.allocate(&mut server, 1, 0).unwrap();
+    let ok = header(send, D::CopySend, 0, D::None, 0, 1);
+    assert!(ipc.fast_decode(&client, &ok, 4096).is_some());
+    let mut cases = vec![
+        header(send, D::CopySend, 0, D::None, 1, 1),
+        header(send, D::MoveSend, 0, D::None, 0, 1),
+        header(send, D::CopySend, 0, D::None, 0, KERNEL_ID_BASE),
+        header(send, D::CopySend, send, D::MakeSendOnce, 0, 1),
+        header(send, D::CopySend, send, D::CopySend, 0, 1),
+        header(send, D::CopySend, 5, D::None, 0, 1),
+        header(send + 1, D::CopySend, 0, D::None, 0, 1),
+        header(0, D::CopySend, 0, D::None, 0, 1),
+        header(send, D::MoveSendOnce, 0, D::None, 0, 1),
+    ];
+    let mut reserved = ok;
+    reserved.bits |= 1 << 24;
+    cases.push(reserved);
+    let mut small = ok;
+    small.size = 8;
+    cases.push(small);
+    let mut big = ok;
+    big.size = 4097;
+    cases.push(big);
+    for (i, h) in cases.iter().enumerate() {
+        assert_eq!(ipc.fast_decode(&client, h, 4096), None, "case {i}: {h:?}");
+    }
+    // The server's own receive right used as a destination, and a reply port in another
+    // space.
+    let own = header(port, D::CopySend, 0, D::None, 0, 1);
+    assert_eq!(ipc.fast_decode(&server, &own, 4096), None);
+    let foreign = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 1);
+    assert_eq!(ipc.fast_decode(&client, &foreign, 4096), None);
+    // A dead destination.
+    let mut fx = Effects::default();
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    assert_eq!(ipc.fast_decode(&client, &ok, 4096), None);
+}

@@ -110,6 +110,28 @@ pub fn copy_phys(dst: PhysAddr, src: PhysAddr, len: usize) {
     }
 }
 
+/// Reads a message header from an IPC buffer frame at physical `pa` (its first bytes).
+///
+/// `pa` must be the start of a frame of user memory that the caller has checked is mapped
+/// in its task (a registered IPC buffer).
+#[inline(always)]
+pub fn read_header(pa: PhysAddr) -> baton_abi::ipc::MsgHeader {
+    // SAFETY: the caller guarantees `pa` starts a RAM frame of a user page, covered by the
+    // direct map and 4 KiB aligned (so aligned for the header); `MsgHeader` is `repr(C)`
+    // plain integers, valid for any bits; the user may write the page concurrently from
+    // another CPU, which only makes the value it sends garbled, never unsound (volatile).
+    unsafe { core::ptr::read_volatile(phys_to_virt(pa.0) as *const baton_abi::ipc::MsgHeader) }
+}
+
+/// Writes a message header at the start of an IPC buffer frame at physical `pa`.
+///
+/// The same conditions as [`read_header`].
+#[inline(always)]
+pub fn write_header(pa: PhysAddr, h: baton_abi::ipc::MsgHeader) {
+    // SAFETY: as in `read_header`; the frame is user memory, never kernel data.
+    unsafe { core::ptr::write_volatile(phys_to_virt(pa.0) as *mut baton_abi::ipc::MsgHeader, h) }
+}
+
 extern "C" {
     static __text_start: u8;
     static __text_end: u8;

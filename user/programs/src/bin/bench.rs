@@ -38,7 +38,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::ipc::{
-    cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
+    cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
+    MSG_SLOW,
 };
 use baton_rt::raw::{syscall0, syscall2};
 use baton_rt::sync::{wait_until, Counter};
@@ -404,18 +405,54 @@ fn create_exit(threads: u64) -> Result<(), Failed> {
     Ok(())
 }
 
-/// `ipc_echo`'s echo request id.
-const ECHO: u64 = 10;
+/// `rpc_server`'s request ids (see that program).
+mod rpc_ids {
+    pub const TIMED: u64 = 1;
+    pub const RESET: u64 = 2;
+    pub const DUMP: u64 = 3;
+    pub const EXIT: u64 = 4;
+    /// Timestamp pairs per `DUMP` reply.
+    pub const DUMP_MAX: usize = 250;
+}
 
-/// `rpc.*`: round trips of an echo RPC to the `ipc_echo` server task (another address
-/// space), from the client's timestamp before the call to its timestamp after the reply:
-/// the client's `ipc_msg(SEND|RECEIVE)` plus the server's `ipc_msg(SEND|RECEIVE)` (reply
-/// and wait for the next request), as sel4bench measures Call + ReplyRecv. Each iteration
-/// writes the request header and `len` bytes into the IPC buffer first.
+/// The client's timestamps of each timed RPC: before the call, after the reply.
+static CALLED: [AtomicU64; TOTAL] = [const { AtomicU64::new(0) }; TOTAL];
+/// See [`CALLED`].
+static RETURNED: [AtomicU64; TOTAL] = [const { AtomicU64::new(0) }; TOTAL];
+
+/// One `rpc_server` call outside the timed loop: a request with `id` and `data`, its reply
+/// left in `buf`.
+fn rpc_call(
+    buf: &mut IpcBuffer,
+    server: u64,
+    reply: u64,
+    id: u64,
+    data: &[u8],
+) -> Result<(), Failed> {
+    let header = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: server,
+        reply,
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(header, &[], data)
+        .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, reply, FOREVER))
+        .map_err(|e| fail!("rpc_server request {id}: {}", e.name()))
+}
+
+/// `rpc.*`: echo RPCs with 0, 32 or 1,024 bytes of in-line data to the `rpc_server` task
+/// (another address space), measured as sel4bench measures Call + ReplyRecv: the client's
+/// timestamp right before its `ipc_msg(SEND|RECEIVE)` to the server's right after its
+/// receive returned, plus the server's right before its `ipc_msg(SEND|RECEIVE)` (reply and
+/// wait) to the client's right after its call returned. `rpc.*.roundtrip` is the client's
+/// whole round trip, the server's work (reading the request, writing the reply header)
+/// included.
 fn rpc_benchmarks() -> Result<(), Failed> {
+    use rpc_ids::*;
     let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
     let boot = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
-    spawn_with("ipc_echo", boot).map_err(|e| fail!("spawn ipc_echo: {}", e.name()))?;
+    spawn_with("rpc_server", boot).map_err(|e| fail!("spawn rpc_server: {}", e.name()))?;
     buf.msg(MSG_RECEIVE, boot, FOREVER)
         .map_err(|e| fail!("hello: {}", e.name()))?;
     let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
@@ -429,43 +466,87 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         ("rpc.32b.slow", 32, true),
         ("rpc.1k.slow", 1024, true),
     ] {
-        let header = MsgHeader {
+        clear_samples();
+        rpc_call(&mut buf, server, reply, RESET, &[])?;
+        let request = MsgHeader {
             bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
             dest: server,
             reply,
-            id: ECHO,
+            id: TIMED,
             ..MsgHeader::default()
         };
+        buf.set(request, &[], &data[..len])
+            .map_err(|e| fail!("{name}: {}", e.name()))?;
         let opts = MSG_SEND | MSG_RECEIVE | if slow { MSG_SLOW } else { 0 };
         let mut failed = None;
-        single(name, || {
-            let r = buf
-                .set(header, &[], &data[..len])
-                .and_then(|()| buf.msg(opts, reply, FOREVER));
+        let before = read_stats()?;
+        for i in 0..TOTAL {
+            // The reply came back in place: the data is the same, the header is not.
+            buf.set_header(MsgHeader {
+                size: (HEADER_SIZE + len) as u32,
+                ..request
+            });
+            let t0 = rdtsc_ordered();
+            let r = buf.msg(opts, reply, FOREVER);
+            let t1 = rdtsc_ordered();
             if let Err(e) = r {
                 failed = Some(e);
             }
-        })?;
+            if let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) {
+                c.store(t0, Ordering::Relaxed);
+                r.store(t1, Ordering::Relaxed);
+            }
+        }
+        let after = read_stats()?;
         if let Some(e) = failed {
             return Err(fail!("{name}: {}", e.name()));
         }
-    }
-    let exit = MsgHeader {
-        id: 13,
-        ..MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
-            dest: server,
-            reply,
-            ..MsgHeader::default()
+        // Fetch the server's timestamps and pair them with the client's.
+        let mut first = 0usize;
+        while first < TOTAL {
+            rpc_call(&mut buf, server, reply, DUMP, &(first as u64).to_le_bytes())?;
+            let got = buf.data();
+            for (j, pair) in got.chunks_exact(16).take(DUMP_MAX).enumerate() {
+                let i = first + j;
+                let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) else {
+                    break;
+                };
+                let word = |at: usize| {
+                    pair.get(at..at + 8)
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(0, u64::from_le_bytes)
+                };
+                let (arrived, replied) = (word(0), word(8));
+                let (t0, t1) = (c.load(Ordering::Relaxed), r.load(Ordering::Relaxed));
+                if i >= WARMUP {
+                    let one_way = arrived.wrapping_sub(t0).wrapping_add(t1.wrapping_sub(replied));
+                    record(&SAMPLES, i - WARMUP, one_way);
+                    record(&SAMPLES2, i - WARMUP, t1.wrapping_sub(t0));
+                }
+            }
+            first += DUMP_MAX;
         }
-    };
-    buf.set(exit, &[], &[])
-        .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, reply, FOREVER))
-        .map_err(|e| fail!("stopping ipc_echo: {}", e.name()))?;
+        report(name, &SAMPLES);
+        report_stats(name, &before, &after);
+        let mut rt = [0u8; 40];
+        let rt_name = join(&mut rt, name, ".roundtrip");
+        report(rt_name, &SAMPLES2);
+    }
+    rpc_call(&mut buf, server, reply, EXIT, &[])?;
     for name in [server, reply, boot] {
         let _ = cap_drop(name);
     }
     Ok(())
+}
+
+/// `a` followed by `b`, in `out` (cut short if it does not fit).
+fn join<'a>(out: &'a mut [u8], a: &str, b: &str) -> &'a str {
+    let mut n = 0;
+    for (dst, src) in out.iter_mut().zip(a.bytes().chain(b.bytes())) {
+        *dst = src;
+        n += 1;
+    }
+    core::str::from_utf8(out.get(..n).unwrap_or(&[])).unwrap_or("")
 }
 
 /// Runs every benchmark in turn.

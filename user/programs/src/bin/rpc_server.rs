@@ -1,0 +1,142 @@
+//! `rpc_server`: the server of the `rpc.*` benchmarks (spawned by `bench`, never alone).
+//!
+//! It measures as sel4bench does: it takes a timestamp as soon as each request has arrived
+//! and another just before it replies, keeps both, and hands them over afterwards, so that
+//! the client can split every round trip into its two one-way trips (client's timestamp
+//! before the call → server's after receiving; server's before replying → client's after)
+//! and leave the server's own work out. The timed replies are sent as the requests came:
+//! same size, the request's data left in place (an echo).
+//!
+//! It sends a send right to its port to its bootstrap port (the client's), then serves:
+//!
+//! | id | request | reply |
+//! |---|---|---|
+//! | [`TIMED`] | any data | the same data; timestamps kept |
+//! | [`RESET`] | — | empty; the next timed request is number 0 |
+//! | [`DUMP`] | `u64` first index | up to [`DUMP_MAX`] `(arrived, replied)` pairs from it |
+//! | [`EXIT`] | — | empty, then the task exits |
+//!
+//! Every reply has the request's id; anything else gets an empty reply with id
+//! `u64::MAX - 1`.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use baton_rt::ipc::{
+    cap_drop, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE,
+    MSG_RECEIVE, MSG_SEND,
+};
+use baton_rt::{println, rdtsc_ordered, start::bootstrap, FOREVER};
+
+baton_rt::entry!(main);
+
+/// A timed request.
+pub const TIMED: u64 = 1;
+/// Start counting timed requests from 0.
+pub const RESET: u64 = 2;
+/// Send timestamps back.
+pub const DUMP: u64 = 3;
+/// Reply, then exit.
+pub const EXIT: u64 = 4;
+/// The hello message that carries the server's send right.
+pub const HELLO: u64 = 5;
+/// Most timed requests kept.
+pub const KEPT: usize = 1100;
+/// Most timestamp pairs one `DUMP` reply carries.
+pub const DUMP_MAX: usize = 250;
+
+/// When each timed request arrived.
+static ARRIVED: [AtomicU64; KEPT] = [const { AtomicU64::new(0) }; KEPT];
+/// When each was replied to.
+static REPLIED: [AtomicU64; KEPT] = [const { AtomicU64::new(0) }; KEPT];
+
+fn main(_task_id: u64) -> i32 {
+    match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("TEST FAIL rpc_server: {}", e.name());
+            1
+        }
+    }
+}
+
+fn serve() -> Result<(), baton_rt::Error> {
+    let boot = bootstrap();
+    let mut buf = IpcBuffer::new()?;
+    let port = port_allocate(0)?;
+    let hello = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: boot,
+        id: HELLO,
+        ..MsgHeader::default()
+    };
+    buf.set(hello, &[Descriptor::port(port, Disposition::MakeSend)], &[])?;
+    buf.msg(MSG_SEND, 0, FOREVER)?;
+    cap_drop(boot)?;
+    buf.msg(MSG_RECEIVE, port, FOREVER)?;
+    let mut next = 0usize;
+    loop {
+        let arrived = rdtsc_ordered();
+        let request = buf.header();
+        let mut reply = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+            size: HEADER_SIZE as u32,
+            dest: request.reply,
+            reply: 0,
+            id: request.id,
+        };
+        match request.id {
+            TIMED => {
+                // Echo: the data stays where it is.
+                reply.size = request.size;
+                buf.set_header(reply);
+                if let Some(slot) = ARRIVED.get(next) {
+                    slot.store(arrived, Ordering::Relaxed);
+                }
+                let replied = rdtsc_ordered();
+                if let Some(slot) = REPLIED.get(next) {
+                    slot.store(replied, Ordering::Relaxed);
+                }
+                next += 1;
+            }
+            RESET => {
+                next = 0;
+                buf.set(reply, &[], &[])?;
+            }
+            DUMP => {
+                let first = buf
+                    .data()
+                    .get(..8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes) as usize;
+                let mut words = [0u64; 2 * DUMP_MAX];
+                for (i, pair) in words.chunks_exact_mut(2).enumerate() {
+                    let at = first + i;
+                    pair[0] = ARRIVED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                    pair[1] = REPLIED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                }
+                let mut bytes = [0u8; 16 * DUMP_MAX];
+                for (dst, w) in bytes.chunks_exact_mut(8).zip(words.iter()) {
+                    dst.copy_from_slice(&w.to_le_bytes());
+                }
+                buf.set(reply, &[], &bytes)?;
+            }
+            EXIT => {
+                buf.set(reply, &[], &[])?;
+                buf.msg(MSG_SEND, 0, FOREVER)?;
+                cap_drop(port)?;
+                return Ok(());
+            }
+            _ => {
+                reply.id = u64::MAX - 1;
+                buf.set(reply, &[], &[])?;
+            }
+        }
+        // Reply and wait for the next request in one call (the fast path's form).
+        if let Err(e) = buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER) {
+            println!("rpc_server: reply failed: {}", e.name());
+            buf.msg(MSG_RECEIVE, port, FOREVER)?;
+        }
+    }
+}
