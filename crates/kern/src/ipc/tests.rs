@@ -480,7 +480,9 @@ fn fast_path_call_and_reply() {
     let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
     let mut call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
     call.size = (HEADER_SIZE + 8) as u32;
-    let m = ipc.fast_decode(&client, &call, 4096).expect("a call takes the fast path");
+    let m = ipc
+        .fast_decode(&client, &call, 4096)
+        .expect("a call takes the fast path");
     let server_port = ipc.receive_port(&server, port).unwrap();
     let rp = ipc.receive_port(&client, reply_port).unwrap();
     assert_eq!(m.dest, server_port);
@@ -495,11 +497,16 @@ fn fast_path_call_and_reply() {
     assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
     assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
     assert_eq!(ipc.port(rp).unwrap().send_onces, 1);
-    assert_eq!((server.len(), client.len()), (names_before.0 + 1, names_before.1));
+    assert_eq!(
+        (server.len(), client.len()),
+        (names_before.0 + 1, names_before.1)
+    );
 
     // The reply uses the send-once right up.
     let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
-    let r = ipc.fast_decode(&server, &reply, 4096).expect("a reply takes the fast path");
+    let r = ipc
+        .fast_decode(&server, &reply, 4096)
+        .expect("a reply takes the fast path");
     assert_eq!(r.consumed, Some(got.reply));
     assert_eq!(r.dest, rp);
     ipc.fast_take(&mut server, &r);
