@@ -312,8 +312,12 @@ fn fast_receiver(k: &Kernel, dest: PortId, size: usize, rights: usize) -> Option
     if !p.queue.is_empty() || size > IPC_BUFFER_SIZE {
         return None;
     }
-    let thread = p.receivers.iter().next()?;
+    let thread = p.receivers.front()?;
     let th = k.threads.get(thread)?;
+    // A thread waiting for an exception reply takes its message from the queue.
+    if th.cont.map(|c| c.point) != Some(Resume::Receive) {
+        return None;
+    }
     let args = MsgArgs::from(th.frame.syscall_args().1);
     let (_, buf) = th.ipc_buffer?;
     if args.opts & (MSG_BUF | MSG_SLOW) != 0 {

@@ -59,6 +59,8 @@ pub struct Task {
     pub ending: Option<Ending>,
     /// Its capability name space.
     pub names: kern::ipc::Space,
+    /// Its exception port (a send right the kernel holds), if set.
+    pub exc_port: Option<kern::ipc::PortId>,
 }
 
 /// How a task ends.
@@ -236,6 +238,7 @@ impl Kernel {
         if let Some(stack) = th.stack {
             self.stack_free(stack);
         }
+        crate::exception::release(self, th.exc_port, th.exc_reply);
         let Some(task_id) = th.task else {
             return;
         };
@@ -259,6 +262,7 @@ impl Kernel {
                     self.close_line();
                 }
                 let mut task = task;
+                crate::exception::release(self, task.exc_port.take(), None);
                 let mut fx = kern::ipc::Effects::default();
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
@@ -336,6 +340,7 @@ impl Kernel {
                 threads: 0,
                 ending: None,
                 names: kern::ipc::Space::new(),
+                exc_port: None,
             },
         );
         let mut frame = TrapFrame::new_user(entry, rsp, id);
@@ -804,6 +809,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
         v if v < 32 => {
+            crate::exception::raise(k, cur, v, frame.error);
             k.report_exception(frame);
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Killed);

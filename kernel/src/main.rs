@@ -10,6 +10,7 @@
 extern crate alloc;
 
 pub mod arch;
+mod exception;
 mod fastpath;
 mod ipc;
 mod kernel;

@@ -53,6 +53,7 @@ pub fn on_syscall(number: u64) -> ! {
         _ => th.frame.syscall_args().1,
     };
     let Some(call) = Sys::from_raw(number) else {
+        crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
         k.report(format_args!(
             "killed: bad system call {number} (no handler)"
         ));
@@ -204,6 +205,7 @@ impl Kernel {
             Sys::CapInfo => self.with_names(id, |ipc, names, _| {
                 ipc.info(names, args[0]).map(|k| k as u64)
             }),
+            Sys::ExceptionPortSet => crate::exception::sys_exception_port_set(self, id, args[0], args[1]),
             Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
                 ipc.request_notify(names, args[0], args[1], args[2], fx)
                     .map(|()| 0)

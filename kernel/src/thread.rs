@@ -103,6 +103,11 @@ pub struct Thread {
     /// Its IPC buffer: the user address and the frame behind it (checked when set,
     /// forgotten when the page is unmapped).
     pub ipc_buffer: Option<(u64, PhysAddr)>,
+    /// Its exception port (a send right the kernel holds), if set.
+    pub exc_port: Option<kern::ipc::PortId>,
+    /// The port it waits on for an exception handler's reply (receive right kept by the
+    /// kernel), made at its first exception.
+    pub exc_reply: Option<kern::ipc::PortId>,
 }
 
 impl Thread {
@@ -129,6 +134,8 @@ impl Thread {
             timer: None,
             kill_pending: false,
             ipc_buffer: None,
+            exc_port: None,
+            exc_reply: None,
         }
     }
 
@@ -148,6 +155,8 @@ impl Thread {
             timer: None,
             kill_pending: false,
             ipc_buffer: None,
+            exc_port: None,
+            exc_reply: None,
         }
     }
 }
@@ -446,6 +455,7 @@ fn resume(k: &mut Kernel, t: ThreadId, cont: Continuation) -> ! {
         Resume::Idle => kernel::idle_loop(),
         Resume::Receive => crate::ipc::continue_receive(k, t),
         Resume::SendRetry => crate::ipc::continue_send(k, t),
+        Resume::ExceptionReply => crate::exception::continue_reply(k, t),
         // The result of a finished call is already in the saved frame.
         Resume::UserReturn | Resume::Wait | Resume::Sleep => {
             if k.threads.get(t).is_none() {

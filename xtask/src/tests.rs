@@ -61,6 +61,21 @@ pub const BASE: IntegrationTest = IntegrationTest {
     outcome: Outcome::Clean,
 };
 
+/// What the `exc` tests require.
+const EXC_REQUIRE: &[&str] = &[
+    "exc#1| ok: a page fault is repaired by the handler and the store retried",
+    "exc#1| ok: an invalid opcode resumes with new registers",
+    "exc#1| ok: a breakpoint goes to the handler",
+    "exc#1| ok: an unknown system call goes to the handler",
+    "exc#1| ok: a thread's exception port takes precedence over its task's",
+    "exc#1| ok: a dead thread exception port falls back to the task's",
+    "exc_victim#2| ok: resumed by a handler in another task with rax 42",
+    "killed: no reply from the exception handler",
+    "exc#1| ok: the victim ended when its exception went unanswered",
+    "exc#1| ok: ports, names and queued messages back to the baseline",
+    "exc#1| TEST PASS exc",
+];
+
 /// What the `ipc` tests require.
 const IPC_REQUIRE: &[&str] = &[
     "ipc#1| ok: RPCs take the fast path",
@@ -378,6 +393,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Exceptions as messages: faults, breakpoints and bad system calls handled in user
+        // space, thread and task exception ports, a debugger task, an unanswered exception.
+        name: "exc_smp1",
+        init: &["exc"],
+        smp: 1,
+        require: EXC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "exc_smp2",
+        init: &["exc"],
+        smp: 2,
+        require: EXC_REQUIRE,
         ..BASE
     },
     IntegrationTest {

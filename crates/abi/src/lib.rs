@@ -120,8 +120,14 @@ pub enum Sys {
     /// `port_set_limit(name, limit) -> 0`: sets the queue limit (1 to
     /// [`ipc::QUEUE_LIMIT_MAX`]) of the port whose receive right `name` is.
     PortSetLimit = 25,
+    /// `exception_port_set(target, name) -> 0`: makes the port `name` denotes (a send or
+    /// receive right of the caller) the exception port of `target`: 0 for the calling
+    /// task, else a thread id of the calling task. `name` 0 clears it. The kernel keeps a
+    /// send right of its own (see [`exception`]).
+    ExceptionPortSet = 26,
 }
 
+pub mod exception;
 pub mod ipc;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
@@ -309,6 +315,7 @@ impl Sys {
             23 => Sys::CapInfo,
             24 => Sys::PortNotify,
             25 => Sys::PortSetLimit,
+            26 => Sys::ExceptionPortSet,
             _ => return None,
         })
     }
@@ -532,10 +539,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..26 {
+        for n in 0..27 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(26), None);
+        assert_eq!(Sys::from_raw(27), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -30,6 +30,9 @@ pub enum Resume {
     Receive,
     /// `ipc_msg` blocked on a full queue: run the whole call again (queue space freed).
     SendRetry,
+    /// An exception was sent to a handler: read the reply that arrived on the thread's
+    /// exception reply port and resume (or end) as it says.
+    ExceptionReply,
 }
 
 /// A continuation: the resumption point and up to three words of state it keeps (the

@@ -47,6 +47,7 @@
 #![no_std]
 
 pub mod cpu;
+pub mod exception;
 pub mod io;
 pub mod ipc;
 pub mod raw;

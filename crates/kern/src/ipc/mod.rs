@@ -32,6 +32,7 @@
 //!   away hands every such thread back through [`Effects`].
 
 pub mod fast;
+pub mod held;
 pub mod space;
 
 use crate::ring::Ring;
@@ -46,6 +47,7 @@ use baton_abi::ipc::{
 };
 use baton_abi::Error;
 pub use fast::FastMsg;
+pub use held::KERNEL_SPACE;
 pub use space::{Entry, Held, Space};
 
 /// A port, by its slot in [`Ipc`]'s slab: destroyed ports fail the generation check.

@@ -562,3 +562,64 @@ fn fast_path_declines() {
     ipc.release(&mut server, port, &mut fx).unwrap();
     assert_eq!(ipc.fast_decode(&client, &ok, 4096), None);
 }
+
+/// An exception exchange through kernel-held rights: the kernel keeps a send right to the
+/// handler's port and receives the reply on a port of its own; a dropped reply right comes
+/// back as a send-once notification.
+#[test]
+fn kernel_held_rights_carry_an_exception_rpc() {
+    let mut ipc = I::new();
+    let mut handler = Space::new();
+    let mut fx = Effects::default();
+    let exc = ipc.allocate(&mut handler, 1, 0).unwrap();
+    let exc_port = ipc.receive_port(&handler, exc).unwrap();
+    assert_eq!(ipc.hold_send(&handler, exc), Ok(exc_port));
+    assert_eq!(ipc.port(exc_port).unwrap().sends, 1);
+    assert_eq!(ipc.hold_send(&handler, 12345), Err(Error::InvalidName));
+    let reply = ipc.allocate_kernel().unwrap();
+    assert_eq!(ipc.port(reply).unwrap().receiver, KERNEL_SPACE);
+
+    // Raise: the message reaches the handler with a send-once reply right.
+    ipc.send_kernel(exc_port, KERNEL_ID_BASE + 1, reply, vec![1, 2, 3], &mut fx)
+        .unwrap();
+    let msg = ipc.dequeue(exc_port, &mut fx).unwrap();
+    let mut out = Vec::new();
+    let h = ipc.copyout(&mut handler, 1, exc, &msg, &mut out).unwrap();
+    assert_eq!(h.id, KERNEL_ID_BASE + 1);
+    assert_eq!(msg.data, vec![1, 2, 3]);
+    assert_eq!(ipc.info(&handler, h.reply), Ok(RightKind::SendOnce));
+
+    // Reply: it lands on the kernel's port and uses the right up.
+    let r = header(h.reply, D::MoveSendOnce, 0, D::None, 0, 9);
+    let (dest, m) = ipc.copyin(&mut handler, &r, &[], vec![7], &mut fx).unwrap();
+    assert_eq!(dest, reply);
+    ipc.enqueue(dest, m, &mut fx);
+    let got = ipc.dequeue(reply, &mut fx).unwrap();
+    assert_eq!((got.id, got.data.as_slice()), (9, &[7u8][..]));
+    assert_eq!(ipc.port(reply).unwrap().send_onces, 0);
+
+    // A second raise whose reply right is dropped: a send-once notification.
+    ipc.send_kernel(exc_port, KERNEL_ID_BASE + 1, reply, vec![], &mut fx)
+        .unwrap();
+    let msg = ipc.dequeue(exc_port, &mut fx).unwrap();
+    let h = ipc.copyout(&mut handler, 1, exc, &msg, &mut out).unwrap();
+    ipc.release(&mut handler, h.reply, &mut fx).unwrap();
+    let n = ipc.dequeue(reply, &mut fx).unwrap();
+    assert_eq!(n.id, NOTIFY_SEND_ONCE);
+
+    // Everything given back: only the handler's own port is left.
+    ipc.release_held_send(exc_port, &mut fx);
+    ipc.destroy_kernel(reply, &mut fx);
+    assert_eq!(ipc.port(exc_port).unwrap().sends, 0);
+    assert_eq!(ipc.ports(), 1);
+    assert_eq!(ipc.queued(), 0);
+    // A dead destination is refused, and a task's port is not the kernel's to destroy.
+    ipc.destroy_kernel(exc_port, &mut fx);
+    assert_eq!(ipc.ports(), 1);
+    let gone = ipc.allocate_kernel().unwrap();
+    ipc.destroy_kernel(gone, &mut fx);
+    assert_eq!(
+        ipc.send_kernel(gone, KERNEL_ID_BASE, exc_port, vec![], &mut fx),
+        Err(Error::DeadName)
+    );
+}

@@ -27,6 +27,10 @@ use x86_64::{PrivilegeLevel, VirtAddr};
 
 /// Vector recorded in frames made by the `syscall` entry (not a hardware vector).
 pub const SYSCALL_VECTOR: u64 = 0x100;
+/// The `vector` of a frame whose registers were rewritten (an exception handler's reply):
+/// anything but [`SYSCALL_VECTOR`] makes `trap_exit` leave by `iretq`, which restores
+/// every register.
+pub const RESUME_VECTOR: u64 = 0x101;
 /// The LAPIC timer's vector.
 pub const TIMER_VECTOR: u64 = 0x40;
 /// The LAPIC spurious-interrupt vector.

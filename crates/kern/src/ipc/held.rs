@@ -1,0 +1,96 @@
+//! Rights the kernel itself holds: the send rights of exception ports, and the receive
+//! rights of the ports a faulting thread waits on for its handler's reply.
+//!
+//! The kernel uses ports through the same counts as tasks do, so that a send right it
+//! keeps holds off a no-senders notification, and a reply right it hands out is a real
+//! send-once right: used by the handler's reply, or, when the handler drops it or dies, a
+//! send-once notification to the reply port, which the kernel reads as "not handled".
+//!
+//! # Invariants
+//! - A port with `receiver == KERNEL_SPACE` has its receive right in the kernel (in one
+//!   thread's `exc_reply`), never in a space or a message; only [`Ipc::destroy_kernel`]
+//!   destroys it.
+//! - Every send right returned by [`Ipc::hold_send`] is counted in its port's `sends`
+//!   until [`Ipc::release_held_send`] gives it back.
+
+use super::{Effects, Held, Ipc, Message, Port, PortId, Right, Space, SpaceId};
+use alloc::vec;
+use alloc::vec::Vec;
+use baton_abi::ipc::QUEUE_LIMIT_DEFAULT;
+use baton_abi::Error;
+
+/// The receiver of the ports whose receive right the kernel keeps.
+pub const KERNEL_SPACE: SpaceId = u64::MAX;
+
+impl<T: Copy + Default + PartialEq> Ipc<T> {
+    /// A port whose receive right the kernel keeps.
+    pub fn allocate_kernel(&mut self) -> Result<PortId, Error> {
+        self.ports
+            .insert(Port::new(KERNEL_SPACE, QUEUE_LIMIT_DEFAULT as usize))
+            .map_err(|_| Error::NoSpace)
+    }
+
+    /// Destroys a port the kernel received on, with what is queued there.
+    pub fn destroy_kernel(&mut self, port: PortId, fx: &mut Effects<T>) {
+        if self.ports.get(port).is_some_and(|p| p.receiver == KERNEL_SPACE) {
+            self.release_rights(
+                vec![Right {
+                    kind: Held::Receive,
+                    port,
+                }],
+                fx,
+            );
+        }
+    }
+
+    /// A send right for the kernel to keep, to the port `name` denotes in `space`: a copy
+    /// of a send right, or a new one made from a receive right.
+    pub fn hold_send(&mut self, space: &Space, name: u64) -> Result<PortId, Error> {
+        let e = space.lookup(name)?;
+        if !matches!(e.kind, Held::Send | Held::Receive) {
+            return Err(Error::InvalidRight);
+        }
+        let p = self.ports.get_mut(e.port).ok_or(Error::DeadName)?;
+        p.sends += 1;
+        Ok(e.port)
+    }
+
+    /// Gives back a send right [`Ipc::hold_send`] returned.
+    pub fn release_held_send(&mut self, port: PortId, fx: &mut Effects<T>) {
+        self.release_rights(
+            vec![Right {
+                kind: Held::Send,
+                port,
+            }],
+            fx,
+        );
+    }
+
+    /// Sends a kernel message (`id` at or above `KERNEL_ID_BASE`, in-line `data`) to `dest`,
+    /// whose send right the kernel holds, with a new send-once reply right to `reply`.
+    pub fn send_kernel(
+        &mut self,
+        dest: PortId,
+        id: u64,
+        reply: PortId,
+        data: Vec<u8>,
+        fx: &mut Effects<T>,
+    ) -> Result<(), Error> {
+        if !self.ports.contains(dest) {
+            return Err(Error::DeadName);
+        }
+        let r = self.ports.get_mut(reply).ok_or(Error::DeadName)?;
+        r.send_onces += 1;
+        let msg = Message {
+            id,
+            reply: Some(Right {
+                kind: Held::SendOnce,
+                port: reply,
+            }),
+            rights: Vec::new(),
+            data,
+        };
+        self.enqueue(dest, msg, fx);
+        Ok(())
+    }
+}

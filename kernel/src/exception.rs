@@ -1,0 +1,256 @@
+//! Exceptions as IPC (the continuations paper, section 2.5): a user thread's CPU exception
+//! or unknown system call becomes an RPC to its exception port, and the handler's reply
+//! resumes it, with registers it may have changed, or ends its task.
+//!
+//! `raise` sends `baton_abi::exception::EXC_RAISE` to the thread's exception port (else its
+//! task's) with a send-once reply right to the thread's *exception reply port*, a port
+//! whose receive right the kernel keeps (`kern::ipc::held`). The thread then waits on that
+//! port like any receiver, with the [`Resume::ExceptionReply`] continuation, and hands its
+//! kernel stack to the handler when the handler is already waiting for a message (the
+//! handoff of section 2.5). When the reply (or, if the handler dropped the right or died,
+//! the send-once notification) arrives, the continuation reads it and applies it.
+//!
+//! # Invariants
+//! - A thread blocked here is `Blocked::Receive { port: exc_reply }` with the
+//!   `ExceptionReply` continuation; the IPC paths never deliver into it directly (they
+//!   check for the `Receive` continuation), they queue and wake it.
+//! - `exc_port` of a thread or task is a send right the kernel holds (counted); it is
+//!   released when replaced, and when the thread is reaped or the task ends.
+
+use crate::arch::{cpu, gdt, trap};
+use crate::kernel::{Ending, Kernel, TaskId};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use baton_abi::exception::{ExcReply, ExceptionInfo, UserRegs, EXC_RAISE};
+use baton_abi::ipc::NOTIFY_SEND_ONCE;
+use baton_abi::layout::USER_END;
+use baton_abi::Error;
+use kern::continuation::{Continuation, Resume};
+use kern::ipc::{Effects, PortId, Wake};
+
+/// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
+const USER_FLAGS: u64 = 0xdd5;
+/// `rflags` bits always set in user mode: the reserved bit 1 and IF.
+const FORCED_FLAGS: u64 = 0x202;
+
+/// Raises an exception of kind `kind` for the running thread `cur`, whose user registers
+/// are in its thread object. Returns only when there is no usable exception port (the
+/// caller then ends the task); otherwise the thread blocks until the handler's reply.
+pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
+    let Some(th) = k.threads.get(cur) else {
+        return;
+    };
+    let Some(task) = th.task else {
+        return;
+    };
+    let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
+    let task_port = k.tasks.get(&task).and_then(|t| t.exc_port);
+    let Some(port) = alive(k, th.exc_port).or_else(|| alive(k, task_port)) else {
+        return;
+    };
+    let reply = match th.exc_reply {
+        Some(r) => r,
+        None => match k.ipc.allocate_kernel() {
+            Ok(r) => r,
+            Err(_) => return,
+        },
+    };
+    let f = &th.frame;
+    let info = ExceptionInfo {
+        kind,
+        error,
+        addr: if kind == 14 { cpu::read_cr2() } else { 0 },
+        thread: cur.0,
+        task,
+        regs: UserRegs {
+            rax: f.rax,
+            rbx: f.rbx,
+            rcx: f.rcx,
+            rdx: f.rdx,
+            rsi: f.rsi,
+            rdi: f.rdi,
+            rbp: f.rbp,
+            r8: f.r8,
+            r9: f.r9,
+            r10: f.r10,
+            r11: f.r11,
+            r12: f.r12,
+            r13: f.r13,
+            r14: f.r14,
+            r15: f.r15,
+            rip: f.rip,
+            rsp: f.rsp,
+            rflags: f.rflags,
+        },
+    };
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.exc_reply = Some(reply);
+    }
+    let mut fx = Effects::default();
+    if k.ipc
+        .send_kernel(port, EXC_RAISE, reply, info.to_bytes().to_vec(), &mut fx)
+        .is_err()
+    {
+        return;
+    }
+    if let Some(p) = k.ipc.port_mut(reply) {
+        p.receivers.push_back(cur);
+    }
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.state = ThreadState::Blocked(Blocked::Receive { port: reply });
+        th.timer = None;
+    }
+    k.stats.blocks_ipc += 1;
+    let cont = Continuation::new(Resume::ExceptionReply);
+    // The handler, if it was waiting, takes over this stack at once.
+    let cpu = gdt::this_cpu();
+    let handler = match fx.wake.first() {
+        Some(&(h, Wake::Retry)) if can_hand_off(k, h, cpu) => Some(h),
+        _ => None,
+    };
+    if let Some(h) = handler {
+        fx.wake.remove(0);
+        if let Some(timer) = k.threads.get_mut(h).and_then(|t| t.timer.take()) {
+            k.timers.cancel(timer);
+        }
+    }
+    crate::ipc::apply(k, fx);
+    match handler {
+        Some(h) => thread::thread_handoff(k, cpu, cur, cont, h),
+        None => thread::thread_block_with(k, cont),
+    }
+}
+
+/// Whether blocked thread `h` may take over the running stack on `cpu` at once.
+fn can_hand_off(k: &Kernel, h: ThreadId, cpu: usize) -> bool {
+    k.threads.get(h).is_some_and(|t| {
+        t.stack.is_none()
+            && t.cont.is_some_and(|c| c.point == Resume::Receive)
+            && !(t.pinned && t.cpu != cpu)
+            && !t.kill_pending
+    })
+}
+
+/// Continuation [`Resume::ExceptionReply`] of thread `t` (current, on a fresh stack): a
+/// message arrived on its exception reply port. Applies the handler's reply and returns to
+/// user mode, or ends the task.
+pub fn continue_reply(k: &mut Kernel, t: ThreadId) -> ! {
+    let reply = k.threads.get(t).and_then(|th| th.exc_reply);
+    let mut fx = Effects::default();
+    let msg = reply.and_then(|p| k.ipc.dequeue(p, &mut fx));
+    let Some(msg) = msg else {
+        // Woken with nothing queued: wait again.
+        crate::ipc::apply(k, fx);
+        if let Some(p) = reply.and_then(|p| k.ipc.port_mut(p)) {
+            p.receivers.push_back(t);
+        }
+        if let (Some(th), Some(port)) = (k.threads.get_mut(t), reply) {
+            th.state = ThreadState::Blocked(Blocked::Receive { port });
+        }
+        thread::thread_block_with(k, Continuation::new(Resume::ExceptionReply));
+    };
+    let action = match msg.id {
+        NOTIFY_SEND_ONCE => None,
+        _ => ExcReply::from_bytes(&msg.data),
+    };
+    k.ipc.destroy_message(msg, &mut fx);
+    crate::ipc::apply(k, fx);
+    let resumed = match action {
+        Some(ExcReply::Retry) => true,
+        Some(ExcReply::Set(regs)) => set_regs(k, t, &regs).is_ok(),
+        Some(ExcReply::Kill) | None => false,
+    };
+    if !resumed {
+        let why = match action {
+            None => "no reply from the exception handler",
+            Some(ExcReply::Kill) => "the exception handler ended the task",
+            Some(_) => "the exception handler's registers are invalid",
+        };
+        k.report(format_args!("killed: {why}"));
+        if let Some(task) = k.current_task() {
+            k.end_task(task, Ending::Killed);
+        }
+        thread::thread_terminate_current(k);
+    }
+    crate::kernel::finish_entry(k, false, None)
+}
+
+/// Writes a handler's registers into thread `t`'s frame, after checking them.
+fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
+    if r.rip >= USER_END || r.rsp >= USER_END {
+        return Err(Error::BadAddress);
+    }
+    let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
+    let f = &mut th.frame;
+    f.rax = r.rax;
+    f.rbx = r.rbx;
+    f.rcx = r.rcx;
+    f.rdx = r.rdx;
+    f.rsi = r.rsi;
+    f.rdi = r.rdi;
+    f.rbp = r.rbp;
+    f.r8 = r.r8;
+    f.r9 = r.r9;
+    f.r10 = r.r10;
+    f.r11 = r.r11;
+    f.r12 = r.r12;
+    f.r13 = r.r13;
+    f.r14 = r.r14;
+    f.r15 = r.r15;
+    f.rip = r.rip;
+    f.rsp = r.rsp;
+    f.rflags = (r.rflags & USER_FLAGS) | FORCED_FLAGS;
+    // Leave by `iretq`, which restores every register (`sysretq` would take rcx and r11).
+    f.vector = trap::RESUME_VECTOR;
+    Ok(())
+}
+
+/// `exception_port_set(target, name)` by task `id`.
+pub fn sys_exception_port_set(
+    k: &mut Kernel,
+    id: TaskId,
+    target: u64,
+    name: u64,
+) -> Result<u64, Error> {
+    let thread = match target {
+        0 => None,
+        t => {
+            let t = kern::slab::Key(t);
+            match k.threads.get(t) {
+                Some(th) if th.task == Some(id) => Some(t),
+                _ => return Err(Error::NotFound),
+            }
+        }
+    };
+    let port = match name {
+        0 => None,
+        n => {
+            let task = k.tasks.get(&id).ok_or(Error::InvalidArgument)?;
+            Some(k.ipc.hold_send(&task.names, n)?)
+        }
+    };
+    let old = match thread {
+        Some(t) => k
+            .threads
+            .get_mut(t)
+            .and_then(|th| core::mem::replace(&mut th.exc_port, port)),
+        None => k
+            .tasks
+            .get_mut(&id)
+            .and_then(|task| core::mem::replace(&mut task.exc_port, port)),
+    };
+    release(k, old, None);
+    Ok(0)
+}
+
+/// Gives back the kernel's exception rights of a thread or task that is going away: its
+/// exception port's send right and its exception reply port.
+pub fn release(k: &mut Kernel, exc_port: Option<PortId>, exc_reply: Option<PortId>) {
+    let mut fx = Effects::default();
+    if let Some(p) = exc_port {
+        k.ipc.release_held_send(p, &mut fx);
+    }
+    if let Some(p) = exc_reply {
+        k.ipc.destroy_kernel(p, &mut fx);
+    }
+    crate::ipc::apply(k, fx);
+}

@@ -1,0 +1,270 @@
+//! `exc`: exceptions as messages, handled in user space (test).
+//!
+//! A handler thread receives on the task's exception port and repairs what it is sent:
+//! a page fault by mapping the page and retrying the store, an invalid opcode and a
+//! breakpoint by changing registers, an unknown system call by supplying its result. A
+//! worker thread's own exception port comes before the task's, and a dead one is passed
+//! over. Then, acting as a debugger, the program handles the faults of `exc_victim`,
+//! another task: it resumes the victim once with new registers, then drops the reply right
+//! of its second fault, which ends the victim with a report. At the end ports, names and
+//! queued messages are back to the baseline (plus the main thread's exception reply
+//! port, which lives as long as the thread). Prints `ok: <what>` per check and
+//! `TEST PASS exc`.
+#![no_std]
+#![no_main]
+
+use core::arch::asm;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use baton_rt::exception::{
+    exception_port_set, info, set_reply, ExcReply, EXC_BAD_SYSCALL, EXC_RAISE,
+};
+use baton_rt::ipc::{
+    cap_drop, port_allocate, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND,
+    NOTIFY_KIND_NO_SENDERS, NOTIFY_NO_SENDERS,
+};
+use baton_rt::sync::Counter;
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{mem_map, println, spawn_with, stats, Error};
+
+baton_rt::entry!(main);
+
+/// Timeout for anything that should come at once.
+const SOON: u64 = 5_000_000_000;
+/// An unmapped page the handler maps on demand.
+const LAZY: u64 = 0x5000_0000_0000;
+/// What each handler puts in `rax` for an invalid opcode.
+const VALUES: [u64; 2] = [0x600d, 0xbeef];
+
+static STACKS: StackPool<3, 16384> = StackPool::new();
+/// The port each handler thread receives on.
+static PORTS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// Exceptions each handler answered.
+static HANDLED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+/// Handlers and workers that have ended.
+static ENDED: Counter = Counter::new(0);
+/// The worker's go signals and its results.
+static GO: Counter = Counter::new(0);
+static WORKER_RAX: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+static WORKER_DONE: Counter = Counter::new(0);
+
+struct Failed;
+
+macro_rules! check {
+    ($cond:expr, $($what:tt)*) => {
+        if $cond {
+            println!("ok: {}", format_args!($($what)*));
+        } else {
+            println!("TEST FAIL exc: {}", format_args!($($what)*));
+            return Err(Failed);
+        }
+    };
+}
+
+/// Runs `f`, turning an error into a failure that names `what`.
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    r.map_err(|e| {
+        println!("TEST FAIL exc: {what}: {}", e.name());
+        Failed
+    })
+}
+
+fn main(_task_id: u64) -> i32 {
+    match run() {
+        Ok(()) => {
+            println!("TEST PASS exc");
+            0
+        }
+        Err(Failed) => 1,
+    }
+}
+
+/// A handler thread: answers the exceptions that arrive on `PORTS[which]` until the port
+/// dies.
+fn handler(which: u64) {
+    let w = which as usize;
+    let port = PORTS[w].load(Ordering::Relaxed);
+    if let Ok(mut buf) = IpcBuffer::new() {
+        let mut r = buf.msg(MSG_RECEIVE, port, SOON * 4);
+        while r.is_ok() {
+            let Some(e) = info(&buf) else {
+                r = buf.msg(MSG_RECEIVE, port, SOON * 4);
+                continue;
+            };
+            let mut regs = e.regs;
+            let reply = match e.kind {
+                14 => match mem_map(e.addr & !0xfff, 4096, true) {
+                    Ok(()) => ExcReply::Retry,
+                    Err(_) => ExcReply::Kill,
+                },
+                6 => {
+                    regs.rip += 2; // past `ud2`
+                    regs.rax = VALUES[w];
+                    ExcReply::Set(regs)
+                }
+                3 => {
+                    regs.r12 = 0xb0b; // `rip` is already past `int3`
+                    ExcReply::Set(regs)
+                }
+                EXC_BAD_SYSCALL if e.error == 999 => {
+                    regs.rax = 77;
+                    ExcReply::Set(regs)
+                }
+                _ => ExcReply::Kill,
+            };
+            HANDLED[w].fetch_add(1, Ordering::Relaxed);
+            r = set_reply(&mut buf, reply).and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON * 4));
+        }
+    }
+    ENDED.increment();
+}
+
+/// A worker thread: an invalid opcode at each go signal; records `rax` after it.
+fn worker(_arg: u64) {
+    for round in 0..2u32 {
+        if GO.wait_for(round + 1, SOON).is_err() {
+            break;
+        }
+        let rax: u64;
+        // SAFETY: `ud2` raises an exception; the handler resumes after it with `rax` set.
+        unsafe { asm!("ud2", inout("rax") 0u64 => rax) };
+        WORKER_RAX[round as usize].store(rax, Ordering::Relaxed);
+        WORKER_DONE.increment();
+    }
+    ENDED.increment();
+}
+
+fn counts() -> Result<(u64, u64, u64), Failed> {
+    let s = must("stats", stats())?;
+    Ok((s.ports, s.names, s.messages_queued))
+}
+
+fn run() -> Result<(), Failed> {
+    let baseline = counts()?;
+    let exc = must("port_allocate", port_allocate(0))?;
+    PORTS[0].store(exc, Ordering::Relaxed);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn handler", spawn(stack, handler, 0))?;
+    check!(
+        exception_port_set(0, 12345) == Err(Error::InvalidName),
+        "a bad name is refused"
+    );
+    check!(
+        exception_port_set(1, exc) == Err(Error::NotFound),
+        "a thread id not of this task is refused"
+    );
+    must("exception_port_set", exception_port_set(0, exc))?;
+
+    // A page fault: the handler maps the page and the store is retried.
+    let v: u64;
+    // SAFETY: the store faults (the page is unmapped); the handler maps a fresh page and
+    // resumes the store, then the load reads it back. No Rust reference points there.
+    unsafe {
+        asm!(
+            "mov qword ptr [{p}], {x}",
+            "mov {v}, qword ptr [{p}]",
+            p = in(reg) LAZY + 8,
+            x = in(reg) 0x1234_5678u64,
+            v = lateout(reg) v,
+        )
+    };
+    check!(
+        v == 0x1234_5678 && HANDLED[0].load(Ordering::Relaxed) == 1,
+        "a page fault is repaired by the handler and the store retried"
+    );
+
+    // An invalid opcode: the handler skips it and sets `rax`.
+    let rax: u64;
+    // SAFETY: as in `worker`.
+    unsafe { asm!("ud2", inout("rax") 0u64 => rax) };
+    check!(rax == VALUES[0], "an invalid opcode resumes with new registers");
+
+    // A breakpoint: resumes after `int3` with `r12` set.
+    let r12: u64;
+    // SAFETY: `int3` raises an exception; the handler resumes after it with `r12` set.
+    unsafe { asm!("int3", inout("r12") 0u64 => r12) };
+    check!(r12 == 0xb0b, "a breakpoint goes to the handler");
+
+    // An unknown system call: the handler supplies the result.
+    let ret: u64;
+    // SAFETY: system call 999 does not exist: it raises an exception, whose handler sets
+    // `rax`; `rcx` and `r11` are clobbered as by any `syscall`.
+    unsafe {
+        asm!("syscall", inout("rax") 999u64 => ret, lateout("rcx") _, lateout("r11") _)
+    };
+    check!(ret == 77, "an unknown system call goes to the handler");
+
+    // A thread's own exception port comes first; a dead one is passed over.
+    let own = must("port_allocate", port_allocate(0))?;
+    PORTS[1].store(own, Ordering::Relaxed);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn handler", spawn(stack, handler, 1))?;
+    let stack = STACKS.take().ok_or(Failed)?;
+    let tid = must("spawn worker", spawn(stack, worker, 0))?;
+    must("thread exception port", exception_port_set(tid, own))?;
+    GO.increment();
+    must("worker", WORKER_DONE.wait_for(1, SOON))?;
+    check!(
+        WORKER_RAX[0].load(Ordering::Relaxed) == VALUES[1],
+        "a thread's exception port takes precedence over its task's"
+    );
+    must("cap_drop", cap_drop(own))?;
+    GO.increment();
+    must("worker", WORKER_DONE.wait_for(2, SOON))?;
+    check!(
+        WORKER_RAX[1].load(Ordering::Relaxed) == VALUES[0],
+        "a dead thread exception port falls back to the task's"
+    );
+
+    debugger()?;
+
+    // Clean up: the handler ends when its port dies.
+    must("exception_port_set", exception_port_set(0, 0))?;
+    must("cap_drop", cap_drop(exc))?;
+    must("handlers and worker", ENDED.wait_for(3, SOON))?;
+    let end = counts()?;
+    let expected = (baseline.0 + 1, baseline.1, baseline.2);
+    check!(
+        end == expected,
+        "ports, names and queued messages back to the baseline {expected:?} (now {end:?}; \
+         the extra port is this thread's exception reply port)"
+    );
+    Ok(())
+}
+
+/// Handles the exceptions of `exc_victim`, another task, as a debugger would.
+fn debugger() -> Result<(), Failed> {
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    let port = must("port_allocate", port_allocate(0))?;
+    let gone = must("port_allocate", port_allocate(0))?;
+    must(
+        "no-senders request",
+        port_notify(port, NOTIFY_KIND_NO_SENDERS, gone),
+    )?;
+    must("spawn exc_victim", spawn_with("exc_victim", port))?;
+    must("victim's fault", buf.msg(MSG_RECEIVE, port, SOON))?;
+    let e = info(&buf);
+    check!(
+        e.is_some_and(|e| e.kind == 14 && e.addr == 0 && e.regs.r13 != 0),
+        "the victim's null load arrives as an exception message"
+    );
+    let mut regs = e.map(|e| e.regs).unwrap_or_default();
+    regs.rip = regs.r13; // the victim put its resume address there
+    regs.rax = 42;
+    must("reply", set_reply(&mut buf, ExcReply::Set(regs)))?;
+    must("reply", buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON))?;
+    check!(
+        buf.header().id == EXC_RAISE && info(&buf).is_some_and(|e| e.kind == 6),
+        "the victim, resumed, raises its second exception"
+    );
+    // Drop the reply right: the victim ends with a report, and its rights to our port go.
+    must("cap_drop", cap_drop(buf.header().reply))?;
+    must("no-senders notification", buf.msg(MSG_RECEIVE, gone, SOON))?;
+    check!(
+        buf.header().id == NOTIFY_NO_SENDERS,
+        "the victim ended when its exception went unanswered"
+    );
+    must("cap_drop", cap_drop(port))?;
+    must("cap_drop", cap_drop(gone))?;
+    Ok(())
+}
