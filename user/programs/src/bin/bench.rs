@@ -37,6 +37,7 @@ use core::hint::black_box;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::{process_model_check, Stats, Sys, FOREVER};
+use baton_rt::exception;
 use baton_rt::ipc::{
     cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
     MSG_SLOW,
@@ -67,7 +68,7 @@ static SAMPLES: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
 static SAMPLES2: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
 
 /// Stacks of the partner threads (one per two-thread benchmark).
-static PARTNER_STACKS: StackPool<3, 16384> = StackPool::new();
+static PARTNER_STACKS: StackPool<4, 16384> = StackPool::new();
 /// A fresh stack for every thread `thread.create_exit` creates: a stack is never reused,
 /// so no thread can still be on a stack that is handed out again.
 static CHILD_STACKS: StackPool<TOTAL, STACK_SIZE> = StackPool::new();
@@ -519,7 +520,9 @@ fn rpc_benchmarks() -> Result<(), Failed> {
                 let (arrived, replied) = (word(0), word(8));
                 let (t0, t1) = (c.load(Ordering::Relaxed), r.load(Ordering::Relaxed));
                 if i >= WARMUP {
-                    let one_way = arrived.wrapping_sub(t0).wrapping_add(t1.wrapping_sub(replied));
+                    let one_way = arrived
+                        .wrapping_sub(t0)
+                        .wrapping_add(t1.wrapping_sub(replied));
                     record(&SAMPLES, i - WARMUP, one_way);
                     record(&SAMPLES2, i - WARMUP, t1.wrapping_sub(t0));
                 }
@@ -537,6 +540,53 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         let _ = cap_drop(name);
     }
     Ok(())
+}
+
+/// The port `exception_handler` receives on.
+static EXC_PORT: AtomicU64 = AtomicU64::new(0);
+
+/// The handler of `exc.roundtrip`: answers every invalid opcode by resuming after it,
+/// until its port dies.
+fn exception_handler(_arg: u64) {
+    let port = EXC_PORT.load(Ordering::Relaxed);
+    if let Ok(mut buf) = IpcBuffer::new() {
+        let mut r = buf.msg(MSG_RECEIVE, port, FOREVER);
+        while r.is_ok() {
+            let reply = match exception::info(&buf) {
+                Some(e) if e.kind == 6 => {
+                    let mut regs = e.regs;
+                    regs.rip += 2;
+                    exception::ExcReply::Set(regs)
+                }
+                _ => exception::ExcReply::Kill,
+            };
+            r = exception::set_reply(&mut buf, reply)
+                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
+        }
+    }
+    PARTNER_DONE.increment();
+}
+
+/// `exc.roundtrip`: an invalid opcode (`ud2`) handled in user space, from the faulting
+/// thread's timestamp before the instruction to its timestamp after it: the exception
+/// RPC to a handler thread of the same task waiting on the task's exception port, its
+/// reply with new registers (`rip` past the instruction), and the resumption.
+fn exception_roundtrip(threads: u64) -> Result<(), Failed> {
+    clear_samples();
+    let port = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    EXC_PORT.store(port, Ordering::Relaxed);
+    start_partner(exception_handler)?;
+    exception::exception_port_set(0, port)
+        .map_err(|e| fail!("exception_port_set: {}", e.name()))?;
+    single("exc.roundtrip", || {
+        // SAFETY: `ud2` raises an exception, which the handler answers by resuming after
+        // it; no register or memory changes.
+        unsafe { core::arch::asm!("ud2") };
+    })?;
+    exception::exception_port_set(0, 0).map_err(|e| fail!("exception_port_set: {}", e.name()))?;
+    stop_partner(threads, || {
+        let _ = cap_drop(port);
+    })
 }
 
 /// `a` followed by `b`, in `out` (cut short if it does not fit).
@@ -587,6 +637,7 @@ fn run_all() -> Result<(), Failed> {
     )?;
     waitwake_pingpong(threads, false)?;
     rpc_benchmarks()?;
+    exception_roundtrip(threads)?;
     create_exit(threads)?;
     Ok(())
 }
