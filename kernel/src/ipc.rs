@@ -234,6 +234,15 @@ fn send(
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
 
+    // A kernel object's port: the kernel does the operation now and replies.
+    if let Some(obj) = crate::kobject::object(k, dest) {
+        let descriptors = read_descriptors(k, buf, n)?;
+        let mut data = alloc::vec![0u8; data_len];
+        buf.read(k, data_off, &mut data)?;
+        crate::kobject::invoke(k, task, &header, &descriptors, data, obj)?;
+        return Ok(Sent::Queued);
+    }
+
     if args.opts & MSG_SLOW == 0 {
         if let Some(r) = fast_receiver(k, dest, header.size as usize, n) {
             let descriptors = read_descriptors(k, buf, n)?;

@@ -61,6 +61,10 @@ pub struct Task {
     pub names: kern::ipc::Space,
     /// Its exception port (a send right the kernel holds), if set.
     pub exc_port: Option<kern::ipc::PortId>,
+    /// Its task port (receive right kept by the kernel), once asked for.
+    pub kport: Option<kern::ipc::PortId>,
+    /// The task that spawned it (`None` for boot tasks).
+    pub creator: Option<TaskId>,
 }
 
 /// How a task ends.
@@ -114,6 +118,8 @@ pub struct Kernel {
     pub waits: WaitQueues<(TaskId, u64), ThreadId>,
     /// Every port.
     pub ipc: kern::ipc::Ipc<ThreadId>,
+    /// The ports of kernel objects (tasks and threads), by port.
+    pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
     /// Kernel stacks not attached to any thread.
     pub stacks: StackPool,
     /// Stacks attached to threads.
@@ -239,6 +245,7 @@ impl Kernel {
             self.stack_free(stack);
         }
         crate::exception::release(self, th.exc_port, th.exc_reply);
+        crate::kobject::destroy(self, th.kport);
         let Some(task_id) = th.task else {
             return;
         };
@@ -263,6 +270,7 @@ impl Kernel {
                 }
                 let mut task = task;
                 crate::exception::release(self, task.exc_port.take(), None);
+                crate::kobject::destroy(self, task.kport.take());
                 let mut fx = kern::ipc::Effects::default();
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
@@ -341,6 +349,8 @@ impl Kernel {
                 ending: None,
                 names: kern::ipc::Space::new(),
                 exc_port: None,
+                kport: None,
+                creator: None,
             },
         );
         let mut frame = TrapFrame::new_user(entry, rsp, id);
@@ -441,34 +451,41 @@ impl Kernel {
             .map(|(tid, _)| tid)
             .collect();
         for tid in victims {
-            let Some(th) = self.threads.get_mut(tid) else {
-                continue;
-            };
-            match th.state {
-                ThreadState::Running { cpu } => {
-                    if cpu != gdt::this_cpu() {
-                        th.kill_pending = true;
-                        poke_cpu(self, cpu, u8::MAX);
-                    }
+            self.kill_thread(tid);
+        }
+    }
+
+    /// Ends thread `t`, unless it is the running thread of this CPU (whose caller ends it
+    /// with `thread_terminate_current`): at once when it is ready or blocked, at its next
+    /// kernel exit when it runs on another CPU.
+    pub fn kill_thread(&mut self, tid: ThreadId) {
+        let Some(th) = self.threads.get_mut(tid) else {
+            return;
+        };
+        match th.state {
+            ThreadState::Running { cpu } => {
+                if cpu != gdt::this_cpu() {
+                    th.kill_pending = true;
+                    poke_cpu(self, cpu, u8::MAX);
                 }
-                ThreadState::Ready => {
-                    let (cpu, prio) = (th.cpu, th.priority);
-                    th.state = ThreadState::Halted;
-                    if let Some(c) = self.cpus.get_mut(cpu) {
-                        c.runq.remove(tid, prio);
-                    }
-                    self.reap_thread(tid);
-                }
-                ThreadState::Blocked(b) => {
-                    th.state = ThreadState::Halted;
-                    if let Blocked::Wait { key } = b {
-                        self.waits.remove(key, tid);
-                    }
-                    crate::ipc::forget_waiter(self, tid, b);
-                    self.reap_thread(tid);
-                }
-                ThreadState::Halted | ThreadState::Idle => {}
             }
+            ThreadState::Ready => {
+                let (cpu, prio) = (th.cpu, th.priority);
+                th.state = ThreadState::Halted;
+                if let Some(c) = self.cpus.get_mut(cpu) {
+                    c.runq.remove(tid, prio);
+                }
+                self.reap_thread(tid);
+            }
+            ThreadState::Blocked(b) => {
+                th.state = ThreadState::Halted;
+                if let Blocked::Wait { key } = b {
+                    self.waits.remove(key, tid);
+                }
+                crate::ipc::forget_waiter(self, tid, b);
+                self.reap_thread(tid);
+            }
+            ThreadState::Halted | ThreadState::Idle => {}
         }
     }
 
@@ -621,6 +638,7 @@ pub fn start(
         timers: TimerQueue::new(),
         waits: WaitQueues::new(),
         ipc: kern::ipc::Ipc::new(),
+        kobjects: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
         stats: Stats::default(),

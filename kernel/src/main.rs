@@ -13,6 +13,7 @@ pub mod arch;
 mod exception;
 mod fastpath;
 mod ipc;
+mod kobject;
 mod kernel;
 mod syscall;
 mod thread;

@@ -10,6 +10,7 @@ use crate::arch::paging::KernelMem;
 use crate::arch::trap::TrapFrame;
 use crate::arch::{apic, gdt};
 use crate::kernel::{self, Ending, Kernel, TaskId};
+use crate::kobject::KObject;
 use crate::kprintln;
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use alloc::string::String;
@@ -177,7 +178,7 @@ impl Kernel {
             Sys::Clock => Ok(apic::now_ns()),
             Sys::Spawn => self.sys_spawn(id, args[0], args[1], args[2]),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
-            Sys::ThreadCreate => self.sys_thread_create(id, args[0], args[1], args[2]),
+            Sys::ThreadCreate => self.thread_create_in(id, args[0], args[1], args[2]),
             Sys::Wake => self.sys_wake(id, args[0], args[1]),
             Sys::Stats => self.sys_stats(id, args[0]),
             Sys::SetPriority => self.sys_set_priority(id, args[0], args[1]),
@@ -205,7 +206,14 @@ impl Kernel {
             Sys::CapInfo => self.with_names(id, |ipc, names, _| {
                 ipc.info(names, args[0]).map(|k| k as u64)
             }),
-            Sys::ExceptionPortSet => crate::exception::sys_exception_port_set(self, id, args[0], args[1]),
+            Sys::TaskSelf => crate::kobject::sys_object_port(self, id, KObject::Task(id)),
+            Sys::TaskPort => crate::kobject::sys_object_port(self, id, KObject::Task(args[0])),
+            Sys::ThreadPort => {
+                crate::kobject::sys_object_port(self, id, KObject::Thread(Key(args[0])))
+            }
+            Sys::ExceptionPortSet => {
+                crate::exception::sys_exception_port_set(self, id, args[0], args[1])
+            }
             Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
                 ipc.request_notify(names, args[0], args[1], args[2], fx)
                     .map(|()| 0)
@@ -295,6 +303,9 @@ impl Kernel {
         let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
         let name = String::from(name);
         let child = self.spawn_with(&name, bootstrap)?;
+        if let Some(t) = self.tasks.get_mut(&child) {
+            t.creator = Some(id);
+        }
         self.close_line();
         kprintln!("[kernel] task {child} ({name}) started by task {id}");
         Ok(child)
@@ -320,7 +331,8 @@ impl Kernel {
         Ok(0)
     }
 
-    fn sys_thread_create(
+    /// `thread_create` in task `task` (also the task port's `TASK_THREAD_CREATE`).
+    pub(crate) fn thread_create_in(
         &mut self,
         task: TaskId,
         entry: u64,

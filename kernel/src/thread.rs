@@ -108,6 +108,8 @@ pub struct Thread {
     /// The port it waits on for an exception handler's reply (receive right kept by the
     /// kernel), made at its first exception.
     pub exc_reply: Option<kern::ipc::PortId>,
+    /// Its thread port (receive right kept by the kernel), once asked for.
+    pub kport: Option<kern::ipc::PortId>,
 }
 
 impl Thread {
@@ -136,6 +138,7 @@ impl Thread {
             ipc_buffer: None,
             exc_port: None,
             exc_reply: None,
+            kport: None,
         }
     }
 
@@ -157,6 +160,7 @@ impl Thread {
             ipc_buffer: None,
             exc_port: None,
             exc_reply: None,
+            kport: None,
         }
     }
 }

@@ -76,6 +76,19 @@ const EXC_REQUIRE: &[&str] = &[
     "exc#1| TEST PASS exc",
 ];
 
+/// What the `kobj` tests require.
+const KOBJ_REQUIRE: &[&str] = &[
+    "kobj#1| ok: a thread created through the task port runs",
+    "kobj#1| ok: the child's task port reads the child",
+    "kobj#1| ok: a port is allocated in the child through its task port",
+    "kobj#1| ok: a debugger interposes on a task port and forwards the request",
+    "kobj#1| ok: a thread terminated through its port is gone",
+    "terminated through its task port by task 1",
+    "kobj#1| ok: a task terminated through its port is gone",
+    "kobj#1| ok: ports, names and queued messages back to the baseline",
+    "kobj#1| TEST PASS kobj",
+];
+
 /// What the `ipc` tests require.
 const IPC_REQUIRE: &[&str] = &[
     "ipc#1| ok: RPCs take the fast path",
@@ -83,6 +96,18 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| ok: the server's end brings a dead-name notification",
     "ipc#1| ok: ports, names and queued messages back to the baseline",
     "ipc#1| TEST PASS ipc",
+];
+
+/// What the `names` tests require.
+const NAMES_REQUIRE: &[&str] = &[
+    "names_test#2| ok: \"echo\" registered by the server is found: a send right",
+    "names_test#2| ok: the calls take the fast path",
+    "names_test#2| ok: a destroyed port's name goes away (dead-name notification;",
+    "names_test#2| ok: the right a rejected request carried is released (no-senders)",
+    "names_test#2| ok: ports, names and queued messages back to the baseline",
+    "names_test#2| TEST PASS names",
+    "names#1| names: no clients left, exiting",
+    "[kernel] task 1 (names) exited with code 0",
 ];
 
 /// `threads10k` creates 10,000 threads, which takes a while under TCG.
@@ -405,10 +430,40 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Kernel objects through capabilities: task and thread ports, interposition.
+        name: "kobj_smp1",
+        init: &["kobj"],
+        smp: 1,
+        require: KOBJ_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "kobj_smp2",
+        init: &["kobj"],
+        smp: 2,
+        require: KOBJ_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
         name: "exc_smp2",
         init: &["exc"],
         smp: 2,
         require: EXC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // The name server, and interface-macro stubs and servers over real IPC.
+        name: "names_smp1",
+        init: &["names", "names_test"],
+        smp: 1,
+        require: NAMES_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "names_smp2",
+        init: &["names", "names_test"],
+        smp: 2,
+        require: NAMES_REQUIRE,
         ..BASE
     },
     IntegrationTest {

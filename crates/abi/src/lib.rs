@@ -125,10 +125,20 @@ pub enum Sys {
     /// task, else a thread id of the calling task. `name` 0 clears it. The kernel keeps a
     /// send right of its own (see [`exception`]).
     ExceptionPortSet = 26,
+    /// `task_self() -> name`: a send right to the calling task's own task port (see
+    /// [`kobject`]).
+    TaskSelf = 27,
+    /// `task_port(task_id) -> name`: a send right to the task port of a task the caller
+    /// created; [`Error::NotFound`] for any other task.
+    TaskPort = 28,
+    /// `thread_port(thread_id) -> name`: a send right to the port of a thread of the
+    /// caller's task; [`Error::NotFound`] for any other thread.
+    ThreadPort = 29,
 }
 
 pub mod exception;
 pub mod ipc;
+pub mod kobject;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;
@@ -316,6 +326,9 @@ impl Sys {
             24 => Sys::PortNotify,
             25 => Sys::PortSetLimit,
             26 => Sys::ExceptionPortSet,
+            27 => Sys::TaskSelf,
+            28 => Sys::TaskPort,
+            29 => Sys::ThreadPort,
             _ => return None,
         })
     }
@@ -539,10 +552,10 @@ mod tests {
 
     #[test]
     fn syscall_numbers_decode() {
-        for n in 0..27 {
+        for n in 0..30 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(27), None);
+        assert_eq!(Sys::from_raw(30), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

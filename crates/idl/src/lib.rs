@@ -1,8 +1,10 @@
 //! `baton-idl`: Baton's interface definition macro, in the role of Mach's MIG and Accent's
 //! MatchMaker. `#[baton_idl::interface(base = N)]` on a trait generates, next to the
 //! trait, the code that carries its calls in IPC messages; the runtime the generated code
-//! calls is `baton-idl-rt`, which every crate using the macro must depend on (the code
-//! names it as `::baton_idl_rt`). `docs/idl.md` has the full story.
+//! calls is `baton-idl-rt`, which the generated code names as `::baton_idl_rt`: a crate
+//! using the macro depends on it, or names another path to it with `rt = <path>` (a
+//! re-export, such as `baton_rt::idl_rt` for the user programs, which depend only on
+//! `baton-rt`). `docs/idl.md` has the full story.
 //!
 //! ```
 //! use baton_idl_rt::{Error, SendRight};
@@ -94,15 +96,25 @@ struct Method {
 
 /// The macro's work on token streams, so that it can be tested outside the compiler.
 fn expand(args: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
-    let base = parse_args(args)?;
+    let args = parse_args(args)?;
     let tr: ItemTrait = syn::parse2(item)?;
     let methods = check_trait(&tr)?;
-    Ok(generate(&tr, &base, &methods))
+    Ok(generate(&tr, &args.base, &args.rt, &methods))
 }
 
-/// Parses `base = <expr>`.
-fn parse_args(args: TokenStream2) -> syn::Result<Expr> {
+/// The macro's arguments.
+struct Args {
+    /// `base = <expr>`: the first request id.
+    base: Expr,
+    /// `rt = <path>`: where the generated code finds `baton-idl-rt` (default
+    /// `::baton_idl_rt`).
+    rt: TokenStream2,
+}
+
+/// Parses `base = <expr>` and the optional `rt = <path>`.
+fn parse_args(args: TokenStream2) -> syn::Result<Args> {
     let mut base: Option<Expr> = None;
+    let mut rt: Option<syn::Path> = None;
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("base") {
             if base.is_some() {
@@ -110,17 +122,31 @@ fn parse_args(args: TokenStream2) -> syn::Result<Expr> {
             }
             base = Some(meta.value()?.parse()?);
             Ok(())
+        } else if meta.path.is_ident("rt") {
+            if rt.is_some() {
+                return Err(meta.error("`rt` given twice"));
+            }
+            rt = Some(meta.value()?.parse()?);
+            Ok(())
         } else {
-            Err(meta.error("unknown argument; expected `base = <first message id>`"))
+            Err(meta.error(
+                "unknown argument; expected `base = <first message id>` \
+                 or `rt = <path to baton_idl_rt>`",
+            ))
         }
     });
     parser.parse2(args)?;
-    base.ok_or_else(|| {
+    let base = base.ok_or_else(|| {
         syn::Error::new(
             Span::call_site(),
             "missing `base = <first message id>`, e.g. #[baton_idl::interface(base = 2000)]",
         )
-    })
+    })?;
+    let rt = match rt {
+        Some(path) => quote!(#path),
+        None => quote!(::baton_idl_rt),
+    };
+    Ok(Args { base, rt })
 }
 
 /// Adds `e` to the errors found so far.
@@ -348,7 +374,7 @@ fn upper_snake(name: &str) -> String {
 }
 
 /// Generates everything for a checked trait.
-fn generate(tr: &ItemTrait, base: &Expr, methods: &[Method]) -> TokenStream2 {
+fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) -> TokenStream2 {
     let vis = &tr.vis;
     let trait_name = &tr.ident;
     let trait_str = trait_name.to_string();
@@ -359,7 +385,6 @@ fn generate(tr: &ItemTrait, base: &Expr, methods: &[Method]) -> TokenStream2 {
     let client = format_ident!("{}Client", trait_name, span = span);
     let dispatch = format_ident!("{}_dispatch", snake(&trait_str), span = span);
     let count = methods.len() as u64;
-    let rt = quote!(::baton_idl_rt);
 
     // Locals of the generated code: mixed-site hygiene keeps them apart from the
     // user's argument names.
@@ -393,13 +418,13 @@ fn generate(tr: &ItemTrait, base: &Expr, methods: &[Method]) -> TokenStream2 {
         let arg_names: Vec<&Ident> = args.iter().map(|(n, _)| n).collect();
         let arg_types = args.iter().map(|(_, t)| t);
         // Spanned at each type, so a type that cannot travel is reported where it is.
-        let put_ports = args.iter().map(|(n, t)| {
-            quote_spanned!(t.span()=> ::baton_idl_rt::Marshal::marshal_ports(&#n, &mut #w)?;)
-        });
-        let put_data = args.iter().map(|(n, t)| {
-            quote_spanned!(t.span()=> ::baton_idl_rt::Marshal::marshal_data(&#n, &mut #w)?;)
-        });
-        let take_value = quote_spanned!(ok.span()=> ::baton_idl_rt::Unmarshal::unmarshal(&mut #r)?);
+        let put_ports = args
+            .iter()
+            .map(|(n, t)| quote_spanned!(t.span()=> #rt::Marshal::marshal_ports(&#n, &mut #w)?;));
+        let put_data = args
+            .iter()
+            .map(|(n, t)| quote_spanned!(t.span()=> #rt::Marshal::marshal_data(&#n, &mut #w)?;));
+        let take_value = quote_spanned!(ok.span()=> #rt::Unmarshal::unmarshal(&mut #r)?);
         let doc = format!("Calls `{trait_str}::{name}` on the server (request id [`{id_const}`]).");
         quote! {
             #(#docs)*
@@ -455,15 +480,14 @@ fn generate(tr: &ItemTrait, base: &Expr, methods: &[Method]) -> TokenStream2 {
         let locals: Vec<Ident> = (0..args.len()).map(|i| local(&format!("__a{i}"))).collect();
         let takes = args.iter().zip(&locals).map(|((_, t), a)| {
             quote_spanned! {t.span()=>
-                let #a: #t = match ::baton_idl_rt::Unmarshal::unmarshal(&mut #r) {
+                let #a: #t = match #rt::Unmarshal::unmarshal(&mut #r) {
                     ::core::result::Result::Ok(v) => v,
                     ::core::result::Result::Err(e) => return #to.reject(#reply, e),
                 };
             }
         });
         let call = quote!(<S as #trait_name>::#name(#server, #(#locals),*));
-        let respond =
-            quote_spanned!(ok.span()=> ::baton_idl_rt::ReplyTo::respond(&#to, #reply, #call));
+        let respond = quote_spanned!(ok.span()=> #rt::ReplyTo::respond(&#to, #reply, #call));
         quote! {
             #id_const => {
                 #(#takes)*
@@ -631,6 +655,23 @@ mod tests {
     }
 
     #[test]
+    fn runtime_path() {
+        let t = quote!(
+            pub trait T {
+                fn f(&mut self, x: u64) -> Result<u64, Error>;
+            }
+        );
+        let text = |args| expand(args, t.clone()).unwrap().to_string();
+        let default = text(quote!(base = 1));
+        assert!(default.contains(":: baton_idl_rt :: Marshal"), "{default}");
+        let other = text(quote!(base = 1, rt = my::rt));
+        assert!(!other.contains("baton_idl_rt"), "{other}");
+        assert!(other.contains("my :: rt :: Marshal"), "{other}");
+        assert!(other.contains("my :: rt :: Unmarshal"), "{other}");
+        assert!(other.contains("my :: rt :: Dispatched"), "{other}");
+    }
+
+    #[test]
     fn arguments_are_checked() {
         let t = quote!(
             trait T {
@@ -640,7 +681,10 @@ mod tests {
         assert!(errors(quote!(base = 1), t.clone()).is_empty());
         assert!(errors(quote!(), t.clone())[0].contains("missing `base"));
         assert!(errors(quote!(bse = 1), t.clone())[0].contains("unknown argument"));
-        assert!(errors(quote!(base = 1, base = 2), t)[0].contains("given twice"));
+        assert!(errors(quote!(base = 1, base = 2), t.clone())[0].contains("given twice"));
+        assert!(errors(quote!(base = 1, rt = a, rt = b), t.clone())[0].contains("given twice"));
+        assert!(!errors(quote!(base = 1, rt = 5), t.clone()).is_empty());
+        assert!(errors(quote!(rt = some::path, base = 1), t).is_empty());
     }
 
     #[test]

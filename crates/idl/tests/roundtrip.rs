@@ -56,6 +56,27 @@ pub trait Kitchen {
     fn fail(&mut self, code: u64) -> Result<u8, Error>;
 }
 
+/// The runtime under another path, as `baton_rt::idl_rt` re-exports it for user programs.
+mod reexport {
+    pub use baton_idl_rt as runtime;
+}
+
+/// An interface whose generated code reaches the runtime through `rt = <path>`.
+#[baton_idl::interface(base = 4000, rt = crate::reexport::runtime)]
+pub trait Twice {
+    /// `2 * x`.
+    fn twice(&mut self, x: u32) -> Result<u32, Error>;
+}
+
+/// The server of [`Twice`].
+struct Doubler;
+
+impl Twice for Doubler {
+    fn twice(&mut self, x: u32) -> Result<u32, Error> {
+        x.checked_mul(2).ok_or(Error::TooLarge)
+    }
+}
+
 /// The server's name for its own port (the `dest` of requests as received).
 const SERVER_PORT: u64 = 500;
 /// The client's name for its send right to the server.
@@ -637,4 +658,15 @@ fn one_server_two_interfaces() {
         assert_eq!(code(&reply), 0);
     }
     assert_eq!(both.chef.pings, 1);
+}
+
+#[test]
+fn runtime_under_another_path() {
+    let mut c = TwiceClient::new(
+        Loopback::new(Doubler, twice_dispatch::<Doubler>),
+        CLIENT_DEST,
+    );
+    assert_eq!(TWICE_TWICE_ID, 4000);
+    assert_eq!(c.twice(21), Ok(42));
+    assert_eq!(c.twice(u32::MAX), Err(Error::TooLarge));
 }

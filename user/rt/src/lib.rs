@@ -16,7 +16,10 @@
 //!   from a [`thread::StackPool`]; [`wait`]/[`wake`] block on and wake up a 32-bit word,
 //!   and [`sync`] builds [`sync::wait_until`] and [`sync::Counter`] on them;
 //! - the kernel's counters: [`stats`], printed field by field or as one line by
-//!   [`report`].
+//!   [`report`];
+//! - remote calls: [`rpc::Rpc`], the transport of the stubs the interface macro
+//!   ([`interface`], runtime [`idl_rt`]) generates, and [`rpc::serve`], a server loop;
+//!   [`names`], the name service's interface.
 //!
 //! A program looks like this:
 //!
@@ -50,8 +53,11 @@ pub mod cpu;
 pub mod exception;
 pub mod io;
 pub mod ipc;
+pub mod kobject;
+pub mod names;
 pub mod raw;
 pub mod report;
+pub mod rpc;
 pub mod start;
 pub mod sync;
 pub mod sys;
@@ -60,6 +66,11 @@ pub mod thread;
 mod panic;
 
 pub use baton_abi::{Error, ModuleInfo, Stats, FOREVER};
+/// The interface macro, for programs that depend only on `baton-rt`: they name the runtime
+/// with `#[baton_rt::interface(base = N, rt = baton_rt::idl_rt)]`.
+pub use baton_idl::interface;
+/// The runtime of the interface macro's generated code.
+pub use baton_idl_rt as idl_rt;
 pub use cpu::{rdtsc, rdtsc_ordered};
 pub use sys::{
     clock_ns, debug_block_process_model, debug_write, debug_write_raw, exit, mem_map, mem_unmap,

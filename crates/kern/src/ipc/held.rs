@@ -32,7 +32,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
     /// Destroys a port the kernel received on, with what is queued there.
     pub fn destroy_kernel(&mut self, port: PortId, fx: &mut Effects<T>) {
-        if self.ports.get(port).is_some_and(|p| p.receiver == KERNEL_SPACE) {
+        if self
+            .ports
+            .get(port)
+            .is_some_and(|p| p.receiver == KERNEL_SPACE)
+        {
             self.release_rights(
                 vec![Right {
                     kind: Held::Receive,
@@ -92,5 +96,36 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         };
         self.enqueue(dest, msg, fx);
         Ok(())
+    }
+
+    /// Answers a request the kernel handled itself (a kernel object's operation) through
+    /// its reply right `reply`: the message goes to the right's port and the right is
+    /// used up (a send-once right) or released (a send right). The request's other rights
+    /// are released by the caller.
+    pub fn reply_kernel(&mut self, reply: Right, id: u64, data: Vec<u8>, fx: &mut Effects<T>) {
+        let msg = Message {
+            id,
+            reply: None,
+            rights: Vec::new(),
+            data,
+        };
+        match reply.kind {
+            Held::SendOnce => {
+                if let Some(p) = self.ports.get_mut(reply.port) {
+                    p.send_onces = p.send_onces.saturating_sub(1);
+                }
+                self.enqueue(reply.port, msg, fx);
+            }
+            Held::Send => {
+                self.enqueue(reply.port, msg, fx);
+                self.release_rights(vec![reply], fx);
+            }
+            Held::Receive => self.release_rights(vec![reply], fx),
+        }
+    }
+
+    /// Releases the rights of a message the kernel consumed.
+    pub fn release_message_rights(&mut self, rights: Vec<Right>, fx: &mut Effects<T>) {
+        self.release_rights(rights, fx);
     }
 }

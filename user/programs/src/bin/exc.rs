@@ -20,8 +20,8 @@ use baton_rt::exception::{
     exception_port_set, info, set_reply, ExcReply, EXC_BAD_SYSCALL, EXC_RAISE,
 };
 use baton_rt::ipc::{
-    cap_drop, port_allocate, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND,
-    NOTIFY_KIND_NO_SENDERS, NOTIFY_NO_SENDERS,
+    cap_drop, port_allocate, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND, NOTIFY_KIND_NO_SENDERS,
+    NOTIFY_NO_SENDERS,
 };
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
@@ -113,7 +113,8 @@ fn handler(which: u64) {
                 _ => ExcReply::Kill,
             };
             HANDLED[w].fetch_add(1, Ordering::Relaxed);
-            r = set_reply(&mut buf, reply).and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON * 4));
+            r = set_reply(&mut buf, reply)
+                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON * 4));
         }
     }
     ENDED.increment();
@@ -177,7 +178,10 @@ fn run() -> Result<(), Failed> {
     let rax: u64;
     // SAFETY: as in `worker`.
     unsafe { asm!("ud2", inout("rax") 0u64 => rax) };
-    check!(rax == VALUES[0], "an invalid opcode resumes with new registers");
+    check!(
+        rax == VALUES[0],
+        "an invalid opcode resumes with new registers"
+    );
 
     // A breakpoint: resumes after `int3` with `r12` set.
     let r12: u64;
@@ -189,9 +193,7 @@ fn run() -> Result<(), Failed> {
     let ret: u64;
     // SAFETY: system call 999 does not exist: it raises an exception, whose handler sets
     // `rax`; `rcx` and `r11` are clobbered as by any `syscall`.
-    unsafe {
-        asm!("syscall", inout("rax") 999u64 => ret, lateout("rcx") _, lateout("r11") _)
-    };
+    unsafe { asm!("syscall", inout("rax") 999u64 => ret, lateout("rcx") _, lateout("r11") _) };
     check!(ret == 77, "an unknown system call goes to the handler");
 
     // A thread's own exception port comes first; a dead one is passed over.

@@ -1,0 +1,49 @@
+//! Kernel objects through capabilities: tasks and threads are ports.
+//!
+//! Every task and every thread has a port whose receive right the kernel keeps (made at
+//! the first request for it): `task_self` gives a task a send right to its own task port,
+//! `task_port(id)` to the task port of a task it created, `thread_port(id)` to the port of
+//! one of its threads. A message sent to such a port is an operation on the object, done
+//! by the kernel in the sender's `ipc_msg`, and answered through the request's reply right
+//! like any RPC — so a user server that holds the right can stand in for the object, and a
+//! debugger can interpose by handing out a send right to a port of its own and forwarding.
+//!
+//! The wire form follows the interface macro's conventions (`docs/idl.md`): request data
+//! is the arguments as little-endian `u64`s; the reply has id = request id +
+//! [`KOBJECT_REPLY_OFFSET`] and data = a `u64` result code (0 for success, else the
+//! [`crate::Error`] code as a positive number) followed by the results. A request without a
+//! reply right is done and not answered. An unknown id is answered with
+//! `Error::NotSupported`, short data with `Error::InvalidArgument`.
+
+/// A reply's id is its request's id plus this.
+pub const KOBJECT_REPLY_OFFSET: u64 = 100;
+
+/// First id of the task operations.
+pub const TASK_BASE: u64 = 0x4b0b_0000;
+/// Task: end the task (its threads are terminated). No results. A task ending itself this
+/// way gets no reply.
+pub const TASK_TERMINATE: u64 = TASK_BASE;
+/// Task: `[entry, stack_top, arg]` → `[thread id]`: a new thread in the task, starting at
+/// `entry` with `rsp` = `stack_top` and `rdi` = `arg` (as `thread_create`).
+pub const TASK_THREAD_CREATE: u64 = TASK_BASE + 1;
+/// Task: `[queue_limit]` → `[name]`: a new port whose receive right goes into the task's
+/// name space, under the name returned (as `port_allocate` in that task).
+pub const TASK_PORT_ALLOCATE: u64 = TASK_BASE + 2;
+/// Task: → `[task id, live threads]`.
+pub const TASK_INFO: u64 = TASK_BASE + 3;
+
+/// First id of the thread operations.
+pub const THREAD_BASE: u64 = 0x4b0b_0100;
+/// Thread: end the thread. No results. A thread ending itself this way gets no reply.
+pub const THREAD_TERMINATE: u64 = THREAD_BASE;
+/// Thread: → `[thread id, task id, state, rip, rsp]`: what the thread is doing (state 0
+/// running, 1 ready, 2 blocked) and its saved user `rip` and `rsp` (those of its last
+/// entry to the kernel; stale while it runs).
+pub const THREAD_INFO: u64 = THREAD_BASE + 1;
+
+/// [`THREAD_INFO`] state: running on a CPU.
+pub const THREAD_RUNNING: u64 = 0;
+/// [`THREAD_INFO`] state: ready to run.
+pub const THREAD_READY: u64 = 1;
+/// [`THREAD_INFO`] state: blocked.
+pub const THREAD_BLOCKED: u64 = 2;

@@ -1,0 +1,199 @@
+//! Kernel objects through capabilities: task and thread ports (`baton_abi::kobject`).
+//!
+//! Each task and thread gets, at the first request for it, a port whose receive right the
+//! kernel keeps (`kern::ipc::held`), recorded in [`Kernel::kobjects`]. A message sent to
+//! such a port is not queued: `crate::ipc::send` hands it to [`invoke`], which moves its
+//! rights in (decode, then invoke, as for any message), does the operation, and answers
+//! through the request's reply right. The caller's receive phase then finds the reply
+//! queued on its reply port like any other.
+//!
+//! # Invariants
+//! - `Kernel::kobjects` maps exactly the live object ports to their objects; an object's
+//!   port is destroyed (its holders see a dead name) when the object goes away.
+
+use crate::kernel::{Ending, Kernel, TaskId};
+use crate::thread::{self, ThreadId, ThreadState};
+use alloc::vec::Vec;
+use baton_abi::ipc::{Descriptor, MsgHeader};
+use baton_abi::kobject::*;
+use baton_abi::Error;
+use kern::ipc::{Effects, PortId};
+
+/// What a kernel object port stands for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KObject {
+    /// A task.
+    Task(TaskId),
+    /// A thread.
+    Thread(ThreadId),
+}
+
+/// The port of `obj`, made on first use.
+pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
+    let existing = match obj {
+        KObject::Task(id) => k.tasks.get(&id).ok_or(Error::NotFound)?.kport,
+        KObject::Thread(t) => k.threads.get(t).ok_or(Error::NotFound)?.kport,
+    };
+    if let Some(p) = existing {
+        return Ok(p);
+    }
+    let port = k.ipc.allocate_kernel()?;
+    match obj {
+        KObject::Task(id) => {
+            if let Some(t) = k.tasks.get_mut(&id) {
+                t.kport = Some(port);
+            }
+        }
+        KObject::Thread(t) => {
+            if let Some(th) = k.threads.get_mut(t) {
+                th.kport = Some(port);
+            }
+        }
+    }
+    k.kobjects.insert(port, obj);
+    Ok(port)
+}
+
+/// Destroys an object's port as the object goes away.
+pub fn destroy(k: &mut Kernel, port: Option<PortId>) {
+    let Some(port) = port else {
+        return;
+    };
+    k.kobjects.remove(&port);
+    let mut fx = Effects::default();
+    k.ipc.destroy_kernel(port, &mut fx);
+    crate::ipc::apply(k, fx);
+}
+
+/// `task_self()`, `task_port(id)`, `thread_port(id)` by task `caller`: a send right to the
+/// object's port, in the caller's name space. A task may name itself and the tasks it
+/// created; a thread, only its own task's.
+pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u64, Error> {
+    let allowed = match obj {
+        KObject::Task(id) => {
+            id == caller || k.tasks.get(&id).is_some_and(|t| t.creator == Some(caller))
+        }
+        KObject::Thread(t) => k.threads.get(t).is_some_and(|th| th.task == Some(caller)),
+    };
+    if !allowed {
+        return Err(Error::NotFound);
+    }
+    let port = port_of(k, obj)?;
+    let task = k.tasks.get_mut(&caller).ok_or(Error::InvalidArgument)?;
+    k.ipc.grant_send(&mut task.names, port)
+}
+
+/// The object of port `dest`, if it is a kernel object's.
+pub fn object(k: &Kernel, dest: PortId) -> Option<KObject> {
+    if k.kobjects.is_empty() {
+        return None;
+    }
+    k.kobjects.get(&dest).copied()
+}
+
+/// Most argument words an operation takes.
+const ARGS_MAX: usize = 3;
+
+/// Performs the operation in `header` (with `descriptors` and in-line `data` words read
+/// from the sender's buffer) on `obj`, for task `task`; answers through the request's reply
+/// right. Returns only if the caller goes on (it did not end itself).
+pub fn invoke(
+    k: &mut Kernel,
+    task: TaskId,
+    header: &MsgHeader,
+    descriptors: &[Descriptor],
+    data: Vec<u8>,
+    obj: KObject,
+) -> Result<(), Error> {
+    let mut fx = Effects::default();
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let (_, msg) = k.ipc.copyin(&mut t.names, header, descriptors, data, &mut fx)?;
+    let mut args = [0u64; ARGS_MAX];
+    let given = msg.data.len() / 8;
+    for (slot, word) in args.iter_mut().zip(msg.data.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(word);
+        *slot = u64::from_le_bytes(b);
+    }
+    let result = operate(k, task, obj, msg.id, &args[..given.min(ARGS_MAX)]);
+    k.ipc.release_message_rights(msg.rights, &mut fx);
+    if let Some(reply) = msg.reply {
+        let mut out = Vec::with_capacity(8 * (1 + ARGS_MAX + 2));
+        match &result {
+            Ok(words) => {
+                out.extend_from_slice(&0u64.to_le_bytes());
+                for w in words {
+                    out.extend_from_slice(&w.to_le_bytes());
+                }
+            }
+            Err(e) => out.extend_from_slice(&(*e as i64 as u64).to_le_bytes()),
+        }
+        let id = msg.id.wrapping_add(KOBJECT_REPLY_OFFSET);
+        k.ipc.reply_kernel(reply, id, out, &mut fx);
+    }
+    crate::ipc::apply(k, fx);
+    Ok(())
+}
+
+/// One operation; its result words.
+fn operate(
+    k: &mut Kernel,
+    caller: TaskId,
+    obj: KObject,
+    id: u64,
+    args: &[u64],
+) -> Result<Vec<u64>, Error> {
+    let arg = |i: usize| args.get(i).copied().ok_or(Error::InvalidArgument);
+    match (obj, id) {
+        (KObject::Task(t), TASK_TERMINATE) => {
+            k.close_line();
+            crate::kprintln!("[kernel] task {t} terminated through its task port by task {caller}");
+            k.end_task(t, Ending::Killed);
+            if t == caller {
+                thread::thread_terminate_current(k);
+            }
+            Ok(Vec::new())
+        }
+        (KObject::Task(t), TASK_THREAD_CREATE) => {
+            let (entry, stack, a) = (arg(0)?, arg(1)?, arg(2)?);
+            if k.tasks.get(&t).is_none_or(|task| task.ending.is_some()) {
+                return Err(Error::NotFound);
+            }
+            k.thread_create_in(t, entry, stack, a).map(|id| alloc::vec![id])
+        }
+        (KObject::Task(t), TASK_PORT_ALLOCATE) => {
+            let limit = arg(0)?;
+            let task = k.tasks.get_mut(&t).ok_or(Error::NotFound)?;
+            k.ipc
+                .allocate(&mut task.names, t, limit)
+                .map(|name| alloc::vec![name])
+        }
+        (KObject::Task(t), TASK_INFO) => {
+            let task = k.tasks.get(&t).ok_or(Error::NotFound)?;
+            Ok(alloc::vec![t, task.threads])
+        }
+        (KObject::Thread(t), THREAD_TERMINATE) => {
+            if t == k.current_thread() {
+                thread::thread_terminate_current(k);
+            }
+            k.kill_thread(t);
+            Ok(Vec::new())
+        }
+        (KObject::Thread(t), THREAD_INFO) => {
+            let th = k.threads.get(t).ok_or(Error::NotFound)?;
+            let state = match th.state {
+                ThreadState::Running { .. } => THREAD_RUNNING,
+                ThreadState::Ready => THREAD_READY,
+                _ => THREAD_BLOCKED,
+            };
+            Ok(alloc::vec![
+                t.0,
+                th.task.unwrap_or(0),
+                state,
+                th.frame.rip,
+                th.frame.rsp
+            ])
+        }
+        _ => Err(Error::NotSupported),
+    }
+}

@@ -1,0 +1,245 @@
+//! Remote calls over `ipc_msg`: [`Rpc`], the [`Transport`] that `baton-idl` client stubs
+//! send through, and [`serve`], the loop of a server (see `docs/names.md` and
+//! `docs/idl.md`).
+//!
+//! Both sides use the calling thread's [`IpcBuffer`], so that calls and replies can take
+//! the kernel's fast path (a receiver blocked with an IPC buffer gets the message copied
+//! straight in, and an RPC hands the sender's kernel stack to the receiver).
+//!
+//! A client:
+//!
+//! ```ignore
+//! let mut rpc = Rpc::new()?;
+//! let mut names = NamesClient::new(&mut rpc, baton_rt::start::bootstrap());
+//! let fs = names.lookup("fs")?;
+//! ```
+//!
+//! A server implements [`Service`] (usually a generated `*_dispatch` call, plus kernel
+//! notifications) and runs [`serve`] on its port.
+//!
+//! # Invariants
+//! - An [`Rpc`] owns its thread's IPC buffer (a thread has one registered buffer: make one
+//!   `Rpc` per thread and lend it, `&mut Rpc` is a transport too) and the receive right of
+//!   a reply port on which nothing but the reply to the call in progress can arrive: each
+//!   call sends a fresh send-once right to it, and after a failed call (a timeout, say)
+//!   the port is replaced, so a late reply is never taken for a later call's.
+//! - [`serve`] uses up or releases the reply right of every request it receives and
+//!   releases every right a request brought that no method took ([`Dispatched`]); it
+//!   never panics on what it receives.
+
+use baton_abi::ipc::{
+    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND, NOTIFY_DEAD_NAME,
+    NOTIFY_NO_SENDERS, NOTIFY_SEND_ONCE,
+};
+use baton_abi::{Error, FOREVER};
+use baton_idl_rt::transport::{message_len, set_reply};
+use baton_idl_rt::{Dispatched, Transport};
+
+use crate::ipc::{cap_drop, cap_info, port_allocate, IpcBuffer};
+
+/// The client side: the thread's IPC buffer and reply port. See the module invariants.
+pub struct Rpc {
+    ipc: IpcBuffer,
+    /// Receive right of the reply port (0 after a replacement failed: calls then fail).
+    reply_port: u64,
+    /// Bound of each blocking phase of a call ([`FOREVER`] by default).
+    timeout_ns: u64,
+}
+
+impl Rpc {
+    /// A transport on a fresh IPC buffer (which replaces any the thread had registered)
+    /// and a fresh reply port.
+    pub fn new() -> Result<Rpc, Error> {
+        Rpc::with_buffer(IpcBuffer::new()?)
+    }
+
+    /// A transport on the thread's IPC buffer `ipc`, with a fresh reply port.
+    pub fn with_buffer(ipc: IpcBuffer) -> Result<Rpc, Error> {
+        Ok(Rpc {
+            ipc,
+            reply_port: port_allocate(0)?,
+            timeout_ns: FOREVER,
+        })
+    }
+
+    /// Bounds each blocking phase of later calls (sending to a full queue, waiting for
+    /// the reply) by `ns` nanoseconds; [`FOREVER`] for no bound. A call that times out
+    /// fails with [`Error::TimedOut`].
+    pub fn set_timeout(&mut self, ns: u64) {
+        self.timeout_ns = ns;
+    }
+
+    /// The reply port's receive right.
+    pub fn reply_port(&self) -> u64 {
+        self.reply_port
+    }
+
+    /// The IPC buffer, for a server loop ([`serve`]) or a hand-made message on the same
+    /// thread.
+    pub fn ipc(&mut self) -> &mut IpcBuffer {
+        &mut self.ipc
+    }
+
+    /// Replaces the reply port after a failed call: whatever the old one would still
+    /// receive (a late reply) is destroyed with it.
+    fn renew_reply_port(&mut self) {
+        if self.reply_port != 0 {
+            let _ = cap_drop(self.reply_port);
+        }
+        self.reply_port = port_allocate(0).unwrap_or(0);
+    }
+}
+
+impl Drop for Rpc {
+    fn drop(&mut self) {
+        if self.reply_port != 0 {
+            let _ = cap_drop(self.reply_port);
+        }
+    }
+}
+
+impl Transport for Rpc {
+    fn buffer(&mut self) -> &mut [u8] {
+        self.ipc.bytes()
+    }
+
+    fn call(&mut self, len: usize) -> Result<usize, Error> {
+        if message_len(self.ipc.view()) != Ok(len) {
+            return Err(Error::InvalidArgument);
+        }
+        if self.reply_port == 0 {
+            return Err(Error::InvalidName);
+        }
+        set_reply(self.ipc.bytes(), self.reply_port, Disposition::MakeSendOnce)?;
+        if let Err(e) = self
+            .ipc
+            .msg(MSG_SEND | MSG_RECEIVE, self.reply_port, self.timeout_ns)
+        {
+            // The request may have gone out, and its reply may still come: not here.
+            self.renew_reply_port();
+            return Err(e);
+        }
+        message_len(self.ipc.view())
+    }
+}
+
+/// A kernel notification (a message with an id from `KERNEL_ID_BASE` up, which only the
+/// kernel can send).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Notification {
+    /// The port of this send right (with a dead-name request) was destroyed: the name
+    /// is now a dead name, still to be released.
+    DeadName(u64),
+    /// The port has no send rights left; the receive right's name as it was when asked.
+    NoSenders(u64),
+    /// A send-once right to the port was released unused.
+    SendOnce,
+}
+
+impl Notification {
+    /// The notification `msg` is, or `None` if it is not one.
+    pub fn of(msg: &[u8]) -> Option<Notification> {
+        let h = MsgHeader::from_bytes(msg)?;
+        let word = || {
+            let bytes = msg.get(HEADER_SIZE..HEADER_SIZE + 8)?;
+            Some(u64::from_le_bytes(bytes.try_into().ok()?))
+        };
+        match h.id {
+            NOTIFY_DEAD_NAME => word().map(Notification::DeadName),
+            NOTIFY_NO_SENDERS => word().map(Notification::NoSenders),
+            NOTIFY_SEND_ONCE => Some(Notification::SendOnce),
+            _ => None,
+        }
+    }
+}
+
+/// A server, as [`serve`] runs it.
+pub trait Service {
+    /// Handles one message received on the server's port, a request or a kernel
+    /// [`Notification`], writing any reply into `reply`: usually a generated
+    /// `*_dispatch(self, request, reply)`. An `Err` is treated as "nothing delivered, no
+    /// reply" (the loop releases the request's rights, and the client gets `DeadName`).
+    fn handle(&mut self, request: &[u8], reply: &mut [u8]) -> Result<Dispatched, Error>;
+
+    /// Whether [`serve`] should return; asked after each message (whose reply is then
+    /// sent on its own).
+    fn done(&self) -> bool {
+        false
+    }
+}
+
+/// What a [`Service`] returns for a message that needs no reply and brought no rights (a
+/// notification it has dealt with).
+pub const HANDLED: Dispatched = Dispatched {
+    reply_len: 0,
+    delivered: true,
+};
+
+/// How long a combined reply-and-receive may block: on sending the reply (the client's
+/// reply port is full: a client that misbehaves cannot hold the server longer than this)
+/// and then on waiting for the next request (after which the loop waits without a bound).
+pub const REPLY_TIMEOUT_NS: u64 = 10_000_000;
+
+/// The server loop: receives messages on `port` (a receive right) into the IPC buffer
+/// `ipc`, hands each to `service`, releases the rights [`Dispatched::leftover_rights`]
+/// names, and sends the reply together with receiving the next message, in one
+/// `ipc_msg(MSG_SEND | MSG_RECEIVE)` as Mach servers do. Returns `Ok` when
+/// [`Service::done`] says so, after sending the last reply.
+///
+/// A reply that cannot be sent (the client is gone, or its reply port stays full for
+/// [`REPLY_TIMEOUT_NS`]) is dropped, and so is its reply right. Errors: a plain receive
+/// failed (`port` is not a receive right or was destroyed, or the name space is full).
+pub fn serve<S: Service + ?Sized>(
+    ipc: &mut IpcBuffer,
+    port: u64,
+    service: &mut S,
+) -> Result<(), Error> {
+    let mut reply = [0u8; IPC_BUFFER_SIZE];
+    // The reply right the reply waiting in the IPC buffer uses up (0: no reply waiting).
+    let mut pending = 0u64;
+    loop {
+        let received = if pending == 0 {
+            ipc.msg(MSG_RECEIVE, port, FOREVER)
+        } else {
+            ipc.msg(MSG_SEND | MSG_RECEIVE, port, REPLY_TIMEOUT_NS)
+        };
+        if let Err(e) = received {
+            if pending == 0 {
+                return Err(e);
+            }
+            // Either the send failed, which changes nothing (the reply right is still
+            // ours: release it), or the receive did (say, it timed out); in both cases
+            // the next round is a plain receive, whose errors are the loop's.
+            if cap_info(pending).is_ok() {
+                let _ = cap_drop(pending);
+            }
+            pending = 0;
+            continue;
+        }
+        pending = 0;
+        let Ok(len) = message_len(ipc.view()) else {
+            continue;
+        };
+        let request = ipc.view().get(..len).unwrap_or(&[]);
+        let d = service.handle(request, &mut reply).unwrap_or(Dispatched {
+            reply_len: 0,
+            delivered: false,
+        });
+        for name in d.leftover_rights(request) {
+            let _ = cap_drop(name);
+        }
+        let reply_right = MsgHeader::from_bytes(request).map_or(0, |h| h.reply);
+        if let (true, Some(msg)) = (d.reply_len > 0, reply.get(..d.reply_len)) {
+            if let Some(dst) = ipc.bytes().get_mut(..msg.len()) {
+                dst.copy_from_slice(msg);
+                pending = reply_right;
+            }
+        }
+        if service.done() {
+            if pending != 0 && ipc.msg(MSG_SEND, 0, 0).is_err() {
+                let _ = cap_drop(pending);
+            }
+            return Ok(());
+        }
+    }
+}
