@@ -215,7 +215,7 @@ impl Kernel {
                 crate::exception::sys_exception_port_set(self, id, args[0], args[1])
             }
             Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
-                ipc.request_notify(names, args[0], args[1], args[2], fx)
+                ipc.request_notify(names, id, args[0], args[1], args[2], fx)
                     .map(|()| 0)
             }),
             Sys::PortSetLimit => self.with_names(id, |ipc, names, _| {

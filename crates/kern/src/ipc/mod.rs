@@ -132,8 +132,10 @@ pub struct Port<T> {
     /// No-senders request: the notify port (a kernel-held send-once right) and the name
     /// reported.
     no_senders: Option<(PortId, u64)>,
-    /// Dead-name requests: notify port (kernel-held send-once right) and the dead name.
-    dead_names: Vec<(PortId, u64)>,
+    /// Dead-name requests: notify port (kernel-held send-once right), the dead name, and
+    /// the space that asked (names are per space: the same number in two spaces is two
+    /// requests).
+    dead_names: Vec<(PortId, u64, SpaceId)>,
     /// Threads blocked receiving here, oldest first.
     pub receivers: Ring<T>,
     /// Threads blocked on the full queue, oldest first.
@@ -377,6 +379,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     pub fn request_notify(
         &mut self,
         space: &Space,
+        sid: SpaceId,
         name: u64,
         kind: u64,
         notify_name: u64,
@@ -409,9 +412,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 released.extend(p.no_senders.take().map(|(n, _)| n));
             } else {
                 let (gone, kept): (Vec<_>, Vec<_>) =
-                    p.dead_names.drain(..).partition(|&(_, nm)| nm == name);
+                    p.dead_names
+                        .drain(..)
+                        .partition(|&(_, nm, s)| nm == name && s == sid);
                 p.dead_names = kept;
-                released.extend(gone.into_iter().map(|(n, _)| n));
+                released.extend(gone.into_iter().map(|(n, _, _)| n));
             }
         }
         for n in released {
@@ -429,7 +434,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 p.sends == 0
             }
             Some(p) => {
-                p.dead_names.push((notify, name));
+                p.dead_names.push((notify, name, sid));
                 false
             }
             None => false,
@@ -785,7 +790,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     if let Some((notify, _)) = p.no_senders {
                         self.drop_kernel_send_once(notify);
                     }
-                    for (notify, name) in p.dead_names {
+                    for (notify, name, _) in p.dead_names {
                         self.drop_kernel_send_once(notify);
                         self.enqueue(notify, Message::notification(NOTIFY_DEAD_NAME, name), fx);
                     }

@@ -218,7 +218,7 @@ fn destroying_a_port_makes_dead_names_and_notifies() {
     let mut fx = Effects::default();
     let notify = ipc.allocate(&mut client, 2, 0).unwrap();
     let notify_port = client.lookup(notify).unwrap().port;
-    ipc.request_notify(&client, send, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+    ipc.request_notify(&client, 2, send, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
         .unwrap();
     let pid = server.lookup(port).unwrap().port;
     // A queued message carrying a send right to the notify port, and blocked threads.
@@ -248,7 +248,7 @@ fn no_senders_and_send_once_notifications() {
     let (mut ipc, mut server, mut client, port, send) = setup();
     let mut fx = Effects::default();
     let pid = server.lookup(port).unwrap().port;
-    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+    ipc.request_notify(&server, 1, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
         .unwrap();
     assert_eq!(ipc.queued(), 0, "one sender left: nothing yet");
     // An unused send-once right, dropped: the port hears about it.
@@ -263,7 +263,7 @@ fn no_senders_and_send_once_notifications() {
     let p = ipc.port(pid).unwrap();
     assert_eq!((p.sends, p.send_onces), (0, 0));
     // Asking when there are none fires at once.
-    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+    ipc.request_notify(&server, 1, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
         .unwrap();
     assert_eq!(ipc.dequeue(pid, &mut fx).unwrap().id, NOTIFY_NO_SENDERS);
 }
@@ -461,7 +461,8 @@ fn check_counts(ipc: &I, spaces: &[Space]) {
     // Send-once counts include notification rights the kernel holds.
     let mut kernel: BTreeMap<PortId, u64> = BTreeMap::new();
     for (_, p) in ipc.ports.iter() {
-        for &(n, _) in p.no_senders.iter().chain(p.dead_names.iter()) {
+        let dead = p.dead_names.iter().map(|&(n, _, _)| n);
+        for n in p.no_senders.iter().map(|&(n, _)| n).chain(dead) {
             *kernel.entry(n).or_default() += 1;
         }
     }
@@ -622,4 +623,36 @@ fn kernel_held_rights_carry_an_exception_rpc() {
         ipc.send_kernel(gone, KERNEL_ID_BASE, exc_port, vec![], &mut fx),
         Err(Error::DeadName)
     );
+}
+
+/// Dead-name requests belong to the space that made them: the same name number in two
+/// spaces is two requests, and cancelling one leaves the other.
+#[test]
+fn dead_name_requests_are_per_space() {
+    let mut ipc = I::new();
+    let mut fx = Effects::default();
+    let mut server = Space::new();
+    let mut a = Space::new();
+    let mut b = Space::new();
+    let name = ipc.allocate(&mut server, 1, 0).unwrap();
+    let port = ipc.receive_port(&server, name).unwrap();
+    let na = ipc.grant_send(&mut a, port).unwrap();
+    let nb = ipc.grant_send(&mut b, port).unwrap();
+    assert_eq!(na, nb, "fresh spaces hand out the same first name");
+    let notify_a = ipc.allocate(&mut a, 2, 0).unwrap();
+    let notify_b = ipc.allocate(&mut b, 3, 0).unwrap();
+    ipc.request_notify(&a, 2, na, NOTIFY_KIND_DEAD_NAME, notify_a, &mut fx)
+        .unwrap();
+    ipc.request_notify(&b, 3, nb, NOTIFY_KIND_DEAD_NAME, notify_b, &mut fx)
+        .unwrap();
+    // A cancels its request; B's stays.
+    ipc.request_notify(&a, 2, na, NOTIFY_KIND_DEAD_NAME, 0, &mut fx)
+        .unwrap();
+    ipc.release(&mut server, name, &mut fx).unwrap();
+    let pa = ipc.receive_port(&a, notify_a).unwrap();
+    let pb = ipc.receive_port(&b, notify_b).unwrap();
+    assert!(ipc.dequeue(pa, &mut fx).is_none(), "A cancelled its request");
+    let m = ipc.dequeue(pb, &mut fx).expect("B's request survives A's cancel");
+    assert_eq!(m.id, NOTIFY_DEAD_NAME);
+    assert_eq!(m.data, nb.to_le_bytes().to_vec());
 }
