@@ -260,7 +260,11 @@ fn send(
         }
     }
 
-    let full = k.ipc.port(dest).is_some_and(|p| p.is_full());
+    // A message through a send-once right (a reply) is never held up by the queue limit,
+    // as in Mach: a client's full reply port must not wedge its server. There are only as
+    // many such messages as send-once rights, which name spaces bound.
+    let once = header.dest_disposition() == baton_abi::ipc::Disposition::MoveSendOnce as u8;
+    let full = !once && k.ipc.port(dest).is_some_and(|p| p.is_full());
     if full {
         if args.timeout == 0 {
             return Err(Error::WouldBlock);
@@ -355,6 +359,16 @@ fn deliver(
     data_off: usize,
     data_len: usize,
 ) -> Result<Sent, Error> {
+    // Data from a user buffer is read before anything changes: a buffer that cannot be
+    // read must leave the rights where they are and the receiver waiting.
+    let staged = match buf {
+        Buf::User { .. } => {
+            let mut data = alloc::vec![0u8; data_len];
+            buf.read(k, data_off, &mut data)?;
+            Some(data)
+        }
+        Buf::Page(_) => None,
+    };
     let mut fx = Effects::default();
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (_, msg) = k
@@ -377,9 +391,14 @@ fn deliver(
         Err(_) => {
             // Cannot happen (room was checked); keep the message rather than lose it.
             let mut msg = msg;
-            let mut data = alloc::vec![0u8; data_len];
-            buf.read(k, data_off, &mut data)?;
-            msg.data = data;
+            msg.data = match staged {
+                Some(data) => data,
+                None => {
+                    let mut data = alloc::vec![0u8; data_len];
+                    buf.read(k, data_off, &mut data)?;
+                    data
+                }
+            };
             k.ipc.enqueue(dest, msg, &mut fx);
             fx.wake.push((r.thread, Wake::Retry));
             apply(k, fx);
@@ -392,7 +411,10 @@ fn deliver(
     for (i, d) in out.iter().enumerate() {
         rb.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
     }
-    copy_between(k, buf, &rb, data_off, data_len)?;
+    match staged {
+        Some(data) => rb.write(k, data_off, &data)?,
+        None => copy_between(k, buf, &rb, data_off, data_len)?,
+    }
     if let Some(th) = k.threads.get_mut(r.thread) {
         th.frame.rax = 0;
         th.cont = Some(Continuation::new(Resume::UserReturn));
@@ -451,6 +473,10 @@ fn receive_now(
     if let Some(size) = k.ipc.peek_size(port) {
         if size > buf.len() {
             return Err(Error::TooLarge);
+        }
+        // Nothing may be taken from the queue that cannot be written out.
+        if let Buf::User { task, va, .. } = *buf {
+            k.check_writable(task, va, size)?;
         }
         return take_message(k, task, buf, port, args.rcv_name).map(|()| None);
     }

@@ -347,7 +347,7 @@ impl Kernel {
                 pcid: (id % (PCIDS as u64 - 1) + 1) as u16,
                 threads: 0,
                 ending: None,
-                names: kern::ipc::Space::new(),
+                names: kern::ipc::Space::with_id(id),
                 exc_port: None,
                 kport: None,
                 creator: None,

@@ -107,7 +107,9 @@ pub fn invoke(
 ) -> Result<(), Error> {
     let mut fx = Effects::default();
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-    let (_, msg) = k.ipc.copyin(&mut t.names, header, descriptors, data, &mut fx)?;
+    let (_, msg) = k
+        .ipc
+        .copyin(&mut t.names, header, descriptors, data, &mut fx)?;
     let mut args = [0u64; ARGS_MAX];
     let given = msg.data.len() / 8;
     for (slot, word) in args.iter_mut().zip(msg.data.chunks_exact(8)) {
@@ -159,7 +161,8 @@ fn operate(
             if k.tasks.get(&t).is_none_or(|task| task.ending.is_some()) {
                 return Err(Error::NotFound);
             }
-            k.thread_create_in(t, entry, stack, a).map(|id| alloc::vec![id])
+            k.thread_create_in(t, entry, stack, a)
+                .map(|id| alloc::vec![id])
         }
         (KObject::Task(t), TASK_PORT_ALLOCATE) => {
             let limit = arg(0)?;

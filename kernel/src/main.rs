@@ -13,8 +13,8 @@ pub mod arch;
 mod exception;
 mod fastpath;
 mod ipc;
-mod kobject;
 mod kernel;
+mod kobject;
 mod syscall;
 mod thread;
 

@@ -215,7 +215,7 @@ impl Kernel {
                 crate::exception::sys_exception_port_set(self, id, args[0], args[1])
             }
             Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
-                ipc.request_notify(names, id, args[0], args[1], args[2], fx)
+                ipc.request_notify(names, args[0], args[1], args[2], fx)
                     .map(|()| 0)
             }),
             Sys::PortSetLimit => self.with_names(id, |ipc, names, _| {
@@ -267,6 +267,15 @@ impl Kernel {
     }
 
     /// Copies `data` into user memory of `task`.
+    /// Checks that `len` bytes at `ptr` of `task` could be written by [`Kernel::copy_out`].
+    pub fn check_writable(&mut self, task: TaskId, ptr: u64, len: usize) -> Result<(), Error> {
+        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        usercopy::check_writable(&t.space, &mem, ptr, len)
+    }
+
     pub fn copy_out(&mut self, task: TaskId, ptr: u64, data: &[u8]) -> Result<(), Error> {
         let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
         let mut mem = KernelMem {

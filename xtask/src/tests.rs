@@ -98,6 +98,15 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| TEST PASS ipc",
 ];
 
+/// What the `hostile` tests require.
+const HOSTILE_REQUIRE: &[&str] = &[
+    "hostile#1| ok: ports, names, queued messages and threads back to the baseline after",
+    "hostile#1| ok: the peer answers a normal RPC after all the hostile messages",
+    "hostile#1| ok: the peer exits when told to",
+    "(hostile_peer) exited with code 0",
+    "hostile#1| TEST PASS hostile",
+];
+
 /// What the `names` tests require.
 const NAMES_REQUIRE: &[&str] = &[
     "names_test#2| ok: \"echo\" registered by the server is found: a send right",
@@ -418,6 +427,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Hostile messages and port calls: exact error codes, the peer keeps serving,
+        // kernel counts (heap bytes too) back to the baseline.
+        name: "hostile_smp1",
+        init: &["hostile"],
+        smp: 1,
+        require: HOSTILE_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "hostile_smp2",
+        init: &["hostile"],
+        smp: 2,
+        require: HOSTILE_REQUIRE,
         ..BASE
     },
     IntegrationTest {

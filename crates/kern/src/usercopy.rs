@@ -78,6 +78,27 @@ pub fn copy_from_user(
     Ok(())
 }
 
+/// Checks that `len` bytes at user address `va` of `space` could be written: in the user
+/// range, mapped present, user-accessible and writable ([`Error::BadAddress`] if not).
+pub fn check_writable(
+    space: &AddressSpace,
+    mem: &impl PhysMem,
+    va: u64,
+    len: usize,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = user_range(va, len)?;
+    for (addr, _, _) in chunks(va, end) {
+        match space.translate(mem, addr) {
+            Some((_, flags)) if flags.user && flags.writable => {}
+            _ => return Err(Error::BadAddress),
+        }
+    }
+    Ok(())
+}
+
 /// Copies `data` to user address `va` of `space`.
 ///
 /// Errors with [`Error::BadAddress`], writing nothing, if any byte is outside the user range
@@ -93,12 +114,7 @@ pub fn copy_to_user(
     }
     let end = user_range(va, data.len())?;
     // Decide first, with no side effect...
-    for (addr, _, _) in chunks(va, end) {
-        match space.translate(mem, addr) {
-            Some((_, flags)) if flags.user && flags.writable => {}
-            _ => return Err(Error::BadAddress),
-        }
-    }
+    check_writable(space, mem, va, data.len())?;
     // ...then act. The tables cannot have changed: we hold the only `&mut` to memory.
     for (addr, offset, len) in chunks(va, end) {
         let (pa, _) = space.translate(mem, addr).ok_or(Error::BadAddress)?;

@@ -91,10 +91,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     #[inline]
     pub fn fast_take(&mut self, space: &mut Space, m: &FastMsg) {
         if let Some(name) = m.consumed {
-            if space.remove(name).is_some() {
+            if let Some(e) = space.remove(name) {
                 if let Some(p) = self.ports.get_mut(m.dest) {
                     p.send_onces = p.send_onces.saturating_sub(1);
                 }
+                self.name_gone(e, name, space.id());
             }
         }
     }

@@ -136,6 +136,9 @@ pub struct Port<T> {
     /// the space that asked (names are per space: the same number in two spaces is two
     /// requests).
     dead_names: Vec<(PortId, u64, SpaceId)>,
+    /// While the receive right is in flight: the port on whose queue the message carrying
+    /// it waits (for the circularity check of `copyin`).
+    transit: Option<PortId>,
     /// Threads blocked receiving here, oldest first.
     pub receivers: Ring<T>,
     /// Threads blocked on the full queue, oldest first.
@@ -152,6 +155,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             send_onces: 0,
             no_senders: None,
             dead_names: Vec::new(),
+            transit: None,
             receivers: Ring::new(),
             senders: Ring::new(),
         }
@@ -349,6 +353,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         fx: &mut Effects<T>,
     ) -> Result<(), Error> {
         let e = space.remove(name).ok_or(Error::InvalidName)?;
+        self.name_gone(e, name, space.id());
         self.release_rights(
             alloc::vec![Right {
                 kind: e.kind,
@@ -365,6 +370,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         let mut rights = Vec::with_capacity(names.len());
         for (name, e) in names {
             space.remove(name);
+            self.name_gone(e, name, space.id());
             rights.push(Right {
                 kind: e.kind,
                 port: e.port,
@@ -379,12 +385,12 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     pub fn request_notify(
         &mut self,
         space: &Space,
-        sid: SpaceId,
         name: u64,
         kind: u64,
         notify_name: u64,
         fx: &mut Effects<T>,
     ) -> Result<(), Error> {
+        let sid = space.id();
         let e = space.lookup(name)?;
         let notify = match notify_name {
             0 => None,
@@ -411,10 +417,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             if kind == NOTIFY_KIND_NO_SENDERS {
                 released.extend(p.no_senders.take().map(|(n, _)| n));
             } else {
-                let (gone, kept): (Vec<_>, Vec<_>) =
-                    p.dead_names
-                        .drain(..)
-                        .partition(|&(_, nm, s)| nm == name && s == sid);
+                let (gone, kept): (Vec<_>, Vec<_>) = p
+                    .dead_names
+                    .drain(..)
+                    .partition(|&(_, nm, s)| nm == name && s == sid);
                 p.dead_names = kept;
                 released.extend(gone.into_iter().map(|(n, _, _)| n));
             }
@@ -526,8 +532,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 return Err(Error::InvalidArgument);
             }
             let n = self.check_named(space, d.value, disp)?;
-            if n.disposition == Disposition::MoveReceive && n.entry.port == dest {
-                // A message cannot carry the receive right of its own destination.
+            if n.disposition == Disposition::MoveReceive && self.would_cycle(n.entry.port, dest) {
+                // A message cannot carry the receive right of its own destination, nor of
+                // a port whose queue the destination's receive right sits in (directly or
+                // further up): such a cycle could never be received or reclaimed.
                 return Err(Error::InvalidArgument);
             }
             named.push(n);
@@ -553,6 +561,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         // Invoke: take the rights.
         if moves(dest_disp) {
             if let Some(e) = space.remove(header.dest) {
+                self.name_gone(e, header.dest, space.id());
                 self.forget_entry(e, fx);
             }
         }
@@ -613,7 +622,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             _ => Held::Send,
         };
         if moves(n.disposition) {
-            space.remove(n.name);
+            if let Some(e) = space.remove(n.name) {
+                self.name_gone(e, n.name, space.id());
+            }
         }
         if let Some(p) = self.ports.get_mut(port) {
             match n.disposition {
@@ -636,15 +647,17 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// Queues `msg` on `port` (whatever its limit) and hands the oldest blocked receiver
     /// a retry. A message for a port that died meanwhile is destroyed.
     pub fn enqueue(&mut self, port: PortId, msg: Message, fx: &mut Effects<T>) {
-        match self.ports.get_mut(port) {
-            Some(p) => {
-                p.queue.push_back(msg);
-                self.queued += 1;
-                if let Some(t) = p.receivers.pop_front() {
-                    fx.wake.push((t, Wake::Retry));
-                }
+        if !self.ports.contains(port) {
+            self.destroy_message(msg, fx);
+            return;
+        }
+        self.set_transit(&msg, Some(port));
+        if let Some(p) = self.ports.get_mut(port) {
+            p.queue.push_back(msg);
+            self.queued += 1;
+            if let Some(t) = p.receivers.pop_front() {
+                fx.wake.push((t, Wake::Retry));
             }
-            None => self.destroy_message(msg, fx),
         }
     }
 
@@ -656,18 +669,21 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if let Some(t) = p.senders.pop_front() {
             fx.wake.push((t, Wake::Retry));
         }
+        self.set_transit(&msg, None);
         Some(msg)
     }
 
     /// Puts `msg` back at the front of `port`'s queue (it was dequeued but could not be
     /// received); destroyed if the port died meanwhile.
     pub fn requeue_front(&mut self, port: PortId, msg: Message, fx: &mut Effects<T>) {
-        match self.ports.get_mut(port) {
-            Some(p) => {
-                p.queue.push_front(msg);
-                self.queued += 1;
-            }
-            None => self.destroy_message(msg, fx),
+        if !self.ports.contains(port) {
+            self.destroy_message(msg, fx);
+            return;
+        }
+        self.set_transit(&msg, Some(port));
+        if let Some(p) = self.ports.get_mut(port) {
+            p.queue.push_front(msg);
+            self.queued += 1;
         }
     }
 
@@ -726,6 +742,57 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             reply,
             id: msg.id,
         })
+    }
+
+    /// Records where the receive rights inside `msg` wait: on `port`'s queue, or (`None`)
+    /// nowhere any more.
+    fn set_transit(&mut self, msg: &Message, port: Option<PortId>) {
+        for r in msg.rights.iter().filter(|r| r.kind == Held::Receive) {
+            if let Some(p) = self.ports.get_mut(r.port) {
+                p.transit = port;
+            }
+        }
+    }
+
+    /// Whether moving the receive right of `moving` into a message for `dest` would close a
+    /// cycle: `moving` is `dest`, or `dest`'s receive right waits (directly or further up)
+    /// in `moving`'s queue.
+    fn would_cycle(&self, moving: PortId, dest: PortId) -> bool {
+        let mut at = Some(dest);
+        // A chain is at most as long as there are ports; the bound only guards the loop.
+        for _ in 0..=self.ports.len() {
+            match at {
+                Some(p) if p == moving => return true,
+                Some(p) => at = self.ports.get(p).and_then(|port| port.transit),
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// A name of space `sid` that held entry `e` is gone: its dead-name request, if any,
+    /// is cancelled (the kernel's send-once right for it dropped).
+    fn name_gone(&mut self, e: Entry, name: u64, sid: SpaceId) {
+        if e.kind == Held::Receive {
+            return;
+        }
+        let Some(p) = self.ports.get_mut(e.port) else {
+            return;
+        };
+        if p.dead_names.is_empty() {
+            return;
+        }
+        let mut dropped = Vec::new();
+        p.dead_names.retain(|&(notify, nm, s)| {
+            let gone = nm == name && s == sid;
+            if gone {
+                dropped.push(notify);
+            }
+            !gone
+        });
+        for n in dropped {
+            self.drop_kernel_send_once(n);
+        }
     }
 
     /// Destroys a message that will never be received, releasing its rights.

@@ -40,6 +40,8 @@ pub struct Entry {
 #[derive(Debug)]
 pub struct Space {
     entries: Slab<Entry>,
+    /// The id the kernel knows this space by (its task's), 0 for none.
+    id: super::SpaceId,
 }
 
 impl Default for Space {
@@ -51,9 +53,21 @@ impl Default for Space {
 impl Space {
     /// An empty name space holding at most [`NAMES_MAX`] rights.
     pub const fn new() -> Space {
+        Space::with_id(0)
+    }
+
+    /// An empty name space of the space (task) `id`.
+    pub const fn with_id(id: super::SpaceId) -> Space {
         Space {
             entries: Slab::with_limit(NAMES_MAX as u32),
+            id,
         }
+    }
+
+    /// The id of the space.
+    #[inline]
+    pub fn id(&self) -> super::SpaceId {
+        self.id
     }
 
     /// The right `name` denotes ([`Error::InvalidName`] if none).

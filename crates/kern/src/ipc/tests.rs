@@ -218,7 +218,7 @@ fn destroying_a_port_makes_dead_names_and_notifies() {
     let mut fx = Effects::default();
     let notify = ipc.allocate(&mut client, 2, 0).unwrap();
     let notify_port = client.lookup(notify).unwrap().port;
-    ipc.request_notify(&client, 2, send, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+    ipc.request_notify(&client, send, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
         .unwrap();
     let pid = server.lookup(port).unwrap().port;
     // A queued message carrying a send right to the notify port, and blocked threads.
@@ -248,7 +248,7 @@ fn no_senders_and_send_once_notifications() {
     let (mut ipc, mut server, mut client, port, send) = setup();
     let mut fx = Effects::default();
     let pid = server.lookup(port).unwrap().port;
-    ipc.request_notify(&server, 1, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
         .unwrap();
     assert_eq!(ipc.queued(), 0, "one sender left: nothing yet");
     // An unused send-once right, dropped: the port hears about it.
@@ -263,7 +263,7 @@ fn no_senders_and_send_once_notifications() {
     let p = ipc.port(pid).unwrap();
     assert_eq!((p.sends, p.send_onces), (0, 0));
     // Asking when there are none fires at once.
-    ipc.request_notify(&server, 1, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
+    ipc.request_notify(&server, port, NOTIFY_KIND_NO_SENDERS, port, &mut fx)
         .unwrap();
     assert_eq!(ipc.dequeue(pid, &mut fx).unwrap().id, NOTIFY_NO_SENDERS);
 }
@@ -631,9 +631,9 @@ fn kernel_held_rights_carry_an_exception_rpc() {
 fn dead_name_requests_are_per_space() {
     let mut ipc = I::new();
     let mut fx = Effects::default();
-    let mut server = Space::new();
-    let mut a = Space::new();
-    let mut b = Space::new();
+    let mut server = Space::with_id(1);
+    let mut a = Space::with_id(2);
+    let mut b = Space::with_id(3);
     let name = ipc.allocate(&mut server, 1, 0).unwrap();
     let port = ipc.receive_port(&server, name).unwrap();
     let na = ipc.grant_send(&mut a, port).unwrap();
@@ -641,18 +641,108 @@ fn dead_name_requests_are_per_space() {
     assert_eq!(na, nb, "fresh spaces hand out the same first name");
     let notify_a = ipc.allocate(&mut a, 2, 0).unwrap();
     let notify_b = ipc.allocate(&mut b, 3, 0).unwrap();
-    ipc.request_notify(&a, 2, na, NOTIFY_KIND_DEAD_NAME, notify_a, &mut fx)
+    ipc.request_notify(&a, na, NOTIFY_KIND_DEAD_NAME, notify_a, &mut fx)
         .unwrap();
-    ipc.request_notify(&b, 3, nb, NOTIFY_KIND_DEAD_NAME, notify_b, &mut fx)
+    ipc.request_notify(&b, nb, NOTIFY_KIND_DEAD_NAME, notify_b, &mut fx)
         .unwrap();
     // A cancels its request; B's stays.
-    ipc.request_notify(&a, 2, na, NOTIFY_KIND_DEAD_NAME, 0, &mut fx)
+    ipc.request_notify(&a, na, NOTIFY_KIND_DEAD_NAME, 0, &mut fx)
         .unwrap();
     ipc.release(&mut server, name, &mut fx).unwrap();
     let pa = ipc.receive_port(&a, notify_a).unwrap();
     let pb = ipc.receive_port(&b, notify_b).unwrap();
-    assert!(ipc.dequeue(pa, &mut fx).is_none(), "A cancelled its request");
-    let m = ipc.dequeue(pb, &mut fx).expect("B's request survives A's cancel");
+    assert!(
+        ipc.dequeue(pa, &mut fx).is_none(),
+        "A cancelled its request"
+    );
+    let m = ipc
+        .dequeue(pb, &mut fx)
+        .expect("B's request survives A's cancel");
     assert_eq!(m.id, NOTIFY_DEAD_NAME);
     assert_eq!(m.data, nb.to_le_bytes().to_vec());
+}
+
+/// A dead-name request goes with its name: releasing or moving the right cancels it, so
+/// requests cannot pile up on a port and no notification names a released name.
+#[test]
+fn dead_name_requests_go_with_their_name() {
+    let mut ipc = I::new();
+    let mut fx = Effects::default();
+    let mut server = Space::with_id(1);
+    let mut client = Space::with_id(2);
+    let name = ipc.allocate(&mut server, 1, 0).unwrap();
+    let port = ipc.receive_port(&server, name).unwrap();
+    let notify = ipc.allocate(&mut client, 2, 0).unwrap();
+    let np = ipc.receive_port(&client, notify).unwrap();
+    for _ in 0..16 {
+        let s = ipc.grant_send(&mut client, port).unwrap();
+        ipc.request_notify(&client, s, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+            .unwrap();
+        ipc.release(&mut client, s, &mut fx).unwrap();
+    }
+    assert_eq!(ipc.port(np).unwrap().send_onces, 0, "kernel rights dropped");
+    ipc.release(&mut server, name, &mut fx).unwrap();
+    assert!(
+        ipc.dequeue(np, &mut fx).is_none(),
+        "no notification for released names"
+    );
+}
+
+/// Receive rights cannot be queued in a cycle (each in the other's queue), which nothing
+/// could ever receive or reclaim.
+#[test]
+fn receive_right_cycles_are_refused() {
+    let mut ipc = I::new();
+    let mut fx = Effects::default();
+    let mut t = Space::with_id(1);
+    let a = ipc.allocate(&mut t, 1, 0).unwrap();
+    let b = ipc.allocate(&mut t, 1, 0).unwrap();
+    let c = ipc.allocate(&mut t, 1, 0).unwrap();
+    let sa = ipc.make_send(&mut t, a, false).unwrap();
+    let sb = ipc.make_send(&mut t, b, false).unwrap();
+    let sc = ipc.make_send(&mut t, c, false).unwrap();
+    // b into a's queue, then c into b's: a chain, fine.
+    let h = header(sa, D::CopySend, 0, D::None, 1, 1);
+    let (d, m) = ipc
+        .copyin(
+            &mut t,
+            &h,
+            &[Descriptor::port(b, D::MoveReceive)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    ipc.enqueue(d, m, &mut fx);
+    let h = header(sb, D::CopySend, 0, D::None, 1, 1);
+    let (d, m) = ipc
+        .copyin(
+            &mut t,
+            &h,
+            &[Descriptor::port(c, D::MoveReceive)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    ipc.enqueue(d, m, &mut fx);
+    // a into c's queue would close the cycle a -> b -> c -> a.
+    let h = header(sc, D::CopySend, 0, D::None, 1, 1);
+    assert_eq!(
+        ipc.copyin(
+            &mut t,
+            &h,
+            &[Descriptor::port(a, D::MoveReceive)],
+            vec![],
+            &mut fx
+        )
+        .map(|_| ()),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(ipc.info(&t, a), Ok(RightKind::Receive), "nothing moved");
+    // Destroying a reclaims the whole chain.
+    ipc.release(&mut t, a, &mut fx).unwrap();
+    for n in [sa, sb, sc] {
+        ipc.release(&mut t, n, &mut fx).unwrap();
+    }
+    assert_eq!(ipc.ports(), 0);
+    assert_eq!(ipc.queued(), 0);
 }

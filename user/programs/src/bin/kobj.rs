@@ -144,7 +144,7 @@ fn run(task_id: u64) -> Result<(), Failed> {
             me,
             reply,
             TASK_THREAD_CREATE,
-            &[created_entry as usize as u64, top, 77],
+            &[created_entry as *const () as u64, top, 77],
             SOON,
         ),
     )?;
@@ -158,8 +158,7 @@ fn run(task_id: u64) -> Result<(), Failed> {
         "a request with too few arguments is refused"
     );
     check!(
-        call(&mut buf, me, reply, TASK_THREAD_CREATE, &[0, top, 0], SOON)
-            == Err(Error::BadAddress),
+        call(&mut buf, me, reply, TASK_THREAD_CREATE, &[0, top, 0], SOON) == Err(Error::BadAddress),
         "a bad entry point is refused"
     );
     check!(
@@ -175,7 +174,10 @@ fn run(task_id: u64) -> Result<(), Failed> {
         "task_port refuses a task this task did not create"
     );
     let cport = must("task_port", task_port(child))?;
-    let (r, _) = must("TASK_INFO", call(&mut buf, cport, reply, TASK_INFO, &[], SOON))?;
+    let (r, _) = must(
+        "TASK_INFO",
+        call(&mut buf, cport, reply, TASK_INFO, &[], SOON),
+    )?;
     check!(r[0] == child, "the child's task port reads the child");
     let ports_before = must("stats", stats())?.ports;
     let (r, _) = must(
@@ -194,7 +196,10 @@ fn run(task_id: u64) -> Result<(), Failed> {
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn debugger", spawn(stack, debugger, 0))?;
     let fake = must("make send", port_make_send(interposed, false))?;
-    let (r, _) = must("TASK_INFO", call(&mut buf, fake, reply, TASK_INFO, &[], SOON))?;
+    let (r, _) = must(
+        "TASK_INFO",
+        call(&mut buf, fake, reply, TASK_INFO, &[], SOON),
+    )?;
     check!(
         r[0] == child && FORWARDED.load(Ordering::Relaxed) == 1,
         "a debugger interposes on a task port and forwards the request"
