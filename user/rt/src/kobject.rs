@@ -1,8 +1,8 @@
 //! Kernel objects through capabilities: send rights to task and thread ports, and calls
 //! on them (see [`baton_abi::kobject`] and `docs/ipc.md`).
 
-pub use baton_abi::kobject::*;
 use baton_abi::ipc::{Disposition, MsgHeader, MSG_RECEIVE, MSG_SEND};
+pub use baton_abi::kobject::*;
 use baton_abi::{decode_result, Error, Sys};
 
 use crate::ipc::IpcBuffer;
