@@ -1,6 +1,8 @@
 //! The Linux side of `cargo xtask bench`: the same kind of micro-operations as Baton's
 //! `bench` program, measured in a Linux guest under the same QEMU settings and counted in
-//! instructions (`cargo xtask bench-linux` runs it on its own).
+//! instructions (`cargo xtask bench-linux` runs it on its own and writes
+//! `results/linux.json`; `cargo xtask bench` runs it after Baton's boots, and
+//! [`crate::report`] pairs its rows with Baton's).
 //!
 //! 1. A Debian kernel and BusyBox are fetched into `target/linux-guest/` without root and
 //!    without installing anything: `apt-cache depends linux-image-amd64` names the kernel
@@ -192,11 +194,15 @@ pub fn measure(quick: bool) -> Result<LinuxRun, String> {
     })
 }
 
-/// `cargo xtask bench-linux`: [`measure`] with the repeatability check, and the results as
-/// a table on standard output.
+/// `cargo xtask bench-linux`: [`measure`] with the repeatability check, the results in
+/// `results/linux.json`, and as a table on standard output.
 pub fn bench_linux() -> Result<ExitCode, String> {
     let start = Instant::now();
     let run = measure(false)?;
+    let meta = crate::report::Meta::collect(&deps::ensure_qemu()?);
+    let json = root().join("results").join("linux.json");
+    fs::write(&json, crate::report::linux_json(&meta, &run))
+        .map_err(|e| format!("cannot write {}: {e}", json.display()))?;
     println!("{}", table(&run.rows));
     println!("- kernel: {} (Debian)", run.kernel);
     println!("- kernel command line: `{}`", run.cmdline);
@@ -219,8 +225,9 @@ pub fn bench_linux() -> Result<ExitCode, String> {
     );
     let logs: Vec<String> = run.logs.iter().map(|l| l.display().to_string()).collect();
     note(format!(
-        "Linux benchmarks done in {:.0}s; serial logs: {}",
+        "Linux benchmarks done in {:.0}s; wrote {}; serial logs: {}",
         start.elapsed().as_secs_f64(),
+        json.display(),
         logs.join(", ")
     ));
     Ok(ExitCode::SUCCESS)
@@ -931,6 +938,8 @@ fn bench_row(fields: &str) -> Result<Row, String> {
         median: number("median")?,
         min: number("min")?,
         max: number("max")?,
+        // The guest has one CPU (`-smp 1`).
+        cpus: 1,
     })
 }
 
@@ -1077,6 +1086,7 @@ BENCH done\r
                 median: 250,
                 min: 250,
                 max: 900,
+                cpus: 1,
             }
         );
         assert_eq!(p.rows[2].name, "linux.fork.exit");

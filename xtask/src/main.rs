@@ -6,8 +6,9 @@
 //! each in its own target directory, and the programs are packed into the initrd ([`build`],
 //! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test`
 //! runs the host unit tests and then the integration tests listed in [`tests`], judging each
-//! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount` and
-//! writes its instruction counts to `results/` ([`bench`]).
+//! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`,
+//! measures the same operations in a Linux guest ([`linux`]) and writes the results, the
+//! report and its plots to `results/` ([`bench`], [`report`], [`plot`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
@@ -20,7 +21,9 @@ mod deps;
 mod initrd;
 mod judge;
 mod linux;
+mod plot;
 mod qemu;
+mod report;
 mod run;
 mod test;
 mod tests;
@@ -53,10 +56,13 @@ commands:
       --filter SUBSTR    only tests whose name contains SUBSTR (host and integration tests)
       -j N               run up to N integration tests at once (default: number of CPUs)
   bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
-                         instructions) twice, check that both runs agree to the instruction, and
-                         write results/baton.json and results/report.md; print the table
-      --quick            one run only (no repeatability check)
-  bench-linux            the Linux side of `bench`: a Debian guest under the same QEMU, twice
+                         instructions) twice and check that both runs agree to the instruction,
+                         measure the same operations in a Linux guest under the same QEMU, and
+                         write results/ (report.md, baton.json, linux.json, SVG plots); print
+                         the headline table
+      --quick            Baton only, one run (no repeatability check, no Linux)
+  bench-linux            the Linux side of `bench` alone: a Debian guest, twice; writes
+                         results/linux.json
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
   help                   print this text
 

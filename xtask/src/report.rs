@@ -1,0 +1,1485 @@
+//! The results of `cargo xtask bench` as files: `results/report.md`, `results/baton.json`,
+//! `results/linux.json` and the SVG plots, and the headline table printed at the end.
+//!
+//! Everything here is a pure function of the parsed runs ([`Inputs`]), except
+//! [`Meta::collect`], which asks git, QEMU and `/proc/cpuinfo`. Three explicit tables say
+//! how the figures are set side by side, each entry with its reason:
+//!
+//! - [`FLOORS`]: which `floor.*` row each Baton row is a multiple of;
+//! - [`LINUX_PAIRS`]: which Linux row measures the same operation as a Baton row;
+//! - [`REFERENCES`]: the papers' (and seL4's) figures for a Baton row.
+//!
+//! A row, pair or reference whose rows a run does not have is left out: nothing here
+//! holds a Baton figure. `docs/benchmarks.md` describes the files.
+
+use crate::bench::{Paths, Results, Row};
+use crate::linux::LinuxRun;
+use crate::plot::{self, Group, Series};
+use crate::workspace::command;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// The machine the figures come from: QEMU's TCG CPU, counting instructions.
+pub const GUEST_CPU: &str = "QEMU TCG -icount shift=0";
+/// File name of the Baton-versus-Linux bar chart.
+pub const BARS_SVG: &str = "baton-vs-linux.svg";
+/// File name of the RPC-cost-against-size plot.
+pub const RPC_SVG: &str = "rpc-size.svg";
+/// Every plot file the report may write (stale ones are removed).
+pub const PLOTS: [&str; 2] = [BARS_SVG, RPC_SVG];
+
+/// What the figures were measured with.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Meta {
+    /// What the figures count: `instructions` (or, later, `cycles`).
+    pub metric: String,
+    /// First line of `qemu-system-x86_64 --version`.
+    pub qemu: String,
+    /// `git rev-parse --short HEAD`, `-dirty` if the tree has changes.
+    pub commit: String,
+    /// The host's CPU: the first `model name` of `/proc/cpuinfo`.
+    pub host_cpu: String,
+    /// The host's number of CPUs (`processor` lines of `/proc/cpuinfo`).
+    pub host_cpus: u64,
+}
+
+impl Meta {
+    /// Asks QEMU (`qemu`), git and `/proc/cpuinfo`.
+    pub fn collect(qemu: &Path) -> Meta {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let (host_cpu, host_cpus) = cpu_model(&cpuinfo);
+        Meta {
+            metric: "instructions".to_string(),
+            qemu: qemu_version(qemu),
+            commit: git_commit(),
+            host_cpu,
+            host_cpus,
+        }
+    }
+}
+
+/// The first `model name` in `/proc/cpuinfo` text (`unknown` if none) and the number of
+/// `processor` entries.
+pub fn cpu_model(cpuinfo: &str) -> (String, u64) {
+    let field = |line: &str, key: &str| {
+        let (k, v) = line.split_once(':')?;
+        (k.trim() == key).then(|| v.trim().to_string())
+    };
+    let model = cpuinfo
+        .lines()
+        .find_map(|l| field(l, "model name"))
+        .unwrap_or_else(|| "unknown".to_string());
+    let count = cpuinfo
+        .lines()
+        .filter(|l| field(l, "processor").is_some())
+        .count() as u64;
+    (model, count)
+}
+
+/// First line of `qemu --version`.
+fn qemu_version(qemu: &Path) -> String {
+    command(qemu)
+        .arg("--version")
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".to_string())
+}
+
+/// `git rev-parse --short HEAD`, with `-dirty` when `git status --porcelain` lists changes.
+fn git_commit() -> String {
+    let git = |args: &[&str]| {
+        command("git")
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let Some(head) = git(&["rev-parse", "--short", "HEAD"]) else {
+        return "unknown".to_string();
+    };
+    match git(&["status", "--porcelain"]) {
+        Some(changes) if changes.is_empty() => head,
+        _ => format!("{head}-dirty"),
+    }
+}
+
+/// A fingerprint of the bytes of `files`, in order: FNV-1a, 64 bits, in hexadecimal. The
+/// same kernel and initrd give the same figures; a different fingerprint may or may not
+/// (the kernel's debug information holds the checkout's path).
+pub fn fingerprint(files: &[&[u8]]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in files.iter().flat_map(|f| f.iter()) {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{hash:016x}")
+}
+
+/// Whether Baton's figures were checked by a second run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// A second run gave the same figure for every row.
+    Agreed,
+    /// A second run gave different figures (the command fails).
+    Differed,
+    /// One run only (`--quick`).
+    NotChecked,
+}
+
+/// Everything a report is made of.
+pub struct Inputs<'a> {
+    /// What the figures were measured with.
+    pub meta: &'a Meta,
+    /// Baton's rows (every boot's, in order) and kernel paths.
+    pub baton: &'a Results,
+    /// The [`fingerprint`] of the kernel and the initrd that gave them.
+    pub image: &'a str,
+    /// Whether Baton's figures were checked by a second run.
+    pub repeat: Repeat,
+    /// The Linux guest's figures, or why there are none.
+    pub linux: Result<&'a LinuxRun, String>,
+}
+
+// ---- The tables that set figures side by side -------------------------------------------
+
+/// Each Baton row's floor: the cheapest measured operation that every iteration of the row
+/// contains, so that the row's figure as a multiple of it says how much the operation adds.
+/// The first entry whose prefix the row's name starts with applies; an empty floor means
+/// none. A floor the run does not have leaves the multiple blank. A new `floor.*` row in
+/// `user/programs/src/bin/bench.rs` becomes some rows' floor by an entry here.
+pub const FLOORS: &[(&str, &str)] = &[
+    // The floors themselves are not multiples of anything.
+    ("floor.", ""),
+    // A yield, a switch (by handoff or switch_context), a wait or a wake is at least one
+    // system call from user mode and back, and `null` is the cheapest one.
+    ("sched.", "floor.syscall.null"),
+    ("sync.", "floor.syscall.null"),
+    // Creating a thread, running it and waiting for its end: at least one system call.
+    ("thread.", "floor.syscall.null"),
+    // An RPC: the client's and the server's `ipc_msg`, each at least a system call.
+    ("rpc.", "floor.syscall.null"),
+    // An exception: the fault's entry, an RPC to the handler and its reply.
+    ("exc.", "floor.syscall.null"),
+    // Anything else enters the kernel at least once.
+    ("", "floor.syscall.null"),
+];
+
+/// The floor row of the Baton row `name` ([`FLOORS`]), if it has one.
+pub fn floor_of(name: &str) -> Option<&'static str> {
+    FLOORS
+        .iter()
+        .find(|(prefix, _)| name.starts_with(prefix))
+        .map(|(_, floor)| *floor)
+        .filter(|floor| !floor.is_empty())
+}
+
+/// A Baton row and the Linux row that measures the same operation.
+#[derive(Clone, Copy, Debug)]
+pub struct Pair {
+    /// The Baton row.
+    pub baton: &'static str,
+    /// The Linux row (`bench/linux/linuxbench.c`).
+    pub linux: &'static str,
+    /// Why the two are the same operation (printed in the report).
+    pub why: &'static str,
+}
+
+/// Which Linux row each Baton row is compared with. A Baton row has at most one; a Linux
+/// row may serve several Baton rows (two paths of Baton for one operation).
+pub const LINUX_PAIRS: &[Pair] = &[
+    // The same instructions on both sides: the measurement's own cost.
+    Pair {
+        baton: "floor.rdtsc.overhead",
+        linux: "linux.rdtsc.overhead",
+        why: "two `lfence; rdtsc; lfence` timestamps back to back: the same instructions, \
+              no kernel",
+    },
+    // The smallest round trip into each kernel and back.
+    Pair {
+        baton: "floor.syscall.null",
+        linux: "linux.syscall.null",
+        why: "the cheapest system call, issued inline with `syscall`: Baton's `null`, \
+              Linux's `getppid` (entry, dispatch, a trivial body, exit)",
+    },
+    // What the program asks for is the same; Linux answers without entering its kernel.
+    Pair {
+        baton: "floor.syscall.clock",
+        linux: "linux.clock.gettime",
+        why: "the program reads the monotonic clock: Baton with a system call, Linux in the \
+              vDSO without one",
+    },
+    // The switch the continuations paper is about, on both kernels.
+    Pair {
+        baton: "sched.yield.switch",
+        linux: "linux.sched.yield.switch",
+        why: "thread A yields to thread B of the same address space, blocked in its own \
+              yield: from A's timestamp before the yield to B's after its yield returns",
+    },
+    // Linux always keeps a kernel stack per thread: its switch is a process-model switch.
+    Pair {
+        baton: "sched.pmodel.switch",
+        linux: "linux.sched.yield.switch",
+        why: "the same yield by Baton's process-model path, which keeps A's kernel stack \
+              and switches stacks (`switch_context`), as Linux always does",
+    },
+    // Baton's wait/wake are futexes: a word, a compare, a sleep, a wake.
+    Pair {
+        baton: "sync.waitwake.pingpong",
+        linux: "linux.futex.pingpong",
+        why: "one round trip between two threads through two words: store, wake the other, \
+              wait until it answers (`wait`/`wake`; `FUTEX_WAIT`/`FUTEX_WAKE`)",
+    },
+    // A message with nothing in it to another address space and one back. Linux's figures
+    // are the client's whole round trip, server's work included: Baton's `.roundtrip` rows
+    // (the rows without it are sel4bench's one-way sums, which leave the server's work out).
+    Pair {
+        baton: "rpc.null.fast.roundtrip",
+        linux: "linux.pipe.pingpong",
+        why: "an empty request to another process and an empty reply back, the client's \
+              whole round trip (Linux's pipes carry one byte each way)",
+    },
+    Pair {
+        baton: "rpc.null.slow.roundtrip",
+        linux: "linux.pipe.pingpong",
+        why: "as `rpc.null.fast.roundtrip`, with Baton's messages queued, as Linux's pipes \
+              queue bytes",
+    },
+    // A small request and an equal reply between client and server processes.
+    Pair {
+        baton: "rpc.32b.fast.roundtrip",
+        linux: "linux.unix.rpc64",
+        why: "a small request and an equal reply between a client and a server process, the \
+              client's whole round trip (Baton 32 bytes each way in-line, Linux 64 bytes over \
+              a UNIX stream socket)",
+    },
+    Pair {
+        baton: "rpc.32b.slow.roundtrip",
+        linux: "linux.unix.rpc64",
+        why: "as `rpc.32b.fast.roundtrip`, with Baton's messages queued",
+    },
+    // The kernel stops a thread, a user-level handler runs, and the thread resumes: Baton
+    // by an exception RPC to a handler thread, Linux by a signal handler on the same
+    // thread. (Linux's event is a `kill` system call, not a fault; no Linux row has a
+    // fault whose handler resumes past the instruction without changing protections.)
+    Pair {
+        baton: "exc.roundtrip",
+        linux: "linux.signal.roundtrip",
+        why: "the kernel delivers an event to a user-level handler and resumes the thread \
+              where the handler says: Baton's `ud2` exception RPC to a handler thread and \
+              its reply with new registers; Linux's signal (from `kill`, not a fault) to a \
+              handler and `rt_sigreturn`",
+    },
+    // A thread's whole life, seen from its creator.
+    Pair {
+        baton: "thread.create_exit",
+        linux: "linux.thread.create_join",
+        why: "create a thread that ends at once and wait for its end (Baton: spawn, \
+              `thread_exit`, a wait on a word; glibc: `pthread_create`, `pthread_join`)",
+    },
+];
+
+/// The Linux row paired with the Baton row `name` ([`LINUX_PAIRS`]).
+pub fn linux_pair(name: &str) -> Option<&'static Pair> {
+    LINUX_PAIRS.iter().find(|p| p.baton == name)
+}
+
+/// A figure from a paper or a peer system.
+#[derive(Clone, Copy, Debug)]
+pub enum Figure {
+    /// A count of instructions: compared as Baton's figure ÷ this.
+    Instructions(u64),
+    /// The ratio `num / den` of two of the source's figures (any unit), compared with
+    /// Baton's figure ÷ Baton's row `base`.
+    Ratio {
+        /// The source's figure for the operation of this row.
+        num: u64,
+        /// The source's figure for the operation of `base`.
+        den: u64,
+        /// The Baton row that plays `den`'s part.
+        base: &'static str,
+    },
+}
+
+/// A published figure set beside a Baton row.
+#[derive(Clone, Copy, Debug)]
+pub struct Reference {
+    /// The Baton row.
+    pub row: &'static str,
+    /// The figure.
+    pub figure: Figure,
+    /// What the source measured.
+    pub what: &'static str,
+    /// Where: a key of [`SOURCES`] and a table.
+    pub source: &'static str,
+}
+
+/// The sources of [`REFERENCES`].
+pub const SOURCES: &[(&str, &str)] = &[
+    (
+        "[000]",
+        "Draves, Bershad, Rashid, Dean, *Using Continuations to Implement Thread Management \
+         and Communication in Operating Systems*, SOSP 1991 (Mach 3.0; MK40 with \
+         continuations, MK32 without, Mach 2.5; DECstation 3100)",
+    ),
+    (
+        "[001]",
+        "Ford, Lepreau, *Evolving Mach 3.0 to a Migrating Thread Model*, USENIX 1994 \
+         (HP PA-RISC; \"switching\" is Mach 3.0's RPC with handoff, \"migrating\" theirs)",
+    ),
+    (
+        "sel4bench",
+        "seL4's benchmark suite, measured in instructions the same way, as the \
+         continuations and IPC issues quote it",
+    ),
+];
+
+/// The published figures set beside Baton's rows. The papers counted kernel paths alone on
+/// 1990s RISC machines; Baton's rows are whole user-to-user paths with their timestamps, so
+/// the ratios say how far apart the paths are, not who is faster.
+pub const REFERENCES: &[Reference] = &[
+    // [000] Table 4: MK40's system call entry (64) and exit (35), the kernel's part of a
+    // null system call.
+    Reference {
+        row: "floor.syscall.null",
+        figure: Figure::Instructions(99),
+        what: "MK40 system call entry 64 + exit 35",
+        source: "[000] Table 4",
+    },
+    // [000] Table 4: the stack handoff, the heart of a continuation switch.
+    Reference {
+        row: "sched.yield.switch",
+        figure: Figure::Instructions(83),
+        what: "MK40 stack handoff",
+        source: "[000] Table 4",
+    },
+    Reference {
+        row: "sched.yield.switch",
+        figure: Figure::Instructions(272),
+        what: "seL4 yield to another thread (target: fewer)",
+        source: "sel4bench",
+    },
+    // [000] Table 4: the process model's full context switch, and how much dearer it is
+    // than a handoff: Baton's process-model switch against its handoff.
+    Reference {
+        row: "sched.pmodel.switch",
+        figure: Figure::Instructions(250),
+        what: "MK32 context switch",
+        source: "[000] Table 4",
+    },
+    Reference {
+        row: "sched.pmodel.switch",
+        figure: Figure::Ratio {
+            num: 250,
+            den: 83,
+            base: "sched.yield.switch",
+        },
+        what: "context switch ÷ stack handoff",
+        source: "[000] Table 4",
+    },
+    Reference {
+        row: "sched.pmodel.roundtrip",
+        figure: Figure::Ratio {
+            num: 250,
+            den: 83,
+            base: "sched.yield.roundtrip",
+        },
+        what: "context switch ÷ stack handoff",
+        source: "[000] Table 4",
+    },
+    // [001] Table 1: the kernel's instructions for a null RPC on Mach 3.0's switching path
+    // (combined send/receive, handoff, recognition), the path Baton's fast path follows;
+    // `rpc.null.fast` is, like seL4's figure, the two one-way trips without the server's
+    // work. (The migrating path's 213 awaits Baton's migrating RPC.)
+    Reference {
+        row: "rpc.null.fast",
+        figure: Figure::Instructions(1128),
+        what: "Mach 3.0 switching null RPC, kernel path",
+        source: "[001] Table 1",
+    },
+    Reference {
+        row: "rpc.null.fast",
+        figure: Figure::Instructions(425),
+        what: "seL4 fastpath Call + ReplyRecv",
+        source: "sel4bench",
+    },
+    // [001] Table 3 (cycles, switching path): how the RPC grows with in-line data, kernel
+    // time alone against the one-way sums, kernel and user marshaling against the round
+    // trips.
+    Reference {
+        row: "rpc.32b.fast",
+        figure: Figure::Ratio {
+            num: 2379,
+            den: 2318,
+            base: "rpc.null.fast",
+        },
+        what: "switching RPC kernel time, 32 bytes in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.fast",
+        figure: Figure::Ratio {
+            num: 4753,
+            den: 2318,
+            base: "rpc.null.fast",
+        },
+        what: "switching RPC kernel time, 1 KiB in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.fast.roundtrip",
+        figure: Figure::Ratio {
+            num: 3050,
+            den: 2986,
+            base: "rpc.null.fast.roundtrip",
+        },
+        what: "switching RPC with marshaling, 32 bytes in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.fast.roundtrip",
+        figure: Figure::Ratio {
+            num: 6470,
+            den: 2986,
+            base: "rpc.null.fast.roundtrip",
+        },
+        what: "switching RPC with marshaling, 1 KiB in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    // [000] Table 3 (µs, DS3100, as a user sees them): Mach 2.5 queues the message and lets
+    // the scheduler find the receiver; MK40 hands its stack off. Baton's queued path
+    // against its handoff.
+    Reference {
+        row: "rpc.null.slow.roundtrip",
+        figure: Figure::Ratio {
+            num: 185,
+            den: 95,
+            base: "rpc.null.fast.roundtrip",
+        },
+        what: "Mach 2.5 (queued) ÷ MK40 (handoff) null RPC (µs)",
+        source: "[000] Table 3",
+    },
+    // [000] Table 3 (µs, DS3100): MK40's exception round trip against its null RPC, both
+    // handed off to a waiting user-level receiver; Baton's against its RPC round trip.
+    Reference {
+        row: "exc.roundtrip",
+        figure: Figure::Ratio {
+            num: 135,
+            den: 95,
+            base: "rpc.null.fast.roundtrip",
+        },
+        what: "MK40 exception ÷ null RPC (µs)",
+        source: "[000] Table 3",
+    },
+];
+
+/// The rows of the headline table, in order (those the run has).
+pub const HEADLINE: &[&str] = &[
+    "floor.syscall.null",
+    "sched.yield.switch",
+    "sched.pmodel.switch",
+    "sync.waitwake.pingpong",
+    "rpc.null.fast",
+    "rpc.null.fast.roundtrip",
+    "rpc.1k.fast",
+    "rpc.null.slow.roundtrip",
+    "exc.roundtrip",
+    "thread.create_exit",
+];
+
+// ---- Cells -----------------------------------------------------------------------------------
+
+/// `a / b` with two decimals; empty when `b` is 0.
+pub fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        String::new()
+    } else {
+        format!("{:.2}", a as f64 / b as f64)
+    }
+}
+
+/// The row called `name`.
+fn find<'r>(rows: &'r [Row], name: &str) -> Option<&'r Row> {
+    rows.iter().find(|r| r.name == name)
+}
+
+/// The cells of one line of the main table.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct Cells {
+    /// Baton's median.
+    baton: String,
+    /// The median as a multiple of the row's floor.
+    floor: String,
+    /// Linux's median and row.
+    linux: String,
+    /// Baton ÷ Linux.
+    vs_linux: String,
+    /// The references.
+    paper: String,
+    /// Baton against each reference.
+    paper_ratio: String,
+}
+
+impl Inputs<'_> {
+    /// The Linux rows, if Linux was measured.
+    fn linux_rows(&self) -> Option<&[Row]> {
+        self.linux.as_ref().ok().map(|l| l.rows.as_slice())
+    }
+
+    /// The main table's cells for `row`.
+    fn cells(&self, row: &Row) -> Cells {
+        let rows = &self.baton.rows;
+        let floor = floor_of(&row.name)
+            .and_then(|f| find(rows, f))
+            .map(|f| ratio(row.median, f.median))
+            .unwrap_or_default();
+        let linux = linux_pair(&row.name)
+            .and_then(|p| find(self.linux_rows()?, p.linux))
+            .map(|l| {
+                (
+                    format!(
+                        "{} `{}`",
+                        l.median,
+                        l.name.strip_prefix("linux.").unwrap_or(&l.name)
+                    ),
+                    ratio(row.median, l.median),
+                )
+            })
+            .unwrap_or_default();
+        let mut paper = Vec::new();
+        let mut paper_ratio = Vec::new();
+        for r in REFERENCES.iter().filter(|r| r.row == row.name) {
+            match r.figure {
+                Figure::Instructions(n) => {
+                    paper.push(format!("{n}: {} ({})", r.what, r.source));
+                    paper_ratio.push(ratio(row.median, n));
+                }
+                Figure::Ratio { num, den, base } => {
+                    let Some(b) = find(rows, base) else { continue };
+                    paper.push(format!(
+                        "{num}/{den} = {}: {} ({})",
+                        ratio(num, den),
+                        r.what,
+                        r.source
+                    ));
+                    paper_ratio.push(format!("{} (÷ `{base}`)", ratio(row.median, b.median)));
+                }
+            }
+        }
+        Cells {
+            baton: row.median.to_string(),
+            floor,
+            linux: linux.0,
+            vs_linux: linux.1,
+            paper: paper.join("<br>"),
+            paper_ratio: paper_ratio.join("<br>"),
+        }
+    }
+
+    /// A Markdown table of the Baton rows called `names` (all rows when `None`), with the
+    /// Linux columns when Linux was measured.
+    fn table(&self, names: Option<&[&str]>) -> String {
+        let with_linux = self.linux.is_ok();
+        let mut out = String::from("| benchmark | Baton | × floor |");
+        if with_linux {
+            out.push_str(" Linux | Baton/Linux |");
+        }
+        out.push_str(" paper / reference | ratio |\n|---|---:|---:|");
+        if with_linux {
+            out.push_str("---|---:|");
+        }
+        out.push_str("---|---|\n");
+        let rows: Vec<&Row> = match names {
+            None => self.baton.rows.iter().collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| find(&self.baton.rows, n))
+                .collect(),
+        };
+        for row in rows {
+            let c = self.cells(row);
+            let _ = write!(out, "| `{}` | {} | {} |", row.name, c.baton, c.floor);
+            if with_linux {
+                let _ = write!(out, " {} | {} |", c.linux, c.vs_linux);
+            }
+            let _ = writeln!(out, " {} | {} |", c.paper, c.paper_ratio);
+        }
+        out
+    }
+
+    /// The headline table (Markdown): a few key rows.
+    pub fn headline(&self) -> String {
+        self.table(Some(HEADLINE))
+    }
+
+    /// One line naming the metric, the machine and the commit.
+    fn header_line(&self) -> String {
+        format!(
+            "{} under {}; {}; kernel {}",
+            self.meta.metric, GUEST_CPU, self.meta.qemu, self.meta.commit
+        )
+    }
+
+    /// `results/report.md`.
+    pub fn report_md(&self, plots: &[&str]) -> String {
+        let m = self.meta;
+        let mut out = String::from("# Baton benchmarks\n\n");
+        let _ = writeln!(
+            out,
+            "- metric: **{}** (QEMU TCG, `-cpu max`, `-icount shift=0,align=off,sleep=off`: \
+             the guest's TSC advances once per instruction, so every figure is an exact \
+             count, the same on any host)",
+            m.metric
+        );
+        let _ = writeln!(
+            out,
+            "- CPU: {GUEST_CPU}; host {} ({} CPUs), which changes the time a run takes, \
+             not its figures",
+            m.host_cpu, m.host_cpus
+        );
+        let _ = writeln!(out, "- QEMU: {}", m.qemu);
+        let _ = writeln!(
+            out,
+            "- kernel commit: {} (image fingerprint `{}`: kernel and initrd, FNV-1a)",
+            m.commit, self.image
+        );
+        match &self.linux {
+            Ok(l) => {
+                let _ = writeln!(
+                    out,
+                    "- Linux: {} (Debian), command line `{}`, benchmarks compiled by {}, \
+                     BusyBox {}",
+                    l.kernel, l.cmdline, l.gcc, l.busybox
+                );
+            }
+            Err(why) => {
+                let _ = writeln!(out, "- Linux: not measured ({why})");
+            }
+        }
+        let iterations = self.baton.rows.first().map_or(0, |r| r.iterations);
+        let stamps = find(&self.baton.rows, "floor.rdtsc.overhead")
+            .map(|r| format!(" ({} instructions, `floor.rdtsc.overhead`)", r.median))
+            .unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "- figures: the lower median of the {iterations} recorded iterations of each \
+             benchmark, the timestamps' own cost{stamps} included; min and max under Details"
+        );
+        let baton_repeat = match self.repeat {
+            Repeat::Agreed => "a second run gave the same count for every row",
+            Repeat::Differed => "**a second run gave different counts** (see the command's error)",
+            Repeat::NotChecked => "not checked (`--quick`: one run)",
+        };
+        let linux_repeat = match &self.linux {
+            Ok(l) if l.repeated => "; Linux: a second boot gave the same count for every row",
+            Ok(_) => "; Linux: not checked (one boot)",
+            Err(_) => "",
+        };
+        let _ = writeln!(out, "- repeatability: Baton: {baton_repeat}{linux_repeat}");
+        out.push_str(
+            "\nReproduce with `cargo xtask bench`; every benchmark is defined in \
+             `docs/benchmarks.md`.\n",
+        );
+
+        out.push_str("\n## Headline\n\n");
+        out.push_str(&self.headline());
+        out.push_str("\n## Every Baton benchmark\n\n");
+        out.push_str(&self.table(None));
+        out.push_str(&self.legend());
+
+        if !plots.is_empty() {
+            out.push_str("\n## Plots\n\n");
+            for p in plots {
+                let alt = match *p {
+                    BARS_SVG => "Baton and Linux, the same operations",
+                    RPC_SVG => "RPC cost against message size",
+                    other => other,
+                };
+                let _ = writeln!(out, "![{alt}]({p})\n");
+            }
+        }
+        if let Some(rows) = self.linux_rows() {
+            out.push_str(&self.pairs_md());
+            out.push_str(&linux_only_md(rows));
+        }
+        out.push_str(&self.details_md());
+        if let Ok(l) = &self.linux {
+            out.push_str(&linux_guest_md(l));
+        }
+        out.push_str("\n## Sources\n\n");
+        for (key, what) in SOURCES {
+            let _ = writeln!(out, "- {key}: {what}");
+        }
+        out
+    }
+
+    /// What the columns mean, and which floor each row has.
+    fn legend(&self) -> String {
+        let mut out = String::from(
+            "\n- **Baton**: the median, in instructions.\n\
+             - **× floor**: Baton's median ÷ the median of the row's floor, the cheapest \
+             operation each of its iterations contains",
+        );
+        let mut floors: Vec<(&str, Vec<&str>)> = Vec::new();
+        for r in &self.baton.rows {
+            let floor = floor_of(&r.name).filter(|f| find(&self.baton.rows, f).is_some());
+            if let Some(f) = floor {
+                match floors.iter_mut().find(|(g, _)| *g == f) {
+                    Some((_, rows)) => rows.push(&r.name),
+                    None => floors.push((f, vec![&r.name])),
+                }
+            }
+        }
+        let groups: Vec<String> = floors
+            .iter()
+            .map(|(f, rows)| {
+                if rows.len()
+                    == self
+                        .baton
+                        .rows
+                        .iter()
+                        .filter(|r| !r.name.starts_with("floor."))
+                        .count()
+                {
+                    format!("`{f}` for every row but the floors")
+                } else {
+                    let names: Vec<String> = rows.iter().map(|r| format!("`{r}`")).collect();
+                    format!("`{f}` for {}", names.join(", "))
+                }
+            })
+            .collect();
+        if !groups.is_empty() {
+            let _ = write!(out, ": {}", groups.join("; "));
+        }
+        out.push_str(".\n");
+        if self.linux.is_ok() {
+            out.push_str(
+                "- **Linux**: the median of the Linux row that measures the same operation \
+                 (named after the figure; why each pair is the same operation: under Pairs), \
+                 in the same QEMU, counted the same way. **Baton/Linux**: Baton's median ÷ \
+                 Linux's.\n",
+            );
+        }
+        out.push_str(
+            "- **paper / reference**: a published figure (instructions unless marked), or the \
+             ratio `a/b` of two of the source's figures. **ratio**: Baton's median ÷ an \
+             instruction figure; for a source's ratio, Baton's same ratio (the median ÷ the \
+             median of the row after `÷`). The papers counted kernel paths alone on 1990s \
+             machines, Baton's figures are whole user-to-user paths, so the ratios measure \
+             distance, not speed.\n",
+        );
+        out
+    }
+
+    /// The pairs with Linux, with their reasons.
+    fn pairs_md(&self) -> String {
+        let mut out = String::from(
+            "\n## Pairs\n\nWhy each Baton row is compared with its Linux row (the table \
+             `LINUX_PAIRS` in `xtask/src/report.rs`).\n\n| Baton | Linux | the same operation \
+             because |\n|---|---|---|\n",
+        );
+        for p in LINUX_PAIRS {
+            if find(&self.baton.rows, p.baton).is_some() {
+                let _ = writeln!(out, "| `{}` | `{}` | {} |", p.baton, p.linux, p.why);
+            }
+        }
+        out
+    }
+
+    /// Min, max, CPUs and kernel paths of every Baton row.
+    fn details_md(&self) -> String {
+        let mut out = String::from(
+            "\n## Details\n\nEvery Baton row's median, min and max, the CPUs of its boot, \
+             and the change of the kernel's counters per recorded iteration (from \
+             `BENCHSTAT`: stack handoffs, `switch_context` switches, stacks discarded, \
+             continuations recognised).\n\n\
+             | benchmark | median | min | max | CPUs | handoffs | switches | discards | \
+             recognitions |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        for r in &self.baton.rows {
+            let p = self.baton.paths.iter().find(|p| p.name == r.name);
+            let per = |f: fn(&Paths) -> u64| {
+                p.map(|p| per_iteration(f(p), r.iterations))
+                    .unwrap_or_default()
+            };
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.name,
+                r.median,
+                r.min,
+                r.max,
+                r.cpus,
+                per(|p| p.handoffs),
+                per(|p| p.switches),
+                per(|p| p.discards),
+                per(|p| p.recognitions)
+            );
+        }
+        out
+    }
+
+    /// The plots: file name and SVG text. The Baton-versus-Linux bars when Linux was
+    /// measured and a pair has both rows; the RPC plot when there are `rpc.*` rows.
+    pub fn plots(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if let Some(linux) = self.linux_rows() {
+            let groups: Vec<Group> = LINUX_PAIRS
+                .iter()
+                .filter_map(|p| {
+                    let b = find(&self.baton.rows, p.baton)?;
+                    let l = find(linux, p.linux)?;
+                    Some(Group {
+                        label: format!(
+                            "{} / {}",
+                            p.baton,
+                            p.linux.strip_prefix("linux.").unwrap_or(p.linux)
+                        ),
+                        values: vec![Some(b.median), Some(l.median)],
+                    })
+                })
+                .collect();
+            if !groups.is_empty() {
+                let series = ["Baton".to_string(), "Linux".to_string()];
+                out.push((
+                    BARS_SVG,
+                    plot::bars(
+                        "The same operations on Baton and Linux (medians)",
+                        &self.header_line(),
+                        &self.meta.metric,
+                        &series,
+                        &groups,
+                    ),
+                ));
+            }
+        }
+        let series = rpc_series(&self.baton.rows, self.linux_rows().unwrap_or_default());
+        if !series.is_empty() {
+            out.push((
+                RPC_SVG,
+                plot::lines(
+                    "RPC against message size (medians)",
+                    &self.header_line(),
+                    "bytes of in-line data in the request and in the reply",
+                    &format!("{} per RPC", self.meta.metric),
+                    &series,
+                ),
+            ));
+        }
+        out
+    }
+}
+
+/// The payload size an `rpc.*` size word stands for: `null` 0, `<n>b` n bytes, `<n>k` n
+/// KiB.
+pub fn rpc_size(word: &str) -> Option<u64> {
+    if word == "null" {
+        return Some(0);
+    }
+    if let Some(n) = word.strip_suffix('b') {
+        return n.parse().ok();
+    }
+    word.strip_suffix('k')?
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1024)
+}
+
+/// The series of the RPC plot: one per Baton path and kind of figure
+/// (`rpc.<size>.<path>[.<kind>]`, e.g. `rpc.1k.fast.roundtrip`; in the order they first
+/// appear, points by size), and Linux's pipe (1 byte) and UNIX-socket
+/// (`linux.unix.rpc<bytes>`) round trips.
+pub fn rpc_series(baton: &[Row], linux: &[Row]) -> Vec<Series> {
+    let mut series: Vec<(String, Series)> = Vec::new();
+    for r in baton {
+        let Some((size, key)) = r
+            .name
+            .strip_prefix("rpc.")
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let Some(size) = rpc_size(size) else { continue };
+        let point = (size as f64, r.median as f64);
+        match series.iter_mut().find(|(k, _)| k == key) {
+            Some((_, s)) => s.points.push(point),
+            None => {
+                let name = format!(
+                    "Baton {}",
+                    key.replace('.', ", ").replace("roundtrip", "round trip")
+                );
+                series.push((
+                    key.to_string(),
+                    Series {
+                        name,
+                        points: vec![point],
+                    },
+                ));
+            }
+        }
+    }
+    let mut out: Vec<Series> = series.into_iter().map(|(_, s)| s).collect();
+    let mut socket: Vec<(f64, f64)> = linux
+        .iter()
+        .filter_map(|r| {
+            let bytes: u64 = r.name.strip_prefix("linux.unix.rpc")?.parse().ok()?;
+            Some((bytes as f64, r.median as f64))
+        })
+        .collect();
+    if let Some(pipe) = find(linux, "linux.pipe.pingpong") {
+        out.push(Series {
+            name: "Linux pipes (1 byte)".to_string(),
+            points: vec![(1.0, pipe.median as f64)],
+        });
+    }
+    if !socket.is_empty() {
+        socket.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out.push(Series {
+            name: "Linux UNIX socket".to_string(),
+            points: socket,
+        });
+    }
+    for s in &mut out {
+        s.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    out
+}
+
+/// `count / iterations`, as an integer when it divides, else with two decimals.
+pub fn per_iteration(count: u64, iterations: u64) -> String {
+    if iterations == 0 {
+        count.to_string()
+    } else if count.is_multiple_of(iterations) {
+        (count / iterations).to_string()
+    } else {
+        format!("{:.2}", count as f64 / iterations as f64)
+    }
+}
+
+/// The Linux rows no Baton row is paired with.
+fn linux_only_md(rows: &[Row]) -> String {
+    let null = find(rows, "linux.syscall.null").map(|r| r.median);
+    let mut out = String::from(
+        "\n## Linux rows without a Baton counterpart yet\n\nMeasured in the same guest \
+         (definitions in `docs/benchmarks.md`, \"The Linux side\").\n\n\
+         | benchmark | Linux | min | max | × `linux.syscall.null` |\n|---|---:|---:|---:|---:|\n",
+    );
+    for r in rows
+        .iter()
+        .filter(|r| !LINUX_PAIRS.iter().any(|p| p.linux == r.name))
+    {
+        let _ = writeln!(
+            out,
+            "| `{}` | {} | {} | {} | {} |",
+            r.name,
+            r.median,
+            r.min,
+            r.max,
+            null.map(|n| ratio(r.median, n)).unwrap_or_default()
+        );
+    }
+    out
+}
+
+/// The Linux guest's facts and remarks.
+fn linux_guest_md(l: &LinuxRun) -> String {
+    let mut out = String::from("\n## The Linux guest\n\n");
+    let _ = writeln!(out, "- kernel: {} (Debian)", l.kernel);
+    let _ = writeln!(out, "- command line: `{}`", l.cmdline);
+    let _ = writeln!(out, "- BusyBox: {}", l.busybox);
+    let _ = writeln!(out, "- benchmarks compiled by: {}", l.gcc);
+    let _ = writeln!(out, "- QEMU: `{}`", l.qemu_command);
+    for fact in &l.guest {
+        let _ = writeln!(out, "- guest: {fact}");
+    }
+    for remark in &l.remarks {
+        let _ = writeln!(out, "- remark: {remark}");
+    }
+    out
+}
+
+// ---- JSON ----------------------------------------------------------------------------------
+
+/// A JSON value, enough for the results files.
+#[derive(Clone, Debug)]
+enum Json {
+    Str(String),
+    Num(u64),
+    Bool(bool),
+    Arr(Vec<Json>),
+    Obj(Vec<(&'static str, Json)>),
+}
+
+/// `s` as a JSON string literal.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Json {
+    /// The value as text: arrays and objects down to depth 1 one member per line
+    /// (indented), deeper ones on one line.
+    fn render(&self, depth: usize, out: &mut String) {
+        let (open, close, items): (char, char, Vec<(Option<&str>, &Json)>) = match self {
+            Json::Str(s) => return out.push_str(&json_string(s)),
+            Json::Num(n) => return out.push_str(&n.to_string()),
+            Json::Bool(b) => return out.push_str(if *b { "true" } else { "false" }),
+            Json::Arr(v) => ('[', ']', v.iter().map(|j| (None, j)).collect()),
+            Json::Obj(v) => ('{', '}', v.iter().map(|(k, j)| (Some(*k), j)).collect()),
+        };
+        out.push(open);
+        let multiline = depth < 2 && !items.is_empty();
+        for (i, (key, value)) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+                if !multiline {
+                    out.push(' ');
+                }
+            }
+            if multiline {
+                out.push('\n');
+                out.push_str(&"  ".repeat(depth + 1));
+            }
+            if let Some(k) = key {
+                out.push_str(&json_string(k));
+                out.push_str(": ");
+            }
+            value.render(depth + 1, out);
+        }
+        if multiline {
+            out.push('\n');
+            out.push_str(&"  ".repeat(depth));
+        }
+        out.push(close);
+    }
+
+    /// The whole document, with a final newline.
+    fn document(&self) -> String {
+        let mut out = String::new();
+        self.render(0, &mut out);
+        out.push('\n');
+        out
+    }
+}
+
+/// The fields every results file starts with.
+fn meta_fields(meta: &Meta) -> Vec<(&'static str, Json)> {
+    vec![
+        ("metric", Json::Str(meta.metric.clone())),
+        ("qemu", Json::Str(meta.qemu.clone())),
+        ("commit", Json::Str(meta.commit.clone())),
+        ("cpu", Json::Str(GUEST_CPU.to_string())),
+        ("host_cpu", Json::Str(meta.host_cpu.clone())),
+        ("host_cpus", Json::Num(meta.host_cpus)),
+    ]
+}
+
+/// One row as a JSON object: name, unit, iterations, median, min, max.
+fn row_fields(r: &Row) -> Vec<(&'static str, Json)> {
+    vec![
+        ("name", Json::Str(r.name.clone())),
+        ("unit", Json::Str(r.unit.clone())),
+        ("iterations", Json::Num(r.iterations)),
+        ("median", Json::Num(r.median)),
+        ("min", Json::Num(r.min)),
+        ("max", Json::Num(r.max)),
+    ]
+}
+
+/// `results/baton.json`.
+pub fn baton_json(inputs: &Inputs) -> String {
+    let (meta, results) = (inputs.meta, inputs.baton);
+    let mut doc = meta_fields(meta);
+    doc.push(("image", Json::Str(inputs.image.to_string())));
+    doc.push((
+        "repeat_checked",
+        Json::Bool(inputs.repeat == Repeat::Agreed),
+    ));
+    let rows = results
+        .rows
+        .iter()
+        .map(|r| {
+            let mut fields = row_fields(r);
+            fields.push(("cpus", Json::Num(u64::from(r.cpus))));
+            if let Some(p) = results.paths.iter().find(|p| p.name == r.name) {
+                fields.push((
+                    "paths",
+                    Json::Obj(vec![
+                        ("handoffs", Json::Num(p.handoffs)),
+                        ("switches", Json::Num(p.switches)),
+                        ("discards", Json::Num(p.discards)),
+                        ("recognitions", Json::Num(p.recognitions)),
+                    ]),
+                ));
+            }
+            Json::Obj(fields)
+        })
+        .collect();
+    doc.push(("benchmarks", Json::Arr(rows)));
+    Json::Obj(doc).document()
+}
+
+/// `results/linux.json`.
+pub fn linux_json(meta: &Meta, run: &LinuxRun) -> String {
+    let strings = |v: &[String]| Json::Arr(v.iter().cloned().map(Json::Str).collect());
+    let mut doc = meta_fields(meta);
+    doc.extend([
+        ("repeat_checked", Json::Bool(run.repeated)),
+        ("kernel", Json::Str(run.kernel.clone())),
+        ("cmdline", Json::Str(run.cmdline.clone())),
+        ("busybox", Json::Str(run.busybox.clone())),
+        ("gcc", Json::Str(run.gcc.clone())),
+        ("qemu_command", Json::Str(run.qemu_command.clone())),
+        ("guest", strings(&run.guest)),
+        ("remarks", strings(&run.remarks)),
+        (
+            "benchmarks",
+            Json::Arr(run.rows.iter().map(|r| Json::Obj(row_fields(r))).collect()),
+        ),
+    ]);
+    Json::Obj(doc).document()
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+    use crate::plot::unit_tests::check_well_formed;
+
+    fn row(name: &str, median: u64) -> Row {
+        Row {
+            name: name.into(),
+            unit: "instructions".into(),
+            iterations: 1000,
+            median,
+            min: median,
+            max: median + 7,
+            cpus: if name.ends_with(".cross") { 2 } else { 1 },
+        }
+    }
+
+    fn baton() -> Results {
+        let rows = [
+            ("floor.rdtsc.overhead", 5),
+            ("floor.syscall.null", 150),
+            ("sched.yield.switch", 300),
+            ("sched.yield.roundtrip", 600),
+            ("sched.pmodel.switch", 750),
+            ("rpc.null.fast", 400),
+            ("rpc.null.fast.roundtrip", 900),
+            ("rpc.32b.fast", 410),
+            ("rpc.32b.fast.roundtrip", 950),
+            ("rpc.1k.fast", 500),
+            ("rpc.null.slow", 1200),
+            ("sync.waitwake.cross", 3000),
+        ];
+        Results {
+            rows: rows.iter().map(|&(n, m)| row(n, m)).collect(),
+            paths: vec![Paths {
+                name: "sched.yield.switch".into(),
+                handoffs: 2000,
+                switches: 0,
+                discards: 0,
+                recognitions: 1500,
+            }],
+            done: true,
+        }
+    }
+
+    fn linux() -> LinuxRun {
+        let rows = [
+            ("linux.rdtsc.overhead", 5),
+            ("linux.syscall.null", 331),
+            ("linux.sched.yield.switch", 2126),
+            ("linux.pipe.pingpong", 10630),
+            ("linux.unix.rpc64", 21754),
+            ("linux.fork.exit", 261081),
+        ];
+        LinuxRun {
+            rows: rows.iter().map(|&(n, m)| row(n, m)).collect(),
+            kernel: "linux-image-6.1.0-56-amd64 6.1.192-2".into(),
+            repeated: true,
+            guest: vec!["clocksource=tsc".into()],
+            ..LinuxRun::default()
+        }
+    }
+
+    fn meta() -> Meta {
+        Meta {
+            metric: "instructions".into(),
+            qemu: "QEMU emulator version 7.2.0 \"x\"".into(),
+            commit: "abc1234-dirty".into(),
+            host_cpu: "Intel(R) Xeon(R) Processor".into(),
+            host_cpus: 2,
+        }
+    }
+
+    #[test]
+    fn tables_are_consistent() {
+        // At most one Linux row per Baton row, every name well-formed.
+        for (i, p) in LINUX_PAIRS.iter().enumerate() {
+            assert!(p.linux.starts_with("linux."), "{}", p.linux);
+            assert!(!p.baton.starts_with("linux."), "{}", p.baton);
+            assert!(!p.why.is_empty());
+            assert!(
+                LINUX_PAIRS[..i].iter().all(|q| q.baton != p.baton),
+                "{} paired twice",
+                p.baton
+            );
+        }
+        for r in REFERENCES {
+            assert!(
+                SOURCES.iter().any(|(k, _)| r.source.starts_with(k)),
+                "{}",
+                r.source
+            );
+            if let Figure::Ratio { den, base, .. } = r.figure {
+                assert!(den > 0 && base != r.row);
+            }
+        }
+        // The last floor entry catches every row.
+        assert_eq!(FLOORS.last().map(|f| f.0), Some(""));
+        assert_eq!(floor_of("floor.syscall.clock"), None);
+        assert_eq!(floor_of("rpc.1k.slow"), Some("floor.syscall.null"));
+        assert_eq!(floor_of("new.thing"), Some("floor.syscall.null"));
+    }
+
+    #[test]
+    fn cells_pair_floor_and_papers() {
+        let (b, l, m) = (baton(), linux(), meta());
+        let inputs = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Ok(&l),
+        };
+        let c = inputs.cells(&b.rows[2]);
+        assert_eq!(c.baton, "300");
+        assert_eq!(c.floor, "2.00");
+        assert_eq!(c.linux, "2126 `sched.yield.switch`");
+        assert_eq!(c.vs_linux, "0.14");
+        assert_eq!(
+            c.paper,
+            "83: MK40 stack handoff ([000] Table 4)<br>272: seL4 yield to another thread \
+             (target: fewer) (sel4bench)"
+        );
+        assert_eq!(c.paper_ratio, "3.61<br>1.10");
+        // A paper ratio against Baton's own ratio.
+        let c = inputs.cells(&b.rows[4]);
+        assert!(
+            c.paper
+                .ends_with("250/83 = 3.01: context switch ÷ stack handoff ([000] Table 4)"),
+            "{}",
+            c.paper
+        );
+        assert_eq!(c.paper_ratio, "3.00<br>2.50 (÷ `sched.yield.switch`)");
+        // The same Linux row for two Baton paths.
+        assert_eq!(c.linux, "2126 `sched.yield.switch`");
+        // Floors have no floor; a row without a pair has no Linux cells.
+        let c = inputs.cells(&b.rows[0]);
+        assert_eq!((c.floor.as_str(), c.vs_linux.as_str()), ("", "1.00"));
+        let c = inputs.cells(&b.rows[11]);
+        assert_eq!(b.rows[11].name, "sync.waitwake.cross");
+        assert_eq!((c.floor.as_str(), c.linux.as_str()), ("20.00", ""));
+        // The round trips are paired and compared with the paper's growth with size.
+        let c = inputs.cells(&b.rows[8]);
+        assert_eq!(b.rows[8].name, "rpc.32b.fast.roundtrip");
+        assert_eq!(c.linux, "21754 `unix.rpc64`");
+        assert_eq!(c.vs_linux, "0.04");
+        assert_eq!(c.paper_ratio, "1.06 (÷ `rpc.null.fast.roundtrip`)");
+        // A reference whose base row is missing is left out.
+        let mut partial = baton();
+        partial.rows.retain(|r| r.name != "sched.yield.switch");
+        let inputs = Inputs {
+            baton: &partial,
+            ..inputs
+        };
+        let pm = partial
+            .rows
+            .iter()
+            .find(|r| r.name == "sched.pmodel.switch")
+            .unwrap();
+        assert_eq!(inputs.cells(pm).paper_ratio, "3.00");
+    }
+
+    #[test]
+    fn report_with_and_without_linux() {
+        let (b, l, m) = (baton(), linux(), meta());
+        let full = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Ok(&l),
+        };
+        let plots = full.plots();
+        let names: Vec<&str> = plots.iter().map(|p| p.0).collect();
+        assert_eq!(names, [BARS_SVG, RPC_SVG]);
+        let md = full.report_md(&names);
+        for want in [
+            "- metric: **instructions**",
+            "host Intel(R) Xeon(R) Processor (2 CPUs)",
+            "- QEMU: QEMU emulator version 7.2.0 \"x\"",
+            "- kernel commit: abc1234-dirty (image fingerprint `0123456789abcdef`",
+            "- Linux: linux-image-6.1.0-56-amd64 6.1.192-2 (Debian)",
+            "Baton: a second run gave the same count for every row; Linux: a second boot",
+            "| benchmark | Baton | × floor | Linux | Baton/Linux | paper / reference | ratio |",
+            "| `rpc.null.fast` | 400 | 2.67 |  |  | 1128: Mach 3.0",
+            "| `rpc.null.fast.roundtrip` | 900 | 6.00 | 10630 `pipe.pingpong` | 0.08 |  |  |",
+            "`floor.syscall.null` for every row but the floors",
+            "![RPC cost against message size](rpc-size.svg)",
+            "| `rpc.32b.fast.roundtrip` | `linux.unix.rpc64` | a small request",
+            "| `linux.fork.exit` | 261081 | 261081 | 261088 | 788.76 |",
+            "| `sched.yield.switch` | 300 | 300 | 307 | 1 | 2 | 0 | 0 | 1.50 |",
+            "| `sync.waitwake.cross` | 3000 | 3000 | 3007 | 2 |  |  |  |  |",
+            "- guest: clocksource=tsc",
+            "- [001]: Ford, Lepreau",
+        ] {
+            assert!(md.contains(want), "missing {want:?} in\n{md}");
+        }
+        // Paired Linux rows are not listed again as unpaired.
+        assert!(!md.contains("| `linux.syscall.null` | 331 |"), "{md}");
+        // The headline has only the headline rows, in order.
+        let head = full.headline();
+        assert_eq!(head.lines().count(), 2 + 6, "{head}");
+        assert!(head
+            .lines()
+            .nth(2)
+            .unwrap()
+            .starts_with("| `floor.syscall.null` |"));
+        for (_, svg) in &plots {
+            check_well_formed(svg);
+        }
+        assert!(plots[0].1.contains("rpc.32b.fast.roundtrip / unix.rpc64"));
+
+        let quick = Inputs {
+            linux: Err("`--quick`".into()),
+            repeat: Repeat::NotChecked,
+            ..full
+        };
+        let md = quick.report_md(&[RPC_SVG]);
+        assert!(md.contains("- Linux: not measured (`--quick`)"), "{md}");
+        assert!(md.contains("| benchmark | Baton | × floor | paper / reference | ratio |"));
+        assert!(md.contains("| `rpc.null.fast` | 400 | 2.67 | 1128: Mach 3.0"));
+        assert!(md.contains("not checked (`--quick`: one run)"));
+        assert!(
+            !md.contains("## Pairs") && !md.contains("Baton/Linux"),
+            "{md}"
+        );
+        assert!(!md.contains("## Linux rows without"));
+        let names: Vec<&str> = quick.plots().iter().map(|p| p.0).collect();
+        assert_eq!(names, [RPC_SVG]);
+    }
+
+    #[test]
+    fn rpc_plot_series() {
+        assert_eq!(rpc_size("null"), Some(0));
+        assert_eq!(rpc_size("32b"), Some(32));
+        assert_eq!(rpc_size("1k"), Some(1024));
+        assert_eq!(rpc_size("32k"), Some(32768));
+        assert_eq!(rpc_size("big"), None);
+        let b = baton();
+        let s = rpc_series(&b.rows, &linux().rows);
+        let names: Vec<&str> = s.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "Baton fast",
+                "Baton fast, round trip",
+                "Baton slow",
+                "Linux pipes (1 byte)",
+                "Linux UNIX socket"
+            ]
+        );
+        assert_eq!(s[0].points, [(0.0, 400.0), (32.0, 410.0), (1024.0, 500.0)]);
+        assert_eq!(s[1].points, [(0.0, 900.0), (32.0, 950.0)]);
+        assert_eq!(s[4].points, [(64.0, 21754.0)]);
+        assert!(rpc_series(&[row("rpc.x.fast", 1), row("rpc.null", 1)], &[]).is_empty());
+    }
+
+    #[test]
+    fn json_files() {
+        let (b, l, m) = (baton(), linux(), meta());
+        let inputs = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Ok(&l),
+        };
+        let json = baton_json(&inputs);
+        assert!(
+            json.starts_with("{\n  \"metric\": \"instructions\",\n"),
+            "{json}"
+        );
+        assert!(json.contains("  \"qemu\": \"QEMU emulator version 7.2.0 \\\"x\\\"\",\n"));
+        assert!(json.contains(
+            "  \"host_cpus\": 2,\n  \"image\": \"0123456789abcdef\",\n  \
+             \"repeat_checked\": true,\n"
+        ));
+        assert!(json.contains(
+            "    {\"name\": \"sched.yield.switch\", \"unit\": \"instructions\", \
+             \"iterations\": 1000, \"median\": 300, \"min\": 300, \"max\": 307, \"cpus\": 1, \
+             \"paths\": {\"handoffs\": 2000, \"switches\": 0, \"discards\": 0, \
+             \"recognitions\": 1500}},\n"
+        ));
+        assert!(json.contains("\"name\": \"sync.waitwake.cross\""));
+        assert!(
+            json.contains("\"max\": 3007, \"cpus\": 2}\n  ]\n}\n"),
+            "{json}"
+        );
+        let empty = baton_json(&Inputs {
+            baton: &Results::default(),
+            repeat: Repeat::NotChecked,
+            ..inputs
+        });
+        assert!(empty.ends_with("\"repeat_checked\": false,\n  \"benchmarks\": []\n}\n"));
+        let json = linux_json(&m, &l);
+        assert!(
+            json.contains("  \"guest\": [\n    \"clocksource=tsc\"\n  ],\n"),
+            "{json}"
+        );
+        assert!(json.contains("  \"remarks\": [],\n"));
+        assert!(json.contains(
+            "{\"name\": \"linux.fork.exit\", \"unit\": \"instructions\", \"iterations\": \
+             1000, \"median\": 261081, \"min\": 261081, \"max\": 261088}\n  ]\n}\n"
+        ));
+        assert_eq!(json_string("a\u{1}\n"), "\"a\\u0001\\n\"");
+        // FNV-1a test vectors.
+        assert_eq!(fingerprint(&[]), "cbf29ce484222325");
+        assert_eq!(fingerprint(&[b"a"]), "af63dc4c8601ec8c");
+        assert_eq!(fingerprint(&[b"fo", b"obar"]), "85944171f73967e8");
+    }
+
+    #[test]
+    fn reads_cpuinfo() {
+        let text = "processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Processor\n\n\
+                    processor\t: 1\nmodel name\t: Intel(R) Xeon(R) Processor\n";
+        assert_eq!(
+            cpu_model(text),
+            ("Intel(R) Xeon(R) Processor".to_string(), 2)
+        );
+        assert_eq!(cpu_model(""), ("unknown".to_string(), 0));
+    }
+}
