@@ -17,7 +17,7 @@
 //! - `exc_port` of a thread or task is a send right the kernel holds (counted); it is
 //!   released when replaced, and when the thread is reaped or the task ends.
 
-use crate::arch::{cpu, gdt, trap};
+use crate::arch::{cpu, gdt};
 use crate::kernel::{Ending, Kernel, TaskId};
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use baton_abi::exception::{ExcReply, ExceptionInfo, UserRegs, EXC_RAISE};
@@ -54,33 +54,13 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
             Err(_) => return,
         },
     };
-    let f = &th.frame;
     let info = ExceptionInfo {
         kind,
         error,
         addr: if kind == 14 { cpu::read_cr2() } else { 0 },
         thread: cur.0,
         task,
-        regs: UserRegs {
-            rax: f.rax,
-            rbx: f.rbx,
-            rcx: f.rcx,
-            rdx: f.rdx,
-            rsi: f.rsi,
-            rdi: f.rdi,
-            rbp: f.rbp,
-            r8: f.r8,
-            r9: f.r9,
-            r10: f.r10,
-            r11: f.r11,
-            r12: f.r12,
-            r13: f.r13,
-            r14: f.r14,
-            r15: f.r15,
-            rip: f.rip,
-            rsp: f.rsp,
-            rflags: f.rflags,
-        },
+        regs: th.frame.user_regs(),
     };
     if let Some(th) = k.threads.get_mut(cur) {
         th.exc_reply = Some(reply);
@@ -180,27 +160,10 @@ fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
         return Err(Error::BadAddress);
     }
     let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
-    let f = &mut th.frame;
-    f.rax = r.rax;
-    f.rbx = r.rbx;
-    f.rcx = r.rcx;
-    f.rdx = r.rdx;
-    f.rsi = r.rsi;
-    f.rdi = r.rdi;
-    f.rbp = r.rbp;
-    f.r8 = r.r8;
-    f.r9 = r.r9;
-    f.r10 = r.r10;
-    f.r11 = r.r11;
-    f.r12 = r.r12;
-    f.r13 = r.r13;
-    f.r14 = r.r14;
-    f.r15 = r.r15;
-    f.rip = r.rip;
-    f.rsp = r.rsp;
-    f.rflags = (r.rflags & USER_FLAGS) | FORCED_FLAGS;
-    // Leave by `iretq`, which restores every register (`sysretq` would take rcx and r11).
-    f.vector = trap::RESUME_VECTOR;
+    th.frame.set_user_regs(&UserRegs {
+        rflags: (r.rflags & USER_FLAGS) | FORCED_FLAGS,
+        ..*r
+    });
     Ok(())
 }
 

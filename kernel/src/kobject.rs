@@ -117,7 +117,21 @@ pub fn invoke(
         b.copy_from_slice(word);
         *slot = u64::from_le_bytes(b);
     }
-    let result = operate(k, task, obj, msg.id, &args[..given.min(ARGS_MAX)]);
+    let args = &args[..given.min(ARGS_MAX)];
+    let id = msg.id;
+    let ends_caller = match (obj, id) {
+        (KObject::Task(t), TASK_TERMINATE) => t == task,
+        (KObject::Thread(t), THREAD_TERMINATE) => t == k.current_thread(),
+        _ => false,
+    };
+    if ends_caller {
+        // The caller will not see a reply: give back every right the request carried
+        // (the reply right's holder gets its send-once notification), then end it.
+        k.ipc.destroy_message(msg, &mut fx);
+        crate::ipc::apply(k, fx);
+        return operate(k, task, obj, id, args).map(|_| ());
+    }
+    let result = operate(k, task, obj, id, args);
     k.ipc.release_message_rights(msg.rights, &mut fx);
     if let Some(reply) = msg.reply {
         let mut out = Vec::with_capacity(8 * (1 + ARGS_MAX + 2));

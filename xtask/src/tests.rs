@@ -83,6 +83,7 @@ const KOBJ_REQUIRE: &[&str] = &[
     "kobj#1| ok: a port is allocated in the child through its task port",
     "kobj#1| ok: a debugger interposes on a task port and forwards the request",
     "kobj#1| ok: a thread terminated through its port is gone",
+    "kobj#1| ok: a thread ending itself through its port gives back its request's reply right",
     "terminated through its task port by task 1",
     "kobj#1| ok: a task terminated through its port is gone",
     "kobj#1| ok: ports, names and queued messages back to the baseline",

@@ -49,6 +49,7 @@
 //!   a boot module as a new *task*.)
 #![no_std]
 
+pub mod check;
 pub mod cpu;
 pub mod exception;
 pub mod io;

@@ -91,6 +91,60 @@ impl TrapFrame {
         self.cs & 3 == 3
     }
 
+    /// The general registers, `rip`, `rsp` and `rflags`, as an exception message carries
+    /// them.
+    pub fn user_regs(&self) -> baton_abi::exception::UserRegs {
+        baton_abi::exception::UserRegs {
+            rax: self.rax,
+            rbx: self.rbx,
+            rcx: self.rcx,
+            rdx: self.rdx,
+            rsi: self.rsi,
+            rdi: self.rdi,
+            rbp: self.rbp,
+            r8: self.r8,
+            r9: self.r9,
+            r10: self.r10,
+            r11: self.r11,
+            r12: self.r12,
+            r13: self.r13,
+            r14: self.r14,
+            r15: self.r15,
+            rip: self.rip,
+            rsp: self.rsp,
+            rflags: self.rflags,
+        }
+    }
+
+    /// Takes the general registers, `rip`, `rsp` and `rflags` from `r`, as they are: the
+    /// caller has checked them (user addresses, user flags). The frame then leaves by
+    /// `iretq` ([`RESUME_VECTOR`]), which restores every register (`sysretq` would take
+    /// `rcx` and `r11`).
+    pub fn set_user_regs(&mut self, r: &baton_abi::exception::UserRegs) {
+        *self = TrapFrame {
+            rax: r.rax,
+            rbx: r.rbx,
+            rcx: r.rcx,
+            rdx: r.rdx,
+            rsi: r.rsi,
+            rdi: r.rdi,
+            rbp: r.rbp,
+            r8: r.r8,
+            r9: r.r9,
+            r10: r.r10,
+            r11: r.r11,
+            r12: r.r12,
+            r13: r.r13,
+            r14: r.r14,
+            r15: r.r15,
+            rip: r.rip,
+            rsp: r.rsp,
+            rflags: r.rflags,
+            vector: RESUME_VECTOR,
+            ..*self
+        };
+    }
+
     /// The system-call number and arguments (`rax`; `rdi`, `rsi`, `rdx`, `r10`, `r8`, `r9`).
     pub fn syscall_args(&self) -> (u64, [u64; 6]) {
         (

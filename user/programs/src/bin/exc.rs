@@ -25,7 +25,9 @@ use baton_rt::ipc::{
 };
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{mem_map, println, spawn_with, stats, Error};
+use baton_rt::{mem_map, spawn_with, Error};
+
+use baton_rt::check::Failed;
 
 baton_rt::entry!(main);
 
@@ -48,35 +50,20 @@ static GO: Counter = Counter::new(0);
 static WORKER_RAX: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 static WORKER_DONE: Counter = Counter::new(0);
 
-struct Failed;
+/// This program's name in its `ok:` / `TEST FAIL` lines (see `baton_rt::check`).
+const TEST: &str = "exc";
 
 macro_rules! check {
-    ($cond:expr, $($what:tt)*) => {
-        if $cond {
-            println!("ok: {}", format_args!($($what)*));
-        } else {
-            println!("TEST FAIL exc: {}", format_args!($($what)*));
-            return Err(Failed);
-        }
-    };
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
 }
 
 /// Runs `f`, turning an error into a failure that names `what`.
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
-    r.map_err(|e| {
-        println!("TEST FAIL exc: {what}: {}", e.name());
-        Failed
-    })
+    baton_rt::check::must(TEST, what, r)
 }
 
 fn main(_task_id: u64) -> i32 {
-    match run() {
-        Ok(()) => {
-            println!("TEST PASS exc");
-            0
-        }
-        Err(Failed) => 1,
-    }
+    baton_rt::check::finish(TEST, run())
 }
 
 /// A handler thread: answers the exceptions that arrive on `PORTS[which]` until the port
@@ -136,8 +123,7 @@ fn worker(_arg: u64) {
 }
 
 fn counts() -> Result<(u64, u64, u64), Failed> {
-    let s = must("stats", stats())?;
-    Ok((s.ports, s.names, s.messages_queued))
+    baton_rt::check::ipc_counts(TEST)
 }
 
 fn run() -> Result<(), Failed> {

@@ -26,6 +26,8 @@ use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, spawn_with, stats, Error};
 
+use baton_rt::check::Failed;
+
 baton_rt::entry!(main);
 
 /// Request ids of `ipc_echo` (see that program).
@@ -47,35 +49,20 @@ static CLIENT_ERRORS: AtomicU32 = AtomicU32::new(0);
 /// The client's name for the server's send right (shared by the task's threads).
 static SERVER: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
 
-struct Failed;
+/// This program's name in its `ok:` / `TEST FAIL` lines (see `baton_rt::check`).
+const TEST: &str = "ipc";
 
 macro_rules! check {
-    ($cond:expr, $($what:tt)*) => {
-        if $cond {
-            println!("ok: {}", format_args!($($what)*));
-        } else {
-            println!("TEST FAIL ipc: {}", format_args!($($what)*));
-            return Err(Failed);
-        }
-    };
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
 }
 
 /// Runs `f`, turning an error into a failure that names `what`.
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
-    r.map_err(|e| {
-        println!("TEST FAIL ipc: {what}: {}", e.name());
-        Failed
-    })
+    baton_rt::check::must(TEST, what, r)
 }
 
 fn main(_task_id: u64) -> i32 {
-    match run() {
-        Ok(()) => {
-            println!("TEST PASS ipc");
-            0
-        }
-        Err(Failed) => 1,
-    }
+    baton_rt::check::finish(TEST, run())
 }
 
 /// A request header for the server.
@@ -105,8 +92,7 @@ fn echo(
 }
 
 fn counts() -> Result<(u64, u64, u64), Failed> {
-    let s = must("stats", stats())?;
-    Ok((s.ports, s.names, s.messages_queued))
+    baton_rt::check::ipc_counts(TEST)
 }
 
 fn run() -> Result<(), Failed> {

@@ -16,7 +16,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 
 use baton_rt::ipc::{
     cap_drop, cap_info, port_allocate, port_make_send, Disposition, IpcBuffer, MsgHeader,
-    RightKind, MSG_RECEIVE, MSG_SEND,
+    RightKind, MSG_RECEIVE, MSG_SEND, NOTIFY_SEND_ONCE,
 };
 use baton_rt::kobject::{
     call, task_port, task_self, thread_port, TASK_INFO, TASK_PORT_ALLOCATE, TASK_TERMINATE,
@@ -24,14 +24,22 @@ use baton_rt::kobject::{
 };
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, spawn_with, stats, thread_exit, Error};
+use baton_rt::{spawn_with, stats, thread_exit, Error};
+
+use baton_rt::check::Failed;
 
 baton_rt::entry!(main);
 
 /// Timeout for anything that should come at once.
 const SOON: u64 = 5_000_000_000;
 
-static STACKS: StackPool<3, 16384> = StackPool::new();
+static STACKS: StackPool<4, 16384> = StackPool::new();
+/// The port of the thread that ends itself through it, and that thread's reply port.
+static SELF_PORT: AtomicU64 = AtomicU64::new(0);
+static SELF_REPLY: AtomicU64 = AtomicU64::new(0);
+/// Its go signal, and whether it survived its own termination.
+static SELF_GO: Counter = Counter::new(0);
+static SURVIVED: AtomicU64 = AtomicU64::new(0);
 /// Set by the thread made through the task port.
 static CREATED_RAN: AtomicU64 = AtomicU64::new(0);
 /// Counts the runs of that thread.
@@ -45,35 +53,20 @@ static FORWARDED: AtomicU64 = AtomicU64::new(0);
 static NEVER: Counter = Counter::new(0);
 static ENDED: Counter = Counter::new(0);
 
-struct Failed;
+/// This program's name in its `ok:` / `TEST FAIL` lines (see `baton_rt::check`).
+const TEST: &str = "kobj";
 
 macro_rules! check {
-    ($cond:expr, $($what:tt)*) => {
-        if $cond {
-            println!("ok: {}", format_args!($($what)*));
-        } else {
-            println!("TEST FAIL kobj: {}", format_args!($($what)*));
-            return Err(Failed);
-        }
-    };
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
 }
 
 /// Runs `f`, turning an error into a failure that names `what`.
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
-    r.map_err(|e| {
-        println!("TEST FAIL kobj: {what}: {}", e.name());
-        Failed
-    })
+    baton_rt::check::must(TEST, what, r)
 }
 
 fn main(task_id: u64) -> i32 {
-    match run(task_id) {
-        Ok(()) => {
-            println!("TEST PASS kobj");
-            0
-        }
-        Err(Failed) => 1,
-    }
+    baton_rt::check::finish(TEST, run(task_id))
 }
 
 /// Entry of the thread made through the task port: `rdi` = its argument.
@@ -93,6 +86,19 @@ fn sleeper(_arg: u64) {
     let _ = NEVER.wait_for(1, u64::MAX);
 }
 
+/// A thread that ends itself through its own thread port, with a reply right it will
+/// never use.
+fn self_terminator(_arg: u64) {
+    if SELF_GO.wait_for(1, SOON).is_ok() {
+        if let Ok(mut buf) = IpcBuffer::new() {
+            let port = SELF_PORT.load(Ordering::Relaxed);
+            let reply = SELF_REPLY.load(Ordering::Relaxed);
+            let _ = call(&mut buf, port, reply, THREAD_TERMINATE, &[], SOON);
+        }
+    }
+    SURVIVED.store(1, Ordering::Relaxed);
+}
+
 /// The debugger: forwards every request on its port to the real object's port, keeping
 /// the caller's reply right, until its port dies.
 fn debugger(_arg: u64) {
@@ -108,8 +114,11 @@ fn debugger(_arg: u64) {
                 ..h
             };
             buf.set_header(forward);
-            if buf.msg(MSG_SEND, 0, SOON).is_ok() {
-                FORWARDED.fetch_add(1, Ordering::Relaxed);
+            // Counted before the send: the kernel answers inside it, and on SMP the caller
+            // may look at the count as soon as the answer is queued.
+            FORWARDED.fetch_add(1, Ordering::Relaxed);
+            if buf.msg(MSG_SEND, 0, SOON).is_err() {
+                FORWARDED.fetch_sub(1, Ordering::Relaxed);
             }
         }
     }
@@ -117,8 +126,7 @@ fn debugger(_arg: u64) {
 }
 
 fn counts() -> Result<(u64, u64, u64), Failed> {
-    let s = must("stats", stats())?;
-    Ok((s.ports, s.names, s.messages_queued))
+    baton_rt::check::ipc_counts(TEST)
 }
 
 fn run(task_id: u64) -> Result<(), Failed> {
@@ -169,6 +177,8 @@ fn run(task_id: u64) -> Result<(), Failed> {
     // A child task.
     let boot = must("port_allocate", port_allocate(0))?;
     let child = must("spawn kobj_child", spawn_with("kobj_child", boot))?;
+    // Its hello says it has made its own port: the port counts below are ours alone.
+    must("child's hello", buf.msg(MSG_RECEIVE, boot, SOON))?;
     check!(
         task_port(child + 1000) == Err(Error::NotFound),
         "task_port refuses a task this task did not create"
@@ -230,6 +240,28 @@ fn run(task_id: u64) -> Result<(), Failed> {
         cap_info(tport) == Ok(RightKind::DeadName),
         "a thread terminated through its port is gone (its port is a dead name)"
     );
+
+    // A thread ends itself through its own port: its request's reply right is given
+    // back (a send-once notification), not leaked.
+    let self_reply = must("port_allocate", port_allocate(0))?;
+    SELF_REPLY.store(self_reply, Ordering::Relaxed);
+    let stack = STACKS.take().ok_or(Failed)?;
+    let tid = must("spawn", spawn(stack, self_terminator, 0))?;
+    let self_port = must("thread_port", thread_port(tid))?;
+    SELF_PORT.store(self_port, Ordering::Relaxed);
+    SELF_GO.increment();
+    must(
+        "send-once notification",
+        buf.msg(MSG_RECEIVE, self_reply, SOON),
+    )?;
+    check!(
+        buf.header().id == NOTIFY_SEND_ONCE
+            && SURVIVED.load(Ordering::Relaxed) == 0
+            && cap_info(self_port) == Ok(RightKind::DeadName),
+        "a thread ending itself through its port gives back its request's reply right"
+    );
+    must("cap_drop", cap_drop(self_reply))?;
+    must("cap_drop", cap_drop(self_port))?;
 
     // The child ends through its task port.
     must(

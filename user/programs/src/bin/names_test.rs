@@ -26,8 +26,10 @@ use baton_rt::ipc::{
 };
 use baton_rt::names::{NamesClient, ALREADY_REGISTERED, ENTRIES_MAX, NAMES_REGISTER_ID, NAME_MAX};
 use baton_rt::rpc::Rpc;
-use baton_rt::{clock_ns, println, sleep_ns, spawn_with, start::bootstrap, stats, Error};
+use baton_rt::{clock_ns, sleep_ns, spawn_with, start::bootstrap, stats, Error};
 use echo_idl::EchoClient;
+
+use baton_rt::check::Failed;
 
 baton_rt::entry!(main);
 
@@ -36,35 +38,20 @@ const SOON: u64 = 5_000_000_000;
 /// Calls of each kind through the echo stub.
 const CALLS: u64 = 100;
 
-struct Failed;
+/// This program's name in its `ok:` / `TEST FAIL` lines (see `baton_rt::check`).
+const TEST: &str = "names";
 
 macro_rules! check {
-    ($cond:expr, $($what:tt)*) => {
-        if $cond {
-            println!("ok: {}", format_args!($($what)*));
-        } else {
-            println!("TEST FAIL names: {}", format_args!($($what)*));
-            return Err(Failed);
-        }
-    };
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
 }
 
 /// Runs `f`, turning an error into a failure that names `what`.
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
-    r.map_err(|e| {
-        println!("TEST FAIL names: {what}: {}", e.name());
-        Failed
-    })
+    baton_rt::check::must(TEST, what, r)
 }
 
 fn main(_task_id: u64) -> i32 {
-    match run() {
-        Ok(()) => {
-            println!("TEST PASS names");
-            0
-        }
-        Err(Failed) => 1,
-    }
+    baton_rt::check::finish(TEST, run())
 }
 
 /// A name service client on `rpc`.
@@ -88,8 +75,7 @@ fn soon(mut f: impl FnMut() -> bool) -> bool {
 
 /// The kernel's port, name and queued-message counts.
 fn counts() -> Result<(u64, u64, u64), Failed> {
-    let s = must("stats", stats())?;
-    Ok((s.ports, s.names, s.messages_queued))
+    baton_rt::check::ipc_counts(TEST)
 }
 
 /// `"fill00"` … : a name for entry `i` of the table test.

@@ -1,0 +1,60 @@
+//! The conventions of Baton's test programs: an `ok: <what>` line for every check that
+//! holds, `TEST FAIL <test>: <what>` for the first that does not (the program then stops
+//! with [`Failed`]), and `TEST PASS <test>` at the end. `xtask`'s integration tests read
+//! these lines from the serial log.
+//!
+//! A program names itself once and forwards to this module:
+//!
+//! ```ignore
+//! const TEST: &str = "exc";
+//! macro_rules! check { ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) } }
+//! fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+//!     baton_rt::check::must(TEST, what, r)
+//! }
+//! ```
+
+use crate::{println, stats, Error};
+
+/// A check failed; its `TEST FAIL` line has been printed.
+#[derive(Debug)]
+pub struct Failed;
+
+/// Prints `ok: <what>` when `cond` holds; otherwise `TEST FAIL <test>: <what>` and returns
+/// `Err(Failed)` from the enclosing function.
+#[macro_export]
+macro_rules! check {
+    ($test:expr, $cond:expr, $($what:tt)*) => {
+        if $cond {
+            $crate::println!("ok: {}", format_args!($($what)*));
+        } else {
+            $crate::println!("TEST FAIL {}: {}", $test, format_args!($($what)*));
+            return Err($crate::check::Failed);
+        }
+    };
+}
+
+/// `r`'s value, or (printing `TEST FAIL <test>: <what>: <error>`) [`Failed`].
+pub fn must<T>(test: &str, what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    r.map_err(|e| {
+        println!("TEST FAIL {test}: {what}: {}", e.name());
+        Failed
+    })
+}
+
+/// The exit code of a test program whose checks gave `result`, after printing
+/// `TEST PASS <test>` if they all held.
+pub fn finish(test: &str, result: Result<(), Failed>) -> i32 {
+    match result {
+        Ok(()) => {
+            println!("TEST PASS {test}");
+            0
+        }
+        Err(Failed) => 1,
+    }
+}
+
+/// The kernel's counts of ports, names and queued messages (to compare with a baseline).
+pub fn ipc_counts(test: &str) -> Result<(u64, u64, u64), Failed> {
+    let s = must(test, "stats", stats())?;
+    Ok((s.ports, s.names, s.messages_queued))
+}
