@@ -51,8 +51,10 @@
 #define PAGE 4096
 /* Pages of PROT100, UNPROT100 and APPEL2, and of APPEL1's ring of pages. */
 #define RANGE 100
-/* Bytes of the request and of the reply of `linux.unix.rpc64`. */
-#define RPC_BYTES 64
+/* Bytes of the request and of the reply of the `linux.unix.rpc<N>` rows, in the order run. */
+static const size_t RPC_SIZES[] = {1, 32, 64, 1024};
+/* The largest of RPC_SIZES. */
+#define RPC_MAX 1024
 
 extern char **environ;
 
@@ -397,42 +399,52 @@ static void bench_pipe(void)
 	report("linux.pipe.pingpong");
 }
 
-/* linux.unix.rpc64: a client and a server process on a UNIX stream socket pair. The client
- * writes a 64-byte request and reads the 64-byte reply; the server reads the request and
+/* linux.unix.rpc<N>: a client and a server process on a UNIX stream socket pair. The client
+ * writes an N-byte request and reads the N-byte reply; the server reads the request and
  * writes the reply (the request with its first byte incremented). One round trip, from
- * before the client's write to after its read of the whole reply. */
-static void bench_unix_rpc(void)
+ * before the client's write to after its read of the whole reply. Measured for N = 1, 32,
+ * 64 and 1024 (RPC_SIZES): Baton's `rpc.{null,32b,1k}.*.roundtrip` rows carry 0, 32 and
+ * 1,024 bytes each way; a stream socket cannot carry an empty message, so its smallest
+ * request is one byte. */
+static void bench_unix_rpc(size_t bytes)
 {
+	char name[32], what[48];
+	snprintf(name, sizeof name, "unix.rpc%zu", bytes);
+	if (bytes == 0 || bytes > RPC_MAX)
+		fail("%s: size out of range", name);
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
-		fail("unix.rpc64: socketpair");
-	pid_t pid = fork_or_fail("unix.rpc64");
+		fail("%s: socketpair", name);
+	pid_t pid = fork_or_fail(name);
 	if (pid == 0) {
 		close(sv[0]);
-		char buf[RPC_BYTES];
+		static char buf[RPC_MAX];
+		snprintf(what, sizeof what, "%s server", name);
 		for (int i = 0; i < TOTAL; i++) {
-			read_full(sv[1], buf, RPC_BYTES, "unix.rpc64 server");
+			read_full(sv[1], buf, bytes, what);
 			buf[0]++;
-			write_full(sv[1], buf, RPC_BYTES, "unix.rpc64 server");
+			write_full(sv[1], buf, bytes, what);
 		}
 		_exit(0);
 	}
 	close(sv[1]);
-	char req[RPC_BYTES], rep[RPC_BYTES];
+	static char req[RPC_MAX], rep[RPC_MAX];
 	memset(req, 0x5a, sizeof req);
+	snprintf(what, sizeof what, "%s client", name);
 	for (int i = 0; i < TOTAL; i++) {
 		req[0] = (char)i;
 		uint64_t a = stamp();
-		write_full(sv[0], req, RPC_BYTES, "unix.rpc64 client");
-		read_full(sv[0], rep, RPC_BYTES, "unix.rpc64 client");
+		write_full(sv[0], req, bytes, what);
+		read_full(sv[0], rep, bytes, what);
 		uint64_t b = stamp();
-		if (rep[0] != (char)(i + 1) || memcmp(rep + 1, req + 1, RPC_BYTES - 1) != 0)
-			fail("unix.rpc64: wrong reply");
+		if (rep[0] != (char)(i + 1) || memcmp(rep + 1, req + 1, bytes - 1) != 0)
+			fail("%s: wrong reply", name);
 		samples[i] = b - a;
 	}
-	reap(pid, "unix.rpc64");
+	reap(pid, name);
 	close(sv[0]);
-	report("linux.unix.rpc64");
+	snprintf(what, sizeof what, "linux.%s", name);
+	report(what);
 }
 
 /* ---- threads -------------------------------------------------------------------------- */
@@ -913,7 +925,8 @@ int main(int argc, char **argv)
 	bench_fork_exit();
 	bench_spawn(null_path);
 	bench_pipe();
-	bench_unix_rpc();
+	for (size_t i = 0; i < sizeof RPC_SIZES / sizeof RPC_SIZES[0]; i++)
+		bench_unix_rpc(RPC_SIZES[i]);
 	bench_yield();
 	bench_futex();
 	bench_condvar();

@@ -251,18 +251,32 @@ pub const LINUX_PAIRS: &[Pair] = &[
         why: "as `rpc.null.fast.roundtrip`, with Baton's messages queued, as Linux's pipes \
               queue bytes",
     },
-    // A small request and an equal reply between client and server processes.
+    // A request and an equal reply between client and server processes, with data: Linux's
+    // UNIX stream socket carrying the same number of bytes each way as Baton's in-line
+    // data (`linux.unix.rpc<bytes>`), the client's whole round trip on both sides.
     Pair {
         baton: "rpc.32b.fast.roundtrip",
-        linux: "linux.unix.rpc64",
-        why: "a small request and an equal reply between a client and a server process, the \
-              client's whole round trip (Baton 32 bytes each way in-line, Linux 64 bytes over \
-              a UNIX stream socket)",
+        linux: "linux.unix.rpc32",
+        why: "a 32-byte request and a 32-byte reply between a client and a server process, \
+              the client's whole round trip (Baton: in-line data in the message; Linux: \
+              `write` and `read` on a UNIX stream socket pair)",
     },
     Pair {
         baton: "rpc.32b.slow.roundtrip",
-        linux: "linux.unix.rpc64",
-        why: "as `rpc.32b.fast.roundtrip`, with Baton's messages queued",
+        linux: "linux.unix.rpc32",
+        why: "as `rpc.32b.fast.roundtrip`, with Baton's messages queued, as Linux's socket \
+              queues its bytes",
+    },
+    Pair {
+        baton: "rpc.1k.fast.roundtrip",
+        linux: "linux.unix.rpc1024",
+        why: "as `rpc.32b.fast.roundtrip` with 1,024 bytes each way: both kernels copy the \
+              data in from the sender and out to the receiver",
+    },
+    Pair {
+        baton: "rpc.1k.slow.roundtrip",
+        linux: "linux.unix.rpc1024",
+        why: "as `rpc.1k.fast.roundtrip`, with Baton's messages queued",
     },
     // The kernel stops a thread, a user-level handler runs, and the thread resumes: Baton
     // by an exception RPC to a handler thread, Linux by a signal handler on the same
@@ -289,6 +303,41 @@ pub const LINUX_PAIRS: &[Pair] = &[
 pub fn linux_pair(name: &str) -> Option<&'static Pair> {
     LINUX_PAIRS.iter().find(|p| p.baton == name)
 }
+
+/// One size of the RPC-against-size comparison: Baton's size word (`rpc.<size>.*`) and the
+/// Linux UNIX-socket row that carries the same data.
+#[derive(Clone, Copy, Debug)]
+pub struct RpcSize {
+    /// Baton's size word: `null`, `32b`, `1k`.
+    pub baton: &'static str,
+    /// The Linux row (`linux.unix.rpc<bytes>`).
+    pub linux: &'static str,
+    /// Why these are the same amount of data (printed in the report).
+    pub why: &'static str,
+}
+
+/// The RPC sizes set side by side in the report's "RPC against size" table (and drawn in
+/// `rpc-size.svg`). Every Linux figure is a UNIX stream socket round trip, so that Linux's
+/// growth with size is one mechanism's; Linux's cheapest one-byte round trip (pipes) is
+/// paired with the null RPC in [`LINUX_PAIRS`].
+pub const RPC_SIZES: &[RpcSize] = &[
+    RpcSize {
+        baton: "null",
+        linux: "linux.unix.rpc1",
+        why: "no data on Baton (the header alone); one byte on Linux, the least a stream \
+              socket carries (an empty write sends nothing)",
+    },
+    RpcSize {
+        baton: "32b",
+        linux: "linux.unix.rpc32",
+        why: "32 bytes each way on both",
+    },
+    RpcSize {
+        baton: "1k",
+        linux: "linux.unix.rpc1024",
+        why: "1,024 bytes each way on both",
+    },
+];
 
 /// A figure from a paper or a peer system.
 #[derive(Clone, Copy, Debug)]
@@ -705,6 +754,7 @@ impl Inputs<'_> {
             }
         }
         if let Some(rows) = self.linux_rows() {
+            out.push_str(&self.rpc_sizes_md(rows));
             out.push_str(&self.pairs_md());
             out.push_str(&linux_only_md(rows));
         }
@@ -774,6 +824,64 @@ impl Inputs<'_> {
              machines, Baton's figures are whole user-to-user paths, so the ratios measure \
              distance, not speed.\n",
         );
+        out
+    }
+
+    /// The RPC-against-size table ([`RPC_SIZES`]): Baton's round trips beside Linux's UNIX
+    /// socket's, with each side's growth from its smallest message. Empty when no size has
+    /// both a Baton and a Linux row.
+    fn rpc_sizes_md(&self, linux: &[Row]) -> String {
+        let baton = |size: &str, path: &str| {
+            find(&self.baton.rows, &format!("rpc.{size}.{path}.roundtrip")).map(|r| r.median)
+        };
+        let cell = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
+        let div = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (Some(a), Some(b)) => ratio(a, b),
+            _ => String::new(),
+        };
+        let first = RPC_SIZES.first();
+        let fast0 = first.and_then(|s| baton(s.baton, "fast"));
+        let linux0 = first.and_then(|s| find(linux, s.linux)).map(|r| r.median);
+        let mut lines = String::new();
+        for s in RPC_SIZES {
+            let (fast, slow) = (baton(s.baton, "fast"), baton(s.baton, "slow"));
+            let Some(l) = find(linux, s.linux) else {
+                continue;
+            };
+            if fast.is_none() && slow.is_none() {
+                continue;
+            }
+            let _ = writeln!(
+                lines,
+                "| `{}` | {} | {} | {} `{}` | {} | {} | {} | {} | {} |",
+                s.baton,
+                cell(fast),
+                cell(slow),
+                l.median,
+                l.name.strip_prefix("linux.").unwrap_or(&l.name),
+                div(fast, Some(l.median)),
+                div(slow, Some(l.median)),
+                div(fast, fast0),
+                div(Some(l.median), linux0),
+                s.why
+            );
+        }
+        if lines.is_empty() {
+            return String::new();
+        }
+        let mut out = String::from(
+            "\n## RPC against size (instructions)\n\nThe client's whole round trip with the \
+             same data in the request and in the reply: Baton's `rpc.<size>.<path>.roundtrip` \
+             (fast path and queued slow path) and Linux's UNIX stream socket \
+             (`linux.unix.rpc<bytes>`: `write` the request, `read` the reply; the server \
+             `read`s and `write`s), in the same QEMU, counted the same way (the table \
+             `RPC_SIZES` in `xtask/src/report.rs`; `rpc-size.svg` draws it). **growth**: the \
+             median ÷ the same side's figure for the first size.\n\n\
+             | size | Baton fast | Baton slow | Linux socket | fast/Linux | slow/Linux | \
+             Baton fast growth | Linux growth | the same data because |\n\
+             |---|---:|---:|---|---:|---:|---:|---:|---|\n",
+        );
+        out.push_str(&lines);
         out
     }
 
@@ -1190,6 +1298,7 @@ mod unit_tests {
             ("rpc.32b.fast", 410),
             ("rpc.32b.fast.roundtrip", 950),
             ("rpc.1k.fast", 500),
+            ("rpc.1k.fast.roundtrip", 1100),
             ("rpc.null.slow", 1200),
             ("sync.waitwake.cross", 3000),
         ];
@@ -1212,7 +1321,10 @@ mod unit_tests {
             ("linux.syscall.null", 331),
             ("linux.sched.yield.switch", 2126),
             ("linux.pipe.pingpong", 10630),
+            ("linux.unix.rpc1", 21000),
+            ("linux.unix.rpc32", 21500),
             ("linux.unix.rpc64", 21754),
+            ("linux.unix.rpc1024", 23100),
             ("linux.fork.exit", 261081),
         ];
         LinuxRun {
@@ -1299,13 +1411,13 @@ mod unit_tests {
         // Floors have no floor; a row without a pair has no Linux cells.
         let c = inputs.cells(&b.rows[0]);
         assert_eq!((c.floor.as_str(), c.vs_linux.as_str()), ("", "1.00"));
-        let c = inputs.cells(&b.rows[11]);
-        assert_eq!(b.rows[11].name, "sync.waitwake.cross");
+        let c = inputs.cells(&b.rows[12]);
+        assert_eq!(b.rows[12].name, "sync.waitwake.cross");
         assert_eq!((c.floor.as_str(), c.linux.as_str()), ("20.00", ""));
         // The round trips are paired and compared with the paper's growth with size.
         let c = inputs.cells(&b.rows[8]);
         assert_eq!(b.rows[8].name, "rpc.32b.fast.roundtrip");
-        assert_eq!(c.linux, "21754 `unix.rpc64`");
+        assert_eq!(c.linux, "21500 `unix.rpc32`");
         assert_eq!(c.vs_linux, "0.04");
         assert_eq!(c.paper_ratio, "1.06 (÷ `rpc.null.fast.roundtrip`)");
         // A reference whose base row is missing is left out.
@@ -1349,12 +1461,17 @@ mod unit_tests {
             "| `rpc.null.fast.roundtrip` | 900 | 6.00 | 10630 `pipe.pingpong` | 0.08 |  |  |",
             "`floor.syscall.null` for every row but the floors",
             "![RPC cost against message size](rpc-size.svg)",
-            "| `rpc.32b.fast.roundtrip` | `linux.unix.rpc64` | a small request",
+            "| `rpc.32b.fast.roundtrip` | `linux.unix.rpc32` | a 32-byte request",
+            "| `null` | 900 |  | 21000 `unix.rpc1` | 0.04 |  | 1.00 | 1.00 | no data on Baton",
+            "| `32b` | 950 |  | 21500 `unix.rpc32` | 0.04 |  | 1.06 | 1.02 | 32 bytes",
+            "| `1k` | 1100 |  | 23100 `unix.rpc1024` | 0.05 |  | 1.22 | 1.10 | 1,024 bytes",
+            "| `linux.unix.rpc64` | 21754 | 21754 | 21761 | 65.72 |",
             "| `linux.fork.exit` | 261081 | 261081 | 261088 | 788.76 |",
             "| `sched.yield.switch` | 300 | 300 | 307 | 1 | 2 | 0 | 0 | 1.50 |",
             "| `sync.waitwake.cross` | 3000 | 3000 | 3007 | 2 |  |  |  |  |",
             "- guest: clocksource=tsc",
             "- [001]: Ford, Lepreau",
+            "## RPC against size (instructions)",
         ] {
             assert!(md.contains(want), "missing {want:?} in\n{md}");
         }
@@ -1371,7 +1488,8 @@ mod unit_tests {
         for (_, svg) in &plots {
             check_well_formed(svg);
         }
-        assert!(plots[0].1.contains("rpc.32b.fast.roundtrip / unix.rpc64"));
+        assert!(plots[0].1.contains("rpc.32b.fast.roundtrip / unix.rpc32"));
+        assert!(plots[0].1.contains("rpc.1k.fast.roundtrip / unix.rpc1024"));
 
         let quick = Inputs {
             linux: Err("`--quick`".into()),
@@ -1413,8 +1531,16 @@ mod unit_tests {
             ]
         );
         assert_eq!(s[0].points, [(0.0, 400.0), (32.0, 410.0), (1024.0, 500.0)]);
-        assert_eq!(s[1].points, [(0.0, 900.0), (32.0, 950.0)]);
-        assert_eq!(s[4].points, [(64.0, 21754.0)]);
+        assert_eq!(s[1].points, [(0.0, 900.0), (32.0, 950.0), (1024.0, 1100.0)]);
+        assert_eq!(
+            s[4].points,
+            [
+                (1.0, 21000.0),
+                (32.0, 21500.0),
+                (64.0, 21754.0),
+                (1024.0, 23100.0)
+            ]
+        );
         assert!(rpc_series(&[row("rpc.x.fast", 1), row("rpc.null", 1)], &[]).is_empty());
     }
 
