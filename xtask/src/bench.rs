@@ -13,18 +13,23 @@
 //!    `TEST FAIL`, `PANIC` or `KERNEL EXCEPTION`; its `BENCH` and `BENCHSTAT` lines are
 //!    parsed.
 //! 4. Without `--quick`: both boots are made a second time (`results/bench.2.log`,
-//!    `results/bench.2.smp2.log`) and every figure must be the same to the instruction;
-//!    then the Linux guest is measured ([`crate::linux::measure`], two boots that must
-//!    agree too).
-//! 5. [`crate::report`] writes `results/baton.json`, `results/linux.json` (without
-//!    `--quick`), the SVG plots and `results/report.md`, and the headline table is
-//!    printed. A failed repeatability check or Linux measurement fails the command, after
-//!    the files are written.
+//!    `results/bench.2.smp2.log`) and every figure must be the same to the instruction.
+//! 5. Without `--quick`, where the host has hardware KVM (the `kvm_intel` or `kvm_amd`
+//!    module; [`crate::cycles`]): the **cycles** pass, the same image under `-enable-kvm
+//!    -cpu host` without `-icount`, one warm-up boot and several measured ones
+//!    (`results/kvm.*.log`). Elsewhere the report says why cycles were not measured.
+//! 6. Without `--quick`: the Linux guest is measured ([`crate::linux::measure`], two boots
+//!    that must agree too).
+//! 7. [`crate::report`] writes `results/baton.json`, `results/baton-cycles.json` (when
+//!    cycles were measured), `results/linux.json` (without `--quick`), the SVG plots and
+//!    `results/report.md`, and the headline table is printed. A failed repeatability
+//!    check, cycles pass or Linux measurement fails the command, after the files are
+//!    written.
 //!
-//! Cycles under hardware KVM are not measured yet; where KVM is available this says so.
 //! The schema and the benchmarks are documented in `docs/benchmarks.md`.
 
 use crate::build::{self, Images};
+use crate::cycles;
 use crate::deps;
 use crate::judge::FORBIDDEN;
 use crate::linux;
@@ -94,11 +99,17 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     let start = Instant::now();
     deps::ensure_target()?;
     let qemu = deps::ensure_qemu()?;
-    if let Some(module) = hardware_kvm() {
-        note(format!(
-            "hardware KVM is available ({module}), but the cycles metric (this image under \
-             -enable-kvm) is not implemented yet: measuring instructions under TCG -icount only"
-        ));
+    let kvm = match cycles::decide(&cycles::Host::probe()) {
+        Ok(module) if opts.quick => Err(format!(
+            "`--quick` measures instructions only (hardware KVM, {module}, is available)"
+        )),
+        decided => decided,
+    };
+    match &kvm {
+        Ok(module) => note(format!(
+            "hardware KVM ({module}): cycles will be measured too, after the instructions"
+        )),
+        Err(why) => note(format!("cycles will not be measured: {why}")),
     }
     let images = build::build()?;
     if !images.programs.iter().any(|p| p == "bench") {
@@ -110,11 +121,12 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
 
     let mut errors = Vec::new();
-    let first = boot_all(&images, &qemu, &dir, "")?;
+    let tcg = |smp| icount_machine(&images, smp);
+    let first = boot_all(&qemu, &dir, "bench", tcg)?;
     let repeat = if opts.quick {
         Repeat::NotChecked
     } else {
-        let second = boot_all(&images, &qemu, &dir, ".2")?;
+        let second = boot_all(&qemu, &dir, "bench.2", tcg)?;
         match compare(&first, &second) {
             Ok(()) => {
                 note("two runs gave identical instruction counts for every Baton benchmark");
@@ -125,6 +137,32 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
                 Repeat::Differed
             }
         }
+    };
+    // The logs of an earlier cycles pass would otherwise outlive it.
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if name.starts_with("kvm.") && name.ends_with(".log") {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+    let cycles = match kvm {
+        Ok(module) => {
+            note(format!(
+                "the cycles pass: the same image under -enable-kvm -cpu host, {} warm-up and \
+                 {} measured boots",
+                cycles::WARMUP_BOOTS,
+                cycles::BATCHES
+            ));
+            cycles::measure(&images, &qemu, &dir, module).map_err(|e| {
+                let first_line = e.lines().next().unwrap_or_default().to_string();
+                errors.push(format!("the cycles measurement under KVM failed: {e}"));
+                format!("the measurement under KVM ({module}) failed: {first_line}")
+            })
+        }
+        Err(why) => Err(why),
     };
     let linux = if opts.quick {
         Err("`--quick`".to_string())
@@ -144,6 +182,7 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
         image: &image,
         repeat,
         linux: linux.as_ref().map_err(Clone::clone),
+        cycles: cycles.as_ref().map_err(Clone::clone),
     };
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
@@ -152,6 +191,12 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     write("baton.json", &report::baton_json(&inputs))?;
     if let Ok(run) = &linux {
         write("linux.json", &report::linux_json(&meta, run))?;
+    }
+    match &cycles {
+        Ok(c) => write(report::CYCLES_JSON, &report::cycles_json(&inputs, c))?,
+        Err(_) => {
+            let _ = fs::remove_file(dir.join(report::CYCLES_JSON));
+        }
     }
     let plots = inputs.plots();
     for stale in report::PLOTS {
@@ -170,7 +215,21 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
         meta.metric, meta.qemu, meta.commit
     );
     println!("{}", inputs.headline());
+    match &cycles {
+        Ok(c) => {
+            println!(
+                "Baton, in TSC cycles (hardware KVM, -cpu host; median of {} boots, spread = \
+                 smallest and largest boot's median):\n",
+                cycles::BATCHES
+            );
+            println!("{}", inputs.cycles_table(c, Some(report::HEADLINE)));
+        }
+        Err(why) => println!("Cycles: not measured ({why}).\n"),
+    }
     let mut files = vec!["baton.json"];
+    if cycles.is_ok() {
+        files.push(report::CYCLES_JSON);
+    }
     if linux.is_ok() {
         files.push("linux.json");
     }
@@ -193,33 +252,40 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     }
 }
 
-/// The loaded hardware KVM module, if `/dev/kvm` is real hardware virtualization.
-fn hardware_kvm() -> Option<&'static str> {
-    if qemu::tcg_forced_by_env() || !Path::new("/dev/kvm").exists() {
-        return None;
-    }
-    ["kvm_intel", "kvm_amd"]
-        .into_iter()
-        .find(|m| Path::new("/sys/module").join(m).exists())
-}
-
 /// CPU counts the image is booted with: the program runs the one-CPU benchmarks on one
 /// CPU and the cross-CPU ones (`*.cross`) on two.
-const SMP: [u32; 2] = [1, 2];
+pub const SMP: [u32; 2] = [1, 2];
 
-/// Boots the benchmark image once per entry of [`SMP`], logging to `bench<tag>.log` and
-/// `bench<tag>.smp2.log` in `dir`, and joins the results.
-fn boot_all(images: &Images, qemu: &Path, dir: &Path, tag: &str) -> Result<Results, String> {
+/// The TCG `-icount` machine of one instruction-counting boot with `smp` CPUs.
+fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
+    Machine {
+        images,
+        accel: Accel::Tcg,
+        smp,
+        cmdline: qemu::cmdline("bench", true, &[]),
+        icount: true,
+        gdb: false,
+    }
+}
+
+/// Boots the machine `machine(smp)` once per entry of [`SMP`], logging to `<stem>.log` and
+/// `<stem>.smp2.log` in `dir`, and joins the results.
+pub fn boot_all<'a>(
+    qemu: &Path,
+    dir: &Path,
+    stem: &str,
+    machine: impl Fn(u32) -> Machine<'a>,
+) -> Result<Results, String> {
     let mut all = Results {
         done: true,
         ..Results::default()
     };
     for smp in SMP {
         let name = match smp {
-            1 => format!("bench{tag}.log"),
-            n => format!("bench{tag}.smp{n}.log"),
+            1 => format!("{stem}.log"),
+            n => format!("{stem}.smp{n}.log"),
         };
-        let r = boot(images, qemu, &dir.join(name), smp)?;
+        let r = boot(&machine(smp), qemu, &dir.join(name))?;
         all.rows
             .extend(r.rows.into_iter().map(|row| Row { cpus: smp, ..row }));
         all.paths.extend(r.paths);
@@ -228,17 +294,8 @@ fn boot_all(images: &Images, qemu: &Path, dir: &Path, tag: &str) -> Result<Resul
     Ok(all)
 }
 
-/// Boots the benchmark image once with `smp` CPUs, its serial output going to `log`, and
-/// parses the log.
-fn boot(images: &Images, qemu: &Path, log: &Path, smp: u32) -> Result<Results, String> {
-    let machine = Machine {
-        images,
-        accel: Accel::Tcg,
-        smp,
-        cmdline: qemu::cmdline("bench", true, &[]),
-        icount: true,
-        gdb: false,
-    };
+/// Boots `machine` once, its serial output going to `log`, and parses the log.
+fn boot(machine: &Machine, qemu: &Path, log: &Path) -> Result<Results, String> {
     let mut cmd = machine.command(qemu);
     note(format!("$ {}", shell_line(&cmd)));
     let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;

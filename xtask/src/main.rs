@@ -17,6 +17,7 @@
 mod bench;
 mod build;
 mod clippy;
+mod cycles;
 mod deps;
 mod initrd;
 mod judge;
@@ -57,10 +58,12 @@ commands:
       -j N               run up to N integration tests at once (default: number of CPUs)
   bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
                          instructions) twice and check that both runs agree to the instruction,
-                         measure the same operations in a Linux guest under the same QEMU, and
-                         write results/ (report.md, baton.json, linux.json, SVG plots); print
-                         the headline table
-      --quick            Baton only, one run (no repeatability check, no Linux)
+                         where kvm_intel or kvm_amd is loaded also boot it under -enable-kvm
+                         -cpu host (TSC cycles, several boots), measure the same operations in
+                         a Linux guest under the same QEMU, and write results/ (report.md,
+                         baton.json, baton-cycles.json, linux.json, SVG plots); print the
+                         headline table (BATON_TCG=1: no cycles pass)
+      --quick            Baton only, one run (no repeatability check, no cycles, no Linux)
   bench-linux            the Linux side of `bench` alone: a Debian guest, twice; writes
                          results/linux.json
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs

@@ -13,6 +13,7 @@
 //! holds a Baton figure. `docs/benchmarks.md` describes the files.
 
 use crate::bench::{Paths, Results, Row};
+use crate::cycles::{self, Cycles};
 use crate::linux::LinuxRun;
 use crate::plot::{self, Group, Series};
 use crate::workspace::command;
@@ -21,17 +22,21 @@ use std::path::Path;
 
 /// The machine the figures come from: QEMU's TCG CPU, counting instructions.
 pub const GUEST_CPU: &str = "QEMU TCG -icount shift=0";
+/// The machine of the cycles pass: the host's CPU under hardware KVM.
+pub const KVM_CPU: &str = "QEMU KVM -cpu host";
 /// File name of the Baton-versus-Linux bar chart.
 pub const BARS_SVG: &str = "baton-vs-linux.svg";
 /// File name of the RPC-cost-against-size plot.
 pub const RPC_SVG: &str = "rpc-size.svg";
+/// File name of the cycles results (written only when cycles were measured).
+pub const CYCLES_JSON: &str = "baton-cycles.json";
 /// Every plot file the report may write (stale ones are removed).
 pub const PLOTS: [&str; 2] = [BARS_SVG, RPC_SVG];
 
 /// What the figures were measured with.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Meta {
-    /// What the figures count: `instructions` (or, later, `cycles`).
+    /// What the main figures count: `instructions` (cycles are a separate pass, [`Cycles`]).
     pub metric: String,
     /// First line of `qemu-system-x86_64 --version`.
     pub qemu: String,
@@ -145,6 +150,8 @@ pub struct Inputs<'a> {
     pub repeat: Repeat,
     /// The Linux guest's figures, or why there are none.
     pub linux: Result<&'a LinuxRun, String>,
+    /// Baton's figures in TSC cycles under hardware KVM, or why there are none.
+    pub cycles: Result<&'a Cycles, String>,
 }
 
 // ---- The tables that set figures side by side -------------------------------------------
@@ -731,16 +738,42 @@ impl Inputs<'_> {
             Err(_) => "",
         };
         let _ = writeln!(out, "- repeatability: Baton: {baton_repeat}{linux_repeat}");
+        match &self.cycles {
+            Ok(c) => {
+                let _ = writeln!(
+                    out,
+                    "- cycles: **measured** under hardware KVM ({}): the same image with \
+                     `-enable-kvm -cpu host` and no icount, where `rdtsc` deltas are TSC \
+                     cycles{}; {} warm-up and {} measured boots (section \"Cycles under \
+                     hardware KVM\"). Every other table is in instructions",
+                    c.module,
+                    c.tsc_mhz
+                        .map(|m| format!(" ({m} MHz, the kernel's calibration)"))
+                        .unwrap_or_default(),
+                    cycles::WARMUP_BOOTS,
+                    cycles::BATCHES
+                );
+            }
+            Err(why) => {
+                let _ = writeln!(
+                    out,
+                    "- cycles: **not measured** ({why}). Every figure in this report is an \
+                     instruction count; TCG's run time and its TSC are not a measure of speed \
+                     and are never reported"
+                );
+            }
+        }
         out.push_str(
             "\nReproduce with `cargo xtask bench`; every benchmark is defined in \
              `docs/benchmarks.md`.\n",
         );
 
-        out.push_str("\n## Headline\n\n");
+        out.push_str("\n## Headline (instructions)\n\n");
         out.push_str(&self.headline());
-        out.push_str("\n## Every Baton benchmark\n\n");
+        out.push_str("\n## Every Baton benchmark (instructions)\n\n");
         out.push_str(&self.table(None));
         out.push_str(&self.legend());
+        out.push_str(&self.cycles_md());
 
         if !plots.is_empty() {
             out.push_str("\n## Plots\n\n");
@@ -827,6 +860,93 @@ impl Inputs<'_> {
         out
     }
 
+    /// A Markdown table of the cycle rows called `names` (all when `None`): the median of
+    /// the batches' medians, their spread, the extremes of every iteration, the row's floor
+    /// multiple in cycles and, when the TSC frequency is known, the median in nanoseconds.
+    pub fn cycles_table(&self, c: &Cycles, names: Option<&[&str]>) -> String {
+        let mut out = String::from(
+            "| benchmark | median | batch min | batch max | min | max | CPUs | × floor | ns |\n\
+             |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        );
+        let rows: Vec<&cycles::CycleRow> = match names {
+            None => c.rows.iter().collect(),
+            Some(names) => names
+                .iter()
+                .filter_map(|n| c.rows.iter().find(|r| r.name == *n))
+                .collect(),
+        };
+        for r in rows {
+            let floor = floor_of(&r.name)
+                .and_then(|f| c.rows.iter().find(|x| x.name == f))
+                .map(|f| ratio(r.median, f.median))
+                .unwrap_or_default();
+            let ns = c
+                .tsc_mhz
+                .filter(|&m| m > 0)
+                .map(|m| format!("{:.1}", r.median as f64 * 1000.0 / m as f64))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r.name,
+                r.median,
+                r.batch_min(),
+                r.batch_max(),
+                r.min,
+                r.max,
+                r.cpus,
+                floor,
+                ns
+            );
+        }
+        out
+    }
+
+    /// The section on cycles: the table, or why there is none.
+    fn cycles_md(&self) -> String {
+        let mut out = String::from("\n## Cycles under hardware KVM (TSC cycles)\n\n");
+        match &self.cycles {
+            Ok(c) => {
+                let _ = writeln!(
+                    out,
+                    "The same kernel and initrd under QEMU with `-enable-kvm -cpu host` ({}) \
+                     and no icount: the guest reads the host CPU's time-stamp counter, so \
+                     every figure is in **TSC cycles**: ticks at the TSC's constant rate{}, \
+                     not the core's clock cycles. Each boot runs each benchmark's 100 warm-up and {} \
+                     recorded iterations; {} boot(s) are run first and not kept, then {} \
+                     measured boots. **median**: the lower median of the {} boots' medians; \
+                     **batch min**, **batch max**: the smallest and largest boot median (the \
+                     spread); **min**, **max**: over every recorded iteration of every boot; \
+                     **× floor**: the median ÷ the floor row's median in cycles; **ns**: the \
+                     median at the calibrated TSC rate. Unlike the instruction counts these \
+                     vary from run to run and host to host, and `-cpu host` may enable \
+                     features (PCID, ...) that TCG's `-cpu max` lacks, so the kernel's paths \
+                     can differ a little from the counted ones.\n",
+                    c.module,
+                    c.tsc_mhz
+                        .map(|m| format!(" ({m} MHz by the kernel's calibration)"))
+                        .unwrap_or_default(),
+                    c.rows.first().map_or(0, |r| r.iterations),
+                    cycles::WARMUP_BOOTS,
+                    cycles::BATCHES,
+                    cycles::BATCHES
+                );
+                out.push_str(&self.cycles_table(c, None));
+            }
+            Err(why) => {
+                let _ = writeln!(
+                    out,
+                    "Not measured: {why}. Cycles are measured only under hardware KVM (the \
+                     `kvm_intel` or `kvm_amd` module loaded): `cargo xtask bench` then boots \
+                     the same image with `-enable-kvm -cpu host`. TCG's run time and its TSC \
+                     readings without icount are not a measure of the kernel's speed and are \
+                     never reported."
+                );
+            }
+        }
+        out
+    }
+
     /// The RPC-against-size table ([`RPC_SIZES`]): Baton's round trips beside Linux's UNIX
     /// socket's, with each side's growth from its smallest message. Empty when no size has
     /// both a Baton and a Linux row.
@@ -903,7 +1023,7 @@ impl Inputs<'_> {
     /// Min, max, CPUs and kernel paths of every Baton row.
     fn details_md(&self) -> String {
         let mut out = String::from(
-            "\n## Details\n\nEvery Baton row's median, min and max, the CPUs of its boot, \
+            "\n## Details (instructions)\n\nEvery Baton row's median, min and max, the CPUs of its boot, \
              and the change of the kernel's counters per recorded iteration (from \
              `BENCHSTAT`: stack handoffs, `switch_context` switches, stacks discarded, \
              continuations recognised).\n\n\
@@ -1074,7 +1194,7 @@ pub fn per_iteration(count: u64, iterations: u64) -> String {
 fn linux_only_md(rows: &[Row]) -> String {
     let null = find(rows, "linux.syscall.null").map(|r| r.median);
     let mut out = String::from(
-        "\n## Linux rows without a Baton counterpart yet\n\nMeasured in the same guest \
+        "\n## Linux rows without a Baton counterpart yet (instructions)\n\nMeasured in the same guest \
          (definitions in `docs/benchmarks.md`, \"The Linux side\").\n\n\
          | benchmark | Linux | min | max | × `linux.syscall.null` |\n|---|---:|---:|---:|---:|\n",
     );
@@ -1120,6 +1240,7 @@ enum Json {
     Str(String),
     Num(u64),
     Bool(bool),
+    Null,
     Arr(Vec<Json>),
     Obj(Vec<(&'static str, Json)>),
 }
@@ -1153,6 +1274,7 @@ impl Json {
             Json::Str(s) => return out.push_str(&json_string(s)),
             Json::Num(n) => return out.push_str(&n.to_string()),
             Json::Bool(b) => return out.push_str(if *b { "true" } else { "false" }),
+            Json::Null => return out.push_str("null"),
             Json::Arr(v) => ('[', ']', v.iter().map(|j| (None, j)).collect()),
             Json::Obj(v) => ('{', '}', v.iter().map(|(k, j)| (Some(*k), j)).collect()),
         };
@@ -1242,6 +1364,60 @@ pub fn baton_json(inputs: &Inputs) -> String {
                 ));
             }
             Json::Obj(fields)
+        })
+        .collect();
+    doc.push((
+        "cycles",
+        match &inputs.cycles {
+            Ok(_) => Json::Obj(vec![
+                ("measured", Json::Bool(true)),
+                ("file", Json::Str(CYCLES_JSON.to_string())),
+            ]),
+            Err(why) => Json::Obj(vec![
+                ("measured", Json::Bool(false)),
+                ("why", Json::Str(why.clone())),
+            ]),
+        },
+    ));
+    doc.push(("benchmarks", Json::Arr(rows)));
+    Json::Obj(doc).document()
+}
+
+/// `results/baton-cycles.json`: the cycles pass, in the same shape as `baton.json`.
+pub fn cycles_json(inputs: &Inputs, c: &Cycles) -> String {
+    let mut doc = meta_fields(inputs.meta);
+    for (key, value) in doc.iter_mut() {
+        match *key {
+            "metric" => *value = Json::Str("cycles".to_string()),
+            "cpu" => *value = Json::Str(format!("{KVM_CPU} ({})", c.module)),
+            _ => {}
+        }
+    }
+    doc.extend([
+        ("image", Json::Str(inputs.image.to_string())),
+        ("tsc_mhz", c.tsc_mhz.map_or(Json::Null, Json::Num)),
+        ("warmup_boots", Json::Num(cycles::WARMUP_BOOTS as u64)),
+        ("batches", Json::Num(cycles::BATCHES as u64)),
+    ]);
+    let rows = c
+        .rows
+        .iter()
+        .map(|r| {
+            Json::Obj(vec![
+                ("name", Json::Str(r.name.clone())),
+                ("unit", Json::Str("cycles".to_string())),
+                ("iterations", Json::Num(r.iterations)),
+                ("median", Json::Num(r.median)),
+                ("batch_min", Json::Num(r.batch_min())),
+                ("batch_max", Json::Num(r.batch_max())),
+                ("min", Json::Num(r.min)),
+                ("max", Json::Num(r.max)),
+                ("cpus", Json::Num(u64::from(r.cpus))),
+                (
+                    "batch_medians",
+                    Json::Arr(r.medians.iter().map(|&m| Json::Num(m)).collect()),
+                ),
+            ])
         })
         .collect();
     doc.push(("benchmarks", Json::Arr(rows)));
@@ -1385,6 +1561,7 @@ mod unit_tests {
             image: "0123456789abcdef",
             repeat: Repeat::Agreed,
             linux: Ok(&l),
+            cycles: Err("no hardware KVM on this host".into()),
         };
         let c = inputs.cells(&b.rows[2]);
         assert_eq!(c.baton, "300");
@@ -1444,6 +1621,7 @@ mod unit_tests {
             image: "0123456789abcdef",
             repeat: Repeat::Agreed,
             linux: Ok(&l),
+            cycles: Err("no hardware KVM on this host".into()),
         };
         let plots = full.plots();
         let names: Vec<&str> = plots.iter().map(|p| p.0).collect();
@@ -1462,6 +1640,7 @@ mod unit_tests {
             "`floor.syscall.null` for every row but the floors",
             "![RPC cost against message size](rpc-size.svg)",
             "| `rpc.32b.fast.roundtrip` | `linux.unix.rpc32` | a 32-byte request",
+            "## RPC against size (instructions)",
             "| `null` | 900 |  | 21000 `unix.rpc1` | 0.04 |  | 1.00 | 1.00 | no data on Baton",
             "| `32b` | 950 |  | 21500 `unix.rpc32` | 0.04 |  | 1.06 | 1.02 | 32 bytes",
             "| `1k` | 1100 |  | 23100 `unix.rpc1024` | 0.05 |  | 1.22 | 1.10 | 1,024 bytes",
@@ -1471,7 +1650,11 @@ mod unit_tests {
             "| `sync.waitwake.cross` | 3000 | 3000 | 3007 | 2 |  |  |  |  |",
             "- guest: clocksource=tsc",
             "- [001]: Ford, Lepreau",
-            "## RPC against size (instructions)",
+            "## Headline (instructions)",
+            "## Every Baton benchmark (instructions)",
+            "## Details (instructions)",
+            "- cycles: **not measured** (no hardware KVM on this host). Every figure",
+            "## Cycles under hardware KVM (TSC cycles)\n\nNot measured: no hardware KVM",
         ] {
             assert!(md.contains(want), "missing {want:?} in\n{md}");
         }
@@ -1508,6 +1691,90 @@ mod unit_tests {
         assert!(!md.contains("## Linux rows without"));
         let names: Vec<&str> = quick.plots().iter().map(|p| p.0).collect();
         assert_eq!(names, [RPC_SVG]);
+    }
+
+    fn cycles() -> Cycles {
+        let row = |name: &str, medians: &[u64], cpus| cycles::CycleRow {
+            name: name.into(),
+            iterations: 1000,
+            cpus,
+            medians: medians.to_vec(),
+            median: {
+                let mut m = medians.to_vec();
+                m.sort_unstable();
+                m[(m.len() - 1) / 2]
+            },
+            min: 50,
+            max: 90000,
+        };
+        Cycles {
+            module: "kvm_intel".into(),
+            tsc_mhz: Some(2000),
+            rows: vec![
+                row("floor.syscall.null", &[200, 210, 190, 205, 200], 1),
+                row("sched.yield.switch", &[400, 420, 380, 410, 390], 1),
+                row("sync.waitwake.cross", &[5000, 5200, 4800, 5100, 4900], 2),
+            ],
+        }
+    }
+
+    #[test]
+    fn cycles_section_and_json() {
+        let (b, l, m, c) = (baton(), linux(), meta(), cycles());
+        let inputs = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Ok(&l),
+            cycles: Ok(&c),
+        };
+        let md = inputs.report_md(&[]);
+        for want in [
+            "- cycles: **measured** under hardware KVM (kvm_intel): the same image with \
+             `-enable-kvm -cpu host` and no icount, where `rdtsc` deltas are TSC cycles (2000 \
+             MHz, the kernel's calibration); 1 warm-up and 5 measured boots",
+            "## Cycles under hardware KVM (TSC cycles)",
+            "| benchmark | median | batch min | batch max | min | max | CPUs | × floor | ns |",
+            "| `floor.syscall.null` | 200 | 190 | 210 | 50 | 90000 | 1 |  | 100.0 |",
+            "| `sched.yield.switch` | 400 | 380 | 420 | 50 | 90000 | 1 | 2.00 | 200.0 |",
+            "| `sync.waitwake.cross` | 5000 | 4800 | 5200 | 50 | 90000 | 2 | 25.00 | 2500.0 |",
+        ] {
+            assert!(md.contains(want), "missing {want:?} in\n{md}");
+        }
+        // The instruction tables stay in instructions.
+        assert!(md.contains("| `sched.yield.switch` | 300 | 2.00 |"), "{md}");
+        let head = inputs.cycles_table(&c, Some(HEADLINE));
+        assert_eq!(head.lines().count(), 2 + 2, "{head}");
+
+        let json = cycles_json(&inputs, &c);
+        assert!(json.starts_with("{\n  \"metric\": \"cycles\",\n"), "{json}");
+        assert!(json.contains("  \"cpu\": \"QEMU KVM -cpu host (kvm_intel)\",\n"));
+        assert!(json.contains("  \"tsc_mhz\": 2000,\n  \"warmup_boots\": 1,\n  \"batches\": 5,\n"));
+        assert!(
+            json.contains(
+                "{\"name\": \"sched.yield.switch\", \"unit\": \"cycles\", \"iterations\": 1000, \
+             \"median\": 400, \"batch_min\": 380, \"batch_max\": 420, \"min\": 50, \"max\": \
+             90000, \"cpus\": 1, \"batch_medians\": [400, 420, 380, 410, 390]},\n"
+            ),
+            "{json}"
+        );
+        let baton = baton_json(&inputs);
+        assert!(baton.contains(
+            "  \"cycles\": {\n    \"measured\": true,\n    \"file\": \"baton-cycles.json\"\n  },\n"
+        ), "{baton}");
+        let without = Cycles {
+            tsc_mhz: None,
+            ..c.clone()
+        };
+        assert!(cycles_json(&inputs, &without).contains("\"tsc_mhz\": null,"));
+        let none = baton_json(&Inputs {
+            cycles: Err("no hardware KVM".into()),
+            ..inputs
+        });
+        assert!(none.contains(
+            "  \"cycles\": {\n    \"measured\": false,\n    \"why\": \"no hardware KVM\"\n  },\n"
+        ), "{none}");
     }
 
     #[test]
@@ -1553,6 +1820,7 @@ mod unit_tests {
             image: "0123456789abcdef",
             repeat: Repeat::Agreed,
             linux: Ok(&l),
+            cycles: Err("no hardware KVM on this host".into()),
         };
         let json = baton_json(&inputs);
         assert!(
@@ -1580,7 +1848,13 @@ mod unit_tests {
             repeat: Repeat::NotChecked,
             ..inputs
         });
-        assert!(empty.ends_with("\"repeat_checked\": false,\n  \"benchmarks\": []\n}\n"));
+        assert!(
+            empty.ends_with(
+                "\"repeat_checked\": false,\n  \"cycles\": {\n    \"measured\": false,\n    \
+                 \"why\": \"no hardware KVM on this host\"\n  },\n  \"benchmarks\": []\n}\n"
+            ),
+            "{empty}"
+        );
         let json = linux_json(&m, &l);
         assert!(
             json.contains("  \"guest\": [\n    \"clocksource=tsc\"\n  ],\n"),
