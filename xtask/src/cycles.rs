@@ -87,9 +87,9 @@ pub fn decide(host: &Host) -> Result<&'static str, String> {
         .find(|m| *m == "kvm_intel" || *m == "kvm_amd")
     else {
         return Err(if host.modules.contains(&"kvm_pvm") {
-            "no hardware KVM on this host: neither kvm_intel nor kvm_amd is loaded, and \
-             /dev/kvm is kvm_pvm, a software hypervisor that cannot run Baton (and whose TSC \
-             readings would not be a CPU's cycles)"
+            "no hardware KVM on this host: neither kvm_intel nor kvm_amd is loaded; \
+             /dev/kvm is kvm_pvm, a software hypervisor that cannot run Baton and whose TSC \
+             is not a CPU's"
                 .into()
         } else {
             "no hardware KVM on this host: neither the kvm_intel nor the kvm_amd module is \

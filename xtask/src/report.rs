@@ -1,13 +1,19 @@
 //! The results of `cargo xtask bench` as files: `results/report.md`, `results/baton.json`,
-//! `results/linux.json` and the SVG plots, and the headline table printed at the end.
+//! `results/baton-cycles.json` (cycles under hardware KVM), `results/linux.json` and the
+//! SVG plots, and the headline table printed at the end.
 //!
 //! Everything here is a pure function of the parsed runs ([`Inputs`]), except
-//! [`Meta::collect`], which asks git, QEMU and `/proc/cpuinfo`. Three explicit tables say
+//! [`Meta::collect`], which asks git, QEMU and `/proc/cpuinfo`. Four explicit tables say
 //! how the figures are set side by side, each entry with its reason:
 //!
 //! - [`FLOORS`]: which `floor.*` row each Baton row is a multiple of;
 //! - [`LINUX_PAIRS`]: which Linux row measures the same operation as a Baton row;
+//! - [`RPC_SIZES`]: which Linux UNIX-socket row carries the same data as each Baton RPC
+//!   size;
 //! - [`REFERENCES`]: the papers' (and seL4's) figures for a Baton row.
+//!
+//! The instruction tables and the cycles table are kept apart, and every heading of the
+//! report names its metric.
 //!
 //! A row, pair or reference whose rows a run does not have is left out: nothing here
 //! holds a Baton figure. `docs/benchmarks.md` describes the files.
