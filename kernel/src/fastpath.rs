@@ -23,63 +23,63 @@
 //! Every transfer is counted as the general fast path counts it (`ipc_fast`,
 //! `recognitions`, `blocks_ipc`, `stack_handoffs`).
 
-use crate::arch::{gdt, paging};
-use crate::kernel::Kernel;
-use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use crate::arch::paging;
+use crate::kernel::{self, Kernel, Task};
+use crate::thread::{Blocked, Thread, ThreadId, ThreadState};
 use baton_abi::ipc::{HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SLOW};
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
 
-/// Tries the fast path for the `ipc_msg` of the running thread `cur`. Returns only when it
-/// does not apply, having changed nothing.
+/// Tries the fast path for the `ipc_msg` of `cur`, the running thread of CPU `cpu`.
+/// Returns only when it does not apply, having changed nothing.
 #[inline(always)]
-pub fn try_ipc(k: &mut Kernel, cur: ThreadId) {
-    let cpu = gdt::this_cpu();
-    let Some(th) = k.threads.get(cur) else {
+pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
+    // Decide: the caller's side.
+    let Some(th) = k.threads.get_mut(cur) else {
         return;
     };
     let [opts, rcv_name, timeout, ..] = th.frame.syscall_args().1;
-    if opts != MSG_SEND | MSG_RECEIVE || timeout != FOREVER {
-        return;
-    }
-    let (Some((_, page)), Some(task)) = (th.ipc_buffer, th.task) else {
-        return;
-    };
-    let header = paging::read_header(page);
-    let Some(names) = k.tasks.get(&task).map(|t| &t.names) else {
-        return;
-    };
-    let Some(m) = k.ipc.fast_decode(names, &header, IPC_BUFFER_SIZE) else {
-        return;
-    };
-    let Ok(own) = k.ipc.receive_port(names, rcv_name) else {
-        return;
-    };
-    if own == m.dest || k.ipc.port(own).is_none_or(|p| !p.queue.is_empty()) {
-        return;
-    }
-    let Some(r) = k
-        .ipc
-        .port(m.dest)
-        .filter(|p| p.queue.is_empty())
-        .and_then(|p| p.receivers.front())
+    let (Some((_, page)), false, true) = (th.ipc_buffer, th.kill_pending, th.stack.is_some())
     else {
         return;
     };
-    let Some(rt) = k.threads.get(r) else {
+    if opts != MSG_SEND | MSG_RECEIVE || timeout != FOREVER {
+        return;
+    }
+    let s_key = th.task_key;
+    // Each object is looked up once: the two threads (boxed, so they stay put) and the
+    // two tasks are kept as pointers across the lookups of the others.
+    let th: *mut Thread = &mut **th;
+    let header = paging::read_header(page);
+    let Some(sender) = k.tasks.by_key_mut(s_key) else {
+        return;
+    };
+    let Some(plan) = k
+        .ipc
+        .fast_plan(&sender.names, &header, IPC_BUFFER_SIZE, rcv_name)
+    else {
+        return;
+    };
+    let sender: *mut Task = sender;
+    // The receiver's side.
+    let r = plan.receiver;
+    if r == cur {
+        return;
+    }
+    let Some(rt) = k.threads.get_mut(r) else {
         return;
     };
     let [r_opts, r_name, ..] = rt.frame.syscall_args().1;
-    let (Some((_, r_page)), Some(r_task)) = (rt.ipc_buffer, rt.task) else {
+    let Some((_, r_page)) = rt.ipc_buffer else {
         return;
     };
     let urgent = k
-        .cpu(cpu)
-        .runq
-        .peek_priority()
+        .cpus
+        .get(cpu)
+        .and_then(|c| c.runq.peek_priority())
         .is_none_or(|p| p <= rt.priority);
-    if r_task == task
+    if rt.task_key == s_key
         || r_opts & (MSG_BUF | MSG_SLOW) != 0
         || rt.stack.is_some()
         || rt.cont.map(|c| c.point) != Some(Resume::Receive)
@@ -89,44 +89,46 @@ pub fn try_ipc(k: &mut Kernel, cur: ThreadId) {
     {
         return;
     }
-    let Some(rt) = k.tasks.get_mut(&r_task) else {
+    let Some(receiver) = k.tasks.by_key_mut(rt.task_key) else {
         return;
     };
-    if rt.names.room() < usize::from(m.reply.is_some()) {
+    if receiver.names.room() < usize::from(plan.msg.reply.is_some()) {
         return;
     }
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        return;
+    };
+    // SAFETY: `th` and `sender` point into the boxed thread `cur` and the task slab entry
+    // `s_key`, both alive: nothing has been inserted into or removed from either slab since
+    // they were taken (we hold the big kernel lock and only looked things up). `cur != r`
+    // and the two tasks differ (`rt.task_key != s_key`), so these references alias neither
+    // `rt` nor `receiver`.
+    let (th, sender) = unsafe { (&mut *th, &mut *sender) };
 
-    // Every check passed: from here on the call completes.
-    let out = k.ipc.fast_give(&mut rt.names, &m, r_name);
-    if m.consumed.is_some() {
-        if let Some(t) = k.tasks.get_mut(&task) {
-            k.ipc.fast_take(&mut t.names, &m);
-        }
-    }
+    // Every check passed: from here on the call completes. The message and its rights.
+    let out = k
+        .ipc
+        .fast_commit(&mut sender.names, &mut receiver.names, &plan, r_name, cur);
     paging::write_header(r_page, out);
-    let data = m.size - HEADER_SIZE;
+    let data = plan.msg.size - HEADER_SIZE;
     if data > 0 {
         let at = HEADER_SIZE as u64;
         paging::copy_phys(PhysAddr(r_page.0 + at), PhysAddr(page.0 + at), data);
     }
-    if let Some(p) = k.ipc.port_mut(m.dest) {
-        p.receivers.pop_front();
+    // The receiver's receive is finished here (recognition: it resumes straight in user
+    // mode), and the caller blocks in its own receive, handing the stack over.
+    rt.frame.rax = 0;
+    if let Some(timer) = rt.timer.take() {
+        k.timers.cancel(timer);
     }
-    if let Some(p) = k.ipc.port_mut(own) {
-        p.receivers.push_back(cur);
-    }
-    if let Some(rt) = k.threads.get_mut(r) {
-        rt.frame.rax = 0;
-        rt.cont = Some(Continuation::new(Resume::UserReturn));
-        if let Some(timer) = rt.timer.take() {
-            k.timers.cancel(timer);
-        }
-    }
-    if let Some(t) = k.threads.get_mut(cur) {
-        t.state = ThreadState::Blocked(Blocked::Receive { port: own });
-    }
+    th.state = ThreadState::Blocked(Blocked::Receive { port: plan.own });
+    th.cont = Some(Continuation::new(Resume::Receive));
+    rt.cont = None;
+    rt.stack = th.stack.take();
     k.stats.ipc_fast += 1;
     k.stats.recognitions += 1;
     k.stats.blocks_ipc += 1;
-    thread::thread_handoff(k, cpu, cur, Continuation::new(Resume::Receive), r)
+    k.stats.stack_handoffs += 1;
+    kernel::switch_in(c, k.kernel_root, cpu, r, rt);
+    kernel::leave_to_user()
 }

@@ -31,6 +31,7 @@ use kern::cmdline::BootConfig;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::{FrameAllocator, PhysAddr};
 use kern::gauge::Gauge;
+use kern::idslab::IdSlab;
 use kern::pmap::AddressSpace;
 use kern::sched::RunQueue;
 use kern::slab::Slab;
@@ -106,8 +107,8 @@ pub struct Kernel {
     pub frames: FrameAllocator,
     /// The kernel's page-table root (shared kernel half).
     pub kernel_root: PhysAddr,
-    /// Tasks by id.
-    pub tasks: BTreeMap<TaskId, Task>,
+    /// Tasks by id, and by the slab key each of their threads caches (`Thread::task_key`).
+    pub tasks: IdSlab<Task>,
     /// Threads by id (boxed: a thread object never moves, see [`Thread`]).
     pub threads: Slab<Box<Thread>>,
     /// Per-CPU state, one entry per online CPU.
@@ -339,7 +340,7 @@ impl Kernel {
         };
         let id = self.next_task;
         self.next_task += 1;
-        self.tasks.insert(
+        let inserted = self.tasks.insert(
             id,
             Task {
                 name: String::from(name),
@@ -353,6 +354,10 @@ impl Kernel {
                 creator: None,
             },
         );
+        if let Err(task) = inserted {
+            task.space.destroy(&mut self.mem());
+            return Err(Error::NoMemory);
+        }
         let mut frame = TrapFrame::new_user(entry, rsp, id);
         if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
             frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
@@ -377,13 +382,14 @@ impl Kernel {
         frame: TrapFrame,
         priority: u8,
     ) -> Result<ThreadId, baton_abi::Error> {
+        let key = self.tasks.key_of(task).ok_or(baton_abi::Error::NotFound)?;
         let t = self
             .tasks
             .get_mut(&task)
             .ok_or(baton_abi::Error::NotFound)?;
         let space = (t.space.root(), t.pcid);
         let cpu = self.next_cpu % self.cpus.len().max(1);
-        let thread = Box::new(Thread::new_user(task, space, frame, priority, cpu));
+        let thread = Box::new(Thread::new_user((task, key), space, frame, priority, cpu));
         let id = self
             .threads
             .insert(thread)
@@ -632,7 +638,7 @@ pub fn start(
     let k = Kernel {
         frames,
         kernel_root,
-        tasks: BTreeMap::new(),
+        tasks: IdSlab::new(),
         threads: Slab::new(),
         cpus: Vec::new(),
         timers: TimerQueue::new(),

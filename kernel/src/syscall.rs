@@ -32,7 +32,12 @@ pub fn on_syscall(number: u64) -> ! {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
-    let cur = k.current_thread();
+    let cpu = gdt::this_cpu();
+    let cur = k.cpu(cpu).current;
+    if number == Sys::IpcMsg as u64 {
+        // An RPC's request or reply may take the fast path, which does not return.
+        crate::fastpath::try_ipc(k, cpu, cur);
+    }
     let Some(th) = k.threads.get(cur) else {
         panic!("system call from thread {cur:?}, which does not exist");
     };
@@ -43,14 +48,6 @@ pub fn on_syscall(number: u64) -> ! {
         // The two calls that need no arguments take the short way.
         Some(Sys::Yield) => thread::thread_yield(k, cur),
         Some(Sys::Null) => kernel::finish_entry(k, false, Some(0)),
-        // An RPC's request or reply may take the fast path, which does not return.
-        Some(Sys::IpcMsg) => {
-            crate::fastpath::try_ipc(k, cur);
-            match k.threads.get(cur) {
-                Some(th) => th.frame.syscall_args().1,
-                None => [0; 6],
-            }
-        }
         _ => th.frame.syscall_args().1,
     };
     let Some(call) = Sys::from_raw(number) else {

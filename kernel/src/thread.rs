@@ -76,6 +76,9 @@ pub enum ThreadState {
 pub struct Thread {
     /// The task it runs in (`None` for a CPU's idle thread).
     pub task: Option<TaskId>,
+    /// Its task's key in `Kernel::tasks` (the zero key, which names nothing, for an idle
+    /// thread): the fast path's one-step way to the task.
+    pub task_key: Key,
     /// Its task's page-table root and PCID, copied from the task (they never change), so
     /// a switch needs no task lookup.
     pub space: Option<(PhysAddr, u16)>,
@@ -113,10 +116,10 @@ pub struct Thread {
 }
 
 impl Thread {
-    /// A thread of `task` (whose address space is `root` with `pcid`) that will start in
+    /// A thread of `task` (its id and slab key; whose address space is `root` with `pcid`) that will start in
     /// user mode with `frame`.
     pub fn new_user(
-        task: TaskId,
+        (task, task_key): (TaskId, Key),
         space: (PhysAddr, u16),
         frame: TrapFrame,
         priority: u8,
@@ -124,6 +127,7 @@ impl Thread {
     ) -> Thread {
         Thread {
             task: Some(task),
+            task_key,
             space: Some(space),
             priority,
             state: ThreadState::Ready,
@@ -146,6 +150,7 @@ impl Thread {
     pub fn new_idle(cpu: usize, stack: Option<KernelStack>) -> Thread {
         Thread {
             task: None,
+            task_key: Key(0),
             space: None,
             priority: 0,
             state: ThreadState::Running { cpu },

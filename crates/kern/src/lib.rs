@@ -24,6 +24,7 @@ pub mod cmdline;
 pub mod continuation;
 pub mod frame;
 pub mod gauge;
+pub mod idslab;
 pub mod initrd;
 pub mod ipc;
 pub mod loader;

@@ -66,7 +66,7 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
     }
 
     /// Appends `t` at the back.
-    #[inline]
+    #[inline(always)]
     pub fn push_back(&mut self, t: T) {
         if self.len == self.buf.len() {
             self.grow();

@@ -101,6 +101,7 @@ impl<T> Slab<T> {
 
     /// Stores the value `make(key)` builds knowing its own key, and returns the key; when the
     /// slab is full, gives `make` back without calling it.
+    #[inline]
     pub fn insert_with<F: FnOnce(Key) -> T>(&mut self, make: F) -> Result<Key, F> {
         if self.free_head != NIL {
             let index = self.free_head;
@@ -160,16 +161,18 @@ impl<T> Slab<T> {
 
     /// The two distinct objects named by `a` and `b`, mutably, if both are there (`None`
     /// also when `a == b`).
-    #[inline]
+    #[inline(always)]
     pub fn get2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
         let (i, j) = (a.index() as usize, b.index() as usize);
-        if i == j || i.max(j) >= self.slots.len() {
+        let len = self.slots.len();
+        if i == j || i >= len || j >= len {
             return None;
         }
-        let (lo, hi, swapped) = if i < j { (i, j, false) } else { (j, i, true) };
-        let (left, right) = self.slots.split_at_mut(hi);
-        let (x, y) = (left.get_mut(lo)?, right.first_mut()?);
-        let (sa, sb) = if swapped { (y, x) } else { (x, y) };
+        let base = self.slots.as_mut_ptr();
+        // SAFETY: `i` and `j` are distinct indices below the length, so the two references
+        // are to two different live elements of `slots`, which `&mut self` borrows whole
+        // for as long as they live.
+        let (sa, sb) = unsafe { (&mut *base.add(i), &mut *base.add(j)) };
         match (sa, sb) {
             (
                 Slot::Full {

@@ -406,7 +406,7 @@ fn random_operations_keep_counts_consistent() {
                 }
             }
         }
-        check_counts(&ipc, &spaces);
+        check_counts(&ipc, &spaces.iter().collect::<Vec<_>>());
     }
     for s in spaces.iter_mut() {
         ipc.release_space(s, &mut fx);
@@ -416,7 +416,7 @@ fn random_operations_keep_counts_consistent() {
 }
 
 /// Recounts every right and compares with the ports' counters.
-fn check_counts(ipc: &I, spaces: &[Space]) {
+fn check_counts(ipc: &I, spaces: &[&Space]) {
     use std::collections::BTreeMap;
     let mut sends: BTreeMap<PortId, u64> = BTreeMap::new();
     let mut onces: BTreeMap<PortId, u64> = BTreeMap::new();
@@ -472,63 +472,17 @@ fn check_counts(ipc: &I, spaces: &[Space]) {
     }
 }
 
-/// The fast path's moves for a call and its reply equal the general path's: one send-once
-/// right appears in the server's space and is used up by the reply; counts end where they
-/// started.
-#[test]
-fn fast_path_call_and_reply() {
-    let (mut ipc, mut server, mut client, port, send) = setup();
-    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
-    let mut call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
-    call.size = (HEADER_SIZE + 8) as u32;
-    let m = ipc
-        .fast_decode(&client, &call, 4096)
-        .expect("a call takes the fast path");
-    let server_port = ipc.receive_port(&server, port).unwrap();
-    let rp = ipc.receive_port(&client, reply_port).unwrap();
-    assert_eq!(m.dest, server_port);
-    assert_eq!(m.reply, Some(rp));
-    assert_eq!(m.consumed, None);
-    let names_before = (server.len(), client.len());
-    ipc.fast_take(&mut client, &m);
-    let got = ipc.fast_give(&mut server, &m, port);
-    assert_eq!(got.dest, port);
-    assert_eq!(got.id, 42);
-    assert_eq!(got.size as usize, HEADER_SIZE + 8);
-    assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
-    assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
-    assert_eq!(ipc.port(rp).unwrap().send_onces, 1);
-    assert_eq!(
-        (server.len(), client.len()),
-        (names_before.0 + 1, names_before.1)
-    );
-
-    // The reply uses the send-once right up.
-    let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
-    let r = ipc
-        .fast_decode(&server, &reply, 4096)
-        .expect("a reply takes the fast path");
-    assert_eq!(r.consumed, Some(got.reply));
-    assert_eq!(r.dest, rp);
-    ipc.fast_take(&mut server, &r);
-    let back = ipc.fast_give(&mut client, &r, reply_port);
-    assert_eq!(back.reply, 0);
-    assert_eq!(back.reply_disposition(), D::None as u8);
-    assert_eq!(ipc.info(&server, got.reply), Err(Error::InvalidName));
-    assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
-    assert_eq!((server.len(), client.len()), names_before);
-    // The copied send right is untouched.
-    assert_eq!(ipc.port(server_port).unwrap().sends, 1);
-}
-
 /// Everything but the two RPC forms declines (the general path decides, and reports
 /// errors), and deciding never changes anything.
 #[test]
 fn fast_path_declines() {
-    let (mut ipc, mut server, client, port, send) = setup();
+    let (mut ipc, mut server, mut client, port, send) = setup();
     let reply_port = ipc.allocate(&mut server, 1, 0).unwrap();
+    let rcv = ipc.allocate(&mut client, 2, 0).unwrap();
+    let sp = ipc.receive_port(&server, port).unwrap();
+    ipc.port_mut(sp).unwrap().receivers.push_back(10);
     let ok = header(send, D::CopySend, 0, D::None, 0, 1);
-    assert!(ipc.fast_decode(&client, &ok, 4096).is_some());
+    assert!(ipc.fast_plan(&client, &ok, 4096, rcv).is_some());
     let mut cases = vec![
         header(send, D::CopySend, 0, D::None, 1, 1),
         header(send, D::MoveSend, 0, D::None, 0, 1),
@@ -550,18 +504,26 @@ fn fast_path_declines() {
     big.size = 4097;
     cases.push(big);
     for (i, h) in cases.iter().enumerate() {
-        assert_eq!(ipc.fast_decode(&client, h, 4096), None, "case {i}: {h:?}");
+        assert_eq!(
+            ipc.fast_plan(&client, h, 4096, rcv),
+            None,
+            "case {i}: {h:?}"
+        );
     }
     // The server's own receive right used as a destination, and a reply port in another
     // space.
     let own = header(port, D::CopySend, 0, D::None, 0, 1);
-    assert_eq!(ipc.fast_decode(&server, &own, 4096), None);
-    let foreign = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 1);
-    assert_eq!(ipc.fast_decode(&client, &foreign, 4096), None);
+    assert_eq!(ipc.fast_plan(&server, &own, 4096, reply_port), None);
+    let mut theirs = reply_port;
+    while client.lookup(theirs).is_ok() {
+        theirs = ipc.allocate(&mut server, 1, 0).unwrap();
+    }
+    let foreign = header(send, D::CopySend, theirs, D::MakeSendOnce, 0, 1);
+    assert_eq!(ipc.fast_plan(&client, &foreign, 4096, rcv), None);
     // A dead destination.
     let mut fx = Effects::default();
     ipc.release(&mut server, port, &mut fx).unwrap();
-    assert_eq!(ipc.fast_decode(&client, &ok, 4096), None);
+    assert_eq!(ipc.fast_plan(&client, &ok, 4096, rcv), None);
 }
 
 /// An exception exchange through kernel-held rights: the kernel keeps a send right to the
@@ -745,4 +707,91 @@ fn receive_right_cycles_are_refused() {
     }
     assert_eq!(ipc.ports(), 0);
     assert_eq!(ipc.queued(), 0);
+}
+
+/// `fast_plan` + `fast_commit` make the moves of the general path for a call and its
+/// reply, take the receiver off the destination and queue the caller on its own port, and
+/// leave every count consistent.
+#[test]
+fn fast_plan_and_commit_call_and_reply() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
+    let sp = ipc.receive_port(&server, port).unwrap();
+    let rp = ipc.receive_port(&client, reply_port).unwrap();
+    // No receiver waits yet: the general path must queue.
+    let call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
+    assert!(ipc.fast_plan(&client, &call, 4096, reply_port).is_none());
+    ipc.port_mut(sp).unwrap().receivers.push_back(10);
+    let plan = ipc
+        .fast_plan(&client, &call, 4096, reply_port)
+        .expect("a call to a waiting server takes the fast path");
+    assert_eq!((plan.receiver, plan.own, plan.msg.dest), (10, rp, sp));
+    let got = ipc.fast_commit(&mut client, &mut server, &plan, port, 20);
+    assert_eq!((got.dest, got.id), (port, 42));
+    assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
+    assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
+    assert!(ipc.port(sp).unwrap().receivers.is_empty());
+    assert_eq!(ipc.port(rp).unwrap().receivers.front(), Some(20));
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 1);
+    check_counts(&ipc, &[&server, &client]);
+
+    // The reply, through the send-once right, to the client waiting on its reply port.
+    let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
+    let plan = ipc
+        .fast_plan(&server, &reply, 4096, port)
+        .expect("the reply takes the fast path");
+    assert_eq!((plan.receiver, plan.own, plan.msg.dest), (20, sp, rp));
+    let back = ipc.fast_commit(&mut server, &mut client, &plan, reply_port, 10);
+    assert_eq!((back.dest, back.reply, back.id), (reply_port, 0, 142));
+    assert_eq!(ipc.info(&server, got.reply), Err(Error::InvalidName));
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
+    assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
+    assert!(ipc.port(rp).unwrap().receivers.is_empty());
+    assert_eq!(
+        ipc.port(sp).unwrap().sends,
+        1,
+        "the copied send right is untouched"
+    );
+    check_counts(&ipc, &[&server, &client]);
+}
+
+/// A reply right made from another receive right than the one the caller receives on is
+/// counted on its own port; a queued message on either port, the destination being the
+/// caller's own port, and a receive name that is not a receive right all decline, with
+/// nothing changed.
+#[test]
+fn fast_plan_declines_and_other_reply_ports() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
+    let other = ipc.allocate(&mut client, 2, 0).unwrap();
+    let sp = ipc.receive_port(&server, port).unwrap();
+    let op = ipc.receive_port(&client, other).unwrap();
+    ipc.port_mut(sp).unwrap().receivers.push_back(10);
+    let call = header(send, D::CopySend, other, D::MakeSendOnce, 0, 1);
+    // Not a receive right to receive on; the destination as the receive port.
+    assert!(ipc.fast_plan(&client, &call, 4096, send).is_none());
+    let own = header(port, D::CopySend, 0, D::None, 0, 1);
+    assert!(ipc.fast_plan(&server, &own, 4096, port).is_none());
+    // A message queued on the caller's port: its receive would not block.
+    let mut fx = Effects::default();
+    let ping = header(reply_port, D::MakeSend, 0, D::None, 0, 5);
+    let (d, m) = ipc
+        .copyin(&mut client, &ping, &[], vec![], &mut fx)
+        .unwrap();
+    ipc.enqueue(d, m, &mut fx);
+    assert!(ipc.fast_plan(&client, &call, 4096, reply_port).is_none());
+    let m = ipc.dequeue(d, &mut fx).unwrap();
+    ipc.destroy_message(m, &mut fx);
+    let before = (ipc.ports(), client.len(), server.len());
+    let plan = ipc.fast_plan(&client, &call, 4096, reply_port).unwrap();
+    assert_eq!(plan.msg.reply, Some(op));
+    assert_eq!(
+        (ipc.ports(), client.len(), server.len()),
+        before,
+        "planning changes nothing"
+    );
+    let got = ipc.fast_commit(&mut client, &mut server, &plan, port, 20);
+    assert_eq!(ipc.port(op).unwrap().send_onces, 1);
+    assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
+    check_counts(&ipc, &[&server, &client]);
 }

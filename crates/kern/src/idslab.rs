@@ -1,0 +1,157 @@
+//! A slab whose objects also carry a stable, never-reused `u64` id.
+//!
+//! Tasks are named two ways: by the id user space sees (small, counting up, never reused,
+//! what `spawn` returns and what the console prints), and by a [`Key`] of the slab they live
+//! in, which the kernel caches in each of the task's threads so that its hot paths (the RPC
+//! fast path finds the name spaces of both tasks) reach a task in one bounds check and one
+//! generation compare instead of a search-tree walk. [`IdSlab`] keeps both: the objects in a
+//! [`Slab`], and a map from id to key for everything that starts from an id.
+//!
+//! # Invariants
+//! - `ids` maps exactly the ids of the objects held to their keys: `ids.len() == slab.len()`,
+//!   and `slab.get(ids[id])` is the object inserted with `id`.
+
+use crate::slab::{Key, Slab};
+use alloc::collections::BTreeMap;
+
+/// Objects by id and by slab key. See the module documentation.
+#[derive(Debug)]
+pub struct IdSlab<T> {
+    slab: Slab<(u64, T)>,
+    ids: BTreeMap<u64, Key>,
+}
+
+impl<T> Default for IdSlab<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> IdSlab<T> {
+    /// Empty.
+    pub const fn new() -> IdSlab<T> {
+        IdSlab {
+            slab: Slab::new(),
+            ids: BTreeMap::new(),
+        }
+    }
+
+    /// Stores `value` under `id` and returns its key; gives the value back if `id` is
+    /// already held or the slab is full.
+    pub fn insert(&mut self, id: u64, value: T) -> Result<Key, T> {
+        if self.ids.contains_key(&id) {
+            return Err(value);
+        }
+        let key = self.slab.insert((id, value)).map_err(|(_, v)| v)?;
+        self.ids.insert(id, key);
+        Ok(key)
+    }
+
+    /// The key of the object `id`.
+    pub fn key_of(&self, id: u64) -> Option<Key> {
+        self.ids.get(&id).copied()
+    }
+
+    /// The object `id`.
+    pub fn get(&self, id: &u64) -> Option<&T> {
+        self.slab.get(*self.ids.get(id)?).map(|(_, v)| v)
+    }
+
+    /// The object `id`, mutably.
+    pub fn get_mut(&mut self, id: &u64) -> Option<&mut T> {
+        self.slab.get_mut(*self.ids.get(id)?).map(|(_, v)| v)
+    }
+
+    /// The object named by `key` (O(1)), if still there.
+    #[inline]
+    pub fn by_key(&self, key: Key) -> Option<&T> {
+        self.slab.get(key).map(|(_, v)| v)
+    }
+
+    /// The object named by `key` (O(1)), mutably, if still there.
+    #[inline]
+    pub fn by_key_mut(&mut self, key: Key) -> Option<&mut T> {
+        self.slab.get_mut(key).map(|(_, v)| v)
+    }
+
+    /// The two distinct objects named by `a` and `b`, mutably (`None` also when `a == b`).
+    #[inline]
+    pub fn by_keys2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        self.slab.get2_mut(a, b).map(|((_, x), (_, y))| (x, y))
+    }
+
+    /// Removes and returns the object `id`.
+    pub fn remove(&mut self, id: &u64) -> Option<T> {
+        let key = self.ids.remove(id)?;
+        self.slab.remove(key).map(|(_, v)| v)
+    }
+
+    /// Number of objects.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// Every object, in id order.
+    pub fn values(&self) -> impl Iterator<Item = &T> + '_ {
+        self.ids
+            .values()
+            .filter_map(|k| self.slab.get(*k).map(|(_, v)| v))
+    }
+
+    /// Every object with its id, in id order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
+        self.ids
+            .iter()
+            .filter_map(|(id, k)| self.slab.get(*k).map(|(_, v)| (*id, v)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_keys_reach_the_same_object() {
+        let mut s = IdSlab::new();
+        let a = s.insert(1, "a").unwrap();
+        let b = s.insert(2, "b").unwrap();
+        assert_eq!(s.get(&1), Some(&"a"));
+        assert_eq!(s.by_key(a), Some(&"a"));
+        assert_eq!(s.key_of(2), Some(b));
+        assert_eq!(s.insert(1, "again"), Err("again"), "ids are unique");
+        let (x, y) = s.by_keys2_mut(b, a).unwrap();
+        (*x, *y) = ("B", "A");
+        assert_eq!(
+            s.values().copied().collect::<alloc::vec::Vec<_>>(),
+            ["A", "B"]
+        );
+        assert!(s.by_keys2_mut(a, a).is_none());
+        assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn a_removed_object_is_gone_by_id_and_by_key() {
+        let mut s = IdSlab::new();
+        let a = s.insert(7, 70).unwrap();
+        assert_eq!(s.remove(&7), Some(70));
+        assert_eq!(s.get(&7), None);
+        assert_eq!(s.by_key(a), None);
+        assert_eq!(s.remove(&7), None);
+        let b = s.insert(8, 80).unwrap();
+        assert_eq!(b.index(), a.index(), "the slot is reused");
+        assert_eq!(
+            s.by_key(a),
+            None,
+            "the old key does not reach the new object"
+        );
+        assert_eq!(s.by_key(b), Some(&80));
+        assert!(!s.is_empty());
+        *s.get_mut(&8).unwrap() = 81;
+        assert_eq!(s.iter().collect::<alloc::vec::Vec<_>>(), [(8, &81)]);
+    }
+}
