@@ -179,7 +179,7 @@ pub fn sys_exception_port_set(
         t => {
             let t = kern::slab::Key(t);
             match k.threads.get(t) {
-                Some(th) if th.task == Some(id) => Some(t),
+                Some(th) if th.home_task() == Some(id) => Some(t),
                 _ => return Err(Error::NotFound),
             }
         }

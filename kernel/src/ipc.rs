@@ -191,6 +191,8 @@ pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
 }
 
 fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
+    // A call to a port with activations migrates (and does not return here).
+    crate::activation::try_migrate(k, gdt::this_cpu(), cur);
     let opts = args.opts;
     if opts & !MSG_OPTIONS != 0 || opts & (MSG_SEND | MSG_RECEIVE) == 0 {
         return Err(Error::InvalidArgument);
@@ -614,13 +616,17 @@ pub fn sys_ipc_buffer_set(
 /// Forgets the IPC buffers of `task`'s threads that lie in `[start, end)` (the pages are
 /// being unmapped).
 pub fn unmap_buffers(k: &mut Kernel, task: TaskId, start: u64, end: u64) {
+    let inside = |b: Option<(u64, PhysAddr)>| b.is_some_and(|(va, _)| (start..end).contains(&va));
     for (_, th) in k.threads.iter_mut() {
-        if th.task == Some(task)
-            && th
-                .ipc_buffer
-                .is_some_and(|(va, _)| (start..end).contains(&va))
-        {
+        if th.task == Some(task) && inside(th.ipc_buffer) {
             th.ipc_buffer = None;
         }
+        // The buffers of activations below (a migrated thread's callers in this task).
+        for s in th.below.iter_mut() {
+            if s.task == Some(task) && inside(s.ipc_buffer) {
+                s.ipc_buffer = None;
+            }
+        }
     }
+    crate::activation::retire(k, |a| a.task == task && inside(Some(a.buffer)));
 }

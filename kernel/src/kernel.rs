@@ -119,6 +119,8 @@ pub struct Kernel {
     pub waits: WaitQueues<(TaskId, u64), ThreadId>,
     /// Every port.
     pub ipc: kern::ipc::Ipc<ThreadId>,
+    /// Every activation of migrating RPC (the pools are in the ports).
+    pub acts: kern::activation::Activations,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
     /// Kernel stacks not attached to any thread.
@@ -275,6 +277,7 @@ impl Kernel {
                 let mut fx = kern::ipc::Effects::default();
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
+                crate::activation::retire_orphans(self);
                 let mut mem = self.mem();
                 task.space.destroy(&mut mem);
             }
@@ -450,6 +453,8 @@ impl Kernel {
             Some(task) if task.ending.is_none() => task.ending = Some(how),
             _ => return,
         }
+        // No call migrates into the task any more.
+        crate::activation::retire(self, |a| a.task == id);
         let victims: Vec<ThreadId> = self
             .threads
             .iter()
@@ -465,6 +470,29 @@ impl Kernel {
     /// with `thread_terminate_current`): at once when it is ready or blocked, at its next
     /// kernel exit when it runs on another CPU.
     pub fn kill_thread(&mut self, tid: ThreadId) {
+        let Some(th) = self.threads.get_mut(tid) else {
+            return;
+        };
+        // A thread that migrated into the ending activation goes back to its caller.
+        if !th.below.is_empty() {
+            match th.state {
+                ThreadState::Ready => {
+                    crate::activation::unwind_other(self, tid);
+                    return;
+                }
+                ThreadState::Blocked(b) => {
+                    if let Blocked::Wait { key } = b {
+                        self.waits.remove(key, tid);
+                    }
+                    crate::ipc::forget_waiter(self, tid, b);
+                    if crate::activation::unwind_other(self, tid) {
+                        self.unblock(tid);
+                    }
+                    return;
+                }
+                _ => {}
+            }
+        }
         let Some(th) = self.threads.get_mut(tid) else {
             return;
         };
@@ -644,6 +672,7 @@ pub fn start(
         timers: TimerQueue::new(),
         waits: WaitQueues::new(),
         ipc: kern::ipc::Ipc::new(),
+        acts: kern::activation::Activations::new(),
         kobjects: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),

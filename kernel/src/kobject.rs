@@ -73,7 +73,10 @@ pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u
         KObject::Task(id) => {
             id == caller || k.tasks.get(&id).is_some_and(|t| t.creator == Some(caller))
         }
-        KObject::Thread(t) => k.threads.get(t).is_some_and(|th| th.task == Some(caller)),
+        KObject::Thread(t) => k
+            .threads
+            .get(t)
+            .is_some_and(|th| th.home_task() == Some(caller)),
     };
     if !allowed {
         return Err(Error::NotFound);

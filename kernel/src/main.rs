@@ -9,6 +9,7 @@
 
 extern crate alloc;
 
+mod activation;
 pub mod arch;
 mod exception;
 mod fastpath;

@@ -35,7 +35,9 @@ pub fn on_syscall(number: u64) -> ! {
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
     if number == Sys::IpcMsg as u64 {
-        // An RPC's request or reply may take the fast path, which does not return.
+        // A call to a port with activations migrates; an RPC's request or reply may take
+        // the fast path. Neither returns when it applies.
+        crate::activation::try_migrate(k, cpu, cur);
         crate::fastpath::try_ipc(k, cpu, cur);
     }
     let Some(th) = k.threads.get(cur) else {
@@ -93,6 +95,7 @@ pub fn on_syscall(number: u64) -> ! {
         },
         Sys::DebugBlockProcessModel => process_model_block(args[0], args[1]),
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
+        Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
         other => match k.syscall(other, args) {
             Ok(v) => v,
             Err(e) => e.to_raw(),
@@ -197,9 +200,15 @@ impl Kernel {
                 };
                 ipc.make_send(names, args[0], once)
             }),
-            Sys::CapDrop => self.with_names(id, |ipc, names, fx| {
-                ipc.release(names, args[0], fx).map(|()| 0)
-            }),
+            Sys::CapDrop => {
+                let r = self.with_names(id, |ipc, names, fx| {
+                    ipc.release(names, args[0], fx).map(|()| 0)
+                });
+                crate::activation::retire_orphans(self);
+                r
+            }
+            Sys::ActCreate => crate::activation::sys_act_create(self, id, args),
+            Sys::PortSidetrack => crate::activation::sys_port_sidetrack(self, id, args[0], args[1]),
             Sys::CapInfo => self.with_names(id, |ipc, names, _| {
                 ipc.info(names, args[0]).map(|k| k as u64)
             }),
@@ -225,6 +234,7 @@ impl Kernel {
             | Sys::Sleep
             | Sys::DebugBlockProcessModel
             | Sys::IpcMsg
+            | Sys::ActReturn
             | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {
@@ -397,11 +407,11 @@ impl Kernel {
     /// it is a live thread of `task`.
     fn own_thread(&self, task: TaskId, thread: u64) -> Result<ThreadId, Error> {
         let t = match thread {
-            0 => self.current_thread(),
+            0 => return Ok(self.current_thread()),
             n => Key(n),
         };
         match self.threads.get(t) {
-            Some(th) if th.task == Some(task) => Ok(t),
+            Some(th) if th.home_task() == Some(task) => Ok(t),
             _ => Err(Error::NotFound),
         }
     }

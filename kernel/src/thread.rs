@@ -113,6 +113,19 @@ pub struct Thread {
     pub exc_reply: Option<kern::ipc::PortId>,
     /// Its thread port (receive right kept by the kernel), once asked for.
     pub kport: Option<kern::ipc::PortId>,
+    /// The activations below the running one, innermost last (empty at home): see
+    /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
+    /// running activation's.
+    pub below: alloc::vec::Vec<crate::activation::Saved>,
+    /// Its last migrating call made a sidetrack upcall (the retry must not make another).
+    pub sidetracked: bool,
+}
+
+impl Thread {
+    /// The task the thread belongs to (where it was created), wherever it runs now.
+    pub fn home_task(&self) -> Option<TaskId> {
+        self.below.first().map_or(self.task, |s| s.task)
+    }
 }
 
 impl Thread {
@@ -143,6 +156,8 @@ impl Thread {
             exc_port: None,
             exc_reply: None,
             kport: None,
+            below: alloc::vec::Vec::new(),
+            sidetracked: false,
         }
     }
 
@@ -166,6 +181,8 @@ impl Thread {
             exc_port: None,
             exc_reply: None,
             kport: None,
+            below: alloc::vec::Vec::new(),
+            sidetracked: false,
         }
     }
 }
@@ -477,6 +494,8 @@ fn resume(k: &mut Kernel, t: ThreadId, cont: Continuation) -> ! {
 
 /// Stops the current thread for good and runs the next one.
 pub fn thread_terminate_current(k: &mut Kernel) -> ! {
+    // A thread that migrated into the activation being ended goes back to its caller.
+    crate::activation::unwind_current(k);
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
     if let Some(th) = k.threads.get_mut(cur) {

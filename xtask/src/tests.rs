@@ -76,6 +76,22 @@ const EXC_REQUIRE: &[&str] = &[
     "exc#1| TEST PASS exc",
 ];
 
+/// What the `migrate` tests require.
+const MIGRATE_REQUIRE: &[&str] = &[
+    "ok: an echo RPC with 32 bytes comes back",
+    "ok: it migrated: no message was queued or handed to a server thread",
+    "ok: the caller's own thread ran the server: no context switch, no stack handoff",
+    "ok: a nested call across three tasks migrates twice on one thread",
+    "ok: a reply claiming descriptors gives the caller BadFormat",
+    "ok: with every activation busy, a call waits until one comes back",
+    "ok: the last activation went to a sidetrack upcall, which added one, and the call went on",
+    "ok: when the server declines on the sidetrack, the call waits for an activation",
+    "ok: act_return outside a migrating call is refused",
+    "ok: a call whose server exits inside it returns Aborted",
+    "ok: activations, ports, names and queued messages back to the baseline",
+    "TEST PASS migrate",
+];
+
 /// What the `kobj` tests require.
 const KOBJ_REQUIRE: &[&str] = &[
     "kobj#1| ok: a thread created through the task port runs",
@@ -468,6 +484,21 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["kobj"],
         smp: 2,
         require: KOBJ_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Migrating RPC: activations, pools, sidetrack, nested calls, aborts.
+        name: "migrate_smp1",
+        init: &["migrate"],
+        smp: 1,
+        require: MIGRATE_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "migrate_smp2",
+        init: &["migrate"],
+        smp: 2,
+        require: MIGRATE_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -134,7 +134,30 @@ pub enum Sys {
     /// `thread_port(thread_id) -> name`: a send right to the port of a thread of the
     /// caller's task; [`Error::NotFound`] for any other thread.
     ThreadPort = 29,
+    /// `act_create(port_name, entry, stack_top, buffer, cookie) -> activation id`: attaches
+    /// an unoccupied activation of the calling task to the port whose receive right
+    /// `port_name` is, so that RPCs to it *migrate* (seed 001): the caller's thread runs
+    /// `entry` in this task on the user stack ending at `stack_top` (16-byte aligned), with
+    /// `rdi` = `buffer` (a page-aligned writable page of the task, where the request arrives
+    /// and the reply is written), `rsi` = the request size in bytes (0 for a sidetrack
+    /// upcall), `rdx` = the activation id and `r8` = `cookie`; it ends the call with
+    /// [`Sys::ActReturn`]. At most [`ACTIVATIONS_PER_TASK_MAX`] per task.
+    ActCreate = 40,
+    /// `act_return() -> !`: ends the migrating call running in the calling activation: the
+    /// reply (header and in-line data, no descriptors) in the activation's buffer goes to
+    /// the caller, whose `ipc_msg` returns 0 (or [`Error::BadFormat`] for a malformed
+    /// reply), and the activation goes back to its pool. [`Error::InvalidArgument`] when
+    /// the calling thread is not in a migrating call.
+    ActReturn = 41,
+    /// `port_sidetrack(port_name, on) -> 0`: with `on` = 1, a migrating call that would use
+    /// the last free activation of the port's pool first makes a *sidetrack* upcall in it
+    /// (`rsi` = 0), where the server may add activations; if it adds none, the call waits
+    /// until an activation comes back. 0 turns it off.
+    PortSidetrack = 42,
 }
+
+/// Most activations one task may have ([`Sys::ActCreate`]).
+pub const ACTIVATIONS_PER_TASK_MAX: usize = 256;
 
 pub mod exception;
 pub mod ipc;
@@ -224,6 +247,10 @@ pub struct Stats {
     pub messages_queued: u64,
     /// Rights (names) held by all tasks now.
     pub names: u64,
+    /// Migrating RPCs made (calls that ran in a server activation, seed 001).
+    pub migrations: u64,
+    /// Activations that exist (free, occupied, or retired and still occupied).
+    pub activations: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -259,6 +286,8 @@ impl Stats {
         "ports",
         "messages_queued",
         "names",
+        "migrations",
+        "activations",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -291,6 +320,8 @@ impl Stats {
             self.ports,
             self.messages_queued,
             self.names,
+            self.migrations,
+            self.activations,
         ]
     }
 }
@@ -329,6 +360,9 @@ impl Sys {
             27 => Sys::TaskSelf,
             28 => Sys::TaskPort,
             29 => Sys::ThreadPort,
+            40 => Sys::ActCreate,
+            41 => Sys::ActReturn,
+            42 => Sys::PortSidetrack,
             _ => return None,
         })
     }
@@ -368,6 +402,9 @@ pub enum Error {
     NoSpace = 12,
     /// The operation is defined but not implemented yet (e.g. out-of-line memory).
     NotSupported = 13,
+    /// The call was cut short: the server it migrated into ended (or its activation was
+    /// destroyed) before it replied.
+    Aborted = 14,
 }
 
 impl Error {
@@ -387,6 +424,7 @@ impl Error {
             11 => Error::DeadName,
             12 => Error::NoSpace,
             13 => Error::NotSupported,
+            14 => Error::Aborted,
             _ => return None,
         })
     }
@@ -412,6 +450,7 @@ impl Error {
             Error::DeadName => "dead name",
             Error::NoSpace => "no space",
             Error::NotSupported => "not supported",
+            Error::Aborted => "aborted",
         }
     }
 }
@@ -541,13 +580,18 @@ mod tests {
             ports: 25,
             messages_queued: 26,
             names: 27,
+            migrations: 28,
+            activations: 29,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
             assert_eq!(*w, i as u64 + 1);
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
-        assert_eq!(core::mem::offset_of!(Stats, names), 8 * (STATS_WORDS - 1));
+        assert_eq!(
+            core::mem::offset_of!(Stats, activations),
+            8 * (STATS_WORDS - 1)
+        );
     }
 
     #[test]
@@ -556,6 +600,10 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(30), None);
+        for n in 40..43 {
+            assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
+        }
+        assert_eq!(Sys::from_raw(43), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -20,6 +20,7 @@ extern crate alloc;
 #[cfg(test)]
 extern crate std;
 
+pub mod activation;
 pub mod cmdline;
 pub mod continuation;
 pub mod frame;

@@ -55,6 +55,7 @@ pub mod exception;
 pub mod io;
 pub mod ipc;
 pub mod kobject;
+pub mod migrate;
 pub mod names;
 pub mod raw;
 pub mod report;

@@ -141,8 +141,11 @@ pub struct Port<T> {
     transit: Option<PortId>,
     /// Threads blocked receiving here, oldest first.
     pub receivers: Ring<T>,
-    /// Threads blocked on the full queue, oldest first.
+    /// Threads blocked on the full queue, or waiting for an activation of the pool to
+    /// come back, oldest first.
     pub senders: Ring<T>,
+    /// Activations attached for migrating RPC (seed 001 section 6.2), if any.
+    pub pool: crate::activation::Pool,
 }
 
 impl<T: Copy + Default + PartialEq> Port<T> {
@@ -158,6 +161,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             transit: None,
             receivers: Ring::new(),
             senders: Ring::new(),
+            pool: crate::activation::Pool::default(),
         }
     }
 

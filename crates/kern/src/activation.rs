@@ -1,0 +1,350 @@
+//! Activations and their pools: the server side of migrating RPC (seed 001, sections 4.2
+//! and 6.2).
+//!
+//! An *activation* is the part of a thread that is fixed to one task: a user stack, the
+//! entry point of the task's dispatch routine, and a buffer page where requests arrive and
+//! replies are written. A server creates unoccupied activations and attaches them to a port
+//! (its pool). A migrating RPC to that port takes a free activation, and the *caller's*
+//! thread runs the server's dispatch routine in it; the server's return gives the activation
+//! back. No server thread and no scheduler are involved.
+//!
+//! This module keeps the activations ([`Activations`]) and decides what a call to a port
+//! with a pool does ([`Pool::decide`]): take an activation, sidetrack (make a notification
+//! upcall on the last one so the server can add more), or wait for one to come back.
+//!
+//! # Invariants
+//! - A free activation is in exactly one port's pool (`Pool::free`) and is not occupied; an
+//!   occupied one is in no pool and is named by exactly one saved activation record of one
+//!   thread, which gives it back ([`Activations::give_back`]) when the call returns or is
+//!   cut short.
+//! - `Pool::attached` counts the activations attached to the port, free or occupied.
+//! - An activation whose port or task is gone is *retired*: never handed out again, freed
+//!   when it is given back (or at once if it is free).
+
+use crate::frame::PhysAddr;
+use crate::ipc::PortId;
+use crate::slab::{Key, Slab};
+use alloc::vec::Vec;
+
+/// An activation's name (a generation-checked slab key).
+pub type ActId = Key;
+
+/// Most activations one task may have.
+pub const ACTIVATIONS_PER_TASK_MAX: usize = baton_abi::ACTIVATIONS_PER_TASK_MAX;
+
+/// One activation. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Activation {
+    /// The task it runs in.
+    pub task: u64,
+    /// That task's key in the kernel's task table (cached: no lookup on a call).
+    pub task_key: Key,
+    /// That task's page-table root and PCID (cached).
+    pub space: (PhysAddr, u16),
+    /// The port whose pool it belongs to.
+    pub port: PortId,
+    /// The dispatch routine's entry point.
+    pub entry: u64,
+    /// The top of its user stack.
+    pub stack: u64,
+    /// Its buffer page: user address and frame (checked at creation, forgotten when the
+    /// page is unmapped, which retires the activation).
+    pub buffer: (u64, PhysAddr),
+    /// A word the server chose, passed to the dispatch routine (e.g. which routine).
+    pub cookie: u64,
+    /// Running a call (not in any pool).
+    pub occupied: bool,
+    /// Its port or task is gone, or its buffer was unmapped: never used again.
+    pub retired: bool,
+}
+
+/// A port's pool of activations (kept in the port).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pool {
+    /// Free activations, the most recently returned last (reused first: its stack is warm).
+    pub free: Vec<ActId>,
+    /// Activations attached, free or occupied.
+    pub attached: u32,
+    /// The server asked for a sidetrack upcall before its last free activation is used.
+    pub sidetrack: bool,
+}
+
+/// What a migrating call to a port does now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Run the call in this activation (taken from the pool).
+    Take(ActId),
+    /// Only the last free activation is left and the server wants to hear of it first:
+    /// make a sidetrack upcall in it (taken from the pool); the call is retried after.
+    Sidetrack(ActId),
+    /// No activation may be used now: wait until one is given back.
+    Wait,
+}
+
+impl Pool {
+    /// Whether calls to the port migrate.
+    pub fn is_migrating(&self) -> bool {
+        self.attached > 0
+    }
+
+    /// Decides a call; `sidetracked` says this call already made its sidetrack upcall (so
+    /// the server declined to add activations if only the last is left). Takes the
+    /// activation it names out of the pool.
+    #[inline]
+    pub fn decide(&mut self, sidetracked: bool) -> Decision {
+        let left = self.free.len();
+        let reserve = self.sidetrack && left == 1;
+        match self.free.last().copied() {
+            Some(a) if !reserve => {
+                self.free.pop();
+                Decision::Take(a)
+            }
+            Some(a) if !sidetracked => {
+                self.free.pop();
+                Decision::Sidetrack(a)
+            }
+            _ => Decision::Wait,
+        }
+    }
+}
+
+/// Every activation.
+#[derive(Debug, Default)]
+pub struct Activations {
+    slab: Slab<Activation>,
+}
+
+impl Activations {
+    /// None.
+    pub const fn new() -> Activations {
+        Activations { slab: Slab::new() }
+    }
+
+    /// Number of activations (free, occupied, or retired but still occupied).
+    pub fn len(&self) -> usize {
+        self.slab.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.slab.is_empty()
+    }
+
+    /// Every activation with its id.
+    pub fn iter(&self) -> impl Iterator<Item = (ActId, &Activation)> {
+        self.slab.iter()
+    }
+
+    /// The activation `id`.
+    #[inline]
+    pub fn get(&self, id: ActId) -> Option<&Activation> {
+        self.slab.get(id)
+    }
+
+    /// The activation `id`, mutably.
+    #[inline]
+    pub fn get_mut(&mut self, id: ActId) -> Option<&mut Activation> {
+        self.slab.get_mut(id)
+    }
+
+    /// Creates a free activation of `task` and puts it in `pool` (the pool of `act.port`).
+    /// [`baton_abi::Error::NoSpace`] past [`ACTIVATIONS_PER_TASK_MAX`] for the task.
+    pub fn create(&mut self, pool: &mut Pool, act: Activation) -> Result<ActId, baton_abi::Error> {
+        let task = act.task;
+        if self.slab.iter().filter(|(_, a)| a.task == task).count() >= ACTIVATIONS_PER_TASK_MAX {
+            return Err(baton_abi::Error::NoSpace);
+        }
+        let id = self
+            .slab
+            .insert(Activation {
+                occupied: false,
+                retired: false,
+                ..act
+            })
+            .map_err(|_| baton_abi::Error::NoMemory)?;
+        pool.free.push(id);
+        pool.attached += 1;
+        Ok(id)
+    }
+
+    /// Marks `id` occupied (just taken from its pool by [`Pool::decide`]).
+    #[inline]
+    pub fn occupy(&mut self, id: ActId) -> Option<&Activation> {
+        let a = self.slab.get_mut(id)?;
+        a.occupied = true;
+        Some(a)
+    }
+
+    /// The call in `id` is over: it goes back to `pool` (its port's, `None` if the port is
+    /// gone), or is freed if retired. Returns whether it went back to the pool.
+    pub fn give_back(&mut self, id: ActId, pool: Option<&mut Pool>) -> bool {
+        let retired = match self.slab.get_mut(id) {
+            Some(a) => {
+                a.occupied = false;
+                a.retired || pool.is_none()
+            }
+            None => return false,
+        };
+        match pool {
+            Some(p) if !retired => {
+                p.free.push(id);
+                true
+            }
+            Some(p) => {
+                p.attached = p.attached.saturating_sub(1);
+                self.slab.remove(id);
+                false
+            }
+            None => {
+                self.slab.remove(id);
+                false
+            }
+        }
+    }
+
+    /// Retires every activation for which `gone(activation)` holds: occupied ones are
+    /// freed when they are given back; free ones are freed now and returned with their
+    /// ports, whose pools the caller removes them from ([`Pool::forget`]).
+    pub fn retire<F: Fn(&Activation) -> bool>(&mut self, gone: F) -> Vec<(ActId, PortId)> {
+        let victims: Vec<(ActId, bool, PortId)> = self
+            .slab
+            .iter()
+            .filter(|(_, a)| gone(a))
+            .map(|(id, a)| (id, a.occupied, a.port))
+            .collect();
+        let mut freed = Vec::new();
+        for (id, occupied, port) in victims {
+            if occupied {
+                if let Some(a) = self.slab.get_mut(id) {
+                    a.retired = true;
+                }
+            } else {
+                self.slab.remove(id);
+                freed.push((id, port));
+            }
+        }
+        freed
+    }
+}
+
+impl Pool {
+    /// Removes the free activation `id` (retired) from the pool.
+    pub fn forget(&mut self, id: ActId) {
+        let before = self.free.len();
+        self.free.retain(|&f| f != id);
+        if self.free.len() != before {
+            self.attached = self.attached.saturating_sub(1);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn act(task: u64) -> Activation {
+        Activation {
+            task,
+            task_key: Key::new(task as u32, 1),
+            space: (PhysAddr(0x5000), 1),
+            port: Key::new(0, 1),
+            entry: 0x1000,
+            stack: 0x2000,
+            buffer: (0x3000, PhysAddr(0x4000)),
+            cookie: 7,
+            occupied: false,
+            retired: false,
+        }
+    }
+
+    #[test]
+    fn take_and_give_back() {
+        let mut acts = Activations::new();
+        let mut pool = Pool::default();
+        assert!(!pool.is_migrating());
+        let a = acts.create(&mut pool, act(1)).unwrap();
+        let b = acts.create(&mut pool, act(1)).unwrap();
+        assert_eq!(pool.attached, 2);
+        assert_eq!(
+            pool.decide(false),
+            Decision::Take(b),
+            "the last returned first"
+        );
+        assert!(acts.occupy(b).unwrap().occupied);
+        assert_eq!(pool.decide(false), Decision::Take(a));
+        assert_eq!(pool.decide(false), Decision::Wait, "none left: wait");
+        assert!(acts.give_back(a, Some(&mut pool)));
+        assert_eq!(pool.free, [a]);
+        assert!(!acts.get(a).unwrap().occupied);
+        assert_eq!(acts.len(), 2);
+    }
+
+    #[test]
+    fn sidetrack_before_the_last() {
+        let mut acts = Activations::new();
+        let mut pool = Pool {
+            sidetrack: true,
+            ..Pool::default()
+        };
+        let a = acts.create(&mut pool, act(1)).unwrap();
+        let b = acts.create(&mut pool, act(1)).unwrap();
+        assert_eq!(pool.decide(false), Decision::Take(b));
+        assert_eq!(
+            pool.decide(false),
+            Decision::Sidetrack(a),
+            "the last is for the upcall"
+        );
+        acts.give_back(a, Some(&mut pool));
+        // The server declined (added none): the retried call waits.
+        assert_eq!(pool.decide(true), Decision::Wait);
+        assert_eq!(pool.free, [a], "waiting takes nothing");
+        // It added one: the retried call proceeds, keeping the last in reserve.
+        let c = acts.create(&mut pool, act(1)).unwrap();
+        assert_eq!(pool.decide(true), Decision::Take(c));
+        assert_eq!(pool.free, [a]);
+    }
+
+    #[test]
+    fn retired_activations_are_freed() {
+        let mut acts = Activations::new();
+        let mut pool = Pool::default();
+        let a = acts.create(&mut pool, act(1)).unwrap();
+        let b = acts.create(&mut pool, act(1)).unwrap();
+        let other = acts.create(&mut pool, act(2)).unwrap();
+        assert_eq!(pool.decide(false), Decision::Take(other));
+        acts.occupy(other);
+        assert_eq!(pool.decide(false), Decision::Take(b));
+        acts.occupy(b);
+        let freed = acts.retire(|x| x.task == 1);
+        assert_eq!(freed, [(a, Key::new(0, 1))], "the free one now");
+        for (id, _) in freed {
+            pool.forget(id);
+        }
+        assert_eq!(pool.free, []);
+        assert_eq!(pool.attached, 2);
+        assert!(acts.get(a).is_none());
+        assert!(acts.get(b).unwrap().retired);
+        assert!(
+            !acts.give_back(b, Some(&mut pool)),
+            "a retired one is freed"
+        );
+        assert!(acts.get(b).is_none());
+        assert_eq!(pool.attached, 1);
+        assert!(!acts.give_back(other, None), "a port gone frees it");
+        assert_eq!(acts.len(), 0);
+    }
+
+    #[test]
+    fn per_task_limit() {
+        let mut acts = Activations::new();
+        let mut pool = Pool::default();
+        for _ in 0..ACTIVATIONS_PER_TASK_MAX {
+            acts.create(&mut pool, act(1)).unwrap();
+        }
+        assert_eq!(
+            acts.create(&mut pool, act(1)),
+            Err(baton_abi::Error::NoSpace)
+        );
+        assert!(acts.create(&mut pool, act(2)).is_ok());
+    }
+}

@@ -1,0 +1,448 @@
+//! Migrating RPC (seed 001, Ford & Lepreau, sections 4 to 6): the calling thread itself
+//! runs the server's dispatch routine in one of the server's activations.
+//!
+//! A thread is the scheduler's entity (priority, CPU accounting, kernel stack or
+//! continuation); an activation is its execution context in one task. The running
+//! activation's user registers live in the thread object (`Thread::frame`, where the system
+//! call entry saves them) together with its task, address space, IPC buffer and exception
+//! port; the activations *below* it on the thread's activation stack are kept as
+//! [`Saved`] records in `Thread::below`. So a thread that never migrates has an empty stack
+//! and pays nothing.
+//!
+//! - **Call** ([`try_migrate`]): an `ipc_msg(SEND | RECEIVE)` request (no descriptors,
+//!   through the IPC buffer) to a port with a pool of activations takes a free activation
+//!   ([`kern::activation::Pool::decide`]), saves the caller's context as a record, copies the
+//!   request into the activation's buffer, switches the address space and upcalls the
+//!   dispatch routine: no second thread, no queue, no scheduler. The caller's priority and
+//!   CPU accounting apply in the server because it is the caller's thread.
+//! - **Return** ([`sys_act_return`]): the reply in the activation's buffer is copied to the
+//!   caller's buffer, the activation goes back to its pool (waking a caller waiting for
+//!   one), and the record is restored. No rights move: the caller's reply port is never
+//!   used (section 6.2).
+//! - **Empty pool**: a call that finds no usable activation waits on the port (as a sender
+//!   facing a full queue, with [`Resume::SendRetry`]) until one is given back. With the
+//!   sidetrack on (`port_sidetrack`), the last free activation is kept for a *sidetrack
+//!   upcall* (`rsi` = 0) in which the server may add activations; the call is then retried
+//!   (the saved `rip` steps back over the `syscall` instruction) and waits if none were
+//!   added.
+//! - **Ending**: when the server's task ends (or its activation's thread is terminated) a
+//!   migrated thread is not killed: it unwinds to the nearest activation below that lives,
+//!   whose `ipc_msg` returns [`Error::Aborted`]. When a client's task ends while its thread
+//!   runs in a server, the thread goes on in the server (which is not disturbed) and ends
+//!   when it returns into the dead activation.
+//!
+//! # Invariants
+//! - `Thread::below` is empty exactly when the thread runs in its home task; each record
+//!   names the activation occupied *above* it, which is given back when the record is
+//!   restored.
+//! - Permission checks that ask which task a thread belongs to use its home task
+//!   ([`Thread::home_task`]), never the task it has migrated into.
+
+use crate::arch::paging::{self, KernelMem};
+use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR};
+use crate::kernel::{self, Kernel, TaskId};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use alloc::vec::Vec;
+use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND};
+use baton_abi::layout::{USER_END, USER_MIN};
+use baton_abi::{Error, Sys};
+use kern::activation::{ActId, Activation, Decision};
+use kern::continuation::{Continuation, Resume};
+use kern::frame::{PhysAddr, PAGE_SIZE};
+use kern::ipc::{Held, PortId};
+use kern::slab::Key;
+
+/// An activation below the running one on a thread's activation stack.
+#[derive(Clone, Debug)]
+pub struct Saved {
+    /// Its user registers, as they were at its `ipc_msg`.
+    pub frame: TrapFrame,
+    /// Its task.
+    pub task: Option<TaskId>,
+    /// That task's key.
+    pub task_key: Key,
+    /// That task's address space.
+    pub space: Option<(PhysAddr, u16)>,
+    /// Its IPC buffer (where the reply goes).
+    pub ipc_buffer: Option<(u64, PhysAddr)>,
+    /// Its exception port.
+    pub exc_port: Option<PortId>,
+    /// The server activation occupied above it.
+    pub act: ActId,
+    /// The port whose pool that activation came from.
+    pub port: PortId,
+    /// The upcall above is a sidetrack: on return the call is retried.
+    pub sidetrack: bool,
+}
+
+/// Tries to run the `ipc_msg` of `cur` (the running thread of `cpu`) as a migrating RPC.
+/// Returns only when the message does not go to a port with activations, having changed
+/// nothing; otherwise it upcalls the server or blocks the caller until an activation is
+/// free.
+#[inline(always)]
+pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
+    let Some(th) = k.threads.get_mut(cur) else {
+        return;
+    };
+    let [opts, _, _, ..] = th.frame.syscall_args().1;
+    let (Some((_, page)), false) = (th.ipc_buffer, th.kill_pending) else {
+        return;
+    };
+    if opts != MSG_SEND | MSG_RECEIVE {
+        return;
+    }
+    let s_key = th.task_key;
+    let sidetracked = th.sidetracked;
+    let header = paging::read_header(page);
+    let size = header.size as usize;
+    if header.bits >> 16 != 0
+        || header.dest_disposition() != Disposition::CopySend as u8
+        || !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size)
+    {
+        return;
+    }
+    let Some(sender) = k.tasks.by_key(s_key) else {
+        return;
+    };
+    let Ok(dest) = sender.names.lookup(header.dest) else {
+        return;
+    };
+    if dest.kind != Held::Send {
+        return;
+    }
+    let Some(port) = k.ipc.port_mut(dest.port) else {
+        return;
+    };
+    if !port.pool.is_migrating() {
+        return;
+    }
+    let (a, sidetrack) = match port.pool.decide(sidetracked) {
+        Decision::Take(a) => (a, false),
+        Decision::Sidetrack(a) => (a, true),
+        Decision::Wait => {
+            port.senders.push_back(cur);
+            crate::syscall::block_until(k, Blocked::Send { port: dest.port }, None);
+            k.stats.blocks_ipc += 1;
+            thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
+        }
+    };
+    let Some(&Activation {
+        task,
+        task_key,
+        space,
+        entry,
+        stack,
+        buffer,
+        cookie,
+        ..
+    }) = k.acts.occupy(a)
+    else {
+        // Not reachable: a pool holds only live activations. Refuse rather than panic.
+        return;
+    };
+    // The request, into the activation's buffer (its header says only id and size).
+    let request = MsgHeader {
+        bits: 0,
+        size: header.size,
+        dest: 0,
+        reply: 0,
+        id: header.id,
+    };
+    paging::write_header(buffer.1, request);
+    if size > HEADER_SIZE && !sidetrack {
+        let at = HEADER_SIZE as u64;
+        paging::copy_phys(
+            PhysAddr(buffer.1 .0 + at),
+            PhysAddr(page.0 + at),
+            size - HEADER_SIZE,
+        );
+    }
+    let Some(th) = k.threads.get_mut(cur) else {
+        return;
+    };
+    th.sidetracked = false;
+    th.below.push(Saved {
+        frame: th.frame,
+        task: th.task,
+        task_key: th.task_key,
+        space: th.space,
+        ipc_buffer: th.ipc_buffer,
+        exc_port: th.exc_port.take(),
+        act: a,
+        port: dest.port,
+        sidetrack,
+    });
+    th.task = Some(task);
+    th.task_key = task_key;
+    th.space = Some(space);
+    th.ipc_buffer = Some(buffer);
+    th.frame = TrapFrame {
+        rdi: buffer.0,
+        rsi: if sidetrack { 0 } else { size as u64 },
+        rdx: a.0,
+        r8: cookie,
+        vector: SYSCALL_VECTOR,
+        ..TrapFrame::new_user(entry, stack, buffer.0)
+    };
+    k.stats.migrations += 1;
+    let kernel_root = k.kernel_root;
+    if let Some(c) = k.cpus.get_mut(cpu) {
+        kernel::switch_in(c, kernel_root, cpu, cur, th);
+    }
+    kernel::leave_to_user()
+}
+
+/// `act_return()`: ends the migrating call of the running activation of `cur`. Never
+/// returns on success (the caller resumes); an error when `cur` is not in one.
+pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
+    let Some(th) = k.threads.get_mut(cur) else {
+        return Error::InvalidArgument;
+    };
+    let Some(saved) = th.below.pop() else {
+        return Error::InvalidArgument;
+    };
+    let result = if saved.sidetrack {
+        Ok(())
+    } else {
+        match (th.ipc_buffer, saved.ipc_buffer) {
+            (Some((_, from)), Some((_, to))) => {
+                let reply = paging::read_header(from);
+                let size = reply.size as usize;
+                if reply.bits >> 16 != 0 || !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size) {
+                    Err(Error::BadFormat)
+                } else {
+                    let [_, rcv_name, ..] = saved.frame.syscall_args().1;
+                    paging::write_header(
+                        to,
+                        MsgHeader {
+                            bits: 0,
+                            size: reply.size,
+                            dest: rcv_name,
+                            reply: 0,
+                            id: reply.id,
+                        },
+                    );
+                    if size > HEADER_SIZE {
+                        let at = HEADER_SIZE as u64;
+                        paging::copy_phys(
+                            PhysAddr(to.0 + at),
+                            PhysAddr(from.0 + at),
+                            size - HEADER_SIZE,
+                        );
+                    }
+                    Ok(())
+                }
+            }
+            // The server's buffer or the caller's was unmapped meanwhile.
+            _ => Err(Error::BadAddress),
+        }
+    };
+    resume_below(k, cur, saved, result)
+}
+
+/// Restores `saved` (just popped off `cur`'s activation stack) as `cur`'s running
+/// activation, gives its server activation back, and leaves to user mode with `result` as
+/// its `ipc_msg`'s. A sidetrack record retries the call instead. If the restored
+/// activation's task is ending, goes on unwinding below it with [`Error::Aborted`], or
+/// ends the thread when it is home.
+fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), Error>) -> ! {
+    give_back(k, saved.act, saved.port);
+    let Some(th) = k.threads.get_mut(cur) else {
+        panic!("resume_below: running thread {cur:?} vanished");
+    };
+    th.frame = saved.frame;
+    th.task = saved.task;
+    th.task_key = saved.task_key;
+    th.space = saved.space;
+    th.ipc_buffer = saved.ipc_buffer;
+    th.exc_port = saved.exc_port;
+    if saved.sidetrack {
+        // Run the `ipc_msg` again: `rax` still holds its number, `rip` steps back over
+        // the two-byte `syscall`.
+        th.frame.rip = th.frame.rip.wrapping_sub(2);
+        th.frame.rax = Sys::IpcMsg as u64;
+        th.sidetracked = true;
+    } else {
+        th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
+    }
+    let alive = saved
+        .task
+        .and_then(|t| k.tasks.get(&t))
+        .is_some_and(|t| t.ending.is_none());
+    let cpu = crate::arch::gdt::this_cpu();
+    let kernel_root = k.kernel_root;
+    if let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) {
+        kernel::switch_in(c, kernel_root, cpu, cur, th);
+    }
+    if !alive {
+        // The caller's task is ending: unwind further, or end the thread at home.
+        match k.threads.get_mut(cur).and_then(|th| th.below.pop()) {
+            Some(below) => resume_below(k, cur, below, Err(Error::Aborted)),
+            None => thread::thread_terminate_current(k),
+        }
+    }
+    kernel::leave_to_user()
+}
+
+/// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
+/// for an activation there.
+fn give_back(k: &mut Kernel, a: ActId, port: PortId) {
+    let pool = k.ipc.port_mut(port).map(|p| &mut p.pool);
+    if k.acts.give_back(a, pool) {
+        if let Some(t) = k.ipc.port_mut(port).and_then(|p| p.senders.pop_front()) {
+            k.unblock(t);
+        }
+    }
+    k.stats.activations = k.acts.len() as u64;
+}
+
+/// The running activation of the current thread is being terminated (its task ends, or it
+/// asked to end): a migrated thread unwinds to its caller instead, whose call fails with
+/// [`Error::Aborted`]. Returns only for a thread at home (which really ends).
+pub fn unwind_current(k: &mut Kernel) {
+    let cur = k.current_thread();
+    let Some(th) = k.threads.get_mut(cur) else {
+        return;
+    };
+    let Some(saved) = th.below.pop() else {
+        return;
+    };
+    th.kill_pending = false;
+    th.state = ThreadState::Running {
+        cpu: crate::arch::gdt::this_cpu(),
+    };
+    resume_below(k, cur, saved, Err(Error::Aborted))
+}
+
+/// Unwinds thread `t` (not running) out of every activation of task `id` on the top of its
+/// stack, its call failing with [`Error::Aborted`]; `t` is then ready (or ends, when every
+/// activation below is gone too). Returns false, changing nothing, when `t` is at home.
+pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
+    let Some(th) = k.threads.get_mut(t) else {
+        return false;
+    };
+    let Some(saved) = th.below.pop() else {
+        return false;
+    };
+    let mut saved = saved;
+    loop {
+        let Some(th) = k.threads.get_mut(t) else {
+            return true;
+        };
+        th.frame = saved.frame;
+        th.task = saved.task;
+        th.task_key = saved.task_key;
+        th.space = saved.space;
+        th.ipc_buffer = saved.ipc_buffer;
+        th.exc_port = saved.exc_port;
+        th.frame.rax = Error::Aborted.to_raw();
+        th.cont = Some(Continuation::new(Resume::UserReturn));
+        let (act, port) = (saved.act, saved.port);
+        let alive = saved
+            .task
+            .and_then(|id| k.tasks.get(&id))
+            .is_some_and(|task| task.ending.is_none());
+        give_back(k, act, port);
+        if alive {
+            return true;
+        }
+        match k.threads.get_mut(t).and_then(|th| th.below.pop()) {
+            Some(next) => saved = next,
+            None => {
+                // Home is ending too: end the thread like any other of its task.
+                if let Some(th) = k.threads.get_mut(t) {
+                    th.state = ThreadState::Halted;
+                }
+                k.reap_thread(t);
+                return true;
+            }
+        }
+    }
+}
+
+/// `act_create(port_name, entry, stack_top, buffer, cookie)`.
+pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, Error> {
+    let [name, entry, stack, buffer, cookie, _] = a;
+    let user = |va: u64| (USER_MIN..USER_END).contains(&va);
+    if !user(entry) || !user(stack.wrapping_sub(8)) || !stack.is_multiple_of(16) {
+        return Err(Error::InvalidArgument);
+    }
+    if !buffer.is_multiple_of(PAGE_SIZE) {
+        return Err(Error::InvalidArgument);
+    }
+    let task_key = k.tasks.key_of(task).ok_or(Error::InvalidArgument)?;
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let (pa, flags) = t.space.translate(&mem, buffer).ok_or(Error::BadAddress)?;
+    if !flags.user || !flags.writable {
+        return Err(Error::BadAddress);
+    }
+    let space = (t.space.root(), t.pcid);
+    let port = k.ipc.receive_port(&t.names, name)?;
+    let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;
+    let id = k.acts.create(
+        &mut p.pool,
+        Activation {
+            task,
+            task_key,
+            space,
+            port,
+            entry,
+            stack,
+            buffer: (buffer, pa),
+            cookie,
+            occupied: false,
+            retired: false,
+        },
+    )?;
+    k.stats.activations = k.acts.len() as u64;
+    // A caller may be waiting for an activation of this port.
+    if let Some(t) = k.ipc.port_mut(port).and_then(|p| p.senders.pop_front()) {
+        k.unblock(t);
+    }
+    Ok(id.0)
+}
+
+/// `port_sidetrack(port_name, on)`.
+pub fn sys_port_sidetrack(k: &mut Kernel, task: TaskId, name: u64, on: u64) -> Result<u64, Error> {
+    let on = match on {
+        0 => false,
+        1 => true,
+        _ => return Err(Error::InvalidArgument),
+    };
+    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let port = k.ipc.receive_port(&t.names, name)?;
+    let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;
+    p.pool.sidetrack = on;
+    Ok(0)
+}
+
+/// Retires the activations for which `gone` holds (their task ended, their port died, their
+/// buffer was unmapped): free ones now, occupied ones when their call returns.
+pub fn retire(k: &mut Kernel, gone: impl Fn(&Activation) -> bool) {
+    for (id, port) in k.acts.retire(gone) {
+        if let Some(p) = k.ipc.port_mut(port) {
+            p.pool.forget(id);
+        }
+    }
+    k.stats.activations = k.acts.len() as u64;
+}
+
+/// Retires the activations attached to ports that no longer exist.
+pub fn retire_orphans(k: &mut Kernel) {
+    let dead: Vec<PortId> = {
+        let ipc = &k.ipc;
+        let mut v: Vec<PortId> = Vec::new();
+        for a in k.acts.iter().map(|(_, a)| a.port) {
+            if ipc.port(a).is_none() && !v.contains(&a) {
+                v.push(a);
+            }
+        }
+        v
+    };
+    if !dead.is_empty() {
+        retire(k, |a| dead.contains(&a.port));
+    }
+}

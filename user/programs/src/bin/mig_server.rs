@@ -1,0 +1,172 @@
+//! `mig_server`: a migrating-RPC server for the `migrate` test and the `rpc.*.migrating`
+//! benchmarks (spawned by them, never alone).
+//!
+//! It sends a send right to its port to its bootstrap port ([`HELLO`]), reads a one-way
+//! [`CONFIG`] message (activations to attach, sidetrack on or off, and whether a sidetrack
+//! upcall adds an activation), attaches the activations, and says [`READY`]. From then on
+//! every RPC to the port migrates into one of its activations ([`dispatch`]); its own
+//! thread only receives one-way messages: [`PEER`] (a send right to the server that
+//! [`NEST`] calls) and [`EXIT`].
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use baton_rt::ipc::{
+    msg_raw, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
+};
+use baton_rt::migrate::{self, Request};
+use baton_rt::{println, start::bootstrap, Error, FOREVER};
+
+baton_rt::entry!(main);
+
+/// One-way, server → bootstrap: carries the send right.
+pub const HELLO: u64 = 1;
+/// One-way, client → server: data = activations (u64), sidetrack (u64 0/1), add on
+/// sidetrack (u64 0/1).
+pub const CONFIG: u64 = 2;
+/// One-way, server → bootstrap: the activations are attached.
+pub const READY: u64 = 3;
+/// One-way: a send right to the server [`NEST`] calls.
+pub const PEER: u64 = 4;
+/// One-way: exit.
+pub const EXIT: u64 = 5;
+/// RPC: echo the data (same id).
+pub const ECHO: u64 = 10;
+/// RPC: call the peer's [`ECHO`] with the data and reply with its reply.
+pub const NEST: u64 = 11;
+/// RPC: sleep 30 ms, then echo.
+pub const SLEEP: u64 = 12;
+/// RPC: the server task exits (its caller's call is aborted).
+pub const DIE: u64 = 13;
+/// RPC: reply with the number of sidetrack upcalls so far (u64).
+pub const COUNT: u64 = 14;
+/// RPC: reply with a malformed header (descriptors claimed).
+pub const BAD: u64 = 15;
+/// RPC: the timed echo of the benchmarks: no data copied back (an in-place reply).
+pub const TIMED: u64 = 16;
+
+/// The server's own port (its name for the receive right).
+static PORT: AtomicU64 = AtomicU64::new(0);
+/// The peer's send right, once [`PEER`] came.
+static PEER_RIGHT: AtomicU64 = AtomicU64::new(0);
+/// Sidetrack upcalls so far.
+static SIDETRACKS: AtomicU64 = AtomicU64::new(0);
+/// Whether a sidetrack upcall attaches one more activation.
+static ADD_ON_SIDETRACK: AtomicBool = AtomicBool::new(false);
+
+fn main(_task_id: u64) -> i32 {
+    match serve() {
+        Ok(()) => 0,
+        Err(e) => {
+            println!("TEST FAIL mig_server: {}", e.name());
+            1
+        }
+    }
+}
+
+fn word(data: &[u8], i: usize) -> u64 {
+    data.get(i * 8..i * 8 + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn serve() -> Result<(), Error> {
+    let boot = bootstrap();
+    let mut buf = IpcBuffer::new()?;
+    let port = baton_rt::ipc::port_allocate(0)?;
+    PORT.store(port, Ordering::Relaxed);
+    let one_way = |id| MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: boot,
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(
+        one_way(HELLO),
+        &[Descriptor::port(port, Disposition::MakeSend)],
+        &[],
+    )?;
+    buf.msg(MSG_SEND, 0, FOREVER)?;
+    buf.msg(MSG_RECEIVE, port, FOREVER)?;
+    if buf.header().id != CONFIG {
+        return Err(Error::InvalidArgument);
+    }
+    let cfg = buf.data();
+    let (count, sidetrack, add) = (word(cfg, 0), word(cfg, 1), word(cfg, 2));
+    ADD_ON_SIDETRACK.store(add != 0, Ordering::Relaxed);
+    migrate::attach(port, count as usize, dispatch)?;
+    migrate::sidetrack(port, sidetrack != 0)?;
+    buf.set(one_way(READY), &[], &[])?;
+    buf.msg(MSG_SEND, 0, FOREVER)?;
+    loop {
+        buf.msg(MSG_RECEIVE, port, FOREVER)?;
+        match buf.header().id {
+            PEER => {
+                let right = buf.descriptor(0).map_or(0, |d| d.value);
+                PEER_RIGHT.store(right, Ordering::Relaxed);
+            }
+            EXIT => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+/// Every migrating call runs here, on the caller's thread.
+fn dispatch(req: &mut Request) {
+    if req.is_sidetrack() {
+        SIDETRACKS.fetch_add(1, Ordering::Relaxed);
+        if ADD_ON_SIDETRACK.load(Ordering::Relaxed) {
+            // Failing to add one only means the call waits.
+            let _ = migrate::attach(PORT.load(Ordering::Relaxed), 1, dispatch);
+        }
+        return;
+    }
+    let h = req.header();
+    let len = h.size as usize - HEADER_SIZE;
+    match h.id {
+        TIMED => req.reply_in_place(TIMED, len),
+        ECHO => req.reply_in_place(ECHO, len),
+        SLEEP => {
+            let _ = baton_rt::sleep_ns(30_000_000);
+            req.reply_in_place(SLEEP, len);
+        }
+        COUNT => req.reply(COUNT, &SIDETRACKS.load(Ordering::Relaxed).to_le_bytes()),
+        DIE => baton_rt::exit(3),
+        BAD => {
+            req.reply_in_place(BAD, 0);
+            // Claim one descriptor: the kernel must refuse the reply.
+            let mut h = req.header();
+            h.bits = MsgHeader::make_bits(Disposition::None, Disposition::None, 1);
+            req.write_header(h);
+        }
+        NEST => {
+            // The request's data stays in place; the header becomes a call to the peer
+            // (through this activation's buffer, which is the thread's IPC buffer here).
+            req.write_header(MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: h.size,
+                dest: PEER_RIGHT.load(Ordering::Relaxed),
+                reply: 0,
+                id: ECHO,
+            });
+            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
+            let r = unsafe {
+                msg_raw(
+                    MSG_SEND | MSG_RECEIVE,
+                    PORT.load(Ordering::Relaxed),
+                    FOREVER,
+                    0,
+                    0,
+                )
+            };
+            let got = req.header();
+            if r != 0 || got.id != ECHO {
+                req.reply(u64::MAX, &[]);
+            } else {
+                req.reply_in_place(NEST, got.size as usize - HEADER_SIZE);
+            }
+        }
+        other => req.reply(other | 1 << 40, &[]),
+    }
+}

@@ -1,0 +1,327 @@
+//! `migrate`: migrating RPC (seed 001) from user space, against `mig_server` tasks.
+//!
+//! Checks, printing `ok: <what>` for each: an echo RPC migrates (no message queued, no
+//! context switch, no stack handoff); a nested call across three tasks (client → A → B)
+//! migrates twice on one thread; a malformed reply gives the caller an error; an exhausted
+//! pool makes a caller wait for an activation; the sidetrack upcall lets a server add an
+//! activation, and when it declines the call waits; bad `act_create`/`act_return` calls
+//! get error codes; a server that exits while a caller is inside aborts that call and
+//! later calls fail; and activations, ports, names and queued messages return to their
+//! baseline.
+//!
+//! Verdict: `TEST PASS migrate` or `TEST FAIL migrate: ...`.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use baton_rt::check::Failed;
+use baton_rt::ipc::{
+    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+};
+use baton_rt::migrate;
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{println, spawn_with, stats, Error, FOREVER};
+
+baton_rt::entry!(main);
+
+const TEST: &str = "migrate";
+
+macro_rules! check {
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
+}
+
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    baton_rt::check::must(TEST, what, r)
+}
+
+/// `mig_server`'s message ids (see that program).
+mod ids {
+    pub const HELLO: u64 = 1;
+    pub const CONFIG: u64 = 2;
+    pub const READY: u64 = 3;
+    pub const PEER: u64 = 4;
+    pub const EXIT: u64 = 5;
+    pub const ECHO: u64 = 10;
+    pub const NEST: u64 = 11;
+    pub const SLEEP: u64 = 12;
+    pub const DIE: u64 = 13;
+    pub const COUNT: u64 = 14;
+    pub const BAD: u64 = 15;
+}
+use ids::*;
+
+static STACKS: StackPool<3, 16384> = StackPool::new();
+/// Helper threads that finished their call (and how: 1 ok, 2 failed).
+static DONE: AtomicU32 = AtomicU32::new(0);
+static FAILED: AtomicU32 = AtomicU32::new(0);
+/// The server a helper thread calls.
+static TARGET: AtomicU64 = AtomicU64::new(0);
+/// A receive right of ours, for the `rcv_name` of calls (migrating calls never use it).
+static REPLY: AtomicU64 = AtomicU64::new(0);
+
+fn main(_task_id: u64) -> i32 {
+    baton_rt::check::finish(TEST, run())
+}
+
+/// One RPC of `data` with `id` to `server` through `buf`; the reply's id and data.
+fn call(buf: &mut IpcBuffer, server: u64, id: u64, data: &[u8]) -> Result<(u64, usize), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: server,
+        reply: REPLY.load(Ordering::Relaxed),
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(h, &[], data)?;
+    buf.msg(
+        MSG_SEND | MSG_RECEIVE,
+        REPLY.load(Ordering::Relaxed),
+        FOREVER,
+    )?;
+    Ok((buf.header().id, buf.data().len()))
+}
+
+/// A one-way message to `to`.
+fn send(buf: &mut IpcBuffer, to: u64, id: u64, d: &[Descriptor], data: &[u8]) -> Result<(), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: to,
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(h, d, data)?;
+    buf.msg(MSG_SEND, 0, FOREVER)
+}
+
+/// Starts a `mig_server` with `acts` activations, sidetrack on or off, adding an activation
+/// on a sidetrack or not; returns our send right to its port.
+fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Result<u64, Failed> {
+    let boot = must("port", port_allocate(0))?;
+    must("spawn mig_server", spawn_with("mig_server", boot))?;
+    must("hello", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
+    check!(buf.header().id == HELLO, "mig_server says hello");
+    let server = buf.descriptor(0).map_or(0, |d| d.value);
+    let mut cfg = [0u8; 24];
+    for (i, w) in [acts, u64::from(sidetrack), u64::from(add)]
+        .iter()
+        .enumerate()
+    {
+        cfg[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    must("config", send(buf, server, CONFIG, &[], &cfg))?;
+    must("ready", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
+    check!(
+        buf.header().id == READY,
+        "mig_server attached {acts} activations"
+    );
+    must("drop boot", baton_rt::ipc::cap_drop(boot))?;
+    Ok(server)
+}
+
+/// A helper thread: one `SLEEP` call to `TARGET`.
+fn sleeper(_: u64) {
+    let ok = IpcBuffer::new()
+        .and_then(|mut b| call(&mut b, TARGET.load(Ordering::Relaxed), SLEEP, &[1; 8]))
+        .is_ok_and(|(id, n)| id == SLEEP && n == 8);
+    if !ok {
+        FAILED.fetch_add(1, Ordering::SeqCst);
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+fn run() -> Result<(), Failed> {
+    let base = must("stats", stats())?;
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
+
+    // 1. An echo migrates: no message queued, no switch, no handoff.
+    let a = start(&mut buf, 2, false, false)?;
+    let before = must("stats", stats())?;
+    let data = [0x5au8; 32];
+    let got = must("echo", call(&mut buf, a, ECHO, &data))?;
+    let after = must("stats", stats())?;
+    check!(
+        got == (ECHO, 32) && buf.data() == data,
+        "an echo RPC with 32 bytes comes back"
+    );
+    check!(
+        after.migrations == before.migrations + 1
+            && after.ipc_queued == before.ipc_queued
+            && after.ipc_fast == before.ipc_fast,
+        "it migrated: no message was queued or handed to a server thread"
+    );
+    check!(
+        after.context_switches == before.context_switches
+            && after.stack_handoffs == before.stack_handoffs,
+        "the caller's own thread ran the server: no context switch, no stack handoff"
+    );
+
+    // 2. Nested: client → A → B, both migrating, on this one thread.
+    let b = start(&mut buf, 2, false, false)?;
+    must(
+        "peer",
+        send(
+            &mut buf,
+            a,
+            PEER,
+            &[Descriptor::port(b, Disposition::CopySend)],
+            &[],
+        ),
+    )?;
+    // A's thread takes the PEER message; a call after it finds the peer set.
+    let mut nested = (0, 0);
+    for _ in 0..50 {
+        let before = must("stats", stats())?;
+        nested = must("nest", call(&mut buf, a, NEST, &[7u8; 100]))?;
+        let after = must("stats", stats())?;
+        if nested == (NEST, 100) {
+            check!(
+                after.migrations == before.migrations + 2
+                    && after.context_switches == before.context_switches,
+                "a nested call across three tasks migrates twice on one thread"
+            );
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+    check!(
+        nested == (NEST, 100) && buf.data() == [7u8; 100],
+        "the nested reply comes back through A"
+    );
+
+    // 3. A malformed reply.
+    check!(
+        call(&mut buf, a, BAD, &[]) == Err(Error::BadFormat),
+        "a reply claiming descriptors gives the caller BadFormat"
+    );
+
+    // 4. Exhaustion without sidetrack: two sleepers hold A's two activations; our call waits.
+    TARGET.store(a, Ordering::Relaxed);
+    for _ in 0..2 {
+        let stack = STACKS.take().ok_or(Failed)?;
+        must("spawn sleeper", spawn(stack, sleeper, 0))?;
+    }
+    must("let them in", baton_rt::sleep_ns(5_000_000))?;
+    let got = must("echo while busy", call(&mut buf, a, ECHO, &[1; 8]))?;
+    check!(
+        got == (ECHO, 8) && DONE.load(Ordering::SeqCst) >= 1,
+        "with every activation busy, a call waits until one comes back"
+    );
+    while DONE.load(Ordering::SeqCst) < 2 {
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+    check!(
+        FAILED.load(Ordering::SeqCst) == 0,
+        "the calls that held the activations finished"
+    );
+
+    // 5. Sidetrack: one activation, the server adds one on the upcall.
+    let c = start(&mut buf, 1, true, true)?;
+    let got = must("echo c", call(&mut buf, c, ECHO, &[2; 16]))?;
+    let count = must("count", call(&mut buf, c, COUNT, &[]))?;
+    let n = buf
+        .data()
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    check!(
+        got == (ECHO, 16) && count.0 == COUNT && n == 1,
+        "the last activation went to a sidetrack upcall, which added one, and the call went on"
+    );
+    // Declined: the call waits for an activation to come back.
+    let d = start(&mut buf, 2, true, false)?;
+    TARGET.store(d, Ordering::Relaxed);
+    DONE.store(0, Ordering::SeqCst);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn sleeper", spawn(stack, sleeper, 0))?;
+    must("let it in", baton_rt::sleep_ns(5_000_000))?;
+    let got = must("echo d", call(&mut buf, d, ECHO, &[3; 8]))?;
+    check!(
+        got == (ECHO, 8) && DONE.load(Ordering::SeqCst) == 1,
+        "when the server declines on the sidetrack, the call waits for an activation"
+    );
+    must("count d", call(&mut buf, d, COUNT, &[]))?;
+    let n = buf
+        .data()
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    check!(n >= 1, "the declined sidetrack upcall happened ({n})");
+
+    // 6. Bad calls.
+    check!(
+        migrate::act_return_outside() == Err(Error::InvalidArgument),
+        "act_return outside a migrating call is refused"
+    );
+    let own = must("port", port_allocate(0))?;
+    let page = 0x6f00_0000_0000u64;
+    must("map", baton_rt::sys::mem_map(page, 4096, true))?;
+    check!(
+        migrate::create_raw(own, 0x40_1000, page + 4088, page, 0) == Err(Error::InvalidArgument),
+        "act_create with a misaligned stack is refused"
+    );
+    check!(
+        migrate::create_raw(own, 0xffff_8000_0000_0000, page, page, 0)
+            == Err(Error::InvalidArgument),
+        "act_create with a kernel entry point is refused"
+    );
+    check!(
+        migrate::create_raw(own, 0x40_1000, page, page + 4096 * 16, 0) == Err(Error::BadAddress),
+        "act_create with an unmapped buffer is refused"
+    );
+    check!(
+        migrate::create_raw(a, 0x40_1000, page, page, 0) == Err(Error::InvalidRight),
+        "act_create on a send right is refused"
+    );
+    check!(
+        migrate::create_raw(0x1234_5678, 0x40_1000, page, page, 0) == Err(Error::InvalidName),
+        "act_create on a forged name is refused"
+    );
+    must("drop own", baton_rt::ipc::cap_drop(own))?;
+
+    // 7. A server that ends while we are inside aborts our call; later calls fail.
+    check!(
+        call(&mut buf, a, DIE, &[]) == Err(Error::Aborted),
+        "a call whose server exits inside it returns Aborted"
+    );
+    let later = call(&mut buf, a, ECHO, &[]);
+    check!(
+        matches!(later, Err(Error::DeadName) | Err(Error::InvalidName)),
+        "a call to the ended server fails ({:?})",
+        later.err().map(|e| e.name())
+    );
+
+    // 8. Everything back: end the servers, drop our rights.
+    for s in [b, c, d] {
+        must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
+    }
+    for s in [a, b, c, d] {
+        let _ = baton_rt::ipc::cap_drop(s);
+    }
+    must(
+        "drop reply",
+        baton_rt::ipc::cap_drop(REPLY.load(Ordering::Relaxed)),
+    )?;
+    let mut now = must("stats", stats())?;
+    for _ in 0..200 {
+        if now.activations == base.activations && now.ports == base.ports {
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+        now = must("stats", stats())?;
+    }
+    check!(
+        now.activations == base.activations
+            && now.ports == base.ports
+            && now.names == base.names
+            && now.messages_queued == base.messages_queued,
+        "activations, ports, names and queued messages back to the baseline ({} {} {} {})",
+        now.activations,
+        now.ports,
+        now.names,
+        now.messages_queued
+    );
+    println!("migrate: done");
+    Ok(())
+}
