@@ -92,7 +92,6 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
         return;
     }
     let s_key = th.task_key;
-    let sidetracked = th.sidetracked;
     let header = paging::read_header(page);
     let size = header.size as usize;
     if header.bits >> 16 != 0
@@ -110,18 +109,35 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     if dest.kind != Held::Send {
         return;
     }
-    let Some(port) = k.ipc.port_mut(dest.port) else {
-        return;
-    };
-    if !port.pool.is_migrating() {
+    if !k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating()) {
         return;
     }
+    migrate(k, cpu, cur, page, &header, dest.port)
+}
+
+/// Runs the call of `cur` (on `cpu`; its request `header` is in its IPC buffer `page`) in an
+/// activation of `port`, which has a pool; or blocks it until one is free.
+#[inline(always)]
+pub fn migrate(
+    k: &mut Kernel,
+    cpu: usize,
+    cur: ThreadId,
+    page: PhysAddr,
+    header: &MsgHeader,
+    port_id: PortId,
+) -> ! {
+    let size = header.size as usize;
+    let sidetracked = k.threads.get(cur).is_some_and(|t| t.sidetracked);
+    let Some(port) = k.ipc.port_mut(port_id) else {
+        // Not reachable: the caller found the port alive. Let the general path report.
+        crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
+    };
     let (a, sidetrack) = match port.pool.decide(sidetracked) {
         Decision::Take(a) => (a, false),
         Decision::Sidetrack(a) => (a, true),
         Decision::Wait => {
             port.senders.push_back(cur);
-            crate::syscall::block_until(k, Blocked::Send { port: dest.port }, None);
+            crate::syscall::block_until(k, Blocked::Send { port: port_id }, None);
             k.stats.blocks_ipc += 1;
             thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
         }
@@ -138,7 +154,7 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     }) = k.acts.occupy(a)
     else {
         // Not reachable: a pool holds only live activations. Refuse rather than panic.
-        return;
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
     };
     // The request, into the activation's buffer (its header says only id and size).
     let request = MsgHeader {
@@ -158,7 +174,7 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
         );
     }
     let Some(th) = k.threads.get_mut(cur) else {
-        return;
+        panic!("migrate: running thread {cur:?} vanished");
     };
     th.sidetracked = false;
     th.below.push(Saved {
@@ -169,7 +185,7 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
         ipc_buffer: th.ipc_buffer,
         exc_port: th.exc_port.take(),
         act: a,
-        port: dest.port,
+        port: port_id,
         sidetrack,
     });
     th.task = Some(task);

@@ -30,6 +30,7 @@ use baton_abi::ipc::{HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEN
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
+use kern::ipc::Fast;
 
 /// Tries the fast path for the `ipc_msg` of `cur`, the running thread of CPU `cpu`.
 /// Returns only when it does not apply, having changed nothing.
@@ -55,11 +56,13 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     let Some(sender) = k.tasks.by_key_mut(s_key) else {
         return;
     };
-    let Some(plan) = k
+    let plan = match k
         .ipc
         .fast_plan(&sender.names, &header, IPC_BUFFER_SIZE, rcv_name)
-    else {
-        return;
+    {
+        Some(Fast::Transfer(plan)) => plan,
+        Some(Fast::Migrate(port)) => crate::activation::migrate(k, cpu, cur, page, &header, port),
+        None => return,
     };
     let sender: *mut Task = sender;
     // The receiver's side.

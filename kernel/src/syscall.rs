@@ -35,9 +35,8 @@ pub fn on_syscall(number: u64) -> ! {
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
     if number == Sys::IpcMsg as u64 {
-        // A call to a port with activations migrates; an RPC's request or reply may take
-        // the fast path. Neither returns when it applies.
-        crate::activation::try_migrate(k, cpu, cur);
+        // An RPC's request or reply may take the fast path, and a call to a port with
+        // activations migrates. Neither returns when it applies.
         crate::fastpath::try_ipc(k, cpu, cur);
     }
     let Some(th) = k.threads.get(cur) else {

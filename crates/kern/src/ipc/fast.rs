@@ -55,6 +55,15 @@ pub struct FastPlan<T> {
     pub receiver: T,
 }
 
+/// What the fast path does with a message ([`Ipc::fast_plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fast<T> {
+    /// Hand it to a waiting receiver.
+    Transfer(FastPlan<T>),
+    /// It is a call to this port, which has activations: it migrates.
+    Migrate(PortId),
+}
+
 /// The two destination forms the fast path carries.
 const CALL: u8 = Disposition::CopySend as u8;
 /// See [`CALL`].
@@ -65,8 +74,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// `space` through a buffer of `limit` bytes) is a fast-path message (as
     /// described in the module documentation), the sender receives next on its receive right `rcv_name`,
     /// whose port has no queued message and is not the destination, and the destination
-    /// port has no queued message and a receiver waiting. `None` sends the call down the
-    /// general path. Looks each name and port up once.
+    /// port has no queued message and a receiver waiting. A call (not a reply) to a port
+    /// with activations is [`Fast::Migrate`] instead (seed 001's migrating RPC). `None`
+    /// sends the call down the general path. Looks each name and port up once.
     #[inline(always)]
     pub fn fast_plan(
         &self,
@@ -74,7 +84,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         header: &MsgHeader,
         limit: usize,
         rcv_name: u64,
-    ) -> Option<FastPlan<T>> {
+    ) -> Option<Fast<T>> {
         if header.bits >> 16 != 0 || header.id >= KERNEL_ID_BASE {
             return None;
         }
@@ -106,11 +116,14 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             _ => return None,
         };
         let to = self.ports.get(dest.port)?;
+        if to.pool.is_migrating() && consumed.is_none() {
+            return Some(Fast::Migrate(dest.port));
+        }
         let receiver = to.receivers.front()?;
         if !to.queue.is_empty() || !self.ports.get(own.port)?.queue.is_empty() {
             return None;
         }
-        Some(FastPlan {
+        Some(Fast::Transfer(FastPlan {
             msg: FastMsg {
                 dest: dest.port,
                 consumed,
@@ -120,7 +133,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             },
             own: own.port,
             receiver,
-        })
+        }))
     }
 
     /// Carries out a [`FastPlan`] made for the sender's `space` with nothing changed since:

@@ -46,7 +46,7 @@ use baton_abi::ipc::{
     QUEUE_LIMIT_MAX,
 };
 use baton_abi::Error;
-pub use fast::{FastMsg, FastPlan};
+pub use fast::{Fast, FastMsg, FastPlan};
 pub use held::KERNEL_SPACE;
 pub use space::{Entry, Held, Space};
 

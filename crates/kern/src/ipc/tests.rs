@@ -482,7 +482,7 @@ fn fast_path_declines() {
     let sp = ipc.receive_port(&server, port).unwrap();
     ipc.port_mut(sp).unwrap().receivers.push_back(10);
     let ok = header(send, D::CopySend, 0, D::None, 0, 1);
-    assert!(ipc.fast_plan(&client, &ok, 4096, rcv).is_some());
+    assert!(fast_transfer(&ipc, &client, &ok, 4096, rcv).is_some());
     let mut cases = vec![
         header(send, D::CopySend, 0, D::None, 1, 1),
         header(send, D::MoveSend, 0, D::None, 0, 1),
@@ -505,7 +505,7 @@ fn fast_path_declines() {
     cases.push(big);
     for (i, h) in cases.iter().enumerate() {
         assert_eq!(
-            ipc.fast_plan(&client, h, 4096, rcv),
+            fast_transfer(&ipc, &client, h, 4096, rcv),
             None,
             "case {i}: {h:?}"
         );
@@ -513,17 +513,17 @@ fn fast_path_declines() {
     // The server's own receive right used as a destination, and a reply port in another
     // space.
     let own = header(port, D::CopySend, 0, D::None, 0, 1);
-    assert_eq!(ipc.fast_plan(&server, &own, 4096, reply_port), None);
+    assert_eq!(fast_transfer(&ipc, &server, &own, 4096, reply_port), None);
     let mut theirs = reply_port;
     while client.lookup(theirs).is_ok() {
         theirs = ipc.allocate(&mut server, 1, 0).unwrap();
     }
     let foreign = header(send, D::CopySend, theirs, D::MakeSendOnce, 0, 1);
-    assert_eq!(ipc.fast_plan(&client, &foreign, 4096, rcv), None);
+    assert_eq!(fast_transfer(&ipc, &client, &foreign, 4096, rcv), None);
     // A dead destination.
     let mut fx = Effects::default();
     ipc.release(&mut server, port, &mut fx).unwrap();
-    assert_eq!(ipc.fast_plan(&client, &ok, 4096, rcv), None);
+    assert_eq!(fast_transfer(&ipc, &client, &ok, 4096, rcv), None);
 }
 
 /// An exception exchange through kernel-held rights: the kernel keeps a send right to the
@@ -720,10 +720,9 @@ fn fast_plan_and_commit_call_and_reply() {
     let rp = ipc.receive_port(&client, reply_port).unwrap();
     // No receiver waits yet: the general path must queue.
     let call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
-    assert!(ipc.fast_plan(&client, &call, 4096, reply_port).is_none());
+    assert!(fast_transfer(&ipc, &client, &call, 4096, reply_port).is_none());
     ipc.port_mut(sp).unwrap().receivers.push_back(10);
-    let plan = ipc
-        .fast_plan(&client, &call, 4096, reply_port)
+    let plan = fast_transfer(&ipc, &client, &call, 4096, reply_port)
         .expect("a call to a waiting server takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (10, rp, sp));
     let got = ipc.fast_commit(&mut client, &mut server, &plan, port, 20);
@@ -737,8 +736,7 @@ fn fast_plan_and_commit_call_and_reply() {
 
     // The reply, through the send-once right, to the client waiting on its reply port.
     let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
-    let plan = ipc
-        .fast_plan(&server, &reply, 4096, port)
+    let plan = fast_transfer(&ipc, &server, &reply, 4096, port)
         .expect("the reply takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (20, sp, rp));
     let back = ipc.fast_commit(&mut server, &mut client, &plan, reply_port, 10);
@@ -769,9 +767,9 @@ fn fast_plan_declines_and_other_reply_ports() {
     ipc.port_mut(sp).unwrap().receivers.push_back(10);
     let call = header(send, D::CopySend, other, D::MakeSendOnce, 0, 1);
     // Not a receive right to receive on; the destination as the receive port.
-    assert!(ipc.fast_plan(&client, &call, 4096, send).is_none());
+    assert!(fast_transfer(&ipc, &client, &call, 4096, send).is_none());
     let own = header(port, D::CopySend, 0, D::None, 0, 1);
-    assert!(ipc.fast_plan(&server, &own, 4096, port).is_none());
+    assert!(fast_transfer(&ipc, &server, &own, 4096, port).is_none());
     // A message queued on the caller's port: its receive would not block.
     let mut fx = Effects::default();
     let ping = header(reply_port, D::MakeSend, 0, D::None, 0, 5);
@@ -779,11 +777,11 @@ fn fast_plan_declines_and_other_reply_ports() {
         .copyin(&mut client, &ping, &[], vec![], &mut fx)
         .unwrap();
     ipc.enqueue(d, m, &mut fx);
-    assert!(ipc.fast_plan(&client, &call, 4096, reply_port).is_none());
+    assert!(fast_transfer(&ipc, &client, &call, 4096, reply_port).is_none());
     let m = ipc.dequeue(d, &mut fx).unwrap();
     ipc.destroy_message(m, &mut fx);
     let before = (ipc.ports(), client.len(), server.len());
-    let plan = ipc.fast_plan(&client, &call, 4096, reply_port).unwrap();
+    let plan = fast_transfer(&ipc, &client, &call, 4096, reply_port).unwrap();
     assert_eq!(plan.msg.reply, Some(op));
     assert_eq!(
         (ipc.ports(), client.len(), server.len()),
@@ -794,4 +792,39 @@ fn fast_plan_declines_and_other_reply_ports() {
     assert_eq!(ipc.port(op).unwrap().send_onces, 1);
     assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
     check_counts(&ipc, &[&server, &client]);
+}
+
+/// `fast_plan`'s transfer plan, if it makes one.
+fn fast_transfer(
+    ipc: &I,
+    space: &Space,
+    header: &MsgHeader,
+    limit: usize,
+    rcv_name: u64,
+) -> Option<FastPlan<u32>> {
+    match ipc.fast_plan(space, header, limit, rcv_name)? {
+        Fast::Transfer(p) => Some(p),
+        Fast::Migrate(_) => None,
+    }
+}
+
+/// A call to a port with activations migrates; a reply through a send-once right to such a
+/// port does not.
+#[test]
+fn fast_plan_sends_calls_to_pools_to_migrate() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
+    let sp = ipc.receive_port(&server, port).unwrap();
+    ipc.port_mut(sp).unwrap().pool.attached = 1;
+    let call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
+    assert_eq!(ipc.fast_plan(&client, &call, 4096, reply_port), Some(Fast::Migrate(sp)));
+    let once = ipc.make_send(&mut server, port, true).unwrap();
+    let srv_rcv = ipc.allocate(&mut server, 1, 0).unwrap();
+    ipc.port_mut(sp).unwrap().receivers.push_back(3);
+    let reply = header(once, D::MoveSendOnce, 0, D::None, 0, 1);
+    assert!(matches!(
+        ipc.fast_plan(&server, &reply, 4096, srv_rcv),
+        Some(Fast::Transfer(_)) | None
+    ));
+    assert_ne!(ipc.fast_plan(&server, &reply, 4096, srv_rcv), Some(Fast::Migrate(sp)));
 }

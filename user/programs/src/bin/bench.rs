@@ -458,7 +458,6 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         .map_err(|e| fail!("hello: {}", e.name()))?;
     let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
     let reply = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
-    let data = [0xa5u8; 1024];
     for (name, len, slow) in [
         ("rpc.null.fast", 0, false),
         ("rpc.32b.fast", 32, false),
@@ -467,8 +466,70 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         ("rpc.32b.slow", 32, true),
         ("rpc.1k.slow", 1024, true),
     ] {
+        timed_rpcs(&mut buf, server, reply, name, len, slow)?;
+    }
+    rpc_call(&mut buf, server, reply, EXIT, &[])?;
+    for name in [server, reply, boot] {
+        let _ = cap_drop(name);
+    }
+    Ok(())
+}
+
+/// `rpc.*.migrating`: the same echo RPCs, measured the same way, to a `mig_server` whose
+/// port has activations: the client's thread runs the server's dispatch routine itself
+/// (seed 001's migrating RPC).
+fn migrating_benchmarks() -> Result<(), Failed> {
+    let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
+    let boot = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    spawn_with("mig_server", boot).map_err(|e| fail!("spawn mig_server: {}", e.name()))?;
+    buf.msg(MSG_RECEIVE, boot, FOREVER)
+        .map_err(|e| fail!("hello: {}", e.name()))?;
+    let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
+    // One-way configuration: two activations, no sidetrack (mig_server's CONFIG).
+    let one_way = |id| MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: server,
+        id,
+        ..MsgHeader::default()
+    };
+    let mut cfg = [0u8; 24];
+    cfg[..8].copy_from_slice(&2u64.to_le_bytes());
+    buf.set(one_way(2), &[], &cfg)
+        .and_then(|()| buf.msg(MSG_SEND, 0, FOREVER))
+        .and_then(|()| buf.msg(MSG_RECEIVE, boot, FOREVER))
+        .map_err(|e| fail!("mig_server config: {}", e.name()))?;
+    let reply = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    for (name, len) in [
+        ("rpc.null.migrating", 0),
+        ("rpc.32b.migrating", 32),
+        ("rpc.1k.migrating", 1024),
+    ] {
+        timed_rpcs(&mut buf, server, reply, name, len, false)?;
+    }
+    let _ = buf
+        .set(one_way(5), &[], &[])
+        .and_then(|()| buf.msg(MSG_SEND, 0, FOREVER));
+    for name in [server, reply, boot] {
+        let _ = cap_drop(name);
+    }
+    Ok(())
+}
+
+/// One series of timed echo RPCs of `len` bytes to `server` (which keeps timestamps and
+/// hands them over as `rpc_server` does), reported as `name` and `name.roundtrip`.
+fn timed_rpcs(
+    buf: &mut IpcBuffer,
+    server: u64,
+    reply: u64,
+    name: &str,
+    len: usize,
+    slow: bool,
+) -> Result<(), Failed> {
+    use rpc_ids::*;
+    let data = [0xa5u8; 1024];
+    {
         clear_samples();
-        rpc_call(&mut buf, server, reply, RESET, &[])?;
+        rpc_call(buf, server, reply, RESET, &[])?;
         let request = MsgHeader {
             bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
             dest: server,
@@ -509,7 +570,7 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         // Fetch the server's timestamps and pair them with the client's.
         let mut first = 0usize;
         while first < TOTAL {
-            rpc_call(&mut buf, server, reply, DUMP, &(first as u64).to_le_bytes())?;
+            rpc_call(buf, server, reply, DUMP, &(first as u64).to_le_bytes())?;
             let got = buf.data();
             for (j, pair) in got.chunks_exact(16).take(DUMP_MAX).enumerate() {
                 let i = first + j;
@@ -538,10 +599,6 @@ fn rpc_benchmarks() -> Result<(), Failed> {
         let mut rt = [0u8; 40];
         let rt_name = join(&mut rt, name, ".roundtrip");
         report(rt_name, &SAMPLES2);
-    }
-    rpc_call(&mut buf, server, reply, EXIT, &[])?;
-    for name in [server, reply, boot] {
-        let _ = cap_drop(name);
     }
     Ok(())
 }
@@ -641,6 +698,7 @@ fn run_all() -> Result<(), Failed> {
     )?;
     waitwake_pingpong(threads, false)?;
     rpc_benchmarks()?;
+    migrating_benchmarks()?;
     exception_roundtrip(threads)?;
     create_exit(threads)?;
     Ok(())

@@ -43,8 +43,24 @@ pub const DIE: u64 = 13;
 pub const COUNT: u64 = 14;
 /// RPC: reply with a malformed header (descriptors claimed).
 pub const BAD: u64 = 15;
-/// RPC: the timed echo of the benchmarks: no data copied back (an in-place reply).
-pub const TIMED: u64 = 16;
+/// RPC (the benchmarks, as `rpc_server`): a timed echo; its arrival and reply timestamps
+/// are kept.
+pub const TIMED: u64 = 1;
+/// RPC (the benchmarks): the next timed request is number 0.
+pub const RESET: u64 = 2;
+/// RPC (the benchmarks): `(arrived, replied)` pairs from the `u64` index in the request.
+pub const DUMP: u64 = 3;
+/// Most timed requests kept.
+pub const KEPT: usize = 1100;
+/// Most timestamp pairs one `DUMP` reply carries.
+pub const DUMP_MAX: usize = 250;
+
+/// When each timed request arrived, and when it was replied to.
+static ARRIVED: [AtomicU64; KEPT] = [const { AtomicU64::new(0) }; KEPT];
+/// See [`ARRIVED`].
+static REPLIED: [AtomicU64; KEPT] = [const { AtomicU64::new(0) }; KEPT];
+/// The next timed request's number.
+static NEXT: AtomicU64 = AtomicU64::new(0);
 
 /// The server's own port (its name for the receive right).
 static PORT: AtomicU64 = AtomicU64::new(0);
@@ -122,10 +138,41 @@ fn dispatch(req: &mut Request) {
         }
         return;
     }
+    let arrived = baton_rt::rdtsc_ordered();
     let h = req.header();
     let len = h.size as usize - HEADER_SIZE;
     match h.id {
-        TIMED => req.reply_in_place(TIMED, len),
+        TIMED => {
+            req.reply_in_place(TIMED, len);
+            let next = NEXT.fetch_add(1, Ordering::Relaxed) as usize;
+            if let Some(slot) = ARRIVED.get(next) {
+                slot.store(arrived, Ordering::Relaxed);
+            }
+            let replied = baton_rt::rdtsc_ordered();
+            if let Some(slot) = REPLIED.get(next) {
+                slot.store(replied, Ordering::Relaxed);
+            }
+        }
+        RESET => {
+            NEXT.store(0, Ordering::Relaxed);
+            req.reply(RESET, &[]);
+        }
+        DUMP => {
+            let first = req
+                .data()
+                .get(..8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes) as usize;
+            let mut bytes = [0u8; 16 * DUMP_MAX];
+            for (i, pair) in bytes.chunks_exact_mut(16).enumerate() {
+                let at = first + i;
+                let a = ARRIVED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                let r = REPLIED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                pair[..8].copy_from_slice(&a.to_le_bytes());
+                pair[8..].copy_from_slice(&r.to_le_bytes());
+            }
+            req.reply(DUMP, &bytes);
+        }
         ECHO => req.reply_in_place(ECHO, len),
         SLEEP => {
             let _ = baton_rt::sleep_ns(30_000_000);
