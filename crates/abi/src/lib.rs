@@ -137,6 +137,7 @@ pub enum Sys {
 }
 
 pub mod exception;
+pub mod floor;
 pub mod ipc;
 pub mod kobject;
 
@@ -368,6 +369,9 @@ pub enum Error {
     NoSpace = 12,
     /// The operation is defined but not implemented yet (e.g. out-of-line memory).
     NotSupported = 13,
+    /// The operation was cut short by another kernel entry (a floor cross-address-space
+    /// call left by an interrupt, a fault or another system call in the partner).
+    Interrupted = 14,
 }
 
 impl Error {
@@ -387,6 +391,7 @@ impl Error {
             11 => Error::DeadName,
             12 => Error::NoSpace,
             13 => Error::NotSupported,
+            14 => Error::Interrupted,
             _ => return None,
         })
     }
@@ -412,6 +417,7 @@ impl Error {
             Error::DeadName => "dead name",
             Error::NoSpace => "no space",
             Error::NotSupported => "not supported",
+            Error::Interrupted => "interrupted",
         }
     }
 }
@@ -502,6 +508,7 @@ mod tests {
             Error::DeadName,
             Error::NoSpace,
             Error::NotSupported,
+            Error::Interrupted,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));

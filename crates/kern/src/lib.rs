@@ -22,6 +22,7 @@ extern crate std;
 
 pub mod cmdline;
 pub mod continuation;
+pub mod floor;
 pub mod frame;
 pub mod gauge;
 pub mod idslab;
