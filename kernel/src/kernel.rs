@@ -133,6 +133,9 @@ pub struct Kernel {
     pub modules: Vec<Module>,
     /// Power off when the last task ends.
     pub shutdown_when_idle: bool,
+    /// The floor cross-address-space calls' partners and calls in progress
+    /// ([`crate::floor`]).
+    pub floor: crate::floor::Floor,
     next_task: TaskId,
     next_cpu: usize,
     /// The task whose console line is still open.
@@ -260,29 +263,36 @@ impl Kernel {
             None => false,
         };
         if last {
-            if let Some(task) = self.tasks.remove(&task_id) {
-                if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
-                    self.close_line();
-                    kprintln!(
-                        "[kernel] task {task_id} ({}) exited with code {code}",
-                        task.name
-                    );
-                }
-                if self.open_line == Some(task_id) {
-                    self.close_line();
-                }
-                let mut task = task;
-                crate::exception::release(self, task.exc_port.take(), None);
-                crate::kobject::destroy(self, task.kport.take());
-                let mut fx = kern::ipc::Effects::default();
-                self.ipc.release_space(&mut task.names, &mut fx);
-                crate::ipc::apply(self, fx);
-                crate::activation::retire_orphans(self);
-                let mut mem = self.mem();
-                task.space.destroy(&mut mem);
-            }
+            self.remove_task(task_id);
         }
         self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
+    }
+
+    /// Removes task `task_id`, whose last thread is gone (and no floor call is in its
+    /// address space): reports its exit, releases its rights and frees its memory.
+    pub fn remove_task(&mut self, task_id: TaskId) {
+        self.floor.forget(task_id);
+        if let Some(task) = self.tasks.remove(&task_id) {
+            if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
+                self.close_line();
+                kprintln!(
+                    "[kernel] task {task_id} ({}) exited with code {code}",
+                    task.name
+                );
+            }
+            if self.open_line == Some(task_id) {
+                self.close_line();
+            }
+            let mut task = task;
+            crate::exception::release(self, task.exc_port.take(), None);
+            crate::kobject::destroy(self, task.kport.take());
+            let mut fx = kern::ipc::Effects::default();
+            self.ipc.release_space(&mut task.names, &mut fx);
+            crate::ipc::apply(self, fx);
+            crate::activation::retire_orphans(self);
+            let mut mem = self.mem();
+            task.space.destroy(&mut mem);
+        }
     }
 
     /// Creates the name server task from boot module `name`: its first thread starts with
@@ -455,6 +465,7 @@ impl Kernel {
         }
         // No call migrates into the task any more.
         crate::activation::retire(self, |a| a.task == id);
+        crate::floor::task_ending(self, id);
         let victims: Vec<ThreadId> = self
             .threads
             .iter()
@@ -679,6 +690,7 @@ pub fn start(
         stats: Stats::default(),
         modules,
         shutdown_when_idle: config.shutdown_when_idle,
+        floor: crate::floor::Floor::default(),
         next_task: 1,
         next_cpu: 0,
         open_line: None,
@@ -854,6 +866,14 @@ pub fn on_trap(frame: &mut TrapFrame) {
     let cur = k.current_thread();
     if let Some(th) = k.threads.get_mut(cur) {
         th.frame = *frame;
+    }
+    if gdt::in_floor_call() {
+        // The entry ends a floor call in progress; a fault in the partner's code ends
+        // it and nothing more.
+        crate::floor::interrupt(k, gdt::this_cpu());
+        if frame.vector < 32 {
+            finish_entry(k, false, None);
+        }
     }
     match frame.vector {
         TIMER_VECTOR => {

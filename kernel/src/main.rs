@@ -13,6 +13,7 @@ mod activation;
 pub mod arch;
 mod exception;
 mod fastpath;
+mod floor;
 mod ipc;
 mod kernel;
 mod kobject;
@@ -71,6 +72,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     let mut frames = FrameAllocator::new(usable, &reserved);
     let kernel_root = paging::init(&mut frames, phys_top);
     let features = arch::init_cpu();
+    arch::trap::set_floor_roots(kernel_root.0);
     kprintln!(
         "[kernel] memory: {} MiB RAM, {} MiB heap, {} free frames; SMEP {}, SMAP {}, PCID {}",
         ram >> 20,

@@ -551,13 +551,15 @@ impl Kernel {
         if pages > 0 {
             crate::ipc::unmap_buffers(self, task, range.start, range.end);
             // No CPU may keep a translation: flush here, shoot down the CPUs running other
-            // threads of the task, and make every CPU flush the task's PCID on next load.
+            // threads of the task (or a floor call in it), and make every CPU flush the
+            // task's PCID on next load.
             crate::arch::tlb::flush_local();
             let targets: alloc::vec::Vec<usize> = (0..self.cpus.len())
                 .filter(|&c| {
                     self.threads
                         .get(self.cpu(c).current)
                         .is_some_and(|th| th.task == Some(task))
+                        || self.floor.in_call_to(c, task)
                 })
                 .collect();
             for c in self.cpus.iter_mut() {

@@ -168,20 +168,24 @@ pub struct Inputs<'a> {
 /// none. A floor the run does not have leaves the multiple blank. A new `floor.*` row in
 /// `user/programs/src/bin/bench.rs` becomes some rows' floor by an entry here.
 pub const FLOORS: &[(&str, &str)] = &[
-    // The floors themselves are not multiples of anything.
+    // The floors themselves are not multiples of anything (`floor.syscall.null`, the
+    // cheapest dispatched call, included: it is the floor of no row now, kept as it was).
     ("floor.", ""),
     // A yield, a switch (by handoff or switch_context), a wait or a wake is at least one
-    // system call from user mode and back, and `null` is the cheapest one.
-    ("sched.", "floor.syscall.null"),
-    ("sync.", "floor.syscall.null"),
-    // Creating a thread, running it and waiting for its end: at least one system call.
-    ("thread.", "floor.syscall.null"),
-    // An RPC: the client's and the server's `ipc_msg`, each at least a system call.
-    ("rpc.", "floor.syscall.null"),
-    // An exception: the fault's entry, an RPC to the handler and its reply.
-    ("exc.", "floor.syscall.null"),
-    // Anything else enters the kernel at least once.
-    ("", "floor.syscall.null"),
+    // system call that saves and restores every register in the thread's frame, as
+    // `floor_full` does with nothing else (the same entry and exit code).
+    ("sched.", "floor.syscall.full"),
+    ("sync.", "floor.syscall.full"),
+    // Creating a thread, running it and waiting for its end: at least one such call.
+    ("thread.", "floor.syscall.full"),
+    // An RPC goes into another address space and back: at least the floor
+    // cross-address-space call (two system calls, two address-space switches, no message).
+    ("rpc.", "floor.xas.call"),
+    // An exception starts with a CPU fault from user mode and ends by resuming the thread
+    // behind it: at least the floor page-fault round trip.
+    ("exc.", "floor.fault.roundtrip"),
+    // Anything else enters the kernel through a full save at least once.
+    ("", "floor.syscall.full"),
 ];
 
 /// The floor row of the Baton row `name` ([`FLOORS`]), if it has one.
@@ -1472,6 +1476,8 @@ mod unit_tests {
         let rows = [
             ("floor.rdtsc.overhead", 5),
             ("floor.syscall.null", 150),
+            ("floor.syscall.full", 60),
+            ("floor.xas.call", 200),
             ("sched.yield.switch", 300),
             ("sched.yield.roundtrip", 600),
             ("sched.pmodel.switch", 750),
@@ -1554,8 +1560,11 @@ mod unit_tests {
         // The last floor entry catches every row.
         assert_eq!(FLOORS.last().map(|f| f.0), Some(""));
         assert_eq!(floor_of("floor.syscall.clock"), None);
-        assert_eq!(floor_of("rpc.1k.slow"), Some("floor.syscall.null"));
-        assert_eq!(floor_of("new.thing"), Some("floor.syscall.null"));
+        assert_eq!(floor_of("floor.syscall.null"), None);
+        assert_eq!(floor_of("rpc.1k.slow"), Some("floor.xas.call"));
+        assert_eq!(floor_of("exc.roundtrip"), Some("floor.fault.roundtrip"));
+        assert_eq!(floor_of("sched.yield.switch"), Some("floor.syscall.full"));
+        assert_eq!(floor_of("new.thing"), Some("floor.syscall.full"));
     }
 
     #[test]
@@ -1569,9 +1578,9 @@ mod unit_tests {
             linux: Ok(&l),
             cycles: Err("no hardware KVM on this host".into()),
         };
-        let c = inputs.cells(&b.rows[2]);
+        let c = inputs.cells(find(&b.rows, "sched.yield.switch").unwrap());
         assert_eq!(c.baton, "300");
-        assert_eq!(c.floor, "2.00");
+        assert_eq!(c.floor, "5.00");
         assert_eq!(c.linux, "2126 `sched.yield.switch`");
         assert_eq!(c.vs_linux, "0.14");
         assert_eq!(
@@ -1581,7 +1590,7 @@ mod unit_tests {
         );
         assert_eq!(c.paper_ratio, "3.61<br>1.10");
         // A paper ratio against Baton's own ratio.
-        let c = inputs.cells(&b.rows[4]);
+        let c = inputs.cells(find(&b.rows, "sched.pmodel.switch").unwrap());
         assert!(
             c.paper
                 .ends_with("250/83 = 3.01: context switch ÷ stack handoff ([000] Table 4)"),
@@ -1594,12 +1603,10 @@ mod unit_tests {
         // Floors have no floor; a row without a pair has no Linux cells.
         let c = inputs.cells(&b.rows[0]);
         assert_eq!((c.floor.as_str(), c.vs_linux.as_str()), ("", "1.00"));
-        let c = inputs.cells(&b.rows[12]);
-        assert_eq!(b.rows[12].name, "sync.waitwake.cross");
-        assert_eq!((c.floor.as_str(), c.linux.as_str()), ("20.00", ""));
+        let c = inputs.cells(find(&b.rows, "sync.waitwake.cross").unwrap());
+        assert_eq!((c.floor.as_str(), c.linux.as_str()), ("50.00", ""));
         // The round trips are paired and compared with the paper's growth with size.
-        let c = inputs.cells(&b.rows[8]);
-        assert_eq!(b.rows[8].name, "rpc.32b.fast.roundtrip");
+        let c = inputs.cells(find(&b.rows, "rpc.32b.fast.roundtrip").unwrap());
         assert_eq!(c.linux, "21500 `unix.rpc32`");
         assert_eq!(c.vs_linux, "0.04");
         assert_eq!(c.paper_ratio, "1.06 (÷ `rpc.null.fast.roundtrip`)");
@@ -1641,9 +1648,10 @@ mod unit_tests {
             "- Linux: linux-image-6.1.0-56-amd64 6.1.192-2 (Debian)",
             "Baton: a second run gave the same count for every row; Linux: a second boot",
             "| benchmark | Baton | × floor | Linux | Baton/Linux | paper / reference | ratio |",
-            "| `rpc.null.fast` | 400 | 2.67 |  |  | 1128: Mach 3.0",
-            "| `rpc.null.fast.roundtrip` | 900 | 6.00 | 10630 `pipe.pingpong` | 0.08 |  |  |",
-            "`floor.syscall.null` for every row but the floors",
+            "| `rpc.null.fast` | 400 | 2.00 |  |  | 1128: Mach 3.0",
+            "| `rpc.null.fast.roundtrip` | 900 | 4.50 | 10630 `pipe.pingpong` | 0.08 |  |  |",
+            "`floor.syscall.full` for `sched.yield.switch`, `sched.yield.roundtrip`, \
+             `sched.pmodel.switch`, `sync.waitwake.cross`; `floor.xas.call` for `rpc.null.fast`",
             "![RPC cost against message size](rpc-size.svg)",
             "| `rpc.32b.fast.roundtrip` | `linux.unix.rpc32` | a 32-byte request",
             "## RPC against size (instructions)",
@@ -1688,7 +1696,7 @@ mod unit_tests {
         let md = quick.report_md(&[RPC_SVG]);
         assert!(md.contains("- Linux: not measured (`--quick`)"), "{md}");
         assert!(md.contains("| benchmark | Baton | × floor | paper / reference | ratio |"));
-        assert!(md.contains("| `rpc.null.fast` | 400 | 2.67 | 1128: Mach 3.0"));
+        assert!(md.contains("| `rpc.null.fast` | 400 | 2.00 | 1128: Mach 3.0"));
         assert!(md.contains("not checked (`--quick`: one run)"));
         assert!(
             !md.contains("## Pairs") && !md.contains("Baton/Linux"),
@@ -1718,6 +1726,7 @@ mod unit_tests {
             tsc_mhz: Some(2000),
             rows: vec![
                 row("floor.syscall.null", &[200, 210, 190, 205, 200], 1),
+                row("floor.syscall.full", &[100, 105, 95, 102, 100], 1),
                 row("sched.yield.switch", &[400, 420, 380, 410, 390], 1),
                 row("sync.waitwake.cross", &[5000, 5200, 4800, 5100, 4900], 2),
             ],
@@ -1743,13 +1752,13 @@ mod unit_tests {
             "## Cycles under hardware KVM (TSC cycles)",
             "| benchmark | median | batch min | batch max | min | max | CPUs | × floor | ns |",
             "| `floor.syscall.null` | 200 | 190 | 210 | 50 | 90000 | 1 |  | 100.0 |",
-            "| `sched.yield.switch` | 400 | 380 | 420 | 50 | 90000 | 1 | 2.00 | 200.0 |",
-            "| `sync.waitwake.cross` | 5000 | 4800 | 5200 | 50 | 90000 | 2 | 25.00 | 2500.0 |",
+            "| `sched.yield.switch` | 400 | 380 | 420 | 50 | 90000 | 1 | 4.00 | 200.0 |",
+            "| `sync.waitwake.cross` | 5000 | 4800 | 5200 | 50 | 90000 | 2 | 50.00 | 2500.0 |",
         ] {
             assert!(md.contains(want), "missing {want:?} in\n{md}");
         }
         // The instruction tables stay in instructions.
-        assert!(md.contains("| `sched.yield.switch` | 300 | 2.00 |"), "{md}");
+        assert!(md.contains("| `sched.yield.switch` | 300 | 5.00 |"), "{md}");
         let head = inputs.cycles_table(&c, Some(HEADLINE));
         assert_eq!(head.lines().count(), 2 + 2, "{head}");
 

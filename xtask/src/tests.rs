@@ -196,6 +196,23 @@ const SHOOTDOWN_REQUIRE: &[&str] = &[
     "[kernel] task 1 (shootdown) killed: page fault at address 0x50000000 (not present, read, user)",
 ];
 
+/// What the `floor` tests require (the same at every CPU count): every check of
+/// `floor_test`, and the partner ended by its client (killed through its task port).
+const FLOOR_REQUIRE: &[&str] = &[
+    "ok: floor_minimal returns 0",
+    "ok: a call to a task that does not exist: NotFound",
+    "ok: a return with no call in progress: InvalidArgument",
+    "ok: a call to this task itself",
+    "ok: the partner's code ran in its own address space",
+    "ok: a fault in the partner's code ends the call: Interrupted",
+    "ok: an interrupt in the partner's code ends the call: Interrupted",
+    "ok: after the partner's end: NotFound",
+    "ok: armed: 100 accesses resumed by the kernel's trap path, no exception",
+    "ok: disarmed: an ordinary fault",
+    "floor_test#1| TEST PASS floor",
+    "[kernel] task 1 (floor_test) exited with code 0",
+];
+
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
 const STATS_FIELDS: &[&str] = &baton_abi::Stats::FIELD_NAMES;
 
@@ -597,6 +614,19 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["shootdown"],
         smp: 4,
         require: SHOOTDOWN_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "floor",
+        init: &["floor_test"],
+        require: FLOOR_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "floor_smp2",
+        init: &["floor_test"],
+        smp: 2,
+        require: FLOOR_REQUIRE,
         ..BASE
     },
 ];

@@ -160,6 +160,7 @@ pub enum Sys {
 pub const ACTIVATIONS_PER_TASK_MAX: usize = 256;
 
 pub mod exception;
+pub mod floor;
 pub mod ipc;
 pub mod kobject;
 
@@ -402,9 +403,12 @@ pub enum Error {
     NoSpace = 12,
     /// The operation is defined but not implemented yet (e.g. out-of-line memory).
     NotSupported = 13,
+    /// The operation was cut short by another kernel entry (a floor cross-address-space
+    /// call left by an interrupt, a fault or another system call in the partner).
+    Interrupted = 14,
     /// The call was cut short: the server it migrated into ended (or its activation was
     /// destroyed) before it replied.
-    Aborted = 14,
+    Aborted = 15,
 }
 
 impl Error {
@@ -424,7 +428,8 @@ impl Error {
             11 => Error::DeadName,
             12 => Error::NoSpace,
             13 => Error::NotSupported,
-            14 => Error::Aborted,
+            14 => Error::Interrupted,
+            15 => Error::Aborted,
             _ => return None,
         })
     }
@@ -450,6 +455,7 @@ impl Error {
             Error::DeadName => "dead name",
             Error::NoSpace => "no space",
             Error::NotSupported => "not supported",
+            Error::Interrupted => "interrupted",
             Error::Aborted => "aborted",
         }
     }
@@ -541,6 +547,7 @@ mod tests {
             Error::DeadName,
             Error::NoSpace,
             Error::NotSupported,
+            Error::Interrupted,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));

@@ -23,6 +23,7 @@ extern crate std;
 pub mod activation;
 pub mod cmdline;
 pub mod continuation;
+pub mod floor;
 pub mod frame;
 pub mod gauge;
 pub mod idslab;

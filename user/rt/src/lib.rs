@@ -52,6 +52,7 @@
 pub mod check;
 pub mod cpu;
 pub mod exception;
+pub mod floor;
 pub mod io;
 pub mod ipc;
 pub mod kobject;

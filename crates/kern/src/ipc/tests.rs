@@ -736,8 +736,8 @@ fn fast_plan_and_commit_call_and_reply() {
 
     // The reply, through the send-once right, to the client waiting on its reply port.
     let reply = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 142);
-    let plan = fast_transfer(&ipc, &server, &reply, 4096, port)
-        .expect("the reply takes the fast path");
+    let plan =
+        fast_transfer(&ipc, &server, &reply, 4096, port).expect("the reply takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (20, sp, rp));
     let back = ipc.fast_commit(&mut server, &mut client, &plan, reply_port, 10);
     assert_eq!((back.dest, back.reply, back.id), (reply_port, 0, 142));
@@ -817,7 +817,10 @@ fn fast_plan_sends_calls_to_pools_to_migrate() {
     let sp = ipc.receive_port(&server, port).unwrap();
     ipc.port_mut(sp).unwrap().pool.attached = 1;
     let call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 42);
-    assert_eq!(ipc.fast_plan(&client, &call, 4096, reply_port), Some(Fast::Migrate(sp)));
+    assert_eq!(
+        ipc.fast_plan(&client, &call, 4096, reply_port),
+        Some(Fast::Migrate(sp))
+    );
     let once = ipc.make_send(&mut server, port, true).unwrap();
     let srv_rcv = ipc.allocate(&mut server, 1, 0).unwrap();
     ipc.port_mut(sp).unwrap().receivers.push_back(3);
@@ -826,5 +829,8 @@ fn fast_plan_sends_calls_to_pools_to_migrate() {
         ipc.fast_plan(&server, &reply, 4096, srv_rcv),
         Some(Fast::Transfer(_)) | None
     ));
-    assert_ne!(ipc.fast_plan(&server, &reply, 4096, srv_rcv), Some(Fast::Migrate(sp)));
+    assert_ne!(
+        ipc.fast_plan(&server, &reply, 4096, srv_rcv),
+        Some(Fast::Migrate(sp))
+    );
 }

@@ -38,10 +38,11 @@ const IST_STACK_SIZE: usize = 16 * 1024;
 /// Per-CPU data, reached through `gs` in kernel mode.
 ///
 /// # Invariants
-/// The offsets of `trap_stack_top` (0), `user_rsp` (8), `cpu` (16) and `user_frame` (24)
-/// are used by assembly (the `syscall` entry, `trap_exit`, [`this_cpu`], [`trap_stack_top`],
-/// [`set_kernel_stack`], [`set_user_frame`]); do not reorder them. New fields go after
-/// `user_frame`.
+/// The offsets of `trap_stack_top` (0), `user_rsp` (8), `cpu` (16), `user_frame` (24),
+/// `floor_fault` (32) and `floor_call` (40) are used by assembly (the `syscall` entry, the
+/// page-fault entry, `trap_exit`, [`this_cpu`], [`trap_stack_top`], [`set_kernel_stack`],
+/// [`set_user_frame`], [`in_floor_call`]); do not reorder them. New fields go after
+/// `floor_call`.
 #[repr(C)]
 pub struct PerCpu {
     /// Top of this CPU's current trap stack (`gs:0`).
@@ -53,12 +54,20 @@ pub struct PerCpu {
     /// Address of the running thread's saved user registers (`gs:24`): `syscall` pushes
     /// them straight there, and every return to user mode pops them from there.
     pub user_frame: u64,
+    /// Non-zero while the running thread has armed the floor page-fault window (`gs:32`;
+    /// set by the `floor_fault_arm` call, cleared by [`set_user_frame`]).
+    pub floor_fault: u64,
+    /// Non-zero while the running thread is in a floor cross-address-space call (`gs:40`;
+    /// written by the kernel's `floor` module under the kernel lock).
+    pub floor_call: u64,
 }
 
 const _: () = assert!(core::mem::offset_of!(PerCpu, trap_stack_top) == 0);
 const _: () = assert!(core::mem::offset_of!(PerCpu, user_rsp) == 8);
 const _: () = assert!(core::mem::offset_of!(PerCpu, cpu) == 16);
 const _: () = assert!(core::mem::offset_of!(PerCpu, user_frame) == 24);
+const _: () = assert!(core::mem::offset_of!(PerCpu, floor_fault) == 32);
+const _: () = assert!(core::mem::offset_of!(PerCpu, floor_call) == 40);
 
 /// Everything one CPU owns here. `gs` points at `percpu`, the first field, so the TSS is at
 /// a fixed distance from the `gs` base.
@@ -103,6 +112,8 @@ pub fn init(cpu: usize) {
             user_rsp: 0,
             cpu: cpu as u64,
             user_frame: 0,
+            floor_fault: 0,
+            floor_call: 0,
         },
         tss,
         gdt: GlobalDescriptorTable::new(),
@@ -190,18 +201,46 @@ pub const IST_FATAL: u16 = 0;
 
 /// Makes `frame` the place of the running thread's user registers: the next `syscall`
 /// saves them there, and [`super::trap::resume_current`] returns to user mode from there.
+/// Disarms the floor page-fault window (`floor_fault`), which belongs to the thread that
+/// armed it: every change of the running thread passes here.
 ///
 /// `frame` must be the address of a `TrapFrame` that stays put while this CPU runs the
 /// thread (it lives in the boxed thread object, which is freed only when the thread is off
 /// every CPU).
 #[inline]
 pub fn set_user_frame(frame: u64) {
-    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24; only
-    // this CPU writes it, with interrupts off.
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24 and
+    // `floor_fault` at 32; only this CPU writes them, with interrupts off.
     unsafe {
         core::arch::asm!(
             "mov qword ptr gs:[24], {frame}",
+            "mov qword ptr gs:[32], 0",
             frame = in(reg) frame,
+            options(nostack, preserves_flags)
+        )
+    };
+}
+
+/// Whether the running thread is in a floor cross-address-space call (`floor_call`).
+#[inline]
+pub fn in_floor_call() -> bool {
+    let v: u64;
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `floor_call` is at 40.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr gs:[40]", out(reg) v, options(nostack, readonly, preserves_flags))
+    };
+    v != 0
+}
+
+/// Records whether the running thread is in a floor cross-address-space call.
+#[inline]
+pub fn set_floor_call(on: bool) {
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `floor_call` is at 40; only
+    // this CPU writes it, with interrupts off.
+    unsafe {
+        core::arch::asm!(
+            "mov qword ptr gs:[40], {v}",
+            v = in(reg) u64::from(on),
             options(nostack, preserves_flags)
         )
     };

@@ -12,6 +12,11 @@
 //! thread that blocks with a continuation give its stack away, and a switch costs no copy
 //! of the frame.
 //!
+//! The floor calls (`baton_abi::floor`) are recognised in the first instructions of the
+//! `syscall` entry, and the floor page-fault window in the first instructions of the
+//! page-fault entry: they are the minimal paths the `floor.*` benchmarks measure
+//! (`docs/benchmarks.md`); `crate::floor` holds the cross-address-space call.
+//!
 //! # Invariants
 //! - The field order of [`TrapFrame`] is the push order in the assembly below.
 //! - The kernel runs with interrupts off; the only place they are enabled is the idle
@@ -20,8 +25,10 @@
 //!   user mode `swapgs` back.
 
 use super::gdt::{self, USER_CS, USER_DS};
+use baton_abi::floor;
 use core::arch::global_asm;
 use core::mem::size_of;
+use core::sync::atomic::{AtomicU64, Ordering};
 use x86_64::structures::idt::InterruptDescriptorTable;
 use x86_64::{PrivilegeLevel, VirtAddr};
 
@@ -246,8 +253,7 @@ trap_exit:
     // The `syscall` entry saves the user registers straight into the running thread's
     // frame (`gs:24`, in the thread object), not on the kernel stack: the stack then holds
     // nothing a continuation needs, and no copy is made on a switch.
-    .global syscall_entry
-syscall_entry:
+    .macro SYSCALL_SAVE
     swapgs
     movq %rsp, %gs:8
     movq %gs:24, %rsp
@@ -274,7 +280,20 @@ syscall_entry:
     pushq %r13
     pushq %r14
     pushq %r15
+    .endm
+
+    .global syscall_entry
+syscall_entry:
+    // The floor calls (`baton_abi::floor`) are recognised first.
+    cmpq ${floor_base}, %rax
+    jae floor_syscall
+syscall_general:
+    SYSCALL_SAVE
     movq %gs:0, %rsp
+    // A thread in a floor cross-address-space call: every system call but the partner's
+    // return ends the call (`floor::on_syscall`).
+    cmpq $0, %gs:40
+    jne floor_dispatch_entry
     movq %rax, %rdi
     callq syscall_dispatch
     // Back to user mode from the running thread's frame (which may be another thread's
@@ -283,17 +302,137 @@ syscall_entry:
 resume_current_frame:
     movq %gs:24, %rsp
     jmp trap_exit
+
+    // The floor calls. Interrupts are off (FMASK); `rcx` and `r11` hold the user `rip`
+    // and `rflags` for `sysretq`.
+floor_syscall:
+    je floor_minimal
+    cmpq ${floor_full}, %rax
+    je floor_full
+    cmpq ${floor_space}, %rax
+    je floor_space
+    cmpq ${floor_fault_arm}, %rax
+    je floor_fault_arm
+    cmpq ${floor_end}, %rax
+    jae syscall_general
+    // The cross-address-space calls: a full save, then the kernel's `floor` module.
+    SYSCALL_SAVE
+    movq %gs:0, %rsp
+floor_dispatch_entry:
+    movq %rax, %rdi
+    callq floor_dispatch
+    jmp resume_current_frame
+
+    // `floor_minimal`: nothing saved, nothing touched.
+floor_minimal:
+    xorl %eax, %eax
+    sysretq
+
+    // `floor_full`: the general entry's save into the frame, then its restore.
+floor_full:
+    SYSCALL_SAVE
+    movq $0, {frame_rax}(%rsp)
+    jmp trap_exit
+
+    // `floor_space`: CR3 := the kernel's root (PCID 0), CR3 := the caller's root again,
+    // both keeping the TLB when PCIDs are on. `rdx` is the scratch register (left 0); the
+    // user `rsp` is never used.
+floor_space:
+    movq %cr3, %rdx
+    movq {kernel_cr3}(%rip), %rax
+    movq %rax, %cr3
+    orq {noflush}(%rip), %rdx
+    movq %rdx, %cr3
+    xorl %edx, %edx
+    xorl %eax, %eax
+    sysretq
+
+    // `floor_fault_arm(on)`: `gs:32` := on.
+floor_fault_arm:
+    swapgs
+    movq %rdi, %gs:32
+    swapgs
+    xorl %eax, %eax
+    sysretq
+
+    // The page-fault entry. A user-mode data access at `FLOOR_FAULT_BASE + n`
+    // (1 <= n <= 15) by a thread that armed the window resumes `n` bytes further
+    // (`baton_abi::floor::floor_fault_skip`); anything else goes to the common stub.
+    // On entry: error code at 0(%rsp), rip at 8, cs at 16.
+    .global floor_page_fault
+floor_page_fault:
+    testb $3, 16(%rsp)
+    jz 9f
+    swapgs
+    cmpq $0, %gs:32
+    je 8f
+    pushq %rax
+    movq %cr2, %rax
+    subq floor_fault_base(%rip), %rax
+    testq %rax, %rax
+    jz 7f
+    cmpq ${fault_max}, %rax
+    ja 7f
+    testb $0x10, 8(%rsp)
+    jnz 7f
+    addq %rax, 16(%rsp)
+    popq %rax
+    swapgs
+    addq $8, %rsp
+    iretq
+7:
+    popq %rax
+8:
+    swapgs
+9:
+    pushq $14
+    jmp trap_common
+
+    .section .rodata
+    .p2align 3
+floor_fault_base:
+    .quad {fault_base}
+    .text
     "#,
     syscall_vector = const SYSCALL_VECTOR,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
     frame_size = const size_of::<TrapFrame>(),
+    frame_rax = const core::mem::offset_of!(TrapFrame, rax),
+    floor_base = const floor::FLOOR_BASE,
+    floor_full = const floor::FLOOR_FULL,
+    floor_space = const floor::FLOOR_SPACE,
+    floor_fault_arm = const floor::FLOOR_FAULT_ARM,
+    floor_end = const floor::FLOOR_END,
+    fault_max = const floor::FLOOR_FAULT_MAX_LEN,
+    fault_base = const floor::FLOOR_FAULT_BASE,
+    kernel_cr3 = sym FLOOR_KERNEL_CR3,
+    noflush = sym FLOOR_NOFLUSH,
     options(att_syntax)
 );
+
+/// The CR3 value `floor_space` loads first: the kernel's root, PCID 0, with the no-flush
+/// bit when PCIDs are on. Set once at boot ([`set_floor_roots`]).
+static FLOOR_KERNEL_CR3: AtomicU64 = AtomicU64::new(0);
+/// What `floor_space` ORs into the caller's CR3 to reload it: the no-flush bit (63) when
+/// PCIDs are on, else 0 (the bit is reserved without PCIDs).
+static FLOOR_NOFLUSH: AtomicU64 = AtomicU64::new(0);
+
+/// Gives the `floor_space` call the kernel's root, before any user task runs.
+pub fn set_floor_roots(kernel_root: u64) {
+    let noflush = if super::cpu::pcid_enabled() {
+        1 << 63
+    } else {
+        0
+    };
+    FLOOR_KERNEL_CR3.store(kernel_root | noflush, Ordering::Relaxed);
+    FLOOR_NOFLUSH.store(noflush, Ordering::Relaxed);
+}
 
 extern "C" {
     static trap_stubs: u8;
     fn syscall_entry();
+    fn floor_page_fault();
     fn resume_current_frame() -> !;
 }
 
@@ -310,7 +449,10 @@ pub fn init() {
         let stub = |v: u64| VirtAddr::new(base + v * STUB_STRIDE);
         // SAFETY: (for every `set_handler_addr` below) each stub address is the entry of
         // the assembly stub for that vector, which saves a full frame and never returns
-        // to the vector's caller except through `trap_exit`.
+        // to the vector's caller except through `trap_exit`; the page fault's entry,
+        // `floor_page_fault`, either resumes a user-mode floor fault with `iretq` (having
+        // changed only the saved user `rip`, on the trap stack) or continues into vector
+        // 14's stub code with the stack as the CPU left it.
         unsafe {
             idt.divide_error.set_handler_addr(stub(0));
             idt.debug.set_handler_addr(stub(1));
@@ -331,7 +473,8 @@ pub fn init() {
             idt.segment_not_present.set_handler_addr(stub(11));
             idt.stack_segment_fault.set_handler_addr(stub(12));
             idt.general_protection_fault.set_handler_addr(stub(13));
-            idt.page_fault.set_handler_addr(stub(14));
+            idt.page_fault
+                .set_handler_addr(VirtAddr::new(floor_page_fault as *const () as u64));
             idt.x87_floating_point.set_handler_addr(stub(16));
             idt.alignment_check.set_handler_addr(stub(17));
             idt.machine_check
@@ -382,6 +525,11 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 #[no_mangle]
 extern "C" fn syscall_dispatch(number: u64) {
     crate::syscall::on_syscall(number);
+}
+
+#[no_mangle]
+extern "C" fn floor_dispatch(number: u64) {
+    crate::floor::on_syscall(number);
 }
 
 /// The name of an exception vector.

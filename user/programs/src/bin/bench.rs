@@ -38,6 +38,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::exception;
+use baton_rt::floor;
 use baton_rt::ipc::{
     cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
     MSG_SLOW,
@@ -650,6 +651,91 @@ fn exception_roundtrip(threads: u64) -> Result<(), Failed> {
     })
 }
 
+/// `floor.fault.roundtrip`: a 2-byte load from the floor page-fault window, which the
+/// kernel's page-fault entry resumes behind the instruction; the window is armed before
+/// each iteration, outside the timestamps (a switch of thread would disarm it).
+fn fault_roundtrip() -> Result<(), Failed> {
+    let name = "floor.fault.roundtrip";
+    clear_samples();
+    for _ in 0..WARMUP {
+        floor::fault_arm(true);
+        floor::fault_load();
+    }
+    let before = read_stats()?;
+    for i in 0..ITER {
+        floor::fault_arm(true);
+        let t0 = rdtsc_ordered();
+        floor::fault_load();
+        let t1 = rdtsc_ordered();
+        record(&SAMPLES, i, t1.wrapping_sub(t0));
+    }
+    let after = read_stats()?;
+    floor::fault_arm(false);
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `floor_partner`'s `PARTNER_SECRET`, which its entry adds to the argument.
+const PARTNER_SECRET: u64 = 0x5ec2_e700_0000_0000;
+
+/// `floor.xas.call`: the floor cross-address-space call to the `floor_partner` task and
+/// its return, from the client's timestamp before the call to its timestamp after it.
+/// A call a timer tick interrupts (`Interrupted`) is made again, and its figure is the
+/// repeated call's.
+fn xas_call(threads: u64) -> Result<(), Failed> {
+    let name = "floor.xas.call";
+    clear_samples();
+    let partner =
+        baton_rt::spawn("floor_partner").map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
+    // Until it has registered.
+    while floor::xas_call(partner, 0) == Err(baton_rt::Error::NotFound) {
+        yield_now();
+    }
+    let mut before = Stats::default();
+    let mut w = 0;
+    while w < TOTAL {
+        if w == WARMUP {
+            before = read_stats()?;
+        }
+        let arg = w as u64;
+        let t0 = rdtsc_ordered();
+        let r = floor::xas_call(partner, arg);
+        let t1 = rdtsc_ordered();
+        match r {
+            Ok(v) if v == arg.wrapping_add(PARTNER_SECRET) => {}
+            Err(baton_rt::Error::Interrupted) => continue,
+            other => return Err(fail!("{name}: call {w}: {other:?}")),
+        }
+        if let Some(i) = w.checked_sub(WARMUP) {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+        w += 1;
+    }
+    let after = read_stats()?;
+    // The partner ends through its task port.
+    let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
+    let reply = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    let port =
+        baton_rt::kobject::task_port(partner).map_err(|e| fail!("task_port: {}", e.name()))?;
+    baton_rt::kobject::call(
+        &mut buf,
+        port,
+        reply,
+        baton_rt::kobject::TASK_TERMINATE,
+        &[],
+        FOREVER,
+    )
+    .map_err(|e| fail!("terminating floor_partner: {}", e.name()))?;
+    for n in [port, reply] {
+        let _ = cap_drop(n);
+    }
+    wait_threads_gone(threads)?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
 /// `a` followed by `b`, in `out` (cut short if it does not fit).
 fn join<'a>(out: &'a mut [u8], a: &str, b: &str) -> &'a str {
     let mut n = 0;
@@ -681,6 +767,17 @@ fn run_all() -> Result<(), Failed> {
     single("floor.syscall.clock", || {
         black_box(sys_clock());
     })?;
+    single("floor.syscall.minimal", || {
+        black_box(floor::minimal());
+    })?;
+    single("floor.syscall.full", || {
+        black_box(floor::full());
+    })?;
+    single("floor.space.switch", || {
+        black_box(floor::space());
+    })?;
+    fault_roundtrip()?;
+    xas_call(threads)?;
     single("sched.yield.self", || {
         black_box(sys_yield());
     })?;

@@ -1,0 +1,230 @@
+//! `floor_test`: the floor calls (`baton_abi::floor`) from user space, with their error
+//! cases: the minimal system calls return 0; the cross-address-space call refuses a task
+//! that does not exist or did not register, a return with no call, bad registrations;
+//! it runs the partner's code in the partner's space (`floor_partner`) and comes back;
+//! a fault, a system call or an interrupt in the partner ends the call with
+//! `Interrupted` and leaves the partner usable; the partner's end unregisters it; the
+//! page-fault window resumes only an armed thread, and any other access there is an
+//! ordinary fault, which this task's exception handler sees.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use baton_abi::floor::FLOOR_XAS_RETURN;
+use baton_abi::layout::USER_END;
+use baton_rt::check::Failed;
+use baton_rt::exception::{self, ExcReply};
+use baton_rt::floor::{
+    fault_arm, fault_load, full, minimal, space, xas_call, xas_register, xas_return_outside,
+    FAULT_LOAD_ADDRESS,
+};
+use baton_rt::ipc::{cap_drop, port_allocate, IpcBuffer, MSG_RECEIVE, MSG_SEND};
+use baton_rt::kobject::{call, task_port, TASK_TERMINATE};
+use baton_rt::sync::Counter;
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{sleep_ns, spawn as spawn_task, yield_now, Error, FOREVER};
+
+baton_rt::entry!(main);
+
+const TEST: &str = "floor";
+macro_rules! check { ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) } }
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    baton_rt::check::must(TEST, what, r)
+}
+
+/// `floor_partner`'s `PARTNER_SECRET`, which its entry adds to the argument.
+const SECRET: u64 = 0x5ec2_e700_0000_0000;
+/// `floor_partner`'s entry executes `ud2`.
+const MODE_UD2: u64 = u64::MAX;
+/// `floor_partner`'s entry makes a system call.
+const MODE_SYSCALL: u64 = u64::MAX - 1;
+/// `floor_partner`'s entry spins until an interrupt.
+const MODE_SPIN: u64 = u64::MAX - 2;
+/// Kernel replies come well within this.
+const SOON: u64 = 1_000_000_000;
+
+core::arch::global_asm!(
+    r#"
+    .global floor_test_entry
+floor_test_entry:
+    movl ${ret}, %eax
+    syscall
+    ud2
+    "#,
+    ret = const FLOOR_XAS_RETURN,
+    options(att_syntax)
+);
+
+extern "C" {
+    /// An entry that returns its argument: this task as its own partner.
+    fn floor_test_entry();
+}
+
+static HANDLER_STACK: StackPool<1, 16384> = StackPool::new();
+/// The exception port the handler receives on.
+static EXC_PORT: AtomicU64 = AtomicU64::new(0);
+/// Page faults at [`FAULT_LOAD_ADDRESS`] the handler resumed.
+static WINDOW_FAULTS: Counter = Counter::new(0);
+
+/// This task's exception handler: resumes page faults at the floor window's load (2
+/// bytes), ends the task on anything else.
+fn handler(_arg: u64) {
+    let port = EXC_PORT.load(Ordering::Relaxed);
+    let Ok(mut buf) = IpcBuffer::new() else {
+        return;
+    };
+    let mut r = buf.msg(MSG_RECEIVE, port, FOREVER);
+    while r.is_ok() {
+        let reply = match exception::info(&buf) {
+            Some(e) if e.kind == 14 && e.addr == FAULT_LOAD_ADDRESS => {
+                let mut regs = e.regs;
+                regs.rip += 2;
+                WINDOW_FAULTS.increment();
+                ExcReply::Set(regs)
+            }
+            _ => ExcReply::Kill,
+        };
+        r = exception::set_reply(&mut buf, reply)
+            .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
+    }
+}
+
+fn main(task_id: u64) -> i32 {
+    baton_rt::check::finish(TEST, run(task_id))
+}
+
+fn run(me: u64) -> Result<(), Failed> {
+    check!(minimal() == 0, "floor_minimal returns 0");
+    check!(full() == 0, "floor_full returns 0");
+    check!(space() == 0, "floor_space returns 0");
+
+    // The cross-address-space call's refusals.
+    check!(
+        xas_call(0x7777_7777, 1) == Err(Error::NotFound),
+        "a call to a task that does not exist: NotFound"
+    );
+    check!(
+        xas_call(me, 1) == Err(Error::NotFound),
+        "a call to a task that did not register: NotFound"
+    );
+    check!(
+        xas_return_outside(5) == Err(Error::InvalidArgument),
+        "a return with no call in progress: InvalidArgument"
+    );
+    let entry = floor_test_entry as *const () as u64;
+    check!(
+        xas_register(0xffff_8000_0000_0000, 0x8000) == Err(Error::BadAddress),
+        "a kernel-half entry is refused"
+    );
+    check!(
+        xas_register(entry, USER_END + 16) == Err(Error::BadAddress),
+        "a stack beyond user space is refused"
+    );
+    check!(
+        xas_register(0, 0x8000) == Err(Error::BadAddress),
+        "a null entry is refused"
+    );
+    // This task as its own partner: no switch of address space, but the whole protocol.
+    must("register self", xas_register(entry, 0x8000))?;
+    check!(xas_call(me, 42) == Ok(42), "a call to this task itself");
+    must("unregister self", xas_register(0, 0))?;
+    check!(
+        xas_call(me, 1) == Err(Error::NotFound),
+        "after unregistering: NotFound"
+    );
+
+    // The partner task.
+    let partner = must("spawn floor_partner", spawn_task("floor_partner"))?;
+    let mut first = xas_call(partner, 1);
+    let mut tries = 0;
+    while first == Err(Error::NotFound) && tries < 1000 {
+        yield_now();
+        let _ = sleep_ns(1_000_000);
+        first = xas_call(partner, 1);
+        tries += 1;
+    }
+    check!(
+        first == Ok(1 + SECRET),
+        "the partner's code ran in its own address space ({first:?})"
+    );
+    let mut interrupted = 0;
+    for i in 0..1000u64 {
+        match xas_call(partner, i) {
+            Ok(v) if v == i + SECRET => {}
+            Err(Error::Interrupted) => interrupted += 1,
+            other => {
+                check!(false, "call {i} returned {other:?}");
+            }
+        }
+    }
+    check!(
+        interrupted < 10,
+        "1,000 calls and returns ({interrupted} interrupted by the timer)"
+    );
+    check!(
+        xas_call(partner, MODE_UD2) == Err(Error::Interrupted),
+        "a fault in the partner's code ends the call: Interrupted"
+    );
+    check!(
+        xas_call(partner, MODE_SYSCALL) == Err(Error::Interrupted),
+        "a system call in the partner's code ends the call: Interrupted"
+    );
+    check!(
+        xas_call(partner, MODE_SPIN) == Err(Error::Interrupted),
+        "an interrupt in the partner's code ends the call: Interrupted"
+    );
+    check!(
+        xas_call(partner, 7) == Ok(7 + SECRET),
+        "the partner answers again after the interrupted calls"
+    );
+
+    // The partner's end unregisters it.
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    let reply = must("port", port_allocate(0))?;
+    let pport = must("task_port", task_port(partner))?;
+    must(
+        "TASK_TERMINATE",
+        call(&mut buf, pport, reply, TASK_TERMINATE, &[], SOON),
+    )?;
+    check!(
+        xas_call(partner, 1) == Err(Error::NotFound),
+        "after the partner's end: NotFound"
+    );
+    let _ = cap_drop(pport);
+
+    // The page-fault window, with a handler for the faults that are not the floor's.
+    let port = must("port", port_allocate(0))?;
+    EXC_PORT.store(port, Ordering::Relaxed);
+    let stack = HANDLER_STACK.take().ok_or(Failed)?;
+    must("handler thread", spawn(stack, handler, 0))?;
+    must("exception_port_set", exception::exception_port_set(0, port))?;
+    fault_load();
+    check!(
+        WINDOW_FAULTS.get() == 1,
+        "an unarmed access to the window is an ordinary fault"
+    );
+    fault_arm(true);
+    for _ in 0..100 {
+        fault_load();
+    }
+    check!(
+        WINDOW_FAULTS.get() == 1,
+        "armed: 100 accesses resumed by the kernel's trap path, no exception"
+    );
+    fault_arm(true);
+    let _ = sleep_ns(1_000_000);
+    fault_load();
+    check!(
+        WINDOW_FAULTS.get() == 2,
+        "a block disarms: then it is an ordinary fault"
+    );
+    fault_arm(true);
+    fault_arm(false);
+    fault_load();
+    check!(WINDOW_FAULTS.get() == 3, "disarmed: an ordinary fault");
+    must("exception_port_set", exception::exception_port_set(0, 0))?;
+    let _ = cap_drop(port);
+    let _ = cap_drop(reply);
+    Ok(())
+}
