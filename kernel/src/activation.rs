@@ -55,8 +55,8 @@ use kern::slab::Key;
 /// An activation below the running one on a thread's activation stack.
 #[derive(Clone, Debug)]
 pub struct Saved {
-    /// Its user registers, as they were at its `ipc_msg`.
-    pub frame: TrapFrame,
+    /// Its user registers, as they were at its `ipc_msg` (the box the thread had).
+    pub frame: alloc::boxed::Box<TrapFrame>,
     /// Its task.
     pub task: Option<TaskId>,
     /// That task's key.
@@ -177,8 +177,25 @@ pub fn migrate(
         panic!("migrate: running thread {cur:?} vanished");
     };
     th.sidetracked = false;
+    // The server activation's registers: every field written (nothing of an earlier
+    // activation that used the box may show through).
+    let fresh = TrapFrame {
+        rdi: buffer.0,
+        rsi: if sidetrack { 0 } else { size as u64 },
+        rdx: a.0,
+        r8: cookie,
+        vector: SYSCALL_VECTOR,
+        ..TrapFrame::new_user(entry, stack, buffer.0)
+    };
+    let frame = match th.spare_frame.take() {
+        Some(mut b) => {
+            *b = fresh;
+            b
+        }
+        None => alloc::boxed::Box::new(fresh),
+    };
     th.below.push(Saved {
-        frame: th.frame,
+        frame: core::mem::replace(&mut th.frame, frame),
         task: th.task,
         task_key: th.task_key,
         space: th.space,
@@ -192,14 +209,6 @@ pub fn migrate(
     th.task_key = task_key;
     th.space = Some(space);
     th.ipc_buffer = Some(buffer);
-    th.frame = TrapFrame {
-        rdi: buffer.0,
-        rsi: if sidetrack { 0 } else { size as u64 },
-        rdx: a.0,
-        r8: cookie,
-        vector: SYSCALL_VECTOR,
-        ..TrapFrame::new_user(entry, stack, buffer.0)
-    };
     k.stats.migrations += 1;
     let kernel_root = k.kernel_root;
     if let Some(c) = k.cpus.get_mut(cpu) {
@@ -266,12 +275,15 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     let Some(th) = k.threads.get_mut(cur) else {
         panic!("resume_below: running thread {cur:?} vanished");
     };
-    th.frame = saved.frame;
+    th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
     th.task = saved.task;
     th.task_key = saved.task_key;
     th.space = saved.space;
     th.ipc_buffer = saved.ipc_buffer;
     th.exc_port = saved.exc_port;
+    // A kill pending on a migrated thread was aimed at the activation just left (its
+    // task is ending); the one below is dealt with by the `alive` check.
+    th.kill_pending = false;
     if saved.sidetrack {
         // Run the `ipc_msg` again: `rax` still holds its number, `rip` steps back over
         // the two-byte `syscall`.
@@ -281,9 +293,9 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     } else {
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
-    let alive = saved
-        .task
-        .and_then(|t| k.tasks.get(&t))
+    let alive = k
+        .tasks
+        .by_key(saved.task_key)
         .is_some_and(|t| t.ending.is_none());
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
@@ -345,7 +357,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         let Some(th) = k.threads.get_mut(t) else {
             return true;
         };
-        th.frame = saved.frame;
+        th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
         th.task = saved.task;
         th.task_key = saved.task_key;
         th.space = saved.space;

@@ -633,7 +633,7 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
     if let Some(stack) = &th.stack {
         gdt::set_kernel_stack(stack.top);
     }
-    gdt::set_user_frame(core::ptr::addr_of!(th.frame) as u64);
+    gdt::set_user_frame(core::ptr::addr_of!(*th.frame) as u64);
 }
 
 /// Makes sure `cpu` notices new work of priority `prio`: an IPI if it is another CPU that
@@ -865,7 +865,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
     // dead (we leave through `leave_to_user`, never back through the stub).
     let cur = k.current_thread();
     if let Some(th) = k.threads.get_mut(cur) {
-        th.frame = *frame;
+        *th.frame = *frame;
     }
     if gdt::in_floor_call() {
         // The entry ends a floor call in progress; a fault in the partner's code ends

@@ -38,6 +38,10 @@ pub fn on_syscall(number: u64) -> ! {
         // An RPC's request or reply may take the fast path, and a call to a port with
         // activations migrates. Neither returns when it applies.
         crate::fastpath::try_ipc(k, cpu, cur);
+    } else if number == Sys::ActReturn as u64 {
+        // The end of a migrating call: its caller resumes (an error only outside one).
+        let e = crate::activation::sys_act_return(k, cur);
+        kernel::finish_entry(k, false, Some(e.to_raw()));
     }
     let Some(th) = k.threads.get(cur) else {
         panic!("system call from thread {cur:?}, which does not exist");

@@ -92,8 +92,12 @@ pub struct Thread {
     pub stack: Option<KernelStack>,
     /// Kernel registers saved by `switch_context` (process model only).
     pub saved: SavedContext,
-    /// User registers while not in user mode.
-    pub frame: TrapFrame,
+    /// User registers of the running activation while not in user mode (boxed: a migrating
+    /// call swaps the box instead of copying the registers; the per-CPU area points at the
+    /// running thread's box, see `gdt::set_user_frame`).
+    pub frame: alloc::boxed::Box<TrapFrame>,
+    /// A frame box kept from the last migrating return, for the next call.
+    pub spare_frame: Option<alloc::boxed::Box<TrapFrame>>,
     /// The CPU whose run queue it joins when ready: where it last ran, or where
     /// `set_affinity` pinned it.
     pub cpu: usize,
@@ -147,7 +151,8 @@ impl Thread {
             cont: Some(Continuation::new(Resume::UserReturn)),
             stack: None,
             saved: SavedContext::default(),
-            frame,
+            frame: alloc::boxed::Box::new(frame),
+            spare_frame: None,
             cpu,
             pinned: false,
             timer: None,
@@ -172,7 +177,8 @@ impl Thread {
             cont: None,
             stack,
             saved: SavedContext::default(),
-            frame: TrapFrame::default(),
+            frame: alloc::boxed::Box::default(),
+            spare_frame: None,
             cpu,
             pinned: true,
             timer: None,
