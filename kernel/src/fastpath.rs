@@ -132,6 +132,7 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     k.stats.recognitions += 1;
     k.stats.blocks_ipc += 1;
     k.stats.stack_handoffs += 1;
+    kernel::charge(c, th);
     kernel::switch_in(c, k.kernel_root, cpu, r, rt);
     kernel::leave_to_user()
 }

@@ -99,6 +99,17 @@ pub struct Cpu {
     pub pcid_owner: Vec<TaskId>,
     /// Whether the CPU is halted in its idle loop (wake it with an IPI).
     pub halted: bool,
+    /// TSC when the running thread was last charged (see [`charge`]).
+    pub since: u64,
+}
+
+/// Charges the time since the CPU `c` last charged to `old`, its running thread, which is
+/// about to stop running there (CPU accounting: a thread's `cpu_tsc`).
+#[inline(always)]
+pub fn charge(c: &mut Cpu, old: &mut Thread) {
+    let now = cpu::rdtsc();
+    old.cpu_tsc = old.cpu_tsc.wrapping_add(now.wrapping_sub(c.since));
+    c.since = now;
 }
 
 /// All kernel state.
@@ -230,6 +241,13 @@ impl Kernel {
     /// Makes `t` (which holds a stack) the running thread of `cpu` ([`switch_in`]).
     pub fn make_current(&mut self, cpu: usize, t: ThreadId) {
         let kernel_root = self.kernel_root;
+        if let Some(c) = self.cpus.get_mut(cpu) {
+            if c.current != t {
+                if let Some(old) = self.threads.get_mut(c.current) {
+                    charge(c, old);
+                }
+            }
+        }
         let Some(th) = self.threads.get_mut(t) else {
             panic!("make_current: no thread {t:?}");
         };
@@ -764,6 +782,7 @@ fn add_cpu(k: &mut Kernel, c: usize) {
         loaded_root: k.kernel_root,
         pcid_owner: alloc::vec![0; PCIDS],
         halted: false,
+        since: cpu::rdtsc(),
     });
 }
 

@@ -211,6 +211,19 @@ impl Kernel {
                 r
             }
             Sys::ActCreate => crate::activation::sys_act_create(self, id, args),
+            Sys::ThreadCpuNs => {
+                let t = self.own_thread(id, args[0])?;
+                let cpu = gdt::this_cpu();
+                let running = self.cpu(cpu);
+                let (current, since) = (running.current, running.since);
+                let th = self.threads.get(t).ok_or(Error::NotFound)?;
+                let mut tsc = th.cpu_tsc;
+                if t == current {
+                    tsc = tsc.wrapping_add(crate::arch::cpu::rdtsc().wrapping_sub(since));
+                }
+                let hz = u128::from(apic::tsc_hz().max(1));
+                Ok((u128::from(tsc) * 1_000_000_000 / hz) as u64)
+            }
             Sys::PortSidetrack => crate::activation::sys_port_sidetrack(self, id, args[0], args[1]),
             Sys::CapInfo => self.with_names(id, |ipc, names, _| {
                 ipc.info(names, args[0]).map(|k| k as u64)

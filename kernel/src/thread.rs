@@ -117,6 +117,9 @@ pub struct Thread {
     pub exc_reply: Option<kern::ipc::PortId>,
     /// Its thread port (receive right kept by the kernel), once asked for.
     pub kport: Option<kern::ipc::PortId>,
+    /// TSC ticks it has run (charged when it stops running on a CPU; a migrating call
+    /// runs on the caller's thread, so the server's work is charged to the caller).
+    pub cpu_tsc: u64,
     /// The activations below the running one, innermost last (empty at home): see
     /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
     /// running activation's.
@@ -163,6 +166,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            cpu_tsc: 0,
         }
     }
 
@@ -189,6 +193,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            cpu_tsc: 0,
         }
     }
 }
@@ -308,6 +313,12 @@ fn run_handoff(k: &mut Kernel, cpu: usize, old: ThreadId, stack: KernelStack, ne
     k.stats.stack_handoffs += 1;
     let Some(c) = k.cpus.get_mut(cpu) else {
         panic!("CPU {cpu} is not online");
+    };
+    if let Some(o) = k.threads.get_mut(old) {
+        kernel::charge(c, o);
+    }
+    let Some(n) = k.threads.get_mut(new) else {
+        panic!("thread_handoff: thread {new:?} vanished");
     };
     kernel::switch_in(c, kernel_root, cpu, new, n);
     if k.threads

@@ -86,6 +86,8 @@ const MIGRATE_REQUIRE: &[&str] = &[
     "ok: with every activation busy, a call waits until one comes back",
     "ok: the last activation went to a sidetrack upcall, which added one, and the call went on",
     "ok: when the server declines on the sidetrack, the call waits for an activation",
+    "ok: the server's work is charged to the calling thread",
+    "ok: a high-priority client is served at its own priority while low-priority clients load the server",
     "ok: act_return outside a migrating call is refused",
     "ok: a call whose server exits inside it returns Aborted",
     "ok: activations, ports, names and queued messages back to the baseline",

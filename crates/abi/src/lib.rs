@@ -154,6 +154,11 @@ pub enum Sys {
     /// (`rsi` = 0), where the server may add activations; if it adds none, the call waits
     /// until an activation comes back. 0 turns it off.
     PortSidetrack = 42,
+    /// `thread_cpu_ns(thread id or 0 for self) -> ns`: the CPU time a thread of the calling
+    /// task has used, in nanoseconds of the calibrated TSC (up to its last switch on
+    /// another CPU; the calling thread's includes the current slice). A migrating call's
+    /// time in the server is the caller's.
+    ThreadCpuNs = 43,
 }
 
 /// Most activations one task may have ([`Sys::ActCreate`]).
@@ -364,6 +369,7 @@ impl Sys {
             40 => Sys::ActCreate,
             41 => Sys::ActReturn,
             42 => Sys::PortSidetrack,
+            43 => Sys::ThreadCpuNs,
             _ => return None,
         })
     }
@@ -607,10 +613,10 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(30), None);
-        for n in 40..43 {
+        for n in 40..44 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(43), None);
+        assert_eq!(Sys::from_raw(44), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -43,6 +43,17 @@ pub const DIE: u64 = 13;
 pub const COUNT: u64 = 14;
 /// RPC: reply with a malformed header (descriptors claimed).
 pub const BAD: u64 = 15;
+/// RPC: spin (run, not sleep) for the nanoseconds in the request (u64); reply with how long
+/// it spun (u64 ns).
+pub const SPIN: u64 = 17;
+/// RPC: reply with the CPU time (u64 ns) the server's own thread had used when it last
+/// handled a one-way [`CPU`].
+pub const MAIN_CPU: u64 = 18;
+/// One-way: the server's own thread notes its CPU time (for [`MAIN_CPU`]).
+pub const CPU: u64 = 6;
+/// The server's own thread's CPU time at its last [`CPU`].
+static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
+
 /// RPC (the benchmarks, as `rpc_server`): a timed echo; its arrival and reply timestamps
 /// are kept.
 pub const TIMED: u64 = 1;
@@ -123,6 +134,7 @@ fn serve() -> Result<(), Error> {
                 PEER_RIGHT.store(right, Ordering::Relaxed);
             }
             EXIT => return Ok(()),
+            CPU => MAIN_CPU_NS.store(baton_rt::sys::thread_cpu_ns(0)?, Ordering::Relaxed),
             _ => {}
         }
     }
@@ -179,6 +191,17 @@ fn dispatch(req: &mut Request) {
             req.reply_in_place(SLEEP, len);
         }
         COUNT => req.reply(COUNT, &SIDETRACKS.load(Ordering::Relaxed).to_le_bytes()),
+        SPIN => {
+            let ns = word(req.data(), 0);
+            let t0 = baton_rt::clock_ns();
+            let mut t1 = t0;
+            while t1.wrapping_sub(t0) < ns {
+                core::hint::spin_loop();
+                t1 = baton_rt::clock_ns();
+            }
+            req.reply(SPIN, &(t1 - t0).to_le_bytes());
+        }
+        MAIN_CPU => req.reply(MAIN_CPU, &MAIN_CPU_NS.load(Ordering::Relaxed).to_le_bytes()),
         DIE => baton_rt::exit(3),
         BAD => {
             req.reply_in_place(BAD, 0);

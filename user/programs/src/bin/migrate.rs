@@ -48,10 +48,13 @@ mod ids {
     pub const DIE: u64 = 13;
     pub const COUNT: u64 = 14;
     pub const BAD: u64 = 15;
+    pub const SPIN: u64 = 17;
+    pub const MAIN_CPU: u64 = 18;
+    pub const CPU: u64 = 6;
 }
 use ids::*;
 
-static STACKS: StackPool<3, 16384> = StackPool::new();
+static STACKS: StackPool<6, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
 static DONE: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
@@ -117,6 +120,49 @@ fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Result<u
     );
     must("drop boot", baton_rt::ipc::cap_drop(boot))?;
     Ok(server)
+}
+
+/// Low-priority callers stop spinning in the server.
+static STOP: AtomicU32 = AtomicU32::new(0);
+/// Low-priority calls in progress, and spinners that ended.
+static INSIDE: AtomicU32 = AtomicU32::new(0);
+static SPINNERS_DONE: AtomicU32 = AtomicU32::new(0);
+
+/// A low-priority helper: `SPIN` calls of 20 ms to `TARGET` until told to stop.
+fn spinner(_: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        while STOP.load(Ordering::SeqCst) == 0 {
+            INSIDE.fetch_add(1, Ordering::SeqCst);
+            let r = call(
+                &mut b,
+                TARGET.load(Ordering::Relaxed),
+                SPIN,
+                &20_000_000u64.to_le_bytes(),
+            );
+            INSIDE.fetch_sub(1, Ordering::SeqCst);
+            if r.is_err() {
+                FAILED.fetch_add(1, Ordering::SeqCst);
+                break;
+            }
+        }
+    }
+    SPINNERS_DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The first word of the reply in `buf`.
+fn reply_word(buf: &IpcBuffer) -> u64 {
+    buf.data()
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// The server's own thread's CPU time, as it noted it on a one-way `CPU`.
+fn main_cpu(buf: &mut IpcBuffer, server: u64) -> Result<u64, Failed> {
+    must("cpu", send(buf, server, CPU, &[], &[]))?;
+    must("let it note", baton_rt::sleep_ns(2_000_000))?;
+    must("main cpu", call(buf, server, MAIN_CPU, &[]))?;
+    Ok(reply_word(buf))
 }
 
 /// A helper thread: one `SLEEP` call to `TARGET`.
@@ -249,7 +295,46 @@ fn run() -> Result<(), Failed> {
         .map_or(0, u64::from_le_bytes);
     check!(n >= 1, "the declined sidetrack upcall happened ({n})");
 
-    // 6. Bad calls.
+    // 6. The server's work is charged to the calling thread, and runs at its priority.
+    let e = start(&mut buf, 4, false, false)?;
+    let m0 = main_cpu(&mut buf, e)?;
+    let c0 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
+    must("spin", call(&mut buf, e, SPIN, &3_000_000u64.to_le_bytes()))?;
+    let spun = reply_word(&buf);
+    let c1 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
+    let m1 = main_cpu(&mut buf, e)?;
+    check!(
+        spun >= 3_000_000 && c1 - c0 >= spun && m1 - m0 < spun / 4,
+        "the server's work is charged to the calling thread (caller +{} ns, server's own thread +{} ns, spun {} ns)",
+        c1 - c0,
+        m1 - m0,
+        spun
+    );
+    TARGET.store(e, Ordering::Relaxed);
+    for _ in 0..2 {
+        let stack = STACKS.take().ok_or(Failed)?;
+        let t = must("spawn spinner", spawn(stack, spinner, 0))?;
+        must("low priority", baton_rt::set_priority(t, 2))?;
+    }
+    must("let them in", baton_rt::sleep_ns(15_000_000))?;
+    let busy = INSIDE.load(Ordering::SeqCst);
+    let mut worst = 0;
+    for _ in 0..10 {
+        let t0 = baton_rt::clock_ns();
+        must("echo at high priority", call(&mut buf, e, ECHO, &[9; 8]))?;
+        worst = worst.max(baton_rt::clock_ns() - t0);
+    }
+    let still = INSIDE.load(Ordering::SeqCst);
+    STOP.store(1, Ordering::SeqCst);
+    while SPINNERS_DONE.load(Ordering::SeqCst) < 2 {
+        must("wait", baton_rt::sleep_ns(5_000_000))?;
+    }
+    check!(
+        busy > 0 && still > 0 && worst < 5_000_000 && FAILED.load(Ordering::SeqCst) == 0,
+        "a high-priority client is served at its own priority while low-priority clients load the server ({busy} inside, worst call {worst} ns against 20 ms spins)"
+    );
+
+    // 7. Bad calls.
     check!(
         migrate::act_return_outside() == Err(Error::InvalidArgument),
         "act_return outside a migrating call is refused"
@@ -280,7 +365,7 @@ fn run() -> Result<(), Failed> {
     );
     must("drop own", baton_rt::ipc::cap_drop(own))?;
 
-    // 7. A server that ends while we are inside aborts our call; later calls fail.
+    // 8. A server that ends while we are inside aborts our call; later calls fail.
     check!(
         call(&mut buf, a, DIE, &[]) == Err(Error::Aborted),
         "a call whose server exits inside it returns Aborted"
@@ -292,11 +377,11 @@ fn run() -> Result<(), Failed> {
         later.err().map(|e| e.name())
     );
 
-    // 8. Everything back: end the servers, drop our rights.
-    for s in [b, c, d] {
+    // 9. Everything back: end the servers, drop our rights.
+    for s in [b, c, d, e] {
         must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
     }
-    for s in [a, b, c, d] {
+    for s in [a, b, c, d, e] {
         let _ = baton_rt::ipc::cap_drop(s);
     }
     must(
