@@ -73,6 +73,8 @@ pub struct Saved {
     pub port: PortId,
     /// The upcall above is a sidetrack: on return the call is retried.
     pub sidetrack: bool,
+    /// Its control state (alerts, suspension, termination).
+    pub ctl: kern::activation::ActState,
 }
 
 /// Tries to run the `ipc_msg` of `cur` (the running thread of `cpu`) as a migrating RPC.
@@ -151,7 +153,7 @@ pub fn migrate(
         buffer,
         cookie,
         ..
-    }) = k.acts.occupy(a)
+    }) = k.acts.occupy(a, cur)
     else {
         // Not reachable: a pool holds only live activations. Refuse rather than panic.
         crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
@@ -204,7 +206,9 @@ pub fn migrate(
         act: a,
         port: port_id,
         sidetrack,
+        ctl: th.ctl,
     });
+    th.ctl = kern::activation::ActState::entered_from(&th.ctl);
     th.task = Some(task);
     th.task_key = task_key;
     th.space = Some(space);
@@ -281,6 +285,13 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     th.space = saved.space;
     th.ipc_buffer = saved.ipc_buffer;
     th.exc_port = saved.exc_port;
+    let left = core::mem::replace(&mut th.ctl, saved.ctl);
+    if left.suspend > 0 {
+        k.suspended = k.suspended.saturating_sub(1);
+    }
+    let Some(th) = k.threads.get_mut(cur) else {
+        panic!("resume_below: running thread {cur:?} vanished");
+    };
     // A kill pending on a migrated thread was aimed at the activation just left (its
     // task is ending); the one below is dealt with by the `alive` check.
     th.kill_pending = false;
@@ -293,10 +304,10 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     } else {
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
-    let alive = k
-        .tasks
-        .by_key(saved.task_key)
-        .is_some_and(|t| t.ending.is_none());
+    let alive = !saved.ctl.dead
+        && k.tasks
+            .by_key(saved.task_key)
+            .is_some_and(|t| t.ending.is_none());
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
     if let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) {
@@ -365,11 +376,15 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         th.exc_port = saved.exc_port;
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
+        let left = core::mem::replace(&mut th.ctl, saved.ctl);
+        if left.suspend > 0 {
+            k.suspended = k.suspended.saturating_sub(1);
+        }
         let (act, port) = (saved.act, saved.port);
-        let alive = saved
-            .task
-            .and_then(|id| k.tasks.get(&id))
-            .is_some_and(|task| task.ending.is_none());
+        let alive = !saved.ctl.dead
+            && k.tasks
+                .by_key(saved.task_key)
+                .is_some_and(|task| task.ending.is_none());
         give_back(k, act, port);
         if alive {
             return true;
@@ -421,6 +436,7 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
             stack,
             buffer: (buffer, pa),
             cookie,
+            occupant: Key(0),
             occupied: false,
             retired: false,
         },

@@ -155,7 +155,7 @@ pub fn continue_reply(k: &mut Kernel, t: ThreadId) -> ! {
 }
 
 /// Writes a handler's registers into thread `t`'s frame, after checking them.
-fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
+pub fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
     if r.rip >= USER_END || r.rsp >= USER_END {
         return Err(Error::BadAddress);
     }

@@ -447,6 +447,13 @@ fn receive(
             return done.map(|_| ());
         }
     };
+    if crate::control::alerted(k, cur) {
+        // A kernel wait in an activation that sees a pending alert returns at once.
+        if let Some(r) = handoff {
+            thread::thread_setrun(k, r);
+        }
+        return Err(Error::Interrupted);
+    }
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.push_back(cur);
     }

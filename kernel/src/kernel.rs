@@ -132,6 +132,8 @@ pub struct Kernel {
     pub ipc: kern::ipc::Ipc<ThreadId>,
     /// Every activation of migrating RPC (the pools are in the ports).
     pub acts: kern::activation::Activations,
+    /// Activations suspended now (while 0, no exit to user mode looks for one).
+    pub suspended: usize,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
     /// Kernel stacks not attached to any thread.
@@ -259,9 +261,13 @@ impl Kernel {
 
     /// Frees a halted thread that is off its CPU, and its task when it was the last thread.
     pub fn reap_thread(&mut self, t: ThreadId) {
+        crate::control::release_waiters(self, t);
         let Some(th) = self.threads.remove(t) else {
             return;
         };
+        let suspended =
+            usize::from(th.ctl.suspend > 0) + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
+        self.suspended = self.suspended.saturating_sub(suspended);
         if let Some(timer) = th.timer {
             self.timers.cancel(timer);
         }
@@ -493,6 +499,17 @@ impl Kernel {
         for tid in victims {
             self.kill_thread(tid);
         }
+        // Its threads that are deep in servers: their home activations end now, the parts
+        // in the servers go on with an alert (seed 001's split).
+        let away: Vec<ThreadId> = self
+            .threads
+            .iter()
+            .filter(|(_, t)| t.task != Some(id) && t.home_task() == Some(id))
+            .map(|(tid, _)| tid)
+            .collect();
+        for tid in away {
+            crate::control::terminate_home(self, tid);
+        }
     }
 
     /// Ends thread `t`, unless it is the running thread of this CPU (whose caller ends it
@@ -510,10 +527,7 @@ impl Kernel {
                     return;
                 }
                 ThreadState::Blocked(b) => {
-                    if let Blocked::Wait { key } = b {
-                        self.waits.remove(key, tid);
-                    }
-                    crate::ipc::forget_waiter(self, tid, b);
+                    self.forget_blocked(tid, b);
                     if crate::activation::unwind_other(self, tid) {
                         self.unblock(tid);
                     }
@@ -542,13 +556,21 @@ impl Kernel {
             }
             ThreadState::Blocked(b) => {
                 th.state = ThreadState::Halted;
-                if let Blocked::Wait { key } = b {
-                    self.waits.remove(key, tid);
-                }
-                crate::ipc::forget_waiter(self, tid, b);
+                self.forget_blocked(tid, b);
                 self.reap_thread(tid);
             }
             ThreadState::Halted | ThreadState::Idle => {}
+        }
+    }
+
+    /// Takes thread `t` off whatever it waits in as `b` (not its timer).
+    fn forget_blocked(&mut self, t: ThreadId, b: Blocked) {
+        match b {
+            Blocked::Wait { key } => {
+                self.waits.remove(key, t);
+            }
+            Blocked::StateWait { target } => crate::control::forget_state_waiter(self, t, target),
+            _ => crate::ipc::forget_waiter(self, t, b),
         }
     }
 
@@ -702,6 +724,7 @@ pub fn start(
         waits: WaitQueues::new(),
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
+        suspended: 0,
         kobjects: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -861,6 +884,12 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
 /// Leaves the kernel to user mode with the running thread's saved registers, releasing
 /// the lock (`thread_exception_return` / `thread_syscall_return`).
 pub fn leave_to_user() -> ! {
+    // SAFETY: every caller holds the lock (it is released just below).
+    let k = unsafe { kernel() };
+    if k.suspended > 0 {
+        // An APC: a thread stops here when its activation is suspended.
+        crate::control::stop_if_suspended(k);
+    }
     unlock();
     trap::resume_current()
 }

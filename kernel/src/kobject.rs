@@ -196,7 +196,8 @@ fn operate(
             if t == k.current_thread() {
                 thread::thread_terminate_current(k);
             }
-            k.kill_thread(t);
+            // Its home activation ends; a thread deep in a server splits (seed 001).
+            crate::control::terminate_home(k, t);
             Ok(Vec::new())
         }
         (KObject::Thread(t), THREAD_INFO) => {

@@ -11,6 +11,7 @@ extern crate alloc;
 
 mod activation;
 pub mod arch;
+mod control;
 mod exception;
 mod fastpath;
 mod floor;

@@ -77,6 +77,7 @@ pub fn on_syscall(number: u64) -> ! {
             thread::thread_terminate_current(k);
         }
         Sys::ThreadExit => thread::thread_terminate_current(k),
+        Sys::Sleep if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
         Sys::Sleep => {
             let deadline = apic::now_ns().saturating_add(args[0]);
             block_until(k, Blocked::Sleep, Some(deadline));
@@ -84,6 +85,7 @@ pub fn on_syscall(number: u64) -> ! {
             thread::thread_block_with(k, Continuation::new(Resume::Sleep));
         }
         Sys::Wait => match check_wait(k, args[0], args[1]) {
+            Ok(_) if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
             Ok(key) => {
                 let deadline = match args[2] {
                     FOREVER => None,
@@ -211,6 +213,34 @@ impl Kernel {
                 r
             }
             Sys::ActCreate => crate::activation::sys_act_create(self, id, args),
+            Sys::ActAlert => {
+                let cur = self.current_thread();
+                let t = crate::control::Target::decode(args[0], args[1])?;
+                crate::control::sys_alert(self, id, cur, t)
+            }
+            Sys::AlertTest => {
+                let cur = self.current_thread();
+                crate::control::sys_alert_test(self, cur)
+            }
+            Sys::AlertEnable => {
+                let cur = self.current_thread();
+                crate::control::sys_alert_enable(self, cur, args[0])
+            }
+            Sys::ActSuspend => {
+                let cur = self.current_thread();
+                let t = crate::control::Target::decode(args[0], args[1])?;
+                crate::control::sys_suspend(self, id, cur, t, args[2])
+            }
+            Sys::ActGetState | Sys::ActSetState => {
+                let cur = self.current_thread();
+                let t = crate::control::Target::decode(args[0], args[1])?;
+                let set = call == Sys::ActSetState;
+                crate::control::sys_state(self, id, cur, t, args[2], set)
+            }
+            Sys::ActSchedLock => {
+                let cur = self.current_thread();
+                crate::control::sys_sched_lock(self, cur)
+            }
             Sys::ThreadCpuNs => {
                 let t = self.own_thread(id, args[0])?;
                 let cpu = gdt::this_cpu();
@@ -437,6 +467,9 @@ impl Kernel {
             return Err(Error::InvalidArgument);
         }
         let t = self.own_thread(task, thread)?;
+        if thread == 0 && !crate::control::may_schedule_self(self, t) {
+            return Err(Error::Denied);
+        }
         let Some(th) = self.threads.get_mut(t) else {
             return Err(Error::NotFound);
         };

@@ -44,10 +44,19 @@ pub enum Blocked {
         /// The port.
         port: kern::ipc::PortId,
     },
-    /// `ipc_msg` sending to a full port, until there is room or its timer fires.
+    /// `ipc_msg` sending to a full port (or waiting for an activation of its pool), until
+    /// there is room or its timer fires.
     Send {
         /// The port.
         port: kern::ipc::PortId,
+    },
+    /// Stopped in a suspended activation, until it is resumed.
+    Suspended,
+    /// `act_get_state`/`act_set_state`, until the target thread stops in its suspended
+    /// activation.
+    StateWait {
+        /// The target thread.
+        target: ThreadId,
     },
 }
 
@@ -126,6 +135,10 @@ pub struct Thread {
     pub below: alloc::vec::Vec<crate::activation::Saved>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
+    /// The running activation's control state (alerts, suspension, termination).
+    pub ctl: kern::activation::ActState,
+    /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
+    pub state_waiters: alloc::vec::Vec<ThreadId>,
 }
 
 impl Thread {
@@ -166,6 +179,8 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            ctl: kern::activation::ActState::default(),
+            state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
         }
     }
@@ -193,6 +208,8 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            ctl: kern::activation::ActState::default(),
+            state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
         }
     }

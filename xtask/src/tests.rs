@@ -94,6 +94,21 @@ const MIGRATE_REQUIRE: &[&str] = &[
     "TEST PASS migrate",
 ];
 
+/// What the `actctl` tests require.
+const ACTCTL_REQUIRE: &[&str] = &[
+    "ok: an alert on a client thread deep in A -> B propagates up the chain",
+    "ok: with alerts on, an alert ends a 5 s sleep at once (Interrupted)",
+    "ok: alerts are off by default: the sleep runs its course, and the alert is seen once turned on",
+    "ok: the call in the suspended server activation completes after its resume",
+    "ok: a server suspends its activation while a client is inside and reads its registers",
+    "ok: suspending a client's home activation lets the server finish; get_state waited",
+    "ok: set_state on the stopped activation changed what its call returned",
+    "ok: terminating a client thread deep in A -> B answers at once",
+    "ok: after act_sched_lock, a server's set_priority on its caller's thread is Denied",
+    "ok: threads, activations, ports, names and queued messages back to the baseline",
+    "TEST PASS actctl",
+];
+
 /// What the `kobj` tests require.
 const KOBJ_REQUIRE: &[&str] = &[
     "kobj#1| ok: a thread created through the task port runs",
@@ -511,6 +526,21 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate"],
         smp: 1,
         require: MIGRATE_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Control of activations: alerts, suspension, state, the termination split.
+        name: "actctl_smp1",
+        init: &["actctl"],
+        smp: 1,
+        require: ACTCTL_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "actctl_smp2",
+        init: &["actctl"],
+        smp: 2,
+        require: ACTCTL_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -159,6 +159,33 @@ pub enum Sys {
     /// another CPU; the calling thread's includes the current slice). A migrating call's
     /// time in the server is the caller's.
     ThreadCpuNs = 43,
+    /// `act_alert(kind, id) -> 0`: alerts an activation of the calling task (kind 0: the
+    /// home activation of thread `id` of the task, 0 for the calling thread's running one;
+    /// kind 1: the task's pool activation `id`, while a call occupies it) and every
+    /// activation above it on its thread. An activation sees an alert only with alerts on
+    /// ([`Sys::AlertEnable`]): by polling ([`Sys::AlertTest`]), or as a kernel wait
+    /// (`sleep`, `wait`, a receive) returning [`Error::Interrupted`].
+    ActAlert = 44,
+    /// `alert_test() -> 0/1`: whether the calling activation has a pending alert it sees;
+    /// the alert is consumed.
+    AlertTest = 45,
+    /// `alert_enable(on) -> previous`: turns alerts on (1) or off (0, as in every new
+    /// activation) in the calling activation.
+    AlertEnable = 46,
+    /// `act_suspend(kind, id, on) -> 0`: suspends (`on` = 1; counted) or resumes (0) an
+    /// activation named as for [`Sys::ActAlert`]. Its thread stops only when it would run
+    /// user code in it (an APC): a thread deep in a server goes on there.
+    ActSuspend = 47,
+    /// `act_get_state(kind, id, *mut UserRegs) -> 0`: the user registers of a suspended
+    /// activation; waits until its thread has stopped in it. [`Error::InvalidArgument`]
+    /// unless suspended, or for the calling thread itself.
+    ActGetState = 48,
+    /// `act_set_state(kind, id, *const UserRegs) -> 0`: sets them (checked as an exception
+    /// handler's reply is); same conditions.
+    ActSetState = 49,
+    /// `act_sched_lock() -> 0`: activations above the calling one on its thread may no
+    /// longer change the thread's priority or affinity ([`Error::Denied`]).
+    ActSchedLock = 50,
 }
 
 /// Most activations one task may have ([`Sys::ActCreate`]).
@@ -370,6 +397,13 @@ impl Sys {
             41 => Sys::ActReturn,
             42 => Sys::PortSidetrack,
             43 => Sys::ThreadCpuNs,
+            44 => Sys::ActAlert,
+            45 => Sys::AlertTest,
+            46 => Sys::AlertEnable,
+            47 => Sys::ActSuspend,
+            48 => Sys::ActGetState,
+            49 => Sys::ActSetState,
+            50 => Sys::ActSchedLock,
             _ => return None,
         })
     }
@@ -415,6 +449,9 @@ pub enum Error {
     /// The call was cut short: the server it migrated into ended (or its activation was
     /// destroyed) before it replied.
     Aborted = 15,
+    /// An activation below the caller's on its thread forbade changing the thread's
+    /// scheduling state ([`Sys::ActSchedLock`]).
+    Denied = 16,
 }
 
 impl Error {
@@ -436,6 +473,7 @@ impl Error {
             13 => Error::NotSupported,
             14 => Error::Interrupted,
             15 => Error::Aborted,
+            16 => Error::Denied,
             _ => return None,
         })
     }
@@ -463,6 +501,7 @@ impl Error {
             Error::NotSupported => "not supported",
             Error::Interrupted => "interrupted",
             Error::Aborted => "aborted",
+            Error::Denied => "denied",
         }
     }
 }
@@ -613,10 +652,10 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(30), None);
-        for n in 40..44 {
+        for n in 40..51 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(44), None);
+        assert_eq!(Sys::from_raw(51), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -52,10 +52,52 @@ pub struct Activation {
     pub buffer: (u64, PhysAddr),
     /// A word the server chose, passed to the dispatch routine (e.g. which routine).
     pub cookie: u64,
+    /// The thread running a call in it (the zero key when free).
+    pub occupant: Key,
     /// Running a call (not in any pool).
     pub occupied: bool,
     /// Its port or task is gone, or its buffer was unmapped: never used again.
     pub retired: bool,
+}
+
+/// The control state of one activation (seed 001 section 5).
+///
+/// An alert is a request, not a demand: it is *pending* until the activation polls it or a
+/// kernel wait in it returns early, and it is seen only where alerts are *on* (they are off
+/// in every new activation, so an unwary server is not disturbed). A suspended activation
+/// runs no user instruction: its thread stops when it would return into it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ActState {
+    /// An alert is pending.
+    pub alert: bool,
+    /// Alerts are delivered here (polled, and ending kernel waits).
+    pub alerts_on: bool,
+    /// Suspensions not yet resumed; suspended while non-zero.
+    pub suspend: u32,
+    /// Terminated: its thread ends (or unwinds further) when it returns into it.
+    pub dead: bool,
+    /// Activations above it may not change the thread's scheduling state.
+    pub sched_locked: bool,
+}
+
+impl ActState {
+    /// The state of a new activation entered by a call from `caller`: alerts off, an alert
+    /// pending in the caller carried up (alerts propagate along the chain).
+    pub fn entered_from(caller: &ActState) -> ActState {
+        ActState {
+            alert: caller.alert,
+            ..ActState::default()
+        }
+    }
+
+    /// Polls: whether an alert is pending and alerts are on; the alert is consumed.
+    pub fn take_alert(&mut self) -> bool {
+        let seen = self.alert && self.alerts_on;
+        if seen {
+            self.alert = false;
+        }
+        seen
+    }
 }
 
 /// A port's pool of activations (kept in the port).
@@ -167,11 +209,12 @@ impl Activations {
         Ok(id)
     }
 
-    /// Marks `id` occupied (just taken from its pool by [`Pool::decide`]).
+    /// Marks `id` occupied by thread `by` (just taken from its pool by [`Pool::decide`]).
     #[inline]
-    pub fn occupy(&mut self, id: ActId) -> Option<&Activation> {
+    pub fn occupy(&mut self, id: ActId, by: Key) -> Option<&Activation> {
         let a = self.slab.get_mut(id)?;
         a.occupied = true;
+        a.occupant = by;
         Some(a)
     }
 
@@ -181,6 +224,7 @@ impl Activations {
         let retired = match self.slab.get_mut(id) {
             Some(a) => {
                 a.occupied = false;
+                a.occupant = Key(0);
                 a.retired || pool.is_none()
             }
             None => return false,
@@ -252,6 +296,7 @@ mod tests {
             stack: 0x2000,
             buffer: (0x3000, PhysAddr(0x4000)),
             cookie: 7,
+            occupant: Key(0),
             occupied: false,
             retired: false,
         }
@@ -270,7 +315,8 @@ mod tests {
             Decision::Take(b),
             "the last returned first"
         );
-        assert!(acts.occupy(b).unwrap().occupied);
+        assert!(acts.occupy(b, Key(9)).unwrap().occupied);
+        assert_eq!(acts.get(b).unwrap().occupant, Key(9));
         assert_eq!(pool.decide(false), Decision::Take(a));
         assert_eq!(pool.decide(false), Decision::Wait, "none left: wait");
         assert!(acts.give_back(a, Some(&mut pool)));
@@ -312,9 +358,9 @@ mod tests {
         let b = acts.create(&mut pool, act(1)).unwrap();
         let other = acts.create(&mut pool, act(2)).unwrap();
         assert_eq!(pool.decide(false), Decision::Take(other));
-        acts.occupy(other);
+        acts.occupy(other, Key(9));
         assert_eq!(pool.decide(false), Decision::Take(b));
-        acts.occupy(b);
+        acts.occupy(b, Key(9));
         let freed = acts.retire(|x| x.task == 1);
         assert_eq!(freed, [(a, Key::new(0, 1))], "the free one now");
         for (id, _) in freed {
@@ -332,6 +378,21 @@ mod tests {
         assert_eq!(pool.attached, 1);
         assert!(!acts.give_back(other, None), "a port gone frees it");
         assert_eq!(acts.len(), 0);
+    }
+
+    #[test]
+    fn alerts_are_seen_only_where_on_and_propagate_into_calls() {
+        let mut caller = ActState {
+            alert: true,
+            ..ActState::default()
+        };
+        assert!(!caller.take_alert(), "off by default");
+        assert!(caller.alert, "still pending");
+        let mut callee = ActState::entered_from(&caller);
+        assert!(callee.alert && !callee.alerts_on && callee.suspend == 0 && !callee.dead);
+        callee.alerts_on = true;
+        assert!(callee.take_alert());
+        assert!(!callee.take_alert(), "consumed");
     }
 
     #[test]

@@ -185,3 +185,92 @@ pub fn act_return_outside() -> Result<(), Error> {
     // SAFETY: touches no user memory; outside a migrating call it returns an error.
     baton_abi::decode_result(unsafe { syscall1(Sys::ActReturn as u64, 0) }).map(|_| ())
 }
+
+/// An activation a control call acts on (seed 001 section 5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Act {
+    /// The home activation of a thread of this task (0: the calling thread's running one).
+    Thread(u64),
+    /// One of this task's pool activations, while a call occupies it (its id, as
+    /// [`Request::activation`] gives it).
+    Pool(u64),
+}
+
+impl Act {
+    fn words(self) -> (u64, u64) {
+        match self {
+            Act::Thread(t) => (0, t),
+            Act::Pool(a) => (1, a),
+        }
+    }
+}
+
+/// Alerts `act` and every activation above it on its thread.
+pub fn alert(act: Act) -> Result<(), Error> {
+    let (kind, id) = act.words();
+    // SAFETY: touches no user memory.
+    baton_abi::decode_result(unsafe { syscall2(Sys::ActAlert as u64, kind, id) }).map(|_| ())
+}
+
+/// Whether the calling activation has a pending alert it sees (alerts on); consumes it.
+pub fn alert_test() -> bool {
+    // SAFETY: touches no user memory.
+    baton_abi::decode_result(unsafe { syscall1(Sys::AlertTest as u64, 0) }) == Ok(1)
+}
+
+/// Turns alerts on or off in the calling activation (off in every new one); returns
+/// whether they were on.
+pub fn alert_enable(on: bool) -> Result<bool, Error> {
+    // SAFETY: touches no user memory.
+    baton_abi::decode_result(unsafe { syscall1(Sys::AlertEnable as u64, u64::from(on)) })
+        .map(|was| was == 1)
+}
+
+/// Suspends (`on`) or resumes `act`.
+pub fn suspend(act: Act, on: bool) -> Result<(), Error> {
+    let (kind, id) = act.words();
+    // SAFETY: touches no user memory.
+    baton_abi::decode_result(unsafe {
+        crate::raw::syscall3(Sys::ActSuspend as u64, kind, id, u64::from(on))
+    })
+    .map(|_| ())
+}
+
+/// The user registers of the suspended `act`, once its thread has stopped in it.
+pub fn get_state(act: Act) -> Result<baton_abi::exception::UserRegs, Error> {
+    let (kind, id) = act.words();
+    let mut regs = baton_abi::exception::UserRegs::default();
+    // SAFETY: the kernel writes exactly one `UserRegs` (repr(C), words only) into `regs`,
+    // which we own.
+    baton_abi::decode_result(unsafe {
+        crate::raw::syscall3(
+            Sys::ActGetState as u64,
+            kind,
+            id,
+            core::ptr::addr_of_mut!(regs) as u64,
+        )
+    })?;
+    Ok(regs)
+}
+
+/// Sets the user registers of the suspended `act`, once its thread has stopped in it.
+pub fn set_state(act: Act, regs: &baton_abi::exception::UserRegs) -> Result<(), Error> {
+    let (kind, id) = act.words();
+    // SAFETY: the kernel only reads `regs`.
+    baton_abi::decode_result(unsafe {
+        crate::raw::syscall3(
+            Sys::ActSetState as u64,
+            kind,
+            id,
+            core::ptr::addr_of!(*regs) as u64,
+        )
+    })
+    .map(|_| ())
+}
+
+/// Forbids the activations above the calling one to change this thread's priority or
+/// affinity.
+pub fn sched_lock() -> Result<(), Error> {
+    // SAFETY: touches no user memory.
+    baton_abi::decode_result(unsafe { syscall1(Sys::ActSchedLock as u64, 0) }).map(|_| ())
+}

@@ -51,6 +51,30 @@ pub const SPIN: u64 = 17;
 pub const MAIN_CPU: u64 = 18;
 /// One-way: the server's own thread notes its CPU time (for [`MAIN_CPU`]).
 pub const CPU: u64 = 6;
+/// RPC: turn alerts on and wait (polling, and sleeping 1 ms at a time) up to 5 s for an
+/// alert; reply with one word: 1 seen by polling, 2 by an interrupted sleep, 0 none.
+pub const WAIT_ALERT: u64 = 19;
+/// RPC: call the peer with the id in the request's first word (the rest of the data
+/// forwarded); reply with the peer's reply data, then a word saying whether this activation
+/// saw an alert after the nested call (alerts turned on then).
+pub const NEST2: u64 = 20;
+/// RPC: spin as [`SPIN`], with this activation's id noted for the server's own thread
+/// ([`SUSPEND_ACT`]).
+pub const SPIN_ACT: u64 = 21;
+/// RPC: `set_priority(0, 1)` on the calling thread; reply with the raw result.
+pub const SETPRIO: u64 = 22;
+/// RPC: reply with [`ALERTS_SEEN`] and [`GOT_RIP`].
+pub const INFO: u64 = 23;
+/// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
+/// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
+pub const SUSPEND_ACT: u64 = 7;
+/// The activation [`SPIN_ACT`] runs in.
+static SPIN_ACT_ID: AtomicU64 = AtomicU64::new(0);
+/// The `rip` read from it while suspended.
+static GOT_RIP: AtomicU64 = AtomicU64::new(0);
+/// Alerts [`WAIT_ALERT`] saw.
+static ALERTS_SEEN: AtomicU64 = AtomicU64::new(0);
+
 /// The server's own thread's CPU time at its last [`CPU`].
 static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
 
@@ -135,6 +159,18 @@ fn serve() -> Result<(), Error> {
             }
             EXIT => return Ok(()),
             CPU => MAIN_CPU_NS.store(baton_rt::sys::thread_cpu_ns(0)?, Ordering::Relaxed),
+            SUSPEND_ACT => {
+                // Failures are reported through GOT_RIP (a value no user rip has).
+                let act = migrate::Act::Pool(SPIN_ACT_ID.load(Ordering::SeqCst));
+                let got = migrate::suspend(act, true).and_then(|()| {
+                    let regs = migrate::get_state(act);
+                    baton_rt::sleep_ns(20_000_000)?;
+                    migrate::suspend(act, false)?;
+                    regs
+                });
+                let v = got.map_or_else(|e| (1 << 62) | e as u64, |r| r.rip);
+                GOT_RIP.store(v, Ordering::SeqCst);
+            }
             _ => {}
         }
     }
@@ -202,6 +238,78 @@ fn dispatch(req: &mut Request) {
             req.reply(SPIN, &(t1 - t0).to_le_bytes());
         }
         MAIN_CPU => req.reply(MAIN_CPU, &MAIN_CPU_NS.load(Ordering::Relaxed).to_le_bytes()),
+        WAIT_ALERT => {
+            let _ = migrate::alert_enable(true);
+            let t0 = baton_rt::clock_ns();
+            let mut how = 0u64;
+            while baton_rt::clock_ns() - t0 < 5_000_000_000 {
+                if migrate::alert_test() {
+                    how = 1;
+                    break;
+                }
+                if baton_rt::sleep_ns(1_000_000) == Err(Error::Interrupted) {
+                    how = 2;
+                    break;
+                }
+            }
+            if how != 0 {
+                ALERTS_SEEN.fetch_add(1, Ordering::SeqCst);
+            }
+            req.reply(WAIT_ALERT, &how.to_le_bytes());
+        }
+        NEST2 => {
+            let inner = word(req.data(), 0);
+            req.write_header(MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: h.size,
+                dest: PEER_RIGHT.load(Ordering::Relaxed),
+                reply: 0,
+                id: inner,
+            });
+            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
+            let r = unsafe {
+                msg_raw(
+                    MSG_SEND | MSG_RECEIVE,
+                    PORT.load(Ordering::Relaxed),
+                    FOREVER,
+                    0,
+                    0,
+                )
+            };
+            let _ = migrate::alert_enable(true);
+            let saw = u64::from(migrate::alert_test());
+            let got = req.header();
+            if r != 0 {
+                req.reply(u64::MAX, &r.to_le_bytes());
+            } else {
+                let n = got.size as usize - HEADER_SIZE;
+                let mut out = [0u8; 64];
+                let m = n.min(56);
+                out[..m].copy_from_slice(&req.data()[..m]);
+                out[m..m + 8].copy_from_slice(&saw.to_le_bytes());
+                req.reply(NEST2, &out[..m + 8]);
+            }
+        }
+        SPIN_ACT => {
+            SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
+            let ns = word(req.data(), 0);
+            let t0 = baton_rt::clock_ns();
+            let mut t1 = t0;
+            while t1.wrapping_sub(t0) < ns {
+                t1 = baton_rt::clock_ns();
+            }
+            req.reply(SPIN_ACT, &(t1 - t0).to_le_bytes());
+        }
+        SETPRIO => {
+            let r = baton_rt::set_priority(0, 1).err().map_or(0, |e| e as u64);
+            req.reply(SETPRIO, &r.to_le_bytes());
+        }
+        INFO => {
+            let mut out = [0u8; 16];
+            out[..8].copy_from_slice(&ALERTS_SEEN.load(Ordering::SeqCst).to_le_bytes());
+            out[8..].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
+            req.reply(INFO, &out);
+        }
         DIE => baton_rt::exit(3),
         BAD => {
             req.reply_in_place(BAD, 0);

@@ -1,0 +1,371 @@
+//! Control of activations (seed 001 section 5): alerts, suspension, CPU state, termination
+//! and the scheduling lock.
+//!
+//! Control is exercised on an *activation*, never on a thread as a whole: a task names its
+//! activation on a thread either by the thread's id (a thread of the task: its home
+//! activation, [`Target::Thread`]) or by the id of one of its own pool activations while a
+//! call occupies it ([`Target::Activation`]). So a client can control its own part of a
+//! thread that is deep in a server, and a server the part that runs in it, and neither can
+//! touch the other's.
+//!
+//! - **Alerts** ask the callee to give up soon: an alert marks the target activation and
+//!   every one above it; each sees it (polling with `alert_test`, or a kernel wait that
+//!   returns [`Error::Interrupted`]) only once it turned alerts on.
+//! - **Suspension** is an APC: the thread stops only when it would run user code in the
+//!   suspended activation (`kernel::leave_to_user`, and a migrating return into it), so a
+//!   client suspending itself while in a server does not stop the server.
+//! - **Get/set state** act on a suspended activation and wait until its thread has
+//!   stopped there (the caller re-issues the call when woken).
+//! - **Termination** is immediate: a home activation terminated while its thread is in a
+//!   server is marked dead, and the part above keeps running with an alert; the thread
+//!   ends when it returns into it (`activation::resume_below`).
+//! - **Scheduling lock**: an activation can forbid the ones above it to change the thread's
+//!   priority or affinity.
+
+use crate::arch::trap::TrapFrame;
+use crate::kernel::{self, Kernel, TaskId};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use baton_abi::exception::{UserRegs, USER_REGS_WORDS};
+use baton_abi::Error;
+use kern::activation::ActState;
+use kern::continuation::{Continuation, Resume};
+use kern::slab::Key;
+
+/// How a control call names its activation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// The home activation of a thread of the calling task (0: the calling thread).
+    Thread(u64),
+    /// A pool activation of the calling task, occupied by a call.
+    Activation(Key),
+}
+
+impl Target {
+    /// Decodes `(kind, id)`: kind 0 a thread, 1 an activation.
+    pub fn decode(kind: u64, id: u64) -> Result<Target, Error> {
+        match kind {
+            0 => Ok(Target::Thread(id)),
+            1 => Ok(Target::Activation(Key(id))),
+            _ => Err(Error::InvalidArgument),
+        }
+    }
+}
+
+/// Where an activation is on its thread's stack: the thread and the index (0 = home; the
+/// top is `below.len()`).
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    thread: ThreadId,
+    index: usize,
+}
+
+/// Resolves `target` for task `task` whose running thread is `cur`.
+fn place(k: &Kernel, task: TaskId, cur: ThreadId, target: Target) -> Result<Place, Error> {
+    match target {
+        Target::Thread(0) => {
+            let th = k.threads.get(cur).ok_or(Error::NotFound)?;
+            // The calling thread's activation in this task: the top one.
+            Ok(Place {
+                thread: cur,
+                index: th.below.len(),
+            })
+        }
+        Target::Thread(id) => {
+            let t = Key(id);
+            match k.threads.get(t) {
+                Some(th) if th.home_task() == Some(task) => Ok(Place {
+                    thread: t,
+                    index: 0,
+                }),
+                _ => Err(Error::NotFound),
+            }
+        }
+        Target::Activation(a) => {
+            let act = k.acts.get(a).ok_or(Error::NotFound)?;
+            if act.task != task || !act.occupied {
+                return Err(Error::NotFound);
+            }
+            let th = k.threads.get(act.occupant).ok_or(Error::NotFound)?;
+            // Record i names the activation above it, at index i + 1.
+            let i = th
+                .below
+                .iter()
+                .position(|s| s.act == a)
+                .ok_or(Error::NotFound)?;
+            Ok(Place {
+                thread: act.occupant,
+                index: i + 1,
+            })
+        }
+    }
+}
+
+/// The control state of the activation at `index` of thread `t`.
+fn state_mut(k: &mut Kernel, t: ThreadId, index: usize) -> Option<&mut ActState> {
+    let th = k.threads.get_mut(t)?;
+    if index == th.below.len() {
+        Some(&mut th.ctl)
+    } else {
+        th.below.get_mut(index).map(|s| &mut s.ctl)
+    }
+}
+
+/// `act_alert(kind, id)`: alerts the activation and every one above it; a kernel wait in
+/// the top one, if its alerts are on, returns [`Error::Interrupted`].
+pub fn sys_alert(
+    k: &mut Kernel,
+    task: TaskId,
+    cur: ThreadId,
+    target: Target,
+) -> Result<u64, Error> {
+    let p = place(k, task, cur, target)?;
+    alert_from(k, p.thread, p.index);
+    Ok(0)
+}
+
+/// Marks the activations of `t` from `index` up alerted, and interrupts a kernel wait of
+/// the top one if it sees alerts.
+fn alert_from(k: &mut Kernel, t: ThreadId, index: usize) {
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
+    for s in th.below.iter_mut().skip(index) {
+        s.ctl.alert = true;
+    }
+    th.ctl.alert = true;
+    interrupt_wait(k, t);
+}
+
+/// Ends a kernel wait of `t` (sleep, wait, receive, waiting for a queue or an activation)
+/// with [`Error::Interrupted`] if its running activation sees a pending alert.
+fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
+    let why = match th.state {
+        ThreadState::Blocked(
+            b @ (Blocked::Sleep
+            | Blocked::Wait { .. }
+            | Blocked::Receive { .. }
+            | Blocked::Send { .. }),
+        ) => b,
+        _ => return,
+    };
+    if !th.ctl.take_alert() {
+        return;
+    }
+    th.frame.rax = Error::Interrupted.to_raw();
+    th.cont = Some(Continuation::new(Resume::UserReturn));
+    if let Blocked::Wait { key } = why {
+        k.waits.remove(key, t);
+    }
+    crate::ipc::forget_waiter(k, t, why);
+    k.unblock(t);
+}
+
+/// Whether the running activation of `t`, about to wait in the kernel, has an alert to
+/// see (consumed): the wait returns [`Error::Interrupted`] instead.
+pub fn alerted(k: &mut Kernel, t: ThreadId) -> bool {
+    k.threads.get_mut(t).is_some_and(|th| th.ctl.take_alert())
+}
+
+/// `alert_test()`: whether the calling activation has a pending alert it sees (consumed).
+pub fn sys_alert_test(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
+    Ok(u64::from(alerted(k, cur)))
+}
+
+/// `alert_enable(on) -> previous`: turns alerts on or off in the calling activation.
+pub fn sys_alert_enable(k: &mut Kernel, cur: ThreadId, on: u64) -> Result<u64, Error> {
+    let on = match on {
+        0 => false,
+        1 => true,
+        _ => return Err(Error::InvalidArgument),
+    };
+    let th = k.threads.get_mut(cur).ok_or(Error::NotFound)?;
+    let was = th.ctl.alerts_on;
+    th.ctl.alerts_on = on;
+    Ok(u64::from(was))
+}
+
+/// `act_suspend(kind, id, on)`: suspends (`on` = 1) or resumes (0) the activation. A
+/// suspension takes effect when the thread would next run user code in it.
+pub fn sys_suspend(
+    k: &mut Kernel,
+    task: TaskId,
+    cur: ThreadId,
+    target: Target,
+    on: u64,
+) -> Result<u64, Error> {
+    let p = place(k, task, cur, target)?;
+    let s = state_mut(k, p.thread, p.index).ok_or(Error::NotFound)?;
+    match on {
+        1 => {
+            s.suspend = s.suspend.checked_add(1).ok_or(Error::TooLarge)?;
+            if s.suspend == 1 {
+                k.suspended += 1;
+            }
+            // A thread running this activation on another CPU stops at its next exit.
+            if let Some(th) = k.threads.get(p.thread) {
+                if let ThreadState::Running { cpu } = th.state {
+                    kernel::poke_cpu(k, cpu, u8::MAX);
+                }
+            }
+        }
+        0 => {
+            if s.suspend == 0 {
+                return Err(Error::InvalidArgument);
+            }
+            s.suspend -= 1;
+            if s.suspend == 0 {
+                k.suspended = k.suspended.saturating_sub(1);
+                let stopped = k.threads.get(p.thread).is_some_and(|th| {
+                    th.state == ThreadState::Blocked(Blocked::Suspended)
+                        && th.below.len() == p.index
+                });
+                if stopped {
+                    k.unblock(p.thread);
+                }
+            }
+        }
+        _ => return Err(Error::InvalidArgument),
+    }
+    Ok(0)
+}
+
+/// On the way to user mode: if the running thread's activation is suspended, the thread
+/// stops here (it resumes through `kernel::leave_to_user` again when resumed).
+pub fn stop_if_suspended(k: &mut Kernel) {
+    let cur = k.current_thread();
+    let Some(th) = k.threads.get_mut(cur) else {
+        return;
+    };
+    if th.ctl.suspend == 0 || th.task.is_none() {
+        return;
+    }
+    th.state = ThreadState::Blocked(Blocked::Suspended);
+    let waiters = core::mem::take(&mut th.state_waiters);
+    for w in waiters {
+        k.unblock(w);
+    }
+    k.stats.blocks_internal += 1;
+    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+}
+
+/// `act_get_state(kind, id, regs)` and `act_set_state(kind, id, regs)` (`set`): the user
+/// registers of a suspended activation, once its thread has stopped in it. Until then the
+/// caller waits, and re-issues the call when woken.
+pub fn sys_state(
+    k: &mut Kernel,
+    task: TaskId,
+    cur: ThreadId,
+    target: Target,
+    regs: u64,
+    set: bool,
+) -> Result<u64, Error> {
+    let p = place(k, task, cur, target)?;
+    if p.thread == cur {
+        return Err(Error::InvalidArgument);
+    }
+    let suspended = state_mut(k, p.thread, p.index).is_some_and(|s| s.suspend > 0);
+    if !suspended {
+        return Err(Error::InvalidArgument);
+    }
+    let arrived = k.threads.get(p.thread).is_some_and(|th| {
+        th.state == ThreadState::Blocked(Blocked::Suspended) && th.below.len() == p.index
+    });
+    if !arrived {
+        wait_for_arrival(k, cur, p.thread);
+    }
+    let mut words = [0u64; USER_REGS_WORDS];
+    let mut bytes = [0u8; 8 * USER_REGS_WORDS];
+    if set {
+        k.copy_in(task, regs, &mut bytes)?;
+        for (w, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
+            *w = b.try_into().map_or(0, u64::from_le_bytes);
+        }
+        crate::exception::set_regs(k, p.thread, &UserRegs::from_words(&words))?;
+    } else {
+        let th = k.threads.get(p.thread).ok_or(Error::NotFound)?;
+        for (b, w) in bytes
+            .chunks_exact_mut(8)
+            .zip(th.frame.user_regs().to_words())
+        {
+            b.copy_from_slice(&w.to_le_bytes());
+        }
+        k.copy_out(task, regs, &bytes)?;
+    }
+    Ok(0)
+}
+
+/// Blocks `cur` until thread `target` stops in a suspended activation (or ends); `cur`
+/// then re-issues its system call (its saved `rip` steps back over `syscall`; `rax` still
+/// holds the call number).
+fn wait_for_arrival(k: &mut Kernel, cur: ThreadId, target: ThreadId) -> ! {
+    if let Some(t) = k.threads.get_mut(target) {
+        t.state_waiters.push(cur);
+    }
+    if let Some(th) = k.threads.get_mut(cur) {
+        rewind(&mut th.frame);
+        th.state = ThreadState::Blocked(Blocked::StateWait { target });
+    }
+    k.stats.blocks_internal += 1;
+    thread::thread_block_with(k, Continuation::new(Resume::UserReturn))
+}
+
+/// Makes a saved `syscall` frame issue its call again.
+fn rewind(f: &mut TrapFrame) {
+    f.rip = f.rip.wrapping_sub(2);
+}
+
+/// `act_sched_lock()`: the calling activation forbids those above it to change the
+/// thread's scheduling state.
+pub fn sys_sched_lock(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
+    let th = k.threads.get_mut(cur).ok_or(Error::NotFound)?;
+    th.ctl.sched_locked = true;
+    Ok(0)
+}
+
+/// Whether the running activation of `cur` may change its own thread's scheduling state
+/// (no activation below it forbade it).
+pub fn may_schedule_self(k: &Kernel, cur: ThreadId) -> bool {
+    k.threads
+        .get(cur)
+        .is_none_or(|th| !th.below.iter().any(|s| s.ctl.sched_locked))
+}
+
+/// Terminates the home activation of thread `t` (its task's own request, or its task
+/// ending). At home, the thread ends as any other; deep in a server, the home activation
+/// is marked dead and the part above goes on with an alert, so the server is not
+/// disturbed, and the thread ends when it returns home (the split of section 5).
+pub fn terminate_home(k: &mut Kernel, t: ThreadId) {
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
+    match th.below.first_mut() {
+        None => k.kill_thread(t),
+        Some(home) => {
+            home.ctl.dead = true;
+            alert_from(k, t, 1);
+        }
+    }
+}
+
+/// A thread that has ended (or is being unwound) takes its waiters for its state with it:
+/// they are woken and re-issue their calls (which then fail).
+pub fn release_waiters(k: &mut Kernel, t: ThreadId) {
+    let waiters = k
+        .threads
+        .get_mut(t)
+        .map(|th| core::mem::take(&mut th.state_waiters))
+        .unwrap_or_default();
+    for w in waiters {
+        k.unblock(w);
+    }
+}
+
+/// A thread waiting for `target`'s state gives up (it is being killed).
+pub fn forget_state_waiter(k: &mut Kernel, w: ThreadId, target: ThreadId) {
+    if let Some(t) = k.threads.get_mut(target) {
+        t.state_waiters.retain(|&x| x != w);
+    }
+}

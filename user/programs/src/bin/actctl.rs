@@ -1,0 +1,415 @@
+//! `actctl`: control of activations (seed 001 section 5) from user space, with two
+//! `mig_server` tasks A and B (A's peer is B).
+//!
+//! Checks, printing `ok: <what>` for each: an alert on a client thread deep in A → B
+//! propagates up to B (which polls) and to A; alerts are off by default and end a kernel
+//! wait once on; a server suspends its own activation while a client is inside and reads
+//! its registers; a client suspends its own thread's home activation while the thread is
+//! in a server, reads and sets its registers once it is back, and resumes it; terminating
+//! a client thread deep in A → B returns at once, B sees an alert, and the thread ends when
+//! it comes home (the split); a scheduling lock stops a server from changing its caller's
+//! priority; and threads, activations, ports, names and messages return to the baseline.
+//!
+//! Verdict: `TEST PASS actctl` or `TEST FAIL actctl: ...`.
+#![no_std]
+#![no_main]
+
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use baton_rt::check::Failed;
+use baton_rt::ipc::{
+    msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+};
+use baton_rt::kobject::{call as kcall, thread_port, THREAD_TERMINATE};
+use baton_rt::migrate::{self, Act};
+use baton_rt::thread::{spawn, StackPool};
+use baton_rt::{println, spawn_with, stats, Error, FOREVER};
+
+baton_rt::entry!(main);
+
+const TEST: &str = "actctl";
+
+macro_rules! check {
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
+}
+
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    baton_rt::check::must(TEST, what, r)
+}
+
+/// `mig_server`'s ids (see that program).
+const HELLO: u64 = 1;
+const CONFIG: u64 = 2;
+const READY: u64 = 3;
+const PEER: u64 = 4;
+const EXIT: u64 = 5;
+const SUSPEND_ACT: u64 = 7;
+const SPIN: u64 = 17;
+const WAIT_ALERT: u64 = 19;
+const NEST2: u64 = 20;
+const SPIN_ACT: u64 = 21;
+const SETPRIO: u64 = 22;
+const INFO: u64 = 23;
+
+static STACKS: StackPool<8, 16384> = StackPool::new();
+/// A's send right, and our reply port (shared by the task's threads).
+static A: AtomicU64 = AtomicU64::new(0);
+static REPLY: AtomicU64 = AtomicU64::new(0);
+/// What a helper thread got: its result word and the raw `ipc_msg` result.
+static GOT: AtomicU64 = AtomicU64::new(0);
+static RAW: AtomicU64 = AtomicU64::new(0);
+static DONE: AtomicU32 = AtomicU32::new(0);
+
+fn main(_task_id: u64) -> i32 {
+    baton_rt::check::finish(TEST, run())
+}
+
+/// A call through `buf` of `id` with `data` to `to`; the raw `ipc_msg` result.
+fn raw_call(buf: &mut IpcBuffer, to: u64, id: u64, data: &[u8]) -> u64 {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: to,
+        reply: REPLY.load(Ordering::Relaxed),
+        id,
+        ..MsgHeader::default()
+    };
+    if buf.set(h, &[], data).is_err() {
+        return u64::MAX;
+    }
+    // SAFETY: the kernel writes only this thread's IPC buffer, which `buf` owns.
+    unsafe {
+        msg_raw(
+            MSG_SEND | MSG_RECEIVE,
+            REPLY.load(Ordering::Relaxed),
+            FOREVER,
+            0,
+            0,
+        )
+    }
+}
+
+/// The reply's `i`th data word.
+fn word(buf: &IpcBuffer, i: usize) -> u64 {
+    buf.data()
+        .get(i * 8..i * 8 + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+fn send(buf: &mut IpcBuffer, to: u64, id: u64, d: &[Descriptor], data: &[u8]) -> Result<(), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: to,
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(h, d, data)?;
+    buf.msg(MSG_SEND, 0, FOREVER)
+}
+
+/// Starts a `mig_server` with `acts` activations; our send right to it.
+fn start(buf: &mut IpcBuffer, acts: u64) -> Result<u64, Failed> {
+    let boot = must("port", port_allocate(0))?;
+    must("spawn mig_server", spawn_with("mig_server", boot))?;
+    must("hello", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
+    check!(buf.header().id == HELLO, "mig_server says hello");
+    let server = buf.descriptor(0).map_or(0, |d| d.value);
+    let mut cfg = [0u8; 24];
+    cfg[..8].copy_from_slice(&acts.to_le_bytes());
+    must("config", send(buf, server, CONFIG, &[], &cfg))?;
+    must("ready", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
+    check!(buf.header().id == READY, "mig_server is ready");
+    must("drop boot", baton_rt::ipc::cap_drop(boot))?;
+    Ok(server)
+}
+
+/// Helper: a NEST2 call to A whose inner call is B's WAIT_ALERT; stores B's answer and
+/// whether A saw an alert (`GOT` = how * 16 + a_saw) and the raw result.
+fn deep_waiter(_: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        let r = raw_call(
+            &mut b,
+            A.load(Ordering::Relaxed),
+            NEST2,
+            &WAIT_ALERT.to_le_bytes(),
+        );
+        RAW.store(r, Ordering::SeqCst);
+        GOT.store(word(&b, 0) * 16 + word(&b, 1), Ordering::SeqCst);
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Helper: sleeps 5 s with alerts on; stores the raw result of the sleep.
+fn alert_sleeper(_: u64) {
+    let _ = migrate::alert_enable(true);
+    let r = baton_rt::sleep_ns(5_000_000_000);
+    RAW.store(r.err().map_or(0, |e| e as u64), Ordering::SeqCst);
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Helper: sleeps 50 ms with alerts off, then turns them on and polls.
+fn quiet_sleeper(_: u64) {
+    let r = baton_rt::sleep_ns(50_000_000);
+    let _ = migrate::alert_enable(true);
+    let seen = migrate::alert_test();
+    RAW.store(r.err().map_or(0, |e| e as u64), Ordering::SeqCst);
+    GOT.store(u64::from(seen), Ordering::SeqCst);
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Helper: one `SPIN` of 60 ms (or `SPIN_ACT` of 200 ms with arg 1) in A; the raw result.
+fn spin_caller(which: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        let (id, ns) = if which == 1 {
+            (SPIN_ACT, 200_000_000u64)
+        } else {
+            (SPIN, 60_000_000)
+        };
+        let r = raw_call(&mut b, A.load(Ordering::Relaxed), id, &ns.to_le_bytes());
+        RAW.store(r, Ordering::SeqCst);
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Helper: locks its scheduling state, then asks A to lower its priority.
+fn locked_caller(_: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        let locked = migrate::sched_lock();
+        let r = raw_call(&mut b, A.load(Ordering::Relaxed), SETPRIO, &[]);
+        GOT.store(
+            if locked.is_ok() && r == 0 {
+                word(&b, 0)
+            } else {
+                u64::MAX
+            },
+            Ordering::SeqCst,
+        );
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Starts `f(arg)` on a new thread; its id.
+fn helper(f: fn(u64), arg: u64) -> Result<u64, Failed> {
+    DONE.store(0, Ordering::SeqCst);
+    GOT.store(0, Ordering::SeqCst);
+    RAW.store(u64::MAX, Ordering::SeqCst);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn", spawn(stack, f, arg))
+}
+
+/// Waits until the helper says it is done, at most `ms` milliseconds; the time it took.
+fn join(ms: u64) -> Result<u64, Failed> {
+    let t0 = baton_rt::clock_ns();
+    while DONE.load(Ordering::SeqCst) == 0 {
+        if baton_rt::clock_ns() - t0 > ms * 1_000_000 {
+            println!("TEST FAIL {TEST}: a helper thread did not finish in {ms} ms");
+            return Err(Failed);
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    Ok(baton_rt::clock_ns() - t0)
+}
+
+fn run() -> Result<(), Failed> {
+    let base = must("stats", stats())?;
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
+    let a = start(&mut buf, 4)?;
+    let b = start(&mut buf, 4)?;
+    A.store(a, Ordering::Relaxed);
+    must(
+        "peer",
+        send(
+            &mut buf,
+            a,
+            PEER,
+            &[Descriptor::port(b, Disposition::CopySend)],
+            &[],
+        ),
+    )?;
+    must("let A take its peer", baton_rt::sleep_ns(5_000_000))?;
+
+    // 1. An alert on a thread deep in A → B reaches B (polling) and A.
+    let x = helper(deep_waiter, 0)?;
+    must("let it in", baton_rt::sleep_ns(20_000_000))?;
+    must("alert", migrate::alert(Act::Thread(x)))?;
+    let took = join(2_000)?;
+    let got = GOT.load(Ordering::SeqCst);
+    check!(
+        RAW.load(Ordering::SeqCst) == 0 && got >> 4 != 0 && got & 1 == 1,
+        "an alert on a client thread deep in A -> B propagates up the chain (B saw it {}, A saw it {}) in {} ms",
+        if got >> 4 == 1 { "polling" } else { "in a sleep" },
+        got & 1,
+        took / 1_000_000
+    );
+
+    // 2. Alerts end kernel waits only where they are on.
+    let y = helper(alert_sleeper, 0)?;
+    must("let it sleep", baton_rt::sleep_ns(20_000_000))?;
+    must("alert", migrate::alert(Act::Thread(y)))?;
+    let took = join(2_000)?;
+    check!(
+        RAW.load(Ordering::SeqCst) == Error::Interrupted as u64 && took < 1_000_000_000,
+        "with alerts on, an alert ends a 5 s sleep at once (Interrupted)"
+    );
+    let z = helper(quiet_sleeper, 0)?;
+    must("let it sleep", baton_rt::sleep_ns(10_000_000))?;
+    must("alert", migrate::alert(Act::Thread(z)))?;
+    join(2_000)?;
+    check!(
+        RAW.load(Ordering::SeqCst) == 0 && GOT.load(Ordering::SeqCst) == 1,
+        "alerts are off by default: the sleep runs its course, and the alert is seen once turned on"
+    );
+
+    // 3. A server suspends its own activation while a client is inside, and reads it.
+    helper(spin_caller, 1)?;
+    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    must("suspend act", send(&mut buf, a, SUSPEND_ACT, &[], &[]))?;
+    join(3_000)?;
+    check!(
+        RAW.load(Ordering::SeqCst) == 0,
+        "the call in the suspended server activation completes after its resume"
+    );
+    must(
+        "info",
+        buf.set(
+            MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+                dest: a,
+                reply: REPLY.load(Ordering::Relaxed),
+                id: INFO,
+                ..MsgHeader::default()
+            },
+            &[],
+            &[],
+        ),
+    )?;
+    must(
+        "info",
+        buf.msg(
+            MSG_SEND | MSG_RECEIVE,
+            REPLY.load(Ordering::Relaxed),
+            FOREVER,
+        ),
+    )?;
+    let rip = word(&buf, 1);
+    check!(
+        rip > 0 && rip < 0x8000_0000_0000,
+        "a server suspends its activation while a client is inside and reads its registers (rip {rip:#x})"
+    );
+
+    // 4. A client suspends its thread's home activation while the thread is in a server:
+    //    the server is not stopped; get_state waits for the thread to come home.
+    let w = helper(spin_caller, 0)?;
+    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    must("suspend", migrate::suspend(Act::Thread(w), true))?;
+    let t0 = baton_rt::clock_ns();
+    let mut regs = must("get state", migrate::get_state(Act::Thread(w)))?;
+    let waited = baton_rt::clock_ns() - t0;
+    check!(
+        regs.rax == 0 && waited >= 5_000_000 && DONE.load(Ordering::SeqCst) == 0,
+        "suspending a client's home activation lets the server finish; get_state waited {} ms for the thread to come home",
+        waited / 1_000_000
+    );
+    regs.rax = 0x1234;
+    must("set state", migrate::set_state(Act::Thread(w), &regs))?;
+    must("resume", migrate::suspend(Act::Thread(w), false))?;
+    join(2_000)?;
+    check!(
+        RAW.load(Ordering::SeqCst) == 0x1234,
+        "set_state on the stopped activation changed what its call returned"
+    );
+    check!(
+        migrate::suspend(Act::Thread(w), false) == Err(Error::InvalidArgument)
+            || migrate::suspend(Act::Thread(w), false) == Err(Error::NotFound),
+        "resuming what is not suspended is refused"
+    );
+    check!(
+        migrate::get_state(Act::Thread(0)) == Err(Error::InvalidArgument),
+        "get_state on the calling thread is refused"
+    );
+
+    // 5. Terminating a client thread deep in A -> B: immediate; B gets an alert; the
+    //    thread ends when it comes home.
+    let v = helper(deep_waiter, 0)?;
+    must("let it in", baton_rt::sleep_ns(20_000_000))?;
+    let tp = must("thread port", thread_port(v))?;
+    let t0 = baton_rt::clock_ns();
+    must(
+        "terminate",
+        kcall(
+            &mut buf,
+            tp,
+            REPLY.load(Ordering::Relaxed),
+            THREAD_TERMINATE,
+            &[],
+            FOREVER,
+        )
+        .map(|_| ()),
+    )?;
+    let answered = baton_rt::clock_ns() - t0;
+    let mut gone = false;
+    for _ in 0..1000 {
+        if baton_rt::sys::thread_cpu_ns(v) == Err(Error::NotFound) {
+            gone = true;
+            break;
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    let ended = baton_rt::clock_ns() - t0;
+    must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
+    check!(
+        gone && DONE.load(Ordering::SeqCst) == 0 && answered < ended && ended < 2_000_000_000,
+        "terminating a client thread deep in A -> B answers at once; the part in the servers goes on with an alert and the thread ends when it comes home ({} ms)",
+        ended / 1_000_000
+    );
+
+    // 6. A scheduling lock keeps a server from changing its caller's priority.
+    helper(locked_caller, 0)?;
+    join(2_000)?;
+    check!(
+        GOT.load(Ordering::SeqCst) == Error::Denied as u64,
+        "after act_sched_lock, a server's set_priority on its caller's thread is Denied"
+    );
+    let r = raw_call(&mut buf, a, SETPRIO, &[]);
+    check!(r == 0 && word(&buf, 0) == 0, "without the lock it may");
+    must(
+        "priority back",
+        baton_rt::set_priority(0, baton_abi::PRIORITY_DEFAULT),
+    )?;
+
+    // 7. Everything back.
+    for s in [a, b] {
+        must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
+        let _ = baton_rt::ipc::cap_drop(s);
+    }
+    must(
+        "drop reply",
+        baton_rt::ipc::cap_drop(REPLY.load(Ordering::Relaxed)),
+    )?;
+    let mut now = must("stats", stats())?;
+    for _ in 0..300 {
+        if now.activations == base.activations
+            && now.ports == base.ports
+            && now.threads == base.threads
+        {
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+        now = must("stats", stats())?;
+    }
+    check!(
+        now.threads == base.threads
+            && now.activations == base.activations
+            && now.ports == base.ports
+            && now.names == base.names
+            && now.messages_queued == base.messages_queued,
+        "threads, activations, ports, names and queued messages back to the baseline ({} {} {} {} {})",
+        now.threads,
+        now.activations,
+        now.ports,
+        now.names,
+        now.messages_queued
+    );
+    Ok(())
+}
