@@ -51,7 +51,7 @@ const SPIN_ACT: u64 = 21;
 const SETPRIO: u64 = 22;
 const INFO: u64 = 23;
 
-static STACKS: StackPool<8, 16384> = StackPool::new();
+static STACKS: StackPool<24, 16384> = StackPool::new();
 /// A's send right, and our reply port (shared by the task's threads).
 static A: AtomicU64 = AtomicU64::new(0);
 static REPLY: AtomicU64 = AtomicU64::new(0);
@@ -210,8 +210,28 @@ fn join(ms: u64) -> Result<u64, Failed> {
     Ok(baton_rt::clock_ns() - t0)
 }
 
+/// Rounds of every check (see `migrate`'s: the heap may grow in at most one round after
+/// the first).
+const ROUNDS: usize = 3;
+
 fn run() -> Result<(), Failed> {
     let base = must("stats", stats())?;
+    let mut heap = [0u64; ROUNDS];
+    for (round, h) in heap.iter_mut().enumerate() {
+        println!("actctl: round {round}");
+        one_round(&base)?;
+        *h = must("stats", stats())?.heap_used;
+    }
+    let growths = heap.windows(2).filter(|w| w[1] > w[0]).count();
+    check!(
+        growths <= 1,
+        "the kernel heap does not grow round after round ({:?} bytes after each)",
+        heap
+    );
+    Ok(())
+}
+
+fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
     REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
     let a = start(&mut buf, 4)?;

@@ -54,7 +54,7 @@ mod ids {
 }
 use ids::*;
 
-static STACKS: StackPool<6, 16384> = StackPool::new();
+static STACKS: StackPool<16, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
 static DONE: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
@@ -165,8 +165,12 @@ fn main_cpu(buf: &mut IpcBuffer, server: u64) -> Result<u64, Failed> {
     Ok(reply_word(buf))
 }
 
+/// Sleepers about to call.
+static SLEEPERS_IN: AtomicU32 = AtomicU32::new(0);
+
 /// A helper thread: one `SLEEP` call to `TARGET`.
 fn sleeper(_: u64) {
+    SLEEPERS_IN.fetch_add(1, Ordering::SeqCst);
     let ok = IpcBuffer::new()
         .and_then(|mut b| call(&mut b, TARGET.load(Ordering::Relaxed), SLEEP, &[1; 8]))
         .is_ok_and(|(id, n)| id == SLEEP && n == 8);
@@ -176,8 +180,37 @@ fn sleeper(_: u64) {
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
+/// Rounds of every check.
+const ROUNDS: usize = 3;
+
+/// Runs every check [`ROUNDS`] times. The first round grows the kernel's tables; after it,
+/// a leak would grow the heap in every round, while a table that first needs more room on
+/// some later round (which CPU ran what differs on SMP) grows it once: so the heap may grow
+/// in at most one of the later rounds.
 fn run() -> Result<(), Failed> {
     let base = must("stats", stats())?;
+    let mut heap = [0u64; ROUNDS];
+    for (round, h) in heap.iter_mut().enumerate() {
+        println!("migrate: round {round}");
+        one_round(&base, round as u64)?;
+        *h = must("stats", stats())?.heap_used;
+    }
+    let growths = heap.windows(2).filter(|w| w[1] > w[0]).count();
+    check!(
+        growths <= 1,
+        "the kernel heap does not grow round after round ({:?} bytes after each)",
+        heap
+    );
+    Ok(())
+}
+
+fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
+    // The helpers' counters start afresh.
+    DONE.store(0, Ordering::SeqCst);
+    SLEEPERS_IN.store(0, Ordering::SeqCst);
+    FAILED.store(0, Ordering::SeqCst);
+    STOP.store(0, Ordering::SeqCst);
+    SPINNERS_DONE.store(0, Ordering::SeqCst);
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
     REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
 
@@ -248,6 +281,9 @@ fn run() -> Result<(), Failed> {
         let stack = STACKS.take().ok_or(Failed)?;
         must("spawn sleeper", spawn(stack, sleeper, 0))?;
     }
+    while SLEEPERS_IN.load(Ordering::SeqCst) < 2 {
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
     must("let them in", baton_rt::sleep_ns(5_000_000))?;
     let got = must("echo while busy", call(&mut buf, a, ECHO, &[1; 8]))?;
     check!(
@@ -279,8 +315,12 @@ fn run() -> Result<(), Failed> {
     let d = start(&mut buf, 2, true, false)?;
     TARGET.store(d, Ordering::Relaxed);
     DONE.store(0, Ordering::SeqCst);
+    SLEEPERS_IN.store(0, Ordering::SeqCst);
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn sleeper", spawn(stack, sleeper, 0))?;
+    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
     must("let it in", baton_rt::sleep_ns(5_000_000))?;
     let got = must("echo d", call(&mut buf, d, ECHO, &[3; 8]))?;
     check!(
@@ -340,7 +380,7 @@ fn run() -> Result<(), Failed> {
         "act_return outside a migrating call is refused"
     );
     let own = must("port", port_allocate(0))?;
-    let page = 0x6f00_0000_0000u64;
+    let page = 0x6f00_0000_0000u64 + round * 0x10_0000;
     must("map", baton_rt::sys::mem_map(page, 4096, true))?;
     check!(
         migrate::create_raw(own, 0x40_1000, page + 4088, page, 0) == Err(Error::InvalidArgument),
@@ -407,6 +447,5 @@ fn run() -> Result<(), Failed> {
         now.names,
         now.messages_queued
     );
-    println!("migrate: done");
     Ok(())
 }
