@@ -250,7 +250,7 @@ fn fuzz(base: &baton_rt::Stats) -> Result<(), Failed> {
             *a = match next() % 4 {
                 0 => next() % 4,
                 1 => next() % 64,
-                2 => (next() % 8) << 32 | next() % 8,
+                2 => ((next() % 8) << 32) | (next() % 8),
                 _ => next(),
             };
         }
