@@ -287,7 +287,7 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     th.exc_port = saved.exc_port;
     let left = core::mem::replace(&mut th.ctl, saved.ctl);
     if left.suspend > 0 {
-        k.suspended = k.suspended.saturating_sub(1);
+        crate::control::suspended_sub(1);
     }
     let Some(th) = k.threads.get_mut(cur) else {
         panic!("resume_below: running thread {cur:?} vanished");
@@ -378,7 +378,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         th.cont = Some(Continuation::new(Resume::UserReturn));
         let left = core::mem::replace(&mut th.ctl, saved.ctl);
         if left.suspend > 0 {
-            k.suspended = k.suspended.saturating_sub(1);
+            crate::control::suspended_sub(1);
         }
         let (act, port) = (saved.act, saved.port);
         let alive = !saved.ctl.dead

@@ -27,9 +27,21 @@ use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use baton_abi::exception::{UserRegs, USER_REGS_WORDS};
 use baton_abi::Error;
+use core::sync::atomic::{AtomicUsize, Ordering};
 use kern::activation::ActState;
 use kern::continuation::{Continuation, Resume};
 use kern::slab::Key;
+
+/// Activations suspended now, in all threads (while 0, no exit to user mode looks for
+/// one). Changed under the big kernel lock; read by `kernel::leave_to_user` before it.
+pub static SUSPENDED: AtomicUsize = AtomicUsize::new(0);
+
+/// `n` suspended activations are gone (resumed, or discarded with their thread).
+pub fn suspended_sub(n: usize) {
+    let _ = SUSPENDED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+        Some(v.saturating_sub(n))
+    });
+}
 
 /// How a control call names its activation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -202,7 +214,7 @@ pub fn sys_suspend(
         1 => {
             s.suspend = s.suspend.checked_add(1).ok_or(Error::TooLarge)?;
             if s.suspend == 1 {
-                k.suspended += 1;
+                SUSPENDED.fetch_add(1, Ordering::Relaxed);
             }
             // A thread running this activation on another CPU stops at its next exit.
             if let Some(th) = k.threads.get(p.thread) {
@@ -217,7 +229,7 @@ pub fn sys_suspend(
             }
             s.suspend -= 1;
             if s.suspend == 0 {
-                k.suspended = k.suspended.saturating_sub(1);
+                suspended_sub(1);
                 let stopped = k.threads.get(p.thread).is_some_and(|th| {
                     th.state == ThreadState::Blocked(Blocked::Suspended)
                         && th.below.len() == p.index

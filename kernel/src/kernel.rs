@@ -132,8 +132,6 @@ pub struct Kernel {
     pub ipc: kern::ipc::Ipc<ThreadId>,
     /// Every activation of migrating RPC (the pools are in the ports).
     pub acts: kern::activation::Activations,
-    /// Activations suspended now (while 0, no exit to user mode looks for one).
-    pub suspended: usize,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
     /// Kernel stacks not attached to any thread.
@@ -267,7 +265,7 @@ impl Kernel {
         };
         let suspended =
             usize::from(th.ctl.suspend > 0) + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
-        self.suspended = self.suspended.saturating_sub(suspended);
+        crate::control::suspended_sub(suspended);
         if let Some(timer) = th.timer {
             self.timers.cancel(timer);
         }
@@ -633,7 +631,11 @@ impl Kernel {
         s.stacks_max = self.stacks_in_use.max();
         s.stacks_mean_milli = self.stacks_in_use.mean_milli(now);
         s.stack_bytes = crate::arch::stack::STACK_SIZE;
-        s.thread_bytes = core::mem::size_of::<Thread>() as u64;
+        // The thread object, its boxed register frame, and its slab slot (a generation
+        // and the box pointer).
+        s.thread_bytes = (core::mem::size_of::<Thread>()
+            + core::mem::size_of::<crate::arch::trap::TrapFrame>()
+            + 16) as u64;
         s.heap_used = crate::heap_used() as u64;
         s.ports = self.ipc.ports() as u64;
         s.messages_queued = self.ipc.queued() as u64;
@@ -724,7 +726,6 @@ pub fn start(
         waits: WaitQueues::new(),
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
-        suspended: 0,
         kobjects: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -884,11 +885,10 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
 /// Leaves the kernel to user mode with the running thread's saved registers, releasing
 /// the lock (`thread_exception_return` / `thread_syscall_return`).
 pub fn leave_to_user() -> ! {
-    // SAFETY: every caller holds the lock (it is released just below).
-    let k = unsafe { kernel() };
-    if k.suspended > 0 {
+    if crate::control::SUSPENDED.load(Ordering::Relaxed) > 0 {
         // An APC: a thread stops here when its activation is suspended.
-        crate::control::stop_if_suspended(k);
+        // SAFETY: every caller holds the lock (it is released just below).
+        crate::control::stop_if_suspended(unsafe { kernel() });
     }
     unlock();
     trap::resume_current()

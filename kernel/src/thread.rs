@@ -267,6 +267,7 @@ pub fn thread_yield(k: &mut Kernel, cur: ThreadId) -> ! {
     };
     o.state = ThreadState::Ready;
     k.stats.blocks_yield += 1;
+    kernel::charge(c, o);
     let stack = stack_detach(o, Continuation::new(Resume::UserReturn));
     run_handoff(k, cpu, cur, stack, next)
 }
@@ -287,6 +288,9 @@ pub fn thread_handoff(
     let Some(o) = k.threads.get_mut(old) else {
         panic!("thread_handoff: running thread {old:?} vanished");
     };
+    if let Some(c) = k.cpus.get_mut(cpu) {
+        kernel::charge(c, o);
+    }
     let stack = stack_detach(o, cont);
     run_handoff(k, cpu, old, stack, new)
 }
@@ -330,12 +334,6 @@ fn run_handoff(k: &mut Kernel, cpu: usize, old: ThreadId, stack: KernelStack, ne
     k.stats.stack_handoffs += 1;
     let Some(c) = k.cpus.get_mut(cpu) else {
         panic!("CPU {cpu} is not online");
-    };
-    if let Some(o) = k.threads.get_mut(old) {
-        kernel::charge(c, o);
-    }
-    let Some(n) = k.threads.get_mut(new) else {
-        panic!("thread_handoff: thread {new:?} vanished");
     };
     kernel::switch_in(c, kernel_root, cpu, new, n);
     if k.threads

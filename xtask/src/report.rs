@@ -171,6 +171,8 @@ pub const FLOORS: &[(&str, &str)] = &[
     // The floors themselves are not multiples of anything (`floor.syscall.null`, the
     // cheapest dispatched call, included: it is the floor of no row now, kept as it was).
     ("floor.", ""),
+    // Sizes are not operations.
+    ("mem.", ""),
     // A yield, a switch (by handoff or switch_context), a wait or a wake is at least one
     // system call that saves and restores every register in the thread's frame, as
     // `floor_full` does with nothing else (the same entry and exit code).
@@ -618,6 +620,20 @@ pub const REFERENCES: &[Reference] = &[
         what: "migrating RPC kernel time, 1 KiB in ÷ null (cycles)",
         source: "[001] Table 3",
     },
+    // [000] Table 5: the kernel memory of a thread, MK40 with continuations (no stack of its
+    // own) and MK32 (a 4 KiB kernel stack each, pageable).
+    Reference {
+        row: "mem.thread.bytes",
+        figure: Figure::Instructions(690),
+        what: "MK40 bytes per thread (MI 484 + MD 206, no stack)",
+        source: "[000] Table 5",
+    },
+    Reference {
+        row: "mem.thread.bytes",
+        figure: Figure::Instructions(4664),
+        what: "MK32 bytes per thread (with its 4 KiB stack)",
+        source: "[000] Table 5",
+    },
     // [000] Table 3 (µs, DS3100, as a user sees them): Mach 2.5 queues the message and lets
     // the scheduler find the receiver; MK40 hands its stack off. Baton's queued path
     // against its handoff.
@@ -659,6 +675,7 @@ pub const HEADLINE: &[&str] = &[
     "rpc.null.slow.roundtrip",
     "exc.roundtrip",
     "thread.create_exit",
+    "mem.thread.bytes",
 ];
 
 // ---- Cells -----------------------------------------------------------------------------------
