@@ -1,5 +1,6 @@
 //! Installing what the commands need and is missing: the `x86_64-unknown-none` Rust target
-//! (through rustup), clippy, and QEMU (through apt-get on Debian-like hosts).
+//! (through rustup), clippy, and host programs from Debian packages (QEMU; gdb and binutils'
+//! `addr2line` for `profile`) through apt-get on Debian-like hosts ([`ensure_tool`]).
 //!
 //! Each step says what it does. When something cannot be installed automatically, the
 //! error names the exact command to run instead, and the xtask command fails.
@@ -97,26 +98,73 @@ pub fn ensure_clippy() -> Result<(), String> {
 
 /// Returns the path of [`QEMU`], installing it with apt-get first if it is missing.
 pub fn ensure_qemu() -> Result<PathBuf, String> {
-    if let Some(path) = find_in_path(QEMU) {
+    ensure_tool(&Tool {
+        program: QEMU,
+        package: QEMU_DEB,
+        what: "QEMU's x86-64 system emulator",
+        elsewhere: "sudo dnf install qemu-system-x86       # Fedora\n    \
+                    sudo pacman -S qemu-system-x86         # Arch\n    \
+                    brew install qemu                      # macOS",
+    })
+}
+
+/// The debugger `cargo xtask profile` drives (Debian package `gdb`).
+pub const GDB: Tool = Tool {
+    program: "gdb",
+    package: "gdb",
+    what: "the GNU debugger",
+    elsewhere: "sudo dnf install gdb                    # Fedora\n    \
+                sudo pacman -S gdb                      # Arch",
+};
+
+/// The symbolizer `cargo xtask profile` uses (GNU binutils, Debian package `binutils`).
+pub const ADDR2LINE: Tool = Tool {
+    program: "addr2line",
+    package: "binutils",
+    what: "GNU binutils' addr2line",
+    elsewhere: "sudo dnf install binutils               # Fedora\n    \
+                sudo pacman -S binutils                 # Arch",
+};
+
+/// A host program that a Debian package provides.
+pub struct Tool {
+    /// The program looked up in `PATH`.
+    pub program: &'static str,
+    /// The Debian package that provides it.
+    pub package: &'static str,
+    /// What it is, for messages.
+    pub what: &'static str,
+    /// How to install it on other systems (lines of commands, for the error message).
+    pub elsewhere: &'static str,
+}
+
+/// Returns the path of `tool`'s program, installing its Debian package with apt-get first
+/// (as root, or with `sudo -n`) if it is missing. Where that is impossible, the error names
+/// the commands to run.
+pub fn ensure_tool(tool: &Tool) -> Result<PathBuf, String> {
+    let Tool {
+        program,
+        package,
+        what,
+        elsewhere,
+    } = tool;
+    if let Some(path) = find_in_path(program) {
         return Ok(path);
     }
-    let by_hand = format!("sudo apt-get update && sudo apt-get install -y {QEMU_DEB}");
+    let by_hand = format!("sudo apt-get update && sudo apt-get install -y {package}");
     if find_in_path("apt-get").is_none() {
         return Err(format!(
-            "`{QEMU}` is not installed, and this is not a Debian-like system (no apt-get).\n\
-             Install QEMU's x86-64 system emulator with the system's package manager, e.g.\n    \
-             sudo dnf install qemu-system-x86       # Fedora\n    \
-             sudo pacman -S qemu-system-x86         # Arch\n    \
-             brew install qemu                      # macOS\n\
+            "`{program}` is not installed, and this is not a Debian-like system (no apt-get).\n\
+             Install {what} with the system's package manager, e.g.\n    {elsewhere}\n\
              then run this command again."
         ));
     }
     let root = is_root();
     note(format!(
-        "`{QEMU}` is not installed; installing the Debian package {QEMU_DEB}{}",
+        "`{program}` is not installed; installing the Debian package {package}{}",
         if root { "" } else { " (with sudo -n)" }
     ));
-    for args in [&["update"][..], &["install", "-y", QEMU_DEB]] {
+    for args in [&["update"][..], &["install", "-y", package]] {
         let mut cmd = if root {
             let mut cmd = command("apt-get");
             cmd.env("DEBIAN_FRONTEND", "noninteractive");
@@ -128,12 +176,15 @@ pub fn ensure_qemu() -> Result<PathBuf, String> {
         };
         cmd.args(args);
         note(format!("$ {}", shell_line(&cmd)));
-        run_checked(&mut cmd, "installing QEMU").map_err(|e| {
-            format!("{e}\nInstall QEMU yourself, then run this command again:\n    {by_hand}")
+        run_checked(&mut cmd, &format!("installing {package}")).map_err(|e| {
+            format!("{e}\nInstall {package} yourself, then run this command again:\n    {by_hand}")
         })?;
     }
-    find_in_path(QEMU).ok_or_else(|| {
-        format!("`{QEMU}` is still not on PATH after installing {QEMU_DEB}.\nInstall it with:\n    {by_hand}")
+    find_in_path(program).ok_or_else(|| {
+        format!(
+            "`{program}` is still not on PATH after installing {package}.\nInstall it with:\n    \
+             {by_hand}"
+        )
     })
 }
 

@@ -8,7 +8,9 @@
 //! runs the host unit tests and then the integration tests listed in [`tests`], judging each
 //! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`,
 //! measures the same operations in a Linux guest ([`linux`]) and writes the results, the
-//! report and its plots to `results/` ([`bench`], [`report`], [`plot`]).
+//! report and its plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces
+//! the null RPC's kernel passes with gdb and breaks them down by stage ([`profile`],
+//! [`stages`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
@@ -23,9 +25,11 @@ mod initrd;
 mod judge;
 mod linux;
 mod plot;
+mod profile;
 mod qemu;
 mod report;
 mod run;
+mod stages;
 mod test;
 mod tests;
 mod workspace;
@@ -66,6 +70,10 @@ commands:
       --quick            Baton only, one run (no repeatability check, no cycles, no Linux)
   bench-linux            the Linux side of `bench` alone: a Debian guest, twice; writes
                          results/linux.json
+  profile                seed 001's Table 1 for Baton: the null RPC kernel path by stage, for
+                         the switching fast path and migrating RPC, counted instruction by
+                         instruction (gdb single-steps the bench image under TCG -icount);
+                         writes results/profile.md and prints it
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
   help                   print this text
 
@@ -112,6 +120,7 @@ enum Cmd {
     Test(TestOpts),
     Bench(BenchOpts),
     BenchLinux,
+    Profile,
     Clippy,
     Help,
 }
@@ -135,6 +144,7 @@ fn main() -> ExitCode {
         Cmd::Test(opts) => test::test(&opts),
         Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::BenchLinux => linux::bench_linux(),
+        Cmd::Profile => profile::profile(),
         Cmd::Clippy => clippy::clippy(),
     };
     result.unwrap_or_else(|msg| {
@@ -210,8 +220,9 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
             }
             Ok(Cmd::Bench(opts))
         }
-        "bench-linux" => match rest.next() {
-            Some(arg) => Err(format!("`bench-linux` takes no arguments, got `{arg}`")),
+        "bench-linux" | "profile" => match rest.next() {
+            Some(arg) => Err(format!("`{cmd}` takes no arguments, got `{arg}`")),
+            None if cmd == "profile" => Ok(Cmd::Profile),
             None => Ok(Cmd::BenchLinux),
         },
         "help" | "-h" | "--help" => Ok(Cmd::Help),
@@ -318,6 +329,11 @@ mod unit_tests {
     }
 
     #[test]
+    fn parses_profile() {
+        assert_eq!(p(&["profile"]).unwrap(), Cmd::Profile);
+    }
+
+    #[test]
     fn rejects_bad_input() {
         for bad in [
             &[][..],
@@ -331,6 +347,7 @@ mod unit_tests {
             &["test", "--gdb"],
             &["clippy", "extra"],
             &["bench", "--tcg"],
+            &["profile", "--quick"],
         ] {
             assert!(p(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -1,0 +1,572 @@
+//! `cargo xtask profile`: the null RPC kernel path by stage, as seed 001 (Ford & Lepreau,
+//! section 8.3, Table 1) counted it, for Baton's two RPC paths, exactly, in instructions.
+//!
+//! 1. The images are built as for `bench`, and the same benchmark image (`init=bench
+//!    shutdown`) is booted once per path ([`PATHS`], both at once) under TCG with `-icount
+//!    shift=0,align=off,sleep=off`, one CPU, and QEMU's gdb stub on a free local port with
+//!    the CPU paused (`-gdb tcp:127.0.0.1:<port> -S`: as `-s -S`, on a port of its own).
+//!    The serial logs go to `results/profile.<path>.log`.
+//! 2. gdb, in batch mode, runs a Python script that xtask writes to a temporary file
+//!    ([`gdb_script`]): a hardware breakpoint on `syscall_entry` whose Python `stop` method
+//!    counts the entries with the path's trigger (`rax` = system call number, optionally
+//!    `rdi`) and stops at the one after the first [`PathSpec::skip`]. Then it `stepi`s
+//!    through the kernel recording every `pc` until the next return to user mode (the `pc`
+//!    drops below the kernel half), runs the user code to the next `syscall_entry`
+//!    untraced, and traces that kernel pass too: two passes, one RPC round trip. Then it
+//!    kills QEMU. The trace goes to `results/profile.<path>.trace`, gdb's output to
+//!    `results/profile.<path>.gdb.log`.
+//! 3. Every traced `pc` is symbolized with one `addr2line -a -f -i -C` run (inline chains,
+//!    innermost first), each instruction is sorted into a stage by [`crate::stages::RULES`],
+//!    and `results/profile.md` is written and printed ([`crate::stages::report`]).
+//!
+//! Single-stepping under `-icount` is deterministic, and nothing the host does reaches the
+//! guest, so two runs give the same tables.
+
+use crate::build::{self, Images};
+use crate::deps;
+use crate::qemu::{self, Accel, Machine};
+use crate::report::Meta;
+use crate::stages::{self, Header, Pass, PathProfile, Side};
+use crate::test::wait_with_timeout;
+use crate::workspace::{command, note, root, shell_line};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs::{self, File};
+use std::path::Path;
+use std::process::{Child, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// gdb (and QEMU with it) is killed, and the profile fails, after this long.
+const TIMEOUT: Duration = Duration::from_secs(300);
+/// A traced pass longer than this is an error (no return to user mode).
+const PASS_LIMIT: u64 = 20_000;
+
+/// One traced kernel pass: what the gdb script wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RawPass {
+    /// `rax` at `syscall_entry`: the system call number.
+    pub rax: u64,
+    /// `rdi` at `syscall_entry`: its first argument.
+    pub rdi: u64,
+    /// Every instruction's address, in order, up to and including the `sysretq`.
+    pub pcs: Vec<u64>,
+}
+
+/// What a traced pass must be, and how it is reported.
+pub struct PassSpec {
+    /// Its label in the report.
+    pub label: &'static str,
+    /// Who makes the system call.
+    pub side: Side,
+    /// The system call number it must start with.
+    pub rax: u64,
+}
+
+/// One RPC path to trace.
+pub struct PathSpec {
+    /// Short name, for files (`results/profile.<name>.*`).
+    pub name: &'static str,
+    /// The column's name in the report.
+    pub column: &'static str,
+    /// The benchmark row whose RPCs are traced.
+    pub bench: &'static str,
+    /// The trigger: the system call number in `rax`.
+    pub rax: u64,
+    /// The trigger's `rdi`, if it matters.
+    pub rdi: Option<u64>,
+    /// How many triggering entries are let through first (warm-up: the caches of the
+    /// kernel's tables are in their steady state).
+    pub skip: u64,
+    /// The two passes in the order traced.
+    pub traced: [PassSpec; 2],
+    /// The order of the report: indices into `traced`, call first.
+    pub order: [usize; 2],
+}
+
+/// `ipc_msg`'s system call number.
+const IPC_MSG: u64 = 18;
+/// `act_return`'s system call number.
+const ACT_RETURN: u64 = 41;
+/// `MSG_SEND | MSG_RECEIVE`.
+const SEND_RECEIVE: u64 = 3;
+
+/// The two paths: the switching fast path (`rpc.null.fast`) and migrating RPC
+/// (`rpc.null.migrating`).
+pub const PATHS: [PathSpec; 2] = [
+    PathSpec {
+        name: "fast",
+        column: "switching (fast path)",
+        bench: "rpc.null.fast",
+        rax: IPC_MSG,
+        rdi: Some(SEND_RECEIVE),
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "call: client's ipc_msg(SEND|RECEIVE)",
+                side: Side::Client,
+                rax: IPC_MSG,
+            },
+            PassSpec {
+                label: "reply: server's ipc_msg(SEND|RECEIVE)",
+                side: Side::Server,
+                rax: IPC_MSG,
+            },
+        ],
+        order: [0, 1],
+    },
+    PathSpec {
+        name: "migrating",
+        column: "migrating",
+        bench: "rpc.null.migrating",
+        rax: ACT_RETURN,
+        rdi: None,
+        skip: 300,
+        traced: [
+            PassSpec {
+                label: "return: server's act_return",
+                side: Side::Server,
+                rax: ACT_RETURN,
+            },
+            PassSpec {
+                label: "call: client's ipc_msg(SEND|RECEIVE)",
+                side: Side::Client,
+                rax: IPC_MSG,
+            },
+        ],
+        order: [1, 0],
+    },
+];
+
+impl PathSpec {
+    /// How the traced RPC was found, for the report.
+    fn trigger(&self) -> String {
+        let what = match (self.rax, self.rdi) {
+            (IPC_MSG, Some(SEND_RECEIVE)) => "ipc_msg(SEND|RECEIVE)".to_string(),
+            (ACT_RETURN, None) => "act_return".to_string(),
+            (rax, Some(rdi)) => format!("system call {rax} with rdi = {rdi}"),
+            (rax, None) => format!("system call {rax}"),
+        };
+        format!(
+            "the {} {what} traced, then the next kernel entry",
+            ordinal(self.skip + 1)
+        )
+    }
+}
+
+/// `1st`, `2nd`, `401st`, ...
+fn ordinal(n: u64) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
+}
+
+/// Runs `cargo xtask profile`.
+pub fn profile() -> Result<ExitCode, String> {
+    let start = Instant::now();
+    deps::ensure_target()?;
+    let qemu = deps::ensure_qemu()?;
+    let gdb = deps::ensure_tool(&deps::GDB)?;
+    let addr2line = deps::ensure_tool(&deps::ADDR2LINE)?;
+    let images = build::build()?;
+    if !images.programs.iter().any(|p| p == "bench") {
+        return Err("the initrd has no `bench` program (user/programs/src/bin/bench.rs)".into());
+    }
+    let dir = root().join("results");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+
+    note(format!(
+        "tracing {} under QEMU TCG -icount with gdb, both at once (about a minute)",
+        PATHS.map(|p| p.bench).join(" and ")
+    ));
+    let traces: Vec<Result<Vec<RawPass>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = PATHS
+            .iter()
+            .map(|spec| {
+                let (images, qemu, gdb, dir) = (&images, &qemu, &gdb, &dir);
+                s.spawn(move || trace(spec, images, qemu, gdb, dir))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("the tracing thread panicked".into()))
+            })
+            .collect()
+    });
+    let mut raw = Vec::new();
+    for (spec, t) in PATHS.iter().zip(traces) {
+        let passes = t.map_err(|e| format!("tracing {}: {e}", spec.bench))?;
+        check_passes(spec, &passes)?;
+        raw.push(passes);
+    }
+
+    let pcs: Vec<u64> = {
+        let mut all: Vec<u64> = raw.iter().flatten().flat_map(|p| p.pcs.clone()).collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    };
+    let chains = symbolize(&addr2line, &images.kernel, &pcs)?;
+    let profiles: Vec<PathProfile> = PATHS
+        .iter()
+        .zip(&raw)
+        .map(|(spec, passes)| {
+            let pass = |i: usize| {
+                let t = &spec.traced[i];
+                Pass::classify(t.label.to_string(), t.side, &passes[i].pcs, &chains)
+            };
+            PathProfile {
+                column: spec.column.to_string(),
+                bench: spec.bench.to_string(),
+                trigger: spec.trigger(),
+                passes: [pass(spec.order[0]), pass(spec.order[1])],
+            }
+        })
+        .collect();
+
+    let meta = Meta::collect(&qemu);
+    let header = Header {
+        commit: &meta.commit,
+        qemu: &meta.qemu,
+    };
+    let text = stages::report(&header, &profiles[0], &profiles[1]);
+    let out = dir.join("profile.md");
+    fs::write(&out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    println!("{text}");
+    note(format!(
+        "wrote {}; traces, gdb output and serial logs are results/profile.*",
+        out.display()
+    ));
+    note(format!(
+        "cargo xtask profile took {:.0}s",
+        start.elapsed().as_secs_f64()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Checks that the traced passes are the ones `spec` expects.
+fn check_passes(spec: &PathSpec, passes: &[RawPass]) -> Result<(), String> {
+    if passes.len() != spec.traced.len() {
+        return Err(format!(
+            "{}: {} passes traced, {} expected",
+            spec.bench,
+            passes.len(),
+            spec.traced.len()
+        ));
+    }
+    for (n, (p, want)) in passes.iter().zip(&spec.traced).enumerate() {
+        if p.rax != want.rax {
+            return Err(format!(
+                "{}: pass {n} ({}) started with system call {}, not {}; has the benchmark \
+                 program changed? (results/profile.{}.trace)",
+                spec.bench, want.label, p.rax, want.rax, spec.name
+            ));
+        }
+        if p.pcs.is_empty() {
+            return Err(format!("{}: pass {n} is empty", spec.bench));
+        }
+    }
+    Ok(())
+}
+
+/// Boots the benchmark image paused with a gdb stub and traces `spec`'s two kernel passes.
+fn trace(
+    spec: &PathSpec,
+    images: &Images,
+    qemu: &Path,
+    gdb: &Path,
+    dir: &Path,
+) -> Result<Vec<RawPass>, String> {
+    let port = free_port()?;
+    let serial = dir.join(format!("profile.{}.log", spec.name));
+    let trace_file = dir.join(format!("profile.{}.trace", spec.name));
+    let gdb_log = dir.join(format!("profile.{}.gdb.log", spec.name));
+    let script = std::env::temp_dir().join(format!(
+        "baton-profile-{}-{}.py",
+        std::process::id(),
+        spec.name
+    ));
+    let _ = fs::remove_file(&trace_file);
+    let remote = format!("127.0.0.1:{port}");
+    fs::write(&script, gdb_script(spec, &remote, &trace_file))
+        .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+
+    let machine = Machine {
+        images,
+        accel: Accel::Tcg,
+        smp: 1,
+        cmdline: qemu::cmdline("bench", true, &[]),
+        icount: true,
+        gdb: false,
+    };
+    // The serial console (QEMU's standard output) to a file, never a pipe, as `bench`
+    // does; the stub on a port of our own, so that the two paths and a `cargo xtask gdb`
+    // elsewhere do not collide.
+    let mut q = machine.command(qemu);
+    q.args(["-gdb", &format!("tcp:{remote}"), "-S"]);
+    note(format!("$ {}", shell_line(&q)));
+    let log =
+        File::create(&serial).map_err(|e| format!("cannot create {}: {e}", serial.display()))?;
+    q.stdin(Stdio::null()).stdout(log).stderr(Stdio::null());
+    let mut qemu_child = q
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+
+    let result = run_gdb(gdb, images, &script, &gdb_log);
+    let _ = fs::remove_file(&script);
+    // gdb killed QEMU; make sure of it whatever happened.
+    stop(&mut qemu_child);
+    result?;
+    let text = fs::read_to_string(&trace_file)
+        .map_err(|e| format!("cannot read {}: {e}", trace_file.display()))?;
+    parse_trace(&text).map_err(|e| format!("{}: {e}", trace_file.display()))
+}
+
+/// Runs gdb on `script`, its output to `log`.
+fn run_gdb(gdb: &Path, images: &Images, script: &Path, log: &Path) -> Result<(), String> {
+    let mut cmd = command(gdb);
+    cmd.args(["-batch", "-nx", "-x"])
+        .arg(script)
+        .arg(&images.kernel);
+    note(format!("$ {}", shell_line(&cmd)));
+    let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let err = file
+        .try_clone()
+        .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(err);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", gdb.display()))?;
+    let status = wait_with_timeout(&mut child, TIMEOUT)?;
+    let tail = || {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let mut t = String::new();
+        for l in &lines[lines.len().saturating_sub(15)..] {
+            let _ = write!(t, "\n    | {l}");
+        }
+        t
+    };
+    match status {
+        None => Err(format!(
+            "gdb did not finish within {}s (log {}){}",
+            TIMEOUT.as_secs(),
+            log.display(),
+            tail()
+        )),
+        Some(s) if !s.success() => {
+            Err(format!("gdb failed ({s}; log {}){}", log.display(), tail()))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// Kills and reaps a child of ours if it is still running.
+fn stop(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+}
+
+/// A TCP port on 127.0.0.1 that nothing listens on right now.
+fn free_port() -> Result<u16, String> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("cannot find a free local port: {e}"))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| format!("cannot find a free local port: {e}"))
+}
+
+/// The gdb script's logic; [`gdb_script`] puts the settings in front.
+const GDB_SCRIPT: &str = r#"
+import gdb, time
+
+KERNEL_HALF = 0xFFFF800000000000
+MASK = (1 << 64) - 1
+
+def reg(name):
+    return int(gdb.selected_frame().read_register(name)) & MASK
+
+gdb.execute("set pagination off")
+gdb.execute("set confirm off")
+ENTRY = int(gdb.parse_and_eval("(unsigned long)&syscall_entry")) & MASK
+for attempt in range(200):
+    try:
+        gdb.execute("target remote " + REMOTE, to_string=True)
+        break
+    except gdb.error:
+        time.sleep(0.05)
+else:
+    raise gdb.GdbError("cannot connect to QEMU's gdb stub at " + REMOTE)
+
+class Trigger(gdb.Breakpoint):
+    # Stops at the entry after the first SKIP whose rax (and rdi) match.
+    def __init__(self):
+        super().__init__("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+        self.seen = 0
+    def stop(self):
+        if reg("rax") != TRIGGER_RAX:
+            return False
+        if TRIGGER_RDI is not None and reg("rdi") != TRIGGER_RDI:
+            return False
+        self.seen += 1
+        return self.seen > SKIP
+
+def run_to(bp):
+    gdb.execute("continue", to_string=True)
+    if reg("pc") != ENTRY:
+        raise gdb.GdbError("stopped at 0x%x, not at syscall_entry" % reg("pc"))
+    bp.delete()
+
+out = open(OUT, "w")
+run_to(Trigger())
+for n in range(PASSES):
+    if n > 0:
+        run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True))
+    out.write("pass %d rax=%x rdi=%x\n" % (n, reg("rax"), reg("rdi")))
+    count = 0
+    while True:
+        pc = reg("pc")
+        out.write("%x\n" % pc)
+        count += 1
+        if count > LIMIT:
+            raise gdb.GdbError("pass %d: no return to user mode in %d instructions" % (n, LIMIT))
+        gdb.execute("stepi", to_string=True)
+        if pc >= KERNEL_HALF and reg("pc") < KERNEL_HALF:
+            break
+out.write("end\n")
+out.close()
+gdb.execute("kill")
+"#;
+
+/// The gdb Python script that traces `spec`'s passes through the stub at `remote`,
+/// writing them to `out`.
+pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path) -> String {
+    let rdi = spec.rdi.map_or("None".to_string(), |r| r.to_string());
+    format!(
+        "# Written by `cargo xtask profile` (xtask/src/profile.rs) for {bench}.\n\
+         REMOTE = {remote:?}\nTRIGGER_RAX = {rax}\nTRIGGER_RDI = {rdi}\nSKIP = {skip}\n\
+         PASSES = {passes}\nLIMIT = {PASS_LIMIT}\nOUT = {out:?}\n{GDB_SCRIPT}",
+        bench = spec.bench,
+        rax = spec.rax,
+        skip = spec.skip,
+        passes = spec.traced.len(),
+        out = out.display().to_string(),
+    )
+}
+
+/// Parses the trace file the gdb script wrote: per pass, a line `pass <n> rax=<hex>
+/// rdi=<hex>` and one hexadecimal `pc` per line; `end` after the last.
+pub fn parse_trace(text: &str) -> Result<Vec<RawPass>, String> {
+    let mut passes: Vec<RawPass> = Vec::new();
+    let mut ended = false;
+    for (n, line) in text.lines().enumerate() {
+        let bad = || format!("line {}: unexpected `{line}`", n + 1);
+        if ended {
+            return Err(bad());
+        }
+        if line == "end" {
+            ended = true;
+        } else if let Some(rest) = line.strip_prefix("pass ") {
+            let mut regs = BTreeMap::new();
+            for word in rest.split_whitespace().skip(1) {
+                let (k, v) = word.split_once('=').ok_or_else(bad)?;
+                regs.insert(k, u64::from_str_radix(v, 16).map_err(|_| bad())?);
+            }
+            passes.push(RawPass {
+                rax: *regs.get("rax").ok_or_else(bad)?,
+                rdi: *regs.get("rdi").ok_or_else(bad)?,
+                pcs: Vec::new(),
+            });
+        } else {
+            let pc = u64::from_str_radix(line.trim(), 16).map_err(|_| bad())?;
+            passes.last_mut().ok_or_else(bad)?.pcs.push(pc);
+        }
+    }
+    if !ended {
+        return Err("the trace is incomplete (no `end`): gdb stopped early".into());
+    }
+    Ok(passes)
+}
+
+/// The inline chains of `pcs` in `kernel`, from one `addr2line` run.
+fn symbolize(
+    addr2line: &Path,
+    kernel: &Path,
+    pcs: &[u64],
+) -> Result<BTreeMap<u64, Vec<stages::Frame>>, String> {
+    let mut cmd = command(addr2line);
+    cmd.args(["-a", "-f", "-i", "-C", "-e"]).arg(kernel);
+    cmd.args(pcs.iter().map(|pc| format!("0x{pc:x}")));
+    let output = cmd
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", addr2line.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "addr2line failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let chains = stages::parse_addr2line(&String::from_utf8_lossy(&output.stdout))?;
+    if let Some(pc) = pcs.iter().find(|pc| !chains.contains_key(pc)) {
+        return Err(format!("addr2line said nothing about 0x{pc:x}"));
+    }
+    Ok(chains)
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn parses_traces() {
+        let t = "pass 0 rax=12 rdi=3\nffffffff80129ab6\nffffffff80129ab8\npass 1 rax=29 rdi=0\n\
+                 ffffffff80129ab6\nend\n";
+        let p = parse_trace(t).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!((p[0].rax, p[0].rdi), (18, 3));
+        assert_eq!(p[0].pcs, vec![0xffffffff80129ab6, 0xffffffff80129ab8]);
+        assert_eq!((p[1].rax, p[1].pcs.len()), (41, 1));
+        assert!(parse_trace("pass 0 rax=12 rdi=3\n10\n").is_err());
+        assert!(parse_trace("10\nend\n").is_err());
+        assert!(parse_trace("pass 0 rax=12\nend\n").is_err());
+        assert!(parse_trace("pass 0 rax=12 rdi=3\nxyz\nend\n").is_err());
+    }
+
+    #[test]
+    fn writes_the_gdb_settings() {
+        let s = gdb_script(&PATHS[1], "127.0.0.1:4000", Path::new("/r/p.trace"));
+        assert!(s.contains("REMOTE = \"127.0.0.1:4000\"\n"), "{s}");
+        assert!(s.contains("TRIGGER_RAX = 41\nTRIGGER_RDI = None\nSKIP = 300\nPASSES = 2\n"));
+        assert!(s.contains("OUT = \"/r/p.trace\"\n"));
+        let s = gdb_script(&PATHS[0], "x", Path::new("y"));
+        assert!(
+            s.contains("TRIGGER_RAX = 18\nTRIGGER_RDI = 3\nSKIP = 400\n"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn reports_calls_first() {
+        for spec in &PATHS {
+            assert_eq!(spec.traced[spec.order[0]].side, Side::Client);
+            assert_eq!(spec.traced[spec.order[1]].side, Side::Server);
+        }
+        assert_eq!(
+            PATHS[0].trigger(),
+            "the 401st ipc_msg(SEND|RECEIVE) traced, then the next kernel entry"
+        );
+        assert_eq!(ordinal(301), "301st");
+        assert_eq!(ordinal(312), "312th");
+        assert_eq!(ordinal(2), "2nd");
+    }
+}
