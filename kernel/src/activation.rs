@@ -93,7 +93,7 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     if opts != MSG_SEND | MSG_RECEIVE {
         return;
     }
-    let s_key = th.task_key;
+    let (s_key, sidetracked) = (th.task_key, th.sidetracked);
     let header = paging::read_header(page);
     let size = header.size as usize;
     if header.bits >> 16 != 0
@@ -114,11 +114,12 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     if !k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating()) {
         return;
     }
-    migrate(k, cpu, cur, page, &header, dest.port)
+    migrate(k, cpu, cur, page, &header, dest.port, sidetracked)
 }
 
-/// Runs the call of `cur` (on `cpu`; its request `header` is in its IPC buffer `page`) in an
-/// activation of `port`, which has a pool; or blocks it until one is free.
+/// Runs the call of `cur` (on `cpu`; its request `header` is in its IPC buffer `page`;
+/// `sidetracked` is its `Thread::sidetracked`) in an activation of `port`, which has a
+/// pool; or blocks it until one is free.
 #[inline(always)]
 pub fn migrate(
     k: &mut Kernel,
@@ -127,9 +128,9 @@ pub fn migrate(
     page: PhysAddr,
     header: &MsgHeader,
     port_id: PortId,
+    sidetracked: bool,
 ) -> ! {
     let size = header.size as usize;
-    let sidetracked = k.threads.get(cur).is_some_and(|t| t.sidetracked);
     let Some(port) = k.ipc.port_mut(port_id) else {
         // Not reachable: the caller found the port alive. Let the general path report.
         crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
@@ -276,7 +277,13 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
 /// ends the thread when it is home.
 fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), Error>) -> ! {
     give_back(k, saved.act, saved.port);
-    let Some(th) = k.threads.get_mut(cur) else {
+    let alive = !saved.ctl.dead
+        && k.tasks
+            .by_key(saved.task_key)
+            .is_some_and(|t| t.ending.is_none());
+    let cpu = crate::arch::gdt::this_cpu();
+    let kernel_root = k.kernel_root;
+    let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) else {
         panic!("resume_below: running thread {cur:?} vanished");
     };
     th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
@@ -285,13 +292,9 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     th.space = saved.space;
     th.ipc_buffer = saved.ipc_buffer;
     th.exc_port = saved.exc_port;
-    let left = core::mem::replace(&mut th.ctl, saved.ctl);
-    if left.suspend > 0 {
+    if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
         crate::control::suspended_sub(1);
     }
-    let Some(th) = k.threads.get_mut(cur) else {
-        panic!("resume_below: running thread {cur:?} vanished");
-    };
     // A kill pending on a migrated thread was aimed at the activation just left (its
     // task is ending); the one below is dealt with by the `alive` check.
     th.kill_pending = false;
@@ -304,18 +307,10 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     } else {
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
-    let alive = !saved.ctl.dead
-        && k.tasks
-            .by_key(saved.task_key)
-            .is_some_and(|t| t.ending.is_none());
-    let cpu = crate::arch::gdt::this_cpu();
-    let kernel_root = k.kernel_root;
-    if let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) {
-        kernel::switch_in(c, kernel_root, cpu, cur, th);
-    }
+    kernel::switch_in(c, kernel_root, cpu, cur, th);
     if !alive {
         // The caller's task is ending: unwind further, or end the thread at home.
-        match k.threads.get_mut(cur).and_then(|th| th.below.pop()) {
+        match th.below.pop() {
             Some(below) => resume_below(k, cur, below, Err(Error::Aborted)),
             None => thread::thread_terminate_current(k),
         }

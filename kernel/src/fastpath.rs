@@ -61,7 +61,12 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
         .fast_plan(&sender.names, &header, IPC_BUFFER_SIZE, rcv_name)
     {
         Some(Fast::Transfer(plan)) => plan,
-        Some(Fast::Migrate(port)) => crate::activation::migrate(k, cpu, cur, page, &header, port),
+        Some(Fast::Migrate(port)) => {
+            // SAFETY: `th` points into the boxed thread `cur`, alive and unmoved (only
+            // lookups happened since it was taken, under the big kernel lock).
+            let sidetracked = unsafe { (*th).sidetracked };
+            crate::activation::migrate(k, cpu, cur, page, &header, port, sidetracked)
+        }
         None => return,
     };
     let sender: *mut Task = sender;
