@@ -92,8 +92,14 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if !(HEADER_SIZE..=limit).contains(&size) {
             return None;
         }
-        let own = space.lookup(rcv_name).ok()?;
         let dest = space.lookup(header.dest).ok()?;
+        let to = self.ports.get(dest.port)?;
+        let call = header.dest_disposition() == CALL && dest.kind == Held::Send;
+        if call && to.pool.is_migrating() {
+            // A call to a port with activations migrates; its reply port is never used.
+            return Some(Fast::Migrate(dest.port));
+        }
+        let own = space.lookup(rcv_name).ok()?;
         let consumed = match (header.dest_disposition(), dest.kind, own.kind) {
             (CALL, Held::Send, Held::Receive) => None,
             (REPLY, Held::SendOnce, Held::Receive) => Some(header.dest),
@@ -115,10 +121,6 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
             _ => return None,
         };
-        let to = self.ports.get(dest.port)?;
-        if to.pool.is_migrating() && consumed.is_none() {
-            return Some(Fast::Migrate(dest.port));
-        }
         let receiver = to.receivers.front()?;
         if !to.queue.is_empty() || !self.ports.get(own.port)?.queue.is_empty() {
             return None;
