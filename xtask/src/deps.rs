@@ -126,6 +126,16 @@ pub const ADDR2LINE: Tool = Tool {
                 sudo pacman -S binutils                 # Arch",
 };
 
+/// The disassembler `cargo xtask profile` classifies the traced instructions with (GNU
+/// binutils, Debian package `binutils`).
+pub const OBJDUMP: Tool = Tool {
+    program: "objdump",
+    package: "binutils",
+    what: "GNU binutils' objdump",
+    elsewhere: "sudo dnf install binutils               # Fedora\n    \
+                sudo pacman -S binutils                 # Arch",
+};
+
 /// A host program that a Debian package provides.
 pub struct Tool {
     /// The program looked up in `PATH`.

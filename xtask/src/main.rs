@@ -9,8 +9,8 @@
 //! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`,
 //! measures the same operations in a Linux guest ([`linux`]) and writes the results, the
 //! report and its plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces
-//! the null RPC's kernel passes with gdb and breaks them down by stage ([`profile`],
-//! [`stages`]).
+//! the null RPC's kernel passes with gdb and breaks them down by stage and instruction mix
+//! ([`profile`], [`stages`], [`mix`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
@@ -24,6 +24,7 @@ mod deps;
 mod initrd;
 mod judge;
 mod linux;
+mod mix;
 mod plot;
 mod profile;
 mod qemu;
@@ -70,8 +71,9 @@ commands:
       --quick            Baton only, one run (no repeatability check, no cycles, no Linux)
   bench-linux            the Linux side of `bench` alone: a Debian guest, twice; writes
                          results/linux.json
-  profile                seed 001's Table 1 for Baton: the null RPC kernel path by stage, for
-                         the switching fast path and migrating RPC, counted instruction by
+  profile                seed 001's Tables 1 and 2 for Baton: the null RPC kernel path by
+                         stage and instruction mix (loads/stores, branches), for the
+                         switching fast path and migrating RPC, counted instruction by
                          instruction (gdb single-steps the bench image under TCG -icount);
                          writes results/profile.md and prints it
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs

@@ -16,14 +16,19 @@
 //!    kills QEMU. The trace goes to `results/profile.<path>.trace`, gdb's output to
 //!    `results/profile.<path>.gdb.log`.
 //! 3. Every traced `pc` is symbolized with one `addr2line -a -f -i -C` run (inline chains,
-//!    innermost first), each instruction is sorted into a stage by [`crate::stages::RULES`],
-//!    and `results/profile.md` is written and printed ([`crate::stages::report`]).
+//!    innermost first) and each instruction is sorted into a stage by
+//!    [`crate::stages::RULES`]. One `objdump -d --no-show-raw-insn` of the kernel ELF gives
+//!    every instruction's text, and [`crate::mix::classify`] says whether it is a
+//!    load/store and whether a branch (Table 2). `results/profile.md` is written and
+//!    printed ([`crate::stages::report`]), and each traced pass, annotated instruction by
+//!    instruction, goes to `results/profile.<path>.insns` ([`listing`]).
 //!
 //! Single-stepping under `-icount` is deterministic, and nothing the host does reaches the
 //! guest, so two runs give the same tables.
 
 use crate::build::{self, Images};
 use crate::deps;
+use crate::mix::{self, Mix};
 use crate::qemu::{self, Accel, Machine};
 use crate::report::Meta;
 use crate::stages::{self, Header, Pass, PathProfile, Side};
@@ -172,6 +177,7 @@ pub fn profile() -> Result<ExitCode, String> {
     let qemu = deps::ensure_qemu()?;
     let gdb = deps::ensure_tool(&deps::GDB)?;
     let addr2line = deps::ensure_tool(&deps::ADDR2LINE)?;
+    let objdump = deps::ensure_tool(&deps::OBJDUMP)?;
     let images = build::build()?;
     if !images.programs.iter().any(|p| p == "bench") {
         return Err("the initrd has no `bench` program (user/programs/src/bin/bench.rs)".into());
@@ -213,13 +219,23 @@ pub fn profile() -> Result<ExitCode, String> {
         all
     };
     let chains = symbolize(&addr2line, &images.kernel, &pcs)?;
+    let insns = disassemble(&objdump, &images.kernel, &pcs)?;
+    let mixes: BTreeMap<u64, Mix> = insns
+        .iter()
+        .map(|(pc, text)| (*pc, mix::classify(text)))
+        .collect();
+    for (spec, passes) in PATHS.iter().zip(&raw) {
+        let out = dir.join(format!("profile.{}.insns", spec.name));
+        let text = listing(spec, passes, &chains, &insns);
+        fs::write(&out, text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    }
     let profiles: Vec<PathProfile> = PATHS
         .iter()
         .zip(&raw)
         .map(|(spec, passes)| {
             let pass = |i: usize| {
                 let t = &spec.traced[i];
-                Pass::classify(t.label.to_string(), t.side, &passes[i].pcs, &chains)
+                Pass::classify(t.label.to_string(), t.side, &passes[i].pcs, &chains, &mixes)
             };
             PathProfile {
                 column: spec.column.to_string(),
@@ -523,6 +539,74 @@ fn symbolize(
     Ok(chains)
 }
 
+/// The text of every instruction of `kernel` at the addresses `pcs`, from one `objdump -d
+/// --no-show-raw-insn` run (a linear sweep of the code sections: a traced address that is
+/// not the start of an instruction in it is an error).
+fn disassemble(
+    objdump: &Path,
+    kernel: &Path,
+    pcs: &[u64],
+) -> Result<BTreeMap<u64, String>, String> {
+    let mut cmd = command(objdump);
+    cmd.args(["-d", "--no-show-raw-insn"]).arg(kernel);
+    let output = cmd
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", objdump.display()))?;
+    if !output.status.success() {
+        return Err(format!(
+            "objdump failed ({}): {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let mut all = mix::parse_objdump(&String::from_utf8_lossy(&output.stdout));
+    let mut insns = BTreeMap::new();
+    for pc in pcs {
+        let text = all
+            .remove(pc)
+            .ok_or_else(|| format!("objdump shows no instruction at 0x{pc:x}"))?;
+        insns.insert(*pc, text);
+    }
+    Ok(insns)
+}
+
+/// The traced passes of `spec`, one instruction per line: the address, `M` for a
+/// load/store and `B` for a branch (`-` otherwise), the stage, the instruction, the
+/// innermost function; a `pass` line in front of each pass.
+pub fn listing(
+    spec: &PathSpec,
+    passes: &[RawPass],
+    chains: &BTreeMap<u64, Vec<stages::Frame>>,
+    insns: &BTreeMap<u64, String>,
+) -> String {
+    let mut out = String::new();
+    for (p, t) in passes.iter().zip(&spec.traced) {
+        let _ = writeln!(
+            out,
+            "pass {} (rax={:x} rdi={:x}, {} instructions)",
+            t.label,
+            p.rax,
+            p.rdi,
+            p.pcs.len()
+        );
+        for pc in &p.pcs {
+            let chain = chains.get(pc).map_or(&[][..], Vec::as_slice);
+            let text = insns.get(pc).map_or("?", String::as_str);
+            let m = mix::classify(text);
+            let _ = writeln!(
+                out,
+                "{pc:x} {}{} {:<19} {:<40} {}",
+                if m.memory { 'M' } else { '-' },
+                if m.branch { 'B' } else { '-' },
+                stages::stage(chain, t.side).short(),
+                text,
+                stages::function_of(chain)
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod unit_tests {
     use super::*;
@@ -553,6 +637,37 @@ mod unit_tests {
             s.contains("TRIGGER_RAX = 18\nTRIGGER_RDI = 3\nSKIP = 400\n"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn lists_instructions() {
+        let passes = [RawPass {
+            rax: 18,
+            rdi: 3,
+            pcs: vec![1, 2],
+        }];
+        let chains = BTreeMap::from([(
+            1,
+            vec![stages::Frame {
+                function: "syscall_entry".into(),
+                file: "??".into(),
+                line: 0,
+            }],
+        )]);
+        let insns = BTreeMap::from([(1, "push %rax".to_string()), (2, "jne 10 <x>".into())]);
+        let l = listing(&PATHS[0], &passes, &chains, &insns);
+        let lines: Vec<&str> = l.lines().collect();
+        assert_eq!(
+            lines[0],
+            "pass call: client's ipc_msg(SEND|RECEIVE) (rax=12 rdi=3, 2 instructions)"
+        );
+        assert!(
+            lines[1].starts_with("1 M- entry/exit (client) push %rax "),
+            "{l}"
+        );
+        assert!(lines[1].ends_with(" syscall_entry"), "{l}");
+        assert!(lines[2].starts_with("2 -B other "), "{l}");
+        assert!(lines[2].ends_with(" ??"), "{l}");
     }
 
     #[test]
