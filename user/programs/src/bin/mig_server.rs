@@ -35,7 +35,7 @@ pub const EXIT: u64 = 5;
 pub const ECHO: u64 = 10;
 /// RPC: call the peer's [`ECHO`] with the data and reply with its reply.
 pub const NEST: u64 = 11;
-/// RPC: sleep 30 ms, then echo.
+/// RPC: sleep for the nanoseconds in the request's first word (30 ms if none), then echo.
 pub const SLEEP: u64 = 12;
 /// RPC: the server task exits (its caller's call is aborted).
 pub const DIE: u64 = 13;
@@ -223,7 +223,12 @@ fn dispatch(req: &mut Request) {
         }
         ECHO => req.reply_in_place(ECHO, len),
         SLEEP => {
-            let _ = baton_rt::sleep_ns(30_000_000);
+            // The request's first word is how long (30 ms without one).
+            let ns = match word(req.data(), 0) {
+                0 => 30_000_000,
+                ns => ns,
+            };
+            let _ = baton_rt::sleep_ns(ns);
             req.reply_in_place(SLEEP, len);
         }
         COUNT => req.reply(COUNT, &SIDETRACKS.load(Ordering::Relaxed).to_le_bytes()),

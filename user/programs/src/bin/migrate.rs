@@ -172,7 +172,16 @@ static SLEEPERS_IN: AtomicU32 = AtomicU32::new(0);
 fn sleeper(_: u64) {
     SLEEPERS_IN.fetch_add(1, Ordering::SeqCst);
     let ok = IpcBuffer::new()
-        .and_then(|mut b| call(&mut b, TARGET.load(Ordering::Relaxed), SLEEP, &[1; 8]))
+        // Long enough that the main thread's call surely comes while it is inside, however
+        // the CPUs are scheduled.
+        .and_then(|mut b| {
+            call(
+                &mut b,
+                TARGET.load(Ordering::Relaxed),
+                SLEEP,
+                &300_000_000u64.to_le_bytes(),
+            )
+        })
         .is_ok_and(|(id, n)| id == SLEEP && n == 8);
     if !ok {
         FAILED.fetch_add(1, Ordering::SeqCst);
