@@ -83,6 +83,8 @@ const MIGRATE_REQUIRE: &[&str] = &[
     "ok: the caller's own thread ran the server: no context switch, no stack handoff",
     "ok: a nested call across three tasks migrates twice on one thread",
     "ok: a reply claiming descriptors gives the caller BadFormat",
+    "ok: a server that unmaps its activation's buffer during a call gives the caller BadAddress",
+    "ok: and that activation is retired",
     "ok: with every activation busy, a call waits until one comes back",
     "ok: the last activation went to a sidetrack upcall, which added one, and the call went on",
     "ok: when the server declines on the sidetrack, the call waits for an activation",

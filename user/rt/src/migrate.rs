@@ -41,6 +41,11 @@ pub struct Request {
 }
 
 impl Request {
+    /// The user address of this activation's buffer page.
+    pub fn buffer_address(&self) -> u64 {
+        self.buf as u64
+    }
+
     /// Whether this is a sidetrack upcall (no request: the pool is about to run dry, and
     /// the server may [`attach`] more activations before returning).
     pub fn is_sidetrack(&self) -> bool {

@@ -63,6 +63,9 @@ pub const NEST2: u64 = 20;
 pub const SPIN_ACT: u64 = 21;
 /// RPC: `set_priority(0, 1)` on the calling thread; reply with the raw result.
 pub const SETPRIO: u64 = 22;
+/// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
+/// gets `BadAddress`; the activation is retired).
+pub const UNMAP: u64 = 24;
 /// RPC: reply with [`ALERTS_SEEN`] and [`GOT_RIP`].
 pub const INFO: u64 = 23;
 /// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
@@ -316,6 +319,12 @@ fn dispatch(req: &mut Request) {
             req.reply(INFO, &out);
         }
         DIE => baton_rt::exit(3),
+        UNMAP => {
+            let page = req.buffer_address();
+            // SAFETY: nothing refers to the buffer page after this (`req` is not used
+            // again: the function returns at once).
+            let _ = unsafe { baton_rt::mem_unmap(page, 4096) };
+        }
         BAD => {
             req.reply_in_place(BAD, 0);
             // Claim one descriptor: the kernel must refuse the reply.

@@ -48,6 +48,7 @@ mod ids {
     pub const DIE: u64 = 13;
     pub const COUNT: u64 = 14;
     pub const BAD: u64 = 15;
+    pub const UNMAP: u64 = 24;
     pub const SPIN: u64 = 17;
     pub const MAIN_CPU: u64 = 18;
     pub const CPU: u64 = 6;
@@ -282,6 +283,16 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     check!(
         call(&mut buf, a, BAD, &[]) == Err(Error::BadFormat),
         "a reply claiming descriptors gives the caller BadFormat"
+    );
+    let before = must("stats", stats())?.activations;
+    check!(
+        call(&mut buf, b, UNMAP, &[]) == Err(Error::BadAddress),
+        "a server that unmaps its activation's buffer during a call gives the caller BadAddress"
+    );
+    let after = must("stats", stats())?.activations;
+    check!(
+        after + 1 == before,
+        "and that activation is retired ({before} -> {after})"
     );
 
     // 4. Exhaustion without sidetrack: two sleepers hold A's two activations; our call waits.
