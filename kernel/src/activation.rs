@@ -41,7 +41,7 @@
 use crate::arch::paging::{self, KernelMem};
 use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR};
 use crate::kernel::{self, Kernel, TaskId};
-use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND};
 use baton_abi::layout::{USER_END, USER_MIN};
@@ -277,28 +277,18 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
 /// ends the thread when it is home.
 fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), Error>) -> ! {
     give_back(k, saved.act, saved.port);
-    let alive = !saved.ctl.dead
-        && k.tasks
-            .by_key(saved.task_key)
-            .is_some_and(|t| t.ending.is_none());
+    let alive = lives(k, &saved);
+    let sidetrack = saved.sidetrack;
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
     let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) else {
         panic!("resume_below: running thread {cur:?} vanished");
     };
-    th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
-    th.task = saved.task;
-    th.task_key = saved.task_key;
-    th.space = saved.space;
-    th.ipc_buffer = saved.ipc_buffer;
-    th.exc_port = saved.exc_port;
-    if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
-        crate::control::suspended_sub(1);
-    }
+    restore(th, saved);
     // A kill pending on a migrated thread was aimed at the activation just left (its
     // task is ending); the one below is dealt with by the `alive` check.
     th.kill_pending = false;
-    if saved.sidetrack {
+    if sidetrack {
         // Run the `ipc_msg` again: `rax` still holds its number, `rip` steps back over
         // the two-byte `syscall`.
         th.frame.rip = th.frame.rip.wrapping_sub(2);
@@ -316,6 +306,30 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
         }
     }
     kernel::leave_to_user()
+}
+
+/// Whether the task of the activation `saved` lives on (it was not terminated and its
+/// task is not ending).
+fn lives(k: &Kernel, saved: &Saved) -> bool {
+    !saved.ctl.dead
+        && k.tasks
+            .by_key(saved.task_key)
+            .is_some_and(|t| t.ending.is_none())
+}
+
+/// Makes `saved` the running activation of `th` again: its registers, task, space, IPC
+/// buffer, exception port and control state; the frame box of the activation left is
+/// kept as the spare.
+fn restore(th: &mut Thread, saved: Saved) {
+    th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
+    th.task = saved.task;
+    th.task_key = saved.task_key;
+    th.space = saved.space;
+    th.ipc_buffer = saved.ipc_buffer;
+    th.exc_port = saved.exc_port;
+    if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
+        crate::control::suspended_sub(1);
+    }
 }
 
 /// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
@@ -360,26 +374,14 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
     };
     let mut saved = saved;
     loop {
+        let alive = lives(k, &saved);
+        let (act, port) = (saved.act, saved.port);
         let Some(th) = k.threads.get_mut(t) else {
             return true;
         };
-        th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
-        th.task = saved.task;
-        th.task_key = saved.task_key;
-        th.space = saved.space;
-        th.ipc_buffer = saved.ipc_buffer;
-        th.exc_port = saved.exc_port;
+        restore(th, saved);
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
-        let left = core::mem::replace(&mut th.ctl, saved.ctl);
-        if left.suspend > 0 {
-            crate::control::suspended_sub(1);
-        }
-        let (act, port) = (saved.act, saved.port);
-        let alive = !saved.ctl.dead
-            && k.tasks
-                .by_key(saved.task_key)
-                .is_some_and(|task| task.ending.is_none());
         give_back(k, act, port);
         if alive {
             return true;

@@ -23,7 +23,12 @@ use baton_rt::ipc::{
 use baton_rt::kobject::{call as kcall, thread_port, THREAD_TERMINATE};
 use baton_rt::migrate::{self, Act};
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, spawn_with, stats, Error, FOREVER};
+use baton_rt::{println, stats, Error, FOREVER};
+
+#[path = "../mig_proto.rs"]
+mod mig_proto;
+
+use mig_proto::*;
 
 baton_rt::entry!(main);
 
@@ -36,20 +41,6 @@ macro_rules! check {
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
-
-/// `mig_server`'s ids (see that program).
-const HELLO: u64 = 1;
-const CONFIG: u64 = 2;
-const READY: u64 = 3;
-const PEER: u64 = 4;
-const EXIT: u64 = 5;
-const SUSPEND_ACT: u64 = 7;
-const SPIN: u64 = 17;
-const WAIT_ALERT: u64 = 19;
-const NEST2: u64 = 20;
-const SPIN_ACT: u64 = 21;
-const SETPRIO: u64 = 22;
-const INFO: u64 = 23;
 
 static STACKS: StackPool<24, 16384> = StackPool::new();
 /// A's send right, and our reply port (shared by the task's threads).
@@ -88,41 +79,6 @@ fn raw_call(buf: &mut IpcBuffer, to: u64, id: u64, data: &[u8]) -> u64 {
     }
 }
 
-/// The reply's `i`th data word.
-fn word(buf: &IpcBuffer, i: usize) -> u64 {
-    buf.data()
-        .get(i * 8..i * 8 + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
-fn send(buf: &mut IpcBuffer, to: u64, id: u64, d: &[Descriptor], data: &[u8]) -> Result<(), Error> {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: to,
-        id,
-        ..MsgHeader::default()
-    };
-    buf.set(h, d, data)?;
-    buf.msg(MSG_SEND, 0, FOREVER)
-}
-
-/// Starts a `mig_server` with `acts` activations; our send right to it.
-fn start(buf: &mut IpcBuffer, acts: u64) -> Result<u64, Failed> {
-    let boot = must("port", port_allocate(0))?;
-    must("spawn mig_server", spawn_with("mig_server", boot))?;
-    must("hello", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
-    check!(buf.header().id == HELLO, "mig_server says hello");
-    let server = buf.descriptor(0).map_or(0, |d| d.value);
-    let mut cfg = [0u8; 24];
-    cfg[..8].copy_from_slice(&acts.to_le_bytes());
-    must("config", send(buf, server, CONFIG, &[], &cfg))?;
-    must("ready", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
-    check!(buf.header().id == READY, "mig_server is ready");
-    must("drop boot", baton_rt::ipc::cap_drop(boot))?;
-    Ok(server)
-}
-
 /// Helper: a NEST2 call to A whose inner call is B's WAIT_ALERT; stores B's answer and
 /// whether A saw an alert (`GOT` = how * 16 + a_saw) and the raw result.
 fn deep_waiter(_: u64) {
@@ -134,7 +90,7 @@ fn deep_waiter(_: u64) {
             &WAIT_ALERT.to_le_bytes(),
         );
         RAW.store(r, Ordering::SeqCst);
-        GOT.store(word(&b, 0) * 16 + word(&b, 1), Ordering::SeqCst);
+        GOT.store(word(b.data(), 0) * 16 + word(b.data(), 1), Ordering::SeqCst);
     }
     DONE.fetch_add(1, Ordering::SeqCst);
 }
@@ -178,7 +134,7 @@ fn locked_caller(_: u64) {
         let r = raw_call(&mut b, A.load(Ordering::Relaxed), SETPRIO, &[]);
         GOT.store(
             if locked.is_ok() && r == 0 {
-                word(&b, 0)
+                word(b.data(), 0)
             } else {
                 u64::MAX
             },
@@ -283,8 +239,8 @@ fn fuzz(base: &baton_rt::Stats) -> Result<(), Failed> {
 fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
     REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
-    let a = start(&mut buf, 4)?;
-    let b = start(&mut buf, 4)?;
+    let a = must("start mig_server", start(&mut buf, 4, false, false))?;
+    let b = must("start mig_server", start(&mut buf, 4, false, false))?;
     A.store(a, Ordering::Relaxed);
     must(
         "peer",
@@ -361,7 +317,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
             FOREVER,
         ),
     )?;
-    let rip = word(&buf, 1);
+    let rip = word(buf.data(), 1);
     check!(
         rip > 0 && rip < 0x8000_0000_0000,
         "a server suspends its activation while a client is inside and reads its registers (rip {rip:#x})"
@@ -441,7 +397,10 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         "after act_sched_lock, a server's set_priority on its caller's thread is Denied"
     );
     let r = raw_call(&mut buf, a, SETPRIO, &[]);
-    check!(r == 0 && word(&buf, 0) == 0, "without the lock it may");
+    check!(
+        r == 0 && word(buf.data(), 0) == 0,
+        "without the lock it may"
+    );
     must(
         "priority back",
         baton_rt::set_priority(0, baton_abi::PRIORITY_DEFAULT),

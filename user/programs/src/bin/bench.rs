@@ -48,6 +48,9 @@ use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
 
+#[path = "../mig_proto.rs"]
+mod mig_proto;
+
 baton_rt::entry!(main);
 
 /// Iterations run before recording.
@@ -481,24 +484,9 @@ fn rpc_benchmarks() -> Result<(), Failed> {
 /// (seed 001's migrating RPC).
 fn migrating_benchmarks() -> Result<(), Failed> {
     let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
-    let boot = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
-    spawn_with("mig_server", boot).map_err(|e| fail!("spawn mig_server: {}", e.name()))?;
-    buf.msg(MSG_RECEIVE, boot, FOREVER)
-        .map_err(|e| fail!("hello: {}", e.name()))?;
-    let server = buf.descriptor(0).map(|d| d.value).unwrap_or(0);
-    // One-way configuration: two activations, no sidetrack (mig_server's CONFIG).
-    let one_way = |id| MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: server,
-        id,
-        ..MsgHeader::default()
-    };
-    let mut cfg = [0u8; 24];
-    cfg[..8].copy_from_slice(&2u64.to_le_bytes());
-    buf.set(one_way(2), &[], &cfg)
-        .and_then(|()| buf.msg(MSG_SEND, 0, FOREVER))
-        .and_then(|()| buf.msg(MSG_RECEIVE, boot, FOREVER))
-        .map_err(|e| fail!("mig_server config: {}", e.name()))?;
+    // Two activations, no sidetrack.
+    let server = mig_proto::start(&mut buf, 2, false, false)
+        .map_err(|e| fail!("start mig_server: {}", e.name()))?;
     let reply = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
     for (name, len) in [
         ("rpc.null.migrating", 0),
@@ -507,10 +495,8 @@ fn migrating_benchmarks() -> Result<(), Failed> {
     ] {
         timed_rpcs(&mut buf, server, reply, name, len, false)?;
     }
-    let _ = buf
-        .set(one_way(5), &[], &[])
-        .and_then(|()| buf.msg(MSG_SEND, 0, FOREVER));
-    for name in [server, reply, boot] {
+    let _ = mig_proto::send(&mut buf, server, mig_proto::EXIT, &[], &[]);
+    for name in [server, reply] {
         let _ = cap_drop(name);
     }
     Ok(())

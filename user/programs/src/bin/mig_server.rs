@@ -18,59 +18,13 @@ use baton_rt::ipc::{
 use baton_rt::migrate::{self, Request};
 use baton_rt::{println, start::bootstrap, Error, FOREVER};
 
+#[path = "../mig_proto.rs"]
+mod mig_proto;
+
+use mig_proto::*;
+
 baton_rt::entry!(main);
 
-/// One-way, server → bootstrap: carries the send right.
-pub const HELLO: u64 = 1;
-/// One-way, client → server: data = activations (u64), sidetrack (u64 0/1), add on
-/// sidetrack (u64 0/1).
-pub const CONFIG: u64 = 2;
-/// One-way, server → bootstrap: the activations are attached.
-pub const READY: u64 = 3;
-/// One-way: a send right to the server [`NEST`] calls.
-pub const PEER: u64 = 4;
-/// One-way: exit.
-pub const EXIT: u64 = 5;
-/// RPC: echo the data (same id).
-pub const ECHO: u64 = 10;
-/// RPC: call the peer's [`ECHO`] with the data and reply with its reply.
-pub const NEST: u64 = 11;
-/// RPC: sleep for the nanoseconds in the request's first word (30 ms if none), then echo.
-pub const SLEEP: u64 = 12;
-/// RPC: the server task exits (its caller's call is aborted).
-pub const DIE: u64 = 13;
-/// RPC: reply with the number of sidetrack upcalls so far (u64).
-pub const COUNT: u64 = 14;
-/// RPC: reply with a malformed header (descriptors claimed).
-pub const BAD: u64 = 15;
-/// RPC: spin (run, not sleep) for the nanoseconds in the request (u64); reply with how long
-/// it spun (u64 ns).
-pub const SPIN: u64 = 17;
-/// RPC: reply with the CPU time (u64 ns) the server's own thread had used when it last
-/// handled a one-way [`CPU`].
-pub const MAIN_CPU: u64 = 18;
-/// One-way: the server's own thread notes its CPU time (for [`MAIN_CPU`]).
-pub const CPU: u64 = 6;
-/// RPC: turn alerts on and wait (polling, and sleeping 1 ms at a time) up to 5 s for an
-/// alert; reply with one word: 1 seen by polling, 2 by an interrupted sleep, 0 none.
-pub const WAIT_ALERT: u64 = 19;
-/// RPC: call the peer with the id in the request's first word (the rest of the data
-/// forwarded); reply with the peer's reply data, then a word saying whether this activation
-/// saw an alert after the nested call (alerts turned on then).
-pub const NEST2: u64 = 20;
-/// RPC: spin as [`SPIN`], with this activation's id noted for the server's own thread
-/// ([`SUSPEND_ACT`]).
-pub const SPIN_ACT: u64 = 21;
-/// RPC: `set_priority(0, 1)` on the calling thread; reply with the raw result.
-pub const SETPRIO: u64 = 22;
-/// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
-/// gets `BadAddress`; the activation is retired).
-pub const UNMAP: u64 = 24;
-/// RPC: reply with [`ALERTS_SEEN`] and [`GOT_RIP`].
-pub const INFO: u64 = 23;
-/// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
-/// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
-pub const SUSPEND_ACT: u64 = 7;
 /// The activation [`SPIN_ACT`] runs in.
 static SPIN_ACT_ID: AtomicU64 = AtomicU64::new(0);
 /// The `rip` read from it while suspended.
@@ -119,29 +73,18 @@ fn main(_task_id: u64) -> i32 {
     }
 }
 
-fn word(data: &[u8], i: usize) -> u64 {
-    data.get(i * 8..i * 8 + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
 fn serve() -> Result<(), Error> {
     let boot = bootstrap();
     let mut buf = IpcBuffer::new()?;
     let port = baton_rt::ipc::port_allocate(0)?;
     PORT.store(port, Ordering::Relaxed);
-    let one_way = |id| MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: boot,
-        id,
-        ..MsgHeader::default()
-    };
-    buf.set(
-        one_way(HELLO),
+    send(
+        &mut buf,
+        boot,
+        HELLO,
         &[Descriptor::port(port, Disposition::MakeSend)],
         &[],
     )?;
-    buf.msg(MSG_SEND, 0, FOREVER)?;
     buf.msg(MSG_RECEIVE, port, FOREVER)?;
     if buf.header().id != CONFIG {
         return Err(Error::InvalidArgument);
@@ -151,8 +94,7 @@ fn serve() -> Result<(), Error> {
     ADD_ON_SIDETRACK.store(add != 0, Ordering::Relaxed);
     migrate::attach(port, count as usize, dispatch)?;
     migrate::sidetrack(port, sidetrack != 0)?;
-    buf.set(one_way(READY), &[], &[])?;
-    buf.msg(MSG_SEND, 0, FOREVER)?;
+    send(&mut buf, boot, READY, &[], &[])?;
     loop {
         buf.msg(MSG_RECEIVE, port, FOREVER)?;
         match buf.header().id {
@@ -177,6 +119,17 @@ fn serve() -> Result<(), Error> {
             _ => {}
         }
     }
+}
+
+/// Runs (reading the clock, a system call, over and over) for `ns` nanoseconds; how long
+/// it ran.
+fn spin(ns: u64) -> u64 {
+    let t0 = baton_rt::clock_ns();
+    let mut t1 = t0;
+    while t1.wrapping_sub(t0) < ns {
+        t1 = baton_rt::clock_ns();
+    }
+    t1 - t0
 }
 
 /// Every migrating call runs here, on the caller's thread.
@@ -236,14 +189,8 @@ fn dispatch(req: &mut Request) {
         }
         COUNT => req.reply(COUNT, &SIDETRACKS.load(Ordering::Relaxed).to_le_bytes()),
         SPIN => {
-            let ns = word(req.data(), 0);
-            let t0 = baton_rt::clock_ns();
-            let mut t1 = t0;
-            while t1.wrapping_sub(t0) < ns {
-                core::hint::spin_loop();
-                t1 = baton_rt::clock_ns();
-            }
-            req.reply(SPIN, &(t1 - t0).to_le_bytes());
+            let spun = spin(word(req.data(), 0));
+            req.reply(SPIN, &spun.to_le_bytes());
         }
         MAIN_CPU => req.reply(MAIN_CPU, &MAIN_CPU_NS.load(Ordering::Relaxed).to_le_bytes()),
         WAIT_ALERT => {
@@ -300,13 +247,8 @@ fn dispatch(req: &mut Request) {
         }
         SPIN_ACT => {
             SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
-            let ns = word(req.data(), 0);
-            let t0 = baton_rt::clock_ns();
-            let mut t1 = t0;
-            while t1.wrapping_sub(t0) < ns {
-                t1 = baton_rt::clock_ns();
-            }
-            req.reply(SPIN_ACT, &(t1 - t0).to_le_bytes());
+            let spun = spin(word(req.data(), 0));
+            req.reply(SPIN_ACT, &spun.to_le_bytes());
         }
         SETPRIO => {
             let r = baton_rt::set_priority(0, 1).err().map_or(0, |e| e as u64);

@@ -21,7 +21,12 @@ use baton_rt::ipc::{
 };
 use baton_rt::migrate;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, spawn_with, stats, Error, FOREVER};
+use baton_rt::{println, stats, Error, FOREVER};
+
+#[path = "../mig_proto.rs"]
+mod mig_proto;
+
+use mig_proto::*;
 
 baton_rt::entry!(main);
 
@@ -34,26 +39,6 @@ macro_rules! check {
 fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
-
-/// `mig_server`'s message ids (see that program).
-mod ids {
-    pub const HELLO: u64 = 1;
-    pub const CONFIG: u64 = 2;
-    pub const READY: u64 = 3;
-    pub const PEER: u64 = 4;
-    pub const EXIT: u64 = 5;
-    pub const ECHO: u64 = 10;
-    pub const NEST: u64 = 11;
-    pub const SLEEP: u64 = 12;
-    pub const DIE: u64 = 13;
-    pub const COUNT: u64 = 14;
-    pub const BAD: u64 = 15;
-    pub const UNMAP: u64 = 24;
-    pub const SPIN: u64 = 17;
-    pub const MAIN_CPU: u64 = 18;
-    pub const CPU: u64 = 6;
-}
-use ids::*;
 
 static STACKS: StackPool<16, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
@@ -86,43 +71,6 @@ fn call(buf: &mut IpcBuffer, server: u64, id: u64, data: &[u8]) -> Result<(u64, 
     Ok((buf.header().id, buf.data().len()))
 }
 
-/// A one-way message to `to`.
-fn send(buf: &mut IpcBuffer, to: u64, id: u64, d: &[Descriptor], data: &[u8]) -> Result<(), Error> {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: to,
-        id,
-        ..MsgHeader::default()
-    };
-    buf.set(h, d, data)?;
-    buf.msg(MSG_SEND, 0, FOREVER)
-}
-
-/// Starts a `mig_server` with `acts` activations, sidetrack on or off, adding an activation
-/// on a sidetrack or not; returns our send right to its port.
-fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Result<u64, Failed> {
-    let boot = must("port", port_allocate(0))?;
-    must("spawn mig_server", spawn_with("mig_server", boot))?;
-    must("hello", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
-    check!(buf.header().id == HELLO, "mig_server says hello");
-    let server = buf.descriptor(0).map_or(0, |d| d.value);
-    let mut cfg = [0u8; 24];
-    for (i, w) in [acts, u64::from(sidetrack), u64::from(add)]
-        .iter()
-        .enumerate()
-    {
-        cfg[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
-    }
-    must("config", send(buf, server, CONFIG, &[], &cfg))?;
-    must("ready", buf.msg(MSG_RECEIVE, boot, FOREVER))?;
-    check!(
-        buf.header().id == READY,
-        "mig_server attached {acts} activations"
-    );
-    must("drop boot", baton_rt::ipc::cap_drop(boot))?;
-    Ok(server)
-}
-
 /// Low-priority callers stop spinning in the server.
 static STOP: AtomicU32 = AtomicU32::new(0);
 /// Low-priority calls in progress, and spinners that ended.
@@ -150,20 +98,12 @@ fn spinner(_: u64) {
     SPINNERS_DONE.fetch_add(1, Ordering::SeqCst);
 }
 
-/// The first word of the reply in `buf`.
-fn reply_word(buf: &IpcBuffer) -> u64 {
-    buf.data()
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
-
 /// The server's own thread's CPU time, as it noted it on a one-way `CPU`.
 fn main_cpu(buf: &mut IpcBuffer, server: u64) -> Result<u64, Failed> {
     must("cpu", send(buf, server, CPU, &[], &[]))?;
     must("let it note", baton_rt::sleep_ns(2_000_000))?;
     must("main cpu", call(buf, server, MAIN_CPU, &[]))?;
-    Ok(reply_word(buf))
+    Ok(word(buf.data(), 0))
 }
 
 /// Sleepers about to call.
@@ -225,7 +165,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     REPLY.store(must("reply port", port_allocate(0))?, Ordering::Relaxed);
 
     // 1. An echo migrates: no message queued, no switch, no handoff.
-    let a = start(&mut buf, 2, false, false)?;
+    let a = must("start mig_server", start(&mut buf, 2, false, false))?;
     let before = must("stats", stats())?;
     let data = [0x5au8; 32];
     let got = must("echo", call(&mut buf, a, ECHO, &data))?;
@@ -247,7 +187,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     );
 
     // 2. Nested: client → A → B, both migrating, on this one thread.
-    let b = start(&mut buf, 2, false, false)?;
+    let b = must("start mig_server", start(&mut buf, 2, false, false))?;
     must(
         "peer",
         send(
@@ -319,20 +259,16 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     );
 
     // 5. Sidetrack: one activation, the server adds one on the upcall.
-    let c = start(&mut buf, 1, true, true)?;
+    let c = must("start mig_server", start(&mut buf, 1, true, true))?;
     let got = must("echo c", call(&mut buf, c, ECHO, &[2; 16]))?;
     let count = must("count", call(&mut buf, c, COUNT, &[]))?;
-    let n = buf
-        .data()
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes);
+    let n = word(buf.data(), 0);
     check!(
         got == (ECHO, 16) && count.0 == COUNT && n == 1,
         "the last activation went to a sidetrack upcall, which added one, and the call went on"
     );
     // Declined: the call waits for an activation to come back.
-    let d = start(&mut buf, 2, true, false)?;
+    let d = must("start mig_server", start(&mut buf, 2, true, false))?;
     TARGET.store(d, Ordering::Relaxed);
     DONE.store(0, Ordering::SeqCst);
     SLEEPERS_IN.store(0, Ordering::SeqCst);
@@ -348,19 +284,15 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "when the server declines on the sidetrack, the call waits for an activation"
     );
     must("count d", call(&mut buf, d, COUNT, &[]))?;
-    let n = buf
-        .data()
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes);
+    let n = word(buf.data(), 0);
     check!(n >= 1, "the declined sidetrack upcall happened ({n})");
 
     // 6. The server's work is charged to the calling thread, and runs at its priority.
-    let e = start(&mut buf, 4, false, false)?;
+    let e = must("start mig_server", start(&mut buf, 4, false, false))?;
     let m0 = main_cpu(&mut buf, e)?;
     let c0 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
     must("spin", call(&mut buf, e, SPIN, &3_000_000u64.to_le_bytes()))?;
-    let spun = reply_word(&buf);
+    let spun = word(buf.data(), 0);
     let c1 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
     let m1 = main_cpu(&mut buf, e)?;
     check!(

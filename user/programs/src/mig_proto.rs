@@ -1,0 +1,120 @@
+//! The protocol of `mig_server`, the migrating-RPC server of the `migrate` and `actctl`
+//! tests and the `rpc.*.migrating` benchmarks: its message ids, and the client's side of
+//! starting one. The programs include this file with
+//! `#[path = "../mig_proto.rs"] mod mig_proto;` (they are separate binaries with no
+//! library between them).
+//!
+//! One-way messages go to the server's own thread (they do not migrate); RPCs run in its
+//! activations.
+
+// Each program uses part of the protocol.
+#![allow(dead_code)]
+
+use baton_rt::ipc::{
+    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+};
+use baton_rt::{spawn_with, Error, FOREVER};
+
+/// One-way, server → bootstrap: carries the send right.
+pub const HELLO: u64 = 1;
+/// One-way, client → server: data = activations (u64), sidetrack (u64 0/1), add on
+/// sidetrack (u64 0/1).
+pub const CONFIG: u64 = 2;
+/// One-way, server → bootstrap: the activations are attached.
+pub const READY: u64 = 3;
+/// One-way: a send right to the server [`NEST`] calls.
+pub const PEER: u64 = 4;
+/// One-way: exit.
+pub const EXIT: u64 = 5;
+/// RPC: echo the data (same id).
+pub const ECHO: u64 = 10;
+/// RPC: call the peer's [`ECHO`] with the data and reply with its reply.
+pub const NEST: u64 = 11;
+/// RPC: sleep for the nanoseconds in the request's first word (30 ms if none), then echo.
+pub const SLEEP: u64 = 12;
+/// RPC: the server task exits (its caller's call is aborted).
+pub const DIE: u64 = 13;
+/// RPC: reply with the number of sidetrack upcalls so far (u64).
+pub const COUNT: u64 = 14;
+/// RPC: reply with a malformed header (descriptors claimed).
+pub const BAD: u64 = 15;
+/// RPC: spin (run, not sleep) for the nanoseconds in the request (u64); reply with how long
+/// it spun (u64 ns).
+pub const SPIN: u64 = 17;
+/// RPC: reply with the CPU time (u64 ns) the server's own thread had used when it last
+/// handled a one-way [`CPU`].
+pub const MAIN_CPU: u64 = 18;
+/// One-way: the server's own thread notes its CPU time (for [`MAIN_CPU`]).
+pub const CPU: u64 = 6;
+/// RPC: turn alerts on and wait (polling, and sleeping 1 ms at a time) up to 5 s for an
+/// alert; reply with one word: 1 seen by polling, 2 by an interrupted sleep, 0 none.
+pub const WAIT_ALERT: u64 = 19;
+/// RPC: call the peer with the id in the request's first word (the rest of the data
+/// forwarded); reply with the peer's reply data, then a word saying whether this activation
+/// saw an alert after the nested call (alerts turned on then).
+pub const NEST2: u64 = 20;
+/// RPC: spin as [`SPIN`], with this activation's id noted for the server's own thread
+/// ([`SUSPEND_ACT`]).
+pub const SPIN_ACT: u64 = 21;
+/// RPC: `set_priority(0, 1)` on the calling thread; reply with the raw result.
+pub const SETPRIO: u64 = 22;
+/// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
+/// gets `BadAddress`; the activation is retired).
+pub const UNMAP: u64 = 24;
+/// RPC: reply with two words: the alerts [`WAIT_ALERT`] saw, and the `rip` [`SUSPEND_ACT`]
+/// read (or `1 << 62 | error`).
+pub const INFO: u64 = 23;
+/// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
+/// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
+pub const SUSPEND_ACT: u64 = 7;
+/// The `i`th little-endian word of `data` (0 past its end).
+pub fn word(data: &[u8], i: usize) -> u64 {
+    data.get(i * 8..i * 8 + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
+/// A one-way message `id` to `to` (a send right, copied) through `buf`.
+pub fn send(
+    buf: &mut IpcBuffer,
+    to: u64,
+    id: u64,
+    descriptors: &[Descriptor],
+    data: &[u8],
+) -> Result<(), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: to,
+        id,
+        ..MsgHeader::default()
+    };
+    buf.set(h, descriptors, data)?;
+    buf.msg(MSG_SEND, 0, FOREVER)
+}
+
+/// Starts a `mig_server` with `acts` activations, its sidetrack on or off, and adding an
+/// activation on a sidetrack upcall or not; waits until it is ready and returns the send
+/// right to its port. [`Error::BadFormat`] if the server does not follow the protocol.
+pub fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Result<u64, Error> {
+    let boot = port_allocate(0)?;
+    spawn_with("mig_server", boot)?;
+    buf.msg(MSG_RECEIVE, boot, FOREVER)?;
+    let server = match (buf.header().id, buf.descriptor(0)) {
+        (HELLO, Some(d)) => d.value,
+        _ => return Err(Error::BadFormat),
+    };
+    let mut cfg = [0u8; 24];
+    for (i, w) in [acts, u64::from(sidetrack), u64::from(add)]
+        .iter()
+        .enumerate()
+    {
+        cfg[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    send(buf, server, CONFIG, &[], &cfg)?;
+    buf.msg(MSG_RECEIVE, boot, FOREVER)?;
+    if buf.header().id != READY {
+        return Err(Error::BadFormat);
+    }
+    baton_rt::ipc::cap_drop(boot)?;
+    Ok(server)
+}
