@@ -77,6 +77,24 @@ pub struct Saved {
     pub ctl: kern::activation::ActState,
 }
 
+impl Saved {
+    /// A record to be filled by a migrating call (a thread's first at its depth).
+    fn blank() -> Saved {
+        Saved {
+            frame: alloc::boxed::Box::default(),
+            task: None,
+            task_key: Key(0),
+            space: None,
+            ipc_buffer: None,
+            exc_port: None,
+            act: Key(0),
+            port: Key(0),
+            sidetrack: false,
+            ctl: kern::activation::ActState::default(),
+        }
+    }
+}
+
 /// Tries to run the `ipc_msg` of `cur` (the running thread of `cpu`) as a migrating RPC.
 /// Returns only when the message does not go to a port with activations, having changed
 /// nothing; otherwise it upcalls the server or blocks the caller until an activation is
@@ -119,7 +137,7 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
 
 /// Runs the call of `cur` (on `cpu`; its request `header` is in its IPC buffer `page`;
 /// `sidetracked` is its `Thread::sidetracked`) in an activation of `port`, which has a
-/// pool; or blocks it until one is free.
+/// pool; or blocks it until one is free. `cur` is the thread running on this CPU.
 #[inline(always)]
 pub fn migrate(
     k: &mut Kernel,
@@ -176,13 +194,22 @@ pub fn migrate(
             size - HEADER_SIZE,
         );
     }
-    let Some(th) = k.threads.get_mut(cur) else {
-        panic!("migrate: running thread {cur:?} vanished");
-    };
+    k.stats.migrations += 1;
+    // SAFETY: `cur` runs on this CPU (it is in this system call) and no other reference to
+    // it is in use: everything above reached it only through `k.threads` inside calls
+    // that have returned.
+    let th = unsafe { thread::current_mut() };
     th.sidetracked = false;
-    // The server activation's registers: every field written (nothing of an earlier
-    // activation that used the box may show through).
-    let fresh = TrapFrame {
+    // The caller's context goes into a record (recycled: no allocation after a thread's
+    // first call at each depth). The record's frame box becomes the server activation's
+    // frame and the caller's box takes its place, so no register is copied; every register
+    // of the server's frame is written (nothing of whichever activation used the box
+    // before may show through).
+    let mut rec = th
+        .spare
+        .take()
+        .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank()));
+    *rec.frame = TrapFrame {
         rdi: buffer.0,
         rsi: if sidetrack { 0 } else { size as u64 },
         rdx: a.0,
@@ -190,44 +217,36 @@ pub fn migrate(
         vector: SYSCALL_VECTOR,
         ..TrapFrame::new_user(entry, stack, buffer.0)
     };
-    let frame = match th.spare_frame.take() {
-        Some(mut b) => {
-            *b = fresh;
-            b
-        }
-        None => alloc::boxed::Box::new(fresh),
-    };
-    th.below.push(Saved {
-        frame: core::mem::replace(&mut th.frame, frame),
-        task: th.task,
-        task_key: th.task_key,
-        space: th.space,
-        ipc_buffer: th.ipc_buffer,
-        exc_port: th.exc_port.take(),
-        act: a,
-        port: port_id,
-        sidetrack,
-        ctl: th.ctl,
-    });
+    core::mem::swap(&mut th.frame, &mut rec.frame);
+    rec.task = th.task;
+    rec.task_key = th.task_key;
+    rec.space = th.space;
+    rec.ipc_buffer = th.ipc_buffer;
+    rec.exc_port = th.exc_port.take();
+    rec.act = a;
+    rec.port = port_id;
+    rec.sidetrack = sidetrack;
+    rec.ctl = th.ctl;
+    th.below.push(rec);
     th.ctl = kern::activation::ActState::entered_from(&th.ctl);
     th.task = Some(task);
     th.task_key = task_key;
     th.space = Some(space);
     th.ipc_buffer = Some(buffer);
-    k.stats.migrations += 1;
-    let kernel_root = k.kernel_root;
     if let Some(c) = k.cpus.get_mut(cpu) {
-        kernel::switch_in(c, kernel_root, cpu, cur, th);
+        kernel::switch_activation(c, k.kernel_root, th);
     }
     kernel::leave_to_user()
 }
 
-/// `act_return()`: ends the migrating call of the running activation of `cur`. Never
-/// returns on success (the caller resumes); an error when `cur` is not in one.
+/// `act_return()`: ends the migrating call of the running activation of `cur` (the thread
+/// running on this CPU). Never returns on success (the caller resumes); an error when
+/// `cur` is not in one.
 pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
-    let Some(th) = k.threads.get_mut(cur) else {
-        return Error::InvalidArgument;
-    };
+    // SAFETY: `cur` runs on this CPU (it is in this system call); this is the only
+    // reference to it in use until `resume_below`, which takes the thread from the table
+    // again.
+    let th = unsafe { thread::current_mut() };
     let Some(saved) = th.below.pop() else {
         return Error::InvalidArgument;
     };
@@ -270,20 +289,28 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     resume_below(k, cur, saved, result)
 }
 
-/// Restores `saved` (just popped off `cur`'s activation stack) as `cur`'s running
-/// activation, gives its server activation back, and leaves to user mode with `result` as
-/// its `ipc_msg`'s. A sidetrack record retries the call instead. If the restored
-/// activation's task is ending, goes on unwinding below it with [`Error::Aborted`], or
-/// ends the thread when it is home.
-fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), Error>) -> ! {
+/// Restores `saved` (just popped off the activation stack of `cur`, the thread running on
+/// this CPU) as `cur`'s running activation, gives its server activation back, and leaves
+/// to user mode with `result` as its `ipc_msg`'s. A sidetrack record retries the call
+/// instead. If the restored activation's task is ending, goes on unwinding below it with
+/// [`Error::Aborted`], or ends the thread when it is home.
+fn resume_below(
+    k: &mut Kernel,
+    cur: ThreadId,
+    saved: alloc::boxed::Box<Saved>,
+    result: Result<(), Error>,
+) -> ! {
     give_back(k, saved.act, saved.port);
     let alive = lives(k, &saved);
     let sidetrack = saved.sidetrack;
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
-    let (Some(th), Some(c)) = (k.threads.get_mut(cur), k.cpus.get_mut(cpu)) else {
-        panic!("resume_below: running thread {cur:?} vanished");
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        panic!("resume_below: CPU {cpu} is not online (thread {cur:?})");
     };
+    // SAFETY: `cur` runs on this CPU and every other reference to it (through
+    // `k.threads`, in the calls above) is gone.
+    let th = unsafe { thread::current_mut() };
     restore(th, saved);
     // A kill pending on a migrated thread was aimed at the activation just left (its
     // task is ending); the one below is dealt with by the `alive` check.
@@ -297,7 +324,7 @@ fn resume_below(k: &mut Kernel, cur: ThreadId, saved: Saved, result: Result<(), 
     } else {
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
-    kernel::switch_in(c, kernel_root, cpu, cur, th);
+    kernel::switch_activation(c, kernel_root, th);
     if !alive {
         // The caller's task is ending: unwind further, or end the thread at home.
         match th.below.pop() {
@@ -318,26 +345,29 @@ fn lives(k: &Kernel, saved: &Saved) -> bool {
 }
 
 /// Makes `saved` the running activation of `th` again: its registers, task, space, IPC
-/// buffer, exception port and control state; the frame box of the activation left is
-/// kept as the spare.
-fn restore(th: &mut Thread, saved: Saved) {
-    th.spare_frame = Some(core::mem::replace(&mut th.frame, saved.frame));
+/// buffer, exception port and control state. The record, now holding the frame box of the
+/// activation left, is kept as the spare.
+fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) {
+    core::mem::swap(&mut th.frame, &mut saved.frame);
     th.task = saved.task;
     th.task_key = saved.task_key;
     th.space = saved.space;
     th.ipc_buffer = saved.ipc_buffer;
-    th.exc_port = saved.exc_port;
+    th.exc_port = saved.exc_port.take();
     if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
         crate::control::suspended_sub(1);
     }
+    th.spare = Some(saved);
 }
 
 /// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
 /// for an activation there.
 fn give_back(k: &mut Kernel, a: ActId, port: PortId) {
-    let pool = k.ipc.port_mut(port).map(|p| &mut p.pool);
-    if k.acts.give_back(a, pool) {
-        if let Some(t) = k.ipc.port_mut(port).and_then(|p| p.senders.pop_front()) {
+    let mut port = k.ipc.port_mut(port);
+    if k.acts
+        .give_back(a, port.as_deref_mut().map(|p| &mut p.pool))
+    {
+        if let Some(t) = port.and_then(|p| p.senders.pop_front()) {
             k.unblock(t);
         }
     }

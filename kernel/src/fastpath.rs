@@ -36,10 +36,10 @@ use kern::ipc::Fast;
 /// Returns only when it does not apply, having changed nothing.
 #[inline(always)]
 pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
-    // Decide: the caller's side.
-    let Some(th) = k.threads.get_mut(cur) else {
-        return;
-    };
+    // Decide: the caller's side. The caller is reached through the per-CPU pointer.
+    // SAFETY: `cur` runs on this CPU (it is in this system call) and nothing else refers
+    // to it here; below it is kept only as a raw pointer across the other lookups.
+    let th = unsafe { crate::thread::current_mut() };
     let [opts, rcv_name, timeout, ..] = th.frame.syscall_args().1;
     let (Some((_, page)), false, true) = (th.ipc_buffer, th.kill_pending, th.stack.is_some())
     else {
@@ -51,7 +51,7 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     let s_key = th.task_key;
     // Each object is looked up once: the two threads (boxed, so they stay put) and the
     // two tasks are kept as pointers across the lookups of the others.
-    let th: *mut Thread = &mut **th;
+    let th: *mut Thread = th;
     let header = paging::read_header(page);
     let Some(sender) = k.tasks.by_key_mut(s_key) else {
         return;

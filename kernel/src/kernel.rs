@@ -654,6 +654,33 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
         th.cpu = cpu;
     }
     c.current = t;
+    load_space(c, kernel_root, th);
+    if let Some(stack) = &th.stack {
+        gdt::set_kernel_stack(stack.top);
+    }
+    gdt::set_user_frame(
+        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(*th) as u64,
+    );
+}
+
+/// The running thread `th` of CPU `c` changed activation (a migrating call or return):
+/// loads the address space and registers of its new running activation. Its state, CPU and
+/// kernel stack stay as they are.
+#[inline(always)]
+pub fn switch_activation(c: &mut Cpu, kernel_root: PhysAddr, th: &mut Thread) {
+    load_space(c, kernel_root, th);
+    gdt::set_user_frame(
+        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(*th) as u64,
+    );
+}
+
+/// Loads the address space of `th`'s running activation on CPU `c` (nothing when it is
+/// loaded already), keeping the TLB entries of its PCID when this CPU last used that PCID
+/// for the same task.
+#[inline(always)]
+fn load_space(c: &mut Cpu, kernel_root: PhysAddr, th: &Thread) {
     let root = th.space.map_or(kernel_root, |(root, _)| root);
     if root != c.loaded_root {
         match (th.task, th.space) {
@@ -672,10 +699,6 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
         }
         c.loaded_root = root;
     }
-    if let Some(stack) = &th.stack {
-        gdt::set_kernel_stack(stack.top);
-    }
-    gdt::set_user_frame(core::ptr::addr_of!(*th.frame) as u64);
 }
 
 /// Makes sure `cpu` notices new work of priority `prio`: an IPI if it is another CPU that

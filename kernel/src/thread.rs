@@ -105,8 +105,11 @@ pub struct Thread {
     /// call swaps the box instead of copying the registers; the per-CPU area points at the
     /// running thread's box, see `gdt::set_user_frame`).
     pub frame: alloc::boxed::Box<TrapFrame>,
-    /// A frame box kept from the last migrating return, for the next call.
-    pub spare_frame: Option<alloc::boxed::Box<TrapFrame>>,
+    /// A record kept from the last migrating return, for the next call: its frame box
+    /// holds the registers of the activation left then, and becomes the next server
+    /// activation's frame (every register rewritten) while the caller's frame takes its
+    /// place in the record (see `crate::activation`).
+    pub spare: Option<alloc::boxed::Box<crate::activation::Saved>>,
     /// The CPU whose run queue it joins when ready: where it last ran, or where
     /// `set_affinity` pinned it.
     pub cpu: usize,
@@ -132,13 +135,29 @@ pub struct Thread {
     /// The activations below the running one, innermost last (empty at home): see
     /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
     /// running activation's.
-    pub below: alloc::vec::Vec<crate::activation::Saved>,
+    pub below: alloc::vec::Vec<alloc::boxed::Box<crate::activation::Saved>>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
     /// The running activation's control state (alerts, suspension, termination).
     pub ctl: kern::activation::ActState,
     /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
     pub state_waiters: alloc::vec::Vec<ThreadId>,
+}
+
+/// The thread running on this CPU, through the per-CPU pointer (`gdt::current_thread`): one
+/// load instead of the per-CPU table and a slab lookup.
+///
+/// # Safety
+/// The kernel lock is held; this CPU runs a user thread (the caller is in one of its
+/// system calls or traps); and while the reference is used the caller makes no other
+/// reference to that thread (through `Kernel::threads`), and does not keep it across a
+/// switch to another thread.
+#[inline(always)]
+pub unsafe fn current_mut<'a>() -> &'a mut Thread {
+    // SAFETY: `set_user_frame` recorded the address of the boxed thread object this CPU
+    // runs, which stays put and is freed only once the thread is off every CPU; the lock
+    // and the caller's promise make this the only reference in use.
+    unsafe { &mut *(gdt::current_thread() as *mut Thread) }
 }
 
 impl Thread {
@@ -168,7 +187,7 @@ impl Thread {
             stack: None,
             saved: SavedContext::default(),
             frame: alloc::boxed::Box::new(frame),
-            spare_frame: None,
+            spare: None,
             cpu,
             pinned: false,
             timer: None,
@@ -197,7 +216,7 @@ impl Thread {
             stack,
             saved: SavedContext::default(),
             frame: alloc::boxed::Box::default(),
-            spare_frame: None,
+            spare: None,
             cpu,
             pinned: true,
             timer: None,

@@ -39,10 +39,10 @@ const IST_STACK_SIZE: usize = 16 * 1024;
 ///
 /// # Invariants
 /// The offsets of `trap_stack_top` (0), `user_rsp` (8), `cpu` (16), `user_frame` (24),
-/// `floor_fault` (32) and `floor_call` (40) are used by assembly (the `syscall` entry, the
+/// `floor_fault` (32), `floor_call` (40) and `thread` (48) are used by assembly (the `syscall` entry, the
 /// page-fault entry, `trap_exit`, [`this_cpu`], [`trap_stack_top`], [`set_kernel_stack`],
-/// [`set_user_frame`], [`in_floor_call`]); do not reorder them. New fields go after
-/// `floor_call`.
+/// [`set_user_frame`], [`in_floor_call`], [`current_thread`]); do not reorder them. New
+/// fields go after `thread`.
 #[repr(C)]
 pub struct PerCpu {
     /// Top of this CPU's current trap stack (`gs:0`).
@@ -60,6 +60,10 @@ pub struct PerCpu {
     /// Non-zero while the running thread is in a floor cross-address-space call (`gs:40`;
     /// written by the kernel's `floor` module under the kernel lock).
     pub floor_call: u64,
+    /// Address of the running thread's object (`gs:48`; set with `user_frame` by
+    /// [`set_user_frame`]): the system call paths reach the caller in one load instead of a
+    /// per-CPU table and a slab lookup.
+    pub thread: u64,
 }
 
 const _: () = assert!(core::mem::offset_of!(PerCpu, trap_stack_top) == 0);
@@ -68,6 +72,7 @@ const _: () = assert!(core::mem::offset_of!(PerCpu, cpu) == 16);
 const _: () = assert!(core::mem::offset_of!(PerCpu, user_frame) == 24);
 const _: () = assert!(core::mem::offset_of!(PerCpu, floor_fault) == 32);
 const _: () = assert!(core::mem::offset_of!(PerCpu, floor_call) == 40);
+const _: () = assert!(core::mem::offset_of!(PerCpu, thread) == 48);
 
 /// Everything one CPU owns here. `gs` points at `percpu`, the first field, so the TSS is at
 /// a fixed distance from the `gs` base.
@@ -114,6 +119,7 @@ pub fn init(cpu: usize) {
             user_frame: 0,
             floor_fault: 0,
             floor_call: 0,
+            thread: 0,
         },
         tss,
         gdt: GlobalDescriptorTable::new(),
@@ -200,25 +206,42 @@ pub fn set_kernel_stack(top: u64) {
 pub const IST_FATAL: u16 = 0;
 
 /// Makes `frame` the place of the running thread's user registers: the next `syscall`
-/// saves them there, and [`super::trap::resume_current`] returns to user mode from there.
-/// Disarms the floor page-fault window (`floor_fault`), which belongs to the thread that
-/// armed it: every change of the running thread passes here.
+/// saves them there, and [`super::trap::resume_current`] returns to user mode from there;
+/// and `thread` the address [`current_thread`] returns. Disarms the floor page-fault window
+/// (`floor_fault`), which belongs to the thread that armed it: every change of the running
+/// thread passes here.
 ///
 /// `frame` must be the address of a `TrapFrame` that stays put while this CPU runs the
-/// thread (it lives in the boxed thread object, which is freed only when the thread is off
-/// every CPU).
+/// thread (it lives in a box the thread owns, freed only when the thread is off every CPU),
+/// and `thread` the address of the boxed thread object itself (likewise).
 #[inline]
-pub fn set_user_frame(frame: u64) {
-    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24 and
-    // `floor_fault` at 32; only this CPU writes them, with interrupts off.
+pub fn set_user_frame(frame: u64, thread: u64) {
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24,
+    // `floor_fault` at 32 and `thread` at 48; only this CPU writes them, with interrupts
+    // off.
     unsafe {
         core::arch::asm!(
             "mov qword ptr gs:[24], {frame}",
             "mov qword ptr gs:[32], 0",
+            "mov qword ptr gs:[48], {thread}",
             frame = in(reg) frame,
+            thread = in(reg) thread,
             options(nostack, preserves_flags)
         )
     };
+}
+
+/// The address of the running thread's object, as [`set_user_frame`] last recorded it (0
+/// before the first thread runs on this CPU). Reading it is safe; using it is not: see
+/// `crate::thread::current_mut`.
+#[inline(always)]
+pub fn current_thread() -> u64 {
+    let v: u64;
+    // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `thread` is at 48.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr gs:[48]", out(reg) v, options(nostack, readonly, preserves_flags))
+    };
+    v
 }
 
 /// Whether the running thread is in a floor cross-address-space call (`floor_call`).
