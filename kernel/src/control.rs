@@ -66,13 +66,15 @@ impl Target {
 /// Where an activation is on its thread's stack: the thread and the index (0 = home; the
 /// top is `below.len()`).
 #[derive(Clone, Copy, Debug)]
-struct Place {
-    thread: ThreadId,
-    index: usize,
+pub struct Place {
+    /// The thread.
+    pub thread: ThreadId,
+    /// The activation's index on its stack.
+    pub index: usize,
 }
 
 /// Resolves `target` for task `task` whose running thread is `cur`.
-fn place(k: &Kernel, task: TaskId, cur: ThreadId, target: Target) -> Result<Place, Error> {
+pub fn place(k: &Kernel, task: TaskId, cur: ThreadId, target: Target) -> Result<Place, Error> {
     match target {
         Target::Thread(0) => {
             let th = k.threads.get(cur).ok_or(Error::NotFound)?;
@@ -133,6 +135,41 @@ pub fn sys_alert(
     let p = place(k, task, cur, target)?;
     alert_from(k, p.thread, p.index);
     Ok(0)
+}
+
+/// Alerts the activation at `p` and every one above it (as [`sys_alert`]).
+pub fn alert_at(k: &mut Kernel, p: Place) {
+    alert_from(k, p.thread, p.index);
+}
+
+/// Terminates the pool activation at `p` (index 1 or more: a call occupies it), at once
+/// when it is the top of its thread: the thread unwinds out of it and its caller's
+/// `ipc_msg` fails with [`Error::Aborted`] (the running thread of this CPU is left to the
+/// caller, which must end its top activation with `thread::thread_terminate_current`).
+/// Below the top, the activation is marked dead and the part above goes on with an alert;
+/// the thread unwinds through it when it returns into it (as for a home activation,
+/// [`terminate_home`]). Returns whether `p` is the current thread's top activation.
+pub fn terminate_at(k: &mut Kernel, p: Place) -> bool {
+    let Some(th) = k.threads.get_mut(p.thread) else {
+        return false;
+    };
+    if p.index == 0 {
+        return false;
+    }
+    if p.index == th.below.len() {
+        if p.thread == k.current_thread() {
+            return true;
+        }
+        // Ready, blocked or running elsewhere: `kill_thread` unwinds a migrated thread's
+        // top activation (at its next kernel entry when it runs on another CPU).
+        k.kill_thread(p.thread);
+        return false;
+    }
+    if let Some(rec) = th.below.get_mut(p.index) {
+        rec.ctl.dead = true;
+    }
+    alert_from(k, p.thread, p.index + 1);
+    false
 }
 
 /// Marks the activations of `t` from `index` up alerted, and interrupts a kernel wait of
@@ -209,6 +246,11 @@ pub fn sys_suspend(
     on: u64,
 ) -> Result<u64, Error> {
     let p = place(k, task, cur, target)?;
+    suspend_at(k, p, on)
+}
+
+/// Suspends (`on` = 1) or resumes (0) the activation at `p`.
+pub fn suspend_at(k: &mut Kernel, p: Place, on: u64) -> Result<u64, Error> {
     let s = state_mut(k, p.thread, p.index).ok_or(Error::NotFound)?;
     match on {
         1 => {

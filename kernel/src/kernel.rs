@@ -134,6 +134,8 @@ pub struct Kernel {
     pub acts: kern::activation::Activations,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
+    /// The ports of pool activations, by activation (also in `kobjects`).
+    pub act_ports: BTreeMap<kern::activation::ActId, kern::ipc::PortId>,
     /// Kernel stacks not attached to any thread.
     pub stacks: StackPool,
     /// Stacks attached to threads.
@@ -485,8 +487,9 @@ impl Kernel {
             Some(task) if task.ending.is_none() => task.ending = Some(how),
             _ => return,
         }
-        // No call migrates into the task any more.
+        // No call migrates into the task any more, and its activations' ports die.
         crate::activation::retire(self, |a| a.task == id);
+        crate::kobject::reap_act_ports(self);
         crate::floor::task_ending(self, id);
         let victims: Vec<ThreadId> = self
             .threads
@@ -750,6 +753,7 @@ pub fn start(
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
         kobjects: BTreeMap::new(),
+        act_ports: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
         stats: Stats::default(),

@@ -1,7 +1,10 @@
-//! Kernel objects through capabilities: task and thread ports (`baton_abi::kobject`).
+//! Kernel objects through capabilities: task, thread and activation ports
+//! (`baton_abi::kobject`).
 //!
-//! Each task and thread gets, at the first request for it, a port whose receive right the
-//! kernel keeps (`kern::ipc::held`), recorded in [`Kernel::kobjects`]. A message sent to
+//! Each task, thread and pool activation gets, at the first request for it, a port whose
+//! receive right the kernel keeps (`kern::ipc::held`), recorded in [`Kernel::kobjects`]
+//! (and, for an activation, in `Kernel::act_ports`: activations are `kern` objects with
+//! no room for a kernel port). A message sent to
 //! such a port is not queued: `crate::ipc::send` hands it to [`invoke`], which moves its
 //! rights in (decode, then invoke, as for any message), does the operation, and answers
 //! through the request's reply right. The caller's receive phase then finds the reply
@@ -9,7 +12,9 @@
 //!
 //! # Invariants
 //! - `Kernel::kobjects` maps exactly the live object ports to their objects; an object's
-//!   port is destroyed (its holders see a dead name) when the object goes away.
+//!   port is destroyed (its holders see a dead name) when the object goes away (an
+//!   activation's at the latest when its task ends, see [`reap_act_ports`]).
+//! - `Kernel::act_ports` holds exactly the activation entries of `Kernel::kobjects`.
 
 use crate::kernel::{Ending, Kernel, TaskId};
 use crate::thread::{self, ThreadId, ThreadState};
@@ -17,6 +22,7 @@ use alloc::vec::Vec;
 use baton_abi::ipc::{Descriptor, MsgHeader};
 use baton_abi::kobject::*;
 use baton_abi::Error;
+use kern::activation::ActId;
 use kern::ipc::{Effects, PortId};
 
 /// What a kernel object port stands for.
@@ -24,8 +30,10 @@ use kern::ipc::{Effects, PortId};
 pub enum KObject {
     /// A task.
     Task(TaskId),
-    /// A thread.
+    /// A thread (its home activation, for the control operations).
     Thread(ThreadId),
+    /// A pool activation.
+    Activation(ActId),
 }
 
 /// The port of `obj`, made on first use.
@@ -33,6 +41,10 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
     let existing = match obj {
         KObject::Task(id) => k.tasks.get(&id).ok_or(Error::NotFound)?.kport,
         KObject::Thread(t) => k.threads.get(t).ok_or(Error::NotFound)?.kport,
+        KObject::Activation(a) => {
+            k.acts.get(a).ok_or(Error::NotFound)?;
+            k.act_ports.get(&a).copied()
+        }
     };
     if let Some(p) = existing {
         return Ok(p);
@@ -48,6 +60,9 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             if let Some(th) = k.threads.get_mut(t) {
                 th.kport = Some(port);
             }
+        }
+        KObject::Activation(a) => {
+            k.act_ports.insert(a, port);
         }
     }
     k.kobjects.insert(port, obj);
@@ -65,11 +80,38 @@ pub fn destroy(k: &mut Kernel, port: Option<PortId>) {
     crate::ipc::apply(k, fx);
 }
 
-/// `task_self()`, `task_port(id)`, `thread_port(id)` by task `caller`: a send right to the
+/// Destroys the ports of activations that are gone or whose task is ending (called as a
+/// task ends, and before a new activation port is made, so that at most one port per live
+/// activation of a live task exists, and none outlives its task).
+pub fn reap_act_ports(k: &mut Kernel) {
+    if k.act_ports.is_empty() {
+        return;
+    }
+    let dead: Vec<(ActId, PortId)> = k
+        .act_ports
+        .iter()
+        .filter(|(a, _)| {
+            k.acts
+                .get(**a)
+                .is_none_or(|act| k.tasks.get(&act.task).is_none_or(|t| t.ending.is_some()))
+        })
+        .map(|(a, p)| (*a, *p))
+        .collect();
+    for (a, port) in dead {
+        k.act_ports.remove(&a);
+        destroy(k, Some(port));
+    }
+}
+
+/// `task_self()`, `task_port(id)`, `thread_port(id)`, `act_port(id)` by task `caller`: a send right to the
 /// object's port, in the caller's name space. A task may name itself and the tasks it
-/// created; a thread, only its own task's.
+/// created; a thread or an activation, only its own task's.
 pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u64, Error> {
+    if let KObject::Activation(_) = obj {
+        reap_act_ports(k);
+    }
     let allowed = match obj {
+        KObject::Activation(a) => k.acts.get(a).is_some_and(|act| act.task == caller),
         KObject::Task(id) => {
             id == caller || k.tasks.get(&id).is_some_and(|t| t.creator == Some(caller))
         }
@@ -125,6 +167,17 @@ pub fn invoke(
     let ends_caller = match (obj, id) {
         (KObject::Task(t), TASK_TERMINATE) => t == task,
         (KObject::Thread(t), THREAD_TERMINATE) => t == k.current_thread(),
+        (KObject::Activation(a), ACT_TERMINATE) => {
+            // The caller terminates the activation it runs in: it unwinds out of it.
+            let cur = k.current_thread();
+            k.acts
+                .get(a)
+                .is_some_and(|act| act.occupied && act.occupant == cur)
+                && k.threads
+                    .get(cur)
+                    .and_then(|th| th.below.last())
+                    .is_some_and(|rec| rec.act == a)
+        }
         _ => false,
     };
     if ends_caller {
@@ -215,6 +268,54 @@ fn operate(
                 th.frame.rsp
             ])
         }
+        (KObject::Thread(t), THREAD_ALERT | THREAD_SUSPEND | THREAD_RESUME) => {
+            let home = k
+                .threads
+                .get(t)
+                .and_then(|th| th.home_task())
+                .ok_or(Error::NotFound)?;
+            let cur = k.current_thread();
+            let p = crate::control::place(k, home, cur, crate::control::Target::Thread(t.0))?;
+            control(k, p, id).map(|()| Vec::new())
+        }
+        (KObject::Activation(a), ACT_INFO) => {
+            let act = k.acts.get(a).ok_or(Error::NotFound)?;
+            let occupant = if act.occupied { act.occupant.0 } else { 0 };
+            Ok(alloc::vec![
+                a.0,
+                act.task,
+                u64::from(act.occupied),
+                occupant
+            ])
+        }
+        (KObject::Activation(a), ACT_ALERT | ACT_SUSPEND | ACT_RESUME | ACT_TERMINATE) => {
+            let owner = k.acts.get(a).ok_or(Error::NotFound)?.task;
+            let cur = k.current_thread();
+            let p = crate::control::place(k, owner, cur, crate::control::Target::Activation(a))?;
+            control(k, p, id).map(|()| Vec::new())
+        }
         _ => Err(Error::NotSupported),
     }
+}
+
+/// A control operation (`THREAD_ALERT` … `ACT_TERMINATE`) on the activation at `p`.
+fn control(k: &mut Kernel, p: crate::control::Place, id: u64) -> Result<(), Error> {
+    match id {
+        THREAD_ALERT | ACT_ALERT => crate::control::alert_at(k, p),
+        THREAD_SUSPEND | ACT_SUSPEND => {
+            crate::control::suspend_at(k, p, 1)?;
+        }
+        THREAD_RESUME | ACT_RESUME => {
+            crate::control::suspend_at(k, p, 0)?;
+        }
+        ACT_TERMINATE => {
+            if crate::control::terminate_at(k, p) {
+                // The caller's own top activation: it unwinds out of it (no reply; the
+                // request's rights were given back by `invoke`).
+                thread::thread_terminate_current(k);
+            }
+        }
+        _ => return Err(Error::NotSupported),
+    }
+    Ok(())
 }

@@ -260,6 +260,9 @@ impl Kernel {
             }),
             Sys::TaskSelf => crate::kobject::sys_object_port(self, id, KObject::Task(id)),
             Sys::TaskPort => crate::kobject::sys_object_port(self, id, KObject::Task(args[0])),
+            Sys::ActPort => {
+                crate::kobject::sys_object_port(self, id, KObject::Activation(Key(args[0])))
+            }
             Sys::ThreadPort => {
                 crate::kobject::sys_object_port(self, id, KObject::Thread(Key(args[0])))
             }

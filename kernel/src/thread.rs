@@ -135,6 +135,9 @@ pub struct Thread {
     /// The activations below the running one, innermost last (empty at home): see
     /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
     /// running activation's.
+    // Boxed on purpose: a record is handed between the stack and `spare` by pointer, and
+    // its frame box swapped with the thread's, so a call copies no record.
+    #[allow(clippy::vec_box)]
     pub below: alloc::vec::Vec<alloc::boxed::Box<crate::activation::Saved>>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,

@@ -1,9 +1,11 @@
-//! Kernel objects through capabilities: tasks and threads are ports.
+//! Kernel objects through capabilities: tasks, threads and activations are ports.
 //!
 //! Every task and every thread has a port whose receive right the kernel keeps (made at
 //! the first request for it): `task_self` gives a task a send right to its own task port,
 //! `task_port(id)` to the task port of a task it created, `thread_port(id)` to the port of
-//! one of its threads. A message sent to such a port is an operation on the object, done
+//! one of its threads (which stands for the thread's home activation), `act_port(id)` to
+//! the port of one of its pool activations (seed 001: the activation's control
+//! capability). A message sent to such a port is an operation on the object, done
 //! by the kernel in the sender's `ipc_msg`, and answered through the request's reply right
 //! like any RPC — so a user server that holds the right can stand in for the object, and a
 //! debugger can interpose by handing out a send right to a port of its own and forwarding.
@@ -40,6 +42,35 @@ pub const THREAD_TERMINATE: u64 = THREAD_BASE;
 /// running, 1 ready, 2 blocked) and its saved user `rip` and `rsp` (those of its last
 /// entry to the kernel; stale while it runs).
 pub const THREAD_INFO: u64 = THREAD_BASE + 1;
+
+/// Thread: alert the thread's home activation and every activation above it on the
+/// thread (as `act_alert(0, id)`). No results.
+pub const THREAD_ALERT: u64 = THREAD_BASE + 2;
+/// Thread: suspend the thread's home activation (counted; as `act_suspend(0, id, 1)`: the
+/// thread stops only when it would run user code at home). No results.
+pub const THREAD_SUSPEND: u64 = THREAD_BASE + 3;
+/// Thread: undo one [`THREAD_SUSPEND`] (`Error::InvalidArgument` if not suspended). No
+/// results.
+pub const THREAD_RESUME: u64 = THREAD_BASE + 4;
+
+/// First id of the activation operations (on the port `act_port` gives).
+pub const ACT_BASE: u64 = 0x4b0b_0200;
+/// Activation: → `[activation id, task id, occupied (0/1), occupant thread id (0 when
+/// free)]`.
+pub const ACT_INFO: u64 = ACT_BASE;
+/// Activation: alert it and every activation above it (while a call occupies it;
+/// `Error::NotFound` when free). No results.
+pub const ACT_ALERT: u64 = ACT_BASE + 1;
+/// Activation: suspend it (counted; while a call occupies it): the thread stops when it
+/// would run user code in it. No results.
+pub const ACT_SUSPEND: u64 = ACT_BASE + 2;
+/// Activation: undo one [`ACT_SUSPEND`]. No results.
+pub const ACT_RESUME: u64 = ACT_BASE + 3;
+/// Activation: terminate the call occupying it, at once: the caller's `ipc_msg` fails
+/// with `Error::Aborted`, and activations above it (nested calls) go on with an alert and
+/// unwind when they return into it (the split of seed 001 section 5). The activation goes
+/// back to its pool. `Error::NotFound` when free. No results.
+pub const ACT_TERMINATE: u64 = ACT_BASE + 4;
 
 /// [`THREAD_INFO`] state: running on a CPU.
 pub const THREAD_RUNNING: u64 = 0;

@@ -186,6 +186,12 @@ pub enum Sys {
     /// `act_sched_lock() -> 0`: activations above the calling one on its thread may no
     /// longer change the thread's priority or affinity ([`Error::Denied`]).
     ActSchedLock = 50,
+    /// `act_port(activation id) -> name`: a send right to the port of one of the calling
+    /// task's pool activations (free or occupied), its control capability: messages to it
+    /// alert, suspend, resume or terminate the activation, or ask about it
+    /// (`kobject::ACT_*`). [`Error::NotFound`] for an activation of another task or one
+    /// that no longer exists. The port dies with the activation or its task.
+    ActPort = 51,
 }
 
 /// Most activations one task may have ([`Sys::ActCreate`]).
@@ -404,6 +410,7 @@ impl Sys {
             48 => Sys::ActGetState,
             49 => Sys::ActSetState,
             50 => Sys::ActSchedLock,
+            51 => Sys::ActPort,
             _ => return None,
         })
     }
@@ -652,10 +659,10 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(30), None);
-        for n in 40..51 {
+        for n in 40..52 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(51), None);
+        assert_eq!(Sys::from_raw(52), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

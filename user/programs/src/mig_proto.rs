@@ -61,12 +61,22 @@ pub const SETPRIO: u64 = 22;
 /// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
 /// gets `BadAddress`; the activation is retired).
 pub const UNMAP: u64 = 24;
-/// RPC: reply with two words: the alerts [`WAIT_ALERT`] saw, and the `rip` [`SUSPEND_ACT`]
-/// read (or `1 << 62 | error`).
+/// RPC: reply with four words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
+/// read (or `1 << 62 | error`), and the outcomes of [`PORT_ACT`] and [`KILL_ACT`].
 pub const INFO: u64 = 23;
 /// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
 /// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
 pub const SUSPEND_ACT: u64 = 7;
+/// One-way: the server's own thread takes the port of the activation [`SPIN_ACT`] runs in
+/// (`act_port`) and, through it, asks about it (`ACT_INFO`), suspends it for 20 ms, resumes
+/// it, alerts it, and checks that a second resume is refused; [`INFO`]'s third word is then
+/// the occupant `ACT_INFO` named (the calling client's thread), or `1 << 62 | error`.
+pub const PORT_ACT: u64 = 8;
+/// One-way: the server's own thread terminates the activation [`SPIN_ACT`] runs in through
+/// its port (`ACT_TERMINATE`), waits until the activation is free again and checks that
+/// alerting it is then refused (`NotFound`); [`INFO`]'s fourth word is then 0, or
+/// `1 << 62 | error`.
+pub const KILL_ACT: u64 = 9;
 /// The `i`th little-endian word of `data` (0 past its end).
 pub fn word(data: &[u8], i: usize) -> u64 {
     data.get(i * 8..i * 8 + 8)

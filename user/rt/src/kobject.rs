@@ -1,5 +1,5 @@
-//! Kernel objects through capabilities: send rights to task and thread ports, and calls
-//! on them (see [`baton_abi::kobject`] and `docs/ipc.md`).
+//! Kernel objects through capabilities: send rights to task, thread and activation ports,
+//! and calls on them (see [`baton_abi::kobject`] and `docs/ipc.md`).
 
 use baton_abi::ipc::{Disposition, MsgHeader, MSG_RECEIVE, MSG_SEND};
 pub use baton_abi::kobject::*;
@@ -27,6 +27,13 @@ pub fn task_port(id: u64) -> Result<u64, Error> {
 pub fn thread_port(id: u64) -> Result<u64, Error> {
     // SAFETY: touches no user memory.
     decode_result(unsafe { syscall1(Sys::ThreadPort as u64, id) })
+}
+
+/// `act_port(id)`: a send right to the port of a pool activation of this task (its control
+/// capability: `ACT_INFO`, `ACT_ALERT`, `ACT_SUSPEND`, `ACT_RESUME`, `ACT_TERMINATE`).
+pub fn act_port(id: u64) -> Result<u64, Error> {
+    // SAFETY: touches no user memory.
+    decode_result(unsafe { syscall1(Sys::ActPort as u64, id) })
 }
 
 /// Calls operation `id` with `args` on the object whose port `port` names (a send right,

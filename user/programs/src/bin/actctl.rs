@@ -8,7 +8,11 @@
 //! in a server, reads and sets its registers once it is back, and resumes it; terminating
 //! a client thread deep in A → B returns at once, B sees an alert, and the thread ends when
 //! it comes home (the split); a scheduling lock stops a server from changing its caller's
-//! priority; and threads, activations, ports, names and messages return to the baseline.
+//! priority; the same control through capabilities: a thread port alerts, suspends and
+//! resumes its home activation, and an activation port (`act_port`) lets the server ask
+//! which thread occupies its activation (the client's own), suspend, resume, alert and
+//! terminate it (the client's call is aborted); and threads, activations, ports, names and
+//! messages return to the baseline.
 //!
 //! Verdict: `TEST PASS actctl` or `TEST FAIL actctl: ...`.
 #![no_std]
@@ -20,7 +24,9 @@ use baton_rt::check::Failed;
 use baton_rt::ipc::{
     msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
 };
-use baton_rt::kobject::{call as kcall, thread_port, THREAD_TERMINATE};
+use baton_rt::kobject::{
+    call as kcall, thread_port, THREAD_ALERT, THREAD_RESUME, THREAD_SUSPEND, THREAD_TERMINATE,
+};
 use baton_rt::migrate::{self, Act};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, stats, Error, FOREVER};
@@ -42,7 +48,7 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
-static STACKS: StackPool<24, 16384> = StackPool::new();
+static STACKS: StackPool<40, 16384> = StackPool::new();
 /// A's send right, and our reply port (shared by the task's threads).
 static A: AtomicU64 = AtomicU64::new(0);
 static REPLY: AtomicU64 = AtomicU64::new(0);
@@ -149,7 +155,10 @@ fn helper(f: fn(u64), arg: u64) -> Result<u64, Failed> {
     DONE.store(0, Ordering::SeqCst);
     GOT.store(0, Ordering::SeqCst);
     RAW.store(u64::MAX, Ordering::SeqCst);
-    let stack = STACKS.take().ok_or(Failed)?;
+    let Some(stack) = STACKS.take() else {
+        println!("TEST FAIL {TEST}: out of helper stacks");
+        return Err(Failed);
+    };
     must("spawn", spawn(stack, f, arg))
 }
 
@@ -197,7 +206,7 @@ fn fuzz(base: &baton_rt::Stats) -> Result<(), Failed> {
         x ^= x << 17;
         x
     };
-    let calls = [40u64, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50];
+    let calls = [40u64, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51];
     let mut errors = 0u32;
     for _ in 0..3000 {
         let call = calls[(next() % calls.len() as u64) as usize];
@@ -406,7 +415,84 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         baton_rt::set_priority(0, baton_abi::PRIORITY_DEFAULT),
     )?;
 
-    // 7. Everything back.
+    // 7. The thread port is the home activation's control capability: alert, suspend and
+    //    resume through it.
+    let y = helper(alert_sleeper, 0)?;
+    must("let it sleep", baton_rt::sleep_ns(20_000_000))?;
+    let tp = must("thread port", thread_port(y))?;
+    let reply = REPLY.load(Ordering::Relaxed);
+    must(
+        "alert through the port",
+        kcall(&mut buf, tp, reply, THREAD_ALERT, &[], FOREVER).map(|_| ()),
+    )?;
+    join(2_000)?;
+    must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
+    check!(
+        RAW.load(Ordering::SeqCst) == Error::Interrupted as u64,
+        "THREAD_ALERT through a thread port ends the thread's sleep (Interrupted)"
+    );
+    let w = helper(spin_caller, 0)?;
+    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    let tp = must("thread port", thread_port(w))?;
+    let port_call = |buf: &mut IpcBuffer, id| kcall(buf, tp, reply, id, &[], FOREVER).map(|_| ());
+    // Not suspended: a resume is refused.
+    let refused = port_call(&mut buf, THREAD_RESUME);
+    must(
+        "suspend through the port",
+        port_call(&mut buf, THREAD_SUSPEND),
+    )?;
+    must("suspend again", port_call(&mut buf, THREAD_SUSPEND))?;
+    // The 60 ms in the server run their course; the thread then stops at home.
+    must("wait", baton_rt::sleep_ns(150_000_000))?;
+    let stopped = DONE.load(Ordering::SeqCst) == 0;
+    must(
+        "resume through the port",
+        port_call(&mut buf, THREAD_RESUME),
+    )?;
+    must("wait", baton_rt::sleep_ns(20_000_000))?;
+    let still = DONE.load(Ordering::SeqCst) == 0;
+    must("resume again", port_call(&mut buf, THREAD_RESUME))?;
+    join(2_000)?;
+    must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
+    check!(
+        refused == Err(Error::InvalidArgument),
+        "THREAD_RESUME through a thread port is refused while the thread is not suspended"
+    );
+    check!(
+        stopped && still && RAW.load(Ordering::SeqCst) == 0,
+        "THREAD_SUSPEND (twice) through a thread port stops the thread when it comes home from the server; it goes on after the second THREAD_RESUME"
+    );
+
+    // 8. An activation port is the pool activation's control capability: the server's own
+    //    thread asks about the activation a client occupies, suspends, resumes and alerts
+    //    it through its port; then terminates it, which aborts the client's call at once.
+    let h = helper(spin_caller, 1)?;
+    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    must("port act", send(&mut buf, a, PORT_ACT, &[], &[]))?;
+    join(3_000)?;
+    let spun = RAW.load(Ordering::SeqCst);
+    let k = helper(spin_caller, 1)?;
+    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
+    join(3_000)?;
+    let killed = RAW.load(Ordering::SeqCst);
+    let r = raw_call(&mut buf, a, INFO, &[]);
+    let (occupant, kill) = (word(buf.data(), 2), word(buf.data(), 3));
+    check!(
+        spun == 0 && r == 0 && occupant == h,
+        "through an activation port the server sees its activation occupied by the client's own thread ({occupant:#x}, helper {h:#x}), suspends, resumes and alerts it; the call completes"
+    );
+    check!(
+        baton_abi::decode_result(killed) == Err(Error::Aborted) && kill == 0,
+        "ACT_TERMINATE through the activation port aborts the client's call in it (result {killed:#x}, helper {k:#x}); the activation is free again and refuses control (server says {kill:#x})"
+    );
+    check!(
+        baton_rt::kobject::act_port(0) == Err(Error::NotFound)
+            && baton_rt::kobject::act_port(0x1_0000_0001) == Err(Error::NotFound),
+        "act_port of an activation that is not the caller's is NotFound"
+    );
+
+    // 9. Everything back.
     for s in [a, b] {
         must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
         let _ = baton_rt::ipc::cap_drop(s);

@@ -15,6 +15,7 @@ use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use baton_rt::ipc::{
     msg_raw, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
 };
+use baton_rt::kobject;
 use baton_rt::migrate::{self, Request};
 use baton_rt::{println, start::bootstrap, Error, FOREVER};
 
@@ -31,6 +32,10 @@ static SPIN_ACT_ID: AtomicU64 = AtomicU64::new(0);
 static GOT_RIP: AtomicU64 = AtomicU64::new(0);
 /// Alerts [`WAIT_ALERT`] saw.
 static ALERTS_SEEN: AtomicU64 = AtomicU64::new(0);
+/// What [`PORT_ACT`] found, and [`KILL_ACT`].
+static PORT_RESULT: AtomicU64 = AtomicU64::new(0);
+/// See [`PORT_RESULT`].
+static KILL_RESULT: AtomicU64 = AtomicU64::new(0);
 
 /// The server's own thread's CPU time at its last [`CPU`].
 static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
@@ -116,9 +121,71 @@ fn serve() -> Result<(), Error> {
                 let v = got.map_or_else(|e| (1 << 62) | e as u64, |r| r.rip);
                 GOT_RIP.store(v, Ordering::SeqCst);
             }
+            PORT_ACT => {
+                let v = with_act_port(&mut buf, port_act);
+                PORT_RESULT.store(v.unwrap_or_else(|e| (1 << 62) | e as u64), Ordering::SeqCst);
+            }
+            KILL_ACT => {
+                let v = with_act_port(&mut buf, kill_act);
+                KILL_RESULT.store(v.unwrap_or_else(|e| (1 << 62) | e as u64), Ordering::SeqCst);
+            }
             _ => {}
         }
     }
+}
+
+/// Runs `f(buf, port, reply)` with a send right to the port of the activation [`SPIN_ACT`]
+/// runs in and a fresh reply port; both are dropped afterwards.
+fn with_act_port(
+    buf: &mut IpcBuffer,
+    f: fn(&mut IpcBuffer, u64, u64) -> Result<u64, Error>,
+) -> Result<u64, Error> {
+    let port = kobject::act_port(SPIN_ACT_ID.load(Ordering::SeqCst))?;
+    let reply = match baton_rt::ipc::port_allocate(0) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = baton_rt::ipc::cap_drop(port);
+            return Err(e);
+        }
+    };
+    let r = f(buf, port, reply);
+    let _ = baton_rt::ipc::cap_drop(reply);
+    let _ = baton_rt::ipc::cap_drop(port);
+    r
+}
+
+/// [`PORT_ACT`]: the occupant `ACT_INFO` names, once suspend, resume and alert worked.
+fn port_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
+    let id = SPIN_ACT_ID.load(Ordering::SeqCst);
+    let (info, n) = kobject::call(buf, port, reply, kobject::ACT_INFO, &[], FOREVER)?;
+    if n != 4 || info[0] != id || info[2] != 1 {
+        return Err(Error::BadFormat);
+    }
+    kobject::call(buf, port, reply, kobject::ACT_SUSPEND, &[], FOREVER)?;
+    baton_rt::sleep_ns(20_000_000)?;
+    kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER)?;
+    kobject::call(buf, port, reply, kobject::ACT_ALERT, &[], FOREVER)?;
+    match kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER) {
+        Err(Error::InvalidArgument) => Ok(info[3]),
+        _ => Err(Error::BadFormat),
+    }
+}
+
+/// [`KILL_ACT`]: 0 once the terminated activation is free and refuses an alert.
+fn kill_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
+    kobject::call(buf, port, reply, kobject::ACT_TERMINATE, &[], FOREVER)?;
+    // A thread running on another CPU unwinds at its next kernel entry.
+    for _ in 0..2000 {
+        let (info, _) = kobject::call(buf, port, reply, kobject::ACT_INFO, &[], FOREVER)?;
+        if info[2] == 0 {
+            return match kobject::call(buf, port, reply, kobject::ACT_ALERT, &[], FOREVER) {
+                Err(Error::NotFound) => Ok(0),
+                _ => Err(Error::BadFormat),
+            };
+        }
+        baton_rt::sleep_ns(1_000_000)?;
+    }
+    Err(Error::TimedOut)
 }
 
 /// Runs (reading the clock, a system call, over and over) for `ns` nanoseconds; how long
@@ -255,9 +322,11 @@ fn dispatch(req: &mut Request) {
             req.reply(SETPRIO, &r.to_le_bytes());
         }
         INFO => {
-            let mut out = [0u8; 16];
+            let mut out = [0u8; 32];
             out[..8].copy_from_slice(&ALERTS_SEEN.load(Ordering::SeqCst).to_le_bytes());
-            out[8..].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
+            out[8..16].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
+            out[16..24].copy_from_slice(&PORT_RESULT.load(Ordering::SeqCst).to_le_bytes());
+            out[24..].copy_from_slice(&KILL_RESULT.load(Ordering::SeqCst).to_le_bytes());
             req.reply(INFO, &out);
         }
         DIE => baton_rt::exit(3),
