@@ -175,9 +175,13 @@ pub const HANDLED: Dispatched = Dispatched {
     delivered: true,
 };
 
-/// How long a combined reply-and-receive may block: on sending the reply (the client's
-/// reply port is full: a client that misbehaves cannot hold the server longer than this)
-/// and then on waiting for the next request (after which the loop waits without a bound).
+/// How long a combined reply-and-receive may block when the reply goes through a *send*
+/// right: on sending the reply (the client's reply port is full: a client that misbehaves
+/// cannot hold the server longer than this) and then on waiting for the next request (after
+/// which the loop waits without a bound). A reply through a send-once right (the usual
+/// `MakeSendOnce` reply right) never blocks, since send-once messages pass a port's queue
+/// limit, so it is sent with no timeout: the same behaviour, and the form the kernel's RPC
+/// fast path carries (it declines calls with a timeout).
 pub const REPLY_TIMEOUT_NS: u64 = 10_000_000;
 
 /// The server loop: receives messages on `port` (a receive right) into the IPC buffer
@@ -195,11 +199,15 @@ pub fn serve<S: Service + ?Sized>(
     service: &mut S,
 ) -> Result<(), Error> {
     let mut reply = [0u8; IPC_BUFFER_SIZE];
-    // The reply right the reply waiting in the IPC buffer uses up (0: no reply waiting).
+    // The reply right the reply waiting in the IPC buffer uses up (0: no reply waiting),
+    // and whether it is a send-once right (then the reply cannot block).
     let mut pending = 0u64;
+    let mut pending_once = false;
     loop {
         let received = if pending == 0 {
             ipc.msg(MSG_RECEIVE, port, FOREVER)
+        } else if pending_once {
+            ipc.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER)
         } else {
             ipc.msg(MSG_SEND | MSG_RECEIVE, port, REPLY_TIMEOUT_NS)
         };
@@ -228,11 +236,17 @@ pub fn serve<S: Service + ?Sized>(
         for name in d.leftover_rights(request) {
             let _ = cap_drop(name);
         }
-        let reply_right = MsgHeader::from_bytes(request).map_or(0, |h| h.reply);
+        let (reply_right, reply_once) = MsgHeader::from_bytes(request).map_or((0, false), |h| {
+            (
+                h.reply,
+                h.reply_disposition() == Disposition::MoveSendOnce as u8,
+            )
+        });
         if let (true, Some(msg)) = (d.reply_len > 0, reply.get(..d.reply_len)) {
             if let Some(dst) = ipc.bytes().get_mut(..msg.len()) {
                 dst.copy_from_slice(msg);
                 pending = reply_right;
+                pending_once = reply_once;
             }
         }
         if service.done() {
