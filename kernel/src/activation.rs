@@ -10,15 +10,20 @@
 //! and pays nothing.
 //!
 //! - **Call** ([`try_migrate`]): an `ipc_msg(SEND | RECEIVE)` request (no descriptors,
-//!   through the IPC buffer) to a port with a pool of activations takes a free activation
+//!   through the IPC buffer, or through a buffer of the caller's with `MSG_BUF`) to a port
+//!   with a pool of activations takes a free activation
 //!   ([`kern::activation::Pool::decide`]), saves the caller's context as a record, copies the
 //!   request into the activation's buffer, switches the address space and upcalls the
 //!   dispatch routine: no second thread, no queue, no scheduler. The caller's priority and
-//!   CPU accounting apply in the server because it is the caller's thread.
+//!   CPU accounting apply in the server because it is the caller's thread. The request's
+//!   data is copied once, straight from the caller's buffer into the activation's: frame
+//!   to frame for the IPC buffer page ([`migrate`]), through both tasks' page tables for a
+//!   `MSG_BUF` buffer of up to the activation's buffer size ([`migrate_user`], with
+//!   `kern::usercopy::copy_user_to_user`).
 //! - **Return** ([`sys_act_return`]): the reply in the activation's buffer is copied to the
-//!   caller's buffer, the activation goes back to its pool (waking a caller waiting for
-//!   one), and the record is restored. No rights move: the caller's reply port is never
-//!   used (section 6.2).
+//!   caller's buffer (the one its request came from: [`ReplyTo`]), the activation goes back
+//!   to its pool (waking a caller waiting for one), and the record is restored. No rights
+//!   move: the caller's reply port is never used (section 6.2).
 //! - **Empty pool**: a call that finds no usable activation waits on the port (as a sender
 //!   facing a full queue, with [`Resume::SendRetry`]) until one is given back. With the
 //!   sidetrack on (`port_sidetrack`), the last free activation is kept for a *sidetrack
@@ -43,7 +48,10 @@ use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR};
 use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
-use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND};
+use baton_abi::ipc::{
+    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND,
+    MSG_SIZE_MAX,
+};
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::{Error, Sys};
 use kern::activation::{ActId, Activation, Decision};
@@ -51,6 +59,24 @@ use kern::continuation::{Continuation, Resume};
 use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::ipc::{Held, PortId};
 use kern::slab::Key;
+use kern::usercopy;
+
+/// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// The caller's IPC buffer page (`Saved::ipc_buffer`, whose frame is known).
+    IpcBuffer,
+    /// No reply: the upcall above is a sidetrack, and on return the call is retried.
+    Sidetrack,
+    /// The caller's own buffer (`MSG_BUF`): its user address and size, reached through the
+    /// caller's page tables at the return.
+    User {
+        /// Its address.
+        va: u64,
+        /// Its size in bytes (at most `MSG_SIZE_MAX`).
+        len: usize,
+    },
+}
 
 /// An activation below the running one on a thread's activation stack.
 #[derive(Clone, Debug)]
@@ -71,8 +97,8 @@ pub struct Saved {
     pub act: ActId,
     /// The port whose pool that activation came from.
     pub port: PortId,
-    /// The upcall above is a sidetrack: on return the call is retried.
-    pub sidetrack: bool,
+    /// Where the reply goes (or that the upcall above is a sidetrack, retried on return).
+    pub to: ReplyTo,
     /// Its control state (alerts, suspension, termination).
     pub ctl: kern::activation::ActState,
 }
@@ -89,7 +115,7 @@ impl Saved {
             exc_port: None,
             act: Key(0),
             port: Key(0),
-            sidetrack: false,
+            to: ReplyTo::IpcBuffer,
             ctl: kern::activation::ActState::default(),
         }
     }
@@ -104,7 +130,10 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     let Some(th) = k.threads.get_mut(cur) else {
         return;
     };
-    let [opts, _, _, ..] = th.frame.syscall_args().1;
+    let [opts, _, _, buf, buf_size, ..] = th.frame.syscall_args().1;
+    if opts == MSG_SEND | MSG_RECEIVE | MSG_BUF {
+        return try_migrate_user(k, cpu, cur, buf, buf_size);
+    }
     let (Some((_, page)), false) = (th.ipc_buffer, th.kill_pending) else {
         return;
     };
@@ -178,14 +207,7 @@ pub fn migrate(
         crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
     };
     // The request, into the activation's buffer (its header says only id and size).
-    let request = MsgHeader {
-        bits: 0,
-        size: header.size,
-        dest: 0,
-        reply: 0,
-        id: header.id,
-    };
-    paging::write_header(buffer.1, request);
+    paging::write_header(buffer.1, request_header(header));
     if size > HEADER_SIZE && !sidetrack {
         let at = HEADER_SIZE as u64;
         paging::copy_phys(
@@ -194,6 +216,237 @@ pub fn migrate(
             size - HEADER_SIZE,
         );
     }
+    let to = if sidetrack {
+        ReplyTo::Sidetrack
+    } else {
+        ReplyTo::IpcBuffer
+    };
+    let up = Upcall {
+        task,
+        task_key,
+        space,
+        entry,
+        stack,
+        buffer,
+        cookie,
+    };
+    enter(k, cpu, a, port_id, up, size, to)
+}
+
+/// [`try_migrate`] for `ipc_msg(SEND | RECEIVE | MSG_BUF, .., buf, buf_size)`: the request
+/// is in the caller's own buffer `[va, va + len)`. Returns, having changed nothing, when
+/// the call does not migrate (the general path then runs it, or reports what is wrong with
+/// it); otherwise the call migrates ([`migrate_user`]).
+#[inline(never)]
+fn try_migrate_user(k: &mut Kernel, cpu: usize, cur: ThreadId, va: u64, len: u64) {
+    let Some(th) = k.threads.get(cur) else {
+        return;
+    };
+    if th.kill_pending {
+        return;
+    }
+    let (s_key, sidetracked) = (th.task_key, th.sidetracked);
+    let Ok(len) = usize::try_from(len) else {
+        return;
+    };
+    if !(HEADER_SIZE..=MSG_SIZE_MAX).contains(&len) {
+        return;
+    }
+    let Some(sender) = k.tasks.by_key(s_key) else {
+        return;
+    };
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let mut raw = [0u8; HEADER_SIZE];
+    if usercopy::copy_from_user(&sender.space, &mem, va, &mut raw).is_err() {
+        return;
+    }
+    let Some(header) = MsgHeader::from_bytes(&raw) else {
+        return;
+    };
+    if header.bits >> 16 != 0
+        || header.dest_disposition() != Disposition::CopySend as u8
+        || !(HEADER_SIZE..=len).contains(&(header.size as usize))
+    {
+        return;
+    }
+    let Ok(dest) = sender.names.lookup(header.dest) else {
+        return;
+    };
+    if dest.kind != Held::Send {
+        return;
+    }
+    if !k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating()) {
+        return;
+    }
+    migrate_user(k, cpu, cur, &header, dest.port, sidetracked, va, len)
+}
+
+/// Runs the call of `cur` (on `cpu`), whose request `header` is at the start of its own
+/// buffer `[va, va + len)`, in an activation of `port_id`, as [`migrate`] does for a request
+/// in the IPC buffer; or blocks it until an activation is free. The request's data goes
+/// straight from the caller's pages into the activation's
+/// (`kern::usercopy::copy_user_to_user`), and the reply will come back into the same
+/// buffer ([`ReplyTo::User`]). Before anything changes the call fails with
+/// [`Error::TooLarge`] if the request does not fit the activation's buffer and with
+/// [`Error::BadAddress`] if the caller's data cannot be read (the activation then goes back
+/// to the pool as it was, and the server is not entered).
+#[allow(clippy::too_many_arguments)]
+fn migrate_user(
+    k: &mut Kernel,
+    cpu: usize,
+    cur: ThreadId,
+    header: &MsgHeader,
+    port_id: PortId,
+    sidetracked: bool,
+    va: u64,
+    len: usize,
+) -> ! {
+    let size = header.size as usize;
+    let Some(port) = k.ipc.port_mut(port_id) else {
+        crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
+    };
+    let (a, sidetrack) = match port.pool.decide(sidetracked) {
+        Decision::Take(a) => (a, false),
+        Decision::Sidetrack(a) => (a, true),
+        Decision::Wait => {
+            port.senders.push_back(cur);
+            crate::syscall::block_until(k, Blocked::Send { port: port_id }, None);
+            k.stats.blocks_ipc += 1;
+            thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
+        }
+    };
+    if let Err(e) = request_into(k, cur, a, va, size, sidetrack) {
+        // Undone: the activation goes back where `decide` took it from (the end of the
+        // free list), and the call fails.
+        if let Some(p) = k.ipc.port_mut(port_id) {
+            p.pool.free.push(a);
+        }
+        if let Some(th) = k.threads.get_mut(cur) {
+            th.sidetracked = false;
+        }
+        crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+    }
+    let Some(&Activation {
+        task,
+        task_key,
+        space,
+        entry,
+        stack,
+        buffer,
+        cookie,
+        ..
+    }) = k.acts.occupy(a, cur)
+    else {
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
+    };
+    paging::write_header(buffer.1, request_header(header));
+    let to = if sidetrack {
+        ReplyTo::Sidetrack
+    } else {
+        ReplyTo::User { va, len }
+    };
+    let up = Upcall {
+        task,
+        task_key,
+        space,
+        entry,
+        stack,
+        buffer,
+        cookie,
+    };
+    enter(k, cpu, a, port_id, up, size, to)
+}
+
+/// Checks a request of `size` bytes in the buffer at `va` of thread `cur`'s running
+/// activation against activation `a` ([`Error::TooLarge`] past its buffer), and copies its
+/// data (after the header) into `a`'s buffer, each byte once; for a sidetrack upcall
+/// (which carries no request) only checks that the data could be read. Writes nothing but
+/// the data into the activation's buffer, and nothing at all on an error.
+fn request_into(
+    k: &mut Kernel,
+    cur: ThreadId,
+    a: ActId,
+    va: u64,
+    size: usize,
+    sidetrack: bool,
+) -> Result<(), Error> {
+    let act = k.acts.get(a).ok_or(Error::Aborted)?;
+    if size > act.buffer_len {
+        return Err(Error::TooLarge);
+    }
+    let (to_key, to_va) = (act.task_key, act.buffer.0);
+    let from_key = k
+        .threads
+        .get(cur)
+        .map(|th| th.task_key)
+        .ok_or(Error::InvalidArgument)?;
+    let from = &k
+        .tasks
+        .by_key(from_key)
+        .ok_or(Error::InvalidArgument)?
+        .space;
+    let to = &k.tasks.by_key(to_key).ok_or(Error::Aborted)?.space;
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let at = HEADER_SIZE as u64;
+    let data = size - HEADER_SIZE;
+    if sidetrack {
+        return usercopy::check_readable(from, &mem, va + at, data);
+    }
+    usercopy::copy_user_to_user(from, va + at, to, to_va + at, data, &mut mem)
+}
+
+/// The header of a request as the activation sees it: id and size only.
+#[inline(always)]
+fn request_header(header: &MsgHeader) -> MsgHeader {
+    MsgHeader {
+        bits: 0,
+        size: header.size,
+        dest: 0,
+        reply: 0,
+        id: header.id,
+    }
+}
+
+/// What the upcall into an activation needs of it (see [`Activation`]).
+#[derive(Clone, Copy)]
+struct Upcall {
+    task: TaskId,
+    task_key: Key,
+    space: (PhysAddr, u16),
+    entry: u64,
+    stack: u64,
+    buffer: (u64, PhysAddr),
+    cookie: u64,
+}
+
+/// The second half of a migrating call of the thread running on `cpu`, its request (of
+/// `size` bytes) already in the buffer of activation `a` (taken from the pool of
+/// `port_id`, occupied, described by `up`): saves the caller's context in a record whose
+/// reply goes `to`, switches to the activation and upcalls it.
+#[inline(always)]
+fn enter(
+    k: &mut Kernel,
+    cpu: usize,
+    a: ActId,
+    port_id: PortId,
+    up: Upcall,
+    size: usize,
+    to: ReplyTo,
+) -> ! {
+    let Upcall {
+        task,
+        task_key,
+        space,
+        entry,
+        stack,
+        buffer,
+        cookie,
+    } = up;
+    let sidetrack = to == ReplyTo::Sidetrack;
     k.stats.migrations += 1;
     // SAFETY: `cur` runs on this CPU (it is in this system call) and no other reference to
     // it is in use: everything above reached it only through `k.threads` inside calls
@@ -225,7 +478,7 @@ pub fn migrate(
     rec.exc_port = th.exc_port.take();
     rec.act = a;
     rec.port = port_id;
-    rec.sidetrack = sidetrack;
+    rec.to = to;
     rec.ctl = th.ctl;
     th.below.push(rec);
     th.ctl = kern::activation::ActState::entered_from(&th.ctl);
@@ -250,15 +503,15 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     let Some(saved) = th.below.pop() else {
         return Error::InvalidArgument;
     };
-    let result = if saved.sidetrack {
-        Ok(())
+    let result = if saved.to != ReplyTo::IpcBuffer {
+        reply_elsewhere(k, &saved)
     } else {
         match (th.ipc_buffer, saved.ipc_buffer) {
             (Some((_, from)), Some((_, to))) => {
                 let reply = paging::read_header(from);
                 let size = reply.size as usize;
                 if reply.bits >> 16 != 0 || !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size) {
-                    Err(Error::BadFormat)
+                    Err(refused(k, &saved, &reply))
                 } else {
                     let [_, rcv_name, ..] = saved.frame.syscall_args().1;
                     paging::write_header(
@@ -289,6 +542,84 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     resume_below(k, cur, saved, result)
 }
 
+/// The reply of the call `saved` when it does not go to the caller's IPC buffer page: none
+/// for a sidetrack upcall, or into the caller's own buffer ([`reply_to_user`]).
+#[inline(never)]
+fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
+    match saved.to {
+        ReplyTo::User { va, len } => reply_to_user(k, saved, va, len),
+        ReplyTo::Sidetrack | ReplyTo::IpcBuffer => Ok(()),
+    }
+}
+
+/// Why the reply `reply` of the call `saved` (to the caller's IPC buffer page) is refused:
+/// [`Error::TooLarge`] when it is well formed but larger than that page (it fits the
+/// activation's buffer), else [`Error::BadFormat`].
+#[cold]
+#[inline(never)]
+fn refused(k: &Kernel, saved: &Saved, reply: &MsgHeader) -> Error {
+    let room = k
+        .acts
+        .get(saved.act)
+        .map_or(IPC_BUFFER_SIZE, |a| a.buffer_len);
+    let size = reply.size as usize;
+    if reply.bits >> 16 == 0 && size > IPC_BUFFER_SIZE && size <= room {
+        Error::TooLarge
+    } else {
+        Error::BadFormat
+    }
+}
+
+/// The return of a call whose request came from the caller's own buffer `[va, va + len)`
+/// (`saved`): the reply in the activation's buffer (up to its size) is copied into that
+/// buffer, each byte once, through both tasks' page tables. [`Error::BadFormat`] for a
+/// malformed reply (descriptors claimed, shorter than a header, longer than the
+/// activation's buffer), [`Error::TooLarge`] if it does not fit the caller's buffer,
+/// [`Error::BadAddress`] if either buffer's memory went away; the caller's buffer is
+/// written only when none of these happens.
+fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
+    let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
+    let (from_va, room) = (act.buffer.0, act.buffer_len);
+    let server = &k.tasks.by_key(act.task_key).ok_or(Error::BadAddress)?.space;
+    let client = &k
+        .tasks
+        .by_key(saved.task_key)
+        .ok_or(Error::BadAddress)?
+        .space;
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let mut raw = [0u8; HEADER_SIZE];
+    usercopy::copy_from_user(server, &mem, from_va, &mut raw)?;
+    let reply = MsgHeader::from_bytes(&raw).ok_or(Error::BadFormat)?;
+    let size = reply.size as usize;
+    if reply.bits >> 16 != 0 || !(HEADER_SIZE..=room).contains(&size) {
+        return Err(Error::BadFormat);
+    }
+    if size > len {
+        return Err(Error::TooLarge);
+    }
+    usercopy::check_writable(client, &mem, va, HEADER_SIZE)?;
+    let at = HEADER_SIZE as u64;
+    usercopy::copy_user_to_user(
+        server,
+        from_va + at,
+        client,
+        va + at,
+        size - HEADER_SIZE,
+        &mut mem,
+    )?;
+    let [_, rcv_name, ..] = saved.frame.syscall_args().1;
+    let out = MsgHeader {
+        bits: 0,
+        size: reply.size,
+        dest: rcv_name,
+        reply: 0,
+        id: reply.id,
+    };
+    usercopy::copy_to_user(client, &mut mem, va, &out.to_bytes())
+}
+
 /// Restores `saved` (just popped off the activation stack of `cur`, the thread running on
 /// this CPU) as `cur`'s running activation, gives its server activation back, and leaves
 /// to user mode with `result` as its `ipc_msg`'s. A sidetrack record retries the call
@@ -302,7 +633,7 @@ fn resume_below(
 ) -> ! {
     give_back(k, saved.act, saved.port);
     let alive = lives(k, &saved);
-    let sidetrack = saved.sidetrack;
+    let sidetrack = saved.to == ReplyTo::Sidetrack;
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
     let Some(c) = k.cpus.get_mut(cpu) else {
@@ -430,9 +761,9 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
     }
 }
 
-/// `act_create(port_name, entry, stack_top, buffer, cookie)`.
+/// `act_create(port_name, entry, stack_top, buffer, cookie, buffer_size)`.
 pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, Error> {
-    let [name, entry, stack, buffer, cookie, _] = a;
+    let [name, entry, stack, buffer, cookie, buffer_size] = a;
     let user = |va: u64| (USER_MIN..USER_END).contains(&va);
     if !user(entry) || !user(stack.wrapping_sub(8)) || !stack.is_multiple_of(16) {
         return Err(Error::InvalidArgument);
@@ -440,11 +771,19 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
     if !buffer.is_multiple_of(PAGE_SIZE) {
         return Err(Error::InvalidArgument);
     }
+    // 0: one page (the five-argument form); else whole pages, at most a largest message.
+    let buffer_len = match buffer_size {
+        0 => PAGE_SIZE as usize,
+        n if n.is_multiple_of(PAGE_SIZE) && n <= MSG_SIZE_MAX as u64 => n as usize,
+        _ => return Err(Error::InvalidArgument),
+    };
     let task_key = k.tasks.key_of(task).ok_or(Error::InvalidArgument)?;
     let mem = KernelMem {
         frames: &mut k.frames,
     };
     let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    // Every page of the buffer mapped user-writable (the request is copied into it).
+    usercopy::check_writable(&t.space, &mem, buffer, buffer_len)?;
     let (pa, flags) = t.space.translate(&mem, buffer).ok_or(Error::BadAddress)?;
     if !flags.user || !flags.writable {
         return Err(Error::BadAddress);
@@ -462,6 +801,7 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
             entry,
             stack,
             buffer: (buffer, pa),
+            buffer_len,
             cookie,
             occupant: Key(0),
             occupied: false,
@@ -490,8 +830,8 @@ pub fn sys_port_sidetrack(k: &mut Kernel, task: TaskId, name: u64, on: u64) -> R
     Ok(0)
 }
 
-/// Retires the activations for which `gone` holds (their task ended, their port died, their
-/// buffer was unmapped): free ones now, occupied ones when their call returns.
+/// Retires the activations for which `gone` holds (their task ended, their port died, a
+/// page of their buffer was unmapped): free ones now, occupied ones when their call returns.
 pub fn retire(k: &mut Kernel, gone: impl Fn(&Activation) -> bool) {
     for (id, port) in k.acts.retire(gone) {
         if let Some(p) = k.ipc.port_mut(port) {

@@ -635,5 +635,5 @@ pub fn unmap_buffers(k: &mut Kernel, task: TaskId, start: u64, end: u64) {
             }
         }
     }
-    crate::activation::retire(k, |a| a.task == task && inside(Some(a.buffer)));
+    crate::activation::retire(k, |a| a.task == task && a.buffer_within(start, end));
 }

@@ -374,6 +374,9 @@ pub const RPC_SIZES: &[RpcSize] = &[
 pub enum Figure {
     /// A count of instructions: compared as Baton's figure ÷ this.
     Instructions(u64),
+    /// A time in the source's machine cycles: set beside the row for scale only, with no
+    /// ratio (a cycle of a 1990s RISC machine is not an instruction here).
+    Cycles(u64),
     /// The ratio `num / den` of two of the source's figures (any unit), compared with
     /// Baton's figure ÷ Baton's row `base`.
     Ratio {
@@ -620,6 +623,193 @@ pub const REFERENCES: &[Reference] = &[
         what: "migrating RPC kernel time, 1 KiB in ÷ null (cycles)",
         source: "[001] Table 3",
     },
+    // [001] Table 3, 32K In (cycles): 32 KiB of in-line data, which Baton's one-page IPC
+    // buffer cannot carry, so both rows send it from the client's own buffer (`MSG_BUF`):
+    // `rpc.32k.switching` through the general path (copied into the kernel and out again,
+    // as Mach's switching path copies it twice), `rpc.32k.migrating` straight from the
+    // client's pages into the activation's and back (once each way). The paper's two
+    // migrating figures are its original measurement and one with the buffers shifted so
+    // that their cache lines conflict on the HP730's direct-mapped cache.
+    Reference {
+        row: "rpc.32k.switching",
+        figure: Figure::Cycles(137808),
+        what: "switching RPC, 32 KiB in, kernel time",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.switching",
+        figure: Figure::Ratio {
+            num: 137808,
+            den: 34703,
+            base: "rpc.32k.migrating",
+        },
+        what: "switching ÷ migrating, 32 KiB in, kernel time (cycles; original measurement)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.switching",
+        figure: Figure::Ratio {
+            num: 137808,
+            den: 84527,
+            base: "rpc.32k.migrating",
+        },
+        what: "switching ÷ migrating, 32 KiB in, kernel time (cycles; buffers' cache lines conflicting)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.switching",
+        figure: Figure::Ratio {
+            num: 137808,
+            den: 2318,
+            base: "rpc.null.slow",
+        },
+        what: "switching RPC kernel time, 32 KiB in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.migrating",
+        figure: Figure::Cycles(34703),
+        what: "migrating RPC, 32 KiB in, kernel time (original measurement)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.migrating",
+        figure: Figure::Cycles(84527),
+        what: "migrating RPC, 32 KiB in, kernel time (buffers' cache lines conflicting)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.migrating",
+        figure: Figure::Ratio {
+            num: 34703,
+            den: 648,
+            base: "rpc.null.migrating",
+        },
+        what: "migrating RPC kernel time, 32 KiB in ÷ null (cycles; original measurement)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32k.switching.roundtrip",
+        figure: Figure::Ratio {
+            num: 183164,
+            den: 109857,
+            base: "rpc.32k.migrating.roundtrip",
+        },
+        what: "switching ÷ migrating, 32 KiB in, with marshaling (cycles)",
+        source: "[001] Table 3",
+    },
+    // [001] Table 3, "Kernel Time + User Marshaling" (cycles): the calls through MIG's
+    // stubs and server loop as the client sees them. Baton's `rpc.*.marshal` rows are the
+    // same calls through the interface macro's stubs and dispatch, switching (the message
+    // loop `rpc::serve`) and migrating (`migrate::serve`): each row beside its cycles, the
+    // switching ÷ migrating ratios beside the paper's 3.4 / 3.2 / 2.0, and the growth with
+    // in-line data on each path.
+    Reference {
+        row: "rpc.null.switching.marshal",
+        figure: Figure::Cycles(2986),
+        what: "switching null RPC, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.null.switching.marshal",
+        figure: Figure::Ratio {
+            num: 2986,
+            den: 880,
+            base: "rpc.null.migrating.marshal",
+        },
+        what: "switching ÷ migrating null RPC, kernel time + user marshaling (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.switching.marshal",
+        figure: Figure::Cycles(3050),
+        what: "switching RPC, 32 bytes in, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.switching.marshal",
+        figure: Figure::Ratio {
+            num: 3050,
+            den: 961,
+            base: "rpc.32b.migrating.marshal",
+        },
+        what: "switching ÷ migrating, 32 bytes in, kernel time + user marshaling (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.switching.marshal",
+        figure: Figure::Ratio {
+            num: 3050,
+            den: 2986,
+            base: "rpc.null.switching.marshal",
+        },
+        what: "switching RPC with marshaling, 32 bytes in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.switching.marshal",
+        figure: Figure::Cycles(6470),
+        what: "switching RPC, 1 KiB in, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.switching.marshal",
+        figure: Figure::Ratio {
+            num: 6470,
+            den: 3210,
+            base: "rpc.1k.migrating.marshal",
+        },
+        what: "switching ÷ migrating, 1 KiB in, kernel time + user marshaling (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.switching.marshal",
+        figure: Figure::Ratio {
+            num: 6470,
+            den: 2986,
+            base: "rpc.null.switching.marshal",
+        },
+        what: "switching RPC with marshaling, 1 KiB in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.null.migrating.marshal",
+        figure: Figure::Cycles(880),
+        what: "migrating null RPC, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.migrating.marshal",
+        figure: Figure::Cycles(961),
+        what: "migrating RPC, 32 bytes in, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.32b.migrating.marshal",
+        figure: Figure::Ratio {
+            num: 961,
+            den: 880,
+            base: "rpc.null.migrating.marshal",
+        },
+        what: "migrating RPC with marshaling, 32 bytes in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.migrating.marshal",
+        figure: Figure::Cycles(3210),
+        what: "migrating RPC, 1 KiB in, kernel time + user marshaling",
+        source: "[001] Table 3",
+    },
+    Reference {
+        row: "rpc.1k.migrating.marshal",
+        figure: Figure::Ratio {
+            num: 3210,
+            den: 880,
+            base: "rpc.null.migrating.marshal",
+        },
+        what: "migrating RPC with marshaling, 1 KiB in ÷ null (cycles)",
+        source: "[001] Table 3",
+    },
     // [000] Table 5: the kernel memory of a thread, MK40 with continuations (no stack of its
     // own) and MK32 (a 4 KiB kernel stack each, pageable).
     Reference {
@@ -673,6 +863,8 @@ pub const HEADLINE: &[&str] = &[
     "rpc.null.migrating",
     "rpc.1k.migrating",
     "rpc.null.slow.roundtrip",
+    "rpc.null.switching.marshal",
+    "rpc.null.migrating.marshal",
     "exc.roundtrip",
     "thread.create_exit",
     "mem.thread.bytes",
@@ -744,6 +936,10 @@ impl Inputs<'_> {
                 Figure::Instructions(n) => {
                     paper.push(format!("{n}: {} ({})", r.what, r.source));
                     paper_ratio.push(ratio(row.median, n));
+                }
+                Figure::Cycles(n) => {
+                    paper.push(format!("{n} cycles: {} ({})", r.what, r.source));
+                    paper_ratio.push("—".to_string());
                 }
                 Figure::Ratio { num, den, base } => {
                     let Some(b) = find(rows, base) else { continue };
@@ -981,8 +1177,9 @@ impl Inputs<'_> {
         out.push_str(
             "- **paper / reference**: a published figure (instructions unless marked), or the \
              ratio `a/b` of two of the source's figures. **ratio**: Baton's median ÷ an \
-             instruction figure; for a source's ratio, Baton's same ratio (the median ÷ the \
-             median of the row after `÷`). The papers counted kernel paths alone on 1990s \
+             instruction figure (none, `—`, for a figure in cycles, given for scale); for a \
+             source's ratio, Baton's same ratio (the median ÷ the median of the row after \
+             `÷`). The papers counted kernel paths alone on 1990s \
              machines, Baton's figures are whole user-to-user paths, so the ratios measure \
              distance, not speed.\n",
         );
@@ -1263,6 +1460,12 @@ pub fn rpc_series(baton: &[Row], linux: &[Row]) -> Vec<Series> {
             continue;
         };
         let Some(size) = rpc_size(size) else { continue };
+        // The plot's linear axis covers what an IPC buffer carries; the 32 KiB rows
+        // (`MSG_BUF`) would squeeze every other point against the axis. They are in the
+        // tables.
+        if size > 4096 {
+            continue;
+        }
         let point = (size as f64, r.median as f64);
         match series.iter_mut().find(|(k, _)| k == key) {
             Some((_, s)) => s.points.push(point),
@@ -1684,6 +1887,117 @@ mod unit_tests {
         assert_eq!(floor_of("exc.roundtrip"), Some("floor.fault.roundtrip"));
         assert_eq!(floor_of("sched.yield.switch"), Some("floor.syscall.full"));
         assert_eq!(floor_of("new.thing"), Some("floor.syscall.full"));
+    }
+
+    #[test]
+    fn marshal_rows_set_beside_table_3() {
+        let mut b = baton();
+        for (name, median) in [
+            ("rpc.null.switching.marshal", 4000),
+            ("rpc.32b.switching.marshal", 4100),
+            ("rpc.null.migrating.marshal", 2000),
+            ("rpc.32b.migrating.marshal", 2050),
+        ] {
+            b.rows.push(row(name, median));
+        }
+        let m = meta();
+        let inputs = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Err("not measured".into()),
+            cycles: Err("no hardware KVM on this host".into()),
+        };
+        // Cycles for scale (no ratio), then switching ÷ migrating against the paper's.
+        let c = inputs.cells(find(&b.rows, "rpc.null.switching.marshal").unwrap());
+        assert_eq!(
+            c.paper,
+            "2986 cycles: switching null RPC, kernel time + user marshaling ([001] Table 3)\
+             <br>2986/880 = 3.39: switching ÷ migrating null RPC, kernel time + user \
+             marshaling (cycles) ([001] Table 3)"
+        );
+        assert_eq!(c.paper_ratio, "—<br>2.00 (÷ `rpc.null.migrating.marshal`)");
+        assert_eq!(c.floor, "20.00");
+        let c = inputs.cells(find(&b.rows, "rpc.32b.switching.marshal").unwrap());
+        assert_eq!(
+            c.paper_ratio,
+            "—<br>2.00 (÷ `rpc.32b.migrating.marshal`)<br>1.02 (÷ \
+             `rpc.null.switching.marshal`)"
+        );
+        // A 1 KiB row the run lacks leaves its references out; its cycles stay.
+        let c = inputs.cells(find(&b.rows, "rpc.null.migrating.marshal").unwrap());
+        assert_eq!(c.paper_ratio, "—");
+        // Each row is its own series in the RPC plot.
+        let names: Vec<String> = rpc_series(&b.rows, &[])
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert!(
+            names.contains(&"Baton switching, marshal".to_string()),
+            "{names:?}"
+        );
+        assert!(
+            names.contains(&"Baton migrating, marshal".to_string()),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn rows_32k_set_beside_table_3() {
+        let mut b = baton();
+        for (name, median) in [
+            ("rpc.32k.switching", 40000),
+            ("rpc.32k.switching.roundtrip", 40100),
+            ("rpc.32k.migrating", 16000),
+            ("rpc.32k.migrating.roundtrip", 16100),
+        ] {
+            b.rows.push(row(name, median));
+        }
+        let m = meta();
+        let inputs = Inputs {
+            meta: &m,
+            baton: &b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux: Err("not measured".into()),
+            cycles: Err("no hardware KVM on this host".into()),
+        };
+        // The switching row: its cycles, switching ÷ migrating against both of the paper's
+        // migrating figures, and its growth from the null RPC of the same (queued) path.
+        let c = inputs.cells(find(&b.rows, "rpc.32k.switching").unwrap());
+        assert!(c.paper.starts_with(
+            "137808 cycles: switching RPC, 32 KiB in, kernel time ([001] Table 3)\
+             <br>137808/34703 = 3.97: switching ÷ migrating, 32 KiB in"
+        ));
+        assert!(c
+            .paper
+            .contains("<br>137808/84527 = 1.63: switching ÷ migrating"));
+        assert_eq!(
+            c.paper_ratio,
+            "—<br>2.50 (÷ `rpc.32k.migrating`)<br>2.50 (÷ `rpc.32k.migrating`)<br>33.33 (÷ \
+             `rpc.null.slow`)"
+        );
+        // The migrating row: both measurements of the paper, for scale.
+        let c = inputs.cells(find(&b.rows, "rpc.32k.migrating").unwrap());
+        assert!(c
+            .paper
+            .starts_with("34703 cycles: migrating RPC, 32 KiB in"));
+        assert!(c
+            .paper
+            .contains("<br>84527 cycles: migrating RPC, 32 KiB in"));
+        // With marshaling: the round trips' ratio beside the paper's 1.7.
+        let c = inputs.cells(find(&b.rows, "rpc.32k.switching.roundtrip").unwrap());
+        assert!(c
+            .paper
+            .starts_with("183164/109857 = 1.67: switching ÷ migrating, 32 KiB"));
+        assert_eq!(c.paper_ratio, "2.49 (÷ `rpc.32k.migrating.roundtrip`)");
+        // Not in the RPC plot: its linear axis covers one page.
+        let series = rpc_series(&b.rows, &[]);
+        assert!(!series.is_empty());
+        assert!(series
+            .iter()
+            .all(|s| s.points.iter().all(|p| p.0 <= 4096.0)));
     }
 
     #[test]

@@ -97,6 +97,28 @@ const MIGRATE_REQUIRE: &[&str] = &[
     "TEST PASS migrate",
 ];
 
+/// What the `migrate_idl` tests require.
+const MIGRATE_IDL_REQUIRE: &[&str] = &[
+    "ok: migrating: calls return their results, in-line data arrives whole, errors come back",
+    "ok: migrating: an unknown id is NotSupported, truncated arguments and bytes left over are BadFormat",
+    "ok: migrating: every call migrated (13 of 13), none was queued (0)",
+    "ok: migrating: a one-way message is served by the server's own thread, on the same service",
+    "ok: migrating: a call carrying a right does not migrate; the server's own thread refuses the unexpected right",
+    "ok: migrating: a call made while another caller holds the service waits for it",
+    "ok: migrating: quit is answered",
+    "ok: migrating: a call after quit fails",
+    "ok: migrating: it fails as a call to a dead server does",
+    "idl_server: done (2 activations)",
+    "ok: message-loop: calls return their results, in-line data arrives whole, errors come back",
+    "ok: message-loop: an unknown id is NotSupported, truncated arguments and bytes left over are BadFormat",
+    "ok: message-loop: no call migrated",
+    "ok: message-loop: a call made while another caller holds the service waits for it",
+    "ok: message-loop: a call after quit fails",
+    "idl_server: done (0 activations)",
+    "ok: activations, ports, names and queued messages back to the baseline",
+    "TEST PASS migrate_idl",
+];
+
 /// What the `actctl` tests require.
 const ACTCTL_REQUIRE: &[&str] = &[
     "ok: an alert on a client thread deep in A -> B propagates up the chain",
@@ -531,6 +553,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate"],
         smp: 1,
         require: MIGRATE_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // An interface-macro server as a migrating server (`migrate::serve`) and as a
+        // message-loop server, with the same checks.
+        name: "migrate_idl_smp1",
+        init: &["migrate_idl"],
+        smp: 1,
+        require: MIGRATE_IDL_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "migrate_idl_smp2",
+        init: &["migrate_idl"],
+        smp: 2,
+        require: MIGRATE_IDL_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -134,19 +134,27 @@ pub enum Sys {
     /// `thread_port(thread_id) -> name`: a send right to the port of a thread of the
     /// caller's task; [`Error::NotFound`] for any other thread.
     ThreadPort = 29,
-    /// `act_create(port_name, entry, stack_top, buffer, cookie) -> activation id`: attaches
-    /// an unoccupied activation of the calling task to the port whose receive right
-    /// `port_name` is, so that RPCs to it *migrate* (seed 001): the caller's thread runs
-    /// `entry` in this task on the user stack ending at `stack_top` (16-byte aligned), with
-    /// `rdi` = `buffer` (a page-aligned writable page of the task, where the request arrives
-    /// and the reply is written), `rsi` = the request size in bytes (0 for a sidetrack
-    /// upcall), `rdx` = the activation id and `r8` = `cookie`; it ends the call with
-    /// [`Sys::ActReturn`]. At most [`ACTIVATIONS_PER_TASK_MAX`] per task.
+    /// `act_create(port_name, entry, stack_top, buffer, cookie, buffer_size) -> activation
+    /// id`: attaches an unoccupied activation of the calling task to the port whose receive
+    /// right `port_name` is, so that RPCs to it *migrate* (seed 001): the caller's thread
+    /// runs `entry` in this task on the user stack ending at `stack_top` (16-byte aligned),
+    /// with `rdi` = `buffer` (page-aligned writable memory of the task, where the request
+    /// arrives and the reply is written), `rsi` = the request size in bytes (0 for a
+    /// sidetrack upcall), `rdx` = the activation id and `r8` = `cookie`; it ends the call
+    /// with [`Sys::ActReturn`]. `buffer_size` is the buffer's size in bytes: 0 for one page
+    /// (so a five-argument call keeps meaning what it did), else a multiple of the page
+    /// size up to [`ipc::MSG_SIZE_MAX`] ([`Error::InvalidArgument`] otherwise), every page
+    /// mapped user-writable ([`Error::BadAddress`] otherwise). A request sent through the
+    /// caller's IPC buffer uses only the first page; one sent with `MSG_BUF` may fill the
+    /// buffer ([`Error::TooLarge`] to the caller past it). At most
+    /// [`ACTIVATIONS_PER_TASK_MAX`] per task.
     ActCreate = 40,
     /// `act_return() -> !`: ends the migrating call running in the calling activation: the
     /// reply (header and in-line data, no descriptors) in the activation's buffer goes to
-    /// the caller, whose `ipc_msg` returns 0 (or [`Error::BadFormat`] for a malformed
-    /// reply), and the activation goes back to its pool. [`Error::InvalidArgument`] when
+    /// the caller's buffer (the one its request came from: its IPC buffer page, or its
+    /// `MSG_BUF` buffer), whose `ipc_msg` returns 0 (or [`Error::BadFormat`] for a malformed
+    /// reply, [`Error::TooLarge`] for one larger than the caller's buffer, [`Error::BadAddress`]
+    /// when either buffer was unmapped), and the activation goes back to its pool. [`Error::InvalidArgument`] when
     /// the calling thread is not in a migrating call.
     ActReturn = 41,
     /// `port_sidetrack(port_name, on) -> 0`: with `on` = 1, a migrating call that would use

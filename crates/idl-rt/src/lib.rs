@@ -53,7 +53,7 @@ pub use baton_abi::Error;
 pub use marshal::{FixedBytes, Marshal, Unmarshal};
 pub use reader::MsgReader;
 pub use rights::{MakeSend, MakeSendOnce, MoveSend, ReceiveRight, Right, SendOnceRight, SendRight};
-pub use server::{Dispatched, ReplyTo};
+pub use server::{migrated_request, Dispatched, ReplyTo, MIGRATED_REPLY};
 pub use transport::Transport;
 pub use writer::MsgWriter;
 

@@ -18,6 +18,13 @@
 //! - data: a `u64` result code ([`RESULT_OK`] or the error's code), then, on success, the
 //!   return value marshaled (its rights as descriptors before the code).
 //!
+//! # Migrating calls
+//! A request that reached a server by a *migrating* call (seed 001: the caller's thread
+//! runs the server's code in one of its activations) arrives without a reply right: the
+//! reply goes back to the caller when the activation returns, whatever its header says.
+//! [`migrated_request`] gives such a request a stand-in reply right ([`MIGRATED_REPLY`]),
+//! so that a generated dispatch function answers it as it answers a message-loop request.
+//!
 //! # Invariants
 //! - A reply is written only when the request had a reply right; otherwise
 //!   `reply_len` is 0.
@@ -31,6 +38,35 @@ use crate::writer::MsgWriter;
 use crate::{result_code, REPLY_ID_OFFSET, RESULT_OK};
 use baton_abi::ipc::Disposition;
 use baton_abi::Error;
+
+/// The stand-in reply name [`migrated_request`] gives a migrated request. No port right has
+/// it: a server must never release it (a migrated request carries no rights, so
+/// [`Dispatched::leftover_rights`] is not needed for one).
+pub const MIGRATED_REPLY: u64 = u64::MAX;
+
+/// Prepares a request delivered by a migrating call (the message at the start of
+/// `request`) for a dispatch function: gives it the reply name [`MIGRATED_REPLY`] with
+/// `MoveSendOnce`, so that the dispatch writes a reply (with that name as its
+/// destination, which the kernel ignores on a migrating return: the reply always goes to
+/// the caller).
+///
+/// Error [`Error::BadFormat`] when `request` does not start with a header of what the
+/// kernel delivers to an activation: no reply right, no descriptors, a size within
+/// `request`.
+pub fn migrated_request(request: &mut [u8]) -> Result<(), Error> {
+    crate::transport::message_len(request)?;
+    let bytes = request
+        .get_mut(..baton_abi::ipc::HEADER_SIZE)
+        .ok_or(Error::BadFormat)?;
+    let mut h = baton_abi::ipc::MsgHeader::from_bytes(bytes).ok_or(Error::BadFormat)?;
+    if h.reply != 0 || h.reply_disposition() != 0 || h.descriptors() != 0 || !h.reserved_clear() {
+        return Err(Error::BadFormat);
+    }
+    h.reply = MIGRATED_REPLY;
+    h.bits = (h.bits & !0xff00) | ((Disposition::MoveSendOnce as u32) << 8);
+    bytes.copy_from_slice(&h.to_bytes());
+    Ok(())
+}
 
 /// What a dispatch function did with a request, for the server loop.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -523,6 +523,71 @@ fn leftover_rights_name_what_the_loop_releases() {
     assert_eq!(nothing.leftover_rights(&[1, 2, 3]).count(), 0);
 }
 
+/// A request as the kernel delivers it to an activation (migrating call): no rights, the
+/// header reduced to its size and id.
+fn as_migrated(msg: &mut [u8]) {
+    let h = MsgHeader::from_bytes(msg).unwrap();
+    let delivered = MsgHeader {
+        bits: 0,
+        size: h.size,
+        dest: 0,
+        reply: 0,
+        id: h.id,
+    };
+    msg[..HEADER_SIZE].copy_from_slice(&delivered.to_bytes());
+}
+
+#[test]
+fn migrated_requests_get_a_stand_in_reply_right() {
+    let mut req = page();
+    let len = {
+        let mut w = begin_request(&mut req, 9, 2001).unwrap();
+        5u64.marshal_data(&mut w).unwrap();
+        w.finish()
+    };
+    set_reply(&mut req, 77, Disposition::MakeSendOnce).unwrap();
+    as_migrated(&mut req);
+    // Without the stand-in a dispatch function would see a one-way message.
+    assert!(!ReplyTo::of(&MsgReader::new(&req[..len]).unwrap())
+        .unwrap()
+        .is_some());
+    migrated_request(&mut req[..len]).unwrap();
+    let h = MsgHeader::from_bytes(&req).unwrap();
+    assert_eq!(h.reply, MIGRATED_REPLY);
+    assert_eq!(h.reply_disposition(), Disposition::MoveSendOnce as u8);
+    assert_eq!((h.size as usize, h.id, h.descriptors()), (len, 2001, 0));
+    let r = MsgReader::new(&req[..len]).unwrap();
+    let to = ReplyTo::of(&r).unwrap();
+    assert_eq!(to.name, MIGRATED_REPLY);
+    let mut reply = page();
+    let d = to.respond(&mut reply, Ok(6u32)).unwrap();
+    assert!(d.delivered && d.reply_len > 0);
+    // The stand-in is never a right to release: the request brought none and the reply
+    // uses the stand-in up.
+    assert_eq!(d.leftover_rights(&req[..len]).count(), 0);
+    let mut r = open_reply(&reply, d.reply_len, 2001).unwrap();
+    assert_eq!(u32::unmarshal(&mut r), Ok(6));
+
+    // Only what the kernel delivers to an activation is accepted, and a refused request
+    // is left as it was.
+    let before = req;
+    assert_eq!(migrated_request(&mut req[..len]), Err(Error::BadFormat)); // reply right
+    assert_eq!(req, before);
+    let mut with_desc = page();
+    let n = {
+        let mut w = begin_request(&mut with_desc, 9, 2001).unwrap();
+        SendRight(1).marshal_ports(&mut w).unwrap();
+        w.finish()
+    };
+    assert_eq!(migrated_request(&mut with_desc[..n]), Err(Error::BadFormat));
+    let mut short = page();
+    let n = begin_request(&mut short, 9, 1).unwrap().finish();
+    as_migrated(&mut short);
+    assert_eq!(migrated_request(&mut short[..n - 1]), Err(Error::BadFormat));
+    assert_eq!(migrated_request(&mut [0u8; 8]), Err(Error::BadFormat));
+    assert_eq!(migrated_request(&mut short[..n]), Ok(()));
+}
+
 /// A tiny xorshift generator, for reproducible random bytes.
 struct XorShift(u64);
 

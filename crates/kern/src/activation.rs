@@ -2,8 +2,8 @@
 //! and 6.2).
 //!
 //! An *activation* is the part of a thread that is fixed to one task: a user stack, the
-//! entry point of the task's dispatch routine, and a buffer page where requests arrive and
-//! replies are written. A server creates unoccupied activations and attaches them to a port
+//! entry point of the task's dispatch routine, and a buffer (one page or more) where
+//! requests arrive and replies are written. A server creates unoccupied activations and attaches them to a port
 //! (its pool). A migrating RPC to that port takes a free activation, and the *caller's*
 //! thread runs the server's dispatch routine in it; the server's return gives the activation
 //! back. No server thread and no scheduler are involved.
@@ -47,9 +47,14 @@ pub struct Activation {
     pub entry: u64,
     /// The top of its user stack.
     pub stack: u64,
-    /// Its buffer page: user address and frame (checked at creation, forgotten when the
-    /// page is unmapped, which retires the activation).
+    /// Its buffer: user address and the frame of its first page (checked at creation,
+    /// forgotten when any page of the buffer is unmapped, which retires the activation).
     pub buffer: (u64, PhysAddr),
+    /// The buffer's size in bytes: a whole number of pages, from one page up to
+    /// [`baton_abi::ipc::MSG_SIZE_MAX`], every one mapped writable at creation. A request
+    /// through a caller's own buffer (`MSG_BUF`) may fill it; one through the caller's IPC
+    /// buffer page never needs more than the first page.
+    pub buffer_len: usize,
     /// A word the server chose, passed to the dispatch routine (e.g. which routine).
     pub cookie: u64,
     /// The thread running a call in it (the zero key when free).
@@ -271,6 +276,15 @@ impl Activations {
     }
 }
 
+impl Activation {
+    /// Whether any byte of its buffer lies in `[start, end)`.
+    pub fn buffer_within(&self, start: u64, end: u64) -> bool {
+        let first = self.buffer.0;
+        let last = first.saturating_add(self.buffer_len as u64);
+        start < end && first < end && start < last
+    }
+}
+
 impl Pool {
     /// Removes the free activation `id` (retired) from the pool.
     pub fn forget(&mut self, id: ActId) {
@@ -295,6 +309,7 @@ mod tests {
             entry: 0x1000,
             stack: 0x2000,
             buffer: (0x3000, PhysAddr(0x4000)),
+            buffer_len: 0x1000,
             cookie: 7,
             occupant: Key(0),
             occupied: false,
@@ -393,6 +408,21 @@ mod tests {
         callee.alerts_on = true;
         assert!(callee.take_alert());
         assert!(!callee.take_alert(), "consumed");
+    }
+
+    #[test]
+    fn buffer_ranges() {
+        let a = Activation {
+            buffer: (0x10_000, PhysAddr(0x4000)),
+            buffer_len: 0x9000,
+            ..act(1)
+        };
+        assert!(a.buffer_within(0x10_000, 0x11_000), "the first page");
+        assert!(a.buffer_within(0x18_000, 0x19_000), "the last page");
+        assert!(a.buffer_within(0, u64::MAX), "everything");
+        assert!(!a.buffer_within(0x19_000, 0x20_000), "just after");
+        assert!(!a.buffer_within(0xf_000, 0x10_000), "just before");
+        assert!(!a.buffer_within(0x12_000, 0x12_000), "an empty range");
     }
 
     #[test]

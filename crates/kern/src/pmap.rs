@@ -47,6 +47,22 @@ pub trait PhysMem {
     fn write_bytes(&mut self, pa: PhysAddr, bytes: &[u8]);
     /// Copies physical memory starting at `pa` into `out` (never across a frame boundary).
     fn read_bytes(&self, pa: PhysAddr, out: &mut [u8]);
+    /// Copies `len` bytes from physical `src` to physical `dst`, neither range crossing a
+    /// frame boundary. The default goes through a small buffer on the stack; the kernel
+    /// copies directly (one copy of each byte).
+    fn copy_bytes(&mut self, dst: PhysAddr, src: PhysAddr, len: usize) {
+        let mut bounce = [0u8; 256];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(bounce.len());
+            let at = done as u64;
+            if let Some(part) = bounce.get_mut(..n) {
+                self.read_bytes(PhysAddr(src.0 + at), part);
+                self.write_bytes(PhysAddr(dst.0 + at), part);
+            }
+            done += n;
+        }
+    }
     /// Allocates a frame; its contents are unspecified (callers zero it). `None` when
     /// memory is exhausted.
     fn alloc_frame(&mut self) -> Option<PhysAddr>;

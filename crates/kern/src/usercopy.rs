@@ -3,20 +3,23 @@
 //! A user address is an allegation until checked. [`copy_from_user`] and [`copy_to_user`]
 //! check the whole range against the user half of the address space and walk the page
 //! tables of the given [`AddressSpace`] for every page, then copy through [`PhysMem`], page
-//! by page. They never dereference a user pointer, so they work whatever address space is
-//! loaded in CR3 and cannot fault.
+//! by page. [`copy_user_to_user`] copies between two address spaces the same way, frame to
+//! frame, without a kernel buffer between. They never dereference a user pointer, so they
+//! work whatever address space is loaded in CR3 and cannot fault.
 //!
 //! # Invariants
 //! - A copy touches only bytes in `[USER_MIN, USER_END)` of pages whose effective
 //!   permissions (every page-table level) include `USER`, and `WRITABLE` for writes.
 //!   Anything else is [`Error::BadAddress`], including ranges that wrap past `u64::MAX`.
-//! - [`copy_to_user`] validates every page before writing a byte: it writes all or nothing.
+//! - [`copy_to_user`] and [`copy_user_to_user`] validate every page (of both ranges) before
+//!   writing a byte: they write all or nothing.
 //!   [`copy_from_user`] may have filled part of `out` when it fails; `out` is kernel memory,
 //!   so that is harmless, and its contents are then unspecified.
-//! - Each [`PhysMem::read_bytes`] or [`PhysMem::write_bytes`] call stays inside one page.
+//! - Each [`PhysMem::read_bytes`], [`PhysMem::write_bytes`] or [`PhysMem::copy_bytes`] call
+//!   stays inside one page (on each side).
 //! - Zero-length copies succeed at any address without looking at the page tables.
 
-use crate::frame::PAGE_SIZE;
+use crate::frame::{PhysAddr, PAGE_SIZE};
 use crate::pmap::{AddressSpace, PhysMem};
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::Error;
@@ -123,6 +126,129 @@ pub fn copy_to_user(
             .and_then(|e| data.get(offset..e))
             .ok_or(Error::BadAddress)?;
         mem.write_bytes(pa, src);
+    }
+    Ok(())
+}
+
+/// Checks that `len` bytes at user address `va` of `space` could be read: in the user
+/// range, mapped present and user-accessible ([`Error::BadAddress`] if not).
+pub fn check_readable(
+    space: &AddressSpace,
+    mem: &impl PhysMem,
+    va: u64,
+    len: usize,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = user_range(va, len)?;
+    for (addr, _, _) in chunks(va, end) {
+        match space.translate(mem, addr) {
+            Some((_, flags)) if flags.user => {}
+            _ => return Err(Error::BadAddress),
+        }
+    }
+    Ok(())
+}
+
+/// Pages of one side of a user-to-user copy whose frames are remembered from the check (a
+/// largest message, unaligned, spans this many); pages past them are walked again.
+const FRAMES: usize = (baton_abi::ipc::MSG_SIZE_MAX / PAGE_SIZE as usize) + 1;
+
+/// One side of a user-to-user copy: its range and the frames of its first [`FRAMES`]
+/// pages, found while checking it, so that the copy walks no page table for them.
+struct Side<'a> {
+    space: &'a AddressSpace,
+    /// The first page of the range.
+    first: u64,
+    frames: [PhysAddr; FRAMES],
+}
+
+impl<'a> Side<'a> {
+    /// Checks `[va, va + len)` of `space` (`len` > 0): user pages, writable too if `write`
+    /// ([`Error::BadAddress`] otherwise), remembering their frames.
+    fn check(
+        space: &'a AddressSpace,
+        mem: &impl PhysMem,
+        va: u64,
+        len: usize,
+        write: bool,
+    ) -> Result<Side<'a>, Error> {
+        let end = user_range(va, len)?;
+        let first = va & !(PAGE_SIZE - 1);
+        let mut side = Side {
+            space,
+            first,
+            frames: [PhysAddr(0); FRAMES],
+        };
+        for (i, (addr, _, _)) in chunks(va, end).enumerate() {
+            match space.translate(mem, addr) {
+                Some((pa, f)) if f.user && (f.writable || !write) => {
+                    if let Some(slot) = side.frames.get_mut(i) {
+                        *slot = pa.frame_start();
+                    }
+                }
+                _ => return Err(Error::BadAddress),
+            }
+        }
+        Ok(side)
+    }
+
+    /// The physical address of `va` (inside the checked range).
+    fn at(&self, mem: &impl PhysMem, va: u64) -> Result<PhysAddr, Error> {
+        let page = va & !(PAGE_SIZE - 1);
+        let offset = va - page;
+        let index = usize::try_from((page - self.first) / PAGE_SIZE).unwrap_or(usize::MAX);
+        match self.frames.get(index) {
+            Some(f) => Ok(PhysAddr(f.0 + offset)),
+            // Past the remembered pages (a range longer than a largest message): walk again.
+            None => self
+                .space
+                .translate(mem, va)
+                .map(|(pa, _)| pa)
+                .ok_or(Error::BadAddress),
+        }
+    }
+}
+
+/// Copies `len` bytes from user address `src_va` of `src_space` to user address `dst_va`
+/// of `dst_space` (two tasks' address spaces, or one), directly: each byte is copied once,
+/// frame to frame ([`PhysMem::copy_bytes`]), with no kernel buffer between (seed 001's
+/// single copy from the client's buffer into the server's).
+///
+/// Both ranges are checked first: the source must be readable user memory, the
+/// destination writable user memory; otherwise [`Error::BadAddress`] and nothing is
+/// written. The check walks each page's tables once and remembers the frames; the copy
+/// then goes in chunks that end at either side's page boundary, so each chunk lies in one
+/// frame on each side. Overlapping ranges (one space, the same pages) leave the
+/// destination garbled but are not unsafe.
+pub fn copy_user_to_user(
+    src_space: &AddressSpace,
+    src_va: u64,
+    dst_space: &AddressSpace,
+    dst_va: u64,
+    len: usize,
+    mem: &mut impl PhysMem,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    // Decide first, with no side effect...
+    let src = Side::check(src_space, mem, src_va, len, false)?;
+    let dst = Side::check(dst_space, mem, dst_va, len, true)?;
+    // ...then act: the tables cannot change meanwhile (we hold the only `&mut` to memory,
+    // and user frames are never page tables).
+    let total = u64::try_from(len).map_err(|_| Error::BadAddress)?;
+    let mut done = 0u64;
+    while done < total {
+        let (s, d) = (src_va + done, dst_va + done);
+        let room = |va: u64| PAGE_SIZE - (va & (PAGE_SIZE - 1));
+        let n = (total - done).min(room(s)).min(room(d));
+        let from = src.at(mem, s)?;
+        let to = dst.at(mem, d)?;
+        // `n` is at most a page.
+        mem.copy_bytes(to, from, n as usize);
+        done += n;
     }
     Ok(())
 }
@@ -281,6 +407,250 @@ mod tests {
             copy_to_user(&s, &mut mem, va, &[]).unwrap();
         }
         s.destroy(&mut mem);
+    }
+
+    /// A [`PhysMem`] that records every `copy_bytes` and counts byte reads and writes.
+    struct Recording<'a> {
+        mem: &'a mut FakeMem,
+        copies: Vec<(PhysAddr, PhysAddr, usize)>,
+        byte_calls: usize,
+    }
+
+    impl PhysMem for Recording<'_> {
+        fn read_u64(&self, pa: PhysAddr) -> u64 {
+            self.mem.read_u64(pa)
+        }
+        fn write_u64(&mut self, pa: PhysAddr, v: u64) {
+            self.mem.write_u64(pa, v)
+        }
+        fn zero_frame(&mut self, frame: PhysAddr) {
+            self.mem.zero_frame(frame)
+        }
+        fn write_bytes(&mut self, pa: PhysAddr, bytes: &[u8]) {
+            self.byte_calls += 1;
+            self.mem.write_bytes(pa, bytes)
+        }
+        fn read_bytes(&self, pa: PhysAddr, out: &mut [u8]) {
+            self.mem.read_bytes(pa, out)
+        }
+        fn copy_bytes(&mut self, dst: PhysAddr, src: PhysAddr, len: usize) {
+            self.copies.push((dst, src, len));
+            self.mem.copy_bytes(dst, src, len)
+        }
+        fn alloc_frame(&mut self) -> Option<PhysAddr> {
+            self.mem.alloc_frame()
+        }
+        fn free_frame(&mut self, frame: PhysAddr) {
+            self.mem.free_frame(frame)
+        }
+    }
+
+    fn read_back(s: &AddressSpace, mem: &FakeMem, va: u64, n: usize) -> Vec<u8> {
+        let mut out = vec![0u8; n];
+        copy_from_user(s, mem, va, &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn user_to_user_across_spaces_once_per_byte() {
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let src = space_with(
+            &mut mem,
+            &(0..5).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
+        );
+        let dst = space_with(
+            &mut mem,
+            &(0..5).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
+        );
+        let n = 3 * P as usize + 100;
+        let data = pattern(n);
+        let (sva, dva) = (a + P - 50, b + P - 3000);
+        copy_to_user(&src, &mut mem, sva, &data).unwrap();
+        let mut rec = Recording {
+            mem: &mut mem,
+            copies: Vec::new(),
+            byte_calls: 0,
+        };
+        copy_user_to_user(&src, sva, &dst, dva, n, &mut rec).unwrap();
+        let (copies, byte_calls) = (rec.copies, rec.byte_calls);
+        // Every byte once, in chunks that break at either side's page boundaries, each in
+        // one frame on both sides, and nothing written any other way.
+        assert_eq!(copies.iter().map(|c| c.2).sum::<usize>(), n);
+        assert_eq!(
+            byte_calls, 0,
+            "no bounce through write_bytes outside copy_bytes"
+        );
+        for &(d, s, len) in &copies {
+            assert!(
+                d.frame_offset() as usize + len <= P as usize,
+                "dst chunk crosses a frame"
+            );
+            assert!(
+                s.frame_offset() as usize + len <= P as usize,
+                "src chunk crosses a frame"
+            );
+        }
+        // Where a page boundary falls on either side, counted from the start: each one
+        // inside the range ends a chunk.
+        let mut cuts: Vec<u64> = [
+            50,
+            50 + P,
+            50 + 2 * P,
+            50 + 3 * P,
+            3000,
+            3000 + P,
+            3000 + 2 * P,
+        ]
+        .into_iter()
+        .filter(|&c| c < n as u64)
+        .collect();
+        cuts.sort_unstable();
+        assert_eq!(copies.len(), cuts.len() + 1);
+        assert_eq!(read_back(&dst, &mem, dva, n), data);
+        // Bytes around the destination range are untouched.
+        assert_eq!(read_back(&dst, &mem, dva - 1, 1), [0]);
+        assert_eq!(read_back(&dst, &mem, dva + n as u64, 1), [0]);
+        src.destroy(&mut mem);
+        dst.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
+    }
+
+    #[test]
+    fn user_to_user_aligned_pages_are_whole_chunks() {
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let src = space_with(
+            &mut mem,
+            &(0..8).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
+        );
+        let dst = space_with(
+            &mut mem,
+            &(0..8).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
+        );
+        // 32 KiB of data after a 32-byte header on both sides: both sides break at the
+        // same places (nine chunks: 4064, then seven pages, then 32).
+        let n = 32 * 1024;
+        let data = pattern(n);
+        let mut rec = Recording {
+            mem: &mut mem,
+            copies: Vec::new(),
+            byte_calls: 0,
+        };
+        let r = copy_user_to_user(&src, a + 32, &dst, b + 32, n, &mut rec);
+        // The source's last 32 bytes lie past its eighth page: refused, nothing written.
+        assert_eq!(r, Err(Error::BadAddress));
+        assert!(rec.copies.is_empty());
+        let n = 32 * 1024 - 32;
+        copy_to_user(&src, &mut mem, a + 32, &data[..n]).unwrap();
+        let mut rec = Recording {
+            mem: &mut mem,
+            copies: Vec::new(),
+            byte_calls: 0,
+        };
+        copy_user_to_user(&src, a + 32, &dst, b + 32, n, &mut rec).unwrap();
+        let lens: Vec<usize> = rec.copies.iter().map(|c| c.2).collect();
+        assert_eq!(lens, [vec![4064], vec![4096; 7]].concat());
+        assert_eq!(read_back(&dst, &mem, b + 32, n), &data[..n]);
+        src.destroy(&mut mem);
+        dst.destroy(&mut mem);
+    }
+
+    #[test]
+    fn user_to_user_longer_than_the_remembered_frames() {
+        // 20 pages, unaligned on both sides (21 pages each): the pages past FRAMES are
+        // walked again during the copy.
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let pages = |base: u64| (0..22).map(|i| (base + i * P, rw())).collect::<Vec<_>>();
+        let src = space_with(&mut mem, &pages(a));
+        let dst = space_with(&mut mem, &pages(b));
+        let n = 20 * P as usize;
+        assert!(n / P as usize + 1 > FRAMES);
+        let data = pattern(n);
+        copy_to_user(&src, &mut mem, a + 100, &data).unwrap();
+        copy_user_to_user(&src, a + 100, &dst, b + 4000, n, &mut mem).unwrap();
+        assert_eq!(read_back(&dst, &mem, b + 4000, n), data);
+        src.destroy(&mut mem);
+        dst.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
+    }
+
+    #[test]
+    fn user_to_user_checks_both_sides_first() {
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let ro = MapFlags::user_owned(false, true);
+        let src = space_with(
+            &mut mem,
+            &[
+                (a, rw()),
+                (a + P, rw()),
+                (a + 2 * P, rw()),
+                (a + 4 * P, rw()),
+            ],
+        );
+        let dst = space_with(
+            &mut mem,
+            &[
+                (b, rw()),
+                (b + P, rw()),
+                (b + 2 * P, ro),
+                (b + 4 * P, rw()),
+                (b + 5 * P, MapFlags::kernel(true, false)),
+            ],
+        );
+        let data = pattern(3 * P as usize);
+        copy_to_user(&src, &mut mem, a, &data).unwrap();
+        let untouched = |mem: &FakeMem, dst: &AddressSpace| {
+            read_back(dst, mem, b, 2 * P as usize)
+                .iter()
+                .all(|&x| x == 0)
+                && read_back(dst, mem, b + 2 * P, P as usize)
+                    .iter()
+                    .all(|&x| x == 0)
+        };
+        let cases: [(u64, u64, usize); 8] = [
+            // A read-only destination page at the end.
+            (a, b, 3 * P as usize),
+            // An unmapped destination page in the middle.
+            (a, b + 2 * P + 100, 2 * P as usize),
+            // A kernel-only destination page.
+            (a, b + 4 * P + 8, P as usize),
+            // An unmapped source page in the middle (destination fine).
+            (a + 2 * P, b, 2 * P as usize + 10),
+            // Kernel-half and wrapping addresses on either side.
+            (0xffff_8000_0000_0000, b, 16),
+            (a, 0xffff_8000_0000_0000, 16),
+            (a, u64::MAX - 8, 16),
+            (USER_END - 8, b, 16),
+        ];
+        for (s, d, n) in cases {
+            let mut rec = Recording {
+                mem: &mut mem,
+                copies: Vec::new(),
+                byte_calls: 0,
+            };
+            assert_eq!(
+                copy_user_to_user(&src, s, &dst, d, n, &mut rec),
+                Err(Error::BadAddress),
+                "{s:#x} -> {d:#x} ({n})"
+            );
+            assert!(
+                rec.copies.is_empty() && rec.byte_calls == 0,
+                "wrote something"
+            );
+            assert!(untouched(&mem, &dst));
+        }
+        // Zero bytes go anywhere; a read-only source is fine.
+        copy_user_to_user(&src, u64::MAX, &dst, 0, 0, &mut mem).unwrap();
+        copy_user_to_user(&dst, b + 2 * P, &src, a + 4 * P, 64, &mut mem).unwrap();
+        // Within one space.
+        copy_user_to_user(&src, a, &src, a + P + 7, 100, &mut mem).unwrap();
+        assert_eq!(read_back(&src, &mem, a + P + 7, 100), &data[..100]);
+        src.destroy(&mut mem);
+        dst.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
     }
 
     #[test]

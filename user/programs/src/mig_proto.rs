@@ -18,7 +18,8 @@ use baton_rt::{spawn_with, Error, FOREVER};
 /// One-way, server → bootstrap: carries the send right.
 pub const HELLO: u64 = 1;
 /// One-way, client → server: data = activations (u64), sidetrack (u64 0/1), add on
-/// sidetrack (u64 0/1).
+/// sidetrack (u64 0/1), and optionally the activations' buffer size in bytes (u64; 0 or
+/// absent: one page, `migrate::attach`; else `migrate::attach_sized`).
 pub const CONFIG: u64 = 2;
 /// One-way, server → bootstrap: the activations are attached.
 pub const READY: u64 = 3;
@@ -77,6 +78,18 @@ pub const PORT_ACT: u64 = 8;
 /// alerting it is then refused (`NotFound`); [`INFO`]'s fourth word is then 0, or
 /// `1 << 62 | error`.
 pub const KILL_ACT: u64 = 9;
+/// RPC: add 1 to every byte of the request's data in place and reply with it (the caller
+/// checks each byte: the request came in whole and the reply went back whole).
+pub const INC: u64 = 25;
+/// RPC: reply with as many bytes as the request's first word says (truncated to the
+/// activation's buffer), byte `i` being [`fill_byte`]`(i)`.
+pub const FILL: u64 = 26;
+
+/// Byte `i` of a [`FILL`] reply.
+pub fn fill_byte(i: usize) -> u8 {
+    (i * 7 + 3) as u8
+}
+
 /// The `i`th little-endian word of `data` (0 past its end).
 pub fn word(data: &[u8], i: usize) -> u64 {
     data.get(i * 8..i * 8 + 8)
@@ -106,6 +119,17 @@ pub fn send(
 /// activation on a sidetrack upcall or not; waits until it is ready and returns the send
 /// right to its port. [`Error::BadFormat`] if the server does not follow the protocol.
 pub fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Result<u64, Error> {
+    start_sized(buf, acts, sidetrack, add, 0)
+}
+
+/// [`start`], the activations with buffers of `buffer_size` bytes (0: one page).
+pub fn start_sized(
+    buf: &mut IpcBuffer,
+    acts: u64,
+    sidetrack: bool,
+    add: bool,
+    buffer_size: u64,
+) -> Result<u64, Error> {
     let boot = port_allocate(0)?;
     spawn_with("mig_server", boot)?;
     buf.msg(MSG_RECEIVE, boot, FOREVER)?;
@@ -113,8 +137,8 @@ pub fn start(buf: &mut IpcBuffer, acts: u64, sidetrack: bool, add: bool) -> Resu
         (HELLO, Some(d)) => d.value,
         _ => return Err(Error::BadFormat),
     };
-    let mut cfg = [0u8; 24];
-    for (i, w) in [acts, u64::from(sidetrack), u64::from(add)]
+    let mut cfg = [0u8; 32];
+    for (i, w) in [acts, u64::from(sidetrack), u64::from(add), buffer_size]
         .iter()
         .enumerate()
     {

@@ -14,17 +14,39 @@
 //! the port migrates (their reply port is never used), so an interface macro client or a
 //! hand-written call works unchanged.
 //!
+//! A server written against the interface macro (a [`Service`], usually a generated
+//! `*_dispatch` call) runs the same way with [`serve`], the migrating twin of
+//! [`crate::rpc::serve`]: the service lives in a `static` [`Shared`] (its activations run on
+//! several client threads at once, so it is behind a lock), and the calling thread serves
+//! what does not migrate (one-way messages, kernel notifications):
+//!
+//! ```ignore
+//! static SERVER: Shared<EchoServer> = Shared::new(EchoServer::new());
+//! let mut rpc = Rpc::new()?;
+//! let port = port_allocate(0)?;
+//! baton_rt::migrate::serve(rpc.ipc(), port, 4, &SERVER)?; // was: rpc::serve(rpc.ipc(), port, &mut server)
+//! ```
+//!
 //! Each activation gets its own stack ([`STACK_SIZE`]) and buffer page from a region of the
-//! address space reserved here; the kernel enters [`migrate_entry`] with `rdi` = the
+//! address space reserved here ([`attach_sized`]: a buffer of several pages, for requests
+//! that callers send from buffers of their own with `MSG_BUF`, up to 64 KiB); the kernel enters [`migrate_entry`] with `rdi` = the
 //! buffer, `rsi` = the request size (0 for a sidetrack upcall), `rdx` = the activation id
 //! and `r8` = the dispatch function, which returns through `act_return`.
 
-use crate::ipc::{MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE};
+use crate::ipc::{
+    msg_buf, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_SEND,
+};
 use crate::raw::{syscall1, syscall2, syscall6};
-use crate::sys::mem_map;
-use baton_abi::{Error, Sys};
+use crate::rpc::{Service, HANDLED};
+use crate::sys::{mem_map, wait, wake};
+use baton_abi::ipc::NOTIFY_SEND_ONCE;
+use baton_abi::{Error, Sys, FOREVER};
+use baton_idl_rt::transport::message_len;
+use baton_idl_rt::{migrated_request, Dispatched, MsgReader, ReplyTo};
 use core::arch::global_asm;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of user stack per activation.
 pub const STACK_SIZE: u64 = 16 * 1024;
@@ -35,6 +57,9 @@ static NEXT: AtomicU64 = AtomicU64::new(ACT_REGION);
 /// A request in an activation's buffer, answered in place.
 pub struct Request {
     buf: *mut [u8; IPC_BUFFER_SIZE],
+    /// The request's size in bytes in the low 32 bits (0: a sidetrack upcall), and above
+    /// them the bytes of the activation's buffer past its first page (0 for [`attach`]'s
+    /// one-page buffers: so the one-page entry passes the kernel's `rsi` as it is).
     size: usize,
     /// The activation running it.
     pub activation: u64,
@@ -49,13 +74,27 @@ impl Request {
     /// Whether this is a sidetrack upcall (no request: the pool is about to run dry, and
     /// the server may [`attach`] more activations before returning).
     pub fn is_sidetrack(&self) -> bool {
-        self.size == 0
+        self.size as u32 == 0
+    }
+
+    /// The size of this activation's buffer in bytes: one page for [`attach`]'s, the size
+    /// given to [`attach_sized`] for its (the most a request or reply may be).
+    pub fn capacity(&self) -> usize {
+        IPC_BUFFER_SIZE + (self.size >> 32)
     }
 
     fn bytes(&mut self) -> &mut [u8; IPC_BUFFER_SIZE] {
         // SAFETY: the kernel passed a buffer page of this activation, mapped writable for
         // the activation's lifetime; only this call uses it until it returns.
         unsafe { &mut *self.buf }
+    }
+
+    /// The whole buffer ([`Request::capacity`] bytes: the first page and the pages after).
+    pub fn buffer(&mut self) -> &mut [u8] {
+        // SAFETY: `attach_sized` mapped `capacity()` bytes writable from the buffer's
+        // address for the activation's lifetime (the kernel checked every page at
+        // `act_create`); `attach`'s buffers are one page, and then `capacity()` is one page.
+        unsafe { core::slice::from_raw_parts_mut(self.buf as *mut u8, self.capacity()) }
     }
 
     /// The request's header (id and size).
@@ -68,8 +107,8 @@ impl Request {
 
     /// The request's in-line data.
     pub fn data(&mut self) -> &[u8] {
-        let size = self.size.clamp(HEADER_SIZE, IPC_BUFFER_SIZE);
-        &self.bytes()[HEADER_SIZE..size]
+        let size = (self.size as u32 as usize).clamp(HEADER_SIZE, self.capacity());
+        &self.buffer()[HEADER_SIZE..size]
     }
 
     /// Overwrites the buffer's header (for a nested call made through this buffer).
@@ -79,18 +118,22 @@ impl Request {
 
     /// Writes the reply: message id `id` and in-line `data` (truncated to the buffer).
     pub fn reply(&mut self, id: u64, data: &[u8]) {
-        let n = data.len().min(IPC_BUFFER_SIZE - HEADER_SIZE);
-        let b = self.bytes();
+        let n = data.len().min(self.capacity() - HEADER_SIZE);
+        let b = self.buffer();
         b[HEADER_SIZE..HEADER_SIZE + n].copy_from_slice(&data[..n]);
         self.reply_in_place(id, n);
     }
 
     /// Writes a reply header with id `id` over `len` bytes of data already in place (an
     /// echo leaves the request's data where it is).
-    pub fn reply_in_place(&mut self, id: u64, len: usize) {
+    pub fn reply_in_place(&mut self, id: u64, mut len: usize) {
+        // Truncated to the buffer; a one-page reply needs no look at the capacity.
+        if len > IPC_BUFFER_SIZE - HEADER_SIZE {
+            len = len.min(self.capacity() - HEADER_SIZE);
+        }
         let h = MsgHeader {
             bits: 0,
-            size: (HEADER_SIZE + len.min(IPC_BUFFER_SIZE - HEADER_SIZE)) as u32,
+            size: (HEADER_SIZE + len) as u32,
             dest: 0,
             reply: 0,
             id,
@@ -115,6 +158,22 @@ extern "C" fn migrate_dispatch(buf: u64, size: u64, act: u64, f: u64) {
     f(&mut req);
 }
 
+/// The Rust half of [`migrate_entry_shared`]: the cookie is a `&'static Shared<S>`, whose
+/// first field says how to run a request on it.
+extern "C" fn migrate_dispatch_shared(buf: u64, size: u64, act: u64, shared: u64) {
+    // SAFETY: `shared` is the cookie `serve` gave `act_create`: the address of a
+    // `'static` `Shared<S>`, `repr(C)` with its `run` field first, which is
+    // `Shared::<S>::run` for the same `S`.
+    let run = unsafe { (*(shared as *const SharedHead)).run };
+    let mut req = Request {
+        buf: buf as *mut [u8; IPC_BUFFER_SIZE],
+        size: size as usize,
+        activation: act,
+    };
+    // SAFETY: as above: `run` is given the `Shared<S>` it was made for.
+    unsafe { run(shared as *const SharedHead, &mut req) };
+}
+
 global_asm!(
     r#"
     .global migrate_entry
@@ -124,8 +183,17 @@ migrate_entry:
     mov ${act_return}, %eax
     syscall
     ud2
+
+    .global migrate_entry_shared
+migrate_entry_shared:
+    mov %r8, %rcx
+    call {dispatch_shared}
+    mov ${act_return}, %eax
+    syscall
+    ud2
     "#,
     dispatch = sym migrate_dispatch,
+    dispatch_shared = sym migrate_dispatch_shared,
     act_return = const Sys::ActReturn as u64,
     options(att_syntax)
 );
@@ -133,27 +201,395 @@ migrate_entry:
 extern "C" {
     /// Where the kernel enters an activation (see the module documentation).
     fn migrate_entry();
+    /// Where the kernel enters an activation of [`serve`]: `r8` is the `Shared`.
+    fn migrate_entry_shared();
 }
 
 /// Attaches `count` new activations running `dispatch` to the port whose receive right is
 /// `port`; returns the id of the last one.
 pub fn attach(port: u64, count: usize, dispatch: Dispatch) -> Result<u64, Error> {
+    attach_entry(
+        port,
+        count,
+        migrate_entry as *const () as usize as u64,
+        dispatch as usize as u64,
+        false,
+    )
+}
+
+/// Bits of an [`attach_sized`] activation's cookie that hold the dispatch function (user
+/// code lies far below 2^48); the bits above hold the buffer's pages past the first.
+const SIZED_FN_MASK: u64 = (1 << 48) - 1;
+
+/// The Rust half of [`migrate_entry_sized`]: the cookie is the dispatch function with the
+/// buffer's extra pages above [`SIZED_FN_MASK`].
+extern "C" fn migrate_dispatch_sized(buf: u64, size: u64, act: u64, cookie: u64) {
+    // SAFETY: the cookie's low bits are the `Dispatch` `attach_sized` gave `act_create`.
+    let f: Dispatch = unsafe { core::mem::transmute::<u64, Dispatch>(cookie & SIZED_FN_MASK) };
+    let extra = (cookie >> 48) * IPC_BUFFER_SIZE as u64;
+    let mut req = Request {
+        buf: buf as *mut [u8; IPC_BUFFER_SIZE],
+        size: (size | extra << 32) as usize,
+        activation: act,
+    };
+    f(&mut req);
+}
+
+global_asm!(
+    r#"
+    .global migrate_entry_sized
+migrate_entry_sized:
+    mov %r8, %rcx
+    call {dispatch}
+    mov ${act_return}, %eax
+    syscall
+    ud2
+    "#,
+    dispatch = sym migrate_dispatch_sized,
+    act_return = const Sys::ActReturn as u64,
+    options(att_syntax)
+);
+
+extern "C" {
+    /// Where the kernel enters an activation of [`attach_sized`].
+    fn migrate_entry_sized();
+}
+
+/// Attaches `count` new activations running `dispatch` to `port`, as [`attach`] does, each
+/// with a buffer of `buffer_size` bytes (rounded up to whole pages; at most
+/// [`crate::ipc::MSG_SIZE_MAX`]) instead of one page: a request sent with `MSG_BUF` from a
+/// caller's own buffer may be that large, and so may the reply ([`Request::capacity`],
+/// [`Request::buffer`]). Returns the id of the last one. [`Error::InvalidArgument`] for a
+/// size of 0 or above the largest message, [`attach`]'s errors otherwise.
+pub fn attach_sized(
+    port: u64,
+    count: usize,
+    buffer_size: usize,
+    dispatch: Dispatch,
+) -> Result<u64, Error> {
+    let page = IPC_BUFFER_SIZE as u64;
+    let bytes = (buffer_size as u64).div_ceil(page) * page;
+    let f = dispatch as usize as u64;
+    if bytes == 0 || bytes > crate::ipc::MSG_SIZE_MAX as u64 || f & !SIZED_FN_MASK != 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let cookie = f | (bytes / page - 1) << 48;
+    let entry = migrate_entry_sized as *const () as usize as u64;
     let mut last = 0;
     for _ in 0..count {
-        let base = NEXT.fetch_add(STACK_SIZE + 2 * IPC_BUFFER_SIZE as u64, Ordering::Relaxed);
-        // A guard page is left unmapped above the buffer.
-        mem_map(base, STACK_SIZE + IPC_BUFFER_SIZE as u64, true)?;
+        // The stack, the buffer, and a guard page left unmapped above the buffer.
+        let base = NEXT.fetch_add(STACK_SIZE + bytes + page, Ordering::Relaxed);
+        mem_map(base, STACK_SIZE + bytes, true)?;
         let stack_top = base + STACK_SIZE;
-        let buffer = stack_top;
-        last = create_raw(
-            port,
-            migrate_entry as *const () as usize as u64,
-            stack_top,
-            buffer,
-            dispatch as usize as u64,
-        )?;
+        last = create_sized(port, entry, stack_top, stack_top, cookie, bytes)?;
     }
     Ok(last)
+}
+
+/// Attaches `count` activations entering at `entry` with `cookie` to `port`, each with a
+/// stack, its buffer page and, with `scratch`, a page after the buffer for the reply
+/// ([`Shared`]'s entry writes it there while the request is read from the buffer).
+fn attach_entry(
+    port: u64,
+    count: usize,
+    entry: u64,
+    cookie: u64,
+    scratch: bool,
+) -> Result<u64, Error> {
+    let pages = if scratch { 2 } else { 1 };
+    let mut last = 0;
+    for _ in 0..count {
+        let base = NEXT.fetch_add(
+            STACK_SIZE + (pages + 1) * IPC_BUFFER_SIZE as u64,
+            Ordering::Relaxed,
+        );
+        // A guard page is left unmapped above the buffer (and scratch page).
+        mem_map(base, STACK_SIZE + pages * IPC_BUFFER_SIZE as u64, true)?;
+        let stack_top = base + STACK_SIZE;
+        let buffer = stack_top;
+        last = create_raw(port, entry, stack_top, buffer, cookie)?;
+    }
+    Ok(last)
+}
+
+/// The id of the one-way message a migrating call that ended [`serve`] sends to the
+/// server's port, to wake the server's own thread (which then returns). It reaches no
+/// [`Service`]; another sender's message with this id and nothing else only makes the loop
+/// look whether the service is done.
+pub const WAKE_ID: u64 = baton_abi::ipc::KERNEL_ID_BASE - 1;
+
+/// What [`migrate_dispatch_shared`] reads through the cookie, whatever the service.
+#[repr(C)]
+struct SharedHead {
+    /// Runs a request on the `Shared<S>` this head begins.
+    ///
+    /// # Safety
+    /// The pointer must be the head of the `Shared<S>` whose `run` this is.
+    run: unsafe fn(*const SharedHead, &mut Request),
+}
+
+/// A [`Service`] shared by a migrating server's activations (which run on their callers'
+/// threads, several at once) and its own thread: the service behind a lock. Put it in a
+/// `static` and hand it to [`serve`].
+///
+/// The lock is a futex mutex on [`wait`]/[`wake`]: uncontended it costs two atomic
+/// instructions; a caller that finds it taken sleeps in the kernel until it is released
+/// (inside the server, on its own thread and priority), as it would wait for a
+/// single-threaded message-loop server.
+#[repr(C)]
+pub struct Shared<S> {
+    head: SharedHead,
+    /// 0 free, 1 held, 2 held with (perhaps) waiters.
+    lock: AtomicU32,
+    /// The service said it is done (or [`serve`] returned): later calls are refused.
+    closed: AtomicBool,
+    /// The port [`serve`] serves (0 before).
+    port: AtomicU64,
+    service: UnsafeCell<S>,
+}
+
+// SAFETY: the service is reached only through `lock`'s guard, by one thread at a time, so
+// sharing a `Shared<S>` between threads moves `S` between them (hence `S: Send`).
+unsafe impl<S: Send> Sync for Shared<S> {}
+
+/// The locked service of a [`Shared`]; dropping it releases the lock.
+pub struct Guard<'a, S> {
+    shared: &'a Shared<S>,
+}
+
+impl<S> Deref for Guard<'_, S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        // SAFETY: the guard holds the lock, so no other reference to the service exists.
+        unsafe { &*self.shared.service.get() }
+    }
+}
+
+impl<S> DerefMut for Guard<'_, S> {
+    fn deref_mut(&mut self) -> &mut S {
+        // SAFETY: as in `deref`; `&mut self` makes this the only one through the guard.
+        unsafe { &mut *self.shared.service.get() }
+    }
+}
+
+impl<S> Drop for Guard<'_, S> {
+    fn drop(&mut self) {
+        if self.shared.lock.swap(0, Ordering::Release) == 2 {
+            let _ = wake(&self.shared.lock, 1);
+        }
+    }
+}
+
+impl<S: Service + Send> Shared<S> {
+    /// `service`, ready to [`serve`].
+    pub const fn new(service: S) -> Shared<S> {
+        Shared {
+            head: SharedHead { run: Self::run },
+            lock: AtomicU32::new(0),
+            closed: AtomicBool::new(false),
+            port: AtomicU64::new(0),
+            service: UnsafeCell::new(service),
+        }
+    }
+
+    /// Locks the service (waiting while another thread holds it).
+    pub fn lock(&self) -> Guard<'_, S> {
+        if self
+            .lock
+            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.lock.swap(2, Ordering::Acquire) != 0 {
+                // `WouldBlock` (released meanwhile) and `Interrupted` (an alert) only mean
+                // trying again.
+                let _ = wait(&self.lock, 2, FOREVER);
+            }
+        }
+        Guard { shared: self }
+    }
+
+    /// Makes `port` the port this serves (Error [`Error::InvalidArgument`] if it serves
+    /// another, or `port` is 0).
+    fn bind(&self, port: u64) -> Result<(), Error> {
+        match self
+            .port
+            .compare_exchange(0, port, Ordering::AcqRel, Ordering::Acquire)
+        {
+            _ if port == 0 => Err(Error::InvalidArgument),
+            Ok(_) => Ok(()),
+            Err(p) if p == port => Ok(()),
+            Err(_) => Err(Error::InvalidArgument),
+        }
+    }
+
+    /// Whether [`serve`] has finished (the service said it is done): calls are refused.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Runs one migrated request (in an activation, on the caller's thread).
+    ///
+    /// # Safety
+    /// `head` must be the head of a `Shared<S>` (this `S`) that lives for good.
+    unsafe fn run(head: *const SharedHead, req: &mut Request) {
+        // SAFETY: by the contract, `head` begins a `'static` `Shared<S>` (`repr(C)`, the
+        // head first).
+        let shared = unsafe { &*(head as *const Shared<S>) };
+        if req.is_sidetrack() {
+            return;
+        }
+        // SAFETY: `attach_service` mapped a scratch page, writable, right after each of
+        // these activations' buffer pages, and only the call in this activation uses it
+        // (a fresh array on the stack would cost zeroing a page on every call).
+        let reply = unsafe {
+            &mut *((req.buffer_address() + IPC_BUFFER_SIZE as u64) as *mut [u8; IPC_BUFFER_SIZE])
+        };
+        let buf = req.bytes();
+        let d = shared.handle_migrated(buf, reply);
+        match reply.get(..d.reply_len) {
+            Some(msg) if !msg.is_empty() => buf[..msg.len()].copy_from_slice(msg),
+            // No reply (a one-way message or an undecodable request): the caller learns
+            // it as a client of a message-loop server would, from the kernel's
+            // send-once notification (the stubs' `DeadName`).
+            _ => {
+                let h = MsgHeader {
+                    bits: 0,
+                    size: HEADER_SIZE as u32,
+                    dest: 0,
+                    reply: 0,
+                    id: NOTIFY_SEND_ONCE,
+                };
+                buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+            }
+        }
+    }
+
+    /// Hands the migrated request at the start of `buf` to the service, the reply into
+    /// `reply`; closes the server (and wakes its thread) when the service is done.
+    fn handle_migrated(&self, buf: &mut [u8], reply: &mut [u8]) -> Dispatched {
+        const NOTHING: Dispatched = Dispatched {
+            reply_len: 0,
+            delivered: false,
+        };
+        if migrated_request(buf).is_err() {
+            return NOTHING;
+        }
+        let Ok(len) = message_len(buf) else {
+            return NOTHING;
+        };
+        let request = &buf[..len];
+        let mut service = self.lock();
+        if self.is_closed() {
+            // The server has stopped serving: refused as by a dead server.
+            drop(service);
+            return MsgReader::new(request)
+                .and_then(|r| ReplyTo::of(&r))
+                .and_then(|to| to.reject(reply, Error::DeadName))
+                .unwrap_or(NOTHING);
+        }
+        let d = service.handle(request, reply).unwrap_or(NOTHING);
+        let done = service.done();
+        if done {
+            self.closed.store(true, Ordering::Release);
+        }
+        drop(service);
+        if done {
+            self.wake_server();
+        }
+        d
+    }
+
+    /// Sends [`WAKE_ID`] to the served port (with a send right made for the message) so
+    /// the server's own thread sees that it is closed.
+    fn wake_server(&self) {
+        let port = self.port.load(Ordering::Acquire);
+        let h = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::MakeSend, Disposition::None, 0),
+            size: HEADER_SIZE as u32,
+            dest: port,
+            reply: 0,
+            id: WAKE_ID,
+        };
+        let mut msg = h.to_bytes();
+        // Timeout 0: with the queue full the thread has messages to wake it anyway.
+        let _ = msg_buf(&mut msg, MSG_SEND, 0, 0);
+    }
+}
+
+/// The server's own thread's side of [`serve`]: what does not migrate.
+struct Queued<S: 'static>(&'static Shared<S>);
+
+impl<S: Service + Send> Service for Queued<S> {
+    fn handle(&mut self, request: &[u8], reply: &mut [u8]) -> Result<Dispatched, Error> {
+        let wake = MsgHeader::from_bytes(request).is_some_and(|h| {
+            h.id == WAKE_ID && h.size as usize == HEADER_SIZE && h.bits >> 16 == 0
+        });
+        if wake {
+            return Ok(HANDLED);
+        }
+        if self.0.is_closed() {
+            return Ok(Dispatched {
+                reply_len: 0,
+                delivered: false,
+            });
+        }
+        self.0.lock().handle(request, reply)
+    }
+
+    fn done(&self) -> bool {
+        if !self.0.is_closed() && self.0.lock().done() {
+            self.0.closed.store(true, Ordering::Release);
+        }
+        self.0.is_closed()
+    }
+}
+
+/// Attaches `count` new activations serving `shared`'s [`Service`] to `port` (a receive
+/// right): every call to the port then runs the service on the caller's thread, in one of
+/// them (the request is handed to [`Service::handle`] as a message-loop server gets it,
+/// with a stand-in reply right, under `shared`'s lock, and the reply goes back to the
+/// caller when the activation returns). Returns the id of the last one. [`serve`] does this
+/// itself; call it first to have the activations in place before telling clients the
+/// server is ready, or later to add some. Errors: [`Error::InvalidArgument`] when `shared`
+/// serves another port (a `Shared` serves one), [`attach`]'s.
+pub fn attach_service<S: Service + Send>(
+    port: u64,
+    count: usize,
+    shared: &'static Shared<S>,
+) -> Result<u64, Error> {
+    shared.bind(port)?;
+    attach_entry(
+        port,
+        count,
+        migrate_entry_shared as *const () as usize as u64,
+        shared as *const Shared<S> as u64,
+        true,
+    )
+}
+
+/// The migrating twin of [`crate::rpc::serve`]: attaches `activations` activations serving
+/// `shared` to `port` ([`attach_service`]; 0 to attach none here), and meanwhile serves,
+/// on the calling thread with its IPC buffer `ipc`, what does not migrate (one-way
+/// messages, messages with rights, kernel notifications) exactly as
+/// [`crate::rpc::serve`] does, with `shared`'s lock held around each message.
+///
+/// Returns `Ok` when [`Service::done`] says so, after a call in an activation (whose reply
+/// still goes out) or a message on this thread. From then on the activations stay
+/// attached to the port (until it is destroyed) but refuse calls: their callers get
+/// [`Error::DeadName`]. Errors: [`attach_service`]'s, and a plain receive failed as for
+/// [`crate::rpc::serve`]. Calls that carry rights do not migrate (the kernel queues them),
+/// so a method that takes a port right runs on this thread; a migrated call whose reply
+/// would carry one fails with [`Error::BadFormat`].
+pub fn serve<S: Service + Send>(
+    ipc: &mut IpcBuffer,
+    port: u64,
+    activations: usize,
+    shared: &'static Shared<S>,
+) -> Result<(), Error> {
+    attach_service(port, activations, shared)?;
+    let result = crate::rpc::serve(ipc, port, &mut Queued(shared));
+    shared.closed.store(true, Ordering::Release);
+    result
 }
 
 /// `act_create` with raw arguments (for tests that pass what [`attach`] would not).
@@ -174,6 +610,31 @@ pub fn create_raw(
             buffer,
             cookie,
             0,
+        )
+    })
+}
+
+/// `act_create` with a buffer of `buffer_size` bytes (0: one page, as [`create_raw`];
+/// else a multiple of the page size, at most [`crate::ipc::MSG_SIZE_MAX`], every page
+/// mapped writable), raw arguments.
+pub fn create_sized(
+    port: u64,
+    entry: u64,
+    stack_top: u64,
+    buffer: u64,
+    cookie: u64,
+    buffer_size: u64,
+) -> Result<u64, Error> {
+    // SAFETY: `act_create` reads no user memory (it translates the buffer's pages).
+    baton_abi::decode_result(unsafe {
+        syscall6(
+            Sys::ActCreate as u64,
+            port,
+            entry,
+            stack_top,
+            buffer,
+            cookie,
+            buffer_size,
         )
     })
 }

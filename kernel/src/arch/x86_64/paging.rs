@@ -79,6 +79,10 @@ impl PhysMem for KernelMem<'_> {
         unsafe { core::ptr::copy_nonoverlapping(Self::ptr(pa), out.as_mut_ptr(), out.len()) }
     }
 
+    fn copy_bytes(&mut self, dst: PhysAddr, src: PhysAddr, len: usize) {
+        copy_phys(dst, src, len)
+    }
+
     fn alloc_frame(&mut self) -> Option<PhysAddr> {
         let f = self.frames.alloc()?;
         self.zero_frame(f);

@@ -40,8 +40,8 @@ use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::exception;
 use baton_rt::floor;
 use baton_rt::ipc::{
-    cap_drop, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND,
-    MSG_SLOW,
+    cap_drop, msg_buf, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE,
+    MSG_SEND, MSG_SLOW,
 };
 use baton_rt::raw::{syscall0, syscall2};
 use baton_rt::sync::{wait_until, Counter};
@@ -50,6 +50,8 @@ use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yi
 
 #[path = "../mig_proto.rs"]
 mod mig_proto;
+#[path = "../table3_idl.rs"]
+mod table3_idl;
 
 baton_rt::entry!(main);
 
@@ -416,6 +418,8 @@ mod rpc_ids {
     pub const RESET: u64 = 2;
     pub const DUMP: u64 = 3;
     pub const EXIT: u64 = 4;
+    /// From now on receive into a 64 KiB buffer of the server's own (`MSG_BUF`).
+    pub const BIG: u64 = 6;
     /// Timestamp pairs per `DUMP` reply.
     pub const DUMP_MAX: usize = 250;
 }
@@ -452,7 +456,9 @@ fn rpc_call(
 /// receive returned, plus the server's right before its `ipc_msg(SEND|RECEIVE)` (reply and
 /// wait) to the client's right after its call returned. `rpc.*.roundtrip` is the client's
 /// whole round trip, the server's work (reading the request, writing the reply header)
-/// included.
+/// included. `rpc.32k.switching` sends 32 KiB the same way from a buffer of the client's own
+/// to a buffer of the server's (`MSG_BUF`: the IPC buffer is one page), which the fast path
+/// does not take: the general path copies each message into the kernel and out again.
 fn rpc_benchmarks() -> Result<(), Failed> {
     use rpc_ids::*;
     let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
@@ -472,6 +478,10 @@ fn rpc_benchmarks() -> Result<(), Failed> {
     ] {
         timed_rpcs(&mut buf, server, reply, name, len, slow)?;
     }
+    // 32 KiB through the general path: the server receives into a buffer of its own from
+    // now on (its IPC buffer is one page).
+    rpc_call(&mut buf, server, reply, BIG, &[])?;
+    timed_rpcs_32k(&mut buf, server, reply, "rpc.32k.switching")?;
     rpc_call(&mut buf, server, reply, EXIT, &[])?;
     for name in [server, reply, boot] {
         let _ = cap_drop(name);
@@ -481,7 +491,8 @@ fn rpc_benchmarks() -> Result<(), Failed> {
 
 /// `rpc.*.migrating`: the same echo RPCs, measured the same way, to a `mig_server` whose
 /// port has activations: the client's thread runs the server's dispatch routine itself
-/// (seed 001's migrating RPC).
+/// (seed 001's migrating RPC). `rpc.32k.migrating` sends 32 KiB from the client's own
+/// buffer (`MSG_BUF`) to a `mig_server` whose activations have nine-page buffers.
 fn migrating_benchmarks() -> Result<(), Failed> {
     let mut buf = IpcBuffer::new().map_err(|e| fail!("ipc buffer: {}", e.name()))?;
     // Two activations, no sidetrack.
@@ -496,9 +507,100 @@ fn migrating_benchmarks() -> Result<(), Failed> {
         timed_rpcs(&mut buf, server, reply, name, len, false)?;
     }
     let _ = mig_proto::send(&mut buf, server, mig_proto::EXIT, &[], &[]);
-    for name in [server, reply] {
+    // 32 KiB from the client's own buffer (`MSG_BUF`), to activations whose buffers hold
+    // it (nine pages): copied once each way, between the two tasks' pages.
+    let big = mig_proto::start_sized(&mut buf, 2, false, false, (HEADER_SIZE + KIB32) as u64)
+        .map_err(|e| fail!("start mig_server: {}", e.name()))?;
+    timed_rpcs_32k(&mut buf, big, reply, "rpc.32k.migrating")?;
+    let _ = mig_proto::send(&mut buf, big, mig_proto::EXIT, &[], &[]);
+    for name in [server, big, reply] {
         let _ = cap_drop(name);
     }
+    Ok(())
+}
+
+/// `rpc.*.switching.marshal` and `rpc.*.migrating.marshal`: seed 001's Table 3, "Kernel
+/// Time + User Marshaling". The calls of the `Table3` interface (a null RPC, 32 bytes in,
+/// 1 KiB in) through the interface macro's client stub and server dispatch, to the same
+/// service served by `idl_server` two ways: by the message loop `rpc::serve` on the
+/// server's own thread (switching: the fast path's handoff) and by `migrate::serve` with
+/// two activations (migrating: the client's thread runs the dispatch). One figure per
+/// call, as the client sees it: from its timestamp before the stub call to its timestamp
+/// after the stub returned, the marshaling and unmarshaling on both sides included.
+fn marshal_benchmarks() -> Result<(), Failed> {
+    use table3_idl::Table3Client;
+    let mut rpc = baton_rt::rpc::Rpc::new().map_err(|e| fail!("rpc: {}", e.name()))?;
+    for (activations, names) in [
+        (
+            0,
+            [
+                "rpc.null.switching.marshal",
+                "rpc.32b.switching.marshal",
+                "rpc.1k.switching.marshal",
+            ],
+        ),
+        (
+            2,
+            [
+                "rpc.null.migrating.marshal",
+                "rpc.32b.migrating.marshal",
+                "rpc.1k.migrating.marshal",
+            ],
+        ),
+    ] {
+        let server = table3_idl::start(rpc.ipc(), activations)
+            .map_err(|e| fail!("start idl_server: {}", e.name()))?;
+        let mut client = Table3Client::new(&mut rpc, server);
+        let data32: [u8; 32] = core::array::from_fn(|i| i as u8 + 1);
+        let data1k: [u8; 1024] = core::array::from_fn(|i| (i % 251) as u8 + 1);
+        let [null, in32, in1k] = names;
+        timed_calls(null, || client.null())?;
+        timed_calls(in32, || client.in32(black_box(data32)))?;
+        timed_calls(in1k, || client.in1k(black_box(data1k)))?;
+        let expected = (3 * TOTAL as u64, data1k[0], data1k[1023]);
+        match client.last() {
+            Ok(got) if got == expected => {}
+            other => {
+                return Err(fail!(
+                "{in1k}: the server saw {other:?}, not {expected:?} (calls, first and last byte)"
+            ))
+            }
+        }
+        client
+            .quit()
+            .map_err(|e| fail!("{null}: quit: {}", e.name()))?;
+        let _ = cap_drop(server);
+    }
+    Ok(())
+}
+
+/// A benchmark of calls: `call` between two timestamps, [`TOTAL`] times (the first
+/// [`WARMUP`] not recorded); any failed call fails it.
+fn timed_calls(
+    name: &str,
+    mut call: impl FnMut() -> Result<(), baton_rt::Error>,
+) -> Result<(), Failed> {
+    clear_samples();
+    for _ in 0..WARMUP {
+        call().map_err(|e| fail!("{name}: {}", e.name()))?;
+    }
+    let before = read_stats()?;
+    let mut failed = None;
+    for i in 0..ITER {
+        let t0 = rdtsc_ordered();
+        let r = call();
+        let t1 = rdtsc_ordered();
+        if let Err(e) = r {
+            failed = Some(e);
+        }
+        record(&SAMPLES, i, t1.wrapping_sub(t0));
+    }
+    let after = read_stats()?;
+    if let Some(e) = failed {
+        return Err(fail!("{name}: {}", e.name()));
+    }
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
     Ok(())
 }
 
@@ -554,40 +656,130 @@ fn timed_rpcs(
         if let Some(e) = failed {
             return Err(fail!("{name}: {}", e.name()));
         }
-        // Fetch the server's timestamps and pair them with the client's.
-        let mut first = 0usize;
-        while first < TOTAL {
-            rpc_call(buf, server, reply, DUMP, &(first as u64).to_le_bytes())?;
-            let got = buf.data();
-            for (j, pair) in got.chunks_exact(16).take(DUMP_MAX).enumerate() {
-                let i = first + j;
-                let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) else {
-                    break;
-                };
-                let word = |at: usize| {
-                    pair.get(at..at + 8)
-                        .and_then(|b| b.try_into().ok())
-                        .map_or(0, u64::from_le_bytes)
-                };
-                let (arrived, replied) = (word(0), word(8));
-                let (t0, t1) = (c.load(Ordering::Relaxed), r.load(Ordering::Relaxed));
-                if i >= WARMUP {
-                    let one_way = arrived
-                        .wrapping_sub(t0)
-                        .wrapping_add(t1.wrapping_sub(replied));
-                    record(&SAMPLES, i - WARMUP, one_way);
-                    record(&SAMPLES2, i - WARMUP, t1.wrapping_sub(t0));
-                }
-            }
-            first += DUMP_MAX;
-        }
-        report(name, &SAMPLES);
-        report_stats(name, &before, &after);
-        let mut rt = [0u8; 40];
-        let rt_name = join(&mut rt, name, ".roundtrip");
-        report(rt_name, &SAMPLES2);
+        pair_timestamps(buf, server, reply, name, &before, &after)?;
     }
     Ok(())
+}
+
+/// Fetches the server's timestamps of the timed RPCs just made (`DUMP`, through `buf`),
+/// pairs them with the client's ([`CALLED`], [`RETURNED`]) and reports `name` (the one-way
+/// sums) and `name.roundtrip`, with the kernel paths between `before` and `after`.
+fn pair_timestamps(
+    buf: &mut IpcBuffer,
+    server: u64,
+    reply: u64,
+    name: &str,
+    before: &Stats,
+    after: &Stats,
+) -> Result<(), Failed> {
+    use rpc_ids::*;
+    let mut first = 0usize;
+    while first < TOTAL {
+        rpc_call(buf, server, reply, DUMP, &(first as u64).to_le_bytes())?;
+        let got = buf.data();
+        for (j, pair) in got.chunks_exact(16).take(DUMP_MAX).enumerate() {
+            let i = first + j;
+            let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) else {
+                break;
+            };
+            let word = |at: usize| {
+                pair.get(at..at + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes)
+            };
+            let (arrived, replied) = (word(0), word(8));
+            let (t0, t1) = (c.load(Ordering::Relaxed), r.load(Ordering::Relaxed));
+            if i >= WARMUP {
+                let one_way = arrived
+                    .wrapping_sub(t0)
+                    .wrapping_add(t1.wrapping_sub(replied));
+                record(&SAMPLES, i - WARMUP, one_way);
+                record(&SAMPLES2, i - WARMUP, t1.wrapping_sub(t0));
+            }
+        }
+        first += DUMP_MAX;
+    }
+    report(name, &SAMPLES);
+    report_stats(name, before, after);
+    let mut rt = [0u8; 40];
+    let rt_name = join(&mut rt, name, ".roundtrip");
+    report(rt_name, &SAMPLES2);
+    Ok(())
+}
+
+/// Bytes of in-line data of the `rpc.32k.*` rows: seed 001 Table 3's "32K In".
+const KIB32: usize = 32 * 1024;
+/// Where the client maps its buffer for the `rpc.32k.*` rows.
+const BIG_BUF: u64 = 0x6c00_0000_0000;
+
+/// The client's buffer of the `rpc.32k.*` rows: a 32 KiB request and its header, mapped
+/// at [`BIG_BUF`] the first time.
+fn big_buffer() -> Result<&'static mut [u8], Failed> {
+    static MAPPED: AtomicU32 = AtomicU32::new(0);
+    let len = HEADER_SIZE + KIB32;
+    if MAPPED.swap(1, Ordering::Relaxed) == 0 {
+        let bytes = len.next_multiple_of(4096) as u64;
+        baton_rt::sys::mem_map(BIG_BUF, bytes, true)
+            .map_err(|e| fail!("map the 32 KiB buffer: {}", e.name()))?;
+    }
+    // SAFETY: the pages at BIG_BUF are mapped writable for good (above), and the `rpc.32k`
+    // rows, one after the other on this thread, are the only users of them.
+    Ok(unsafe { core::slice::from_raw_parts_mut(BIG_BUF as *mut u8, len) })
+}
+
+/// One series of timed echo RPCs with [`KIB32`] bytes of in-line data to `server`, sent and
+/// answered through the client's own buffer (`ipc_msg` with `MSG_BUF`, since the IPC
+/// buffer is one page), measured and reported as [`timed_rpcs`] does (the server's
+/// timestamps fetched through `buf`). Checks that the last reply came back whole.
+fn timed_rpcs_32k(buf: &mut IpcBuffer, server: u64, reply: u64, name: &str) -> Result<(), Failed> {
+    use rpc_ids::*;
+    clear_samples();
+    rpc_call(buf, server, reply, RESET, &[])?;
+    let big = big_buffer()?;
+    let request = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        size: (HEADER_SIZE + KIB32) as u32,
+        dest: server,
+        reply,
+        id: TIMED,
+    }
+    .to_bytes();
+    big[HEADER_SIZE..].fill(0xa5);
+    let mut failed = None;
+    let mut before = read_stats()?;
+    for i in 0..TOTAL {
+        if i == WARMUP {
+            before = read_stats()?;
+        }
+        // The reply came back in place: the data is the same, the header is not.
+        big[..HEADER_SIZE].copy_from_slice(&request);
+        let t0 = rdtsc_ordered();
+        let r = msg_buf(big, MSG_SEND | MSG_RECEIVE, reply, FOREVER);
+        let t1 = rdtsc_ordered();
+        if let Err(e) = r {
+            failed = Some(e);
+        }
+        if let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) {
+            c.store(t0, Ordering::Relaxed);
+            r.store(t1, Ordering::Relaxed);
+        }
+    }
+    let after = read_stats()?;
+    if let Some(e) = failed {
+        return Err(fail!("{name}: {}", e.name()));
+    }
+    let h = MsgHeader::from_bytes(big).unwrap_or_default();
+    if h.id != TIMED
+        || h.size as usize != HEADER_SIZE + KIB32
+        || big.iter().skip(HEADER_SIZE).any(|&b| b != 0xa5)
+    {
+        return Err(fail!(
+            "{name}: the last reply is not the 32 KiB echo (id {}, size {})",
+            h.id,
+            h.size
+        ));
+    }
+    pair_timestamps(buf, server, reply, name, &before, &after)
 }
 
 /// The port `exception_handler` receives on.
@@ -782,6 +974,7 @@ fn run_all() -> Result<(), Failed> {
     waitwake_pingpong(threads, false)?;
     rpc_benchmarks()?;
     migrating_benchmarks()?;
+    marshal_benchmarks()?;
     exception_roundtrip(threads)?;
     create_exit(threads)?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a

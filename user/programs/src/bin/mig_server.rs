@@ -2,8 +2,9 @@
 //! benchmarks (spawned by them, never alone).
 //!
 //! It sends a send right to its port to its bootstrap port ([`HELLO`]), reads a one-way
-//! [`CONFIG`] message (activations to attach, sidetrack on or off, and whether a sidetrack
-//! upcall adds an activation), attaches the activations, and says [`READY`]. From then on
+//! [`CONFIG`] message (activations to attach, sidetrack on or off, whether a sidetrack
+//! upcall adds an activation, and their buffer size), attaches the activations, and says
+//! [`READY`]. From then on
 //! every RPC to the port migrates into one of its activations ([`dispatch`]); its own
 //! thread only receives one-way messages: [`PEER`] (a send right to the server that
 //! [`NEST`] calls) and [`EXIT`].
@@ -67,6 +68,17 @@ static PEER_RIGHT: AtomicU64 = AtomicU64::new(0);
 static SIDETRACKS: AtomicU64 = AtomicU64::new(0);
 /// Whether a sidetrack upcall attaches one more activation.
 static ADD_ON_SIDETRACK: AtomicBool = AtomicBool::new(false);
+/// The activations' buffer size in bytes (0: one page).
+static BUFFER_SIZE: AtomicU64 = AtomicU64::new(0);
+
+/// Attaches `count` activations running [`dispatch`] to `port`, with buffers of
+/// [`BUFFER_SIZE`].
+fn attach(port: u64, count: usize) -> Result<u64, Error> {
+    match BUFFER_SIZE.load(Ordering::Relaxed) {
+        0 => migrate::attach(port, count, dispatch),
+        size => migrate::attach_sized(port, count, size as usize, dispatch),
+    }
+}
 
 fn main(_task_id: u64) -> i32 {
     match serve() {
@@ -96,8 +108,10 @@ fn serve() -> Result<(), Error> {
     }
     let cfg = buf.data();
     let (count, sidetrack, add) = (word(cfg, 0), word(cfg, 1), word(cfg, 2));
+    let size = word(cfg, 3);
     ADD_ON_SIDETRACK.store(add != 0, Ordering::Relaxed);
-    migrate::attach(port, count as usize, dispatch)?;
+    BUFFER_SIZE.store(size, Ordering::Relaxed);
+    attach(port, count as usize)?;
     migrate::sidetrack(port, sidetrack != 0)?;
     send(&mut buf, boot, READY, &[], &[])?;
     loop {
@@ -205,7 +219,7 @@ fn dispatch(req: &mut Request) {
         SIDETRACKS.fetch_add(1, Ordering::Relaxed);
         if ADD_ON_SIDETRACK.load(Ordering::Relaxed) {
             // Failing to add one only means the call waits.
-            let _ = migrate::attach(PORT.load(Ordering::Relaxed), 1, dispatch);
+            let _ = attach(PORT.load(Ordering::Relaxed), 1);
         }
         return;
     }
@@ -245,6 +259,23 @@ fn dispatch(req: &mut Request) {
             req.reply(DUMP, &bytes);
         }
         ECHO => req.reply_in_place(ECHO, len),
+        INC => {
+            let end = (HEADER_SIZE + len).min(req.capacity());
+            for b in req.buffer()[HEADER_SIZE..end].iter_mut() {
+                *b = b.wrapping_add(1);
+            }
+            req.reply_in_place(INC, len);
+        }
+        FILL => {
+            let n = (word(req.data(), 0) as usize).min(req.capacity() - HEADER_SIZE);
+            for (i, b) in req.buffer()[HEADER_SIZE..HEADER_SIZE + n]
+                .iter_mut()
+                .enumerate()
+            {
+                *b = fill_byte(i);
+            }
+            req.reply_in_place(FILL, n);
+        }
         SLEEP => {
             // The request's first word is how long (30 ms without one).
             let ns = match word(req.data(), 0) {

@@ -5,9 +5,12 @@
 //! migrates twice on one thread; a malformed reply gives the caller an error; an exhausted
 //! pool makes a caller wait for an activation; the sidetrack upcall lets a server add an
 //! activation, and when it declines the call waits; bad `act_create`/`act_return` calls
-//! get error codes; a server that exits while a caller is inside aborts that call and
-//! later calls fail; and activations, ports, names and queued messages return to their
-//! baseline.
+//! get error codes; calls through a buffer of the caller's own (`MSG_BUF`) to activations
+//! with multi-page buffers migrate with 32 KiB of data each way (checked byte by byte),
+//! and requests or replies that do not fit, unreadable requests and bad buffer sizes get
+//! error codes without entering the server; a server that exits while a caller is inside
+//! aborts that call and later calls fail; and activations, ports, names and queued
+//! messages return to their baseline.
 //!
 //! Verdict: `TEST PASS migrate` or `TEST FAIL migrate: ...`.
 #![no_std]
@@ -17,7 +20,8 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_rt::check::Failed;
 use baton_rt::ipc::{
-    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+    msg_buf, msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE,
+    MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SIZE_MAX,
 };
 use baton_rt::migrate;
 use baton_rt::thread::{spawn, StackPool};
@@ -128,6 +132,205 @@ fn sleeper(_: u64) {
         FAILED.fetch_add(1, Ordering::SeqCst);
     }
     DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// The buffer size of the activations of [`big_messages`]' server: 32 KiB of data and a
+/// header fit (nine pages).
+const BIG: usize = 36 * 1024;
+/// 32 KiB: seed 001 Table 3's largest request.
+const KIB32: usize = 32 * 1024;
+
+/// A request header for `ipc_msg` with `MSG_BUF`: `id` to `server` with `data` bytes.
+fn request(server: u64, id: u64, data: usize) -> [u8; HEADER_SIZE] {
+    MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        size: (HEADER_SIZE + data) as u32,
+        dest: server,
+        reply: REPLY.load(Ordering::Relaxed),
+        id,
+    }
+    .to_bytes()
+}
+
+/// Migrating calls through a buffer of our own (`MSG_BUF`) to a server whose activations
+/// have [`BIG`]-byte buffers; bad `act_create` buffer sizes. Returns the server (for the
+/// caller to end).
+fn big_messages(buf: &mut IpcBuffer, round: u64) -> Result<u64, Failed> {
+    let f = must(
+        "start big mig_server",
+        start_sized(buf, 2, false, false, BIG as u64),
+    )?;
+    let reply = REPLY.load(Ordering::Relaxed);
+    // Our buffer: the largest message, mapped, with nothing mapped after it.
+    let region = 0x6e00_0000_0000u64 + round * 0x10_0000;
+    must(
+        "map",
+        baton_rt::sys::mem_map(region, MSG_SIZE_MAX as u64, true),
+    )?;
+    // SAFETY: the pages were just mapped writable for this function alone, which unmaps
+    // them only after its last use of `mem`.
+    let mem = unsafe { core::slice::from_raw_parts_mut(region as *mut u8, MSG_SIZE_MAX) };
+    let rpc = MSG_SEND | MSG_RECEIVE;
+    let reply_header = |mem: &[u8]| MsgHeader::from_bytes(&mem[..HEADER_SIZE]).unwrap_or_default();
+
+    // 32 KiB in, each byte + 1 back, checked byte by byte.
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, INC, KIB32));
+    let sent = |i: usize| (i % 251) as u8;
+    for (i, b) in mem[HEADER_SIZE..HEADER_SIZE + KIB32].iter_mut().enumerate() {
+        *b = sent(i);
+    }
+    let before = must("stats", stats())?;
+    let r = msg_buf(&mut mem[..HEADER_SIZE + KIB32], rpc, reply, FOREVER);
+    let after = must("stats", stats())?;
+    let h = reply_header(mem);
+    let wrong = (0..KIB32).find(|&i| mem[HEADER_SIZE + i] != sent(i).wrapping_add(1));
+    check!(
+        r.is_ok() && h.id == INC && h.size as usize == HEADER_SIZE + KIB32 && h.dest == reply,
+        "a 32 KiB request through MSG_BUF is answered with 32 KiB ({:?}, id {}, size {})",
+        r.err().map(|e| e.name()),
+        h.id,
+        h.size
+    );
+    check!(
+        wrong.is_none(),
+        "every byte of the 32 KiB went to the server and back (first wrong byte: {wrong:?})"
+    );
+    check!(
+        after.migrations == before.migrations + 1
+            && after.ipc_queued == before.ipc_queued
+            && after.context_switches == before.context_switches,
+        "the MSG_BUF call migrated: no message queued, no context switch"
+    );
+
+    // A request that fills the activation's buffer exactly.
+    let full = BIG - HEADER_SIZE;
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, ECHO, full));
+    let r = msg_buf(&mut mem[..BIG], rpc, reply, FOREVER);
+    let h = reply_header(mem);
+    check!(
+        r.is_ok() && h.id == ECHO && h.size as usize == BIG,
+        "a request as large as the activation's buffer fits ({:?})",
+        r.err().map(|e| e.name())
+    );
+
+    // One page more: too large for the activation; the server is not entered.
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, INC, full + 4096));
+    mem[HEADER_SIZE] = 0x77;
+    let before = must("stats", stats())?;
+    let r = msg_buf(&mut mem[..BIG + 4096], rpc, reply, FOREVER);
+    let after = must("stats", stats())?;
+    check!(
+        r == Err(Error::TooLarge)
+            && after.migrations == before.migrations
+            && mem[HEADER_SIZE] == 0x77
+            && reply_header(mem).id == INC,
+        "a request larger than the activation's buffer gets TooLarge, and the server is not entered ({:?})",
+        r.err().map(|e| e.name())
+    );
+
+    // A request whose data runs past our mapping: BadAddress, the server not entered.
+    let at = region + MSG_SIZE_MAX as u64 - 2 * HEADER_SIZE as u64;
+    let tail = (MSG_SIZE_MAX - 2 * HEADER_SIZE)..(MSG_SIZE_MAX - HEADER_SIZE);
+    mem[tail].copy_from_slice(&request(f, INC, 1000));
+    let before = must("stats", stats())?;
+    // SAFETY: the kernel may write only our own mapped pages (it writes nothing here).
+    let raw = unsafe {
+        msg_raw(
+            rpc | MSG_BUF,
+            reply,
+            FOREVER,
+            at,
+            (HEADER_SIZE + 1000) as u64,
+        )
+    };
+    let after = must("stats", stats())?;
+    check!(
+        baton_abi::decode_result(raw) == Err(Error::BadAddress)
+            && after.migrations == before.migrations,
+        "a MSG_BUF request whose data is not mapped gets BadAddress, and the server is not entered"
+    );
+
+    // A reply larger than the caller's buffer: TooLarge, from our buffer or the IPC buffer.
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, FILL, 8));
+    mem[HEADER_SIZE..HEADER_SIZE + 8].copy_from_slice(&8000u64.to_le_bytes());
+    let r = msg_buf(&mut mem[..4096], rpc, reply, FOREVER);
+    check!(
+        r == Err(Error::TooLarge),
+        "a reply larger than the caller's MSG_BUF buffer gets TooLarge ({:?})",
+        r.err().map(|e| e.name())
+    );
+    let r = call(buf, f, FILL, &8000u64.to_le_bytes());
+    check!(
+        r == Err(Error::TooLarge),
+        "a reply larger than the caller's IPC buffer page gets TooLarge ({:?})",
+        r.err().map(|e| e.name())
+    );
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, FILL, 8));
+    mem[HEADER_SIZE..HEADER_SIZE + 8].copy_from_slice(&8000u64.to_le_bytes());
+    let r = msg_buf(&mut mem[..HEADER_SIZE + 8000], rpc, reply, FOREVER);
+    let h = reply_header(mem);
+    let wrong = (0..8000).find(|&i| mem[HEADER_SIZE + i] != fill_byte(i));
+    check!(
+        r.is_ok() && h.id == FILL && h.size as usize == HEADER_SIZE + 8000 && wrong.is_none(),
+        "a reply of 8000 bytes into a buffer just large enough arrives whole (first wrong byte: {wrong:?})"
+    );
+    let got = must("echo after", call(buf, f, ECHO, &[4; 16]))?;
+    check!(
+        got == (ECHO, 16) && buf.data() == [4; 16],
+        "the server still answers through the IPC buffer"
+    );
+    // SAFETY: `mem` is not used again.
+    must("unmap", unsafe {
+        baton_rt::mem_unmap(region, MSG_SIZE_MAX as u64)
+    })?;
+
+    // act_create's buffer size.
+    let own = must("port", port_allocate(0))?;
+    let pages = 0x6d00_0000_0000u64 + round * 0x10_0000;
+    must("map", baton_rt::sys::mem_map(pages, 2 * 4096, true))?;
+    must("map", baton_rt::sys::mem_map(pages + 2 * 4096, 4096, false))?;
+    let create = |size: u64| migrate::create_sized(own, 0x40_1000, pages, pages, 0, size);
+    for (size, want, what) in [
+        (
+            4097,
+            Error::InvalidArgument,
+            "a size not a whole number of pages",
+        ),
+        (100, Error::InvalidArgument, "a size less than a page"),
+        (
+            MSG_SIZE_MAX as u64 + 4096,
+            Error::InvalidArgument,
+            "a size larger than the largest message",
+        ),
+        (u64::MAX, Error::InvalidArgument, "a size of u64::MAX"),
+        (
+            3 * 4096,
+            Error::BadAddress,
+            "a read-only page in the buffer",
+        ),
+        (
+            4 * 4096,
+            Error::BadAddress,
+            "an unmapped page in the buffer",
+        ),
+    ] {
+        let r = create(size);
+        check!(
+            r == Err(want),
+            "act_create with {what} gets {} ({:?})",
+            want.name(),
+            r.err().map(|e| e.name())
+        );
+    }
+    let made = create(2 * 4096);
+    check!(
+        made.is_ok(),
+        "act_create with a two-page buffer, both mapped writable, works"
+    );
+    must("drop own", baton_rt::ipc::cap_drop(own))?;
+    // SAFETY: nothing uses these pages (the activation went with its port).
+    must("unmap", unsafe { baton_rt::mem_unmap(pages, 3 * 4096) })?;
+    Ok(f)
 }
 
 /// Rounds of every check.
@@ -374,7 +577,10 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     );
     must("drop own", baton_rt::ipc::cap_drop(own))?;
 
-    // 8. A server that ends while we are inside aborts our call; later calls fail.
+    // 8. Large messages through the caller's own buffer, to multi-page activations.
+    let f = big_messages(&mut buf, round)?;
+
+    // 9. A server that ends while we are inside aborts our call; later calls fail.
     check!(
         call(&mut buf, a, DIE, &[]) == Err(Error::Aborted),
         "a call whose server exits inside it returns Aborted"
@@ -386,11 +592,11 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         later.err().map(|e| e.name())
     );
 
-    // 9. Everything back: end the servers, drop our rights.
-    for s in [b, c, d, e] {
+    // 10. Everything back: end the servers, drop our rights.
+    for s in [b, c, d, e, f] {
         must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
     }
-    for s in [a, b, c, d, e] {
+    for s in [a, b, c, d, e, f] {
         let _ = baton_rt::ipc::cap_drop(s);
     }
     must(

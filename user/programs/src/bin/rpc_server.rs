@@ -15,6 +15,7 @@
 //! | [`RESET`] | — | empty; the next timed request is number 0 |
 //! | [`DUMP`] | `u64` first index | up to [`DUMP_MAX`] `(arrived, replied)` pairs from it |
 //! | [`EXIT`] | — | empty, then the task exits |
+//! | [`BIG`] | — | empty; from then on requests are received into (and replies sent from) a 64 KiB buffer of the server's own, with `MSG_BUF` ([`serve_big`]) |
 //!
 //! Every reply has the request's id; anything else gets an empty reply with id
 //! `u64::MAX - 1`.
@@ -24,7 +25,7 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use baton_rt::ipc::{
-    cap_drop, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE,
+    cap_drop, msg_buf, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE,
     MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::{println, rdtsc_ordered, start::bootstrap, FOREVER};
@@ -41,6 +42,10 @@ pub const DUMP: u64 = 3;
 pub const EXIT: u64 = 4;
 /// The hello message that carries the server's send right.
 pub const HELLO: u64 = 5;
+/// Serve through a 64 KiB buffer from now on.
+pub const BIG: u64 = 6;
+/// Where [`serve_big`] maps its buffer.
+const BIG_BUF: u64 = 0x6c00_0000_0000;
 /// Most timed requests kept.
 pub const KEPT: usize = 1100;
 /// Most timestamp pairs one `DUMP` reply carries.
@@ -128,6 +133,11 @@ fn serve() -> Result<(), baton_rt::Error> {
                 cap_drop(port)?;
                 return Ok(());
             }
+            BIG => {
+                buf.set(reply, &[], &[])?;
+                buf.msg(MSG_SEND, 0, FOREVER)?;
+                return serve_big(port, next);
+            }
             _ => {
                 reply.id = u64::MAX - 1;
                 buf.set(reply, &[], &[])?;
@@ -137,6 +147,74 @@ fn serve() -> Result<(), baton_rt::Error> {
         if let Err(e) = buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER) {
             println!("rpc_server: reply failed: {}", e.name());
             buf.msg(MSG_RECEIVE, port, FOREVER)?;
+        }
+    }
+}
+
+/// The server loop after [`BIG`]: as [`serve`]'s, but every request is received into a
+/// 64 KiB buffer of the server's own and every reply sent from it (`ipc_msg` with
+/// `MSG_BUF`), so requests of up to 64 KiB arrive. Such a receive never takes the fast
+/// path, which delivers only into IPC buffers. `next` is the next timed request's number.
+fn serve_big(port: u64, mut next: usize) -> Result<(), baton_rt::Error> {
+    let len = baton_rt::ipc::MSG_SIZE_MAX;
+    baton_rt::sys::mem_map(BIG_BUF, len as u64, true)?;
+    // SAFETY: just mapped writable, and used by this loop alone until the task exits.
+    let big = unsafe { core::slice::from_raw_parts_mut(BIG_BUF as *mut u8, len) };
+    msg_buf(big, MSG_RECEIVE, port, FOREVER)?;
+    loop {
+        let arrived = rdtsc_ordered();
+        let request = MsgHeader::from_bytes(big).unwrap_or_default();
+        let mut reply = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+            size: HEADER_SIZE as u32,
+            dest: request.reply,
+            reply: 0,
+            id: request.id,
+        };
+        match request.id {
+            TIMED => {
+                // Echo: the data stays where it is.
+                reply.size = request.size;
+                big[..HEADER_SIZE].copy_from_slice(&reply.to_bytes());
+                if let Some(slot) = ARRIVED.get(next) {
+                    slot.store(arrived, Ordering::Relaxed);
+                }
+                let replied = rdtsc_ordered();
+                if let Some(slot) = REPLIED.get(next) {
+                    slot.store(replied, Ordering::Relaxed);
+                }
+                next += 1;
+            }
+            RESET => next = 0,
+            DUMP => {
+                let first = big
+                    .get(HEADER_SIZE..HEADER_SIZE + 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(0, u64::from_le_bytes) as usize;
+                let pairs = big[HEADER_SIZE..HEADER_SIZE + 16 * DUMP_MAX].chunks_exact_mut(16);
+                for (i, pair) in pairs.enumerate() {
+                    let at = first + i;
+                    let a = ARRIVED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                    let r = REPLIED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                    pair[..8].copy_from_slice(&a.to_le_bytes());
+                    pair[8..].copy_from_slice(&r.to_le_bytes());
+                }
+                reply.size = (HEADER_SIZE + 16 * DUMP_MAX) as u32;
+            }
+            EXIT => {
+                big[..HEADER_SIZE].copy_from_slice(&reply.to_bytes());
+                msg_buf(big, MSG_SEND, 0, FOREVER)?;
+                cap_drop(port)?;
+                return Ok(());
+            }
+            _ => reply.id = u64::MAX - 1,
+        }
+        if request.id != TIMED {
+            big[..HEADER_SIZE].copy_from_slice(&reply.to_bytes());
+        }
+        if let Err(e) = msg_buf(big, MSG_SEND | MSG_RECEIVE, port, FOREVER) {
+            println!("rpc_server: reply failed: {}", e.name());
+            msg_buf(big, MSG_RECEIVE, port, FOREVER)?;
         }
     }
 }
