@@ -178,11 +178,35 @@ pub fn migrate(
     sidetracked: bool,
 ) -> ! {
     let size = header.size as usize;
+    let (a, sidetrack) = take(k, cur, port_id, sidetracked);
+    let up = occupy(k, cur, a, header);
+    if size > HEADER_SIZE && !sidetrack {
+        let at = HEADER_SIZE as u64;
+        paging::copy_phys(
+            PhysAddr(up.buffer.1 .0 + at),
+            PhysAddr(page.0 + at),
+            size - HEADER_SIZE,
+        );
+    }
+    let to = if sidetrack {
+        ReplyTo::Sidetrack
+    } else {
+        ReplyTo::IpcBuffer
+    };
+    enter(k, cpu, a, port_id, up, size, to)
+}
+
+/// Takes an activation from the pool of `port_id` (alive, with a pool) for the call of
+/// `cur` (`sidetracked`: its `Thread::sidetracked`): the activation and whether the upcall
+/// is a sidetrack. When none may be used now, blocks `cur` until one comes back (its call
+/// is then run again) and does not return.
+#[inline(always)]
+fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (ActId, bool) {
     let Some(port) = k.ipc.port_mut(port_id) else {
         // Not reachable: the caller found the port alive. Let the general path report.
         crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
     };
-    let (a, sidetrack) = match port.pool.decide(sidetracked) {
+    match port.pool.decide(sidetracked) {
         Decision::Take(a) => (a, false),
         Decision::Sidetrack(a) => (a, true),
         Decision::Wait => {
@@ -191,7 +215,13 @@ pub fn migrate(
             k.stats.blocks_ipc += 1;
             thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
         }
-    };
+    }
+}
+
+/// Marks activation `a` (just taken) occupied by `cur` and writes the request's header
+/// (id and size only) into its buffer; what the upcall into it needs.
+#[inline(always)]
+fn occupy(k: &mut Kernel, cur: ThreadId, a: ActId, header: &MsgHeader) -> Upcall {
     let Some(&Activation {
         task,
         task_key,
@@ -206,22 +236,8 @@ pub fn migrate(
         // Not reachable: a pool holds only live activations. Refuse rather than panic.
         crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
     };
-    // The request, into the activation's buffer (its header says only id and size).
     paging::write_header(buffer.1, request_header(header));
-    if size > HEADER_SIZE && !sidetrack {
-        let at = HEADER_SIZE as u64;
-        paging::copy_phys(
-            PhysAddr(buffer.1 .0 + at),
-            PhysAddr(page.0 + at),
-            size - HEADER_SIZE,
-        );
-    }
-    let to = if sidetrack {
-        ReplyTo::Sidetrack
-    } else {
-        ReplyTo::IpcBuffer
-    };
-    let up = Upcall {
+    Upcall {
         task,
         task_key,
         space,
@@ -229,8 +245,7 @@ pub fn migrate(
         stack,
         buffer,
         cookie,
-    };
-    enter(k, cpu, a, port_id, up, size, to)
+    }
 }
 
 /// [`try_migrate`] for `ipc_msg(SEND | RECEIVE | MSG_BUF, .., buf, buf_size)`: the request
@@ -304,19 +319,7 @@ fn migrate_user(
     len: usize,
 ) -> ! {
     let size = header.size as usize;
-    let Some(port) = k.ipc.port_mut(port_id) else {
-        crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
-    };
-    let (a, sidetrack) = match port.pool.decide(sidetracked) {
-        Decision::Take(a) => (a, false),
-        Decision::Sidetrack(a) => (a, true),
-        Decision::Wait => {
-            port.senders.push_back(cur);
-            crate::syscall::block_until(k, Blocked::Send { port: port_id }, None);
-            k.stats.blocks_ipc += 1;
-            thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
-        }
-    };
+    let (a, sidetrack) = take(k, cur, port_id, sidetracked);
     if let Err(e) = request_into(k, cur, a, va, size, sidetrack) {
         // Undone: the activation goes back where `decide` took it from (the end of the
         // free list), and the call fails.
@@ -328,33 +331,11 @@ fn migrate_user(
         }
         crate::kernel::finish_entry(k, false, Some(e.to_raw()))
     }
-    let Some(&Activation {
-        task,
-        task_key,
-        space,
-        entry,
-        stack,
-        buffer,
-        cookie,
-        ..
-    }) = k.acts.occupy(a, cur)
-    else {
-        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
-    };
-    paging::write_header(buffer.1, request_header(header));
+    let up = occupy(k, cur, a, header);
     let to = if sidetrack {
         ReplyTo::Sidetrack
     } else {
         ReplyTo::User { va, len }
-    };
-    let up = Upcall {
-        task,
-        task_key,
-        space,
-        entry,
-        stack,
-        buffer,
-        cookie,
     };
     enter(k, cpu, a, port_id, up, size, to)
 }

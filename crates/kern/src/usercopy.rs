@@ -89,13 +89,25 @@ pub fn check_writable(
     va: u64,
     len: usize,
 ) -> Result<(), Error> {
+    check_access(space, mem, va, len, true)
+}
+
+/// Checks that every page of `len` bytes at user address `va` of `space` is in the user
+/// range, mapped present and user-accessible, and writable if `write`.
+fn check_access(
+    space: &AddressSpace,
+    mem: &impl PhysMem,
+    va: u64,
+    len: usize,
+    write: bool,
+) -> Result<(), Error> {
     if len == 0 {
         return Ok(());
     }
     let end = user_range(va, len)?;
     for (addr, _, _) in chunks(va, end) {
         match space.translate(mem, addr) {
-            Some((_, flags)) if flags.user && flags.writable => {}
+            Some((_, flags)) if flags.user && (flags.writable || !write) => {}
             _ => return Err(Error::BadAddress),
         }
     }
@@ -138,17 +150,7 @@ pub fn check_readable(
     va: u64,
     len: usize,
 ) -> Result<(), Error> {
-    if len == 0 {
-        return Ok(());
-    }
-    let end = user_range(va, len)?;
-    for (addr, _, _) in chunks(va, end) {
-        match space.translate(mem, addr) {
-            Some((_, flags)) if flags.user => {}
-            _ => return Err(Error::BadAddress),
-        }
-    }
-    Ok(())
+    check_access(space, mem, va, len, false)
 }
 
 /// Pages of one side of a user-to-user copy whose frames are remembered from the check (a

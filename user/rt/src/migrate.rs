@@ -600,18 +600,7 @@ pub fn create_raw(
     buffer: u64,
     cookie: u64,
 ) -> Result<u64, Error> {
-    // SAFETY: `act_create` reads no user memory (it translates `buffer`).
-    baton_abi::decode_result(unsafe {
-        syscall6(
-            Sys::ActCreate as u64,
-            port,
-            entry,
-            stack_top,
-            buffer,
-            cookie,
-            0,
-        )
-    })
+    create_sized(port, entry, stack_top, buffer, cookie, 0)
 }
 
 /// `act_create` with a buffer of `buffer_size` bytes (0: one page, as [`create_raw`];

@@ -497,7 +497,10 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     // 30 ms: long enough that the server's own thread's few instructions in between stay
     // far below a quarter of it even when the host deschedules QEMU for some milliseconds
     // (its TSC runs on host time without icount: with 3 ms this failed under load).
-    must("spin", call(&mut buf, e, SPIN, &30_000_000u64.to_le_bytes()))?;
+    must(
+        "spin",
+        call(&mut buf, e, SPIN, &30_000_000u64.to_le_bytes()),
+    )?;
     let spun = word(buf.data(), 0);
     let c1 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
     let m1 = main_cpu(&mut buf, e)?;
