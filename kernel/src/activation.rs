@@ -476,6 +476,7 @@ fn enter(
 /// `act_return()`: ends the migrating call of the running activation of `cur` (the thread
 /// running on this CPU). Never returns on success (the caller resumes); an error when
 /// `cur` is not in one.
+#[inline(always)]
 pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     // SAFETY: `cur` runs on this CPU (it is in this system call); this is the only
     // reference to it in use until `resume_below`, which takes the thread from the table

@@ -910,7 +910,9 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
 }
 
 /// Leaves the kernel to user mode with the running thread's saved registers, releasing
-/// the lock (`thread_exception_return` / `thread_syscall_return`).
+/// the lock (`thread_exception_return` / `thread_syscall_return`). Inlined: every system
+/// call leaves through it.
+#[inline(always)]
 pub fn leave_to_user() -> ! {
     if crate::control::SUSPENDED.load(Ordering::Relaxed) > 0 {
         // An APC: a thread stops here when its activation is suspended.

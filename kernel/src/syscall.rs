@@ -27,7 +27,9 @@ use kern::usercopy;
 
 /// Entry for the `syscall` instruction, with the call `number` (the user's `rax`). The
 /// caller's user registers are already in its thread object (the entry pushed them there);
-/// the result goes into its saved `rax`.
+/// the result goes into its saved `rax`. Inlined into its one caller, the entry's
+/// trampoline.
+#[inline(always)]
 pub fn on_syscall(number: u64) -> ! {
     kernel::lock();
     // SAFETY: the lock is held.

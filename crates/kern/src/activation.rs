@@ -225,6 +225,7 @@ impl Activations {
 
     /// The call in `id` is over: it goes back to `pool` (its port's, `None` if the port is
     /// gone), or is freed if retired. Returns whether it went back to the pool.
+    #[inline]
     pub fn give_back(&mut self, id: ActId, pool: Option<&mut Pool>) -> bool {
         let retired = match self.slab.get_mut(id) {
             Some(a) => {
