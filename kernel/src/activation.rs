@@ -640,11 +640,15 @@ fn resume_below(
     kernel::switch_activation(c, kernel_root, th);
     if !alive {
         // The caller's task is ending: unwind further, or end the thread at home.
-        match th.below.pop() {
+        let below = th.below.pop();
+        k.reap_lingering();
+        match below {
             Some(below) => resume_below(k, cur, below, Err(Error::Aborted)),
             None => thread::thread_terminate_current(k),
         }
     }
+    // A task this thread left by this return and that lingered for it is removed at the
+    // next timer tick (`Kernel::reap_lingering`), off this path.
     kernel::leave_to_user()
 }
 
@@ -726,6 +730,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
         give_back(k, act, port);
+        k.reap_lingering();
         if alive {
             return true;
         }

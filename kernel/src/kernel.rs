@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use baton_abi::{Stats, PRIORITY_DEFAULT};
 use core::cell::UnsafeCell;
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use kern::cmdline::BootConfig;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::{FrameAllocator, PhysAddr};
@@ -66,7 +66,16 @@ pub struct Task {
     pub kport: Option<kern::ipc::PortId>,
     /// The task that spawned it (`None` for boot tasks).
     pub creator: Option<TaskId>,
+    /// Its last thread is gone but threads of other tasks still run in it (migrated into
+    /// its activations, unwinding): it has released everything but its memory, which is
+    /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
+    pub lingering: bool,
 }
+
+/// Tasks whose removal waits for migrated threads to leave them (`Task::lingering`). While
+/// 0, a migrating return or unwind looks for none (one relaxed load). Changed under the
+/// big kernel lock.
+pub static LINGERING: AtomicUsize = AtomicUsize::new(0);
 
 /// How a task ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,36 +296,111 @@ impl Kernel {
             None => false,
         };
         if last {
-            self.remove_task(task_id);
+            self.last_thread_gone(task_id);
         }
         self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
     }
 
+    /// Task `task_id`'s last own thread is gone: the task ends (threads of other tasks that
+    /// migrated into its activations unwind to their callers with `Aborted`), and it is
+    /// removed now, or, while one of them still runs in its address space (on another CPU,
+    /// until its next kernel entry), when the last of them leaves
+    /// ([`Kernel::reap_lingering`]): its page tables must outlive every CPU using them.
+    fn last_thread_gone(&mut self, task_id: TaskId) {
+        self.end_task(task_id, Ending::Exit(0));
+        if self.threads.iter().any(|(_, t)| t.task == Some(task_id)) {
+            if self.tasks.get(&task_id).is_some_and(|t| !t.lingering) {
+                // Everything but its memory goes now: its ports die at once.
+                self.floor.forget(task_id);
+                self.release_task(task_id);
+                if let Some(task) = self.tasks.get_mut(&task_id) {
+                    task.lingering = true;
+                    LINGERING.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            return;
+        }
+        self.remove_task(task_id);
+    }
+
+    /// Removes the lingering tasks (see [`Kernel::last_thread_gone`]) that no thread runs
+    /// in any more. Called where a migrated thread is unwound out of a task (its caller's
+    /// call fails), and at every timer tick for a thread that left by an ordinary return:
+    /// a lingering task's memory is freed at most one tick after its last visitor left.
+    /// One relaxed load while no task lingers.
+    #[inline(always)]
+    pub fn reap_lingering(&mut self) {
+        if LINGERING.load(Ordering::Relaxed) != 0 {
+            self.reap_lingering_slow();
+        }
+    }
+
+    /// [`Kernel::reap_lingering`] when some task lingers.
+    #[cold]
+    #[inline(never)]
+    fn reap_lingering_slow(&mut self) {
+        let lingering: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, t)| t.lingering)
+            .map(|(id, _)| id)
+            .collect();
+        for id in lingering {
+            if self.threads.iter().any(|(_, t)| t.task == Some(id)) {
+                continue;
+            }
+            if let Some(task) = self.tasks.get_mut(&id) {
+                task.lingering = false;
+            }
+            let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+            self.remove_task(id);
+        }
+    }
+
     /// Removes task `task_id`, whose last thread is gone (and no floor call is in its
-    /// address space): reports its exit, releases its rights and frees its memory.
+    /// address space, and no thread of another task runs in it): reports its exit, releases
+    /// its rights and frees its memory.
     pub fn remove_task(&mut self, task_id: TaskId) {
         self.floor.forget(task_id);
+        // A lingering task released all but its memory when its last thread went.
+        if !self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
+            self.release_task(task_id);
+        }
         if let Some(task) = self.tasks.remove(&task_id) {
-            if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
-                self.close_line();
-                kprintln!(
-                    "[kernel] task {task_id} ({}) exited with code {code}",
-                    task.name
-                );
-            }
-            if self.open_line == Some(task_id) {
-                self.close_line();
-            }
-            let mut task = task;
-            crate::exception::release(self, task.exc_port.take(), None);
-            crate::kobject::destroy(self, task.kport.take());
-            let mut fx = kern::ipc::Effects::default();
-            self.ipc.release_space(&mut task.names, &mut fx);
-            crate::ipc::apply(self, fx);
-            crate::activation::retire_orphans(self);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }
+    }
+
+    /// Reports task `task_id`'s exit and releases everything it holds but its memory: its
+    /// exception port, task port, rights (its ports die: holders see dead names) and the
+    /// activations attached to its ports.
+    fn release_task(&mut self, task_id: TaskId) {
+        let Some(task) = self.tasks.get_mut(&task_id) else {
+            return;
+        };
+        let (exc, kport) = (task.exc_port.take(), task.kport.take());
+        if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
+            let name = core::mem::take(&mut task.name);
+            self.close_line();
+            kprintln!("[kernel] task {task_id} ({name}) exited with code {code}");
+            if let Some(task) = self.tasks.get_mut(&task_id) {
+                task.name = name;
+            }
+        }
+        if self.open_line == Some(task_id) {
+            self.close_line();
+        }
+        crate::exception::release(self, exc, None);
+        crate::kobject::destroy(self, kport);
+        let mut fx = kern::ipc::Effects::default();
+        if let Some(task) = self.tasks.get_mut(&task_id) {
+            self.ipc.release_space(&mut task.names, &mut fx);
+        }
+        crate::ipc::apply(self, fx);
+        crate::activation::retire_orphans(self);
     }
 
     /// Creates the name server task from boot module `name`: its first thread starts with
@@ -389,6 +473,7 @@ impl Kernel {
                 exc_port: None,
                 kport: None,
                 creator: None,
+                lingering: false,
             },
         );
         if let Err(task) = inserted {
@@ -452,6 +537,7 @@ impl Kernel {
 
     /// Wakes every thread whose timeout has passed.
     pub fn expire_timers(&mut self) {
+        self.reap_lingering();
         let now = self.now();
         while let Some((_, t)) = self.timers.pop_expired(now) {
             let Some(th) = self.threads.get_mut(t) else {

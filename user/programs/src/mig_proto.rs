@@ -35,6 +35,9 @@ pub const NEST: u64 = 11;
 pub const SLEEP: u64 = 12;
 /// RPC: the server task exits (its caller's call is aborted).
 pub const DIE: u64 = 13;
+/// One-way: the server's own thread ends with `thread_exit` (not `exit`): the task's last
+/// own thread is gone while callers may still be inside its activations.
+pub const QUIT: u64 = 16;
 /// RPC: reply with the number of sidetrack upcalls so far (u64).
 pub const COUNT: u64 = 14;
 /// RPC: reply with a malformed header (descriptors claimed).

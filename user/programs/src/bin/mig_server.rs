@@ -122,6 +122,7 @@ fn serve() -> Result<(), Error> {
                 PEER_RIGHT.store(right, Ordering::Relaxed);
             }
             EXIT => return Ok(()),
+            QUIT => baton_rt::sys::thread_exit(),
             CPU => MAIN_CPU_NS.store(baton_rt::sys::thread_cpu_ns(0)?, Ordering::Relaxed),
             SUSPEND_ACT => {
                 // Failures are reported through GOT_RIP (a value no user rip has).

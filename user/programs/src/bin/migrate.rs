@@ -44,7 +44,7 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
-static STACKS: StackPool<16, 16384> = StackPool::new();
+static STACKS: StackPool<24, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
 static DONE: AtomicU32 = AtomicU32::new(0);
 static FAILED: AtomicU32 = AtomicU32::new(0);
@@ -131,6 +131,24 @@ fn sleeper(_: u64) {
     if !ok {
         FAILED.fetch_add(1, Ordering::SeqCst);
     }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// What [`quit_sleeper`]'s call returned: 0, or the error's code.
+static QUIT_RESULT: AtomicU64 = AtomicU64::new(0);
+
+/// A helper thread: one 300 ms `SLEEP` call to `TARGET`; its result in [`QUIT_RESULT`].
+fn quit_sleeper(_: u64) {
+    SLEEPERS_IN.fetch_add(1, Ordering::SeqCst);
+    let r = IpcBuffer::new().and_then(|mut b| {
+        call(
+            &mut b,
+            TARGET.load(Ordering::Relaxed),
+            SLEEP,
+            &300_000_000u64.to_le_bytes(),
+        )
+    });
+    QUIT_RESULT.store(r.err().map_or(0, |e| e as u64), Ordering::SeqCst);
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
@@ -598,7 +616,37 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         later.err().map(|e| e.name())
     );
 
-    // 10. Everything back: end the servers, drop our rights.
+    // 10. A server whose last own thread ends with `thread_exit` while a client is inside
+    //     one of its activations: the task ends, the client's call is aborted, and the
+    //     task's memory outlives the client's time in it (it is freed when the client has
+    //     left).
+    let g = must("start mig_server", start(&mut buf, 2, false, false))?;
+    TARGET.store(g, Ordering::Relaxed);
+    DONE.store(0, Ordering::SeqCst);
+    SLEEPERS_IN.store(0, Ordering::SeqCst);
+    QUIT_RESULT.store(u64::MAX, Ordering::SeqCst);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn quit sleeper", spawn(stack, quit_sleeper, 0))?;
+    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+    must("let it in", baton_rt::sleep_ns(20_000_000))?;
+    must("quit", send(&mut buf, g, QUIT, &[], &[]))?;
+    for _ in 0..2000 {
+        if DONE.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+    let quit = QUIT_RESULT.load(Ordering::SeqCst);
+    let after = call(&mut buf, g, ECHO, &[]);
+    let _ = baton_rt::ipc::cap_drop(g);
+    check!(
+        quit == Error::Aborted as u64 && matches!(after, Err(Error::DeadName) | Err(Error::InvalidName)),
+        "a server whose last thread calls thread_exit while a client is inside ends: the client's call is aborted ({quit:#x}), later calls fail"
+    );
+
+    // 11. Everything back: end the servers, drop our rights.
     for s in [b, c, d, e, f] {
         must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
     }
