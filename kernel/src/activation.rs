@@ -614,7 +614,7 @@ fn resume_below(
     result: Result<(), Error>,
 ) -> ! {
     give_back(k, saved.act, saved.port);
-    let alive = lives(k, &saved);
+    let alive = lives(&saved);
     let sidetrack = saved.to == ReplyTo::Sidetrack;
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
@@ -652,13 +652,10 @@ fn resume_below(
     kernel::leave_to_user()
 }
 
-/// Whether the task of the activation `saved` lives on (it was not terminated and its
-/// task is not ending).
-fn lives(k: &Kernel, saved: &Saved) -> bool {
+/// Whether the activation `saved` lives on: it was not terminated, and its task is not
+/// ending (`Kernel::end_task` marks every record of an ending task dead).
+fn lives(saved: &Saved) -> bool {
     !saved.ctl.dead
-        && k.tasks
-            .by_key(saved.task_key)
-            .is_some_and(|t| t.ending.is_none())
 }
 
 /// Makes `saved` the running activation of `th` again: its registers, task, space, IPC
@@ -721,7 +718,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
     };
     let mut saved = saved;
     loop {
-        let alive = lives(k, &saved);
+        let alive = lives(&saved);
         let (act, port) = (saved.act, saved.port);
         let Some(th) = k.threads.get_mut(t) else {
             return true;

@@ -577,6 +577,15 @@ impl Kernel {
         crate::activation::retire(self, |a| a.task == id);
         crate::kobject::reap_act_ports(self);
         crate::floor::task_ending(self, id);
+        // Every activation of the task below the top of a thread is dead from now on, so a
+        // migrating return checks one flag (`activation::lives`) instead of looking the
+        // task up. (No new record of the task can appear: its threads, own or migrated
+        // into it, are killed below and make no further call.)
+        for (_, th) in self.threads.iter_mut() {
+            for rec in th.below.iter_mut().filter(|r| r.task == Some(id)) {
+                rec.ctl.dead = true;
+            }
+        }
         let victims: Vec<ThreadId> = self
             .threads
             .iter()
