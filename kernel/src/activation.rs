@@ -607,6 +607,7 @@ fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(
 /// to user mode with `result` as its `ipc_msg`'s. A sidetrack record retries the call
 /// instead. If the restored activation's task is ending, goes on unwinding below it with
 /// [`Error::Aborted`], or ends the thread when it is home.
+#[inline(always)]
 fn resume_below(
     k: &mut Kernel,
     cur: ThreadId,
@@ -639,17 +640,27 @@ fn resume_below(
     }
     kernel::switch_activation(c, kernel_root, th);
     if !alive {
-        // The caller's task is ending: unwind further, or end the thread at home.
-        let below = th.below.pop();
-        k.reap_lingering();
-        match below {
-            Some(below) => resume_below(k, cur, below, Err(Error::Aborted)),
-            None => thread::thread_terminate_current(k),
-        }
+        unwind_further(k, cur);
     }
     // A task this thread left by this return and that lingered for it is removed at the
     // next timer tick (`Kernel::reap_lingering`), off this path.
     kernel::leave_to_user()
+}
+
+/// The activation `cur` (the thread running on this CPU) just returned into is dead (its
+/// task is ending, or it was terminated): unwind further, or end the thread at home. Out of
+/// line, so that [`resume_below`], which it calls again, can be inlined into the return.
+#[cold]
+#[inline(never)]
+fn unwind_further(k: &mut Kernel, cur: ThreadId) -> ! {
+    // SAFETY: `cur` runs on this CPU and no other reference to it is in use.
+    let th = unsafe { thread::current_mut() };
+    let below = th.below.pop();
+    k.reap_lingering();
+    match below {
+        Some(below) => resume_below(k, cur, below, Err(Error::Aborted)),
+        None => thread::thread_terminate_current(k),
+    }
 }
 
 /// Whether the activation `saved` lives on: it was not terminated, and its task is not
@@ -676,6 +687,7 @@ fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) {
 
 /// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
 /// for an activation there.
+#[inline(always)]
 fn give_back(k: &mut Kernel, a: ActId, port: PortId) {
     let mut port = k.ipc.port_mut(port);
     if k.acts
