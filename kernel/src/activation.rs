@@ -357,7 +357,15 @@ fn request_into(
     if size > act.buffer_len {
         return Err(Error::TooLarge);
     }
-    let (to_key, to_va) = (act.task_key, act.buffer.0);
+    // The activation was just taken from its pool, so it is not retired: its buffer's
+    // frames are those recorded at its creation.
+    let to = usercopy::Frames {
+        va: act.buffer.0,
+        frames: act
+            .frames
+            .get(..act.buffer_len / PAGE_SIZE as usize)
+            .unwrap_or(&[]),
+    };
     let from_key = k
         .threads
         .get(cur)
@@ -368,7 +376,6 @@ fn request_into(
         .by_key(from_key)
         .ok_or(Error::InvalidArgument)?
         .space;
-    let to = &k.tasks.by_key(to_key).ok_or(Error::Aborted)?.space;
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
@@ -377,7 +384,7 @@ fn request_into(
     if sidetrack {
         return usercopy::check_readable(from, &mem, va + at, data);
     }
-    usercopy::copy_user_to_user(from, va + at, to, to_va + at, data, &mut mem)
+    usercopy::copy_user_to_frames(from, va + at, to, to.va + at, data, &mut mem)
 }
 
 /// The header of a request as the activation sees it: id and size only.
@@ -562,6 +569,16 @@ fn refused(k: &Kernel, saved: &Saved, reply: &MsgHeader) -> Error {
 fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
     let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
     let (from_va, room) = (act.buffer.0, act.buffer_len);
+    // While the activation is not retired its buffer is mapped and its frames are those
+    // recorded at creation; once retired (perhaps because the server unmapped a page of
+    // it) the server's page tables are walked, and say `BadAddress` for what is gone.
+    let known = (!act.retired).then_some(usercopy::Frames {
+        va: from_va,
+        frames: act
+            .frames
+            .get(..act.buffer_len / PAGE_SIZE as usize)
+            .unwrap_or(&[]),
+    });
     let server = &k.tasks.by_key(act.task_key).ok_or(Error::BadAddress)?.space;
     let client = &k
         .tasks
@@ -571,9 +588,14 @@ fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
-    let mut raw = [0u8; HEADER_SIZE];
-    usercopy::copy_from_user(server, &mem, from_va, &mut raw)?;
-    let reply = MsgHeader::from_bytes(&raw).ok_or(Error::BadFormat)?;
+    let reply = match known {
+        Some(_) => paging::read_header(act.buffer.1),
+        None => {
+            let mut raw = [0u8; HEADER_SIZE];
+            usercopy::copy_from_user(server, &mem, from_va, &mut raw)?;
+            MsgHeader::from_bytes(&raw).ok_or(Error::BadFormat)?
+        }
+    };
     let size = reply.size as usize;
     if reply.bits >> 16 != 0 || !(HEADER_SIZE..=room).contains(&size) {
         return Err(Error::BadFormat);
@@ -583,14 +605,13 @@ fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(
     }
     usercopy::check_writable(client, &mem, va, HEADER_SIZE)?;
     let at = HEADER_SIZE as u64;
-    usercopy::copy_user_to_user(
-        server,
-        from_va + at,
-        client,
-        va + at,
-        size - HEADER_SIZE,
-        &mut mem,
-    )?;
+    let data = size - HEADER_SIZE;
+    match known {
+        Some(known) => {
+            usercopy::copy_frames_to_user(known, from_va + at, client, va + at, data, &mut mem)?
+        }
+        None => usercopy::copy_user_to_user(server, from_va + at, client, va + at, data, &mut mem)?,
+    }
     let [_, rcv_name, ..] = saved.frame.syscall_args().1;
     let out = MsgHeader {
         bits: 0,
@@ -780,10 +801,22 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
     let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
     // Every page of the buffer mapped user-writable (the request is copied into it).
     usercopy::check_writable(&t.space, &mem, buffer, buffer_len)?;
-    let (pa, flags) = t.space.translate(&mem, buffer).ok_or(Error::BadAddress)?;
-    if !flags.user || !flags.writable {
-        return Err(Error::BadAddress);
+    let mut frames = [PhysAddr(0); kern::activation::BUFFER_PAGES];
+    for (i, slot) in frames
+        .iter_mut()
+        .enumerate()
+        .take(buffer_len / PAGE_SIZE as usize)
+    {
+        let (pa, flags) = t
+            .space
+            .translate(&mem, buffer + i as u64 * PAGE_SIZE)
+            .ok_or(Error::BadAddress)?;
+        if !flags.user || !flags.writable {
+            return Err(Error::BadAddress);
+        }
+        *slot = pa;
     }
+    let pa = frames[0];
     let space = (t.space.root(), t.pcid);
     let port = k.ipc.receive_port(&t.names, name)?;
     let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;
@@ -798,6 +831,7 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
             stack,
             buffer: (buffer, pa),
             buffer_len,
+            frames,
             cookie,
             occupant: Key(0),
             occupied: false,

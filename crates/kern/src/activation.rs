@@ -26,6 +26,9 @@ use crate::ipc::PortId;
 use crate::slab::{Key, Slab};
 use alloc::vec::Vec;
 
+/// Most pages an activation's buffer has (a largest message).
+pub const BUFFER_PAGES: usize = baton_abi::ipc::MSG_SIZE_MAX / crate::frame::PAGE_SIZE as usize;
+
 /// An activation's name (a generation-checked slab key).
 pub type ActId = Key;
 
@@ -55,6 +58,11 @@ pub struct Activation {
     /// through a caller's own buffer (`MSG_BUF`) may fill it; one through the caller's IPC
     /// buffer page never needs more than the first page.
     pub buffer_len: usize,
+    /// The frame of each page of the buffer, in order (the first is `buffer.1`; the rest
+    /// after `buffer_len` are unused): recorded at creation, so that a request or reply of
+    /// more than a page is copied with no walk of the server's page tables (the buffer
+    /// is retired, never used again, when any page of it is unmapped).
+    pub frames: [PhysAddr; BUFFER_PAGES],
     /// A word the server chose, passed to the dispatch routine (e.g. which routine).
     pub cookie: u64,
     /// The thread running a call in it (the zero key when free).
@@ -311,6 +319,7 @@ mod tests {
             stack: 0x2000,
             buffer: (0x3000, PhysAddr(0x4000)),
             buffer_len: 0x1000,
+            frames: [PhysAddr(0x4000); BUFFER_PAGES],
             cookie: 7,
             occupant: Key(0),
             occupied: false,
@@ -416,6 +425,7 @@ mod tests {
         let a = Activation {
             buffer: (0x10_000, PhysAddr(0x4000)),
             buffer_len: 0x9000,
+            frames: [PhysAddr(0x4000); BUFFER_PAGES],
             ..act(1)
         };
         assert!(a.buffer_within(0x10_000, 0x11_000), "the first page");

@@ -158,9 +158,11 @@ pub fn check_readable(
 const FRAMES: usize = (baton_abi::ipc::MSG_SIZE_MAX / PAGE_SIZE as usize) + 1;
 
 /// One side of a user-to-user copy: its range and the frames of its first [`FRAMES`]
-/// pages, found while checking it, so that the copy walks no page table for them.
+/// pages, found while checking it (or known beforehand, [`Frames`]), so that the copy walks
+/// no page table for them.
 struct Side<'a> {
-    space: &'a AddressSpace,
+    /// Where to look up pages past the known ones (`None`: there are none to look up).
+    space: Option<&'a AddressSpace>,
     /// The first page of the range.
     first: u64,
     frames: [PhysAddr; FRAMES],
@@ -179,7 +181,7 @@ impl<'a> Side<'a> {
         let end = user_range(va, len)?;
         let first = va & !(PAGE_SIZE - 1);
         let mut side = Side {
-            space,
+            space: Some(space),
             first,
             frames: [PhysAddr(0); FRAMES],
         };
@@ -196,21 +198,78 @@ impl<'a> Side<'a> {
         Ok(side)
     }
 
+    /// The side of `[va, va + len)` inside the known buffer `known` ([`Error::BadAddress`]
+    /// if the range leaves it).
+    fn known(known: &Frames<'_>, va: u64, len: usize) -> Result<Side<'a>, Error> {
+        let size = (known.frames.len().min(FRAMES) as u64) * PAGE_SIZE;
+        let end = va
+            .checked_add(u64::try_from(len).map_err(|_| Error::BadAddress)?)
+            .ok_or(Error::BadAddress)?;
+        if va < known.va || end > known.va.saturating_add(size) {
+            return Err(Error::BadAddress);
+        }
+        let mut frames = [PhysAddr(0); FRAMES];
+        for (slot, f) in frames.iter_mut().zip(known.frames) {
+            *slot = f.frame_start();
+        }
+        Ok(Side {
+            space: None,
+            first: known.va,
+            frames,
+        })
+    }
+
     /// The physical address of `va` (inside the checked range).
     fn at(&self, mem: &impl PhysMem, va: u64) -> Result<PhysAddr, Error> {
         let page = va & !(PAGE_SIZE - 1);
         let offset = va - page;
         let index = usize::try_from((page - self.first) / PAGE_SIZE).unwrap_or(usize::MAX);
-        match self.frames.get(index) {
-            Some(f) => Ok(PhysAddr(f.0 + offset)),
+        match (self.frames.get(index), self.space) {
+            (Some(f), _) => Ok(PhysAddr(f.0 + offset)),
             // Past the remembered pages (a range longer than a largest message): walk again.
-            None => self
-                .space
+            (None, Some(space)) => space
                 .translate(mem, va)
                 .map(|(pa, _)| pa)
                 .ok_or(Error::BadAddress),
+            (None, None) => Err(Error::BadAddress),
         }
     }
+}
+
+/// A user buffer whose frames the kernel recorded when the buffer was registered (checked
+/// user-writable then, and forgotten with the buffer as soon as any page of it is
+/// unmapped): a copy into or out of it walks no page table on its side.
+#[derive(Clone, Copy, Debug)]
+pub struct Frames<'a> {
+    /// Its user address (page-aligned).
+    pub va: u64,
+    /// The frame of each of its pages, in order.
+    pub frames: &'a [PhysAddr],
+}
+
+/// Copies `total` bytes from `src_va` (in `src`) to `dst_va` (in `dst`), both checked, in
+/// chunks that end at either side's page boundary, each byte once.
+fn copy_sides(
+    src: &Side<'_>,
+    src_va: u64,
+    dst: &Side<'_>,
+    dst_va: u64,
+    len: usize,
+    mem: &mut impl PhysMem,
+) -> Result<(), Error> {
+    let total = u64::try_from(len).map_err(|_| Error::BadAddress)?;
+    let mut done = 0u64;
+    while done < total {
+        let (s, d) = (src_va + done, dst_va + done);
+        let room = |va: u64| PAGE_SIZE - (va & (PAGE_SIZE - 1));
+        let n = (total - done).min(room(s)).min(room(d));
+        let from = src.at(mem, s)?;
+        let to = dst.at(mem, d)?;
+        // `n` is at most a page.
+        mem.copy_bytes(to, from, n as usize);
+        done += n;
+    }
+    Ok(())
 }
 
 /// Copies `len` bytes from user address `src_va` of `src_space` to user address `dst_va`
@@ -240,19 +299,45 @@ pub fn copy_user_to_user(
     let dst = Side::check(dst_space, mem, dst_va, len, true)?;
     // ...then act: the tables cannot change meanwhile (we hold the only `&mut` to memory,
     // and user frames are never page tables).
-    let total = u64::try_from(len).map_err(|_| Error::BadAddress)?;
-    let mut done = 0u64;
-    while done < total {
-        let (s, d) = (src_va + done, dst_va + done);
-        let room = |va: u64| PAGE_SIZE - (va & (PAGE_SIZE - 1));
-        let n = (total - done).min(room(s)).min(room(d));
-        let from = src.at(mem, s)?;
-        let to = dst.at(mem, d)?;
-        // `n` is at most a page.
-        mem.copy_bytes(to, from, n as usize);
-        done += n;
+    copy_sides(&src, src_va, &dst, dst_va, len, mem)
+}
+
+/// [`copy_user_to_user`] into a buffer whose frames are known (`dst`): `[dst_va, dst_va +
+/// len)` must lie inside it ([`Error::BadAddress`] otherwise, as for an unreadable
+/// source; nothing is written then).
+pub fn copy_user_to_frames(
+    src_space: &AddressSpace,
+    src_va: u64,
+    dst: Frames<'_>,
+    dst_va: u64,
+    len: usize,
+    mem: &mut impl PhysMem,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
     }
-    Ok(())
+    let src = Side::check(src_space, mem, src_va, len, false)?;
+    let dst = Side::known(&dst, dst_va, len)?;
+    copy_sides(&src, src_va, &dst, dst_va, len, mem)
+}
+
+/// [`copy_user_to_user`] out of a buffer whose frames are known (`src`): `[src_va, src_va +
+/// len)` must lie inside it, and the destination be writable user memory
+/// ([`Error::BadAddress`] otherwise; nothing is written then).
+pub fn copy_frames_to_user(
+    src: Frames<'_>,
+    src_va: u64,
+    dst_space: &AddressSpace,
+    dst_va: u64,
+    len: usize,
+    mem: &mut impl PhysMem,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    let src = Side::known(&src, src_va, len)?;
+    let dst = Side::check(dst_space, mem, dst_va, len, true)?;
+    copy_sides(&src, src_va, &dst, dst_va, len, mem)
 }
 
 #[cfg(test)]
@@ -515,6 +600,112 @@ mod tests {
         assert_eq!(read_back(&dst, &mem, dva + n as u64, 1), [0]);
         src.destroy(&mut mem);
         dst.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
+    }
+
+    /// The frames of `pages` pages of `space` from `va`.
+    fn frames_of(space: &AddressSpace, mem: &FakeMem, va: u64, pages: u64) -> Vec<PhysAddr> {
+        (0..pages)
+            .map(|i| space.translate(mem, va + i * P).unwrap().0)
+            .collect()
+    }
+
+    #[test]
+    fn known_frames_round_trip_once_per_byte() {
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let client = space_with(
+            &mut mem,
+            &(0..5).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
+        );
+        let server = space_with(
+            &mut mem,
+            &(0..4).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
+        );
+        let frames = frames_of(&server, &mem, b, 4);
+        let known = Frames {
+            va: b,
+            frames: &frames,
+        };
+        let n = 3 * P as usize + 100;
+        let data = pattern(n);
+        let cva = a + P - 50;
+        copy_to_user(&client, &mut mem, cva, &data).unwrap();
+        // Into the known buffer, at an offset that is not page-aligned.
+        let mut rec = Recording {
+            mem: &mut mem,
+            copies: Vec::new(),
+            byte_calls: 0,
+        };
+        copy_user_to_frames(&client, cva, known, b + 32, n, &mut rec).unwrap();
+        let (copies, byte_calls) = (rec.copies, rec.byte_calls);
+        assert_eq!(copies.iter().map(|c| c.2).sum::<usize>(), n);
+        assert_eq!(byte_calls, 0);
+        for &(d, s, len) in &copies {
+            assert!(d.frame_offset() as usize + len <= P as usize);
+            assert!(s.frame_offset() as usize + len <= P as usize);
+        }
+        assert_eq!(read_back(&server, &mem, b + 32, n), data);
+        assert_eq!(read_back(&server, &mem, b + 31, 1), [0]);
+        // And back out, to another place of the client.
+        let back = a + 2 * P + 9;
+        let m = 2 * P as usize;
+        copy_frames_to_user(known, b + 32, &client, back, m, &mut mem).unwrap();
+        assert_eq!(
+            read_back(&client, &mem, back, m),
+            data.get(..m).unwrap().to_vec()
+        );
+        client.destroy(&mut mem);
+        server.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
+    }
+
+    #[test]
+    fn known_frames_refuse_ranges_outside_and_bad_user_memory() {
+        let mut mem = FakeMem::new();
+        let (a, b) = (0x10_0000, 0x40_0000);
+        let client = space_with(&mut mem, &[(a, rw()), (a + P, rw())]);
+        let server = space_with(&mut mem, &[(b, rw()), (b + P, rw())]);
+        let frames = frames_of(&server, &mem, b, 2);
+        let known = Frames {
+            va: b,
+            frames: &frames,
+        };
+        let data = pattern(2 * P as usize);
+        copy_to_user(&client, &mut mem, a, &data).unwrap();
+        let bad = Err(Error::BadAddress);
+        // Past the known buffer's end, before its start, and wrapping.
+        assert_eq!(
+            copy_user_to_frames(&client, a, known, b + 1, 2 * P as usize, &mut mem),
+            bad
+        );
+        assert_eq!(
+            copy_user_to_frames(&client, a, known, b - 1, 10, &mut mem),
+            bad
+        );
+        assert_eq!(
+            copy_user_to_frames(&client, a, known, u64::MAX - 4, 10, &mut mem),
+            bad
+        );
+        // An unmapped source page, an unmapped destination page.
+        assert_eq!(
+            copy_user_to_frames(&client, a + P, known, b, 2 * P as usize, &mut mem),
+            bad
+        );
+        assert_eq!(
+            copy_frames_to_user(known, b, &client, a + P, 2 * P as usize, &mut mem),
+            bad
+        );
+        // Nothing was written by any of them.
+        assert_eq!(
+            read_back(&server, &mem, b, 2 * P as usize),
+            vec![0; 2 * P as usize]
+        );
+        // Zero bytes is always fine.
+        copy_user_to_frames(&client, 0, known, 0, 0, &mut mem).unwrap();
+        copy_frames_to_user(known, 0, &client, 0, 0, &mut mem).unwrap();
+        client.destroy(&mut mem);
+        server.destroy(&mut mem);
         assert_eq!(mem.live(), 0);
     }
 

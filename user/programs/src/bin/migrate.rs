@@ -292,6 +292,16 @@ fn big_messages(buf: &mut IpcBuffer, round: u64) -> Result<u64, Failed> {
         r.is_ok() && h.id == FILL && h.size as usize == HEADER_SIZE + 8000 && wrong.is_none(),
         "a reply of 8000 bytes into a buffer just large enough arrives whole (first wrong byte: {wrong:?})"
     );
+    // The server unmaps its (multi-page) buffer during the call: the reply cannot come
+    // from frames the server gave up (the kernel walks its tables once the activation is
+    // retired), so the call fails with BadAddress rather than reading freed memory.
+    mem[..HEADER_SIZE].copy_from_slice(&request(f, UNMAP, 8));
+    let r = msg_buf(&mut mem[..HEADER_SIZE + 8], rpc, reply, FOREVER);
+    check!(
+        r == Err(Error::BadAddress),
+        "a server that unmaps its multi-page buffer during a MSG_BUF call gives the caller BadAddress ({:?})",
+        r.err().map(|e| e.name())
+    );
     let got = must("echo after", call(buf, f, ECHO, &[4; 16]))?;
     check!(
         got == (ECHO, 16) && buf.data() == [4; 16],
