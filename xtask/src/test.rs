@@ -304,16 +304,82 @@ fn boot_and_judge(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
-    let status = wait_with_timeout(&mut child, test.timeout)?;
+    let status = wait_or_fail_fast(&mut child, test.timeout, log)?;
     trailer.push_str(&format!(
         "qemu: {}\n",
-        status.map_or_else(|| "killed at the timeout".to_string(), |s| s.to_string())
+        match status {
+            Waited::Exited(s) => s.to_string(),
+            Waited::Failed => format!("killed {}s after a `{FAILED}` line", GRACE.as_secs()),
+            Waited::TimedOut => "killed at the timeout".to_string(),
+        }
     ));
-    let Some(status) = status else {
-        return Err(format!("timeout after {}s", test.timeout.as_secs()));
+    let code = match status {
+        Waited::Exited(s) => s.code(),
+        // The judge reports the `TEST FAIL` line (and that QEMU did not exit by itself).
+        Waited::Failed => None,
+        Waited::TimedOut => return Err(format!("timeout after {}s", test.timeout.as_secs())),
     };
     let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
-    judge::judge(test, status.code(), &String::from_utf8_lossy(&text))
+    judge::judge(test, code, &String::from_utf8_lossy(&text))
+}
+
+/// A line that fails a test wherever it appears, after which a boot is not waited for to
+/// its end: a test program that failed often leaves its servers running, and QEMU would
+/// only stop at the test's timeout.
+const FAILED: &str = "TEST FAIL";
+/// How long output is still collected after a [`FAILED`] line.
+const GRACE: Duration = Duration::from_secs(1);
+
+/// How a test's boot ended.
+#[derive(Clone, Copy, Debug)]
+enum Waited {
+    /// QEMU exited.
+    Exited(ExitStatus),
+    /// A [`FAILED`] line appeared in the log; QEMU was killed [`GRACE`] later.
+    Failed,
+    /// QEMU was killed at the timeout.
+    TimedOut,
+}
+
+/// Waits for `child` (whose serial output goes to `log`) to exit, killing it at `timeout`,
+/// or [`GRACE`] after a [`FAILED`] line shows up in the log.
+fn wait_or_fail_fast(child: &mut Child, timeout: Duration, log: &Path) -> Result<Waited, String> {
+    let deadline = Instant::now() + timeout;
+    let mut failed_at: Option<Instant> = None;
+    let mut next_look = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Ok(Waited::Exited(status)),
+            Ok(None) => {}
+            Err(e) => {
+                let _ = child.kill();
+                return Err(format!("waiting for qemu: {e}"));
+            }
+        }
+        let now = Instant::now();
+        let give_up = match failed_at {
+            Some(t) => (now >= t + GRACE).then_some(Waited::Failed),
+            None => (now >= deadline).then_some(Waited::TimedOut),
+        };
+        if let Some(why) = give_up {
+            // It may have exited just now; either way, reap it.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ok(why);
+        }
+        if failed_at.is_none() && now >= next_look {
+            next_look = now + Duration::from_millis(250);
+            if fs::read(log).is_ok_and(|text| contains_failure(&text)) {
+                failed_at = Some(now);
+            }
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether serial output `text` has a [`FAILED`] line.
+fn contains_failure(text: &[u8]) -> bool {
+    text.windows(FAILED.len()).any(|w| w == FAILED.as_bytes())
 }
 
 /// Waits for `child` to exit, killing it at `timeout` (then `None`).
@@ -343,6 +409,16 @@ pub(crate) fn wait_with_timeout(
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn sees_a_failure_line() {
+        assert!(contains_failure(b"x\nprog#1| TEST FAIL prog: it broke\n"));
+        assert!(!contains_failure(
+            b"x\nprog#1| TEST PASS prog\n[kernel] all tasks finished\n"
+        ));
+        assert!(!contains_failure(b"TEST FAI"));
+        assert!(!contains_failure(b""));
+    }
 
     #[test]
     fn parses_libtest_summaries() {

@@ -6,7 +6,8 @@
 //! tasks have ended. Every test must pass the common rules of [`crate::judge`]: QEMU exit
 //! status 33, `[kernel] all tasks finished` in the log, and no `PANIC`, `KERNEL EXCEPTION` or
 //! `TEST FAIL`. Then each string in `require` must appear, and `check`, if any, must accept
-//! the log.
+//! the log. A boot whose log shows a `TEST FAIL` line is stopped a second later rather than
+//! waited for until its timeout (a failed test program often leaves servers running).
 //!
 //! # Adding a test
 //! Write the program(s) as `user/programs/src/bin/<name>.rs` (printing `TEST PASS <what>` or
