@@ -199,7 +199,8 @@ pub fn migrate(
 /// Takes an activation from the pool of `port_id` (alive, with a pool) for the call of
 /// `cur` (`sidetracked`: its `Thread::sidetracked`): the activation and whether the upcall
 /// is a sidetrack. When none may be used now, blocks `cur` until one comes back (its call
-/// is then run again) and does not return.
+/// is then run again) or its call's timeout passes (`TimedOut`, as a sender facing a full
+/// queue), and does not return.
 #[inline(always)]
 fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (ActId, bool) {
     let Some(port) = k.ipc.port_mut(port_id) else {
@@ -211,7 +212,13 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
         Decision::Sidetrack(a) => (a, true),
         Decision::Wait => {
             port.senders.push_back(cur);
-            crate::syscall::block_until(k, Blocked::Send { port: port_id }, None);
+            // The call's own timeout bounds the wait (the fast path takes only calls
+            // without one, so this is the general path's business).
+            let timeout = k
+                .threads
+                .get(cur)
+                .map_or(baton_abi::FOREVER, |th| th.frame.syscall_args().1[2]);
+            crate::ipc::block(k, Blocked::Send { port: port_id }, timeout);
             k.stats.blocks_ipc += 1;
             thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
         }

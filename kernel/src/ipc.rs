@@ -530,7 +530,7 @@ fn take_message(
 }
 
 /// Marks the running thread blocked on `why` with a timeout (`FOREVER`: none).
-fn block(k: &mut Kernel, why: Blocked, timeout: u64) {
+pub fn block(k: &mut Kernel, why: Blocked, timeout: u64) {
     let deadline = match timeout {
         FOREVER => None,
         ns => Some(apic::now_ns().saturating_add(ns)),

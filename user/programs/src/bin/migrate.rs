@@ -476,6 +476,34 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         must("wait", baton_rt::sleep_ns(1_000_000))?;
     }
     must("let them in", baton_rt::sleep_ns(5_000_000))?;
+    // With a timeout, the wait for an activation ends with TimedOut.
+    must(
+        "set",
+        buf.set(
+            MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+                dest: a,
+                reply: REPLY.load(Ordering::Relaxed),
+                id: ECHO,
+                ..MsgHeader::default()
+            },
+            &[],
+            &[1; 8],
+        ),
+    )?;
+    let t0 = baton_rt::clock_ns();
+    let timed = buf.msg(
+        MSG_SEND | MSG_RECEIVE,
+        REPLY.load(Ordering::Relaxed),
+        20_000_000,
+    );
+    let waited = baton_rt::clock_ns() - t0;
+    check!(
+        timed == Err(Error::TimedOut) && waited >= 20_000_000 && DONE.load(Ordering::SeqCst) == 0,
+        "a call with a 20 ms timeout to a port whose activations are all busy times out ({:?} after {} ms)",
+        timed.err().map(|e| e.name()),
+        waited / 1_000_000
+    );
     let got = must("echo while busy", call(&mut buf, a, ECHO, &[1; 8]))?;
     check!(
         got == (ECHO, 8) && DONE.load(Ordering::SeqCst) >= 1,
