@@ -894,3 +894,100 @@ pub fn retire_orphans(k: &mut Kernel) {
         retire(k, |a| dead.contains(&a.port));
     }
 }
+
+/// Seed 001's split (section 5): pool activation `index` of thread `t` is terminated while
+/// the thread runs above it (`1 <= index < below.len()`). The part below it becomes a new
+/// thread at once: its top activation, the terminated one's caller, resumes with
+/// [`Error::Aborted`] (the terminated activation goes back to its pool). `t` keeps the part
+/// above, which goes on with an alert and ends when it returns into the terminated
+/// activation (whose record is now `t`'s bottom, dead). Returns `false`, changing nothing,
+/// when the part below cannot go on by itself (an activation of it is dead too, or its
+/// task is ending): the caller then just marks the activation dead.
+///
+/// The part above keeps `t`'s id, since it may be running on another CPU or waiting in a
+/// queue under that id; the part below, the caller's own code, gets a new id and takes
+/// `t`'s thread port with it. Thread counts follow: the home task keeps one (now the new
+/// thread), and the terminated activation's task counts `t`, which ends in it.
+pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
+    let Some(th) = k.threads.get(t) else {
+        return false;
+    };
+    let Some(lower) = th.below.get(..index) else {
+        return false;
+    };
+    if index == 0 || index >= th.below.len() || lower.iter().any(|r| r.ctl.dead) {
+        return false;
+    }
+    let (Some(home), Some(top)) = (lower.first().and_then(|r| r.task), lower.last()) else {
+        return false;
+    };
+    let (Some(home_key), Some(top_task), Some(space)) = (k.tasks.key_of(home), top.task, top.space)
+    else {
+        return false;
+    };
+    let upper_task = th.below.get(index).and_then(|r| r.task);
+    if [Some(home), Some(top_task), upper_task]
+        .into_iter()
+        .any(|id| id.is_none_or(|id| k.tasks.get(&id).is_none_or(|task| task.ending.is_some())))
+    {
+        return false;
+    }
+    let (priority, cpu, pinned) = (th.priority, th.cpu, th.pinned);
+    // The part below leaves `t`.
+    let Some(th) = k.threads.get_mut(t) else {
+        return false;
+    };
+    let mut below: Vec<alloc::boxed::Box<Saved>> = th.below.drain(..index).collect();
+    if let Some(rec) = th.below.first_mut() {
+        rec.ctl.dead = true;
+    }
+    let kport = th.kport.take();
+    let Some(mut top) = below.pop() else {
+        return false;
+    };
+    // The new thread runs the caller's activation, whose `ipc_msg` fails.
+    let mut l = alloc::boxed::Box::new(Thread::new_user(
+        (home, home_key),
+        space,
+        TrapFrame::default(),
+        priority,
+        cpu,
+    ));
+    core::mem::swap(&mut l.frame, &mut top.frame);
+    l.frame.rax = Error::Aborted.to_raw();
+    l.task = top.task;
+    l.task_key = top.task_key;
+    l.space = top.space;
+    l.ipc_buffer = top.ipc_buffer;
+    l.exc_port = top.exc_port.take();
+    l.ctl = top.ctl;
+    l.pinned = pinned;
+    l.kport = kport;
+    let occupied: Vec<ActId> = below.iter().map(|r| r.act).collect();
+    l.below = below;
+    let Ok(lid) = k.threads.insert(l) else {
+        // No room for a thread: the part below stays stranded in `t`'s place; its caller's
+        // error comes when the part above returns (as without the split).
+        return false;
+    };
+    for a in occupied {
+        if let Some(act) = k.acts.get_mut(a) {
+            act.occupant = lid;
+        }
+    }
+    if let Some(port) = kport {
+        k.kobjects
+            .insert(port, crate::kobject::KObject::Thread(lid));
+    }
+    if let Some(task) = upper_task.and_then(|id| k.tasks.get_mut(&id)) {
+        task.threads += 1;
+    }
+    // The terminated activation's call is over.
+    give_back(k, top.act, top.port);
+    k.stats.threads_created += 1;
+    k.stats.threads = k.threads.len().saturating_sub(k.cpus.len()) as u64;
+    thread::thread_setrun(k, lid);
+    // Whoever waited for `t`'s state at some index looks again (the indexes moved).
+    crate::control::release_waiters(k, t);
+    true
+}

@@ -165,6 +165,15 @@ pub fn terminate_at(k: &mut Kernel, p: Place) -> bool {
         k.kill_thread(p.thread);
         return false;
     }
+    // Below the top: the thread splits (seed 001), or, when the part below cannot go on by
+    // itself, the activation is marked dead and the thread unwinds through it later.
+    if crate::activation::split(k, p.thread, p.index) {
+        alert_from(k, p.thread, 1);
+        return false;
+    }
+    let Some(th) = k.threads.get_mut(p.thread) else {
+        return false;
+    };
     if let Some(rec) = th.below.get_mut(p.index) {
         rec.ctl.dead = true;
     }

@@ -67,9 +67,10 @@ pub const ACT_SUSPEND: u64 = ACT_BASE + 2;
 /// Activation: undo one [`ACT_SUSPEND`]. No results.
 pub const ACT_RESUME: u64 = ACT_BASE + 3;
 /// Activation: terminate the call occupying it, at once: the caller's `ipc_msg` fails
-/// with `Error::Aborted`, and activations above it (nested calls) go on with an alert and
-/// unwind when they return into it (the split of seed 001 section 5). The activation goes
-/// back to its pool. `Error::NotFound` when free. No results.
+/// with `Error::Aborted`. When activations above it (nested calls) are running, the
+/// thread splits (seed 001 section 5): the caller goes on as a new thread, and the part
+/// above goes on with an alert and ends when it returns into the terminated activation.
+/// The activation goes back to its pool. `Error::NotFound` when free. No results.
 pub const ACT_TERMINATE: u64 = ACT_BASE + 4;
 
 /// [`THREAD_INFO`] state: running on a CPU.

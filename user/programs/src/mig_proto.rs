@@ -65,8 +65,9 @@ pub const SETPRIO: u64 = 22;
 /// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
 /// gets `BadAddress`; the activation is retired).
 pub const UNMAP: u64 = 24;
-/// RPC: reply with four words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
-/// read (or `1 << 62 | error`), and the outcomes of [`PORT_ACT`] and [`KILL_ACT`].
+/// RPC: reply with five words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
+/// read (or `1 << 62 | error`), the outcomes of [`PORT_ACT`] and [`KILL_ACT`], and how many
+/// [`SLEEP`] calls are asleep in the server now.
 pub const INFO: u64 = 23;
 /// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
 /// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
@@ -81,6 +82,9 @@ pub const PORT_ACT: u64 = 8;
 /// alerting it is then refused (`NotFound`); [`INFO`]'s fourth word is then 0, or
 /// `1 << 62 | error`.
 pub const KILL_ACT: u64 = 9;
+/// RPC: note this activation (for [`KILL_ACT`]) and call the peer's [`SLEEP`] for the
+/// nanoseconds in the request's first word; reply with the raw result of that call.
+pub const NEST_SLEEP: u64 = 27;
 /// RPC: add 1 to every byte of the request's data in place and reply with it (the caller
 /// checks each byte: the request came in whole and the reply went back whole).
 pub const INC: u64 = 25;

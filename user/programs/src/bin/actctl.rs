@@ -133,6 +133,20 @@ fn spin_caller(which: u64) {
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
+/// Helper: a `NEST_SLEEP` call to A of 400 ms in B; the raw result.
+fn nest_sleeper(_: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        let r = raw_call(
+            &mut b,
+            A.load(Ordering::Relaxed),
+            NEST_SLEEP,
+            &400_000_000u64.to_le_bytes(),
+        );
+        RAW.store(r, Ordering::SeqCst);
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
 /// Helper: locks its scheduling state, then asks A to lower its priority.
 fn locked_caller(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
@@ -492,7 +506,37 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         "act_port of an activation that is not the caller's is NotFound"
     );
 
-    // 9. Everything back.
+    // 9. The split (seed 001 section 5): a client's call is in A, whose activation called B
+    //    (sleeping 400 ms there); A's own thread terminates its activation through the
+    //    activation's port. The part below (the client) gets Aborted at once, while the
+    //    part above is still asleep in B; that part ends when it comes back.
+    helper(nest_sleeper, 0)?;
+    must("let it reach B", baton_rt::sleep_ns(40_000_000))?;
+    must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
+    join(3_000)?;
+    let raw = RAW.load(Ordering::SeqCst);
+    let r = raw_call(&mut buf, b, INFO, &[]);
+    let asleep = word(buf.data(), 4);
+    let r2 = raw_call(&mut buf, a, INFO, &[]);
+    let kill = word(buf.data(), 3);
+    check!(
+        baton_abi::decode_result(raw) == Err(Error::Aborted) && r == 0 && r2 == 0 && asleep == 1 && kill == 0,
+        "terminating a server activation below the top splits the thread: the client's call is aborted at once ({raw:#x}) while the part above still sleeps in B ({asleep} asleep; A says {kill:#x})"
+    );
+    // The part above wakes in B, returns into the terminated activation and ends.
+    for _ in 0..1000 {
+        let _ = raw_call(&mut buf, b, INFO, &[]);
+        if word(buf.data(), 4) == 0 {
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(2_000_000))?;
+    }
+    check!(
+        word(buf.data(), 4) == 0,
+        "the part above finishes its call in B"
+    );
+
+    // 10. Everything back.
     for s in [a, b] {
         must("exit", send(&mut buf, s, EXIT, &[], &[]))?;
         let _ = baton_rt::ipc::cap_drop(s);

@@ -37,6 +37,8 @@ static ALERTS_SEEN: AtomicU64 = AtomicU64::new(0);
 static PORT_RESULT: AtomicU64 = AtomicU64::new(0);
 /// See [`PORT_RESULT`].
 static KILL_RESULT: AtomicU64 = AtomicU64::new(0);
+/// [`SLEEP`] calls asleep now.
+static SLEEPING: AtomicU64 = AtomicU64::new(0);
 
 /// The server's own thread's CPU time at its last [`CPU`].
 static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
@@ -283,7 +285,9 @@ fn dispatch(req: &mut Request) {
                 0 => 30_000_000,
                 ns => ns,
             };
+            SLEEPING.fetch_add(1, Ordering::SeqCst);
             let _ = baton_rt::sleep_ns(ns);
+            SLEEPING.fetch_sub(1, Ordering::SeqCst);
             req.reply_in_place(SLEEP, len);
         }
         COUNT => req.reply(COUNT, &SIDETRACKS.load(Ordering::Relaxed).to_le_bytes()),
@@ -310,6 +314,28 @@ fn dispatch(req: &mut Request) {
                 ALERTS_SEEN.fetch_add(1, Ordering::SeqCst);
             }
             req.reply(WAIT_ALERT, &how.to_le_bytes());
+        }
+        NEST_SLEEP => {
+            SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
+            // The request's first word (the nanoseconds) stays in place for the peer.
+            req.write_header(MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: (HEADER_SIZE + 8) as u32,
+                dest: PEER_RIGHT.load(Ordering::Relaxed),
+                reply: 0,
+                id: SLEEP,
+            });
+            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
+            let r = unsafe {
+                msg_raw(
+                    MSG_SEND | MSG_RECEIVE,
+                    PORT.load(Ordering::Relaxed),
+                    FOREVER,
+                    0,
+                    0,
+                )
+            };
+            req.reply(NEST_SLEEP, &r.to_le_bytes());
         }
         NEST2 => {
             let inner = word(req.data(), 0);
@@ -354,11 +380,12 @@ fn dispatch(req: &mut Request) {
             req.reply(SETPRIO, &r.to_le_bytes());
         }
         INFO => {
-            let mut out = [0u8; 32];
+            let mut out = [0u8; 40];
             out[..8].copy_from_slice(&ALERTS_SEEN.load(Ordering::SeqCst).to_le_bytes());
             out[8..16].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
             out[16..24].copy_from_slice(&PORT_RESULT.load(Ordering::SeqCst).to_le_bytes());
-            out[24..].copy_from_slice(&KILL_RESULT.load(Ordering::SeqCst).to_le_bytes());
+            out[24..32].copy_from_slice(&KILL_RESULT.load(Ordering::SeqCst).to_le_bytes());
+            out[32..].copy_from_slice(&SLEEPING.load(Ordering::SeqCst).to_le_bytes());
             req.reply(INFO, &out);
         }
         DIE => baton_rt::exit(3),
