@@ -9,7 +9,8 @@
 //! [`Saved`] records in `Thread::below`. So a thread that never migrates has an empty stack
 //! and pays nothing.
 //!
-//! - **Call** ([`try_migrate`]): an `ipc_msg(SEND | RECEIVE)` request (no descriptors,
+//! - **Call** ([`migrate`], reached from the RPC fast path's plan, or [`try_migrate`] on
+//!   the general path, e.g. with a timeout): an `ipc_msg(SEND | RECEIVE)` request (no descriptors,
 //!   through the IPC buffer, or through a buffer of the caller's with `MSG_BUF`) to a port
 //!   with a pool of activations takes a free activation
 //!   ([`kern::activation::Pool::decide`]), saves the caller's context as a record, copies the
@@ -142,26 +143,28 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     }
     let (s_key, sidetracked) = (th.task_key, th.sidetracked);
     let header = paging::read_header(page);
-    let size = header.size as usize;
+    let Some(port) = migrating_port(k, s_key, &header, IPC_BUFFER_SIZE) else {
+        return;
+    };
+    migrate(k, cpu, cur, page, &header, port, sidetracked)
+}
+
+/// The port a request `header` (sent by the task of key `s_key`, through a buffer of
+/// `limit` bytes) migrates to: a call (`CopySend` of a send right, no descriptors, a size
+/// within the buffer) to a port with activations. `None` for anything else, which the
+/// general path then runs (or reports).
+#[inline(always)]
+fn migrating_port(k: &Kernel, s_key: Key, header: &MsgHeader, limit: usize) -> Option<PortId> {
     if header.bits >> 16 != 0
         || header.dest_disposition() != Disposition::CopySend as u8
-        || !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size)
+        || !(HEADER_SIZE..=limit).contains(&(header.size as usize))
     {
-        return;
+        return None;
     }
-    let Some(sender) = k.tasks.by_key(s_key) else {
-        return;
-    };
-    let Ok(dest) = sender.names.lookup(header.dest) else {
-        return;
-    };
-    if dest.kind != Held::Send {
-        return;
-    }
-    if !k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating()) {
-        return;
-    }
-    migrate(k, cpu, cur, page, &header, dest.port, sidetracked)
+    let dest = k.tasks.by_key(s_key)?.names.lookup(header.dest).ok()?;
+    let migrating =
+        dest.kind == Held::Send && k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating());
+    migrating.then_some(dest.port)
 }
 
 /// Runs the call of `cur` (on `cpu`; its request `header` is in its IPC buffer `page`;
@@ -287,22 +290,10 @@ fn try_migrate_user(k: &mut Kernel, cpu: usize, cur: ThreadId, va: u64, len: u64
     let Some(header) = MsgHeader::from_bytes(&raw) else {
         return;
     };
-    if header.bits >> 16 != 0
-        || header.dest_disposition() != Disposition::CopySend as u8
-        || !(HEADER_SIZE..=len).contains(&(header.size as usize))
-    {
-        return;
-    }
-    let Ok(dest) = sender.names.lookup(header.dest) else {
+    let Some(port) = migrating_port(k, s_key, &header, len) else {
         return;
     };
-    if dest.kind != Held::Send {
-        return;
-    }
-    if !k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating()) {
-        return;
-    }
-    migrate_user(k, cpu, cur, &header, dest.port, sidetracked, va, len)
+    migrate_user(k, cpu, cur, &header, port, sidetracked, va, len)
 }
 
 /// Runs the call of `cur` (on `cpu`), whose request `header` is at the start of its own

@@ -205,6 +205,29 @@ fn kill_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
     Err(Error::TimedOut)
 }
 
+/// Calls the peer with `id` through this activation's buffer (the thread's IPC buffer
+/// while the call runs), the request's data left in place and the message `size` bytes
+/// long; the raw result of the `ipc_msg`. The reply arrives in the same buffer.
+fn call_peer(req: &mut Request, id: u64, size: u32) -> u64 {
+    req.write_header(MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size,
+        dest: PEER_RIGHT.load(Ordering::Relaxed),
+        reply: 0,
+        id,
+    });
+    // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
+    unsafe {
+        msg_raw(
+            MSG_SEND | MSG_RECEIVE,
+            PORT.load(Ordering::Relaxed),
+            FOREVER,
+            0,
+            0,
+        )
+    }
+}
+
 /// Runs (reading the clock, a system call, over and over) for `ns` nanoseconds; how long
 /// it ran.
 fn spin(ns: u64) -> u64 {
@@ -318,44 +341,12 @@ fn dispatch(req: &mut Request) {
         NEST_SLEEP => {
             SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
             // The request's first word (the nanoseconds) stays in place for the peer.
-            req.write_header(MsgHeader {
-                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-                size: (HEADER_SIZE + 8) as u32,
-                dest: PEER_RIGHT.load(Ordering::Relaxed),
-                reply: 0,
-                id: SLEEP,
-            });
-            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
-            let r = unsafe {
-                msg_raw(
-                    MSG_SEND | MSG_RECEIVE,
-                    PORT.load(Ordering::Relaxed),
-                    FOREVER,
-                    0,
-                    0,
-                )
-            };
+            let r = call_peer(req, SLEEP, (HEADER_SIZE + 8) as u32);
             req.reply(NEST_SLEEP, &r.to_le_bytes());
         }
         NEST2 => {
             let inner = word(req.data(), 0);
-            req.write_header(MsgHeader {
-                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-                size: h.size,
-                dest: PEER_RIGHT.load(Ordering::Relaxed),
-                reply: 0,
-                id: inner,
-            });
-            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
-            let r = unsafe {
-                msg_raw(
-                    MSG_SEND | MSG_RECEIVE,
-                    PORT.load(Ordering::Relaxed),
-                    FOREVER,
-                    0,
-                    0,
-                )
-            };
+            let r = call_peer(req, inner, h.size);
             let _ = migrate::alert_enable(true);
             let saw = u64::from(migrate::alert_test());
             let got = req.header();
@@ -405,23 +396,7 @@ fn dispatch(req: &mut Request) {
         NEST => {
             // The request's data stays in place; the header becomes a call to the peer
             // (through this activation's buffer, which is the thread's IPC buffer here).
-            req.write_header(MsgHeader {
-                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-                size: h.size,
-                dest: PEER_RIGHT.load(Ordering::Relaxed),
-                reply: 0,
-                id: ECHO,
-            });
-            // SAFETY: the kernel writes only this thread's IPC buffer (the request's).
-            let r = unsafe {
-                msg_raw(
-                    MSG_SEND | MSG_RECEIVE,
-                    PORT.load(Ordering::Relaxed),
-                    FOREVER,
-                    0,
-                    0,
-                )
-            };
+            let r = call_peer(req, ECHO, h.size);
             let got = req.header();
             if r != 0 || got.id != ECHO {
                 req.reply(u64::MAX, &[]);

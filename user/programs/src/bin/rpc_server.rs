@@ -84,25 +84,13 @@ fn serve() -> Result<(), baton_rt::Error> {
     loop {
         let arrived = rdtsc_ordered();
         let request = buf.header();
-        let mut reply = MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
-            size: HEADER_SIZE as u32,
-            dest: request.reply,
-            reply: 0,
-            id: request.id,
-        };
+        let mut reply = reply_to(&request);
         match request.id {
             TIMED => {
                 // Echo: the data stays where it is.
                 reply.size = request.size;
                 buf.set_header(reply);
-                if let Some(slot) = ARRIVED.get(next) {
-                    slot.store(arrived, Ordering::Relaxed);
-                }
-                let replied = rdtsc_ordered();
-                if let Some(slot) = REPLIED.get(next) {
-                    slot.store(replied, Ordering::Relaxed);
-                }
+                keep(next, arrived);
                 next += 1;
             }
             RESET => {
@@ -118,8 +106,7 @@ fn serve() -> Result<(), baton_rt::Error> {
                 let mut words = [0u64; 2 * DUMP_MAX];
                 for (i, pair) in words.chunks_exact_mut(2).enumerate() {
                     let at = first + i;
-                    pair[0] = ARRIVED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
-                    pair[1] = REPLIED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                    [pair[0], pair[1]] = kept(at);
                 }
                 let mut bytes = [0u8; 16 * DUMP_MAX];
                 for (dst, w) in bytes.chunks_exact_mut(8).zip(words.iter()) {
@@ -151,6 +138,36 @@ fn serve() -> Result<(), baton_rt::Error> {
     }
 }
 
+/// The empty reply to `request` (through its send-once reply right, with its id).
+fn reply_to(request: &MsgHeader) -> MsgHeader {
+    MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+        size: HEADER_SIZE as u32,
+        dest: request.reply,
+        reply: 0,
+        id: request.id,
+    }
+}
+
+/// Keeps timed request `n`'s arrival timestamp `arrived`, then takes and keeps its reply
+/// timestamp (the last thing before the reply is sent).
+#[inline(always)]
+fn keep(n: usize, arrived: u64) {
+    if let Some(slot) = ARRIVED.get(n) {
+        slot.store(arrived, Ordering::Relaxed);
+    }
+    let replied = rdtsc_ordered();
+    if let Some(slot) = REPLIED.get(n) {
+        slot.store(replied, Ordering::Relaxed);
+    }
+}
+
+/// Timed request `n`'s `[arrived, replied]` timestamps (0 past the last kept).
+fn kept(n: usize) -> [u64; 2] {
+    let load = |a: &[AtomicU64]| a.get(n).map_or(0, |s| s.load(Ordering::Relaxed));
+    [load(&ARRIVED), load(&REPLIED)]
+}
+
 /// The server loop after [`BIG`]: as [`serve`]'s, but every request is received into a
 /// 64 KiB buffer of the server's own and every reply sent from it (`ipc_msg` with
 /// `MSG_BUF`), so requests of up to 64 KiB arrive. Such a receive never takes the fast
@@ -164,25 +181,13 @@ fn serve_big(port: u64, mut next: usize) -> Result<(), baton_rt::Error> {
     loop {
         let arrived = rdtsc_ordered();
         let request = MsgHeader::from_bytes(big).unwrap_or_default();
-        let mut reply = MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
-            size: HEADER_SIZE as u32,
-            dest: request.reply,
-            reply: 0,
-            id: request.id,
-        };
+        let mut reply = reply_to(&request);
         match request.id {
             TIMED => {
                 // Echo: the data stays where it is.
                 reply.size = request.size;
                 big[..HEADER_SIZE].copy_from_slice(&reply.to_bytes());
-                if let Some(slot) = ARRIVED.get(next) {
-                    slot.store(arrived, Ordering::Relaxed);
-                }
-                let replied = rdtsc_ordered();
-                if let Some(slot) = REPLIED.get(next) {
-                    slot.store(replied, Ordering::Relaxed);
-                }
+                keep(next, arrived);
                 next += 1;
             }
             RESET => next = 0,
@@ -194,8 +199,7 @@ fn serve_big(port: u64, mut next: usize) -> Result<(), baton_rt::Error> {
                 let pairs = big[HEADER_SIZE..HEADER_SIZE + 16 * DUMP_MAX].chunks_exact_mut(16);
                 for (i, pair) in pairs.enumerate() {
                     let at = first + i;
-                    let a = ARRIVED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
-                    let r = REPLIED.get(at).map_or(0, |s| s.load(Ordering::Relaxed));
+                    let [a, r] = kept(at);
                     pair[..8].copy_from_slice(&a.to_le_bytes());
                     pair[8..].copy_from_slice(&r.to_le_bytes());
                 }
