@@ -573,9 +573,14 @@ impl Kernel {
             Some(task) if task.ending.is_none() => task.ending = Some(how),
             _ => return,
         }
-        // No call migrates into the task any more, and its activations' ports die.
+        // No call migrates into the task any more, and its activations' ports die; so does
+        // its task port at once (a thread of it running on another CPU ends only at its
+        // next kernel entry, and the task goes with its last thread: who terminated it
+        // must already see a dead name).
         crate::activation::retire(self, |a| a.task == id);
         crate::kobject::reap_act_ports(self);
+        let kport = self.tasks.get_mut(&id).and_then(|t| t.kport.take());
+        crate::kobject::destroy(self, kport);
         crate::floor::task_ending(self, id);
         // Every activation of the task below the top of a thread is dead from now on, so a
         // migrating return checks one flag (`activation::lives`) instead of looking the
