@@ -25,6 +25,21 @@ use kern::pmap::MapFlags;
 use kern::slab::Key;
 use kern::usercopy;
 
+/// The RPC fast paths' entry, tried first for every `ipc_msg` (before [`on_syscall`]):
+/// an RPC's request or reply may take the fast path, and a call to a port with activations
+/// migrates. Neither returns when it applies; otherwise this returns having changed
+/// nothing, with the lock released, and the entry goes on to [`on_syscall`].
+#[inline(always)]
+pub fn on_ipc_fast() {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    let cpu = gdt::this_cpu();
+    let cur = k.cpu(cpu).current;
+    crate::fastpath::try_ipc(k, cpu, cur);
+    kernel::unlock();
+}
+
 /// Entry for the `syscall` instruction, with the call `number` (the user's `rax`). The
 /// caller's user registers are already in its thread object (the entry pushed them there);
 /// the result goes into its saved `rax`. Inlined into its one caller, the entry's
@@ -36,11 +51,7 @@ pub fn on_syscall(number: u64) -> ! {
     let k = unsafe { kernel::kernel() };
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
-    if number == Sys::IpcMsg as u64 {
-        // An RPC's request or reply may take the fast path, and a call to a port with
-        // activations migrates. Neither returns when it applies.
-        crate::fastpath::try_ipc(k, cpu, cur);
-    } else if number == Sys::ActReturn as u64 {
+    if number == Sys::ActReturn as u64 {
         // The end of a migrating call: its caller resumes (an error only outside one).
         let e = crate::activation::sys_act_return(k, cur);
         kernel::finish_entry(k, false, Some(e.to_raw()));

@@ -295,7 +295,13 @@ syscall_general:
     cmpq $0, %gs:40
     jne floor_dispatch_entry
     movq %rax, %rdi
-    callq syscall_dispatch
+    // `ipc_msg` tries the RPC fast paths first, in a function of their own (small, so
+    // its registers stay in registers); it returns only when they do not apply.
+    cmpq ${sys_ipc_msg}, %rax
+    jne 1f
+    callq ipc_fast_dispatch
+    movq ${sys_ipc_msg}, %rdi
+1:  callq syscall_dispatch
     // Back to user mode from the running thread's frame (which may be another thread's
     // than the one that entered, after a process-model switch back).
     .global resume_current_frame
@@ -400,6 +406,7 @@ floor_fault_base:
     frame_size = const size_of::<TrapFrame>(),
     frame_rax = const core::mem::offset_of!(TrapFrame, rax),
     floor_base = const floor::FLOOR_BASE,
+    sys_ipc_msg = const baton_abi::Sys::IpcMsg as u64,
     floor_full = const floor::FLOOR_FULL,
     floor_space = const floor::FLOOR_SPACE,
     floor_fault_arm = const floor::FLOOR_FAULT_ARM,
@@ -525,6 +532,11 @@ extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
 #[no_mangle]
 extern "C" fn syscall_dispatch(number: u64) {
     crate::syscall::on_syscall(number);
+}
+
+#[no_mangle]
+extern "C" fn ipc_fast_dispatch() {
+    crate::syscall::on_ipc_fast();
 }
 
 #[no_mangle]
