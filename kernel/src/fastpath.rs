@@ -16,10 +16,11 @@
 //!   block);
 //! - the destination port has no queued message and a receiver blocked with the
 //!   [`Resume::Receive`] continuation, through its IPC buffer, in another task, not
-//!   pinned to another CPU, not being killed, at least as urgent as anything ready here,
-//!   and its name space has room for the reply right.
+//!   pinned to another CPU, not being killed, and at least as urgent as anything ready
+//!   here; and, for a request, the receiver's name space has room for the reply right.
 //!
-//! Everything it decides is read first; nothing is written until every check passed.
+//! Everything it decides is read first; nothing is written until every check passed (the
+//! rights' commit, which does all or nothing, is the last check).
 //! Every transfer is counted as the general fast path counts it (`ipc_fast`,
 //! `recognitions`, `blocks_ipc`, `stack_handoffs`).
 
@@ -82,11 +83,10 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     let Some((_, r_page)) = rt.ipc_buffer else {
         return;
     };
-    let urgent = k
-        .cpus
-        .get(cpu)
-        .and_then(|c| c.runq.peek_priority())
-        .is_none_or(|p| p <= rt.priority);
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        return;
+    };
+    let urgent = c.runq.peek_priority().is_none_or(|p| p <= rt.priority);
     if rt.task_key == s_key
         || r_opts & (MSG_BUF | MSG_SLOW) != 0
         || rt.stack.is_some()
@@ -97,26 +97,30 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     {
         return;
     }
-    let Some(receiver) = k.tasks.by_key_mut(rt.task_key) else {
+    // Every check of the threads passed. The rights: a request changes the receiver's
+    // name space only, a reply the sender's only; either commit does all or nothing.
+    let out = if plan.msg.call {
+        let Some(receiver) = k.tasks.by_key_mut(rt.task_key) else {
+            return;
+        };
+        k.ipc
+            .fast_commit_call(&mut receiver.names, &plan, r_name, cur)
+    } else {
+        // SAFETY: `sender` points into the task slab entry `s_key`, alive: nothing has been
+        // inserted into or removed from the slab since it was taken (we hold the big kernel
+        // lock and only looked threads up), and no other reference to a task is in use.
+        let sender = unsafe { &mut *sender };
+        k.ipc
+            .fast_commit_reply(&mut sender.names, &plan, r_name, cur)
+    };
+    let Some(out) = out else {
         return;
     };
-    if receiver.names.room() < usize::from(plan.msg.reply.is_some()) {
-        return;
-    }
-    let Some(c) = k.cpus.get_mut(cpu) else {
-        return;
-    };
-    // SAFETY: `th` and `sender` point into the boxed thread `cur` and the task slab entry
-    // `s_key`, both alive: nothing has been inserted into or removed from either slab since
-    // they were taken (we hold the big kernel lock and only looked things up). `cur != r`
-    // and the two tasks differ (`rt.task_key != s_key`), so these references alias neither
-    // `rt` nor `receiver`.
-    let (th, sender) = unsafe { (&mut *th, &mut *sender) };
-
-    // Every check passed: from here on the call completes. The message and its rights.
-    let out = k
-        .ipc
-        .fast_commit(&mut sender.names, &mut receiver.names, &plan, r_name, cur);
+    // From here on the call completes.
+    // SAFETY: `th` points into the boxed thread `cur`, alive and unmoved (only lookups
+    // happened since it was taken, under the big kernel lock), and `cur != r`, so this
+    // reference aliases not `rt`.
+    let th = unsafe { &mut *th };
     paging::write_header(r_page, out);
     let data = plan.msg.size - HEADER_SIZE;
     if data > 0 {

@@ -4,9 +4,9 @@
 //! The fast path (the continuations paper's Figure 2, seL4's `fastpath_call` and
 //! `fastpath_reply_recv`) carries the two messages of an RPC: the request, whose
 //! destination is a send right used with `CopySend` and whose reply right is a
-//! `MakeSendOnce` of a receive right the sender holds; and the reply, whose destination is
-//! that send-once right used with `MoveSendOnce` and which carries no reply right. Neither
-//! has descriptors. Anything else, including every malformed message, takes the general
+//! `MakeSendOnce` of the receive right the sender receives on next; and the reply, whose
+//! destination is that send-once right used with `MoveSendOnce` and which carries no reply
+//! right. Neither has descriptors. Anything else, including every malformed message, takes the general
 //! path, which also produces the errors: [`Ipc::fast_plan`] never fails, it only declines.
 //!
 //! The moves are exactly those of [`Ipc::copyin`] followed by [`Ipc::copyout`] for such a
@@ -14,14 +14,16 @@
 //! is used up (no notification), a copied send right changes no count, and a
 //! `MakeSendOnce` reply becomes one new send-once right in the receiver's space.
 //!
-//! The work is split so that the kernel decides everything before it changes anything, and
-//! looks every name and port up once: [`Ipc::fast_plan`] reads, the kernel checks the two
-//! threads and the receiver's room, then [`Ipc::fast_commit`] writes.
+//! The work is split so that the kernel decides everything before it changes anything:
+//! [`Ipc::fast_plan`] reads, the kernel checks the two threads, then
+//! [`Ipc::fast_commit_call`] or [`Ipc::fast_commit_reply`] writes. Each direction changes
+//! one name space only — a request the receiver's (the reply right goes in), a reply the
+//! sender's (the send-once right is used up) — so the kernel never holds two tasks at once.
 //!
 //! # Invariants
-//! - [`Ipc::fast_plan`] has no side effects; [`Ipc::fast_commit`] is called only with a
-//!   [`FastPlan`] it returned for the same sender space, with nothing changed in between,
-//!   and only when the receiver's space has room for the reply right.
+//! - [`Ipc::fast_plan`] has no side effects. A commit is called only with a [`FastPlan`]
+//!   it returned, with nothing changed in between (a reply's for the same sender space).
+//!   A commit either does everything or, returning `None`, nothing.
 
 use super::{Held, Ipc, PortId, Space};
 use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, KERNEL_ID_BASE};
@@ -31,12 +33,12 @@ use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, KERNEL_ID_BASE};
 pub struct FastMsg {
     /// The destination port (alive).
     pub dest: PortId,
-    /// The sender's name of the send-once destination right the message uses up, if the
-    /// destination is moved (`MoveSendOnce`).
-    pub consumed: Option<u64>,
-    /// The port a `MakeSendOnce` reply right names (alive, its receive right held by the
-    /// sender).
-    pub reply: Option<PortId>,
+    /// A request (`CopySend` destination, a `MakeSendOnce` reply right made from the
+    /// receive right the sender receives on next) rather than a reply (`MoveSendOnce`
+    /// destination, no reply right).
+    pub call: bool,
+    /// The sender's name of the destination right (a reply uses it up).
+    pub name: u64,
     /// The message id.
     pub id: u64,
     /// Its size in bytes (header and in-line data).
@@ -64,19 +66,23 @@ pub enum Fast<T> {
     Migrate(PortId),
 }
 
-/// The two destination forms the fast path carries.
+/// The destination disposition of a call.
 const CALL: u8 = Disposition::CopySend as u8;
-/// See [`CALL`].
-const REPLY: u8 = Disposition::MoveSendOnce as u8;
+/// The whole `bits` of a request: a copied send right, a send-once reply right made, no
+/// descriptors.
+const CALL_BITS: u32 = MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0);
+/// The whole `bits` of a reply: a send-once right used up, no reply right, no descriptors.
+const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
 impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// The whole decision of one fast-path transfer, on the IPC side: `header` (sent from
-    /// `space` through a buffer of `limit` bytes) is a fast-path message (as
-    /// described in the module documentation), the sender receives next on its receive right `rcv_name`,
-    /// whose port has no queued message and is not the destination, and the destination
-    /// port has no queued message and a receiver waiting. A call (not a reply) to a port
-    /// with activations is [`Fast::Migrate`] instead (seed 001's migrating RPC). `None`
-    /// sends the call down the general path. Looks each name and port up once.
+    /// `space` through a buffer of `limit` bytes) is a fast-path message (as described in
+    /// the module documentation), the sender receives next on its receive right
+    /// `rcv_name`, whose port has no queued message and is not the destination, and the
+    /// destination port has no queued message and a receiver waiting. A call (a copied
+    /// send right, without descriptors) to a port with activations is [`Fast::Migrate`]
+    /// instead (seed 001's migrating RPC), whatever its reply right. `None` sends the call
+    /// down the general path. Looks each name and port up once.
     #[inline(always)]
     pub fn fast_plan(
         &self,
@@ -94,33 +100,21 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }
         let dest = space.lookup(header.dest).ok()?;
         let to = self.ports.get(dest.port)?;
-        let call = header.dest_disposition() == CALL && dest.kind == Held::Send;
-        if call && to.pool.is_migrating() {
+        if header.dest_disposition() == CALL && dest.kind == Held::Send && to.pool.is_migrating() {
             // A call to a port with activations migrates; its reply port is never used.
             return Some(Fast::Migrate(dest.port));
         }
-        let own = space.lookup(rcv_name).ok()?;
-        let consumed = match (header.dest_disposition(), dest.kind, own.kind) {
-            (CALL, Held::Send, Held::Receive) => None,
-            (REPLY, Held::SendOnce, Held::Receive) => Some(header.dest),
+        // The two forms, each in one comparison of the bits: the usual call, whose reply
+        // comes to the port the caller receives on; and the reply to it.
+        let call = match (header.bits, dest.kind) {
+            (CALL_BITS, Held::Send) if header.reply == rcv_name => true,
+            (REPLY_BITS, Held::SendOnce) if header.reply == 0 => false,
             _ => return None,
         };
-        if own.port == dest.port {
+        let own = space.lookup(rcv_name).ok()?;
+        if own.kind != Held::Receive || own.port == dest.port {
             return None;
         }
-        let reply = match (header.reply_disposition(), header.reply) {
-            (0, 0) => None,
-            // The usual call: the reply comes to the port the caller receives on.
-            (r, name) if r == Disposition::MakeSendOnce as u8 && name == rcv_name => Some(own.port),
-            (r, name) if r == Disposition::MakeSendOnce as u8 => {
-                let e = space.lookup(name).ok()?;
-                if e.kind != Held::Receive || !self.ports.contains(e.port) {
-                    return None;
-                }
-                Some(e.port)
-            }
-            _ => return None,
-        };
         let receiver = to.receivers.front()?;
         if !to.queue.is_empty() || !self.ports.get(own.port)?.queue.is_empty() {
             return None;
@@ -128,8 +122,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         Some(Fast::Transfer(FastPlan {
             msg: FastMsg {
                 dest: dest.port,
-                consumed,
-                reply,
+                call,
+                name: header.dest,
                 id: header.id,
                 size,
             },
@@ -138,70 +132,69 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }))
     }
 
-    /// Carries out a [`FastPlan`] made for the sender's `space` with nothing changed since:
-    /// the sender's moves (a used send-once destination), the receiver's (the reply right into `to`,
-    /// which receives on its name `rcv_name` and has room for the reply right), the
-    /// receiver leaves the destination's receivers and `caller` joins those of its own
-    /// port. Returns the header the receiver gets.
+    /// Carries out a request's [`FastPlan`] (`plan.msg.call`), with nothing changed since
+    /// it was made: the reply right goes into the receiver's space `to` (which receives on
+    /// its name `rcv_name`), the receiver leaves the destination's receivers and `caller`
+    /// joins those of its own port. Returns the header the receiver gets; `None`, with
+    /// nothing changed, when `to` has no room for the reply right. The sender's space does
+    /// not change.
     #[inline(always)]
-    pub fn fast_commit(
+    pub fn fast_commit_call(
         &mut self,
-        space: &mut Space,
         to: &mut Space,
         plan: &FastPlan<T>,
         rcv_name: u64,
         caller: T,
-    ) -> MsgHeader {
+    ) -> Option<MsgHeader> {
         let m = &plan.msg;
-        let sid = space.id();
-        // The reply right goes into the receiver's space first (room was checked).
-        let reply = m.reply.and_then(|port| {
-            to.insert(super::Entry {
+        let (dest, own) = self.ports.get2_mut(m.dest, plan.own)?;
+        let reply = to
+            .insert(super::Entry {
                 kind: Held::SendOnce,
-                port,
+                port: plan.own,
             })
-            .ok()
-        });
-        let consumed = m
-            .consumed
-            .and_then(|name| space.remove(name).map(|e| (name, e)));
-        let mut dead_names = false;
-        if let Some((dest, own)) = self.ports.get2_mut(m.dest, plan.own) {
-            dest.receivers.pop_front();
-            own.receivers.push_back(caller);
-            if consumed.is_some() {
-                dest.send_onces = dest.send_onces.saturating_sub(1);
-                dead_names = !dest.dead_names.is_empty();
-            }
-            match m.reply {
-                Some(port) if reply.is_some() && port == plan.own => own.send_onces += 1,
-                _ => {}
-            }
-        }
-        if let (Some(port), Some(_)) = (m.reply, reply) {
-            if port != plan.own {
-                if let Some(p) = self.ports.get_mut(port) {
-                    p.send_onces += 1;
-                }
-            }
-        }
-        if let (Some((name, e)), true) = (consumed, dead_names) {
-            self.name_gone(e, name, sid);
-        }
-        MsgHeader {
-            bits: MsgHeader::make_bits(
-                Disposition::None,
-                if reply.is_some() {
-                    Disposition::MoveSendOnce
-                } else {
-                    Disposition::None
-                },
-                0,
-            ),
+            .ok()?;
+        own.send_onces += 1;
+        dest.receivers.pop_front();
+        own.receivers.push_back(caller);
+        Some(MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::None, Disposition::MoveSendOnce, 0),
             size: m.size as u32,
             dest: rcv_name,
-            reply: reply.unwrap_or(0),
+            reply,
             id: m.id,
+        })
+    }
+
+    /// Carries out a reply's [`FastPlan`] (not `plan.msg.call`) made for the sender's
+    /// `space`, with nothing changed since: the send-once destination right is used up (no
+    /// notification; a dead-name request on the name is answered), the receiver leaves the
+    /// destination's receivers and `caller` joins those of its own port. Returns the header
+    /// the receiver (which receives on its name `rcv_name`) gets; `None` only if the plan
+    /// was not made for `space`, with nothing changed. The receiver's space does not change.
+    #[inline(always)]
+    pub fn fast_commit_reply(
+        &mut self,
+        space: &mut Space,
+        plan: &FastPlan<T>,
+        rcv_name: u64,
+        caller: T,
+    ) -> Option<MsgHeader> {
+        let m = &plan.msg;
+        let (dest, own) = self.ports.get2_mut(m.dest, plan.own)?;
+        let used = space.remove(m.name)?;
+        dest.send_onces = dest.send_onces.saturating_sub(1);
+        dest.receivers.pop_front();
+        own.receivers.push_back(caller);
+        if !dest.dead_names.is_empty() {
+            self.name_gone(used, m.name, space.id());
         }
+        Some(MsgHeader {
+            bits: 0,
+            size: m.size as u32,
+            dest: rcv_name,
+            reply: 0,
+            id: m.id,
+        })
     }
 }

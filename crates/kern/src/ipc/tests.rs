@@ -481,10 +481,12 @@ fn fast_path_declines() {
     let rcv = ipc.allocate(&mut client, 2, 0).unwrap();
     let sp = ipc.receive_port(&server, port).unwrap();
     ipc.port_mut(sp).unwrap().receivers.push_back(10);
-    let ok = header(send, D::CopySend, 0, D::None, 0, 1);
+    let ok = header(send, D::CopySend, rcv, D::MakeSendOnce, 0, 1);
     assert!(fast_transfer(&ipc, &client, &ok, 4096, rcv).is_some());
     let mut cases = vec![
-        header(send, D::CopySend, 0, D::None, 1, 1),
+        // A send without a reply right is not an RPC's.
+        header(send, D::CopySend, 0, D::None, 0, 1),
+        header(send, D::CopySend, rcv, D::MakeSendOnce, 1, 1),
         header(send, D::MoveSend, 0, D::None, 0, 1),
         header(send, D::CopySend, 0, D::None, 0, KERNEL_ID_BASE),
         header(send, D::CopySend, send, D::MakeSendOnce, 0, 1),
@@ -709,7 +711,7 @@ fn receive_right_cycles_are_refused() {
     assert_eq!(ipc.queued(), 0);
 }
 
-/// `fast_plan` + `fast_commit` make the moves of the general path for a call and its
+/// `fast_plan` + `fast_commit_call`/`fast_commit_reply` make the moves of the general path for a call and its
 /// reply, take the receiver off the destination and queue the caller on its own port, and
 /// leave every count consistent.
 #[test]
@@ -725,7 +727,8 @@ fn fast_plan_and_commit_call_and_reply() {
     let plan = fast_transfer(&ipc, &client, &call, 4096, reply_port)
         .expect("a call to a waiting server takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (10, rp, sp));
-    let got = ipc.fast_commit(&mut client, &mut server, &plan, port, 20);
+    assert!(plan.msg.call);
+    let got = ipc.fast_commit_call(&mut server, &plan, port, 20).unwrap();
     assert_eq!((got.dest, got.id), (port, 42));
     assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
     assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
@@ -739,7 +742,10 @@ fn fast_plan_and_commit_call_and_reply() {
     let plan =
         fast_transfer(&ipc, &server, &reply, 4096, port).expect("the reply takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (20, sp, rp));
-    let back = ipc.fast_commit(&mut server, &mut client, &plan, reply_port, 10);
+    assert!(!plan.msg.call);
+    let back = ipc
+        .fast_commit_reply(&mut server, &plan, reply_port, 10)
+        .unwrap();
     assert_eq!((back.dest, back.reply, back.id), (reply_port, 0, 142));
     assert_eq!(ipc.info(&server, got.reply), Err(Error::InvalidName));
     assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
@@ -753,19 +759,21 @@ fn fast_plan_and_commit_call_and_reply() {
     check_counts(&ipc, &[&server, &client]);
 }
 
-/// A reply right made from another receive right than the one the caller receives on is
-/// counted on its own port; a queued message on either port, the destination being the
-/// caller's own port, and a receive name that is not a receive right all decline, with
-/// nothing changed.
+/// A reply right made from another receive right than the one the caller receives on, a
+/// queued message on either port, the destination being the caller's own port, and a
+/// receive name that is not a receive right all decline, with nothing changed; a request
+/// whose receiver has no room for the reply right commits nothing.
 #[test]
-fn fast_plan_declines_and_other_reply_ports() {
+fn fast_plan_declines_and_full_receivers() {
     let (mut ipc, mut server, mut client, port, send) = setup();
     let reply_port = ipc.allocate(&mut client, 2, 0).unwrap();
     let other = ipc.allocate(&mut client, 2, 0).unwrap();
     let sp = ipc.receive_port(&server, port).unwrap();
-    let op = ipc.receive_port(&client, other).unwrap();
     ipc.port_mut(sp).unwrap().receivers.push_back(10);
-    let call = header(send, D::CopySend, other, D::MakeSendOnce, 0, 1);
+    let call = header(send, D::CopySend, reply_port, D::MakeSendOnce, 0, 1);
+    // A reply right from another port than the one received on: the general path's.
+    let elsewhere = header(send, D::CopySend, other, D::MakeSendOnce, 0, 1);
+    assert!(fast_transfer(&ipc, &client, &elsewhere, 4096, reply_port).is_none());
     // Not a receive right to receive on; the destination as the receive port.
     assert!(fast_transfer(&ipc, &client, &call, 4096, send).is_none());
     let own = header(port, D::CopySend, 0, D::None, 0, 1);
@@ -782,16 +790,25 @@ fn fast_plan_declines_and_other_reply_ports() {
     ipc.destroy_message(m, &mut fx);
     let before = (ipc.ports(), client.len(), server.len());
     let plan = fast_transfer(&ipc, &client, &call, 4096, reply_port).unwrap();
-    assert_eq!(plan.msg.reply, Some(op));
     assert_eq!(
         (ipc.ports(), client.len(), server.len()),
         before,
         "planning changes nothing"
     );
-    let got = ipc.fast_commit(&mut client, &mut server, &plan, port, 20);
-    assert_eq!(ipc.port(op).unwrap().send_onces, 1);
+    // The receiver's space is full: the commit declines and changes nothing.
+    let mut full = Space::new();
+    while full.room() > 0 {
+        ipc.allocate(&mut full, 1, 0).unwrap();
+    }
+    let rp = ipc.receive_port(&client, reply_port).unwrap();
+    assert_eq!(ipc.fast_commit_call(&mut full, &plan, port, 20), None);
+    assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
+    assert!(ipc.port(rp).unwrap().receivers.is_empty());
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
+    let got = ipc.fast_commit_call(&mut server, &plan, port, 20).unwrap();
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 1);
     assert_eq!(ipc.info(&server, got.reply), Ok(RightKind::SendOnce));
-    check_counts(&ipc, &[&server, &client]);
+    check_counts(&ipc, &[&server, &client, &full]);
 }
 
 /// `fast_plan`'s transfer plan, if it makes one.
