@@ -94,8 +94,30 @@ impl<T> Slab<T> {
 
     /// Stores `value` and returns its key, or gives the value back when the slab is at its
     /// limit.
-    #[inline]
+    /// Inlined: the free-list case is a handful of instructions (the RPC fast path inserts
+    /// a reply right on every call); growing the slab is out of line.
+    #[inline(always)]
     pub fn insert(&mut self, value: T) -> Result<Key, T> {
+        let index = self.free_head;
+        // `NIL` is never an index (the limit is below it), so it finds no slot.
+        if let Some(slot) = self.slots.get_mut(index as usize) {
+            if let Slot::Free {
+                generation,
+                next_free,
+            } = *slot
+            {
+                *slot = Slot::Full { generation, value };
+                self.free_head = next_free;
+                self.len += 1;
+                return Ok(Key::new(index, generation));
+            }
+        }
+        self.insert_grow(value)
+    }
+
+    /// [`Slab::insert`] when no slot is free: a new slot at the end.
+    #[inline(never)]
+    fn insert_grow(&mut self, value: T) -> Result<Key, T> {
         self.insert_with(|_| value).map_err(|f| f(Key(0)))
     }
 
@@ -196,8 +218,9 @@ impl<T> Slab<T> {
 
     /// Removes and returns the object named by `key`. The slot's generation moves on, so
     /// `key` never matches again; a slot whose generation would wrap is retired (never
-    /// reused) instead, so no key can ever come back to life.
-    #[inline]
+    /// reused) instead, so no key can ever come back to life. Inlined (the RPC fast path
+    /// uses a reply right up on every reply).
+    #[inline(always)]
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let index = key.index();
         let slot = self.slots.get_mut(index as usize)?;
@@ -205,21 +228,22 @@ impl<T> Slab<T> {
             Slot::Full { generation, .. } if *generation == key.generation() => {}
             _ => return None,
         }
-        let next_generation = key.generation().checked_add(1);
-        let old = core::mem::replace(
-            slot,
-            Slot::Free {
-                generation: next_generation.unwrap_or(0),
+        let free = match key.generation().checked_add(1) {
+            Some(generation) => {
+                let next_free = self.free_head;
+                self.free_head = index;
+                Slot::Free {
+                    generation,
+                    next_free,
+                }
+            }
+            // Retired: off the free list for good.
+            None => Slot::Free {
+                generation: 0,
                 next_free: NIL,
             },
-        );
-        if let Some(generation) = next_generation {
-            *slot = Slot::Free {
-                generation,
-                next_free: self.free_head,
-            };
-            self.free_head = index;
-        }
+        };
+        let old = core::mem::replace(slot, free);
         self.len -= 1;
         match old {
             Slot::Full { value, .. } => Some(value),

@@ -51,7 +51,7 @@ pub struct FastMsg {
 pub struct FastPlan<T> {
     /// The message.
     pub msg: FastMsg,
-    /// The sender's own port (alive, no queued message, not the destination).
+    /// The sender's own port (alive, not the destination).
     pub own: PortId,
     /// The first receiver waiting on the destination (which has no queued message).
     pub receiver: T,
@@ -75,11 +75,12 @@ const CALL_BITS: u32 = MsgHeader::make_bits(Disposition::CopySend, Disposition::
 const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
 impl<T: Copy + Default + PartialEq> Ipc<T> {
-    /// The whole decision of one fast-path transfer, on the IPC side: `header` (sent from
+    /// The decision of one fast-path transfer, on the IPC side: `header` (sent from
     /// `space` through a buffer of `limit` bytes) is a fast-path message (as described in
     /// the module documentation), the sender receives next on its receive right
-    /// `rcv_name`, whose port has no queued message and is not the destination, and the
-    /// destination port has no queued message and a receiver waiting. A call (a copied
+    /// `rcv_name`, whose port is not the destination, and the destination port has no
+    /// queued message and a receiver waiting. (That the sender's own port has no queued
+    /// message, so that its receive blocks, is the commit's last check.) A call (a copied
     /// send right, without descriptors) to a port with activations is [`Fast::Migrate`]
     /// instead (seed 001's migrating RPC), whatever its reply right. `None` sends the call
     /// down the general path. Looks each name and port up once.
@@ -115,8 +116,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if own.kind != Held::Receive || own.port == dest.port {
             return None;
         }
+        // (The own port's queue is checked by the commit, which looks that port up anyway.)
         let receiver = to.receivers.front()?;
-        if !to.queue.is_empty() || !self.ports.get(own.port)?.queue.is_empty() {
+        if !to.queue.is_empty() {
             return None;
         }
         Some(Fast::Transfer(FastPlan {
@@ -136,8 +138,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// it was made: the reply right goes into the receiver's space `to` (which receives on
     /// its name `rcv_name`), the receiver leaves the destination's receivers and `caller`
     /// joins those of its own port. Returns the header the receiver gets; `None`, with
-    /// nothing changed, when `to` has no room for the reply right. The sender's space does
-    /// not change.
+    /// nothing changed, when `to` has no room for the reply right or a message waits on the
+    /// caller's own port (its receive would not block). The sender's space does not
+    /// change.
     #[inline(always)]
     pub fn fast_commit_call(
         &mut self,
@@ -148,6 +151,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     ) -> Option<MsgHeader> {
         let m = &plan.msg;
         let (dest, own) = self.ports.get2_mut(m.dest, plan.own)?;
+        if !own.queue.is_empty() {
+            return None;
+        }
         let reply = to
             .insert(super::Entry {
                 kind: Held::SendOnce,
@@ -170,8 +176,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// `space`, with nothing changed since: the send-once destination right is used up (no
     /// notification; a dead-name request on the name is answered), the receiver leaves the
     /// destination's receivers and `caller` joins those of its own port. Returns the header
-    /// the receiver (which receives on its name `rcv_name`) gets; `None` only if the plan
-    /// was not made for `space`, with nothing changed. The receiver's space does not change.
+    /// the receiver (which receives on its name `rcv_name`) gets; `None`, with nothing
+    /// changed, when a message waits on the caller's own port (its receive would not block)
+    /// or the plan was not made for `space`. The receiver's space does not change.
     #[inline(always)]
     pub fn fast_commit_reply(
         &mut self,
@@ -182,6 +189,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     ) -> Option<MsgHeader> {
         let m = &plan.msg;
         let (dest, own) = self.ports.get2_mut(m.dest, plan.own)?;
+        if !own.queue.is_empty() {
+            return None;
+        }
         let used = space.remove(m.name)?;
         dest.send_onces = dest.send_onces.saturating_sub(1);
         dest.receivers.pop_front();

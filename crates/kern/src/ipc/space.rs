@@ -80,7 +80,7 @@ impl Space {
     }
 
     /// Adds a right; its new name ([`Error::NoSpace`] when full).
-    #[inline]
+    #[inline(always)]
     pub(super) fn insert(&mut self, entry: Entry) -> Result<u64, Error> {
         self.entries
             .insert(entry)
@@ -89,7 +89,7 @@ impl Space {
     }
 
     /// Removes the right `name`.
-    #[inline]
+    #[inline(always)]
     pub(super) fn remove(&mut self, name: u64) -> Option<Entry> {
         self.entries.remove(Key(name))
     }

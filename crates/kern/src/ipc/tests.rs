@@ -778,16 +778,6 @@ fn fast_plan_declines_and_full_receivers() {
     assert!(fast_transfer(&ipc, &client, &call, 4096, send).is_none());
     let own = header(port, D::CopySend, 0, D::None, 0, 1);
     assert!(fast_transfer(&ipc, &server, &own, 4096, port).is_none());
-    // A message queued on the caller's port: its receive would not block.
-    let mut fx = Effects::default();
-    let ping = header(reply_port, D::MakeSend, 0, D::None, 0, 5);
-    let (d, m) = ipc
-        .copyin(&mut client, &ping, &[], vec![], &mut fx)
-        .unwrap();
-    ipc.enqueue(d, m, &mut fx);
-    assert!(fast_transfer(&ipc, &client, &call, 4096, reply_port).is_none());
-    let m = ipc.dequeue(d, &mut fx).unwrap();
-    ipc.destroy_message(m, &mut fx);
     let before = (ipc.ports(), client.len(), server.len());
     let plan = fast_transfer(&ipc, &client, &call, 4096, reply_port).unwrap();
     assert_eq!(
@@ -795,6 +785,20 @@ fn fast_plan_declines_and_full_receivers() {
         before,
         "planning changes nothing"
     );
+    // A message queued on the caller's port (its receive would not block): the commit
+    // declines and changes nothing.
+    let mut fx = Effects::default();
+    let ping = header(reply_port, D::MakeSend, 0, D::None, 0, 5);
+    let (d, m) = ipc
+        .copyin(&mut client, &ping, &[], vec![], &mut fx)
+        .unwrap();
+    ipc.enqueue(d, m, &mut fx);
+    let before = (ipc.ports(), client.len(), server.len());
+    assert_eq!(ipc.fast_commit_call(&mut server, &plan, port, 20), None);
+    assert_eq!((ipc.ports(), client.len(), server.len()), before);
+    assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
+    let m = ipc.dequeue(d, &mut fx).unwrap();
+    ipc.destroy_message(m, &mut fx);
     // The receiver's space is full: the commit declines and changes nothing.
     let mut full = Space::new();
     while full.room() > 0 {
