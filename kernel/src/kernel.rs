@@ -759,7 +759,7 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
     c.current = t;
     load_space(c, kernel_root, th);
     if let Some(stack) = &th.stack {
-        gdt::set_kernel_stack(stack.top);
+        gdt::set_kernel_stack(stack.top());
     }
     gdt::set_user_frame(
         core::ptr::addr_of!(*th.frame) as u64,

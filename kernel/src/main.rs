@@ -105,12 +105,12 @@ extern "C" fn kmain(start_info: u64) -> ! {
     };
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     extern "C" {
-        static boot_stack_bottom: u8;
         static boot_stack_top: u8;
     }
-    let boot_stack = arch::context::KernelStack {
-        base: core::ptr::addr_of!(boot_stack_bottom) as u64,
-        top: core::ptr::addr_of!(boot_stack_top) as u64,
+    let Some(boot_stack) =
+        arch::context::KernelStack::new(core::ptr::addr_of!(boot_stack_top) as u64)
+    else {
+        panic!("the boot stack's top is 0");
     };
     kernel::start(frames, kernel_root, initrd, config, boot_stack, cpus)
 }
@@ -151,9 +151,8 @@ extern "C" fn ap_entry(cpu: usize) -> ! {
     let Some(stack) = arch::smp::ap_stack(cpu) else {
         cpu::halt_forever()
     };
-    let stack = arch::context::KernelStack {
-        base: stack.start,
-        top: stack.end,
+    let Some(stack) = arch::context::KernelStack::new(stack.end) else {
+        cpu::halt_forever()
     };
     kernel::ap_start(cpu, stack)
 }

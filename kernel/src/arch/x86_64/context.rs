@@ -26,19 +26,29 @@ use core::mem::size_of;
 /// Bytes at the top of every kernel stack reserved for the user frame.
 pub const FRAME_SLOT: u64 = size_of::<TrapFrame>() as u64;
 
-/// A kernel stack: `[base, top)` of mapped memory, `top` 16-byte aligned.
+/// A kernel stack, known by its top (one past its highest address, 16-byte aligned; its
+/// size is its allocator's business). One word, and `Option<KernelStack>` too: the RPC fast
+/// path moves a stack from thread to thread on every transfer.
 #[derive(Debug, PartialEq, Eq)]
 pub struct KernelStack {
-    /// Lowest mapped address.
-    pub base: u64,
-    /// One past the highest address.
-    pub top: u64,
+    top: core::num::NonZeroU64,
 }
 
 impl KernelStack {
+    /// The stack whose top is `top`; `None` for 0.
+    pub fn new(top: u64) -> Option<KernelStack> {
+        core::num::NonZeroU64::new(top).map(|top| KernelStack { top })
+    }
+
+    /// One past its highest address.
+    #[inline]
+    pub fn top(&self) -> u64 {
+        self.top.get()
+    }
+
     /// Where kernel code starts on this stack (below the user-frame slot).
     pub fn start(&self) -> u64 {
-        self.top - FRAME_SLOT
+        self.top() - FRAME_SLOT
     }
 }
 
@@ -161,7 +171,7 @@ pub unsafe fn call_continuation(stack_start: u64, f: extern "C" fn(u64) -> !, ar
 /// and loads the address space `root`/`pcid` if it differs from what is loaded. This is the
 /// machine part of `stack_handoff`: the machine-independent part moves the stack object.
 pub fn stack_handoff(stack: &KernelStack) {
-    super::gdt::set_kernel_stack(stack.top);
+    super::gdt::set_kernel_stack(stack.top());
 }
 
 const _: () = assert!(FRAME_SLOT.is_multiple_of(16));

@@ -92,7 +92,7 @@ impl StackPool {
         }
         self.next = top;
         self.created += 1;
-        Some(KernelStack { base, top })
+        KernelStack::new(top)
     }
 
     /// Returns a stack to the pool.
