@@ -44,8 +44,9 @@
 //! - Permission checks that ask which task a thread belongs to use its home task
 //!   ([`Thread::home_task`]), never the task it has migrated into.
 
+use crate::arch::gdt::{USER_CS, USER_DS};
 use crate::arch::paging::{self, KernelMem};
-use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR};
+use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR, USER_RFLAGS};
 use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
@@ -102,6 +103,11 @@ pub struct Saved {
     pub to: ReplyTo,
     /// Its control state (alerts, suspension, termination).
     pub ctl: kern::activation::ActState,
+    /// While the record is a thread's spare: the key of the task whose user registers its
+    /// frame box holds (those of the activation its thread returned from), `Key(0)` when
+    /// unknown. A call into an activation of that same task writes only the registers the
+    /// upcall passes: the rest are that task's own.
+    pub frame_of: Key,
 }
 
 impl Saved {
@@ -118,6 +124,7 @@ impl Saved {
             port: Key(0),
             to: ReplyTo::IpcBuffer,
             ctl: kern::activation::ActState::default(),
+            frame_of: Key(0),
         }
     }
 }
@@ -441,21 +448,25 @@ fn enter(
     th.sidetracked = false;
     // The caller's context goes into a record (recycled: no allocation after a thread's
     // first call at each depth). The record's frame box becomes the server activation's
-    // frame and the caller's box takes its place, so no register is copied; every register
-    // of the server's frame is written (nothing of whichever activation used the box
-    // before may show through).
+    // frame and the caller's box takes its place, so no register is copied. Nothing of
+    // another task may show through the box: unless it holds registers the server's own
+    // task left in it, every register is written.
     let mut rec = th
         .spare
         .take()
         .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank()));
-    *rec.frame = TrapFrame {
-        rdi: buffer.0,
-        rsi: if sidetrack { 0 } else { size as u64 },
-        rdx: a.0,
-        r8: cookie,
-        vector: SYSCALL_VECTOR,
-        ..TrapFrame::new_user(entry, stack, buffer.0)
-    };
+    let rsi = if sidetrack { 0 } else { size as u64 };
+    if rec.frame_of != task_key {
+        clear_frame(&mut rec.frame);
+    }
+    let f = &mut *rec.frame;
+    (f.rip, f.rsp, f.rdi, f.rsi, f.rdx, f.r8) = (entry, stack, buffer.0, rsi, a.0, cookie);
+    (f.rflags, f.cs, f.ss, f.vector) = (
+        USER_RFLAGS,
+        u64::from(USER_CS),
+        u64::from(USER_DS),
+        SYSCALL_VECTOR,
+    );
     core::mem::swap(&mut th.frame, &mut rec.frame);
     rec.task = th.task;
     rec.task_key = th.task_key;
@@ -476,6 +487,14 @@ fn enter(
         kernel::switch_activation(c, k.kernel_root, th);
     }
     kernel::leave_to_user()
+}
+
+/// Zeroes every register of `frame`, which holds another task's (or nobody's known)
+/// registers, before a migrating call enters a server with it. Out of line: a thread
+/// calling the same server again finds its own registers there and skips this.
+#[inline(never)]
+fn clear_frame(frame: &mut TrapFrame) {
+    *frame = TrapFrame::default();
 }
 
 /// `act_return()`: ends the migrating call of the running activation of `cur` (the thread
@@ -693,6 +712,7 @@ fn lives(saved: &Saved) -> bool {
 /// activation left, is kept as the spare.
 fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) {
     core::mem::swap(&mut th.frame, &mut saved.frame);
+    saved.frame_of = th.task_key;
     th.task = saved.task;
     th.task_key = saved.task_key;
     th.space = saved.space;

@@ -40,6 +40,18 @@ pub fn on_ipc_fast() {
     kernel::unlock();
 }
 
+/// `act_return`'s entry, taken before [`on_syscall`] for the reason [`on_ipc_fast`] is:
+/// the end of a migrating call, whose caller resumes (an error only outside one).
+#[inline(always)]
+pub fn on_act_return() -> ! {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    let cur = k.cpu(gdt::this_cpu()).current;
+    let e = crate::activation::sys_act_return(k, cur);
+    kernel::finish_entry(k, false, Some(e.to_raw()))
+}
+
 /// Entry for the `syscall` instruction, with the call `number` (the user's `rax`). The
 /// caller's user registers are already in its thread object (the entry pushed them there);
 /// the result goes into its saved `rax`. Inlined into its one caller, the entry's
@@ -51,11 +63,6 @@ pub fn on_syscall(number: u64) -> ! {
     let k = unsafe { kernel::kernel() };
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
-    if number == Sys::ActReturn as u64 {
-        // The end of a migrating call: its caller resumes (an error only outside one).
-        let e = crate::activation::sys_act_return(k, cur);
-        kernel::finish_entry(k, false, Some(e.to_raw()));
-    }
     let Some(th) = k.threads.get(cur) else {
         panic!("system call from thread {cur:?}, which does not exist");
     };

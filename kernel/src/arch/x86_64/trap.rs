@@ -34,6 +34,9 @@ use x86_64::{PrivilegeLevel, VirtAddr};
 
 /// Vector recorded in frames made by the `syscall` entry (not a hardware vector).
 pub const SYSCALL_VECTOR: u64 = 0x100;
+
+/// The flags user mode starts with: interrupts on (IF) and the always-one bit 1.
+pub const USER_RFLAGS: u64 = 0x202;
 /// The `vector` of a frame whose registers were rewritten (an exception handler's reply):
 /// anything but [`SYSCALL_VECTOR`] makes `trap_exit` leave by `iretq`, which restores
 /// every register.
@@ -88,7 +91,7 @@ impl TrapFrame {
             rdi: arg,
             cs: u64::from(USER_CS),
             ss: u64::from(USER_DS),
-            rflags: 0x202,
+            rflags: USER_RFLAGS,
             ..TrapFrame::default()
         }
     }
@@ -301,7 +304,11 @@ syscall_general:
     jne 1f
     callq ipc_fast_dispatch
     movq ${sys_ipc_msg}, %rdi
-1:  callq syscall_dispatch
+    jmp 2f
+    // `act_return` (the end of a migrating call) too, and it does not return.
+1:  cmpq ${sys_act_return}, %rax
+    je act_return_dispatch
+2:  callq syscall_dispatch
     // Back to user mode from the running thread's frame (which may be another thread's
     // than the one that entered, after a process-model switch back).
     .global resume_current_frame
@@ -407,6 +414,7 @@ floor_fault_base:
     frame_rax = const core::mem::offset_of!(TrapFrame, rax),
     floor_base = const floor::FLOOR_BASE,
     sys_ipc_msg = const baton_abi::Sys::IpcMsg as u64,
+    sys_act_return = const baton_abi::Sys::ActReturn as u64,
     floor_full = const floor::FLOOR_FULL,
     floor_space = const floor::FLOOR_SPACE,
     floor_fault_arm = const floor::FLOOR_FAULT_ARM,
@@ -537,6 +545,11 @@ extern "C" fn syscall_dispatch(number: u64) {
 #[no_mangle]
 extern "C" fn ipc_fast_dispatch() {
     crate::syscall::on_ipc_fast();
+}
+
+#[no_mangle]
+extern "C" fn act_return_dispatch() -> ! {
+    crate::syscall::on_act_return();
 }
 
 #[no_mangle]
