@@ -143,6 +143,7 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     k.stats.blocks_ipc += 1;
     k.stats.stack_handoffs += 1;
     kernel::charge(c, th);
-    kernel::switch_in(c, k.kernel_root, cpu, r, rt);
+    // `rt` is not pinned elsewhere (checked above) and takes this CPU's stack.
+    kernel::switch_in_handoff(c, k.kernel_root, cpu, r, rt);
     kernel::leave_to_user()
 }

@@ -767,6 +767,27 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
     );
 }
 
+/// [`switch_in`] for a stack handoff (the RPC fast path): `th` takes over the kernel stack
+/// this CPU is running on, so the CPU's stack pointers stay as they are; and `th` may run
+/// on `cpu` (unpinned, or pinned to it), so its CPU is simply `cpu`.
+#[inline(always)]
+pub fn switch_in_handoff(
+    c: &mut Cpu,
+    kernel_root: PhysAddr,
+    cpu: usize,
+    t: ThreadId,
+    th: &mut Thread,
+) {
+    th.state = ThreadState::Running { cpu };
+    th.cpu = cpu;
+    c.current = t;
+    load_space(c, kernel_root, th);
+    gdt::set_user_frame(
+        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(*th) as u64,
+    );
+}
+
 /// The running thread `th` of CPU `c` changed activation (a migrating call or return):
 /// loads the address space and registers of its new running activation. Its state, CPU and
 /// kernel stack stay as they are.
