@@ -137,6 +137,19 @@ const ACTCTL_REQUIRE: &[&str] = &[
     "TEST PASS actctl",
 ];
 
+/// What the `migrate_regs` tests require.
+const MIGRATE_REGS_REQUIRE: &[&str] = &[
+    "ok: the first call of a thread into a server finds its arguments, every other register 0",
+    "ok: around every migrating call the client's registers come back as they were, none of a server's",
+    "ok: after a call into another task, the next call into the reporting server finds its arguments, every other register 0",
+    "ok: a repeated call into the same server finds no other task's registers",
+    "ok: the same through the IPC buffer and through a buffer of the caller's own (MSG_BUF)",
+    "ok: every call migrated",
+    "ok: a server started after the dirty server ended finds its arguments, every other register 0",
+    "ok: activations, ports, names and queued messages back to the baseline",
+    "TEST PASS migrate_regs",
+];
+
 /// What the `kobj` tests require.
 const KOBJ_REQUIRE: &[&str] = &[
     "kobj#1| ok: a thread created through the task port runs",
@@ -585,6 +598,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["actctl"],
         smp: 2,
         require: ACTCTL_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // No task's registers reach another through a migrating call: a dirty server
+        // and a server that reports the registers it finds at entry.
+        name: "migrate_regs_smp1",
+        init: &["migrate_regs"],
+        smp: 1,
+        require: MIGRATE_REGS_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "migrate_regs_smp2",
+        init: &["migrate_regs"],
+        smp: 2,
+        require: MIGRATE_REGS_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -65,9 +65,10 @@ pub const SETPRIO: u64 = 22;
 /// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
 /// gets `BadAddress`; the activation is retired).
 pub const UNMAP: u64 = 24;
-/// RPC: reply with five words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
-/// read (or `1 << 62 | error`), the outcomes of [`PORT_ACT`] and [`KILL_ACT`], and how many
-/// [`SLEEP`] calls are asleep in the server now.
+/// RPC: reply with six words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
+/// read (or `1 << 62 | error`), the outcomes of [`PORT_ACT`] and [`KILL_ACT`] (read them
+/// after a [`sync`]), and how many [`SLEEP`] calls are asleep and how many [`SPIN_ACT`]
+/// calls spin in the server now.
 pub const INFO: u64 = 23;
 /// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
 /// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.
@@ -120,6 +121,33 @@ pub fn send(
     };
     buf.set(h, descriptors, data)?;
     buf.msg(MSG_SEND, 0, FOREVER)
+}
+
+/// One-way, with a send-once reply right: the server's own thread answers it (id `SYNC`,
+/// no data) once it has handled every message queued before it ([`sync`]).
+pub const SYNC: u64 = 28;
+
+/// Waits until `server`'s own thread has handled every one-way message sent to it before
+/// (a [`SYNC`] through `reply`, a receive right of the caller's), or `timeout_ns` passes.
+/// Its results are then there to read; polling the server with RPCs instead would put the
+/// caller's own thread into the server's activations while its thread works on them.
+pub fn sync(buf: &mut IpcBuffer, server: u64, reply: u64, timeout_ns: u64) -> Result<(), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: server,
+        reply,
+        id: SYNC,
+        ..MsgHeader::default()
+    };
+    buf.set(h, &[], &[])?;
+    // A one-way send: it is queued for the server's thread, it does not migrate.
+    buf.msg(MSG_SEND, 0, FOREVER)?;
+    buf.msg(MSG_RECEIVE, reply, timeout_ns)?;
+    if buf.header().id == SYNC {
+        Ok(())
+    } else {
+        Err(Error::BadFormat)
+    }
 }
 
 /// Starts a `mig_server` with `acts` activations, its sidetrack on or off, and adding an

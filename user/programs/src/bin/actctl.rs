@@ -189,6 +189,49 @@ fn join(ms: u64) -> Result<u64, Failed> {
     Ok(baton_rt::clock_ns() - t0)
 }
 
+/// Word `i` of what a `mig_server`'s [`INFO`] says (see `mig_proto::INFO`), or `u64::MAX`
+/// if the call fails.
+fn info(buf: &mut IpcBuffer, server: u64, i: usize) -> u64 {
+    if raw_call(buf, server, INFO, &[]) == 0 {
+        word(buf.data(), i)
+    } else {
+        u64::MAX
+    }
+}
+
+/// `INFO`'s word: calls spinning in the server now.
+const SPINNING: usize = 5;
+
+/// Waits (up to 3 s, then fails the test) until word `i` of `server`'s `INFO` satisfies
+/// `ok`. The test's waits for the other threads are these, not fixed sleeps, which a loaded
+/// host outran.
+fn await_info(
+    buf: &mut IpcBuffer,
+    server: u64,
+    i: usize,
+    what: &str,
+    ok: impl Fn(u64) -> bool,
+) -> Result<(), Failed> {
+    for _ in 0..3_000 {
+        if ok(info(buf, server, i)) {
+            return Ok(());
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    println!("TEST FAIL {TEST}: waited 3 s for {what}");
+    Err(Failed)
+}
+
+/// Waits until `server`'s own thread has handled every one-way message sent to it before
+/// (`mig_proto::sync`): its peer is set, and what `INFO` says of its control operations is
+/// theirs.
+fn control_done(buf: &mut IpcBuffer, server: u64) -> Result<(), Failed> {
+    must(
+        "sync with the server's thread",
+        sync(buf, server, REPLY.load(Ordering::Relaxed), 3_000_000_000),
+    )
+}
+
 /// Rounds of every check (see `migrate`'s: the heap may grow in at most one round after
 /// the first).
 const ROUNDS: usize = 3;
@@ -275,7 +318,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
             &[],
         ),
     )?;
-    must("let A take its peer", baton_rt::sleep_ns(5_000_000))?;
+    control_done(&mut buf, a)?;
 
     // 1. An alert on a thread deep in A → B reaches B (polling) and A.
     let x = helper(deep_waiter, 0)?;
@@ -311,9 +354,10 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
 
     // 3. A server suspends its own activation while a client is inside, and reads it.
     helper(spin_caller, 1)?;
-    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("suspend act", send(&mut buf, a, SUSPEND_ACT, &[], &[]))?;
     join(3_000)?;
+    control_done(&mut buf, a)?;
     check!(
         RAW.load(Ordering::SeqCst) == 0,
         "the call in the suspended server activation completes after its resume"
@@ -481,14 +525,16 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //    thread asks about the activation a client occupies, suspends, resumes and alerts
     //    it through its port; then terminates it, which aborts the client's call at once.
     let h = helper(spin_caller, 1)?;
-    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("port act", send(&mut buf, a, PORT_ACT, &[], &[]))?;
     join(3_000)?;
+    control_done(&mut buf, a)?;
     let spun = RAW.load(Ordering::SeqCst);
     let k = helper(spin_caller, 1)?;
-    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
     join(3_000)?;
+    control_done(&mut buf, a)?;
     let killed = RAW.load(Ordering::SeqCst);
     let r = raw_call(&mut buf, a, INFO, &[]);
     let (occupant, kill) = (word(buf.data(), 2), word(buf.data(), 3));
@@ -510,10 +556,15 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //    (sleeping 400 ms there); A's own thread terminates its activation through the
     //    activation's port. The part below (the client) gets Aborted at once, while the
     //    part above is still asleep in B; that part ends when it comes back.
+    //    B's count of sleeping calls tells when the helper's call sleeps there: first
+    //    until the sleeps of earlier steps' threads in B are over, then until the helper's
+    //    begins.
+    await_info(&mut buf, b, 4, "earlier sleeps in B to end", |n| n == 0)?;
     helper(nest_sleeper, 0)?;
-    must("let it reach B", baton_rt::sleep_ns(40_000_000))?;
+    await_info(&mut buf, b, 4, "the helper to sleep in B", |n| n == 1)?;
     must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
-    join(3_000)?;
+    let joined = join(3_000)? / 1_000_000;
+    control_done(&mut buf, a)?;
     let raw = RAW.load(Ordering::SeqCst);
     let r = raw_call(&mut buf, b, INFO, &[]);
     let asleep = word(buf.data(), 4);
@@ -521,7 +572,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     let kill = word(buf.data(), 3);
     check!(
         baton_abi::decode_result(raw) == Err(Error::Aborted) && r == 0 && r2 == 0 && asleep == 1 && kill == 0,
-        "terminating a server activation below the top splits the thread: the client's call is aborted at once ({raw:#x}) while the part above still sleeps in B ({asleep} asleep; A says {kill:#x})"
+        "terminating a server activation below the top splits the thread: the client's call is aborted at once ({raw:#x} after {joined} ms) while the part above still sleeps in B ({asleep} asleep; A says {kill:#x})"
     );
     // The part above wakes in B, returns into the terminated activation and ends.
     for _ in 0..1000 {

@@ -39,6 +39,8 @@ static PORT_RESULT: AtomicU64 = AtomicU64::new(0);
 static KILL_RESULT: AtomicU64 = AtomicU64::new(0);
 /// [`SLEEP`] calls asleep now.
 static SLEEPING: AtomicU64 = AtomicU64::new(0);
+/// [`SPIN_ACT`] calls spinning now.
+static SPINNING: AtomicU64 = AtomicU64::new(0);
 
 /// The server's own thread's CPU time at its last [`CPU`].
 static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
@@ -145,6 +147,18 @@ fn serve() -> Result<(), Error> {
             KILL_ACT => {
                 let v = with_act_port(&mut buf, kill_act);
                 KILL_RESULT.store(v.unwrap_or_else(|e| (1 << 62) | e as u64), Ordering::SeqCst);
+            }
+            SYNC => {
+                let h = MsgHeader {
+                    bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+                    dest: buf.header().reply,
+                    id: SYNC,
+                    ..MsgHeader::default()
+                };
+                // A caller that gave up waiting is no concern of the server's.
+                let _ = buf
+                    .set(h, &[], &[])
+                    .and_then(|()| buf.msg(MSG_SEND, 0, FOREVER));
             }
             _ => {}
         }
@@ -363,7 +377,9 @@ fn dispatch(req: &mut Request) {
         }
         SPIN_ACT => {
             SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
+            SPINNING.fetch_add(1, Ordering::SeqCst);
             let spun = spin(word(req.data(), 0));
+            SPINNING.fetch_sub(1, Ordering::SeqCst);
             req.reply(SPIN_ACT, &spun.to_le_bytes());
         }
         SETPRIO => {
@@ -371,12 +387,13 @@ fn dispatch(req: &mut Request) {
             req.reply(SETPRIO, &r.to_le_bytes());
         }
         INFO => {
-            let mut out = [0u8; 40];
+            let mut out = [0u8; 48];
             out[..8].copy_from_slice(&ALERTS_SEEN.load(Ordering::SeqCst).to_le_bytes());
             out[8..16].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
             out[16..24].copy_from_slice(&PORT_RESULT.load(Ordering::SeqCst).to_le_bytes());
             out[24..32].copy_from_slice(&KILL_RESULT.load(Ordering::SeqCst).to_le_bytes());
-            out[32..].copy_from_slice(&SLEEPING.load(Ordering::SeqCst).to_le_bytes());
+            out[32..40].copy_from_slice(&SLEEPING.load(Ordering::SeqCst).to_le_bytes());
+            out[40..].copy_from_slice(&SPINNING.load(Ordering::SeqCst).to_le_bytes());
             req.reply(INFO, &out);
         }
         DIE => baton_rt::exit(3),
