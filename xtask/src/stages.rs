@@ -293,6 +293,9 @@ pub const RULES: &[Rule] = &[
     rule(Function("syscall_entry"), Entry),
     rule(Function("syscall_general"), Entry),
     rule(Function("syscall_dispatch"), Entry),
+    // The RPC paths' own entries (the prologue of the function the stub calls).
+    rule(Function("ipc_fast_dispatch"), Entry),
+    rule(Function("act_return_dispatch"), Entry),
     rule(Function("baton_kernel::kernel::lock"), Entry),
     rule(Function("baton_kernel::syscall::on_syscall"), Entry),
     rule(File("kernel/src/syscall.rs"), Entry),
