@@ -981,6 +981,9 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
         // error comes when the part above returns (as without the split).
         return false;
     };
+    if let Some(th) = k.threads.get_mut(lid) {
+        th.id = lid;
+    }
     for a in occupied {
         if let Some(act) = k.acts.get_mut(a) {
             act.occupant = lid;

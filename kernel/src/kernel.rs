@@ -151,6 +151,10 @@ pub struct Kernel {
     pub stacks_in_use: Gauge,
     /// The always-on counters.
     pub stats: Stats,
+    /// Transfers the RPC fast path made (`fastpath::try_ipc`). Each is also an IPC fast
+    /// transfer, a recognition, an IPC block and a stack handoff: one counter on the path,
+    /// added to those four in [`Kernel::snapshot_stats`].
+    pub fast_transfers: u64,
     /// Boot modules.
     pub modules: Vec<Module>,
     /// Power off when the last task ends.
@@ -516,6 +520,9 @@ impl Kernel {
             .threads
             .insert(thread)
             .map_err(|_| baton_abi::Error::NoMemory)?;
+        if let Some(th) = self.threads.get_mut(id) {
+            th.id = id;
+        }
         t.threads += 1;
         self.next_cpu = self.next_cpu.wrapping_add(1);
         self.stats.threads_created += 1;
@@ -729,6 +736,11 @@ impl Kernel {
     pub fn snapshot_stats(&mut self) -> Stats {
         let now = self.now();
         let mut s = self.stats;
+        let fast = self.fast_transfers;
+        s.ipc_fast += fast;
+        s.recognitions += fast;
+        s.blocks_ipc += fast;
+        s.stack_handoffs += fast;
         s.cpus = self.cpus.len() as u64;
         s.stacks_in_use = self.stacks_in_use.current();
         s.stacks_max = self.stacks_in_use.max();
@@ -878,6 +890,7 @@ pub fn start(
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
         stats: Stats::default(),
+        fast_transfers: 0,
         modules,
         shutdown_when_idle: config.shutdown_when_idle,
         floor: crate::floor::Floor::default(),
@@ -947,6 +960,9 @@ fn add_cpu(k: &mut Kernel, c: usize) {
     let Ok(idle) = k.threads.insert(Box::new(Thread::new_idle(c, None))) else {
         panic!("no room for the idle thread of CPU {c}");
     };
+    if let Some(th) = k.threads.get_mut(idle) {
+        th.id = idle;
+    }
     k.cpus.push(Cpu {
         current: idle,
         idle,

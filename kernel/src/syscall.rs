@@ -34,9 +34,7 @@ pub fn on_ipc_fast() {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
-    let cpu = gdt::this_cpu();
-    let cur = k.cpu(cpu).current;
-    crate::fastpath::try_ipc(k, cpu, cur);
+    crate::fastpath::try_ipc(k, gdt::this_cpu());
     kernel::unlock();
 }
 
@@ -47,7 +45,9 @@ pub fn on_act_return() -> ! {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
-    let cur = k.cpu(gdt::this_cpu()).current;
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // dropped at once.
+    let cur = unsafe { thread::current_mut() }.id;
     let e = crate::activation::sys_act_return(k, cur);
     kernel::finish_entry(k, false, Some(e.to_raw()))
 }

@@ -83,6 +83,10 @@ pub enum ThreadState {
 /// Threads are boxed in the kernel's slab, so a thread object never moves while it exists:
 /// the per-CPU area points at the running thread's `frame` (see `gdt::set_user_frame`).
 pub struct Thread {
+    /// Its own id (its key in `Kernel::threads`, set when it is inserted there): the system
+    /// call paths that reach the running thread through the per-CPU pointer get its id
+    /// with it.
+    pub id: ThreadId,
     /// The task it runs in (`None` for a CPU's idle thread).
     pub task: Option<TaskId>,
     /// Its task's key in `Kernel::tasks` (the zero key, which names nothing, for an idle
@@ -181,6 +185,7 @@ impl Thread {
         cpu: usize,
     ) -> Thread {
         Thread {
+            id: Key(0),
             task: Some(task),
             task_key,
             space: Some(space),
@@ -210,6 +215,7 @@ impl Thread {
     /// The idle thread of `cpu`, running on `stack` (given when the CPU starts).
     pub fn new_idle(cpu: usize, stack: Option<KernelStack>) -> Thread {
         Thread {
+            id: Key(0),
             task: None,
             task_key: Key(0),
             space: None,

@@ -46,7 +46,7 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
     }
 
     /// Physical index of logical element `i` (capacity is a power of two, non-zero).
-    #[inline]
+    #[inline(always)]
     fn phys(&self, i: usize) -> usize {
         (self.head + i) & (self.buf.len().wrapping_sub(1))
     }
@@ -93,8 +93,9 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
         }
     }
 
-    /// Takes the front element.
-    #[inline]
+    /// Takes the front element. (Inlined, as are [`Ring::front`] and [`Ring::push_back`]:
+    /// the RPC fast path does each once per transfer.)
+    #[inline(always)]
     pub fn pop_front(&mut self) -> Option<T> {
         if self.len == 0 {
             return None;
@@ -106,7 +107,7 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
     }
 
     /// The front element, left in place.
-    #[inline]
+    #[inline(always)]
     pub fn front(&self) -> Option<T> {
         if self.len == 0 {
             return None;
