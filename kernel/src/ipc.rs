@@ -78,6 +78,28 @@ impl Buf {
         }
     }
 
+    /// Reads the `len` bytes at `off` into a new vector, each byte written once (a
+    /// message's data: never zeroed first).
+    fn read_vec(&self, k: &mut Kernel, off: usize, len: usize) -> Result<Vec<u8>, Error> {
+        let end = off.checked_add(len).ok_or(Error::TooLarge)?;
+        if end > self.len() {
+            return Err(Error::TooLarge);
+        }
+        match *self {
+            Buf::Page(pa) => {
+                let mem = KernelMem {
+                    frames: &mut k.frames,
+                };
+                let mut out = Vec::new();
+                if len > 0 {
+                    mem.append_bytes(PhysAddr(pa.0 + off as u64), len, &mut out);
+                }
+                Ok(out)
+            }
+            Buf::User { task, va, .. } => k.copy_in_vec(task, va + off as u64, len),
+        }
+    }
+
     /// Writes `data` at `off`.
     fn write(&self, k: &mut Kernel, off: usize, data: &[u8]) -> Result<(), Error> {
         let end = off.checked_add(data.len()).ok_or(Error::TooLarge)?;
@@ -239,8 +261,7 @@ fn send(
     // A kernel object's port: the kernel does the operation now and replies.
     if let Some(obj) = crate::kobject::object(k, dest) {
         let descriptors = read_descriptors(k, buf, n)?;
-        let mut data = alloc::vec![0u8; data_len];
-        buf.read(k, data_off, &mut data)?;
+        let data = buf.read_vec(k, data_off, data_len)?;
         crate::kobject::invoke(k, task, &header, &descriptors, data, obj)?;
         return Ok(Sent::Queued);
     }
@@ -280,8 +301,7 @@ fn send(
         thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
     }
     let descriptors = read_descriptors(k, buf, n)?;
-    let mut data = alloc::vec![0u8; data_len];
-    buf.read(k, data_off, &mut data)?;
+    let data = buf.read_vec(k, data_off, data_len)?;
     let mut fx = Effects::default();
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (port, msg) = k
@@ -364,11 +384,7 @@ fn deliver(
     // Data from a user buffer is read before anything changes: a buffer that cannot be
     // read must leave the rights where they are and the receiver waiting.
     let staged = match buf {
-        Buf::User { .. } => {
-            let mut data = alloc::vec![0u8; data_len];
-            buf.read(k, data_off, &mut data)?;
-            Some(data)
-        }
+        Buf::User { .. } => Some(buf.read_vec(k, data_off, data_len)?),
         Buf::Page(_) => None,
     };
     let mut fx = Effects::default();
@@ -395,11 +411,7 @@ fn deliver(
             let mut msg = msg;
             msg.data = match staged {
                 Some(data) => data,
-                None => {
-                    let mut data = alloc::vec![0u8; data_len];
-                    buf.read(k, data_off, &mut data)?;
-                    data
-                }
+                None => buf.read_vec(k, data_off, data_len)?,
             };
             k.ipc.enqueue(dest, msg, &mut fx);
             fx.wake.push((r.thread, Wake::Retry));

@@ -316,6 +316,21 @@ impl Kernel {
     }
 
     /// Copies user bytes of `task` into `out`.
+    /// [`Kernel::copy_in`] into a new vector of `len` bytes (not zeroed first:
+    /// `kern::usercopy::read_user_vec`).
+    pub fn copy_in_vec(
+        &mut self,
+        task: TaskId,
+        ptr: u64,
+        len: usize,
+    ) -> Result<alloc::vec::Vec<u8>, Error> {
+        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        usercopy::read_user_vec(&t.space, &mem, ptr, len)
+    }
+
     pub fn copy_in(&mut self, task: TaskId, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
         let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
         let mem = KernelMem {

@@ -21,6 +21,7 @@
 
 use crate::frame::{PhysAddr, PAGE_SIZE};
 use crate::pmap::{AddressSpace, PhysMem};
+use alloc::vec::Vec;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::Error;
 
@@ -79,6 +80,30 @@ pub fn copy_from_user(
         mem.read_bytes(pa, dst);
     }
     Ok(())
+}
+
+/// [`copy_from_user`] into a new vector of `len` bytes, which the bytes are appended to
+/// (never zeroed first: see [`PhysMem::append_bytes`]). Same errors.
+pub fn read_user_vec(
+    space: &AddressSpace,
+    mem: &impl PhysMem,
+    va: u64,
+    len: usize,
+) -> Result<Vec<u8>, Error> {
+    let mut out = Vec::new();
+    if len == 0 {
+        return Ok(out);
+    }
+    let end = user_range(va, len)?;
+    out.reserve_exact(len);
+    for (addr, _, n) in chunks(va, end) {
+        let (pa, flags) = space.translate(mem, addr).ok_or(Error::BadAddress)?;
+        if !flags.user {
+            return Err(Error::BadAddress);
+        }
+        mem.append_bytes(pa, n, &mut out);
+    }
+    Ok(out)
 }
 
 /// Checks that `len` bytes at user address `va` of `space` could be written: in the user
@@ -394,6 +419,46 @@ mod tests {
         assert_eq!(before, [0]);
         s.destroy(&mut mem);
         assert_eq!(mem.live(), 0);
+    }
+
+    /// `read_user_vec` reads what `copy_from_user` reads, across pages, and fails the same
+    /// way (an unmapped page in the middle, a kernel address, an overflowing range).
+    #[test]
+    fn read_user_vec_matches_copy_from_user() {
+        let mut mem = FakeMem::new();
+        let base = 0x10_0000;
+        let s = space_with(
+            &mut mem,
+            &[(base, rw()), (base + P, rw()), (base + 3 * P, rw())],
+        );
+        let data = pattern(2 * P as usize);
+        copy_to_user(&s, &mut mem, base, &data).unwrap();
+        for (va, len) in [
+            (base, 0),
+            (base + 5, 10),
+            (base + P - 7, 20),
+            (base, 2 * P as usize),
+        ] {
+            let got = read_user_vec(&s, &mem, va, len).unwrap();
+            let mut want = vec![0u8; len];
+            copy_from_user(&s, &mem, va, &mut want).unwrap();
+            assert_eq!(got, want, "{va:#x} + {len}");
+            assert_eq!(got.len(), len);
+        }
+        assert_eq!(
+            read_user_vec(&s, &mem, base + P, 2 * P as usize + 1),
+            Err(Error::BadAddress),
+            "the page after the second is not mapped"
+        );
+        assert_eq!(
+            read_user_vec(&s, &mem, USER_END - 4, 8),
+            Err(Error::BadAddress)
+        );
+        assert_eq!(
+            read_user_vec(&s, &mem, u64::MAX - 2, 8),
+            Err(Error::BadAddress)
+        );
+        s.destroy(&mut mem);
     }
 
     #[test]

@@ -79,6 +79,19 @@ impl PhysMem for KernelMem<'_> {
         unsafe { core::ptr::copy_nonoverlapping(Self::ptr(pa), out.as_mut_ptr(), out.len()) }
     }
 
+    fn append_bytes(&self, pa: PhysAddr, len: usize, out: &mut alloc::vec::Vec<u8>) {
+        out.reserve(len);
+        let start = out.len();
+        // SAFETY: the source is as in `read_bytes`; the destination is the vector's spare
+        // capacity, at least `len` bytes after `reserve`, which no reference covers. Once
+        // the copy has written all `len` bytes they are initialised, so the length may
+        // grow over them.
+        unsafe {
+            core::ptr::copy_nonoverlapping(Self::ptr(pa), out.as_mut_ptr().add(start), len);
+            out.set_len(start + len);
+        }
+    }
+
     fn copy_bytes(&mut self, dst: PhysAddr, src: PhysAddr, len: usize) {
         copy_phys(dst, src, len)
     }
