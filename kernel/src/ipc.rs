@@ -90,7 +90,7 @@ impl Buf {
                 let mem = KernelMem {
                     frames: &mut k.frames,
                 };
-                let mut out = Vec::new();
+                let mut out = Vec::with_capacity(len);
                 if len > 0 {
                     mem.append_bytes(PhysAddr(pa.0 + off as u64), len, &mut out);
                 }

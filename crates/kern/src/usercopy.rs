@@ -90,12 +90,11 @@ pub fn read_user_vec(
     va: u64,
     len: usize,
 ) -> Result<Vec<u8>, Error> {
-    let mut out = Vec::new();
     if len == 0 {
-        return Ok(out);
+        return Ok(Vec::new());
     }
     let end = user_range(va, len)?;
-    out.reserve_exact(len);
+    let mut out = Vec::with_capacity(len);
     for (addr, _, n) in chunks(va, end) {
         let (pa, flags) = space.translate(mem, addr).ok_or(Error::BadAddress)?;
         if !flags.user {
