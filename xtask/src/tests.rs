@@ -359,6 +359,19 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // No floating-point or vector state is kept per thread: x87 and SSE instructions
+        // trap, and the task ends, instead of one task seeing another's registers.
+        name: "fault_fpu",
+        init: &["fault_fpu", "fault_sse", "survivor"],
+        require: &[
+            "[kernel] task 1 (fault_fpu) killed: device not available",
+            "[kernel] task 2 (fault_sse) killed: invalid opcode",
+            "survivor#3| TEST PASS survivor",
+            "[kernel] task 3 (survivor) exited with code 0",
+        ],
+        ..BASE
+    },
+    IntegrationTest {
         name: "bad_syscall_args",
         init: &["bad_args", "survivor"],
         require: &[
