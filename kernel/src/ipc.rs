@@ -60,12 +60,17 @@ impl Buf {
         }
     }
 
+    /// [`Error::TooLarge`] unless `len` bytes at `off` lie in the buffer.
+    fn check(&self, off: usize, len: usize) -> Result<(), Error> {
+        match off.checked_add(len) {
+            Some(end) if end <= self.len() => Ok(()),
+            _ => Err(Error::TooLarge),
+        }
+    }
+
     /// Reads `out.len()` bytes at `off`.
     fn read(&self, k: &mut Kernel, off: usize, out: &mut [u8]) -> Result<(), Error> {
-        let end = off.checked_add(out.len()).ok_or(Error::TooLarge)?;
-        if end > self.len() {
-            return Err(Error::TooLarge);
-        }
+        self.check(off, out.len())?;
         match *self {
             Buf::Page(pa) => {
                 let mem = KernelMem {
@@ -81,10 +86,7 @@ impl Buf {
     /// Reads the `len` bytes at `off` into a new vector, each byte written once (a
     /// message's data: never zeroed first).
     fn read_vec(&self, k: &mut Kernel, off: usize, len: usize) -> Result<Vec<u8>, Error> {
-        let end = off.checked_add(len).ok_or(Error::TooLarge)?;
-        if end > self.len() {
-            return Err(Error::TooLarge);
-        }
+        self.check(off, len)?;
         match *self {
             Buf::Page(pa) => {
                 let mem = KernelMem {
@@ -102,10 +104,7 @@ impl Buf {
 
     /// Writes `data` at `off`.
     fn write(&self, k: &mut Kernel, off: usize, data: &[u8]) -> Result<(), Error> {
-        let end = off.checked_add(data.len()).ok_or(Error::TooLarge)?;
-        if end > self.len() {
-            return Err(Error::TooLarge);
-        }
+        self.check(off, data.len())?;
         match *self {
             Buf::Page(pa) => {
                 let mut mem = KernelMem {

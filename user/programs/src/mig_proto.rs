@@ -98,12 +98,8 @@ pub fn fill_byte(i: usize) -> u8 {
     (i * 7 + 3) as u8
 }
 
-/// The `i`th little-endian word of `data` (0 past its end).
-pub fn word(data: &[u8], i: usize) -> u64 {
-    data.get(i * 8..i * 8 + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
+#[allow(unused_imports)]
+pub use baton_rt::ipc::data_word as word;
 
 /// A one-way message `id` to `to` (a send right, copied) through `buf`.
 pub fn send(
@@ -113,14 +109,7 @@ pub fn send(
     descriptors: &[Descriptor],
     data: &[u8],
 ) -> Result<(), Error> {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: to,
-        id,
-        ..MsgHeader::default()
-    };
-    buf.set(h, descriptors, data)?;
-    buf.msg(MSG_SEND, 0, FOREVER)
+    buf.send(to, id, descriptors, data)
 }
 
 /// One-way, with a send-once reply right: the server's own thread answers it (id `SYNC`,

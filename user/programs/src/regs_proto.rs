@@ -14,9 +14,7 @@
 // Each program uses part of the protocol.
 #![allow(dead_code)]
 
-use baton_rt::ipc::{
-    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
-};
+use baton_rt::ipc::{port_allocate, Descriptor, IpcBuffer, MSG_RECEIVE};
 use baton_rt::{spawn_with, Error, FOREVER};
 
 /// One-way, server → bootstrap: carries a send right to the server's port.
@@ -144,12 +142,8 @@ impl Info {
     }
 }
 
-/// The `i`th little-endian word of `data` (0 past its end).
-pub fn word(data: &[u8], i: usize) -> u64 {
-    data.get(i * 8..i * 8 + 8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes)
-}
+#[allow(unused_imports)]
+pub use baton_rt::ipc::data_word as word;
 
 /// A one-way message `id` to `to` (a send right, copied) through `buf`.
 pub fn send(
@@ -159,14 +153,7 @@ pub fn send(
     descriptors: &[Descriptor],
     data: &[u8],
 ) -> Result<(), Error> {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: to,
-        id,
-        ..MsgHeader::default()
-    };
-    buf.set(h, descriptors, data)?;
-    buf.msg(MSG_SEND, 0, FOREVER)
+    buf.send(to, id, descriptors, data)
 }
 
 /// Starts a `regs_server` in `mode` ([`DIRTY`] or [`REPORT`]), waits until its activation

@@ -58,3 +58,18 @@ pub fn ipc_counts(test: &str) -> Result<(u64, u64, u64), Failed> {
     let s = must(test, "stats", stats())?;
     Ok((s.ports, s.names, s.messages_queued))
 }
+
+/// The kernel's statistics once the activations and ports of servers just told to exit
+/// are gone, back to `base`'s counts (waiting up to 200 ms: a task ends at its threads'
+/// next kernel entry); after 200 ms, whatever they are. Compare the result with `base`.
+pub fn settled(test: &str, base: &baton_abi::Stats) -> Result<baton_abi::Stats, Failed> {
+    let mut now = must(test, "stats", stats())?;
+    for _ in 0..200 {
+        if now.activations == base.activations && now.ports == base.ports {
+            break;
+        }
+        must(test, "wait", crate::sleep_ns(1_000_000))?;
+        now = must(test, "stats", stats())?;
+    }
+    Ok(now)
+}

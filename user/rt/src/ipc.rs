@@ -108,7 +108,33 @@ pub struct IpcBuffer {
     _thread: PhantomData<*mut u8>,
 }
 
+/// The `i`th little-endian 64-bit word of a message's `data` (0 past its end).
+pub fn data_word(data: &[u8], i: usize) -> u64 {
+    data.get(i * 8..i * 8 + 8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes)
+}
+
 impl IpcBuffer {
+    /// Sends a one-way message `id` to `to` (a send right, copied) with `descriptors` and
+    /// `data`, waiting while the port's queue is full.
+    pub fn send(
+        &mut self,
+        to: u64,
+        id: u64,
+        descriptors: &[Descriptor],
+        data: &[u8],
+    ) -> Result<(), Error> {
+        let h = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+            dest: to,
+            id,
+            ..MsgHeader::default()
+        };
+        self.set(h, descriptors, data)?;
+        self.msg(MSG_SEND, 0, baton_abi::FOREVER)
+    }
+
     /// Maps a fresh page and registers it as the calling thread's IPC buffer (replacing
     /// any earlier one).
     pub fn new() -> Result<IpcBuffer, Error> {

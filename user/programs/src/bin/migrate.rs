@@ -702,14 +702,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "drop reply",
         baton_rt::ipc::cap_drop(REPLY.load(Ordering::Relaxed)),
     )?;
-    let mut now = must("stats", stats())?;
-    for _ in 0..200 {
-        if now.activations == base.activations && now.ports == base.ports {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-        now = must("stats", stats())?;
-    }
+    let now = baton_rt::check::settled(TEST, base)?;
     check!(
         now.activations == base.activations
             && now.ports == base.ports

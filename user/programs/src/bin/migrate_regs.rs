@@ -503,14 +503,7 @@ fn run() -> Result<(), Failed> {
         must("drop", baton_rt::ipc::cap_drop(s.port))?;
     }
     must("drop reply", baton_rt::ipc::cap_drop(c.reply))?;
-    let mut now = must("stats", stats())?;
-    for _ in 0..200 {
-        if now.activations == base.activations && now.ports == base.ports {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-        now = must("stats", stats())?;
-    }
+    let now = baton_rt::check::settled(TEST, &base)?;
     check!(
         now.activations == base.activations
             && now.ports == base.ports
