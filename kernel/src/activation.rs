@@ -189,11 +189,14 @@ pub fn migrate(
 ) -> ! {
     let size = header.size as usize;
     let (a, sidetrack) = take(k, cur, port_id, sidetracked);
-    let up = occupy(k, cur, a, header);
+    let Some(act) = occupy(&mut k.acts, cur, a, header) else {
+        // Not reachable: a pool holds only live activations. Refuse rather than panic.
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
+    };
     if size > HEADER_SIZE && !sidetrack {
         let at = HEADER_SIZE as u64;
         paging::copy_phys(
-            PhysAddr(up.buffer.1 .0 + at),
+            PhysAddr(act.buffer.1 .0 + at),
             PhysAddr(page.0 + at),
             size - HEADER_SIZE,
         );
@@ -203,7 +206,12 @@ pub fn migrate(
     } else {
         ReplyTo::IpcBuffer
     };
-    enter(k, cpu, a, port_id, up, size, to)
+    let into = KernelParts {
+        stats: &mut k.stats,
+        cpus: &mut k.cpus,
+        kernel_root: k.kernel_root,
+    };
+    enter(act, into, cpu, a, port_id, size, to)
 }
 
 /// Takes an activation from the pool of `port_id` (alive, with a pool) for the call of
@@ -236,33 +244,28 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
 }
 
 /// Marks activation `a` (just taken) occupied by `cur` and writes the request's header
-/// (id and size only) into its buffer; what the upcall into it needs.
+/// (id and size only) into its buffer; the activation, which the upcall reads from where
+/// it is (`None` only if `a` is not live, which a pool's activations always are).
 #[inline(always)]
-fn occupy(k: &mut Kernel, cur: ThreadId, a: ActId, header: &MsgHeader) -> Upcall {
-    let Some(&Activation {
-        task,
-        task_key,
-        space,
-        entry,
-        stack,
-        buffer,
-        cookie,
-        ..
-    }) = k.acts.occupy(a, cur)
-    else {
-        // Not reachable: a pool holds only live activations. Refuse rather than panic.
-        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
-    };
-    paging::write_header(buffer.1, request_header(header));
-    Upcall {
-        task,
-        task_key,
-        space,
-        entry,
-        stack,
-        buffer,
-        cookie,
-    }
+fn occupy<'a>(
+    acts: &'a mut kern::activation::Activations,
+    cur: ThreadId,
+    a: ActId,
+    header: &MsgHeader,
+) -> Option<&'a Activation> {
+    let act = acts.occupy(a, cur)?;
+    paging::write_header(act.buffer.1, request_header(header));
+    Some(act)
+}
+
+/// What [`enter`] needs of the kernel besides the activation (borrowed apart from it).
+struct KernelParts<'k> {
+    /// The counters.
+    stats: &'k mut baton_abi::Stats,
+    /// The CPUs.
+    cpus: &'k mut Vec<kernel::Cpu>,
+    /// The kernel's page-table root.
+    kernel_root: PhysAddr,
 }
 
 /// [`try_migrate`] for `ipc_msg(SEND | RECEIVE | MSG_BUF, .., buf, buf_size)`: the request
@@ -336,13 +339,21 @@ fn migrate_user(
         }
         crate::kernel::finish_entry(k, false, Some(e.to_raw()))
     }
-    let up = occupy(k, cur, a, header);
+    let Some(act) = occupy(&mut k.acts, cur, a, header) else {
+        // Not reachable: a pool holds only live activations. Refuse rather than panic.
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
+    };
     let to = if sidetrack {
         ReplyTo::Sidetrack
     } else {
         ReplyTo::User { va, len }
     };
-    enter(k, cpu, a, port_id, up, size, to)
+    let into = KernelParts {
+        stats: &mut k.stats,
+        cpus: &mut k.cpus,
+        kernel_root: k.kernel_root,
+    };
+    enter(act, into, cpu, a, port_id, size, to)
 }
 
 /// Checks a request of `size` bytes in the buffer at `va` of thread `cur`'s running
@@ -404,41 +415,20 @@ fn request_header(header: &MsgHeader) -> MsgHeader {
     }
 }
 
-/// What the upcall into an activation needs of it (see [`Activation`]).
-#[derive(Clone, Copy)]
-struct Upcall {
-    task: TaskId,
-    task_key: Key,
-    space: (PhysAddr, u16),
-    entry: u64,
-    stack: u64,
-    buffer: (u64, PhysAddr),
-    cookie: u64,
-}
-
 /// The second half of a migrating call of the thread running on `cpu`, its request (of
-/// `size` bytes) already in the buffer of activation `a` (taken from the pool of
-/// `port_id`, occupied, described by `up`): saves the caller's context in a record whose
-/// reply goes `to`, switches to the activation and upcalls it.
+/// `size` bytes) already in the buffer of activation `a` (`act`: taken from the pool of
+/// `port_id`, occupied): saves the caller's context in a record whose reply goes `to`,
+/// switches to the activation and upcalls it.
 #[inline(always)]
 fn enter(
-    k: &mut Kernel,
+    act: &Activation,
+    k: KernelParts<'_>,
     cpu: usize,
     a: ActId,
     port_id: PortId,
-    up: Upcall,
     size: usize,
     to: ReplyTo,
 ) -> ! {
-    let Upcall {
-        task,
-        task_key,
-        space,
-        entry,
-        stack,
-        buffer,
-        cookie,
-    } = up;
     let sidetrack = to == ReplyTo::Sidetrack;
     k.stats.migrations += 1;
     // SAFETY: `cur` runs on this CPU (it is in this system call) and no other reference to
@@ -456,11 +446,12 @@ fn enter(
         .take()
         .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank()));
     let rsi = if sidetrack { 0 } else { size as u64 };
-    if rec.frame_of != task_key {
+    if rec.frame_of != act.task_key {
         clear_frame(&mut rec.frame);
     }
     let f = &mut *rec.frame;
-    (f.rip, f.rsp, f.rdi, f.rsi, f.rdx, f.r8) = (entry, stack, buffer.0, rsi, a.0, cookie);
+    (f.rip, f.rsp, f.rdi, f.rsi, f.rdx, f.r8) =
+        (act.entry, act.stack, act.buffer.0, rsi, a.0, act.cookie);
     (f.rflags, f.cs, f.ss, f.vector) = (
         USER_RFLAGS,
         u64::from(USER_CS),
@@ -479,10 +470,10 @@ fn enter(
     rec.ctl = th.ctl;
     th.below.push(rec);
     th.ctl = kern::activation::ActState::entered_from(&th.ctl);
-    th.task = Some(task);
-    th.task_key = task_key;
-    th.space = Some(space);
-    th.ipc_buffer = Some(buffer);
+    th.task = Some(act.task);
+    th.task_key = act.task_key;
+    th.space = Some(act.space);
+    th.ipc_buffer = Some(act.buffer);
     if let Some(c) = k.cpus.get_mut(cpu) {
         kernel::switch_activation(c, k.kernel_root, th);
     }
