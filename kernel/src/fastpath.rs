@@ -3,10 +3,11 @@
 //!
 //! This is the continuations paper's Figure 2 as a single straight line, in the manner of
 //! seL4's `fastpath_call` and `fastpath_reply_recv`: the system-call entry tries it first
-//! for every `ipc_msg` (`syscall::on_ipc_fast`, before `on_syscall`), and it either completes the whole call — send, recognition of the
-//! receiver's continuation, block on the caller's own port, stack handoff, return to user
-//! mode in the receiver — or returns having changed nothing, and the general path of
-//! `crate::ipc` runs. It takes the call when:
+//! for every `ipc_msg` (`syscall::on_ipc_fast`, before `on_syscall`), and it either
+//! completes the whole call — send, recognition of the receiver's continuation, block on
+//! the caller's own port, stack handoff, return to user mode in the receiver — or returns
+//! having changed nothing, and the general path of `crate::ipc` runs. It takes the call
+//! when:
 //!
 //! - the options are exactly `MSG_SEND | MSG_RECEIVE` with no timeout, through the
 //!   caller's IPC buffer;
