@@ -1846,6 +1846,19 @@ mod unit_tests {
         }
     }
 
+    /// The inputs of a report from `b`, measured with `m`, agreed by a second run, with
+    /// `linux` and no cycles (no hardware KVM).
+    fn inputs<'a>(m: &'a Meta, b: &'a Results, linux: Result<&'a LinuxRun, String>) -> Inputs<'a> {
+        Inputs {
+            meta: m,
+            baton: b,
+            image: "0123456789abcdef",
+            repeat: Repeat::Agreed,
+            linux,
+            cycles: Err("no hardware KVM on this host".into()),
+        }
+    }
+
     fn meta() -> Meta {
         Meta {
             metric: "instructions".into(),
@@ -1901,14 +1914,7 @@ mod unit_tests {
             b.rows.push(row(name, median));
         }
         let m = meta();
-        let inputs = Inputs {
-            meta: &m,
-            baton: &b,
-            image: "0123456789abcdef",
-            repeat: Repeat::Agreed,
-            linux: Err("not measured".into()),
-            cycles: Err("no hardware KVM on this host".into()),
-        };
+        let inputs = inputs(&m, &b, Err("not measured".into()));
         // Cycles for scale (no ratio), then switching ÷ migrating against the paper's.
         let c = inputs.cells(find(&b.rows, "rpc.null.switching.marshal").unwrap());
         assert_eq!(
@@ -1955,14 +1961,7 @@ mod unit_tests {
             b.rows.push(row(name, median));
         }
         let m = meta();
-        let inputs = Inputs {
-            meta: &m,
-            baton: &b,
-            image: "0123456789abcdef",
-            repeat: Repeat::Agreed,
-            linux: Err("not measured".into()),
-            cycles: Err("no hardware KVM on this host".into()),
-        };
+        let inputs = inputs(&m, &b, Err("not measured".into()));
         // The switching row: its cycles, switching ÷ migrating against both of the paper's
         // migrating figures, and its growth from the null RPC of the same (queued) path.
         let c = inputs.cells(find(&b.rows, "rpc.32k.switching").unwrap());
@@ -2003,14 +2002,7 @@ mod unit_tests {
     #[test]
     fn cells_pair_floor_and_papers() {
         let (b, l, m) = (baton(), linux(), meta());
-        let inputs = Inputs {
-            meta: &m,
-            baton: &b,
-            image: "0123456789abcdef",
-            repeat: Repeat::Agreed,
-            linux: Ok(&l),
-            cycles: Err("no hardware KVM on this host".into()),
-        };
+        let inputs = inputs(&m, &b, Ok(&l));
         let c = inputs.cells(find(&b.rows, "sched.yield.switch").unwrap());
         assert_eq!(c.baton, "300");
         assert_eq!(c.floor, "5.00");
@@ -2262,14 +2254,7 @@ mod unit_tests {
     #[test]
     fn json_files() {
         let (b, l, m) = (baton(), linux(), meta());
-        let inputs = Inputs {
-            meta: &m,
-            baton: &b,
-            image: "0123456789abcdef",
-            repeat: Repeat::Agreed,
-            linux: Ok(&l),
-            cycles: Err("no hardware KVM on this host".into()),
-        };
+        let inputs = inputs(&m, &b, Ok(&l));
         let json = baton_json(&inputs);
         assert!(
             json.starts_with("{\n  \"metric\": \"instructions\",\n"),

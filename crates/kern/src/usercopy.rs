@@ -560,11 +560,49 @@ mod tests {
         s.destroy(&mut mem);
     }
 
+    /// A space with `n` zeroed writable user pages from `base`.
+    fn rw_pages(mem: &mut FakeMem, base: u64, n: u64) -> AddressSpace {
+        space_with(
+            mem,
+            &(0..n).map(|i| (base + i * P, rw())).collect::<Vec<_>>(),
+        )
+    }
+
     /// A [`PhysMem`] that records every `copy_bytes` and counts byte reads and writes.
     struct Recording<'a> {
         mem: &'a mut FakeMem,
         copies: Vec<(PhysAddr, PhysAddr, usize)>,
         byte_calls: usize,
+    }
+
+    /// `copies` (a [`Recording`]'s) moved `n` bytes, each once, in chunks that lie in one
+    /// frame on both sides, and nothing was written any other way.
+    fn each_byte_once(copies: &[(PhysAddr, PhysAddr, usize)], byte_calls: usize, n: usize) {
+        assert_eq!(copies.iter().map(|c| c.2).sum::<usize>(), n);
+        assert_eq!(
+            byte_calls, 0,
+            "no bounce through write_bytes outside copy_bytes"
+        );
+        for &(d, s, len) in copies {
+            assert!(
+                d.frame_offset() as usize + len <= P as usize,
+                "dst chunk crosses a frame"
+            );
+            assert!(
+                s.frame_offset() as usize + len <= P as usize,
+                "src chunk crosses a frame"
+            );
+        }
+    }
+
+    impl<'a> Recording<'a> {
+        fn new(mem: &'a mut FakeMem) -> Recording<'a> {
+            Recording {
+                mem,
+                copies: Vec::new(),
+                byte_calls: 0,
+            }
+        }
     }
 
     impl PhysMem for Recording<'_> {
@@ -606,42 +644,17 @@ mod tests {
     fn user_to_user_across_spaces_once_per_byte() {
         let mut mem = FakeMem::new();
         let (a, b) = (0x10_0000, 0x40_0000);
-        let src = space_with(
-            &mut mem,
-            &(0..5).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
-        );
-        let dst = space_with(
-            &mut mem,
-            &(0..5).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
-        );
+        let src = rw_pages(&mut mem, a, 5);
+        let dst = rw_pages(&mut mem, b, 5);
         let n = 3 * P as usize + 100;
         let data = pattern(n);
         let (sva, dva) = (a + P - 50, b + P - 3000);
         copy_to_user(&src, &mut mem, sva, &data).unwrap();
-        let mut rec = Recording {
-            mem: &mut mem,
-            copies: Vec::new(),
-            byte_calls: 0,
-        };
+        let mut rec = Recording::new(&mut mem);
         copy_user_to_user(&src, sva, &dst, dva, n, &mut rec).unwrap();
         let (copies, byte_calls) = (rec.copies, rec.byte_calls);
-        // Every byte once, in chunks that break at either side's page boundaries, each in
-        // one frame on both sides, and nothing written any other way.
-        assert_eq!(copies.iter().map(|c| c.2).sum::<usize>(), n);
-        assert_eq!(
-            byte_calls, 0,
-            "no bounce through write_bytes outside copy_bytes"
-        );
-        for &(d, s, len) in &copies {
-            assert!(
-                d.frame_offset() as usize + len <= P as usize,
-                "dst chunk crosses a frame"
-            );
-            assert!(
-                s.frame_offset() as usize + len <= P as usize,
-                "src chunk crosses a frame"
-            );
-        }
+        // Every byte once, in chunks that break at either side's page boundaries.
+        each_byte_once(&copies, byte_calls, n);
         // Where a page boundary falls on either side, counted from the start: each one
         // inside the range ends a chunk.
         let mut cuts: Vec<u64> = [
@@ -678,14 +691,8 @@ mod tests {
     fn known_frames_round_trip_once_per_byte() {
         let mut mem = FakeMem::new();
         let (a, b) = (0x10_0000, 0x40_0000);
-        let client = space_with(
-            &mut mem,
-            &(0..5).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
-        );
-        let server = space_with(
-            &mut mem,
-            &(0..4).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
-        );
+        let client = rw_pages(&mut mem, a, 5);
+        let server = rw_pages(&mut mem, b, 4);
         let frames = frames_of(&server, &mem, b, 4);
         let known = Frames {
             va: b,
@@ -696,19 +703,10 @@ mod tests {
         let cva = a + P - 50;
         copy_to_user(&client, &mut mem, cva, &data).unwrap();
         // Into the known buffer, at an offset that is not page-aligned.
-        let mut rec = Recording {
-            mem: &mut mem,
-            copies: Vec::new(),
-            byte_calls: 0,
-        };
+        let mut rec = Recording::new(&mut mem);
         copy_user_to_frames(&client, cva, known, b + 32, n, &mut rec).unwrap();
         let (copies, byte_calls) = (rec.copies, rec.byte_calls);
-        assert_eq!(copies.iter().map(|c| c.2).sum::<usize>(), n);
-        assert_eq!(byte_calls, 0);
-        for &(d, s, len) in &copies {
-            assert!(d.frame_offset() as usize + len <= P as usize);
-            assert!(s.frame_offset() as usize + len <= P as usize);
-        }
+        each_byte_once(&copies, byte_calls, n);
         assert_eq!(read_back(&server, &mem, b + 32, n), data);
         assert_eq!(read_back(&server, &mem, b + 31, 1), [0]);
         // And back out, to another place of the client.
@@ -777,34 +775,20 @@ mod tests {
     fn user_to_user_aligned_pages_are_whole_chunks() {
         let mut mem = FakeMem::new();
         let (a, b) = (0x10_0000, 0x40_0000);
-        let src = space_with(
-            &mut mem,
-            &(0..8).map(|i| (a + i * P, rw())).collect::<Vec<_>>(),
-        );
-        let dst = space_with(
-            &mut mem,
-            &(0..8).map(|i| (b + i * P, rw())).collect::<Vec<_>>(),
-        );
+        let src = rw_pages(&mut mem, a, 8);
+        let dst = rw_pages(&mut mem, b, 8);
         // 32 KiB of data after a 32-byte header on both sides: both sides break at the
         // same places (nine chunks: 4064, then seven pages, then 32).
         let n = 32 * 1024;
         let data = pattern(n);
-        let mut rec = Recording {
-            mem: &mut mem,
-            copies: Vec::new(),
-            byte_calls: 0,
-        };
+        let mut rec = Recording::new(&mut mem);
         let r = copy_user_to_user(&src, a + 32, &dst, b + 32, n, &mut rec);
         // The source's last 32 bytes lie past its eighth page: refused, nothing written.
         assert_eq!(r, Err(Error::BadAddress));
         assert!(rec.copies.is_empty());
         let n = 32 * 1024 - 32;
         copy_to_user(&src, &mut mem, a + 32, &data[..n]).unwrap();
-        let mut rec = Recording {
-            mem: &mut mem,
-            copies: Vec::new(),
-            byte_calls: 0,
-        };
+        let mut rec = Recording::new(&mut mem);
         copy_user_to_user(&src, a + 32, &dst, b + 32, n, &mut rec).unwrap();
         let lens: Vec<usize> = rec.copies.iter().map(|c| c.2).collect();
         assert_eq!(lens, [vec![4064], vec![4096; 7]].concat());
@@ -883,11 +867,7 @@ mod tests {
             (USER_END - 8, b, 16),
         ];
         for (s, d, n) in cases {
-            let mut rec = Recording {
-                mem: &mut mem,
-                copies: Vec::new(),
-                byte_calls: 0,
-            };
+            let mut rec = Recording::new(&mut mem);
             assert_eq!(
                 copy_user_to_user(&src, s, &dst, d, n, &mut rec),
                 Err(Error::BadAddress),

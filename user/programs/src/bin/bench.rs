@@ -429,6 +429,23 @@ static CALLED: [AtomicU64; TOTAL] = [const { AtomicU64::new(0) }; TOTAL];
 /// See [`CALLED`].
 static RETURNED: [AtomicU64; TOTAL] = [const { AtomicU64::new(0) }; TOTAL];
 
+/// Timed RPC number `i`: `call` between two timestamps, kept in [`CALLED`] and
+/// [`RETURNED`] for `pair_timestamps`; the call's result.
+#[inline(always)]
+fn timed_call(
+    i: usize,
+    call: impl FnOnce() -> Result<(), baton_rt::Error>,
+) -> Result<(), baton_rt::Error> {
+    let t0 = rdtsc_ordered();
+    let r = call();
+    let t1 = rdtsc_ordered();
+    if let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) {
+        c.store(t0, Ordering::Relaxed);
+        r.store(t1, Ordering::Relaxed);
+    }
+    r
+}
+
 /// One `rpc_server` call outside the timed loop: a request with `id` and `data`, its reply
 /// left in `buf`.
 fn rpc_call(
@@ -641,15 +658,8 @@ fn timed_rpcs(
                 size: (HEADER_SIZE + len) as u32,
                 ..request
             });
-            let t0 = rdtsc_ordered();
-            let r = buf.msg(opts, reply, FOREVER);
-            let t1 = rdtsc_ordered();
-            if let Err(e) = r {
+            if let Err(e) = timed_call(i, || buf.msg(opts, reply, FOREVER)) {
                 failed = Some(e);
-            }
-            if let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) {
-                c.store(t0, Ordering::Relaxed);
-                r.store(t1, Ordering::Relaxed);
             }
         }
         let after = read_stats()?;
@@ -753,15 +763,8 @@ fn timed_rpcs_32k(buf: &mut IpcBuffer, server: u64, reply: u64, name: &str) -> R
         }
         // The reply came back in place: the data is the same, the header is not.
         big[..HEADER_SIZE].copy_from_slice(&request);
-        let t0 = rdtsc_ordered();
-        let r = msg_buf(big, MSG_SEND | MSG_RECEIVE, reply, FOREVER);
-        let t1 = rdtsc_ordered();
-        if let Err(e) = r {
+        if let Err(e) = timed_call(i, || msg_buf(big, MSG_SEND | MSG_RECEIVE, reply, FOREVER)) {
             failed = Some(e);
-        }
-        if let (Some(c), Some(r)) = (CALLED.get(i), RETURNED.get(i)) {
-            c.store(t0, Ordering::Relaxed);
-            r.store(t1, Ordering::Relaxed);
         }
     }
     let after = read_stats()?;
