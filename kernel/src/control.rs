@@ -325,39 +325,75 @@ pub fn sys_state(
     regs: u64,
     set: bool,
 ) -> Result<u64, Error> {
-    let p = place(k, task, cur, target)?;
-    if p.thread == cur {
-        return Err(Error::InvalidArgument);
-    }
-    let suspended = state_mut(k, p.thread, p.index).is_some_and(|s| s.suspend > 0);
-    if !suspended {
-        return Err(Error::InvalidArgument);
-    }
-    let arrived = k.threads.get(p.thread).is_some_and(|th| {
-        th.state == ThreadState::Blocked(Blocked::Suspended) && th.below.len() == p.index
-    });
-    if !arrived {
-        wait_for_arrival(k, cur, p.thread);
-    }
-    let mut words = [0u64; USER_REGS_WORDS];
+    let p = state_place(k, task, cur, target)?;
+    await_arrival(k, cur, &p);
     let mut bytes = [0u8; 8 * USER_REGS_WORDS];
     if set {
         k.copy_in(task, regs, &mut bytes)?;
+        let mut words = [0u64; USER_REGS_WORDS];
         for (w, b) in words.iter_mut().zip(bytes.chunks_exact(8)) {
             *w = b.try_into().map_or(0, u64::from_le_bytes);
         }
-        crate::exception::set_regs(k, p.thread, &UserRegs::from_words(&words))?;
+        set_state(k, &p, &words)?;
     } else {
-        let th = k.threads.get(p.thread).ok_or(Error::NotFound)?;
-        for (b, w) in bytes
-            .chunks_exact_mut(8)
-            .zip(th.frame.user_regs().to_words())
-        {
+        for (b, w) in bytes.chunks_exact_mut(8).zip(get_state(k, &p)?) {
             b.copy_from_slice(&w.to_le_bytes());
         }
         k.copy_out(task, regs, &bytes)?;
     }
     Ok(0)
+}
+
+/// The activation `target` whose state task `task` (whose running thread is `cur`) asks
+/// for: it must be suspended, and not `cur`'s own ([`Error::InvalidArgument`]).
+pub fn state_place(
+    k: &mut Kernel,
+    task: TaskId,
+    cur: ThreadId,
+    target: Target,
+) -> Result<Place, Error> {
+    let p = place(k, task, cur, target)?;
+    if p.thread == cur {
+        return Err(Error::InvalidArgument);
+    }
+    if state_mut(k, p.thread, p.index).is_none_or(|s| s.suspend == 0) {
+        return Err(Error::InvalidArgument);
+    }
+    Ok(p)
+}
+
+/// Whether the thread of `p` has stopped in that activation (its state can be read).
+fn arrived(k: &Kernel, p: &Place) -> bool {
+    k.threads.get(p.thread).is_some_and(|th| {
+        th.state == ThreadState::Blocked(Blocked::Suspended) && th.below.len() == p.index
+    })
+}
+
+/// Returns once the thread of `p` has stopped in that activation; until then `cur` waits,
+/// and issues its system call again when woken (so this does not return then).
+pub fn await_arrival(k: &mut Kernel, cur: ThreadId, p: &Place) {
+    if !arrived(k, p) {
+        wait_for_arrival(k, cur, p.thread);
+    }
+}
+
+/// The user registers of the activation of `p` (its thread stopped there), as
+/// `UserRegs::to_words`.
+pub fn get_state(k: &Kernel, p: &Place) -> Result<[u64; USER_REGS_WORDS], Error> {
+    if !arrived(k, p) {
+        return Err(Error::InvalidArgument);
+    }
+    let th = k.threads.get(p.thread).ok_or(Error::NotFound)?;
+    Ok(th.frame.user_regs().to_words())
+}
+
+/// Sets the user registers of the activation of `p` (its thread stopped there) to
+/// `words` (`UserRegs::from_words`), checked as an exception handler's reply is.
+pub fn set_state(k: &mut Kernel, p: &Place, words: &[u64; USER_REGS_WORDS]) -> Result<(), Error> {
+    if !arrived(k, p) {
+        return Err(Error::InvalidArgument);
+    }
+    crate::exception::set_regs(k, p.thread, &UserRegs::from_words(words))
 }
 
 /// Blocks `cur` until thread `target` stops in a suspended activation (or ends); `cur`

@@ -19,6 +19,7 @@
 use crate::kernel::{Ending, Kernel, TaskId};
 use crate::thread::{self, ThreadId, ThreadState};
 use alloc::vec::Vec;
+use baton_abi::exception::USER_REGS_WORDS;
 use baton_abi::ipc::{Descriptor, MsgHeader};
 use baton_abi::kobject::*;
 use baton_abi::Error;
@@ -136,8 +137,8 @@ pub fn object(k: &Kernel, dest: PortId) -> Option<KObject> {
     k.kobjects.get(&dest).copied()
 }
 
-/// Most argument words an operation takes.
-const ARGS_MAX: usize = 3;
+/// Most argument words an operation takes (a `*_SET_STATE`'s registers).
+const ARGS_MAX: usize = USER_REGS_WORDS;
 
 /// Performs the operation in `header` (with `descriptors` and in-line `data` words read
 /// from the sender's buffer) on `obj`, for task `task`; answers through the request's reply
@@ -150,19 +151,30 @@ pub fn invoke(
     data: Vec<u8>,
     obj: KObject,
 ) -> Result<(), Error> {
+    if let Some((owner, target)) = state_target(k, obj, header.id) {
+        // A state request waits for the thread to stop in the activation before anything
+        // of the message is taken: the sender then sends it again (see
+        // `control::await_arrival`). Its errors are answered below.
+        let cur = k.current_thread();
+        if let Ok(p) = crate::control::state_place(k, owner, cur, target) {
+            crate::control::await_arrival(k, cur, &p);
+        }
+    }
     let mut fx = Effects::default();
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (_, msg) = k
         .ipc
         .copyin(&mut t.names, header, descriptors, data, &mut fx)?;
-    let mut args = [0u64; ARGS_MAX];
+    // One word more than any operation takes, so that one which needs an exact count (a
+    // `*_SET_STATE`) sees that there were more.
+    let mut args = [0u64; ARGS_MAX + 1];
     let given = msg.data.len() / 8;
     for (slot, word) in args.iter_mut().zip(msg.data.chunks_exact(8)) {
         let mut b = [0u8; 8];
         b.copy_from_slice(word);
         *slot = u64::from_le_bytes(b);
     }
-    let args = &args[..given.min(ARGS_MAX)];
+    let args = &args[..given.min(ARGS_MAX + 1)];
     let id = msg.id;
     let ends_caller = match (obj, id) {
         (KObject::Task(t), TASK_TERMINATE) => t == task,
@@ -205,6 +217,22 @@ pub fn invoke(
     }
     crate::ipc::apply(k, fx);
     Ok(())
+}
+
+/// For a `*_GET_STATE` or `*_SET_STATE` request `id` on `obj`: the task it acts for (the
+/// object's owner: holding the port is the permission) and the activation it names.
+fn state_target(k: &Kernel, obj: KObject, id: u64) -> Option<(TaskId, crate::control::Target)> {
+    use crate::control::Target;
+    match (obj, id) {
+        (KObject::Thread(t), THREAD_GET_STATE | THREAD_SET_STATE) => {
+            let home = k.threads.get(t)?.home_task()?;
+            Some((home, Target::Thread(t.0)))
+        }
+        (KObject::Activation(a), ACT_GET_STATE | ACT_SET_STATE) => {
+            Some((k.acts.get(a)?.task, Target::Activation(a)))
+        }
+        _ => None,
+    }
 }
 
 /// One operation; its result words.
@@ -293,6 +321,18 @@ fn operate(
             let cur = k.current_thread();
             let p = crate::control::place(k, owner, cur, crate::control::Target::Activation(a))?;
             control(k, p, id).map(|()| Vec::new())
+        }
+        (KObject::Thread(_), THREAD_GET_STATE | THREAD_SET_STATE)
+        | (KObject::Activation(_), ACT_GET_STATE | ACT_SET_STATE) => {
+            let (owner, target) = state_target(k, obj, id).ok_or(Error::NotFound)?;
+            let cur = k.current_thread();
+            let p = crate::control::state_place(k, owner, cur, target)?;
+            if matches!(id, THREAD_GET_STATE | ACT_GET_STATE) {
+                return crate::control::get_state(k, &p).map(|w| w.to_vec());
+            }
+            let words: &[u64; USER_REGS_WORDS] =
+                args.try_into().map_err(|_| Error::InvalidArgument)?;
+            crate::control::set_state(k, &p, words).map(|()| Vec::new())
         }
         _ => Err(Error::NotSupported),
     }

@@ -52,6 +52,18 @@ pub const THREAD_SUSPEND: u64 = THREAD_BASE + 3;
 /// Thread: undo one [`THREAD_SUSPEND`] (`Error::InvalidArgument` if not suspended). No
 /// results.
 pub const THREAD_RESUME: u64 = THREAD_BASE + 4;
+/// Thread: → the [`USER_REGS_WORDS`](crate::exception::USER_REGS_WORDS) words of
+/// [`UserRegs`](crate::exception::UserRegs) (`to_words`) of the thread's suspended home
+/// activation, as `act_get_state(0, id, ..)`: the request waits (the sender blocks before
+/// its message is taken, and sends it again when woken) until the thread has stopped
+/// there. `Error::InvalidArgument` when that activation is not suspended, or for the
+/// sender's own thread.
+pub const THREAD_GET_STATE: u64 = THREAD_BASE + 5;
+/// Thread: `[the USER_REGS_WORDS words of UserRegs]` → no results: sets the registers of
+/// the thread's suspended home activation (checked as an exception handler's reply is), as
+/// `act_set_state(0, id, ..)`; waits as [`THREAD_GET_STATE`] does.
+/// `Error::InvalidArgument` also for any other number of words.
+pub const THREAD_SET_STATE: u64 = THREAD_BASE + 6;
 
 /// First id of the activation operations (on the port `act_port` gives).
 pub const ACT_BASE: u64 = 0x4b0b_0200;
@@ -72,6 +84,10 @@ pub const ACT_RESUME: u64 = ACT_BASE + 3;
 /// above goes on with an alert and ends when it returns into the terminated activation.
 /// The activation goes back to its pool. `Error::NotFound` when free. No results.
 pub const ACT_TERMINATE: u64 = ACT_BASE + 4;
+/// Activation: [`THREAD_GET_STATE`] for the activation (suspended, occupied by a call).
+pub const ACT_GET_STATE: u64 = ACT_BASE + 5;
+/// Activation: [`THREAD_SET_STATE`] for the activation (suspended, occupied by a call).
+pub const ACT_SET_STATE: u64 = ACT_BASE + 6;
 
 /// [`THREAD_INFO`] state: running on a CPU.
 pub const THREAD_RUNNING: u64 = 0;

@@ -8,8 +8,9 @@ use baton_abi::{decode_result, Error, Sys};
 use crate::ipc::IpcBuffer;
 use crate::raw::{syscall0, syscall1};
 
-/// Most result words a kernel object's reply carries.
-pub const RESULTS_MAX: usize = 8;
+/// Most argument words a request carries, and result words a reply carries (a
+/// `*_SET_STATE`'s and a `*_GET_STATE`'s registers).
+pub const RESULTS_MAX: usize = baton_abi::exception::USER_REGS_WORDS;
 
 /// `task_self()`: a send right to this task's port.
 pub fn task_self() -> Result<u64, Error> {
@@ -80,4 +81,52 @@ pub fn call(
         }
         code => Err(baton_abi::Error::from_code(code as i64).unwrap_or(Error::BadFormat)),
     }
+}
+
+/// Which object a state request names: the port's thread (its home activation:
+/// `THREAD_GET_STATE`/`THREAD_SET_STATE`) or the port's pool activation
+/// (`ACT_GET_STATE`/`ACT_SET_STATE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateOf {
+    /// A thread port.
+    Thread,
+    /// An activation port (`act_port`).
+    Activation,
+}
+
+/// The registers of the suspended activation behind `port` (a thread or activation port,
+/// as `of` says), through the port: the kernel answers once the thread has stopped there
+/// (until then this call waits), as `act_get_state` does. The reply comes to `reply`.
+pub fn get_state(
+    buf: &mut IpcBuffer,
+    port: u64,
+    reply: u64,
+    of: StateOf,
+) -> Result<baton_abi::exception::UserRegs, Error> {
+    let id = match of {
+        StateOf::Thread => THREAD_GET_STATE,
+        StateOf::Activation => ACT_GET_STATE,
+    };
+    let (words, n) = call(buf, port, reply, id, &[], baton_abi::FOREVER)?;
+    let words: &[u64; baton_abi::exception::USER_REGS_WORDS] = words
+        .get(..n)
+        .and_then(|w| w.try_into().ok())
+        .ok_or(Error::BadFormat)?;
+    Ok(baton_abi::exception::UserRegs::from_words(words))
+}
+
+/// Sets the registers of the suspended activation behind `port` to `regs`, through the
+/// port, as [`get_state`] reads them.
+pub fn set_state(
+    buf: &mut IpcBuffer,
+    port: u64,
+    reply: u64,
+    of: StateOf,
+    regs: &baton_abi::exception::UserRegs,
+) -> Result<(), Error> {
+    let id = match of {
+        StateOf::Thread => THREAD_SET_STATE,
+        StateOf::Activation => ACT_SET_STATE,
+    };
+    call(buf, port, reply, id, &regs.to_words(), baton_abi::FOREVER).map(|_| ())
 }

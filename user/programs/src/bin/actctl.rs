@@ -25,7 +25,8 @@ use baton_rt::ipc::{
     msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::kobject::{
-    call as kcall, thread_port, THREAD_ALERT, THREAD_RESUME, THREAD_SUSPEND, THREAD_TERMINATE,
+    self, call as kcall, thread_port, StateOf, THREAD_ALERT, THREAD_RESUME, THREAD_SET_STATE,
+    THREAD_SUSPEND, THREAD_TERMINATE,
 };
 use baton_rt::migrate::{self, Act};
 use baton_rt::thread::{spawn, StackPool};
@@ -391,20 +392,51 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     );
 
     // 4. A client suspends its thread's home activation while the thread is in a server:
-    //    the server is not stopped; get_state waits for the thread to come home.
+    //    the server is not stopped; get_state waits for the thread to come home. Through
+    //    the thread's port (THREAD_GET_STATE) it waits the same way.
     let w = helper(spin_caller, 0)?;
+    let wp = must("thread port", thread_port(w))?;
+    let reply = REPLY.load(Ordering::Relaxed);
+    check!(
+        kobject::get_state(&mut buf, wp, reply, StateOf::Thread) == Err(Error::InvalidArgument),
+        "THREAD_GET_STATE on a thread that is not suspended is refused"
+    );
     must("let it in", baton_rt::sleep_ns(10_000_000))?;
     must("suspend", migrate::suspend(Act::Thread(w), true))?;
     let t0 = baton_rt::clock_ns();
-    let mut regs = must("get state", migrate::get_state(Act::Thread(w)))?;
+    let mut regs = must(
+        "get state (port)",
+        kobject::get_state(&mut buf, wp, reply, StateOf::Thread),
+    )?;
     let waited = baton_rt::clock_ns() - t0;
     check!(
         regs.rax == 0 && waited >= 5_000_000 && DONE.load(Ordering::SeqCst) == 0,
-        "suspending a client's home activation lets the server finish; get_state waited {} ms for the thread to come home",
+        "suspending a client's home activation lets the server finish; THREAD_GET_STATE waited {} ms for the thread to come home",
         waited / 1_000_000
+    );
+    let by_id = must("get state", migrate::get_state(Act::Thread(w)))?;
+    check!(
+        by_id.to_words() == regs.to_words(),
+        "act_get_state reads the registers THREAD_GET_STATE read"
+    );
+    check!(
+        kcall(&mut buf, wp, reply, THREAD_SET_STATE, &[1, 2, 3], FOREVER).map(|_| ())
+            == Err(Error::InvalidArgument),
+        "THREAD_SET_STATE with fewer words than the registers is refused"
+    );
+    regs.rax = 0x1233;
+    must(
+        "set state (port)",
+        kobject::set_state(&mut buf, wp, reply, StateOf::Thread, &regs),
+    )?;
+    let seen = must("get state", migrate::get_state(Act::Thread(w)))?;
+    check!(
+        seen.rax == 0x1233,
+        "act_get_state sees what THREAD_SET_STATE set"
     );
     regs.rax = 0x1234;
     must("set state", migrate::set_state(Act::Thread(w), &regs))?;
+    must("drop thread port", baton_rt::ipc::cap_drop(wp))?;
     must("resume", migrate::suspend(Act::Thread(w), false))?;
     join(2_000)?;
     check!(
@@ -522,8 +554,9 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     );
 
     // 8. An activation port is the pool activation's control capability: the server's own
-    //    thread asks about the activation a client occupies, suspends, resumes and alerts
-    //    it through its port; then terminates it, which aborts the client's call at once.
+    //    thread asks about the activation a client occupies, suspends it, reads its
+    //    registers, resumes and alerts it through its port; then terminates it, which
+    //    aborts the client's call at once.
     let h = helper(spin_caller, 1)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("port act", send(&mut buf, a, PORT_ACT, &[], &[]))?;
@@ -540,7 +573,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     let (occupant, kill) = (word(buf.data(), 2), word(buf.data(), 3));
     check!(
         spun == 0 && r == 0 && occupant == h,
-        "through an activation port the server sees its activation occupied by the client's own thread ({occupant:#x}, helper {h:#x}), suspends, resumes and alerts it; the call completes"
+        "through an activation port the server sees its activation occupied by the client's own thread ({occupant:#x}, helper {h:#x}), suspends it, reads its registers (ACT_GET_STATE waits for the thread to stop there), resumes and alerts it; the call completes"
     );
     check!(
         baton_abi::decode_result(killed) == Err(Error::Aborted) && kill == 0,

@@ -185,7 +185,8 @@ fn with_act_port(
     r
 }
 
-/// [`PORT_ACT`]: the occupant `ACT_INFO` names, once suspend, resume and alert worked.
+/// [`PORT_ACT`]: the occupant `ACT_INFO` names, once suspend, get state, resume and alert
+/// worked.
 fn port_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
     let id = SPIN_ACT_ID.load(Ordering::SeqCst);
     let (info, n) = kobject::call(buf, port, reply, kobject::ACT_INFO, &[], FOREVER)?;
@@ -193,6 +194,13 @@ fn port_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
         return Err(Error::BadFormat);
     }
     kobject::call(buf, port, reply, kobject::ACT_SUSPEND, &[], FOREVER)?;
+    // ACT_GET_STATE waits until the spinning thread has stopped in the activation, and
+    // reads what act_get_state reads then.
+    let regs = kobject::get_state(buf, port, reply, kobject::StateOf::Activation)?;
+    let by_id = migrate::get_state(migrate::Act::Pool(id))?;
+    if regs.to_words() != by_id.to_words() || regs.rip == 0 || regs.rip >= 1 << 47 {
+        return Err(Error::BadFormat);
+    }
     baton_rt::sleep_ns(20_000_000)?;
     kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER)?;
     kobject::call(buf, port, reply, kobject::ACT_ALERT, &[], FOREVER)?;
