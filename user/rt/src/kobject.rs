@@ -1,6 +1,7 @@
 //! Kernel objects through capabilities: send rights to task, thread and activation ports,
 //! and calls on them (see [`baton_abi::kobject`] and `docs/ipc.md`).
 
+use baton_abi::exception::{UserRegs, USER_REGS_WORDS};
 use baton_abi::ipc::{Disposition, MsgHeader, MSG_RECEIVE, MSG_SEND};
 pub use baton_abi::kobject::*;
 use baton_abi::{decode_result, Error, Sys};
@@ -10,7 +11,7 @@ use crate::raw::{syscall0, syscall1};
 
 /// Most argument words a request carries, and result words a reply carries (a
 /// `*_SET_STATE`'s and a `*_GET_STATE`'s registers).
-pub const RESULTS_MAX: usize = baton_abi::exception::USER_REGS_WORDS;
+pub const RESULTS_MAX: usize = USER_REGS_WORDS;
 
 /// `task_self()`: a send right to this task's port.
 pub fn task_self() -> Result<u64, Error> {
@@ -94,6 +95,16 @@ pub enum StateOf {
     Activation,
 }
 
+impl StateOf {
+    /// Its get and set operations.
+    const fn ops(self) -> (u64, u64) {
+        match self {
+            StateOf::Thread => (THREAD_GET_STATE, THREAD_SET_STATE),
+            StateOf::Activation => (ACT_GET_STATE, ACT_SET_STATE),
+        }
+    }
+}
+
 /// The registers of the suspended activation behind `port` (a thread or activation port,
 /// as `of` says), through the port: the kernel answers once the thread has stopped there
 /// (until then this call waits), as `act_get_state` does. The reply comes to `reply`.
@@ -102,17 +113,13 @@ pub fn get_state(
     port: u64,
     reply: u64,
     of: StateOf,
-) -> Result<baton_abi::exception::UserRegs, Error> {
-    let id = match of {
-        StateOf::Thread => THREAD_GET_STATE,
-        StateOf::Activation => ACT_GET_STATE,
-    };
-    let (words, n) = call(buf, port, reply, id, &[], baton_abi::FOREVER)?;
-    let words: &[u64; baton_abi::exception::USER_REGS_WORDS] = words
+) -> Result<UserRegs, Error> {
+    let (words, n) = call(buf, port, reply, of.ops().0, &[], baton_abi::FOREVER)?;
+    let words: &[u64; USER_REGS_WORDS] = words
         .get(..n)
         .and_then(|w| w.try_into().ok())
         .ok_or(Error::BadFormat)?;
-    Ok(baton_abi::exception::UserRegs::from_words(words))
+    Ok(UserRegs::from_words(words))
 }
 
 /// Sets the registers of the suspended activation behind `port` to `regs`, through the
@@ -122,11 +129,15 @@ pub fn set_state(
     port: u64,
     reply: u64,
     of: StateOf,
-    regs: &baton_abi::exception::UserRegs,
+    regs: &UserRegs,
 ) -> Result<(), Error> {
-    let id = match of {
-        StateOf::Thread => THREAD_SET_STATE,
-        StateOf::Activation => ACT_SET_STATE,
-    };
-    call(buf, port, reply, id, &regs.to_words(), baton_abi::FOREVER).map(|_| ())
+    call(
+        buf,
+        port,
+        reply,
+        of.ops().1,
+        &regs.to_words(),
+        baton_abi::FOREVER,
+    )
+    .map(|_| ())
 }
