@@ -258,7 +258,8 @@ pub fn sys_suspend(
     suspend_at(k, p, on)
 }
 
-/// Suspends (`on` = 1) or resumes (0) the activation at `p`.
+/// Suspends (`on` = 1) or resumes (0) the activation at `p`. The last resume wakes the
+/// threads waiting for the thread's state (their calls run again and see the change).
 pub fn suspend_at(k: &mut Kernel, p: Place, on: u64) -> Result<u64, Error> {
     let s = state_mut(k, p.thread, p.index).ok_or(Error::NotFound)?;
     match on {
@@ -288,6 +289,10 @@ pub fn suspend_at(k: &mut Kernel, p: Place, on: u64) -> Result<u64, Error> {
                 if stopped {
                     k.unblock(p.thread);
                 }
+                // Those waiting for the thread to stop in a suspended activation re-issue
+                // their calls: the thread may now never stop there, and a call on an
+                // activation no longer suspended fails (`InvalidArgument`).
+                release_waiters(k, p.thread);
             }
         }
         _ => return Err(Error::InvalidArgument),

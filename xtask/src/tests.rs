@@ -134,6 +134,7 @@ const ACTCTL_REQUIRE: &[&str] = &[
     "ok: act_get_state sees what THREAD_SET_STATE set",
     "ok: through an activation port the server sees its activation occupied by the client's own thread",
     "ok: set_state on the stopped activation changed what its call returned",
+    "ok: resuming the activation wakes a thread waiting for its state; its act_get_state fails (InvalidArgument) while the thread is still in the server",
     "ok: terminating a client thread deep in A -> B answers at once",
     "ok: after act_sched_lock, a server's set_priority on its caller's thread is Denied",
     "ok: threads, activations, ports, names and queued messages back to the baseline",

@@ -49,7 +49,7 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
-static STACKS: StackPool<40, 16384> = StackPool::new();
+static STACKS: StackPool<48, 16384> = StackPool::new();
 /// A's send right, and our reply port (shared by the task's threads).
 static A: AtomicU64 = AtomicU64::new(0);
 static REPLY: AtomicU64 = AtomicU64::new(0);
@@ -134,6 +134,20 @@ fn spin_caller(which: u64) {
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
+/// What [`state_getter`] got: the error code of its `act_get_state`, 0 on success
+/// (`u64::MAX` until it returns).
+static STATE_GOT: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Helper: reads the state of thread `w`'s home activation (waiting until `w` stops there)
+/// and stores the outcome in [`STATE_GOT`]. Touches none of the statics [`helper`] resets.
+fn state_getter(w: u64) {
+    let r = match migrate::get_state(Act::Thread(w)) {
+        Ok(_) => 0,
+        Err(e) => e as u64,
+    };
+    STATE_GOT.store(r, Ordering::SeqCst);
+}
+
 /// Helper: a `NEST_SLEEP` call to A of 400 ms in B; the raw result.
 fn nest_sleeper(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
@@ -170,6 +184,16 @@ fn helper(f: fn(u64), arg: u64) -> Result<u64, Failed> {
     DONE.store(0, Ordering::SeqCst);
     GOT.store(0, Ordering::SeqCst);
     RAW.store(u64::MAX, Ordering::SeqCst);
+    let Some(stack) = STACKS.take() else {
+        println!("TEST FAIL {TEST}: out of helper stacks");
+        return Err(Failed);
+    };
+    must("spawn", spawn(stack, f, arg))
+}
+
+/// Starts a helper thread running `f(arg)` without resetting what [`helper`] resets (another
+/// helper may be running).
+fn spawn_plain(f: fn(u64), arg: u64) -> Result<u64, Failed> {
     let Some(stack) = STACKS.take() else {
         println!("TEST FAIL {TEST}: out of helper stacks");
         return Err(Failed);
@@ -452,6 +476,40 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         migrate::get_state(Act::Thread(0)) == Err(Error::InvalidArgument),
         "get_state on the calling thread is refused"
     );
+
+    // 4b. A thread waiting for a suspended activation's state is woken when the activation
+    //     is resumed before its thread comes back: its call fails at once
+    //     (InvalidArgument, the activation is no longer suspended) instead of waiting for
+    //     a stop that will never come.
+    let w = helper(spin_caller, 1)?;
+    await_info(&mut buf, a, SPINNING, "the caller to spin in A", |n| n == 1)?;
+    must("suspend", migrate::suspend(Act::Thread(w), true))?;
+    let waits = must("stats", stats())?.blocks_internal;
+    STATE_GOT.store(u64::MAX, Ordering::SeqCst);
+    spawn_plain(state_getter, w)?;
+    let mut waiting = false;
+    for _ in 0..3_000 {
+        if must("stats", stats())?.blocks_internal > waits {
+            waiting = true;
+            break;
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    must("resume", migrate::suspend(Act::Thread(w), false))?;
+    let mut got = u64::MAX;
+    for _ in 0..3_000 {
+        got = STATE_GOT.load(Ordering::SeqCst);
+        if got != u64::MAX {
+            break;
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    let still_in = DONE.load(Ordering::SeqCst) == 0;
+    check!(
+        waiting && got == Error::InvalidArgument as u64 && still_in,
+        "resuming the activation wakes a thread waiting for its state; its act_get_state fails (InvalidArgument) while the thread is still in the server (waiting {waiting}, got {got:#x}, still inside {still_in})"
+    );
+    join(2_000)?;
 
     // 5. Terminating a client thread deep in A -> B: immediate; B gets an alert; the
     //    thread ends when it comes home.
