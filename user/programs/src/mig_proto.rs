@@ -65,10 +65,10 @@ pub const SETPRIO: u64 = 22;
 /// RPC: the activation unmaps its own buffer page and returns without a reply (the caller
 /// gets `BadAddress`; the activation is retired).
 pub const UNMAP: u64 = 24;
-/// RPC: reply with six words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
+/// RPC: reply with seven words: the alerts [`WAIT_ALERT`] saw, the `rip` [`SUSPEND_ACT`]
 /// read (or `1 << 62 | error`), the outcomes of [`PORT_ACT`] and [`KILL_ACT`] (read them
-/// after a [`sync`]), and how many [`SLEEP`] calls are asleep and how many [`SPIN_ACT`]
-/// calls spin in the server now.
+/// after a [`sync`]), how many [`SLEEP`] calls are asleep, how many [`SPIN_ACT`] calls spin
+/// in the server now, and how many [`WAIT_ALERT`] calls wait for an alert.
 pub const INFO: u64 = 23;
 /// One-way: the server's own thread suspends the activation [`SPIN_ACT`] runs in, reads its
 /// registers (waiting until the thread stops there), keeps it suspended 20 ms, resumes it.

@@ -57,6 +57,10 @@ static REPLY: AtomicU64 = AtomicU64::new(0);
 static GOT: AtomicU64 = AtomicU64::new(0);
 static RAW: AtomicU64 = AtomicU64::new(0);
 static DONE: AtomicU32 = AtomicU32::new(0);
+/// Set by a sleeping helper just before it sleeps.
+static ASLEEP: AtomicU32 = AtomicU32::new(0);
+/// Set by the main thread once it has sent the alert [`quiet_sleeper`] waits for.
+static ALERT_SENT: AtomicU32 = AtomicU32::new(0);
 
 fn main(_task_id: u64) -> i32 {
     baton_rt::check::finish(TEST, run())
@@ -105,14 +109,20 @@ fn deep_waiter(_: u64) {
 /// Helper: sleeps 5 s with alerts on; stores the raw result of the sleep.
 fn alert_sleeper(_: u64) {
     let _ = migrate::alert_enable(true);
+    ASLEEP.store(1, Ordering::SeqCst);
     let r = baton_rt::sleep_ns(5_000_000_000);
     RAW.store(r.err().map_or(0, |e| e as u64), Ordering::SeqCst);
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Helper: sleeps 50 ms with alerts off, then turns them on and polls.
+/// Helper: sleeps 50 ms with alerts off, then (once the main thread says it has sent its
+/// alert, which a loaded host may deliver after the sleep) turns them on and polls.
 fn quiet_sleeper(_: u64) {
+    ASLEEP.store(1, Ordering::SeqCst);
     let r = baton_rt::sleep_ns(50_000_000);
+    while ALERT_SENT.load(Ordering::SeqCst) == 0 {
+        let _ = baton_rt::sleep_ns(1_000_000);
+    }
     let _ = migrate::alert_enable(true);
     let seen = migrate::alert_test();
     RAW.store(r.err().map_or(0, |e| e as u64), Ordering::SeqCst);
@@ -120,15 +130,17 @@ fn quiet_sleeper(_: u64) {
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Helper: one `SPIN` of 60 ms (or `SPIN_ACT` of 200 ms with arg 1) in A; the raw result.
-fn spin_caller(which: u64) {
+/// Helper: one `SPIN_ACT` of 200 ms in A (A counts it in `INFO`'s [`SPINNING`] while it
+/// spins); the raw result.
+fn spin_caller(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
-        let (id, ns) = if which == 1 {
-            (SPIN_ACT, 200_000_000u64)
-        } else {
-            (SPIN, 60_000_000)
-        };
-        let r = raw_call(&mut b, A.load(Ordering::Relaxed), id, &ns.to_le_bytes());
+        let ns = 200_000_000u64;
+        let r = raw_call(
+            &mut b,
+            A.load(Ordering::Relaxed),
+            SPIN_ACT,
+            &ns.to_le_bytes(),
+        );
         RAW.store(r, Ordering::SeqCst);
     }
     DONE.fetch_add(1, Ordering::SeqCst);
@@ -182,6 +194,8 @@ fn locked_caller(_: u64) {
 /// Starts `f(arg)` on a new thread; its id.
 fn helper(f: fn(u64), arg: u64) -> Result<u64, Failed> {
     DONE.store(0, Ordering::SeqCst);
+    ASLEEP.store(0, Ordering::SeqCst);
+    ALERT_SENT.store(0, Ordering::SeqCst);
     GOT.store(0, Ordering::SeqCst);
     RAW.store(u64::MAX, Ordering::SeqCst);
     let Some(stack) = STACKS.take() else {
@@ -226,6 +240,22 @@ fn info(buf: &mut IpcBuffer, server: u64, i: usize) -> u64 {
 
 /// `INFO`'s word: calls spinning in the server now.
 const SPINNING: usize = 5;
+/// `INFO`'s word: `WAIT_ALERT` calls waiting for an alert in the server now.
+const AWAITING_ALERT: usize = 6;
+
+/// Waits (up to 3 s, then fails the test) until a helper has set [`ASLEEP`]: it is about
+/// to sleep (a kernel wait honours an alert that comes before it, so the few instructions
+/// in between change no outcome).
+fn await_asleep() -> Result<(), Failed> {
+    for _ in 0..3_000 {
+        if ASLEEP.load(Ordering::SeqCst) != 0 {
+            return Ok(());
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    println!("TEST FAIL {TEST}: waited 3 s for a helper to sleep");
+    Err(Failed)
+}
 
 /// Waits (up to 3 s, then fails the test) until word `i` of `server`'s `INFO` satisfies
 /// `ok`. The test's waits for the other threads are these, not fixed sleeps, which a loaded
@@ -347,7 +377,13 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
 
     // 1. An alert on a thread deep in A → B reaches B (polling) and A.
     let x = helper(deep_waiter, 0)?;
-    must("let it in", baton_rt::sleep_ns(20_000_000))?;
+    await_info(
+        &mut buf,
+        b,
+        AWAITING_ALERT,
+        "the helper to wait in B",
+        |n| n == 1,
+    )?;
     must("alert", migrate::alert(Act::Thread(x)))?;
     let took = join(2_000)?;
     let got = GOT.load(Ordering::SeqCst);
@@ -361,7 +397,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
 
     // 2. Alerts end kernel waits only where they are on.
     let y = helper(alert_sleeper, 0)?;
-    must("let it sleep", baton_rt::sleep_ns(20_000_000))?;
+    await_asleep()?;
     must("alert", migrate::alert(Act::Thread(y)))?;
     let took = join(2_000)?;
     check!(
@@ -369,8 +405,9 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         "with alerts on, an alert ends a 5 s sleep at once (Interrupted)"
     );
     let z = helper(quiet_sleeper, 0)?;
-    must("let it sleep", baton_rt::sleep_ns(10_000_000))?;
+    await_asleep()?;
     must("alert", migrate::alert(Act::Thread(z)))?;
+    ALERT_SENT.store(1, Ordering::SeqCst);
     join(2_000)?;
     check!(
         RAW.load(Ordering::SeqCst) == 0 && GOT.load(Ordering::SeqCst) == 1,
@@ -378,7 +415,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     );
 
     // 3. A server suspends its own activation while a client is inside, and reads it.
-    helper(spin_caller, 1)?;
+    helper(spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("suspend act", send(&mut buf, a, SUSPEND_ACT, &[], &[]))?;
     join(3_000)?;
@@ -425,7 +462,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         kobject::get_state(&mut buf, wp, reply, StateOf::Thread) == Err(Error::InvalidArgument),
         "THREAD_GET_STATE on a thread that is not suspended is refused"
     );
-    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("suspend", migrate::suspend(Act::Thread(w), true))?;
     let t0 = baton_rt::clock_ns();
     let mut regs = must(
@@ -481,7 +518,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //     is resumed before its thread comes back: its call fails at once
     //     (InvalidArgument, the activation is no longer suspended) instead of waiting for
     //     a stop that will never come.
-    let w = helper(spin_caller, 1)?;
+    let w = helper(spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the caller to spin in A", |n| n == 1)?;
     must("suspend", migrate::suspend(Act::Thread(w), true))?;
     let waits = must("stats", stats())?.blocks_internal;
@@ -514,7 +551,13 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     // 5. Terminating a client thread deep in A -> B: immediate; B gets an alert; the
     //    thread ends when it comes home.
     let v = helper(deep_waiter, 0)?;
-    must("let it in", baton_rt::sleep_ns(20_000_000))?;
+    await_info(
+        &mut buf,
+        b,
+        AWAITING_ALERT,
+        "the helper to wait in B",
+        |n| n == 1,
+    )?;
     let tp = must("thread port", thread_port(v))?;
     let t0 = baton_rt::clock_ns();
     must(
@@ -566,7 +609,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     // 7. The thread port is the home activation's control capability: alert, suspend and
     //    resume through it.
     let y = helper(alert_sleeper, 0)?;
-    must("let it sleep", baton_rt::sleep_ns(20_000_000))?;
+    await_asleep()?;
     let tp = must("thread port", thread_port(y))?;
     let reply = REPLY.load(Ordering::Relaxed);
     must(
@@ -580,7 +623,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         "THREAD_ALERT through a thread port ends the thread's sleep (Interrupted)"
     );
     let w = helper(spin_caller, 0)?;
-    must("let it in", baton_rt::sleep_ns(10_000_000))?;
+    await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     let tp = must("thread port", thread_port(w))?;
     let port_call = |buf: &mut IpcBuffer, id| kcall(buf, tp, reply, id, &[], FOREVER).map(|_| ());
     // Not suspended: a resume is refused.
@@ -590,15 +633,15 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         port_call(&mut buf, THREAD_SUSPEND),
     )?;
     must("suspend again", port_call(&mut buf, THREAD_SUSPEND))?;
-    // The 60 ms in the server run their course; the thread then stops at home.
-    must("wait", baton_rt::sleep_ns(150_000_000))?;
-    let stopped = DONE.load(Ordering::SeqCst) == 0;
+    // The spin in the server runs its course; the thread then stops at home, which
+    // act_get_state waits for.
+    let stopped = migrate::get_state(Act::Thread(w)).is_ok() && DONE.load(Ordering::SeqCst) == 0;
     must(
         "resume through the port",
         port_call(&mut buf, THREAD_RESUME),
     )?;
-    must("wait", baton_rt::sleep_ns(20_000_000))?;
-    let still = DONE.load(Ordering::SeqCst) == 0;
+    // Still suspended once: still stopped there (act_get_state answers at once).
+    let still = migrate::get_state(Act::Thread(w)).is_ok() && DONE.load(Ordering::SeqCst) == 0;
     must("resume again", port_call(&mut buf, THREAD_RESUME))?;
     join(2_000)?;
     must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
@@ -615,13 +658,13 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //    thread asks about the activation a client occupies, suspends it, reads its
     //    registers, resumes and alerts it through its port; then terminates it, which
     //    aborts the client's call at once.
-    let h = helper(spin_caller, 1)?;
+    let h = helper(spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("port act", send(&mut buf, a, PORT_ACT, &[], &[]))?;
     join(3_000)?;
     control_done(&mut buf, a)?;
     let spun = RAW.load(Ordering::SeqCst);
-    let k = helper(spin_caller, 1)?;
+    let k = helper(spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
     join(3_000)?;

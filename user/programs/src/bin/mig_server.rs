@@ -41,6 +41,8 @@ static KILL_RESULT: AtomicU64 = AtomicU64::new(0);
 static SLEEPING: AtomicU64 = AtomicU64::new(0);
 /// [`SPIN_ACT`] calls spinning now.
 static SPINNING: AtomicU64 = AtomicU64::new(0);
+/// [`WAIT_ALERT`] calls waiting for an alert now.
+static AWAITING_ALERT: AtomicU64 = AtomicU64::new(0);
 
 /// The server's own thread's CPU time at its last [`CPU`].
 static MAIN_CPU_NS: AtomicU64 = AtomicU64::new(0);
@@ -343,6 +345,7 @@ fn dispatch(req: &mut Request) {
         MAIN_CPU => req.reply(MAIN_CPU, &MAIN_CPU_NS.load(Ordering::Relaxed).to_le_bytes()),
         WAIT_ALERT => {
             let _ = migrate::alert_enable(true);
+            AWAITING_ALERT.fetch_add(1, Ordering::SeqCst);
             let t0 = baton_rt::clock_ns();
             let mut how = 0u64;
             while baton_rt::clock_ns() - t0 < 5_000_000_000 {
@@ -355,6 +358,7 @@ fn dispatch(req: &mut Request) {
                     break;
                 }
             }
+            AWAITING_ALERT.fetch_sub(1, Ordering::SeqCst);
             if how != 0 {
                 ALERTS_SEEN.fetch_add(1, Ordering::SeqCst);
             }
@@ -395,13 +399,14 @@ fn dispatch(req: &mut Request) {
             req.reply(SETPRIO, &r.to_le_bytes());
         }
         INFO => {
-            let mut out = [0u8; 48];
+            let mut out = [0u8; 56];
             out[..8].copy_from_slice(&ALERTS_SEEN.load(Ordering::SeqCst).to_le_bytes());
             out[8..16].copy_from_slice(&GOT_RIP.load(Ordering::SeqCst).to_le_bytes());
             out[16..24].copy_from_slice(&PORT_RESULT.load(Ordering::SeqCst).to_le_bytes());
             out[24..32].copy_from_slice(&KILL_RESULT.load(Ordering::SeqCst).to_le_bytes());
             out[32..40].copy_from_slice(&SLEEPING.load(Ordering::SeqCst).to_le_bytes());
-            out[40..].copy_from_slice(&SPINNING.load(Ordering::SeqCst).to_le_bytes());
+            out[40..48].copy_from_slice(&SPINNING.load(Ordering::SeqCst).to_le_bytes());
+            out[48..].copy_from_slice(&AWAITING_ALERT.load(Ordering::SeqCst).to_le_bytes());
             req.reply(INFO, &out);
         }
         DIE => baton_rt::exit(3),
