@@ -17,15 +17,22 @@
 //! - `exc_port` of a thread or task is a send right the kernel holds (counted); it is
 //!   released when replaced, and when the thread is reaped or the task ends.
 
-use crate::arch::{cpu, gdt};
-use crate::kernel::{Ending, Kernel, TaskId};
+use crate::arch::{cpu, gdt, paging};
+use crate::kernel::{self, Ending, Kernel, TaskId};
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
-use baton_abi::exception::{ExcReply, ExceptionInfo, UserRegs, EXC_RAISE};
-use baton_abi::ipc::NOTIFY_SEND_ONCE;
+use baton_abi::exception::{
+    ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE, EXC_REPLY_SET_SIZE,
+};
+use baton_abi::ipc::{
+    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
+    NOTIFY_SEND_ONCE,
+};
 use baton_abi::layout::USER_END;
 use baton_abi::Error;
+use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
-use kern::ipc::{Effects, PortId, Wake};
+use kern::frame::PhysAddr;
+use kern::ipc::{Effects, Fast, PortId, Wake};
 
 /// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
 const USER_FLAGS: u64 = 0xdd5;
@@ -65,6 +72,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     if let Some(th) = k.threads.get_mut(cur) {
         th.exc_reply = Some(reply);
     }
+    raise_fast(k, cur, port, reply, &info);
     let mut fx = Effects::default();
     if k.ipc
         .send_kernel(port, EXC_RAISE, reply, info.to_bytes().to_vec(), &mut fx)
@@ -98,6 +106,78 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         Some(h) => thread::thread_handoff(k, cpu, cur, cont, h),
         None => thread::thread_block_with(k, cont),
     }
+}
+
+/// The `bits` of a reply the fast path takes: a send-once right used up, nothing else.
+const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
+
+/// Bytes of an exception message: the header and the [`ExceptionInfo`].
+const RAISE_SIZE: usize = HEADER_SIZE + EXCEPTION_INFO_SIZE;
+const _: () = assert!(RAISE_SIZE <= IPC_BUFFER_SIZE);
+
+/// The exception fast path of seed 000 section 2.5: when a handler waits on the exception
+/// port `port` with the receive continuation (through its IPC buffer), the faulting thread
+/// `cur`, running on this CPU, builds no message and queues nothing: it writes the
+/// exception straight into the handler's buffer with a send-once right to its reply port
+/// `reply`, blocks there with the [`Resume::ExceptionReply`] continuation and hands its
+/// kernel stack to the handler, whose receive it has finished (recognition). The rights
+/// move as [`kern::ipc::Ipc::send_kernel`] and the handler's receive would move them.
+/// Returns, having changed nothing, when the handler is not waiting so (or is this thread,
+/// pinned elsewhere, being killed, or has no room for the reply right); the general path
+/// then sends the message.
+fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: &ExceptionInfo) {
+    let cpu = gdt::this_cpu();
+    let Some(plan) = k.ipc.fast_plan_kernel(port, reply, EXC_RAISE, RAISE_SIZE) else {
+        return;
+    };
+    let h = plan.receiver;
+    let Some((th, ht)) = k.threads.get2_mut(cur, h) else {
+        return;
+    };
+    let (th, ht) = (&mut **th, &mut **ht);
+    let [r_opts, r_name, ..] = ht.frame.syscall_args().1;
+    let Some((_, r_page)) = ht.ipc_buffer else {
+        return;
+    };
+    if th.stack.is_none()
+        || ht.stack.is_some()
+        || ht.cont.map(|c| c.point) != Some(Resume::Receive)
+        || r_opts & (MSG_BUF | MSG_SLOW) != 0
+        || ht.kill_pending
+        || (ht.pinned && ht.cpu != cpu)
+    {
+        return;
+    }
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        return;
+    };
+    let Some(handler_task) = k.tasks.by_key_mut(ht.task_key) else {
+        return;
+    };
+    let Some(out) = k
+        .ipc
+        .fast_commit_call(&mut handler_task.names, &plan, r_name, cur)
+    else {
+        return;
+    };
+    // From here on the exception is delivered.
+    paging::write_header(r_page, out);
+    paging::write_phys(PhysAddr(r_page.0 + HEADER_SIZE as u64), &info.to_bytes());
+    ht.frame.rax = 0;
+    if let Some(timer) = ht.timer.take() {
+        k.timers.cancel(timer);
+    }
+    th.state = ThreadState::Blocked(Blocked::Receive { port: reply });
+    th.timer = None;
+    th.cont = Some(Continuation::new(Resume::ExceptionReply));
+    ht.cont = None;
+    ht.stack = th.stack.take();
+    // Counted as a fast transfer (a recognition, an IPC block and a stack handoff too).
+    k.fast_transfers += 1;
+    k.stats.exc_fast += 1;
+    kernel::charge(c, th);
+    kernel::switch_in_handoff(c, k.kernel_root, cpu, h, ht);
+    kernel::leave_to_user()
 }
 
 /// Whether blocked thread `h` may take over the running stack on `cpu` at once.
@@ -156,15 +236,117 @@ pub fn continue_reply(k: &mut Kernel, t: ThreadId) -> ! {
 
 /// Writes a handler's registers into thread `t`'s frame, after checking them.
 pub fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
+    let r = checked_regs(r)?;
+    let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
+    th.frame.set_user_regs(&r);
+    Ok(())
+}
+
+/// Registers a handler asks for, as a user thread may have them: `rip` and `rsp` in the
+/// user half ([`Error::BadAddress`] otherwise), and only the arithmetic and direction
+/// flags of `rflags` taken (interrupts stay on).
+fn checked_regs(r: &UserRegs) -> Result<UserRegs, Error> {
     if r.rip >= USER_END || r.rsp >= USER_END {
         return Err(Error::BadAddress);
     }
-    let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
-    th.frame.set_user_regs(&UserRegs {
+    Ok(UserRegs {
         rflags: (r.rflags & USER_FLAGS) | FORCED_FLAGS,
         ..*r
-    });
-    Ok(())
+    })
+}
+
+/// The reply half of the exception fast path, taken by `fastpath::try_ipc` when the
+/// receiver of a reply (the handler `cur`, running on `cpu`, replies from its IPC buffer
+/// `page` through its send-once right `name` to port `dest`, in a message of `size` bytes,
+/// and receives next on `own`) is a thread (`receiver`) waiting with the
+/// [`Resume::ExceptionReply`] continuation: the
+/// reply is applied at once — registers set, or left for a retry — the send-once right is
+/// used up, the handler blocks in its receive and hands its kernel stack to the faulting
+/// thread, which returns to user mode (recognition: its continuation is not run). Returns,
+/// having changed nothing, when a reply that ends the task, a malformed one, or anything
+/// `try_ipc` would decline for an RPC (a pinned, killed or less urgent thread, a message
+/// waiting on the handler's port) leaves it to the general path, which reads the reply in
+/// [`continue_reply`].
+#[inline(never)]
+pub fn reply_fast(k: &mut Kernel, cpu: usize) {
+    // SAFETY: the running thread of this CPU is in this system call; the reference is
+    // dropped before any other reference to a thread is made.
+    let th = unsafe { crate::thread::current_mut() };
+    let (cur, [opts, rcv_name, timeout, ..]) = (th.id, th.frame.syscall_args().1);
+    let (Some((_, page)), true) = (th.ipc_buffer, opts == MSG_SEND | MSG_RECEIVE) else {
+        return;
+    };
+    let header = paging::read_header(page);
+    if header.bits != REPLY_BITS || timeout != FOREVER {
+        return;
+    }
+    let Some(names) = k.tasks.by_key(th.task_key).map(|t| &t.names) else {
+        return;
+    };
+    let plan = match k.ipc.fast_plan(names, &header, IPC_BUFFER_SIZE, rcv_name) {
+        Some(Fast::Transfer(plan)) if !plan.msg.call => plan,
+        _ => return,
+    };
+    let plan = &plan;
+    let mut data = [0u8; EXC_REPLY_SET_SIZE];
+    let n = plan
+        .msg
+        .size
+        .saturating_sub(HEADER_SIZE)
+        .min(EXC_REPLY_SET_SIZE);
+    let Some(data) = data.get_mut(..n) else {
+        return;
+    };
+    paging::read_phys(PhysAddr(page.0 + HEADER_SIZE as u64), data);
+    let regs = match ExcReply::from_bytes(data) {
+        Some(ExcReply::Retry) => None,
+        Some(ExcReply::Set(r)) => match checked_regs(&r) {
+            Ok(r) => Some(r),
+            Err(_) => return,
+        },
+        Some(ExcReply::Kill) | None => return,
+    };
+    let t = plan.receiver;
+    let Some((th, tt)) = k.threads.get2_mut(cur, t) else {
+        return;
+    };
+    let (th, tt) = (&mut **th, &mut **tt);
+    let Some(c) = k.cpus.get_mut(cpu) else {
+        return;
+    };
+    let urgent = c.runq.peek_priority().is_none_or(|p| p <= tt.priority);
+    if th.stack.is_none()
+        || tt.stack.is_some()
+        || tt.cont.map(|c| c.point) != Some(Resume::ExceptionReply)
+        || tt.exc_reply != Some(plan.msg.dest)
+        || tt.kill_pending
+        || (tt.pinned && tt.cpu != cpu)
+        || !urgent
+    {
+        return;
+    }
+    let Some(handler_task) = k.tasks.by_key_mut(th.task_key) else {
+        return;
+    };
+    if k.ipc
+        .fast_commit_reply(&mut handler_task.names, plan, 0, cur)
+        .is_none()
+    {
+        return;
+    }
+    // From here on the reply is delivered.
+    if let Some(r) = regs {
+        tt.frame.set_user_regs(&r);
+    }
+    th.state = ThreadState::Blocked(Blocked::Receive { port: plan.own });
+    th.cont = Some(Continuation::new(Resume::Receive));
+    tt.cont = None;
+    tt.stack = th.stack.take();
+    k.fast_transfers += 1;
+    k.stats.exc_fast += 1;
+    kernel::charge(c, th);
+    kernel::switch_in_handoff(c, k.kernel_root, cpu, t, tt);
+    kernel::leave_to_user()
 }
 
 /// `exception_port_set(target, name)` by task `id`.

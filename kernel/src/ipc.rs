@@ -212,6 +212,10 @@ pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
 }
 
 fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
+    // An exception handler's reply to a waiting faulting thread resumes it at once (seed
+    // 000 section 2.5; does not return here). Tried here rather than in `fastpath`, whose
+    // code it would lengthen for every RPC.
+    crate::exception::reply_fast(k, gdt::this_cpu());
     // A call to a port with activations migrates (and does not return here).
     crate::activation::try_migrate(k, gdt::this_cpu(), cur);
     let opts = args.opts;

@@ -298,6 +298,11 @@ pub struct Stats {
     pub migrations: u64,
     /// Activations that exist (free, occupied, or retired and still occupied).
     pub activations: u64,
+    /// Legs of exception RPCs taken by the fast path (seed 000 section 2.5): a raise
+    /// handed straight to a waiting handler, or a handler's reply that resumed the faulting
+    /// thread at once. Each is also counted in `ipc_fast` (and as a recognition, an IPC
+    /// block and a stack handoff).
+    pub exc_fast: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -335,6 +340,7 @@ impl Stats {
         "names",
         "migrations",
         "activations",
+        "exc_fast",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -369,6 +375,7 @@ impl Stats {
             self.names,
             self.migrations,
             self.activations,
+            self.exc_fast,
         ]
     }
 }
@@ -649,6 +656,7 @@ mod tests {
             names: 27,
             migrations: 28,
             activations: 29,
+            exc_fast: 30,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
@@ -656,7 +664,7 @@ mod tests {
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
         assert_eq!(
-            core::mem::offset_of!(Stats, activations),
+            core::mem::offset_of!(Stats, exc_fast),
             8 * (STATS_WORDS - 1)
         );
     }

@@ -134,6 +134,40 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }))
     }
 
+    /// The decision of a kernel-sent fast-path message (seed 000 section 2.5, exceptions):
+    /// the kernel sends a message with `id` of `size` bytes to `dest`, whose send right it
+    /// holds, with a new send-once reply right to `own`, a port whose receive right it keeps
+    /// and on which the sending thread waits next. The plan is a request's (commit it with
+    /// [`Ipc::fast_commit_call`], which does the moves of [`Ipc::send_kernel`] followed by
+    /// [`Ipc::copyout`]); `None` when `dest` has no receiver waiting, a queued message or
+    /// activations, or either port is dead or they are the same. No side effects.
+    #[inline(always)]
+    pub fn fast_plan_kernel(
+        &self,
+        dest: PortId,
+        own: PortId,
+        id: u64,
+        size: usize,
+    ) -> Option<FastPlan<T>> {
+        let to = self.ports.get(dest)?;
+        if dest == own || !to.queue.is_empty() || to.pool.is_migrating() {
+            return None;
+        }
+        let receiver = to.receivers.front()?;
+        self.ports.get(own)?;
+        Some(FastPlan {
+            msg: FastMsg {
+                dest,
+                call: true,
+                name: 0,
+                id,
+                size,
+            },
+            own,
+            receiver,
+        })
+    }
+
     /// The destination port and the caller's own port of `plan`, unless a message waits on
     /// the caller's port (its receive would not block): both commits' first step.
     #[inline(always)]

@@ -589,6 +589,89 @@ fn kernel_held_rights_carry_an_exception_rpc() {
     );
 }
 
+/// A kernel-sent fast-path message (an exception raised while the handler waits) makes the
+/// moves of `send_kernel` and `copyout`: the handler gets the same header and a send-once
+/// right to the kernel's port, the handler leaves the destination's receivers and the
+/// faulting thread joins the kernel port's; the handler's fast reply then uses the right
+/// up. Without a waiting receiver, with a queued message, with a pool, or with dead or
+/// equal ports, the plan declines.
+#[test]
+fn fast_plan_kernel_carries_an_exception_rpc() {
+    let mut ipc = I::new();
+    let mut handler = Space::new();
+    let mut fx = Effects::default();
+    let exc = ipc.allocate(&mut handler, 1, 0).unwrap();
+    let exc_port = ipc.receive_port(&handler, exc).unwrap();
+    ipc.hold_send(&handler, exc).unwrap();
+    let reply = ipc.allocate_kernel().unwrap();
+    let id = KERNEL_ID_BASE + 1;
+    assert_eq!(
+        ipc.fast_plan_kernel(exc_port, reply, id, 64),
+        None,
+        "nobody waits"
+    );
+    ipc.port_mut(exc_port).unwrap().receivers.push_back(10);
+    assert_eq!(ipc.fast_plan_kernel(exc_port, exc_port, id, 64), None);
+    let dead = ipc.allocate_kernel().unwrap();
+    ipc.destroy_kernel(dead, &mut fx);
+    assert_eq!(ipc.fast_plan_kernel(exc_port, dead, id, 64), None);
+    assert_eq!(ipc.fast_plan_kernel(dead, reply, id, 64), None);
+    ipc.port_mut(exc_port).unwrap().pool.attached = 1;
+    assert_eq!(ipc.fast_plan_kernel(exc_port, reply, id, 64), None);
+    ipc.port_mut(exc_port).unwrap().pool.attached = 0;
+    ipc.send_kernel(exc_port, id, reply, vec![], &mut fx)
+        .unwrap();
+    assert_eq!(
+        ipc.fast_plan_kernel(exc_port, reply, id, 64),
+        None,
+        "queued"
+    );
+    // What the general path delivers, for comparison.
+    let msg = ipc.dequeue(exc_port, &mut fx).unwrap();
+    let mut out = Vec::new();
+    let general = ipc.copyout(&mut handler, 1, exc, &msg, &mut out).unwrap();
+    ipc.release(&mut handler, general.reply, &mut fx).unwrap();
+    ipc.dequeue(reply, &mut fx).unwrap();
+    ipc.port_mut(exc_port).unwrap().receivers.push_back(10);
+
+    let plan = ipc.fast_plan_kernel(exc_port, reply, id, 64).unwrap();
+    assert_eq!(
+        (plan.receiver, plan.own, plan.msg.dest),
+        (10, reply, exc_port)
+    );
+    let before = ipc.ports();
+    let got = ipc.fast_commit_call(&mut handler, &plan, exc, 20).unwrap();
+    assert_eq!(ipc.ports(), before);
+    assert_eq!(
+        (got.bits, got.dest, got.id),
+        (general.bits, general.dest, general.id)
+    );
+    assert_eq!(got.size, 64);
+    assert_eq!(ipc.info(&handler, got.reply), Ok(RightKind::SendOnce));
+    assert_eq!(ipc.port(reply).unwrap().send_onces, 1);
+    assert!(ipc.port(exc_port).unwrap().receivers.is_empty());
+    assert_eq!(ipc.port(reply).unwrap().receivers.front(), Some(20));
+
+    // The handler's reply through the right, while it receives on its port again.
+    let r = header(got.reply, D::MoveSendOnce, 0, D::None, 0, 9);
+    let back = match ipc.fast_plan(&handler, &r, 4096, exc) {
+        Some(Fast::Transfer(p)) => p,
+        other => panic!("the reply should take the fast path: {other:?}"),
+    };
+    assert_eq!(
+        (back.receiver, back.msg.dest, back.own),
+        (20, reply, exc_port)
+    );
+    ipc.fast_commit_reply(&mut handler, &back, 0, 10).unwrap();
+    assert_eq!(ipc.port(reply).unwrap().send_onces, 0);
+    assert_eq!(ipc.info(&handler, got.reply), Err(Error::InvalidName));
+    assert_eq!(ipc.port(exc_port).unwrap().receivers.front(), Some(10));
+    assert!(ipc.port(reply).unwrap().receivers.is_empty());
+    ipc.release_held_send(exc_port, &mut fx);
+    ipc.destroy_kernel(reply, &mut fx);
+    assert_eq!((ipc.ports(), ipc.queued()), (1, 0));
+}
+
 /// Dead-name requests belong to the space that made them: the same name number in two
 /// spaces is two requests, and cancelling one leaves the other.
 #[test]

@@ -127,6 +127,35 @@ pub fn copy_phys(dst: PhysAddr, src: PhysAddr, len: usize) {
     }
 }
 
+/// Copies `bytes` to physical `dst` through the direct map.
+///
+/// The range must lie inside a frame of user memory (an IPC buffer) that the caller has
+/// checked is mapped in its task.
+pub fn write_phys(dst: PhysAddr, bytes: &[u8]) {
+    // SAFETY: the caller guarantees the range is in a RAM frame of a user page, covered by
+    // the direct map; kernel data never lives in such frames, so `bytes` (kernel memory)
+    // does not overlap it.
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), phys_to_virt(dst.0) as *mut u8, bytes.len())
+    }
+}
+
+/// Copies `out.len()` bytes from physical `src` into `out` through the direct map.
+///
+/// The same conditions as [`write_phys`]. The user may change the bytes meanwhile from
+/// another CPU, which only garbles what is read.
+pub fn read_phys(src: PhysAddr, out: &mut [u8]) {
+    // SAFETY: as in `write_phys`, for reading; `out` is kernel memory, never in such a
+    // frame.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            phys_to_virt(src.0) as *const u8,
+            out.as_mut_ptr(),
+            out.len(),
+        )
+    }
+}
+
 /// Reads a message header from an IPC buffer frame at physical `pa` (its first bytes).
 ///
 /// `pa` must be the start of a frame of user memory that the caller has checked is mapped

@@ -4,9 +4,12 @@
 //! a page fault by mapping the page and retrying the store, an invalid opcode and a
 //! breakpoint by changing registers, an unknown system call by supplying its result. A
 //! worker thread's own exception port comes before the task's, and a dead one is passed
-//! over. Then, acting as a debugger, the program handles the faults of `exc_victim`,
-//! another task: it resumes the victim once with new registers, then drops the reply right
-//! of its second fault, which ends the victim with a report. At the end ports, names and
+//! over. With a handler that waits without a timeout, exceptions and replies take the fast
+//! path of seed 000 section 2.5 (counted in `exc_fast`, nothing queued). Then, acting as a
+//! debugger, the program handles the faults of `exc_victim`, another task: it resumes the
+//! victim once with new registers, then drops the reply right of its second fault, which
+//! ends the victim with a report; two more victims get replies the fast path leaves to the
+//! general one (registers outside user space, an explicit kill). At the end ports, names and
 //! queued messages are back to the baseline (plus the main thread's exception reply
 //! port, which lives as long as the thread). Prints `ok: <what>` per check and
 //! `TEST PASS exc`.
@@ -25,7 +28,7 @@ use baton_rt::ipc::{
 };
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{mem_map, spawn_with, Error};
+use baton_rt::{mem_map, spawn_with, stats, Error, FOREVER};
 
 use baton_rt::check::Failed;
 
@@ -36,13 +39,15 @@ const SOON: u64 = 5_000_000_000;
 /// An unmapped page the handler maps on demand.
 const LAZY: u64 = 0x5000_0000_0000;
 /// What each handler puts in `rax` for an invalid opcode.
-const VALUES: [u64; 2] = [0x600d, 0xbeef];
+const VALUES: [u64; 3] = [0x600d, 0xbeef, 0xfa57];
+/// The handler that waits without a timeout, as the exception fast path needs.
+const FAST: u64 = 2;
 
-static STACKS: StackPool<3, 16384> = StackPool::new();
+static STACKS: StackPool<4, 16384> = StackPool::new();
 /// The port each handler thread receives on.
-static PORTS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+static PORTS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 /// Exceptions each handler answered.
-static HANDLED: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+static HANDLED: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 /// Handlers and workers that have ended.
 static ENDED: Counter = Counter::new(0);
 /// The worker's go signals and its results.
@@ -67,15 +72,17 @@ fn main(_task_id: u64) -> i32 {
 }
 
 /// A handler thread: answers the exceptions that arrive on `PORTS[which]` until the port
-/// dies.
+/// dies. Handler [`FAST`] waits without a timeout (the fast path takes only such waits);
+/// the others with one, so that they take the general path.
 fn handler(which: u64) {
     let w = which as usize;
     let port = PORTS[w].load(Ordering::Relaxed);
+    let timeout = if which == FAST { FOREVER } else { SOON * 4 };
     if let Ok(mut buf) = IpcBuffer::new() {
-        let mut r = buf.msg(MSG_RECEIVE, port, SOON * 4);
+        let mut r = buf.msg(MSG_RECEIVE, port, timeout);
         while r.is_ok() {
             let Some(e) = info(&buf) else {
-                r = buf.msg(MSG_RECEIVE, port, SOON * 4);
+                r = buf.msg(MSG_RECEIVE, port, timeout);
                 continue;
             };
             let mut regs = e.regs;
@@ -101,7 +108,7 @@ fn handler(which: u64) {
             };
             HANDLED[w].fetch_add(1, Ordering::Relaxed);
             r = set_reply(&mut buf, reply)
-                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON * 4));
+                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, timeout));
         }
     }
     ENDED.increment();
@@ -204,12 +211,13 @@ fn run() -> Result<(), Failed> {
         "a dead thread exception port falls back to the task's"
     );
 
+    fast_path(exc)?;
     debugger()?;
 
     // Clean up: the handler ends when its port dies.
     must("exception_port_set", exception_port_set(0, 0))?;
     must("cap_drop", cap_drop(exc))?;
-    must("handlers and worker", ENDED.wait_for(3, SOON))?;
+    must("handlers and worker", ENDED.wait_for(4, SOON))?;
     let end = counts()?;
     let expected = (baseline.0 + 1, baseline.1, baseline.2);
     check!(
@@ -217,6 +225,43 @@ fn run() -> Result<(), Failed> {
         "ports, names and queued messages back to the baseline {expected:?} (now {end:?}; \
          the extra port is this thread's exception reply port)"
     );
+    Ok(())
+}
+
+/// An invalid opcode, answered by the handler; `rax` after it.
+fn invalid_opcode() -> u64 {
+    let rax: u64;
+    // SAFETY: as in `worker`.
+    unsafe { asm!("ud2", inout("rax") 0u64 => rax) };
+    rax
+}
+
+/// The fast path of seed 000 section 2.5: while handler [`FAST`] waits on the task's
+/// exception port, an exception goes straight into its buffer (no message queued) and its
+/// reply resumes the faulting thread at once; each leg is counted in `Stats::exc_fast`.
+/// Afterwards the task's exception port is `exc` again.
+fn fast_path(exc: u64) -> Result<(), Failed> {
+    let fast = must("port_allocate", port_allocate(0))?;
+    PORTS[FAST as usize].store(fast, Ordering::Relaxed);
+    let stack = STACKS.take().ok_or(Failed)?;
+    must("spawn handler", spawn(stack, handler, FAST))?;
+    must("exception_port_set", exception_port_set(0, fast))?;
+    // The first, perhaps before the handler waits (then the general path delivers it).
+    let mut right = invalid_opcode() == VALUES[FAST as usize];
+    let before = must("stats", stats())?;
+    const ROUNDS: u64 = 3;
+    for _ in 0..ROUNDS {
+        right &= invalid_opcode() == VALUES[FAST as usize];
+    }
+    let after = must("stats", stats())?;
+    let legs = after.exc_fast - before.exc_fast;
+    check!(
+        right && legs == 2 * ROUNDS && after.ipc_queued == before.ipc_queued,
+        "with the handler waiting, each exception and its reply take the fast path: {legs} legs for {ROUNDS} round trips, no message queued, every resumption with the handler's registers"
+    );
+    must("exception_port_set", exception_port_set(0, exc))?;
+    // The handler ends when its port dies.
+    must("cap_drop", cap_drop(fast))?;
     Ok(())
 }
 
@@ -254,5 +299,50 @@ fn debugger() -> Result<(), Failed> {
     );
     must("cap_drop", cap_drop(port))?;
     must("cap_drop", cap_drop(gone))?;
+
+    // Replies the fast path leaves to the general one, sent as the fast path takes them
+    // (send and receive, no timeout): registers outside user space, and an explicit kill.
+    // Each ends the victim with a report, and no reply leg is counted as fast.
+    check!(
+        declined(&mut buf, true)?,
+        "a reply with registers outside user space ends the victim, through the general path"
+    );
+    check!(
+        declined(&mut buf, false)?,
+        "a reply that asks to end the victim ends it, through the general path"
+    );
     Ok(())
+}
+
+/// Starts an `exc_victim` and answers its first exception with registers whose `rip` is
+/// in the kernel half (`bad_regs`) or with [`ExcReply::Kill`], sending the reply and then
+/// receiving its end's no-senders notification in one `ipc_msg` without a timeout. Whether
+/// the victim ended with no fast leg counted for the reply.
+fn declined(buf: &mut IpcBuffer, bad_regs: bool) -> Result<bool, Failed> {
+    let port = must("port_allocate", port_allocate(0))?;
+    let gone = must("port_allocate", port_allocate(0))?;
+    must(
+        "no-senders request",
+        port_notify(port, NOTIFY_KIND_NO_SENDERS, gone),
+    )?;
+    must("spawn exc_victim", spawn_with("exc_victim", port))?;
+    must("victim's fault", buf.msg(MSG_RECEIVE, port, SOON))?;
+    let Some(e) = info(buf) else {
+        return Ok(false);
+    };
+    let reply = if bad_regs {
+        let mut regs = e.regs;
+        regs.rip = 1 << 63;
+        ExcReply::Set(regs)
+    } else {
+        ExcReply::Kill
+    };
+    let before = must("stats", stats())?.exc_fast;
+    must("reply", set_reply(buf, reply))?;
+    must("reply", buf.msg(MSG_SEND | MSG_RECEIVE, gone, FOREVER))?;
+    let ended = buf.header().id == NOTIFY_NO_SENDERS;
+    let legs = must("stats", stats())?.exc_fast - before;
+    must("cap_drop", cap_drop(port))?;
+    must("cap_drop", cap_drop(gone))?;
+    Ok(ended && legs == 0)
 }
