@@ -19,7 +19,7 @@
 
 use crate::arch::{cpu, gdt, paging};
 use crate::kernel::{self, Ending, Kernel, TaskId};
-use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use baton_abi::exception::{
     ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE, EXC_REPLY_SET_SIZE,
 };
@@ -123,8 +123,8 @@ const _: () = assert!(RAISE_SIZE <= IPC_BUFFER_SIZE);
 /// kernel stack to the handler, whose receive it has finished (recognition). The rights
 /// move as [`kern::ipc::Ipc::send_kernel`] and the handler's receive would move them.
 /// Returns, having changed nothing, when the handler is not waiting so (or is this thread,
-/// pinned elsewhere, being killed, or has no room for the reply right); the general path
-/// then sends the message.
+/// pinned elsewhere, being killed, or has no room for the reply right) or this thread is
+/// being killed; the general path then sends the message.
 fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: &ExceptionInfo) {
     let cpu = gdt::this_cpu();
     let Some(plan) = k.ipc.fast_plan_kernel(port, reply, EXC_RAISE, RAISE_SIZE) else {
@@ -140,6 +140,7 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: 
         return;
     };
     if th.stack.is_none()
+        || th.kill_pending
         || ht.stack.is_some()
         || ht.cont.map(|c| c.point) != Some(Resume::Receive)
         || r_opts & (MSG_BUF | MSG_SLOW) != 0
@@ -167,16 +168,33 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: 
     if let Some(timer) = ht.timer.take() {
         k.timers.cancel(timer);
     }
-    th.state = ThreadState::Blocked(Blocked::Receive { port: reply });
     th.timer = None;
-    th.cont = Some(Continuation::new(Resume::ExceptionReply));
-    ht.cont = None;
-    ht.stack = th.stack.take();
     // Counted as a fast transfer (a recognition, an IPC block and a stack handoff too).
     k.fast_transfers += 1;
     k.stats.exc_fast += 1;
+    let blocked = Blocked::Receive { port: reply };
+    let root = k.kernel_root;
+    hand_over(c, root, cpu, th, (blocked, Resume::ExceptionReply), (h, ht))
+}
+
+/// The end of either leg of the exception fast path: the running thread `th` of `cpu`
+/// (`c`) blocks as `blocked`, to resume with `resume`, and thread `t` (`tt`), whose wait
+/// was just finished for it (recognition), takes its kernel stack and returns to user mode.
+#[inline(always)]
+fn hand_over(
+    c: &mut kernel::Cpu,
+    kernel_root: PhysAddr,
+    cpu: usize,
+    th: &mut Thread,
+    (blocked, resume): (Blocked, Resume),
+    (t, tt): (ThreadId, &mut Thread),
+) -> ! {
+    th.state = ThreadState::Blocked(blocked);
+    th.cont = Some(Continuation::new(resume));
+    tt.cont = None;
+    tt.stack = th.stack.take();
     kernel::charge(c, th);
-    kernel::switch_in_handoff(c, k.kernel_root, cpu, h, ht);
+    kernel::switch_in_handoff(c, kernel_root, cpu, t, tt);
     kernel::leave_to_user()
 }
 
@@ -316,6 +334,7 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     };
     let urgent = c.runq.peek_priority().is_none_or(|p| p <= tt.priority);
     if th.stack.is_none()
+        || th.kill_pending
         || tt.stack.is_some()
         || tt.cont.map(|c| c.point) != Some(Resume::ExceptionReply)
         || tt.exc_reply != Some(plan.msg.dest)
@@ -338,15 +357,11 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     if let Some(r) = regs {
         tt.frame.set_user_regs(&r);
     }
-    th.state = ThreadState::Blocked(Blocked::Receive { port: plan.own });
-    th.cont = Some(Continuation::new(Resume::Receive));
-    tt.cont = None;
-    tt.stack = th.stack.take();
     k.fast_transfers += 1;
     k.stats.exc_fast += 1;
-    kernel::charge(c, th);
-    kernel::switch_in_handoff(c, k.kernel_root, cpu, t, tt);
-    kernel::leave_to_user()
+    let blocked = Blocked::Receive { port: plan.own };
+    let root = k.kernel_root;
+    hand_over(c, root, cpu, th, (blocked, Resume::Receive), (t, tt))
 }
 
 /// `exception_port_set(target, name)` by task `id`.

@@ -243,6 +243,13 @@ const SPINNING: usize = 5;
 /// `INFO`'s word: `WAIT_ALERT` calls waiting for an alert in the server now.
 const AWAITING_ALERT: usize = 6;
 
+/// Waits until one `WAIT_ALERT` call waits for an alert in `b` (see [`await_info`]).
+fn await_alert_wait(buf: &mut IpcBuffer, b: u64) -> Result<(), Failed> {
+    await_info(buf, b, AWAITING_ALERT, "the helper to wait in B", |n| {
+        n == 1
+    })
+}
+
 /// Waits (up to 3 s, then fails the test) until a helper has set [`ASLEEP`]: it is about
 /// to sleep (a kernel wait honours an alert that comes before it, so the few instructions
 /// in between change no outcome).
@@ -377,13 +384,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
 
     // 1. An alert on a thread deep in A → B reaches B (polling) and A.
     let x = helper(deep_waiter, 0)?;
-    await_info(
-        &mut buf,
-        b,
-        AWAITING_ALERT,
-        "the helper to wait in B",
-        |n| n == 1,
-    )?;
+    await_alert_wait(&mut buf, b)?;
     must("alert", migrate::alert(Act::Thread(x)))?;
     let took = join(2_000)?;
     let got = GOT.load(Ordering::SeqCst);
@@ -551,13 +552,7 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     // 5. Terminating a client thread deep in A -> B: immediate; B gets an alert; the
     //    thread ends when it comes home.
     let v = helper(deep_waiter, 0)?;
-    await_info(
-        &mut buf,
-        b,
-        AWAITING_ALERT,
-        "the helper to wait in B",
-        |n| n == 1,
-    )?;
+    await_alert_wait(&mut buf, b)?;
     let tp = must("thread port", thread_port(v))?;
     let t0 = baton_rt::clock_ns();
     must(

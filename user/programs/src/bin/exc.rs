@@ -265,9 +265,10 @@ fn fast_path(exc: u64) -> Result<(), Failed> {
     Ok(())
 }
 
-/// Handles the exceptions of `exc_victim`, another task, as a debugger would.
-fn debugger() -> Result<(), Failed> {
-    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+/// Starts an `exc_victim` whose exception port is a new port of ours, with a no-senders
+/// request on it to a second new port, and receives its first exception into `buf`; the
+/// two ports.
+fn start_victim(buf: &mut IpcBuffer) -> Result<(u64, u64), Failed> {
     let port = must("port_allocate", port_allocate(0))?;
     let gone = must("port_allocate", port_allocate(0))?;
     must(
@@ -276,6 +277,13 @@ fn debugger() -> Result<(), Failed> {
     )?;
     must("spawn exc_victim", spawn_with("exc_victim", port))?;
     must("victim's fault", buf.msg(MSG_RECEIVE, port, SOON))?;
+    Ok((port, gone))
+}
+
+/// Handles the exceptions of `exc_victim`, another task, as a debugger would.
+fn debugger() -> Result<(), Failed> {
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    let (port, gone) = start_victim(&mut buf)?;
     let e = info(&buf);
     check!(
         e.is_some_and(|e| e.kind == 14 && e.addr == 0 && e.regs.r13 != 0),
@@ -319,14 +327,7 @@ fn debugger() -> Result<(), Failed> {
 /// receiving its end's no-senders notification in one `ipc_msg` without a timeout. Whether
 /// the victim ended with no fast leg counted for the reply.
 fn declined(buf: &mut IpcBuffer, bad_regs: bool) -> Result<bool, Failed> {
-    let port = must("port_allocate", port_allocate(0))?;
-    let gone = must("port_allocate", port_allocate(0))?;
-    must(
-        "no-senders request",
-        port_notify(port, NOTIFY_KIND_NO_SENDERS, gone),
-    )?;
-    must("spawn exc_victim", spawn_with("exc_victim", port))?;
-    must("victim's fault", buf.msg(MSG_RECEIVE, port, SOON))?;
+    let (port, gone) = start_victim(buf)?;
     let Some(e) = info(buf) else {
         return Ok(false);
     };
