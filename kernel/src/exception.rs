@@ -32,7 +32,7 @@ use baton_abi::Error;
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
-use kern::ipc::{Effects, Fast, PortId, Wake};
+use kern::ipc::{Effects, Fast, Held, PortId, Wake, KERNEL_SPACE};
 
 /// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
 const USER_FLAGS: u64 = 0xdd5;
@@ -273,18 +273,18 @@ fn checked_regs(r: &UserRegs) -> Result<UserRegs, Error> {
     })
 }
 
-/// The reply half of the exception fast path, taken by `fastpath::try_ipc` when the
-/// receiver of a reply (the handler `cur`, running on `cpu`, replies from its IPC buffer
-/// `page` through its send-once right `name` to port `dest`, in a message of `size` bytes,
-/// and receives next on `own`) is a thread (`receiver`) waiting with the
-/// [`Resume::ExceptionReply`] continuation: the
-/// reply is applied at once — registers set, or left for a retry — the send-once right is
-/// used up, the handler blocks in its receive and hands its kernel stack to the faulting
-/// thread, which returns to user mode (recognition: its continuation is not run). Returns,
-/// having changed nothing, when a reply that ends the task, a malformed one, or anything
-/// `try_ipc` would decline for an RPC (a pinned, killed or less urgent thread, a message
-/// waiting on the handler's port) leaves it to the general path, which reads the reply in
-/// [`continue_reply`].
+/// The reply half of the exception fast path (seed 000 section 2.5), tried by the general
+/// `ipc_msg` path when the RPC fast path declined a message of the running thread of `cpu`
+/// (the handler) whose receiver waits with the [`Resume::ExceptionReply`] continuation
+/// (`Cpu::exc_reply_hint`). For a reply through a send-once right to a faulting thread's
+/// reply port, sent from the handler's IPC buffer with `ipc_msg(SEND | RECEIVE)` and no
+/// timeout, the reply is applied at once — registers set, or left for a retry — the
+/// send-once right is used up, the handler blocks in its receive and hands its kernel stack
+/// to the faulting thread, which returns to user mode (recognition: its continuation is
+/// not run). Returns, having changed nothing, for anything else: a reply that ends the task
+/// or is malformed, or anything `fastpath::try_ipc` would decline for an RPC (a pinned,
+/// killed or less urgent thread, a message waiting on the handler's port); the general
+/// path then delivers the reply, which [`continue_reply`] reads.
 #[inline(never)]
 pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     // SAFETY: the running thread of this CPU is in this system call; the reference is
@@ -301,6 +301,17 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     let Some(names) = k.tasks.by_key(th.task_key).map(|t| &t.names) else {
         return;
     };
+    // Only a send-once right to a port the kernel receives on can reach a faulting thread:
+    // anything else leaves at once, so an RPC reply on the general path pays little here.
+    let to_kernel = names.lookup(header.dest).is_ok_and(|e| {
+        e.kind == Held::SendOnce
+            && k.ipc
+                .port(e.port)
+                .is_some_and(|p| p.receiver == KERNEL_SPACE)
+    });
+    if !to_kernel {
+        return;
+    }
     let plan = match k.ipc.fast_plan(names, &header, IPC_BUFFER_SIZE, rcv_name) {
         Some(Fast::Transfer(plan)) if !plan.msg.call => plan,
         _ => return,

@@ -84,10 +84,16 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
         return;
     };
     let [r_opts, r_name, ..] = rt.frame.syscall_args().1;
-    let Some((_, r_page)) = rt.ipc_buffer else {
+    let Some(c) = k.cpus.get_mut(cpu) else {
         return;
     };
-    let Some(c) = k.cpus.get_mut(cpu) else {
+    // An exception handler's reply has a fast path of its own, which the general path
+    // tries when told so (kept out of this function's code).
+    let exc_reply = |c: &mut kernel::Cpu, rt: &Thread| {
+        c.exc_reply_hint = rt.cont.map(|c| c.point) == Some(Resume::ExceptionReply);
+    };
+    let Some((_, r_page)) = rt.ipc_buffer else {
+        exc_reply(c, rt);
         return;
     };
     let urgent = c.runq.peek_priority().is_none_or(|p| p <= rt.priority);
@@ -99,6 +105,7 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
         || (rt.pinned && rt.cpu != cpu)
         || !urgent
     {
+        exc_reply(c, rt);
         return;
     }
     // Every check of the threads passed. The rights: a request changes the receiver's

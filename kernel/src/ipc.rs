@@ -205,6 +205,16 @@ enum Sent {
 /// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size)` by the running thread `cur`.
 /// Returns the call's result, unless the thread blocks (then it does not return).
 pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
+    // An exception handler's reply to a waiting faulting thread resumes it at once (seed
+    // 000 section 2.5; does not return here), tried only when the RPC fast path saw such a
+    // receiver (its code, and every other general `ipc_msg`, stay as they were).
+    let cpu = gdt::this_cpu();
+    if k.cpus
+        .get_mut(cpu)
+        .is_some_and(|c| core::mem::take(&mut c.exc_reply_hint))
+    {
+        crate::exception::reply_fast(k, cpu);
+    }
     match ipc_msg(k, cur, MsgArgs::from(a)) {
         Ok(()) => 0,
         Err(e) => e.to_raw(),
@@ -212,10 +222,6 @@ pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
 }
 
 fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
-    // An exception handler's reply to a waiting faulting thread resumes it at once (seed
-    // 000 section 2.5; does not return here). Tried here rather than in `fastpath`, whose
-    // code it would lengthen for every RPC.
-    crate::exception::reply_fast(k, gdt::this_cpu());
     // A call to a port with activations migrates (and does not return here).
     crate::activation::try_migrate(k, gdt::this_cpu(), cur);
     let opts = args.opts;

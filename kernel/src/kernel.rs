@@ -110,6 +110,11 @@ pub struct Cpu {
     pub halted: bool,
     /// TSC when the running thread was last charged (see [`charge`]).
     pub since: u64,
+    /// Set by the RPC fast path when it declined an `ipc_msg` whose receiver waits for an
+    /// exception handler's reply; the general path then tries the exception reply's fast
+    /// path (`exception::reply_fast`), and only then. A hint: that path checks everything
+    /// again.
+    pub exc_reply_hint: bool,
 }
 
 /// Charges the time since the CPU `c` last charged to `old`, its running thread, which is
@@ -971,6 +976,7 @@ fn add_cpu(k: &mut Kernel, c: usize) {
         pcid_owner: alloc::vec![0; PCIDS],
         halted: false,
         since: cpu::rdtsc(),
+        exc_reply_hint: false,
     });
 }
 
