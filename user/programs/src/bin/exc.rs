@@ -72,8 +72,9 @@ fn main(_task_id: u64) -> i32 {
 }
 
 /// A handler thread: answers the exceptions that arrive on `PORTS[which]` until the port
-/// dies. Handler [`FAST`] waits without a timeout (the fast path takes only such waits);
-/// the others with one, so that they take the general path.
+/// dies. Handler [`FAST`] waits without a timeout, so that its replies too can take the
+/// fast path (which takes only a reply sent without one); the others with one, so that
+/// their replies take the general path.
 fn handler(which: u64) {
     let w = which as usize;
     let port = PORTS[w].load(Ordering::Relaxed);
