@@ -14,7 +14,7 @@
 // Each program uses part of the protocol.
 #![allow(dead_code)]
 
-use baton_rt::ipc::{port_allocate, Descriptor, IpcBuffer, MSG_RECEIVE};
+use baton_rt::ipc::{port_allocate, IpcBuffer, MSG_RECEIVE};
 use baton_rt::{spawn_with, Error, FOREVER};
 
 /// One-way, server → bootstrap: carries a send right to the server's port.
@@ -145,17 +145,6 @@ impl Info {
 #[allow(unused_imports)]
 pub use baton_rt::ipc::data_word as word;
 
-/// A one-way message `id` to `to` (a send right, copied) through `buf`.
-pub fn send(
-    buf: &mut IpcBuffer,
-    to: u64,
-    id: u64,
-    descriptors: &[Descriptor],
-    data: &[u8],
-) -> Result<(), Error> {
-    buf.send(to, id, descriptors, data)
-}
-
 /// Starts a `regs_server` in `mode` ([`DIRTY`] or [`REPORT`]), waits until its activation
 /// is attached, and returns the send right to its port and what it said about the
 /// activation. [`Error::BadFormat`] if the server does not follow the protocol.
@@ -167,7 +156,7 @@ pub fn start(buf: &mut IpcBuffer, mode: u64) -> Result<(u64, Info), Error> {
         (HELLO, Some(d)) => d.value,
         _ => return Err(Error::BadFormat),
     };
-    send(buf, server, CONFIG, &[], &mode.to_le_bytes())?;
+    buf.send(server, CONFIG, &[], &mode.to_le_bytes())?;
     buf.msg(MSG_RECEIVE, boot, FOREVER)?;
     if buf.header().id != READY {
         return Err(Error::BadFormat);

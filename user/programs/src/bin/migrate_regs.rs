@@ -464,7 +464,7 @@ fn run() -> Result<(), Failed> {
     //    a new generation) must not see them.
     c.dirty(&dirty, Via::IpcBuffer)?;
     let acts = must("stats", stats())?.activations;
-    must("exit", send(&mut c.ipc, dirty.port, EXIT, &[], &[]))?;
+    must("exit", c.ipc.send(dirty.port, EXIT, &[], &[]))?;
     must("drop", baton_rt::ipc::cap_drop(dirty.port))?;
     let mut gone = false;
     for _ in 0..200 {
@@ -499,7 +499,7 @@ fn run() -> Result<(), Failed> {
 
     // 4. Everything back.
     for s in [&report, &later] {
-        must("exit", send(&mut c.ipc, s.port, EXIT, &[], &[]))?;
+        must("exit", c.ipc.send(s.port, EXIT, &[], &[]))?;
         must("drop", baton_rt::ipc::cap_drop(s.port))?;
     }
     must("drop reply", baton_rt::ipc::cap_drop(c.reply))?;

@@ -182,8 +182,7 @@ fn serve() -> Result<(), Error> {
     let boot = bootstrap();
     let mut buf = IpcBuffer::new()?;
     let port = port_allocate(0)?;
-    send(
-        &mut buf,
+    buf.send(
         boot,
         HELLO,
         &[Descriptor::port(port, Disposition::MakeSend)],
@@ -218,7 +217,7 @@ fn serve() -> Result<(), Error> {
     for (i, w) in info.to_words().iter().enumerate() {
         data[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
     }
-    send(&mut buf, boot, READY, &[], &data)?;
+    buf.send(boot, READY, &[], &data)?;
     loop {
         buf.msg(MSG_RECEIVE, port, FOREVER)?;
         let h = buf.header();
