@@ -111,6 +111,55 @@ pub fn expect_interleaved(log: &str, a: &str, b: &str) -> Result<(), String> {
     }
 }
 
+/// Checks that every task the log says was started (`[kernel] task <id> (<name>) started`,
+/// by the kernel or by another task) ended exactly once: one line `[kernel] task <id>
+/// (<name>) exited with code <n>`, `... killed: <reason>` or `[kernel] task <id> terminated
+/// through its task port` for it, never two (a task released twice reports its end twice).
+pub fn each_task_ends_once(log: &str) -> Result<(), String> {
+    use std::collections::BTreeMap;
+    let mut started: Vec<u64> = Vec::new();
+    let mut ends: BTreeMap<u64, usize> = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("[kernel] task ") else {
+            continue;
+        };
+        let Some((id, tail)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else {
+            continue;
+        };
+        // After the task's name: `(<name>) <what>`; a name holds no `) `.
+        let what = tail.split_once(") ").map_or(tail, |(_, w)| w);
+        if what.starts_with("started") {
+            started.push(id);
+        } else if what.starts_with("exited with code ")
+            || what.starts_with("killed: ")
+            || tail.starts_with("terminated through its task port")
+        {
+            *ends.entry(id).or_default() += 1;
+        }
+    }
+    let mut problems = Vec::new();
+    for id in &started {
+        match ends.get(id).copied().unwrap_or(0) {
+            1 => {}
+            0 => problems.push(format!("task {id} never ended")),
+            n => problems.push(format!("task {id} ended {n} times")),
+        }
+    }
+    for (id, n) in &ends {
+        if *n > 1 && !started.contains(id) {
+            problems.push(format!("task {id} ended {n} times"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod unit_tests {
     use super::*;
@@ -177,5 +226,27 @@ mod unit_tests {
         let nested = "a| progress 1\nb| progress 1\nb| progress 2\na| progress 2\n";
         assert!(expect_interleaved(nested, "a| progress", "b| progress").is_err());
         assert!(expect_interleaved("", "a| progress", "b| progress").is_err());
+    }
+
+    #[test]
+    fn task_ends() {
+        let log = "[kernel] task 1 (a) started\n[kernel] task 2 (b) started by task 1\n\
+                   [kernel] task 3 (c) started by task 1\n\
+                   [kernel] task 2 (b) exited with code 3\n\
+                   [kernel] task 3 (c) killed: page fault\n[kernel] task 1 (a) exited with code 0\n";
+        assert_eq!(each_task_ends_once(log), Ok(()));
+        let twice = format!("{log}[kernel] task 2 (b) exited with code 3\n");
+        assert_eq!(
+            each_task_ends_once(&twice).unwrap_err(),
+            "task 2 ended 2 times"
+        );
+        let never = "[kernel] task 1 (a) started\n[kernel] task 1 (a) ActCreate: bad\n";
+        assert_eq!(
+            each_task_ends_once(never).unwrap_err(),
+            "task 1 never ended"
+        );
+        let port = "[kernel] task 4 (k) started by task 1\n\
+                    [kernel] task 4 terminated through its task port by task 1\n";
+        assert_eq!(each_task_ends_once(port), Ok(()));
     }
 }

@@ -14,7 +14,7 @@
 //! `TEST FAIL <what>`), then add an entry to [`ALL`], starting from [`BASE`] for the
 //! defaults. `cargo xtask test --filter <name>` runs just that test.
 
-use crate::judge::{expect_interleaved, expect_order};
+use crate::judge::{each_task_ends_once, expect_interleaved, expect_order};
 use std::time::Duration;
 
 /// A check of the whole serial log, beyond required substrings.
@@ -146,6 +146,20 @@ const ACTCTL_REQUIRE: &[&str] = &[
     "ok: the kernel heap does not grow round after round",
     "ok: 3000 activation calls with random arguments return",
     "TEST PASS actctl",
+];
+
+/// What the `teardown` tests require.
+const TEARDOWN_REQUIRE: &[&str] = &[
+    "ok: a task returning from main while another of its threads yields inside its own activation ends, and all it had is freed",
+    "ok: a client task ended while its thread spins in a server",
+    "ok: then the server exits: the thread that spins in it ends with both tasks, nothing is left",
+    "ok: a client task ended while its thread sleeps in a server",
+    "ok: then the server exits: the thread that sleeps in it ends with both tasks, nothing is left",
+    "ok: round 2: terminating the first client's activation while its call is nested in B aborts that call",
+    "ok: round 2: the second client, served in the same activation meanwhile, gets its own reply",
+    "ok: round 2: nothing is left",
+    "ok: a server whose own thread ends while a call sleeps in it lingers until the call has returned",
+    "teardown#1| TEST PASS teardown",
 ];
 
 /// What the `migrate_regs` tests require.
@@ -591,6 +605,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate"],
         smp: 1,
         require: MIGRATE_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -600,6 +615,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate_idl"],
         smp: 1,
         require: MIGRATE_IDL_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -607,6 +623,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate_idl"],
         smp: 2,
         require: MIGRATE_IDL_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -615,6 +632,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["actctl"],
         smp: 1,
         require: ACTCTL_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -622,6 +640,26 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["actctl"],
         smp: 2,
         require: ACTCTL_REQUIRE,
+        check: Some(each_task_ends_once),
+        ..BASE
+    },
+    IntegrationTest {
+        // Tasks, threads and activations ending while threads are inside activations:
+        // a task ending with a thread in its own activation, a client and then its server
+        // ending, a split's reply, a lingering server; every task's end reported once.
+        name: "teardown_smp1",
+        init: &["teardown"],
+        smp: 1,
+        require: TEARDOWN_REQUIRE,
+        check: Some(each_task_ends_once),
+        ..BASE
+    },
+    IntegrationTest {
+        name: "teardown_smp2",
+        init: &["teardown"],
+        smp: 2,
+        require: TEARDOWN_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -631,6 +669,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate_regs"],
         smp: 1,
         require: MIGRATE_REGS_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -638,6 +677,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate_regs"],
         smp: 2,
         require: MIGRATE_REGS_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -645,6 +685,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate"],
         smp: 2,
         require: MIGRATE_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
