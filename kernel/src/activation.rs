@@ -776,11 +776,9 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         match k.threads.get_mut(t).and_then(|th| th.below.pop()) {
             Some(next) => saved = next,
             None => {
-                // Home is ending too: end the thread like any other of its task.
-                if let Some(th) = k.threads.get_mut(t) {
-                    th.state = ThreadState::Halted;
-                }
-                k.reap_thread(t);
+                // Home is ending too: end the thread like any other of its task (off the
+                // run queue first, when it was ready).
+                k.halt_and_reap(t);
                 return true;
             }
         }

@@ -659,14 +659,7 @@ impl Kernel {
                     poke_cpu(self, cpu, u8::MAX);
                 }
             }
-            ThreadState::Ready => {
-                let (cpu, prio) = (th.cpu, th.priority);
-                th.state = ThreadState::Halted;
-                if let Some(c) = self.cpus.get_mut(cpu) {
-                    c.runq.remove(tid, prio);
-                }
-                self.reap_thread(tid);
-            }
+            ThreadState::Ready => self.halt_and_reap(tid),
             ThreadState::Blocked(b) => {
                 th.state = ThreadState::Halted;
                 self.forget_blocked(tid, b);
@@ -674,6 +667,31 @@ impl Kernel {
             }
             ThreadState::Halted | ThreadState::Idle => {}
         }
+    }
+
+    /// Ends thread `t`, which is not running (ready, or blocked and already taken off what
+    /// it waited in), and frees it: a ready thread leaves its run queue first, since a
+    /// thread is in a run queue exactly while it is ready (a reaped thread left there is
+    /// picked later and found gone).
+    pub fn halt_and_reap(&mut self, t: ThreadId) {
+        let Some(th) = self.threads.get_mut(t) else {
+            return;
+        };
+        if let ThreadState::Running { cpu } = th.state {
+            // Not reachable (callers hold threads that do not run); ending it at its next
+            // kernel entry is the safe answer.
+            th.kill_pending = true;
+            poke_cpu(self, cpu, u8::MAX);
+            return;
+        }
+        let was = core::mem::replace(&mut th.state, ThreadState::Halted);
+        if was == ThreadState::Ready {
+            let (cpu, prio) = (th.cpu, th.priority);
+            if let Some(c) = self.cpus.get_mut(cpu) {
+                c.runq.remove(t, prio);
+            }
+        }
+        self.reap_thread(t);
     }
 
     /// Takes thread `t` off whatever it waits in as `b` (not its timer).
