@@ -500,7 +500,10 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     let Some(saved) = th.below.pop() else {
         return Error::InvalidArgument;
     };
-    let result = if saved.to != ReplyTo::IpcBuffer {
+    // A dead record (terminated, or its task ending) takes no reply: after a split its
+    // activation is back in its pool and its buffer may already hold another call's
+    // request. One test on the common path (the record's `to` and `dead` are both read).
+    let result = if saved.to != ReplyTo::IpcBuffer || !lives(&saved) {
         reply_elsewhere(k, &saved)
     } else {
         match (th.ipc_buffer, saved.ipc_buffer) {
@@ -540,9 +543,14 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
 }
 
 /// The reply of the call `saved` when it does not go to the caller's IPC buffer page: none
-/// for a sidetrack upcall, or into the caller's own buffer ([`reply_to_user`]).
+/// for a sidetrack upcall, or into the caller's own buffer ([`reply_to_user`]); none at
+/// all when `saved` is dead (its thread unwinds through it with [`Error::Aborted`]: nothing
+/// is written to a buffer or memory of an activation that may serve another call now).
 #[inline(never)]
 fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
+    if !lives(saved) {
+        return Err(Error::Aborted);
+    }
     match saved.to {
         ReplyTo::User { va, len } => reply_to_user(k, saved, va, len),
         ReplyTo::Sidetrack | ReplyTo::IpcBuffer => Ok(()),
