@@ -358,23 +358,21 @@ impl Kernel {
             if self.threads.iter().any(|(_, t)| t.task == Some(id)) {
                 continue;
             }
-            if let Some(task) = self.tasks.get_mut(&id) {
-                task.lingering = false;
-            }
-            let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(1))
-            });
             self.remove_task(id);
         }
     }
 
     /// Removes task `task_id`, whose last thread is gone (and no floor call is in its
     /// address space, and no thread of another task runs in it): reports its exit, releases
-    /// its rights and frees its memory.
+    /// its rights and frees its memory. A lingering task did all but the last when its last
+    /// thread went (`Kernel::last_thread_gone`): it is not reported or released again.
     pub fn remove_task(&mut self, task_id: TaskId) {
         self.floor.forget(task_id);
-        // A lingering task released all but its memory when its last thread went.
-        if !self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
+        if self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
+            let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+        } else {
             self.release_task(task_id);
         }
         if let Some(task) = self.tasks.remove(&task_id) {

@@ -148,6 +148,9 @@ const ACTCTL_REQUIRE: &[&str] = &[
     "TEST PASS actctl",
 ];
 
+/// The `teardown` tests spin and sleep for seconds in servers; TCG on a loaded host is slow.
+const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// What the `teardown` tests require.
 const TEARDOWN_REQUIRE: &[&str] = &[
     "ok: a task returning from main while another of its threads yields inside its own activation ends, and all it had is freed",
@@ -650,6 +653,7 @@ pub const ALL: &[IntegrationTest] = &[
         // ending, a split's reply, a lingering server; every task's end reported once.
         name: "teardown_smp1",
         init: &["teardown"],
+        timeout: TEARDOWN_TIMEOUT,
         smp: 1,
         require: TEARDOWN_REQUIRE,
         check: Some(each_task_ends_once),
@@ -658,6 +662,7 @@ pub const ALL: &[IntegrationTest] = &[
     IntegrationTest {
         name: "teardown_smp2",
         init: &["teardown"],
+        timeout: TEARDOWN_TIMEOUT,
         smp: 2,
         require: TEARDOWN_REQUIRE,
         check: Some(each_task_ends_once),
