@@ -13,7 +13,10 @@
 //!    the activation goes back to the pool and the second client's call takes it; when the
 //!    first call's nested part returns, the second client still gets its own reply;
 //! 5. a server exits inside a call, on the caller's thread (the task lingers until that
-//!    thread has left it): the call is aborted, and the task goes.
+//!    thread has left it): the call is aborted, and the task goes;
+//! 6. a server with one activation exits while one client's call sleeps in it and another
+//!    client's call waits for the activation: the first is aborted, the second fails as a
+//!    call to a dead port does, and nothing is left.
 //!
 //! That each task's end is reported exactly once is checked on the log by the test
 //! (`xtask`). Verdict: `TEST PASS teardown` or `TEST FAIL teardown: ...`.
@@ -86,6 +89,7 @@ fn run() -> Result<(), Failed> {
         split_reply(&mut buf, &base, round)?;
     }
     server_exits_in_call(&mut buf, &base)?;
+    server_exits_with_caller_queued(&mut buf, &base)?;
     Ok(())
 }
 
@@ -375,4 +379,79 @@ fn server_exits_in_call(buf: &mut IpcBuffer, base: &baton_rt::Stats) -> Result<(
         now.ports
     );
     Ok(())
+}
+
+/// Check 6's clients: a 2 s `SLEEP` call to [`SERVER`]; the raw result in `FIRST` (`arg`
+/// 0) or `SECOND` (1).
+fn long_sleeper(arg: u64) {
+    if let Ok(mut b) = IpcBuffer::new() {
+        let r = raw_call(
+            &mut b,
+            SERVER.load(Ordering::Relaxed),
+            SLEEP,
+            &2_000_000_000u64.to_le_bytes(),
+        );
+        if arg == 0 { &FIRST } else { &SECOND }.store(r, Ordering::SeqCst);
+    }
+}
+
+/// Check 6.
+fn server_exits_with_caller_queued(
+    buf: &mut IpcBuffer,
+    base: &baton_rt::Stats,
+) -> Result<(), Failed> {
+    let s = must("start mig_server", start(buf, 1, false, false))?;
+    SERVER.store(s, Ordering::Relaxed);
+    FIRST.store(u64::MAX, Ordering::SeqCst);
+    SECOND.store(u64::MAX, Ordering::SeqCst);
+    let Some(stack) = STACKS.take() else {
+        println!("TEST FAIL {TEST}: out of helper stacks");
+        return Err(Failed);
+    };
+    // The server's one activation is taken by the first call, which sleeps there; the
+    // second finds none free and waits on the port. (Polling the kernel's counters, with
+    // yields: a call to the server would wait for the activation too.)
+    let b0 = must("stats", stats())?;
+    must("spawn", spawn(stack, long_sleeper, 0))?;
+    let asleep = await_count(|st| st.blocks_sleep > b0.blocks_sleep)?;
+    let b1 = must("stats", stats())?;
+    let Some(stack) = STACKS.take() else {
+        println!("TEST FAIL {TEST}: out of helper stacks");
+        return Err(Failed);
+    };
+    must("spawn", spawn(stack, long_sleeper, 1))?;
+    let queued = await_count(|st| st.blocks_ipc > b1.blocks_ipc)?;
+    let t0 = baton_rt::clock_ns();
+    must("exit", send(buf, s, EXIT, &[], &[]))?;
+    must("drop", baton_rt::ipc::cap_drop(s))?;
+    let first = await_result(&FIRST)?;
+    let second = await_result(&SECOND)?;
+    let took = (baton_rt::clock_ns() - t0) / 1_000_000;
+    let now = await_stats(|st| at_base(st, base))?;
+    check!(
+        asleep
+            && queued
+            && baton_abi::decode_result(first) == Err(Error::Aborted)
+            && baton_abi::decode_result(second) == Err(Error::DeadName)
+            && took < 1_500
+            && at_base(&now, base),
+        "a server exiting with one call inside and one waiting for its activation: the first is aborted ({first:#x}), the second gets DeadName ({second:#x}), both at once ({took} ms), nothing is left ({} threads, {} activations, {} ports)",
+        now.threads,
+        now.activations,
+        now.ports
+    );
+    Ok(())
+}
+
+/// Yields (never sleeps, which would count) until the kernel's counters satisfy `ok`, for
+/// up to 3 s; whether they did.
+fn await_count(ok: impl Fn(&baton_rt::Stats) -> bool) -> Result<bool, Failed> {
+    let t0 = baton_rt::clock_ns();
+    while baton_rt::clock_ns() - t0 < 3_000_000_000 {
+        if ok(&must("stats", stats())?) {
+            return Ok(true);
+        }
+        baton_rt::sys::yield_now();
+    }
+    Ok(false)
 }
