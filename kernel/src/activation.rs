@@ -35,7 +35,8 @@
 //!   migrated thread is not killed: it unwinds to the nearest activation below that lives,
 //!   whose `ipc_msg` returns [`Error::Aborted`]. When a client's task ends while its thread
 //!   runs in a server, the thread goes on in the server (which is not disturbed) and ends
-//!   when it returns into the dead activation.
+//!   when it returns into the dead activation. A return into a dead activation copies no
+//!   reply: after a split ([`split`]) that activation may already serve another call.
 //!
 //! # Invariants
 //! - `Thread::below` is empty exactly when the thread runs in its home task; each record
