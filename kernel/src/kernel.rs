@@ -1118,6 +1118,15 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
         v if v < 32 => {
+            // A thread of a task already ending (another of its threads faulted first, on
+            // another CPU) just ends: the task's end is handled and reported once.
+            let ending = k
+                .current_task()
+                .and_then(|id| k.tasks.get(&id))
+                .is_some_and(|t| t.ending.is_some());
+            if ending {
+                thread::thread_terminate_current(k);
+            }
             crate::exception::raise(k, cur, v, frame.error);
             k.report_exception(frame);
             if let Some(task) = k.current_task() {

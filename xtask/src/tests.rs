@@ -784,6 +784,7 @@ pub const ALL: &[IntegrationTest] = &[
         name: "tlb_shootdown_smp1",
         init: &["shootdown"],
         require: SHOOTDOWN_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
@@ -791,6 +792,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["shootdown"],
         smp: 4,
         require: SHOOTDOWN_REQUIRE,
+        check: Some(each_task_ends_once),
         ..BASE
     },
     IntegrationTest {
