@@ -943,6 +943,7 @@ pub fn start(
         apic::now_ns() / 1000,
         cpu::rdtsc()
     );
+    crate::heap::boot_done();
     if config.crash {
         kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
         let v: u64;
@@ -1014,6 +1015,7 @@ pub fn idle_loop() -> ! {
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
             k.close_line();
             kprintln!("[kernel] all tasks finished; shutting down");
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }
         k.cpu_mut(cpu).halted = true;
@@ -1174,6 +1176,7 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
                 );
             }
             trap::dump_frame(frame);
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_FAILURE);
         }
     }
