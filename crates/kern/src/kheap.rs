@@ -471,7 +471,9 @@ mod tests {
                     s >= size && s.is_multiple_of(align),
                     "size {size} align {align}: {s}"
                 );
-                let smaller = CLASSES[..c].iter().any(|&t| t >= size && t.is_multiple_of(align));
+                let smaller = CLASSES[..c]
+                    .iter()
+                    .any(|&t| t >= size && t.is_multiple_of(align));
                 assert!(!smaller, "size {size} align {align}: a smaller class fits");
             }
         }
