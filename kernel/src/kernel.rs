@@ -959,6 +959,7 @@ pub fn start(
         apic::now_ns() / 1000,
         cpu::rdtsc()
     );
+    crate::heap::boot_done();
     if config.crash {
         kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
         let v: u64;
@@ -1030,6 +1031,7 @@ pub fn idle_loop() -> ! {
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
             k.close_line();
             kprintln!("[kernel] all tasks finished; shutting down");
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }
         k.cpu_mut(cpu).halted = true;
@@ -1199,6 +1201,7 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
                 );
             }
             trap::dump_frame(frame);
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_FAILURE);
         }
     }

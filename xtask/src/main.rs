@@ -53,6 +53,9 @@ commands:
       --icount           -icount shift=0,align=off,sleep=off: the TSC counts instructions
                          (implies TCG)
       --gdb              start paused, waiting for gdb on tcp::1234 (as `gdb`)
+      --fault-inject N   boot the kernel built with allocation fault injection, with
+                         `failalloc=N`: after boot, one in N kernel heap, kernel stack and
+                         frame allocations fails (the counts are printed at shutdown)
       -- word...         extra kernel command-line words; an `init=...` word replaces the
                          default `init=init`
   gdb [run options]      build, start QEMU paused with a gdb stub on tcp::1234, say how to attach
@@ -92,6 +95,8 @@ pub struct RunOpts {
     pub icount: bool,
     /// `--gdb`: start paused with the gdb stub.
     pub gdb: bool,
+    /// `--fault-inject N`: the fault-injecting kernel, one in N allocations failing.
+    pub fault_inject: Option<u64>,
     /// Words after `--`, appended to the kernel command line.
     pub extra: Vec<String>,
 }
@@ -191,6 +196,9 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                     "--smp" => {
                         opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?;
                     }
+                    "--fault-inject" => {
+                        opts.fault_inject = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
                     _ => return Err(format!("unknown option `{arg}` for `{cmd}`")),
                 }
             }
@@ -286,9 +294,19 @@ mod unit_tests {
             smp: 2,
             icount: true,
             gdb: false,
+            fault_inject: None,
             extra: vec!["init=a,b".into(), "x".into()],
         };
         assert_eq!(cmd, Cmd::Run(want));
+        assert_eq!(
+            p(&["run", "--fault-inject", "50", "--", "shutdown"]).unwrap(),
+            Cmd::Run(RunOpts {
+                smp: 1,
+                fault_inject: Some(50),
+                extra: vec!["shutdown".into()],
+                ..RunOpts::default()
+            })
+        );
         assert_eq!(
             p(&["gdb", "--smp=4"]).unwrap(),
             Cmd::Run(RunOpts {
@@ -345,6 +363,8 @@ mod unit_tests {
             &["run", "--smp", "0"],
             &["run", "--smp", "x"],
             &["run", "--tcg=1"],
+            &["run", "--fault-inject", "0"],
+            &["run", "--fault-inject"],
             &["test", "-j0"],
             &["test", "--gdb"],
             &["clippy", "extra"],

@@ -1,7 +1,8 @@
 //! `cargo xtask test`: every test, ending with the line `N passed, N failed`.
 //!
-//! 1. Host unit tests: `cargo test -p kern -p baton-abi -p xtask`, streamed, each
-//!    `test result: ... X passed; Y failed; ...` line counted.
+//! 1. Host unit tests: `cargo test -p kern -p baton-abi -p xtask`, then `kern`'s tests
+//!    of allocation fault injection (`--features fault-inject --test fault_inject`),
+//!    streamed, each `test result: ... X passed; Y failed; ...` line counted.
 //! 2. The images are built; a failed build counts as one failure and skips step 3.
 //! 3. The integration tests of [`crate::tests`], up to `-j` at once, each in its own QEMU with
 //!    its serial log in `target/test-logs/<name>.log`, judged by [`crate::judge`].
@@ -98,11 +99,30 @@ fn default_jobs() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs the host unit tests, streaming their output, and counts their results.
+/// Runs the host unit tests, then the tests of `kern` built with allocation fault
+/// injection (a test binary of their own, as they arm the global injector), streaming
+/// their output, and counts their results.
 fn host_tests(filter: Option<&str>, tally: &mut Tally) {
     let mut cmd = cargo();
     cmd.args(["test", "--no-fail-fast"])
         .args(crate::workspace::HOST_PACKAGES);
+    host_test_run(cmd, filter, tally);
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--no-fail-fast",
+        "-p",
+        "kern",
+        "--features",
+        "fault-inject",
+        "--test",
+        "fault_inject",
+    ]);
+    host_test_run(cmd, filter, tally);
+}
+
+/// Runs one `cargo test` command (`cmd`, with `filter`) for [`host_tests`].
+fn host_test_run(mut cmd: std::process::Command, filter: Option<&str>, tally: &mut Tally) {
     if let Some(filter) = filter {
         cmd.arg("--").arg(filter);
     }

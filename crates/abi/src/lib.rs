@@ -277,7 +277,10 @@ pub struct Stats {
     pub stack_bytes: u64,
     /// Kernel bytes of one thread object (without a stack).
     pub thread_bytes: u64,
-    /// Kernel heap bytes in use now.
+    /// Kernel heap bytes in use now: the sum of the sizes asked for of the live blocks
+    /// (not the bytes the heap took from its region: size-class rounding, cached chunks
+    /// and the allocator's own overhead are left out, so the figure returns to the same
+    /// value when what a task made is gone).
     pub heap_used: u64,
     /// CPUs asked to flush their TLB by `mem_unmap` (shootdown IPIs sent).
     pub tlb_shootdowns: u64,

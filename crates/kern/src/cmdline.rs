@@ -17,6 +17,9 @@ pub struct BootConfig {
     /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
     /// fatal-exception report.
     pub crash: bool,
+    /// Make one in this many kernel allocations fail once boot is done (`failalloc=N`,
+    /// N ≥ 1; honoured only by kernels built with fault injection: `kern::fault`).
+    pub fail_every: Option<u64>,
     /// Words that were not understood.
     pub unknown: Vec<String>,
 }
@@ -36,6 +39,12 @@ impl BootConfig {
                 config.shutdown_when_idle = true;
             } else if word == "crash=kernel-page-fault" {
                 config.crash = true;
+            } else if let Some(n) = word
+                .strip_prefix("failalloc=")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n > 0)
+            {
+                config.fail_every = Some(n);
             } else {
                 config.unknown.push(String::from(word));
             }
@@ -65,6 +74,19 @@ mod tests {
         assert!(c.shutdown_when_idle);
         assert!(c.crash);
         assert_eq!(c.unknown, ["bogus", "x=y"]);
+    }
+
+    #[test]
+    fn failalloc() {
+        assert_eq!(BootConfig::parse("failalloc=7").fail_every, Some(7));
+        assert_eq!(BootConfig::parse("").fail_every, None);
+        for bad in ["failalloc=0", "failalloc=x", "failalloc="] {
+            let c = BootConfig::parse(bad);
+            assert_eq!(
+                (c.fail_every, c.unknown),
+                (None, alloc::vec![String::from(bad)])
+            );
+        }
     }
 
     #[test]

@@ -47,12 +47,16 @@ impl StackPool {
         }
     }
 
-    /// Takes a stack from the pool, mapping a new one when the pool is empty.
+    /// Takes a stack from the pool, mapping a new one when the pool is empty. In
+    /// `fault-inject` builds, `kern::fault` may make it fail.
     pub fn alloc(
         &mut self,
         frames: &mut FrameAllocator,
         kernel_root: PhysAddr,
     ) -> Option<KernelStack> {
+        if kern::fault::should_fail(kern::fault::Site::Stack) {
+            return None;
+        }
         if let Some(s) = self.free.pop() {
             return Some(s);
         }
