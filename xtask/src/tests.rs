@@ -4,15 +4,18 @@
 //! A test's programs are started by the kernel from the initrd, named on the command line as
 //! `init=<a>,<b>,...`; the `shutdown` word is always added, so the kernel powers off when all
 //! tasks have ended. Every test must pass the common rules of [`crate::judge`]: QEMU exit
-//! status 33, `[kernel] all tasks finished` in the log, and no `PANIC`, `KERNEL EXCEPTION` or
-//! `TEST FAIL`. Then each string in `require` must appear, and `check`, if any, must accept
-//! the log. A boot whose log shows a `TEST FAIL` line is stopped a second later rather than
-//! waited for until its timeout (a failed test program often leaves servers running).
+//! status 33, `[kernel] all tasks finished` in the log, no `PANIC`, `KERNEL EXCEPTION`,
+//! `TEST FAIL` or user-level `panic: ` line, and every task the kernel started ended with exit
+//! code 0 unless the test's `exits` declares otherwise (killed, or another code). Then each
+//! string in `require` must appear, and `check`, if any, must accept the log. A boot whose
+//! log shows a `TEST FAIL` line is stopped a second later rather than waited for until its
+//! timeout (a failed test program often leaves servers running).
 //!
 //! # Adding a test
 //! Write the program(s) as `user/programs/src/bin/<name>.rs` (printing `TEST PASS <what>` or
 //! `TEST FAIL <what>`), then add an entry to [`ALL`], starting from [`BASE`] for the
-//! defaults. `cargo xtask test --filter <name>` runs just that test.
+//! defaults (declare in `exits` any task that is meant to be killed or to exit non-zero).
+//! `cargo xtask test --no-host --filter <name>` runs just that test.
 
 use crate::judge::{expect_interleaved, expect_order};
 use std::time::Duration;
