@@ -62,7 +62,9 @@ commands:
   test [options]         host unit tests, then integration tests that boot QEMU; ends with the
                          line `N passed, N failed`
       --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
-      --filter SUBSTR    only tests whose name contains SUBSTR (host and integration tests)
+      --filter SUBSTR    only the integration tests whose name contains SUBSTR (the host
+                         unit tests all run regardless)
+      --no-host          skip the host unit tests
       -j N               run up to N integration tests at once (default: number of CPUs)
   bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
                          instructions) twice and check that both runs agree to the instruction,
@@ -106,8 +108,12 @@ pub struct RunOpts {
 pub struct TestOpts {
     /// `--tcg`: never use KVM.
     pub tcg: bool,
-    /// `--filter SUBSTR`: only tests whose name contains it.
+    /// `--filter SUBSTR`: only the integration tests whose name contains it. It does not
+    /// apply to the host unit tests, which all run (a libtest filter would silently skip
+    /// most of them); `--no-host` skips those.
     pub filter: Option<String>,
+    /// `--no-host`: skip the host unit tests.
+    pub no_host: bool,
     /// `-j N`: integration tests run at once; `None` means the number of CPUs.
     pub jobs: Option<NonZeroUsize>,
 }
@@ -211,6 +217,7 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 match flag {
                     "--tcg" if inline.is_none() => opts.tcg = true,
                     "--filter" => opts.filter = Some(value(flag, inline, &mut rest)?),
+                    "--no-host" if inline.is_none() => opts.no_host = true,
                     "-j" | "--jobs" => {
                         let n: usize = positive(flag, &value(flag, inline, &mut rest)?)?;
                         opts.jobs = NonZeroUsize::new(n);
@@ -319,11 +326,12 @@ mod unit_tests {
 
     #[test]
     fn parses_test_flags() {
-        let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg"]).unwrap();
+        let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg", "--no-host"]).unwrap();
         let want = TestOpts {
             tcg: true,
             filter: Some("fault".into()),
             jobs: NonZeroUsize::new(3),
+            no_host: true,
         };
         assert_eq!(cmd, Cmd::Test(want));
         assert_eq!(
