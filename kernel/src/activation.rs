@@ -835,6 +835,12 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
     let pa = frames[0];
     let space = (t.space.root(), t.pcid);
     let port = k.ipc.receive_port(&t.names, name)?;
+    // The task pays for the activations it has, this one included: the charge follows the
+    // count here and when the task ends (activations freed in between stay charged until
+    // then, which errs on the safe side).
+    let want = (k.acts.count_of(task) as u64 + 1) * crate::quota::ACTIVATION_BYTES as u64;
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    crate::quota::settle(&t.account, &mut t.acts_charged, want)?;
     let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;
     let id = k.acts.create(
         &mut p.pool,
@@ -958,7 +964,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let mut l = alloc::boxed::Box::new(Thread::new_user(
         (home, home_key),
         space,
-        TrapFrame::default(),
+        alloc::boxed::Box::default(),
         priority,
         cpu,
     ));

@@ -70,6 +70,16 @@ pub struct Task {
     /// its activations, unwinding): it has released everything but its memory, which is
     /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
     pub lingering: bool,
+    /// What it and the tasks it creates may make the kernel hold (`crate::quota`).
+    pub account: alloc::sync::Arc<kern::quota::Account>,
+    /// Frames its address space holds (pages and page tables), charged to `account`
+    /// until the space is destroyed.
+    pub frames: u64,
+    /// The charge for the task object itself (held for its `Drop`, which gives it back).
+    #[allow(dead_code, reason = "held only to be dropped with the task")]
+    pub charge: Option<kern::quota::Charge>,
+    /// Bytes charged to `account` for its activations (`crate::quota::settle`).
+    pub acts_charged: u64,
 }
 
 /// Tasks whose removal waits for migrated threads to leave them (`Task::lingering`). While
@@ -376,6 +386,10 @@ impl Kernel {
             self.release_task(task_id);
         }
         if let Some(task) = self.tasks.remove(&task_id) {
+            task.account
+                .give(kern::quota::Resource::Frames, task.frames);
+            task.account
+                .give(kern::quota::Resource::Heap, task.acts_charged);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }
@@ -418,7 +432,11 @@ impl Kernel {
         name: &str,
     ) -> Result<(TaskId, kern::ipc::PortId), baton_abi::Error> {
         use baton_abi::Error;
-        let id = self.spawn_with(name, None)?;
+        let id = self.spawn_with(
+            name,
+            None,
+            crate::quota::task_account(crate::quota::root(), 0, 0)?,
+        )?;
         let task = self.tasks.get_mut(&id).ok_or(Error::InvalidArgument)?;
         let made = self
             .ipc
@@ -445,15 +463,19 @@ impl Kernel {
         &mut self,
         name: &str,
         bootstrap: Option<kern::ipc::PortId>,
+        account: alloc::sync::Arc<kern::quota::Account>,
     ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
+        use kern::quota::Resource;
         let data = self
             .modules
             .iter()
             .find(|m| m.name == name)
             .map(|m| m.data)
             .ok_or(Error::NotFound)?;
+        let charge = crate::quota::heap(&account, crate::quota::TASK_BYTES)?;
         let kernel_root = self.kernel_root;
+        let free_before = self.frames.free_frames();
         let mut mem = self.mem();
         let mut space =
             AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
@@ -466,6 +488,13 @@ impl Kernel {
                 return Err(e.into());
             }
         };
+        // The image and stack are charged once loaded (their size is the module's, known
+        // only to the loader); a task that does not fit its account is not started.
+        let frames = free_before.saturating_sub(self.frames.free_frames()) as u64;
+        if let Err(e) = account.take(Resource::Frames, frames) {
+            space.destroy(&mut self.mem());
+            return Err(e);
+        }
         let id = self.next_task;
         self.next_task += 1;
         let inserted = self.tasks.insert(
@@ -481,11 +510,20 @@ impl Kernel {
                 kport: None,
                 creator: None,
                 lingering: false,
+                account,
+                frames,
+                charge: Some(charge),
+                acts_charged: 0,
             },
         );
         if let Err(task) = inserted {
+            task.account.give(Resource::Frames, task.frames);
             task.space.destroy(&mut self.mem());
             return Err(Error::NoMemory);
+        }
+        // The new space holds no slot yet, so this charges nothing and cannot fail.
+        if let Some(task) = self.tasks.get_mut(&id) {
+            let _ = task.names.set_account(task.account.clone());
         }
         let mut frame = TrapFrame::new_user(entry, rsp, id);
         if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
@@ -496,6 +534,7 @@ impl Kernel {
                 let mut fx = kern::ipc::Effects::default();
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
+                task.account.give(Resource::Frames, task.frames);
                 let mut mem = self.mem();
                 task.space.destroy(&mut mem);
             }
@@ -517,8 +556,13 @@ impl Kernel {
             .get_mut(&task)
             .ok_or(baton_abi::Error::NotFound)?;
         let space = (t.space.root(), t.pcid);
+        let charge = crate::quota::heap(&t.account, crate::quota::THREAD_BYTES)?;
         let cpu = self.next_cpu % self.cpus.len().max(1);
-        let thread = Box::new(Thread::new_user((task, key), space, frame, priority, cpu));
+        let frame = kern::fallible::try_box(frame).ok_or(baton_abi::Error::NoMemory)?;
+        let mut thread =
+            kern::fallible::try_box(Thread::new_user((task, key), space, frame, priority, cpu))
+                .ok_or(baton_abi::Error::NoMemory)?;
+        thread.charge = Some(charge);
         let id = self
             .threads
             .insert(thread)
@@ -776,6 +820,12 @@ impl Kernel {
         s.ports = self.ipc.ports() as u64;
         s.messages_queued = self.ipc.queued() as u64;
         s.names = self.tasks.values().map(|t| t.names.len() as u64).sum();
+        let root = crate::quota::root();
+        use kern::quota::Resource;
+        s.kmem_charged = root.used(Resource::Heap);
+        s.kmem_limit = root.limit(Resource::Heap);
+        s.frames_charged = root.used(Resource::Frames);
+        s.frames_limit = root.limit(Resource::Frames);
         s
     }
 }
@@ -947,7 +997,8 @@ pub fn start(
                 id
             })
         } else {
-            k.spawn_with(name, names_port)
+            crate::quota::task_account(crate::quota::root(), 0, 0)
+                .and_then(|account| k.spawn_with(name, names_port, account))
         };
         match started {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),

@@ -19,6 +19,7 @@ mod heap;
 mod ipc;
 mod kernel;
 mod kobject;
+mod quota;
 mod syscall;
 mod thread;
 
@@ -67,6 +68,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
 
     let mut frames = FrameAllocator::new(usable, &reserved);
     let kernel_root = paging::init(&mut frames, phys_top);
+    quota::init(heap_size, frames.free_frames() as u64);
     let features = arch::init_cpu();
     arch::trap::set_floor_roots(kernel_root.0);
     kprintln!(

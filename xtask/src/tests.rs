@@ -284,6 +284,23 @@ const NAMES_REQUIRE: &[&str] = &[
     "[kernel] task 1 (names) exited with code 0",
 ];
 
+/// What the `kmem` tests require: each of a task's kinds of kernel memory meets its limit
+/// with an error, and the other tasks work on.
+const KMEM_REQUIRE: &[&str] = &[
+    "ok: with a sibling at its limit of queued 64 KiB messages",
+    "ok: with a sibling at its limit of ports",
+    "ok: with a sibling at its limit of sleeping threads",
+    "ok: with a sibling at its limit of mapped memory",
+    "ok: with a sibling at its limit of threads blocked in the process model",
+    "ok: the sibling hog met every limit with NoMemory",
+    "ok: with a child at its limit of queued 64 KiB messages",
+    "ok: with a child at its limit of threads blocked in the process model",
+    "ok: the child's smaller limit bounds every count below the sibling's",
+    "ok: the kernel memory charged came back after the hogs",
+    "kmem#2| TEST PASS kmem",
+    "kmem_hog#3| TEST PASS kmem_hog",
+];
+
 /// `threads10k` creates 10,000 threads, which takes a while under TCG.
 const THREADS10K_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -565,6 +582,25 @@ pub const ALL: &[IntegrationTest] = &[
             "address 0xdead0000: not present, read, kernel",
             "  rip=0xffffffff8",
         ],
+        ..BASE
+    },
+    IntegrationTest {
+        // Kernel memory is charged to tasks: a task that drives any kind to its limit
+        // gets NoMemory (the kernel neither panics nor runs out), and the other tasks go
+        // on; a child's smaller limit bounds it.
+        name: "kmem_smp1",
+        init: &["names", "kmem", "kmem_hog"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: KMEM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "kmem_smp2",
+        init: &["names", "kmem", "kmem_hog"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: KMEM_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -37,10 +37,15 @@ pub enum Sys {
     Exit = 2,
     /// `clock() -> ns`: nanoseconds since the machine was reset (from the calibrated TSC).
     Clock = 3,
-    /// `spawn(name_ptr, name_len, bootstrap) -> task id`: start the boot module of that name
-    /// as a new task. `bootstrap` (0 for none) names a send or receive right of the caller:
-    /// the new task gets a send right to that port, whose name its first thread finds in
-    /// `rsi`. A bootstrap call until tasks become capability-invoked kernel objects.
+    /// `spawn(name_ptr, name_len, bootstrap, heap_limit, frame_limit) -> task id`: start the
+    /// boot module of that name as a new task. `bootstrap` (0 for none) names a send or
+    /// receive right of the caller: the new task gets a send right to that port, whose name
+    /// its first thread finds in `rsi`. The new task may make the kernel hold at most
+    /// `heap_limit` bytes of kernel memory and `frame_limit` physical frames (0: the
+    /// default, half the kernel's whole budget; each clamped to the caller's own limit);
+    /// everything it and its own children hold counts against the caller's limits too
+    /// ([`Error::NoMemory`] at a limit). A bootstrap call until tasks become
+    /// capability-invoked kernel objects.
     Spawn = 4,
     /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
     /// [`Error::NotFound`] past the last one.
@@ -306,6 +311,16 @@ pub struct Stats {
     /// thread at once. Each is also counted in `ipc_fast` (and as a recognition, an IPC
     /// block and a stack handoff).
     pub exc_fast: u64,
+    /// Kernel heap bytes charged to tasks now, all accounts together (the root account's
+    /// use: see "Kernel memory" in `docs/architecture.md`).
+    pub kmem_charged: u64,
+    /// The most kernel heap bytes tasks may be charged together (the root account's limit).
+    pub kmem_limit: u64,
+    /// Frames charged to tasks now (their memory, page tables, and the kernel stacks kept
+    /// by their threads blocked in the process model).
+    pub frames_charged: u64,
+    /// The most frames tasks may be charged together.
+    pub frames_limit: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -344,6 +359,10 @@ impl Stats {
         "migrations",
         "activations",
         "exc_fast",
+        "kmem_charged",
+        "kmem_limit",
+        "frames_charged",
+        "frames_limit",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -379,6 +398,10 @@ impl Stats {
             self.migrations,
             self.activations,
             self.exc_fast,
+            self.kmem_charged,
+            self.kmem_limit,
+            self.frames_charged,
+            self.frames_limit,
         ]
     }
 }
@@ -660,6 +683,10 @@ mod tests {
             migrations: 28,
             activations: 29,
             exc_fast: 30,
+            kmem_charged: 31,
+            kmem_limit: 32,
+            frames_charged: 33,
+            frames_limit: 34,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
@@ -667,7 +694,7 @@ mod tests {
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
         assert_eq!(
-            core::mem::offset_of!(Stats, exc_fast),
+            core::mem::offset_of!(Stats, frames_limit),
             8 * (STATS_WORDS - 1)
         );
     }

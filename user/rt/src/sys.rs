@@ -17,7 +17,7 @@ use core::sync::atomic::AtomicU32;
 
 use baton_abi::{decode_result, Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX};
 
-use crate::raw::{syscall0, syscall1, syscall2, syscall3};
+use crate::raw::{syscall0, syscall1, syscall2, syscall3, syscall6};
 
 /// Writes `bytes` to the kernel console (the kernel prefixes each line with the task's
 /// name). Longer buffers are split into calls of at most [`DEBUG_WRITE_MAX`] bytes.
@@ -84,13 +84,24 @@ pub fn spawn(name: &str) -> Result<u64, Error> {
 /// `bootstrap` (a send or receive right of the caller; the child finds its name with
 /// [`crate::start::bootstrap`]). Returns the task id.
 pub fn spawn_with(name: &str, bootstrap: u64) -> Result<u64, Error> {
+    spawn_limited(name, bootstrap, 0, 0)
+}
+
+/// [`spawn_with`], giving the new task at most `heap` bytes of kernel memory and `frames`
+/// physical frames (0: the default), each clamped to the caller's own limit: what the
+/// child and the tasks it creates may make the kernel hold is counted against the
+/// caller's limits too.
+pub fn spawn_limited(name: &str, bootstrap: u64, heap: u64, frames: u64) -> Result<u64, Error> {
     // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
     decode_result(unsafe {
-        syscall3(
+        syscall6(
             Sys::Spawn as u64,
             name.as_ptr() as u64,
             name.len() as u64,
             bootstrap,
+            heap,
+            frames,
+            0,
         )
     })
 }
@@ -101,7 +112,7 @@ pub fn spawn_with(name: &str, bootstrap: u64) -> Result<u64, Error> {
 /// first ([`Error::BadAddress`] if it is not mapped user memory).
 pub fn spawn_raw(name_ptr: u64, name_len: u64) -> Result<u64, Error> {
     // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
-    decode_result(unsafe { syscall3(Sys::Spawn as u64, name_ptr, name_len, 0) })
+    decode_result(unsafe { syscall6(Sys::Spawn as u64, name_ptr, name_len, 0, 0, 0, 0) })
 }
 
 /// Describes boot module `index`; [`Error::NotFound`] past the last one.
