@@ -148,6 +148,8 @@ pub struct Kernel {
     pub acts: kern::activation::Activations,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
+    /// The host-privilege port (also in `kobjects`), made at boot.
+    pub host_priv: Option<kern::ipc::PortId>,
     /// The ports of pool activations, by activation (also in `kobjects`).
     pub act_ports: BTreeMap<kern::activation::ActId, kern::ipc::PortId>,
     /// Kernel stacks not attached to any thread.
@@ -439,6 +441,21 @@ impl Kernel {
             }
         }
         Ok((id, port))
+    }
+
+    /// Gives boot task `id` (marked privileged on the command line) a send right to the
+    /// host-privilege port, whose name its first thread finds in `rdx`.
+    fn give_host_priv(&mut self, id: TaskId) {
+        match crate::kobject::grant_host_priv(self, id) {
+            Ok(name) => {
+                for (_, th) in self.threads.iter_mut() {
+                    if th.task == Some(id) {
+                        th.frame.rdx = name;
+                    }
+                }
+            }
+            Err(e) => kprintln!("[kernel] task {id}: no host-privilege right: {}", e.name()),
+        }
     }
 
     /// Creates a task running boot module `name`, with one ready thread, which starts with
@@ -891,6 +908,7 @@ pub fn start(
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
         kobjects: BTreeMap::new(),
+        host_priv: None,
         act_ports: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -933,6 +951,11 @@ pub fn start(
         } else {
             k.spawn_with(name, names_port)
         };
+        if let Ok(id) = started {
+            if config.privileged.iter().any(|p| p == name) {
+                k.give_host_priv(id);
+            }
+        }
         match started {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
             Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),

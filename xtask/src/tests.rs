@@ -271,6 +271,10 @@ const FLOOR_REQUIRE: &[&str] = &[
     "ok: floor_minimal returns 0",
     "ok: a call to a task that does not exist: NotFound",
     "ok: a return with no call in progress: InvalidArgument",
+    "ok: booted with the host-privilege right (priv=floor_test)",
+    "ok: a registration without the host-privilege right: Denied",
+    "ok: a registration naming another right: Denied",
+    "ok: a call from a task the partner did not name: Denied",
     "ok: a call to this task itself",
     "ok: the partner's code ran in its own address space",
     "ok: a fault in the partner's code ends the call: Interrupted",
@@ -676,6 +680,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["procmodel"],
         smp: 1,
         require: PROCMODEL_REQUIRE,
+        extra: &["priv=procmodel"],
         ..BASE
     },
     IntegrationTest {
@@ -683,6 +688,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["procmodel"],
         smp: 4,
         require: PROCMODEL_REQUIRE,
+        extra: &["priv=procmodel"],
         ..BASE
     },
     IntegrationTest {
@@ -749,6 +755,7 @@ pub const ALL: &[IntegrationTest] = &[
         name: "floor",
         init: &["floor_test"],
         require: FLOOR_REQUIRE,
+        extra: &["priv=floor_test"],
         ..BASE
     },
     IntegrationTest {
@@ -756,6 +763,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["floor_test"],
         smp: 2,
         require: FLOOR_REQUIRE,
+        extra: &["priv=floor_test"],
         ..BASE
     },
 ];
