@@ -88,7 +88,7 @@ fn register(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
     if entry == 0 && stack == 0 {
         return k.floor.register(task, 0, 0, 0).map(|()| 0);
     }
-    crate::kobject::check_host_priv(k, task, host_priv)?;
+    crate::kobject::check_host_priv(k, cur, host_priv)?;
     let caller = match caller {
         0 => k
             .tasks

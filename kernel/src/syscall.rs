@@ -118,13 +118,10 @@ pub fn on_syscall(number: u64) -> ! {
             }
             Err(e) => e.to_raw(),
         },
-        Sys::DebugBlockProcessModel => {
-            let task = k.current_task().unwrap_or(0);
-            match crate::kobject::check_host_priv(k, task, args[2]) {
-                Ok(()) => process_model_block(args[0], args[1]),
-                Err(e) => e.to_raw(),
-            }
-        }
+        Sys::DebugBlockProcessModel => match crate::kobject::check_host_priv(k, cur, args[2]) {
+            Ok(()) => process_model_block(args[0], args[1]),
+            Err(e) => e.to_raw(),
+        },
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
         other => match k.syscall(other, args) {

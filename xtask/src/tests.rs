@@ -286,6 +286,24 @@ const FLOOR_REQUIRE: &[&str] = &[
     "[kernel] task 1 (floor_test) exited with code 0",
 ];
 
+/// What the `caps` tests require: the host-privilege right works for the boot task the
+/// command line names, and every task without it (a spawned `caps_peer`, a spawned second
+/// `caps`) is refused.
+const CAPS_REQUIRE: &[&str] = &[
+    "caps#1| ok: a boot task named by priv= gets the host-privilege right",
+    "caps#1| ok: debug_block_process_model with the right blocks and returns",
+    "caps#1| ok: debug_block_process_model without a right: Denied",
+    "caps#1| ok: debug_block_process_model with a send right to another port: Denied",
+    "caps#1| ok: a message to the host-privilege port: NotSupported",
+    "caps#1| ok: a partner registered with a passed-on right answers its spawner",
+    "caps#2| ok: a spawned caps gets no host-privilege right: Denied",
+    "ok: a spawned task has no host-privilege right",
+    "ok: floor_xas_register without the right: Denied",
+    "ok: a floor call to a partner that named another caller: Denied (1 of",
+    "caps_peer#4| TEST PASS caps_peer",
+    "caps#1| TEST PASS caps",
+];
+
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
 const STATS_FIELDS: &[&str] = &baton_abi::Stats::FIELD_NAMES;
 
@@ -749,6 +767,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["shootdown"],
         smp: 4,
         require: SHOOTDOWN_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Debugging and benchmark calls need the host-privilege right.
+        name: "caps",
+        init: &["caps"],
+        require: CAPS_REQUIRE,
+        extra: &["priv=caps"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "caps_smp2",
+        init: &["caps"],
+        smp: 2,
+        require: CAPS_REQUIRE,
+        extra: &["priv=caps"],
         ..BASE
     },
     IntegrationTest {
