@@ -66,6 +66,8 @@ pub struct Task {
     pub kport: Option<kern::ipc::PortId>,
     /// The task that spawned it (`None` for boot tasks).
     pub creator: Option<TaskId>,
+    /// Its console lines caused by user errors ([`crate::klog`]).
+    pub log_bucket: kern::ratelimit::TokenBucket,
     /// Its last thread is gone but threads of other tasks still run in it (migrated into
     /// its activations, unwinding): it has released everything but its memory, which is
     /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
@@ -173,6 +175,8 @@ pub struct Kernel {
     next_cpu: usize,
     /// The task whose console line is still open.
     open_line: Option<TaskId>,
+    /// The rate limit and per-CPU buffers of lines caused by user errors.
+    pub log: crate::klog::Log,
 }
 
 /// The big kernel lock.
@@ -396,6 +400,7 @@ impl Kernel {
         if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
             let name = core::mem::take(&mut task.name);
             self.close_line();
+            crate::klog::task_ending(self);
             kprintln!("[kernel] task {task_id} ({name}) exited with code {code}");
             if let Some(task) = self.tasks.get_mut(&task_id) {
                 task.name = name;
@@ -499,6 +504,7 @@ impl Kernel {
                 exc_port: None,
                 kport: None,
                 creator: None,
+                log_bucket: crate::klog::task_bucket(apic::now_ns()),
                 lingering: false,
             },
         );
@@ -920,6 +926,7 @@ pub fn start(
         next_task: 1,
         next_cpu: 0,
         open_line: None,
+        log: crate::klog::Log::new(now),
     };
     lock();
     // SAFETY: the lock is held and nothing else has touched the cell yet.

@@ -17,6 +17,7 @@ mod fastpath;
 mod floor;
 mod ipc;
 mod kernel;
+mod klog;
 mod kobject;
 mod syscall;
 mod thread;

@@ -304,6 +304,31 @@ const CAPS_REQUIRE: &[&str] = &[
     "caps#1| TEST PASS caps",
 ];
 
+/// Most kernel report lines the `flood` test's 100,000 bad-address calls may cause (the
+/// kernel's rate limit allows fewer).
+const FLOOD_LINES_MAX: usize = 64;
+
+/// The `flood` test's log: at most [`FLOOD_LINES_MAX`] bad-address report lines, and a
+/// note of how many were suppressed.
+fn flood_is_bounded(log: &str) -> Result<(), String> {
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("returned BadAddress"))
+        .count();
+    if lines > FLOOD_LINES_MAX {
+        return Err(format!(
+            "{lines} bad-address report lines (at most {FLOOD_LINES_MAX})"
+        ));
+    }
+    if !log
+        .lines()
+        .any(|l| l.starts_with("[kernel] ") && l.contains(" messages suppressed"))
+    {
+        return Err("no `[kernel] N messages suppressed` note".into());
+    }
+    Ok(())
+}
+
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
 const STATS_FIELDS: &[&str] = &baton_abi::Stats::FIELD_NAMES;
 
@@ -783,6 +808,22 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: CAPS_REQUIRE,
         extra: &["priv=caps"],
+        ..BASE
+    },
+    IntegrationTest {
+        // 100,000 bad-address calls: few report lines, a suppression note, and another
+        // task's progress unhurt.
+        name: "flood_smp2",
+        init: &["flood"],
+        smp: 2,
+        require: &[
+            "flood_spam#2| TEST PASS flood_spam: 100000 empty calls",
+            "flood_spam#3| TEST PASS flood_spam: 100000 bad-address calls refused",
+            "ok: another task's errors do not stall this one",
+            "flood#1| TEST PASS flood",
+        ],
+        check: Some(flood_is_bounded),
+        timeout: Duration::from_secs(120),
         ..BASE
     },
     IntegrationTest {

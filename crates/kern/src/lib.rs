@@ -31,6 +31,7 @@ pub mod initrd;
 pub mod ipc;
 pub mod loader;
 pub mod pmap;
+pub mod ratelimit;
 pub mod ring;
 pub mod sched;
 pub mod slab;
