@@ -66,6 +66,8 @@ pub struct Task {
     pub kport: Option<kern::ipc::PortId>,
     /// The task that spawned it (`None` for boot tasks).
     pub creator: Option<TaskId>,
+    /// Its console lines caused by user errors ([`crate::klog`]).
+    pub log_bucket: kern::ratelimit::TokenBucket,
     /// Its last thread is gone but threads of other tasks still run in it (migrated into
     /// its activations, unwinding): it has released everything but its memory, which is
     /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
@@ -158,6 +160,8 @@ pub struct Kernel {
     pub acts: kern::activation::Activations,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
+    /// The host-privilege port (also in `kobjects`), made at boot.
+    pub host_priv: Option<kern::ipc::PortId>,
     /// The ports of pool activations, by activation (also in `kobjects`).
     pub act_ports: BTreeMap<kern::activation::ActId, kern::ipc::PortId>,
     /// Kernel stacks not attached to any thread.
@@ -181,6 +185,8 @@ pub struct Kernel {
     next_cpu: usize,
     /// The task whose console line is still open.
     open_line: Option<TaskId>,
+    /// The rate limit and per-CPU buffers of lines caused by user errors.
+    pub log: crate::klog::Log,
 }
 
 /// The big kernel lock.
@@ -406,6 +412,7 @@ impl Kernel {
         if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
             let name = core::mem::take(&mut task.name);
             self.close_line();
+            crate::klog::task_ending(self);
             kprintln!("[kernel] task {task_id} ({name}) exited with code {code}");
             if let Some(task) = self.tasks.get_mut(&task_id) {
                 task.name = name;
@@ -455,6 +462,21 @@ impl Kernel {
             }
         }
         Ok((id, port))
+    }
+
+    /// Gives boot task `id` (marked privileged on the command line) a send right to the
+    /// host-privilege port, whose name its first thread finds in `rdx`.
+    fn give_host_priv(&mut self, id: TaskId) {
+        match crate::kobject::grant_host_priv(self, id) {
+            Ok(name) => {
+                for (_, th) in self.threads.iter_mut() {
+                    if th.task == Some(id) {
+                        th.frame.rdx = name;
+                    }
+                }
+            }
+            Err(e) => kprintln!("[kernel] task {id}: no host-privilege right: {}", e.name()),
+        }
     }
 
     /// Creates a task running boot module `name`, with one ready thread, which starts with
@@ -509,6 +531,7 @@ impl Kernel {
                 exc_port: None,
                 kport: None,
                 creator: None,
+                log_bucket: crate::klog::task_bucket(apic::now_ns()),
                 lingering: false,
                 account,
                 frames,
@@ -957,6 +980,7 @@ pub fn start(
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
         kobjects: BTreeMap::new(),
+        host_priv: None,
         act_ports: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -968,6 +992,7 @@ pub fn start(
         next_task: 1,
         next_cpu: 0,
         open_line: None,
+        log: crate::klog::Log::new(now),
     };
     lock();
     // SAFETY: the lock is held and nothing else has touched the cell yet.
@@ -1000,6 +1025,11 @@ pub fn start(
             crate::quota::task_account(crate::quota::root(), 0, 0)
                 .and_then(|account| k.spawn_with(name, names_port, account))
         };
+        if let Ok(id) = started {
+            if config.privileged.iter().any(|p| p == name) {
+                k.give_host_priv(id);
+            }
+        }
         match started {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
             Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),

@@ -18,6 +18,7 @@ mod floor;
 mod heap;
 mod ipc;
 mod kernel;
+mod klog;
 mod kobject;
 mod quota;
 mod syscall;

@@ -119,7 +119,10 @@ pub fn on_syscall(number: u64) -> ! {
             }
             Err(e) => e.to_raw(),
         },
-        Sys::DebugBlockProcessModel => process_model_block(args[0], args[1]),
+        Sys::DebugBlockProcessModel => match crate::kobject::check_host_priv(k, cur, args[2]) {
+            Ok(()) => process_model_block(args[0], args[1]),
+            Err(e) => e.to_raw(),
+        },
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
         other => match k.syscall(other, args) {
@@ -129,6 +132,14 @@ pub fn on_syscall(number: u64) -> ! {
     };
     // SAFETY: the lock is still held (a process-model block returns with it, on this
     // thread).
+    let k = unsafe { kernel::kernel() };
+    let cpu = gdt::this_cpu();
+    if crate::klog::pending(k, cpu) {
+        // Lines this call caused are written with the lock released (the thread stays
+        // this CPU's running one meanwhile; `finish_entry` sees a kill that came then).
+        crate::klog::flush(cpu);
+    }
+    // SAFETY: the lock is held (again).
     let k = unsafe { kernel::kernel() };
     kernel::finish_entry(k, false, Some(result))
 }
@@ -348,10 +359,15 @@ impl Kernel {
             | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {
-            self.report(format_args!(
-                "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
-                args[0], args[1]
-            ));
+            // Rate-limited, and written after the lock is released (`klog`).
+            crate::klog::user_error(
+                self,
+                id,
+                format_args!(
+                    "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
+                    args[0], args[1]
+                ),
+            );
         }
         result
     }

@@ -2,7 +2,8 @@
 //! same operations in a Linux guest, and writes the results and the report.
 //!
 //! 1. The images are built as for `run`.
-//! 2. QEMU boots `init=bench shutdown` with TCG, `-icount shift=0,align=off,sleep=off` and
+//! 2. QEMU boots `init=bench shutdown priv=bench` ([`PRIV`]) with TCG,
+//!    `-icount shift=0,align=off,sleep=off` and
 //!    one CPU: the guest's time-stamp counter then advances exactly once per instruction,
 //!    so the program's `rdtsc` deltas are exact instruction counts. The serial log goes to
 //!    `results/bench.log` (a file, never a pipe, so that a slow reader cannot change the
@@ -39,6 +40,11 @@ use crate::report::{self, Inputs, Meta, Repeat};
 use crate::workspace::{note, root, shell_line};
 use crate::BenchOpts;
 use std::fs::{self, File};
+
+/// The command-line word that gives the `bench` task the host-privilege right: the
+/// benchmarks make the debugging and benchmark calls (`debug_block_process_model`,
+/// `floor_xas_register`), which need it.
+pub const PRIV: &str = "priv=bench";
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -266,7 +272,7 @@ fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
         images,
         accel: Accel::Tcg,
         smp,
-        cmdline: qemu::cmdline("bench", true, &[]),
+        cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
         gdb: false,
     }

@@ -294,7 +294,6 @@ const KMEM_REQUIRE: &[&str] = &[
     "ok: with a sibling at its limit of threads blocked in the process model",
     "ok: the sibling hog met every limit with NoMemory",
     "ok: with a child at its limit of queued 64 KiB messages",
-    "ok: with a child at its limit of threads blocked in the process model",
     "ok: the child's smaller limit bounds every count below the sibling's",
     "ok: the kernel memory charged came back after the hogs",
     "kmem#2| TEST PASS kmem",
@@ -372,6 +371,10 @@ const FLOOR_REQUIRE: &[&str] = &[
     "ok: floor_minimal returns 0",
     "ok: a call to a task that does not exist: NotFound",
     "ok: a return with no call in progress: InvalidArgument",
+    "ok: booted with the host-privilege right (priv=floor_test)",
+    "ok: a registration without the host-privilege right: Denied",
+    "ok: a registration naming another right: Denied",
+    "ok: a call from a task the partner did not name: Denied",
     "ok: a call to this task itself",
     "ok: the partner's code ran in its own address space",
     "ok: a fault in the partner's code ends the call: Interrupted",
@@ -429,6 +432,49 @@ fn pong_alternates(log: &str) -> Result<(), String> {
             turns.len()
         ))
     }
+}
+
+/// What the `caps` tests require: the host-privilege right works for the boot task the
+/// command line names, and every task without it (a spawned `caps_peer`, a spawned second
+/// `caps`) is refused.
+const CAPS_REQUIRE: &[&str] = &[
+    "caps#1| ok: a boot task named by priv= gets the host-privilege right",
+    "caps#1| ok: debug_block_process_model with the right blocks and returns",
+    "caps#1| ok: debug_block_process_model without a right: Denied",
+    "caps#1| ok: debug_block_process_model with a send right to another port: Denied",
+    "caps#1| ok: a message to the host-privilege port: NotSupported",
+    "caps#1| ok: a partner registered with a passed-on right answers its spawner",
+    "caps#2| ok: a spawned caps gets no host-privilege right: Denied",
+    "ok: a spawned task has no host-privilege right",
+    "ok: floor_xas_register without the right: Denied",
+    "ok: a floor call to a partner that named another caller: Denied (1 of",
+    "caps_peer#4| TEST PASS caps_peer",
+    "caps#1| TEST PASS caps",
+];
+
+/// Most kernel report lines the `flood` test's 100,000 bad-address calls may cause (the
+/// kernel's rate limit allows fewer).
+const FLOOD_LINES_MAX: usize = 64;
+
+/// The `flood` test's log: at most [`FLOOD_LINES_MAX`] bad-address report lines, and a
+/// note of how many were suppressed.
+fn flood_is_bounded(log: &str) -> Result<(), String> {
+    let lines = log
+        .lines()
+        .filter(|l| l.contains("returned BadAddress"))
+        .count();
+    if lines > FLOOD_LINES_MAX {
+        return Err(format!(
+            "{lines} bad-address report lines (at most {FLOOD_LINES_MAX})"
+        ));
+    }
+    if !log
+        .lines()
+        .any(|l| l.starts_with("[kernel] ") && l.contains(" messages suppressed"))
+    {
+        return Err("no `[kernel] N messages suppressed` note".into());
+    }
+    Ok(())
 }
 
 /// The fields of `baton_abi::Stats`, as the `stats` program prints them.
@@ -590,6 +636,7 @@ pub const ALL: &[IntegrationTest] = &[
         // on; a child's smaller limit bounds it.
         name: "kmem_smp1",
         init: &["names", "kmem", "kmem_hog"],
+        extra: &["priv=kmem_hog"],
         smp: 1,
         timeout: Duration::from_secs(180),
         require: KMEM_REQUIRE,
@@ -598,6 +645,7 @@ pub const ALL: &[IntegrationTest] = &[
     IntegrationTest {
         name: "kmem_smp2",
         init: &["names", "kmem", "kmem_hog"],
+        extra: &["priv=kmem_hog"],
         smp: 2,
         timeout: Duration::from_secs(180),
         require: KMEM_REQUIRE,
@@ -887,6 +935,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["procmodel"],
         smp: 1,
         require: PROCMODEL_REQUIRE,
+        extra: &["priv=procmodel"],
         ..BASE
     },
     IntegrationTest {
@@ -894,6 +943,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["procmodel"],
         smp: 4,
         require: PROCMODEL_REQUIRE,
+        extra: &["priv=procmodel"],
         ..BASE
     },
     IntegrationTest {
@@ -1002,10 +1052,43 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Debugging and benchmark calls need the host-privilege right.
+        name: "caps",
+        init: &["caps"],
+        require: CAPS_REQUIRE,
+        extra: &["priv=caps"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "caps_smp2",
+        init: &["caps"],
+        smp: 2,
+        require: CAPS_REQUIRE,
+        extra: &["priv=caps"],
+        ..BASE
+    },
+    IntegrationTest {
+        // 100,000 bad-address calls: few report lines, a suppression note, and another
+        // task's progress unhurt.
+        name: "flood_smp2",
+        init: &["flood"],
+        smp: 2,
+        require: &[
+            "flood_spam#2| TEST PASS flood_spam: 100000 empty calls",
+            "flood_spam#3| TEST PASS flood_spam: 100000 bad-address calls refused",
+            "ok: another task's errors do not stall this one",
+            "flood#1| TEST PASS flood",
+        ],
+        check: Some(flood_is_bounded),
+        timeout: Duration::from_secs(120),
+        ..BASE
+    },
+    IntegrationTest {
         name: "floor",
         init: &["floor_test"],
         require: FLOOR_REQUIRE,
         exits: &[("floor_partner", Exit::Killed)],
+        extra: &["priv=floor_test"],
         ..BASE
     },
     IntegrationTest {
@@ -1014,6 +1097,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: FLOOR_REQUIRE,
         exits: &[("floor_partner", Exit::Killed)],
+        extra: &["priv=floor_test"],
         ..BASE
     },
 ];

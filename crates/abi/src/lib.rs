@@ -73,11 +73,14 @@ pub enum Sys {
     /// [`PRIORITY_MAX`]; threads start at [`PRIORITY_DEFAULT`]. Only threads of the
     /// calling task.
     SetPriority = 12,
-    /// `debug_block_process_model(ns, seed) -> f(seed)`: blocks the calling thread in the
-    /// *process model* (keeping its kernel stack and kernel-mode registers) for `ns`
-    /// nanoseconds, then returns a value the kernel computed from `seed` with live kernel
-    /// stack variables before blocking, so a test can check that the stack survived. The
-    /// kernel's only process-model wait until page faults on user memory exist.
+    /// `debug_block_process_model(ns, seed, host_priv) -> f(seed)`: blocks the calling
+    /// thread in the *process model* (keeping its kernel stack and kernel-mode registers)
+    /// for `ns` nanoseconds, then returns a value the kernel computed from `seed` with live
+    /// kernel stack variables before blocking, so a test can check that the stack survived.
+    /// The kernel's only process-model wait until page faults on user memory exist. A
+    /// debugging call: `host_priv` must name the caller's send right to the host-privilege
+    /// port ([`kobject`]), else [`Error::Denied`]: a thread that keeps its kernel stack
+    /// while it sleeps pins kernel memory.
     DebugBlockProcessModel = 13,
     /// `null() -> 0`: does nothing; the floor of a system call, for benchmarks.
     Null = 14,
@@ -497,8 +500,11 @@ pub enum Error {
     /// The call was cut short: the server it migrated into ended (or its activation was
     /// destroyed) before it replied.
     Aborted = 15,
-    /// An activation below the caller's on its thread forbade changing the thread's
-    /// scheduling state ([`Sys::ActSchedLock`]).
+    /// The caller lacks the authority the call needs: an activation below the caller's on
+    /// its thread forbade changing the thread's scheduling state ([`Sys::ActSchedLock`]),
+    /// a debugging or benchmark call was made without the host-privilege right
+    /// ([`kobject`]), or a floor cross-address-space call named a partner that did not
+    /// authorise the caller ([`floor`]).
     Denied = 16,
 }
 
@@ -641,6 +647,8 @@ mod tests {
             Error::NoSpace,
             Error::NotSupported,
             Error::Interrupted,
+            Error::Aborted,
+            Error::Denied,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));

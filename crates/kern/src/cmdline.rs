@@ -12,6 +12,10 @@ use alloc::vec::Vec;
 pub struct BootConfig {
     /// Boot modules to start, in order (`init=a,b,c`; default `init`).
     pub init: Vec<String>,
+    /// Boot modules of `init` whose tasks get a send right to the host-privilege port
+    /// (`priv=a,b`; default none). Only the tasks the kernel starts at boot: a task
+    /// spawned later never gets it from the kernel, whatever its module.
+    pub privileged: Vec<String>,
     /// Power off when no task is left (`shutdown`): tests and non-interactive runs.
     pub shutdown_when_idle: bool,
     /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
@@ -31,6 +35,12 @@ impl BootConfig {
         for word in cmdline.split_ascii_whitespace() {
             if let Some(list) = word.strip_prefix("init=") {
                 config.init = list
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
+            } else if let Some(list) = word.strip_prefix("priv=") {
+                config.privileged = list
                     .split(',')
                     .filter(|s| !s.is_empty())
                     .map(String::from)
@@ -65,6 +75,7 @@ mod tests {
         let c = BootConfig::parse("");
         assert_eq!(c.init, ["init"]);
         assert!(!c.shutdown_when_idle && !c.crash && c.unknown.is_empty());
+        assert!(c.privileged.is_empty());
     }
 
     #[test]
@@ -87,6 +98,14 @@ mod tests {
                 (None, alloc::vec![String::from(bad)])
             );
         }
+    }
+
+    #[test]
+    fn privileged_modules() {
+        let c = BootConfig::parse("init=a,b priv=b,,c");
+        assert_eq!(c.privileged, ["b", "c"]);
+        assert!(c.unknown.is_empty());
+        assert!(BootConfig::parse("priv=").privileged.is_empty());
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod kheap;
 pub mod loader;
 pub mod pmap;
 pub mod quota;
+pub mod ratelimit;
 pub mod ring;
 pub mod sched;
 pub mod slab;

@@ -258,7 +258,10 @@ pub fn thread_exit() -> ! {
 ///
 /// The result travels in `rax` like any other, so a value with the top bit set cannot be
 /// told from an error: tests pick seeds whose check value is below `2^63`.
-pub fn debug_block_process_model(ns: u64, seed: u64) -> Result<u64, Error> {
+///
+/// `host_priv` names the caller's send right to the host-privilege port
+/// ([`crate::start::host_priv`]); without it the call fails with [`Error::Denied`].
+pub fn debug_block_process_model(ns: u64, seed: u64, host_priv: u64) -> Result<u64, Error> {
     // SAFETY: `debug_block_process_model` touches no user memory.
-    decode_result(unsafe { syscall2(Sys::DebugBlockProcessModel as u64, ns, seed) })
+    decode_result(unsafe { syscall3(Sys::DebugBlockProcessModel as u64, ns, seed, host_priv) })
 }

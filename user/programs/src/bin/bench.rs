@@ -43,7 +43,7 @@ use baton_rt::ipc::{
     cap_drop, msg_buf, port_allocate, port_make_send, Disposition, IpcBuffer, MsgHeader,
     HEADER_SIZE, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
 };
-use baton_rt::raw::{syscall0, syscall2};
+use baton_rt::raw::{syscall0, syscall3};
 use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
@@ -136,11 +136,12 @@ fn sys_yield() -> u64 {
     unsafe { syscall0(Sys::Yield as u64) }
 }
 
-/// `debug_block_process_model(0, seed)`: a yield that keeps the kernel stack.
+/// `debug_block_process_model(0, seed, host_priv)`: a yield that keeps the kernel stack,
+/// with this task's host-privilege right (`priv=bench` on the command line).
 #[inline(always)]
-fn sys_pmodel_yield(seed: u64) -> u64 {
+fn sys_pmodel_yield(seed: u64, host_priv: u64) -> u64 {
     // SAFETY: `debug_block_process_model` touches no user memory.
-    unsafe { syscall2(Sys::DebugBlockProcessModel as u64, 0, seed) }
+    unsafe { syscall3(Sys::DebugBlockProcessModel as u64, 0, seed, host_priv) }
 }
 
 /// Stores `delta` as sample `index` of `series` (ignored when out of range).
@@ -274,6 +275,7 @@ fn yield_partner(_arg: u64) {
 fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> Result<(), Failed> {
     clear_samples();
     start_partner(yield_partner)?;
+    let host_priv = baton_rt::start::host_priv();
     let mut before = Stats::default();
     for w in 0..TOTAL {
         let recorded = w.checked_sub(WARMUP);
@@ -287,7 +289,7 @@ fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> R
         let t0 = rdtsc_ordered();
         STAMP.store(t0, Ordering::Relaxed);
         let result = if pmodel {
-            sys_pmodel_yield(SEED)
+            sys_pmodel_yield(SEED, host_priv)
         } else {
             sys_yield()
         };
@@ -919,8 +921,9 @@ const PARTNER_SECRET: u64 = 0x5ec2_e700_0000_0000;
 fn xas_call(threads: u64) -> Result<(), Failed> {
     let name = "floor.xas.call";
     clear_samples();
-    let partner =
-        baton_rt::spawn("floor_partner").map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
+    // The partner registers with the host-privilege right it gets as its bootstrap right.
+    let partner = baton_rt::spawn_with("floor_partner", baton_rt::start::host_priv())
+        .map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
     // Until it has registered.
     while floor::xas_call(partner, 0) == Err(baton_rt::Error::NotFound) {
         yield_now();

@@ -171,6 +171,7 @@ fn run() -> Result<(), &'static str> {
         "ok: the child hog met every limit with NoMemory: {:?}",
         &child[1..]
     );
+    // (The child has no host-privilege right, so its process-model count stays 0.)
     if child[1..].iter().zip(&sibling[1..]).any(|(c, s)| c >= s) {
         return Err("the child's smaller limit did not bound it below the sibling");
     }
