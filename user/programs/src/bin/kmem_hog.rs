@@ -274,7 +274,8 @@ fn run() -> Result<(), &'static str> {
     // 5. Threads blocked in the process model (a debug call: only with the
     //    host-privilege right, which the sibling started from the command line has and a
     //    spawned child does not).
-    CTL.host.store(baton_rt::start::host_priv(), Ordering::Relaxed);
+    CTL.host
+        .store(baton_rt::start::host_priv(), Ordering::Relaxed);
     if CTL.host.load(Ordering::Relaxed) == 0 {
         println!("no host-privilege right: the process-model step is skipped");
         tell(&mut rpc, DONE, 0, Error::NoMemory)?;
