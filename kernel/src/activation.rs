@@ -230,7 +230,9 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
         Decision::Take(a) => (a, false),
         Decision::Sidetrack(a) => (a, true),
         Decision::Wait => {
-            port.senders.push_back(cur);
+            if port.senders.try_push_back(cur).is_err() {
+                crate::kernel::finish_entry(k, false, Some(Error::NoMemory.to_raw()))
+            }
             // The call's own timeout bounds the wait (the fast path takes only calls
             // without one, so this is the general path's business).
             let timeout = k
@@ -948,6 +950,10 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
         return false;
     }
     let (priority, cpu, pinned) = (th.priority, th.cpu, th.pinned);
+    // The new thread needs room in the run queues, reserved before anything moves.
+    if thread::reserve_ready(k, priority).is_err() {
+        return false;
+    }
     // The part below leaves `t`.
     let Some(th) = k.threads.get_mut(t) else {
         return false;
@@ -983,6 +989,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let Ok(lid) = k.threads.insert(l) else {
         // No room for a thread: the part below stays stranded in `t`'s place; its caller's
         // error comes when the part above returns (as without the split).
+        thread::release_ready(k, priority);
         return false;
     };
     if let Some(th) = k.threads.get_mut(lid) {

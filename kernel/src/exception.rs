@@ -73,6 +73,14 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         th.exc_reply = Some(reply);
     }
     raise_fast(k, cur, port, reply, &info);
+    // Room for the thread among the reply port's receivers first: then nothing below
+    // allocates once the exception is sent.
+    if let Some(p) = k.ipc.port_mut(reply) {
+        let n = p.receivers.len() + 1;
+        if p.receivers.reserve(n).is_err() {
+            return;
+        }
+    }
     let mut fx = Effects::default();
     if k.ipc
         .send_kernel(port, EXC_RAISE, reply, info.to_bytes().to_vec(), &mut fx)

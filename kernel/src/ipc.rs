@@ -303,7 +303,7 @@ fn send(
             return Err(Error::WouldBlock);
         }
         if let Some(p) = k.ipc.port_mut(dest) {
-            p.senders.push_back(cur);
+            p.senders.try_push_back(cur).map_err(|_| Error::NoMemory)?;
         }
         block(k, Blocked::Send { port: dest }, args.timeout);
         k.stats.blocks_ipc += 1;
@@ -483,7 +483,12 @@ fn receive(
         return Err(Error::Interrupted);
     }
     if let Some(p) = k.ipc.port_mut(port) {
-        p.receivers.push_back(cur);
+        if p.receivers.try_push_back(cur).is_err() {
+            if let Some(r) = handoff {
+                thread::thread_setrun(k, r);
+            }
+            return Err(Error::NoMemory);
+        }
     }
     block(k, Blocked::Receive { port }, args.timeout);
     k.stats.blocks_ipc += 1;

@@ -181,6 +181,10 @@ pub struct Kernel {
     /// The floor cross-address-space calls' partners and calls in progress
     /// ([`crate::floor`]).
     pub floor: crate::floor::Floor,
+    /// Threads that exist at each priority: every CPU's run queue has room for all of
+    /// them at their level, so making a thread ready never allocates
+    /// (`thread::reserve_ready`).
+    pub threads_at: [usize; 64],
     next_task: TaskId,
     next_cpu: usize,
     /// The task whose console line is still open.
@@ -299,6 +303,7 @@ impl Kernel {
         let Some(th) = self.threads.remove(t) else {
             return;
         };
+        thread::release_ready(self, th.priority);
         let suspended =
             usize::from(th.ctl.suspend > 0) + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
         crate::control::suspended_sub(suspended);
@@ -586,10 +591,14 @@ impl Kernel {
             kern::fallible::try_box(Thread::new_user((task, key), space, frame, priority, cpu))
                 .ok_or(baton_abi::Error::NoMemory)?;
         thread.charge = Some(charge);
-        let id = self
-            .threads
-            .insert(thread)
-            .map_err(|_| baton_abi::Error::NoMemory)?;
+        thread::reserve_ready(self, priority)?;
+        let Ok(id) = self.threads.insert(thread) else {
+            thread::release_ready(self, priority);
+            return Err(baton_abi::Error::NoMemory);
+        };
+        let Some(t) = self.tasks.get_mut(&task) else {
+            return Err(baton_abi::Error::NotFound);
+        };
         if let Some(th) = self.threads.get_mut(id) {
             th.id = id;
         }
@@ -989,6 +998,7 @@ pub fn start(
         modules,
         shutdown_when_idle: config.shutdown_when_idle,
         floor: crate::floor::Floor::default(),
+        threads_at: [0; 64],
         next_task: 1,
         next_cpu: 0,
         open_line: None,

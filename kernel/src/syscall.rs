@@ -112,10 +112,13 @@ pub fn on_syscall(number: u64) -> ! {
                     FOREVER => None,
                     ns => Some(apic::now_ns().saturating_add(ns)),
                 };
-                k.waits.enqueue(key, cur);
-                block_until(k, Blocked::Wait { key }, deadline);
-                k.stats.blocks_wait += 1;
-                thread::thread_block_with(k, Continuation::new(Resume::Wait));
+                if k.waits.try_enqueue(key, cur).is_err() {
+                    Error::NoMemory.to_raw()
+                } else {
+                    block_until(k, Blocked::Wait { key }, deadline);
+                    k.stats.blocks_wait += 1;
+                    thread::thread_block_with(k, Continuation::new(Resume::Wait));
+                }
             }
             Err(e) => e.to_raw(),
         },
@@ -573,10 +576,14 @@ impl Kernel {
         if thread == 0 && !crate::control::may_schedule_self(self, t) {
             return Err(Error::Denied);
         }
+        let old = self.threads.get(t).ok_or(Error::NotFound)?.priority;
+        if old != prio as u8 {
+            thread::reserve_ready(self, prio as u8)?;
+            thread::release_ready(self, old);
+        }
         let Some(th) = self.threads.get_mut(t) else {
             return Err(Error::NotFound);
         };
-        let old = th.priority;
         th.priority = prio as u8;
         if th.state == ThreadState::Ready {
             let cpu = th.cpu;

@@ -266,6 +266,34 @@ pub fn thread_select(k: &mut Kernel, cpu: usize) -> ThreadId {
 /// Makes `t` ready on its CPU's run queue (Mach's `thread_setrun`), waking that CPU if it is
 /// idle elsewhere.
 #[inline]
+/// Before a thread comes to exist at priority `prio` (created, or moved there): counts
+/// it, and makes every CPU's run queue able to hold every thread of that priority, so that
+/// making threads ready ([`thread_setrun`], preemption, stealing) never allocates.
+/// [`Error::NoMemory`] (and nothing counted) when the heap has no room.
+pub fn reserve_ready(k: &mut Kernel, prio: u8) -> Result<(), baton_abi::Error> {
+    let p = usize::from(prio.min(63));
+    let n = k.threads_at.get(p).copied().unwrap_or(0) + 1;
+    for c in k.cpus.iter_mut() {
+        c.runq
+            .reserve(prio, n)
+            .map_err(|()| baton_abi::Error::NoMemory)?;
+    }
+    if let Some(slot) = k.threads_at.get_mut(p) {
+        *slot = n;
+    }
+    Ok(())
+}
+
+/// A thread at priority `prio` is gone or has moved: the count [`reserve_ready`] keeps
+/// goes down (the run queues keep their room).
+pub fn release_ready(k: &mut Kernel, prio: u8) {
+    if let Some(slot) = k.threads_at.get_mut(usize::from(prio.min(63))) {
+        *slot = slot.saturating_sub(1);
+    }
+}
+
+/// Makes `t` ready on its CPU's run queue (Mach's `thread_setrun`), waking that CPU if it is
+/// idle elsewhere.
 pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
     let Some(th) = k.threads.get_mut(t) else {
         return;

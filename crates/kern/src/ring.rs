@@ -56,13 +56,56 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
     #[inline(never)]
     fn grow(&mut self) {
         let cap = (self.buf.len() * 2).max(4);
-        let mut next = Vec::with_capacity(cap);
+        if self.try_grow_to(cap).is_err() {
+            // Only reached when a caller pushed without [`Ring::reserve`] or
+            // [`Ring::try_push_back`] and the heap is exhausted: the kernel's callers
+            // reserve first, so this is the allocation-error handler's case.
+            alloc::alloc::handle_alloc_error(core::alloc::Layout::new::<T>());
+        }
+    }
+
+    /// Grows the capacity to `cap` (a power of two above the current one), keeping the
+    /// order (the head moves to 0), or changes nothing when the heap has no room.
+    fn try_grow_to(&mut self, cap: usize) -> Result<(), ()> {
+        let mut next = Vec::new();
+        next.try_reserve_exact(cap).map_err(|_| ())?;
         for i in 0..self.len {
             next.push(self.buf.get(self.phys(i)).copied().unwrap_or_default());
         }
         next.resize(cap, T::default());
         self.buf = next;
         self.head = 0;
+        Ok(())
+    }
+
+    /// Makes room for at least `n` elements in all, so that pushes up to that many never
+    /// allocate; `Err` (nothing changed) when the heap has no room.
+    pub fn reserve(&mut self, n: usize) -> Result<(), ()> {
+        if n <= self.buf.len() {
+            return Ok(());
+        }
+        let cap = n.checked_next_power_of_two().ok_or(())?.max(4);
+        self.try_grow_to(cap)
+    }
+
+    /// Whether one more element fits without growing.
+    #[inline(always)]
+    pub fn has_room(&self) -> bool {
+        self.len < self.buf.len()
+    }
+
+    /// [`Ring::push_back`], or `Err(t)` (nothing changed) when the ring must grow and the
+    /// heap has no room.
+    #[inline]
+    pub fn try_push_back(&mut self, t: T) -> Result<(), T> {
+        if self.len == self.buf.len() {
+            let cap = (self.buf.len() * 2).max(4);
+            if self.try_grow_to(cap).is_err() {
+                return Err(t);
+            }
+        }
+        self.push_back(t);
+        Ok(())
     }
 
     /// Appends `t` at the back.

@@ -89,6 +89,12 @@ impl<T: Copy + Default + PartialEq> RunQueue<T> {
         self.len += 1;
     }
 
+    /// Makes room at priority `prio` for `n` ready threads, so that pushing up to that many
+    /// there never allocates; `Err` (nothing changed) when the heap has no room.
+    pub fn reserve(&mut self, prio: u8, n: usize) -> Result<(), ()> {
+        self.levels[level(prio)].reserve(n)
+    }
+
     /// Takes the next thread to run, the front of the highest non-empty level, with its
     /// (clamped) priority.
     #[inline]

@@ -96,10 +96,17 @@ impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> WaitQueues<K,
     /// Makes `t` wait on `key`, behind the threads already waiting there. The caller
     /// guarantees `t` is not already waiting anywhere (see the module invariants).
     pub fn enqueue(&mut self, key: K, t: T) {
+        let _ = self.try_enqueue(key, t);
+    }
+
+    /// [`WaitQueues::enqueue`], or `Err(())` (nothing changed) when the bucket must grow
+    /// and the heap has no room.
+    pub fn try_enqueue(&mut self, key: K, t: T) -> Result<(), ()> {
         if let Some(b) = self.bucket(&key) {
-            b.push_back((key, t));
+            b.try_push_back((key, t)).map_err(|_| ())?;
             self.total += 1;
         }
+        Ok(())
     }
 
     /// Releases the oldest thread waiting on `key`, if any.
