@@ -151,8 +151,18 @@ fn counts(s: &Stats) -> [u64; 6] {
 fn show(seed: u64, when: &str, s: &Stats) {
     println!(
         "fuzz: seed {seed}: {when}: threads={} ports={} names={} activations={} messages={} \
-         stacks={} heap={}",
-        s.threads, s.ports, s.names, s.activations, s.messages_queued, s.stacks_in_use, s.heap_used
+         stacks={} heap={} | since boot: threads created={} migrations={} ipc fast={} queued={}",
+        s.threads,
+        s.ports,
+        s.names,
+        s.activations,
+        s.messages_queued,
+        s.stacks_in_use,
+        s.heap_used,
+        s.threads_created,
+        s.migrations,
+        s.ipc_fast,
+        s.ipc_queued
     );
 }
 

@@ -393,6 +393,17 @@ const REFUSED_ENTRIES: [u64; 7] = [
     u64::MAX - 7,
 ];
 
+/// Instruction pointers a set-state must refuse: outside the lower canonical half (a set
+/// state, like an exception handler's reply, may send a thread to any user address, even
+/// an unmapped one such as 0, where it faults).
+const REFUSED_RIPS: [u64; 5] = [
+    0x0000_8000_0000_0000,
+    0x8000_0000_0000_0000,
+    0xffff_8000_0000_0000,
+    0xffff_ffff_ffff_f000,
+    u64::MAX - 7,
+];
+
 /// Names that are never a right of this task (or only by a far-off chance).
 const BAD_NAMES: [u64; 6] = [
     0,
@@ -1122,7 +1133,7 @@ impl Fuzzer {
         regs.rip = if self.r.chance(75) {
             self.r.of(entries, act_entry())
         } else {
-            self.r.of(&REFUSED_ENTRIES, USER_END)
+            self.r.of(&REFUSED_RIPS, 1 << 63)
         };
         regs.rflags = self.r.of(&[0x202, 0x202, 0x2, 0x3202, 0x200202], 0x202);
         regs
