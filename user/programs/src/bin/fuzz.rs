@@ -240,16 +240,17 @@ fn run_seed(
             fail("the worker did not finish in time");
             return Err(());
         }
-        match buf.msg(MSG_RECEIVE, port, 100_000_000) {
+        // Whether the worker has ended, seen before the receive: a result it sent before
+        // ending is then already queued.
+        let ended = cap_info(task) == Ok(RightKind::DeadName);
+        match buf.msg(MSG_RECEIVE, port, if ended { 0 } else { 100_000_000 }) {
             Ok(()) => {}
-            Err(_) => {
-                if cap_info(task) == Ok(RightKind::DeadName) {
-                    fail("the worker ended without a result (killed?)");
-                    let _ = cap_drop(task);
-                    return Err(());
-                }
-                continue;
+            Err(_) if ended => {
+                fail("the worker ended without a result (killed?)");
+                let _ = cap_drop(task);
+                return Err(());
             }
+            Err(_) => continue,
         }
         let h = buf.header();
         let word = |i: usize| baton_rt::ipc::data_word(buf.data(), i);

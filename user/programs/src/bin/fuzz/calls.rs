@@ -154,6 +154,8 @@ static VICTIM_PORTS: Pool<12> = Pool::new();
 /// Activation ids, their ports.
 static ACTS: Pool<48> = Pool::new();
 static ACT_PORTS: Pool<16> = Pool::new();
+/// Receive rights activations were attached to (names only: the rights are in `RECV`).
+static ATTACHED: Pool<8> = Pool::new();
 /// Child task ids, their task ports.
 static CHILDREN: Pool<3> = Pool::new();
 static CHILD_PORTS: Pool<4> = Pool::new();
@@ -843,15 +845,25 @@ impl Fuzzer {
             }
             1 => {
                 let a = self.arena_addr();
-                let len = match self.r.below(4) {
-                    0 | 1 => (1 + self.r.below(8)) * PAGE,
-                    2 => self.r.of(
+                // Unmapping the whole arena is rare, and a large unmap is followed by
+                // mapping the arena back (skipping what is still mapped would fail, so
+                // page by page in a few calls): otherwise most arena addresses would
+                // stay unmapped and the calls that use them would only fail.
+                let len = match self.r.below(20) {
+                    0..=13 => (1 + self.r.below(4)) * PAGE,
+                    14..=18 => self.r.of(
                         &[0, 1, PAGE + 1, MEM_MAP_MAX, MEM_MAP_MAX + PAGE, !0xfff_u64],
                         PAGE,
                     ),
                     _ => ARENA_PAGES * PAGE,
                 };
                 self.sys(Sys::MemUnmap, [a, len, 0, 0, 0, 0]);
+                if len == ARENA_PAGES * PAGE || self.r.chance(30) {
+                    for _ in 0..4 {
+                        let page = ARENA + self.r.below(ARENA_PAGES - ARENA_RO_PAGES) * PAGE;
+                        self.sys(Sys::MemMap, [page, 4 * PAGE, 1, 0, 0, 0]);
+                    }
+                }
             }
             _ => {
                 let a = match self.r.below(4) {
@@ -1148,7 +1160,17 @@ impl Fuzzer {
                 } else {
                     self.r.of(&REFUSED_ENTRIES, 0)
                 };
-                let stack = self.r.of(&[ARENA + 8 * PAGE, 0, 8, USER_END], 0);
+                let stack = self.r.of(
+                    &[
+                        ARENA + 8 * PAGE,
+                        ARENA + 8 * PAGE,
+                        ARENA + 8 * PAGE,
+                        0,
+                        8,
+                        USER_END,
+                    ],
+                    0,
+                );
                 let buffer = match self.r.below(5) {
                     0..=2 => ARENA + (4 + self.r.below(ARENA_PAGES)) * PAGE,
                     3 => ARENA + 4 * PAGE + 8,
@@ -1172,6 +1194,7 @@ impl Fuzzer {
                 let id = self.sys(Sys::ActCreate, [port, entry, stack, buffer, cookie, size]);
                 if (id as i64) > 0 {
                     ACTS.put(&mut self.r, id);
+                    ATTACHED.put(&mut self.r, port);
                 }
             }
             2 => {
@@ -1242,7 +1265,11 @@ impl Fuzzer {
             _ => {
                 // A migrating call: an RPC without descriptors through the IPC buffer to
                 // a send right made from a receive right (activations may be attached).
-                let port = self.recv_name();
+                let port = if self.r.chance(75) {
+                    ATTACHED.pick(&mut self.r)
+                } else {
+                    self.recv_name()
+                };
                 let s = self.sys(Sys::PortMakeSend, [port, 0, 0, 0, 0, 0]);
                 if (s as i64) <= 0 {
                     return;
@@ -1606,7 +1633,8 @@ pub fn cleanup() {
         r: Rng::new(1),
         index: super::MAX_THREADS - 1,
         seed: SEED.load(Ordering::Relaxed),
-        calls: 0,
+        // Not 0: the cleanup's calls print no progress mark.
+        calls: 1,
         ok: 0,
         wrong: 0,
         verbose: false,
