@@ -135,15 +135,16 @@ fn params(cpus: u64) -> Result<Params, ()> {
     })
 }
 
-/// The counts that must come back after a worker ended.
-fn counts(s: &Stats) -> [u64; 6] {
+/// The counts that must come back after a worker ended. Not the kernel stacks in use:
+/// with several CPUs that count depends on what the other CPUs run at the instant it is
+/// read (an idle CPU, a thread between blocking and discarding its stack), not on objects.
+fn counts(s: &Stats) -> [u64; 5] {
     [
         s.threads,
         s.ports,
         s.names,
         s.activations,
         s.messages_queued,
-        s.stacks_in_use,
     ]
 }
 
@@ -321,7 +322,7 @@ fn run_seed(
         bad = true;
     }
     if counts(&after) != counts(&before) {
-        fail("threads, ports, names, activations, messages or stacks did not come back");
+        fail("threads, ports, names, activations or queued messages did not come back");
         bad = true;
     }
     match *heap_reference {
