@@ -274,9 +274,7 @@ pub fn reserve_ready(k: &mut Kernel, prio: u8) -> Result<(), baton_abi::Error> {
     let p = usize::from(prio.min(63));
     let n = k.threads_at.get(p).copied().unwrap_or(0) + 1;
     for c in k.cpus.iter_mut() {
-        c.runq
-            .reserve(prio, n)
-            .map_err(|()| baton_abi::Error::NoMemory)?;
+        c.runq.reserve(prio, n)?;
     }
     if let Some(slot) = k.threads_at.get_mut(p) {
         *slot = n;

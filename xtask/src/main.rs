@@ -21,6 +21,7 @@ mod build;
 mod clippy;
 mod cycles;
 mod deps;
+mod fuzz;
 mod initrd;
 mod judge;
 mod linux;
@@ -81,6 +82,18 @@ commands:
                          switching fast path and migrating RPC, counted instruction by
                          instruction (gdb single-steps the bench image under TCG -icount);
                          writes results/profile.md and prints it
+  fuzz [options]         the system-call fuzzer's soak: one boot per seed of the `fuzz` program
+                         (multi-threaded TCG with several CPUs); per seed its calls, the share
+                         that succeeded, the kernel's counts before and after, and on a kernel
+                         panic the panic line and each fuzzing thread's last call index; logs
+                         in target/fuzz-logs/
+      --seeds N          seeds to run (default 10)
+      --calls M          calls per seed (default 100000)
+      --smp K            number of CPUs (default 2)
+      --first-seed S     first seed (default 1)
+      --threads T        fuzzing threads (default 3)
+      --exclude LETTERS  call classes to leave out (docs/fuzzing.md)
+      --verbose          the program prints every call (to place a panic exactly)
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
   help                   print this text
 
@@ -133,6 +146,7 @@ enum Cmd {
     Test(TestOpts),
     Bench(BenchOpts),
     BenchLinux,
+    Fuzz(fuzz::FuzzOpts),
     Profile,
     Clippy,
     Help,
@@ -157,6 +171,7 @@ fn main() -> ExitCode {
         Cmd::Test(opts) => test::test(&opts),
         Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::BenchLinux => linux::bench_linux(),
+        Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
         Cmd::Clippy => clippy::clippy(),
     };
@@ -236,6 +251,28 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 }
             }
             Ok(Cmd::Bench(opts))
+        }
+        "fuzz" => {
+            let mut opts = fuzz::FuzzOpts::default();
+            while let Some(arg) = rest.next() {
+                let (flag, inline) = split_flag(&arg);
+                match flag {
+                    "--seeds" => opts.seeds = positive(flag, &value(flag, inline, &mut rest)?)?,
+                    "--calls" => opts.calls = positive(flag, &value(flag, inline, &mut rest)?)?,
+                    "--smp" => opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?,
+                    "--threads" => opts.threads = positive(flag, &value(flag, inline, &mut rest)?)?,
+                    "--first-seed" => {
+                        let v = value(flag, inline, &mut rest)?;
+                        opts.first_seed = v
+                            .parse()
+                            .map_err(|_| format!("`{flag}` needs a number, got `{v}`"))?;
+                    }
+                    "--exclude" => opts.exclude = value(flag, inline, &mut rest)?,
+                    "--verbose" if inline.is_none() => opts.verbose = true,
+                    _ => return Err(format!("unknown option `{arg}` for `fuzz`")),
+                }
+            }
+            Ok(Cmd::Fuzz(opts))
         }
         "bench-linux" | "profile" => match rest.next() {
             Some(arg) => Err(format!("`{cmd}` takes no arguments, got `{arg}`")),

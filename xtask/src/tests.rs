@@ -263,6 +263,13 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| TEST PASS ipc",
 ];
 
+/// The fuzzer's default schedule (4 seeds of 25,000 calls per boot) under TCG.
+const FUZZ_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// What the `fuzz` tests require: every seed ran and the kernel's counts came back (the
+/// program prints `TEST FAIL` otherwise).
+const FUZZ_REQUIRE: &[&str] = &["TEST PASS fuzz: 4 seeds, ", "(fuzz) exited with code 0"];
+
 /// What the `hostile` tests require.
 const HOSTILE_REQUIRE: &[&str] = &[
     "hostile#1| ok: ports, names, queued messages and threads back to the baseline after",
@@ -770,6 +777,24 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // The seeded system-call fuzzer: 100,000 calls per boot over 4 seeds; at least 30%
+        // succeed, and the kernel's counts come back after each seed.
+        name: "fuzz_smp1",
+        init: &["fuzz"],
+        smp: 1,
+        timeout: FUZZ_TIMEOUT,
+        require: FUZZ_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fuzz_smp2",
+        init: &["fuzz"],
+        smp: 2,
+        timeout: FUZZ_TIMEOUT,
+        require: FUZZ_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -80,12 +80,16 @@ impl<T: Copy + Default + PartialEq> Ring<T> {
 
     /// Makes room for at least `n` elements in all, so that pushes up to that many never
     /// allocate; `Err` (nothing changed) when the heap has no room.
-    pub fn reserve(&mut self, n: usize) -> Result<(), ()> {
+    pub fn reserve(&mut self, n: usize) -> Result<(), baton_abi::Error> {
         if n <= self.buf.len() {
             return Ok(());
         }
-        let cap = n.checked_next_power_of_two().ok_or(())?.max(4);
+        let cap = n
+            .checked_next_power_of_two()
+            .ok_or(baton_abi::Error::NoMemory)?
+            .max(4);
         self.try_grow_to(cap)
+            .map_err(|()| baton_abi::Error::NoMemory)
     }
 
     /// Whether one more element fits without growing.

@@ -91,7 +91,7 @@ impl<T: Copy + Default + PartialEq> RunQueue<T> {
 
     /// Makes room at priority `prio` for `n` ready threads, so that pushing up to that many
     /// there never allocates; `Err` (nothing changed) when the heap has no room.
-    pub fn reserve(&mut self, prio: u8, n: usize) -> Result<(), ()> {
+    pub fn reserve(&mut self, prio: u8, n: usize) -> Result<(), baton_abi::Error> {
         self.levels[level(prio)].reserve(n)
     }
 

@@ -99,11 +99,12 @@ impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> WaitQueues<K,
         let _ = self.try_enqueue(key, t);
     }
 
-    /// [`WaitQueues::enqueue`], or `Err(())` (nothing changed) when the bucket must grow
-    /// and the heap has no room.
-    pub fn try_enqueue(&mut self, key: K, t: T) -> Result<(), ()> {
+    /// [`WaitQueues::enqueue`], or [`baton_abi::Error::NoMemory`] (nothing changed) when
+    /// the bucket must grow and the heap has no room.
+    pub fn try_enqueue(&mut self, key: K, t: T) -> Result<(), baton_abi::Error> {
         if let Some(b) = self.bucket(&key) {
-            b.try_push_back((key, t)).map_err(|_| ())?;
+            b.try_push_back((key, t))
+                .map_err(|_| baton_abi::Error::NoMemory)?;
             self.total += 1;
         }
         Ok(())

@@ -1,0 +1,305 @@
+//! `cargo xtask fuzz`: the system-call fuzzer's soak (see `docs/fuzzing.md`).
+//!
+//! Each seed gets its own boot of the `fuzz` program, with its parameters passed as the
+//! name of an empty boot module added to a copy of the initrd:
+//! `fuzz=SEED:1:CALLS:tTHREADS[:xCLASSES][:v]` (the kernel has no argument mechanism; the
+//! program finds the module with `module_info`). The serial log of each boot goes to
+//! `target/fuzz-logs/seed-<S>.log`; the summary line of each seed gives its calls, the share
+//! that succeeded, the kernel's counts before and after, and, when the kernel panicked or
+//! the boot failed, the failure line and each fuzzing thread's last progress mark (`tT call
+//! N`: the panic came after call N of thread T; `:v` prints every call).
+//!
+//! With more than one CPU, TCG runs multi-threaded (`-accel tcg,thread=multi`): one host
+//! thread per guest CPU, so two CPUs really run at once (under `-icount` they take turns).
+
+use crate::build::{self, Images};
+use crate::deps;
+use crate::initrd;
+use crate::qemu::{self, Accel, Machine};
+use crate::test::wait_with_timeout;
+use crate::workspace::{note, target_dir};
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+/// Options of `fuzz`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct FuzzOpts {
+    /// `--seeds N`.
+    pub seeds: u64,
+    /// `--calls M`: calls per seed.
+    pub calls: u64,
+    /// `--smp K`.
+    pub smp: u32,
+    /// `--first-seed S`.
+    pub first_seed: u64,
+    /// `--threads T`: fuzzing threads.
+    pub threads: u64,
+    /// `--exclude LETTERS`: call classes left out.
+    pub exclude: String,
+    /// `--verbose`: the program prints every call.
+    pub verbose: bool,
+}
+
+impl Default for FuzzOpts {
+    fn default() -> FuzzOpts {
+        FuzzOpts {
+            seeds: 10,
+            calls: 100_000,
+            smp: 2,
+            first_seed: 1,
+            threads: 3,
+            exclude: String::new(),
+            verbose: false,
+        }
+    }
+}
+
+/// The boot-module name that carries one seed's parameters.
+pub fn module_name(opts: &FuzzOpts, seed: u64) -> String {
+    let mut name = format!("fuzz={seed}:1:{}:t{}", opts.calls, opts.threads);
+    if !opts.exclude.is_empty() {
+        name.push_str(&format!(":x{}", opts.exclude));
+    }
+    if opts.verbose {
+        name.push_str(":v");
+    }
+    name
+}
+
+/// What one seed's log says.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct SeedReport {
+    /// `fuzz: seed S: N calls, K succeeded (P%)`, if it got that far.
+    pub calls: Option<String>,
+    /// The before and after count lines.
+    pub before: Option<String>,
+    pub after: Option<String>,
+    /// The first line with `PANIC`, `KERNEL EXCEPTION` or `TEST FAIL`.
+    pub failure: Option<String>,
+    /// Each fuzzing thread's last progress mark (`tT call N`).
+    pub last_calls: Vec<String>,
+    /// `TEST PASS` seen.
+    pub passed: bool,
+}
+
+/// Reads a seed's serial log.
+pub fn read_log(log: &str, seed: u64) -> SeedReport {
+    let mut r = SeedReport::default();
+    let mark = format!("fuzz: seed {seed} t");
+    for line in log.lines() {
+        if r.failure.is_none()
+            && ["PANIC", "KERNEL EXCEPTION", "TEST FAIL"]
+                .iter()
+                .any(|bad| line.contains(bad))
+        {
+            r.failure = Some(line.trim().to_string());
+        }
+        if let Some(at) = line.find(&mark) {
+            let rest = &line[at + mark.len() - 1..];
+            let thread = rest.split_whitespace().next().unwrap_or("");
+            let short: String = rest
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>()
+                .join(" ");
+            match r
+                .last_calls
+                .iter_mut()
+                .find(|c| c.split_whitespace().next() == Some(thread))
+            {
+                Some(c) => *c = short,
+                None => r.last_calls.push(short),
+            }
+        }
+        let after_prefix = |what: &str| {
+            line.find(&format!("fuzz: seed {seed}: {what}"))
+                .map(|at| line[at..].to_string())
+        };
+        if let Some(l) = after_prefix("before:") {
+            r.before = Some(l);
+        }
+        if let Some(l) = after_prefix("after:") {
+            r.after = Some(l);
+        }
+        if line.contains(&format!("fuzz: seed {seed}: ")) && line.contains(" calls, ") {
+            r.calls = after_prefix("").or(r.calls.take());
+        }
+        if line.contains("TEST PASS fuzz") {
+            r.passed = true;
+        }
+    }
+    r.last_calls.sort();
+    r
+}
+
+/// Runs `cargo xtask fuzz`.
+pub fn fuzz(opts: &FuzzOpts) -> Result<ExitCode, String> {
+    deps::ensure_target()?;
+    let qemu_path = deps::ensure_qemu()?;
+    let images = build::build()?;
+    let dir = target_dir().join("fuzz-logs");
+    fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let files: Vec<(String, PathBuf)> = images
+        .programs
+        .iter()
+        .map(|p| (p.clone(), build::USER.out_dir().join(p)))
+        .collect();
+    let empty = dir.join("empty");
+    fs::write(&empty, b"").map_err(|e| format!("cannot write {}: {e}", empty.display()))?;
+    // Generous: TCG runs about 5,000 calls a second on one CPU.
+    let timeout = Duration::from_secs(60 + opts.calls / 1000);
+    let mut failed = Vec::new();
+    let (mut total_calls, started) = (0u64, Instant::now());
+    for seed in opts.first_seed..opts.first_seed.saturating_add(opts.seeds) {
+        let mut with_args = files.clone();
+        with_args.push((module_name(opts, seed), empty.clone()));
+        let initrd_path = dir.join("initrd.tar");
+        initrd::write(&initrd_path, &with_args)?;
+        let boot = Images {
+            kernel: images.kernel.clone(),
+            initrd: initrd_path,
+            programs: images.programs.clone(),
+        };
+        let log = dir.join(format!("seed-{seed}.log"));
+        let (exit, elapsed) = boot_one(&boot, &qemu_path, opts.smp, &log, timeout)?;
+        let text = String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();
+        let r = read_log(&text, seed);
+        let ok = r.passed && r.failure.is_none() && exit == Some(qemu::EXIT_CLEAN);
+        if let Some(calls) = r.calls.as_deref() {
+            total_calls += calls
+                .split(": ")
+                .nth(2)
+                .and_then(|s| s.split_whitespace().next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        println!(
+            "{} seed {seed} ({:.1}s): {}",
+            if ok { "PASS" } else { "FAIL" },
+            elapsed.as_secs_f64(),
+            r.calls.as_deref().unwrap_or("no call count")
+        );
+        for l in [&r.before, &r.after].into_iter().flatten() {
+            println!("    {l}");
+        }
+        if !ok {
+            println!(
+                "    {}",
+                r.failure.as_deref().unwrap_or(&qemu::explain_exit(exit))
+            );
+            println!("    last progress marks: {}", r.last_calls.join(", "));
+            println!("    log: {}", log.display());
+            failed.push(seed);
+        }
+    }
+    println!(
+        "{} seeds, {} failed{}; {total_calls} calls in {:.0}s",
+        opts.seeds,
+        failed.len(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " ({})",
+                failed
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )
+        },
+        started.elapsed().as_secs_f64()
+    );
+    Ok(if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Boots one seed under TCG (multi-threaded with more than one CPU); returns QEMU's exit
+/// status (`None` when killed at the timeout) and how long it took.
+fn boot_one(
+    images: &Images,
+    qemu_path: &Path,
+    smp: u32,
+    log: &Path,
+    timeout: Duration,
+) -> Result<(Option<i32>, Duration), String> {
+    let machine = Machine {
+        images,
+        accel: Accel::Tcg,
+        smp,
+        cmdline: qemu::cmdline("fuzz", true, &[]),
+        icount: false,
+        gdb: false,
+    };
+    let base = machine.command(qemu_path);
+    let mut cmd = Command::new(base.get_program());
+    cmd.current_dir(crate::workspace::root());
+    let mut after_accel = false;
+    for arg in base.get_args() {
+        if after_accel && arg == "tcg" && smp > 1 {
+            cmd.arg("tcg,thread=multi");
+        } else {
+            cmd.arg(arg);
+        }
+        after_accel = arg == "-accel";
+    }
+    let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+    let stderr = file
+        .try_clone()
+        .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+    note(format!("fuzz: booting {}", log.display()));
+    let start = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", qemu_path.display()))?;
+    let status = wait_with_timeout(&mut child, timeout)?;
+    Ok((status.and_then(|s| s.code()), start.elapsed()))
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    #[test]
+    fn module_names() {
+        let mut o = FuzzOpts {
+            calls: 5000,
+            threads: 2,
+            ..FuzzOpts::default()
+        };
+        assert_eq!(module_name(&o, 7), "fuzz=7:1:5000:t2");
+        o.exclude = "ak".into();
+        o.verbose = true;
+        assert_eq!(module_name(&o, 7), "fuzz=7:1:5000:t2:xak:v");
+    }
+
+    #[test]
+    fn reads_a_log_with_a_panic() {
+        let log = "fuzz#1| fuzz: seed 3: before: threads=1\n\
+                   fuzz#2| fuzz: seed 3 t0 call 0\n\
+                   fuzz#2| fuzz: seed 3 t1 call 0\n\
+                   fuzz#2| fuzz: seed 3 t0 call 2000\n\
+                   [kernel] PANIC at kernel/src/x.rs:1: boom\n";
+        let r = read_log(log, 3);
+        assert_eq!(r.before.as_deref(), Some("fuzz: seed 3: before: threads=1"));
+        assert_eq!(
+            r.failure.as_deref(),
+            Some("[kernel] PANIC at kernel/src/x.rs:1: boom")
+        );
+        assert_eq!(r.last_calls, ["t0 call 2000", "t1 call 0"]);
+        assert!(!r.passed);
+        let good = "fuzz#1| fuzz: seed 3: 100 calls, 50 succeeded (50%)\nfuzz#1| TEST PASS fuzz: 1 seeds, 100 calls\n";
+        let r = read_log(good, 3);
+        assert!(r.passed && r.failure.is_none());
+        assert_eq!(
+            r.calls.as_deref(),
+            Some("fuzz: seed 3: 100 calls, 50 succeeded (50%)")
+        );
+    }
+}
