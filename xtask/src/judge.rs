@@ -161,12 +161,19 @@ pub fn expect_exits(log: &str, exits: &[(&str, Exit)]) -> Result<(), String> {
             problems.push(format!("no task {name} {}", describe(exit)));
         }
     }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("; "))
+    match problems.len() {
+        0 => Ok(()),
+        n if n > PROBLEMS_SHOWN => Err(format!(
+            "{}; and {} more",
+            problems[..PROBLEMS_SHOWN].join("; "),
+            n - PROBLEMS_SHOWN
+        )),
+        _ => Err(problems.join("; ")),
     }
 }
+
+/// How many task endings a failed [`expect_exits`] lists before it counts the rest.
+const PROBLEMS_SHOWN: usize = 5;
 
 /// How an ending reads in a judge's message.
 fn describe(e: Exit) -> String {

@@ -100,6 +100,10 @@ const EXC_REQUIRE: &[&str] = &[
     "exc#1| TEST PASS exc",
 ];
 
+/// The fuzzer's children are killed by it (through their task ports, or by faults it
+/// makes them take); its worker tasks exit with code 0.
+const FUZZ_EXITS: &[(&str, Exit)] = &[("fuzz_child", Exit::Killed)];
+
 /// The `exc` test's victims are all killed: one by an unanswered exception, one by
 /// registers outside user space, one by an explicit kill.
 const EXC_EXITS: &[(&str, Exit)] = &[("exc_victim", Exit::Killed)];
@@ -787,6 +791,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 1,
         timeout: FUZZ_TIMEOUT,
         require: FUZZ_REQUIRE,
+        exits: FUZZ_EXITS,
         ..BASE
     },
     IntegrationTest {
@@ -795,6 +800,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         timeout: FUZZ_TIMEOUT,
         require: FUZZ_REQUIRE,
+        exits: FUZZ_EXITS,
         ..BASE
     },
     IntegrationTest {

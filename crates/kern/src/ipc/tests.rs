@@ -640,6 +640,7 @@ fn fast_plan_kernel_carries_an_exception_rpc() {
         (10, reply, exc_port)
     );
     let before = ipc.ports();
+    ipc.port_mut(reply).unwrap().receivers.reserve(1).unwrap();
     let got = ipc.fast_commit_call(&mut handler, &plan, exc, 20).unwrap();
     assert_eq!(ipc.ports(), before);
     assert_eq!(
@@ -811,6 +812,12 @@ fn fast_plan_and_commit_call_and_reply() {
         .expect("a call to a waiting server takes the fast path");
     assert_eq!((plan.receiver, plan.own, plan.msg.dest), (10, rp, sp));
     assert!(plan.msg.call);
+    // The caller's port has no room among its receivers yet: the commit declines and
+    // changes nothing (the general path grows the ring, or fails the call).
+    assert!(ipc.fast_commit_call(&mut server, &plan, port, 20).is_none());
+    assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
+    assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
+    ipc.port_mut(rp).unwrap().receivers.reserve(1).unwrap();
     let got = ipc.fast_commit_call(&mut server, &plan, port, 20).unwrap();
     assert_eq!((got.dest, got.id), (port, 42));
     assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
@@ -888,6 +895,7 @@ fn fast_plan_declines_and_full_receivers() {
         ipc.allocate(&mut full, 1, 0).unwrap();
     }
     let rp = ipc.receive_port(&client, reply_port).unwrap();
+    ipc.port_mut(rp).unwrap().receivers.reserve(1).unwrap();
     assert_eq!(ipc.fast_commit_call(&mut full, &plan, port, 20), None);
     assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
     assert!(ipc.port(rp).unwrap().receivers.is_empty());
