@@ -169,16 +169,21 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     }
 
     /// The destination port and the caller's own port of `plan`, unless a message waits on
-    /// the caller's port (its receive would not block) or its receivers' ring would have to
-    /// grow (an allocation that may fail: the general path makes it, or fails the call):
-    /// both commits' first step.
+    /// the caller's port (its receive would not block) or its receivers' ring or its queue's
+    /// room for send-once messages would have to grow (allocations that may fail: the
+    /// general path makes them, or fails the call): both commits' first step.
     #[inline(always)]
     fn fast_ports(
         &mut self,
         plan: &FastPlan<T>,
     ) -> Option<(&mut super::Port<T>, &mut super::Port<T>)> {
         let (dest, own) = self.ports.get2_mut(plan.msg.dest, plan.own)?;
-        (own.queue.is_empty() && own.receivers.has_room()).then_some((dest, own))
+        // The queue is empty, so it has room for its send-once rights' messages and one
+        // more (the reply right a call makes) when its capacity exceeds their count.
+        (own.queue.is_empty()
+            && own.receivers.has_room()
+            && (!plan.msg.call || own.queue.capacity() > own.send_onces as usize))
+            .then_some((dest, own))
     }
 
     /// Carries out a request's [`FastPlan`] (`plan.msg.call`), with nothing changed since

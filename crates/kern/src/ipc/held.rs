@@ -80,10 +80,14 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         data: Vec<u8>,
         fx: &mut Effects<T>,
     ) -> Result<(), Error> {
-        if !self.ports.contains(dest) {
-            return Err(Error::DeadName);
-        }
+        // Room in both queues first (`Port::reserve_queue`): for this message, and for the
+        // reply or notification the new send-once right may bring.
+        self.ports
+            .get_mut(dest)
+            .ok_or(Error::DeadName)?
+            .reserve_queue(1)?;
         let r = self.ports.get_mut(reply).ok_or(Error::DeadName)?;
+        r.reserve_queue(1)?;
         r.send_onces += 1;
         let msg = Message {
             id,

@@ -177,6 +177,22 @@ impl<T: Copy + Default + PartialEq> Port<T> {
     pub fn is_full(&self) -> bool {
         self.queue.len() >= self.limit
     }
+
+    /// Makes room in the queue for every message already queued, one per send-once right
+    /// in existence, and `extra` more, so that nothing that arrives without a step that
+    /// may fail — a send-once notification when such a right is destroyed (ending tasks
+    /// included), a reply through one — ever makes the queue grow. [`Error::NoMemory`]
+    /// (nothing changed) when the heap has no room. See "Queue room" in the module
+    /// documentation.
+    pub fn reserve_queue(&mut self, extra: usize) -> Result<(), Error> {
+        let owed = usize::try_from(self.send_onces)
+            .unwrap_or(usize::MAX)
+            .saturating_add(extra);
+        if self.queue.capacity() - self.queue.len() < owed {
+            self.queue.try_reserve(owed).map_err(|_| Error::NoMemory)?;
+        }
+        Ok(())
+    }
 }
 
 /// A right named in a message, checked but not yet taken (the decode phase's result).
@@ -307,6 +323,12 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// `port_make_send`: a new send (or send-once) right from the receive right `name`.
     pub fn make_send(&mut self, space: &mut Space, name: u64, once: bool) -> Result<u64, Error> {
         let port = self.receive_port(space, name)?;
+        if once {
+            self.ports
+                .get_mut(port)
+                .ok_or(Error::InvalidName)?
+                .reserve_queue(1)?;
+        }
         let kind = if once { Held::SendOnce } else { Held::Send };
         let new = space.insert(Entry { kind, port })?;
         if let Some(p) = self.ports.get_mut(port) {
@@ -425,21 +447,31 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             (NOTIFY_KIND_DEAD_NAME | NOTIFY_KIND_NO_SENDERS, _) => return Err(Error::InvalidRight),
             _ => return Err(Error::InvalidArgument),
         }
-        // Decoded; now act. Cancel the old request of this kind for this name.
-        let mut released = Vec::new();
-        if let Some(p) = self.ports.get_mut(e.port) {
-            if kind == NOTIFY_KIND_NO_SENDERS {
-                released.extend(p.no_senders.take().map(|(n, _)| n));
-            } else {
-                let (gone, kept): (Vec<_>, Vec<_>) = p
-                    .dead_names
-                    .drain(..)
-                    .partition(|&(_, nm, s)| nm == name && s == sid);
-                p.dead_names = kept;
-                released.extend(gone.into_iter().map(|(n, _, _)| n));
+        // Room first: the notify port's queue for the notification, the port's list for
+        // a dead-name request (nothing below allocates).
+        if let Some(np) = notify.and_then(|n| self.ports.get_mut(n)) {
+            np.reserve_queue(1)?;
+        }
+        if kind == NOTIFY_KIND_DEAD_NAME && notify.is_some() {
+            if let Some(p) = self.ports.get_mut(e.port) {
+                p.dead_names.try_reserve(1).map_err(|_| Error::NoMemory)?;
             }
         }
-        for n in released {
+        // Decoded; now act. Cancel the old request of this kind for this name (there is
+        // at most one: each request replaces the last).
+        let mut released = None;
+        if let Some(p) = self.ports.get_mut(e.port) {
+            if kind == NOTIFY_KIND_NO_SENDERS {
+                released = p.no_senders.take().map(|(n, _)| n);
+            } else if let Some(i) = p
+                .dead_names
+                .iter()
+                .position(|&(_, nm, s)| nm == name && s == sid)
+            {
+                released = Some(p.dead_names.swap_remove(i).0);
+            }
+        }
+        if let Some(n) = released {
             self.drop_kernel_send_once(n);
         }
         let Some(notify) = notify else {
@@ -569,6 +601,27 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 .any(|(j, (other, m))| i != j && other == name && (moving || m));
             if clash {
                 return Err(Error::InvalidArgument);
+            }
+        }
+
+        // Room in the queues, before anything moves: the destination's for this message,
+        // and for each send-once right the message makes, its port's (see
+        // [`Port::reserve_queue`]).
+        self.ports
+            .get_mut(dest)
+            .ok_or(Error::DeadName)?
+            .reserve_queue(1)?;
+        let makes = || {
+            reply
+                .iter()
+                .chain(named.iter())
+                .filter(|n| n.disposition == Disposition::MakeSendOnce)
+                .map(|n| n.entry.port)
+        };
+        for port in makes() {
+            let count = makes().filter(|&p| p == port).count();
+            if let Some(p) = self.ports.get_mut(port) {
+                p.reserve_queue(count)?;
             }
         }
 

@@ -641,6 +641,7 @@ fn fast_plan_kernel_carries_an_exception_rpc() {
     );
     let before = ipc.ports();
     ipc.port_mut(reply).unwrap().receivers.reserve(1).unwrap();
+    ipc.port_mut(reply).unwrap().reserve_queue(1).unwrap();
     let got = ipc.fast_commit_call(&mut handler, &plan, exc, 20).unwrap();
     assert_eq!(ipc.ports(), before);
     assert_eq!(
@@ -818,6 +819,7 @@ fn fast_plan_and_commit_call_and_reply() {
     assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
     assert_eq!(ipc.port(rp).unwrap().send_onces, 0);
     ipc.port_mut(rp).unwrap().receivers.reserve(1).unwrap();
+    ipc.port_mut(rp).unwrap().reserve_queue(1).unwrap();
     let got = ipc.fast_commit_call(&mut server, &plan, port, 20).unwrap();
     assert_eq!((got.dest, got.id), (port, 42));
     assert_eq!(got.reply_disposition(), D::MoveSendOnce as u8);
@@ -896,6 +898,7 @@ fn fast_plan_declines_and_full_receivers() {
     }
     let rp = ipc.receive_port(&client, reply_port).unwrap();
     ipc.port_mut(rp).unwrap().receivers.reserve(1).unwrap();
+    ipc.port_mut(rp).unwrap().reserve_queue(1).unwrap();
     assert_eq!(ipc.fast_commit_call(&mut full, &plan, port, 20), None);
     assert_eq!(ipc.port(sp).unwrap().receivers.front(), Some(10));
     assert!(ipc.port(rp).unwrap().receivers.is_empty());
@@ -944,5 +947,40 @@ fn fast_plan_sends_calls_to_pools_to_migrate() {
     assert_ne!(
         ipc.fast_plan(&server, &reply, 4096, srv_rcv),
         Some(Fast::Migrate(sp))
+    );
+}
+
+/// Every send-once right has room waiting in its port's queue, made when the right was
+/// made: destroying many of them at once (a task ending) queues their notifications
+/// without the queue growing, so teardown never allocates there.
+#[test]
+fn send_once_notifications_never_grow_a_queue() {
+    let mut ipc = I::new();
+    let mut owner = Space::new();
+    let mut holder = Space::new();
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut owner, 1, 0).unwrap();
+    let pid = ipc.receive_port(&owner, port).unwrap();
+    for _ in 0..100 {
+        let once = ipc.make_send(&mut owner, port, true).unwrap();
+        // Moved to another space, as a reply right travels.
+        let e = owner.lookup(once).unwrap();
+        owner.remove(once);
+        holder.insert(e).unwrap();
+    }
+    let p = ipc.port(pid).unwrap();
+    assert_eq!(p.send_onces, 100);
+    assert!(
+        p.queue.capacity() >= 100,
+        "room for every send-once's message"
+    );
+    let capacity = p.queue.capacity();
+    ipc.release_space(&mut holder, &mut fx);
+    let p = ipc.port(pid).unwrap();
+    assert_eq!((p.queue.len(), p.send_onces), (100, 0));
+    assert_eq!(
+        p.queue.capacity(),
+        capacity,
+        "the notifications did not grow the queue"
     );
 }
