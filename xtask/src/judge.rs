@@ -141,7 +141,7 @@ pub fn expect_exits(log: &str, exits: &[(&str, Exit)]) -> Result<(), String> {
         };
         match task.ended {
             None => problems.push(format!("task {id} ({name}) never ended")),
-            Some(e) if !allowed.contains(&e) => problems.push(format!(
+            Some(e) if !allowed.iter().any(|a| a.allows(e)) => problems.push(format!(
                 "task {id} ({name}) ended {} (expected {})",
                 describe(e),
                 allowed
@@ -156,7 +156,7 @@ pub fn expect_exits(log: &str, exits: &[(&str, Exit)]) -> Result<(), String> {
     for &(name, exit) in exits {
         let seen = tasks
             .values()
-            .any(|t| t.name.as_deref() == Some(name) && t.ended == Some(exit));
+            .any(|t| t.name.as_deref() == Some(name) && t.ended.is_some_and(|e| exit.allows(e)));
         if !seen {
             problems.push(format!("no task {name} {}", describe(exit)));
         }
@@ -180,6 +180,7 @@ fn describe(e: Exit) -> String {
     match e {
         Exit::Code(n) => format!("exited with code {n}"),
         Exit::Killed => "killed".to_string(),
+        Exit::KilledOrCode(n) => format!("killed or exited with code {n}"),
     }
 }
 

@@ -1,27 +1,35 @@
 //! Timer queue: what happens when, for sleeps and timeouts.
 //!
 //! A [`TimerQueue`] holds entries (for example thread ids to wake) under deadlines in
-//! nanoseconds of the kernel's monotonic clock. Entries live in a `BTreeMap` keyed by
-//! `(deadline, sequence number)`: the earliest entry is the map's first, entries with equal
-//! deadlines come out in insertion order, and the key handed back by
-//! [`TimerQueue::insert`] cancels exactly that entry. Insertion, cancellation and taking the
-//! earliest entry are O(log n); [`TimerQueue::next_deadline`] (for programming the one-shot
-//! timer) is O(log n) too, independent of what is queued behind it.
+//! nanoseconds of the kernel's monotonic clock. It is a binary min-heap ordered by
+//! `(deadline, sequence number)` over a table of entries: entries with equal deadlines come
+//! out in insertion order, and the key handed back by [`TimerQueue::insert`] names its
+//! entry's slot and sequence number, so it cancels exactly that entry (each entry knows its
+//! place in the heap). Insertion, cancellation and taking the earliest entry are O(log n);
+//! [`TimerQueue::next_deadline`] is O(1).
+//!
+//! Room is made ahead with [`TimerQueue::reserve`] (the kernel keeps room for one entry
+//! per thread, made when the thread is created), so [`TimerQueue::insert`] never allocates
+//! then: a sleep, a wait or a timeout on a path that cannot fail never meets an exhausted
+//! heap.
 //!
 //! # Invariants
 //! - Every entry's sequence number is unique: `next_seq` only grows, so a [`TimerKey`] names
 //!   at most one entry ever. Cancelling a key whose entry was already popped or cancelled
 //!   finds nothing and returns `None`; it can never remove a later entry. (The counter would
 //!   need 2^64 insertions to wrap: over 500 years at one per nanosecond.)
-//! - Entries are ordered by deadline, then by insertion.
+//! - `heap` holds the slot of every live entry exactly once, in heap order of
+//!   `(deadline, seq)`; a live slot's `pos` is its index in `heap`; free slots are chained
+//!   from `free` and hold no entry.
 
-use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
 
 /// Names one entry of a [`TimerQueue`], to cancel it. Returned by [`TimerQueue::insert`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TimerKey {
     deadline: u64,
     seq: u64,
+    slot: u32,
 }
 
 impl TimerKey {
@@ -31,72 +39,203 @@ impl TimerKey {
     }
 }
 
+/// End of the free list.
+const NIL: u32 = u32::MAX;
+
+/// One slot of the entry table.
+#[derive(Clone, Copy, Debug)]
+struct Slot<T> {
+    deadline: u64,
+    seq: u64,
+    /// The entry, `None` while the slot is free.
+    value: Option<T>,
+    /// Its index in `heap` while live; the next free slot while free.
+    pos: u32,
+}
+
 /// Entries ordered by deadline (u64 nanoseconds). See the module documentation.
 #[derive(Debug)]
 pub struct TimerQueue<T> {
-    /// The entries, keyed by (deadline, sequence number).
-    entries: BTreeMap<(u64, u64), T>,
+    slots: Vec<Slot<T>>,
+    heap: Vec<u32>,
+    free: u32,
     /// The sequence number of the next insertion.
     next_seq: u64,
 }
 
-impl<T> Default for TimerQueue<T> {
+impl<T: Copy> Default for TimerQueue<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<T> TimerQueue<T> {
+impl<T: Copy> TimerQueue<T> {
     /// An empty queue.
     pub const fn new() -> Self {
         TimerQueue {
-            entries: BTreeMap::new(),
+            slots: Vec::new(),
+            heap: Vec::new(),
+            free: NIL,
             next_seq: 0,
         }
     }
 
+    /// Makes room for `n` entries in all, so that inserting up to that many never
+    /// allocates; [`baton_abi::Error::NoMemory`] (nothing changed that matters) when the
+    /// heap has no room.
+    pub fn reserve(&mut self, n: usize) -> Result<(), baton_abi::Error> {
+        let more = n.saturating_sub(self.slots.len());
+        self.slots
+            .try_reserve(more)
+            .and_then(|()| self.heap.try_reserve(n.saturating_sub(self.heap.len())))
+            .map_err(|_| baton_abi::Error::NoMemory)
+    }
+
+    /// The ordering key of the entry in `slot`.
+    fn key(&self, slot: u32) -> (u64, u64) {
+        self.slots
+            .get(slot as usize)
+            .map_or((u64::MAX, u64::MAX), |s| (s.deadline, s.seq))
+    }
+
+    /// Puts `slot` at heap index `i` and records it there.
+    fn place(&mut self, i: usize, slot: u32) {
+        if let Some(h) = self.heap.get_mut(i) {
+            *h = slot;
+        }
+        if let Some(s) = self.slots.get_mut(slot as usize) {
+            s.pos = i as u32;
+        }
+    }
+
+    /// Moves the entry at heap index `i` up while it is earlier than its parent.
+    fn sift_up(&mut self, mut i: usize) {
+        let slot = self.heap[i];
+        let key = self.key(slot);
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            let p = self.heap[parent];
+            if self.key(p) <= key {
+                break;
+            }
+            self.place(i, p);
+            i = parent;
+        }
+        self.place(i, slot);
+    }
+
+    /// Moves the entry at heap index `i` down while a child is earlier.
+    fn sift_down(&mut self, mut i: usize) {
+        let slot = self.heap[i];
+        let key = self.key(slot);
+        let n = self.heap.len();
+        loop {
+            let left = 2 * i + 1;
+            if left >= n {
+                break;
+            }
+            let right = left + 1;
+            let child = if right < n && self.key(self.heap[right]) < self.key(self.heap[left]) {
+                right
+            } else {
+                left
+            };
+            let c = self.heap[child];
+            if key <= self.key(c) {
+                break;
+            }
+            self.place(i, c);
+            i = child;
+        }
+        self.place(i, slot);
+    }
+
     /// Adds `t` to fire at `deadline` (after every entry already queued with the same
-    /// deadline). Returns the key that cancels it.
+    /// deadline). Returns the key that cancels it. Allocates only past the room made by
+    /// [`TimerQueue::reserve`].
     pub fn insert(&mut self, deadline: u64, t: T) -> TimerKey {
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        self.entries.insert((deadline, seq), t);
-        TimerKey { deadline, seq }
+        let entry = Slot {
+            deadline,
+            seq,
+            value: Some(t),
+            pos: self.heap.len() as u32,
+        };
+        let slot = match self.slots.get_mut(self.free as usize) {
+            Some(s) => {
+                let slot = self.free;
+                self.free = s.pos;
+                *s = entry;
+                slot
+            }
+            None => {
+                self.slots.push(entry);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.heap.push(slot);
+        self.sift_up(self.heap.len() - 1);
+        TimerKey {
+            deadline,
+            seq,
+            slot,
+        }
+    }
+
+    /// Takes the entry at heap index `i` out, freeing its slot.
+    fn remove_at(&mut self, i: usize) -> Option<(u64, T)> {
+        let slot = *self.heap.get(i)?;
+        let last = self.heap.pop()?;
+        if i < self.heap.len() {
+            self.place(i, last);
+            self.sift_down(i);
+            let now = self.slots.get(last as usize).map_or(i, |s| s.pos as usize);
+            self.sift_up(now);
+        }
+        let free = self.free;
+        let s = self.slots.get_mut(slot as usize)?;
+        let value = s.value.take()?;
+        s.pos = free;
+        self.free = slot;
+        Some((s.deadline, value))
     }
 
     /// Removes the entry named by `key` and returns it, or `None` if it is no longer queued
     /// (already popped or cancelled).
     pub fn cancel(&mut self, key: TimerKey) -> Option<T> {
-        self.entries.remove(&(key.deadline, key.seq))
+        let s = self.slots.get(key.slot as usize)?;
+        if s.value.is_none() || s.seq != key.seq {
+            return None;
+        }
+        let pos = s.pos as usize;
+        self.remove_at(pos).map(|(_, t)| t)
     }
 
     /// Takes the earliest entry whose deadline is at or before `now`, with its deadline;
     /// `None` if nothing has expired. Call it in a loop to take everything expired, in
     /// deadline order (insertion order for equal deadlines).
     pub fn pop_expired(&mut self, now: u64) -> Option<(u64, T)> {
-        let entry = self.entries.first_entry()?;
-        let (deadline, _) = *entry.key();
-        if deadline > now {
+        if self.next_deadline()? > now {
             return None;
         }
-        Some((deadline, entry.remove()))
+        self.remove_at(0)
     }
 
     /// The earliest deadline queued, if any.
     pub fn next_deadline(&self) -> Option<u64> {
-        self.entries
-            .first_key_value()
-            .map(|(&(deadline, _), _)| deadline)
+        let slot = *self.heap.first()?;
+        self.slots.get(slot as usize).map(|s| s.deadline)
     }
 
     /// Number of entries queued.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.heap.len()
     }
 
     /// Whether nothing is queued.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.heap.is_empty()
     }
 }
 
@@ -164,6 +303,66 @@ mod tests {
         assert_eq!(q.cancel(d), Some('d'));
         assert!(q.is_empty());
         assert_eq!(q.next_deadline(), None);
+    }
+
+    /// After `reserve(n)`, `n` entries go in without the tables growing.
+    #[test]
+    fn reserved_room_is_used_without_growing() {
+        let mut q = TimerQueue::new();
+        q.reserve(64).unwrap();
+        let caps = (q.slots.capacity(), q.heap.capacity());
+        let keys: Vec<_> = (0..64u64).map(|i| q.insert(1000 - i, i)).collect();
+        for k in keys.iter().step_by(2) {
+            q.cancel(*k).unwrap();
+        }
+        for i in 0..32u64 {
+            q.insert(i, 100 + i);
+        }
+        assert_eq!((q.slots.capacity(), q.heap.capacity()), caps);
+        assert_eq!(q.len(), 64);
+    }
+
+    /// Random inserts, cancels and pops against a sorted model.
+    #[test]
+    fn matches_a_sorted_model() {
+        let mut q = TimerQueue::new();
+        let mut model: Vec<(u64, u64, u32)> = Vec::new(); // (deadline, seq, value)
+        let mut keys: Vec<(TimerKey, u64)> = Vec::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut seq = 0;
+        for step in 0..20_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 4 {
+                0 | 1 => {
+                    let d = (x >> 8) % 500;
+                    keys.push((q.insert(d, step), seq));
+                    model.push((d, seq, step));
+                    seq += 1;
+                }
+                2 if !keys.is_empty() => {
+                    let (k, kseq) = keys.swap_remove((x >> 16) as usize % keys.len());
+                    let want = model
+                        .iter()
+                        .position(|m| m.1 == kseq)
+                        .map(|i| model.remove(i).2);
+                    assert_eq!(q.cancel(k), want);
+                }
+                _ => {
+                    let now = (x >> 24) % 500;
+                    model.sort();
+                    let want = model.first().filter(|m| m.0 <= now).copied();
+                    let got = q.pop_expired(now);
+                    assert_eq!(got, want.map(|m| (m.0, m.2)));
+                    if want.is_some() {
+                        model.remove(0);
+                    }
+                }
+            }
+            assert_eq!(q.len(), model.len());
+            assert_eq!(q.next_deadline(), model.iter().map(|m| m.0).min());
+        }
     }
 
     #[test]

@@ -139,10 +139,14 @@ fn main(_task_id: u64) -> i32 {
     );
     let repeats = repeats();
     println!("{repeats} repeats in {RECORDED} recorded yields");
-    if repeats * 100 > RECORDED * REPEATS_PERCENT_MAX {
+    // On more CPUs a thread alone on its CPU repeats: up to half of the other CPUs'
+    // share is allowed there (a yield that never switches repeats nearly always).
+    let n = cpus as usize;
+    let allowed = (RECORDED * REPEATS_PERCENT_MAX / 100).max(RECORDED / 2 * (n - 1) / n);
+    if repeats > allowed {
         println!(
             "TEST FAIL yield storm: {repeats} of {RECORDED} yields were followed by the same \
-             thread's (at most {REPEATS_PERCENT_MAX}% allowed): yield does not switch"
+             thread's (at most {allowed} allowed): yield does not switch"
         );
         ok = false;
     }
