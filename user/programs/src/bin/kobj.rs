@@ -221,8 +221,10 @@ fn run(task_id: u64) -> Result<(), Failed> {
     let tport = must("thread_port", thread_port(tid))?;
     let mut info = call(&mut buf, tport, reply, THREAD_INFO, &[], SOON);
     let mut spins = 0;
+    // Wait (up to 10 s) for it to block: on two CPUs it runs on the other one, which
+    // yields in place cannot wait for (under TCG a CPU may run many of them in one slice).
     while info.is_ok_and(|(r, _)| r[2] != THREAD_BLOCKED) && spins < 10_000 {
-        baton_rt::yield_now();
+        let _ = baton_rt::sleep_ns(1_000_000);
         info = call(&mut buf, tport, reply, THREAD_INFO, &[], SOON);
         spins += 1;
     }
