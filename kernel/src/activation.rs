@@ -796,6 +796,12 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
     }
 }
 
+/// What a pool activation costs its task's account (`crate::quota`): the activation
+/// (twice: its slab doubles), its pool entry and the saved record a call through it may
+/// need.
+pub const ACTIVATION_BYTES: usize =
+    2 * core::mem::size_of::<kern::activation::Activation>() + core::mem::size_of::<Saved>() + 128;
+
 /// `act_create(port_name, entry, stack_top, buffer, cookie, buffer_size)`.
 pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, Error> {
     let [name, entry, stack, buffer, cookie, buffer_size] = a;
@@ -840,7 +846,7 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
     // The task pays for the activations it has, this one included: the charge follows the
     // count here and when the task ends (activations freed in between stay charged until
     // then, which errs on the safe side).
-    let want = (k.acts.count_of(task) as u64 + 1) * crate::quota::ACTIVATION_BYTES as u64;
+    let want = (k.acts.count_of(task) as u64 + 1) * ACTIVATION_BYTES as u64;
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     crate::quota::settle(&t.account, &mut t.acts_charged, want)?;
     let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;

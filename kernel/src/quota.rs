@@ -81,12 +81,6 @@ pub const MESSAGE_BYTES: usize = 2 * core::mem::size_of::<kern::ipc::Message>() 
 /// What one right carried by a queued message costs.
 pub const RIGHT_BYTES: usize = core::mem::size_of::<kern::ipc::Right>();
 
-/// What a pool activation costs: the activation (twice: its slab doubles), its pool entry
-/// and the saved record a call through it may need.
-pub const ACTIVATION_BYTES: usize = 2 * core::mem::size_of::<kern::activation::Activation>()
-    + core::mem::size_of::<crate::activation::Saved>()
-    + 2 * OVERHEAD;
-
 /// What a task costs besides its threads, names and memory: the task object and its name.
 pub const TASK_BYTES: usize =
     core::mem::size_of::<crate::kernel::Task>() + baton_abi::MODULE_NAME_MAX + 2 * OVERHEAD;
