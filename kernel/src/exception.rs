@@ -32,7 +32,7 @@ use baton_abi::Error;
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
-use kern::ipc::{Effects, Fast, Held, PortId, Wake, KERNEL_SPACE};
+use kern::ipc::{Fast, Held, PortId, Wake, KERNEL_SPACE};
 
 /// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
 const USER_FLAGS: u64 = 0xdd5;
@@ -81,7 +81,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
             return;
         }
     }
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     if k.ipc
         .send_kernel(port, EXC_RAISE, reply, info.to_bytes().to_vec(), &mut fx)
         .is_err()
@@ -221,7 +221,7 @@ fn can_hand_off(k: &Kernel, h: ThreadId, cpu: usize) -> bool {
 /// user mode, or ends the task.
 pub fn continue_reply(k: &mut Kernel, t: ThreadId) -> ! {
     let reply = k.threads.get(t).and_then(|th| th.exc_reply);
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     let msg = reply.and_then(|p| k.ipc.dequeue(p, &mut fx));
     let Some(msg) = msg else {
         // Woken with nothing queued: wait again.
@@ -424,7 +424,7 @@ pub fn sys_exception_port_set(
 /// Gives back the kernel's exception rights of a thread or task that is going away: its
 /// exception port's send right and its exception reply port.
 pub fn release(k: &mut Kernel, exc_port: Option<PortId>, exc_reply: Option<PortId>) {
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     if let Some(p) = exc_port {
         k.ipc.release_held_send(p, &mut fx);
     }

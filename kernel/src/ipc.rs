@@ -317,7 +317,7 @@ fn send(
     let charge = crate::quota::heap(account, cost)?;
     let descriptors = read_descriptors(k, buf, n)?;
     let data = buf.read_vec(k, data_off, data_len)?;
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (port, mut msg) = k
         .ipc
@@ -403,7 +403,7 @@ fn deliver(
         Buf::User { .. } => Some(buf.read_vec(k, data_off, data_len)?),
         Buf::Page(_) => None,
     };
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (_, msg) = k
         .ipc
@@ -536,7 +536,7 @@ fn take_message(
     port: PortId,
     rcv_name: u64,
 ) -> Result<(), Error> {
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     let Some(msg) = k.ipc.dequeue(port, &mut fx) else {
         return Err(Error::WouldBlock);
     };
@@ -573,12 +573,29 @@ pub fn block(k: &mut Kernel, why: Blocked, timeout: u64) {
 
 /// Makes ready the threads an IPC operation unblocked.
 pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
-    for (t, wake) in fx.wake {
-        if let (Some(th), Wake::Fail(e)) = (k.threads.get_mut(t), wake) {
+    let mut wake = fx.wake;
+    for &(t, how) in wake.iter() {
+        if let (Some(th), Wake::Fail(e)) = (k.threads.get_mut(t), how) {
             th.frame.rax = e.to_raw();
             th.cont = Some(Continuation::new(Resume::UserReturn));
         }
         k.unblock(t);
+    }
+    // The list goes back for the next operation (the larger one, if another was made
+    // meanwhile).
+    wake.clear();
+    if wake.capacity() > k.wake_list.capacity() {
+        k.wake_list = wake;
+    }
+}
+
+/// The effects of an IPC operation, on the kernel's wake list: it has room for every
+/// thread (`thread::reserve_ready` makes it), so listing the threads an operation wakes
+/// never allocates, on teardown paths included. An operation that starts while another's
+/// effects are still open gets a new, empty list.
+pub fn effects(k: &mut Kernel) -> Effects<ThreadId> {
+    Effects {
+        wake: core::mem::take(&mut k.wake_list),
     }
 }
 

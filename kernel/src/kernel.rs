@@ -185,6 +185,9 @@ pub struct Kernel {
     /// them at their level, so making a thread ready never allocates
     /// (`thread::reserve_ready`).
     pub threads_at: [usize; 64],
+    /// The list IPC operations name the threads they wake in (`ipc::effects`), with room
+    /// for every thread.
+    pub wake_list: Vec<(ThreadId, kern::ipc::Wake)>,
     next_task: TaskId,
     next_cpu: usize,
     /// The task whose console line is still open.
@@ -428,7 +431,7 @@ impl Kernel {
         }
         crate::exception::release(self, exc, None);
         crate::kobject::destroy(self, kport);
-        let mut fx = kern::ipc::Effects::default();
+        let mut fx = crate::ipc::effects(self);
         if let Some(task) = self.tasks.get_mut(&task_id) {
             self.ipc.release_space(&mut task.names, &mut fx);
         }
@@ -559,7 +562,7 @@ impl Kernel {
         }
         if let Err(e) = self.create_thread(id, frame, PRIORITY_DEFAULT as u8) {
             if let Some(mut task) = self.tasks.remove(&id) {
-                let mut fx = kern::ipc::Effects::default();
+                let mut fx = crate::ipc::effects(self);
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
                 task.account.give(Resource::Frames, task.frames);
@@ -999,6 +1002,7 @@ pub fn start(
         shutdown_when_idle: config.shutdown_when_idle,
         floor: crate::floor::Floor::default(),
         threads_at: [0; 64],
+        wake_list: Vec::new(),
         next_task: 1,
         next_cpu: 0,
         open_line: None,

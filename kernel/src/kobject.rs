@@ -24,7 +24,7 @@ use baton_abi::ipc::{Descriptor, MsgHeader};
 use baton_abi::kobject::*;
 use baton_abi::Error;
 use kern::activation::ActId;
-use kern::ipc::{Effects, PortId};
+use kern::ipc::PortId;
 
 /// What a kernel object port stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +118,7 @@ pub fn destroy(k: &mut Kernel, port: Option<PortId>) {
         return;
     };
     k.kobjects.remove(&port);
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     k.ipc.destroy_kernel(port, &mut fx);
     crate::ipc::apply(k, fx);
 }
@@ -204,7 +204,7 @@ pub fn invoke(
             crate::control::await_arrival(k, cur, &p);
         }
     }
-    let mut fx = Effects::default();
+    let mut fx = crate::ipc::effects(k);
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (_, msg) = k
         .ipc

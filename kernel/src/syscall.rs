@@ -410,7 +410,7 @@ impl Kernel {
             &mut kern::ipc::Effects<crate::thread::ThreadId>,
         ) -> Result<u64, Error>,
     ) -> Result<u64, Error> {
-        let mut fx = kern::ipc::Effects::default();
+        let mut fx = crate::ipc::effects(self);
         let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
         let result = op(&mut self.ipc, &mut t.names, &mut fx);
         crate::ipc::apply(self, fx);
@@ -739,21 +739,22 @@ impl Kernel {
             // threads of the task (or a floor call in it), and make every CPU flush the
             // task's PCID on next load.
             crate::arch::tlb::flush_local();
-            let targets: alloc::vec::Vec<usize> = (0..self.cpus.len())
+            // The CPUs to shoot down, as a bit mask (no allocation: at most 64 CPUs).
+            let targets: u64 = (0..self.cpus.len().min(64))
                 .filter(|&c| {
                     self.threads
                         .get(self.cpu(c).current)
                         .is_some_and(|th| th.task == Some(task))
                         || self.floor.in_call_to(c, task)
                 })
-                .collect();
+                .fold(0, |mask, c| mask | 1 << c);
             for c in self.cpus.iter_mut() {
                 if let Some(owner) = c.pcid_owner.get_mut(pcid) {
                     *owner = 0;
                 }
             }
-            self.stats.tlb_shootdowns += targets.len() as u64;
-            crate::arch::tlb::shootdown(targets.into_iter());
+            self.stats.tlb_shootdowns += u64::from(targets.count_ones());
+            crate::arch::tlb::shootdown((0..64).filter(|c| targets & (1 << c) != 0));
         }
         Ok(pages)
     }

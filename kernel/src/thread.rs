@@ -268,11 +268,18 @@ pub fn thread_select(k: &mut Kernel, cpu: usize) -> ThreadId {
 #[inline]
 /// Before a thread comes to exist at priority `prio` (created, or moved there): counts
 /// it, and makes every CPU's run queue able to hold every thread of that priority, and the
-/// timer queue one entry for every thread, so that making threads ready
-/// ([`thread_setrun`], preemption, stealing) and giving one a timeout never allocate.
+/// timer queue and the IPC wake list (`ipc::effects`) one entry for every thread, so that
+/// making threads ready ([`thread_setrun`], preemption, stealing), giving one a timeout and
+/// listing the threads an IPC operation wakes never allocate.
 /// [`baton_abi::Error::NoMemory`] (and nothing counted) when the heap has no room.
 pub fn reserve_ready(k: &mut Kernel, prio: u8) -> Result<(), baton_abi::Error> {
     k.timers.reserve(k.threads.len() + 1)?;
+    let want = k.threads.len() + 1;
+    if k.wake_list.capacity() < want {
+        k.wake_list
+            .try_reserve(want)
+            .map_err(|_| baton_abi::Error::NoMemory)?;
+    }
     let p = usize::from(prio.min(63));
     let n = k.threads_at.get(p).copied().unwrap_or(0) + 1;
     for c in k.cpus.iter_mut() {
