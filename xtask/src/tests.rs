@@ -435,10 +435,10 @@ fn yield_storm_counts(log: &str) -> Result<(), String> {
     let repeats = number_before(log, " repeats in 4000 recorded yields")?;
     // Half of the yields switch on one CPU; on more, a thread alone on its CPU yields in
     // place, so the share is divided by the number of CPUs.
-    // Repeats: a tenth on one CPU; on more, a thread alone on its CPU repeats, so up to
-    // half of the other CPUs' share (a yield that never switches repeats nearly always).
-    let repeats_max = (4000 / 10).max(2000 * (cpus - 1) / cpus);
-    if switched * 2 * cpus < 18000 || repeats > repeats_max {
+    // Repeats: at most a tenth, on one CPU only (on more, the interleaving of the record
+    // depends on how the machine runs the CPUs; the switch count catches a yield that
+    // never switches there).
+    if switched * 2 * cpus < 18000 || (cpus == 1 && repeats > 400) {
         return Err(format!(
             "yields do not switch: the kernel counted {switched} switching yields of 18000, \
              and {repeats} of 4000 yields were followed by the same thread's"

@@ -139,11 +139,11 @@ fn main(_task_id: u64) -> i32 {
     );
     let repeats = repeats();
     println!("{repeats} repeats in {RECORDED} recorded yields");
-    // On more CPUs a thread alone on its CPU repeats: up to half of the other CPUs'
-    // share is allowed there (a yield that never switches repeats nearly always).
-    let n = cpus as usize;
-    let allowed = (RECORDED * REPEATS_PERCENT_MAX / 100).max(RECORDED / 2 * (n - 1) / n);
-    if repeats > allowed {
+    // Only on one CPU: on more, how the record interleaves depends on how the machine
+    // runs the CPUs (under TCG each runs many yields in its time slice), and the kernel's
+    // count of switching yields below catches a yield that never switches there.
+    let allowed = RECORDED * REPEATS_PERCENT_MAX / 100;
+    if cpus == 1 && repeats > allowed {
         println!(
             "TEST FAIL yield storm: {repeats} of {RECORDED} yields were followed by the same \
              thread's (at most {allowed} allowed): yield does not switch"
