@@ -312,7 +312,13 @@ fn send(
     }
     // A queued message is charged to its sender until it is received or destroyed, so
     // that no task can fill the kernel's heap with messages (`crate::quota`).
-    let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+    // The sender's account through its thread's cached task key (no search by id).
+    let key = k.threads.get(cur).map(|th| th.task_key);
+    let account = &key
+        .and_then(|key| k.tasks.by_key(key))
+        .filter(|t| t.names.id() == task)
+        .ok_or(Error::InvalidArgument)?
+        .account;
     let cost = crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len;
     let charge = crate::quota::heap(account, cost)?;
     let descriptors = read_descriptors(k, buf, n)?;
