@@ -562,7 +562,11 @@ fn take_message(
         for (i, d) in out.iter().enumerate() {
             buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
         }
-        buf.write(k, HEADER_SIZE + out.len() * DESCRIPTOR_SIZE, &msg.data)
+        let at = HEADER_SIZE + out.len() * DESCRIPTOR_SIZE;
+        match msg.word {
+            Some(w) => buf.write(k, at, &w.to_le_bytes()),
+            None => buf.write(k, at, &msg.data),
+        }
     })();
     apply(k, fx);
     written

@@ -73,7 +73,7 @@ pub struct Task {
     /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
     pub lingering: bool,
     /// What it and the tasks it creates may make the kernel hold (`crate::quota`).
-    pub account: alloc::sync::Arc<kern::quota::Account>,
+    pub account: kern::quota::AccountRef,
     /// Frames its address space holds (pages and page tables), charged to `account`
     /// until the space is destroyed.
     pub frames: u64,
@@ -188,6 +188,8 @@ pub struct Kernel {
     /// The list IPC operations name the threads they wake in (`ipc::effects`), with room
     /// for every thread.
     pub wake_list: Vec<(ThreadId, kern::ipc::Wake)>,
+    /// A list of threads for task teardown (`end_task`), with room for every thread.
+    pub thread_list: Vec<ThreadId>,
     next_task: TaskId,
     next_cpu: usize,
     /// The task whose console line is still open.
@@ -493,7 +495,7 @@ impl Kernel {
         &mut self,
         name: &str,
         bootstrap: Option<kern::ipc::PortId>,
-        account: alloc::sync::Arc<kern::quota::Account>,
+        account: kern::quota::AccountRef,
     ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
         use kern::quota::Resource;
@@ -504,6 +506,11 @@ impl Kernel {
             .map(|m| m.data)
             .ok_or(Error::NotFound)?;
         let charge = crate::quota::heap(&account, crate::quota::TASK_BYTES)?;
+        let mut task_name = String::new();
+        task_name
+            .try_reserve_exact(name.len())
+            .map_err(|_| Error::NoMemory)?;
+        task_name.push_str(name);
         let kernel_root = self.kernel_root;
         let free_before = self.frames.free_frames();
         let mut mem = self.mem();
@@ -530,7 +537,7 @@ impl Kernel {
         let inserted = self.tasks.insert(
             id,
             Task {
-                name: String::from(name),
+                name: task_name,
                 space,
                 pcid: (id % (PCIDS as u64 - 1) + 1) as u16,
                 threads: 0,
@@ -680,25 +687,35 @@ impl Kernel {
                 rec.ctl.dead = true;
             }
         }
-        let victims: Vec<ThreadId> = self
-            .threads
-            .iter()
-            .filter(|(_, t)| t.task == Some(id))
-            .map(|(tid, _)| tid)
-            .collect();
-        for tid in victims {
+        // The threads are listed in the kept thread list (room for every thread, made
+        // with the run queues': `thread::reserve_ready`), so ending a task allocates
+        // nothing here.
+        let mut list = core::mem::take(&mut self.thread_list);
+        list.clear();
+        list.extend(
+            self.threads
+                .iter()
+                .filter(|(_, t)| t.task == Some(id))
+                .map(|(tid, _)| tid),
+        );
+        for &tid in list.iter() {
             self.kill_thread(tid);
         }
         // Its threads that are deep in servers: their home activations end now, the parts
         // in the servers go on with an alert (seed 001's split).
-        let away: Vec<ThreadId> = self
-            .threads
-            .iter()
-            .filter(|(_, t)| t.task != Some(id) && t.home_task() == Some(id))
-            .map(|(tid, _)| tid)
-            .collect();
-        for tid in away {
+        list.clear();
+        list.extend(
+            self.threads
+                .iter()
+                .filter(|(_, t)| t.task != Some(id) && t.home_task() == Some(id))
+                .map(|(tid, _)| tid),
+        );
+        for &tid in list.iter() {
             crate::control::terminate_home(self, tid);
+        }
+        list.clear();
+        if list.capacity() > self.thread_list.capacity() {
+            self.thread_list = list;
         }
     }
 
@@ -1003,6 +1020,7 @@ pub fn start(
         floor: crate::floor::Floor::default(),
         threads_at: [0; 64],
         wake_list: Vec::new(),
+        thread_list: Vec::new(),
         next_task: 1,
         next_cpu: 0,
         open_line: None,

@@ -10,13 +10,12 @@
 //! - [`root`] is set once, by [`init`], before the first task exists.
 //! - Every account a task holds descends from [`root`].
 
-use alloc::sync::Arc;
 use baton_abi::Error;
-use kern::quota::{Account, Charge, Resource};
+use kern::quota::{Account, AccountRef, Charge, Resource};
 use spin::Once;
 
 /// The root of every task's account.
-static ROOT: Once<Arc<Account>> = Once::new();
+static ROOT: Once<AccountRef> = Once::new();
 
 /// Frames kept out of the root account for the kernel itself (kernel stacks of running
 /// threads, the kernel's own page tables): at least this many, or an eighth of all.
@@ -27,20 +26,27 @@ const FRAMES_RESERVED_MIN: u64 = 256;
 /// [`FRAMES_RESERVED_MIN`]).
 pub fn init(heap_bytes: u64, free_frames: u64) {
     let reserve = (free_frames / 8).max(FRAMES_RESERVED_MIN);
-    ROOT.call_once(|| Account::root(heap_bytes / 4 * 3, free_frames.saturating_sub(reserve)));
+    ROOT.call_once(|| {
+        let Ok(root) = Account::root(heap_bytes / 4 * 3, free_frames.saturating_sub(reserve))
+        else {
+            panic!("no kernel heap for the root account at boot");
+        };
+        root
+    });
 }
 
-/// The root account.
-pub fn root() -> &'static Arc<Account> {
-    // `init` runs at boot before any task exists; `call_once` here only serves host-less
-    // paths that could run earlier, and gives them an empty account.
-    ROOT.call_once(|| Account::root(0, 0))
+/// The root account. [`init`] made it at boot, before any task or system call.
+pub fn root() -> &'static AccountRef {
+    let Some(root) = ROOT.get() else {
+        panic!("the root account is used before init");
+    };
+    root
 }
 
 /// The account of a new task: a child of `parent` (the root for tasks the kernel starts)
 /// with at most `heap` bytes and `frames` frames; 0 means the default, half the root's
 /// limits (each clamped to the parent's own limit by `kern::quota`).
-pub fn task_account(parent: &Arc<Account>, heap: u64, frames: u64) -> Result<Arc<Account>, Error> {
+pub fn task_account(parent: &AccountRef, heap: u64, frames: u64) -> Result<AccountRef, Error> {
     let r = root();
     let heap = if heap == 0 {
         r.limit(Resource::Heap) / 2
@@ -56,7 +62,7 @@ pub fn task_account(parent: &Arc<Account>, heap: u64, frames: u64) -> Result<Arc
 }
 
 /// Charges `bytes` of kernel heap to `account`.
-pub fn heap(account: &Arc<Account>, bytes: usize) -> Result<Charge, Error> {
+pub fn heap(account: &AccountRef, bytes: usize) -> Result<Charge, Error> {
     Account::charge(account, Resource::Heap, bytes as u64)
 }
 

@@ -462,7 +462,12 @@ impl Kernel {
         let out = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
         self.copy_in(id, ptr, out)?;
         let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
-        let name = String::from(name);
+        let mut owned = String::new();
+        owned
+            .try_reserve_exact(name.len())
+            .map_err(|_| Error::NoMemory)?;
+        owned.push_str(name);
+        let name = owned;
         let parent = self
             .tasks
             .get(&id)

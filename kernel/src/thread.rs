@@ -280,6 +280,11 @@ pub fn reserve_ready(k: &mut Kernel, prio: u8) -> Result<(), baton_abi::Error> {
             .try_reserve(want)
             .map_err(|_| baton_abi::Error::NoMemory)?;
     }
+    if k.thread_list.capacity() < want {
+        k.thread_list
+            .try_reserve(want)
+            .map_err(|_| baton_abi::Error::NoMemory)?;
+    }
     let p = usize::from(prio.min(63));
     let n = k.threads_at.get(p).copied().unwrap_or(0) + 1;
     for c in k.cpus.iter_mut() {

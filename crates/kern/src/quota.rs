@@ -25,9 +25,10 @@
 //!   `a`, and removes exactly that when dropped.
 //! - The chain is at most [`DEPTH_MAX`] accounts long, so a charge costs O(1).
 
-use alloc::sync::Arc;
+use alloc::boxed::Box;
 use baton_abi::Error;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::ptr::NonNull;
+use core::sync::atomic::{fence, AtomicU64, AtomicUsize, Ordering};
 
 /// The longest chain of accounts from a task's up to the root (the root counts): a task
 /// whose creator's account is this deep cannot create tasks.
@@ -50,14 +51,14 @@ const RESOURCES: usize = 2;
 pub struct Account {
     limit: [u64; RESOURCES],
     used: [AtomicU64; RESOURCES],
-    parent: Option<Arc<Account>>,
+    parent: Option<AccountRef>,
     depth: usize,
 }
 
 impl Account {
     /// A root account (no parent) with limits `heap` bytes and `frames` frames.
-    pub fn root(heap: u64, frames: u64) -> Arc<Account> {
-        Arc::new(Account {
+    pub fn root(heap: u64, frames: u64) -> Result<AccountRef, Error> {
+        AccountRef::new(Account {
             limit: [heap, frames],
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             parent: None,
@@ -67,16 +68,16 @@ impl Account {
 
     /// A child of `parent` with at most the given limits (each clamped to the parent's
     /// own); [`Error::NoSpace`] when `parent` is already [`DEPTH_MAX`] deep.
-    pub fn child(parent: &Arc<Account>, heap: u64, frames: u64) -> Result<Arc<Account>, Error> {
+    pub fn child(parent: &AccountRef, heap: u64, frames: u64) -> Result<AccountRef, Error> {
         if parent.depth >= DEPTH_MAX {
             return Err(Error::NoSpace);
         }
-        Ok(Arc::new(Account {
+        AccountRef::new(Account {
             limit: [heap.min(parent.limit[0]), frames.min(parent.limit[1])],
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             parent: Some(parent.clone()),
             depth: parent.depth + 1,
-        }))
+        })
     }
 
     /// The limit for `r`.
@@ -92,7 +93,7 @@ impl Account {
     /// Charges `n` units of `r` to `this` and its ancestors: a receipt that gives them
     /// back when dropped, or [`Error::NoMemory`] (nothing charged) when any account would
     /// go over its limit.
-    pub fn charge(this: &Arc<Account>, r: Resource, n: u64) -> Result<Charge, Error> {
+    pub fn charge(this: &AccountRef, r: Resource, n: u64) -> Result<Charge, Error> {
         this.take(r, n)?;
         Ok(Charge {
             account: this.clone(),
@@ -140,10 +141,93 @@ impl Account {
     }
 }
 
+/// A counted reference to an [`Account`] (what `alloc::sync::Arc` would be, but made
+/// with an allocation that can fail: stable Rust has no fallible `Arc::new`). An account
+/// lives while its task or any [`Charge`] against it, or any child account, refers to it.
+///
+/// # Invariants
+/// - `ptr` points at a live `Shared` made by [`AccountRef::new`] (a leaked `Box`), whose
+///   `refs` counts the `AccountRef`s that point at it; the last one to go frees it.
+#[derive(Debug)]
+pub struct AccountRef {
+    ptr: NonNull<Shared>,
+}
+
+/// What an [`AccountRef`] points at.
+#[derive(Debug)]
+struct Shared {
+    refs: AtomicUsize,
+    account: Account,
+}
+
+// SAFETY: an `AccountRef` only gives out `&Account`, whose counters are atomics, and its
+// reference count is atomic: sharing or sending one between CPUs is as sound as an `Arc`'s.
+unsafe impl Send for AccountRef {}
+// SAFETY: as for `Send`: everything reachable through `&AccountRef` is atomic or immutable.
+unsafe impl Sync for AccountRef {}
+
+impl AccountRef {
+    /// The first reference to a new account, or [`Error::NoMemory`].
+    fn new(account: Account) -> Result<AccountRef, Error> {
+        let shared = crate::fallible::try_box(Shared {
+            refs: AtomicUsize::new(1),
+            account,
+        })
+        .ok_or(Error::NoMemory)?;
+        Ok(AccountRef {
+            ptr: NonNull::from(Box::leak(shared)),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        // SAFETY: by the type's invariant `ptr` points at a live `Shared`, kept alive at
+        // least as long as `self`.
+        unsafe { self.ptr.as_ref() }
+    }
+
+    /// Whether two references name the same account.
+    pub fn ptr_eq(a: &AccountRef, b: &AccountRef) -> bool {
+        a.ptr == b.ptr
+    }
+
+    /// How many references to this account exist (for tests and statistics).
+    pub fn count(&self) -> usize {
+        self.shared().refs.load(Ordering::Relaxed)
+    }
+}
+
+impl Clone for AccountRef {
+    fn clone(&self) -> AccountRef {
+        // Relaxed, as `Arc` does: a new reference is made from one that exists.
+        self.shared().refs.fetch_add(1, Ordering::Relaxed);
+        AccountRef { ptr: self.ptr }
+    }
+}
+
+impl Drop for AccountRef {
+    fn drop(&mut self) {
+        if self.shared().refs.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        // The last reference: every other user's writes happen before the free.
+        fence(Ordering::Acquire);
+        // SAFETY: `ptr` came from `Box::leak` in `AccountRef::new`, and this was its last
+        // reference (the count reached 0), so nothing else can reach the `Shared` now.
+        drop(unsafe { Box::from_raw(self.ptr.as_ptr()) });
+    }
+}
+
+impl core::ops::Deref for AccountRef {
+    type Target = Account;
+    fn deref(&self) -> &Account {
+        &self.shared().account
+    }
+}
+
 /// A receipt for a charge ([`Account::charge`]): gives it back when dropped.
 #[derive(Debug)]
 pub struct Charge {
-    account: Arc<Account>,
+    account: AccountRef,
     resource: Resource,
     amount: u64,
 }
@@ -155,7 +239,7 @@ impl Charge {
     }
 
     /// The account charged.
-    pub fn account(&self) -> &Arc<Account> {
+    pub fn account(&self) -> &AccountRef {
         &self.account
     }
 }
@@ -164,7 +248,7 @@ impl Charge {
 /// account (so messages that carry them still compare by content in tests).
 impl PartialEq for Charge {
     fn eq(&self, other: &Charge) -> bool {
-        Arc::ptr_eq(&self.account, &other.account)
+        AccountRef::ptr_eq(&self.account, &other.account)
             && self.resource == other.resource
             && self.amount == other.amount
     }
@@ -185,7 +269,7 @@ mod tests {
 
     #[test]
     fn charges_count_up_the_chain_and_come_back_on_drop() {
-        let root = Account::root(1000, 10);
+        let root = Account::root(1000, 10).unwrap();
         let a = Account::child(&root, 600, 10).unwrap();
         let b = Account::child(&a, 400, 10).unwrap();
         let c1 = Account::charge(&b, Resource::Heap, 300).unwrap();
@@ -220,7 +304,7 @@ mod tests {
 
     #[test]
     fn a_child_is_never_given_more_than_its_parent_has_as_limit() {
-        let root = Account::root(100, 5);
+        let root = Account::root(100, 5).unwrap();
         let a = Account::child(&root, 1 << 40, 1 << 40).unwrap();
         assert_eq!(
             (a.limit(Resource::Heap), a.limit(Resource::Frames)),
@@ -230,7 +314,7 @@ mod tests {
 
     #[test]
     fn a_receipt_keeps_its_account_alive_after_the_owner_lets_go() {
-        let root = Account::root(100, 5);
+        let root = Account::root(100, 5).unwrap();
         let a = Account::child(&root, 50, 5).unwrap();
         let c = Account::charge(&a, Resource::Frames, 3).unwrap();
         drop(a);
@@ -238,7 +322,7 @@ mod tests {
         drop(c);
         assert_eq!(root.used(Resource::Frames), 0);
         assert_eq!(
-            Arc::strong_count(&root),
+            root.count(),
             1,
             "the child account is gone with its last charge"
         );
@@ -246,7 +330,7 @@ mod tests {
 
     #[test]
     fn the_chain_is_bounded() {
-        let mut chain: Vec<Arc<Account>> = alloc::vec![Account::root(10, 10)];
+        let mut chain: Vec<AccountRef> = alloc::vec![Account::root(10, 10).unwrap()];
         while let Ok(next) = Account::child(chain.last().unwrap(), 10, 10) {
             chain.push(next);
         }
@@ -255,7 +339,7 @@ mod tests {
 
     #[test]
     fn overflowing_amounts_are_refused() {
-        let root = Account::root(u64::MAX, 1);
+        let root = Account::root(u64::MAX, 1).unwrap();
         let _c = Account::charge(&root, Resource::Heap, u64::MAX).unwrap();
         assert_eq!(root.take(Resource::Heap, 1), Err(Error::NoMemory));
     }
@@ -263,7 +347,7 @@ mod tests {
     /// Random charges and drops against a model that keeps plain numbers per account.
     #[test]
     fn matches_a_model_under_random_use() {
-        let root = Account::root(5000, 100);
+        let root = Account::root(5000, 100).unwrap();
         let kids = [
             Account::child(&root, 3000, 60).unwrap(),
             Account::child(&root, 3000, 60).unwrap(),

@@ -270,6 +270,15 @@ impl<T> Slab<T> {
         }
     }
 
+    /// The key of the object in slot `index`, if it holds one (a cursor for removing
+    /// objects while walking the slab: [`Slab::slots`] bounds the walk).
+    pub fn key_at(&self, index: usize) -> Option<Key> {
+        match self.slots.get(index)? {
+            Slot::Full { generation, .. } => Some(Key::new(index as u32, *generation)),
+            Slot::Free { .. } => None,
+        }
+    }
+
     /// Every object with its key, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
         self.slots.iter().enumerate().filter_map(|(i, s)| match s {

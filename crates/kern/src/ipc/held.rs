@@ -14,7 +14,6 @@
 //!   until [`Ipc::release_held_send`] gives it back.
 
 use super::{Effects, Held, Ipc, Message, Port, PortId, Right, Space, SpaceId};
-use alloc::vec;
 use alloc::vec::Vec;
 use baton_abi::ipc::QUEUE_LIMIT_DEFAULT;
 use baton_abi::Error;
@@ -25,6 +24,7 @@ pub const KERNEL_SPACE: SpaceId = u64::MAX;
 impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// A port whose receive right the kernel keeps.
     pub fn allocate_kernel(&mut self) -> Result<PortId, Error> {
+        self.reserve_work(1)?;
         let port = crate::fallible::try_box(Port::new(KERNEL_SPACE, QUEUE_LIMIT_DEFAULT as usize))
             .ok_or(Error::NoMemory)?;
         self.ports.insert(port).map_err(|_| Error::NoSpace)
@@ -38,7 +38,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             .is_some_and(|p| p.receiver == KERNEL_SPACE)
         {
             self.release_rights(
-                vec![Right {
+                [Right {
                     kind: Held::Receive,
                     port,
                 }],
@@ -62,7 +62,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// Gives back a send right [`Ipc::hold_send`] returned.
     pub fn release_held_send(&mut self, port: PortId, fx: &mut Effects<T>) {
         self.release_rights(
-            vec![Right {
+            [Right {
                 kind: Held::Send,
                 port,
             }],
@@ -80,8 +80,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         data: Vec<u8>,
         fx: &mut Effects<T>,
     ) -> Result<(), Error> {
-        // Room in both queues first (`Port::reserve_queue`): for this message, and for the
-        // reply or notification the new send-once right may bring.
+        // Room in the release work list for the message's reply right, and in both queues
+        // (`Port::reserve_queue`): for this message, and for the reply or notification the
+        // new send-once right may bring.
+        self.reserve_work(1)?;
         self.ports
             .get_mut(dest)
             .ok_or(Error::DeadName)?
@@ -98,6 +100,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             rights: Vec::new(),
             data,
             charge: None,
+            word: None,
         };
         self.enqueue(dest, msg, fx);
         Ok(())
@@ -114,6 +117,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             rights: Vec::new(),
             data,
             charge: None,
+            word: None,
         };
         match reply.kind {
             Held::SendOnce => {
@@ -124,9 +128,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
             Held::Send => {
                 self.enqueue(reply.port, msg, fx);
-                self.release_rights(vec![reply], fx);
+                self.release_rights([reply], fx);
             }
-            Held::Receive => self.release_rights(vec![reply], fx),
+            Held::Receive => self.release_rights([reply], fx),
         }
     }
 

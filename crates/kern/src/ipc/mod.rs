@@ -78,12 +78,24 @@ pub struct Message {
     /// What it costs its sender's account while queued (`crate::quota`), if anything:
     /// given back when the message is received or destroyed.
     pub charge: Option<crate::quota::Charge>,
+    /// A kernel notification's one data word, kept in the message (its `data` is then
+    /// empty) so that a notification, sent on paths that must not fail, never allocates.
+    pub word: Option<u64>,
 }
 
 impl Message {
     /// Its size in the receiver's buffer: header, descriptors, data.
     pub fn size(&self) -> usize {
-        HEADER_SIZE + self.rights.len() * DESCRIPTOR_SIZE + self.data.len()
+        HEADER_SIZE + self.rights.len() * DESCRIPTOR_SIZE + self.data_len()
+    }
+
+    /// Bytes of in-line data: `data`'s, or a notification's word.
+    pub fn data_len(&self) -> usize {
+        if self.word.is_some() {
+            8
+        } else {
+            self.data.len()
+        }
     }
 
     /// A kernel notification carrying one word.
@@ -92,8 +104,9 @@ impl Message {
             id,
             reply: None,
             rights: Vec::new(),
-            data: word.to_le_bytes().to_vec(),
+            data: Vec::new(),
             charge: None,
+            word: Some(word),
         }
     }
 }
@@ -210,6 +223,13 @@ pub struct Ipc<T> {
     ports: Slab<alloc::boxed::Box<Port<T>>>,
     /// Messages queued on all ports.
     queued: usize,
+    /// Rights inside queued messages (their reply rights included), all ports together.
+    rights_queued: usize,
+    /// The work list of [`Ipc::release_rights`], kept between uses: it has room for every
+    /// right inside a queued message and a message's worth more, made where messages are
+    /// made ([`Ipc::reserve_work`]), so releasing rights — a task's end included — never
+    /// allocates.
+    work: Vec<Right>,
 }
 
 impl<T: Copy + Default + PartialEq> Default for Ipc<T> {
@@ -244,6 +264,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         Ipc {
             ports: Slab::new(),
             queued: 0,
+            rights_queued: 0,
+            work: Vec::new(),
         }
     }
 
@@ -279,6 +301,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if space.room() == 0 {
             return Err(Error::NoSpace);
         }
+        // Room to release the port's rights later, when its task ends (see `work`).
+        self.reserve_work(1)?;
         // Boxed: the global table keeps only a pointer per slot, so the size it grows to
         // (it never shrinks) stays small beside what the ports themselves cost, which is
         // charged to their tasks and freed with them.
@@ -388,10 +412,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         name: u64,
         fx: &mut Effects<T>,
     ) -> Result<(), Error> {
+        self.reserve_work(1)?;
         let e = space.remove(name).ok_or(Error::InvalidName)?;
         self.name_gone(e, name, space.id());
         self.release_rights(
-            alloc::vec![Right {
+            [Right {
                 kind: e.kind,
                 port: e.port,
             }],
@@ -400,19 +425,39 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         Ok(())
     }
 
-    /// Releases every right of a space (its task ended).
+    /// Releases every right of a space (its task ended), one at a time, allocating
+    /// nothing.
     pub fn release_space(&mut self, space: &mut Space, fx: &mut Effects<T>) {
-        let names: Vec<(u64, Entry)> = space.iter().collect();
-        let mut rights = Vec::with_capacity(names.len());
-        for (name, e) in names {
-            space.remove(name);
-            self.name_gone(e, name, space.id());
-            rights.push(Right {
-                kind: e.kind,
-                port: e.port,
-            });
+        let sid = space.id();
+        for index in 0..space.slots() {
+            if let Some((name, e)) = space.take_at(index) {
+                self.name_gone(e, name, sid);
+                self.release_rights(
+                    [Right {
+                        kind: e.kind,
+                        port: e.port,
+                    }],
+                    fx,
+                );
+            }
         }
-        self.release_rights(rights, fx);
+    }
+
+    /// Makes room in the work list of [`Ipc::release_rights`] for every right inside a
+    /// queued message plus `extra` (a message about to be made or queued carries at most
+    /// [`DESCRIPTORS_MAX`] rights and a reply right; a release starts with at most that
+    /// many): [`Error::NoMemory`] when the heap has no room.
+    pub fn reserve_work(&mut self, extra: usize) -> Result<(), Error> {
+        let want = self
+            .rights_queued
+            .saturating_add(extra)
+            .saturating_add(DESCRIPTORS_MAX + 2);
+        if self.work.capacity() < want {
+            self.work
+                .try_reserve(want - self.work.len())
+                .map_err(|_| Error::NoMemory)?;
+        }
+        Ok(())
     }
 
     /// `port_notify`: registers (or with `notify_name` 0 cancels) a notification. The
@@ -604,6 +649,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
         }
 
+        // Room in the release work list for this message's rights once it is queued.
+        self.reserve_work(named.len() + 1)?;
         // Room in the queues, before anything moves: the destination's for this message,
         // and for each send-once right the message makes, its port's (see
         // [`Port::reserve_queue`]).
@@ -642,6 +689,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 rights,
                 data,
                 charge: None,
+                word: None,
             },
         ))
     }
@@ -656,7 +704,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     p.send_onces = p.send_onces.saturating_sub(1);
                 }
             }
-            kind => self.release_rights(alloc::vec![Right { kind, port: e.port }], fx),
+            kind => self.release_rights([Right { kind, port: e.port }], fx),
         }
     }
 
@@ -721,6 +769,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }
         self.set_transit(&msg, Some(port));
         if let Some(p) = self.ports.get_mut(port) {
+            self.rights_queued += msg.rights.len() + usize::from(msg.reply.is_some());
             p.queue.push_back(msg);
             self.queued += 1;
             if let Some(t) = p.receivers.pop_front() {
@@ -734,6 +783,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         let p = self.ports.get_mut(port)?;
         let msg = p.queue.pop_front()?;
         self.queued -= 1;
+        self.rights_queued -= msg.rights.len() + usize::from(msg.reply.is_some());
         if let Some(t) = p.senders.pop_front() {
             fx.wake.push((t, Wake::Retry));
         }
@@ -750,6 +800,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }
         self.set_transit(&msg, Some(port));
         if let Some(p) = self.ports.get_mut(port) {
+            self.rights_queued += msg.rights.len() + usize::from(msg.reply.is_some());
             p.queue.push_front(msg);
             self.queued += 1;
         }
@@ -850,24 +901,21 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if p.dead_names.is_empty() {
             return;
         }
-        let mut dropped = Vec::new();
-        p.dead_names.retain(|&(notify, nm, s)| {
-            let gone = nm == name && s == sid;
-            if gone {
-                dropped.push(notify);
-            }
-            !gone
-        });
-        for n in dropped {
-            self.drop_kernel_send_once(n);
-        }
+        // At most one request per (name, space): each request replaces the last.
+        let Some(i) = p
+            .dead_names
+            .iter()
+            .position(|&(_, nm, s)| nm == name && s == sid)
+        else {
+            return;
+        };
+        let (notify, _, _) = p.dead_names.swap_remove(i);
+        self.drop_kernel_send_once(notify);
     }
 
     /// Destroys a message that will never be received, releasing its rights.
     pub fn destroy_message(&mut self, msg: Message, fx: &mut Effects<T>) {
-        let mut rights = msg.rights;
-        rights.extend(msg.reply);
-        self.release_rights(rights, fx);
+        self.release_rights(msg.rights.into_iter().chain(msg.reply), fx);
     }
 
     /// A send-once right the kernel held for a notification, dropped without use.
@@ -887,8 +935,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         self.enqueue(notify, Message::notification(NOTIFY_NO_SENDERS, name), fx);
     }
 
-    /// Releases rights and everything that follows from that, without recursion.
-    fn release_rights(&mut self, mut work: Vec<Right>, fx: &mut Effects<T>) {
+    /// Releases rights and everything that follows from that, without recursion, on the
+    /// kept work list (see `work`: it has room for every right it can meet).
+    fn release_rights(&mut self, first: impl IntoIterator<Item = Right>, fx: &mut Effects<T>) {
+        let mut work = core::mem::take(&mut self.work);
+        work.extend(first);
         while let Some(r) = work.pop() {
             match r.kind {
                 Held::Send => {
@@ -930,11 +981,17 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                         self.enqueue(notify, Message::notification(NOTIFY_DEAD_NAME, name), fx);
                     }
                     for msg in p.queue {
+                        self.rights_queued -= msg.rights.len() + usize::from(msg.reply.is_some());
                         work.extend(msg.rights);
                         work.extend(msg.reply);
                     }
                 }
             }
+        }
+        // The list goes back for the next release (the larger one, if another was made
+        // meanwhile).
+        if work.capacity() > self.work.capacity() {
+            self.work = work;
         }
     }
 }

@@ -12,7 +12,7 @@
 //!   removed through [`super::Ipc`], which keeps the counts.
 
 use super::PortId;
-use crate::quota::{Account, Resource};
+use crate::quota::Resource;
 use crate::slab::{Key, Slab};
 use baton_abi::ipc::NAMES_MAX;
 use baton_abi::Error;
@@ -50,7 +50,7 @@ pub struct Space {
     /// The id the kernel knows this space by (its task's), 0 for none.
     id: super::SpaceId,
     /// Who pays for the slots, if anyone.
-    account: Option<alloc::sync::Arc<Account>>,
+    account: Option<crate::quota::AccountRef>,
     /// Bytes charged to `account` for the slots so far.
     charged: u64,
 }
@@ -90,7 +90,7 @@ impl Space {
 
     /// Makes `account` pay for the slots added from now on (and for those already there,
     /// [`Error::NoMemory`] and nothing changed when they do not fit).
-    pub fn set_account(&mut self, account: alloc::sync::Arc<Account>) -> Result<(), Error> {
+    pub fn set_account(&mut self, account: crate::quota::AccountRef) -> Result<(), Error> {
         let now = self.entries.slots() as u64 * NAME_SLOT_BYTES;
         account.take(Resource::Heap, now)?;
         if let Some(old) = self.account.replace(account) {
@@ -173,6 +173,18 @@ impl Space {
     /// Whether no right is held.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Removes and returns the right in slot `index`, if any: with [`Space::slots`], a way
+    /// to empty the space without collecting its names first (nothing allocated).
+    pub(super) fn take_at(&mut self, index: usize) -> Option<(u64, Entry)> {
+        let key = self.entries.key_at(index)?;
+        self.entries.remove(key).map(|e| (key.0, e))
+    }
+
+    /// Number of slots the space has grown to (the bound of [`Space::take_at`]).
+    pub(super) fn slots(&self) -> usize {
+        self.entries.slots()
     }
 
     /// Every right with its name.

@@ -236,7 +236,7 @@ fn destroying_a_port_makes_dead_names_and_notifies() {
     assert!(fx.wake.contains(&(2, Wake::Fail(Error::DeadName))));
     let n = ipc.dequeue(notify_port, &mut fx).unwrap();
     assert_eq!(n.id, NOTIFY_DEAD_NAME);
-    assert_eq!(n.data, send.to_le_bytes());
+    assert_eq!((n.word, n.data.len(), n.data_len()), (Some(send), 0, 8));
     assert_eq!(ipc.port(notify_port).unwrap().send_onces, 0);
     // Dropping the dead name removes it.
     ipc.release(&mut client, send, &mut fx).unwrap();
@@ -259,7 +259,7 @@ fn no_senders_and_send_once_notifications() {
     ipc.release(&mut client, send, &mut fx).unwrap();
     let n = ipc.dequeue(pid, &mut fx).unwrap();
     assert_eq!(n.id, NOTIFY_NO_SENDERS);
-    assert_eq!(n.data, port.to_le_bytes());
+    assert_eq!(n.word, Some(port));
     let p = ipc.port(pid).unwrap();
     assert_eq!((p.sends, p.send_onces), (0, 0));
     // Asking when there are none fires at once.
@@ -708,7 +708,7 @@ fn dead_name_requests_are_per_space() {
         .dequeue(pb, &mut fx)
         .expect("B's request survives A's cancel");
     assert_eq!(m.id, NOTIFY_DEAD_NAME);
-    assert_eq!(m.data, nb.to_le_bytes().to_vec());
+    assert_eq!(m.word, Some(nb));
 }
 
 /// A dead-name request goes with its name: releasing or moving the right cancels it, so
@@ -983,4 +983,43 @@ fn send_once_notifications_never_grow_a_queue() {
         capacity,
         "the notifications did not grow the queue"
     );
+}
+
+/// Ending a task releases its rights one by one on the kept work list, which has room for
+/// every right inside a queued message (made when each message was made): ports whose
+/// queues hold messages carrying receive rights of further ports are torn down, chain and
+/// all, without the list growing.
+#[test]
+fn releasing_a_space_never_grows_the_work_list() {
+    let mut ipc = I::new();
+    let mut owner = Space::with_id(1);
+    let mut fx = Effects::default();
+    // A chain: port i's queue holds a message carrying port i+1's receive right (and a
+    // send right and a reply right, for good measure).
+    let first = ipc.allocate(&mut owner, 1, 0).unwrap();
+    let mut send = ipc.make_send(&mut owner, first, false).unwrap();
+    for i in 0..50 {
+        let next = ipc.allocate(&mut owner, 1, 0).unwrap();
+        let next_send = ipc.make_send(&mut owner, next, false).unwrap();
+        let extra = ipc.allocate(&mut owner, 1, 0).unwrap();
+        let h = header(send, D::MoveSend, extra, D::MakeSendOnce, 2, i);
+        let descriptors = [
+            Descriptor::port(next, D::MoveReceive),
+            Descriptor::port(extra, D::MakeSend),
+        ];
+        let (dest, msg) = ipc
+            .copyin(&mut owner, &h, &descriptors, vec![], &mut fx)
+            .unwrap();
+        ipc.enqueue(dest, msg, &mut fx);
+        send = next_send;
+    }
+    assert_eq!(ipc.rights_queued, 150);
+    let capacity = ipc.work.capacity();
+    assert!(
+        capacity > 150,
+        "room for every queued right and a first one"
+    );
+    ipc.release_space(&mut owner, &mut fx);
+    assert_eq!((ipc.ports(), ipc.queued(), ipc.rights_queued), (0, 0, 0));
+    assert_eq!(ipc.work.capacity(), capacity, "the work list did not grow");
 }
