@@ -25,6 +25,7 @@ mod initrd;
 mod judge;
 mod linux;
 mod mix;
+mod mutants;
 mod plot;
 mod profile;
 mod qemu;
@@ -77,6 +78,15 @@ commands:
                          instruction (gdb single-steps the bench image under TCG -icount);
                          writes results/profile.md and prints it
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
+  mutants [options]      mutation testing (cargo-mutants, installed if missing) of kern,
+                         baton-abi and baton-idl-rt, one crate after the other, each against
+                         its own tests; results in target/mutants/<crate>/mutants.out
+      --package NAME     only this crate (repeatable)
+      --file GLOB        only mutants in these files (repeatable)
+      --shard K/N        only the K-th of N parts of each crate's mutants
+      -j N               mutants tested at once (default 1)
+      --timeout SECS     per mutant's tests (default: cargo-mutants' own, from the clean run)
+      --list             list the mutants, test nothing
   help                   print this text
 
 Integration-test logs are written to target/test-logs/<name>.log.";
@@ -124,6 +134,7 @@ enum Cmd {
     BenchLinux,
     Profile,
     Clippy,
+    Mutants(mutants::MutantsOpts),
     Help,
 }
 
@@ -148,6 +159,7 @@ fn main() -> ExitCode {
         Cmd::BenchLinux => linux::bench_linux(),
         Cmd::Profile => profile::profile(),
         Cmd::Clippy => clippy::clippy(),
+        Cmd::Mutants(opts) => mutants::mutants(&opts),
     };
     result.unwrap_or_else(|msg| {
         eprintln!("xtask: error: {msg}");
@@ -221,6 +233,39 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 }
             }
             Ok(Cmd::Bench(opts))
+        }
+        "mutants" => {
+            let mut opts = mutants::MutantsOpts::default();
+            while let Some(arg) = rest.next() {
+                let (flag, inline) = split_flag(&arg);
+                match flag {
+                    "--package" | "-p" => {
+                        opts.packages.push(value(flag, inline, &mut rest)?);
+                    }
+                    "--file" | "-f" => opts.files.push(value(flag, inline, &mut rest)?),
+                    "--shard" => {
+                        let shard = value(flag, inline, &mut rest)?;
+                        let ok = shard.split_once('/').is_some_and(|(k, n)| {
+                            matches!((k.parse::<u32>(), n.parse::<u32>()), (Ok(k), Ok(n)) if k < n)
+                        });
+                        if !ok {
+                            return Err(format!(
+                                "`--shard` needs K/N with K below N (counting from 0), got `{shard}`"
+                            ));
+                        }
+                        opts.shard = Some(shard);
+                    }
+                    "-j" | "--jobs" => {
+                        opts.jobs = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
+                    "--timeout" => {
+                        opts.timeout = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
+                    "--list" if inline.is_none() => opts.list = true,
+                    _ => return Err(format!("unknown option `{arg}` for `mutants`")),
+                }
+            }
+            Ok(Cmd::Mutants(opts))
         }
         "bench-linux" | "profile" => match rest.next() {
             Some(arg) => Err(format!("`{cmd}` takes no arguments, got `{arg}`")),
@@ -336,6 +381,36 @@ mod unit_tests {
     }
 
     #[test]
+    fn parses_mutants_flags() {
+        assert_eq!(
+            p(&["mutants"]).unwrap(),
+            Cmd::Mutants(mutants::MutantsOpts::default())
+        );
+        let cmd = p(&[
+            "mutants",
+            "--package",
+            "kern",
+            "--file=crates/kern/src/ring.rs",
+            "--shard",
+            "1/4",
+            "-j2",
+            "--timeout",
+            "60",
+            "--list",
+        ])
+        .unwrap();
+        let want = mutants::MutantsOpts {
+            packages: vec!["kern".into()],
+            files: vec!["crates/kern/src/ring.rs".into()],
+            shard: Some("1/4".into()),
+            jobs: Some(2),
+            timeout: Some(60),
+            list: true,
+        };
+        assert_eq!(cmd, Cmd::Mutants(want));
+    }
+
+    #[test]
     fn rejects_bad_input() {
         for bad in [
             &[][..],
@@ -350,6 +425,10 @@ mod unit_tests {
             &["clippy", "extra"],
             &["bench", "--tcg"],
             &["profile", "--quick"],
+            &["mutants", "--shard", "4/4"],
+            &["mutants", "--shard", "x"],
+            &["mutants", "--timeout", "0"],
+            &["mutants", "--tcg"],
         ] {
             assert!(p(bad).is_err(), "{bad:?} should be rejected");
         }

@@ -877,3 +877,6 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proptests;
