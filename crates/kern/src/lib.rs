@@ -31,6 +31,8 @@ pub mod initrd;
 pub mod ipc;
 pub mod loader;
 pub mod pmap;
+#[cfg(test)]
+mod proptests;
 pub mod ring;
 pub mod sched;
 pub mod slab;
