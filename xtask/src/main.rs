@@ -87,6 +87,7 @@ commands:
       -j N               mutants tested at once (default 1)
       --timeout SECS     per mutant's tests (default: cargo-mutants' own, from the clean run)
       --list             list the mutants, test nothing
+      --iterate          test again only the mutants the previous run did not catch
   help                   print this text
 
 Integration-test logs are written to target/test-logs/<name>.log.";
@@ -262,6 +263,7 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                         opts.timeout = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
                     }
                     "--list" if inline.is_none() => opts.list = true,
+                    "--iterate" if inline.is_none() => opts.iterate = true,
                     _ => return Err(format!("unknown option `{arg}` for `mutants`")),
                 }
             }
@@ -397,6 +399,7 @@ mod unit_tests {
             "--timeout",
             "60",
             "--list",
+            "--iterate",
         ])
         .unwrap();
         let want = mutants::MutantsOpts {
@@ -406,6 +409,7 @@ mod unit_tests {
             jobs: Some(2),
             timeout: Some(60),
             list: true,
+            iterate: true,
         };
         assert_eq!(cmd, Cmd::Mutants(want));
     }

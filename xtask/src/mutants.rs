@@ -35,6 +35,9 @@ pub struct MutantsOpts {
     pub timeout: Option<u32>,
     /// `--list`: only list the mutants.
     pub list: bool,
+    /// `--iterate`: skip the mutants the previous run (in the same output directory)
+    /// caught, testing again only those that survived (e.g. after adding tests).
+    pub iterate: bool,
 }
 
 /// Runs `cargo xtask mutants`.
@@ -77,6 +80,9 @@ pub fn mutants(opts: &MutantsOpts) -> Result<ExitCode, String> {
         }
         if opts.list {
             cmd.arg("--list");
+        }
+        if opts.iterate {
+            cmd.arg("--iterate");
         }
         note(format!("mutants, {package}: {}", shell_line(&cmd)));
         let status = cmd
