@@ -53,6 +53,8 @@ struct MPort {
     /// Space index holding the receive right; `None` in flight.
     receiver: Option<usize>,
     queue: VecDeque<MMsg>,
+    /// Queue limit (0 until set: the default).
+    limit: u64,
     sends: u64,
     send_onces: u64,
     /// (notify port, name).
@@ -407,7 +409,10 @@ struct Send {
 /// One step; names are picks (see [`World::name`]).
 #[derive(Clone, Debug)]
 enum Op {
-    Allocate(usize),
+    /// Space and queue limit.
+    Allocate(usize, u64),
+    /// `sendable_port` of a pick.
+    Sendable(usize, usize),
     MakeSend(usize, usize, bool),
     /// Space, and a pick of a port (by creation order).
     GrantSend(usize, usize),
@@ -425,6 +430,8 @@ enum Op {
     Block(usize, usize, bool),
     Notify(usize, usize, u64, Option<usize>),
     ReleaseSpace(usize),
+    /// `port_set_limit` on a receive pick.
+    SetLimit(usize, usize, u64),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -434,7 +441,12 @@ fn op() -> impl Strategy<Value = Op> {
     // Raw dispositions 0..=7 (7 is not one), or 8 and up for one that fits the right.
     let disp = prop_oneof![1 => 0u8..=7, 4 => 8u8..=255];
     prop_oneof![
-        3 => s.clone().prop_map(Op::Allocate),
+        3 => (
+            s.clone(),
+            prop_oneof![4 => Just(0), 2 => 1u64..4, 1 => Just(QUEUE_LIMIT_MAX), 1 => Just(QUEUE_LIMIT_MAX + 1)]
+        )
+            .prop_map(|(s, l)| Op::Allocate(s, l)),
+        1 => (s.clone(), pick).prop_map(|(s, p)| Op::Sendable(s, p)),
         3 => (s.clone(), pick, any::<bool>()).prop_map(|(s, p, o)| Op::MakeSend(s, p, o)),
         3 => (s.clone(), pick).prop_map(|(s, p)| Op::GrantSend(s, p)),
         2 => (s.clone(), pick).prop_map(|(s, p)| Op::Release(s, p)),
@@ -463,7 +475,9 @@ fn op() -> impl Strategy<Value = Op> {
             proptest::option::weighted(0.8, pick)
         )
             .prop_map(|(s, p, k, n)| Op::Notify(s, p, k, n)),
-        1 => s.prop_map(Op::ReleaseSpace),
+        1 => s.clone().prop_map(Op::ReleaseSpace),
+        1 => (s, pick, prop_oneof![3 => 1u64..4, 1 => Just(0), 1 => Just(QUEUE_LIMIT_MAX + 1)])
+            .prop_map(|(s, p, l)| Op::SetLimit(s, p, l)),
     ]
 }
 
@@ -560,18 +574,21 @@ impl World {
         let mut fx = Effects::default();
         self.model.wakes.clear();
         match *op {
-            Op::Allocate(s) => {
+            Op::Allocate(s, limit) => {
                 let sid = s as u64 + 1;
-                let name = self
-                    .ipc
-                    .allocate(&mut self.spaces[s], sid, 0)
-                    .expect("room for a port");
+                let real = self.ipc.allocate(&mut self.spaces[s], sid, limit);
+                if limit > QUEUE_LIMIT_MAX {
+                    assert_eq!(real, Err(Error::InvalidArgument));
+                    return;
+                }
+                let name = real.expect("room for a port");
                 let id = self.spaces[s].lookup(name).unwrap().port;
                 assert!(!self.ids.contains(&id), "a new port has a new id");
                 self.ids.push(id);
                 self.model.ports.push(MPort {
                     alive: true,
                     receiver: Some(s),
+                    limit,
                     ..MPort::default()
                 });
                 let p = self.model.ports.len() - 1;
@@ -590,6 +607,24 @@ impl World {
                     }
                     self.got_name(s, new, (kind, p));
                 }
+            }
+            Op::Sendable(s, pick) => {
+                let name = self.name(s, pick, None);
+                let real = self.ipc.sendable_port(&self.spaces[s], name);
+                let want = self.model.lookup(s, name).and_then(|(kind, p)| {
+                    if kind == Held::SendOnce {
+                        Err(Error::InvalidRight)
+                    } else if !self.model.alive(p) {
+                        Err(Error::DeadName)
+                    } else {
+                        Ok(p)
+                    }
+                });
+                assert_eq!(
+                    real.map(|id| self.model_port(id)),
+                    want,
+                    "sendable {name:#x}"
+                );
             }
             Op::GrantSend(s, pick) => {
                 if self.ids.is_empty() {
@@ -705,7 +740,9 @@ impl World {
                     .expect("room for the rights");
                 let expected = expected.unwrap();
                 assert_eq!((header.dest, header.id), (name, expected.id));
-                assert_eq!(header.size as usize, msg.size());
+                let size =
+                    HEADER_SIZE + expected.rights.len() * DESCRIPTOR_SIZE + expected.data.len();
+                assert_eq!((header.size as usize, msg.size()), (size, size));
                 let disposition = |kind| match kind {
                     Held::Receive => D::MoveReceive,
                     Held::Send => D::MoveSend,
@@ -762,6 +799,18 @@ impl World {
                 self.ipc.release_space(&mut self.spaces[s], &mut fx);
                 self.model.release_space(s);
             }
+            Op::SetLimit(s, pick, limit) => {
+                let name = self.name(s, pick, Some(Held::Receive));
+                let real = self.ipc.set_limit(&self.spaces[s], name, limit);
+                let want = if (1..=QUEUE_LIMIT_MAX).contains(&limit) {
+                    self.model.receive_port(s, name).map(|p| {
+                        self.model.ports[p].limit = limit;
+                    })
+                } else {
+                    Err(Error::InvalidArgument)
+                };
+                assert_eq!(real, want, "set_limit {name:#x} {limit}");
+            }
         }
         self.next_thread += 1;
         assert_eq!(fx.wake, self.model.wakes, "threads woken by {op:?}");
@@ -796,6 +845,12 @@ impl World {
             };
             assert!(m.alive, "port {p} should be destroyed");
             assert_eq!(real.receiver, m.receiver.map_or(0, |s| s as u64 + 1));
+            let limit = match m.limit {
+                0 => QUEUE_LIMIT_DEFAULT,
+                l => l,
+            };
+            assert_eq!(real.limit as u64, limit);
+            assert_eq!(real.is_full(), m.queue.len() as u64 >= limit);
             assert_eq!(
                 (real.sends, real.send_onces),
                 (m.sends, m.send_onces),
@@ -891,7 +946,7 @@ proptest! {
     fn ipc_matches_model(ops in proptest::collection::vec(op(), 1..60)) {
         let mut world = World::new();
         for s in 0..SPACES {
-            world.step(&Op::Allocate(s));
+            world.step(&Op::Allocate(s, 0));
         }
         for op in &ops {
             world.step(op);
