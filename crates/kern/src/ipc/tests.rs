@@ -938,3 +938,22 @@ fn fast_plan_sends_calls_to_pools_to_migrate() {
         Some(Fast::Migrate(sp))
     );
 }
+
+#[test]
+fn check_header_accepts_exactly_the_limits() {
+    let n = DESCRIPTORS_MAX;
+    let size = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    let mut h = MsgHeader {
+        bits: MsgHeader::make_bits(D::CopySend, D::None, n as u8),
+        size: size as u32,
+        dest: 1,
+        reply: 0,
+        id: 1,
+    };
+    // As many descriptors as allowed, in a message exactly as large as the limit.
+    assert_eq!(I::check_header(&h, size), Ok(()));
+    assert_eq!(I::check_header(&h, size - 1), Err(Error::TooLarge));
+    h.bits = MsgHeader::make_bits(D::CopySend, D::None, n as u8 + 1);
+    h.size += DESCRIPTOR_SIZE as u32;
+    assert_eq!(I::check_header(&h, usize::MAX), Err(Error::TooLarge));
+}
