@@ -562,15 +562,18 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
         }
 
-        // Invoke: take the rights.
+        // Invoke: take the rights. The destination's moved right is released last: a send
+        // right made or copied into this message must count before the destination's is
+        // given up, or a port whose last send right is the destination would be told it has
+        // no senders while this message carries one to it.
+        let reply = reply.map(|n| self.take(space, n, fx));
+        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
         if moves(dest_disp) {
             if let Some(e) = space.remove(header.dest) {
                 self.name_gone(e, header.dest, space.id());
                 self.forget_entry(e, fx);
             }
         }
-        let reply = reply.map(|n| self.take(space, n, fx));
-        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
         Ok((
             dest,
             Message {

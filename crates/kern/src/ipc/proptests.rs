@@ -320,6 +320,9 @@ impl Model {
             }
         }
         let dest_port = dest.1 .1;
+        let reply = reply.map(|n| self.take(s, n));
+        let rights = named.into_iter().map(|n| self.take(s, n)).collect();
+        // The destination's moved right goes last, after the rights the message carries.
         if moves(dd) {
             self.spaces[s].remove(&m.dest);
             self.name_gone(s, m.dest, dest.1);
@@ -328,8 +331,6 @@ impl Model {
                 kind => self.release_rights(vec![(kind, dest_port)]),
             }
         }
-        let reply = reply.map(|n| self.take(s, n));
-        let rights = named.into_iter().map(|n| self.take(s, n)).collect();
         self.enqueue(
             dest_port,
             MMsg {

@@ -957,3 +957,37 @@ fn check_header_accepts_exactly_the_limits() {
     h.size += DESCRIPTOR_SIZE as u32;
     assert_eq!(I::check_header(&h, usize::MAX), Err(Error::TooLarge));
 }
+
+#[test]
+fn no_senders_waits_for_a_send_right_made_in_the_same_message() {
+    // The last send right is the destination of a message (moved, so given up) that
+    // carries a send right to the same port, made from its receive right: the port never
+    // has no senders, and must not be told so.
+    let mut ipc = I::new();
+    let mut s = Space::with_id(1);
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut s, 1, 0).unwrap();
+    let notify = ipc.allocate(&mut s, 1, 0).unwrap();
+    let send = ipc.make_send(&mut s, port, false).unwrap();
+    ipc.request_notify(&s, port, NOTIFY_KIND_NO_SENDERS, notify, &mut fx)
+        .unwrap();
+    let h = header(send, D::MoveSend, 0, D::None, 1, 6);
+    let made = [Descriptor::port(port, D::MakeSend)];
+    let (dest, msg) = ipc.copyin(&mut s, &h, &made, vec![], &mut fx).unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    let notify_port = s.lookup(notify).unwrap().port;
+    assert_eq!(ipc.port(dest).unwrap().sends, 1);
+    assert_eq!(
+        ipc.port(notify_port).unwrap().queue.len(),
+        0,
+        "no notification"
+    );
+    // Receiving the message and dropping that right is the real end of the senders.
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut d = Vec::new();
+    ipc.copyout(&mut s, 1, port, &msg, &mut d).unwrap();
+    ipc.release(&mut s, d[0].value, &mut fx).unwrap();
+    let q = &ipc.port(notify_port).unwrap().queue;
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0].id, NOTIFY_NO_SENDERS);
+}
