@@ -956,6 +956,12 @@ fn check_header_accepts_exactly_the_limits() {
     h.bits = MsgHeader::make_bits(D::CopySend, D::None, n as u8 + 1);
     h.size += DESCRIPTOR_SIZE as u32;
     assert_eq!(I::check_header(&h, usize::MAX), Err(Error::TooLarge));
+    // The size must cover the header and every descriptor.
+    h.bits = MsgHeader::make_bits(D::CopySend, D::None, 2);
+    h.size = (HEADER_SIZE + 2 * DESCRIPTOR_SIZE) as u32;
+    assert_eq!(I::check_header(&h, usize::MAX), Ok(()));
+    h.size -= 1;
+    assert_eq!(I::check_header(&h, usize::MAX), Err(Error::InvalidArgument));
 }
 
 #[test]
