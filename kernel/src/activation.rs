@@ -35,7 +35,8 @@
 //!   migrated thread is not killed: it unwinds to the nearest activation below that lives,
 //!   whose `ipc_msg` returns [`Error::Aborted`]. When a client's task ends while its thread
 //!   runs in a server, the thread goes on in the server (which is not disturbed) and ends
-//!   when it returns into the dead activation.
+//!   when it returns into the dead activation. A return into a dead activation copies no
+//!   reply: after a split ([`split`]) that activation may already serve another call.
 //!
 //! # Invariants
 //! - `Thread::below` is empty exactly when the thread runs in its home task; each record
@@ -500,7 +501,10 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     let Some(saved) = th.below.pop() else {
         return Error::InvalidArgument;
     };
-    let result = if saved.to != ReplyTo::IpcBuffer {
+    // A dead record (terminated, or its task ending) takes no reply: after a split its
+    // activation is back in its pool and its buffer may already hold another call's
+    // request. One test on the common path (the record's `to` and `dead` are both read).
+    let result = if saved.to != ReplyTo::IpcBuffer || !lives(&saved) {
         reply_elsewhere(k, &saved)
     } else {
         match (th.ipc_buffer, saved.ipc_buffer) {
@@ -540,9 +544,14 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
 }
 
 /// The reply of the call `saved` when it does not go to the caller's IPC buffer page: none
-/// for a sidetrack upcall, or into the caller's own buffer ([`reply_to_user`]).
+/// for a sidetrack upcall, or into the caller's own buffer ([`reply_to_user`]); none at
+/// all when `saved` is dead (its thread unwinds through it with [`Error::Aborted`]: nothing
+/// is written to a buffer or memory of an activation that may serve another call now).
 #[inline(never)]
 fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
+    if !lives(saved) {
+        return Err(Error::Aborted);
+    }
     match saved.to {
         ReplyTo::User { va, len } => reply_to_user(k, saved, va, len),
         ReplyTo::Sidetrack | ReplyTo::IpcBuffer => Ok(()),
@@ -776,11 +785,9 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         match k.threads.get_mut(t).and_then(|th| th.below.pop()) {
             Some(next) => saved = next,
             None => {
-                // Home is ending too: end the thread like any other of its task.
-                if let Some(th) = k.threads.get_mut(t) {
-                    th.state = ThreadState::Halted;
-                }
-                k.reap_thread(t);
+                // Home is ending too: end the thread like any other of its task (off the
+                // run queue first, when it was ready).
+                k.halt_and_reap(t);
                 return true;
             }
         }
@@ -828,6 +835,12 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
     let pa = frames[0];
     let space = (t.space.root(), t.pcid);
     let port = k.ipc.receive_port(&t.names, name)?;
+    // The task pays for the activations it has, this one included: the charge follows the
+    // count here and when the task ends (activations freed in between stay charged until
+    // then, which errs on the safe side).
+    let want = (k.acts.count_of(task) as u64 + 1) * crate::quota::ACTIVATION_BYTES as u64;
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    crate::quota::settle(&t.account, &mut t.acts_charged, want)?;
     let p = k.ipc.port_mut(port).ok_or(Error::InvalidName)?;
     let id = k.acts.create(
         &mut p.pool,
@@ -951,7 +964,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let mut l = alloc::boxed::Box::new(Thread::new_user(
         (home, home_key),
         space,
-        TrapFrame::default(),
+        alloc::boxed::Box::default(),
         priority,
         cpu,
     ));

@@ -76,12 +76,28 @@ pub fn on_syscall(number: u64) -> ! {
     kernel::finish_entry(k, false, Some(raw))
 }
 
-/// `floor_xas_register(entry, stack)`: the calling task registers itself.
+/// `floor_xas_register(entry, stack, caller, host_priv)`: the calling task registers
+/// itself as the partner of task `caller` (0: the task that spawned it), with the
+/// host-privilege right's authority (not needed to unregister). The call itself then
+/// checks only that its caller is that task (`kern::floor::Xas::begin`).
 fn register(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
     let th = k.threads.get(cur).ok_or(Error::InvalidArgument)?;
     let task = th.task.ok_or(Error::InvalidArgument)?;
-    let (entry, stack) = (th.frame.rdi, th.frame.rsi);
-    k.floor.register(task, entry, stack).map(|()| 0)
+    let f = &th.frame;
+    let (entry, stack, caller, host_priv) = (f.rdi, f.rsi, f.rdx, f.r10);
+    if entry == 0 && stack == 0 {
+        return k.floor.register(task, 0, 0, 0).map(|()| 0);
+    }
+    crate::kobject::check_host_priv(k, cur, host_priv)?;
+    let caller = match caller {
+        0 => k
+            .tasks
+            .get(&task)
+            .and_then(|t| t.creator)
+            .ok_or(Error::NotFound)?,
+        id => id,
+    };
+    k.floor.register(task, entry, stack, caller).map(|()| 0)
 }
 
 /// `floor_xas_call(partner, arg)`: checks, then enters the partner. On `Ok` the thread's

@@ -92,7 +92,8 @@ impl Buf {
                 let mem = KernelMem {
                     frames: &mut k.frames,
                 };
-                let mut out = Vec::with_capacity(len);
+                let mut out = Vec::new();
+                out.try_reserve_exact(len).map_err(|_| Error::NoMemory)?;
                 if len > 0 {
                     mem.append_bytes(PhysAddr(pa.0 + off as u64), len, &mut out);
                 }
@@ -309,13 +310,19 @@ fn send(
         // Nothing on this stack owns heap memory here: blocking abandons the stack.
         thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
     }
+    // A queued message is charged to its sender until it is received or destroyed, so
+    // that no task can fill the kernel's heap with messages (`crate::quota`).
+    let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+    let cost = crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len;
+    let charge = crate::quota::heap(account, cost)?;
     let descriptors = read_descriptors(k, buf, n)?;
     let data = buf.read_vec(k, data_off, data_len)?;
     let mut fx = Effects::default();
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-    let (port, msg) = k
+    let (port, mut msg) = k
         .ipc
         .copyin(&mut t.names, &header, &descriptors, data, &mut fx)?;
+    msg.charge = Some(charge);
     k.ipc.enqueue(port, msg, &mut fx);
     k.stats.ipc_queued += 1;
     apply(k, fx);

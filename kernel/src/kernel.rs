@@ -66,10 +66,22 @@ pub struct Task {
     pub kport: Option<kern::ipc::PortId>,
     /// The task that spawned it (`None` for boot tasks).
     pub creator: Option<TaskId>,
+    /// Its console lines caused by user errors ([`crate::klog`]).
+    pub log_bucket: kern::ratelimit::TokenBucket,
     /// Its last thread is gone but threads of other tasks still run in it (migrated into
     /// its activations, unwinding): it has released everything but its memory, which is
     /// freed when the last of them has left ([`LINGERING`], `Kernel::reap_lingering`).
     pub lingering: bool,
+    /// What it and the tasks it creates may make the kernel hold (`crate::quota`).
+    pub account: alloc::sync::Arc<kern::quota::Account>,
+    /// Frames its address space holds (pages and page tables), charged to `account`
+    /// until the space is destroyed.
+    pub frames: u64,
+    /// The charge for the task object itself (held for its `Drop`, which gives it back).
+    #[allow(dead_code, reason = "held only to be dropped with the task")]
+    pub charge: Option<kern::quota::Charge>,
+    /// Bytes charged to `account` for its activations (`crate::quota::settle`).
+    pub acts_charged: u64,
 }
 
 /// Tasks whose removal waits for migrated threads to leave them (`Task::lingering`). While
@@ -148,6 +160,8 @@ pub struct Kernel {
     pub acts: kern::activation::Activations,
     /// The ports of kernel objects (tasks and threads), by port.
     pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
+    /// The host-privilege port (also in `kobjects`), made at boot.
+    pub host_priv: Option<kern::ipc::PortId>,
     /// The ports of pool activations, by activation (also in `kobjects`).
     pub act_ports: BTreeMap<kern::activation::ActId, kern::ipc::PortId>,
     /// Kernel stacks not attached to any thread.
@@ -171,6 +185,8 @@ pub struct Kernel {
     next_cpu: usize,
     /// The task whose console line is still open.
     open_line: Option<TaskId>,
+    /// The rate limit and per-CPU buffers of lines caused by user errors.
+    pub log: crate::klog::Log,
 }
 
 /// The big kernel lock.
@@ -358,26 +374,28 @@ impl Kernel {
             if self.threads.iter().any(|(_, t)| t.task == Some(id)) {
                 continue;
             }
-            if let Some(task) = self.tasks.get_mut(&id) {
-                task.lingering = false;
-            }
-            let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
-                Some(v.saturating_sub(1))
-            });
             self.remove_task(id);
         }
     }
 
     /// Removes task `task_id`, whose last thread is gone (and no floor call is in its
     /// address space, and no thread of another task runs in it): reports its exit, releases
-    /// its rights and frees its memory.
+    /// its rights and frees its memory. A lingering task did all but the last when its last
+    /// thread went (`Kernel::last_thread_gone`): it is not reported or released again.
     pub fn remove_task(&mut self, task_id: TaskId) {
         self.floor.forget(task_id);
-        // A lingering task released all but its memory when its last thread went.
-        if !self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
+        if self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
+            let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_sub(1))
+            });
+        } else {
             self.release_task(task_id);
         }
         if let Some(task) = self.tasks.remove(&task_id) {
+            task.account
+                .give(kern::quota::Resource::Frames, task.frames);
+            task.account
+                .give(kern::quota::Resource::Heap, task.acts_charged);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }
@@ -394,6 +412,7 @@ impl Kernel {
         if let Some(Ending::Exit(code)) = task.ending.or(Some(Ending::Exit(0))) {
             let name = core::mem::take(&mut task.name);
             self.close_line();
+            crate::klog::task_ending(self);
             kprintln!("[kernel] task {task_id} ({name}) exited with code {code}");
             if let Some(task) = self.tasks.get_mut(&task_id) {
                 task.name = name;
@@ -420,7 +439,11 @@ impl Kernel {
         name: &str,
     ) -> Result<(TaskId, kern::ipc::PortId), baton_abi::Error> {
         use baton_abi::Error;
-        let id = self.spawn_with(name, None)?;
+        let id = self.spawn_with(
+            name,
+            None,
+            crate::quota::task_account(crate::quota::root(), 0, 0)?,
+        )?;
         let task = self.tasks.get_mut(&id).ok_or(Error::InvalidArgument)?;
         let made = self
             .ipc
@@ -441,21 +464,40 @@ impl Kernel {
         Ok((id, port))
     }
 
+    /// Gives boot task `id` (marked privileged on the command line) a send right to the
+    /// host-privilege port, whose name its first thread finds in `rdx`.
+    fn give_host_priv(&mut self, id: TaskId) {
+        match crate::kobject::grant_host_priv(self, id) {
+            Ok(name) => {
+                for (_, th) in self.threads.iter_mut() {
+                    if th.task == Some(id) {
+                        th.frame.rdx = name;
+                    }
+                }
+            }
+            Err(e) => kprintln!("[kernel] task {id}: no host-privilege right: {}", e.name()),
+        }
+    }
+
     /// Creates a task running boot module `name`, with one ready thread, which starts with
     /// `rsi` = its name for a send right to `bootstrap` (0 without one).
     pub fn spawn_with(
         &mut self,
         name: &str,
         bootstrap: Option<kern::ipc::PortId>,
+        account: alloc::sync::Arc<kern::quota::Account>,
     ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
+        use kern::quota::Resource;
         let data = self
             .modules
             .iter()
             .find(|m| m.name == name)
             .map(|m| m.data)
             .ok_or(Error::NotFound)?;
+        let charge = crate::quota::heap(&account, crate::quota::TASK_BYTES)?;
         let kernel_root = self.kernel_root;
+        let free_before = self.frames.free_frames();
         let mut mem = self.mem();
         let mut space =
             AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
@@ -468,6 +510,13 @@ impl Kernel {
                 return Err(e.into());
             }
         };
+        // The image and stack are charged once loaded (their size is the module's, known
+        // only to the loader); a task that does not fit its account is not started.
+        let frames = free_before.saturating_sub(self.frames.free_frames()) as u64;
+        if let Err(e) = account.take(Resource::Frames, frames) {
+            space.destroy(&mut self.mem());
+            return Err(e);
+        }
         let id = self.next_task;
         self.next_task += 1;
         let inserted = self.tasks.insert(
@@ -482,12 +531,22 @@ impl Kernel {
                 exc_port: None,
                 kport: None,
                 creator: None,
+                log_bucket: crate::klog::task_bucket(apic::now_ns()),
                 lingering: false,
+                account,
+                frames,
+                charge: Some(charge),
+                acts_charged: 0,
             },
         );
         if let Err(task) = inserted {
+            task.account.give(Resource::Frames, task.frames);
             task.space.destroy(&mut self.mem());
             return Err(Error::NoMemory);
+        }
+        // The new space holds no slot yet, so this charges nothing and cannot fail.
+        if let Some(task) = self.tasks.get_mut(&id) {
+            let _ = task.names.set_account(task.account.clone());
         }
         let mut frame = TrapFrame::new_user(entry, rsp, id);
         if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
@@ -498,6 +557,7 @@ impl Kernel {
                 let mut fx = kern::ipc::Effects::default();
                 self.ipc.release_space(&mut task.names, &mut fx);
                 crate::ipc::apply(self, fx);
+                task.account.give(Resource::Frames, task.frames);
                 let mut mem = self.mem();
                 task.space.destroy(&mut mem);
             }
@@ -519,8 +579,13 @@ impl Kernel {
             .get_mut(&task)
             .ok_or(baton_abi::Error::NotFound)?;
         let space = (t.space.root(), t.pcid);
+        let charge = crate::quota::heap(&t.account, crate::quota::THREAD_BYTES)?;
         let cpu = self.next_cpu % self.cpus.len().max(1);
-        let thread = Box::new(Thread::new_user((task, key), space, frame, priority, cpu));
+        let frame = kern::fallible::try_box(frame).ok_or(baton_abi::Error::NoMemory)?;
+        let mut thread =
+            kern::fallible::try_box(Thread::new_user((task, key), space, frame, priority, cpu))
+                .ok_or(baton_abi::Error::NoMemory)?;
+        thread.charge = Some(charge);
         let id = self
             .threads
             .insert(thread)
@@ -659,14 +724,7 @@ impl Kernel {
                     poke_cpu(self, cpu, u8::MAX);
                 }
             }
-            ThreadState::Ready => {
-                let (cpu, prio) = (th.cpu, th.priority);
-                th.state = ThreadState::Halted;
-                if let Some(c) = self.cpus.get_mut(cpu) {
-                    c.runq.remove(tid, prio);
-                }
-                self.reap_thread(tid);
-            }
+            ThreadState::Ready => self.halt_and_reap(tid),
             ThreadState::Blocked(b) => {
                 th.state = ThreadState::Halted;
                 self.forget_blocked(tid, b);
@@ -674,6 +732,31 @@ impl Kernel {
             }
             ThreadState::Halted | ThreadState::Idle => {}
         }
+    }
+
+    /// Ends thread `t`, which is not running (ready, or blocked and already taken off what
+    /// it waited in), and frees it: a ready thread leaves its run queue first, since a
+    /// thread is in a run queue exactly while it is ready (a reaped thread left there is
+    /// picked later and found gone).
+    pub fn halt_and_reap(&mut self, t: ThreadId) {
+        let Some(th) = self.threads.get_mut(t) else {
+            return;
+        };
+        if let ThreadState::Running { cpu } = th.state {
+            // Not reachable (callers hold threads that do not run); ending it at its next
+            // kernel entry is the safe answer.
+            th.kill_pending = true;
+            poke_cpu(self, cpu, u8::MAX);
+            return;
+        }
+        let was = core::mem::replace(&mut th.state, ThreadState::Halted);
+        if was == ThreadState::Ready {
+            let (cpu, prio) = (th.cpu, th.priority);
+            if let Some(c) = self.cpus.get_mut(cpu) {
+                c.runq.remove(t, prio);
+            }
+        }
+        self.reap_thread(t);
     }
 
     /// Takes thread `t` off whatever it waits in as `b` (not its timer).
@@ -760,6 +843,12 @@ impl Kernel {
         s.ports = self.ipc.ports() as u64;
         s.messages_queued = self.ipc.queued() as u64;
         s.names = self.tasks.values().map(|t| t.names.len() as u64).sum();
+        let root = crate::quota::root();
+        use kern::quota::Resource;
+        s.kmem_charged = root.used(Resource::Heap);
+        s.kmem_limit = root.limit(Resource::Heap);
+        s.frames_charged = root.used(Resource::Frames);
+        s.frames_limit = root.limit(Resource::Frames);
         s
     }
 }
@@ -891,6 +980,7 @@ pub fn start(
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
         kobjects: BTreeMap::new(),
+        host_priv: None,
         act_ports: BTreeMap::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -902,6 +992,7 @@ pub fn start(
         next_task: 1,
         next_cpu: 0,
         open_line: None,
+        log: crate::klog::Log::new(now),
     };
     lock();
     // SAFETY: the lock is held and nothing else has touched the cell yet.
@@ -931,8 +1022,14 @@ pub fn start(
                 id
             })
         } else {
-            k.spawn_with(name, names_port)
+            crate::quota::task_account(crate::quota::root(), 0, 0)
+                .and_then(|account| k.spawn_with(name, names_port, account))
         };
+        if let Ok(id) = started {
+            if config.privileged.iter().any(|p| p == name) {
+                k.give_host_priv(id);
+            }
+        }
         match started {
             Ok(id) => kprintln!("[kernel] task {id} ({name}) started"),
             Err(e) => kprintln!("[kernel] cannot start {name}: {}", e.name()),
@@ -943,6 +1040,7 @@ pub fn start(
         apic::now_ns() / 1000,
         cpu::rdtsc()
     );
+    crate::heap::boot_done();
     if config.crash {
         kprintln!("[kernel] crashing on purpose (crash=kernel-page-fault)");
         let v: u64;
@@ -1014,6 +1112,7 @@ pub fn idle_loop() -> ! {
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
             k.close_line();
             kprintln!("[kernel] all tasks finished; shutting down");
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }
         k.cpu_mut(cpu).halted = true;
@@ -1102,6 +1201,15 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
         v if v < 32 => {
+            // A thread of a task already ending (another of its threads faulted first, on
+            // another CPU) just ends: the task's end is handled and reported once.
+            let ending = k
+                .current_task()
+                .and_then(|id| k.tasks.get(&id))
+                .is_some_and(|t| t.ending.is_some());
+            if ending {
+                thread::thread_terminate_current(k);
+            }
             crate::exception::raise(k, cur, v, frame.error);
             k.report_exception(frame);
             if let Some(task) = k.current_task() {
@@ -1174,6 +1282,7 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
                 );
             }
             trap::dump_frame(frame);
+            crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_FAILURE);
         }
     }

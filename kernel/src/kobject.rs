@@ -1,5 +1,5 @@
-//! Kernel objects through capabilities: task, thread and activation ports
-//! (`baton_abi::kobject`).
+//! Kernel objects through capabilities: task, thread and activation ports, and the
+//! host-privilege port (`baton_abi::kobject`).
 //!
 //! Each task, thread and pool activation gets, at the first request for it, a port whose
 //! receive right the kernel keeps (`kern::ipc::held`), recorded in [`Kernel::kobjects`]
@@ -35,6 +35,46 @@ pub enum KObject {
     Thread(ThreadId),
     /// A pool activation.
     Activation(ActId),
+    /// The host-privilege port (after Mach's privileged host port): holding a send right
+    /// to it is the authority for the debugging and benchmark calls ([`check_host_priv`]).
+    /// Made at boot ([`make_host_priv`]); it lives as long as the kernel.
+    HostPriv,
+}
+
+/// Makes the host-privilege port (once, at boot).
+pub fn make_host_priv(k: &mut Kernel) -> Result<PortId, Error> {
+    if let Some(p) = k.host_priv {
+        return Ok(p);
+    }
+    let port = k.ipc.allocate_kernel()?;
+    k.kobjects.insert(port, KObject::HostPriv);
+    k.host_priv = Some(port);
+    Ok(port)
+}
+
+/// Gives `task` a send right to the host-privilege port: only for the boot tasks the
+/// command line marks privileged. Its name in the task's space.
+pub fn grant_host_priv(k: &mut Kernel, task: TaskId) -> Result<u64, Error> {
+    let port = make_host_priv(k)?;
+    let t = k.tasks.get_mut(&task).ok_or(Error::NotFound)?;
+    k.ipc.grant_send(&mut t.names, port)
+}
+
+/// Checks that `name` is a send right to the host-privilege port in the name space of the
+/// task thread `cur` runs in: the authority a debugging or benchmark call needs.
+/// [`Error::Denied`] for anything else (0, a name that denotes nothing, a right to another
+/// port, a dead name). Two slab lookups (the task by the thread's cached key, the name),
+/// so that the calls it guards stay near the floors they measure.
+pub fn check_host_priv(k: &Kernel, cur: ThreadId, name: u64) -> Result<(), Error> {
+    let Some(host) = k.host_priv else {
+        return Err(Error::Denied);
+    };
+    let key = k.threads.get(cur).ok_or(Error::Denied)?.task_key;
+    let t = k.tasks.by_key(key).ok_or(Error::Denied)?;
+    match k.ipc.sendable_port(&t.names, name) {
+        Ok(port) if port == host => Ok(()),
+        _ => Err(Error::Denied),
+    }
 }
 
 /// The port of `obj`, made on first use.
@@ -46,6 +86,7 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             k.acts.get(a).ok_or(Error::NotFound)?;
             k.act_ports.get(&a).copied()
         }
+        KObject::HostPriv => return k.host_priv.ok_or(Error::NotFound),
     };
     if let Some(p) = existing {
         return Ok(p);
@@ -65,6 +106,7 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
         KObject::Activation(a) => {
             k.act_ports.insert(a, port);
         }
+        KObject::HostPriv => {}
     }
     k.kobjects.insert(port, obj);
     Ok(port)
@@ -120,6 +162,8 @@ pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u
             .threads
             .get(t)
             .is_some_and(|th| th.home_task() == Some(caller)),
+        // Only the kernel hands it out, at boot.
+        KObject::HostPriv => false,
     };
     if !allowed {
         return Err(Error::NotFound);

@@ -15,20 +15,20 @@ mod control;
 mod exception;
 mod fastpath;
 mod floor;
+mod heap;
 mod ipc;
 mod kernel;
+mod klog;
 mod kobject;
+mod quota;
 mod syscall;
 mod thread;
 
 use arch::paging::{self, phys_to_virt};
 use arch::{boot, cpu, serial};
 use core::ops::Range;
+pub use heap::heap_used;
 use kern::frame::{FrameAllocator, PAGE_SIZE};
-use linked_list_allocator::LockedHeap;
-
-#[global_allocator]
-static HEAP: LockedHeap = LockedHeap::empty();
 
 /// The kernel heap lives in the first GiB, which the boot page tables already map.
 const EARLY_MAP_LIMIT: u64 = 1 << 30;
@@ -64,14 +64,12 @@ extern "C" fn kmain(start_info: u64) -> ! {
     // boot tables and later by the direct map), outside the kernel image, the initrd and
     // the boot information, and is reserved from the frame allocator below, so nothing
     // else ever uses it.
-    unsafe {
-        HEAP.lock()
-            .init(phys_to_virt(heap_start) as *mut u8, heap_size as usize)
-    };
+    unsafe { heap::init(phys_to_virt(heap_start) as *mut u8, heap_size as usize) };
     reserved[4] = heap_start..heap_start + heap_size;
 
     let mut frames = FrameAllocator::new(usable, &reserved);
     let kernel_root = paging::init(&mut frames, phys_top);
+    quota::init(heap_size, frames.free_frames() as u64);
     let features = arch::init_cpu();
     arch::trap::set_floor_roots(kernel_root.0);
     kprintln!(
@@ -104,6 +102,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
         }
     };
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
+    heap::set_fail_every(config.fail_every);
     extern "C" {
         static boot_stack_top: u8;
     }
@@ -188,14 +187,10 @@ fn find_free(usable: &[Range<u64>], reserved: &[Range<u64>], size: u64, limit: u
     None
 }
 
-/// Bytes of kernel heap in use.
-pub fn heap_used() -> usize {
-    HEAP.lock().used()
-}
-
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     serial::force_unlock();
     kprintln!("\n[kernel] PANIC: {info}");
+    heap::report_fault_injection();
     cpu::qemu_exit(cpu::EXIT_FAILURE)
 }

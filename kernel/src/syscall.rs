@@ -22,6 +22,7 @@ use baton_abi::{
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PAGE_SIZE;
 use kern::pmap::MapFlags;
+use kern::quota::Resource;
 use kern::slab::Key;
 use kern::usercopy;
 
@@ -118,7 +119,10 @@ pub fn on_syscall(number: u64) -> ! {
             }
             Err(e) => e.to_raw(),
         },
-        Sys::DebugBlockProcessModel => process_model_block(args[0], args[1]),
+        Sys::DebugBlockProcessModel => match crate::kobject::check_host_priv(k, cur, args[2]) {
+            Ok(()) => process_model_block(args[0], args[1]),
+            Err(e) => e.to_raw(),
+        },
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
         other => match k.syscall(other, args) {
@@ -128,6 +132,14 @@ pub fn on_syscall(number: u64) -> ! {
     };
     // SAFETY: the lock is still held (a process-model block returns with it, on this
     // thread).
+    let k = unsafe { kernel::kernel() };
+    let cpu = gdt::this_cpu();
+    if crate::klog::pending(k, cpu) {
+        // Lines this call caused are written with the lock released (the thread stays
+        // this CPU's running one meanwhile; `finish_entry` sees a kill that came then).
+        crate::klog::flush(cpu);
+    }
+    // SAFETY: the lock is held (again).
     let k = unsafe { kernel::kernel() };
     kernel::finish_entry(k, false, Some(result))
 }
@@ -167,6 +179,12 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
         // SAFETY: the lock is held.
         let k = unsafe { kernel::kernel() };
         let cur = k.current_thread();
+        // This thread keeps its kernel stack while it waits, so the thread that runs next
+        // may need a new one: make sure the pool has it now, and charge the frames of the
+        // stack kept to the task, or fail the call instead of blocking (`crate::quota`).
+        if let Err(e) = reserve_process_model_stack(k, cur) {
+            return e.to_raw();
+        }
         if ns == 0 {
             // A yield in the process model: ready again at once, keeping the stack (the
             // benchmark of `switch_context` against stack handoff).
@@ -183,6 +201,14 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
         thread::thread_block(k, None);
     }
     // Resumed on the same stack: the locals must be intact.
+    {
+        // SAFETY: the lock is held again (a process-model block returns with it).
+        let k = unsafe { kernel::kernel() };
+        let cur = k.current_thread();
+        if let Some(t) = k.threads.get_mut(cur) {
+            t.stack_charge = None;
+        }
+    }
     let guard = core::hint::black_box(guard);
     if guard != [seed, !seed, seed ^ 0xabcd] {
         kprintln!(
@@ -194,6 +220,24 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
     core::hint::black_box(answer)
 }
 
+/// Before thread `cur` blocks in the process model: charges its task for the kernel stack
+/// it keeps (held in the thread until it resumes or is freed) and makes sure the stack
+/// pool holds one for the thread that runs next ([`Error::NoMemory`] if either fails).
+fn reserve_process_model_stack(k: &mut Kernel, cur: ThreadId) -> Result<(), Error> {
+    let task = k.current_task().ok_or(Error::InvalidArgument)?;
+    let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+    let charge =
+        kern::quota::Account::charge(account, Resource::Frames, crate::arch::stack::STACK_FRAMES)?;
+    if k.stacks.pooled() == 0 {
+        let spare = k.stack_alloc().ok_or(Error::NoMemory)?;
+        k.stack_free(spare);
+    }
+    if let Some(t) = k.threads.get_mut(cur) {
+        t.stack_charge = Some(charge);
+    }
+    Ok(())
+}
+
 impl Kernel {
     /// Calls that return to the caller at once.
     fn syscall(&mut self, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
@@ -201,7 +245,7 @@ impl Kernel {
         let result = match call {
             Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
             Sys::Clock => Ok(apic::now_ns()),
-            Sys::Spawn => self.sys_spawn(id, args[0], args[1], args[2]),
+            Sys::Spawn => self.sys_spawn(id, args),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
             Sys::ThreadCreate => self.thread_create_in(id, args[0], args[1], args[2]),
             Sys::Wake => self.sys_wake(id, args[0], args[1]),
@@ -215,7 +259,15 @@ impl Kernel {
                 crate::ipc::sys_ipc_buffer_set(self, cur, id, args[0])
             }
             Sys::PortAllocate => {
-                self.with_names(id, |ipc, names, _| ipc.allocate(names, id, args[0]))
+                let account = &self.tasks.get(&id).ok_or(Error::InvalidArgument)?.account;
+                let charge = crate::quota::heap(account, crate::quota::PORT_BYTES)?;
+                self.with_names(id, |ipc, names, _| {
+                    let name = ipc.allocate(names, id, args[0])?;
+                    if let Some(p) = names.lookup(name).ok().and_then(|e| ipc.port_mut(e.port)) {
+                        p.charge = Some(charge);
+                    }
+                    Ok(name)
+                })
             }
             Sys::PortMakeSend => self.with_names(id, |ipc, names, _| {
                 let once = match args[1] {
@@ -307,10 +359,15 @@ impl Kernel {
             | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {
-            self.report(format_args!(
-                "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
-                args[0], args[1]
-            ));
+            // Rate-limited, and written after the lock is released (`klog`).
+            crate::klog::user_error(
+                self,
+                id,
+                format_args!(
+                    "{call:?}: bad user address in ({:#x}, {:#x}): returned BadAddress",
+                    args[0], args[1]
+                ),
+            );
         }
         result
     }
@@ -386,7 +443,8 @@ impl Kernel {
         Ok(len)
     }
 
-    fn sys_spawn(&mut self, id: TaskId, ptr: u64, len: u64, bootstrap: u64) -> Result<u64, Error> {
+    fn sys_spawn(&mut self, id: TaskId, args: [u64; 6]) -> Result<u64, Error> {
+        let [ptr, len, bootstrap, heap_limit, frame_limit, _] = args;
         if len > MODULE_NAME_MAX as u64 {
             return Err(Error::TooLarge);
         }
@@ -402,7 +460,14 @@ impl Kernel {
         self.copy_in(id, ptr, out)?;
         let name = core::str::from_utf8(out).map_err(|_| Error::InvalidArgument)?;
         let name = String::from(name);
-        let child = self.spawn_with(&name, bootstrap)?;
+        let parent = self
+            .tasks
+            .get(&id)
+            .ok_or(Error::InvalidArgument)?
+            .account
+            .clone();
+        let account = crate::quota::task_account(&parent, heap_limit, frame_limit)?;
+        let child = self.spawn_with(&name, bootstrap, account)?;
         if let Some(t) = self.tasks.get_mut(&child) {
             t.creator = Some(id);
         }
@@ -596,22 +661,42 @@ impl Kernel {
             }
             va += PAGE_SIZE;
         }
+        // The task pays for the frames, page tables included: the most the mapping can
+        // take first, then what it did take (`crate::quota`).
+        let worst = crate::quota::map_frames_worst((range.end - range.start) / PAGE_SIZE);
+        t.account.take(Resource::Frames, worst)?;
+        let free_before = mem.frames.free_frames();
+        let result = Self::map_fresh(t, &mut mem, range, writable);
+        let took = free_before.saturating_sub(mem.frames.free_frames()) as u64;
+        t.account.give(Resource::Frames, worst.saturating_sub(took));
+        t.frames += took;
+        result
+    }
+
+    /// Maps fresh zero-filled frames over `range` of `t`'s space, all or none (tables
+    /// created on the way stay until the space is destroyed).
+    fn map_fresh(
+        t: &mut crate::kernel::Task,
+        mem: &mut KernelMem<'_>,
+        range: core::ops::Range<u64>,
+        writable: bool,
+    ) -> Result<u64, Error> {
         let mut va = range.start;
         while va < range.end {
-            let mapped = kern::pmap::PhysMem::alloc_frame(&mut mem)
+            let mapped = kern::pmap::PhysMem::alloc_frame(mem)
                 .ok_or(Error::NoMemory)
                 .and_then(|f| {
                     t.space
-                        .map(&mut mem, va, f, MapFlags::user_owned(writable, false))
+                        .map(mem, va, f, MapFlags::user_owned(writable, false))
                         .map_err(|_| {
-                            kern::pmap::PhysMem::free_frame(&mut mem, f);
+                            kern::pmap::PhysMem::free_frame(mem, f);
                             Error::NoMemory
                         })
                 });
             if let Err(e) = mapped {
                 let mut undo = range.start;
                 while undo < va {
-                    t.space.unmap(&mut mem, undo);
+                    t.space.unmap(mem, undo);
                     undo += PAGE_SIZE;
                 }
                 return Err(e);
@@ -629,6 +714,7 @@ impl Kernel {
             frames: &mut self.frames,
         };
         let mut pages = 0;
+        let free_before = mem.frames.free_frames();
         let mut va = range.start;
         while va < range.end {
             if t.space.unmap(&mut mem, va).is_some() {
@@ -636,6 +722,10 @@ impl Kernel {
             }
             va += PAGE_SIZE;
         }
+        let freed = mem.frames.free_frames().saturating_sub(free_before) as u64;
+        let freed = freed.min(t.frames);
+        t.account.give(Resource::Frames, freed);
+        t.frames -= freed;
         if pages > 0 {
             crate::ipc::unmap_buffers(self, task, range.start, range.end);
             // No CPU may keep a translation: flush here, shoot down the CPUs running other

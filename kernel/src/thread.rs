@@ -136,6 +136,11 @@ pub struct Thread {
     /// TSC ticks it has run (charged when it stops running on a CPU; a migrating call
     /// runs on the caller's thread, so the server's work is charged to the caller).
     pub cpu_tsc: u64,
+    /// What it costs its task's account (`crate::quota`), given back when it is freed.
+    pub charge: Option<kern::quota::Charge>,
+    /// The frames of the kernel stack it keeps while blocked in the process model,
+    /// charged to its task until it resumes or is freed.
+    pub stack_charge: Option<kern::quota::Charge>,
     /// The activations below the running one, innermost last (empty at home): see
     /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
     /// running activation's.
@@ -180,7 +185,7 @@ impl Thread {
     pub fn new_user(
         (task, task_key): (TaskId, Key),
         space: (PhysAddr, u16),
-        frame: TrapFrame,
+        frame: alloc::boxed::Box<TrapFrame>,
         priority: u8,
         cpu: usize,
     ) -> Thread {
@@ -194,7 +199,7 @@ impl Thread {
             cont: Some(Continuation::new(Resume::UserReturn)),
             stack: None,
             saved: SavedContext::default(),
-            frame: alloc::boxed::Box::new(frame),
+            frame,
             spare: None,
             cpu,
             pinned: false,
@@ -209,6 +214,8 @@ impl Thread {
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
+            charge: None,
+            stack_charge: None,
         }
     }
 
@@ -239,6 +246,8 @@ impl Thread {
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
+            charge: None,
+            stack_charge: None,
         }
     }
 }
@@ -417,9 +426,11 @@ pub fn thread_block(k: &mut Kernel, cont: Option<Continuation>) {
     };
     o.cont = None;
     if n.stack.is_none() {
-        // The new thread needs a stack to run its continuation on.
+        // The new thread needs a stack to run its continuation on. The only process-model
+        // wait reserves one in the pool before it blocks (`syscall`'s
+        // `reserve_process_model_stack`), so the pool cannot be empty here.
         let Some(stack) = k.stack_alloc() else {
-            panic!("out of kernel stacks");
+            panic!("thread_block: no kernel stack although one was reserved");
         };
         let saved = context::stack_attach(&stack);
         if let Some(th) = k.threads.get_mut(new) {

@@ -2,7 +2,8 @@
 //! same operations in a Linux guest, and writes the results and the report.
 //!
 //! 1. The images are built as for `run`.
-//! 2. QEMU boots `init=bench shutdown` with TCG, `-icount shift=0,align=off,sleep=off` and
+//! 2. QEMU boots `init=bench shutdown priv=bench` ([`PRIV`]) with TCG,
+//!    `-icount shift=0,align=off,sleep=off` and
 //!    one CPU: the guest's time-stamp counter then advances exactly once per instruction,
 //!    so the program's `rdtsc` deltas are exact instruction counts. The serial log goes to
 //!    `results/bench.log` (a file, never a pipe, so that a slow reader cannot change the
@@ -11,7 +12,8 @@
 //!    QEMU runs in turn on one host thread.
 //! 3. The log must show a clean shutdown (QEMU status 33), `BENCH done`, and no
 //!    `TEST FAIL`, `PANIC` or `KERNEL EXCEPTION`; its `BENCH` and `BENCHSTAT` lines are
-//!    parsed.
+//!    parsed, and the rows must keep their [`BOUNDS`] (checked after the files are
+//!    written, as the repeatability check is).
 //! 4. Without `--quick`: both boots are made a second time (`results/bench.2.log`,
 //!    `results/bench.2.smp2.log`) and every figure must be the same to the instruction.
 //! 5. Without `--quick`, where the host has hardware KVM (the `kvm_intel` or `kvm_amd`
@@ -38,6 +40,11 @@ use crate::report::{self, Inputs, Meta, Repeat};
 use crate::workspace::{note, root, shell_line};
 use crate::BenchOpts;
 use std::fs::{self, File};
+
+/// The command-line word that gives the `bench` task the host-privilege right: the
+/// benchmarks make the debugging and benchmark calls (`debug_block_process_model`,
+/// `floor_xas_register`), which need it.
+pub const PRIV: &str = "priv=bench";
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
@@ -123,6 +130,9 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     let mut errors = Vec::new();
     let tcg = |smp| icount_machine(&images, smp);
     let first = boot_all(&qemu, &dir, "bench", tcg)?;
+    if let Err(e) = check_bounds(&first.rows) {
+        errors.push(e);
+    }
     let repeat = if opts.quick {
         Repeat::NotChecked
     } else {
@@ -262,7 +272,7 @@ fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
         images,
         accel: Accel::Tcg,
         smp,
-        cmdline: qemu::cmdline("bench", true, &[]),
+        cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
         gdb: false,
     }
@@ -442,6 +452,40 @@ impl<'a> Fields<'a> {
     }
 }
 
+/// Rows whose instruction count must stay within a multiple of another row's:
+/// `(row, base, num, den)` means `row`'s median ≤ `base`'s median × `num / den`. A run
+/// without either row is not checked.
+pub const BOUNDS: &[(&str, &str, u64, u64)] = &[
+    // The kernel heap's cost must not grow with its free blocks: creating a thread after
+    // 8,000 holes were left in the heap costs at most 1.2 times what it costs without.
+    ("stress.frag.thread_create", "thread.create_exit", 6, 5),
+];
+
+/// Checks [`BOUNDS`] on one run's rows (instruction counts).
+pub fn check_bounds(rows: &[Row]) -> Result<(), String> {
+    let median = |name: &str| rows.iter().find(|r| r.name == name).map(|r| r.median);
+    let mut broken = Vec::new();
+    for &(row, base, num, den) in BOUNDS {
+        let (Some(a), Some(b)) = (median(row), median(base)) else {
+            continue;
+        };
+        if a.saturating_mul(den) > b.saturating_mul(num) {
+            broken.push(format!(
+                "{row}: {a} instructions, more than {num}/{den} × {base} ({b}): {:.2}×",
+                a as f64 / b.max(1) as f64
+            ));
+        }
+    }
+    if broken.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "rows out of bounds:\n    {}",
+            broken.join("\n    ")
+        ))
+    }
+}
+
 /// Checks that two runs agree to the instruction.
 fn compare(first: &Results, second: &Results) -> Result<(), String> {
     compare_rows(
@@ -533,6 +577,23 @@ bench#1| BENCH done
         assert!(judge(Some(EXIT_CLEAN), &failed)
             .unwrap_err()
             .contains("TEST FAIL"));
+    }
+
+    #[test]
+    fn checks_bounds() {
+        let rows = |frag: u64| {
+            parse(&format!(
+                "x| BENCH name=thread.create_exit unit=instructions iterations=1 median=1000 \
+                 min=1 max=1\nx| BENCH name=stress.frag.thread_create unit=instructions \
+                 iterations=1 median={frag} min=1 max=1\n"
+            ))
+            .unwrap()
+            .rows
+        };
+        assert!(check_bounds(&rows(1200)).is_ok());
+        let err = check_bounds(&rows(1201)).unwrap_err();
+        assert!(err.contains("stress.frag.thread_create: 1201"), "{err}");
+        assert!(check_bounds(&parse(LOG).unwrap().rows).is_ok());
     }
 
     #[test]

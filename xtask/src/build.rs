@@ -20,6 +20,8 @@ pub struct CrossBuild {
     pub dir: &'static str,
     /// Code-generation flags, joined with 0x1f into `CARGO_ENCODED_RUSTFLAGS`.
     pub rustflags: &'static [&'static str],
+    /// Cargo features of the package.
+    pub features: &'static [&'static str],
 }
 
 /// The kernel: static, in the top 2 GiB (`code-model=kernel`). Without forced frame
@@ -30,6 +32,15 @@ pub const KERNEL: CrossBuild = CrossBuild {
     package: "baton-kernel",
     dir: "kernel",
     rustflags: &["-Crelocation-model=static", "-Ccode-model=kernel"],
+    features: &[],
+};
+
+/// The kernel with allocation fault injection (`kern::fault`; honours `failalloc=N`), in
+/// a target directory of its own so that switching builds rebuilds neither.
+pub const KERNEL_FAULT_INJECT: CrossBuild = CrossBuild {
+    dir: "kernel-fault-inject",
+    features: &["fault-inject"],
+    ..KERNEL
 };
 
 /// The user programs: static executables.
@@ -37,6 +48,7 @@ pub const USER: CrossBuild = CrossBuild {
     package: "baton-programs",
     dir: "user",
     rustflags: &["-Crelocation-model=static"],
+    features: &[],
 };
 
 impl CrossBuild {
@@ -54,6 +66,9 @@ impl CrossBuild {
         ])
         .env("CARGO_TARGET_DIR", target_dir().join(self.dir))
         .env("CARGO_ENCODED_RUSTFLAGS", self.rustflags.join("\x1f"));
+        if !self.features.is_empty() {
+            cmd.args(["--features", &self.features.join(",")]);
+        }
         cmd
     }
 
@@ -92,9 +107,23 @@ pub fn build_command() -> Result<ExitCode, String> {
 
 /// Builds the kernel, the user programs and the initrd.
 pub fn build() -> Result<Images, String> {
-    note(format!("building the kernel ({})", KERNEL.package));
-    run_checked(&mut KERNEL.cargo("build"), "the kernel build").map_err(compiler_output)?;
-    let kernel = KERNEL.out_dir().join(KERNEL.package);
+    build_with(&KERNEL)
+}
+
+/// Builds the kernel as `kernel_build` says ([`KERNEL`] or [`KERNEL_FAULT_INJECT`]), the
+/// user programs and the initrd.
+pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
+    let features = if kernel_build.features.is_empty() {
+        String::new()
+    } else {
+        format!(", features {}", kernel_build.features.join(","))
+    };
+    note(format!(
+        "building the kernel ({}{features})",
+        kernel_build.package
+    ));
+    run_checked(&mut kernel_build.cargo("build"), "the kernel build").map_err(compiler_output)?;
+    let kernel = kernel_build.out_dir().join(kernel_build.package);
     if !kernel.is_file() {
         return Err(format!(
             "the kernel build succeeded but {} does not exist",

@@ -3,7 +3,7 @@
 //! `x86_64-unknown-none` with the same target directories and flags as [`crate::build`].
 //! (Workspace crates these depend on, such as the user runtime, are linted with them.)
 
-use crate::build::{KERNEL, USER};
+use crate::build::{KERNEL, KERNEL_FAULT_INJECT, USER};
 use crate::deps;
 use crate::workspace::{cargo, note, shell_line};
 use std::process::{Command, ExitCode};
@@ -16,9 +16,13 @@ pub fn clippy() -> Result<ExitCode, String> {
     host.arg("clippy")
         .args(crate::workspace::HOST_PACKAGES)
         .arg("--all-targets");
-    let runs: [(&str, Command); 3] = [
+    let runs: [(&str, Command); 4] = [
         ("host crates", host),
         ("kernel", KERNEL.cargo("clippy")),
+        (
+            "kernel with fault injection",
+            KERNEL_FAULT_INJECT.cargo("clippy"),
+        ),
         ("user programs", USER.cargo("clippy")),
     ];
     let mut failed = Vec::new();

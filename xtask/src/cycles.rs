@@ -113,7 +113,7 @@ pub fn machine(images: &Images, smp: u32) -> Machine<'_> {
         images,
         accel: Accel::Kvm,
         smp,
-        cmdline: qemu::cmdline("bench", true, &[]),
+        cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: false,
         gdb: false,
     }
@@ -319,7 +319,10 @@ mod unit_tests {
             assert!(has(["-enable-kvm", "-cpu"]), "{args:?}");
             assert!(has(["-cpu", "host"]), "{args:?}");
             assert!(has(["-smp", &smp.to_string()]), "{args:?}");
-            assert!(has(["-append", "init=bench shutdown"]), "{args:?}");
+            assert!(
+                has(["-append", "init=bench shutdown priv=bench"]),
+                "{args:?}"
+            );
             assert!(has(["-kernel", "/k/kernel"]), "{args:?}");
             for absent in ["-icount", "tcg", "max", "-s", "-S"] {
                 assert!(!args.iter().any(|a| a == absent), "{absent} in {args:?}");

@@ -5,15 +5,24 @@
 //! output is prefixed `<task name>#<task id>| ` on each line; tasks end with
 //! `[kernel] task <id> (<name>) exited with code <n>` or
 //! `[kernel] task <id> (<name>) killed: <reason>`; test programs print `TEST PASS <what>` or
-//! `TEST FAIL <what>`.
+//! `TEST FAIL <what>`; a user program that panics prints `panic: <message> at <place>`
+//! (`baton_rt`'s panic handler) and exits with code 101.
+//!
+//! Beyond a clean shutdown, every task must end as the test declares ([`expect_exits`]):
+//! with code 0 unless its `exits` entry says otherwise. A helper task that fails quietly
+//! (exits non-zero, panics, is killed) fails the test even when the main program passed.
+
+use std::collections::BTreeMap;
 
 use crate::qemu::{self, EXIT_CLEAN, EXIT_KERNEL_FAILED};
-use crate::tests::{IntegrationTest, Outcome};
+use crate::tests::{Exit, IntegrationTest, Outcome};
 
 /// The kernel's last line before a clean shutdown.
 pub const ALL_FINISHED: &str = "[kernel] all tasks finished";
+/// A user program's panic (after its `<name>#<id>| ` prefix).
+pub const USER_PANIC: &str = "| panic: ";
 /// Text that fails every test wherever it appears.
-pub const FORBIDDEN: &[&str] = &["PANIC", "KERNEL EXCEPTION", "TEST FAIL"];
+pub const FORBIDDEN: &[&str] = &["PANIC", "KERNEL EXCEPTION", "TEST FAIL", USER_PANIC];
 
 /// Judges one finished boot: `exit` is QEMU's exit status (`None` if killed by a signal) and
 /// `log` the serial output. The error lists every problem found.
@@ -23,7 +32,11 @@ pub fn judge(test: &IntegrationTest, exit: Option<i32>, log: &str) -> Result<(),
     // instead of a clean shutdown.
     let (want_exit, finished, forbidden): (i32, &[&str], &[&str]) = match test.outcome {
         Outcome::Clean => (EXIT_CLEAN, &[ALL_FINISHED], FORBIDDEN),
-        Outcome::KernelFailure => (EXIT_KERNEL_FAILED, &[], &["TEST FAIL", ALL_FINISHED]),
+        Outcome::KernelFailure => (
+            EXIT_KERNEL_FAILED,
+            &[],
+            &["TEST FAIL", USER_PANIC, ALL_FINISHED],
+        ),
     };
     if exit != Some(want_exit) {
         problems.push(qemu::explain_exit(exit));
@@ -43,6 +56,11 @@ pub fn judge(test: &IntegrationTest, exit: Option<i32>, log: &str) -> Result<(),
     if !missing.is_empty() {
         problems.push(format!("missing {}", missing.join(", ")));
     }
+    if test.outcome == Outcome::Clean {
+        if let Err(e) = expect_exits(log, test.exits) {
+            problems.push(e);
+        }
+    }
     // The custom check runs on a log that has everything it looks for.
     if let (true, Some(check)) = (problems.is_empty(), test.check) {
         check(log)?;
@@ -51,6 +69,110 @@ pub fn judge(test: &IntegrationTest, exit: Option<i32>, log: &str) -> Result<(),
         Ok(())
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// One task as the kernel's lines describe it: its program's name and how it ended.
+#[derive(Debug, Default)]
+struct TaskSeen {
+    name: Option<String>,
+    ended: Option<Exit>,
+}
+
+/// The tasks the kernel reported, by id: from `[kernel] task <id> (<name>) started[ by
+/// task <m>]`, `... exited with code <n>`, `... killed: <reason>` and `[kernel] task <id>
+/// terminated through its task port by task <m>` (a name-less line: the name comes from
+/// the task's other lines).
+fn tasks_seen(log: &str) -> BTreeMap<u64, TaskSeen> {
+    let mut tasks: BTreeMap<u64, TaskSeen> = BTreeMap::new();
+    for line in log.lines() {
+        let Some((_, rest)) = line.split_once("[kernel] task ") else {
+            continue;
+        };
+        let Some((id, rest)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else {
+            continue;
+        };
+        if rest.starts_with("terminated through its task port") {
+            tasks.entry(id).or_default().ended = Some(Exit::Killed);
+            continue;
+        }
+        let Some((name, what)) = rest.strip_prefix('(').and_then(|r| r.split_once(") ")) else {
+            continue;
+        };
+        let ended = if let Some(code) = what.strip_prefix("exited with code ") {
+            code.trim().parse::<i64>().ok().map(Exit::Code)
+        } else if what.starts_with("killed: ") {
+            Some(Exit::Killed)
+        } else if what.starts_with("started") {
+            None
+        } else {
+            // Another report about a running task (a refused argument, say).
+            continue;
+        };
+        let task = tasks.entry(id).or_default();
+        task.name.get_or_insert_with(|| name.to_string());
+        if ended.is_some() && task.ended.is_none() {
+            task.ended = ended;
+        }
+    }
+    tasks
+}
+
+/// Checks that every task the kernel started ended, each as `exits` allows for its
+/// program's name (a name with no entry: `Exit::Code(0)`), and that every entry of `exits`
+/// describes at least one task's end.
+pub fn expect_exits(log: &str, exits: &[(&str, Exit)]) -> Result<(), String> {
+    let mut problems = Vec::new();
+    let tasks = tasks_seen(log);
+    for (id, task) in &tasks {
+        let name = task.name.as_deref().unwrap_or("?");
+        let allowed: Vec<Exit> = exits
+            .iter()
+            .filter(|(n, _)| *n == name)
+            .map(|&(_, e)| e)
+            .collect();
+        let allowed = if allowed.is_empty() {
+            vec![Exit::Code(0)]
+        } else {
+            allowed
+        };
+        match task.ended {
+            None => problems.push(format!("task {id} ({name}) never ended")),
+            Some(e) if !allowed.contains(&e) => problems.push(format!(
+                "task {id} ({name}) ended {} (expected {})",
+                describe(e),
+                allowed
+                    .iter()
+                    .map(|&e| describe(e))
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )),
+            Some(_) => {}
+        }
+    }
+    for &(name, exit) in exits {
+        let seen = tasks
+            .values()
+            .any(|t| t.name.as_deref() == Some(name) && t.ended == Some(exit));
+        if !seen {
+            problems.push(format!("no task {name} {}", describe(exit)));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
+/// How an ending reads in a judge's message.
+fn describe(e: Exit) -> String {
+    match e {
+        Exit::Code(n) => format!("exited with code {n}"),
+        Exit::Killed => "killed".to_string(),
     }
 }
 
@@ -111,6 +233,55 @@ pub fn expect_interleaved(log: &str, a: &str, b: &str) -> Result<(), String> {
     }
 }
 
+/// Checks that every task the log says was started (`[kernel] task <id> (<name>) started`,
+/// by the kernel or by another task) ended exactly once: one line `[kernel] task <id>
+/// (<name>) exited with code <n>`, `... killed: <reason>` or `[kernel] task <id> terminated
+/// through its task port` for it, never two (a task released twice reports its end twice).
+pub fn each_task_ends_once(log: &str) -> Result<(), String> {
+    use std::collections::BTreeMap;
+    let mut started: Vec<u64> = Vec::new();
+    let mut ends: BTreeMap<u64, usize> = BTreeMap::new();
+    for line in log.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("[kernel] task ") else {
+            continue;
+        };
+        let Some((id, tail)) = rest.split_once(' ') else {
+            continue;
+        };
+        let Ok(id) = id.parse::<u64>() else {
+            continue;
+        };
+        // After the task's name: `(<name>) <what>`; a name holds no `) `.
+        let what = tail.split_once(") ").map_or(tail, |(_, w)| w);
+        if what.starts_with("started") {
+            started.push(id);
+        } else if what.starts_with("exited with code ")
+            || what.starts_with("killed: ")
+            || tail.starts_with("terminated through its task port")
+        {
+            *ends.entry(id).or_default() += 1;
+        }
+    }
+    let mut problems = Vec::new();
+    for id in &started {
+        match ends.get(id).copied().unwrap_or(0) {
+            1 => {}
+            0 => problems.push(format!("task {id} never ended")),
+            n => problems.push(format!("task {id} ended {n} times")),
+        }
+    }
+    for (id, n) in &ends {
+        if *n > 1 && !started.contains(id) {
+            problems.push(format!("task {id} ended {n} times"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
+}
+
 #[cfg(test)]
 mod unit_tests {
     use super::*;
@@ -125,6 +296,7 @@ mod unit_tests {
         check: Some(|log| expect_order(log, "first", "second")),
         extra: &[],
         outcome: Outcome::Clean,
+        exits: &[],
     };
 
     #[test]
@@ -149,6 +321,59 @@ mod unit_tests {
         assert!(judge(&T, Some(33), misordered)
             .unwrap_err()
             .contains("should come after"));
+    }
+
+    #[test]
+    fn user_panics_and_exits() {
+        let start = "[kernel] task 1 (x) started\n[kernel] task 2 (h) started by task 1\n";
+        let good = format!(
+            "{start}first\nx| hi\nsecond\n[kernel] task 2 (h) exited with code 0\n\
+             [kernel] task 1 (x) exited with code 0\n[kernel] all tasks finished\n"
+        );
+        assert_eq!(judge(&T, Some(33), &good), Ok(()));
+        // A helper's panic fails the test, as does its non-zero exit.
+        let panicked = good.replace("x| hi\n", "x| hi\nh#2| panic: oops at a.rs:1:2\n");
+        assert!(judge(&T, Some(33), &panicked)
+            .unwrap_err()
+            .contains("contains `| panic: `"));
+        let failed = good.replace("(h) exited with code 0", "(h) exited with code 1");
+        assert_eq!(
+            judge(&T, Some(33), &failed).unwrap_err(),
+            "task 2 (h) ended exited with code 1 (expected exited with code 0)"
+        );
+        let killed = good.replace("(h) exited with code 0", "(h) killed: page fault");
+        assert!(judge(&T, Some(33), &killed)
+            .unwrap_err()
+            .contains("ended killed"));
+        let silent = good.replace("[kernel] task 2 (h) exited with code 0\n", "");
+        assert_eq!(
+            judge(&T, Some(33), &silent).unwrap_err(),
+            "task 2 (h) never ended"
+        );
+        // Declared endings are allowed, and must each happen.
+        let t = IntegrationTest {
+            exits: &[("h", Exit::Killed), ("h", Exit::Code(3))],
+            ..T
+        };
+        assert_eq!(
+            judge(&t, Some(33), &killed).unwrap_err(),
+            "no task h exited with code 3"
+        );
+        assert_eq!(
+            judge(&t, Some(33), &good).unwrap_err(),
+            "task 2 (h) ended exited with code 0 (expected killed or exited with code 3); \
+             no task h killed; no task h exited with code 3"
+        );
+        let terminated = good.replace(
+            "[kernel] task 2 (h) exited with code 0",
+            "[kernel] task 2 terminated through its task port by task 1",
+        );
+        let t = IntegrationTest {
+            exits: &[("h", Exit::Killed)],
+            ..T
+        };
+        assert_eq!(judge(&t, Some(33), &terminated), Ok(()));
+        assert_eq!(judge(&t, Some(33), &killed), Ok(()));
     }
 
     #[test]
@@ -177,5 +402,27 @@ mod unit_tests {
         let nested = "a| progress 1\nb| progress 1\nb| progress 2\na| progress 2\n";
         assert!(expect_interleaved(nested, "a| progress", "b| progress").is_err());
         assert!(expect_interleaved("", "a| progress", "b| progress").is_err());
+    }
+
+    #[test]
+    fn task_ends() {
+        let log = "[kernel] task 1 (a) started\n[kernel] task 2 (b) started by task 1\n\
+                   [kernel] task 3 (c) started by task 1\n\
+                   [kernel] task 2 (b) exited with code 3\n\
+                   [kernel] task 3 (c) killed: page fault\n[kernel] task 1 (a) exited with code 0\n";
+        assert_eq!(each_task_ends_once(log), Ok(()));
+        let twice = format!("{log}[kernel] task 2 (b) exited with code 3\n");
+        assert_eq!(
+            each_task_ends_once(&twice).unwrap_err(),
+            "task 2 ended 2 times"
+        );
+        let never = "[kernel] task 1 (a) started\n[kernel] task 1 (a) ActCreate: bad\n";
+        assert_eq!(
+            each_task_ends_once(never).unwrap_err(),
+            "task 1 never ended"
+        );
+        let port = "[kernel] task 4 (k) started by task 1\n\
+                    [kernel] task 4 terminated through its task port by task 1\n";
+        assert_eq!(each_task_ends_once(port), Ok(()));
     }
 }

@@ -54,13 +54,18 @@ commands:
       --icount           -icount shift=0,align=off,sleep=off: the TSC counts instructions
                          (implies TCG)
       --gdb              start paused, waiting for gdb on tcp::1234 (as `gdb`)
+      --fault-inject N   boot the kernel built with allocation fault injection, with
+                         `failalloc=N`: after boot, one in N kernel heap, kernel stack and
+                         frame allocations fails (the counts are printed at shutdown)
       -- word...         extra kernel command-line words; an `init=...` word replaces the
                          default `init=init`
   gdb [run options]      build, start QEMU paused with a gdb stub on tcp::1234, say how to attach
   test [options]         host unit tests, then integration tests that boot QEMU; ends with the
                          line `N passed, N failed`
       --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
-      --filter SUBSTR    only tests whose name contains SUBSTR (host and integration tests)
+      --filter SUBSTR    only the integration tests whose name contains SUBSTR (the host
+                         unit tests all run regardless)
+      --no-host          skip the host unit tests
       -j N               run up to N integration tests at once (default: number of CPUs)
   bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
                          instructions) twice and check that both runs agree to the instruction,
@@ -103,6 +108,8 @@ pub struct RunOpts {
     pub icount: bool,
     /// `--gdb`: start paused with the gdb stub.
     pub gdb: bool,
+    /// `--fault-inject N`: the fault-injecting kernel, one in N allocations failing.
+    pub fault_inject: Option<u64>,
     /// Words after `--`, appended to the kernel command line.
     pub extra: Vec<String>,
 }
@@ -112,8 +119,12 @@ pub struct RunOpts {
 pub struct TestOpts {
     /// `--tcg`: never use KVM.
     pub tcg: bool,
-    /// `--filter SUBSTR`: only tests whose name contains it.
+    /// `--filter SUBSTR`: only the integration tests whose name contains it. It does not
+    /// apply to the host unit tests, which all run (a libtest filter would silently skip
+    /// most of them); `--no-host` skips those.
     pub filter: Option<String>,
+    /// `--no-host`: skip the host unit tests.
+    pub no_host: bool,
     /// `-j N`: integration tests run at once; `None` means the number of CPUs.
     pub jobs: Option<NonZeroUsize>,
 }
@@ -204,6 +215,9 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                     "--smp" => {
                         opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?;
                     }
+                    "--fault-inject" => {
+                        opts.fault_inject = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
                     _ => return Err(format!("unknown option `{arg}` for `{cmd}`")),
                 }
             }
@@ -216,6 +230,7 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 match flag {
                     "--tcg" if inline.is_none() => opts.tcg = true,
                     "--filter" => opts.filter = Some(value(flag, inline, &mut rest)?),
+                    "--no-host" if inline.is_none() => opts.no_host = true,
                     "-j" | "--jobs" => {
                         let n: usize = positive(flag, &value(flag, inline, &mut rest)?)?;
                         opts.jobs = NonZeroUsize::new(n);
@@ -333,9 +348,19 @@ mod unit_tests {
             smp: 2,
             icount: true,
             gdb: false,
+            fault_inject: None,
             extra: vec!["init=a,b".into(), "x".into()],
         };
         assert_eq!(cmd, Cmd::Run(want));
+        assert_eq!(
+            p(&["run", "--fault-inject", "50", "--", "shutdown"]).unwrap(),
+            Cmd::Run(RunOpts {
+                smp: 1,
+                fault_inject: Some(50),
+                extra: vec!["shutdown".into()],
+                ..RunOpts::default()
+            })
+        );
         assert_eq!(
             p(&["gdb", "--smp=4"]).unwrap(),
             Cmd::Run(RunOpts {
@@ -348,11 +373,12 @@ mod unit_tests {
 
     #[test]
     fn parses_test_flags() {
-        let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg"]).unwrap();
+        let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg", "--no-host"]).unwrap();
         let want = TestOpts {
             tcg: true,
             filter: Some("fault".into()),
             jobs: NonZeroUsize::new(3),
+            no_host: true,
         };
         assert_eq!(cmd, Cmd::Test(want));
         assert_eq!(
@@ -424,6 +450,8 @@ mod unit_tests {
             &["run", "--smp", "0"],
             &["run", "--smp", "x"],
             &["run", "--tcg=1"],
+            &["run", "--fault-inject", "0"],
+            &["run", "--fault-inject"],
             &["test", "-j0"],
             &["test", "--gdb"],
             &["clippy", "extra"],

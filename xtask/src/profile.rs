@@ -317,7 +317,7 @@ fn trace(
         images,
         accel: Accel::Tcg,
         smp: 1,
-        cmdline: qemu::cmdline("bench", true, &[]),
+        cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
         gdb: false,
     };

@@ -3,6 +3,10 @@
 //!
 //! When standard input is not a terminal nobody can interact, so the kernel command line
 //! gets `shutdown` and the kernel powers the machine off after the demo.
+//!
+//! `--fault-inject N` boots the kernel built with allocation fault injection
+//! ([`build::KERNEL_FAULT_INJECT`]) with `failalloc=N` on its command line: once boot is
+//! done, one in N kernel heap, kernel stack and frame allocations fails.
 
 use crate::build;
 use crate::deps;
@@ -16,14 +20,21 @@ use std::process::ExitCode;
 pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
     deps::ensure_target()?;
     let qemu = deps::ensure_qemu()?;
-    let images = build::build()?;
+    let mut extra = opts.extra.clone();
+    let images = match opts.fault_inject {
+        Some(every) => {
+            extra.push(format!("failalloc={every}"));
+            build::build_with(&build::KERNEL_FAULT_INJECT)?
+        }
+        None => build::build()?,
+    };
     let accel = qemu::choose_accel(opts.tcg, opts.icount);
     let shutdown = !std::io::stdin().is_terminal();
     let machine = Machine {
         images: &images,
         accel,
         smp: opts.smp,
-        cmdline: qemu::cmdline("init", shutdown, &opts.extra),
+        cmdline: qemu::cmdline("init", shutdown, &extra),
         icount: opts.icount,
         gdb: opts.gdb,
     };

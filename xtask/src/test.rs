@@ -1,7 +1,9 @@
 //! `cargo xtask test`: every test, ending with the line `N passed, N failed`.
 //!
-//! 1. Host unit tests: `cargo test -p kern -p baton-abi -p xtask`, streamed, each
-//!    `test result: ... X passed; Y failed; ...` line counted.
+//! 1. Host unit tests: `cargo test -p kern -p baton-abi -p xtask`, then `kern`'s tests
+//!    of allocation fault injection (`--features fault-inject --test fault_inject`),
+//!    streamed, each `test result: ... X passed; Y failed; ...` line counted. All of them,
+//!    whatever `--filter` says (it selects integration tests only); `--no-host` skips them.
 //! 2. The images are built; a failed build counts as one failure and skips step 3.
 //! 3. The integration tests of [`crate::tests`], up to `-j` at once, each in its own QEMU with
 //!    its serial log in `target/test-logs/<name>.log`, judged by [`crate::judge`].
@@ -53,7 +55,11 @@ pub fn test(opts: &TestOpts) -> Result<ExitCode, String> {
         tally.fail("setup", e);
     }
 
-    host_tests(opts.filter.as_deref(), &mut tally);
+    if opts.no_host {
+        note("host unit tests skipped (--no-host)");
+    } else {
+        host_tests(&mut tally);
+    }
 
     let selected: Vec<&IntegrationTest> = ALL
         .iter()
@@ -98,14 +104,30 @@ fn default_jobs() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs the host unit tests, streaming their output, and counts their results.
-fn host_tests(filter: Option<&str>, tally: &mut Tally) {
+/// Runs all the host unit tests, then the tests of `kern` built with allocation fault
+/// injection (a test binary of their own, as they arm the global injector), streaming
+/// their output, and counts their results.
+fn host_tests(tally: &mut Tally) {
     let mut cmd = cargo();
     cmd.args(["test", "--no-fail-fast"])
         .args(crate::workspace::HOST_PACKAGES);
-    if let Some(filter) = filter {
-        cmd.arg("--").arg(filter);
-    }
+    host_test_run(cmd, tally);
+    let mut cmd = cargo();
+    cmd.args([
+        "test",
+        "--no-fail-fast",
+        "-p",
+        "kern",
+        "--features",
+        "fault-inject",
+        "--test",
+        "fault_inject",
+    ]);
+    host_test_run(cmd, tally);
+}
+
+/// Runs one `cargo test` command for [`host_tests`].
+fn host_test_run(mut cmd: std::process::Command, tally: &mut Tally) {
     note(format!("host unit tests: {}", shell_line(&cmd)));
     let mut child = match cmd.stdout(Stdio::piped()).spawn() {
         Ok(child) => child,

@@ -5,6 +5,14 @@
 //! Their numbers are at and above [`FLOOR_BASE`], far from [`crate::Sys`]'s, and the
 //! `syscall` entry recognises them in its first instructions. A number at or above
 //! [`FLOOR_BASE`] that is not one of them is an unknown system call, as any other.
+//!
+//! Authority: the cross-address-space call enters another task, so its partner's
+//! registration needs the host-privilege right and names the one task allowed to call it.
+//! The other floor calls need none: they act on the calling thread alone (an empty system
+//! call, a save and restore of its own registers, two loads of its own or the kernel's
+//! page-table root with no user access in between, a window that resumes only its own
+//! faults), take no lock and hold nothing, so they give a task nothing it cannot do with
+//! `null`; a check in their first instructions would only raise the floors they measure.
 
 /// First floor-call number.
 pub const FLOOR_BASE: u64 = 0xf100;
@@ -21,10 +29,16 @@ pub const FLOOR_SPACE: u64 = FLOOR_BASE + 2;
 /// lasts until the CPU next changes (or re-installs) its running thread: any block,
 /// preemption or exception reply disarms it.
 pub const FLOOR_FAULT_ARM: u64 = FLOOR_BASE + 3;
-/// `floor_xas_register(entry, stack_top) -> 0`: makes the calling task a cross-address-space
-/// partner: a [`FLOOR_XAS_CALL`] naming it runs `entry` in its address space with
+/// `floor_xas_register(entry, stack_top, caller, host_priv) -> 0`: makes the calling task
+/// a cross-address-space partner of the one task `caller` (a task id; 0 for the task that
+/// spawned the caller, [`crate::Error::NotFound`] for a boot task): a [`FLOOR_XAS_CALL`]
+/// from that task naming this one runs `entry` in this task's address space with
 /// `rsp = stack_top`. Both must be user addresses ([`crate::Error::BadAddress`]);
-/// `(0, 0)` unregisters. A task registers only itself; its end unregisters it.
+/// `(0, 0)` unregisters. A task registers only itself; its end unregisters it. A benchmark
+/// call: `host_priv` must name the caller's send right to the host-privilege port
+/// ([`crate::kobject::HOST_PRIV_BASE`]), else [`crate::Error::Denied`] (unregistering
+/// needs none). The authority is checked here, once: a call then checks only that its
+/// caller is the task named.
 pub const FLOOR_XAS_REGISTER: u64 = FLOOR_BASE + 4;
 /// `floor_xas_call(partner_task, arg) -> value`: switches this thread into the registered
 /// partner's address space and `sysretq`s to its entry with `rsp` = its stack, `rdi` =
@@ -32,6 +46,7 @@ pub const FLOOR_XAS_REGISTER: u64 = FLOOR_BASE + 4;
 /// clobbered). The partner's [`FLOOR_XAS_RETURN`] comes back here with its `value`; every
 /// register but `rax`, `rsp` and `rflags` is then as the partner left it. Errors:
 /// [`crate::Error::NotFound`] (no such task, or it has not registered, or is ending),
+/// [`crate::Error::Denied`] (the partner registered for another caller),
 /// [`crate::Error::WouldBlock`] (the partner is in another call),
 /// [`crate::Error::Interrupted`] (any other kernel entry — an interrupt, a fault, any other
 /// system call — happened while in the partner: the call ends there).

@@ -95,3 +95,17 @@ pub const THREAD_RUNNING: u64 = 0;
 pub const THREAD_READY: u64 = 1;
 /// [`THREAD_INFO`] state: blocked.
 pub const THREAD_BLOCKED: u64 = 2;
+
+/// First id of the host-privilege port's operations (none yet).
+///
+/// The *host-privilege port* (after Mach's privileged host port) is a kernel object that
+/// stands for the authority to make the debugging and benchmark calls: the ones a program
+/// should not rely on, which let a task pin kernel memory or enter another task's address
+/// space (`debug_block_process_model`, `floor_xas_register`). Those calls take the
+/// caller's name for a send right to it and fail with `Error::Denied` without one. The
+/// kernel makes the port at boot and gives a send right only to the boot tasks the command
+/// line marks privileged (`priv=a,b`: boot modules `a` and `b` of `init=`), in `rdx` of
+/// their first thread; never to a task started with `spawn`, whatever its module. A
+/// holder may pass the right on like any send right (as `spawn`'s bootstrap right, in a
+/// message). A message to the port is answered `Error::NotSupported`.
+pub const HOST_PRIV_BASE: u64 = 0x4b0b_0300;

@@ -37,10 +37,15 @@ pub enum Sys {
     Exit = 2,
     /// `clock() -> ns`: nanoseconds since the machine was reset (from the calibrated TSC).
     Clock = 3,
-    /// `spawn(name_ptr, name_len, bootstrap) -> task id`: start the boot module of that name
-    /// as a new task. `bootstrap` (0 for none) names a send or receive right of the caller:
-    /// the new task gets a send right to that port, whose name its first thread finds in
-    /// `rsi`. A bootstrap call until tasks become capability-invoked kernel objects.
+    /// `spawn(name_ptr, name_len, bootstrap, heap_limit, frame_limit) -> task id`: start the
+    /// boot module of that name as a new task. `bootstrap` (0 for none) names a send or
+    /// receive right of the caller: the new task gets a send right to that port, whose name
+    /// its first thread finds in `rsi`. The new task may make the kernel hold at most
+    /// `heap_limit` bytes of kernel memory and `frame_limit` physical frames (0: the
+    /// default, half the kernel's whole budget; each clamped to the caller's own limit);
+    /// everything it and its own children hold counts against the caller's limits too
+    /// ([`Error::NoMemory`] at a limit). A bootstrap call until tasks become
+    /// capability-invoked kernel objects.
     Spawn = 4,
     /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
     /// [`Error::NotFound`] past the last one.
@@ -68,11 +73,14 @@ pub enum Sys {
     /// [`PRIORITY_MAX`]; threads start at [`PRIORITY_DEFAULT`]. Only threads of the
     /// calling task.
     SetPriority = 12,
-    /// `debug_block_process_model(ns, seed) -> f(seed)`: blocks the calling thread in the
-    /// *process model* (keeping its kernel stack and kernel-mode registers) for `ns`
-    /// nanoseconds, then returns a value the kernel computed from `seed` with live kernel
-    /// stack variables before blocking, so a test can check that the stack survived. The
-    /// kernel's only process-model wait until page faults on user memory exist.
+    /// `debug_block_process_model(ns, seed, host_priv) -> f(seed)`: blocks the calling
+    /// thread in the *process model* (keeping its kernel stack and kernel-mode registers)
+    /// for `ns` nanoseconds, then returns a value the kernel computed from `seed` with live
+    /// kernel stack variables before blocking, so a test can check that the stack survived.
+    /// The kernel's only process-model wait until page faults on user memory exist. A
+    /// debugging call: `host_priv` must name the caller's send right to the host-privilege
+    /// port ([`kobject`]), else [`Error::Denied`]: a thread that keeps its kernel stack
+    /// while it sleeps pins kernel memory.
     DebugBlockProcessModel = 13,
     /// `null() -> 0`: does nothing; the floor of a system call, for benchmarks.
     Null = 14,
@@ -277,7 +285,10 @@ pub struct Stats {
     pub stack_bytes: u64,
     /// Kernel bytes of one thread object (without a stack).
     pub thread_bytes: u64,
-    /// Kernel heap bytes in use now.
+    /// Kernel heap bytes in use now: the sum of the sizes asked for of the live blocks
+    /// (not the bytes the heap took from its region: size-class rounding, cached chunks
+    /// and the allocator's own overhead are left out, so the figure returns to the same
+    /// value when what a task made is gone).
     pub heap_used: u64,
     /// CPUs asked to flush their TLB by `mem_unmap` (shootdown IPIs sent).
     pub tlb_shootdowns: u64,
@@ -303,6 +314,16 @@ pub struct Stats {
     /// thread at once. Each is also counted in `ipc_fast` (and as a recognition, an IPC
     /// block and a stack handoff).
     pub exc_fast: u64,
+    /// Kernel heap bytes charged to tasks now, all accounts together (the root account's
+    /// use: see "Kernel memory" in `docs/architecture.md`).
+    pub kmem_charged: u64,
+    /// The most kernel heap bytes tasks may be charged together (the root account's limit).
+    pub kmem_limit: u64,
+    /// Frames charged to tasks now (their memory, page tables, and the kernel stacks kept
+    /// by their threads blocked in the process model).
+    pub frames_charged: u64,
+    /// The most frames tasks may be charged together.
+    pub frames_limit: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -341,6 +362,10 @@ impl Stats {
         "migrations",
         "activations",
         "exc_fast",
+        "kmem_charged",
+        "kmem_limit",
+        "frames_charged",
+        "frames_limit",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -376,6 +401,10 @@ impl Stats {
             self.migrations,
             self.activations,
             self.exc_fast,
+            self.kmem_charged,
+            self.kmem_limit,
+            self.frames_charged,
+            self.frames_limit,
         ]
     }
 }
@@ -471,8 +500,11 @@ pub enum Error {
     /// The call was cut short: the server it migrated into ended (or its activation was
     /// destroyed) before it replied.
     Aborted = 15,
-    /// An activation below the caller's on its thread forbade changing the thread's
-    /// scheduling state ([`Sys::ActSchedLock`]).
+    /// The caller lacks the authority the call needs: an activation below the caller's on
+    /// its thread forbade changing the thread's scheduling state ([`Sys::ActSchedLock`]),
+    /// a debugging or benchmark call was made without the host-privilege right
+    /// ([`kobject`]), or a floor cross-address-space call named a partner that did not
+    /// authorise the caller ([`floor`]).
     Denied = 16,
 }
 
@@ -618,6 +650,8 @@ mod tests {
             Error::NoSpace,
             Error::NotSupported,
             Error::Interrupted,
+            Error::Aborted,
+            Error::Denied,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));
@@ -660,6 +694,10 @@ mod tests {
             migrations: 28,
             activations: 29,
             exc_fast: 30,
+            kmem_charged: 31,
+            kmem_limit: 32,
+            frames_charged: 33,
+            frames_limit: 34,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
@@ -667,7 +705,7 @@ mod tests {
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
         assert_eq!(
-            core::mem::offset_of!(Stats, exc_fast),
+            core::mem::offset_of!(Stats, frames_limit),
             8 * (STATS_WORDS - 1)
         );
     }

@@ -202,11 +202,17 @@ impl Activations {
         self.slab.get_mut(id)
     }
 
+    /// How many activations of `task` exist (retired ones whose call has not returned
+    /// included).
+    pub fn count_of(&self, task: u64) -> usize {
+        self.slab.iter().filter(|(_, a)| a.task == task).count()
+    }
+
     /// Creates a free activation of `task` and puts it in `pool` (the pool of `act.port`).
     /// [`baton_abi::Error::NoSpace`] past [`ACTIVATIONS_PER_TASK_MAX`] for the task.
     pub fn create(&mut self, pool: &mut Pool, act: Activation) -> Result<ActId, baton_abi::Error> {
         let task = act.task;
-        if self.slab.iter().filter(|(_, a)| a.task == task).count() >= ACTIVATIONS_PER_TASK_MAX {
+        if self.count_of(task) >= ACTIVATIONS_PER_TASK_MAX {
             return Err(baton_abi::Error::NoSpace);
         }
         let id = self

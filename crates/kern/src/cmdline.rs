@@ -12,11 +12,18 @@ use alloc::vec::Vec;
 pub struct BootConfig {
     /// Boot modules to start, in order (`init=a,b,c`; default `init`).
     pub init: Vec<String>,
+    /// Boot modules of `init` whose tasks get a send right to the host-privilege port
+    /// (`priv=a,b`; default none). Only the tasks the kernel starts at boot: a task
+    /// spawned later never gets it from the kernel, whatever its module.
+    pub privileged: Vec<String>,
     /// Power off when no task is left (`shutdown`): tests and non-interactive runs.
     pub shutdown_when_idle: bool,
     /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
     /// fatal-exception report.
     pub crash: bool,
+    /// Make one in this many kernel allocations fail once boot is done (`failalloc=N`,
+    /// N ≥ 1; honoured only by kernels built with fault injection: `kern::fault`).
+    pub fail_every: Option<u64>,
     /// Words that were not understood.
     pub unknown: Vec<String>,
 }
@@ -32,10 +39,22 @@ impl BootConfig {
                     .filter(|s| !s.is_empty())
                     .map(String::from)
                     .collect();
+            } else if let Some(list) = word.strip_prefix("priv=") {
+                config.privileged = list
+                    .split(',')
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
             } else if word == "shutdown" {
                 config.shutdown_when_idle = true;
             } else if word == "crash=kernel-page-fault" {
                 config.crash = true;
+            } else if let Some(n) = word
+                .strip_prefix("failalloc=")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n > 0)
+            {
+                config.fail_every = Some(n);
             } else {
                 config.unknown.push(String::from(word));
             }
@@ -56,6 +75,7 @@ mod tests {
         let c = BootConfig::parse("");
         assert_eq!(c.init, ["init"]);
         assert!(!c.shutdown_when_idle && !c.crash && c.unknown.is_empty());
+        assert!(c.privileged.is_empty());
     }
 
     #[test]
@@ -65,6 +85,27 @@ mod tests {
         assert!(c.shutdown_when_idle);
         assert!(c.crash);
         assert_eq!(c.unknown, ["bogus", "x=y"]);
+    }
+
+    #[test]
+    fn failalloc() {
+        assert_eq!(BootConfig::parse("failalloc=7").fail_every, Some(7));
+        assert_eq!(BootConfig::parse("").fail_every, None);
+        for bad in ["failalloc=0", "failalloc=x", "failalloc="] {
+            let c = BootConfig::parse(bad);
+            assert_eq!(
+                (c.fail_every, c.unknown),
+                (None, alloc::vec![String::from(bad)])
+            );
+        }
+    }
+
+    #[test]
+    fn privileged_modules() {
+        let c = BootConfig::parse("init=a,b priv=b,,c");
+        assert_eq!(c.privileged, ["b", "c"]);
+        assert!(c.unknown.is_empty());
+        assert!(BootConfig::parse("priv=").privileged.is_empty());
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub struct Partner {
     pub entry: u64,
     /// User stack pointer at entry.
     pub stack: u64,
+    /// The one task allowed to call it.
+    pub caller: u64,
     /// A call is in it now.
     pub busy: bool,
 }
@@ -62,9 +64,16 @@ impl<T: Copy> Default for Xas<T> {
 }
 
 impl<T: Copy> Xas<T> {
-    /// `floor_xas_register(entry, stack)` by `task`: both user addresses (the stack may be
-    /// [`USER_END`] itself), or both 0 to unregister. A busy partner cannot change.
-    pub fn register(&mut self, task: u64, entry: u64, stack: u64) -> Result<(), Error> {
+    /// `floor_xas_register(entry, stack, caller)` by `task`: both user addresses (the stack
+    /// may be [`USER_END`] itself), or both 0 to unregister; `caller` is the one task
+    /// allowed to call it. A busy partner cannot change.
+    pub fn register(
+        &mut self,
+        task: u64,
+        entry: u64,
+        stack: u64,
+        caller: u64,
+    ) -> Result<(), Error> {
         if self.partners.get(&task).is_some_and(|p| p.busy) {
             return Err(Error::WouldBlock);
         }
@@ -80,6 +89,7 @@ impl<T: Copy> Xas<T> {
             Partner {
                 entry,
                 stack,
+                caller,
                 busy: false,
             },
         );
@@ -117,8 +127,9 @@ impl<T: Copy> Xas<T> {
         self.calls.get(cpu).copied().flatten()
     }
 
-    /// Starts `call` on `cpu`: the partner must be registered and not busy, and `cpu` in
-    /// no call. Returns the partner's entry. Nothing changes on an error.
+    /// Starts `call` on `cpu`: the partner must be registered for `call.caller`
+    /// ([`Error::Denied`] otherwise) and not busy, and `cpu` in no call. Returns the
+    /// partner's entry. Nothing changes on an error.
     pub fn begin(&mut self, cpu: usize, call: Call<T>) -> Result<Partner, Error> {
         if self.call(cpu).is_some() {
             return Err(Error::InvalidArgument);
@@ -127,6 +138,9 @@ impl<T: Copy> Xas<T> {
             .partners
             .get_mut(&call.partner)
             .ok_or(Error::NotFound)?;
+        if p.caller != call.caller {
+            return Err(Error::Denied);
+        }
         if p.busy {
             return Err(Error::WouldBlock);
         }
@@ -168,18 +182,21 @@ mod tests {
     #[test]
     fn register_checks_addresses() {
         let mut x = Xas::<u32>::default();
-        assert_eq!(x.register(2, 0, 0x8000), Err(Error::BadAddress));
-        assert_eq!(x.register(2, 0x1000, 0), Err(Error::BadAddress));
-        assert_eq!(x.register(2, USER_END, 0x8000), Err(Error::BadAddress));
+        assert_eq!(x.register(2, 0, 0x8000, 1), Err(Error::BadAddress));
+        assert_eq!(x.register(2, 0x1000, 0, 1), Err(Error::BadAddress));
+        assert_eq!(x.register(2, USER_END, 0x8000, 1), Err(Error::BadAddress));
         assert_eq!(
-            x.register(2, 0xffff_8000_0000_0000, 0x8000),
+            x.register(2, 0xffff_8000_0000_0000, 0x8000, 1),
             Err(Error::BadAddress)
         );
-        assert_eq!(x.register(2, 0x1000, USER_END + 1), Err(Error::BadAddress));
+        assert_eq!(
+            x.register(2, 0x1000, USER_END + 1, 1),
+            Err(Error::BadAddress)
+        );
         assert_eq!(x.partner(2), None);
-        assert_eq!(x.register(2, 0x1000, USER_END), Ok(()));
+        assert_eq!(x.register(2, 0x1000, USER_END, 1), Ok(()));
         assert_eq!(x.partner(2).map(|p| p.entry), Some(0x1000));
-        assert_eq!(x.register(2, 0, 0), Ok(()));
+        assert_eq!(x.register(2, 0, 0, 1), Ok(()));
         assert_eq!(x.partner(2), None);
     }
 
@@ -187,16 +204,16 @@ mod tests {
     fn call_and_return() {
         let mut x = Xas::<u32>::default();
         assert_eq!(x.begin(0, call(2)), Err(Error::NotFound));
-        x.register(2, 0x2000, 0x9000).unwrap();
+        x.register(2, 0x2000, 0x9000, 1).unwrap();
         let p = x.begin(3, call(2)).unwrap();
         assert_eq!((p.entry, p.stack), (0x2000, 0x9000));
         assert!(x.in_call_to(3, 2));
         assert_eq!(x.cpus_in(2), [3]);
         // The partner is busy: no second call, no re-registration.
         assert_eq!(x.begin(0, call(2)), Err(Error::WouldBlock));
-        assert_eq!(x.register(2, 0x3000, 0x9000), Err(Error::WouldBlock));
+        assert_eq!(x.register(2, 0x3000, 0x9000, 1), Err(Error::WouldBlock));
         // One call per CPU.
-        x.register(4, 0x2000, 0x9000).unwrap();
+        x.register(4, 0x2000, 0x9000, 1).unwrap();
         assert_eq!(x.begin(3, call(4)), Err(Error::InvalidArgument));
         assert_eq!(x.end(3), Some(call(2)));
         assert_eq!(x.end(3), None);
@@ -207,9 +224,26 @@ mod tests {
     }
 
     #[test]
+    fn only_the_named_caller() {
+        let mut x = Xas::<u32>::default();
+        x.register(2, 0x2000, 0x9000, 5).unwrap();
+        // `call` comes from task 1.
+        assert_eq!(x.begin(0, call(2)), Err(Error::Denied));
+        assert_eq!(x.call(0), None);
+        assert_eq!(x.partner(2).map(|p| p.busy), Some(false));
+        let mut from5 = call(2);
+        from5.caller = 5;
+        assert_eq!(x.begin(0, from5).map(|p| p.caller), Ok(5));
+        assert_eq!(x.end(0), Some(from5));
+        // Re-registering for task 1 lets it in.
+        x.register(2, 0x2000, 0x9000, 1).unwrap();
+        assert!(x.begin(0, call(2)).is_ok());
+    }
+
+    #[test]
     fn forget_during_a_call() {
         let mut x = Xas::<u32>::default();
-        x.register(2, 0x2000, 0x9000).unwrap();
+        x.register(2, 0x2000, 0x9000, 1).unwrap();
         x.begin(1, call(2)).unwrap();
         assert_eq!(x.forget(2), [1]);
         assert_eq!(x.partner(2), None);

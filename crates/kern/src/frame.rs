@@ -270,7 +270,13 @@ impl FrameAllocator {
     /// Takes one free frame (next fit: the search resumes after the frame handed out
     /// last, wrapping around), or `None` when none is left. The frame's contents are
     /// whatever was there.
+    ///
+    /// In builds with the `fault-inject` feature, [`crate::fault`] may make it fail (as it
+    /// may [`FrameAllocator::alloc_contiguous`]).
     pub fn alloc(&mut self) -> Option<PhysAddr> {
+        if crate::fault::should_fail(crate::fault::Site::Frame) {
+            return None;
+        }
         if self.free_count == 0 || self.frames == 0 {
             return None;
         }
@@ -307,6 +313,9 @@ impl FrameAllocator {
     /// Takes `count` physically consecutive free frames (the lowest such run: first fit) and
     /// returns the address of the first, or `None` if there is no such run or `count` is 0.
     pub fn alloc_contiguous(&mut self, count: usize) -> Option<PhysAddr> {
+        if crate::fault::should_fail(crate::fault::Site::Frame) {
+            return None;
+        }
         if count == 0 || count > self.free_count {
             return None;
         }

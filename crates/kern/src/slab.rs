@@ -82,6 +82,20 @@ impl<T> Slab<T> {
         }
     }
 
+    /// Bytes one slot takes.
+    pub const SLOT_BYTES: usize = core::mem::size_of::<Slot<T>>();
+
+    /// Whether an insert would reuse a free slot (rather than add one).
+    #[inline(always)]
+    pub fn has_free(&self) -> bool {
+        self.free_head != NIL
+    }
+
+    /// Number of slots, free or full (what the slab has grown to).
+    pub fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Number of objects held.
     pub fn len(&self) -> usize {
         self.len
@@ -148,6 +162,11 @@ impl<T> Slab<T> {
         }
         let index = self.slots.len();
         if index >= self.limit as usize {
+            return Err(make);
+        }
+        // Growing may fail (the kernel heap is finite): the caller gets `make` back, as at
+        // the limit, instead of the allocation-error handler stopping the kernel.
+        if self.slots.len() == self.slots.capacity() && self.slots.try_reserve(1).is_err() {
             return Err(make);
         }
         let key = Key::new(index as u32, 1);

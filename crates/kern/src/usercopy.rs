@@ -94,7 +94,8 @@ pub fn read_user_vec(
         return Ok(Vec::new());
     }
     let end = user_range(va, len)?;
-    let mut out = Vec::with_capacity(len);
+    let mut out = Vec::new();
+    out.try_reserve_exact(len).map_err(|_| Error::NoMemory)?;
     for (addr, _, n) in chunks(va, end) {
         let (pa, flags) = space.translate(mem, addr).ok_or(Error::BadAddress)?;
         if !flags.user {

@@ -9,7 +9,7 @@ use baton_abi::floor::{
 };
 use baton_abi::{decode_result, Error};
 
-use crate::raw::{syscall0, syscall1, syscall2};
+use crate::raw::{syscall0, syscall1, syscall6};
 
 /// `floor_minimal`: `syscall` and `sysretq`, nothing saved. Returns 0.
 #[inline(always)]
@@ -73,11 +73,29 @@ pub fn fault_load() {
     }
 }
 
-/// `floor_xas_register(entry, stack_top)`: makes this task a cross-address-space
-/// partner; `(0, 0)` unregisters.
-pub fn xas_register(entry: u64, stack_top: u64) -> Result<(), Error> {
-    // SAFETY: the kernel only records the two addresses.
-    decode_result(unsafe { syscall2(FLOOR_XAS_REGISTER, entry, stack_top) }).map(|_| ())
+/// `floor_xas_register(entry, stack_top, caller, host_priv)`: makes this task a
+/// cross-address-space partner of task `caller` (0: the task that spawned this one), with
+/// the authority of `host_priv` (this task's name for a send right to the host-privilege
+/// port; see [`crate::start::host_priv`]); [`xas_unregister`] undoes it.
+pub fn xas_register(entry: u64, stack_top: u64, caller: u64, host_priv: u64) -> Result<(), Error> {
+    // SAFETY: the kernel only records the addresses and the caller.
+    decode_result(unsafe {
+        syscall6(
+            FLOOR_XAS_REGISTER,
+            entry,
+            stack_top,
+            caller,
+            host_priv,
+            0,
+            0,
+        )
+    })
+    .map(|_| ())
+}
+
+/// `floor_xas_register(0, 0)`: this task is no longer a partner.
+pub fn xas_unregister() -> Result<(), Error> {
+    xas_register(0, 0, 0, 0)
 }
 
 /// `floor_xas_call(partner, arg)`: runs the partner's entry in its address space with

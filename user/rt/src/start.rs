@@ -6,13 +6,25 @@
 //! emits that entry point, `_start`, in the program's own crate (so the linker cannot
 //! leave it out): a naked function that clears `rbp` (the end of the frame-pointer
 //! chain), aligns `rsp` to 16 bytes as the SysV ABI requires before a `call`, and calls
-//! [`__start`] through a small `extern "C"` shim with the task id still in `rdi` and the
-//! bootstrap right's name (see [`bootstrap`]) in `rsi`.
+//! [`__start`] through a small `extern "C"` shim with the task id still in `rdi`, the
+//! bootstrap right's name (see [`bootstrap`]) in `rsi` and the host-privilege right's (see
+//! [`host_priv`]) in `rdx`.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
 /// The task's name for the send right its creator gave it, 0 for none.
 static BOOTSTRAP: AtomicU64 = AtomicU64::new(0);
+
+/// The task's name for its send right to the host-privilege port, 0 for none.
+static HOST_PRIV: AtomicU64 = AtomicU64::new(0);
+
+/// The task's name for the send right to the host-privilege port the kernel gave it at
+/// boot (`priv=` on the command line, `baton_abi::kobject::HOST_PRIV_BASE`), or 0: the
+/// authority the debugging and benchmark calls take. A task that got the right another
+/// way (as its bootstrap right, in a message) knows that name instead.
+pub fn host_priv() -> u64 {
+    HOST_PRIV.load(Ordering::Relaxed)
+}
 
 /// The task's bootstrap right: its name for a send right to the port its creator passed
 /// to `spawn` ([`crate::sys::spawn_with`]), or 0 when it was given none.
@@ -23,8 +35,9 @@ pub fn bootstrap() -> u64 {
 /// Runs the program's `main` and exits with its result. Called only by the `_start` that
 /// [`entry!`](crate::entry) emits.
 #[doc(hidden)]
-pub fn __start(task_id: u64, bootstrap: u64, main: fn(u64) -> i32) -> ! {
+pub fn __start(task_id: u64, bootstrap: u64, host_priv: u64, main: fn(u64) -> i32) -> ! {
     BOOTSTRAP.store(bootstrap, Ordering::Relaxed);
+    HOST_PRIV.store(host_priv, Ordering::Relaxed);
     let code = main(task_id);
     crate::sys::exit(code)
 }
@@ -44,7 +57,7 @@ macro_rules! entry {
     ($main:path) => {
         const _: () = {
             /// The ELF entry point: `rsp` = user stack top, `rdi` = task id, `rsi` =
-            /// bootstrap right.
+            /// bootstrap right, `rdx` = host-privilege right.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
             extern "C" fn _start() -> ! {
@@ -57,9 +70,9 @@ macro_rules! entry {
                 )
             }
 
-            extern "C" fn __baton_entry(task_id: u64, bootstrap: u64) -> ! {
+            extern "C" fn __baton_entry(task_id: u64, bootstrap: u64, host_priv: u64) -> ! {
                 let main: fn(u64) -> i32 = $main;
-                $crate::start::__start(task_id, bootstrap, main)
+                $crate::start::__start(task_id, bootstrap, host_priv, main)
             }
         };
     };

@@ -17,7 +17,7 @@ use core::sync::atomic::AtomicU32;
 
 use baton_abi::{decode_result, Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX};
 
-use crate::raw::{syscall0, syscall1, syscall2, syscall3};
+use crate::raw::{syscall0, syscall1, syscall2, syscall3, syscall6};
 
 /// Writes `bytes` to the kernel console (the kernel prefixes each line with the task's
 /// name). Longer buffers are split into calls of at most [`DEBUG_WRITE_MAX`] bytes.
@@ -84,13 +84,24 @@ pub fn spawn(name: &str) -> Result<u64, Error> {
 /// `bootstrap` (a send or receive right of the caller; the child finds its name with
 /// [`crate::start::bootstrap`]). Returns the task id.
 pub fn spawn_with(name: &str, bootstrap: u64) -> Result<u64, Error> {
+    spawn_limited(name, bootstrap, 0, 0)
+}
+
+/// [`spawn_with`], giving the new task at most `heap` bytes of kernel memory and `frames`
+/// physical frames (0: the default), each clamped to the caller's own limit: what the
+/// child and the tasks it creates may make the kernel hold is counted against the
+/// caller's limits too.
+pub fn spawn_limited(name: &str, bootstrap: u64, heap: u64, frames: u64) -> Result<u64, Error> {
     // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
     decode_result(unsafe {
-        syscall3(
+        syscall6(
             Sys::Spawn as u64,
             name.as_ptr() as u64,
             name.len() as u64,
             bootstrap,
+            heap,
+            frames,
+            0,
         )
     })
 }
@@ -101,7 +112,7 @@ pub fn spawn_with(name: &str, bootstrap: u64) -> Result<u64, Error> {
 /// first ([`Error::BadAddress`] if it is not mapped user memory).
 pub fn spawn_raw(name_ptr: u64, name_len: u64) -> Result<u64, Error> {
     // SAFETY: `spawn` only reads user memory, and the kernel validates the range.
-    decode_result(unsafe { syscall3(Sys::Spawn as u64, name_ptr, name_len, 0) })
+    decode_result(unsafe { syscall6(Sys::Spawn as u64, name_ptr, name_len, 0, 0, 0, 0) })
 }
 
 /// Describes boot module `index`; [`Error::NotFound`] past the last one.
@@ -247,7 +258,10 @@ pub fn thread_exit() -> ! {
 ///
 /// The result travels in `rax` like any other, so a value with the top bit set cannot be
 /// told from an error: tests pick seeds whose check value is below `2^63`.
-pub fn debug_block_process_model(ns: u64, seed: u64) -> Result<u64, Error> {
+///
+/// `host_priv` names the caller's send right to the host-privilege port
+/// ([`crate::start::host_priv`]); without it the call fails with [`Error::Denied`].
+pub fn debug_block_process_model(ns: u64, seed: u64, host_priv: u64) -> Result<u64, Error> {
     // SAFETY: `debug_block_process_model` touches no user memory.
-    decode_result(unsafe { syscall2(Sys::DebugBlockProcessModel as u64, ns, seed) })
+    decode_result(unsafe { syscall3(Sys::DebugBlockProcessModel as u64, ns, seed, host_priv) })
 }

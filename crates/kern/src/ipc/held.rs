@@ -25,9 +25,9 @@ pub const KERNEL_SPACE: SpaceId = u64::MAX;
 impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// A port whose receive right the kernel keeps.
     pub fn allocate_kernel(&mut self) -> Result<PortId, Error> {
-        self.ports
-            .insert(Port::new(KERNEL_SPACE, QUEUE_LIMIT_DEFAULT as usize))
-            .map_err(|_| Error::NoSpace)
+        let port = crate::fallible::try_box(Port::new(KERNEL_SPACE, QUEUE_LIMIT_DEFAULT as usize))
+            .ok_or(Error::NoMemory)?;
+        self.ports.insert(port).map_err(|_| Error::NoSpace)
     }
 
     /// Destroys a port the kernel received on, with what is queued there.
@@ -93,6 +93,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }),
             rights: Vec::new(),
             data,
+            charge: None,
         };
         self.enqueue(dest, msg, fx);
         Ok(())
@@ -108,6 +109,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             reply: None,
             rights: Vec::new(),
             data,
+            charge: None,
         };
         match reply.kind {
             Held::SendOnce => {

@@ -75,6 +75,9 @@ pub struct Message {
     pub rights: Vec<Right>,
     /// The in-line data.
     pub data: Vec<u8>,
+    /// What it costs its sender's account while queued (`crate::quota`), if anything:
+    /// given back when the message is received or destroyed.
+    pub charge: Option<crate::quota::Charge>,
 }
 
 impl Message {
@@ -90,6 +93,7 @@ impl Message {
             reply: None,
             rights: Vec::new(),
             data: word.to_le_bytes().to_vec(),
+            charge: None,
         }
     }
 }
@@ -146,6 +150,9 @@ pub struct Port<T> {
     pub senders: Ring<T>,
     /// Activations attached for migrating RPC (seed 001 section 6.2), if any.
     pub pool: crate::activation::Pool,
+    /// What it costs the account of the task that allocated it (`crate::quota`), if
+    /// anything: given back when the port is destroyed.
+    pub charge: Option<crate::quota::Charge>,
 }
 
 impl<T: Copy + Default + PartialEq> Port<T> {
@@ -162,6 +169,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             receivers: Ring::new(),
             senders: Ring::new(),
             pool: crate::activation::Pool::default(),
+            charge: None,
         }
     }
 
@@ -182,7 +190,8 @@ struct Named {
 /// All ports.
 #[derive(Debug)]
 pub struct Ipc<T> {
-    ports: Slab<Port<T>>,
+    /// Every port, boxed (see [`Ipc::allocate`]).
+    ports: Slab<alloc::boxed::Box<Port<T>>>,
     /// Messages queued on all ports.
     queued: usize,
 }
@@ -235,13 +244,13 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// The port `id`, if alive.
     #[inline]
     pub fn port(&self, id: PortId) -> Option<&Port<T>> {
-        self.ports.get(id)
+        self.ports.get(id).map(|p| &**p)
     }
 
     /// The port `id`, mutably, if alive.
     #[inline]
     pub fn port_mut(&mut self, id: PortId) -> Option<&mut Port<T>> {
-        self.ports.get_mut(id)
+        self.ports.get_mut(id).map(|p| &mut **p)
     }
 
     /// `port_allocate`: a new port whose receive right goes into `space` (id `sid`).
@@ -254,10 +263,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if space.room() == 0 {
             return Err(Error::NoSpace);
         }
-        let port = self
-            .ports
-            .insert(Port::new(sid, limit))
-            .map_err(|_| Error::NoMemory)?;
+        // Boxed: the global table keeps only a pointer per slot, so the size it grows to
+        // (it never shrinks) stays small beside what the ports themselves cost, which is
+        // charged to their tasks and freed with them.
+        let port = crate::fallible::try_box(Port::new(sid, limit)).ok_or(Error::NoMemory)?;
+        let port = self.ports.insert(port).map_err(|_| Error::NoMemory)?;
         match space.insert(Entry {
             kind: Held::Receive,
             port,
@@ -581,6 +591,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 reply,
                 rights,
                 data,
+                charge: None,
             },
         ))
     }

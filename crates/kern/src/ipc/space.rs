@@ -12,6 +12,7 @@
 //!   removed through [`super::Ipc`], which keeps the counts.
 
 use super::PortId;
+use crate::quota::{Account, Resource};
 use crate::slab::{Key, Slab};
 use baton_abi::ipc::NAMES_MAX;
 use baton_abi::Error;
@@ -37,11 +38,32 @@ pub struct Entry {
 }
 
 /// A name space. See the module documentation.
+///
+/// With an account ([`Space::set_account`]), every slot the space grows by is charged to
+/// it before it is added ([`Error::NoMemory`] at the account's limit) and given back when
+/// the space is dropped: a slot, once added, is reused for later names, so the charge
+/// follows the memory the space holds, and reusing a slot (every RPC's reply right) costs
+/// nothing.
 #[derive(Debug)]
 pub struct Space {
     entries: Slab<Entry>,
     /// The id the kernel knows this space by (its task's), 0 for none.
     id: super::SpaceId,
+    /// Who pays for the slots, if anyone.
+    account: Option<alloc::sync::Arc<Account>>,
+    /// Bytes charged to `account` for the slots so far.
+    charged: u64,
+}
+
+/// What one name slot is charged: the slot, twice (the slab grows by doubling).
+pub const NAME_SLOT_BYTES: u64 = 2 * Slab::<Entry>::SLOT_BYTES as u64;
+
+impl Drop for Space {
+    fn drop(&mut self) {
+        if let Some(a) = &self.account {
+            a.give(Resource::Heap, self.charged);
+        }
+    }
 }
 
 impl Default for Space {
@@ -61,7 +83,21 @@ impl Space {
         Space {
             entries: Slab::with_limit(NAMES_MAX as u32),
             id,
+            account: None,
+            charged: 0,
         }
+    }
+
+    /// Makes `account` pay for the slots added from now on (and for those already there,
+    /// [`Error::NoMemory`] and nothing changed when they do not fit).
+    pub fn set_account(&mut self, account: alloc::sync::Arc<Account>) -> Result<(), Error> {
+        let now = self.entries.slots() as u64 * NAME_SLOT_BYTES;
+        account.take(Resource::Heap, now)?;
+        if let Some(old) = self.account.replace(account) {
+            old.give(Resource::Heap, self.charged);
+        }
+        self.charged = now;
+        Ok(())
     }
 
     /// The id of the space.
@@ -82,10 +118,39 @@ impl Space {
     /// Adds a right; its new name ([`Error::NoSpace`] when full).
     #[inline(always)]
     pub(super) fn insert(&mut self, entry: Entry) -> Result<u64, Error> {
+        if !self.entries.has_free() {
+            return self.insert_new_slot(entry);
+        }
         self.entries
             .insert(entry)
             .map(|k| k.0)
             .map_err(|_| Error::NoSpace)
+    }
+
+    /// [`Space::insert`] when the space must grow: the new slot is charged first.
+    #[inline(never)]
+    fn insert_new_slot(&mut self, entry: Entry) -> Result<u64, Error> {
+        if self.entries.len() as u64 >= NAMES_MAX {
+            return Err(Error::NoSpace);
+        }
+        if let Some(a) = &self.account {
+            a.take(Resource::Heap, NAME_SLOT_BYTES)?;
+        }
+        match self.entries.insert(entry) {
+            Ok(k) => {
+                if self.account.is_some() {
+                    self.charged += NAME_SLOT_BYTES;
+                }
+                Ok(k.0)
+            }
+            Err(_) => {
+                if let Some(a) = &self.account {
+                    a.give(Resource::Heap, NAME_SLOT_BYTES);
+                }
+                // At the limit, or the heap could not grow the slab.
+                Err(Error::NoMemory)
+            }
+        }
     }
 
     /// Removes the right `name`.

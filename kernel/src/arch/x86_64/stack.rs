@@ -18,6 +18,8 @@ use kern::pmap::{AddressSpace, MapFlags};
 
 /// Usable bytes of one kernel stack.
 pub const STACK_SIZE: u64 = 16 * 1024;
+/// Frames one kernel stack takes.
+pub const STACK_FRAMES: u64 = STACK_SIZE / 4096;
 /// Start of the virtual area for kernel stacks (PML4 slot 510).
 const AREA_START: u64 = 0xffff_ff00_0000_0000;
 /// Size of the area (512 GiB: one PML4 slot).
@@ -47,12 +49,16 @@ impl StackPool {
         }
     }
 
-    /// Takes a stack from the pool, mapping a new one when the pool is empty.
+    /// Takes a stack from the pool, mapping a new one when the pool is empty. In
+    /// `fault-inject` builds, `kern::fault` may make it fail.
     pub fn alloc(
         &mut self,
         frames: &mut FrameAllocator,
         kernel_root: PhysAddr,
     ) -> Option<KernelStack> {
+        if kern::fault::should_fail(kern::fault::Site::Stack) {
+            return None;
+        }
         if let Some(s) = self.free.pop() {
             return Some(s);
         }

@@ -90,8 +90,14 @@ fn raw_call(buf: &mut IpcBuffer, to: u64, id: u64, data: &[u8]) -> u64 {
     }
 }
 
+/// Whether [`deep_waiter`]'s home activation saw an alert once its call came back: 1 yes,
+/// 0 no, `u64::MAX` before.
+static HOME_SAW: AtomicU64 = AtomicU64::new(u64::MAX);
+
 /// Helper: a NEST2 call to A whose inner call is B's WAIT_ALERT; stores B's answer and
-/// whether A saw an alert (`GOT` = how * 16 + a_saw) and the raw result.
+/// whether A saw an alert (`GOT` = how * 16 + a_saw) and the raw result; then, back home,
+/// turns alerts on and stores whether its home activation, the bottom of the chain that
+/// was alerted, has one pending ([`HOME_SAW`]).
 fn deep_waiter(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
         let r = raw_call(
@@ -102,6 +108,8 @@ fn deep_waiter(_: u64) {
         );
         RAW.store(r, Ordering::SeqCst);
         GOT.store(word(b.data(), 0) * 16 + word(b.data(), 1), Ordering::SeqCst);
+        let _ = migrate::alert_enable(true);
+        HOME_SAW.store(u64::from(migrate::alert_test()), Ordering::SeqCst);
     }
     DONE.fetch_add(1, Ordering::SeqCst);
 }
@@ -382,7 +390,9 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     )?;
     control_done(&mut buf, a)?;
 
-    // 1. An alert on a thread deep in A → B reaches B (polling) and A.
+    // 1. An alert on a thread deep in A → B reaches B (polling) and A, and the alerted
+    //    activation itself: the thread's home, at the bottom of the chain, not its top.
+    HOME_SAW.store(u64::MAX, Ordering::SeqCst);
     let x = helper(deep_waiter, 0)?;
     await_alert_wait(&mut buf, b)?;
     must("alert", migrate::alert(Act::Thread(x)))?;
@@ -394,6 +404,11 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         if got >> 4 == 1 { "polling" } else { "in a sleep" },
         got & 1,
         took / 1_000_000
+    );
+    let home = HOME_SAW.load(Ordering::SeqCst);
+    check!(
+        home == 1,
+        "the alerted activation itself, the client's home below A and B, sees the alert once its call is back ({home})"
     );
 
     // 2. Alerts end kernel waits only where they are on.

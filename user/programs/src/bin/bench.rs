@@ -40,10 +40,10 @@ use baton_abi::{process_model_check, Stats, Sys, FOREVER};
 use baton_rt::exception;
 use baton_rt::floor;
 use baton_rt::ipc::{
-    cap_drop, msg_buf, port_allocate, Disposition, IpcBuffer, MsgHeader, HEADER_SIZE, MSG_RECEIVE,
-    MSG_SEND, MSG_SLOW,
+    cap_drop, msg_buf, port_allocate, port_make_send, Disposition, IpcBuffer, MsgHeader,
+    HEADER_SIZE, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
 };
-use baton_rt::raw::{syscall0, syscall2};
+use baton_rt::raw::{syscall0, syscall3};
 use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
@@ -78,6 +78,14 @@ static PARTNER_STACKS: StackPool<4, 16384> = StackPool::new();
 /// A fresh stack for every thread `thread.create_exit` creates: a stack is never reused,
 /// so no thread can still be on a stack that is handed out again.
 static CHILD_STACKS: StackPool<TOTAL, STACK_SIZE> = StackPool::new();
+/// The same for `stress.frag.thread_create`.
+static FRAG_STACKS: StackPool<TOTAL, STACK_SIZE> = StackPool::new();
+/// Pairs of ports `stress.frag.thread_create` queues messages on.
+const FRAG_PAIRS: usize = 8;
+/// Messages queued on each port of a pair: `FRAG_PAIRS * FRAG_MESSAGES` holes in all.
+const FRAG_MESSAGES: usize = 1000;
+/// Bytes of in-line data of each of those messages.
+const FRAG_BYTES: usize = 16;
 
 /// The timestamp thread A took just before switching to thread B.
 static STAMP: AtomicU64 = AtomicU64::new(0);
@@ -128,11 +136,12 @@ fn sys_yield() -> u64 {
     unsafe { syscall0(Sys::Yield as u64) }
 }
 
-/// `debug_block_process_model(0, seed)`: a yield that keeps the kernel stack.
+/// `debug_block_process_model(0, seed, host_priv)`: a yield that keeps the kernel stack,
+/// with this task's host-privilege right (`priv=bench` on the command line).
 #[inline(always)]
-fn sys_pmodel_yield(seed: u64) -> u64 {
+fn sys_pmodel_yield(seed: u64, host_priv: u64) -> u64 {
     // SAFETY: `debug_block_process_model` touches no user memory.
-    unsafe { syscall2(Sys::DebugBlockProcessModel as u64, 0, seed) }
+    unsafe { syscall3(Sys::DebugBlockProcessModel as u64, 0, seed, host_priv) }
 }
 
 /// Stores `delta` as sample `index` of `series` (ignored when out of range).
@@ -266,6 +275,7 @@ fn yield_partner(_arg: u64) {
 fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> Result<(), Failed> {
     clear_samples();
     start_partner(yield_partner)?;
+    let host_priv = baton_rt::start::host_priv();
     let mut before = Stats::default();
     for w in 0..TOTAL {
         let recorded = w.checked_sub(WARMUP);
@@ -279,7 +289,7 @@ fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> R
         let t0 = rdtsc_ordered();
         STAMP.store(t0, Ordering::Relaxed);
         let result = if pmodel {
-            sys_pmodel_yield(SEED)
+            sys_pmodel_yield(SEED, host_priv)
         } else {
             sys_yield()
         };
@@ -379,9 +389,13 @@ fn child(arg: u64) {
     let _ = wake(&CHILD_RAN, 1);
 }
 
-/// `thread.create_exit`: create a thread, wait until it has run, and it ends.
-fn create_exit(threads: u64) -> Result<(), Failed> {
-    let name = "thread.create_exit";
+/// `thread.create_exit`: create a thread, wait until it has run, and it ends; named
+/// `name`, with a fresh stack from `stacks` for every thread.
+fn create_exit(
+    name: &str,
+    stacks: &'static StackPool<TOTAL, STACK_SIZE>,
+    threads: u64,
+) -> Result<(), Failed> {
     clear_samples();
     CHILD_RAN.store(0, Ordering::Release);
     let mut before = Stats::default();
@@ -391,7 +405,7 @@ fn create_exit(threads: u64) -> Result<(), Failed> {
             before = read_stats()?;
         }
         let tag = w as u32 + 1;
-        let stack = CHILD_STACKS
+        let stack = stacks
             .take()
             .ok_or_else(|| fail!("{name}: out of stacks at iteration {w}"))?;
         let t0 = rdtsc_ordered();
@@ -410,6 +424,46 @@ fn create_exit(threads: u64) -> Result<(), Failed> {
     report(name, &SAMPLES);
     report_stats(name, &before, &after);
     Ok(())
+}
+
+/// `stress.frag.thread_create`: `thread.create_exit` after this task has left
+/// `FRAG_PAIRS * FRAG_MESSAGES` holes in the kernel heap. It queues `FRAG_BYTES`-byte
+/// messages on pairs of ports in turn (each queued message holds its data in a small heap
+/// block, so the two ports' blocks interleave), then receives every message of the first
+/// port of each pair: the second port's messages stay queued around the holes while the
+/// threads are created. A heap whose cost grows with its free blocks (first fit) shows it
+/// here; the row should stay within 1.2 times `thread.create_exit`.
+fn frag_create_exit(threads: u64) -> Result<(), Failed> {
+    let name = "stress.frag.thread_create";
+    let mut buf = IpcBuffer::new().map_err(|e| fail!("{name}: ipc buffer: {}", e.name()))?;
+    let mut ports = [(0u64, 0u64); 2 * FRAG_PAIRS];
+    for p in ports.iter_mut() {
+        let receive =
+            port_allocate(FRAG_MESSAGES as u64).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+        let send = port_make_send(receive, false)
+            .map_err(|e| fail!("{name}: send right: {}", e.name()))?;
+        *p = (receive, send);
+    }
+    let data = [0x5au8; FRAG_BYTES];
+    for m in 0..FRAG_MESSAGES {
+        for (i, &(_, send)) in ports.iter().enumerate() {
+            buf.send(send, (m * ports.len() + i) as u64, &[], &data)
+                .map_err(|e| fail!("{name}: queueing message {m} on port {i}: {}", e.name()))?;
+        }
+    }
+    // Drain the first port of every pair: a hole between every two blocks still in use.
+    for (i, &(receive, _)) in ports.iter().enumerate().step_by(2) {
+        for m in 0..FRAG_MESSAGES {
+            buf.msg(MSG_RECEIVE, receive, FOREVER)
+                .map_err(|e| fail!("{name}: receiving message {m} on port {i}: {}", e.name()))?;
+        }
+    }
+    let measured = create_exit(name, &FRAG_STACKS, threads);
+    for (receive, send) in ports {
+        let _ = cap_drop(send);
+        let _ = cap_drop(receive);
+    }
+    measured
 }
 
 /// `rpc_server`'s request ids (see that program).
@@ -867,8 +921,9 @@ const PARTNER_SECRET: u64 = 0x5ec2_e700_0000_0000;
 fn xas_call(threads: u64) -> Result<(), Failed> {
     let name = "floor.xas.call";
     clear_samples();
-    let partner =
-        baton_rt::spawn("floor_partner").map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
+    // The partner registers with the host-privilege right it gets as its bootstrap right.
+    let partner = baton_rt::spawn_with("floor_partner", baton_rt::start::host_priv())
+        .map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
     // Until it has registered.
     while floor::xas_call(partner, 0) == Err(baton_rt::Error::NotFound) {
         yield_now();
@@ -979,7 +1034,8 @@ fn run_all() -> Result<(), Failed> {
     migrating_benchmarks()?;
     marshal_benchmarks()?;
     exception_roundtrip(threads)?;
-    create_exit(threads)?;
+    create_exit("thread.create_exit", &CHILD_STACKS, threads)?;
+    frag_create_exit(threads)?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

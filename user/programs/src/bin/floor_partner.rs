@@ -1,8 +1,9 @@
 //! `floor_partner`: the partner task of the floor cross-address-space call (`bench`'s
 //! `floor.xas.call`, the `floor` test). Spawned by its client, never alone.
 //!
-//! It registers [`floor_partner_entry`] with a stack of its own (`floor_xas_register`) and
-//! sleeps for ever; its client ends it through its task port. The entry runs on the
+//! It registers [`floor_partner_entry`] with a stack of its own (`floor_xas_register`),
+//! for calls from the task that spawned it, with the host-privilege right that task passed
+//! as its bootstrap right, and sleeps for ever; its client ends it through its task port. The entry runs on the
 //! client's thread, in this task's address space, and returns `arg + PARTNER_SECRET`
 //! (a word of this task's memory, so the client can tell the code ran here) — or, for
 //! the test's special arguments (from `u64::MAX - 4095` up: [`MODE_SYSCALL`], [`MODE_SPIN`],
@@ -68,7 +69,10 @@ extern "C" {
 
 fn main(_task_id: u64) -> i32 {
     let top = STACK.as_ptr() as u64 + core::mem::size_of_val(&STACK) as u64;
-    if let Err(e) = xas_register(floor_partner_entry as *const () as u64, top) {
+    // Its client passed its host-privilege right as this task's bootstrap right; the
+    // registration lets the client (the task that spawned this one) call it.
+    let entry = floor_partner_entry as *const () as u64;
+    if let Err(e) = xas_register(entry, top, 0, baton_rt::start::bootstrap()) {
         println!("TEST FAIL floor_partner: register: {}", e.name());
         return 1;
     }

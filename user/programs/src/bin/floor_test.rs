@@ -1,6 +1,8 @@
 //! `floor_test`: the floor calls (`baton_abi::floor`) from user space, with their error
 //! cases: the minimal system calls return 0; the cross-address-space call refuses a task
-//! that does not exist or did not register, a return with no call, bad registrations;
+//! that does not exist or did not register, a caller the partner did not name, a return
+//! with no call, bad registrations and registrations without the host-privilege right
+//! (booted with `priv=floor_test`);
 //! it runs the partner's code in the partner's space (`floor_partner`) and comes back;
 //! a fault, a system call or an interrupt in the partner ends the call with
 //! `Interrupted` and leaves the partner usable; the partner's end unregisters it; the
@@ -17,13 +19,14 @@ use baton_rt::check::Failed;
 use baton_rt::exception::{self, ExcReply};
 use baton_rt::floor::{
     fault_arm, fault_load, full, minimal, space, xas_call, xas_register, xas_return_outside,
-    FAULT_LOAD_ADDRESS,
+    xas_unregister, FAULT_LOAD_ADDRESS,
 };
 use baton_rt::ipc::{cap_drop, port_allocate, IpcBuffer, MSG_RECEIVE, MSG_SEND};
 use baton_rt::kobject::{call, task_port, TASK_TERMINATE};
+use baton_rt::start::host_priv;
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{sleep_ns, spawn as spawn_task, yield_now, Error, FOREVER};
+use baton_rt::{sleep_ns, spawn_with, yield_now, Error, FOREVER};
 
 baton_rt::entry!(main);
 
@@ -113,20 +116,48 @@ fn run(me: u64) -> Result<(), Failed> {
         "a return with no call in progress: InvalidArgument"
     );
     let entry = floor_test_entry as *const () as u64;
+    let hp = host_priv();
     check!(
-        xas_register(0xffff_8000_0000_0000, 0x8000) == Err(Error::BadAddress),
+        hp != 0,
+        "booted with the host-privilege right (priv=floor_test)"
+    );
+    check!(
+        xas_register(entry, 0x8000, me, 0) == Err(Error::Denied),
+        "a registration without the host-privilege right: Denied"
+    );
+    let other = must("port", port_allocate(0))?;
+    check!(
+        xas_register(entry, 0x8000, me, other) == Err(Error::Denied),
+        "a registration naming another right: Denied"
+    );
+    let _ = cap_drop(other);
+    check!(
+        xas_register(entry, 0x8000, 0, hp) == Err(Error::NotFound),
+        "a boot task cannot register for its creator: NotFound"
+    );
+    check!(
+        xas_register(0xffff_8000_0000_0000, 0x8000, me, hp) == Err(Error::BadAddress),
         "a kernel-half entry is refused"
     );
     check!(
-        xas_register(entry, USER_END + 16) == Err(Error::BadAddress),
+        xas_register(entry, USER_END + 16, me, hp) == Err(Error::BadAddress),
         "a stack beyond user space is refused"
     );
     check!(
-        xas_register(0, 0x8000) == Err(Error::BadAddress),
+        xas_register(0, 0x8000, me, hp) == Err(Error::BadAddress),
         "a null entry is refused"
     );
+    // Registered for another caller: this task is refused.
+    must(
+        "register for another",
+        xas_register(entry, 0x8000, me + 1000, hp),
+    )?;
+    check!(
+        xas_call(me, 1) == Err(Error::Denied),
+        "a call from a task the partner did not name: Denied"
+    );
     // This task as its own partner: no switch of address space, but the whole protocol.
-    must("register self", xas_register(entry, 0x8000))?;
+    must("register self", xas_register(entry, 0x8000, me, hp))?;
     // An interrupt (a timer tick, another CPU's IPI) may end any one call: retry those.
     let mut own = xas_call(me, 42);
     for _ in 0..100 {
@@ -136,14 +167,15 @@ fn run(me: u64) -> Result<(), Failed> {
         own = xas_call(me, 42);
     }
     check!(own == Ok(42), "a call to this task itself");
-    must("unregister self", xas_register(0, 0))?;
+    must("unregister self", xas_unregister())?;
     check!(
         xas_call(me, 1) == Err(Error::NotFound),
         "after unregistering: NotFound"
     );
 
     // The partner task.
-    let partner = must("spawn floor_partner", spawn_task("floor_partner"))?;
+    // It registers for this task with the right passed as its bootstrap right.
+    let partner = must("spawn floor_partner", spawn_with("floor_partner", hp))?;
     let mut first = xas_call(partner, 1);
     let mut tries = 0;
     while first == Err(Error::NotFound) && tries < 1000 {

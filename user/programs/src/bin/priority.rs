@@ -1,6 +1,9 @@
 //! `priority`: a high-priority thread is not starved by a low-priority CPU hog. The main
 //! thread raises itself to priority 50, starts a spinner (which starts at the creator's
-//! priority) and lowers the spinner to 10. The spinner spins without system calls until
+//! priority) and lowers the spinner to 10. Both are pinned to CPU 0 first (the spinner
+//! pins itself and sleeps once, so that it moves there), so that at every CPU count they
+//! compete for one processor: with a CPU each, as they would be on four CPUs otherwise,
+//! nothing would be tested. The spinner spins without system calls until
 //! `STOP` is set. The main thread then sleeps 2 ms fifty times: each time it wakes it must
 //! get the processor back from the spinner, so all fifty sleeps complete while the spinner
 //! is still spinning (and the spinner must have run at all, or nothing was shown). Then it
@@ -19,7 +22,7 @@ use baton_abi::PRIORITY_MAX;
 use baton_rt::report::print_summary;
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{clock_ns, println, set_priority, sleep_ns, Error};
+use baton_rt::{clock_ns, println, set_affinity, set_priority, sleep_ns, Error};
 
 baton_rt::entry!(main);
 
@@ -41,8 +44,18 @@ static STOP: AtomicU32 = AtomicU32::new(0);
 static SPINS: AtomicU64 = AtomicU64::new(0);
 /// Set to 1 by the spinner when it stops.
 static SPINNER_DONE: Counter = Counter::new(0);
+/// Set to 1 by the spinner once it runs on CPU 0 (`u32::MAX` if it could not get there).
+static SPINNER_PINNED: Counter = Counter::new(0);
 
 fn spinner(_arg: u64) {
+    // A running thread moves to the CPU it is pinned to when it next blocks.
+    if set_affinity(0, 0)
+        .and_then(|()| sleep_ns(1_000_000))
+        .is_err()
+    {
+        SPINNER_PINNED.increment();
+    }
+    SPINNER_PINNED.increment();
     while STOP.load(Ordering::Acquire) == 0 {
         for _ in 0..1000 {
             spin_loop();
@@ -59,6 +72,10 @@ fn high_over_spinner() -> Result<(), ()> {
         println!("TEST FAIL {WHAT}: set_priority(self, {HIGH}): {}", e.name());
         return Err(());
     }
+    if let Err(e) = set_affinity(0, 0).and_then(|()| sleep_ns(1_000_000)) {
+        println!("TEST FAIL {WHAT}: pinning to CPU 0: {}", e.name());
+        return Err(());
+    }
     let Some(stack) = STACKS.take() else {
         println!("TEST FAIL {WHAT}: no stack");
         return Err(());
@@ -70,6 +87,13 @@ fn high_over_spinner() -> Result<(), ()> {
             return Err(());
         }
     };
+    match SPINNER_PINNED.wait_for(1, STOP_TIMEOUT_NS) {
+        Ok(1) => {}
+        other => {
+            println!("TEST FAIL {WHAT}: the spinner could not pin itself to CPU 0: {other:?}");
+            return Err(());
+        }
+    }
     if let Err(e) = set_priority(spinner_id, LOW) {
         println!(
             "TEST FAIL {WHAT}: set_priority(spinner {spinner_id}, {LOW}): {}",

@@ -92,7 +92,7 @@ fn main(_task_id: u64) -> i32 {
     for seed in SEEDS {
         let spins = SPINS.load(Ordering::Relaxed);
         let start = clock_ns();
-        let result = debug_block_process_model(BLOCK_NS, seed);
+        let result = debug_block_process_model(BLOCK_NS, seed, baton_rt::start::host_priv());
         let elapsed = clock_ns() - start;
         let progress = SPINS.load(Ordering::Relaxed).wrapping_sub(spins);
         helper_progress += progress;

@@ -4,11 +4,21 @@
 //! waits for them to finish. Every count must be exact: a lost or doubled return from
 //! `yield`, or a thread that never came back, shows up here.
 //!
+//! That the yields really hand the processor over is checked too. After each yield a
+//! thread appends its number to a shared record ([`RECORD`], the first [`RECORDED`]
+//! entries): with more threads than CPUs, a yield must let another ready thread run, so
+//! one thread's entry is rarely followed by its own (a *repeat*; a thread that never
+//! switched would make nearly all of them repeats). At most [`REPEATS_PERCENT_MAX`] percent
+//! of the entries may be repeats (a timer tick or a thread left alone on its CPU makes a
+//! few), and the kernel must have counted a switching yield (`blocks_yield`) for at least
+//! half of all the yields on one CPU (a thread alone on its CPU yields in place, so on `n`
+//! CPUs the share is divided by `n`). The program prints both counts for the test's check.
+//!
 //! Verdict: `TEST PASS yield storm`.
 #![no_std]
 #![no_main]
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use baton_rt::report::print_summary;
 use baton_rt::sync::{wait_until, Counter};
@@ -33,15 +43,34 @@ static COUNTS: [AtomicU32; WORKERS + 1] = [const { AtomicU32::new(0) }; WORKERS 
 static DONE: Counter = Counter::new(0);
 /// Workers whose wait for `GO` failed.
 static FAILURES: AtomicU32 = AtomicU32::new(0);
+/// Entries of [`RECORD`].
+const RECORDED: usize = 4000;
+/// Which thread returned from each yield, in order (the first [`RECORDED`] yields).
+static RECORD: [AtomicU8; RECORDED] = [const { AtomicU8::new(u8::MAX) }; RECORDED];
+/// The next free entry of [`RECORD`].
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+/// The most repeats allowed, in percent of the entries.
+const REPEATS_PERCENT_MAX: usize = 10;
 
-/// Yields [`YIELDS`] times, counting into `COUNTS[slot]`.
+/// Yields [`YIELDS`] times, counting into `COUNTS[slot]` and recording into [`RECORD`].
 fn storm(slot: usize) {
     if let Some(count) = COUNTS.get(slot) {
         for _ in 0..YIELDS {
             yield_now();
             count.fetch_add(1, Ordering::Relaxed);
+            if let Some(entry) = RECORD.get(NEXT.fetch_add(1, Ordering::SeqCst)) {
+                entry.store(slot as u8, Ordering::SeqCst);
+            }
         }
     }
+}
+
+/// Entries of [`RECORD`] whose thread is the one of the entry before.
+fn repeats() -> usize {
+    RECORD
+        .windows(2)
+        .filter(|w| w[0].load(Ordering::SeqCst) == w[1].load(Ordering::SeqCst))
+        .count()
 }
 
 fn worker(index: u64) {
@@ -100,14 +129,29 @@ fn main(_task_id: u64) -> i32 {
             ok = false;
         }
     }
-    let yields = stats()
-        .map(|s| s.blocks_yield.saturating_sub(yields_before))
-        .unwrap_or(0);
+    let (yields, cpus) = stats()
+        .map(|s| (s.blocks_yield.saturating_sub(yields_before), s.cpus.max(1)))
+        .unwrap_or((0, 1));
     println!(
-        "{total} yields by {} threads in {} ms; the kernel counted {yields} yield blocks",
+        "{total} yields by {} threads in {} ms; the kernel counted {yields} yield blocks; {cpus} CPUs",
         WORKERS + 1,
         elapsed / 1_000_000
     );
+    let repeats = repeats();
+    println!("{repeats} repeats in {RECORDED} recorded yields");
+    if repeats * 100 > RECORDED * REPEATS_PERCENT_MAX {
+        println!(
+            "TEST FAIL yield storm: {repeats} of {RECORDED} yields were followed by the same \
+             thread's (at most {REPEATS_PERCENT_MAX}% allowed): yield does not switch"
+        );
+        ok = false;
+    }
+    // On more CPUs a thread is sometimes alone on its CPU, and its yield returns in
+    // place: the share that must switch shrinks with the number of CPUs.
+    if yields * 2 * cpus < total {
+        println!("TEST FAIL yield storm: the kernel counted {yields} switching yields of {total}");
+        ok = false;
+    }
     if ok {
         println!("TEST PASS yield storm");
     }

@@ -1,0 +1,319 @@
+//! Kernel-memory accounting: who pays for what the kernel keeps on a task's behalf.
+//!
+//! Every kernel resource a task can make the kernel hold — heap bytes for its threads,
+//! ports, names, queued messages and activations; physical frames for its memory, page
+//! tables and process-model kernel stacks — is *charged* to an [`Account`] before it is
+//! taken, and the charge fails with [`Error::NoMemory`] when any account on the way up is
+//! at its limit. Accounts form a tree, as Zircon's jobs do: a task's account is a child of
+//! its creator's (of the kernel's root account for the tasks the kernel starts), and a
+//! charge counts against the account and every ancestor. So whatever a task and all the
+//! tasks it creates make the kernel hold is bounded by its own limit, and all of it
+//! together by the root's, which the kernel sizes below its heap and frame pool; a task at
+//! its limit gets errors and every task outside its subtree goes on.
+//!
+//! A [`Charge`] is the receipt: it owns the amount and gives it back when dropped, so the
+//! object that holds the resource (a thread, a port, a message) holds its charge, and
+//! freeing the object refunds it on every path, teardown included, with nothing to
+//! allocate. An account lives as long as its task or any charge against it (it is
+//! reference counted), so a message that outlives its sender still refunds the right
+//! account, and its ancestors.
+//!
+//! # Invariants
+//! - `used[r] <= limit[r]` for every account and resource, and an account's `used`
+//!   includes everything charged to its descendants.
+//! - A [`Charge`] of `n` units on account `a` has added `n` to `a` and every ancestor of
+//!   `a`, and removes exactly that when dropped.
+//! - The chain is at most [`DEPTH_MAX`] accounts long, so a charge costs O(1).
+
+use alloc::sync::Arc;
+use baton_abi::Error;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+/// The longest chain of accounts from a task's up to the root (the root counts): a task
+/// whose creator's account is this deep cannot create tasks.
+pub const DEPTH_MAX: usize = 8;
+
+/// What is charged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Resource {
+    /// Bytes of kernel heap.
+    Heap = 0,
+    /// Physical frames (user pages, page tables, kernel stacks held in the process model).
+    Frames = 1,
+}
+
+/// How many [`Resource`]s there are.
+const RESOURCES: usize = 2;
+
+/// Limits and use of one account. See the module documentation.
+#[derive(Debug)]
+pub struct Account {
+    limit: [u64; RESOURCES],
+    used: [AtomicU64; RESOURCES],
+    parent: Option<Arc<Account>>,
+    depth: usize,
+}
+
+impl Account {
+    /// A root account (no parent) with limits `heap` bytes and `frames` frames.
+    pub fn root(heap: u64, frames: u64) -> Arc<Account> {
+        Arc::new(Account {
+            limit: [heap, frames],
+            used: [AtomicU64::new(0), AtomicU64::new(0)],
+            parent: None,
+            depth: 1,
+        })
+    }
+
+    /// A child of `parent` with at most the given limits (each clamped to the parent's
+    /// own); [`Error::NoSpace`] when `parent` is already [`DEPTH_MAX`] deep.
+    pub fn child(parent: &Arc<Account>, heap: u64, frames: u64) -> Result<Arc<Account>, Error> {
+        if parent.depth >= DEPTH_MAX {
+            return Err(Error::NoSpace);
+        }
+        Ok(Arc::new(Account {
+            limit: [heap.min(parent.limit[0]), frames.min(parent.limit[1])],
+            used: [AtomicU64::new(0), AtomicU64::new(0)],
+            parent: Some(parent.clone()),
+            depth: parent.depth + 1,
+        }))
+    }
+
+    /// The limit for `r`.
+    pub fn limit(&self, r: Resource) -> u64 {
+        self.limit[r as usize]
+    }
+
+    /// How much of `r` is charged to this account and its descendants now.
+    pub fn used(&self, r: Resource) -> u64 {
+        self.used[r as usize].load(Ordering::Relaxed)
+    }
+
+    /// Charges `n` units of `r` to `this` and its ancestors: a receipt that gives them
+    /// back when dropped, or [`Error::NoMemory`] (nothing charged) when any account would
+    /// go over its limit.
+    pub fn charge(this: &Arc<Account>, r: Resource, n: u64) -> Result<Charge, Error> {
+        this.take(r, n)?;
+        Ok(Charge {
+            account: this.clone(),
+            resource: r,
+            amount: n,
+        })
+    }
+
+    /// Adds `n` of `r` to this account and its ancestors, or nothing and
+    /// [`Error::NoMemory`]. Without a receipt: the caller gives it back with
+    /// [`Account::give`] (for counts kept elsewhere, such as a task's mapped pages).
+    pub fn take(&self, r: Resource, n: u64) -> Result<(), Error> {
+        let i = r as usize;
+        // Check the whole chain first, then add: the kernel charges under its one lock,
+        // so nothing changes in between; a racing caller without it could only make an
+        // account go over by what it charged itself, never corrupt the counts.
+        let mut level = Some(self);
+        while let Some(a) = level {
+            let used = a.used[i].load(Ordering::Relaxed);
+            if used.checked_add(n).is_none_or(|u| u > a.limit[i]) {
+                return Err(Error::NoMemory);
+            }
+            level = a.parent.as_deref();
+        }
+        let mut level = Some(self);
+        while let Some(a) = level {
+            a.used[i].fetch_add(n, Ordering::Relaxed);
+            level = a.parent.as_deref();
+        }
+        Ok(())
+    }
+
+    /// Gives back `n` of `r` taken with [`Account::take`].
+    pub fn give(&self, r: Resource, n: u64) {
+        let i = r as usize;
+        let mut level = Some(self);
+        while let Some(a) = level {
+            // Saturating: a mismatched give must not wrap an account into having room
+            // without bound; `debug_assert` catches the mismatch in tests.
+            let old = a.used[i].load(Ordering::Relaxed);
+            debug_assert!(old >= n, "account refunded more than it was charged");
+            a.used[i].store(old.saturating_sub(n), Ordering::Relaxed);
+            level = a.parent.as_deref();
+        }
+    }
+}
+
+/// A receipt for a charge ([`Account::charge`]): gives it back when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    account: Arc<Account>,
+    resource: Resource,
+    amount: u64,
+}
+
+impl Charge {
+    /// How much this receipt holds.
+    pub fn amount(&self) -> u64 {
+        self.amount
+    }
+
+    /// The account charged.
+    pub fn account(&self) -> &Arc<Account> {
+        &self.account
+    }
+}
+
+/// Two receipts are equal when they hold the same amount of the same resource on the same
+/// account (so messages that carry them still compare by content in tests).
+impl PartialEq for Charge {
+    fn eq(&self, other: &Charge) -> bool {
+        Arc::ptr_eq(&self.account, &other.account)
+            && self.resource == other.resource
+            && self.amount == other.amount
+    }
+}
+
+impl Eq for Charge {}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.account.give(self.resource, self.amount);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    #[test]
+    fn charges_count_up_the_chain_and_come_back_on_drop() {
+        let root = Account::root(1000, 10);
+        let a = Account::child(&root, 600, 10).unwrap();
+        let b = Account::child(&a, 400, 10).unwrap();
+        let c1 = Account::charge(&b, Resource::Heap, 300).unwrap();
+        assert_eq!((b.used(Resource::Heap), a.used(Resource::Heap)), (300, 300));
+        assert_eq!(root.used(Resource::Heap), 300);
+        // b has 100 left.
+        assert_eq!(
+            Account::charge(&b, Resource::Heap, 101).err(),
+            Some(Error::NoMemory)
+        );
+        // A failed charge takes nothing anywhere.
+        assert_eq!(root.used(Resource::Heap), 300);
+        // a's other child is bounded by what a has left (600 - 300).
+        let d = Account::child(&a, 600, 10).unwrap();
+        assert!(Account::charge(&d, Resource::Heap, 301).is_err());
+        let c2 = Account::charge(&d, Resource::Heap, 300).unwrap();
+        assert_eq!(a.used(Resource::Heap), 600);
+        drop(c1);
+        assert_eq!(
+            (
+                b.used(Resource::Heap),
+                a.used(Resource::Heap),
+                root.used(Resource::Heap)
+            ),
+            (0, 300, 300)
+        );
+        drop(c2);
+        assert_eq!(root.used(Resource::Heap), 0);
+        // Resources are separate.
+        assert_eq!(root.used(Resource::Frames), 0);
+    }
+
+    #[test]
+    fn a_child_is_never_given_more_than_its_parent_has_as_limit() {
+        let root = Account::root(100, 5);
+        let a = Account::child(&root, 1 << 40, 1 << 40).unwrap();
+        assert_eq!(
+            (a.limit(Resource::Heap), a.limit(Resource::Frames)),
+            (100, 5)
+        );
+    }
+
+    #[test]
+    fn a_receipt_keeps_its_account_alive_after_the_owner_lets_go() {
+        let root = Account::root(100, 5);
+        let a = Account::child(&root, 50, 5).unwrap();
+        let c = Account::charge(&a, Resource::Frames, 3).unwrap();
+        drop(a);
+        assert_eq!(root.used(Resource::Frames), 3);
+        drop(c);
+        assert_eq!(root.used(Resource::Frames), 0);
+        assert_eq!(
+            Arc::strong_count(&root),
+            1,
+            "the child account is gone with its last charge"
+        );
+    }
+
+    #[test]
+    fn the_chain_is_bounded() {
+        let mut chain: Vec<Arc<Account>> = alloc::vec![Account::root(10, 10)];
+        while let Ok(next) = Account::child(chain.last().unwrap(), 10, 10) {
+            chain.push(next);
+        }
+        assert_eq!(chain.len(), DEPTH_MAX);
+    }
+
+    #[test]
+    fn overflowing_amounts_are_refused() {
+        let root = Account::root(u64::MAX, 1);
+        let _c = Account::charge(&root, Resource::Heap, u64::MAX).unwrap();
+        assert_eq!(root.take(Resource::Heap, 1), Err(Error::NoMemory));
+    }
+
+    /// Random charges and drops against a model that keeps plain numbers per account.
+    #[test]
+    fn matches_a_model_under_random_use() {
+        let root = Account::root(5000, 100);
+        let kids = [
+            Account::child(&root, 3000, 60).unwrap(),
+            Account::child(&root, 3000, 60).unwrap(),
+        ];
+        let grand = Account::child(&kids[0], 1000, 20).unwrap();
+        let accounts = [&root, &kids[0], &kids[1], &grand];
+        // Ancestors of each account, itself included, by index into `accounts`.
+        let chains: [&[usize]; 4] = [&[0], &[1, 0], &[2, 0], &[3, 1, 0]];
+        let mut model = [[0u64; 2]; 4];
+        let mut held: Vec<(usize, Resource, u64, Charge)> = Vec::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            if x.is_multiple_of(3) && !held.is_empty() {
+                let (who, r, n, c) = held.swap_remove((x >> 8) as usize % held.len());
+                drop(c);
+                for &i in chains[who] {
+                    model[i][r as usize] -= n;
+                }
+            } else {
+                let who = (x >> 4) as usize % 4;
+                let r = if x & 1 == 0 {
+                    Resource::Heap
+                } else {
+                    Resource::Frames
+                };
+                let n = (x >> 20) % if r == Resource::Heap { 700 } else { 15 };
+                let fits = chains[who]
+                    .iter()
+                    .all(|&i| model[i][r as usize] + n <= accounts[i].limit(r));
+                match Account::charge(accounts[who], r, n) {
+                    Ok(c) => {
+                        assert!(fits, "charged past a limit");
+                        for &i in chains[who] {
+                            model[i][r as usize] += n;
+                        }
+                        held.push((who, r, n, c));
+                    }
+                    Err(e) => {
+                        assert!(!fits, "refused a charge that fits");
+                        assert_eq!(e, Error::NoMemory);
+                    }
+                }
+            }
+            for (i, a) in accounts.iter().enumerate() {
+                assert_eq!(a.used(Resource::Heap), model[i][0]);
+                assert_eq!(a.used(Resource::Frames), model[i][1]);
+            }
+        }
+    }
+}

@@ -1,0 +1,112 @@
+//! Kernel-memory accounting in the kernel binary: the root account, the limits tasks get,
+//! and what each kernel object costs (the model is `kern::quota`; `docs/architecture.md`,
+//! "Kernel memory", describes it).
+//!
+//! The root account's limits are set once at boot, below the kernel heap and the free
+//! frames, so that what every task together can make the kernel hold leaves the kernel
+//! its reserve: a charge that fails is an error to the caller, never an exhausted heap.
+//!
+//! # Invariants
+//! - [`root`] is set once, by [`init`], before the first task exists.
+//! - Every account a task holds descends from [`root`].
+
+use alloc::sync::Arc;
+use baton_abi::Error;
+use kern::quota::{Account, Charge, Resource};
+use spin::Once;
+
+/// The root of every task's account.
+static ROOT: Once<Arc<Account>> = Once::new();
+
+/// Frames kept out of the root account for the kernel itself (kernel stacks of running
+/// threads, the kernel's own page tables): at least this many, or an eighth of all.
+const FRAMES_RESERVED_MIN: u64 = 256;
+
+/// Sets the root account's limits from the heap's size and the free frames: three
+/// quarters of the heap, and all frames but an eighth (at least
+/// [`FRAMES_RESERVED_MIN`]).
+pub fn init(heap_bytes: u64, free_frames: u64) {
+    let reserve = (free_frames / 8).max(FRAMES_RESERVED_MIN);
+    ROOT.call_once(|| Account::root(heap_bytes / 4 * 3, free_frames.saturating_sub(reserve)));
+}
+
+/// The root account.
+pub fn root() -> &'static Arc<Account> {
+    // `init` runs at boot before any task exists; `call_once` here only serves host-less
+    // paths that could run earlier, and gives them an empty account.
+    ROOT.call_once(|| Account::root(0, 0))
+}
+
+/// The account of a new task: a child of `parent` (the root for tasks the kernel starts)
+/// with at most `heap` bytes and `frames` frames; 0 means the default, half the root's
+/// limits (each clamped to the parent's own limit by `kern::quota`).
+pub fn task_account(parent: &Arc<Account>, heap: u64, frames: u64) -> Result<Arc<Account>, Error> {
+    let r = root();
+    let heap = if heap == 0 {
+        r.limit(Resource::Heap) / 2
+    } else {
+        heap
+    };
+    let frames = if frames == 0 {
+        r.limit(Resource::Frames) / 2
+    } else {
+        frames
+    };
+    Account::child(parent, heap, frames)
+}
+
+/// Charges `bytes` of kernel heap to `account`.
+pub fn heap(account: &Arc<Account>, bytes: usize) -> Result<Charge, Error> {
+    Account::charge(account, Resource::Heap, bytes as u64)
+}
+
+/// Room for the bookkeeping an object adds besides its own size (slab slot, queue or map
+/// entry, allocator rounding).
+const OVERHEAD: usize = 64;
+
+/// What a thread costs: the thread object, its register frame, its slab slot and the run
+/// queue and timer entries it may take.
+pub const THREAD_BYTES: usize = core::mem::size_of::<crate::thread::Thread>()
+    + core::mem::size_of::<crate::arch::trap::TrapFrame>()
+    + 2 * OVERHEAD;
+
+/// What a port costs: the port (twice: the global slab grows by doubling) and its first
+/// queue growth.
+pub const PORT_BYTES: usize =
+    2 * core::mem::size_of::<kern::ipc::Port<crate::thread::ThreadId>>() + 2 * OVERHEAD;
+
+/// What a queued message costs besides its data: the message and its queue slot.
+pub const MESSAGE_BYTES: usize = 2 * core::mem::size_of::<kern::ipc::Message>() + OVERHEAD;
+
+/// What one right carried by a queued message costs.
+pub const RIGHT_BYTES: usize = core::mem::size_of::<kern::ipc::Right>();
+
+/// What a pool activation costs: the activation (twice: its slab doubles), its pool entry
+/// and the saved record a call through it may need.
+pub const ACTIVATION_BYTES: usize = 2 * core::mem::size_of::<kern::activation::Activation>()
+    + core::mem::size_of::<crate::activation::Saved>()
+    + 2 * OVERHEAD;
+
+/// What a task costs besides its threads, names and memory: the task object and its name.
+pub const TASK_BYTES: usize =
+    core::mem::size_of::<crate::kernel::Task>() + baton_abi::MODULE_NAME_MAX + 2 * OVERHEAD;
+
+/// Frames a mapping of `pages` pages may take at most: the pages, and the page tables
+/// that may have to be created for them (one table per 512 pages, plus one more at each
+/// level for a range that straddles a boundary).
+pub fn map_frames_worst(pages: u64) -> u64 {
+    pages + pages.div_ceil(512) + pages.div_ceil(512 * 512) + 3
+}
+
+/// Brings what `account` is charged for a count kept elsewhere (`charged` bytes now) to
+/// `want` bytes: takes the difference ([`Error::NoMemory`] and nothing changed when it
+/// does not fit) or gives it back.
+pub fn settle(account: &Account, charged: &mut u64, want: u64) -> Result<(), Error> {
+    if want > *charged {
+        account.take(Resource::Heap, want - *charged)?;
+    } else {
+        account.give(Resource::Heap, *charged - want);
+    }
+    *charged = want;
+    Ok(())
+}
