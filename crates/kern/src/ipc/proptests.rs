@@ -426,7 +426,9 @@ enum Op {
         descs: Vec<(usize, u8)>,
         data: Vec<u8>,
     },
-    Receive(usize, usize),
+    /// Space, a receive pick, and whether the message is put back (as when the receiver's
+    /// buffer is too small) instead of copied out.
+    Receive(usize, usize, bool),
     /// Space, a receive pick, and whether the thread blocks as a sender (on a full queue).
     Block(usize, usize, bool),
     Notify(usize, usize, u64, Option<usize>),
@@ -467,7 +469,8 @@ fn op() -> impl Strategy<Value = Op> {
                 descs,
                 data,
             }),
-        4 => (s.clone(), pick).prop_map(|(s, p)| Op::Receive(s, p)),
+        4 => (s.clone(), pick, proptest::bool::weighted(0.2))
+            .prop_map(|(s, p, back)| Op::Receive(s, p, back)),
         1 => (s.clone(), pick, any::<bool>()).prop_map(|(s, p, b)| Op::Block(s, p, b)),
         2 => (
             s.clone(),
@@ -710,7 +713,7 @@ impl World {
                 let want = self.model.send(s, &m);
                 assert_eq!(real.map(|id| self.model_port(id)), want, "send {m:x?}");
             }
-            Op::Receive(s, pick) => {
+            Op::Receive(s, pick, put_back) => {
                 let name = self.name(s, pick, Some(Held::Receive));
                 let real = self.ipc.receive_port(&self.spaces[s], name);
                 let want = self.model.receive_port(s, name);
@@ -722,6 +725,9 @@ impl World {
                 let (Ok(id), Ok(p)) = (real, want) else {
                     return;
                 };
+                let size = |m: &MMsg| HEADER_SIZE + m.rights.len() * DESCRIPTOR_SIZE + m.data.len();
+                let front = self.model.ports[p].queue.front();
+                assert_eq!(self.ipc.peek_size(id), front.map(size));
                 let msg = self.ipc.dequeue(id, &mut fx);
                 let port = &mut self.model.ports[p];
                 let expected = port.queue.pop_front();
@@ -734,6 +740,11 @@ impl World {
                 let Some(msg) = msg else {
                     return;
                 };
+                if put_back {
+                    self.ipc.requeue_front(id, msg, &mut fx);
+                    self.model.ports[p].queue.push_front(expected.unwrap());
+                    return self.check_step(op, &fx);
+                }
                 let mut out = Vec::new();
                 let header = self
                     .ipc
@@ -813,6 +824,11 @@ impl World {
                 assert_eq!(real, want, "set_limit {name:#x} {limit}");
             }
         }
+        self.check_step(op, &fx);
+    }
+
+    /// After a step: the same threads woken, the same state, the invariants.
+    fn check_step(&mut self, op: &Op, fx: &Effects<u32>) {
         self.next_thread += 1;
         assert_eq!(fx.wake, self.model.wakes, "threads woken by {op:?}");
         self.compare();
@@ -828,6 +844,7 @@ impl World {
                 .collect();
             assert_eq!(real, self.model.spaces[s], "names of space {s}");
             assert_eq!(space.len(), real.len());
+            assert_eq!(space.is_empty(), real.is_empty());
             for (&name, &(kind, p)) in &self.model.spaces[s] {
                 let want = match kind {
                     _ if !self.model.alive(p) => RightKind::DeadName,

@@ -997,3 +997,99 @@ fn no_senders_waits_for_a_send_right_made_in_the_same_message() {
     assert_eq!(q.len(), 1);
     assert_eq!(q[0].id, NOTIFY_NO_SENDERS);
 }
+
+#[test]
+fn copyout_needs_room_for_every_right_and_the_reply() {
+    let (mut ipc, server, _client, port, _send) = setup();
+    let pid = server.lookup(port).unwrap().port;
+    let mut full = Space::with_id(3);
+    let me = ipc.allocate(&mut full, 3, 0).unwrap();
+    // Fill the space up to one free name.
+    while full.room() > 1 {
+        full.insert(Entry {
+            kind: Held::Send,
+            port: pid,
+        })
+        .unwrap();
+    }
+    let right = Right {
+        kind: Held::Send,
+        port: pid,
+    };
+    let one = Message {
+        rights: vec![right],
+        ..Message::default()
+    };
+    let mut out = Vec::new();
+    let two = Message {
+        reply: Some(right),
+        rights: vec![right],
+        ..Message::default()
+    };
+    assert_eq!(
+        ipc.copyout(&mut full, 3, me, &two, &mut out),
+        Err(Error::NoSpace),
+        "a right and a reply need two names"
+    );
+    assert_eq!(full.room(), 1, "nothing inserted");
+    let h = ipc.copyout(&mut full, 3, me, &one, &mut out).unwrap();
+    assert_eq!(h.descriptors(), 1);
+    assert_eq!(full.room(), 0);
+}
+
+#[test]
+fn a_name_gone_cancels_only_its_own_dead_name_request() {
+    // Two spaces name the same port with the same number, a third name in the first space
+    // too; each asks for a dead-name notification. Releasing one name cancels its request
+    // only.
+    let mut ipc = I::new();
+    let mut owner = Space::with_id(1);
+    let mut a = Space::with_id(2);
+    let mut b = Space::with_id(3);
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut owner, 1, 0).unwrap();
+    let pid = owner.lookup(port).unwrap().port;
+    let na = ipc.grant_send(&mut a, pid).unwrap();
+    let nb = ipc.grant_send(&mut b, pid).unwrap();
+    assert_eq!(na, nb, "the same number in two spaces");
+    let na2 = ipc.grant_send(&mut a, pid).unwrap();
+    let notify_a = ipc.allocate(&mut a, 2, 0).unwrap();
+    let notify_b = ipc.allocate(&mut b, 3, 0).unwrap();
+    for (space, name, notify) in [(&a, na, notify_a), (&a, na2, notify_a), (&b, nb, notify_b)] {
+        ipc.request_notify(space, name, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+            .unwrap();
+    }
+    ipc.release(&mut a, na, &mut fx).unwrap();
+    ipc.release(&mut owner, port, &mut fx).unwrap();
+    let queued = |s: &Space, n| ipc.port(s.lookup(n).unwrap().port).unwrap().queue.len();
+    assert_eq!(queued(&a, notify_a), 1, "the other name of the same space");
+    assert_eq!(queued(&b, notify_b), 1, "the same number in another space");
+}
+
+#[test]
+fn a_message_for_a_dead_port_gives_its_rights_back() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let mine = ipc.allocate(&mut client, 2, 0).unwrap();
+    let mid = client.lookup(mine).unwrap().port;
+    let h = header(send, D::CopySend, 0, D::None, 1, 1);
+    let (dest, msg) = ipc
+        .copyin(
+            &mut client,
+            &h,
+            &[Descriptor::port(mine, D::MakeSend)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    assert_eq!(ipc.port(mid).unwrap().sends, 1);
+    // The destination dies before the message is queued.
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    assert_eq!(
+        ipc.port(mid).unwrap().sends,
+        0,
+        "the carried send right is released"
+    );
+    assert_eq!(ipc.queued(), 0);
+}
