@@ -133,8 +133,9 @@ fn activation(task: u64, port: usize) -> Activation {
         frames: [PhysAddr(0x4000); BUFFER_PAGES],
         cookie: 0,
         occupant: Key(0),
-        occupied: false,
-        retired: false,
+        // Whatever the caller says, a new activation is free and not retired.
+        occupied: true,
+        retired: true,
     }
 }
 
@@ -472,6 +473,10 @@ proptest! {
                 _ => {}
             }
             prop_assert_eq!(acts.len(), model.len());
+            prop_assert_eq!(acts.is_empty(), model.is_empty());
+            for id in model.keys() {
+                prop_assert!(acts.get_mut(*id).is_some());
+            }
             for (id, a) in acts.iter() {
                 let m = model.get(&id).copied();
                 prop_assert_eq!(
@@ -491,4 +496,12 @@ proptest! {
             }
         }
     }
+}
+
+#[test]
+fn an_activation_buffer_holds_a_largest_message() {
+    assert_eq!(
+        BUFFER_PAGES * PAGE_SIZE as usize,
+        baton_abi::ipc::MSG_SIZE_MAX
+    );
 }
