@@ -231,6 +231,24 @@ proptest! {
                 prop_assert_eq!(s.get(&probe), model.get(&probe));
                 let by_key = s.key_of(probe).and_then(|k| s.by_key(k));
                 prop_assert_eq!(by_key, model.get(&probe));
+                // Writes through the id and through the key reach the same object.
+                if let Some(v) = s.get_mut(&probe) {
+                    *v = v.wrapping_add(1);
+                    *model.get_mut(&probe).unwrap() = model[&probe].wrapping_add(1);
+                }
+                if let Some(k) = s.key_of(probe) {
+                    let v = s.by_key_mut(k).unwrap();
+                    *v = v.wrapping_add(1);
+                    *model.get_mut(&probe).unwrap() = model[&probe].wrapping_add(1);
+                }
+                prop_assert_eq!(s.get(&probe), model.get(&probe));
+            }
+            let ids: Vec<u64> = model.keys().copied().collect();
+            if let [a, b, ..] = ids[..] {
+                let (ka, kb) = (s.key_of(a).unwrap(), s.key_of(b).unwrap());
+                let (x, y) = s.by_keys2_mut(ka, kb).unwrap();
+                prop_assert_eq!((*x, *y), (model[&a], model[&b]));
+                prop_assert!(s.by_keys2_mut(ka, ka).is_none());
             }
         }
     }
