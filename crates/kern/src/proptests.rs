@@ -27,6 +27,10 @@ fn config() -> ProptestConfig {
 #[derive(Clone, Debug)]
 enum SlabOp {
     Insert(u32),
+    /// `insert_with`, the value made from its own key.
+    InsertWith,
+    /// `get2_mut` of two picks.
+    Get2(usize, usize),
     /// Remove a key handed out earlier (live or not), by pick.
     Remove(usize),
     Get(usize),
@@ -35,6 +39,8 @@ enum SlabOp {
 fn slab_op() -> impl Strategy<Value = SlabOp> {
     prop_oneof![
         3 => any::<u32>().prop_map(SlabOp::Insert),
+        1 => Just(SlabOp::InsertWith),
+        1 => (any::<usize>(), any::<usize>()).prop_map(|(a, b)| SlabOp::Get2(a, b)),
         2 => any::<usize>().prop_map(SlabOp::Remove),
         1 => any::<usize>().prop_map(SlabOp::Get),
     ]
@@ -173,6 +179,24 @@ proptest! {
                         prop_assert_eq!(live.len(), limit as usize, "refused below the limit");
                     }
                 },
+                SlabOp::InsertWith => match slab.insert_with(|k| k.0 as u32 ^ 0x5555) {
+                    Ok(k) => {
+                        prop_assert!(!issued.contains(&k), "key {k:?} handed out twice");
+                        prop_assert!(live.len() < limit as usize);
+                        prop_assert_eq!(slab.get(k), Some(&(k.0 as u32 ^ 0x5555)));
+                        issued.push(k);
+                        live.insert(k, k.0 as u32 ^ 0x5555);
+                    }
+                    Err(_) => prop_assert_eq!(live.len(), limit as usize),
+                },
+                SlabOp::Get2(a, b) if !issued.is_empty() => {
+                    let (a, b) = (issued[a % issued.len()], issued[b % issued.len()]);
+                    let want = match (live.get(&a), live.get(&b)) {
+                        (Some(&x), Some(&y)) if a.index() != b.index() => Some((x, y)),
+                        _ => None,
+                    };
+                    prop_assert_eq!(slab.get2_mut(a, b).map(|(x, y)| (*x, *y)), want);
+                }
                 SlabOp::Remove(pick) if !issued.is_empty() => {
                     let k = issued[pick % issued.len()];
                     prop_assert_eq!(slab.remove(k), live.remove(&k));
@@ -190,6 +214,10 @@ proptest! {
             }
             prop_assert_eq!(slab.len(), live.len());
             prop_assert_eq!(slab.is_empty(), live.is_empty());
+            // Slots are added one by one and never dropped; a free one is reused first.
+            let slots: BTreeSet<u32> = issued.iter().map(|k| k.index()).collect();
+            prop_assert_eq!(slab.slots(), slots.len());
+            prop_assert_eq!(slab.has_free(), slab.slots() > slab.len());
             let mut real: Vec<(Key, u32)> = slab.iter().map(|(k, v)| (k, *v)).collect();
             let in_slot_order = real.windows(2).all(|w| w[0].0.index() < w[1].0.index());
             prop_assert!(in_slot_order);
