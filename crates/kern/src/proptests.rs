@@ -190,7 +190,14 @@ proptest! {
                     Err(_) => prop_assert_eq!(live.len(), limit as usize),
                 },
                 SlabOp::Get2(a, b) if !issued.is_empty() => {
-                    let (a, b) = (issued[a % issued.len()], issued[b % issued.len()]);
+                    // Keys handed out, and one past every slot there is.
+                    let key = |pick: usize| {
+                        issued
+                            .get(pick % (issued.len() + 1))
+                            .copied()
+                            .unwrap_or(Key::new(limit + 5, 1))
+                    };
+                    let (a, b) = (key(a), key(b));
                     let want = match (live.get(&a), live.get(&b)) {
                         (Some(&x), Some(&y)) if a.index() != b.index() => Some((x, y)),
                         _ => None,
