@@ -1,6 +1,7 @@
 //! Installing what the commands need and is missing: the `x86_64-unknown-none` Rust target
 //! (through rustup), clippy, and host programs from Debian packages (QEMU; gdb and binutils'
-//! `addr2line` for `profile`) through apt-get on Debian-like hosts ([`ensure_tool`]).
+//! `addr2line` for `profile`) through apt-get on Debian-like hosts ([`ensure_tool`]), and
+//! `cargo-mutants` for `mutants` through `cargo install` ([`ensure_cargo_mutants`]).
 //!
 //! Each step says what it does. When something cannot be installed automatically, the
 //! error names the exact command to run instead, and the xtask command fails.
@@ -94,6 +95,23 @@ pub fn ensure_clippy() -> Result<(), String> {
         "installing clippy",
     )
     .map_err(|e| format!("{e}\nRun it yourself:\n    rustup component add clippy"))
+}
+
+/// Makes sure `cargo mutants` works, installing it with `cargo install --locked
+/// cargo-mutants` if needed (a build of a few minutes, once).
+pub fn ensure_cargo_mutants() -> Result<(), String> {
+    let works = |cmd: &mut Command| cmd.output().is_ok_and(|o| o.status.success());
+    if works(cargo().args(["mutants", "--version"])) {
+        return Ok(());
+    }
+    let mut install = cargo();
+    install.args(["install", "--locked", "cargo-mutants"]);
+    note(format!(
+        "cargo-mutants is missing; installing it: {}",
+        shell_line(&install)
+    ));
+    run_checked(&mut install, "installing cargo-mutants")
+        .map_err(|e| format!("{e}\nRun it yourself:\n    cargo install --locked cargo-mutants"))
 }
 
 /// Returns the path of [`QEMU`], installing it with apt-get first if it is missing.

@@ -26,6 +26,7 @@ mod initrd;
 mod judge;
 mod linux;
 mod mix;
+mod mutants;
 mod plot;
 mod profile;
 mod qemu;
@@ -95,6 +96,16 @@ commands:
       --exclude LETTERS  call classes to leave out (docs/fuzzing.md)
       --verbose          the program prints every call (to place a panic exactly)
   clippy                 clippy -D warnings on the host crates, the kernel and the user programs
+  mutants [options]      mutation testing (cargo-mutants, installed if missing) of kern,
+                         baton-abi and baton-idl-rt, one crate after the other, each against
+                         its own tests; results in target/mutants/<crate>/mutants.out
+      --package NAME     only this crate (repeatable)
+      --file GLOB        only mutants in these files (repeatable)
+      --shard K/N        only the K-th of N parts of each crate's mutants
+      -j N               mutants tested at once (default 1)
+      --timeout SECS     per mutant's tests (default: cargo-mutants' own, from the clean run)
+      --list             list the mutants, test nothing
+      --iterate          test again only the mutants the previous run did not catch
   help                   print this text
 
 Integration-test logs are written to target/test-logs/<name>.log.";
@@ -149,6 +160,7 @@ enum Cmd {
     Fuzz(fuzz::FuzzOpts),
     Profile,
     Clippy,
+    Mutants(mutants::MutantsOpts),
     Help,
 }
 
@@ -174,6 +186,7 @@ fn main() -> ExitCode {
         Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
         Cmd::Clippy => clippy::clippy(),
+        Cmd::Mutants(opts) => mutants::mutants(&opts),
     };
     result.unwrap_or_else(|msg| {
         eprintln!("xtask: error: {msg}");
@@ -273,6 +286,40 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                 }
             }
             Ok(Cmd::Fuzz(opts))
+        }
+        "mutants" => {
+            let mut opts = mutants::MutantsOpts::default();
+            while let Some(arg) = rest.next() {
+                let (flag, inline) = split_flag(&arg);
+                match flag {
+                    "--package" | "-p" => {
+                        opts.packages.push(value(flag, inline, &mut rest)?);
+                    }
+                    "--file" | "-f" => opts.files.push(value(flag, inline, &mut rest)?),
+                    "--shard" => {
+                        let shard = value(flag, inline, &mut rest)?;
+                        let ok = shard.split_once('/').is_some_and(|(k, n)| {
+                            matches!((k.parse::<u32>(), n.parse::<u32>()), (Ok(k), Ok(n)) if k < n)
+                        });
+                        if !ok {
+                            return Err(format!(
+                                "`--shard` needs K/N with K below N (counting from 0), got `{shard}`"
+                            ));
+                        }
+                        opts.shard = Some(shard);
+                    }
+                    "-j" | "--jobs" => {
+                        opts.jobs = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
+                    "--timeout" => {
+                        opts.timeout = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
+                    "--list" if inline.is_none() => opts.list = true,
+                    "--iterate" if inline.is_none() => opts.iterate = true,
+                    _ => return Err(format!("unknown option `{arg}` for `mutants`")),
+                }
+            }
+            Ok(Cmd::Mutants(opts))
         }
         "bench-linux" | "profile" => match rest.next() {
             Some(arg) => Err(format!("`{cmd}` takes no arguments, got `{arg}`")),
@@ -399,6 +446,38 @@ mod unit_tests {
     }
 
     #[test]
+    fn parses_mutants_flags() {
+        assert_eq!(
+            p(&["mutants"]).unwrap(),
+            Cmd::Mutants(mutants::MutantsOpts::default())
+        );
+        let cmd = p(&[
+            "mutants",
+            "--package",
+            "kern",
+            "--file=crates/kern/src/ring.rs",
+            "--shard",
+            "1/4",
+            "-j2",
+            "--timeout",
+            "60",
+            "--list",
+            "--iterate",
+        ])
+        .unwrap();
+        let want = mutants::MutantsOpts {
+            packages: vec!["kern".into()],
+            files: vec!["crates/kern/src/ring.rs".into()],
+            shard: Some("1/4".into()),
+            jobs: Some(2),
+            timeout: Some(60),
+            list: true,
+            iterate: true,
+        };
+        assert_eq!(cmd, Cmd::Mutants(want));
+    }
+
+    #[test]
     fn rejects_bad_input() {
         for bad in [
             &[][..],
@@ -415,6 +494,10 @@ mod unit_tests {
             &["clippy", "extra"],
             &["bench", "--tcg"],
             &["profile", "--quick"],
+            &["mutants", "--shard", "4/4"],
+            &["mutants", "--shard", "x"],
+            &["mutants", "--timeout", "0"],
+            &["mutants", "--tcg"],
         ] {
             assert!(p(bad).is_err(), "{bad:?} should be rejected");
         }

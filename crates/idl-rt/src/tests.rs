@@ -679,3 +679,129 @@ fn mutated_messages_never_panic() {
         read_every_way(&m[..len]);
     }
 }
+
+// Tests added for mutants that survived `cargo xtask mutants` (see docs/testing.md).
+
+#[test]
+fn references_marshal_as_their_values() {
+    let mut direct = page();
+    let mut by_ref = page();
+    let mut by_mut = page();
+    let mut value = (SendRight(4), 9u32);
+    let n = write_value(&mut direct, &value).unwrap();
+    assert_eq!(write_value(&mut by_ref, &&value).unwrap(), n);
+    assert_eq!(write_value(&mut by_mut, &&mut value).unwrap(), n);
+    assert_eq!(by_ref, direct);
+    assert_eq!(by_mut, direct);
+    assert_eq!(MsgHeader::from_bytes(&direct).unwrap().descriptors(), 1);
+}
+
+#[test]
+fn lengths_and_emptiness() {
+    let mut buf = page();
+    let mut w = begin_request(&mut buf, 9, 1).unwrap();
+    assert_eq!(w.len(), HEADER_SIZE);
+    assert!(w.is_empty());
+    w.bytes(&[1, 2, 3]).unwrap();
+    assert_eq!(w.len(), HEADER_SIZE + 3);
+    assert!(!w.is_empty());
+    let n = w.finish();
+    let r = MsgReader::new(&buf[..n]).unwrap();
+    assert_eq!(r.len(), n);
+    assert!(!r.is_empty());
+    let mut only = page();
+    let n = begin_request(&mut only, 9, 1).unwrap().finish();
+    assert!(MsgReader::new(&only[..n]).unwrap().is_empty());
+
+    let f = FixedBytes::<8>::from_slice(b"abc").unwrap();
+    assert_eq!((f.len(), f.is_empty(), f.capacity()), (3, false, 8));
+    let e = FixedBytes::<5>::new();
+    assert_eq!((e.len(), e.is_empty(), e.capacity()), (0, true, 5));
+    assert_eq!(std::format!("{f:?}"), "FixedBytes([97, 98, 99])");
+}
+
+#[test]
+fn message_len_needs_both_bounds() {
+    let mut buf = page();
+    let n = begin_request(&mut buf, 9, 1).unwrap().finish();
+    assert_eq!(message_len(&buf[..n]), Ok(n));
+    // A size past the buffer, though at least a header.
+    assert_eq!(message_len(&buf[..n - 1]), Err(Error::BadFormat));
+    // A size below a header, in a buffer large enough.
+    let mut h = MsgHeader::from_bytes(&buf).unwrap();
+    h.size = HEADER_SIZE as u32 - 1;
+    buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    assert_eq!(message_len(&buf), Err(Error::BadFormat));
+}
+
+#[test]
+fn migrated_request_checks_each_reply_field_and_keeps_the_rest() {
+    let mut req = page();
+    let len = begin_request(&mut req, 9, 3).unwrap().finish();
+    as_migrated(&mut req);
+    // A reply name without a disposition is not what the kernel delivers either.
+    let mut h = MsgHeader::from_bytes(&req).unwrap();
+    h.reply = 5;
+    let mut bad = req;
+    bad[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    assert_eq!(migrated_request(&mut bad[..len]), Err(Error::BadFormat));
+    // Only the reply field changes: the destination disposition stays.
+    let mut h = MsgHeader::from_bytes(&req).unwrap();
+    h.bits = Disposition::CopySend as u32;
+    req[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    migrated_request(&mut req[..len]).unwrap();
+    let h = MsgHeader::from_bytes(&req).unwrap();
+    assert_eq!(h.dest_disposition(), Disposition::CopySend as u8);
+    assert_eq!(h.reply_disposition(), Disposition::MoveSendOnce as u8);
+}
+
+#[test]
+fn leftover_rights_skip_null_names_and_other_descriptors() {
+    let mut req = page();
+    let len = {
+        let mut w = begin_request(&mut req, 9, 5).unwrap();
+        SendRight(1).marshal_ports(&mut w).unwrap();
+        SendRight(2).marshal_ports(&mut w).unwrap();
+        SendRight(3).marshal_ports(&mut w).unwrap();
+        w.finish()
+    };
+    // The first descriptor names nothing, the second is not a port descriptor.
+    let at = |i: usize| HEADER_SIZE + i * DESCRIPTOR_SIZE;
+    let mut d = Descriptor::from_bytes(&req[at(0)..]).unwrap();
+    d.value = 0;
+    req[at(0)..at(1)].copy_from_slice(&d.to_bytes());
+    let mut d = Descriptor::from_bytes(&req[at(1)..]).unwrap();
+    d.kind = baton_abi::ipc::DESC_OOL;
+    req[at(1)..at(2)].copy_from_slice(&d.to_bytes());
+    let rejected = Dispatched {
+        reply_len: 1,
+        delivered: false,
+    };
+    assert_eq!(
+        rejected
+            .leftover_rights(&req[..len])
+            .collect::<std::vec::Vec<_>>(),
+        [3]
+    );
+}
+
+/// A transport that answers every request with a reply 5 bytes longer.
+struct Longer([u8; 64]);
+
+impl Transport for Longer {
+    fn buffer(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+
+    fn call(&mut self, len: usize) -> Result<usize, Error> {
+        Ok(len + 5)
+    }
+}
+
+#[test]
+fn a_transport_reference_is_that_transport() {
+    let mut t = Longer([0; 64]);
+    let mut by_ref = &mut t;
+    assert_eq!(Transport::call(&mut by_ref, 3), Ok(8));
+    assert_eq!(Transport::buffer(&mut by_ref).len(), 64);
+}

@@ -34,6 +34,8 @@ pub mod ipc;
 pub mod kheap;
 pub mod loader;
 pub mod pmap;
+#[cfg(test)]
+mod proptests;
 pub mod quota;
 pub mod ratelimit;
 pub mod ring;

@@ -429,9 +429,14 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// nothing.
     pub fn release_space(&mut self, space: &mut Space, fx: &mut Effects<T>) {
         let sid = space.id();
-        for index in 0..space.slots() {
-            if let Some((name, e)) = space.take_at(index) {
-                self.name_gone(e, name, sid);
+        // Every name is gone first (their dead-name requests cancelled), then the rights
+        // are released last slot first, each with all that follows from it: the order a
+        // single work list of all of them would take.
+        for (name, e) in space.iter() {
+            self.name_gone(e, name, sid);
+        }
+        for index in (0..space.slots()).rev() {
+            if let Some((_, e)) = space.take_at(index) {
                 self.release_rights(
                     [Right {
                         kind: e.kind,
@@ -672,15 +677,18 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
         }
 
-        // Invoke: take the rights.
+        // Invoke: take the rights. The destination's moved right is released last: a send
+        // right made or copied into this message must count before the destination's is
+        // given up, or a port whose last send right is the destination would be told it has
+        // no senders while this message carries one to it.
+        let reply = reply.map(|n| self.take(space, n, fx));
+        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
         if moves(dest_disp) {
             if let Some(e) = space.remove(header.dest) {
                 self.name_gone(e, header.dest, space.id());
                 self.forget_entry(e, fx);
             }
         }
-        let reply = reply.map(|n| self.take(space, n, fx));
-        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
         Ok((
             dest,
             Message {
@@ -998,3 +1006,6 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod proptests;

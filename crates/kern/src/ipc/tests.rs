@@ -1023,3 +1023,158 @@ fn releasing_a_space_never_grows_the_work_list() {
     assert_eq!((ipc.ports(), ipc.queued(), ipc.rights_queued), (0, 0, 0));
     assert_eq!(ipc.work.capacity(), capacity, "the work list did not grow");
 }
+
+#[test]
+fn check_header_accepts_exactly_the_limits() {
+    let n = DESCRIPTORS_MAX;
+    let size = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    let mut h = MsgHeader {
+        bits: MsgHeader::make_bits(D::CopySend, D::None, n as u8),
+        size: size as u32,
+        dest: 1,
+        reply: 0,
+        id: 1,
+    };
+    // As many descriptors as allowed, in a message exactly as large as the limit.
+    assert_eq!(I::check_header(&h, size), Ok(()));
+    assert_eq!(I::check_header(&h, size - 1), Err(Error::TooLarge));
+    h.bits = MsgHeader::make_bits(D::CopySend, D::None, n as u8 + 1);
+    h.size += DESCRIPTOR_SIZE as u32;
+    assert_eq!(I::check_header(&h, usize::MAX), Err(Error::TooLarge));
+    // The size must cover the header and every descriptor.
+    h.bits = MsgHeader::make_bits(D::CopySend, D::None, 2);
+    h.size = (HEADER_SIZE + 2 * DESCRIPTOR_SIZE) as u32;
+    assert_eq!(I::check_header(&h, usize::MAX), Ok(()));
+    h.size -= 1;
+    assert_eq!(I::check_header(&h, usize::MAX), Err(Error::InvalidArgument));
+}
+
+#[test]
+fn no_senders_waits_for_a_send_right_made_in_the_same_message() {
+    // The last send right is the destination of a message (moved, so given up) that
+    // carries a send right to the same port, made from its receive right: the port never
+    // has no senders, and must not be told so.
+    let mut ipc = I::new();
+    let mut s = Space::with_id(1);
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut s, 1, 0).unwrap();
+    let notify = ipc.allocate(&mut s, 1, 0).unwrap();
+    let send = ipc.make_send(&mut s, port, false).unwrap();
+    ipc.request_notify(&s, port, NOTIFY_KIND_NO_SENDERS, notify, &mut fx)
+        .unwrap();
+    let h = header(send, D::MoveSend, 0, D::None, 1, 6);
+    let made = [Descriptor::port(port, D::MakeSend)];
+    let (dest, msg) = ipc.copyin(&mut s, &h, &made, vec![], &mut fx).unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    let notify_port = s.lookup(notify).unwrap().port;
+    assert_eq!(ipc.port(dest).unwrap().sends, 1);
+    assert_eq!(
+        ipc.port(notify_port).unwrap().queue.len(),
+        0,
+        "no notification"
+    );
+    // Receiving the message and dropping that right is the real end of the senders.
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut d = Vec::new();
+    ipc.copyout(&mut s, 1, port, &msg, &mut d).unwrap();
+    ipc.release(&mut s, d[0].value, &mut fx).unwrap();
+    let q = &ipc.port(notify_port).unwrap().queue;
+    assert_eq!(q.len(), 1);
+    assert_eq!(q[0].id, NOTIFY_NO_SENDERS);
+}
+
+#[test]
+fn copyout_needs_room_for_every_right_and_the_reply() {
+    let (mut ipc, server, _client, port, _send) = setup();
+    let pid = server.lookup(port).unwrap().port;
+    let mut full = Space::with_id(3);
+    let me = ipc.allocate(&mut full, 3, 0).unwrap();
+    // Fill the space up to one free name.
+    while full.room() > 1 {
+        full.insert(Entry {
+            kind: Held::Send,
+            port: pid,
+        })
+        .unwrap();
+    }
+    let right = Right {
+        kind: Held::Send,
+        port: pid,
+    };
+    let one = Message {
+        rights: vec![right],
+        ..Message::default()
+    };
+    let mut out = Vec::new();
+    let two = Message {
+        reply: Some(right),
+        rights: vec![right],
+        ..Message::default()
+    };
+    assert_eq!(
+        ipc.copyout(&mut full, 3, me, &two, &mut out),
+        Err(Error::NoSpace),
+        "a right and a reply need two names"
+    );
+    assert_eq!(full.room(), 1, "nothing inserted");
+    let h = ipc.copyout(&mut full, 3, me, &one, &mut out).unwrap();
+    assert_eq!(h.descriptors(), 1);
+    assert_eq!(full.room(), 0);
+}
+
+#[test]
+fn a_name_gone_cancels_only_its_own_dead_name_request() {
+    // Two spaces name the same port with the same number, a third name in the first space
+    // too; each asks for a dead-name notification. Releasing one name cancels its request
+    // only.
+    let mut ipc = I::new();
+    let mut owner = Space::with_id(1);
+    let mut a = Space::with_id(2);
+    let mut b = Space::with_id(3);
+    let mut fx = Effects::default();
+    let port = ipc.allocate(&mut owner, 1, 0).unwrap();
+    let pid = owner.lookup(port).unwrap().port;
+    let na = ipc.grant_send(&mut a, pid).unwrap();
+    let nb = ipc.grant_send(&mut b, pid).unwrap();
+    assert_eq!(na, nb, "the same number in two spaces");
+    let na2 = ipc.grant_send(&mut a, pid).unwrap();
+    let notify_a = ipc.allocate(&mut a, 2, 0).unwrap();
+    let notify_b = ipc.allocate(&mut b, 3, 0).unwrap();
+    for (space, name, notify) in [(&a, na, notify_a), (&a, na2, notify_a), (&b, nb, notify_b)] {
+        ipc.request_notify(space, name, NOTIFY_KIND_DEAD_NAME, notify, &mut fx)
+            .unwrap();
+    }
+    ipc.release(&mut a, na, &mut fx).unwrap();
+    ipc.release(&mut owner, port, &mut fx).unwrap();
+    let queued = |s: &Space, n| ipc.port(s.lookup(n).unwrap().port).unwrap().queue.len();
+    assert_eq!(queued(&a, notify_a), 1, "the other name of the same space");
+    assert_eq!(queued(&b, notify_b), 1, "the same number in another space");
+}
+
+#[test]
+fn a_message_for_a_dead_port_gives_its_rights_back() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let mine = ipc.allocate(&mut client, 2, 0).unwrap();
+    let mid = client.lookup(mine).unwrap().port;
+    let h = header(send, D::CopySend, 0, D::None, 1, 1);
+    let (dest, msg) = ipc
+        .copyin(
+            &mut client,
+            &h,
+            &[Descriptor::port(mine, D::MakeSend)],
+            vec![],
+            &mut fx,
+        )
+        .unwrap();
+    assert_eq!(ipc.port(mid).unwrap().sends, 1);
+    // The destination dies before the message is queued.
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    ipc.enqueue(dest, msg, &mut fx);
+    assert_eq!(
+        ipc.port(mid).unwrap().sends,
+        0,
+        "the carried send right is released"
+    );
+    assert_eq!(ipc.queued(), 0);
+}

@@ -1,0 +1,139 @@
+//! The ABI's numbers, pinned: the kernel and every user program agree on them only through
+//! this crate, so a changed value is an incompatible ABI change and must be made on
+//! purpose (here too). Also the small functions whose results user space relies on.
+
+use crate::exception::*;
+use crate::floor::*;
+use crate::ipc::*;
+use crate::kobject::*;
+use crate::*;
+
+#[test]
+fn call_and_message_numbers() {
+    let pinned: &[(u64, u64)] = &[
+        (FLOOR_BASE, 0xf100),
+        (FLOOR_MINIMAL, 0xf100),
+        (FLOOR_FULL, 0xf101),
+        (FLOOR_SPACE, 0xf102),
+        (FLOOR_FAULT_ARM, 0xf103),
+        (FLOOR_XAS_REGISTER, 0xf104),
+        (FLOOR_XAS_CALL, 0xf105),
+        (FLOOR_XAS_RETURN, 0xf106),
+        (FLOOR_END, 0xf107),
+        (TASK_TERMINATE, 0x4b0b_0000),
+        (TASK_THREAD_CREATE, 0x4b0b_0001),
+        (TASK_PORT_ALLOCATE, 0x4b0b_0002),
+        (TASK_INFO, 0x4b0b_0003),
+        (THREAD_TERMINATE, 0x4b0b_0100),
+        (THREAD_INFO, 0x4b0b_0101),
+        (THREAD_ALERT, 0x4b0b_0102),
+        (THREAD_SUSPEND, 0x4b0b_0103),
+        (THREAD_RESUME, 0x4b0b_0104),
+        (THREAD_GET_STATE, 0x4b0b_0105),
+        (THREAD_SET_STATE, 0x4b0b_0106),
+        (ACT_INFO, 0x4b0b_0200),
+        (ACT_ALERT, 0x4b0b_0201),
+        (ACT_SUSPEND, 0x4b0b_0202),
+        (ACT_RESUME, 0x4b0b_0203),
+        (ACT_TERMINATE, 0x4b0b_0204),
+        (ACT_GET_STATE, 0x4b0b_0205),
+        (ACT_SET_STATE, 0x4b0b_0206),
+        (NOTIFY_DEAD_NAME, 0xffff_0000_0000_0001),
+        (NOTIFY_NO_SENDERS, 0xffff_0000_0000_0002),
+        (NOTIFY_SEND_ONCE, 0xffff_0000_0000_0003),
+        (EXC_RAISE, 0xffff_0000_0000_0100),
+    ];
+    for (i, &(value, want)) in pinned.iter().enumerate() {
+        assert_eq!(value, want, "entry {i}");
+    }
+}
+
+#[test]
+fn sizes_and_limits() {
+    assert_eq!(MSG_OPTIONS, 0xf);
+    assert_eq!(MSG_SIZE_MAX, 64 * 1024);
+    assert_eq!(MEM_MAP_MAX, 0x4000_0000);
+    assert_eq!(layout::USER_STACK_SIZE, 0x1_0000);
+    assert_eq!(EXCEPTION_INFO_SIZE, 184);
+    assert_eq!(EXC_REPLY_SET_SIZE, 152);
+}
+
+#[test]
+fn every_error_round_trips_and_has_its_own_name() {
+    let all = [
+        Error::BadAddress,
+        Error::InvalidArgument,
+        Error::NotFound,
+        Error::NoMemory,
+        Error::TooLarge,
+        Error::BadFormat,
+        Error::WouldBlock,
+        Error::TimedOut,
+        Error::InvalidName,
+        Error::InvalidRight,
+        Error::DeadName,
+        Error::NoSpace,
+        Error::NotSupported,
+        Error::Interrupted,
+        Error::Aborted,
+        Error::Denied,
+    ];
+    for (i, e) in all.iter().enumerate() {
+        assert_eq!(*e as i64, i as i64 + 1, "codes are 1.. in order");
+        assert_eq!(Error::from_code(*e as i64), Some(*e));
+        assert_eq!(decode_result(e.to_raw()), Err(*e));
+        assert!(!e.name().is_empty());
+        for other in &all[..i] {
+            assert_ne!(e.name(), other.name());
+        }
+    }
+    assert_eq!(Error::Denied.name(), "denied");
+    assert_eq!(Error::from_code(17), None);
+}
+
+#[test]
+fn process_model_check_values() {
+    for (seed, want) in [
+        (0, 0x5a5a_0f0f_c3c3_9696),
+        (1, 0x5a5a_0f0f_c3c1_9696),
+        (0xdead_beef, 0x5a5b_b254_be1d_9696),
+        // Rotated into bit 63, which is cleared.
+        (1 << 46, 0x5a5a_0f0f_c3c3_9696),
+        (u64::MAX, 0x25a5_f0f0_3c3c_6969),
+    ] {
+        assert_eq!(process_model_check(seed), want, "seed {seed:#x}");
+    }
+}
+
+#[test]
+fn module_info_name() {
+    let mut m = ModuleInfo::empty();
+    assert_eq!(m.name(), "");
+    m.name[..4].copy_from_slice(b"init");
+    m.name_len = 4;
+    assert_eq!(m.name(), "init");
+    m.name_len = 2;
+    assert_eq!(m.name(), "in");
+    // A length past the array is clamped.
+    m.name_len = u64::MAX;
+    assert_eq!(m.name().len(), MODULE_NAME_MAX);
+    m.name[0] = 0xff;
+    assert_eq!(m.name(), "", "invalid UTF-8 reads as empty");
+}
+
+#[test]
+fn reserved_header_bits() {
+    let mut h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 3),
+        size: 0,
+        dest: 0,
+        reply: 0,
+        id: 0,
+    };
+    assert!(h.reserved_clear());
+    assert_eq!(h.dest_disposition(), Disposition::CopySend as u8);
+    assert_eq!(h.reply_disposition(), Disposition::MakeSendOnce as u8);
+    assert_eq!(h.descriptors(), 3);
+    h.bits |= 1 << 24;
+    assert!(!h.reserved_clear());
+}
