@@ -204,6 +204,11 @@ pub fn invoke(
             crate::control::await_arrival(k, cur, &p);
         }
     }
+    // The reply's bytes get their room before anything of the request is taken, so that
+    // neither the request nor its reply is lost to an allocation that fails later.
+    let mut out = Vec::new();
+    out.try_reserve_exact(8 * (1 + WORDS_MAX))
+        .map_err(|_| Error::NoMemory)?;
     let mut fx = crate::ipc::effects(k);
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (_, msg) = k
@@ -246,11 +251,10 @@ pub fn invoke(
     let result = operate(k, task, obj, id, args);
     k.ipc.release_message_rights(msg.rights, &mut fx);
     if let Some(reply) = msg.reply {
-        let mut out = Vec::with_capacity(8 * (1 + ARGS_MAX + 2));
         match &result {
             Ok(words) => {
                 out.extend_from_slice(&0u64.to_le_bytes());
-                for w in words {
+                for w in words.as_slice() {
                     out.extend_from_slice(&w.to_le_bytes());
                 }
             }
@@ -279,6 +283,33 @@ fn state_target(k: &Kernel, obj: KObject, id: u64) -> Option<(TaskId, crate::con
     }
 }
 
+/// The most result words an operation returns (a `*_GET_STATE`'s registers).
+const WORDS_MAX: usize = USER_REGS_WORDS;
+
+/// An operation's result words, in place (no allocation).
+#[derive(Clone, Copy, Debug, Default)]
+struct Words {
+    words: [u64; WORDS_MAX],
+    len: usize,
+}
+
+impl Words {
+    /// The words of `w` (at most [`WORDS_MAX`]; more are cut off, which no operation
+    /// returns).
+    fn of(w: &[u64]) -> Words {
+        let mut out = Words::default();
+        for (slot, &x) in out.words.iter_mut().zip(w) {
+            *slot = x;
+        }
+        out.len = w.len().min(WORDS_MAX);
+        out
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        self.words.get(..self.len).unwrap_or(&[])
+    }
+}
+
 /// One operation; its result words.
 fn operate(
     k: &mut Kernel,
@@ -286,7 +317,7 @@ fn operate(
     obj: KObject,
     id: u64,
     args: &[u64],
-) -> Result<Vec<u64>, Error> {
+) -> Result<Words, Error> {
     let arg = |i: usize| args.get(i).copied().ok_or(Error::InvalidArgument);
     match (obj, id) {
         (KObject::Task(t), TASK_TERMINATE) => {
@@ -296,7 +327,7 @@ fn operate(
             if t == caller {
                 thread::thread_terminate_current(k);
             }
-            Ok(Vec::new())
+            Ok(Words::default())
         }
         (KObject::Task(t), TASK_THREAD_CREATE) => {
             let (entry, stack, a) = (arg(0)?, arg(1)?, arg(2)?);
@@ -304,18 +335,18 @@ fn operate(
                 return Err(Error::NotFound);
             }
             k.thread_create_in(t, entry, stack, a)
-                .map(|id| alloc::vec![id])
+                .map(|id| Words::of(&[id]))
         }
         (KObject::Task(t), TASK_PORT_ALLOCATE) => {
             let limit = arg(0)?;
             let task = k.tasks.get_mut(&t).ok_or(Error::NotFound)?;
             k.ipc
                 .allocate(&mut task.names, t, limit)
-                .map(|name| alloc::vec![name])
+                .map(|name| Words::of(&[name]))
         }
         (KObject::Task(t), TASK_INFO) => {
             let task = k.tasks.get(&t).ok_or(Error::NotFound)?;
-            Ok(alloc::vec![t, task.threads])
+            Ok(Words::of(&[t, task.threads]))
         }
         (KObject::Thread(t), THREAD_TERMINATE) => {
             if t == k.current_thread() {
@@ -323,7 +354,7 @@ fn operate(
             }
             // Its home activation ends; a thread deep in a server splits (seed 001).
             crate::control::terminate_home(k, t);
-            Ok(Vec::new())
+            Ok(Words::default())
         }
         (KObject::Thread(t), THREAD_INFO) => {
             let th = k.threads.get(t).ok_or(Error::NotFound)?;
@@ -332,13 +363,13 @@ fn operate(
                 ThreadState::Ready => THREAD_READY,
                 _ => THREAD_BLOCKED,
             };
-            Ok(alloc::vec![
+            Ok(Words::of(&[
                 t.0,
                 th.task.unwrap_or(0),
                 state,
                 th.frame.rip,
-                th.frame.rsp
-            ])
+                th.frame.rsp,
+            ]))
         }
         (KObject::Thread(t), THREAD_ALERT | THREAD_SUSPEND | THREAD_RESUME) => {
             let home = k
@@ -348,23 +379,23 @@ fn operate(
                 .ok_or(Error::NotFound)?;
             let cur = k.current_thread();
             let p = crate::control::place(k, home, cur, crate::control::Target::Thread(t.0))?;
-            control(k, p, id).map(|()| Vec::new())
+            control(k, p, id).map(|()| Words::default())
         }
         (KObject::Activation(a), ACT_INFO) => {
             let act = k.acts.get(a).ok_or(Error::NotFound)?;
             let occupant = if act.occupied { act.occupant.0 } else { 0 };
-            Ok(alloc::vec![
+            Ok(Words::of(&[
                 a.0,
                 act.task,
                 u64::from(act.occupied),
-                occupant
-            ])
+                occupant,
+            ]))
         }
         (KObject::Activation(a), ACT_ALERT | ACT_SUSPEND | ACT_RESUME | ACT_TERMINATE) => {
             let owner = k.acts.get(a).ok_or(Error::NotFound)?.task;
             let cur = k.current_thread();
             let p = crate::control::place(k, owner, cur, crate::control::Target::Activation(a))?;
-            control(k, p, id).map(|()| Vec::new())
+            control(k, p, id).map(|()| Words::default())
         }
         (KObject::Thread(_), THREAD_GET_STATE | THREAD_SET_STATE)
         | (KObject::Activation(_), ACT_GET_STATE | ACT_SET_STATE) => {
@@ -372,11 +403,11 @@ fn operate(
             let cur = k.current_thread();
             let p = crate::control::state_place(k, owner, cur, target)?;
             if matches!(id, THREAD_GET_STATE | ACT_GET_STATE) {
-                return crate::control::get_state(k, &p).map(|w| w.to_vec());
+                return crate::control::get_state(k, &p).map(|w| Words::of(&w));
             }
             let words: &[u64; USER_REGS_WORDS] =
                 args.try_into().map_err(|_| Error::InvalidArgument)?;
-            crate::control::set_state(k, &p, words).map(|()| Vec::new())
+            crate::control::set_state(k, &p, words).map(|()| Words::default())
         }
         _ => Err(Error::NotSupported),
     }
