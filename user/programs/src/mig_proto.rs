@@ -11,7 +11,7 @@
 #![allow(dead_code)]
 
 use baton_rt::ipc::{
-    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+    msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::{spawn_with, Error, FOREVER};
 
@@ -110,6 +110,53 @@ pub fn send(
     data: &[u8],
 ) -> Result<(), Error> {
     buf.send(to, id, descriptors, data)
+}
+
+/// A call `id` with `data` to `to` (a send right, copied), with a send-once reply right
+/// made from `reply` (a receive right of the caller's): the raw result of `ipc_msg` (0
+/// when the reply is in `buf`, `u64::MAX` if the request did not fit).
+pub fn raw_call(buf: &mut IpcBuffer, to: u64, reply: u64, id: u64, data: &[u8]) -> u64 {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: to,
+        reply,
+        id,
+        ..MsgHeader::default()
+    };
+    if buf.set(h, &[], data).is_err() {
+        return u64::MAX;
+    }
+    // SAFETY: the kernel writes only this thread's IPC buffer, which `buf` owns.
+    unsafe { msg_raw(MSG_SEND | MSG_RECEIVE, reply, FOREVER, 0, 0) }
+}
+
+/// Word `i` of `server`'s [`INFO`] (asked with replies to `reply`), or `u64::MAX` if the
+/// call fails.
+pub fn info(buf: &mut IpcBuffer, server: u64, reply: u64, i: usize) -> u64 {
+    if raw_call(buf, server, reply, INFO, &[]) == 0 {
+        word(buf.data(), i)
+    } else {
+        u64::MAX
+    }
+}
+
+/// Whether word `i` of `server`'s [`INFO`] satisfies `ok` within 3 s (asked every
+/// millisecond): tests wait for the state they need this way, not with fixed sleeps, which
+/// a loaded host outruns.
+pub fn await_info(
+    buf: &mut IpcBuffer,
+    server: u64,
+    reply: u64,
+    i: usize,
+    ok: impl Fn(u64) -> bool,
+) -> Result<bool, Error> {
+    for _ in 0..3_000 {
+        if ok(info(buf, server, reply, i)) {
+            return Ok(true);
+        }
+        baton_rt::sleep_ns(1_000_000)?;
+    }
+    Ok(false)
 }
 
 /// One-way, with a send-once reply right: the server's own thread answers it (id `SYNC`,

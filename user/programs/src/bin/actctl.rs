@@ -22,7 +22,7 @@ use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_rt::check::Failed;
 use baton_rt::ipc::{
-    msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
+    port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader, MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::kobject::{
     self, call as kcall, thread_port, StateOf, THREAD_ALERT, THREAD_RESUME, THREAD_SET_STATE,
@@ -68,26 +68,7 @@ fn main(_task_id: u64) -> i32 {
 
 /// A call through `buf` of `id` with `data` to `to`; the raw `ipc_msg` result.
 fn raw_call(buf: &mut IpcBuffer, to: u64, id: u64, data: &[u8]) -> u64 {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
-        dest: to,
-        reply: REPLY.load(Ordering::Relaxed),
-        id,
-        ..MsgHeader::default()
-    };
-    if buf.set(h, &[], data).is_err() {
-        return u64::MAX;
-    }
-    // SAFETY: the kernel writes only this thread's IPC buffer, which `buf` owns.
-    unsafe {
-        msg_raw(
-            MSG_SEND | MSG_RECEIVE,
-            REPLY.load(Ordering::Relaxed),
-            FOREVER,
-            0,
-            0,
-        )
-    }
+    mig_proto::raw_call(buf, to, REPLY.load(Ordering::Relaxed), id, data)
 }
 
 /// Whether [`deep_waiter`]'s home activation saw an alert once its call came back: 1 yes,
@@ -236,16 +217,6 @@ fn join(ms: u64) -> Result<u64, Failed> {
     Ok(baton_rt::clock_ns() - t0)
 }
 
-/// Word `i` of what a `mig_server`'s [`INFO`] says (see `mig_proto::INFO`), or `u64::MAX`
-/// if the call fails.
-fn info(buf: &mut IpcBuffer, server: u64, i: usize) -> u64 {
-    if raw_call(buf, server, INFO, &[]) == 0 {
-        word(buf.data(), i)
-    } else {
-        u64::MAX
-    }
-}
-
 /// `INFO`'s word: calls spinning in the server now.
 const SPINNING: usize = 5;
 /// `INFO`'s word: `WAIT_ALERT` calls waiting for an alert in the server now.
@@ -282,11 +253,9 @@ fn await_info(
     what: &str,
     ok: impl Fn(u64) -> bool,
 ) -> Result<(), Failed> {
-    for _ in 0..3_000 {
-        if ok(info(buf, server, i)) {
-            return Ok(());
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    let reply = REPLY.load(Ordering::Relaxed);
+    if must("sleep", mig_proto::await_info(buf, server, reply, i, ok))? {
+        return Ok(());
     }
     println!("TEST FAIL {TEST}: waited 3 s for {what}");
     Err(Failed)

@@ -26,10 +26,10 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use baton_rt::check::Failed;
-use baton_rt::ipc::{msg_raw, port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader};
-use baton_rt::ipc::{MSG_RECEIVE, MSG_SEND};
+use baton_rt::ipc::MSG_RECEIVE;
+use baton_rt::ipc::{port_allocate, Descriptor, Disposition, IpcBuffer};
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, stats, Error, FOREVER};
+use baton_rt::{println, stats, Error};
 
 #[path = "../mig_proto.rs"]
 mod mig_proto;
@@ -95,35 +95,12 @@ fn run() -> Result<(), Failed> {
 
 /// A call of `id` with `data` to `to` through `buf`; the raw `ipc_msg` result.
 fn raw_call(buf: &mut IpcBuffer, to: u64, id: u64, data: &[u8]) -> u64 {
-    let h = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
-        dest: to,
-        reply: REPLY.load(Ordering::Relaxed),
-        id,
-        ..MsgHeader::default()
-    };
-    if buf.set(h, &[], data).is_err() {
-        return u64::MAX;
-    }
-    // SAFETY: the kernel writes only this thread's IPC buffer, which `buf` owns.
-    unsafe {
-        msg_raw(
-            MSG_SEND | MSG_RECEIVE,
-            REPLY.load(Ordering::Relaxed),
-            FOREVER,
-            0,
-            0,
-        )
-    }
+    mig_proto::raw_call(buf, to, REPLY.load(Ordering::Relaxed), id, data)
 }
 
 /// Word `i` of `server`'s `INFO`, or `u64::MAX` if the call fails.
 fn info(buf: &mut IpcBuffer, server: u64, i: usize) -> u64 {
-    if raw_call(buf, server, INFO, &[]) == 0 {
-        word(buf.data(), i)
-    } else {
-        u64::MAX
-    }
+    mig_proto::info(buf, server, REPLY.load(Ordering::Relaxed), i)
 }
 
 /// Waits (up to 3 s, then fails the test) until word `i` of `server`'s `INFO` is `want`.
@@ -134,11 +111,12 @@ fn await_info(
     want: u64,
     what: &str,
 ) -> Result<(), Failed> {
-    for _ in 0..3_000 {
-        if info(buf, server, i) == want {
-            return Ok(());
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    let reply = REPLY.load(Ordering::Relaxed);
+    if must(
+        "sleep",
+        mig_proto::await_info(buf, server, reply, i, |n| n == want),
+    )? {
+        return Ok(());
     }
     println!("TEST FAIL {TEST}: waited 3 s for {what}");
     Err(Failed)
