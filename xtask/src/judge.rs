@@ -184,6 +184,23 @@ fn describe(e: Exit) -> String {
     }
 }
 
+/// Judges a boot on the fault-injecting kernel (`cargo xtask test --fault-inject N`): the
+/// programs may fail (an injected allocation failure is an error they see), but the kernel
+/// must neither panic nor fault, and the boot must end — by a clean shutdown, or stopped
+/// after a program's `TEST FAIL` line (`exit` is then `None`). A boot killed at its
+/// timeout is judged by the caller (a hang).
+pub fn survived(exit: Option<i32>, log: &str) -> Result<(), String> {
+    for bad in ["PANIC", "KERNEL EXCEPTION"] {
+        if let Some((n, line)) = find_line(log, |l| l.contains(bad)) {
+            return Err(format!("line {n} contains `{bad}`: {}", line.trim()));
+        }
+    }
+    match exit {
+        None | Some(EXIT_CLEAN) => Ok(()),
+        Some(_) => Err(qemu::explain_exit(exit)),
+    }
+}
+
 /// The first line (numbered from 1) that satisfies `pred`.
 fn find_line(log: &str, pred: impl Fn(&str) -> bool) -> Option<(usize, &str)> {
     log.lines()
@@ -294,6 +311,18 @@ pub fn each_task_ends_once(log: &str) -> Result<(), String> {
 mod unit_tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn survival_under_fault_injection() {
+        let ok = "[kernel] task 1 (x) started\nx#1| TEST FAIL x: out of memory\n";
+        assert!(survived(None, ok).is_ok(), "a program's failure is allowed");
+        assert!(survived(Some(EXIT_CLEAN), ok).is_ok());
+        let panic = "[kernel] PANIC: panicked at alloc.rs\n";
+        assert!(survived(Some(EXIT_KERNEL_FAILED), panic)
+            .unwrap_err()
+            .contains("PANIC"));
+        assert!(survived(Some(EXIT_KERNEL_FAILED), "").is_err());
+    }
 
     const T: IntegrationTest = IntegrationTest {
         name: "t",

@@ -68,6 +68,10 @@ commands:
                          unit tests all run regardless)
       --no-host          skip the host unit tests
       -j N               run up to N integration tests at once (default: number of CPUs)
+      --fault-inject N   boot every integration test on the kernel built with allocation fault
+                         injection, one in N allocations failing after boot: a test passes
+                         when the kernel neither panics nor faults and the boot ends (a
+                         program's TEST FAIL on an injected error is expected)
   bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
                          instructions) twice and check that both runs agree to the instruction,
                          where kvm_intel or kvm_amd is loaded also boot it under -enable-kvm
@@ -140,6 +144,9 @@ pub struct TestOpts {
     pub no_host: bool,
     /// `-j N`: integration tests run at once; `None` means the number of CPUs.
     pub jobs: Option<NonZeroUsize>,
+    /// `--fault-inject N`: the integration tests boot the fault-injecting kernel with
+    /// `failalloc=N` and are judged only on the kernel's survival (`judge::survived`).
+    pub fault_inject: Option<u64>,
 }
 
 /// Options of `bench`.
@@ -246,6 +253,9 @@ fn parse(args: &[String]) -> Result<Cmd, String> {
                     "--tcg" if inline.is_none() => opts.tcg = true,
                     "--filter" => opts.filter = Some(value(flag, inline, &mut rest)?),
                     "--no-host" if inline.is_none() => opts.no_host = true,
+                    "--fault-inject" => {
+                        opts.fault_inject = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
+                    }
                     "-j" | "--jobs" => {
                         let n: usize = positive(flag, &value(flag, inline, &mut rest)?)?;
                         opts.jobs = NonZeroUsize::new(n);
@@ -416,6 +426,7 @@ mod unit_tests {
             filter: Some("fault".into()),
             jobs: NonZeroUsize::new(3),
             no_host: true,
+            fault_inject: None,
         };
         assert_eq!(cmd, Cmd::Test(want));
         assert_eq!(
@@ -426,6 +437,19 @@ mod unit_tests {
                 ..TestOpts::default()
             })
         );
+    }
+
+    #[test]
+    fn parses_test_fault_injection() {
+        assert_eq!(
+            p(&["test", "--no-host", "--fault-inject", "7"]).unwrap(),
+            Cmd::Test(TestOpts {
+                no_host: true,
+                fault_inject: Some(7),
+                ..TestOpts::default()
+            })
+        );
+        assert!(p(&["test", "--fault-inject", "0"]).is_err());
     }
 
     #[test]

@@ -64,6 +64,8 @@ pub fn test(opts: &TestOpts) -> Result<ExitCode, String> {
     let selected: Vec<&IntegrationTest> = ALL
         .iter()
         .filter(|t| opts.filter.as_deref().is_none_or(|f| t.name.contains(f)))
+        // A test of the kernel's own failure path fails on purpose: not under injection.
+        .filter(|t| opts.fault_inject.is_none() || t.outcome == crate::tests::Outcome::Clean)
         .collect();
     let Ok(qemu) = setup else {
         println!(
@@ -72,11 +74,21 @@ pub fn test(opts: &TestOpts) -> Result<ExitCode, String> {
         );
         return Ok(finish(&tally));
     };
-    match build::build() {
+    let built = match opts.fault_inject {
+        Some(_) => build::build_with(&build::KERNEL_FAULT_INJECT),
+        None => build::build(),
+    };
+    match built {
         Ok(images) => {
             let jobs = opts.jobs.map_or_else(default_jobs, |n| n.get());
             let accel = qemu::choose_accel(opts.tcg, false);
-            integration_tests(&selected, &images, &qemu, accel, jobs, &mut tally);
+            let run = Run {
+                images: &images,
+                qemu: &qemu,
+                accel,
+                fault_inject: opts.fault_inject,
+            };
+            integration_tests(&selected, &run, jobs, &mut tally);
         }
         Err(e) => {
             tally.fail("build", &e);
@@ -181,15 +193,17 @@ struct Outcome {
     result: Result<(), String>,
 }
 
-/// Runs `tests`, `jobs` at a time, printing each result as it comes.
-fn integration_tests(
-    tests: &[&IntegrationTest],
-    images: &Images,
-    qemu: &Path,
+/// What every integration test of a run boots with.
+struct Run<'a> {
+    images: &'a Images,
+    qemu: &'a Path,
     accel: Accel,
-    jobs: usize,
-    tally: &mut Tally,
-) {
+    /// `failalloc=N` on the fault-injecting kernel, judged by [`judge::survived`].
+    fault_inject: Option<u64>,
+}
+
+/// Runs `tests`, `jobs` at a time, printing each result as it comes.
+fn integration_tests(tests: &[&IntegrationTest], run: &Run<'_>, jobs: usize, tally: &mut Tally) {
     if tests.is_empty() {
         note("no integration test matches the filter");
         return;
@@ -213,7 +227,7 @@ fn integration_tests(
             let (sender, next, logs) = (sender.clone(), &next, &logs);
             scope.spawn(move || {
                 while let Some(test) = tests.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let outcome = run_one(test, images, qemu, accel, logs);
+                    let outcome = run_one(test, run, logs);
                     if sender.send(outcome).is_err() {
                         break;
                     }
@@ -254,17 +268,11 @@ fn report(outcome: &Outcome, tally: &mut Tally) {
 
 /// Boots QEMU for `test`, its serial output (and QEMU's own messages) going to its log, and
 /// judges the result. The log ends with a trailer giving the QEMU command and how it ended.
-fn run_one(
-    test: &IntegrationTest,
-    images: &Images,
-    qemu: &Path,
-    accel: Accel,
-    logs: &Path,
-) -> Outcome {
+fn run_one(test: &IntegrationTest, run: &Run<'_>, logs: &Path) -> Outcome {
     let log = logs.join(format!("{}.log", test.name));
     let start = Instant::now();
     let mut trailer = String::new();
-    let result = boot_and_judge(test, images, qemu, accel, &log, &mut trailer);
+    let result = boot_and_judge(test, run, &log, &mut trailer);
     let elapsed = start.elapsed();
     let tail = format!(
         "\n---- xtask: {} after {:.1}s ----\n{trailer}",
@@ -289,12 +297,11 @@ fn run_one(
 /// The part of [`run_one`] that can fail; `trailer` collects lines for the end of the log.
 fn boot_and_judge(
     test: &IntegrationTest,
-    images: &Images,
-    qemu: &Path,
-    accel: Accel,
+    run: &Run<'_>,
     log: &Path,
     trailer: &mut String,
 ) -> Result<(), String> {
+    let (images, qemu, accel) = (run.images, run.qemu, run.accel);
     let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     if let Some(missing) = test
         .init
@@ -312,7 +319,12 @@ fn boot_and_judge(
         cmdline: qemu::cmdline(
             &test.init.join(","),
             true,
-            &test.extra.iter().map(|w| w.to_string()).collect::<Vec<_>>(),
+            &test
+                .extra
+                .iter()
+                .map(|w| w.to_string())
+                .chain(run.fault_inject.map(|n| format!("failalloc={n}")))
+                .collect::<Vec<_>>(),
         ),
         icount: false,
         gdb: false,
@@ -342,7 +354,10 @@ fn boot_and_judge(
         Waited::TimedOut => return Err(format!("timeout after {}s", test.timeout.as_secs())),
     };
     let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
-    judge::judge(test, code, &String::from_utf8_lossy(&text))
+    match run.fault_inject {
+        Some(_) => judge::survived(code, &String::from_utf8_lossy(&text)),
+        None => judge::judge(test, code, &String::from_utf8_lossy(&text)),
+    }
 }
 
 /// A line that fails a test wherever it appears, after which a boot is not waited for to
