@@ -62,6 +62,13 @@ impl StackPool {
         if let Some(s) = self.free.pop() {
             return Some(s);
         }
+        // Room in the pool for this stack's return, made now (where failing is allowed),
+        // so that [`StackPool::free`] never allocates: the pool has room for every stack
+        // ever made.
+        let room = usize::try_from(self.created).ok()?.checked_add(1)?;
+        if self.free.capacity() < room && self.free.try_reserve(room).is_err() {
+            return None;
+        }
         let base = self.next.checked_add(PAGE_SIZE)?; // one guard page below
         let top = base.checked_add(STACK_SIZE)?;
         if top > AREA_START + AREA_SIZE {
@@ -101,7 +108,7 @@ impl StackPool {
         KernelStack::new(top)
     }
 
-    /// Returns a stack to the pool.
+    /// Returns a stack to the pool (never allocates: see [`StackPool::alloc`]).
     pub fn free(&mut self, stack: KernelStack) {
         self.free.push(stack);
     }
