@@ -346,7 +346,7 @@ impl Kernel {
         if self.threads.iter().any(|(_, t)| t.task == Some(task_id)) {
             if self.tasks.get(&task_id).is_some_and(|t| !t.lingering) {
                 // Everything but its memory goes now: its ports die at once.
-                self.floor.forget(task_id);
+                self.floor.unregister(task_id);
                 self.release_task(task_id);
                 if let Some(task) = self.tasks.get_mut(&task_id) {
                     task.lingering = true;
@@ -393,7 +393,7 @@ impl Kernel {
     /// its rights and frees its memory. A lingering task did all but the last when its last
     /// thread went (`Kernel::last_thread_gone`): it is not reported or released again.
     pub fn remove_task(&mut self, task_id: TaskId) {
-        self.floor.forget(task_id);
+        self.floor.unregister(task_id);
         if self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
             let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(1))

@@ -101,20 +101,25 @@ impl<T: Copy> Xas<T> {
         self.partners.get(&task).copied()
     }
 
-    /// Forgets `task`'s registration (it is ending). Returns the CPUs in a call to it.
-    pub fn forget(&mut self, task: u64) -> Vec<usize> {
-        self.partners.remove(&task);
+    /// Forgets `task`'s registration (it is ending). Returns the CPUs in a call to it
+    /// (nothing allocated: a task ending must not need memory).
+    pub fn forget(&mut self, task: u64) -> impl Iterator<Item = usize> + '_ {
+        self.unregister(task);
         self.cpus_in(task)
     }
 
+    /// Forgets `task`'s registration.
+    pub fn unregister(&mut self, task: u64) {
+        self.partners.remove(&task);
+    }
+
     /// The CPUs whose call is in `task`'s address space.
-    pub fn cpus_in(&self, task: u64) -> Vec<usize> {
+    pub fn cpus_in(&self, task: u64) -> impl Iterator<Item = usize> + '_ {
         self.calls
             .iter()
             .enumerate()
-            .filter(|(_, c)| c.is_some_and(|c| c.partner == task))
+            .filter(move |(_, c)| c.is_some_and(|c| c.partner == task))
             .map(|(cpu, _)| cpu)
-            .collect()
     }
 
     /// Whether a call to `task` is in progress on `cpu`.
@@ -145,6 +150,9 @@ impl<T: Copy> Xas<T> {
             return Err(Error::WouldBlock);
         }
         if self.calls.len() <= cpu {
+            self.calls
+                .try_reserve(cpu + 1 - self.calls.len())
+                .map_err(|_| Error::NoMemory)?;
             self.calls.resize(cpu + 1, None);
         }
         let slot = self.calls.get_mut(cpu).ok_or(Error::NoMemory)?;
@@ -208,7 +216,7 @@ mod tests {
         let p = x.begin(3, call(2)).unwrap();
         assert_eq!((p.entry, p.stack), (0x2000, 0x9000));
         assert!(x.in_call_to(3, 2));
-        assert_eq!(x.cpus_in(2), [3]);
+        assert_eq!(x.cpus_in(2).collect::<Vec<_>>(), [3]);
         // The partner is busy: no second call, no re-registration.
         assert_eq!(x.begin(0, call(2)), Err(Error::WouldBlock));
         assert_eq!(x.register(2, 0x3000, 0x9000, 1), Err(Error::WouldBlock));
@@ -245,11 +253,11 @@ mod tests {
         let mut x = Xas::<u32>::default();
         x.register(2, 0x2000, 0x9000, 1).unwrap();
         x.begin(1, call(2)).unwrap();
-        assert_eq!(x.forget(2), [1]);
+        assert_eq!(x.forget(2).collect::<Vec<_>>(), [1]);
         assert_eq!(x.partner(2), None);
         // The call ends normally; the partner stays unregistered.
         assert_eq!(x.end(1), Some(call(2)));
         assert_eq!(x.begin(1, call(2)), Err(Error::NotFound));
-        assert!(x.cpus_in(2).is_empty());
+        assert!(x.cpus_in(2).next().is_none());
     }
 }
