@@ -112,10 +112,11 @@ pub struct Saved {
 }
 
 impl Saved {
-    /// A record to be filled by a migrating call (a thread's first at its depth).
-    fn blank() -> Saved {
+    /// A record to be filled by a migrating call (a thread's first at its depth), around
+    /// the register box `frame`.
+    fn blank(frame: alloc::boxed::Box<TrapFrame>) -> Saved {
         Saved {
-            frame: alloc::boxed::Box::default(),
+            frame,
             task: None,
             task_key: Key(0),
             space: None,
@@ -447,7 +448,7 @@ fn enter(
     let mut rec = th
         .spare
         .take()
-        .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank()));
+        .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank(alloc::boxed::Box::default())));
     let rsi = if sidetrack { 0 } else { size as u64 };
     if rec.frame_of != act.task_key {
         clear_frame(&mut rec.frame);

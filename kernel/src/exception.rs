@@ -81,9 +81,17 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
             return;
         }
     }
+    // The message's data, allocated where failing is allowed (the task then ends as
+    // with no handler).
+    let bytes = info.to_bytes();
+    let mut data = alloc::vec::Vec::new();
+    if data.try_reserve_exact(bytes.len()).is_err() {
+        return;
+    }
+    data.extend_from_slice(&bytes);
     let mut fx = crate::ipc::effects(k);
     if k.ipc
-        .send_kernel(port, EXC_RAISE, reply, info.to_bytes().to_vec(), &mut fx)
+        .send_kernel(port, EXC_RAISE, reply, data, &mut fx)
         .is_err()
     {
         return;
