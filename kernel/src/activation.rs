@@ -894,29 +894,22 @@ pub fn sys_port_sidetrack(k: &mut Kernel, task: TaskId, name: u64, on: u64) -> R
 /// Retires the activations for which `gone` holds (their task ended, their port died, a
 /// page of their buffer was unmapped): free ones now, occupied ones when their call returns.
 pub fn retire(k: &mut Kernel, gone: impl Fn(&Activation) -> bool) {
-    for (id, port) in k.acts.retire(gone) {
-        if let Some(p) = k.ipc.port_mut(port) {
+    let ipc = &mut k.ipc;
+    k.acts.retire_each(gone, |id, port| {
+        if let Some(p) = ipc.port_mut(port) {
             p.pool.forget(id);
         }
-    }
+    });
     k.stats.activations = k.acts.len() as u64;
 }
 
-/// Retires the activations attached to ports that no longer exist.
+/// Retires the activations attached to ports that no longer exist (their pools went with
+/// the ports, so there is nothing to take them out of). Allocates nothing.
 pub fn retire_orphans(k: &mut Kernel) {
-    let dead: Vec<PortId> = {
-        let ipc = &k.ipc;
-        let mut v: Vec<PortId> = Vec::new();
-        for a in k.acts.iter().map(|(_, a)| a.port) {
-            if ipc.port(a).is_none() && !v.contains(&a) {
-                v.push(a);
-            }
-        }
-        v
-    };
-    if !dead.is_empty() {
-        retire(k, |a| dead.contains(&a.port));
-    }
+    let ipc = &k.ipc;
+    k.acts
+        .retire_each(|a| ipc.port(a.port).is_none(), |_, _| {});
+    k.stats.activations = k.acts.len() as u64;
 }
 
 /// Seed 001's split (section 5): pool activation `index` of thread `t` is terminated while

@@ -270,24 +270,36 @@ impl Activations {
     /// freed when they are given back; free ones are freed now and returned with their
     /// ports, whose pools the caller removes them from ([`Pool::forget`]).
     pub fn retire<F: Fn(&Activation) -> bool>(&mut self, gone: F) -> Vec<(ActId, PortId)> {
-        let victims: Vec<(ActId, bool, PortId)> = self
-            .slab
-            .iter()
-            .filter(|(_, a)| gone(a))
-            .map(|(id, a)| (id, a.occupied, a.port))
-            .collect();
         let mut freed = Vec::new();
-        for (id, occupied, port) in victims {
-            if occupied {
-                if let Some(a) = self.slab.get_mut(id) {
-                    a.retired = true;
-                }
+        self.retire_each(gone, |id, port| freed.push((id, port)));
+        freed
+    }
+
+    /// [`Activations::retire`], handing each activation freed now, with its port, to
+    /// `freed` instead of collecting them: nothing is allocated (a task's end uses it).
+    pub fn retire_each<F: Fn(&Activation) -> bool>(
+        &mut self,
+        gone: F,
+        mut freed: impl FnMut(ActId, PortId),
+    ) {
+        for index in 0..self.slab.slots() {
+            let Some(id) = self.slab.key_at(index) else {
+                continue;
+            };
+            let Some(a) = self.slab.get_mut(id) else {
+                continue;
+            };
+            if !gone(a) {
+                continue;
+            }
+            if a.occupied {
+                a.retired = true;
             } else {
+                let port = a.port;
                 self.slab.remove(id);
-                freed.push((id, port));
+                freed(id, port);
             }
         }
-        freed
     }
 }
 

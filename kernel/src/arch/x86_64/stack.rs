@@ -50,17 +50,19 @@ impl StackPool {
     }
 
     /// Takes a stack from the pool, mapping a new one when the pool is empty. In
-    /// `fault-inject` builds, `kern::fault` may make it fail.
+    /// `fault-inject` builds, `kern::fault` may make making a new one fail.
     pub fn alloc(
         &mut self,
         frames: &mut FrameAllocator,
         kernel_root: PhysAddr,
     ) -> Option<KernelStack> {
-        if kern::fault::should_fail(kern::fault::Site::Stack) {
-            return None;
-        }
+        // A pooled stack is always there to take; only making a new one can fail (and
+        // fault injection fails only that).
         if let Some(s) = self.free.pop() {
             return Some(s);
+        }
+        if kern::fault::should_fail(kern::fault::Site::Stack) {
+            return None;
         }
         // Room in the pool for this stack's return, made now (where failing is allowed),
         // so that [`StackPool::free`] never allocates: the pool has room for every stack
