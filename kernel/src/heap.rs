@@ -66,6 +66,8 @@ unsafe impl GlobalAlloc for KernelHeap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         if kern::fault::should_fail(Site::Heap) {
+            #[cfg(feature = "fault-inject")]
+            record_fail_trace();
             return ptr::null_mut();
         }
         self.0
@@ -151,6 +153,56 @@ pub fn boot_done() {
     }
 }
 
+/// Kernel text addresses found on the stack when the last injected heap failure was
+/// asked for, innermost first: a scan for return addresses (the kernel has no frame
+/// pointers), so some are stale; `addr2line -e <kernel>` names them. `fault-inject` only.
+#[cfg(feature = "fault-inject")]
+static FAIL_TRACE: [core::sync::atomic::AtomicU64; 24] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 24];
+
+/// Fills [`FAIL_TRACE`] from the current kernel stack.
+#[cfg(feature = "fault-inject")]
+#[inline(never)]
+fn record_fail_trace() {
+    use core::sync::atomic::Ordering;
+    extern "C" {
+        static __text_start: u8;
+        static __text_end: u8;
+    }
+    let (lo, hi) = (
+        core::ptr::addr_of!(__text_start) as u64,
+        core::ptr::addr_of!(__text_end) as u64,
+    );
+    let rsp: u64;
+    // SAFETY: reads the stack pointer; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) rsp, options(nomem, nostack)) };
+    // The scan stays between the stack pointer and the top of this CPU's kernel stack
+    // (at most 16 KiB above), all of it mapped.
+    let top = crate::arch::gdt::trap_stack_top();
+    let end = if top > rsp && top - rsp <= 16 * 1024 {
+        top
+    } else {
+        rsp
+    };
+    let mut found = 0;
+    let mut at = rsp;
+    while at + 8 <= end && found < FAIL_TRACE.len() {
+        // SAFETY: `at` lies in `[rsp, end)`, the live part of this CPU's kernel stack,
+        // which is mapped and 8-byte aligned (the stack pointer is).
+        let word = unsafe { core::ptr::read_volatile(at as *const u64) };
+        if (lo..hi).contains(&word) {
+            if let Some(slot) = FAIL_TRACE.get(found) {
+                slot.store(word, Ordering::Relaxed);
+            }
+            found += 1;
+        }
+        at += 8;
+    }
+    for slot in FAIL_TRACE.iter().skip(found) {
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
 /// Prints how many allocations were made to fail (`fault-inject` builds that armed it),
 /// and stops failing them.
 #[inline]
@@ -170,5 +222,13 @@ pub fn report_fault_injection() {
             ha + sa + fa,
             INJECTOR.every(),
         );
+        crate::kprint!("[kernel] fault injection: last failed heap allocation from (stack scan):");
+        for slot in FAIL_TRACE.iter() {
+            let a = slot.load(core::sync::atomic::Ordering::Relaxed);
+            if a != 0 {
+                crate::kprint!(" {a:#x}");
+            }
+        }
+        crate::kprintln!();
     }
 }

@@ -340,12 +340,19 @@ fn read_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descripto
     if n == 0 {
         return Ok(Vec::new());
     }
-    let mut raw = alloc::vec![0u8; n * DESCRIPTOR_SIZE];
-    buf.read(k, HEADER_SIZE, &mut raw)?;
-    Ok(raw
-        .chunks_exact(DESCRIPTOR_SIZE)
-        .filter_map(Descriptor::from_bytes)
-        .collect())
+    // Read on the stack, kept in a vector allocated where failing is allowed.
+    let mut raw = [0u8; baton_abi::ipc::DESCRIPTORS_MAX * DESCRIPTOR_SIZE];
+    let raw = raw
+        .get_mut(..n * DESCRIPTOR_SIZE)
+        .ok_or(Error::InvalidArgument)?;
+    buf.read(k, HEADER_SIZE, raw)?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
+    out.extend(
+        raw.chunks_exact(DESCRIPTOR_SIZE)
+            .filter_map(Descriptor::from_bytes),
+    );
+    Ok(out)
 }
 
 /// A receiver the fast path can deliver to, with what delivery needs of it.
