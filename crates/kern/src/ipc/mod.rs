@@ -610,7 +610,15 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if descriptors.len() != header.descriptors() {
             return Err(Error::InvalidArgument);
         }
-        let mut named: Vec<Named> = Vec::with_capacity(descriptors.len());
+        let mut named: Vec<Named> = Vec::new();
+        named
+            .try_reserve_exact(descriptors.len())
+            .map_err(|_| Error::NoMemory)?;
+        // The message's rights, room made now: nothing below allocates once rights move.
+        let mut rights: Vec<Right> = Vec::new();
+        rights
+            .try_reserve_exact(descriptors.len())
+            .map_err(|_| Error::NoMemory)?;
         for d in descriptors {
             match d.kind {
                 DESC_PORT => {}
@@ -682,7 +690,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         // given up, or a port whose last send right is the destination would be told it has
         // no senders while this message carries one to it.
         let reply = reply.map(|n| self.take(space, n, fx));
-        let rights = named.into_iter().map(|n| self.take(space, n, fx)).collect();
+        for n in named {
+            let r = self.take(space, n, fx);
+            rights.push(r);
+        }
         if moves(dest_disp) {
             if let Some(e) = space.remove(header.dest) {
                 self.name_gone(e, header.dest, space.id());
