@@ -1,12 +1,12 @@
 //! Allocation that fails with an error instead of stopping the kernel.
 //!
 //! The standard `Box::new` and `Vec::push` call the allocation-error handler when the heap
-//! is exhausted, which in a kernel is a panic. Paths that user input reaches allocate
-//! through these instead, and turn `None` into [`baton_abi::Error::NoMemory`].
+//! is exhausted, which in a kernel is a panic. Paths that user input reaches box through
+//! [`try_box`] instead (and grow vectors with `try_reserve`), and turn a failure into
+//! [`baton_abi::Error::NoMemory`].
 
 use alloc::alloc::{alloc, Layout};
 use alloc::boxed::Box;
-use alloc::vec::Vec;
 
 /// `Box::new(value)`, or `None` (and `value` dropped) when the heap has no room.
 pub fn try_box<T>(value: T) -> Option<Box<T>> {
@@ -28,29 +28,16 @@ pub fn try_box<T>(value: T) -> Option<Box<T>> {
     }
 }
 
-/// `v.push(value)`, or `Err(value)` when the vector cannot grow.
-pub fn try_push<T>(v: &mut Vec<T>, value: T) -> Result<(), T> {
-    if v.len() == v.capacity() && v.try_reserve(1).is_err() {
-        return Err(value);
-    }
-    v.push(value);
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     #[test]
-    fn boxes_and_pushes() {
+    fn boxes() {
         let b = try_box([7u64; 40]).unwrap();
         assert_eq!(b[39], 7);
         assert_eq!(*try_box(()).unwrap(), ());
-        let mut v = Vec::new();
-        for i in 0..100 {
-            try_push(&mut v, i).unwrap();
-        }
-        assert_eq!(v.iter().sum::<i32>(), 4950);
     }
 
     #[test]

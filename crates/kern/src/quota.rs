@@ -232,18 +232,6 @@ pub struct Charge {
     amount: u64,
 }
 
-impl Charge {
-    /// How much this receipt holds.
-    pub fn amount(&self) -> u64 {
-        self.amount
-    }
-
-    /// The account charged.
-    pub fn account(&self) -> &AccountRef {
-        &self.account
-    }
-}
-
 /// Two receipts are equal when they hold the same amount of the same resource on the same
 /// account (so messages that carry them still compare by content in tests).
 impl PartialEq for Charge {
