@@ -223,6 +223,11 @@ pub fn migrate(
 /// queue), and does not return.
 #[inline(always)]
 fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (ActId, bool) {
+    // The caller's record and its place on the stack are made before anything changes: a
+    // call that cannot have them fails with `NoMemory` here, not later.
+    if !record_ready(k, cur) {
+        crate::kernel::finish_entry(k, false, Some(Error::NoMemory.to_raw()))
+    }
     let Some(port) = k.ipc.port_mut(port_id) else {
         // Not reachable: the caller found the port alive. Let the general path report.
         crate::kernel::finish_entry(k, false, Some(Error::DeadName.to_raw()))
@@ -245,6 +250,36 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
             thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
         }
     }
+}
+
+/// Whether thread `cur` has a spare record and room on its stack of records for the call
+/// it is making: after its first call at each depth it has, and this is two comparisons.
+#[inline(always)]
+fn record_ready(k: &mut Kernel, cur: ThreadId) -> bool {
+    let Some(th) = k.threads.get_mut(cur) else {
+        return false;
+    };
+    (th.spare.is_some() && th.below.len() < th.below.capacity()) || make_record(th)
+}
+
+/// Makes the spare record and the stack room [`record_ready`] asks for, fallibly (the
+/// record is paid for by the activation it will sit below, see [`ACTIVATION_BYTES`]).
+#[cold]
+#[inline(never)]
+fn make_record(th: &mut Thread) -> bool {
+    if th.below.try_reserve(1).is_err() {
+        return false;
+    }
+    if th.spare.is_none() {
+        let Some(frame) = kern::fallible::try_box(TrapFrame::default()) else {
+            return false;
+        };
+        let Some(rec) = kern::fallible::try_box(Saved::blank(frame)) else {
+            return false;
+        };
+        th.spare = Some(rec);
+    }
+    true
 }
 
 /// Marks activation `a` (just taken) occupied by `cur` and writes the request's header
@@ -440,15 +475,18 @@ fn enter(
     // that have returned.
     let th = unsafe { thread::current_mut() };
     th.sidetracked = false;
-    // The caller's context goes into a record (recycled: no allocation after a thread's
-    // first call at each depth). The record's frame box becomes the server activation's
-    // frame and the caller's box takes its place, so no register is copied. Nothing of
-    // another task may show through the box: unless it holds registers the server's own
-    // task left in it, every register is written.
-    let mut rec = th
-        .spare
-        .take()
-        .unwrap_or_else(|| alloc::boxed::Box::new(Saved::blank(alloc::boxed::Box::default())));
+    // The caller's context goes into its spare record (made by `take`, see
+    // `record_ready`, and recycled: no allocation after a thread's first call at each
+    // depth). The record's frame box becomes the server activation's frame and the
+    // caller's box takes its place, so no register is copied. Nothing of another task may
+    // show through the box: unless it holds registers the server's own task left in it,
+    // every register is written.
+    let Some(mut rec) = th.spare.take() else {
+        // Not reachable (`take` made it, and nothing between took it). Refuse rather than
+        // allocate or panic.
+        th.frame.rax = Error::NoMemory.to_raw();
+        kernel::leave_to_user()
+    };
     let rsi = if sidetrack { 0 } else { size as u64 };
     if rec.frame_of != act.task_key {
         clear_frame(&mut rec.frame);
@@ -954,26 +992,42 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     if thread::reserve_ready(k, priority).is_err() {
         return false;
     }
-    // The part below leaves `t`.
-    let Some(th) = k.threads.get_mut(t) else {
+    // Everything the new thread needs is made (and paid for by its home task) before
+    // anything moves, so that a failure leaves `t` as it was.
+    let made = (|| {
+        let account = &k.tasks.get(&home)?.account;
+        let charge = crate::quota::heap(account, crate::quota::THREAD_BYTES).ok()?;
+        let frame = kern::fallible::try_box(TrapFrame::default())?;
+        let mut l = kern::fallible::try_box(Thread::new_user(
+            (home, home_key),
+            space,
+            frame,
+            priority,
+            cpu,
+        ))?;
+        l.charge = Some(charge);
+        l.below.try_reserve_exact(index).ok()?;
+        Some(l)
+    })();
+    let Some(mut l) = made.filter(|_| k.threads.reserve_one()) else {
+        thread::release_ready(k, priority);
         return false;
     };
-    let mut below: Vec<alloc::boxed::Box<Saved>> = th.below.drain(..index).collect();
+    // The part below leaves `t`.
+    let Some(th) = k.threads.get_mut(t) else {
+        thread::release_ready(k, priority);
+        return false;
+    };
+    l.below.extend(th.below.drain(..index));
     if let Some(rec) = th.below.first_mut() {
         rec.ctl.dead = true;
     }
     let kport = th.kport.take();
-    let Some(mut top) = below.pop() else {
+    let Some(mut top) = l.below.pop() else {
+        thread::release_ready(k, priority);
         return false;
     };
     // The new thread runs the caller's activation, whose `ipc_msg` fails.
-    let mut l = alloc::boxed::Box::new(Thread::new_user(
-        (home, home_key),
-        space,
-        alloc::boxed::Box::default(),
-        priority,
-        cpu,
-    ));
     core::mem::swap(&mut l.frame, &mut top.frame);
     l.frame.rax = Error::Aborted.to_raw();
     l.task = top.task;
@@ -984,25 +1038,22 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     l.ctl = top.ctl;
     l.pinned = pinned;
     l.kport = kport;
-    let occupied: Vec<ActId> = below.iter().map(|r| r.act).collect();
-    l.below = below;
     let Ok(lid) = k.threads.insert(l) else {
-        // No room for a thread: the part below stays stranded in `t`'s place; its caller's
-        // error comes when the part above returns (as without the split).
+        // Not reachable (room reserved above). Refuse rather than panic; the part below is
+        // gone with the box.
         thread::release_ready(k, priority);
         return false;
     };
     if let Some(th) = k.threads.get_mut(lid) {
         th.id = lid;
-    }
-    for a in occupied {
-        if let Some(act) = k.acts.get_mut(a) {
-            act.occupant = lid;
+        for r in &th.below {
+            if let Some(act) = k.acts.get_mut(r.act) {
+                act.occupant = lid;
+            }
         }
     }
     if let Some(port) = kport {
-        k.kobjects
-            .insert(port, crate::kobject::KObject::Thread(lid));
+        crate::kobject::tag(k, port, crate::kobject::KObject::Thread(lid));
     }
     if let Some(task) = upper_task.and_then(|id| k.tasks.get_mut(&id)) {
         task.threads += 1;

@@ -20,7 +20,6 @@ use crate::arch::{apic, cpu, gdt, serial};
 use crate::kprintln;
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::boxed::Box;
-use alloc::collections::BTreeMap;
 use alloc::string::String;
 use alloc::vec::Vec;
 use baton_abi::{Stats, PRIORITY_DEFAULT};
@@ -158,12 +157,11 @@ pub struct Kernel {
     pub ipc: kern::ipc::Ipc<ThreadId>,
     /// Every activation of migrating RPC (the pools are in the ports).
     pub acts: kern::activation::Activations,
-    /// The ports of kernel objects (tasks and threads), by port.
-    pub kobjects: BTreeMap<kern::ipc::PortId, crate::kobject::KObject>,
-    /// The host-privilege port (also in `kobjects`), made at boot.
+    /// The host-privilege port, made at boot.
     pub host_priv: Option<kern::ipc::PortId>,
-    /// The ports of pool activations, by activation (also in `kobjects`).
-    pub act_ports: BTreeMap<kern::activation::ActId, kern::ipc::PortId>,
+    /// The ports of pool activations, with their activations (at most one each; grown
+    /// fallibly before a port is made).
+    pub act_ports: Vec<(kern::activation::ActId, kern::ipc::PortId)>,
     /// Kernel stacks not attached to any thread.
     pub stacks: StackPool,
     /// Stacks attached to threads.
@@ -374,16 +372,17 @@ impl Kernel {
     #[cold]
     #[inline(never)]
     fn reap_lingering_slow(&mut self) {
-        let lingering: Vec<TaskId> = self
-            .tasks
-            .iter()
-            .filter(|(_, t)| t.lingering)
-            .map(|(id, _)| id)
-            .collect();
-        for id in lingering {
-            if self.threads.iter().any(|(_, t)| t.task == Some(id)) {
-                continue;
-            }
+        // Allocates nothing (it ends tasks): one task found and removed at a time.
+        loop {
+            let Some(id) = self
+                .tasks
+                .iter()
+                .filter(|(_, t)| t.lingering)
+                .map(|(id, _)| id)
+                .find(|&id| !self.threads.iter().any(|(_, t)| t.task == Some(id)))
+            else {
+                return;
+            };
             self.remove_task(id);
         }
     }
@@ -1008,9 +1007,8 @@ pub fn start(
         waits: WaitQueues::new(),
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
-        kobjects: BTreeMap::new(),
         host_priv: None,
-        act_ports: BTreeMap::new(),
+        act_ports: Vec::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
         stats: Stats::default(),

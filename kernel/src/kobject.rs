@@ -2,8 +2,9 @@
 //! host-privilege port (`baton_abi::kobject`).
 //!
 //! Each task, thread and pool activation gets, at the first request for it, a port whose
-//! receive right the kernel keeps (`kern::ipc::held`), recorded in [`Kernel::kobjects`]
-//! (and, for an activation, in `Kernel::act_ports`: activations are `kern` objects with
+//! receive right the kernel keeps (`kern::ipc::held`), tagged with the object it stands
+//! for (`Ipc::set_object`, so that a send finds the object from the port in one step; and,
+//! for an activation, listed in `Kernel::act_ports`: activations are `kern` objects with
 //! no room for a kernel port). A message sent to
 //! such a port is not queued: `crate::ipc::send` hands it to [`invoke`], which moves its
 //! rights in (decode, then invoke, as for any message), does the operation, and answers
@@ -11,10 +12,10 @@
 //! queued on its reply port like any other.
 //!
 //! # Invariants
-//! - `Kernel::kobjects` maps exactly the live object ports to their objects; an object's
+//! - Exactly the live object ports carry an object tag, that of their object; an object's
 //!   port is destroyed (its holders see a dead name) when the object goes away (an
 //!   activation's at the latest when its task ends, see [`reap_act_ports`]).
-//! - `Kernel::act_ports` holds exactly the activation entries of `Kernel::kobjects`.
+//! - `Kernel::act_ports` holds exactly the activation ports, once each.
 
 use crate::kernel::{Ending, Kernel, TaskId};
 use crate::thread::{self, ThreadId, ThreadState};
@@ -24,7 +25,7 @@ use baton_abi::ipc::{Descriptor, MsgHeader};
 use baton_abi::kobject::*;
 use baton_abi::Error;
 use kern::activation::ActId;
-use kern::ipc::PortId;
+use kern::ipc::{ObjectTag, PortId};
 
 /// What a kernel object port stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -41,13 +42,42 @@ pub enum KObject {
     HostPriv,
 }
 
+impl KObject {
+    /// The tag its port carries.
+    fn tag(self) -> ObjectTag {
+        let (kind, id) = match self {
+            KObject::Task(id) => (0, id),
+            KObject::Thread(t) => (1, t.0),
+            KObject::Activation(a) => (2, a.0),
+            KObject::HostPriv => (3, 0),
+        };
+        ObjectTag { kind, id }
+    }
+
+    /// The object of a port's tag.
+    fn of_tag(tag: ObjectTag) -> Option<KObject> {
+        Some(match tag.kind {
+            0 => KObject::Task(tag.id),
+            1 => KObject::Thread(kern::slab::Key(tag.id)),
+            2 => KObject::Activation(kern::slab::Key(tag.id)),
+            3 => KObject::HostPriv,
+            _ => return None,
+        })
+    }
+}
+
+/// Records that `port` (a kernel-held port) stands for `obj`.
+pub fn tag(k: &mut Kernel, port: PortId, obj: KObject) {
+    k.ipc.set_object(port, Some(obj.tag()));
+}
+
 /// Makes the host-privilege port (once, at boot).
 pub fn make_host_priv(k: &mut Kernel) -> Result<PortId, Error> {
     if let Some(p) = k.host_priv {
         return Ok(p);
     }
     let port = k.ipc.allocate_kernel()?;
-    k.kobjects.insert(port, KObject::HostPriv);
+    tag(k, port, KObject::HostPriv);
     k.host_priv = Some(port);
     Ok(port)
 }
@@ -84,12 +114,15 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
         KObject::Thread(t) => k.threads.get(t).ok_or(Error::NotFound)?.kport,
         KObject::Activation(a) => {
             k.acts.get(a).ok_or(Error::NotFound)?;
-            k.act_ports.get(&a).copied()
+            k.act_ports.iter().find(|(x, _)| *x == a).map(|(_, p)| *p)
         }
         KObject::HostPriv => return k.host_priv.ok_or(Error::NotFound),
     };
     if let Some(p) = existing {
         return Ok(p);
+    }
+    if let KObject::Activation(_) = obj {
+        k.act_ports.try_reserve(1).map_err(|_| Error::NoMemory)?;
     }
     let port = k.ipc.allocate_kernel()?;
     match obj {
@@ -104,11 +137,12 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             }
         }
         KObject::Activation(a) => {
-            k.act_ports.insert(a, port);
+            // Room reserved above.
+            k.act_ports.push((a, port));
         }
         KObject::HostPriv => {}
     }
-    k.kobjects.insert(port, obj);
+    tag(k, port, obj);
     Ok(port)
 }
 
@@ -117,7 +151,7 @@ pub fn destroy(k: &mut Kernel, port: Option<PortId>) {
     let Some(port) = port else {
         return;
     };
-    k.kobjects.remove(&port);
+    k.ipc.set_object(port, None);
     let mut fx = crate::ipc::effects(k);
     k.ipc.destroy_kernel(port, &mut fx);
     crate::ipc::apply(k, fx);
@@ -130,19 +164,19 @@ pub fn reap_act_ports(k: &mut Kernel) {
     if k.act_ports.is_empty() {
         return;
     }
-    let dead: Vec<(ActId, PortId)> = k
-        .act_ports
-        .iter()
-        .filter(|(a, _)| {
-            k.acts
-                .get(**a)
-                .is_none_or(|act| k.tasks.get(&act.task).is_none_or(|t| t.ending.is_some()))
-        })
-        .map(|(a, p)| (*a, *p))
-        .collect();
-    for (a, port) in dead {
-        k.act_ports.remove(&a);
-        destroy(k, Some(port));
+    // Allocates nothing (it runs as a task ends).
+    let mut i = 0;
+    while let Some(&(a, _)) = k.act_ports.get(i) {
+        let dead = k
+            .acts
+            .get(a)
+            .is_none_or(|act| k.tasks.get(&act.task).is_none_or(|t| t.ending.is_some()));
+        if dead {
+            let (_, port) = k.act_ports.swap_remove(i);
+            destroy(k, Some(port));
+        } else {
+            i += 1;
+        }
     }
 }
 
@@ -175,10 +209,7 @@ pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u
 
 /// The object of port `dest`, if it is a kernel object's.
 pub fn object(k: &Kernel, dest: PortId) -> Option<KObject> {
-    if k.kobjects.is_empty() {
-        return None;
-    }
-    k.kobjects.get(&dest).copied()
+    k.ipc.object(dest).and_then(KObject::of_tag)
 }
 
 /// Most argument words an operation takes (a `*_SET_STATE`'s registers).

@@ -106,6 +106,16 @@ impl<T> Slab<T> {
         self.len == 0
     }
 
+    /// Makes sure the next [`Slab::insert`] succeeds (a free slot, or room for a new one
+    /// below the limit); `false` when the slab is at its limit or the heap has no room.
+    pub fn reserve_one(&mut self) -> bool {
+        if self.free_head != NIL {
+            return true;
+        }
+        self.slots.len() < self.limit as usize
+            && (self.slots.len() < self.slots.capacity() || self.slots.try_reserve(1).is_ok())
+    }
+
     /// Stores `value` and returns its key, or gives the value back when the slab is at its
     /// limit.
     /// Inlined: the free-list case is a handful of instructions (the RPC fast path inserts
@@ -377,6 +387,20 @@ mod tests {
         assert_eq!(s.insert(3), Err(3));
         s.remove(a);
         assert!(s.insert(4).is_ok());
+    }
+
+    #[test]
+    fn reserve_one_promises_the_next_insert() {
+        let mut s = Slab::with_limit(2);
+        assert!(s.reserve_one());
+        assert!(s.slots.capacity() > s.slots.len());
+        let a = s.insert(1).unwrap();
+        assert!(s.reserve_one());
+        s.insert(2).unwrap();
+        assert!(!s.reserve_one());
+        s.remove(a);
+        assert!(s.reserve_one());
+        assert!(s.insert(3).is_ok());
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! - Every send right returned by [`Ipc::hold_send`] is counted in its port's `sends`
 //!   until [`Ipc::release_held_send`] gives it back.
 
-use super::{Effects, Held, Ipc, Message, Port, PortId, Right, Space, SpaceId};
+use super::{Effects, Held, Ipc, Message, ObjectTag, Port, PortId, Right, Space, SpaceId};
 use alloc::vec::Vec;
 use baton_abi::ipc::QUEUE_LIMIT_DEFAULT;
 use baton_abi::Error;
@@ -28,6 +28,22 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         let port = crate::fallible::try_box(Port::new(KERNEL_SPACE, QUEUE_LIMIT_DEFAULT as usize))
             .ok_or(Error::NoMemory)?;
         self.ports.insert(port).map_err(|_| Error::NoSpace)
+    }
+
+    /// Records what kernel object `port` (a port the kernel keeps the receive right of)
+    /// stands for, or forgets it (`None`). Does nothing to another port.
+    pub fn set_object(&mut self, port: PortId, object: Option<ObjectTag>) {
+        if let Some(p) = self.ports.get_mut(port) {
+            if p.receiver == KERNEL_SPACE {
+                p.object = object;
+            }
+        }
+    }
+
+    /// The kernel object `port` stands for, if any (see [`Ipc::set_object`]).
+    #[inline]
+    pub fn object(&self, port: PortId) -> Option<ObjectTag> {
+        self.ports.get(port).and_then(|p| p.object)
     }
 
     /// Destroys a port the kernel received on, with what is queued there.

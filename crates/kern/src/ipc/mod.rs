@@ -166,6 +166,20 @@ pub struct Port<T> {
     /// What it costs the account of the task that allocated it (`crate::quota`), if
     /// anything: given back when the port is destroyed.
     pub charge: Option<crate::quota::Charge>,
+    /// The kernel object this port stands for, if the kernel keeps its receive right for
+    /// one (a task's, a thread's, ...): an opaque tag the kernel defines, found from the
+    /// port in one step ([`Ipc::object`]).
+    object: Option<ObjectTag>,
+}
+
+/// What a kernel-object port stands for, in the kernel's own terms: a kind and an id the
+/// kernel defines (this crate only keeps it with the port).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectTag {
+    /// The kind of object.
+    pub kind: u8,
+    /// Which object of that kind.
+    pub id: u64,
 }
 
 impl<T: Copy + Default + PartialEq> Port<T> {
@@ -183,6 +197,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             senders: Ring::new(),
             pool: crate::activation::Pool::default(),
             charge: None,
+            object: None,
         }
     }
 

@@ -81,7 +81,33 @@ fn handler(which: u64) {
     let timeout = if which == FAST { FOREVER } else { SOON * 4 };
     if let Ok(mut buf) = IpcBuffer::new() {
         let mut r = buf.msg(MSG_RECEIVE, port, timeout);
-        while r.is_ok() {
+        // The kernel may be short of memory (a fault-injection run): a call that fails with
+        // `NoMemory` is tried again. If it was a reply and its send went through, the reply
+        // right is gone and the retry fails with `InvalidName`: then only receive.
+        let mut replying = false;
+        let mut retries = 0;
+        loop {
+            match r {
+                Ok(_) => retries = 0,
+                Err(Error::NoMemory) if retries < 1000 => {
+                    retries += 1;
+                    let _ = baton_rt::sleep_ns(1_000_000);
+                    let opts = if replying {
+                        MSG_SEND | MSG_RECEIVE
+                    } else {
+                        MSG_RECEIVE
+                    };
+                    r = buf.msg(opts, port, timeout);
+                    continue;
+                }
+                Err(Error::InvalidName | Error::DeadName) if replying && retries > 0 => {
+                    replying = false;
+                    r = buf.msg(MSG_RECEIVE, port, timeout);
+                    continue;
+                }
+                Err(_) => break,
+            }
+            replying = false;
             let Some(e) = info(&buf) else {
                 r = buf.msg(MSG_RECEIVE, port, timeout);
                 continue;
@@ -108,6 +134,7 @@ fn handler(which: u64) {
                 _ => ExcReply::Kill,
             };
             HANDLED[w].fetch_add(1, Ordering::Relaxed);
+            replying = true;
             r = set_reply(&mut buf, reply)
                 .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, timeout));
         }
