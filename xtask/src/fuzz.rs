@@ -11,6 +11,10 @@
 //!
 //! With more than one CPU, TCG runs multi-threaded (`-accel tcg,thread=multi`): one host
 //! thread per guest CPU, so two CPUs really run at once (under `-icount` they take turns).
+//!
+//! A boot that prints nothing for 30 s, or outlives its time, is hung: each CPU's
+//! registers and kernel backtrace are read through QEMU's gdb stub and appended to its log
+//! before it is killed.
 
 use crate::build::{self, Images};
 use crate::deps;
@@ -252,14 +256,102 @@ fn boot_one(
     let stderr = file
         .try_clone()
         .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
+    // A gdb stub (the CPUs run at once, unlike `cargo xtask run --gdb`): if the boot hangs,
+    // every CPU's kernel stack goes into the log before QEMU is killed.
+    let port = gdb_port(log);
+    cmd.arg("-gdb").arg(format!("tcp:127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
     note(format!("fuzz: booting {}", log.display()));
     let start = Instant::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu_path.display()))?;
-    let status = wait_with_timeout(&mut child, timeout)?;
+    let status = wait_watching(&mut child, log, timeout, images, port)?;
     Ok((status.and_then(|s| s.code()), start.elapsed()))
+}
+
+/// How long a boot may print nothing before it counts as hung (the program marks its
+/// progress every 2,000 calls, many times a second).
+const STALL: Duration = Duration::from_secs(30);
+
+/// A TCP port for one boot's gdb stub, chosen from the log's name and the process id so
+/// that two soaks at once do not collide.
+fn gdb_port(log: &Path) -> u16 {
+    let h = log
+        .to_string_lossy()
+        .bytes()
+        .fold(u32::from(std::process::id() as u16), |h, b| {
+            h.wrapping_mul(31).wrapping_add(u32::from(b))
+        });
+    20_000 + (h % 20_000) as u16
+}
+
+/// Waits for `child` (writing `log`) to end, for at most `timeout`; a boot that prints
+/// nothing for [`STALL`] is hung. A hung boot or one past its time gets every CPU's
+/// backtrace appended to its log (through its gdb stub on `port`, when gdb is installed)
+/// and is killed (`None`).
+fn wait_watching(
+    child: &mut std::process::Child,
+    log: &Path,
+    timeout: Duration,
+    images: &Images,
+    port: u16,
+) -> Result<Option<std::process::ExitStatus>, String> {
+    let deadline = Instant::now() + timeout;
+    let (mut size, mut since) = (0u64, Instant::now());
+    loop {
+        if let Some(status) = child
+            .try_wait()
+            .map_err(|e| format!("waiting for qemu: {e}"))?
+        {
+            return Ok(Some(status));
+        }
+        let now_size = fs::metadata(log).map(|m| m.len()).unwrap_or(0);
+        if now_size != size {
+            (size, since) = (now_size, Instant::now());
+        }
+        if Instant::now() >= deadline || since.elapsed() >= STALL {
+            let why = if since.elapsed() >= STALL {
+                format!("no output for {} s", STALL.as_secs())
+            } else {
+                format!("still running after {} s", timeout.as_secs())
+            };
+            dump_stacks(log, images, port, &why);
+            return wait_with_timeout(child, Duration::ZERO);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Appends to `log` the hang's reason and, through the gdb stub on `port`, each CPU's
+/// registers and backtrace (symbols from the kernel image). Best effort: without gdb it
+/// says so.
+fn dump_stacks(log: &Path, images: &Images, port: u16, why: &str) {
+    use std::io::Write;
+    let mut text = format!("\n---- xtask fuzz: hang ({why}); each CPU's stack ----\n");
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("gdb")
+        .args(["-q", "-batch", "-nx"])
+        .arg("-ex")
+        .arg(format!("file {}", images.kernel.display()))
+        .arg("-ex")
+        .arg(format!("target remote 127.0.0.1:{port}"))
+        .args(["-ex", "info threads"])
+        .args(["-ex", "thread apply all info registers rip rsp cr3"])
+        .args(["-ex", "thread apply all bt 40"])
+        .stdin(Stdio::null())
+        .output();
+    match out {
+        Ok(o) => {
+            text.push_str(&String::from_utf8_lossy(&o.stdout));
+            text.push_str(&String::from_utf8_lossy(&o.stderr));
+        }
+        Err(e) => text.push_str(&format!("(gdb could not run: {e})\n")),
+    }
+    if let Ok(mut f) = fs::OpenOptions::new().append(true).open(log) {
+        let _ = f.write_all(text.as_bytes());
+    }
 }
 
 #[cfg(test)]
