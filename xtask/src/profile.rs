@@ -65,6 +65,10 @@ pub struct PassSpec {
     pub side: Side,
     /// The system call number it must start with.
     pub rax: u64,
+    /// A function only this pass runs (found in its inline chains): which traced pass is
+    /// which is decided by it, not by the order they came in (both passes of the switching
+    /// path start with the same system call and arguments).
+    pub marker: &'static str,
 }
 
 /// One RPC path to trace.
@@ -110,11 +114,13 @@ pub const PATHS: [PathSpec; 2] = [
                 label: "call: client's ipc_msg(SEND|RECEIVE)",
                 side: Side::Client,
                 rax: IPC_MSG,
+                marker: "fast_commit_call",
             },
             PassSpec {
                 label: "reply: server's ipc_msg(SEND|RECEIVE)",
                 side: Side::Server,
                 rax: IPC_MSG,
+                marker: "fast_commit_reply",
             },
         ],
         order: [0, 1],
@@ -131,11 +137,13 @@ pub const PATHS: [PathSpec; 2] = [
                 label: "return: server's act_return",
                 side: Side::Server,
                 rax: ACT_RETURN,
+                marker: "sys_act_return",
             },
             PassSpec {
                 label: "call: client's ipc_msg(SEND|RECEIVE)",
                 side: Side::Client,
                 rax: IPC_MSG,
+                marker: "migrate",
             },
         ],
         order: [1, 0],
@@ -207,9 +215,7 @@ pub fn profile() -> Result<ExitCode, String> {
     });
     let mut raw = Vec::new();
     for (spec, t) in PATHS.iter().zip(traces) {
-        let passes = t.map_err(|e| format!("tracing {}: {e}", spec.bench))?;
-        check_passes(spec, &passes)?;
-        raw.push(passes);
+        raw.push(t.map_err(|e| format!("tracing {}: {e}", spec.bench))?);
     }
 
     let pcs: Vec<u64> = {
@@ -219,6 +225,15 @@ pub fn profile() -> Result<ExitCode, String> {
         all
     };
     let chains = symbolize(&addr2line, &images.kernel, &pcs)?;
+    let raw: Vec<Vec<RawPass>> = PATHS
+        .iter()
+        .zip(raw)
+        .map(|(spec, passes)| {
+            let passes = identify(spec, passes, &chains)?;
+            check_passes(spec, &passes)?;
+            Ok(passes)
+        })
+        .collect::<Result<_, String>>()?;
     let insns = disassemble(&objdump, &images.kernel, &pcs)?;
     let mixes: BTreeMap<u64, Mix> = insns
         .iter()
@@ -264,6 +279,47 @@ pub fn profile() -> Result<ExitCode, String> {
         start.elapsed().as_secs_f64()
     ));
     Ok(ExitCode::SUCCESS)
+}
+
+/// Puts the traced passes in the order of `spec.traced`, each found by its marker
+/// function in its instructions' inline chains. An error when the markers do not tell the
+/// passes apart (each must be in exactly one pass).
+fn identify(
+    spec: &PathSpec,
+    passes: Vec<RawPass>,
+    chains: &BTreeMap<u64, Vec<stages::Frame>>,
+) -> Result<Vec<RawPass>, String> {
+    let runs = |p: &RawPass, marker: &str| {
+        p.pcs.iter().any(|pc| {
+            chains.get(pc).is_some_and(|c| {
+                c.iter()
+                    .any(|f| f.function.rsplit("::").next() == Some(marker))
+            })
+        })
+    };
+    let mut left: Vec<Option<RawPass>> = passes.into_iter().map(Some).collect();
+    let mut out = Vec::new();
+    for want in &spec.traced {
+        let found: Vec<usize> = left
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.as_ref().is_some_and(|p| runs(p, want.marker)))
+            .map(|(i, _)| i)
+            .collect();
+        let [i] = found[..] else {
+            return Err(format!(
+                "{}: {} traced passes run `{}`, which marks the pass \"{}\" (one expected; \
+                 has the kernel changed? results/profile.{}.trace)",
+                spec.bench,
+                found.len(),
+                want.marker,
+                want.label,
+                spec.name
+            ));
+        };
+        out.extend(left[i].take());
+    }
+    Ok(out)
 }
 
 /// Checks that the traced passes are the ones `spec` expects.
@@ -624,6 +680,44 @@ mod unit_tests {
         assert!(parse_trace("10\nend\n").is_err());
         assert!(parse_trace("pass 0 rax=12\nend\n").is_err());
         assert!(parse_trace("pass 0 rax=12 rdi=3\nxyz\nend\n").is_err());
+    }
+
+    #[test]
+    fn identifies_passes_by_their_marker() {
+        let frame = |f: &str| stages::Frame {
+            function: f.to_string(),
+            file: "x.rs".into(),
+            line: 1,
+        };
+        let chains = BTreeMap::from([
+            (
+                1,
+                vec![frame(
+                    "kern::ipc::fast::<impl kern::ipc::Ipc<T>>::fast_commit_reply",
+                )],
+            ),
+            (
+                2,
+                vec![frame(
+                    "kern::ipc::fast::<impl kern::ipc::Ipc<T>>::fast_commit_call",
+                )],
+            ),
+            (3, vec![frame("baton_kernel::fastpath::try_ipc")]),
+        ]);
+        let pass = |pcs: Vec<u64>| RawPass {
+            rax: 18,
+            rdi: 3,
+            pcs,
+        };
+        // Traced reply first: it is put second, as the spec lists it.
+        let got = identify(&PATHS[0], vec![pass(vec![3, 1]), pass(vec![3, 2])], &chains).unwrap();
+        assert_eq!(got[0].pcs, [3, 2]);
+        assert_eq!(got[1].pcs, [3, 1]);
+        let got = identify(&PATHS[0], vec![pass(vec![2]), pass(vec![1])], &chains).unwrap();
+        assert_eq!(got[0].pcs, [2]);
+        // Neither or both passes marked: an error, not a guess.
+        assert!(identify(&PATHS[0], vec![pass(vec![3]), pass(vec![1])], &chains).is_err());
+        assert!(identify(&PATHS[0], vec![pass(vec![2]), pass(vec![2, 1])], &chains).is_err());
     }
 
     #[test]
