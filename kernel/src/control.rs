@@ -406,6 +406,10 @@ pub fn set_state(k: &mut Kernel, p: &Place, words: &[u64; USER_REGS_WORDS]) -> R
 /// holds the call number).
 fn wait_for_arrival(k: &mut Kernel, cur: ThreadId, target: ThreadId) -> ! {
     if let Some(t) = k.threads.get_mut(target) {
+        // Fallibly: the list grows with the number of waiters (at most every thread).
+        if t.state_waiters.try_reserve(1).is_err() {
+            crate::kernel::finish_entry(k, false, Some(Error::NoMemory.to_raw()))
+        }
         t.state_waiters.push(cur);
     }
     if let Some(th) = k.threads.get_mut(cur) {

@@ -1566,19 +1566,27 @@ pub fn add_worker(index: usize, id: u64) {
     }
 }
 
-/// Waits for `threads` fuzzing threads to finish, resuming every activation and victim
-/// every 10 ms (a fuzzing thread stops while in a suspended activation), and after
-/// [`TERMINATE_AFTER_NS`] resuming the victims too (a fuzzing thread can wait for a
-/// victim's state for as long as the victim does not stop). False
-/// if they do not finish within [`STUCK_NS`].
+/// Waits for `threads` fuzzing threads to finish, resuming every activation every 10 ms (a
+/// fuzzing thread stops while in a suspended activation), and the victims too once no
+/// fuzzing thread has made a call for [`QUIET_NS`] (a fuzzing thread can wait for a
+/// victim's state for as long as the victim does not stop: a victim suspended while blocked
+/// in a receive without a timeout never stops by itself). False if they do not finish
+/// within [`STUCK_NS`].
 pub fn supervise(done: &Counter, threads: u32) -> bool {
     let start = baton_rt::clock_ns();
+    let progress = || -> u64 {
+        PROGRESS_AT
+            .iter()
+            .map(|s| s.load(Ordering::Relaxed))
+            .fold(0, u64::wrapping_add)
+    };
+    let (mut seen, mut since) = (progress(), start);
     loop {
         if done.wait_for(threads, 10_000_000).is_ok() && done.get() >= threads {
             return true;
         }
-        let waited = baton_rt::clock_ns().saturating_sub(start);
-        if waited > STUCK_NS {
+        let now = baton_rt::clock_ns();
+        if now.saturating_sub(start) > STUCK_NS {
             return false;
         }
         for s in ACTS.0.iter() {
@@ -1587,7 +1595,10 @@ pub fn supervise(done: &Counter, threads: u32) -> bool {
                 resume(1, id);
             }
         }
-        if waited > TERMINATE_AFTER_NS {
+        let at = progress();
+        if at != seen {
+            (seen, since) = (at, now);
+        } else if now.saturating_sub(since) > QUIET_NS {
             for s in VICTIMS.0.iter() {
                 let id = s.load(Ordering::Relaxed);
                 if id != 0 {
@@ -1598,9 +1609,9 @@ pub fn supervise(done: &Counter, threads: u32) -> bool {
     }
 }
 
-/// A fuzzing run is given this long before its victims are resumed and their loops left.
-const TERMINATE_AFTER_NS: u64 = 60_000_000_000;
-/// ... and this long before it is declared stuck.
+/// When no fuzzing thread has made a call for this long, the victims are resumed.
+const QUIET_NS: u64 = 1_000_000_000;
+/// A fuzzing run is given this long before it is declared stuck.
 const STUCK_NS: u64 = 120_000_000_000;
 
 /// Resumes activation `(kind, id)` until it is no longer suspended (at most 64 times).
