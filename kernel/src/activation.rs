@@ -225,7 +225,9 @@ pub fn migrate(
 fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (ActId, bool) {
     // The caller's record and its place on the stack are made before anything changes: a
     // call that cannot have them fails with `NoMemory` here, not later.
-    if !record_ready(k, cur) {
+    // SAFETY: `cur` runs on this CPU (it is in this system call) and no other reference to
+    // it is in use here; this one ends with the check.
+    if !record_ready(unsafe { thread::current_mut() }) {
         crate::kernel::finish_entry(k, false, Some(Error::NoMemory.to_raw()))
     }
     let Some(port) = k.ipc.port_mut(port_id) else {
@@ -252,13 +254,10 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
     }
 }
 
-/// Whether thread `cur` has a spare record and room on its stack of records for the call
+/// Whether thread `th` (the running thread) has a spare record and room on its stack of records for the call
 /// it is making: after its first call at each depth it has, and this is two comparisons.
 #[inline(always)]
-fn record_ready(k: &mut Kernel, cur: ThreadId) -> bool {
-    let Some(th) = k.threads.get_mut(cur) else {
-        return false;
-    };
+fn record_ready(th: &mut Thread) -> bool {
     (th.spare.is_some() && th.below.len() < th.below.capacity()) || make_record(th)
 }
 
