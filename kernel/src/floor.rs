@@ -42,6 +42,13 @@ pub type Floor = Xas<ThreadId>;
 /// `rflags` the partner's entry starts with: interrupts on, nothing else.
 const ENTRY_RFLAGS: u64 = 0x202;
 
+/// The system-call entry's call into this module (`arch::trap`'s assembly), for the
+/// cross-address-space floor calls and every system call of a thread in one.
+#[no_mangle]
+extern "C" fn floor_dispatch(number: u64) {
+    on_syscall(number);
+}
+
 /// Entry for the cross-address-space floor calls, and for every system call made by a
 /// thread in a call, with the call `number`; the caller's registers are in its frame.
 pub fn on_syscall(number: u64) -> ! {

@@ -25,6 +25,7 @@
 //! `[kernel] fault injection: failed K of N allocations (heap ..., stack ..., frame ...)`.
 //! Other kernels say that they ignore the word.
 
+use crate::arch::serial::kprintln;
 use core::alloc::{GlobalAlloc, Layout};
 use core::ptr::{self, NonNull};
 use kern::fault::Site;
@@ -130,7 +131,7 @@ pub fn set_fail_every(every: Option<u64>) {
     #[cfg(feature = "fault-inject")]
     FAIL_EVERY.store(every, core::sync::atomic::Ordering::Relaxed);
     #[cfg(not(feature = "fault-inject"))]
-    crate::kprintln!(
+    kprintln!(
         "[kernel] ignoring failalloc={every}: this kernel was built without the \
          fault-inject feature"
     );
@@ -144,7 +145,7 @@ pub fn boot_done() {
     {
         let every = FAIL_EVERY.load(core::sync::atomic::Ordering::Relaxed);
         if every > 0 {
-            crate::kprintln!(
+            kprintln!(
                 "[kernel] fault injection: one in {every} heap, stack and frame allocations \
                  fails from now on"
             );
@@ -215,20 +216,22 @@ pub fn report_fault_injection() {
         }
         INJECTOR.disarm();
         let [(hf, ha), (sf, sa), (ff, fa)] = Site::ALL.map(|s| INJECTOR.counts(s));
-        crate::kprintln!(
+        kprintln!(
             "[kernel] fault injection: failed {} of {} allocations (one in {}; heap {hf} \
              of {ha}, stack {sf} of {sa}, frame {ff} of {fa})",
             hf + sf + ff,
             ha + sa + fa,
             INJECTOR.every(),
         );
-        crate::kprint!("[kernel] fault injection: last failed heap allocation from (stack scan):");
+        crate::arch::serial::kprint!(
+            "[kernel] fault injection: last failed heap allocation from (stack scan):"
+        );
         for slot in FAIL_TRACE.iter() {
             let a = slot.load(core::sync::atomic::Ordering::Relaxed);
             if a != 0 {
-                crate::kprint!(" {a:#x}");
+                crate::arch::serial::kprint!(" {a:#x}");
             }
         }
-        crate::kprintln!();
+        kprintln!();
     }
 }

@@ -14,10 +14,10 @@
 
 use crate::arch::context::KernelStack;
 use crate::arch::paging::KernelMem;
+use crate::arch::serial::kprintln;
 use crate::arch::stack::StackPool;
 use crate::arch::trap::{self, TrapFrame, SPURIOUS_VECTOR, TIMER_VECTOR};
 use crate::arch::{apic, cpu, gdt, serial};
-use crate::kprintln;
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -1193,6 +1193,12 @@ pub fn leave_to_user() -> ! {
     }
     unlock();
     trap::resume_current()
+}
+
+/// The interrupt and exception stubs' call into the kernel (`arch::trap`'s assembly).
+#[no_mangle]
+extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+    on_trap(frame);
 }
 
 /// Entry for every interrupt and exception. `frame` is on the kernel stack, where the CPU

@@ -19,6 +19,7 @@
 //!   buffers are per CPU, so a CPU writes only the lines it formatted.
 
 use crate::arch::serial;
+use crate::arch::serial::kprintln;
 use crate::kernel::{self, Kernel, TaskId};
 use alloc::vec::Vec;
 use core::fmt::Write;
@@ -121,7 +122,7 @@ pub fn task_ending(k: &mut Kernel) {
     if k.log.suppressed > 0 {
         let n = core::mem::take(&mut k.log.suppressed);
         k.close_line();
-        crate::kprintln!("[kernel] {n} messages suppressed");
+        kprintln!("[kernel] {n} messages suppressed");
     }
 }
 

@@ -17,6 +17,7 @@
 //!   activation's at the latest when its task ends, see [`reap_act_ports`]).
 //! - `Kernel::act_ports` holds exactly the activation ports, once each.
 
+use crate::arch::serial::kprintln;
 use crate::kernel::{Ending, Kernel, TaskId};
 use crate::thread::{self, ThreadId, ThreadState};
 use alloc::vec::Vec;
@@ -353,7 +354,7 @@ fn operate(
     match (obj, id) {
         (KObject::Task(t), TASK_TERMINATE) => {
             k.close_line();
-            crate::kprintln!("[kernel] task {t} terminated through its task port by task {caller}");
+            kprintln!("[kernel] task {t} terminated through its task port by task {caller}");
             k.end_task(t, Ending::Killed);
             if t == caller {
                 thread::thread_terminate_current(k);

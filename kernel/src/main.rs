@@ -24,6 +24,7 @@ mod quota;
 mod syscall;
 mod thread;
 
+use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};
 use arch::{boot, cpu, serial};
 use core::ops::Range;

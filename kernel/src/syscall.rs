@@ -7,11 +7,11 @@
 //! model, keeping its kernel stack.
 
 use crate::arch::paging::KernelMem;
+use crate::arch::serial::kprintln;
 use crate::arch::trap::TrapFrame;
 use crate::arch::{apic, gdt};
 use crate::kernel::{self, Ending, Kernel, TaskId};
 use crate::kobject::KObject;
-use crate::kprintln;
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use alloc::string::String;
 use baton_abi::layout::{USER_END, USER_MIN};
@@ -25,6 +25,25 @@ use kern::pmap::MapFlags;
 use kern::quota::Resource;
 use kern::slab::Key;
 use kern::usercopy;
+
+/// The system-call entry's call into this layer (`arch::trap`'s assembly): every
+/// system call but `ipc_msg`'s fast paths and `act_return`.
+#[no_mangle]
+extern "C" fn syscall_dispatch(number: u64) {
+    on_syscall(number);
+}
+
+/// The entry's call for `ipc_msg`, before [`syscall_dispatch`] (see [`on_ipc_fast`]).
+#[no_mangle]
+extern "C" fn ipc_fast_dispatch() {
+    on_ipc_fast();
+}
+
+/// The entry's call for `act_return` (see [`on_act_return`]).
+#[no_mangle]
+extern "C" fn act_return_dispatch() -> ! {
+    on_act_return();
+}
 
 /// The RPC fast paths' entry, tried first for every `ipc_msg` (before [`on_syscall`]):
 /// an RPC's request or reply may take the fast path, and a call to a port with activations

@@ -6,6 +6,7 @@
 //! `[kernel] warning` line; nothing here panics.
 
 use super::paging::phys_to_virt;
+use crate::arch::serial::kprintln;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::mem::size_of;
@@ -96,7 +97,7 @@ fn find_rsdp(hint: u64) -> Option<(u64, Rsdp)> {
         if let Some(r) = rsdp_at(hint) {
             return Some((hint, r));
         }
-        crate::kprintln!("[kernel] warning: ACPI: no valid RSDP at {hint:#x}; scanning");
+        kprintln!("[kernel] warning: ACPI: no valid RSDP at {hint:#x}; scanning");
     }
     let ebda = u64::from(read::<u16>(0x40e).unwrap_or(0)) << 4;
     if (0x8_0000..0xa_0000).contains(&ebda) {
@@ -153,7 +154,7 @@ fn madt_apic_ids(pa: u64, len: u32) -> Option<Vec<u32>> {
         let kind = read::<u8>(at)?;
         let entry_len = u64::from(read::<u8>(at + 1)?);
         if entry_len < 2 || at + entry_len > end {
-            crate::kprintln!("[kernel] warning: ACPI: malformed MADT entry at {at:#x}");
+            kprintln!("[kernel] warning: ACPI: malformed MADT entry at {at:#x}");
             break;
         }
         let (id, flags) = match (kind, entry_len) {
@@ -186,11 +187,11 @@ pub fn bsp_apic_id() -> u32 {
 pub fn cpu_apic_ids(rsdp_hint: u64) -> Vec<u32> {
     let bsp = bsp_apic_id();
     let Some((rsdp_pa, rsdp)) = find_rsdp(rsdp_hint) else {
-        crate::kprintln!("[kernel] warning: ACPI: no RSDP found; using the boot CPU only");
+        kprintln!("[kernel] warning: ACPI: no RSDP found; using the boot CPU only");
         return vec![bsp];
     };
     let Some((madt, len)) = find_table(&rsdp, b"APIC") else {
-        crate::kprintln!(
+        kprintln!(
             "[kernel] warning: ACPI: no valid MADT (RSDP at {rsdp_pa:#x}, revision {}); \
              using the boot CPU only",
             rsdp.revision
@@ -198,16 +199,16 @@ pub fn cpu_apic_ids(rsdp_hint: u64) -> Vec<u32> {
         return vec![bsp];
     };
     let Some(mut ids) = madt_apic_ids(madt, len) else {
-        crate::kprintln!("[kernel] warning: ACPI: unreadable MADT; using the boot CPU only");
+        kprintln!("[kernel] warning: ACPI: unreadable MADT; using the boot CPU only");
         return vec![bsp];
     };
     match ids.iter().position(|&id| id == bsp) {
         Some(i) => {
             ids.remove(i);
         }
-        None => crate::kprintln!(
-            "[kernel] warning: ACPI: the boot CPU (APIC id {bsp}) is not in the MADT"
-        ),
+        None => {
+            kprintln!("[kernel] warning: ACPI: the boot CPU (APIC id {bsp}) is not in the MADT")
+        }
     }
     ids.insert(0, bsp);
     ids

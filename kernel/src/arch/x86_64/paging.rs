@@ -16,6 +16,7 @@
 //! - Kernel code reaches user memory only through `kern::usercopy` over the direct map,
 //!   never through user virtual addresses, which is why SMAP can be on without `stac`.
 
+use crate::arch::serial::kprintln;
 use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
 use kern::pmap::PhysMem;
 
@@ -104,7 +105,7 @@ impl PhysMem for KernelMem<'_> {
 
     fn free_frame(&mut self, frame: PhysAddr) {
         if self.frames.free(frame).is_err() {
-            crate::kprintln!("[kernel] warning: bad frame free {:#x}", frame.0);
+            kprintln!("[kernel] warning: bad frame free {:#x}", frame.0);
         }
     }
 }

@@ -79,15 +79,17 @@ pub fn _print(args: fmt::Arguments<'_>) {
     let _ = CONSOLE.lock().write_fmt(args);
 }
 
-/// Prints to the kernel console.
-#[macro_export]
+/// Prints to the kernel console (`use crate::arch::serial::kprint;`).
+#[allow(unused_macros)]
 macro_rules! kprint {
     ($($arg:tt)*) => { $crate::arch::serial::_print(format_args!($($arg)*)) };
 }
+#[allow(unused_imports)]
+pub(crate) use kprint;
 
-/// Prints a line to the kernel console.
-#[macro_export]
+/// Prints a line to the kernel console (`use crate::arch::serial::kprintln;`).
 macro_rules! kprintln {
-    () => { $crate::kprint!("\n") };
+    () => { $crate::arch::serial::_print(format_args!("\n")) };
     ($($arg:tt)*) => { $crate::arch::serial::_print(format_args!("{}\n", format_args!($($arg)*))) };
 }
+pub(crate) use kprintln;

@@ -28,6 +28,7 @@
 
 use super::paging::phys_to_virt;
 use super::{apic, cpu, gdt};
+use crate::arch::serial::kprintln;
 use core::arch::global_asm;
 use core::ops::Range;
 use core::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -264,7 +265,7 @@ pub fn start_aps(kernel_root: u64, ap_ids: &[u32], entry: extern "C" fn(cpu: usi
     let len = core::ptr::addr_of!(baton_ap_trampoline_end) as u64 - start;
     let params_offset = core::ptr::addr_of!(baton_ap_params) as u64 - start;
     if len > PML4_PA - TRAMPOLINE_PA {
-        crate::kprintln!("[kernel] warning: AP trampoline too large ({len} bytes); one CPU only");
+        kprintln!("[kernel] warning: AP trampoline too large ({len} bytes); one CPU only");
         return 1;
     }
     // SAFETY: IA32_STAR/LSTAR/FMASK exist on x86-64 (programmed by `trap::init`); reading
@@ -315,11 +316,11 @@ pub fn start_aps(kernel_root: u64, ap_ids: &[u32], entry: extern "C" fn(cpu: usi
     let mut targets = alloc::vec::Vec::with_capacity(ap_ids.len());
     for &id in ap_ids {
         if id == apic::id() || targets.contains(&id) {
-            crate::kprintln!("[kernel] warning: APIC id {id} is the boot CPU or repeated; skipped");
+            kprintln!("[kernel] warning: APIC id {id} is the boot CPU or repeated; skipped");
         } else if id > 0xfe {
-            crate::kprintln!("[kernel] warning: APIC id {id} needs x2APIC mode; CPU left off");
+            kprintln!("[kernel] warning: APIC id {id} needs x2APIC mode; CPU left off");
         } else if targets.len() + 1 >= gdt::MAX_CPUS {
-            crate::kprintln!(
+            kprintln!(
                 "[kernel] warning: more than {} CPUs; APIC id {id} left off",
                 gdt::MAX_CPUS
             );
@@ -376,7 +377,7 @@ pub fn start_aps(kernel_root: u64, ap_ids: &[u32], entry: extern "C" fn(cpu: usi
             }
             online += 1;
             CPU_COUNT.store(online, Ordering::Release);
-            crate::kprintln!("[kernel] cpu {cpu} online (apic id {apic_id})");
+            kprintln!("[kernel] cpu {cpu} online (apic id {apic_id})");
             continue;
         }
         // Given up. If it has not claimed its parameters, make sure it never does.
@@ -396,7 +397,7 @@ pub fn start_aps(kernel_root: u64, ap_ids: &[u32], entry: extern "C" fn(cpu: usi
         } else {
             "it reached long mode but did not finish; it parks itself"
         };
-        crate::kprintln!(
+        kprintln!(
             "[kernel] warning: cpu {cpu} (apic id {id}) did not come online in {START_TIMEOUT_MS} ms: {how}"
         );
     }

@@ -25,6 +25,7 @@
 //!   user mode `swapgs` back.
 
 use super::gdt::{self, USER_CS, USER_DS};
+use crate::arch::serial::kprintln;
 use baton_abi::floor;
 use core::arch::global_asm;
 use core::mem::size_of;
@@ -532,30 +533,11 @@ pub fn resume_current() -> ! {
     unsafe { resume_current_frame() }
 }
 
-#[no_mangle]
-extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
-    crate::kernel::on_trap(frame);
-}
-
-#[no_mangle]
-extern "C" fn syscall_dispatch(number: u64) {
-    crate::syscall::on_syscall(number);
-}
-
-#[no_mangle]
-extern "C" fn ipc_fast_dispatch() {
-    crate::syscall::on_ipc_fast();
-}
-
-#[no_mangle]
-extern "C" fn act_return_dispatch() -> ! {
-    crate::syscall::on_act_return();
-}
-
-#[no_mangle]
-extern "C" fn floor_dispatch(number: u64) {
-    crate::floor::on_syscall(number);
-}
+// The assembly above calls up into the kernel through these symbols, each defined (with
+// `#[no_mangle]`) by the layer it belongs to, so that this layer imports nothing above it:
+// `trap_dispatch` (every interrupt and exception: the core, `kernel.rs`),
+// `syscall_dispatch`, `ipc_fast_dispatch` and `act_return_dispatch` (system-call decode,
+// `syscall.rs`), and `floor_dispatch` (the floor calls, `floor.rs`).
 
 /// The name of an exception vector.
 pub fn exception_name(vector: u64) -> &'static str {
@@ -605,7 +587,7 @@ pub fn page_fault_detail(error: u64) -> (&'static str, &'static str, &'static st
 /// Prints every register of `frame`.
 pub fn dump_frame(frame: &TrapFrame) {
     let f = frame;
-    crate::kprintln!(
+    kprintln!(
         "  rip={:#018x} rsp={:#018x} rflags={:#x} cs={:#x} ss={:#x} error={:#x}",
         f.rip,
         f.rsp,
@@ -614,28 +596,28 @@ pub fn dump_frame(frame: &TrapFrame) {
         f.ss,
         f.error
     );
-    crate::kprintln!(
+    kprintln!(
         "  rax={:#018x} rbx={:#018x} rcx={:#018x} rdx={:#018x}",
         f.rax,
         f.rbx,
         f.rcx,
         f.rdx
     );
-    crate::kprintln!(
+    kprintln!(
         "  rsi={:#018x} rdi={:#018x} rbp={:#018x} r8 ={:#018x}",
         f.rsi,
         f.rdi,
         f.rbp,
         f.r8
     );
-    crate::kprintln!(
+    kprintln!(
         "  r9 ={:#018x} r10={:#018x} r11={:#018x} r12={:#018x}",
         f.r9,
         f.r10,
         f.r11,
         f.r12
     );
-    crate::kprintln!(
+    kprintln!(
         "  r13={:#018x} r14={:#018x} r15={:#018x}",
         f.r13,
         f.r14,
