@@ -49,7 +49,7 @@ use crate::arch::gdt::{USER_CS, USER_DS};
 use crate::arch::paging::{self, KernelMem};
 use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR, USER_RFLAGS};
 use crate::kernel::{self, Kernel, TaskId};
-use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, ReplyTo, Saved, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
     Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND,
@@ -63,53 +63,6 @@ use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::ipc::{Held, PortId};
 use kern::slab::Key;
 use kern::usercopy;
-
-/// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ReplyTo {
-    /// The caller's IPC buffer page (`Saved::ipc_buffer`, whose frame is known).
-    IpcBuffer,
-    /// No reply: the upcall above is a sidetrack, and on return the call is retried.
-    Sidetrack,
-    /// The caller's own buffer (`MSG_BUF`): its user address and size, reached through the
-    /// caller's page tables at the return.
-    User {
-        /// Its address.
-        va: u64,
-        /// Its size in bytes (at most `MSG_SIZE_MAX`).
-        len: usize,
-    },
-}
-
-/// An activation below the running one on a thread's activation stack.
-#[derive(Clone, Debug)]
-pub struct Saved {
-    /// Its user registers, as they were at its `ipc_msg` (the box the thread had).
-    pub frame: alloc::boxed::Box<TrapFrame>,
-    /// Its task.
-    pub task: Option<TaskId>,
-    /// That task's key.
-    pub task_key: Key,
-    /// That task's address space.
-    pub space: Option<(PhysAddr, u16)>,
-    /// Its IPC buffer (where the reply goes).
-    pub ipc_buffer: Option<(u64, PhysAddr)>,
-    /// Its exception port.
-    pub exc_port: Option<PortId>,
-    /// The server activation occupied above it.
-    pub act: ActId,
-    /// The port whose pool that activation came from.
-    pub port: PortId,
-    /// Where the reply goes (or that the upcall above is a sidetrack, retried on return).
-    pub to: ReplyTo,
-    /// Its control state (alerts, suspension, termination).
-    pub ctl: kern::activation::ActState,
-    /// While the record is a thread's spare: the key of the task whose user registers its
-    /// frame box holds (those of the activation its thread returned from), `Key(0)` when
-    /// unknown. A call into an activation of that same task writes only the registers the
-    /// upcall passes: the rest are that task's own.
-    pub frame_of: Key,
-}
 
 impl Saved {
     /// A record to be filled by a migrating call (a thread's first at its depth), around
@@ -938,6 +891,18 @@ pub fn retire(k: &mut Kernel, gone: impl Fn(&Activation) -> bool) {
         }
     });
     k.stats.activations = k.acts.len() as u64;
+}
+
+/// Task `id` is ending (its activations are retired, `retire`): every activation of it
+/// below the top of a thread is dead from now on, so that a migrating return checks one flag ([`lives`])
+/// instead of looking the task up. (No new record of the task can appear: its threads, own
+/// or migrated into it, are killed and make no further call.) Allocates nothing.
+pub fn task_ending(k: &mut Kernel, id: TaskId) {
+    for (_, th) in k.threads.iter_mut() {
+        for rec in th.below.iter_mut().filter(|r| r.task == Some(id)) {
+            rec.ctl.dead = true;
+        }
+    }
 }
 
 /// Retires the activations attached to ports that no longer exist (their pools went with

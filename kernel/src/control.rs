@@ -27,14 +27,15 @@ use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use baton_abi::exception::{UserRegs, USER_REGS_WORDS};
 use baton_abi::Error;
-use core::sync::atomic::{AtomicUsize, Ordering};
+use core::sync::atomic::Ordering;
 use kern::activation::ActState;
 use kern::continuation::{Continuation, Resume};
 use kern::slab::Key;
 
 /// Activations suspended now, in all threads (while 0, no exit to user mode looks for
-/// one). Changed under the big kernel lock; read by `kernel::leave_to_user` before it.
-pub static SUSPENDED: AtomicUsize = AtomicUsize::new(0);
+/// one): the core's counter, which this family keeps. Changed under the big kernel lock;
+/// read by `kernel::leave_to_user` before it.
+use crate::kernel::STOPS_PENDING as SUSPENDED;
 
 /// `n` suspended activations are gone (resumed, or discarded with their thread).
 pub fn suspended_sub(n: usize) {

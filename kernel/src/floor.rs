@@ -33,11 +33,8 @@ use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::ThreadId;
 use baton_abi::floor::{FLOOR_XAS_CALL, FLOOR_XAS_REGISTER, FLOOR_XAS_RETURN};
 use baton_abi::Error;
-use kern::floor::{Call, Xas};
+use kern::floor::Call;
 use kern::frame::PhysAddr;
-
-/// The registrations and the calls in progress.
-pub type Floor = Xas<ThreadId>;
 
 /// `rflags` the partner's entry starts with: interrupts on, nothing else.
 const ENTRY_RFLAGS: u64 = 0x202;
@@ -182,6 +179,11 @@ fn end(k: &mut Kernel, cpu: usize, value: u64) {
     if last {
         k.remove_task(call.partner);
     }
+}
+
+/// Task `id`'s floor entry, if it registered one, goes (its rights are released).
+pub fn unregister(k: &mut Kernel, id: TaskId) {
+    k.floor.unregister(id);
 }
 
 /// Task `id` is ending: its registration goes, and the CPUs in a call to it are made to

@@ -585,7 +585,25 @@ pub fn block(k: &mut Kernel, why: Blocked, timeout: u64) {
         FOREVER => None,
         ns => Some(apic::now_ns().saturating_add(ns)),
     };
-    crate::syscall::block_until(k, why, deadline);
+    thread::block_until(k, why, deadline);
+}
+
+/// Releases every right of task `id`'s name space: its ports die (their holders see dead
+/// names), the rest is given back.
+pub fn release_task_names(k: &mut Kernel, id: TaskId) {
+    let mut fx = effects(k);
+    if let Some(task) = k.tasks.get_mut(&id) {
+        k.ipc.release_space(&mut task.names, &mut fx);
+    }
+    apply(k, fx);
+}
+
+/// Releases every right of the name space `names` (of a task that is gone, or was never
+/// started).
+pub fn release_names(k: &mut Kernel, names: &mut kern::ipc::Space) {
+    let mut fx = effects(k);
+    k.ipc.release_space(names, &mut fx);
+    apply(k, fx);
 }
 
 /// Makes ready the threads an IPC operation unblocked.

@@ -18,6 +18,7 @@ use crate::arch::serial::kprintln;
 use crate::arch::stack::StackPool;
 use crate::arch::trap::{self, TrapFrame, SPURIOUS_VECTOR, TIMER_VECTOR};
 use crate::arch::{apic, cpu, gdt, serial};
+use crate::family;
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
 use alloc::boxed::Box;
 use alloc::string::String;
@@ -87,6 +88,11 @@ pub struct Task {
 /// 0, a migrating return or unwind looks for none (one relaxed load). Changed under the
 /// big kernel lock.
 pub static LINGERING: AtomicUsize = AtomicUsize::new(0);
+
+/// Activations that are suspended (their threads must stop at their next return to user
+/// mode, `Hooks::before_user`): kept by the control family, read on every way out of the
+/// kernel (one relaxed load while 0).
+pub static STOPS_PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// How a task ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -178,7 +184,7 @@ pub struct Kernel {
     pub shutdown_when_idle: bool,
     /// The floor cross-address-space calls' partners and calls in progress
     /// ([`crate::floor`]).
-    pub floor: crate::floor::Floor,
+    pub floor: kern::floor::Xas<ThreadId>,
     /// Threads that exist at each priority: every CPU's run queue has room for all of
     /// them at their level, so making a thread ready never allocates
     /// (`thread::reserve_ready`).
@@ -302,22 +308,18 @@ impl Kernel {
 
     /// Frees a halted thread that is off its CPU, and its task when it was the last thread.
     pub fn reap_thread(&mut self, t: ThreadId) {
-        crate::control::release_waiters(self, t);
-        let Some(th) = self.threads.remove(t) else {
+        (family::hooks().thread_leaving)(self, t);
+        let Some(mut th) = self.threads.remove(t) else {
             return;
         };
         thread::release_ready(self, th.priority);
-        let suspended =
-            usize::from(th.ctl.suspend > 0) + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
-        crate::control::suspended_sub(suspended);
         if let Some(timer) = th.timer {
             self.timers.cancel(timer);
         }
-        if let Some(stack) = th.stack {
+        if let Some(stack) = th.stack.take() {
             self.stack_free(stack);
         }
-        crate::exception::release(self, th.exc_port, th.exc_reply);
-        crate::kobject::destroy(self, th.kport);
+        (family::hooks().thread_freed)(self, &th);
         let Some(task_id) = th.task else {
             return;
         };
@@ -344,7 +346,6 @@ impl Kernel {
         if self.threads.iter().any(|(_, t)| t.task == Some(task_id)) {
             if self.tasks.get(&task_id).is_some_and(|t| !t.lingering) {
                 // Everything but its memory goes now: its ports die at once.
-                self.floor.unregister(task_id);
                 self.release_task(task_id);
                 if let Some(task) = self.tasks.get_mut(&task_id) {
                     task.lingering = true;
@@ -392,7 +393,6 @@ impl Kernel {
     /// its rights and frees its memory. A lingering task did all but the last when its last
     /// thread went (`Kernel::last_thread_gone`): it is not reported or released again.
     pub fn remove_task(&mut self, task_id: TaskId) {
-        self.floor.unregister(task_id);
         if self.tasks.get(&task_id).is_some_and(|t| t.lingering) {
             let _ = LINGERING.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
                 Some(v.saturating_sub(1))
@@ -430,14 +430,7 @@ impl Kernel {
         if self.open_line == Some(task_id) {
             self.close_line();
         }
-        crate::exception::release(self, exc, None);
-        crate::kobject::destroy(self, kport);
-        let mut fx = crate::ipc::effects(self);
-        if let Some(task) = self.tasks.get_mut(&task_id) {
-            self.ipc.release_space(&mut task.names, &mut fx);
-        }
-        crate::ipc::apply(self, fx);
-        crate::activation::retire_orphans(self);
+        (family::hooks().task_released)(self, task_id, exc, kport);
     }
 
     /// Creates the name server task from boot module `name`: its first thread starts with
@@ -476,7 +469,7 @@ impl Kernel {
     /// Gives boot task `id` (marked privileged on the command line) a send right to the
     /// host-privilege port, whose name its first thread finds in `rdx`.
     fn give_host_priv(&mut self, id: TaskId) {
-        match crate::kobject::grant_host_priv(self, id) {
+        match (family::hooks().grant_host_priv)(self, id) {
             Ok(name) => {
                 for (_, th) in self.threads.iter_mut() {
                     if th.task == Some(id) {
@@ -568,9 +561,7 @@ impl Kernel {
         }
         if let Err(e) = self.create_thread(id, frame, PRIORITY_DEFAULT as u8) {
             if let Some(mut task) = self.tasks.remove(&id) {
-                let mut fx = crate::ipc::effects(self);
-                self.ipc.release_space(&mut task.names, &mut fx);
-                crate::ipc::apply(self, fx);
+                (family::hooks().names_released)(self, &mut task.names);
                 task.account.give(Resource::Frames, task.frames);
                 let mut mem = self.mem();
                 task.space.destroy(&mut mem);
@@ -653,7 +644,7 @@ impl Kernel {
                 ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {
                     th.frame.rax = baton_abi::Error::TimedOut.to_raw();
                     th.cont = Some(Continuation::new(Resume::UserReturn));
-                    crate::ipc::forget_waiter(self, t, why);
+                    (family::hooks().forget_waiter)(self, t, why);
                 }
                 _ => continue,
             }
@@ -672,20 +663,8 @@ impl Kernel {
         // its task port at once (a thread of it running on another CPU ends only at its
         // next kernel entry, and the task goes with its last thread: who terminated it
         // must already see a dead name).
-        crate::activation::retire(self, |a| a.task == id);
-        crate::kobject::reap_act_ports(self);
         let kport = self.tasks.get_mut(&id).and_then(|t| t.kport.take());
-        crate::kobject::destroy(self, kport);
-        crate::floor::task_ending(self, id);
-        // Every activation of the task below the top of a thread is dead from now on, so a
-        // migrating return checks one flag (`activation::lives`) instead of looking the
-        // task up. (No new record of the task can appear: its threads, own or migrated
-        // into it, are killed below and make no further call.)
-        for (_, th) in self.threads.iter_mut() {
-            for rec in th.below.iter_mut().filter(|r| r.task == Some(id)) {
-                rec.ctl.dead = true;
-            }
-        }
+        (family::hooks().task_ending)(self, id, kport);
         // The threads are listed in the kept thread list (room for every thread, made
         // with the run queues': `thread::reserve_ready`), so ending a task allocates
         // nothing here.
@@ -710,7 +689,7 @@ impl Kernel {
                 .map(|(tid, _)| tid),
         );
         for &tid in list.iter() {
-            crate::control::terminate_home(self, tid);
+            (family::hooks().home_ending)(self, tid);
         }
         list.clear();
         if list.capacity() > self.thread_list.capacity() {
@@ -729,12 +708,12 @@ impl Kernel {
         if !th.below.is_empty() {
             match th.state {
                 ThreadState::Ready => {
-                    crate::activation::unwind_other(self, tid);
+                    (family::hooks().unwind_other)(self, tid);
                     return;
                 }
                 ThreadState::Blocked(b) => {
                     self.forget_blocked(tid, b);
-                    if crate::activation::unwind_other(self, tid) {
+                    if (family::hooks().unwind_other)(self, tid) {
                         self.unblock(tid);
                     }
                     return;
@@ -793,8 +772,7 @@ impl Kernel {
             Blocked::Wait { key } => {
                 self.waits.remove(key, t);
             }
-            Blocked::StateWait { target } => crate::control::forget_state_waiter(self, t, target),
-            _ => crate::ipc::forget_waiter(self, t, b),
+            _ => (family::hooks().forget_waiter)(self, t, b),
         }
     }
 
@@ -867,7 +845,7 @@ impl Kernel {
         s.thread_bytes = (core::mem::size_of::<Thread>()
             + core::mem::size_of::<crate::arch::trap::TrapFrame>()
             + 16) as u64;
-        s.heap_used = crate::heap_used() as u64;
+        s.heap_used = crate::heap::heap_used() as u64;
         s.ports = self.ipc.ports() as u64;
         s.messages_queued = self.ipc.queued() as u64;
         s.names = self.tasks.values().map(|t| t.names.len() as u64).sum();
@@ -1015,7 +993,7 @@ pub fn start(
         fast_transfers: 0,
         modules,
         shutdown_when_idle: config.shutdown_when_idle,
-        floor: crate::floor::Floor::default(),
+        floor: kern::floor::Xas::default(),
         threads_at: [0; 64],
         wake_list: Vec::new(),
         thread_list: Vec::new(),
@@ -1186,10 +1164,10 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
 /// call leaves through it.
 #[inline(always)]
 pub fn leave_to_user() -> ! {
-    if crate::control::SUSPENDED.load(Ordering::Relaxed) > 0 {
+    if STOPS_PENDING.load(Ordering::Relaxed) > 0 {
         // An APC: a thread stops here when its activation is suspended.
         // SAFETY: every caller holds the lock (it is released just below).
-        crate::control::stop_if_suspended(unsafe { kernel() });
+        (family::hooks().before_user)(unsafe { kernel() });
     }
     unlock();
     trap::resume_current()
@@ -1225,7 +1203,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
     if gdt::in_floor_call() {
         // The entry ends a floor call in progress; a fault in the partner's code ends
         // it and nothing more.
-        crate::floor::interrupt(k, gdt::this_cpu());
+        (family::hooks().floor_interrupted)(k, gdt::this_cpu());
         if frame.vector < 32 {
             finish_entry(k, false, None);
         }
@@ -1246,7 +1224,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
             if ending {
                 thread::thread_terminate_current(k);
             }
-            crate::exception::raise(k, cur, v, frame.error);
+            (family::hooks().exception)(k, cur, v, frame.error);
             k.report_exception(frame);
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Killed);

@@ -13,6 +13,7 @@ mod activation;
 pub mod arch;
 mod control;
 mod exception;
+mod family;
 mod fastpath;
 mod floor;
 mod heap;
@@ -28,7 +29,6 @@ use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};
 use arch::{boot, cpu, serial};
 use core::ops::Range;
-pub use heap::heap_used;
 use kern::frame::{FrameAllocator, PAGE_SIZE};
 
 /// The kernel heap lives in the first GiB, which the boot page tables already map.
@@ -102,6 +102,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
             )
         }
     };
+    install_families();
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     heap::set_fail_every(config.fail_every);
     extern "C" {
@@ -113,6 +114,59 @@ extern "C" fn kmain(start_info: u64) -> ! {
         panic!("the boot stack's top is 0");
     };
     kernel::start(frames, kernel_root, initrd, config, boot_stack, cpus)
+}
+
+/// Tells the core what each object family does at its events (`family::Hooks`): the one
+/// place that names the families for the core, which imports none of them.
+fn install_families() {
+    use kern::continuation::Resume;
+    use thread::Blocked;
+    family::install(family::Hooks {
+        thread_leaving: control::release_waiters,
+        thread_freed: |k, th| {
+            let suspended = usize::from(th.ctl.suspend > 0)
+                + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
+            control::suspended_sub(suspended);
+            exception::release(k, th.exc_port, th.exc_reply);
+            kobject::destroy(k, th.kport);
+        },
+        task_ending: |k, id, kport| {
+            // No call migrates into the task any more, and its activations' ports die; so
+            // does its task port at once (a thread of it running on another CPU ends only
+            // at its next kernel entry, and the task goes with its last thread: who
+            // terminated it must already see a dead name).
+            activation::retire(k, |a| a.task == id);
+            kobject::reap_act_ports(k);
+            kobject::destroy(k, kport);
+            floor::task_ending(k, id);
+            activation::task_ending(k, id);
+        },
+        home_ending: control::terminate_home,
+        task_released: |k, id, exc, kport| {
+            floor::unregister(k, id);
+            exception::release(k, exc, None);
+            kobject::destroy(k, kport);
+            ipc::release_task_names(k, id);
+            activation::retire_orphans(k);
+        },
+        names_released: ipc::release_names,
+        unwind_other: activation::unwind_other,
+        unwind_current: activation::unwind_current,
+        forget_waiter: |k, t, b| match b {
+            Blocked::StateWait { target } => control::forget_state_waiter(k, t, target),
+            _ => ipc::forget_waiter(k, t, b),
+        },
+        resume: |k, t, point| match point {
+            Resume::Receive => ipc::continue_receive(k, t),
+            Resume::SendRetry => ipc::continue_send(k, t),
+            Resume::ExceptionReply => exception::continue_reply(k, t),
+            _ => kernel::leave_to_user(),
+        },
+        exception: exception::raise,
+        floor_interrupted: floor::interrupt,
+        before_user: control::stop_if_suspended,
+        grant_host_priv: kobject::grant_host_priv,
+    });
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------

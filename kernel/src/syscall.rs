@@ -120,7 +120,7 @@ pub fn on_syscall(number: u64) -> ! {
         Sys::Sleep if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
         Sys::Sleep => {
             let deadline = apic::now_ns().saturating_add(args[0]);
-            block_until(k, Blocked::Sleep, Some(deadline));
+            thread::block_until(k, Blocked::Sleep, Some(deadline));
             k.stats.blocks_sleep += 1;
             thread::thread_block_with(k, Continuation::new(Resume::Sleep));
         }
@@ -134,7 +134,7 @@ pub fn on_syscall(number: u64) -> ! {
                 if k.waits.try_enqueue(key, cur).is_err() {
                     Error::NoMemory.to_raw()
                 } else {
-                    block_until(k, Blocked::Wait { key }, deadline);
+                    thread::block_until(k, Blocked::Wait { key }, deadline);
                     k.stats.blocks_wait += 1;
                     thread::thread_block_with(k, Continuation::new(Resume::Wait));
                 }
@@ -164,17 +164,6 @@ pub fn on_syscall(number: u64) -> ! {
     // SAFETY: the lock is held (again).
     let k = unsafe { kernel::kernel() };
     kernel::finish_entry(k, false, Some(result))
-}
-
-/// Marks the current thread blocked on `why`, with an optional timeout (an absolute
-/// deadline in nanoseconds).
-pub fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
-    let cur = k.current_thread();
-    let timer = deadline.map(|d| k.timers.insert(d, cur));
-    if let Some(t) = k.threads.get_mut(cur) {
-        t.state = ThreadState::Blocked(why);
-        t.timer = timer;
-    }
 }
 
 /// Checks a `wait`: aligned user word that still holds `expected`.

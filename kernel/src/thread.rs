@@ -18,8 +18,10 @@ use crate::arch::context::{self, KernelStack, SavedContext};
 use crate::arch::gdt;
 use crate::arch::trap::TrapFrame;
 use crate::kernel::{self, Kernel, TaskId};
+use kern::activation::ActId;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
+use kern::ipc::PortId;
 use kern::slab::Key;
 use kern::timer::TimerKey;
 
@@ -58,6 +60,54 @@ pub enum Blocked {
         /// The target thread.
         target: ThreadId,
     },
+}
+
+/// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyTo {
+    /// The caller's IPC buffer page (`Saved::ipc_buffer`, whose frame is known).
+    IpcBuffer,
+    /// No reply: the upcall above is a sidetrack, and on return the call is retried.
+    Sidetrack,
+    /// The caller's own buffer (`MSG_BUF`): its user address and size, reached through the
+    /// caller's page tables at the return.
+    User {
+        /// Its address.
+        va: u64,
+        /// Its size in bytes (at most `MSG_SIZE_MAX`).
+        len: usize,
+    },
+}
+
+/// An activation below the running one on a thread's activation stack (migrating RPC: the
+/// records are the thread's, `crate::activation` fills and empties them).
+#[derive(Clone, Debug)]
+pub struct Saved {
+    /// Its user registers, as they were at its `ipc_msg` (the box the thread had).
+    pub frame: alloc::boxed::Box<crate::arch::trap::TrapFrame>,
+    /// Its task.
+    pub task: Option<TaskId>,
+    /// That task's key.
+    pub task_key: Key,
+    /// That task's address space.
+    pub space: Option<(PhysAddr, u16)>,
+    /// Its IPC buffer (where the reply goes).
+    pub ipc_buffer: Option<(u64, PhysAddr)>,
+    /// Its exception port.
+    pub exc_port: Option<PortId>,
+    /// The server activation occupied above it.
+    pub act: ActId,
+    /// The port whose pool that activation came from.
+    pub port: PortId,
+    /// Where the reply goes (or that the upcall above is a sidetrack, retried on return).
+    pub to: ReplyTo,
+    /// Its control state (alerts, suspension, termination).
+    pub ctl: kern::activation::ActState,
+    /// While the record is a thread's spare: the key of the task whose user registers its
+    /// frame box holds (those of the activation its thread returned from), `Key(0)` when
+    /// unknown. A call into an activation of that same task writes only the registers the
+    /// upcall passes: the rest are that task's own.
+    pub frame_of: Key,
 }
 
 /// A thread's scheduling state.
@@ -113,7 +163,7 @@ pub struct Thread {
     /// holds the registers of the activation left then, and becomes the next server
     /// activation's frame (every register rewritten) while the caller's frame takes its
     /// place in the record (see `crate::activation`).
-    pub spare: Option<alloc::boxed::Box<crate::activation::Saved>>,
+    pub spare: Option<alloc::boxed::Box<Saved>>,
     /// The CPU whose run queue it joins when ready: where it last ran, or where
     /// `set_affinity` pinned it.
     pub cpu: usize,
@@ -147,7 +197,7 @@ pub struct Thread {
     // Boxed on purpose: a record is handed between the stack and `spare` by pointer, and
     // its frame box swapped with the thread's, so a call copies no record.
     #[allow(clippy::vec_box)]
-    pub below: alloc::vec::Vec<alloc::boxed::Box<crate::activation::Saved>>,
+    pub below: alloc::vec::Vec<alloc::boxed::Box<Saved>>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
     /// The running activation's control state (alerts, suspension, termination).
@@ -590,9 +640,10 @@ extern "C" fn continue_entry(t: u64) -> ! {
 fn resume(k: &mut Kernel, t: ThreadId, cont: Continuation) -> ! {
     match cont.point {
         Resume::Idle => kernel::idle_loop(),
-        Resume::Receive => crate::ipc::continue_receive(k, t),
-        Resume::SendRetry => crate::ipc::continue_send(k, t),
-        Resume::ExceptionReply => crate::exception::continue_reply(k, t),
+        // The families' own continuations.
+        point @ (Resume::Receive | Resume::SendRetry | Resume::ExceptionReply) => {
+            (crate::family::hooks().resume)(k, t, point)
+        }
         // The result of a finished call is already in the saved frame.
         Resume::UserReturn | Resume::Wait | Resume::Sleep => {
             if k.threads.get(t).is_none() {
@@ -603,10 +654,21 @@ fn resume(k: &mut Kernel, t: ThreadId, cont: Continuation) -> ! {
     }
 }
 
+/// Marks the current thread blocked on `why`, with an optional timeout (an absolute
+/// deadline in nanoseconds).
+pub fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
+    let cur = k.current_thread();
+    let timer = deadline.map(|d| k.timers.insert(d, cur));
+    if let Some(t) = k.threads.get_mut(cur) {
+        t.state = ThreadState::Blocked(why);
+        t.timer = timer;
+    }
+}
+
 /// Stops the current thread for good and runs the next one.
 pub fn thread_terminate_current(k: &mut Kernel) -> ! {
     // A thread that migrated into the activation being ended goes back to its caller.
-    crate::activation::unwind_current(k);
+    (crate::family::hooks().unwind_current)(k);
     let cpu = gdt::this_cpu();
     let cur = k.cpu(cpu).current;
     if let Some(th) = k.threads.get_mut(cur) {
