@@ -1236,6 +1236,16 @@ pub fn on_trap(frame: &mut TrapFrame) {
     finish_entry(k, TIMER_VECTOR == frame.vector, None)
 }
 
+/// Whether a thread of priority `prio`, running on this CPU, is to give way now (a ready
+/// thread here is more urgent): what [`finish_entry`] checks.
+#[inline(always)]
+pub fn preempt_due(k: &Kernel, prio: u8) -> bool {
+    k.cpus
+        .get(gdt::this_cpu())
+        .and_then(|c| c.runq.peek_priority())
+        .is_some_and(|p| p > prio)
+}
+
 /// On the way back to user mode: store the system call's `result` (if any) in the saved
 /// `rax`, honour a pending kill, then preempt if a thread of higher priority is waiting (or
 /// of the same priority, with `timeslice` for a timer tick: round robin within the level),
@@ -1243,10 +1253,10 @@ pub fn on_trap(frame: &mut TrapFrame) {
 #[inline]
 pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
     let cpu = gdt::this_cpu();
-    let cur = k.cpu(cpu).current;
-    let Some(th) = k.threads.get_mut(cur) else {
-        panic!("finish_entry: running thread {cur:?} vanished");
-    };
+    // SAFETY: this CPU runs a user thread (every caller is in one of its system calls or
+    // traps), and the reference is not used after `k` is used again.
+    let th = unsafe { thread::current_mut() };
+    let cur = th.id;
     if let Some(value) = result {
         th.frame.rax = value;
     }

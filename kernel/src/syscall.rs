@@ -29,8 +29,22 @@ use kern::usercopy;
 /// The system-call entry's call into this layer (`arch::trap`'s assembly): every
 /// system call but `ipc_msg`'s fast paths and `act_return`.
 #[no_mangle]
-extern "C" fn syscall_dispatch(number: u64) {
-    on_syscall(number);
+extern "C" fn syscall_dispatch(number: u64) -> ! {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    if number == Sys::Null as u64 {
+        // The cheapest call is answered here, in a function whose few registers need no
+        // saving, unless its thread is to end or be preempted (the general path's cases).
+        // SAFETY: this CPU runs the caller (it is in this system call), and the reference
+        // is not used after `k` is used again.
+        let th = unsafe { thread::current_mut() };
+        if !th.kill_pending && !kernel::preempt_due(k, th.priority) {
+            th.frame.rax = 0;
+            kernel::leave_to_user()
+        }
+    }
+    on_syscall(k, number)
 }
 
 /// The entry's call for `ipc_msg`, before [`syscall_dispatch`] (see [`on_ipc_fast`]).
@@ -72,29 +86,26 @@ pub fn on_act_return() -> ! {
     kernel::finish_entry(k, false, Some(e.to_raw()))
 }
 
-/// Entry for the `syscall` instruction, with the call `number` (the user's `rax`). The
-/// caller's user registers are already in its thread object (the entry pushed them there);
-/// the result goes into its saved `rax`. Inlined into its one caller, the entry's
-/// trampoline.
-#[inline(always)]
-pub fn on_syscall(number: u64) -> ! {
-    kernel::lock();
-    // SAFETY: the lock is held.
-    let k = unsafe { kernel::kernel() };
-    let cpu = gdt::this_cpu();
-    let cur = k.cpu(cpu).current;
-    let Some(th) = k.threads.get(cur) else {
-        panic!("system call from thread {cur:?}, which does not exist");
-    };
+/// Entry for the `syscall` instruction, with the call `number` (the user's `rax`), the
+/// lock held. The caller's user registers are already in its thread object (the entry
+/// pushed them there); the result goes into its saved `rax`.
+#[inline(never)]
+fn on_syscall(k: &mut Kernel, number: u64) -> ! {
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // not used after the lookups below start.
+    let th = unsafe { thread::current_mut() };
+    let cur = th.id;
     if th.kill_pending {
         thread::thread_terminate_current(k);
     }
-    let args = match Sys::from_raw(number) {
-        // The two calls that need no arguments take the short way.
-        Some(Sys::Yield) => thread::thread_yield(k, cur),
-        Some(Sys::Null) => kernel::finish_entry(k, false, Some(0)),
-        _ => th.frame.syscall_args().1,
-    };
+    // The two calls that need no arguments take the short way.
+    if number == Sys::Null as u64 {
+        kernel::finish_entry(k, false, Some(0))
+    }
+    if number == Sys::Yield as u64 {
+        thread::thread_yield(k, cur)
+    }
+    let args = th.frame.syscall_args().1;
     let Some(call) = Sys::from_raw(number) else {
         crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
         k.report(format_args!(
