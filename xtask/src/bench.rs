@@ -274,7 +274,7 @@ fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
         smp,
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
-        gdb: false,
+        gdb: None,
     }
 }
 

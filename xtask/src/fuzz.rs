@@ -28,21 +28,33 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// Options of `fuzz`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(clap::Args, Debug, PartialEq, Eq)]
 pub struct FuzzOpts {
-    /// `--seeds N`.
+    /// Seeds to run.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = crate::positive::<u64>)]
     pub seeds: u64,
-    /// `--calls M`: calls per seed.
+    /// Calls per seed.
+    #[arg(long, value_name = "M", default_value_t = 100_000, value_parser = crate::positive::<u64>)]
     pub calls: u64,
-    /// `--smp K`.
+    /// Number of CPUs.
+    #[arg(long, value_name = "K", default_value_t = 2, value_parser = crate::positive::<u32>)]
     pub smp: u32,
-    /// `--first-seed S`.
+    /// First seed.
+    #[arg(long, value_name = "S", default_value_t = 1)]
     pub first_seed: u64,
-    /// `--threads T`: fuzzing threads.
+    /// Fuzzing threads.
+    #[arg(long, value_name = "T", default_value_t = 3, value_parser = crate::positive::<u64>)]
     pub threads: u64,
-    /// `--exclude LETTERS`: call classes left out.
+    /// Call classes to leave out (docs/fuzzing.md).
+    #[arg(
+        long,
+        value_name = "LETTERS",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub exclude: String,
-    /// `--verbose`: the program prints every call.
+    /// The program prints every call (to place a panic exactly).
+    #[arg(long)]
     pub verbose: bool,
 }
 
@@ -238,7 +250,7 @@ fn boot_one(
         smp,
         cmdline: qemu::cmdline("fuzz", true, &[]),
         icount: false,
-        gdb: false,
+        gdb: None,
     };
     let base = machine.command(qemu_path);
     let mut cmd = Command::new(base.get_program());

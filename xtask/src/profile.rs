@@ -375,7 +375,7 @@ fn trace(
         smp: 1,
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
-        gdb: false,
+        gdb: None,
     };
     // The serial console (QEMU's standard output) to a file, never a pipe, as `bench`
     // does; the stub on a port of our own, so that the two paths and a `cargo xtask gdb`
