@@ -1,16 +1,16 @@
 //! `cargo xtask`: Baton's build, run and test driver. It runs on the host.
 //!
-//! One command per job (see [`USAGE`]); the alias `cargo xtask` is defined in
-//! `.cargo/config.toml`. Every command first installs what it needs and is missing
-//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`,
-//! each in its own target directory, and the programs are packed into the initrd ([`build`],
-//! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test`
-//! runs the host unit tests and then the integration tests listed in [`tests`], judging each
-//! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`,
-//! measures the same operations in a Linux guest ([`linux`]) and writes the results, the
-//! report and its plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces
-//! the null RPC's kernel passes with gdb and breaks them down by stage and instruction mix
-//! ([`profile`], [`stages`], [`mix`]).
+//! One command per job (see [`Cmd`]; `cargo xtask help` lists them); the alias `cargo xtask` is
+//! defined in `.cargo/config.toml`. Every command first installs what it needs and is missing
+//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`, each
+//! in its own target directory, and the programs are packed into the initrd ([`build`],
+//! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test` runs
+//! the host unit tests and then the integration tests listed in [`tests`], judging each serial
+//! log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`, measures the
+//! same operations in a Linux guest ([`linux`]) and writes the results, the report and its
+//! plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces the null RPC's
+//! kernel passes with gdb and breaks them down by stage and instruction mix ([`profile`],
+//! [`stages`], [`mix`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
