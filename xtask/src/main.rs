@@ -23,6 +23,7 @@ mod cycles;
 mod deps;
 mod fuzz;
 mod initrd;
+mod json;
 mod judge;
 mod linux;
 mod mix;
