@@ -168,7 +168,7 @@ pub fn fuzz(opts: &FuzzOpts) -> Result<ExitCode, String> {
     let timeout = Duration::from_secs(60 + opts.calls / 1000);
     let mut failed = Vec::new();
     let (mut total_calls, started) = (0u64, Instant::now());
-    for seed in opts.first_seed..opts.first_seed.saturating_add(opts.seeds) {
+    for (k, seed) in (opts.first_seed..opts.first_seed.saturating_add(opts.seeds)).enumerate() {
         let mut with_args = files.clone();
         with_args.push((module_name(opts, seed), empty.clone()));
         let initrd_path = dir.join("initrd.tar");
@@ -179,6 +179,13 @@ pub fn fuzz(opts: &FuzzOpts) -> Result<ExitCode, String> {
             programs: images.programs.clone(),
         };
         let log = dir.join(format!("seed-{seed}.log"));
+        // The line that ends the seed (`PASS seed S (12.3s): ...`) says how long it took.
+        note(format!(
+            "fuzz: seed {seed} ({} of {}): booting, log {}",
+            k + 1,
+            opts.seeds,
+            log.display()
+        ));
         let (exit, elapsed) = boot_one(&boot, &qemu_path, opts.smp, &log, timeout)?;
         let text = String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();
         let r = read_log(&text, seed);
@@ -273,7 +280,6 @@ fn boot_one(
     let port = gdb_port(log);
     cmd.arg("-gdb").arg(format!("tcp:127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
-    note(format!("fuzz: booting {}", log.display()));
     let start = Instant::now();
     let mut child = cmd
         .spawn()

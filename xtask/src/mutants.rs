@@ -12,7 +12,7 @@
 //! `missed.txt`, `timeout.txt`, `unviable.txt`, `outcomes.json`).
 
 use crate::deps;
-use crate::workspace::{cargo, note, shell_line, target_dir};
+use crate::workspace::{cargo, note, shell_line, target_dir, Step};
 use std::process::ExitCode;
 
 /// The crates mutated, as `cargo -p` names: the kernel's machine-independent logic, the
@@ -105,10 +105,11 @@ pub fn mutants(opts: &MutantsOpts) -> Result<ExitCode, String> {
         if opts.iterate {
             cmd.arg("--iterate");
         }
-        note(format!("mutants, {package}: {}", shell_line(&cmd)));
-        let status = cmd
-            .status()
-            .map_err(|e| format!("could not start cargo mutants: {e}"))?;
+        let step = Step::start_with(format!("mutants, {package}"), shell_line(&cmd));
+        let status = step.finish(
+            cmd.status()
+                .map_err(|e| format!("could not start cargo mutants: {e}")),
+        )?;
         // cargo-mutants exits 2 when some mutant survived, 3 on a timeout, 4 when the
         // unmutated tree already fails its tests: all of them are for the summary.
         if !status.success() {

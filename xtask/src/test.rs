@@ -18,7 +18,7 @@ use crate::deps;
 use crate::judge;
 use crate::qemu::{self, Accel, Machine};
 use crate::tests::{IntegrationTest, ALL};
-use crate::workspace::{cargo, note, shell_line, target_dir};
+use crate::workspace::{cargo, note, seconds, shell_line, target_dir};
 use crate::TestOpts;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -188,6 +188,7 @@ fn host_tests(tally: &mut Tally) {
 /// Runs one `cargo test` command for [`host_tests`].
 fn host_test_run(mut cmd: std::process::Command, tally: &mut Tally) {
     note(format!("host unit tests: {}", shell_line(&cmd)));
+    let start = Instant::now();
     let mut child = match cmd.stdout(Stdio::piped()).spawn() {
         Ok(child) => child,
         Err(e) => return tally.fail("host unit tests", &format!("could not start cargo: {e}")),
@@ -216,7 +217,10 @@ fn host_test_run(mut cmd: std::process::Command, tally: &mut Tally) {
         ),
         Err(e) => tally.fail("host unit tests", &format!("waiting for cargo: {e}")),
     }
-    note(format!("host unit tests: {passed} passed, {failed} failed"));
+    note(format!(
+        "host unit tests: {passed} passed, {failed} failed ({})",
+        seconds(start.elapsed())
+    ));
 }
 
 /// `(passed, failed)` from a libtest summary line such as
