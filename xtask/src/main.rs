@@ -52,7 +52,9 @@ use std::process::ExitCode;
                   `cargo xtask help <command>` or `cargo xtask <command> --help` says more \
                   about one command.",
     arg_required_else_help = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    // A flag given twice is not an error: the last value counts (as with most tools).
+    args_override_self = true
 )]
 struct Cli {
     #[command(subcommand)]
@@ -501,6 +503,22 @@ mod unit_tests {
             panic!("not mutants")
         };
         assert_eq!(opts.packages, ["kern", "baton-abi"]);
+    }
+
+    #[test]
+    fn last_value_counts() {
+        assert_eq!(
+            p(&["test", "--no-host", "--no-host", "-j1", "-j", "2"]).unwrap(),
+            Cmd::Test(TestOpts {
+                no_host: true,
+                jobs: NonZeroUsize::new(2),
+                ..TestOpts::default()
+            })
+        );
+        let Cmd::Fuzz(opts) = p(&["fuzz", "--seeds", "1", "--seeds=3"]).unwrap() else {
+            panic!("not fuzz")
+        };
+        assert_eq!(opts.seeds, 3);
     }
 
     #[test]
