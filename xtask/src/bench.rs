@@ -37,7 +37,7 @@ use crate::judge::FORBIDDEN;
 use crate::linux;
 use crate::qemu::{self, Accel, Machine, EXIT_CLEAN};
 use crate::report::{self, Inputs, Meta, Repeat};
-use crate::workspace::{note, root, shell_line};
+use crate::workspace::{note, root, shell_line, Step};
 use crate::BenchOpts;
 use std::fs::{self, File};
 
@@ -274,7 +274,7 @@ fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
         smp,
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
-        gdb: false,
+        gdb: None,
     }
 }
 
@@ -307,17 +307,29 @@ pub fn boot_all<'a>(
 /// Boots `machine` once, its serial output going to `log`, and parses the log.
 fn boot(machine: &Machine, qemu: &Path, log: &Path) -> Result<Results, String> {
     let mut cmd = machine.command(qemu);
+    let name = log.file_stem().unwrap_or_default().to_string_lossy();
+    let how = match (machine.accel, machine.icount) {
+        (Accel::Tcg, true) => "TCG -icount".to_string(),
+        (accel, _) => accel.to_string(),
+    };
+    let cpus = if machine.smp == 1 { "CPU" } else { "CPUs" };
+    let step = Step::start(format!("boot {name} ({} {cpus}, {how})", machine.smp));
     note(format!("$ {}", shell_line(&cmd)));
     let file = File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
     let stderr = file
         .try_clone()
         .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
     cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
-    let start = Instant::now();
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
-    let status = crate::test::wait_with_timeout(&mut child, TIMEOUT)?;
+    let status = match crate::test::wait_with_timeout(&mut child, TIMEOUT) {
+        Ok(status) => status,
+        Err(e) => {
+            step.end("failed");
+            return Err(e);
+        }
+    };
     let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
     let text = String::from_utf8_lossy(&text);
     let judged = match status {
@@ -326,15 +338,13 @@ fn boot(machine: &Machine, qemu: &Path, log: &Path) -> Result<Results, String> {
     };
     match judged {
         Ok(results) => {
-            note(format!(
-                "{} benchmarks in {:.1}s ({})",
-                results.rows.len(),
-                start.elapsed().as_secs_f64(),
-                log.display()
-            ));
+            let n = results.rows.len();
+            let s = if n == 1 { "" } else { "s" };
+            step.end(format!("{n} benchmark{s}, log {}", log.display()));
             Ok(results)
         }
         Err(why) => {
+            step.end("failed");
             let lines: Vec<&str> = text.lines().collect();
             let tail = lines
                 .get(lines.len().saturating_sub(LOG_TAIL_LINES)..)

@@ -8,7 +8,7 @@
 
 use crate::deps::{self, TARGET};
 use crate::initrd;
-use crate::workspace::{cargo, note, root, run_checked, target_dir};
+use crate::workspace::{cargo, root, run_checked, target_dir, Step};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -118,11 +118,15 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
     } else {
         format!(", features {}", kernel_build.features.join(","))
     };
-    note(format!(
+    let step = Step::start(format!(
         "building the kernel ({}{features})",
         kernel_build.package
     ));
-    run_checked(&mut kernel_build.cargo("build"), "the kernel build").map_err(compiler_output)?;
+    step.finish(run_checked(
+        &mut kernel_build.cargo("build"),
+        "the kernel build",
+    ))
+    .map_err(compiler_output)?;
     let kernel = kernel_build.out_dir().join(kernel_build.package);
     if !kernel.is_file() {
         return Err(format!(
@@ -132,12 +136,15 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
     }
 
     let programs = program_names()?;
-    note(format!(
-        "building the user programs ({}): {}",
-        USER.package,
-        programs.join(", ")
-    ));
-    run_checked(&mut USER.cargo("build"), "the user-program build").map_err(compiler_output)?;
+    let step = Step::start_with(
+        format!("building the user programs ({})", USER.package),
+        programs.join(", "),
+    );
+    step.finish(run_checked(
+        &mut USER.cargo("build"),
+        "the user-program build",
+    ))
+    .map_err(compiler_output)?;
     let mut files = Vec::new();
     for name in &programs {
         let path = USER.out_dir().join(name);

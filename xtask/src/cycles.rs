@@ -115,7 +115,7 @@ pub fn machine(images: &Images, smp: u32) -> Machine<'_> {
         smp,
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: false,
-        gdb: false,
+        gdb: None,
     }
 }
 

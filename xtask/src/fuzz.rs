@@ -28,21 +28,33 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// Options of `fuzz`.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(clap::Args, Debug, PartialEq, Eq)]
 pub struct FuzzOpts {
-    /// `--seeds N`.
+    /// Seeds to run.
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = crate::positive::<u64>)]
     pub seeds: u64,
-    /// `--calls M`: calls per seed.
+    /// Calls per seed.
+    #[arg(long, value_name = "M", default_value_t = 100_000, value_parser = crate::positive::<u64>)]
     pub calls: u64,
-    /// `--smp K`.
+    /// Number of CPUs.
+    #[arg(long, value_name = "K", default_value_t = 2, value_parser = crate::positive::<u32>)]
     pub smp: u32,
-    /// `--first-seed S`.
+    /// First seed.
+    #[arg(long, value_name = "S", default_value_t = 1)]
     pub first_seed: u64,
-    /// `--threads T`: fuzzing threads.
+    /// Fuzzing threads.
+    #[arg(long, value_name = "T", default_value_t = 3, value_parser = crate::positive::<u64>)]
     pub threads: u64,
-    /// `--exclude LETTERS`: call classes left out.
+    /// Call classes to leave out (docs/fuzzing.md).
+    #[arg(
+        long,
+        value_name = "LETTERS",
+        default_value = "",
+        hide_default_value = true
+    )]
     pub exclude: String,
-    /// `--verbose`: the program prints every call.
+    /// The program prints every call (to place a panic exactly).
+    #[arg(long)]
     pub verbose: bool,
 }
 
@@ -156,7 +168,7 @@ pub fn fuzz(opts: &FuzzOpts) -> Result<ExitCode, String> {
     let timeout = Duration::from_secs(60 + opts.calls / 1000);
     let mut failed = Vec::new();
     let (mut total_calls, started) = (0u64, Instant::now());
-    for seed in opts.first_seed..opts.first_seed.saturating_add(opts.seeds) {
+    for (k, seed) in (opts.first_seed..opts.first_seed.saturating_add(opts.seeds)).enumerate() {
         let mut with_args = files.clone();
         with_args.push((module_name(opts, seed), empty.clone()));
         let initrd_path = dir.join("initrd.tar");
@@ -167,6 +179,13 @@ pub fn fuzz(opts: &FuzzOpts) -> Result<ExitCode, String> {
             programs: images.programs.clone(),
         };
         let log = dir.join(format!("seed-{seed}.log"));
+        // The line that ends the seed (`PASS seed S (12.3s): ...`) says how long it took.
+        note(format!(
+            "fuzz: seed {seed} ({} of {}): booting, log {}",
+            k + 1,
+            opts.seeds,
+            log.display()
+        ));
         let (exit, elapsed) = boot_one(&boot, &qemu_path, opts.smp, &log, timeout)?;
         let text = String::from_utf8_lossy(&fs::read(&log).unwrap_or_default()).into_owned();
         let r = read_log(&text, seed);
@@ -238,7 +257,7 @@ fn boot_one(
         smp,
         cmdline: qemu::cmdline("fuzz", true, &[]),
         icount: false,
-        gdb: false,
+        gdb: None,
     };
     let base = machine.command(qemu_path);
     let mut cmd = Command::new(base.get_program());
@@ -261,7 +280,6 @@ fn boot_one(
     let port = gdb_port(log);
     cmd.arg("-gdb").arg(format!("tcp:127.0.0.1:{port}"));
     cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
-    note(format!("fuzz: booting {}", log.display()));
     let start = Instant::now();
     let mut child = cmd
         .spawn()

@@ -34,7 +34,7 @@
 
 use crate::bench::Row;
 use crate::deps;
-use crate::workspace::{command, find_in_path, note, root, shell_line, target_dir};
+use crate::workspace::{command, find_in_path, note, root, shell_line, target_dir, Step};
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::Read;
@@ -157,7 +157,8 @@ pub fn measure(quick: bool) -> Result<LinuxRun, String> {
     fs::create_dir_all(&cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
     let kernel = kernel(&cache)?;
     let busybox = busybox(&cache)?;
-    let (programs, gcc) = compile(&cache.join("bin"))?;
+    let step = Step::start("compiling the Linux benchmarks (bench/linux/*.c) with gcc");
+    let (programs, gcc) = step.finish(compile(&cache.join("bin")))?;
     let initramfs = cache.join("initramfs.cpio");
     write_initramfs(&initramfs, &busybox.file, &programs)?;
 
@@ -308,10 +309,10 @@ fn kernel(cache: &Path) -> Result<Unpacked, String> {
     }
     require_debian_tools()?;
     let package = with_package_lists(kernel_package)?;
-    note(format!(
+    let step = Step::start(format!(
         "fetching the guest kernel: {package} (what {KERNEL_META} depends on)"
     ));
-    fetch(cache, &package, "boot/vmlinuz-", &dir, "vmlinuz")
+    step.finish(fetch(cache, &package, "boot/vmlinuz-", &dir, "vmlinuz"))
 }
 
 /// BusyBox, from the cache or fetched.
@@ -321,8 +322,8 @@ fn busybox(cache: &Path) -> Result<Unpacked, String> {
         return Ok(found);
     }
     require_debian_tools()?;
-    note(format!("fetching BusyBox: {BUSYBOX_DEB}"));
-    fetch(cache, BUSYBOX_DEB, "bin/busybox", &dir, "busybox")
+    let step = Step::start(format!("fetching BusyBox: {BUSYBOX_DEB}"));
+    step.finish(fetch(cache, BUSYBOX_DEB, "bin/busybox", &dir, "busybox"))
 }
 
 /// Fails with directions unless `apt-get`, `apt-cache` and `dpkg-deb` are there.
@@ -778,6 +779,14 @@ fn boot(
         cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
         cmds.push((cmd, log));
     }
+    let step = Step::start(format!(
+        "booting the Linux guest {}",
+        if logs.len() == 1 {
+            "once".to_string()
+        } else {
+            format!("{} times, at once", logs.len())
+        }
+    ));
     let start = Instant::now();
     let mut children: Vec<(Child, &PathBuf)> = Vec::new();
     for (i, (mut cmd, log)) in cmds.into_iter().enumerate() {
@@ -791,6 +800,7 @@ fn boot(
                     let _ = child.kill();
                     let _ = child.wait();
                 }
+                step.end("failed");
                 return Err(format!("could not start {}: {e}", qemu.display()));
             }
         }
@@ -806,16 +816,12 @@ fn boot(
                     let _ = child.kill();
                     let _ = child.wait();
                 }
+                step.end("failed");
                 return Err(e);
             }
         }
     }
-    note(format!(
-        "{} Linux boot{} finished in {:.0}s",
-        logs.len(),
-        if logs.len() == 1 { "" } else { "s (at once)" },
-        start.elapsed().as_secs_f64()
-    ));
+    step.end("finished");
     let mut runs = Vec::new();
     for ((_, log), status) in children.iter().zip(statuses) {
         let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;

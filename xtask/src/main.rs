@@ -1,16 +1,16 @@
 //! `cargo xtask`: Baton's build, run and test driver. It runs on the host.
 //!
-//! One command per job (see [`USAGE`]); the alias `cargo xtask` is defined in
-//! `.cargo/config.toml`. Every command first installs what it needs and is missing
-//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`,
-//! each in its own target directory, and the programs are packed into the initrd ([`build`],
-//! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test`
-//! runs the host unit tests and then the integration tests listed in [`tests`], judging each
-//! serial log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`,
-//! measures the same operations in a Linux guest ([`linux`]) and writes the results, the
-//! report and its plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces
-//! the null RPC's kernel passes with gdb and breaks them down by stage and instruction mix
-//! ([`profile`], [`stages`], [`mix`]).
+//! One command per job (see [`Cmd`]; `cargo xtask help` lists them); the alias `cargo xtask` is
+//! defined in `.cargo/config.toml`. Every command first installs what it needs and is missing
+//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`, each
+//! in its own target directory, and the programs are packed into the initrd ([`build`],
+//! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test` runs
+//! the host unit tests and then the integration tests listed in [`tests`], judging each serial
+//! log ([`judge`], [`test`]); `bench` boots the `bench` program under `-icount`, measures the
+//! same operations in a Linux guest ([`linux`]) and writes the results, the report and its
+//! plots to `results/` ([`bench`], [`report`], [`plot`]); `profile` traces the null RPC's
+//! kernel passes with gdb and breaks them down by stage and instruction mix ([`profile`],
+//! [`stages`], [`mix`]).
 //!
 //! Messages from xtask itself go to standard error, prefixed `xtask: `; standard output
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
@@ -23,6 +23,7 @@ mod cycles;
 mod deps;
 mod fuzz;
 mod initrd;
+mod json;
 mod judge;
 mod linux;
 mod mix;
@@ -37,156 +38,191 @@ mod test;
 mod tests;
 mod workspace;
 
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::num::NonZeroUsize;
 use std::process::ExitCode;
 
-/// The usage text, printed by `help` and on bad input.
-const USAGE: &str = "\
-usage: cargo xtask <command> [options]
+/// The command line: `cargo xtask <command> [options]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "Baton's build, run and test driver",
+    after_help = "Integration-test logs are written to target/test-logs/<name>.log. \
+                  `cargo xtask help <command>` or `cargo xtask <command> --help` says more \
+                  about one command.",
+    arg_required_else_help = true,
+    disable_version_flag = true,
+    // A flag given twice is not an error: the last value counts (as with most tools).
+    args_override_self = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
 
-commands:
-  build                  build the kernel, the user programs and the initrd; print their paths
-  run [options] [-- word...]
-                         build, then boot Baton in QEMU with the serial console on this terminal
-                         (when standard input is not a terminal, the kernel powers off by itself
-                         after the demo)
-      --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
-      --smp N            number of CPUs (default 1)
-      --icount           -icount shift=0,align=off,sleep=off: the TSC counts instructions
-                         (implies TCG)
-      --gdb              start paused, waiting for gdb on tcp::1234 (as `gdb`)
-      --fault-inject N   boot the kernel built with allocation fault injection, with
-                         `failalloc=N`: after boot, one in N kernel heap, kernel stack and
-                         frame allocations fails (the counts are printed at shutdown)
-      -- word...         extra kernel command-line words; an `init=...` word replaces the
-                         default `init=init`
-  gdb [run options]      build, start QEMU paused with a gdb stub on tcp::1234, say how to attach
-  test [options]         host unit tests, then integration tests that boot QEMU; ends with the
-                         line `N passed, N failed`
-      --tcg              use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1)
-      --filter SUBSTR    only the integration tests whose name contains SUBSTR (the host
-                         unit tests all run regardless)
-      --no-host          skip the host unit tests
-      -j N               run up to N integration tests at once (default: number of CPUs)
-      --fault-inject N   boot every integration test on the kernel built with allocation fault
-                         injection, one in N allocations failing after boot: a test passes
-                         when the kernel neither panics nor faults and the boot ends (a
-                         program's TEST FAIL on an injected error is expected)
-  bench [--quick]        build, boot the `bench` program under TCG with -icount (the TSC counts
-                         instructions) twice and check that both runs agree to the instruction,
-                         where kvm_intel or kvm_amd is loaded also boot it under -enable-kvm
-                         -cpu host (TSC cycles, several boots), measure the same operations in
-                         a Linux guest under the same QEMU, and write results/ (report.md,
-                         baton.json, baton-cycles.json, linux.json, SVG plots); print the
-                         headline table (BATON_TCG=1: no cycles pass)
-      --quick            Baton only, one run (no repeatability check, no cycles, no Linux)
-  bench-linux            the Linux side of `bench` alone: a Debian guest, twice; writes
-                         results/linux.json
-  profile                seed 001's Tables 1 and 2 for Baton: the null RPC kernel path by
-                         stage and instruction mix (loads/stores, branches), for the
-                         switching fast path and migrating RPC, counted instruction by
-                         instruction (gdb single-steps the bench image under TCG -icount);
-                         writes results/profile.md and prints it
-  fuzz [options]         the system-call fuzzer's soak: one boot per seed of the `fuzz` program
-                         (multi-threaded TCG with several CPUs); per seed its calls, the share
-                         that succeeded, the kernel's counts before and after, and on a kernel
-                         panic the panic line and each fuzzing thread's last call index; logs
-                         in target/fuzz-logs/
-      --seeds N          seeds to run (default 10)
-      --calls M          calls per seed (default 100000)
-      --smp K            number of CPUs (default 2)
-      --first-seed S     first seed (default 1)
-      --threads T        fuzzing threads (default 3)
-      --exclude LETTERS  call classes to leave out (docs/fuzzing.md)
-      --verbose          the program prints every call (to place a panic exactly)
-  clippy                 clippy -D warnings on the host crates, the kernel and the user programs
-  mutants [options]      mutation testing (cargo-mutants, installed if missing) of kern,
-                         baton-abi and baton-idl-rt, one crate after the other, each against
-                         its own tests; results in target/mutants/<crate>/mutants.out
-      --package NAME     only this crate (repeatable)
-      --file GLOB        only mutants in these files (repeatable)
-      --shard K/N        only the K-th of N parts of each crate's mutants
-      -j N               mutants tested at once (default 1)
-      --timeout SECS     per mutant's tests (default: cargo-mutants' own, from the clean run)
-      --list             list the mutants, test nothing
-      --iterate          test again only the mutants the previous run did not catch
-  help                   print this text
-
-Integration-test logs are written to target/test-logs/<name>.log.";
+/// A parsed command.
+#[derive(Debug, PartialEq, Eq, Subcommand)]
+enum Cmd {
+    /// Build the kernel, the user programs and the initrd; print their paths.
+    Build,
+    /// Build, then boot Baton in QEMU with the serial console on this terminal.
+    ///
+    /// When standard input is not a terminal, the kernel powers off by itself after the demo.
+    #[command(
+        after_help = "Example: `cargo xtask run -- init=pingpong` boots the `pingpong` \
+                      program instead of the demo; `cargo xtask run -- shutdown` powers off \
+                      after the demo even on a terminal."
+    )]
+    Run(RunOpts),
+    /// Build, start QEMU paused with a gdb stub, say how to attach (`run --gdb`).
+    Gdb(RunOpts),
+    /// Host unit tests, then integration tests that boot QEMU.
+    ///
+    /// Ends with the line `N passed, N failed`. Integration-test logs are written to
+    /// target/test-logs/<name>.log.
+    Test(TestOpts),
+    /// Benchmark Baton (and Linux under the same QEMU); write results/.
+    ///
+    /// Builds, boots the `bench` program under TCG with -icount (the TSC counts
+    /// instructions) twice and checks that both runs agree to the instruction; where
+    /// kvm_intel or kvm_amd is loaded also boots it under -enable-kvm -cpu host (TSC cycles,
+    /// several boots); measures the same operations in a Linux guest under the same QEMU;
+    /// and writes results/ (report.md, baton.json, baton-cycles.json, linux.json, SVG
+    /// plots). Prints the headline table (BATON_TCG=1: no cycles pass).
+    Bench(BenchOpts),
+    /// The Linux side of `bench` alone: a Debian guest, twice; writes results/linux.json.
+    BenchLinux,
+    /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.
+    ///
+    /// Seed 001's Tables 1 and 2 for Baton: the null RPC kernel path by stage and
+    /// instruction mix (loads/stores, branches), for the switching fast path and migrating
+    /// RPC, counted instruction by instruction (gdb single-steps the bench image under TCG
+    /// -icount); writes results/profile.md and prints it.
+    Profile,
+    /// The system-call fuzzer's soak: one boot per seed of the `fuzz` program.
+    ///
+    /// Multi-threaded TCG with several CPUs; per seed its calls, the share that succeeded,
+    /// the kernel's counts before and after, and on a kernel panic the panic line and each
+    /// fuzzing thread's last call index; logs in target/fuzz-logs/.
+    Fuzz(fuzz::FuzzOpts),
+    /// Clippy with -D warnings on the host crates, the kernel and the user programs.
+    Clippy,
+    /// Mutation testing of kern, baton-abi and baton-idl-rt (cargo-mutants).
+    ///
+    /// cargo-mutants is installed if missing. The crates are taken one after the other, each
+    /// against its own tests; results in target/mutants/<crate>/mutants.out.
+    Mutants(mutants::MutantsOpts),
+}
 
 /// Options of `run` and `gdb`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Args, Debug, PartialEq, Eq)]
 pub struct RunOpts {
-    /// `--tcg`: never use KVM.
+    /// Use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1).
+    #[arg(long)]
     pub tcg: bool,
-    /// `--smp N`: number of CPUs.
+    /// Number of CPUs.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = positive::<u32>)]
     pub smp: u32,
-    /// `--icount`: deterministic instruction counting (TCG only).
+    /// -icount shift=0,align=off,sleep=off: the TSC counts instructions (implies TCG).
+    #[arg(long)]
     pub icount: bool,
-    /// `--gdb`: start paused with the gdb stub.
+    /// Start paused, waiting for gdb on tcp::1234 (or the port of --gdb-port), as the `gdb`
+    /// command does.
+    #[arg(long)]
     pub gdb: bool,
-    /// `--fault-inject N`: the fault-injecting kernel, one in N allocations failing.
+    /// The TCP port of the gdb stub (default 1234; implies --gdb).
+    #[arg(long, value_name = "N", value_parser = positive::<u16>)]
+    pub gdb_port: Option<u16>,
+    /// Boot the kernel built with allocation fault injection, with `failalloc=N`: after
+    /// boot, one in N kernel heap, kernel stack and frame allocations fails (the counts are
+    /// printed at shutdown).
+    #[arg(long, value_name = "N", value_parser = positive::<u64>)]
     pub fault_inject: Option<u64>,
-    /// Words after `--`, appended to the kernel command line.
+    /// Extra kernel command-line words, after `--`; an `init=...` word replaces the default
+    /// `init=init`.
+    #[arg(last = true, value_name = "WORD")]
     pub extra: Vec<String>,
 }
 
+impl Default for RunOpts {
+    fn default() -> RunOpts {
+        RunOpts {
+            tcg: false,
+            smp: 1,
+            icount: false,
+            gdb: false,
+            gdb_port: None,
+            fault_inject: None,
+            extra: Vec::new(),
+        }
+    }
+}
+
+impl RunOpts {
+    /// The port of the gdb stub to start QEMU with, if any: `--gdb-port`, else
+    /// [`qemu::GDB_PORT`] with `--gdb`.
+    pub fn gdb_stub(&self) -> Option<u16> {
+        match (self.gdb, self.gdb_port) {
+            (_, Some(port)) => Some(port),
+            (true, None) => Some(qemu::GDB_PORT),
+            (false, None) => None,
+        }
+    }
+}
+
 /// Options of `test`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Args, Debug, Default, PartialEq, Eq)]
 pub struct TestOpts {
-    /// `--tcg`: never use KVM.
+    /// Use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1).
+    #[arg(long)]
     pub tcg: bool,
-    /// `--filter SUBSTR`: only the integration tests whose name contains it. It does not
-    /// apply to the host unit tests, which all run (a libtest filter would silently skip
-    /// most of them); `--no-host` skips those.
+    /// Only the integration tests whose name contains SUBSTR (the host unit tests all run
+    /// regardless).
+    // It does not apply to the host unit tests, which all run (a libtest filter would
+    // silently skip most of them); `--no-host` skips those.
+    #[arg(long, value_name = "SUBSTR")]
     pub filter: Option<String>,
-    /// `--no-host`: skip the host unit tests.
+    /// Skip the host unit tests.
+    #[arg(long)]
     pub no_host: bool,
-    /// `-j N`: integration tests run at once; `None` means the number of CPUs.
+    /// Run up to N integration tests at once (default: number of CPUs).
+    #[arg(short = 'j', long = "jobs", value_name = "N", value_parser = nonzero)]
     pub jobs: Option<NonZeroUsize>,
-    /// `--fault-inject N`: the integration tests boot the fault-injecting kernel with
-    /// `failalloc=N` and are judged only on the kernel's survival (`judge::survived`).
+    /// Boot every integration test on the kernel built with allocation fault injection, one
+    /// in N allocations failing after boot: a test passes when the kernel neither panics
+    /// nor faults and the boot ends (a program's TEST FAIL on an injected error is
+    /// expected).
+    // The tests are judged only on the kernel's survival (`judge::survived`).
+    #[arg(long, value_name = "N", value_parser = positive::<u64>)]
     pub fault_inject: Option<u64>,
+    /// List the host test groups and the integration tests (name, CPUs, what each boots)
+    /// that the other options select; build and run nothing.
+    #[arg(long)]
+    pub list: bool,
 }
 
 /// Options of `bench`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(Args, Debug, Default, PartialEq, Eq)]
 pub struct BenchOpts {
-    /// `--quick`: one run, no repeatability check.
+    /// Baton only, one run (no repeatability check, no cycles, no Linux).
+    #[arg(long)]
     pub quick: bool,
 }
 
-/// A parsed command line.
-#[derive(Debug, PartialEq, Eq)]
-enum Cmd {
-    Build,
-    Run(RunOpts),
-    Test(TestOpts),
-    Bench(BenchOpts),
-    BenchLinux,
-    Fuzz(fuzz::FuzzOpts),
-    Profile,
-    Clippy,
-    Mutants(mutants::MutantsOpts),
-    Help,
-}
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let cmd = match parse(&args) {
+    let cmd = match parse(std::env::args_os()) {
         Ok(cmd) => cmd,
-        Err(msg) => {
-            eprintln!("xtask: {msg}\n\n{USAGE}");
-            return ExitCode::from(2);
+        // Help, or bad input (exit status 2, as before the usage).
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
         }
     };
     let result = match cmd {
-        Cmd::Help => {
-            println!("{USAGE}");
-            Ok(ExitCode::SUCCESS)
-        }
         Cmd::Build => build::build_command(),
-        Cmd::Run(opts) => run::run(&opts),
+        Cmd::Run(opts) | Cmd::Gdb(opts) => run::run(&opts),
+        Cmd::Test(opts) if opts.list => test::list(&opts),
         Cmd::Test(opts) => test::test(&opts),
         Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::BenchLinux => linux::bench_linux(),
@@ -201,187 +237,82 @@ fn main() -> ExitCode {
     })
 }
 
-/// Parses the arguments after `cargo xtask`.
-fn parse(args: &[String]) -> Result<Cmd, String> {
-    let Some((cmd, rest)) = args.split_first() else {
-        return Err("missing command".into());
-    };
-    let mut rest = rest.iter().cloned();
-    match cmd.as_str() {
-        "build" | "clippy" => {
-            if let Some(arg) = rest.next() {
-                return Err(format!("`{cmd}` takes no arguments, got `{arg}`"));
-            }
-            Ok(if cmd == "build" {
-                Cmd::Build
-            } else {
-                Cmd::Clippy
-            })
-        }
-        "run" | "gdb" => {
-            let mut opts = RunOpts {
-                smp: 1,
-                gdb: cmd == "gdb",
-                ..RunOpts::default()
-            };
-            while let Some(arg) = rest.next() {
-                let (flag, inline) = split_flag(&arg);
-                match flag {
-                    "--" => {
-                        opts.extra = rest.by_ref().collect();
-                        break;
-                    }
-                    "--tcg" if inline.is_none() => opts.tcg = true,
-                    "--icount" if inline.is_none() => opts.icount = true,
-                    "--gdb" if inline.is_none() => opts.gdb = true,
-                    "--smp" => {
-                        opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?;
-                    }
-                    "--fault-inject" => {
-                        opts.fault_inject = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
-                    }
-                    _ => return Err(format!("unknown option `{arg}` for `{cmd}`")),
-                }
-            }
-            Ok(Cmd::Run(opts))
-        }
-        "test" => {
-            let mut opts = TestOpts::default();
-            while let Some(arg) = rest.next() {
-                let (flag, inline) = split_flag(&arg);
-                match flag {
-                    "--tcg" if inline.is_none() => opts.tcg = true,
-                    "--filter" => opts.filter = Some(value(flag, inline, &mut rest)?),
-                    "--no-host" if inline.is_none() => opts.no_host = true,
-                    "--fault-inject" => {
-                        opts.fault_inject = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
-                    }
-                    "-j" | "--jobs" => {
-                        let n: usize = positive(flag, &value(flag, inline, &mut rest)?)?;
-                        opts.jobs = NonZeroUsize::new(n);
-                    }
-                    _ => return Err(format!("unknown option `{arg}` for `test`")),
-                }
-            }
-            Ok(Cmd::Test(opts))
-        }
-        "bench" => {
-            let mut opts = BenchOpts::default();
-            for arg in rest {
-                match arg.as_str() {
-                    "--quick" => opts.quick = true,
-                    _ => return Err(format!("unknown option `{arg}` for `bench`")),
-                }
-            }
-            Ok(Cmd::Bench(opts))
-        }
-        "fuzz" => {
-            let mut opts = fuzz::FuzzOpts::default();
-            while let Some(arg) = rest.next() {
-                let (flag, inline) = split_flag(&arg);
-                match flag {
-                    "--seeds" => opts.seeds = positive(flag, &value(flag, inline, &mut rest)?)?,
-                    "--calls" => opts.calls = positive(flag, &value(flag, inline, &mut rest)?)?,
-                    "--smp" => opts.smp = positive(flag, &value(flag, inline, &mut rest)?)?,
-                    "--threads" => opts.threads = positive(flag, &value(flag, inline, &mut rest)?)?,
-                    "--first-seed" => {
-                        let v = value(flag, inline, &mut rest)?;
-                        opts.first_seed = v
-                            .parse()
-                            .map_err(|_| format!("`{flag}` needs a number, got `{v}`"))?;
-                    }
-                    "--exclude" => opts.exclude = value(flag, inline, &mut rest)?,
-                    "--verbose" if inline.is_none() => opts.verbose = true,
-                    _ => return Err(format!("unknown option `{arg}` for `fuzz`")),
-                }
-            }
-            Ok(Cmd::Fuzz(opts))
-        }
-        "mutants" => {
-            let mut opts = mutants::MutantsOpts::default();
-            while let Some(arg) = rest.next() {
-                let (flag, inline) = split_flag(&arg);
-                match flag {
-                    "--package" | "-p" => {
-                        opts.packages.push(value(flag, inline, &mut rest)?);
-                    }
-                    "--file" | "-f" => opts.files.push(value(flag, inline, &mut rest)?),
-                    "--shard" => {
-                        let shard = value(flag, inline, &mut rest)?;
-                        let ok = shard.split_once('/').is_some_and(|(k, n)| {
-                            matches!((k.parse::<u32>(), n.parse::<u32>()), (Ok(k), Ok(n)) if k < n)
-                        });
-                        if !ok {
-                            return Err(format!(
-                                "`--shard` needs K/N with K below N (counting from 0), got `{shard}`"
-                            ));
-                        }
-                        opts.shard = Some(shard);
-                    }
-                    "-j" | "--jobs" => {
-                        opts.jobs = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
-                    }
-                    "--timeout" => {
-                        opts.timeout = Some(positive(flag, &value(flag, inline, &mut rest)?)?);
-                    }
-                    "--list" if inline.is_none() => opts.list = true,
-                    "--iterate" if inline.is_none() => opts.iterate = true,
-                    _ => return Err(format!("unknown option `{arg}` for `mutants`")),
-                }
-            }
-            Ok(Cmd::Mutants(opts))
-        }
-        "bench-linux" | "profile" => match rest.next() {
-            Some(arg) => Err(format!("`{cmd}` takes no arguments, got `{arg}`")),
-            None if cmd == "profile" => Ok(Cmd::Profile),
-            None => Ok(Cmd::BenchLinux),
-        },
-        "help" | "-h" | "--help" => Ok(Cmd::Help),
-        _ => Err(format!("unknown command `{cmd}`")),
-    }
+/// The command line's definition, with `help`'s full reference (every command and its
+/// options) appended to the long help.
+fn cli() -> clap::Command {
+    let cmd = Cli::command();
+    let reference = reference(&cmd);
+    cmd.after_long_help(reference)
 }
 
-/// Splits `--flag=value` and `-jN` into the flag and its inline value.
-fn split_flag(arg: &str) -> (&str, Option<&str>) {
-    if arg.starts_with("--") {
-        if let Some((flag, value)) = arg.split_once('=') {
-            return (flag, Some(value));
+/// Every command with its options, as `cargo xtask help` (or `--help`) shows them below the
+/// list of commands.
+fn reference(cmd: &clap::Command) -> String {
+    let mut out = String::from("Commands and their options:\n");
+    for sub in cmd.get_subcommands() {
+        let name = sub.get_name();
+        out.push('\n');
+        if name == "gdb" {
+            // The same options as `run`, said once.
+            out.push_str("gdb: takes the options of `run`, and starts paused as with --gdb\n");
+            continue;
         }
-    } else if let Some(value) = arg.strip_prefix("-j").filter(|v| !v.is_empty()) {
-        return ("-j", Some(value));
+        // The one-line description, usage and options (without `-h`, which all have).
+        let help = sub
+            .clone()
+            .bin_name(format!("cargo xtask {name}"))
+            .long_about(None)
+            .after_help(None)
+            .after_long_help(None)
+            .disable_help_flag(true)
+            .render_help()
+            .to_string();
+        out.push_str(&format!("{name}: {}\n", help.trim_end()));
     }
-    (arg, None)
+    out.push_str(
+        "\nIntegration-test logs are written to target/test-logs/<name>.log. \
+         `cargo xtask help <command>` or `cargo xtask <command> --help` says more about one \
+         command.",
+    );
+    out
 }
 
-/// The value of `flag`: inline (`--flag=value`) or the next argument.
-fn value(
-    flag: &str,
-    inline: Option<&str>,
-    rest: &mut impl Iterator<Item = String>,
-) -> Result<String, String> {
-    match inline {
-        Some(v) => Ok(v.to_string()),
-        None => rest.next().ok_or_else(|| format!("`{flag}` needs a value")),
-    }
+/// Parses the command line (the program's name first, then the arguments after
+/// `cargo xtask`). `gdb` comes back as `run` with `--gdb`. The error of bad input, or the
+/// help asked for, is clap's, ready to print.
+fn parse<I, T>(args: I) -> Result<Cmd, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = cli().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok(match cli.cmd {
+        Cmd::Gdb(opts) => Cmd::Run(RunOpts { gdb: true, ..opts }),
+        cmd => cmd,
+    })
 }
 
-/// Parses a number that must be at least 1.
-fn positive<T: std::str::FromStr + PartialOrd + From<u8>>(
-    flag: &str,
-    s: &str,
-) -> Result<T, String> {
+/// Parses a number that must be at least 1 (a clap value parser).
+fn positive<T: std::str::FromStr + PartialOrd + From<u8>>(s: &str) -> Result<T, String> {
     match s.parse::<T>() {
         Ok(n) if n >= T::from(1) => Ok(n),
-        _ => Err(format!("`{flag}` needs a number of at least 1, got `{s}`")),
+        _ => Err(format!("needs a number of at least 1, got `{s}`")),
     }
+}
+
+/// Parses a number that must be at least 1, as a [`NonZeroUsize`].
+fn nonzero(s: &str) -> Result<NonZeroUsize, String> {
+    s.parse()
+        .map_err(|_| format!("needs a number of at least 1, got `{s}`"))
 }
 
 #[cfg(test)]
 mod unit_tests {
     use super::*;
 
-    fn p(args: &[&str]) -> Result<Cmd, String> {
-        parse(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    fn p(args: &[&str]) -> Result<Cmd, clap::Error> {
+        parse(std::iter::once("xtask").chain(args.iter().copied()))
     }
 
     #[test]
@@ -394,9 +325,8 @@ mod unit_tests {
             tcg: true,
             smp: 2,
             icount: true,
-            gdb: false,
-            fault_inject: None,
             extra: vec!["init=a,b".into(), "x".into()],
+            ..RunOpts::default()
         };
         assert_eq!(cmd, Cmd::Run(want));
         assert_eq!(
@@ -405,6 +335,14 @@ mod unit_tests {
                 smp: 1,
                 fault_inject: Some(50),
                 extra: vec!["shutdown".into()],
+                ..RunOpts::default()
+            })
+        );
+        // Words after `--` are the kernel's, even when they look like options.
+        assert_eq!(
+            p(&["run", "--", "--tcg", "-j1"]).unwrap(),
+            Cmd::Run(RunOpts {
+                extra: vec!["--tcg".into(), "-j1".into()],
                 ..RunOpts::default()
             })
         );
@@ -419,6 +357,26 @@ mod unit_tests {
     }
 
     #[test]
+    fn gdb_port() {
+        let Cmd::Run(opts) = p(&["run", "--gdb"]).unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(opts.gdb_stub(), Some(1234));
+        let Cmd::Run(opts) = p(&["run", "--gdb-port", "4321"]).unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(opts.gdb_stub(), Some(4321));
+        let Cmd::Run(opts) = p(&["gdb", "--gdb-port=2000"]).unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(opts.gdb_stub(), Some(2000));
+        let Cmd::Run(opts) = p(&["run"]).unwrap() else {
+            panic!("not run")
+        };
+        assert_eq!(opts.gdb_stub(), None);
+    }
+
+    #[test]
     fn parses_test_flags() {
         let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg", "--no-host"]).unwrap();
         let want = TestOpts {
@@ -426,7 +384,7 @@ mod unit_tests {
             filter: Some("fault".into()),
             jobs: NonZeroUsize::new(3),
             no_host: true,
-            fault_inject: None,
+            ..TestOpts::default()
         };
         assert_eq!(cmd, Cmd::Test(want));
         assert_eq!(
@@ -434,6 +392,14 @@ mod unit_tests {
             Cmd::Test(TestOpts {
                 filter: Some("x".into()),
                 jobs: NonZeroUsize::new(1),
+                ..TestOpts::default()
+            })
+        );
+        assert_eq!(
+            p(&["test", "--list", "--jobs=2"]).unwrap(),
+            Cmd::Test(TestOpts {
+                list: true,
+                jobs: NonZeroUsize::new(2),
                 ..TestOpts::default()
             })
         );
@@ -465,8 +431,42 @@ mod unit_tests {
     }
 
     #[test]
-    fn parses_profile() {
+    fn parses_commands_without_options() {
         assert_eq!(p(&["profile"]).unwrap(), Cmd::Profile);
+        assert_eq!(p(&["build"]).unwrap(), Cmd::Build);
+        assert_eq!(p(&["clippy"]).unwrap(), Cmd::Clippy);
+        assert_eq!(p(&["bench-linux"]).unwrap(), Cmd::BenchLinux);
+    }
+
+    #[test]
+    fn parses_fuzz_flags() {
+        assert_eq!(p(&["fuzz"]).unwrap(), Cmd::Fuzz(fuzz::FuzzOpts::default()));
+        let cmd = p(&[
+            "fuzz",
+            "--seeds",
+            "3",
+            "--calls=500",
+            "--smp",
+            "4",
+            "--first-seed",
+            "0",
+            "--threads",
+            "2",
+            "--exclude",
+            "kp",
+            "--verbose",
+        ])
+        .unwrap();
+        let want = fuzz::FuzzOpts {
+            seeds: 3,
+            calls: 500,
+            smp: 4,
+            first_seed: 0,
+            threads: 2,
+            exclude: "kp".into(),
+            verbose: true,
+        };
+        assert_eq!(cmd, Cmd::Fuzz(want));
     }
 
     #[test]
@@ -499,6 +499,26 @@ mod unit_tests {
             iterate: true,
         };
         assert_eq!(cmd, Cmd::Mutants(want));
+        let Cmd::Mutants(opts) = p(&["mutants", "-p", "kern", "-p", "baton-abi"]).unwrap() else {
+            panic!("not mutants")
+        };
+        assert_eq!(opts.packages, ["kern", "baton-abi"]);
+    }
+
+    #[test]
+    fn last_value_counts() {
+        assert_eq!(
+            p(&["test", "--no-host", "--no-host", "-j1", "-j", "2"]).unwrap(),
+            Cmd::Test(TestOpts {
+                no_host: true,
+                jobs: NonZeroUsize::new(2),
+                ..TestOpts::default()
+            })
+        );
+        let Cmd::Fuzz(opts) = p(&["fuzz", "--seeds", "1", "--seeds=3"]).unwrap() else {
+            panic!("not fuzz")
+        };
+        assert_eq!(opts.seeds, 3);
     }
 
     #[test]
@@ -513,17 +533,75 @@ mod unit_tests {
             &["run", "--tcg=1"],
             &["run", "--fault-inject", "0"],
             &["run", "--fault-inject"],
+            &["run", "--gdb-port", "0"],
+            &["run", "--gdb-port", "65536"],
+            &["run", "shutdown"],
             &["test", "-j0"],
             &["test", "--gdb"],
             &["clippy", "extra"],
             &["bench", "--tcg"],
             &["profile", "--quick"],
+            &["fuzz", "--seeds", "0"],
             &["mutants", "--shard", "4/4"],
             &["mutants", "--shard", "x"],
             &["mutants", "--timeout", "0"],
             &["mutants", "--tcg"],
         ] {
-            assert!(p(bad).is_err(), "{bad:?} should be rejected");
+            let err = p(bad).expect_err(&format!("{bad:?} should be rejected"));
+            assert_eq!(err.exit_code(), 2, "{bad:?}: {err}");
         }
+    }
+
+    #[test]
+    fn help_describes_every_command_and_option() {
+        for args in [
+            &["help"][..],
+            &["--help"],
+            &["-h"],
+            &["help", "run"],
+            &["test", "--help"],
+        ] {
+            let err = p(args).expect_err("help is not a command to run");
+            assert_eq!(err.exit_code(), 0, "{args:?}");
+        }
+        let help = cli().render_long_help().to_string();
+        for word in [
+            "build",
+            "run",
+            "gdb",
+            "test",
+            "bench",
+            "bench-linux",
+            "profile",
+            "fuzz",
+            "clippy",
+            "mutants",
+            "--tcg",
+            "--smp",
+            "--icount",
+            "--gdb",
+            "--gdb-port",
+            "--fault-inject",
+            "--filter",
+            "--no-host",
+            "--jobs",
+            "--list",
+            "--quick",
+            "--seeds",
+            "--calls",
+            "--first-seed",
+            "--threads",
+            "--exclude",
+            "--verbose",
+            "--package",
+            "--file",
+            "--shard",
+            "--timeout",
+            "--iterate",
+            "[-- <WORD>...]",
+        ] {
+            assert!(help.contains(word), "help lacks {word}:\n{help}");
+        }
+        cli().debug_assert();
     }
 }

@@ -12,7 +12,7 @@
 //! `missed.txt`, `timeout.txt`, `unviable.txt`, `outcomes.json`).
 
 use crate::deps;
-use crate::workspace::{cargo, note, shell_line, target_dir};
+use crate::workspace::{cargo, note, shell_line, target_dir, Step};
 use std::process::ExitCode;
 
 /// The crates mutated, as `cargo -p` names: the kernel's machine-independent logic, the
@@ -20,24 +20,45 @@ use std::process::ExitCode;
 pub const PACKAGES: [&str; 3] = ["kern", "baton-abi", "baton-idl-rt"];
 
 /// Options of `mutants`.
-#[derive(Debug, Default, PartialEq, Eq)]
+#[derive(clap::Args, Debug, Default, PartialEq, Eq)]
 pub struct MutantsOpts {
-    /// `--package P` (repeatable): only these crates; all of [`PACKAGES`] when empty.
+    /// Only this crate (repeatable); all of kern, baton-abi and baton-idl-rt by default.
+    #[arg(short = 'p', long = "package", value_name = "NAME")]
     pub packages: Vec<String>,
-    /// `--file GLOB` (repeatable): only mutants in these files.
+    /// Only mutants in these files (repeatable).
+    #[arg(short = 'f', long = "file", value_name = "GLOB")]
     pub files: Vec<String>,
-    /// `--shard K/N`: only the K-th of N equal parts of each crate's mutants.
+    /// Only the K-th of N equal parts of each crate's mutants (K counts from 0).
+    #[arg(long, value_name = "K/N", value_parser = shard)]
     pub shard: Option<String>,
-    /// `-j N`: mutants built and tested at once (default 1: each needs a build of its own).
+    /// Mutants tested at once (default 1: each needs a build of its own).
+    #[arg(short = 'j', long, value_name = "N", value_parser = crate::positive::<usize>)]
     pub jobs: Option<usize>,
-    /// `--timeout S`: seconds a mutant's tests may take (default: cargo-mutants' own,
-    /// derived from the unmutated run).
+    /// Seconds a mutant's tests may take (default: cargo-mutants' own, derived from the
+    /// unmutated run).
+    #[arg(long, value_name = "SECS", value_parser = crate::positive::<u32>)]
     pub timeout: Option<u32>,
-    /// `--list`: only list the mutants.
+    /// List the mutants, test nothing.
+    #[arg(long)]
     pub list: bool,
-    /// `--iterate`: skip the mutants the previous run (in the same output directory)
-    /// caught, testing again only those that survived (e.g. after adding tests).
+    /// Test again only the mutants the previous run (in the same output directory) did not
+    /// catch (e.g. after adding tests).
+    #[arg(long)]
     pub iterate: bool,
+}
+
+/// Checks `--shard K/N`: K below N, counting from 0 (a clap value parser).
+fn shard(s: &str) -> Result<String, String> {
+    let ok = s.split_once('/').is_some_and(
+        |(k, n)| matches!((k.parse::<u32>(), n.parse::<u32>()), (Ok(k), Ok(n)) if k < n),
+    );
+    if ok {
+        Ok(s.to_string())
+    } else {
+        Err(format!(
+            "needs K/N with K below N (counting from 0), got `{s}`"
+        ))
+    }
 }
 
 /// Runs `cargo xtask mutants`.
@@ -84,10 +105,11 @@ pub fn mutants(opts: &MutantsOpts) -> Result<ExitCode, String> {
         if opts.iterate {
             cmd.arg("--iterate");
         }
-        note(format!("mutants, {package}: {}", shell_line(&cmd)));
-        let status = cmd
-            .status()
-            .map_err(|e| format!("could not start cargo mutants: {e}"))?;
+        let step = Step::start_with(format!("mutants, {package}"), shell_line(&cmd));
+        let status = step.finish(
+            cmd.status()
+                .map_err(|e| format!("could not start cargo mutants: {e}")),
+        )?;
         // cargo-mutants exits 2 when some mutant survived, 3 on a timeout, 4 when the
         // unmutated tree already fails its tests: all of them are for the summary.
         if !status.success() {

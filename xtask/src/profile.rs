@@ -33,7 +33,7 @@ use crate::qemu::{self, Accel, Machine};
 use crate::report::Meta;
 use crate::stages::{self, Header, Pass, PathProfile, Side};
 use crate::test::wait_with_timeout;
-use crate::workspace::{command, note, root, shell_line};
+use crate::workspace::{command, note, root, shell_line, Step};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::fs::{self, File};
@@ -202,7 +202,10 @@ pub fn profile() -> Result<ExitCode, String> {
             .iter()
             .map(|spec| {
                 let (images, qemu, gdb, dir) = (&images, &qemu, &gdb, &dir);
-                s.spawn(move || trace(spec, images, qemu, gdb, dir))
+                s.spawn(move || {
+                    let step = Step::start(format!("tracing {}", spec.bench));
+                    step.finish(trace(spec, images, qemu, gdb, dir))
+                })
             })
             .collect();
         handles
@@ -375,7 +378,7 @@ fn trace(
         smp: 1,
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
-        gdb: false,
+        gdb: None,
     };
     // The serial console (QEMU's standard output) to a file, never a pipe, as `bench`
     // does; the stub on a port of our own, so that the two paths and a `cargo xtask gdb`

@@ -15,6 +15,9 @@ use std::fmt;
 use std::path::Path;
 use std::process::Command;
 
+/// The default TCP port of the gdb stub of `run --gdb` (QEMU's own default, as `-s`).
+pub const GDB_PORT: u16 = 1234;
+
 /// QEMU's exit status after the kernel wrote 0x10 to the exit port: a clean shutdown.
 pub const EXIT_CLEAN: i32 = 33;
 /// QEMU's exit status after the kernel wrote 0x11: a kernel panic or kernel exception.
@@ -109,8 +112,9 @@ pub struct Machine<'a> {
     pub cmdline: String,
     /// `-icount shift=0,align=off,sleep=off`: the TSC advances once per instruction.
     pub icount: bool,
-    /// `-s -S`: a gdb stub on tcp::1234, and the CPUs paused until gdb continues them.
-    pub gdb: bool,
+    /// `-gdb tcp::<port> -S`: a gdb stub on this TCP port, and the CPUs paused until gdb
+    /// continues them.
+    pub gdb: Option<u16>,
 }
 
 /// QEMU's minimal firmware `qboot`, when installed (Debian ships it in `qemu-system-data`):
@@ -145,8 +149,8 @@ impl Machine<'_> {
         if self.icount {
             cmd.args(["-icount", "shift=0,align=off,sleep=off"]);
         }
-        if self.gdb {
-            cmd.args(["-s", "-S"]);
+        if let Some(port) = self.gdb {
+            cmd.arg("-gdb").arg(format!("tcp::{port}")).arg("-S");
         }
         if let Some(bios) = fast_firmware() {
             cmd.arg("-bios").arg(bios);

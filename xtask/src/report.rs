@@ -20,6 +20,7 @@
 
 use crate::bench::{Paths, Results, Row};
 use crate::cycles::{self, Cycles};
+use crate::json;
 use crate::linux::LinuxRun;
 use crate::plot::{self, Group, Series};
 use crate::workspace::command;
@@ -1566,215 +1567,123 @@ fn linux_guest_md(l: &LinuxRun) -> String {
 
 // ---- JSON ----------------------------------------------------------------------------------
 
-/// A JSON value, enough for the results files.
-#[derive(Clone, Debug)]
-enum Json {
-    Str(String),
-    Num(u64),
-    Bool(bool),
-    Null,
-    Arr(Vec<Json>),
-    Obj(Vec<(&'static str, Json)>),
-}
-
-/// `s` as a JSON string literal.
-pub fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-impl Json {
-    /// The value as text: arrays and objects down to depth 1 one member per line
-    /// (indented), deeper ones on one line.
-    fn render(&self, depth: usize, out: &mut String) {
-        let (open, close, items): (char, char, Vec<(Option<&str>, &Json)>) = match self {
-            Json::Str(s) => return out.push_str(&json_string(s)),
-            Json::Num(n) => return out.push_str(&n.to_string()),
-            Json::Bool(b) => return out.push_str(if *b { "true" } else { "false" }),
-            Json::Null => return out.push_str("null"),
-            Json::Arr(v) => ('[', ']', v.iter().map(|j| (None, j)).collect()),
-            Json::Obj(v) => ('{', '}', v.iter().map(|(k, j)| (Some(*k), j)).collect()),
-        };
-        out.push(open);
-        let multiline = depth < 2 && !items.is_empty();
-        for (i, (key, value)) in items.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-                if !multiline {
-                    out.push(' ');
-                }
-            }
-            if multiline {
-                out.push('\n');
-                out.push_str(&"  ".repeat(depth + 1));
-            }
-            if let Some(k) = key {
-                out.push_str(&json_string(k));
-                out.push_str(": ");
-            }
-            value.render(depth + 1, out);
-        }
-        if multiline {
-            out.push('\n');
-            out.push_str(&"  ".repeat(depth));
-        }
-        out.push(close);
-    }
-
-    /// The whole document, with a final newline.
-    fn document(&self) -> String {
-        let mut out = String::new();
-        self.render(0, &mut out);
-        out.push('\n');
-        out
-    }
-}
-
 /// The fields every results file starts with.
-fn meta_fields(meta: &Meta) -> Vec<(&'static str, Json)> {
-    vec![
-        ("metric", Json::Str(meta.metric.clone())),
-        ("qemu", Json::Str(meta.qemu.clone())),
-        ("commit", Json::Str(meta.commit.clone())),
-        ("cpu", Json::Str(GUEST_CPU.to_string())),
-        ("host_cpu", Json::Str(meta.host_cpu.clone())),
-        ("host_cpus", Json::Num(meta.host_cpus)),
-    ]
-}
-
-/// One row as a JSON object: name, unit, iterations, median, min, max.
-fn row_fields(r: &Row) -> Vec<(&'static str, Json)> {
-    vec![
-        ("name", Json::Str(r.name.clone())),
-        ("unit", Json::Str(r.unit.clone())),
-        ("iterations", Json::Num(r.iterations)),
-        ("median", Json::Num(r.median)),
-        ("min", Json::Num(r.min)),
-        ("max", Json::Num(r.max)),
-    ]
+fn header(meta: &Meta) -> json::Header {
+    json::Header {
+        metric: meta.metric.clone(),
+        qemu: meta.qemu.clone(),
+        commit: meta.commit.clone(),
+        cpu: GUEST_CPU.to_string(),
+        host_cpu: meta.host_cpu.clone(),
+        host_cpus: meta.host_cpus,
+    }
 }
 
 /// `results/baton.json`.
 pub fn baton_json(inputs: &Inputs) -> String {
-    let (meta, results) = (inputs.meta, inputs.baton);
-    let mut doc = meta_fields(meta);
-    doc.push(("image", Json::Str(inputs.image.to_string())));
-    doc.push((
-        "repeat_checked",
-        Json::Bool(inputs.repeat == Repeat::Agreed),
-    ));
-    let rows = results
+    let results = inputs.baton;
+    let benchmarks = results
         .rows
         .iter()
-        .map(|r| {
-            let mut fields = row_fields(r);
-            fields.push(("cpus", Json::Num(u64::from(r.cpus))));
-            if let Some(p) = results.paths.iter().find(|p| p.name == r.name) {
-                fields.push((
-                    "paths",
-                    Json::Obj(vec![
-                        ("handoffs", Json::Num(p.handoffs)),
-                        ("switches", Json::Num(p.switches)),
-                        ("discards", Json::Num(p.discards)),
-                        ("recognitions", Json::Num(p.recognitions)),
-                    ]),
-                ));
-            }
-            Json::Obj(fields)
+        .map(|r| json::BatonRow {
+            name: r.name.clone(),
+            unit: r.unit.clone(),
+            iterations: r.iterations,
+            median: r.median,
+            min: r.min,
+            max: r.max,
+            cpus: r.cpus,
+            paths: results
+                .paths
+                .iter()
+                .find(|p| p.name == r.name)
+                .map(|p| json::PathCounts {
+                    handoffs: p.handoffs,
+                    switches: p.switches,
+                    discards: p.discards,
+                    recognitions: p.recognitions,
+                }),
         })
         .collect();
-    doc.push((
-        "cycles",
-        match &inputs.cycles {
-            Ok(_) => Json::Obj(vec![
-                ("measured", Json::Bool(true)),
-                ("file", Json::Str(CYCLES_JSON.to_string())),
-            ]),
-            Err(why) => Json::Obj(vec![
-                ("measured", Json::Bool(false)),
-                ("why", Json::Str(why.clone())),
-            ]),
+    let cycles = match &inputs.cycles {
+        Ok(_) => json::CyclesMeasured {
+            measured: true,
+            file: Some(CYCLES_JSON.to_string()),
+            why: None,
         },
-    ));
-    doc.push(("benchmarks", Json::Arr(rows)));
-    Json::Obj(doc).document()
+        Err(why) => json::CyclesMeasured {
+            measured: false,
+            file: None,
+            why: Some(why.clone()),
+        },
+    };
+    json::document(&json::BatonFile {
+        header: header(inputs.meta),
+        image: inputs.image.to_string(),
+        repeat_checked: inputs.repeat == Repeat::Agreed,
+        cycles,
+        benchmarks,
+    })
 }
 
 /// `results/baton-cycles.json`: the cycles pass, in the same shape as `baton.json`.
 pub fn cycles_json(inputs: &Inputs, c: &Cycles) -> String {
-    let mut doc = meta_fields(inputs.meta);
-    for (key, value) in doc.iter_mut() {
-        match *key {
-            "metric" => *value = Json::Str("cycles".to_string()),
-            "cpu" => *value = Json::Str(format!("{KVM_CPU} ({})", c.module)),
-            _ => {}
-        }
-    }
-    doc.extend([
-        ("image", Json::Str(inputs.image.to_string())),
-        ("tsc_mhz", c.tsc_mhz.map_or(Json::Null, Json::Num)),
-        ("warmup_boots", Json::Num(cycles::WARMUP_BOOTS as u64)),
-        ("batches", Json::Num(cycles::BATCHES as u64)),
-    ]);
-    let rows = c
+    let benchmarks = c
         .rows
         .iter()
-        .map(|r| {
-            Json::Obj(vec![
-                ("name", Json::Str(r.name.clone())),
-                ("unit", Json::Str("cycles".to_string())),
-                ("iterations", Json::Num(r.iterations)),
-                ("median", Json::Num(r.median)),
-                ("batch_min", Json::Num(r.batch_min())),
-                ("batch_max", Json::Num(r.batch_max())),
-                ("min", Json::Num(r.min)),
-                ("max", Json::Num(r.max)),
-                ("cpus", Json::Num(u64::from(r.cpus))),
-                (
-                    "batch_medians",
-                    Json::Arr(r.medians.iter().map(|&m| Json::Num(m)).collect()),
-                ),
-            ])
+        .map(|r| json::CyclesRow {
+            name: r.name.clone(),
+            unit: "cycles".to_string(),
+            iterations: r.iterations,
+            median: r.median,
+            batch_min: r.batch_min(),
+            batch_max: r.batch_max(),
+            min: r.min,
+            max: r.max,
+            cpus: r.cpus,
+            batch_medians: r.medians.clone(),
         })
         .collect();
-    doc.push(("benchmarks", Json::Arr(rows)));
-    Json::Obj(doc).document()
+    json::document(&json::CyclesFile {
+        header: json::Header {
+            metric: "cycles".to_string(),
+            cpu: format!("{KVM_CPU} ({})", c.module),
+            ..header(inputs.meta)
+        },
+        image: inputs.image.to_string(),
+        tsc_mhz: c.tsc_mhz,
+        warmup_boots: cycles::WARMUP_BOOTS as u64,
+        batches: cycles::BATCHES as u64,
+        benchmarks,
+    })
 }
 
 /// `results/linux.json`.
 pub fn linux_json(meta: &Meta, run: &LinuxRun) -> String {
-    let strings = |v: &[String]| Json::Arr(v.iter().cloned().map(Json::Str).collect());
-    let mut doc = meta_fields(meta);
-    doc.extend([
-        ("repeat_checked", Json::Bool(run.repeated)),
-        ("kernel", Json::Str(run.kernel.clone())),
-        ("cmdline", Json::Str(run.cmdline.clone())),
-        ("busybox", Json::Str(run.busybox.clone())),
-        ("gcc", Json::Str(run.gcc.clone())),
-        ("qemu_command", Json::Str(run.qemu_command.clone())),
-        ("guest", strings(&run.guest)),
-        ("remarks", strings(&run.remarks)),
-        (
-            "benchmarks",
-            Json::Arr(run.rows.iter().map(|r| Json::Obj(row_fields(r))).collect()),
-        ),
-    ]);
-    Json::Obj(doc).document()
+    let benchmarks = run
+        .rows
+        .iter()
+        .map(|r| json::LinuxRow {
+            name: r.name.clone(),
+            unit: r.unit.clone(),
+            iterations: r.iterations,
+            median: r.median,
+            min: r.min,
+            max: r.max,
+        })
+        .collect();
+    json::document(&json::LinuxFile {
+        header: header(meta),
+        repeat_checked: run.repeated,
+        kernel: run.kernel.clone(),
+        cmdline: run.cmdline.clone(),
+        busybox: run.busybox.clone(),
+        gcc: run.gcc.clone(),
+        qemu_command: run.qemu_command.clone(),
+        guest: run.guest.clone(),
+        remarks: run.remarks.clone(),
+        benchmarks,
+    })
 }
 
 #[cfg(test)]
@@ -2208,6 +2117,9 @@ mod unit_tests {
             ..c.clone()
         };
         assert!(cycles_json(&inputs, &without).contains("\"tsc_mhz\": null,"));
+        let file: json::CyclesFile = json::parse(&json).unwrap();
+        assert_eq!(json::document(&file), json);
+        assert_eq!(file.tsc_mhz, Some(2000));
         let none = baton_json(&Inputs {
             cycles: Err("no hardware KVM".into()),
             ..inputs
@@ -2272,6 +2184,18 @@ mod unit_tests {
              \"recognitions\": 1500}},\n"
         ));
         assert!(json.contains("\"name\": \"sync.waitwake.cross\""));
+        // What is written reads back as the same file.
+        let file: json::BatonFile = json::parse(&json).unwrap();
+        assert_eq!(json::document(&file), json);
+        assert_eq!(file.benchmarks.len(), b.rows.len());
+        let switch = file
+            .benchmarks
+            .iter()
+            .find(|r| r.name == "sched.yield.switch");
+        assert_eq!(
+            switch.and_then(|r| r.paths.as_ref()).map(|p| p.handoffs),
+            Some(2000)
+        );
         assert!(
             json.contains("\"max\": 3007, \"cpus\": 2}\n  ]\n}\n"),
             "{json}"
@@ -2294,11 +2218,13 @@ mod unit_tests {
             "{json}"
         );
         assert!(json.contains("  \"remarks\": [],\n"));
+        let file: json::LinuxFile = json::parse(&json).unwrap();
+        assert_eq!(json::document(&file), json);
+        assert_eq!(file.benchmarks.len(), l.rows.len());
         assert!(json.contains(
             "{\"name\": \"linux.fork.exit\", \"unit\": \"instructions\", \"iterations\": \
              1000, \"median\": 261081, \"min\": 261081, \"max\": 261088}\n  ]\n}\n"
         ));
-        assert_eq!(json_string("a\u{1}\n"), "\"a\\u0001\\n\"");
         // FNV-1a test vectors.
         assert_eq!(fingerprint(&[]), "cbf29ce484222325");
         assert_eq!(fingerprint(&[b"a"]), "af63dc4c8601ec8c");

@@ -16,7 +16,7 @@ use crate::RunOpts;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// Runs `run` (or `gdb`, which is `run --gdb`).
+/// Runs `run` (or `gdb`, which is `run --gdb`; `--gdb-port N` puts the stub on port N).
 pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
     deps::ensure_target()?;
     let qemu = deps::ensure_qemu()?;
@@ -36,15 +36,15 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
         smp: opts.smp,
         cmdline: qemu::cmdline("init", shutdown, &extra),
         icount: opts.icount,
-        gdb: opts.gdb,
+        gdb: opts.gdb_stub(),
     };
     let mut cmd = machine.command(&qemu);
     note(format!("$ {}", shell_line(&cmd)));
-    if opts.gdb {
+    if let Some(port) = machine.gdb {
         let kernel = shell_quote(&images.kernel.to_string_lossy());
         eprintln!(
-            "xtask: QEMU is paused with a gdb stub on tcp::1234. To attach, run in another \
-             terminal:\n\n    gdb {kernel} -ex 'target remote :1234'\n\n\
+            "xtask: QEMU is paused with a gdb stub on tcp::{port}. To attach, run in another \
+             terminal:\n\n    gdb {kernel} -ex 'target remote :{port}'\n\n\
              xtask: then e.g. `hbreak kmain` and `continue`. Use hardware breakpoints (hbreak) \
              for code that runs\nxtask: before the kernel has set up its page tables: software \
              breakpoints set there may not stick.\n"

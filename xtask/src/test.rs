@@ -18,7 +18,7 @@ use crate::deps;
 use crate::judge;
 use crate::qemu::{self, Accel, Machine};
 use crate::tests::{IntegrationTest, ALL};
-use crate::workspace::{cargo, note, shell_line, target_dir};
+use crate::workspace::{cargo, note, seconds, shell_line, target_dir};
 use crate::TestOpts;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
@@ -61,12 +61,7 @@ pub fn test(opts: &TestOpts) -> Result<ExitCode, String> {
         host_tests(&mut tally);
     }
 
-    let selected: Vec<&IntegrationTest> = ALL
-        .iter()
-        .filter(|t| opts.filter.as_deref().is_none_or(|f| t.name.contains(f)))
-        // A test of the kernel's own failure path fails on purpose: not under injection.
-        .filter(|t| opts.fault_inject.is_none() || t.outcome == crate::tests::Outcome::Clean)
-        .collect();
+    let selected = select(opts);
     let Ok(qemu) = setup else {
         println!(
             "skipped {} integration test(s) because of the setup failure",
@@ -116,16 +111,60 @@ fn default_jobs() -> usize {
     thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-/// Runs all the host unit tests, then the tests of `kern` built with allocation fault
-/// injection (a test binary of their own, as they arm the global injector), streaming
-/// their output, and counts their results.
-fn host_tests(tally: &mut Tally) {
-    let mut cmd = cargo();
-    cmd.args(["test", "--no-fail-fast"])
+/// The integration tests that `--filter` and `--fault-inject` select, in [`ALL`]'s order.
+fn select(opts: &TestOpts) -> Vec<&'static IntegrationTest> {
+    ALL.iter()
+        .filter(|t| opts.filter.as_deref().is_none_or(|f| t.name.contains(f)))
+        // A test of the kernel's own failure path fails on purpose: not under injection.
+        .filter(|t| opts.fault_inject.is_none() || t.outcome == crate::tests::Outcome::Clean)
+        .collect()
+}
+
+/// `cargo xtask test --list`: the host test groups and the selected integration tests,
+/// each with its CPUs and what it boots; nothing is built or run.
+pub fn list(opts: &TestOpts) -> Result<ExitCode, String> {
+    if opts.no_host {
+        println!("host unit tests: skipped (--no-host)");
+    } else {
+        println!("host unit tests (all of them, whatever --filter says):");
+        for cmd in host_test_commands() {
+            println!("  {}", shell_line(&cmd));
+        }
+    }
+    let selected = select(opts);
+    let kernel = match opts.fault_inject {
+        Some(n) => format!(" on the kernel with fault injection (failalloc={n})"),
+        None => String::new(),
+    };
+    println!("integration tests ({}){kernel}:", selected.len());
+    let width = selected.iter().map(|t| t.name.len()).max().unwrap_or(0);
+    println!("  {:width$}  CPUS  BOOTS", "NAME");
+    for t in selected {
+        println!("  {:width$}  {:>4}  {}", t.name, t.smp, describe(t));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a test boots, for `--list`: its kernel command line without `shutdown` (always
+/// added), and how the boot must end when that is not a clean shutdown.
+fn describe(t: &IntegrationTest) -> String {
+    let extra: Vec<String> = t.extra.iter().map(|w| w.to_string()).collect();
+    let mut line = qemu::cmdline(&t.init.join(","), false, &extra);
+    if t.outcome == crate::tests::Outcome::KernelFailure {
+        line.push_str("  (must end in a kernel failure)");
+    }
+    line
+}
+
+/// The host unit-test runs: all the host crates' tests, then the tests of `kern` built
+/// with allocation fault injection (a test binary of their own, as they arm the global
+/// injector).
+fn host_test_commands() -> [std::process::Command; 2] {
+    let mut all = cargo();
+    all.args(["test", "--no-fail-fast"])
         .args(crate::workspace::HOST_PACKAGES);
-    host_test_run(cmd, tally);
-    let mut cmd = cargo();
-    cmd.args([
+    let mut fault_inject = cargo();
+    fault_inject.args([
         "test",
         "--no-fail-fast",
         "-p",
@@ -135,12 +174,21 @@ fn host_tests(tally: &mut Tally) {
         "--test",
         "fault_inject",
     ]);
-    host_test_run(cmd, tally);
+    [all, fault_inject]
+}
+
+/// Runs the host unit tests ([`host_test_commands`]), streaming their output, and counts
+/// their results.
+fn host_tests(tally: &mut Tally) {
+    for cmd in host_test_commands() {
+        host_test_run(cmd, tally);
+    }
 }
 
 /// Runs one `cargo test` command for [`host_tests`].
 fn host_test_run(mut cmd: std::process::Command, tally: &mut Tally) {
     note(format!("host unit tests: {}", shell_line(&cmd)));
+    let start = Instant::now();
     let mut child = match cmd.stdout(Stdio::piped()).spawn() {
         Ok(child) => child,
         Err(e) => return tally.fail("host unit tests", &format!("could not start cargo: {e}")),
@@ -169,7 +217,10 @@ fn host_test_run(mut cmd: std::process::Command, tally: &mut Tally) {
         ),
         Err(e) => tally.fail("host unit tests", &format!("waiting for cargo: {e}")),
     }
-    note(format!("host unit tests: {passed} passed, {failed} failed"));
+    note(format!(
+        "host unit tests: {passed} passed, {failed} failed ({})",
+        seconds(start.elapsed())
+    ));
 }
 
 /// `(passed, failed)` from a libtest summary line such as
@@ -327,7 +378,7 @@ fn boot_and_judge(
                 .collect::<Vec<_>>(),
         ),
         icount: false,
-        gdb: false,
+        gdb: None,
     };
     let mut cmd = machine.command(qemu);
     trailer.push_str(&format!("qemu command: {}\n", shell_line(&cmd)));

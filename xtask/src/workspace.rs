@@ -7,6 +7,7 @@ use std::env;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 /// The workspace root: the parent of this crate's directory.
 pub fn root() -> PathBuf {
@@ -52,6 +53,65 @@ fn is_executable(path: &Path) -> bool {
 /// Prints a progress note from xtask itself (to standard error).
 pub fn note(msg: impl std::fmt::Display) {
     eprintln!("xtask: {msg}");
+}
+
+/// A long step of a command (a build, a boot, a trace): [`Step::start`] notes that it
+/// begins, [`Step::end`] or [`Step::finish`] that it ended and how long it took.
+#[must_use = "a step notes its end when ended"]
+pub struct Step {
+    what: String,
+    start: Instant,
+}
+
+impl Step {
+    /// Notes `<what>...` and starts the clock.
+    pub fn start(what: impl Into<String>) -> Step {
+        let what = what.into();
+        note(format!("{what}..."));
+        Step {
+            what,
+            start: Instant::now(),
+        }
+    }
+
+    /// Notes `<what>: <detail>` and starts the clock; the end is noted as for
+    /// [`Step::start`], without the detail.
+    pub fn start_with(what: impl Into<String>, detail: impl std::fmt::Display) -> Step {
+        let what = what.into();
+        note(format!("{what}: {detail}"));
+        Step {
+            what,
+            start: Instant::now(),
+        }
+    }
+
+    /// Notes `<what>: <how> (<seconds>s)`.
+    pub fn end(self, how: impl std::fmt::Display) {
+        note(format!(
+            "{}: {how} ({})",
+            self.what,
+            seconds(self.start.elapsed())
+        ));
+    }
+
+    /// Notes the end as `done` or `failed`, after `result`, and hands `result` back.
+    pub fn finish<T, E>(self, result: Result<T, E>) -> Result<T, E> {
+        self.end(if result.is_ok() { "done" } else { "failed" });
+        result
+    }
+}
+
+/// A duration for a person: `0.4s`, `12.3s`, `95s`, `4m05s`.
+pub fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s < 60.0 {
+        format!("{s:.1}s")
+    } else if s < 600.0 {
+        format!("{s:.0}s")
+    } else {
+        let s = d.as_secs();
+        format!("{}m{:02}s", s / 60, s % 60)
+    }
 }
 
 /// The command as a shell line (program and arguments quoted where needed; environment
@@ -109,6 +169,15 @@ pub const HOST_PACKAGES: [&str; 10] = [
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(seconds(Duration::from_millis(400)), "0.4s");
+        assert_eq!(seconds(Duration::from_millis(12_340)), "12.3s");
+        assert_eq!(seconds(Duration::from_secs(95)), "95s");
+        assert_eq!(seconds(Duration::from_secs(599)), "599s");
+        assert_eq!(seconds(Duration::from_secs(605)), "10m05s");
+    }
 
     #[test]
     fn quotes_only_when_needed() {
