@@ -376,11 +376,64 @@ fn arrived(k: &Kernel, p: &Place) -> bool {
 }
 
 /// Returns once the thread of `p` has stopped in that activation; until then `cur` waits,
-/// and issues its system call again when woken (so this does not return then).
+/// and issues its system call again when woken (so this does not return then). A thread
+/// blocked at that activation in a wait that may be cut short is stopped at once
+/// ([`interrupt_to_stop`]).
 pub fn await_arrival(k: &mut Kernel, cur: ThreadId, p: &Place) {
-    if !arrived(k, p) {
+    if !arrived(k, p) && !interrupt_to_stop(k, p) {
         wait_for_arrival(k, cur, p.thread);
     }
+}
+
+/// Stops the thread of `p` in its suspended activation now if it is blocked there in a
+/// wait that may be cut short — a receive, a send waiting for room or for an activation, a
+/// `wait`, a `sleep`, a wait for another thread's state — as Mach's `thread_abort_safely`
+/// brings a thread in an interruptible wait to a clean point: it leaves what it waits in,
+/// its call returns [`Error::Interrupted`] when the activation is resumed (nothing of it
+/// was done: a `SEND | RECEIVE` blocked here had sent already and only its receive is cut
+/// short), and its registers can be read and set at once. A thread running, ready, in a
+/// call deeper than that activation, waiting for an exception handler's reply or blocked
+/// in the process model is left alone. Whether it stopped.
+fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
+    let Some(th) = k.threads.get(p.thread) else {
+        return false;
+    };
+    let ThreadState::Blocked(b) = th.state else {
+        return false;
+    };
+    let point = th.cont.map(|c| c.point);
+    let cut_short = match b {
+        Blocked::Receive { .. } => point == Some(Resume::Receive),
+        Blocked::Send { .. } => point == Some(Resume::SendRetry),
+        Blocked::Wait { .. } => point == Some(Resume::Wait),
+        Blocked::Sleep => point == Some(Resume::Sleep),
+        // Its frame was rewound to issue the call again (`wait_for_arrival`).
+        Blocked::StateWait { .. } => point == Some(Resume::UserReturn),
+        Blocked::ProcessModel | Blocked::Suspended => false,
+    };
+    if !cut_short || th.below.len() != p.index || th.stack.is_some() {
+        return false;
+    }
+    k.forget_blocked(p.thread, b);
+    let Some(th) = k.threads.get_mut(p.thread) else {
+        return false;
+    };
+    if let Some(timer) = th.timer.take() {
+        k.timers.cancel(timer);
+    }
+    if let Blocked::StateWait { .. } = b {
+        // Not issued again: it returns.
+        th.frame.rip = th.frame.rip.wrapping_add(2);
+    }
+    th.frame.rax = Error::Interrupted.to_raw();
+    th.state = ThreadState::Blocked(Blocked::Suspended);
+    th.cont = Some(Continuation::new(Resume::UserReturn));
+    let waiters = core::mem::take(&mut th.state_waiters);
+    for w in waiters {
+        k.unblock(w);
+    }
+    k.stats.blocks_internal += 1;
+    true
 }
 
 /// The user registers of the activation of `p` (its thread stopped there), as

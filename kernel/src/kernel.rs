@@ -767,7 +767,7 @@ impl Kernel {
     }
 
     /// Takes thread `t` off whatever it waits in as `b` (not its timer).
-    fn forget_blocked(&mut self, t: ThreadId, b: Blocked) {
+    pub fn forget_blocked(&mut self, t: ThreadId, b: Blocked) {
         match b {
             Blocked::Wait { key } => {
                 self.waits.remove(key, t);

@@ -149,6 +149,50 @@ fn state_getter(w: u64) {
     STATE_GOT.store(r, Ordering::SeqCst);
 }
 
+/// Helper: receives on `port`, which nothing is sent to, without a timeout; stores the
+/// call's error code in [`RAW`] (0 for a message).
+fn forever_receiver(port: u64) {
+    let r = match IpcBuffer::new() {
+        Ok(mut buf) => {
+            ASLEEP.store(1, Ordering::SeqCst);
+            buf.msg(MSG_RECEIVE, port, FOREVER)
+        }
+        Err(e) => Err(e),
+    };
+    RAW.store(r.map_or_else(|e| e as u64, |()| 0), Ordering::SeqCst);
+    DONE.store(1, Ordering::SeqCst);
+}
+
+/// A thread blocked in a receive without a timeout is suspended and its state asked for:
+/// the receive is cut short at once (Mach's `thread_abort_safely`), the registers can be
+/// read and set, and when resumed the call returns `Interrupted`.
+fn interrupted_receive() -> Result<(), Failed> {
+    let port = must("port", port_allocate(0))?;
+    let w = helper(forever_receiver, port)?;
+    await_asleep()?;
+    // Let it block (a receive on an empty port blocks at once).
+    must("sleep", baton_rt::sleep_ns(5_000_000))?;
+    must("suspend", migrate::suspend(Act::Thread(w), true))?;
+    let t0 = baton_rt::clock_ns();
+    let regs = migrate::get_state(Act::Thread(w));
+    let waited = baton_rt::clock_ns() - t0;
+    let read = regs.is_ok() && DONE.load(Ordering::SeqCst) == 0;
+    must("resume", migrate::suspend(Act::Thread(w), false))?;
+    join(2_000)?;
+    must("drop port", baton_rt::ipc::cap_drop(port))?;
+    check!(
+        read,
+        "act_get_state on a thread blocked in a receive without a timeout answers at once ({} us)",
+        waited / 1000
+    );
+    check!(
+        RAW.load(Ordering::SeqCst) == Error::Interrupted as u64,
+        "that receive returns Interrupted when the thread is resumed (got {:#x})",
+        RAW.load(Ordering::SeqCst)
+    );
+    Ok(())
+}
+
 /// Helper: a `NEST_SLEEP` call to A of 400 ms in B; the raw result.
 fn nest_sleeper(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
@@ -289,6 +333,7 @@ fn run() -> Result<(), Failed> {
         "the kernel heap does not grow round after round ({:?} bytes after each)",
         heap
     );
+    interrupted_receive()?;
     fuzz(&base)
 }
 
