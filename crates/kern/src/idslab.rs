@@ -5,20 +5,24 @@
 //! in, which the kernel caches in each of the task's threads so that its hot paths (the RPC
 //! fast path finds the name spaces of both tasks) reach a task in one bounds check and one
 //! generation compare instead of a search-tree walk. [`IdSlab`] keeps both: the objects in a
-//! [`Slab`], and a map from id to key for everything that starts from an id.
+//! [`Slab`], and the ids with their keys, sorted by id, for everything that starts from an
+//! id: a binary search (ids are handed out counting up, so a new one goes at the end), and
+//! room for a new entry is made fallibly, so that an insertion fails instead of stopping
+//! the kernel when the heap has none.
 //!
 //! # Invariants
-//! - `ids` maps exactly the ids of the objects held to their keys: `ids.len() == slab.len()`,
-//!   and `slab.get(ids[id])` is the object inserted with `id`.
+//! - `ids` holds exactly the ids of the objects held, once each, in increasing order, each
+//!   with its key: `ids.len() == slab.len()`, and `slab.get(key)` for the pair `(id, key)`
+//!   is the object inserted with `id`.
 
 use crate::slab::{Key, Slab};
-use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
 
 /// Objects by id and by slab key. See the module documentation.
 #[derive(Debug)]
 pub struct IdSlab<T> {
     slab: Slab<(u64, T)>,
-    ids: BTreeMap<u64, Key>,
+    ids: Vec<(u64, Key)>,
 }
 
 impl<T> Default for IdSlab<T> {
@@ -32,34 +36,54 @@ impl<T> IdSlab<T> {
     pub const fn new() -> IdSlab<T> {
         IdSlab {
             slab: Slab::new(),
-            ids: BTreeMap::new(),
+            ids: Vec::new(),
         }
     }
 
     /// Stores `value` under `id` and returns its key; gives the value back if `id` is
-    /// already held or the slab is full.
+    /// already held, the slab is full or the heap has no room.
     pub fn insert(&mut self, id: u64, value: T) -> Result<Key, T> {
-        if self.ids.contains_key(&id) {
+        let Err(at) = self.position(id) else {
+            return Err(value);
+        };
+        if self.ids.try_reserve(1).is_err() {
             return Err(value);
         }
         let key = self.slab.insert((id, value)).map_err(|(_, v)| v)?;
-        self.ids.insert(id, key);
+        // Room reserved above: this does not allocate.
+        self.ids.insert(at, (id, key));
         Ok(key)
     }
 
+    /// Where `id` is in `ids` (`Ok`), or where it would go (`Err`). Ids come counting up,
+    /// so the last one is looked at first.
+    #[inline]
+    fn position(&self, id: u64) -> Result<usize, usize> {
+        match self.ids.last() {
+            Some(&(last, _)) if last < id => Err(self.ids.len()),
+            None => Err(0),
+            _ => self.ids.binary_search_by_key(&id, |&(i, _)| i),
+        }
+    }
+
     /// The key of the object `id`.
+    #[inline]
     pub fn key_of(&self, id: u64) -> Option<Key> {
-        self.ids.get(&id).copied()
+        let at = self.position(id).ok()?;
+        self.ids.get(at).map(|&(_, k)| k)
     }
 
     /// The object `id`.
+    #[inline]
     pub fn get(&self, id: &u64) -> Option<&T> {
-        self.slab.get(*self.ids.get(id)?).map(|(_, v)| v)
+        self.slab.get(self.key_of(*id)?).map(|(_, v)| v)
     }
 
     /// The object `id`, mutably.
+    #[inline]
     pub fn get_mut(&mut self, id: &u64) -> Option<&mut T> {
-        self.slab.get_mut(*self.ids.get(id)?).map(|(_, v)| v)
+        let key = self.key_of(*id)?;
+        self.slab.get_mut(key).map(|(_, v)| v)
     }
 
     /// The object named by `key` (O(1)), if still there.
@@ -82,7 +106,8 @@ impl<T> IdSlab<T> {
 
     /// Removes and returns the object `id`.
     pub fn remove(&mut self, id: &u64) -> Option<T> {
-        let key = self.ids.remove(id)?;
+        let at = self.position(*id).ok()?;
+        let (_, key) = self.ids.remove(at);
         self.slab.remove(key).map(|(_, v)| v)
     }
 
@@ -99,8 +124,8 @@ impl<T> IdSlab<T> {
     /// Every object, in id order.
     pub fn values(&self) -> impl Iterator<Item = &T> + '_ {
         self.ids
-            .values()
-            .filter_map(|k| self.slab.get(*k).map(|(_, v)| v))
+            .iter()
+            .filter_map(|(_, k)| self.slab.get(*k).map(|(_, v)| v))
     }
 
     /// Every object with its id, in id order.
