@@ -60,6 +60,8 @@ const A_ECHO: u64 = 1;
 const A_TWICE: u64 = 2;
 const A_NOTIFY: u64 = 3;
 const A_BACK: u64 = 4;
+const A_SELFQ: u64 = 5;
+const SELF_ID: u64 = 77;
 const REPORT_WORDS: usize = 16;
 const R_BITS: usize = 1;
 const R_ID: usize = 3;
@@ -118,6 +120,9 @@ struct Obs {
     delta: [i64; 3],
     /// The server's report.
     server: [u64; REPORT_WORDS],
+    /// Where the case times a receive that nothing answers: whether it lasted its whole
+    /// timeout (a timer left over from the call under test would end it early).
+    full_wait: bool,
 }
 
 /// One run: what was observed, and the kernel's (`ipc_fast`, `ipc_queued`) increments.
@@ -135,8 +140,6 @@ struct Ctx {
     gate: u64,
     /// The control calls' reply port.
     ctl: u64,
-    /// The server's receive timeout in [`rpc`]'s cases (0: none).
-    server_timeout: u64,
 }
 
 /// One case: its name, its scenario (given the extra options of the run: 0 or
@@ -335,7 +338,7 @@ fn rpc(
     receive_on_send_right: bool,
     drain: bool,
 ) -> Result<Run, Failed> {
-    cx.mode(A_ECHO, server_extra, cx.server_timeout)?;
+    cx.mode(A_ECHO, server_extra, 0)?;
     let r = must("port_allocate", port_allocate(0))?;
     let rs = must("port_make_send", port_make_send(r, false))?;
     let descs = [Descriptor::port(r, Disposition::MakeSend)];
@@ -361,6 +364,7 @@ fn rpc(
             names,
             delta,
             server,
+            ..Obs::default()
         },
         paths,
     })
@@ -424,6 +428,7 @@ fn queued_reply_port(cx: &mut Ctx, extra: u64) -> Result<Run, Failed> {
             names,
             delta,
             server,
+            ..Obs::default()
         },
         paths,
     })
@@ -586,6 +591,7 @@ fn send_once_from_client(cx: &mut Ctx, extra: u64, dead: bool) -> Result<Run, Fa
             names,
             delta,
             server,
+            ..Obs::default()
         },
         paths,
     })
@@ -685,10 +691,55 @@ fn own_port(cx: &mut Ctx, extra: u64) -> Result<Run, Failed> {
             names,
             delta,
             server,
+            ..Obs::default()
         },
         paths,
     })
 }
+
+/// A call with a timeout (`timeout`) to a server whose receive has a timeout
+/// (`server_timeout`; 0: none), then a receive on the reply port with nothing to come,
+/// which must last its whole [`WAIT`], and a pause until [`PAUSE`] after the call before
+/// the report. Both timeouts end inside that time: a timer either path failed to cancel
+/// would end the client's receive early, or a later receive of the server (which the
+/// report counts as one more message).
+fn timers(cx: &mut Ctx, extra: u64, timeout: u64, server_timeout: u64) -> Result<Run, Failed> {
+    cx.mode(A_ECHO, 0, server_timeout)?;
+    let r = must("port_allocate", port_allocate(0))?;
+    put(&mut cx.buf, request(cx.server, r), &[], 32)?;
+    let s0 = mark()?;
+    let start = baton_rt::clock_ns();
+    let main = observe(&mut cx.buf, MSG_SEND | MSG_RECEIVE | extra, r, timeout);
+    let (delta, paths) = since(&s0)?;
+    let waiting = baton_rt::clock_ns();
+    let second = observe(&mut cx.buf, MSG_RECEIVE, r, WAIT);
+    let full_wait = baton_rt::clock_ns() - waiting >= WAIT;
+    let rest = PAUSE.saturating_sub(baton_rt::clock_ns() - start);
+    must("sleep", baton_rt::sleep_ns(rest))?;
+    let names = [kind(r), kind(cx.server), 0, 0];
+    let server = cx.report()?;
+    must("cap_drop", cap_drop(r))?;
+    Ok(Run {
+        obs: Obs {
+            main,
+            second,
+            names,
+            delta,
+            server,
+            full_wait,
+        },
+        paths,
+    })
+}
+
+/// [`timers`]: the client's receive that nothing answers.
+const WAIT: u64 = 300_000_000;
+/// [`timers`]: the call's timeout (the call itself takes far less).
+const CALL_TIMEOUT: u64 = 100_000_000;
+/// [`timers`]: the server's receive timeout.
+const SERVER_TIMEOUT: u64 = 400_000_000;
+/// [`timers`]: how long after the call the report is asked for.
+const PAUSE: u64 = 500_000_000;
 
 /// Runs `case` twice, plain and with `MSG_SLOW`, and compares.
 fn diff(cx: &mut Ctx, case: &Case) -> Result<(), Failed> {
@@ -1012,16 +1063,30 @@ const CASES: &[Case] = &[
     },
     Case {
         what: "a request to a server waiting with a timeout",
-        run: |cx, x| {
-            cx.server_timeout = 30_000_000_000;
-            let run = rpc_n(cx, x, 32);
-            cx.server_timeout = 0;
-            cx.mode(A_ECHO, 0, 0)?;
-            run
-        },
+        run: |cx, x| timers(cx, x, FOREVER, SERVER_TIMEOUT),
         fast: (2, 0),
         slow: (0, 2),
-        expect: |o| echo_ok(o, 32),
+        expect: |o| echo_ok(o, 32) && o.second.result == err(Error::TimedOut) && o.full_wait,
+    },
+    Case {
+        what: "a call with a timeout",
+        run: |cx, x| timers(cx, x, CALL_TIMEOUT, 0),
+        fast: (2, 0),
+        slow: (0, 2),
+        expect: |o| echo_ok(o, 32) && o.second.result == err(Error::TimedOut) && o.full_wait,
+    },
+    Case {
+        what: "a reply while a message waits on the server's port",
+        run: |cx, x| server_side(cx, x, A_SELFQ),
+        fast: (2, 1),
+        slow: (1, 2),
+        expect: |o| {
+            o.main.result == 0
+                && o.main.id == ID + 100
+                && o.server[R_COUNT] == 2
+                && o.server[R_ID] == SELF_ID
+                && o.delta == [0, 0, 0]
+        },
     },
 ];
 
@@ -1036,7 +1101,6 @@ fn run() -> Result<(), Failed> {
         server: 0,
         gate: 0,
         ctl,
-        server_timeout: 0,
     };
     must("receiving the hello", cx.buf.msg(MSG_RECEIVE, boot, SOON))?;
     let hello = cx.buf.header();

@@ -9,7 +9,7 @@
 //!
 //! | id | request | reply |
 //! |---|---|---|
-//! | [`C_MODE`] | words: action, extra reply options, receive timeout (0: none) | empty |
+//! | [`C_MODE`] | words: action, extra reply options, a timeout (0: none) for the receive that answers it | empty |
 //! | [`C_REPORT`] | — | the report words of the last case message (below) |
 //! | [`C_HOLD`] | — | empty; the server then waits on `G` (busy), and receives on `S` again only after a message came to `G` |
 //! | [`C_SEND`] | — | descriptor 0: a new send right to `S` |
@@ -30,6 +30,7 @@
 //! | [`A_TWICE`] | the echo with `MSG_SEND` alone, then the same reply again through the used-up name with `MSG_SEND | MSG_RECEIVE` |
 //! | [`A_NOTIFY`] | a dead-name request on the reply right (notifications to `N`), then the echo |
 //! | [`A_BACK`] | the echo to the "back" send right (`CopySend`, no reply right) |
+//! | [`A_SELFQ`] | a message of its own queued on `S` first (its reply's receive then does not block), then the echo |
 //!
 //! Report words (`R_*`, error codes as their numbers, right kinds as `cap_info`'s numbers,
 //! 100 + the code for an error of `cap_info`): the receive's result, the header's bits,
@@ -42,9 +43,9 @@
 #![no_main]
 
 use baton_rt::ipc::{
-    cap_drop, cap_info, msg_buf, port_allocate, port_notify, Descriptor, Disposition, IpcBuffer,
-    MsgHeader, RightKind, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND,
-    NOTIFY_KIND_DEAD_NAME,
+    cap_drop, cap_info, msg_buf, port_allocate, port_make_send, port_notify, Descriptor,
+    Disposition, IpcBuffer, MsgHeader, RightKind, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE,
+    MSG_SEND, NOTIFY_KIND_DEAD_NAME,
 };
 use baton_rt::{println, start::bootstrap, Error, FOREVER};
 
@@ -83,6 +84,10 @@ pub const A_TWICE: u64 = 2;
 pub const A_NOTIFY: u64 = 3;
 /// Action: echo to the "back" send right.
 pub const A_BACK: u64 = 4;
+/// Action: queue a message (id [`SELF_ID`], no reply right) on `S`, then echo.
+pub const A_SELFQ: u64 = 5;
+/// The id of [`A_SELFQ`]'s message.
+pub const SELF_ID: u64 = 77;
 
 /// Report words.
 pub const R_RECEIVE: usize = 0;
@@ -156,7 +161,7 @@ struct Server {
     gate: u64,
     /// The notification port `N`.
     notify: u64,
-    /// The mode: action, extra reply options, receive timeout.
+    /// The mode: action, extra reply options, the next receive's timeout.
     action: u64,
     extra: u64,
     timeout: u64,
@@ -177,7 +182,11 @@ impl Server {
     /// buffer's contents first.
     fn call(&mut self, options: u64) -> Result<(), Error> {
         self.before = *self.buf.view();
-        self.buf.msg(options | MSG_RECEIVE, self.port, self.timeout)
+        // The mode's timeout is for one receive: the next one (a timer the kernel failed to
+        // cancel would end a later receive early, which the report shows as one more case
+        // message).
+        let timeout = core::mem::replace(&mut self.timeout, FOREVER);
+        self.buf.msg(options | MSG_RECEIVE, self.port, timeout)
     }
 
     /// Sends `reply` (header as given, the buffer's data after it) and receives on `S`
@@ -190,6 +199,23 @@ impl Server {
             Err(e) if self.buf.header() == reply => (Err(e), self.call(0)),
             r => (Ok(()), r),
         }
+    }
+
+    /// Queues a message without reply right on `S` (through a send right made for it and
+    /// released after), with a buffer of its own.
+    fn queue_own(&mut self) -> Result<(), Error> {
+        let to = port_make_send(self.port, false)?;
+        let h = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+            size: HEADER_SIZE as u32,
+            dest: to,
+            id: SELF_ID,
+            ..MsgHeader::default()
+        };
+        let mut bytes = h.to_bytes();
+        let sent = msg_buf(&mut bytes, MSG_SEND, 0, 0);
+        cap_drop(to)?;
+        sent
     }
 
     /// Replies to a control request with an empty message or `descriptors`, and receives
@@ -348,9 +374,13 @@ impl Server {
         };
         let extra = self.extra;
         let next = match self.action {
-            A_ECHO | A_NOTIFY if h.reply != 0 && got.is_ok() => {
+            A_ECHO | A_NOTIFY | A_SELFQ if h.reply != 0 && got.is_ok() => {
                 if self.action == A_NOTIFY {
                     rep[R_SECOND] = code(port_notify(h.reply, NOTIFY_KIND_DEAD_NAME, self.notify));
+                }
+                if self.action == A_SELFQ {
+                    rep[R_SECOND] = code(self.queue_own());
+                    self.buf.set_header(reply);
                 }
                 let (sent, next) = self.answer(reply, extra);
                 rep[R_ANSWER] = code(sent);
