@@ -56,6 +56,7 @@ const C_KILL: u64 = CTL_BASE + 7;
 const C_TAKE: u64 = CTL_BASE + 8;
 const C_NOP: u64 = CTL_BASE + 9;
 const C_EXIT: u64 = CTL_BASE + 10;
+const C_MIGRATING: u64 = CTL_BASE + 11;
 const A_ECHO: u64 = 1;
 const A_TWICE: u64 = 2;
 const A_NOTIFY: u64 = 3;
@@ -741,6 +742,34 @@ const SERVER_TIMEOUT: u64 = 400_000_000;
 /// [`timers`]: how long after the call the report is asked for.
 const PAUSE: u64 = 500_000_000;
 
+/// A request made by `make(m, r)` to the server's port `M`, which has an activation (a
+/// call to it migrates), with a reply right from a new port `r`. Only for requests the
+/// general path refuses: with `MSG_SLOW` a call to `M` is queued for a thread that never
+/// comes.
+fn migrating(cx: &mut Ctx, extra: u64, make: fn(u64, u64) -> MsgHeader) -> Result<Run, Failed> {
+    cx.mode(A_ECHO, 0, 0)?;
+    let r = must("port_allocate", port_allocate(0))?;
+    let m = cx.ctl(C_MIGRATING, &[], &[])?;
+    put(&mut cx.buf, make(m, r), &[], 32)?;
+    let s0 = mark()?;
+    let main = observe(&mut cx.buf, MSG_SEND | MSG_RECEIVE | extra, r, FOREVER);
+    let (delta, paths) = since(&s0)?;
+    let names = [kind(r), kind(m), 0, 0];
+    let server = cx.report()?;
+    must("cap_drop", cap_drop(m))?;
+    must("cap_drop", cap_drop(r))?;
+    Ok(Run {
+        obs: Obs {
+            main,
+            names,
+            delta,
+            server,
+            ..Obs::default()
+        },
+        paths,
+    })
+}
+
 /// Runs `case` twice, plain and with `MSG_SLOW`, and compares.
 fn diff(cx: &mut Ctx, case: &Case) -> Result<(), Failed> {
     let base = baton_rt::check::ipc_counts(TEST)?;
@@ -1088,7 +1117,82 @@ const CASES: &[Case] = &[
                 && o.delta == [0, 0, 0]
         },
     },
+    Case {
+        what: "a call to a port with activations with a kernel message id",
+        run: |cx, x| {
+            migrating(cx, x, |m, r| MsgHeader {
+                id: KERNEL_ID_BASE + 1,
+                ..request(m, r)
+            })
+        },
+        fast: (0, 0),
+        slow: (0, 0),
+        expect: |o| refused(o, Error::InvalidArgument),
+    },
 ];
+
+/// A difference between the paths that is part of the design (docs/migrating.md): a call
+/// to a port with activations migrates "whatever its reply right" (the reply comes back
+/// straight, the right is never used), while the general path checks the reply right of a
+/// message it queues. The plain run must migrate (`plain`), the `MSG_SLOW` run must be
+/// refused (`slow`).
+struct Known {
+    what: &'static str,
+    make: fn(u64, u64) -> MsgHeader,
+    error: Error,
+}
+
+/// The known differences.
+const KNOWN: &[Known] = &[
+    Known {
+        what: "a call to a port with activations with a MoveReceive reply right",
+        make: |m, r| {
+            header(
+                m,
+                Disposition::CopySend as u8,
+                r,
+                Disposition::MoveReceive as u8,
+                ID,
+            )
+        },
+        error: Error::InvalidArgument,
+    },
+    Known {
+        what: "a call to a port with activations with an unknown reply disposition",
+        make: |m, r| header(m, Disposition::CopySend as u8, r, 9, ID),
+        error: Error::InvalidArgument,
+    },
+    Known {
+        what: "a call to a port with activations making a send-once reply right from a send right",
+        make: |m, _| request(m, m),
+        error: Error::InvalidRight,
+    },
+];
+
+/// Runs a known difference plain and with `MSG_SLOW`, and checks that each run does what
+/// its path is documented to do.
+fn known(cx: &mut Ctx, k: &Known) -> Result<(), Failed> {
+    let base = baton_rt::check::ipc_counts(TEST)?;
+    let a = migrating(cx, 0, k.make)?;
+    let b = migrating(cx, MSG_SLOW, k.make)?;
+    let end = baton_rt::check::ipc_counts(TEST)?;
+    let what = k.what;
+    check!(
+        end == base,
+        "{what}: ports, names and queued messages back to {base:?} (now {end:?})"
+    );
+    let migrated = a.obs.main.result == 0
+        && a.obs.main.id == ID + 100
+        && a.obs.main.data == pattern_hash(32)
+        && a.obs.server[R_COUNT] == 0
+        && a.obs.names[0] == kind_of(RightKind::Receive);
+    check!(
+        migrated && refused(&b.obs, k.error),
+        "{what}: known difference: migrates when plain (the reply right is ignored), {} with MSG_SLOW",
+        k.error.name()
+    );
+    Ok(())
+}
 
 fn run() -> Result<(), Failed> {
     let baseline = baton_rt::check::ipc_counts(TEST)?;
@@ -1112,13 +1216,19 @@ fn run() -> Result<(), Failed> {
             && cap_info(cx.gate) == Ok(RightKind::Send),
         "hello carries send rights to the server's port and gate"
     );
-    // A warm-up: the server's name space and queues reach their working size.
+    // The server's migrating port exists from here on; a warm-up, so that the server's
+    // name space and queues reach their working size.
+    let m = cx.ctl(C_MIGRATING, &[], &[])?;
+    must("cap_drop", cap_drop(m))?;
     for _ in 0..2 {
         rpc_n(&mut cx, 0, 32)?;
         rpc_n(&mut cx, MSG_SLOW, 32)?;
     }
     for case in CASES {
         diff(&mut cx, case)?;
+    }
+    for k in KNOWN {
+        known(&mut cx, k)?;
     }
     cx.ctl(C_EXIT, &[], &[])?;
     for name in [cx.server, cx.gate, cx.ctl, boot] {

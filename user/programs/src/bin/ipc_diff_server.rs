@@ -19,6 +19,7 @@
 //! | [`C_TAKE`] | descriptor 0 or none | empty; keeps the send right of descriptor 0 as "back" (releasing the one kept before) |
 //! | [`C_NOP`] | — (no reply right) | none |
 //! | [`C_EXIT`] | — | empty, then the task exits |
+//! | [`C_MIGRATING`] | — | descriptor 0: a send right to the port `M`, which has an activation (calls to it migrate: the activation answers id + 100 with the request's data) |
 //!
 //! Any other message is a *case message*: the server records what it received (the
 //! report) and answers as the last [`C_MODE`] said (the action), adding the mode's extra
@@ -75,6 +76,8 @@ pub const C_TAKE: u64 = CTL_BASE + 8;
 pub const C_NOP: u64 = CTL_BASE + 9;
 /// Control: reply, then exit.
 pub const C_EXIT: u64 = CTL_BASE + 10;
+/// Control: a send right to the migrating port `M` (made with its activation on first use).
+pub const C_MIGRATING: u64 = CTL_BASE + 11;
 
 /// Action: echo through the reply right.
 pub const A_ECHO: u64 = 1;
@@ -169,6 +172,8 @@ struct Server {
     victim: u64,
     /// The "back" send right (0: none).
     back: u64,
+    /// The migrating port `M` (0: not made yet).
+    migrating: u64,
     /// The report of the last case message.
     report: [u64; REPORT_WORDS],
     /// Case messages since the last report.
@@ -310,6 +315,14 @@ impl Server {
                 self.control_reply(&h, &[], &[])
             }
             C_NOP => self.call(0),
+            C_MIGRATING => {
+                if self.migrating == 0 {
+                    self.migrating = port_allocate(0)?;
+                    baton_rt::migrate::attach(self.migrating, 1, migrated_echo)?;
+                }
+                let d = Descriptor::port(self.migrating, Disposition::MakeSend);
+                self.control_reply(&h, &[d], &[])
+            }
             C_EXIT => {
                 let reply = MsgHeader {
                     bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
@@ -413,6 +426,13 @@ impl Server {
     }
 }
 
+/// The activation of `M`: answers id + 100 with the request's data.
+fn migrated_echo(req: &mut baton_rt::migrate::Request) {
+    let id = req.header().id;
+    let len = req.data().len();
+    req.reply_in_place(id.wrapping_add(100), len);
+}
+
 /// The id (low 32 bits) of the message waiting on `port`, taken without blocking into a
 /// buffer of its own; 0 if none.
 fn probe(port: u64) -> u64 {
@@ -436,6 +456,7 @@ fn serve() -> Result<(), Error> {
         timeout: FOREVER,
         victim: 0,
         back: 0,
+        migrating: 0,
         report: [0; REPORT_WORDS],
         count: 0,
         before: [0; IPC_BUFFER_SIZE],
@@ -465,7 +486,7 @@ fn serve() -> Result<(), Error> {
             s.case(h, got)?
         };
     }
-    for name in [s.victim, s.back] {
+    for name in [s.victim, s.back, s.migrating] {
         if name != 0 {
             cap_drop(name)?;
         }
