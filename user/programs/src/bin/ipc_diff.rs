@@ -442,17 +442,17 @@ fn open_gate(_arg: u64) {
     while stats().map_or(0, |s| s.messages_queued) < want && baton_rt::clock_ns() - start < SOON {
         let _ = baton_rt::sleep_ns(1_000_000);
     }
-    let mut bytes = [0u8; HEADER_SIZE];
-    let go = header(
-        GATE.load(core::sync::atomic::Ordering::Relaxed),
-        Disposition::CopySend as u8,
-        0,
-        0,
-        1,
-    );
-    let mut go = go;
-    go.size = HEADER_SIZE as u32;
-    bytes.copy_from_slice(&go.to_bytes());
+    let go = MsgHeader {
+        size: HEADER_SIZE as u32,
+        ..header(
+            GATE.load(core::sync::atomic::Ordering::Relaxed),
+            Disposition::CopySend as u8,
+            0,
+            0,
+            1,
+        )
+    };
+    let mut bytes = go.to_bytes();
     if let Err(e) = msg_buf(&mut bytes, MSG_SEND, 0, SOON) {
         println!("TEST FAIL {TEST}: opening the gate: {}", e.name());
     }
