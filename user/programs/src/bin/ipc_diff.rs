@@ -324,10 +324,11 @@ impl Ctx {
     }
 }
 
-/// A case that calls the server with `n` bytes: a request with reply right from a new
-/// port `r`, header made by `make(server, r)`, descriptors by `descs(r)`; the server
-/// answers with `action` and `server_extra`; the call has `extra`, receives on `rcv(r,
-/// rs)` (`rs` a send right to `r`); `drain`: then receive once more on `r`.
+/// A case that calls the server with `n` bytes of data: the header made by `make(server,
+/// r)` for a new port `r`, with a descriptor carrying a send right to `r` if `with_right`;
+/// the server echoes with `server_extra` added to its reply's options; the call adds
+/// `extra` and receives on `r` (or, with `receive_on_send_right`, on a send right to `r`);
+/// with `drain`, a second receive on `r` follows.
 #[allow(clippy::too_many_arguments)]
 fn rpc(
     cx: &mut Ctx,
