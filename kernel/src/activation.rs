@@ -52,8 +52,8 @@ use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, ReplyTo, Saved, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
-    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND,
-    MSG_SIZE_MAX,
+    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, KERNEL_ID_BASE, MSG_BUF, MSG_RECEIVE,
+    MSG_SEND, MSG_SIZE_MAX,
 };
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::{Error, Sys};
@@ -113,11 +113,13 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
 
 /// The port a request `header` (sent by the task of key `s_key`, through a buffer of
 /// `limit` bytes) migrates to: a call (`CopySend` of a send right, no descriptors, a size
-/// within the buffer) to a port with activations. `None` for anything else, which the
-/// general path then runs (or reports).
+/// within the buffer, an id below the kernel's) to a port with activations. `None` for
+/// anything else, which the general path then runs (or reports: a kernel id is refused
+/// there, so a client cannot make a migrated call look like a kernel notification).
 #[inline(always)]
 fn migrating_port(k: &Kernel, s_key: Key, header: &MsgHeader, limit: usize) -> Option<PortId> {
     if header.bits >> 16 != 0
+        || header.id >= KERNEL_ID_BASE
         || header.dest_disposition() != Disposition::CopySend as u8
         || !(HEADER_SIZE..=limit).contains(&(header.size as usize))
     {

@@ -282,6 +282,17 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| TEST PASS ipc",
 ];
 
+/// What the `ipc_diff` tests require.
+const IPC_DIFF_REQUIRE: &[&str] = &[
+    "ipc_diff#1| ok: request and reply with 32 bytes: both paths give the same result and state",
+    "ipc_diff#1| ok: request and reply filling the IPC buffer (4064 bytes): the plain run takes the paths expected",
+    "ipc_diff#1| ok: a request whose reply port has a message queued: both paths give the same result and state",
+    "ipc_diff#1| ok: a request to a server waiting with a timeout: the outcome is the one the ABI describes",
+    "ipc_diff#1| ok: ports, names and queued messages back to the baseline",
+    "(ipc_diff_server) exited with code 0",
+    "ipc_diff#1| TEST PASS ipc_diff",
+];
+
 /// The fuzzer's default schedule (4 seeds of 25,000 calls per boot) under TCG.
 const FUZZ_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -799,6 +810,23 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Differential: each RPC message shape run plain (fast path where it applies) and
+        // with MSG_SLOW, compared in every observable (results, headers, data, rights,
+        // kernel counts, the server's view).
+        name: "ipc_diff_smp1",
+        init: &["ipc_diff"],
+        smp: 1,
+        require: IPC_DIFF_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "ipc_diff_smp2",
+        init: &["ipc_diff"],
+        smp: 2,
+        require: IPC_DIFF_REQUIRE,
         ..BASE
     },
     IntegrationTest {
