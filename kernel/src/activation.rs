@@ -113,9 +113,11 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
 
 /// The port a request `header` (sent by the task of key `s_key`, through a buffer of
 /// `limit` bytes) migrates to: a call (`CopySend` of a send right, no descriptors, a size
-/// within the buffer, an id below the kernel's) to a port with activations. `None` for
-/// anything else, which the general path then runs (or reports: a kernel id is refused
-/// there, so a client cannot make a migrated call look like a kernel notification).
+/// within the buffer, an id below the kernel's, no reply right or a send-once one made from
+/// a receive right) to a port with activations. `None` for anything else, which the
+/// general path then runs (or reports: a kernel id or a wrong reply right is refused
+/// there, so a client cannot make a migrated call look like a kernel notification, and
+/// both paths give the same result).
 #[inline(always)]
 fn migrating_port(k: &Kernel, s_key: Key, header: &MsgHeader, limit: usize) -> Option<PortId> {
     if header.bits >> 16 != 0
@@ -125,7 +127,12 @@ fn migrating_port(k: &Kernel, s_key: Key, header: &MsgHeader, limit: usize) -> O
     {
         return None;
     }
-    let dest = k.tasks.by_key(s_key)?.names.lookup(header.dest).ok()?;
+    let names = &k.tasks.by_key(s_key)?.names;
+    // The reply right is never used, but it is checked as the general path checks it.
+    if !kern::ipc::fast::migration_reply_ok(names, header) {
+        return None;
+    }
+    let dest = names.lookup(header.dest).ok()?;
     let migrating =
         dest.kind == Held::Send && k.ipc.port(dest.port).is_some_and(|p| p.pool.is_migrating());
     migrating.then_some(dest.port)

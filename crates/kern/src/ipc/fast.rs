@@ -74,6 +74,23 @@ const CALL_BITS: u32 = MsgHeader::make_bits(Disposition::CopySend, Disposition::
 /// The whole `bits` of a reply: a send-once right used up, no reply right, no descriptors.
 const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
+/// Whether the reply right of `header` (sent from `space`) lets a call migrate from a fast
+/// path: none (disposition `None`, name 0), or a send-once right made from a receive right,
+/// the forms the general path also accepts. Anything else (a wrong right, which the
+/// general path refuses, or another valid form) takes the general path, so that both give
+/// the same result for the same message.
+#[inline(always)]
+pub fn migration_reply_ok(space: &Space, header: &MsgHeader) -> bool {
+    let reply = header.reply_disposition();
+    if reply == Disposition::MakeSendOnce as u8 {
+        space
+            .lookup(header.reply)
+            .is_ok_and(|e| e.kind == Held::Receive)
+    } else {
+        reply == Disposition::None as u8 && header.reply == 0
+    }
+}
+
 impl<T: Copy + Default + PartialEq> Ipc<T> {
     /// The decision of one fast-path transfer, on the IPC side: `header` (sent from
     /// `space` through a buffer of `limit` bytes) is a fast-path message (as described in
@@ -102,8 +119,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         let dest = space.lookup(header.dest).ok()?;
         let to = self.ports.get(dest.port)?;
         if header.dest_disposition() == CALL && dest.kind == Held::Send && to.pool.is_migrating() {
-            // A call to a port with activations migrates; its reply port is never used.
-            return Some(Fast::Migrate(dest.port));
+            // A call to a port with activations migrates; its reply port is never used, but
+            // is checked as the general path checks it ([`migration_reply_ok`]).
+            return migration_reply_ok(space, header).then_some(Fast::Migrate(dest.port));
         }
         // The two forms, each in one comparison of the bits: the usual call, whose reply
         // comes to the port the caller receives on; and the reply to it.
