@@ -1178,3 +1178,42 @@ fn a_message_for_a_dead_port_gives_its_rights_back() {
     );
     assert_eq!(ipc.queued(), 0);
 }
+
+/// A call migrates from a fast path only with a reply right the general path would also
+/// take and that it can check without moving anything: none, or a send-once right made
+/// from a receive right. A wrong right, a name that is not one, or another valid form
+/// leaves the call to the general path.
+#[test]
+fn migration_takes_only_reply_rights_the_general_path_takes() {
+    let mut ipc = I::new();
+    let mut space = Space::new();
+    let own = ipc.allocate(&mut space, 1, 0).unwrap();
+    let send = ipc.make_send(&mut space, own, false).unwrap();
+    let ok = |h: &MsgHeader| fast::migration_reply_ok(&space, h);
+    assert!(ok(&header(send, D::CopySend, 0, D::None, 0, 7)));
+    assert!(ok(&header(send, D::CopySend, own, D::MakeSendOnce, 0, 7)));
+    // None with a name, a send-once right made from a send right or from nothing.
+    assert!(!ok(&header(send, D::CopySend, own, D::None, 0, 7)));
+    assert!(!ok(&header(send, D::CopySend, send, D::MakeSendOnce, 0, 7)));
+    assert!(!ok(&header(
+        send,
+        D::CopySend,
+        0x999,
+        D::MakeSendOnce,
+        0,
+        7
+    )));
+    // Other dispositions, valid or not, go the general way.
+    for d in [
+        D::MoveReceive,
+        D::MakeSend,
+        D::CopySend,
+        D::MoveSend,
+        D::MoveSendOnce,
+    ] {
+        assert!(!ok(&header(send, D::CopySend, own, d, 0, 7)), "{d:?}");
+    }
+    let mut unknown = header(send, D::CopySend, own, D::None, 0, 7);
+    unknown.bits |= 9 << 8;
+    assert!(!ok(&unknown));
+}
