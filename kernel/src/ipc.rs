@@ -206,16 +206,8 @@ enum Sent {
 /// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size)` by the running thread `cur`.
 /// Returns the call's result, unless the thread blocks (then it does not return).
 pub fn sys_ipc_msg(k: &mut Kernel, cur: ThreadId, a: [u64; 6]) -> u64 {
-    // An exception handler's reply to a waiting faulting thread resumes it at once (seed
-    // 000 section 2.5; does not return here), tried only when the RPC fast path saw such a
-    // receiver (its code, and every other general `ipc_msg`, stay as they were).
-    let cpu = gdt::this_cpu();
-    if k.cpus
-        .get_mut(cpu)
-        .is_some_and(|c| core::mem::take(&mut c.exc_reply_hint))
-    {
-        crate::exception::reply_fast(k, cpu);
-    }
+    // (An exception handler's reply to a waiting faulting thread was tried by the entry,
+    // `syscall::on_ipc_fast`, right after the RPC fast path declined it.)
     match ipc_msg(k, cur, MsgArgs::from(a)) {
         Ok(()) => 0,
         Err(e) => e.to_raw(),

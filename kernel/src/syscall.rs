@@ -69,7 +69,23 @@ pub fn on_ipc_fast() {
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
     crate::fastpath::try_ipc(k, gdt::this_cpu());
+    exception_reply(k);
     kernel::unlock();
+}
+
+/// After the RPC fast path declined a message of this CPU's running thread: if it was an
+/// exception handler's reply (`Cpu::exc_reply_hint`), the exception reply's own fast path
+/// runs at once (it does not return when it applies). Out of line, so that the RPC fast
+/// path's code stays as it was.
+#[inline(never)]
+fn exception_reply(k: &mut Kernel) {
+    let cpu = gdt::this_cpu();
+    if k.cpus
+        .get_mut(cpu)
+        .is_some_and(|c| core::mem::take(&mut c.exc_reply_hint))
+    {
+        crate::exception::reply_fast(k, cpu);
+    }
 }
 
 /// `act_return`'s entry, taken before [`on_syscall`] for the reason [`on_ipc_fast`] is:
