@@ -50,7 +50,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         return;
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
-    let task_port = k.tasks.get(&task).and_then(|t| t.exc_port);
+    let task_port = k.tasks.by_key(th.task_key).and_then(|t| t.exc_port);
     let Some(port) = alive(k, th.exc_port).or_else(|| alive(k, task_port)) else {
         return;
     };

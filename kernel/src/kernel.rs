@@ -1196,10 +1196,11 @@ pub fn on_trap(frame: &mut TrapFrame) {
     let k = unsafe { kernel() };
     // From here on the thread object holds the user registers; the copy on the stack is
     // dead (we leave through `leave_to_user`, never back through the stub).
-    let cur = k.current_thread();
-    if let Some(th) = k.threads.get_mut(cur) {
-        *th.frame = *frame;
-    }
+    // SAFETY: the trap came from user mode, so this CPU runs a user thread; the reference
+    // is not used after `k` is used again.
+    let th = unsafe { thread::current_mut() };
+    let (cur, task_key) = (th.id, th.task_key);
+    *th.frame = *frame;
     if gdt::in_floor_call() {
         // The entry ends a floor call in progress; a fault in the partner's code ends
         // it and nothing more.
@@ -1217,10 +1218,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
         v if v < 32 => {
             // A thread of a task already ending (another of its threads faulted first, on
             // another CPU) just ends: the task's end is handled and reported once.
-            let ending = k
-                .current_task()
-                .and_then(|id| k.tasks.get(&id))
-                .is_some_and(|t| t.ending.is_some());
+            let ending = k.tasks.by_key(task_key).is_some_and(|t| t.ending.is_some());
             if ending {
                 thread::thread_terminate_current(k);
             }
