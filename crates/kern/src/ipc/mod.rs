@@ -847,7 +847,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
     /// Moves a message's rights into `space` (id `sid`), which receives it on the port it
     /// calls `rcv_name`. Returns the header and descriptors to write out. When the space
-    /// has no room for every right, nothing happens ([`Error::NoSpace`]).
+    /// has no room for every right ([`Error::NoSpace`]), or a name or `out` cannot be made
+    /// (the heap or the space's account has no room: [`Error::NoMemory`] or
+    /// [`Error::NoSpace`]), nothing happens: every name is made before any right moves.
     pub fn copyout(
         &mut self,
         space: &mut Space,
@@ -860,33 +862,51 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if space.room() < needed {
             return Err(Error::NoSpace);
         }
-        let mut insert = |this: &mut Self, r: Right| -> (u64, Disposition) {
-            let name = space
-                .insert(Entry {
-                    kind: r.kind,
-                    port: r.port,
-                })
-                .unwrap_or(0);
-            let disposition = match r.kind {
-                Held::Receive => {
-                    if let Some(p) = this.ports.get_mut(r.port) {
-                        p.receiver = sid;
-                    }
-                    Disposition::MoveReceive
-                }
-                Held::Send => Disposition::MoveSend,
-                Held::SendOnce => Disposition::MoveSendOnce,
-            };
-            (name, disposition)
-        };
-        let (reply, reply_disp) = match msg.reply {
-            Some(r) => insert(self, r),
-            None => (0, Disposition::None),
-        };
         out.clear();
-        for &r in &msg.rights {
-            let (name, d) = insert(self, r);
-            out.push(Descriptor::port(name, d));
+        out.try_reserve(msg.rights.len())
+            .map_err(|_| Error::NoMemory)?;
+        let entry = |r: &Right| Entry {
+            kind: r.kind,
+            port: r.port,
+        };
+        // The names first: each may fail (the space's table cannot grow, or its account
+        // is at its limit), and then the names made go again and nothing has moved.
+        let reply = match &msg.reply {
+            Some(r) => space.insert(entry(r))?,
+            None => 0,
+        };
+        for r in &msg.rights {
+            match space.insert(entry(r)) {
+                // `out` has room (reserved above).
+                Ok(name) => out.push(Descriptor::port(name, Disposition::None)),
+                Err(e) => {
+                    for d in out.drain(..) {
+                        space.remove(d.value);
+                    }
+                    if reply != 0 {
+                        space.remove(reply);
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        // Every name is made: the rights move.
+        let moved = |this: &mut Self, r: &Right| match r.kind {
+            Held::Receive => {
+                if let Some(p) = this.ports.get_mut(r.port) {
+                    p.receiver = sid;
+                }
+                Disposition::MoveReceive
+            }
+            Held::Send => Disposition::MoveSend,
+            Held::SendOnce => Disposition::MoveSendOnce,
+        };
+        let reply_disp = match &msg.reply {
+            Some(r) => moved(self, r),
+            None => Disposition::None,
+        };
+        for (d, r) in out.iter_mut().zip(&msg.rights) {
+            d.disposition = moved(self, r) as u32;
         }
         Ok(MsgHeader {
             bits: MsgHeader::make_bits(Disposition::None, reply_disp, msg.rights.len() as u8),

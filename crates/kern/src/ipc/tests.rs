@@ -1083,6 +1083,54 @@ fn no_senders_waits_for_a_send_right_made_in_the_same_message() {
     assert_eq!(q[0].id, NOTIFY_NO_SENDERS);
 }
 
+/// A name the space cannot make (its account is at its limit, or the heap has no room)
+/// fails the copyout with nothing done: the names made go again, no right moves (a receive
+/// right keeps its receiver), and the same message can be taken later.
+#[test]
+fn copyout_that_cannot_make_a_name_changes_nothing() {
+    let (mut ipc, server, _client, port, _send) = setup();
+    let pid = server.lookup(port).unwrap().port;
+    let mut s = Space::with_id(3);
+    // Room in the account for the space's first name slot and one more.
+    let account = crate::quota::Account::root(2 * space::NAME_SLOT_BYTES, 0).unwrap();
+    s.set_account(account.clone()).unwrap();
+    let me = ipc.allocate(&mut s, 3, 0).unwrap();
+    let moving = ipc.allocate(&mut s, 3, 0).unwrap();
+    let recv = s.lookup(moving).unwrap().port;
+    s.remove(moving);
+    let before = s.len();
+    let msg = Message {
+        reply: Some(Right {
+            kind: Held::Send,
+            port: pid,
+        }),
+        rights: vec![Right {
+            kind: Held::Receive,
+            port: recv,
+        }],
+        ..Message::default()
+    };
+    let receiver_before = ipc.port(recv).unwrap().receiver;
+    let mut out = Vec::new();
+    // The reply's name reuses the freed slot; the receive right needs a new slot, which
+    // the account refuses.
+    let got = ipc.copyout(&mut s, 3, me, &msg, &mut out);
+    assert!(got.is_err(), "{got:?}");
+    assert_eq!(s.len(), before, "the reply's name went again");
+    assert!(out.is_empty());
+    assert_eq!(
+        ipc.port(recv).unwrap().receiver,
+        receiver_before,
+        "nothing moved"
+    );
+    // With room, the same message is taken.
+    s.set_account(crate::quota::Account::root(1 << 20, 0).unwrap())
+        .unwrap();
+    let h = ipc.copyout(&mut s, 3, me, &msg, &mut out).unwrap();
+    assert_eq!((h.descriptors(), out.len()), (1, 1));
+    assert_eq!(ipc.port(recv).unwrap().receiver, 3);
+}
+
 #[test]
 fn copyout_needs_room_for_every_right_and_the_reply() {
     let (mut ipc, server, _client, port, _send) = setup();
