@@ -438,18 +438,20 @@ fn number_before(log: &str, after: &str) -> Result<u64, String> {
 }
 
 /// Checks the counts `yield_storm` prints: the kernel counted a switching yield for at
-/// least half of the 18,000 yields, and at most 10% of the recorded yields were followed
-/// by the same thread's.
+/// least a tenth of the 18,000 yields per CPU (the program's own bound), and at most 10% of
+/// the recorded yields were followed by the same thread's.
 fn yield_storm_counts(log: &str) -> Result<(), String> {
     let switched = number_before(log, " yield blocks")?;
     let cpus = number_before(log, " CPUs")?.max(1);
     let repeats = number_before(log, " repeats in 4000 recorded yields")?;
-    // Half of the yields switch on one CPU; on more, a thread alone on its CPU yields in
-    // place, so the share is divided by the number of CPUs.
+    // On one CPU every yield switches; on more, a thread alone on its CPU yields in place,
+    // and how often depends on how the host runs the virtual CPUs (4 CPUs on a busy
+    // 2-core host switched about 1 in 9, 2 CPUs 1 in 5): a yield that never switches counts
+    // none, which a tenth per CPU still catches.
     // Repeats: at most a tenth, on one CPU only (on more, the interleaving of the record
     // depends on how the machine runs the CPUs; the switch count catches a yield that
     // never switches there).
-    if switched * 2 * cpus < 18000 || (cpus == 1 && repeats > 400) {
+    if switched * 10 * cpus < 18000 || (cpus == 1 && repeats > 400) {
         return Err(format!(
             "yields do not switch: the kernel counted {switched} switching yields of 18000, \
              and {repeats} of 4000 yields were followed by the same thread's"
@@ -1189,6 +1191,31 @@ pub const ALL: &[IntegrationTest] = &[
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn yield_storm_counts_catch_a_yield_that_never_switches() {
+        let log = |switched: u64, cpus: u64, repeats: u64| {
+            format!(
+                "yield_storm#1| 18000 yields by 9 threads in 5 ms; the kernel counted \
+                 {switched} yield blocks; {cpus} CPUs\nyield_storm#1| {repeats} repeats in \
+                 4000 recorded yields\n"
+            )
+        };
+        assert!(yield_storm_counts(&log(18000, 1, 0)).is_ok());
+        assert!(
+            yield_storm_counts(&log(3367, 2, 608)).is_ok(),
+            "a busy host, 2 CPUs"
+        );
+        assert!(
+            yield_storm_counts(&log(0, 4, 0)).is_err(),
+            "no yield switched"
+        );
+        assert!(yield_storm_counts(&log(0, 1, 0)).is_err());
+        assert!(
+            yield_storm_counts(&log(18000, 1, 500)).is_err(),
+            "repeats on one CPU"
+        );
+    }
 
     #[test]
     fn names_are_unique_and_tests_are_complete() {

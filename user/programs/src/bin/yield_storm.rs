@@ -129,13 +129,21 @@ fn main(_task_id: u64) -> i32 {
             ok = false;
         }
     }
-    let (yields, cpus) = stats()
+    let after = stats();
+    let (yields, cpus) = after
+        .as_ref()
         .map(|s| (s.blocks_yield.saturating_sub(yields_before), s.cpus.max(1)))
         .unwrap_or((0, 1));
     println!(
         "{total} yields by {} threads in {} ms; the kernel counted {yields} yield blocks; {cpus} CPUs",
         WORKERS + 1,
         elapsed / 1_000_000
+    );
+    // What a failure below needs to be understood: the raw counters.
+    println!(
+        "yield blocks before {yields_before}, after {:?}; stack handoffs {:?}",
+        after.as_ref().map(|s| s.blocks_yield),
+        after.as_ref().map(|s| s.stack_handoffs)
     );
     let repeats = repeats();
     println!("{repeats} repeats in {RECORDED} recorded yields");
