@@ -439,6 +439,22 @@ mod tests {
         assert_eq!(std::format!("{}", PhysAddr(0x1000)), "0x1000");
     }
 
+    /// What a refused free reports, directly and through `Display`.
+    #[test]
+    fn errors_describe_themselves() {
+        for (e, text) in [
+            (FrameError::Misaligned, "frame address not page-aligned"),
+            (FrameError::OutOfRange, "frame not managed by the allocator"),
+            (
+                FrameError::NotAllocated,
+                "frame not allocated (double free?)",
+            ),
+        ] {
+            assert_eq!(e.describe(), text);
+            assert_eq!(std::format!("{e}"), text);
+        }
+    }
+
     #[test]
     fn exhaustion_and_reuse() {
         let mut a = FrameAllocator::new(&[0x10000..0x10000 + 8 * P], &[]);

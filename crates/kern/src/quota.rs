@@ -305,6 +305,8 @@ mod tests {
         let root = Account::root(100, 5).unwrap();
         let a = Account::child(&root, 50, 5).unwrap();
         let c = Account::charge(&a, Resource::Frames, 3).unwrap();
+        // The child refers to its parent, the receipt to the child.
+        assert_eq!((root.count(), a.count()), (2, 2));
         drop(a);
         assert_eq!(root.used(Resource::Frames), 3);
         drop(c);
@@ -314,6 +316,42 @@ mod tests {
             1,
             "the child account is gone with its last charge"
         );
+    }
+
+    #[test]
+    fn references_compare_by_account() {
+        let root = Account::root(100, 5).unwrap();
+        let other = Account::root(100, 5).unwrap();
+        let same = root.clone();
+        assert!(AccountRef::ptr_eq(&root, &same));
+        assert!(!AccountRef::ptr_eq(&root, &other));
+        assert_eq!(root.count(), 2);
+        drop(same);
+        assert_eq!(root.count(), 1);
+    }
+
+    /// Receipts are equal when account, resource and amount all are.
+    #[test]
+    fn receipts_compare_by_account_resource_and_amount() {
+        let a = Account::root(100, 100).unwrap();
+        let b = Account::root(100, 100).unwrap();
+        let r = Account::charge(&a, Resource::Heap, 5).unwrap();
+        assert_eq!(r, Account::charge(&a, Resource::Heap, 5).unwrap());
+        assert_ne!(
+            r,
+            Account::charge(&b, Resource::Heap, 5).unwrap(),
+            "account"
+        );
+        assert_ne!(
+            r,
+            Account::charge(&a, Resource::Frames, 5).unwrap(),
+            "resource"
+        );
+        assert_ne!(r, Account::charge(&a, Resource::Heap, 6).unwrap(), "amount");
+        // Only the resource, or only the amount, the same.
+        assert_ne!(r, Account::charge(&b, Resource::Frames, 5).unwrap());
+        assert_ne!(r, Account::charge(&b, Resource::Heap, 6).unwrap());
+        assert_ne!(r, Account::charge(&a, Resource::Frames, 6).unwrap());
     }
 
     #[test]

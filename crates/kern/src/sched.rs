@@ -332,6 +332,25 @@ mod tests {
         assert_eq!(q.pop(), None);
     }
 
+    /// After `reserve(prio, n)`, `n` threads go in at that priority (clamped as for
+    /// `push`) without the level growing.
+    #[test]
+    fn reserved_room_is_used_without_growing() {
+        let mut q = RunQueue::new();
+        q.reserve(10, 5).unwrap();
+        q.reserve(200, 3).unwrap();
+        let caps = (q.levels[10].capacity(), q.levels[63].capacity());
+        assert!(caps.0 >= 5 && caps.1 >= 3, "{caps:?}");
+        for t in 0..5u32 {
+            q.push(t, 10);
+        }
+        for t in 5..8u32 {
+            q.push_front(t, 63);
+        }
+        assert_eq!((q.levels[10].capacity(), q.levels[63].capacity()), caps);
+        assert_eq!(q.len(), 8);
+    }
+
     #[test]
     fn ten_thousand_threads() {
         const N: u32 = 10_000;

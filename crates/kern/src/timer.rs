@@ -254,6 +254,7 @@ mod tests {
         q.insert(100, 'a');
         q.insert(200, 'b');
         assert_eq!(q.len(), 3);
+        assert!(!q.is_empty());
         assert_eq!(q.next_deadline(), Some(100));
         assert_eq!(q.pop_expired(99), None, "nothing expired yet");
         assert_eq!(
