@@ -282,6 +282,23 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| TEST PASS ipc",
 ];
 
+/// What the `heap` tests require.
+const HEAP_REQUIRE: &[&str] = &[
+    "heap#1| ok: nothing is mapped before the first allocation",
+    "heap#1| ok: Vec: 100,000 u64s pushed, sum 4999950000",
+    "heap#1| ok: String: format! and push give",
+    "heap#1| ok: Box: a value, a closure, and a 3 MiB zeroed slice",
+    "heap#1| ok: freeing the 3 MiB block gives its pages back",
+    "heap#1| ok: BTreeMap: 5,000 keys in order, lookups, retain",
+    "heap#1| ok: 30 rounds of allocating and freeing: the heap stays at",
+    "heap#1| ok: 2 threads allocating at once",
+    "heap#1| ok: Vec::try_reserve of 1 TiB (past the heap's range) and 16 GiB (more than the kernel grants) fail",
+    "heap#1| ok: the global allocator returns null for 1 TiB",
+    "heap#1| ok: the failed allocations left nothing mapped",
+    "heap#1| ok: the heap still allocates afterwards",
+    "heap#1| TEST PASS heap",
+];
+
 /// What the `ipc_diff` tests require.
 const IPC_DIFF_REQUIRE: &[&str] = &[
     "ipc_diff#1| ok: request and reply with 32 bytes: both paths give the same result and state",
@@ -812,6 +829,22 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // The runtime's heap through `alloc`: Vec, String, Box, BTreeMap, reuse of freed
+        // memory, pages given back, two threads at once, allocations that must fail.
+        name: "heap_smp1",
+        init: &["heap"],
+        smp: 1,
+        require: HEAP_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "heap_smp2",
+        init: &["heap"],
+        smp: 2,
+        require: HEAP_REQUIRE,
         ..BASE
     },
     IntegrationTest {

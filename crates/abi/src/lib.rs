@@ -623,6 +623,18 @@ pub mod layout {
     pub const USER_STACK_TOP: u64 = 0x0000_7fff_fff0_0000;
     /// Size of the initial thread's user stack.
     pub const USER_STACK_SIZE: u64 = 64 * 1024;
+    /// Start of the range `baton-rt`'s heap maps its pages in (48 TiB), growing upward
+    /// on demand with `mem_map`. The kernel gives it no special meaning: it is a
+    /// convention of the runtime, so that programs map their own pages elsewhere.
+    pub const USER_HEAP_BASE: u64 = 0x0000_3000_0000_0000;
+    /// Size of the heap's range (64 GiB): the most the runtime's heap ever maps.
+    pub const USER_HEAP_MAX: u64 = 64 << 30;
+
+    // The heap's range lies in user space, page aligned, below the initial stack.
+    const _: () =
+        assert!(USER_HEAP_BASE.is_multiple_of(4096) && USER_HEAP_MAX.is_multiple_of(4096));
+    const _: () = assert!(USER_HEAP_BASE >= USER_MIN);
+    const _: () = assert!(USER_HEAP_BASE + USER_HEAP_MAX <= USER_STACK_TOP - USER_STACK_SIZE);
 }
 
 #[cfg(test)]

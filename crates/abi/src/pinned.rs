@@ -54,6 +54,8 @@ fn sizes_and_limits() {
     assert_eq!(MSG_SIZE_MAX, 64 * 1024);
     assert_eq!(MEM_MAP_MAX, 0x4000_0000);
     assert_eq!(layout::USER_STACK_SIZE, 0x1_0000);
+    assert_eq!(layout::USER_HEAP_BASE, 0x3000_0000_0000);
+    assert_eq!(layout::USER_HEAP_MAX, 0x10_0000_0000);
     assert_eq!(EXCEPTION_INFO_SIZE, 184);
     assert_eq!(EXC_REPLY_SET_SIZE, 152);
 }

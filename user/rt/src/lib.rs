@@ -8,13 +8,17 @@
 //!   and safe wrappers around them in [`sys`] (re-exported here);
 //! - console output: [`print!`] and [`println!`] format into a fixed stack buffer and write
 //!   it with [`debug_write`], with no heap;
+//! - a heap ([`heap`], cargo feature `heap`, on by default): a global allocator over pages
+//!   mapped on demand, so programs can use `extern crate alloc` (`Vec`, `String`, `Box`,
+//!   `BTreeMap`); [`heap::mapped_bytes`] is what it holds from the kernel;
 //! - a panic handler that prints `panic: <message> at <file>:<line>:<column>` and exits
 //!   with [`PANIC_EXIT_CODE`];
 //! - [`rdtsc`], the time-stamp counter, which under QEMU's `-icount shift=0` counts
 //!   instructions, and [`rdtsc_ordered`], its serialised form for benchmarks;
 //! - threads: [`thread::spawn`] runs a `fn(u64)` on a new thread of the task, on a stack
 //!   from a [`thread::StackPool`]; [`wait`]/[`wake`] block on and wake up a 32-bit word,
-//!   and [`sync`] builds [`sync::wait_until`] and [`sync::Counter`] on them;
+//!   and [`sync`] builds [`sync::wait_until`], [`sync::Counter`] and [`sync::RawMutex`] on
+//!   them;
 //! - the kernel's counters: [`stats`], printed field by field or as one line by
 //!   [`report`];
 //! - remote calls: [`rpc::Rpc`], the transport of the stubs the interface macro
@@ -53,6 +57,8 @@ pub mod check;
 pub mod cpu;
 pub mod exception;
 pub mod floor;
+#[cfg(feature = "heap")]
+pub mod heap;
 pub mod io;
 pub mod ipc;
 pub mod kobject;

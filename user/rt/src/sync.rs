@@ -94,3 +94,79 @@ impl Counter {
         &self.value
     }
 }
+
+/// A lock word that blocks in the kernel rather than spinning: three states, as in
+/// Drepper's "Futexes are tricky" (unlocked, locked, locked with waiters).
+///
+/// A thread that finds it taken spins briefly and then sleeps in [`wait`] until the holder
+/// [`unlock`](Self::unlock)s it, so a holder that was preempted (or runs at a lower priority
+/// on the same CPU) gets the CPU back instead of being starved by spinners. It guards no
+/// data itself; [`crate::heap`] uses it for the allocator's lock.
+pub struct RawMutex {
+    /// [`UNLOCKED`], [`LOCKED`] or [`CONTENDED`]: the word waiters block on.
+    state: AtomicU32,
+}
+
+/// Nobody holds the lock.
+const UNLOCKED: u32 = 0;
+/// A thread holds the lock; nobody waits for it.
+const LOCKED: u32 = 1;
+/// A thread holds the lock, and others may be waiting in the kernel.
+const CONTENDED: u32 = 2;
+/// How many times [`RawMutex::lock`] re-reads a taken lock before sleeping.
+const SPINS: u32 = 100;
+
+impl RawMutex {
+    /// An unlocked lock.
+    pub const fn new() -> RawMutex {
+        RawMutex {
+            state: AtomicU32::new(UNLOCKED),
+        }
+    }
+
+    /// Takes the lock if it is free; returns whether it did.
+    pub fn try_lock(&self) -> bool {
+        self.state
+            .compare_exchange(UNLOCKED, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Takes the lock, blocking until it is free.
+    pub fn lock(&self) {
+        if self.try_lock() {
+            return;
+        }
+        for _ in 0..SPINS {
+            core::hint::spin_loop();
+            if self.state.load(Ordering::Relaxed) == UNLOCKED && self.try_lock() {
+                return;
+            }
+        }
+        // Mark the lock contended; whoever unlocks it then wakes a waiter. If it was free,
+        // we now hold it (contended: one spurious wake-up at most, never a lost one).
+        while self.state.swap(CONTENDED, Ordering::Acquire) != UNLOCKED {
+            // Returns when woken, when the word is no longer `CONTENDED` (`WouldBlock`), or
+            // on any other error: each case re-tries the swap, so none is lost.
+            let _ = wait(&self.state, CONTENDED, FOREVER);
+        }
+    }
+
+    /// Releases the lock and wakes one waiter, if any may be waiting.
+    ///
+    /// Only the thread that holds the lock may call this (which is why the `lock_api`
+    /// trait's `unlock` is `unsafe`); an unlock by another thread breaks mutual exclusion,
+    /// though not memory safety of the lock word itself.
+    pub fn unlock(&self) {
+        if self.state.swap(UNLOCKED, Ordering::Release) == CONTENDED {
+            // A failing `wake` (which a correct kernel never reports for a word we own)
+            // leaves a waiter asleep; nothing better can be done here.
+            let _ = wake(&self.state, 1);
+        }
+    }
+}
+
+impl Default for RawMutex {
+    fn default() -> RawMutex {
+        RawMutex::new()
+    }
+}
