@@ -455,20 +455,13 @@ fn number_before(log: &str, after: &str) -> Result<u64, String> {
 }
 
 /// Checks the counts `yield_storm` prints: the kernel counted a switching yield for at
-/// least a tenth of the 18,000 yields per CPU (the program's own bound), and at most 10% of
-/// the recorded yields were followed by the same thread's.
+/// least half of the 18,000 yields, and at most 10% of the recorded yields were followed by
+/// the same thread's. Every thread is pinned to one CPU (however many the machine has), so
+/// with several ready there every yield hands the CPU over.
 fn yield_storm_counts(log: &str) -> Result<(), String> {
     let switched = number_before(log, " yield blocks")?;
-    let cpus = number_before(log, " CPUs")?.max(1);
     let repeats = number_before(log, " repeats in 4000 recorded yields")?;
-    // On one CPU every yield switches; on more, a thread alone on its CPU yields in place,
-    // and how often depends on how the host runs the virtual CPUs (4 CPUs on a busy
-    // 2-core host switched about 1 in 9, 2 CPUs 1 in 5): a yield that never switches counts
-    // none, which a tenth per CPU still catches.
-    // Repeats: at most a tenth, on one CPU only (on more, the interleaving of the record
-    // depends on how the machine runs the CPUs; the switch count catches a yield that
-    // never switches there).
-    if switched * 10 * cpus < 18000 || (cpus == 1 && repeats > 400) {
+    if switched * 2 < 18000 || repeats > 400 {
         return Err(format!(
             "yields do not switch: the kernel counted {switched} switching yields of 18000, \
              and {repeats} of 4000 yields were followed by the same thread's"
@@ -1235,19 +1228,16 @@ mod unit_tests {
             )
         };
         assert!(yield_storm_counts(&log(18000, 1, 0)).is_ok());
+        assert!(yield_storm_counts(&log(17990, 4, 3)).is_ok());
         assert!(
-            yield_storm_counts(&log(3367, 2, 608)).is_ok(),
-            "a busy host, 2 CPUs"
-        );
-        assert!(
-            yield_storm_counts(&log(0, 4, 0)).is_err(),
+            yield_storm_counts(&log(0, 4, 3998)).is_err(),
             "no yield switched"
         );
-        assert!(yield_storm_counts(&log(0, 1, 0)).is_err());
         assert!(
-            yield_storm_counts(&log(18000, 1, 500)).is_err(),
-            "repeats on one CPU"
+            yield_storm_counts(&log(8000, 2, 0)).is_err(),
+            "fewer than half switched"
         );
+        assert!(yield_storm_counts(&log(18000, 4, 500)).is_err(), "repeats");
     }
 
     #[test]
