@@ -225,28 +225,32 @@ pub fn serve<S: Service + ?Sized>(
             continue;
         }
         pending = 0;
-        let Ok(len) = message_len(ipc.view()) else {
+        // The header is read once: its size bounds the request, its reply fields say
+        // where the reply goes (the dispatch checks them again as it decodes).
+        let Some(h) = MsgHeader::from_bytes(ipc.view()) else {
             continue;
         };
+        let len = h.size as usize;
+        if len < HEADER_SIZE || len > IPC_BUFFER_SIZE {
+            continue;
+        }
         let request = ipc.view().get(..len).unwrap_or(&[]);
         let d = service.handle(request, &mut reply).unwrap_or(Dispatched {
             reply_len: 0,
             delivered: false,
         });
-        for name in d.leftover_rights(request) {
-            let _ = cap_drop(name);
+        // A delivered request whose reply goes out leaves nothing to release: skip the
+        // walk over its header and descriptors.
+        if !d.delivered || d.reply_len == 0 {
+            for name in d.leftover_rights(request) {
+                let _ = cap_drop(name);
+            }
         }
-        let (reply_right, reply_once) = MsgHeader::from_bytes(request).map_or((0, false), |h| {
-            (
-                h.reply,
-                h.reply_disposition() == Disposition::MoveSendOnce as u8,
-            )
-        });
         if let (true, Some(msg)) = (d.reply_len > 0, reply.get(..d.reply_len)) {
             if let Some(dst) = ipc.bytes().get_mut(..msg.len()) {
                 dst.copy_from_slice(msg);
-                pending = reply_right;
-                pending_once = reply_once;
+                pending = h.reply;
+                pending_once = h.reply_disposition() == Disposition::MoveSendOnce as u8;
             }
         }
         if service.done() {
