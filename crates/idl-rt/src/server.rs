@@ -115,11 +115,15 @@ impl ReplyTo {
     /// The reply route of a received request. Error [`Error::BadFormat`] if the header's
     /// reply fields are not what the kernel delivers (a `MoveSendOnce` or `MoveSend`
     /// right, or none).
+    #[inline]
     pub fn of(request: &MsgReader<'_>) -> Result<ReplyTo, Error> {
         let h = request.header();
-        let disposition = match (h.reply, Disposition::from_raw(h.reply_disposition())) {
-            (0, Some(Disposition::None)) => Disposition::None,
-            (1.., Some(d @ (Disposition::MoveSendOnce | Disposition::MoveSend))) => d,
+        const ONCE: u8 = Disposition::MoveSendOnce as u8;
+        const SEND: u8 = Disposition::MoveSend as u8;
+        let disposition = match (h.reply != 0, h.reply_disposition()) {
+            (true, ONCE) => Disposition::MoveSendOnce,
+            (true, SEND) => Disposition::MoveSend,
+            (false, 0) => Disposition::None,
             _ => return Err(Error::BadFormat),
         };
         Ok(ReplyTo {
@@ -130,6 +134,7 @@ impl ReplyTo {
     }
 
     /// Whether there is a reply right.
+    #[inline]
     pub fn is_some(&self) -> bool {
         self.name != 0
     }
@@ -137,6 +142,7 @@ impl ReplyTo {
     /// Answers a request that reached its method with the method's `result`.
     ///
     /// Error [`Error::TooLarge`] only when `reply` cannot hold even an error reply.
+    #[inline]
     pub fn respond<T: Marshal>(
         &self,
         reply: &mut [u8],
@@ -161,6 +167,7 @@ impl ReplyTo {
     /// result has `reply_len` 0.
     ///
     /// Error [`Error::TooLarge`] only when `reply` cannot hold an error reply.
+    #[inline]
     pub fn reject(&self, reply: &mut [u8], e: Error) -> Result<Dispatched, Error> {
         let reply_len = match self.write::<()>(reply, Err(e)) {
             Err(Error::InvalidArgument) => 0,
@@ -174,6 +181,7 @@ impl ReplyTo {
 
     /// Writes the reply message for `result` into `reply` (nothing, length 0, without a
     /// reply right).
+    #[inline]
     fn write<T: Marshal>(
         &self,
         reply: &mut [u8],

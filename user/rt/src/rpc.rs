@@ -231,7 +231,7 @@ pub fn serve<S: Service + ?Sized>(
             continue;
         };
         let len = h.size as usize;
-        if len < HEADER_SIZE || len > IPC_BUFFER_SIZE {
+        if !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&len) {
             continue;
         }
         let request = ipc.view().get(..len).unwrap_or(&[]);
