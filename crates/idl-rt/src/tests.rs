@@ -585,7 +585,7 @@ fn migrated_requests_get_a_stand_in_reply_right() {
     as_migrated(&mut short);
     assert_eq!(migrated_request(&mut short[..n - 1]), Err(Error::BadFormat));
     assert_eq!(migrated_request(&mut [0u8; 8]), Err(Error::BadFormat));
-    assert_eq!(migrated_request(&mut short[..n]), Ok(()));
+    assert_eq!(migrated_request(&mut short[..n]), Ok(n));
 }
 
 /// A tiny xorshift generator, for reproducible random bytes.

@@ -41,7 +41,6 @@ use crate::rpc::{Service, HANDLED};
 use crate::sys::{mem_map, wait, wake};
 use baton_abi::ipc::NOTIFY_SEND_ONCE;
 use baton_abi::{Error, Sys, FOREVER};
-use baton_idl_rt::transport::message_len;
 use baton_idl_rt::{migrated_request, Dispatched, MsgReader, ReplyTo};
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
@@ -446,8 +445,8 @@ impl<S: Service + Send> Shared<S> {
         };
         let buf = req.bytes();
         let d = shared.handle_migrated(buf, reply);
-        match reply.get(..d.reply_len) {
-            Some(msg) if !msg.is_empty() => buf[..msg.len()].copy_from_slice(msg),
+        match d.reply_len {
+            1.. if crate::rpc::copy_reply(buf, reply, d.reply_len) => {}
             // No reply (a one-way message or an undecodable request): the caller learns
             // it as a client of a message-loop server would, from the kernel's
             // send-once notification (the stubs' `DeadName`).
@@ -471,13 +470,10 @@ impl<S: Service + Send> Shared<S> {
             reply_len: 0,
             delivered: false,
         };
-        if migrated_request(buf).is_err() {
-            return NOTHING;
-        }
-        let Ok(len) = message_len(buf) else {
+        let Ok(len) = migrated_request(buf) else {
             return NOTHING;
         };
-        let request = &buf[..len];
+        let request = buf.get(..len).unwrap_or(&[]);
         let mut service = self.lock();
         if self.is_closed() {
             // The server has stopped serving: refused as by a dead server.
