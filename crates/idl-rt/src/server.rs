@@ -142,7 +142,7 @@ impl ReplyTo {
     /// Answers a request that reached its method with the method's `result`.
     ///
     /// Error [`Error::TooLarge`] only when `reply` cannot hold even an error reply.
-    #[inline]
+    #[inline(always)]
     pub fn respond<T: Marshal>(
         &self,
         reply: &mut [u8],
@@ -181,7 +181,7 @@ impl ReplyTo {
 
     /// Writes the reply message for `result` into `reply` (nothing, length 0, without a
     /// reply right).
-    #[inline]
+    #[inline(always)]
     fn write<T: Marshal>(
         &self,
         reply: &mut [u8],

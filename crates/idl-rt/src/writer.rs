@@ -44,7 +44,7 @@ impl<'a> MsgWriter<'a> {
     /// [`Error::InvalidArgument`] if `id` is a kernel id (at or above
     /// [`KERNEL_ID_BASE`]), or `reply` and `reply_disposition` disagree about whether
     /// there is a reply right.
-    #[inline]
+    #[inline(always)]
     pub fn new(
         buf: &'a mut [u8],
         dest: u64,
@@ -95,7 +95,7 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Appends in-line data. Error: [`Error::TooLarge`] when it does not fit.
-    #[inline]
+    #[inline(always)]
     pub fn bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.put(bytes)?;
         self.data_started = true;
@@ -103,7 +103,7 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Appends raw bytes at `len`, or nothing if they do not fit.
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let end = self
             .len
@@ -141,7 +141,7 @@ impl<'a> MsgWriter<'a> {
 
     /// Writes the header (with the final size and descriptor count) and returns the
     /// message's length: the message is `buf[..len]`.
-    #[inline]
+    #[inline(always)]
     pub fn finish(self) -> usize {
         let mut header = self.header;
         // Both fit: `len <= MSG_SIZE_MAX` and `descriptors <= DESCRIPTORS_MAX` (< 256).
