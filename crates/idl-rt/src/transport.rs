@@ -49,10 +49,12 @@ pub trait Transport {
 }
 
 impl<T: Transport + ?Sized> Transport for &mut T {
+    #[inline]
     fn buffer(&mut self) -> &mut [u8] {
         (**self).buffer()
     }
 
+    #[inline]
     fn call(&mut self, len: usize) -> Result<usize, Error> {
         (**self).call(len)
     }

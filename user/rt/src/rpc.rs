@@ -99,10 +99,12 @@ impl Drop for Rpc {
 }
 
 impl Transport for Rpc {
+    #[inline]
     fn buffer(&mut self) -> &mut [u8] {
         self.ipc.bytes()
     }
 
+    #[inline]
     fn call(&mut self, len: usize) -> Result<usize, Error> {
         if message_len(self.ipc.view()) != Ok(len) {
             return Err(Error::InvalidArgument);
