@@ -19,6 +19,7 @@ use baton_abi::Error;
 
 /// Starts a request with id `id` to the send right `dest` (`CopySend`, no reply right
 /// yet) in `buf`.
+#[inline]
 pub fn begin_request(buf: &mut [u8], dest: u64, id: u64) -> Result<MsgWriter<'_>, Error> {
     MsgWriter::new(buf, dest, Disposition::CopySend, 0, Disposition::None, id)
 }
@@ -31,6 +32,7 @@ pub fn begin_request(buf: &mut [u8], dest: u64, id: u64) -> Result<MsgWriter<'_>
 /// [`NOTIFY_SEND_ONCE`] (the server released the reply right unanswered);
 /// [`Error::BadFormat`] for anything malformed, a wrong id, or an error reply that
 /// carries more than its code.
+#[inline]
 pub fn open_reply(buf: &[u8], len: usize, request_id: u64) -> Result<MsgReader<'_>, Error> {
     let mut r = MsgReader::new(buf.get(..len).ok_or(Error::BadFormat)?)?;
     if r.id() == NOTIFY_SEND_ONCE {

@@ -43,17 +43,17 @@ impl<'a> MsgReader<'a> {
     /// Error [`Error::BadFormat`] when `msg` is shorter than a header or than
     /// `header.size`, the header's reserved bits are set, or `header.size` cannot hold the
     /// header and its descriptors (or there are more than [`DESCRIPTORS_MAX`]).
+    #[inline]
     pub fn new(msg: &'a [u8]) -> Result<MsgReader<'a>, Error> {
-        let header = MsgHeader::from_bytes(msg).ok_or(Error::BadFormat)?;
+        let header = read_header(msg).ok_or(Error::BadFormat)?;
         let descriptors = header.descriptors();
-        if !header.reserved_clear() || descriptors > DESCRIPTORS_MAX {
+        // The bits above the descriptor count are reserved (zero).
+        if header.bits >> 16 > DESCRIPTORS_MAX as u32 {
             return Err(Error::BadFormat);
         }
-        let size = usize::try_from(header.size).map_err(|_| Error::BadFormat)?;
-        let data_start = descriptors
-            .checked_mul(DESCRIPTOR_SIZE)
-            .and_then(|d| d.checked_add(HEADER_SIZE))
-            .ok_or(Error::BadFormat)?;
+        // Cannot overflow: at most `DESCRIPTORS_MAX` descriptors.
+        let data_start = HEADER_SIZE + descriptors * DESCRIPTOR_SIZE;
+        let size = header.size as usize;
         if size < data_start {
             return Err(Error::BadFormat);
         }
@@ -69,16 +69,19 @@ impl<'a> MsgReader<'a> {
     }
 
     /// The message's header.
+    #[inline]
     pub fn header(&self) -> MsgHeader {
         self.header
     }
 
     /// The message's id.
+    #[inline]
     pub fn id(&self) -> u64 {
         self.header.id
     }
 
     /// The message's length (`header.size`).
+    #[inline]
     pub fn len(&self) -> usize {
         self.msg.len()
     }
@@ -89,11 +92,13 @@ impl<'a> MsgReader<'a> {
     }
 
     /// Number of descriptors.
+    #[inline]
     pub fn descriptors(&self) -> usize {
         self.descriptors
     }
 
     /// Descriptor `i`, as it is in the message (not checked beyond being there).
+    #[inline]
     pub fn descriptor(&self, i: usize) -> Result<Descriptor, Error> {
         if i >= self.descriptors {
             return Err(Error::BadFormat);
@@ -112,6 +117,7 @@ impl<'a> MsgReader<'a> {
     /// Error [`Error::BadFormat`] when no descriptor is left, or the descriptor is not a
     /// well-formed port descriptor (kind, size 0, a known non-`None` disposition, a
     /// nonzero name).
+    #[inline]
     pub fn next_port(&mut self) -> Result<(u64, Disposition), Error> {
         let d = self.descriptor(self.next_descriptor)?;
         let port = port_of(&d).ok_or(Error::BadFormat)?;
@@ -130,6 +136,7 @@ impl<'a> MsgReader<'a> {
     }
 
     /// Takes the next `n` bytes of in-line data. Error [`Error::BadFormat`] past the end.
+    #[inline]
     pub fn bytes(&mut self, n: usize) -> Result<&'a [u8], Error> {
         let end = self.data.checked_add(n).ok_or(Error::BadFormat)?;
         let bytes = self.msg.get(self.data..end).ok_or(Error::BadFormat)?;
@@ -138,12 +145,14 @@ impl<'a> MsgReader<'a> {
     }
 
     /// Takes the next `N` bytes of in-line data as an array.
+    #[inline]
     pub fn array<const N: usize>(&mut self) -> Result<[u8; N], Error> {
         let bytes = self.bytes(N)?;
         bytes.try_into().map_err(|_| Error::BadFormat)
     }
 
     /// In-line bytes not taken yet.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.msg.len().saturating_sub(self.data)
     }
@@ -155,6 +164,7 @@ impl<'a> MsgReader<'a> {
 
     /// Checks that every descriptor and every in-line byte has been taken: a message
     /// with anything left over is [`Error::BadFormat`].
+    #[inline]
     pub fn finish(&self) -> Result<(), Error> {
         if self.next_descriptor == self.descriptors && self.remaining() == 0 {
             Ok(())
@@ -162,6 +172,33 @@ impl<'a> MsgReader<'a> {
             Err(Error::BadFormat)
         }
     }
+}
+
+/// The header at the start of `msg`, read with one bounds check (so that the compiler sees
+/// a single one); `None` if `msg` is shorter than a header.
+#[inline]
+pub(crate) fn read_header(msg: &[u8]) -> Option<MsgHeader> {
+    let b: &[u8; HEADER_SIZE] = msg.first_chunk()?;
+    let half = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+    let word = |at: usize| {
+        u64::from_le_bytes([
+            b[at],
+            b[at + 1],
+            b[at + 2],
+            b[at + 3],
+            b[at + 4],
+            b[at + 5],
+            b[at + 6],
+            b[at + 7],
+        ])
+    };
+    Some(MsgHeader {
+        bits: half(0),
+        size: half(4),
+        dest: word(8),
+        reply: word(16),
+        id: word(24),
+    })
 }
 
 /// The name and disposition of a well-formed port descriptor.

@@ -36,7 +36,7 @@ use crate::marshal::Marshal;
 use crate::reader::MsgReader;
 use crate::writer::MsgWriter;
 use crate::{result_code, REPLY_ID_OFFSET, RESULT_OK};
-use baton_abi::ipc::Disposition;
+use baton_abi::ipc::{Disposition, HEADER_SIZE};
 use baton_abi::Error;
 
 /// The stand-in reply name [`migrated_request`] gives a migrated request. No port right has
@@ -48,24 +48,24 @@ pub const MIGRATED_REPLY: u64 = u64::MAX;
 /// `request`) for a dispatch function: gives it the reply name [`MIGRATED_REPLY`] with
 /// `MoveSendOnce`, so that the dispatch writes a reply (with that name as its
 /// destination, which the kernel ignores on a migrating return: the reply always goes to
-/// the caller).
+/// the caller). Returns the request's length (`header.size`).
 ///
 /// Error [`Error::BadFormat`] when `request` does not start with a header of what the
 /// kernel delivers to an activation: no reply right, no descriptors, a size within
 /// `request`.
-pub fn migrated_request(request: &mut [u8]) -> Result<(), Error> {
-    crate::transport::message_len(request)?;
-    let bytes = request
-        .get_mut(..baton_abi::ipc::HEADER_SIZE)
-        .ok_or(Error::BadFormat)?;
-    let mut h = baton_abi::ipc::MsgHeader::from_bytes(bytes).ok_or(Error::BadFormat)?;
-    if h.reply != 0 || h.reply_disposition() != 0 || h.descriptors() != 0 || !h.reserved_clear() {
+#[inline]
+pub fn migrated_request(request: &mut [u8]) -> Result<usize, Error> {
+    let h = crate::reader::read_header(request).ok_or(Error::BadFormat)?;
+    let len = h.size as usize;
+    // Bits 8..32 of `bits` (the reply disposition, the descriptor count and the reserved
+    // bits) all zero, no reply name, a size within `request`.
+    if h.reply != 0 || h.bits >> 8 != 0 || len < HEADER_SIZE || len > request.len() {
         return Err(Error::BadFormat);
     }
-    h.reply = MIGRATED_REPLY;
-    h.bits = (h.bits & !0xff00) | ((Disposition::MoveSendOnce as u32) << 8);
-    bytes.copy_from_slice(&h.to_bytes());
-    Ok(())
+    let bytes: &mut [u8; HEADER_SIZE] = request.first_chunk_mut().ok_or(Error::BadFormat)?;
+    bytes[1] = Disposition::MoveSendOnce as u8;
+    bytes[16..24].copy_from_slice(&MIGRATED_REPLY.to_le_bytes());
+    Ok(len)
 }
 
 /// What a dispatch function did with a request, for the server loop.
@@ -115,11 +115,15 @@ impl ReplyTo {
     /// The reply route of a received request. Error [`Error::BadFormat`] if the header's
     /// reply fields are not what the kernel delivers (a `MoveSendOnce` or `MoveSend`
     /// right, or none).
+    #[inline]
     pub fn of(request: &MsgReader<'_>) -> Result<ReplyTo, Error> {
         let h = request.header();
-        let disposition = match (h.reply, Disposition::from_raw(h.reply_disposition())) {
-            (0, Some(Disposition::None)) => Disposition::None,
-            (1.., Some(d @ (Disposition::MoveSendOnce | Disposition::MoveSend))) => d,
+        const ONCE: u8 = Disposition::MoveSendOnce as u8;
+        const SEND: u8 = Disposition::MoveSend as u8;
+        let disposition = match (h.reply != 0, h.reply_disposition()) {
+            (true, ONCE) => Disposition::MoveSendOnce,
+            (true, SEND) => Disposition::MoveSend,
+            (false, 0) => Disposition::None,
             _ => return Err(Error::BadFormat),
         };
         Ok(ReplyTo {
@@ -130,6 +134,7 @@ impl ReplyTo {
     }
 
     /// Whether there is a reply right.
+    #[inline]
     pub fn is_some(&self) -> bool {
         self.name != 0
     }
@@ -137,6 +142,7 @@ impl ReplyTo {
     /// Answers a request that reached its method with the method's `result`.
     ///
     /// Error [`Error::TooLarge`] only when `reply` cannot hold even an error reply.
+    #[inline(always)]
     pub fn respond<T: Marshal>(
         &self,
         reply: &mut [u8],
@@ -161,6 +167,7 @@ impl ReplyTo {
     /// result has `reply_len` 0.
     ///
     /// Error [`Error::TooLarge`] only when `reply` cannot hold an error reply.
+    #[inline]
     pub fn reject(&self, reply: &mut [u8], e: Error) -> Result<Dispatched, Error> {
         let reply_len = match self.write::<()>(reply, Err(e)) {
             Err(Error::InvalidArgument) => 0,
@@ -174,6 +181,7 @@ impl ReplyTo {
 
     /// Writes the reply message for `result` into `reply` (nothing, length 0, without a
     /// reply right).
+    #[inline(always)]
     fn write<T: Marshal>(
         &self,
         reply: &mut [u8],

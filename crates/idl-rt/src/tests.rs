@@ -585,7 +585,7 @@ fn migrated_requests_get_a_stand_in_reply_right() {
     as_migrated(&mut short);
     assert_eq!(migrated_request(&mut short[..n - 1]), Err(Error::BadFormat));
     assert_eq!(migrated_request(&mut [0u8; 8]), Err(Error::BadFormat));
-    assert_eq!(migrated_request(&mut short[..n]), Ok(()));
+    assert_eq!(migrated_request(&mut short[..n]), Ok(n));
 }
 
 /// A tiny xorshift generator, for reproducible random bytes.
@@ -804,4 +804,68 @@ fn a_transport_reference_is_that_transport() {
     let mut by_ref = &mut t;
     assert_eq!(Transport::call(&mut by_ref, 3), Ok(8));
     assert_eq!(Transport::buffer(&mut by_ref).len(), 64);
+}
+
+#[test]
+fn reader_descriptor_count_limit_and_header_fields() {
+    // A header with `n` descriptors and room for them, every field set.
+    let message = |n: u32| {
+        let mut m = page();
+        let size = (HEADER_SIZE + n as usize * DESCRIPTOR_SIZE) as u32;
+        m[0..4].copy_from_slice(&(0x0602 | n << 16).to_le_bytes());
+        m[4..8].copy_from_slice(&size.to_le_bytes());
+        m[8..16].copy_from_slice(&11u64.to_le_bytes());
+        m[16..24].copy_from_slice(&22u64.to_le_bytes());
+        m[24..32].copy_from_slice(&33u64.to_le_bytes());
+        m
+    };
+    let m = message(DESCRIPTORS_MAX as u32);
+    let r = MsgReader::new(&m).unwrap();
+    assert_eq!(r.descriptors(), DESCRIPTORS_MAX);
+    assert_eq!(r.header(), MsgHeader::from_bytes(&m).unwrap());
+    assert_eq!((r.header().dest, r.header().reply, r.id()), (11, 22, 33));
+    assert_eq!(r.remaining(), 0);
+    let m = message(DESCRIPTORS_MAX as u32 + 1);
+    assert_eq!(MsgReader::new(&m).err(), Some(Error::BadFormat));
+    // Every reserved bit on its own.
+    for bit in 24..32 {
+        let mut m = message(0);
+        m[0..4].copy_from_slice(&(0x0602u32 | 1 << bit).to_le_bytes());
+        assert_eq!(
+            MsgReader::new(&m).err(),
+            Some(Error::BadFormat),
+            "bit {bit}"
+        );
+    }
+}
+
+#[test]
+fn set_reply_changes_only_the_reply_fields() {
+    let mut buf = page();
+    let len = write_value(&mut buf, &(1u8, SendRight(3))).unwrap();
+    let before = MsgHeader::from_bytes(&buf).unwrap();
+    set_reply(&mut buf, 99, Disposition::MakeSendOnce).unwrap();
+    let after = MsgHeader::from_bytes(&buf).unwrap();
+    assert_eq!(after.reply, 99);
+    assert_eq!(after.reply_disposition(), Disposition::MakeSendOnce as u8);
+    assert_eq!(
+        (
+            after.dest_disposition(),
+            after.descriptors(),
+            after.size,
+            after.dest,
+            after.id
+        ),
+        (
+            before.dest_disposition(),
+            before.descriptors(),
+            before.size,
+            before.dest,
+            before.id
+        )
+    );
+    assert_eq!(after.size as usize, len);
+    set_reply(&mut buf, 0, Disposition::None).unwrap();
+    let cleared = MsgHeader::from_bytes(&buf).unwrap();
+    assert_eq!((cleared.reply, cleared.bits), (0, before.bits));
 }

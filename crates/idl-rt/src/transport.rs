@@ -34,7 +34,7 @@
 //!   least [`crate::HEADER_SIZE`] bytes long; a stub whose request does not fit gets
 //!   [`Error::TooLarge`] before anything is sent.
 
-use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE};
+use baton_abi::ipc::{Disposition, HEADER_SIZE};
 use baton_abi::Error;
 
 /// Sends requests and receives their replies. See the module documentation for what an
@@ -49,10 +49,12 @@ pub trait Transport {
 }
 
 impl<T: Transport + ?Sized> Transport for &mut T {
+    #[inline]
     fn buffer(&mut self) -> &mut [u8] {
         (**self).buffer()
     }
 
+    #[inline]
     fn call(&mut self, len: usize) -> Result<usize, Error> {
         (**self).call(len)
     }
@@ -62,23 +64,24 @@ impl<T: Transport + ?Sized> Transport for &mut T {
 /// `disposition` ([`Disposition::None`] with 0 for none). Error
 /// [`Error::InvalidArgument`] if `msg` is shorter than a header or the two disagree about
 /// whether there is a reply right.
+#[inline]
 pub fn set_reply(msg: &mut [u8], reply: u64, disposition: Disposition) -> Result<(), Error> {
     if (reply == 0) != (disposition == Disposition::None) {
         return Err(Error::InvalidArgument);
     }
-    let bytes = msg.get_mut(..HEADER_SIZE).ok_or(Error::InvalidArgument)?;
-    let mut header = MsgHeader::from_bytes(bytes).ok_or(Error::InvalidArgument)?;
-    header.bits = (header.bits & !0xff00) | ((disposition as u32) << 8);
-    header.reply = reply;
-    bytes.copy_from_slice(&header.to_bytes());
+    let bytes: &mut [u8; HEADER_SIZE] = msg.first_chunk_mut().ok_or(Error::InvalidArgument)?;
+    // Only the reply disposition (bits 8..16 of `bits`, byte 1) and `reply` change.
+    bytes[1] = disposition as u8;
+    bytes[16..24].copy_from_slice(&reply.to_le_bytes());
     Ok(())
 }
 
 /// The length (`header.size`) of the message at the start of `msg`; [`Error::BadFormat`]
 /// if there is no header or the size exceeds `msg`.
+#[inline]
 pub fn message_len(msg: &[u8]) -> Result<usize, Error> {
-    let header = MsgHeader::from_bytes(msg).ok_or(Error::BadFormat)?;
-    let size = usize::try_from(header.size).map_err(|_| Error::BadFormat)?;
+    let header = crate::reader::read_header(msg).ok_or(Error::BadFormat)?;
+    let size = header.size as usize;
     if size < HEADER_SIZE || size > msg.len() {
         return Err(Error::BadFormat);
     }

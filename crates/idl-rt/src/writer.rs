@@ -44,6 +44,7 @@ impl<'a> MsgWriter<'a> {
     /// [`Error::InvalidArgument`] if `id` is a kernel id (at or above
     /// [`KERNEL_ID_BASE`]), or `reply` and `reply_disposition` disagree about whether
     /// there is a reply right.
+    #[inline(always)]
     pub fn new(
         buf: &'a mut [u8],
         dest: u64,
@@ -80,6 +81,7 @@ impl<'a> MsgWriter<'a> {
     /// Errors: [`Error::InvalidArgument`] after in-line data was written, for name 0 or
     /// for [`Disposition::None`]; [`Error::TooLarge`] beyond [`DESCRIPTORS_MAX`]
     /// descriptors or when the buffer is full.
+    #[inline]
     pub fn port(&mut self, name: u64, disposition: Disposition) -> Result<(), Error> {
         if self.data_started || name == 0 || disposition == Disposition::None {
             return Err(Error::InvalidArgument);
@@ -93,6 +95,7 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Appends in-line data. Error: [`Error::TooLarge`] when it does not fit.
+    #[inline(always)]
     pub fn bytes(&mut self, bytes: &[u8]) -> Result<(), Error> {
         self.put(bytes)?;
         self.data_started = true;
@@ -100,6 +103,7 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Appends raw bytes at `len`, or nothing if they do not fit.
+    #[inline(always)]
     fn put(&mut self, bytes: &[u8]) -> Result<(), Error> {
         let end = self
             .len
@@ -113,6 +117,7 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Bytes written so far, header included.
+    #[inline]
     pub fn len(&self) -> usize {
         self.len
     }
@@ -129,12 +134,14 @@ impl<'a> MsgWriter<'a> {
     }
 
     /// Bytes still free.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.cap.saturating_sub(self.len)
     }
 
     /// Writes the header (with the final size and descriptor count) and returns the
     /// message's length: the message is `buf[..len]`.
+    #[inline(always)]
     pub fn finish(self) -> usize {
         let mut header = self.header;
         // Both fit: `len <= MSG_SIZE_MAX` and `descriptors <= DESCRIPTORS_MAX` (< 256).

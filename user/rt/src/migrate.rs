@@ -41,7 +41,6 @@ use crate::rpc::{Service, HANDLED};
 use crate::sys::{mem_map, wait, wake};
 use baton_abi::ipc::NOTIFY_SEND_ONCE;
 use baton_abi::{Error, Sys, FOREVER};
-use baton_idl_rt::transport::message_len;
 use baton_idl_rt::{migrated_request, Dispatched, MsgReader, ReplyTo};
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
@@ -158,22 +157,6 @@ extern "C" fn migrate_dispatch(buf: u64, size: u64, act: u64, f: u64) {
     f(&mut req);
 }
 
-/// The Rust half of [`migrate_entry_shared`]: the cookie is a `&'static Shared<S>`, whose
-/// first field says how to run a request on it.
-extern "C" fn migrate_dispatch_shared(buf: u64, size: u64, act: u64, shared: u64) {
-    // SAFETY: `shared` is the cookie `serve` gave `act_create`: the address of a
-    // `'static` `Shared<S>`, `repr(C)` with its `run` field first, which is
-    // `Shared::<S>::run` for the same `S`.
-    let run = unsafe { (*(shared as *const SharedHead)).run };
-    let mut req = Request {
-        buf: buf as *mut [u8; IPC_BUFFER_SIZE],
-        size: size as usize,
-        activation: act,
-    };
-    // SAFETY: as above: `run` is given the `Shared<S>` it was made for.
-    unsafe { run(shared as *const SharedHead, &mut req) };
-}
-
 global_asm!(
     r#"
     .global migrate_entry
@@ -187,13 +170,12 @@ migrate_entry:
     .global migrate_entry_shared
 migrate_entry_shared:
     mov %r8, %rcx
-    call {dispatch_shared}
+    call *(%r8)
     mov ${act_return}, %eax
     syscall
     ud2
     "#,
     dispatch = sym migrate_dispatch,
-    dispatch_shared = sym migrate_dispatch_shared,
     act_return = const Sys::ActReturn as u64,
     options(att_syntax)
 );
@@ -318,14 +300,18 @@ fn attach_entry(
 /// look whether the service is done.
 pub const WAKE_ID: u64 = baton_abi::ipc::KERNEL_ID_BASE - 1;
 
-/// What [`migrate_dispatch_shared`] reads through the cookie, whatever the service.
+/// What [`migrate_entry_shared`] calls through the cookie, whatever the service: the
+/// cookie is the address of a `Shared<S>`, whose first word is this head, and the entry
+/// calls `run` with the kernel's arguments and the cookie.
 #[repr(C)]
 struct SharedHead {
-    /// Runs a request on the `Shared<S>` this head begins.
+    /// Runs the request in the buffer `buf` (`size` bytes, 0 for a sidetrack upcall) of the
+    /// activation `act` on the `Shared<S>` that `head` begins.
     ///
     /// # Safety
-    /// The pointer must be the head of the `Shared<S>` whose `run` this is.
-    run: unsafe fn(*const SharedHead, &mut Request),
+    /// `head` must be the head of the `Shared<S>` whose `run` this is, and `buf` an
+    /// activation's buffer page (with its scratch page after it) that only this call uses.
+    run: unsafe extern "C" fn(buf: u64, size: u64, act: u64, head: *const SharedHead),
 }
 
 /// A [`Service`] shared by a migrating server's activations (which run on their callers'
@@ -427,14 +413,21 @@ impl<S: Service + Send> Shared<S> {
         self.closed.load(Ordering::Acquire)
     }
 
-    /// Runs one migrated request (in an activation, on the caller's thread).
+    /// Runs one migrated request (in an activation, on the caller's thread): called by
+    /// [`migrate_entry_shared`] with the kernel's arguments.
     ///
     /// # Safety
-    /// `head` must be the head of a `Shared<S>` (this `S`) that lives for good.
-    unsafe fn run(head: *const SharedHead, req: &mut Request) {
+    /// `head` must be the head of a `Shared<S>` (this `S`) that lives for good, and `buf`
+    /// an activation buffer page of [`attach_service`]'s (see [`SharedHead::run`]).
+    unsafe extern "C" fn run(buf: u64, size: u64, act: u64, head: *const SharedHead) {
         // SAFETY: by the contract, `head` begins a `'static` `Shared<S>` (`repr(C)`, the
         // head first).
         let shared = unsafe { &*(head as *const Shared<S>) };
+        let req = &mut Request {
+            buf: buf as *mut [u8; IPC_BUFFER_SIZE],
+            size: size as usize,
+            activation: act,
+        };
         if req.is_sidetrack() {
             return;
         }
@@ -446,8 +439,8 @@ impl<S: Service + Send> Shared<S> {
         };
         let buf = req.bytes();
         let d = shared.handle_migrated(buf, reply);
-        match reply.get(..d.reply_len) {
-            Some(msg) if !msg.is_empty() => buf[..msg.len()].copy_from_slice(msg),
+        match d.reply_len {
+            1.. if crate::rpc::copy_reply(buf, reply, d.reply_len) => {}
             // No reply (a one-way message or an undecodable request): the caller learns
             // it as a client of a message-loop server would, from the kernel's
             // send-once notification (the stubs' `DeadName`).
@@ -471,13 +464,10 @@ impl<S: Service + Send> Shared<S> {
             reply_len: 0,
             delivered: false,
         };
-        if migrated_request(buf).is_err() {
-            return NOTHING;
-        }
-        let Ok(len) = message_len(buf) else {
+        let Ok(len) = migrated_request(buf) else {
             return NOTHING;
         };
-        let request = &buf[..len];
+        let request = buf.get(..len).unwrap_or(&[]);
         let mut service = self.lock();
         if self.is_closed() {
             // The server has stopped serving: refused as by a dead server.

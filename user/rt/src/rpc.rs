@@ -99,10 +99,12 @@ impl Drop for Rpc {
 }
 
 impl Transport for Rpc {
+    #[inline]
     fn buffer(&mut self) -> &mut [u8] {
         self.ipc.bytes()
     }
 
+    #[inline]
     fn call(&mut self, len: usize) -> Result<usize, Error> {
         if message_len(self.ipc.view()) != Ok(len) {
             return Err(Error::InvalidArgument);
@@ -175,6 +177,32 @@ pub const HANDLED: Dispatched = Dispatched {
     delivered: true,
 };
 
+/// Copies the reply `src[..len]` to the start of `dst`; false (nothing copied) if `len`
+/// exceeds the buffers. A short reply (the usual one: a header, the result code and a
+/// word or two) goes as a fixed copy of [`SHORT_REPLY`] bytes, a few moves where a
+/// `memcpy` call of any length costs several times more; the bytes past `len` that come
+/// with it are the server's own and are not sent.
+#[inline(always)]
+pub(crate) fn copy_reply(
+    dst: &mut [u8; IPC_BUFFER_SIZE],
+    src: &[u8; IPC_BUFFER_SIZE],
+    len: usize,
+) -> bool {
+    if len <= SHORT_REPLY {
+        dst[..SHORT_REPLY].copy_from_slice(&src[..SHORT_REPLY]);
+        true
+    } else if let (Some(d), Some(s)) = (dst.get_mut(..len), src.get(..len)) {
+        d.copy_from_slice(s);
+        true
+    } else {
+        false
+    }
+}
+
+/// The longest reply [`copy_reply`] copies with fixed moves: a header, a result code and
+/// two words.
+const SHORT_REPLY: usize = HEADER_SIZE + 24;
+
 /// How long a combined reply-and-receive may block when the reply goes through a *send*
 /// right: on sending the reply (the client's reply port is full: a client that misbehaves
 /// cannot hold the server longer than this) and then on waiting for the next request (after
@@ -225,29 +253,30 @@ pub fn serve<S: Service + ?Sized>(
             continue;
         }
         pending = 0;
-        let Ok(len) = message_len(ipc.view()) else {
+        // The header is read once: its size bounds the request, its reply fields say
+        // where the reply goes (the dispatch checks them again as it decodes).
+        let Some(h) = MsgHeader::from_bytes(ipc.view()) else {
             continue;
         };
+        let len = h.size as usize;
+        if !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&len) {
+            continue;
+        }
         let request = ipc.view().get(..len).unwrap_or(&[]);
         let d = service.handle(request, &mut reply).unwrap_or(Dispatched {
             reply_len: 0,
             delivered: false,
         });
-        for name in d.leftover_rights(request) {
-            let _ = cap_drop(name);
-        }
-        let (reply_right, reply_once) = MsgHeader::from_bytes(request).map_or((0, false), |h| {
-            (
-                h.reply,
-                h.reply_disposition() == Disposition::MoveSendOnce as u8,
-            )
-        });
-        if let (true, Some(msg)) = (d.reply_len > 0, reply.get(..d.reply_len)) {
-            if let Some(dst) = ipc.bytes().get_mut(..msg.len()) {
-                dst.copy_from_slice(msg);
-                pending = reply_right;
-                pending_once = reply_once;
+        // A delivered request whose reply goes out leaves nothing to release: skip the
+        // walk over its header and descriptors.
+        if !d.delivered || d.reply_len == 0 {
+            for name in d.leftover_rights(request) {
+                let _ = cap_drop(name);
             }
+        }
+        if d.reply_len > 0 && copy_reply(ipc.bytes(), &reply, d.reply_len) {
+            pending = h.reply;
+            pending_once = h.reply_disposition() == Disposition::MoveSendOnce as u8;
         }
         if service.done() {
             if pending != 0 && ipc.msg(MSG_SEND, 0, 0).is_err() {
