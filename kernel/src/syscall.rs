@@ -122,6 +122,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
         thread::thread_yield(k, cur)
     }
     let args = th.frame.syscall_args().1;
+    let task_of = (th.task, th.task_key);
     let Some(call) = Sys::from_raw(number) else {
         crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
         k.report(format_args!(
@@ -151,7 +152,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
             k.stats.blocks_sleep += 1;
             thread::thread_block_with(k, Continuation::new(Resume::Sleep));
         }
-        Sys::Wait => match check_wait(k, args[0], args[1]) {
+        Sys::Wait => match check_wait(k, task_of, args[0], args[1]) {
             Ok(_) if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
             Ok(key) => {
                 let deadline = match args[2] {
@@ -174,7 +175,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
         },
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
-        other => match k.syscall(other, args) {
+        other => match k.syscall(task_of.0, other, args) {
             Ok(v) => v,
             Err(e) => e.to_raw(),
         },
@@ -194,13 +195,23 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
 }
 
 /// Checks a `wait`: aligned user word that still holds `expected`.
-fn check_wait(k: &mut Kernel, addr: u64, expected: u64) -> Result<(TaskId, u64), Error> {
+fn check_wait(
+    k: &mut Kernel,
+    (task, key): (Option<TaskId>, Key),
+    addr: u64,
+    expected: u64,
+) -> Result<(TaskId, u64), Error> {
     if !addr.is_multiple_of(4) {
         return Err(Error::InvalidArgument);
     }
-    let task = k.current_task().ok_or(Error::InvalidArgument)?;
+    let task = task.ok_or(Error::InvalidArgument)?;
     let mut word = [0u8; 4];
-    k.copy_in(task, addr, &mut word)?;
+    // The task by the key its thread caches (one slab lookup, no search by id).
+    let t = k.tasks.by_key(key).ok_or(Error::InvalidArgument)?;
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    usercopy::copy_from_user(&t.space, &mem, addr, &mut word)?;
     if u64::from(u32::from_le_bytes(word)) != expected {
         return Err(Error::WouldBlock);
     }
@@ -277,9 +288,9 @@ fn reserve_process_model_stack(k: &mut Kernel, cur: ThreadId) -> Result<(), Erro
 }
 
 impl Kernel {
-    /// Calls that return to the caller at once.
-    fn syscall(&mut self, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
-        let id = self.current_task().ok_or(Error::InvalidArgument)?;
+    /// Calls that return to the caller at once, made by a thread running in task `task`.
+    fn syscall(&mut self, task: Option<TaskId>, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
+        let id = task.ok_or(Error::InvalidArgument)?;
         let result = match call {
             Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
             Sys::Clock => Ok(apic::now_ns()),
