@@ -12,7 +12,6 @@
 //! - A partner's registration is removed when its task starts ending ([`Xas::forget`]);
 //!   a call in progress keeps its record until it ends.
 
-use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::Error;
@@ -50,14 +49,16 @@ pub struct Call<T> {
 /// Partners and calls in progress.
 #[derive(Debug)]
 pub struct Xas<T> {
-    partners: BTreeMap<u64, Partner>,
+    /// The registered partners with their tasks (few: a registration needs the
+    /// host-privilege right), grown fallibly.
+    partners: Vec<(u64, Partner)>,
     calls: Vec<Option<Call<T>>>,
 }
 
 impl<T: Copy> Default for Xas<T> {
     fn default() -> Self {
         Xas {
-            partners: BTreeMap::new(),
+            partners: Vec::new(),
             calls: Vec::new(),
         }
     }
@@ -74,31 +75,52 @@ impl<T: Copy> Xas<T> {
         stack: u64,
         caller: u64,
     ) -> Result<(), Error> {
-        if self.partners.get(&task).is_some_and(|p| p.busy) {
+        if self.get(task).is_some_and(|p| p.busy) {
             return Err(Error::WouldBlock);
         }
         if entry == 0 && stack == 0 {
-            self.partners.remove(&task);
+            self.unregister(task);
             return Ok(());
         }
         if !(USER_MIN..USER_END).contains(&entry) || !(USER_MIN..=USER_END).contains(&stack) {
             return Err(Error::BadAddress);
         }
-        self.partners.insert(
-            task,
-            Partner {
-                entry,
-                stack,
-                caller,
-                busy: false,
-            },
-        );
+        let partner = Partner {
+            entry,
+            stack,
+            caller,
+            busy: false,
+        };
+        match self.get_mut(task) {
+            Some(p) => *p = partner,
+            None => {
+                // Room first: a registration the heap cannot hold fails, nothing changed.
+                self.partners.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                self.partners.push((task, partner));
+            }
+        }
         Ok(())
+    }
+
+    /// `task`'s registration.
+    fn get(&self, task: u64) -> Option<&Partner> {
+        self.partners
+            .iter()
+            .find(|(t, _)| *t == task)
+            .map(|(_, p)| p)
+    }
+
+    /// `task`'s registration, mutably.
+    fn get_mut(&mut self, task: u64) -> Option<&mut Partner> {
+        self.partners
+            .iter_mut()
+            .find(|(t, _)| *t == task)
+            .map(|(_, p)| p)
     }
 
     /// The partner registered by `task`.
     pub fn partner(&self, task: u64) -> Option<Partner> {
-        self.partners.get(&task).copied()
+        self.get(task).copied()
     }
 
     /// Forgets `task`'s registration (it is ending). Returns the CPUs in a call to it
@@ -110,7 +132,9 @@ impl<T: Copy> Xas<T> {
 
     /// Forgets `task`'s registration.
     pub fn unregister(&mut self, task: u64) {
-        self.partners.remove(&task);
+        if let Some(i) = self.partners.iter().position(|(t, _)| *t == task) {
+            self.partners.swap_remove(i);
+        }
     }
 
     /// The CPUs whose call is in `task`'s address space.
@@ -139,10 +163,14 @@ impl<T: Copy> Xas<T> {
         if self.call(cpu).is_some() {
             return Err(Error::InvalidArgument);
         }
-        let p = self
+        let i = self
             .partners
-            .get_mut(&call.partner)
+            .iter()
+            .position(|(t, _)| *t == call.partner)
             .ok_or(Error::NotFound)?;
+        let Some((_, p)) = self.partners.get(i) else {
+            return Err(Error::NotFound);
+        };
         if p.caller != call.caller {
             return Err(Error::Denied);
         }
@@ -155,7 +183,9 @@ impl<T: Copy> Xas<T> {
                 .map_err(|_| Error::NoMemory)?;
             self.calls.resize(cpu + 1, None);
         }
-        let slot = self.calls.get_mut(cpu).ok_or(Error::NoMemory)?;
+        let (Some(slot), Some((_, p))) = (self.calls.get_mut(cpu), self.partners.get_mut(i)) else {
+            return Err(Error::NoMemory);
+        };
         p.busy = true;
         *slot = Some(call);
         Ok(*p)
@@ -165,7 +195,7 @@ impl<T: Copy> Xas<T> {
     /// partner, if still registered, is free again.
     pub fn end(&mut self, cpu: usize) -> Option<Call<T>> {
         let call = self.calls.get_mut(cpu)?.take()?;
-        if let Some(p) = self.partners.get_mut(&call.partner) {
+        if let Some(p) = self.get_mut(call.partner) {
             p.busy = false;
         }
         Some(call)
@@ -185,6 +215,23 @@ mod tests {
             rsp: 0x7000,
             rflags: 0x202,
         }
+    }
+
+    #[test]
+    fn registrations_are_replaced_and_removed_per_task() {
+        let mut x = Xas::<u32>::default();
+        x.register(2, 0x1000, 0x8000, 1).unwrap();
+        x.register(3, 0x2000, 0x9000, 1).unwrap();
+        // A second registration of a task replaces its first, in place.
+        x.register(2, 0x3000, 0xa000, 4).unwrap();
+        assert_eq!(x.partners.len(), 2);
+        assert_eq!(x.partner(2).map(|p| (p.entry, p.caller)), Some((0x3000, 4)));
+        assert_eq!(x.partner(3).map(|p| p.entry), Some(0x2000));
+        x.register(2, 0, 0, 0).unwrap();
+        assert!(x.partner(2).is_none());
+        assert_eq!(x.partner(3).map(|p| p.entry), Some(0x2000));
+        x.unregister(3);
+        assert!(x.partners.is_empty());
     }
 
     #[test]
