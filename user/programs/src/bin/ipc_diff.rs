@@ -43,38 +43,10 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
-// The server's protocol (see `ipc_diff_server`).
-const HELLO: u64 = 1;
-const CTL_BASE: u64 = 0x1000;
-const C_MODE: u64 = CTL_BASE + 1;
-const C_REPORT: u64 = CTL_BASE + 2;
-const C_HOLD: u64 = CTL_BASE + 3;
-const C_SEND: u64 = CTL_BASE + 4;
-const C_ONCE: u64 = CTL_BASE + 5;
-const C_VICTIM: u64 = CTL_BASE + 6;
-const C_KILL: u64 = CTL_BASE + 7;
-const C_TAKE: u64 = CTL_BASE + 8;
-const C_NOP: u64 = CTL_BASE + 9;
-const C_EXIT: u64 = CTL_BASE + 10;
-const C_MIGRATING: u64 = CTL_BASE + 11;
-const A_ECHO: u64 = 1;
-const A_TWICE: u64 = 2;
-const A_NOTIFY: u64 = 3;
-const A_BACK: u64 = 4;
-const A_SELFQ: u64 = 5;
-const SELF_ID: u64 = 77;
-const REPORT_WORDS: usize = 16;
-const R_BITS: usize = 1;
-const R_ID: usize = 3;
-const R_REPLY_KIND: usize = 5;
-const R_HASH: usize = 7;
-const R_DESCRIPTORS: usize = 9;
-const R_DESC0_KIND: usize = 10;
-const R_ANSWER: usize = 11;
-const R_REPLY_AFTER: usize = 12;
-const R_SECOND: usize = 13;
-const R_NOTIFIED: usize = 14;
-const R_COUNT: usize = 15;
+#[path = "../ipc_diff_proto.rs"]
+mod ipc_diff_proto;
+
+use ipc_diff_proto::*;
 
 /// Timeout of the control calls.
 const SOON: u64 = 5_000_000_000;
@@ -156,32 +128,6 @@ struct Case {
 
 fn main(_task_id: u64) -> i32 {
     baton_rt::check::finish(TEST, run())
-}
-
-/// A result as a number: 0, or the error's code.
-fn code<T>(r: Result<T, Error>) -> u64 {
-    match r {
-        Ok(_) => 0,
-        Err(e) => e as i64 as u64,
-    }
-}
-
-/// The kind of right `name` is, as a number (0 for name 0, 100 + the code of an error).
-fn kind(name: u64) -> u64 {
-    if name == 0 {
-        return 0;
-    }
-    match cap_info(name) {
-        Ok(k) => k as u64,
-        Err(e) => 100 + e as i64 as u64,
-    }
-}
-
-/// FNV-1a of `bytes`.
-fn hash(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// `n` bytes of a pattern.
