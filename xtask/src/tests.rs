@@ -639,6 +639,7 @@ pub const ALL: &[IntegrationTest] = &[
         name: "bad_syscall_args",
         init: &["bad_args", "survivor"],
         require: &[
+            "TEST PASS null returns 0 and keeps its argument registers",
             "TEST PASS kernel address rejected",
             "TEST PASS unmapped address rejected",
             "TEST PASS non-canonical address rejected",
