@@ -206,12 +206,7 @@ fn check_wait(
     }
     let task = task.ok_or(Error::InvalidArgument)?;
     let mut word = [0u8; 4];
-    // The task by the key its thread caches (one slab lookup, no search by id).
-    let t = k.tasks.by_key(key).ok_or(Error::InvalidArgument)?;
-    let mem = KernelMem {
-        frames: &mut k.frames,
-    };
-    usercopy::copy_from_user(&t.space, &mem, addr, &mut word)?;
+    k.copy_in_key(key, addr, &mut word)?;
     if u64::from(u32::from_le_bytes(word)) != expected {
         return Err(Error::WouldBlock);
     }
@@ -438,7 +433,14 @@ impl Kernel {
     }
 
     pub fn copy_in(&mut self, task: TaskId, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
-        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let key = self.tasks.key_of(task).ok_or(Error::InvalidArgument)?;
+        self.copy_in_key(key, ptr, out)
+    }
+
+    /// [`Kernel::copy_in`] for the task of slab key `key` (what a thread caches: one
+    /// lookup, no search by id).
+    pub fn copy_in_key(&mut self, key: Key, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
+        let t = self.tasks.by_key(key).ok_or(Error::InvalidArgument)?;
         let mem = KernelMem {
             frames: &mut self.frames,
         };
