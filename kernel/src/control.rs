@@ -311,13 +311,22 @@ pub fn stop_if_suspended(k: &mut Kernel) {
     if th.ctl.suspend == 0 || th.task.is_none() {
         return;
     }
+    mark_stopped(k, cur);
+    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+}
+
+/// Thread `t` stops in its suspended activation: its state says so, and whoever waits for
+/// its state there is woken (their calls run again and find it stopped).
+fn mark_stopped(k: &mut Kernel, t: ThreadId) {
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
     th.state = ThreadState::Blocked(Blocked::Suspended);
     let waiters = core::mem::take(&mut th.state_waiters);
     for w in waiters {
         k.unblock(w);
     }
     k.stats.blocks_internal += 1;
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
 }
 
 /// `act_get_state(kind, id, regs)` and `act_set_state(kind, id, regs)` (`set`): the user
@@ -426,13 +435,8 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         th.frame.rip = th.frame.rip.wrapping_add(2);
     }
     th.frame.rax = Error::Interrupted.to_raw();
-    th.state = ThreadState::Blocked(Blocked::Suspended);
     th.cont = Some(Continuation::new(Resume::UserReturn));
-    let waiters = core::mem::take(&mut th.state_waiters);
-    for w in waiters {
-        k.unblock(w);
-    }
-    k.stats.blocks_internal += 1;
+    mark_stopped(k, p.thread);
     true
 }
 
