@@ -656,13 +656,12 @@ pub fn forget_waiter(k: &mut Kernel, t: ThreadId, why: Blocked) {
         _ => return,
     };
     if let Some(p) = k.ipc.port_mut(port) {
-        let q = if receiving {
-            &mut p.receivers
-        } else {
-            &mut p.senders
-        };
-        if let Some(i) = q.position(t) {
-            q.remove(i);
+        if receiving {
+            if let Some(i) = p.receivers.position(t) {
+                p.receivers.remove(i);
+            }
+        } else if let Some(i) = p.senders.position(t) {
+            p.senders.remove(i);
         }
     }
 }

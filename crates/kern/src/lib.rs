@@ -43,4 +43,5 @@ pub mod sched;
 pub mod slab;
 pub mod timer;
 pub mod usercopy;
+pub mod waiters;
 pub mod waitq;

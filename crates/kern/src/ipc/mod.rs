@@ -157,7 +157,7 @@ pub struct Port<T> {
     /// it waits (for the circularity check of `copyin`).
     transit: Option<PortId>,
     /// Threads blocked receiving here, oldest first.
-    pub receivers: Ring<T>,
+    pub receivers: crate::waiters::Waiters<T>,
     /// Threads blocked on the full queue, or waiting for an activation of the pool to
     /// come back, oldest first.
     pub senders: Ring<T>,
@@ -193,7 +193,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             no_senders: None,
             dead_names: Vec::new(),
             transit: None,
-            receivers: Ring::new(),
+            receivers: crate::waiters::Waiters::new(),
             senders: Ring::new(),
             pool: crate::activation::Pool::default(),
             charge: None,
