@@ -10,6 +10,12 @@
 //! room for a new entry is made fallibly, so that an insertion fails instead of stopping
 //! the kernel when the heap has none.
 //!
+//! A lookup by id first tries a small direct-mapped table of recent keys (`recent`,
+//! indexed by the id's low bits and filled on insertion), which is checked against the
+//! id stored with the object in the slab: a stale or colliding entry is only a miss, after
+//! which the binary search runs. With fewer live objects than the table has entries, and
+//! ids counting up, every lookup by id is one table load and one slab lookup.
+//!
 //! # Invariants
 //! - `ids` holds exactly the ids of the objects held, once each, in increasing order, each
 //!   with its key: `ids.len() == slab.len()`, and `slab.get(key)` for the pair `(id, key)`
@@ -23,7 +29,13 @@ use alloc::vec::Vec;
 pub struct IdSlab<T> {
     slab: Slab<(u64, T)>,
     ids: Vec<(u64, Key)>,
+    /// Keys of recently inserted objects, at their id modulo [`RECENT`]: a hint only,
+    /// checked against the id kept in the slab.
+    recent: [Key; RECENT],
 }
+
+/// Entries of the table of recent keys (a power of two).
+const RECENT: usize = 64;
 
 impl<T> Default for IdSlab<T> {
     fn default() -> Self {
@@ -37,6 +49,7 @@ impl<T> IdSlab<T> {
         IdSlab {
             slab: Slab::new(),
             ids: Vec::new(),
+            recent: [Key(0); RECENT],
         }
     }
 
@@ -52,6 +65,9 @@ impl<T> IdSlab<T> {
         let key = self.slab.insert((id, value)).map_err(|(_, v)| v)?;
         // Room reserved above: this does not allocate.
         self.ids.insert(at, (id, key));
+        if let Some(r) = self.recent.get_mut(id as usize % RECENT) {
+            *r = key;
+        }
         Ok(key)
     }
 
@@ -69,6 +85,17 @@ impl<T> IdSlab<T> {
     /// The key of the object `id`.
     #[inline]
     pub fn key_of(&self, id: u64) -> Option<Key> {
+        if let Some(&key) = self.recent.get(id as usize % RECENT) {
+            if self.slab.get(key).is_some_and(|&(i, _)| i == id) {
+                return Some(key);
+            }
+        }
+        self.key_of_slow(id)
+    }
+
+    /// [`IdSlab::key_of`] when the table of recent keys misses: the binary search.
+    #[inline(never)]
+    fn key_of_slow(&self, id: u64) -> Option<Key> {
         let at = self.position(id).ok()?;
         self.ids.get(at).map(|&(_, k)| k)
     }
@@ -157,6 +184,30 @@ mod tests {
         );
         assert!(s.by_keys2_mut(a, a).is_none());
         assert_eq!(s.len(), 2);
+    }
+
+    /// Ids that share an entry of the table of recent keys, removed and reinserted in any
+    /// order, are always found by id exactly when they are held (the table is a hint).
+    #[test]
+    fn colliding_ids_are_found_through_the_search() {
+        let mut s = IdSlab::new();
+        let ids: alloc::vec::Vec<u64> = (0..5).map(|i| 3 + i * RECENT as u64).collect();
+        for &id in &ids {
+            s.insert(id, id * 10).unwrap();
+        }
+        for &id in &ids {
+            assert_eq!(s.get(&id), Some(&(id * 10)));
+        }
+        assert_eq!(s.remove(&ids[4]), Some(ids[4] * 10));
+        assert_eq!(s.get(&ids[4]), None, "the newest, removed, is gone");
+        assert_eq!(s.get(&ids[0]), Some(&(ids[0] * 10)));
+        assert_eq!(s.remove(&ids[0]), Some(ids[0] * 10));
+        s.insert(ids[0], 1).unwrap();
+        assert_eq!(s.get(&ids[0]), Some(&1));
+        assert_eq!(s.get(&(3 + 9 * RECENT as u64)), None, "never inserted");
+        for &id in &ids[1..4] {
+            assert_eq!(s.key_of(id).and_then(|k| s.by_key(k)), Some(&(id * 10)));
+        }
     }
 
     #[test]

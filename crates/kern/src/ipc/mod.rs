@@ -663,12 +663,18 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         // no allocation: at most 2 + DESCRIPTORS_MAX names).
         let dest_use = (header.dest, moves(dest_disp));
         let reply_use = reply.map(|r| (r.name, moves(r.disposition)));
+        if named.is_empty() {
+            // Only the destination and the reply right (most messages): one comparison.
+            if reply_use.is_some_and(|(name, m)| name == dest_use.0 && (m || dest_use.1)) {
+                return Err(Error::InvalidArgument);
+            }
+        }
         let uses = || {
             core::iter::once(dest_use)
                 .chain(reply_use)
                 .chain(named.iter().map(|n| (n.name, moves(n.disposition))))
         };
-        for (i, (name, moving)) in uses().enumerate() {
+        for (i, (name, moving)) in uses().enumerate().filter(|_| !named.is_empty()) {
             let clash = uses()
                 .enumerate()
                 .any(|(j, (other, m))| i != j && other == name && (moving || m));
@@ -693,7 +699,15 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 .filter(|n| n.disposition == Disposition::MakeSendOnce)
                 .map(|n| n.entry.port)
         };
-        for port in makes() {
+        if named.is_empty() {
+            // At most the reply right makes a send-once right.
+            if let Some(n) = reply.filter(|n| n.disposition == Disposition::MakeSendOnce) {
+                if let Some(p) = self.ports.get_mut(n.entry.port) {
+                    p.reserve_queue(1)?;
+                }
+            }
+        }
+        for port in makes().filter(|_| !named.is_empty()) {
             let count = makes().filter(|&p| p == port).count();
             if let Some(p) = self.ports.get_mut(port) {
                 p.reserve_queue(count)?;
