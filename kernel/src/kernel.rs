@@ -1323,5 +1323,18 @@ impl Kernel {
             self.report(format_args!("killed: {name} (vector {})", frame.vector));
         }
         trap::dump_frame(frame);
+        self.report_code(frame.rip);
+    }
+
+    /// Prints which function of the current task's program `rip` is in, from the symbol
+    /// table its boot module keeps (nothing when it has none or no function contains it).
+    pub fn report_code(&self, rip: u64) {
+        let (_, name) = self.current_task_name();
+        let Some(module) = self.modules.iter().find(|m| m.name == name) else {
+            return;
+        };
+        if let Some(symbol) = kern::symbols::lookup(module.data, rip) {
+            kprintln!("  in {symbol} ({name})");
+        }
     }
 }

@@ -130,6 +130,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
         ));
         if let Some(th) = k.threads.get(cur) {
             crate::arch::trap::dump_frame(&th.frame);
+            k.report_code(th.frame.rip);
         }
         if let Some(task) = k.current_task() {
             k.end_task(task, Ending::Killed);

@@ -590,6 +590,8 @@ pub const ALL: &[IntegrationTest] = &[
         require: &[
             "[kernel] task 1 (fault_null) killed: page fault at address 0x0 (not present, read, user)",
             "  rip=",
+            // The function the fault is in, from the program's symbol table.
+            "  in fault_null::main+0x",
             "survivor#2| TEST PASS survivor",
             "[kernel] task 2 (survivor) exited with code 0",
         ],

@@ -41,6 +41,7 @@ pub mod ratelimit;
 pub mod ring;
 pub mod sched;
 pub mod slab;
+pub mod symbols;
 pub mod timer;
 pub mod usercopy;
 pub mod waiters;
