@@ -43,4 +43,7 @@ pub mod sched;
 pub mod slab;
 pub mod timer;
 pub mod usercopy;
+/// Accent's virtual memory, machine-independent: memory objects, address maps,
+/// copy-on-write, fault decisions (`docs/vm.md`).
+pub mod vm;
 pub mod waitq;

@@ -1,0 +1,1 @@
+//! Property tests of the virtual-memory core against a model of page contents.
