@@ -177,7 +177,12 @@ pub fn copy_out<F: Copy>(
         };
         let a = s.max(start);
         let b = e.end.min(end);
-        let got = if delete {
+        // A move hands the object over only when no one else can see it (a frozen
+        // object, or one only this map names); shared memory is copied even by a move:
+        // out-of-line data is by value.
+        let alone =
+            e.cow || objs.is_private(e.object) || objs.get(e.object).is_some_and(|o| o.refs() == 1);
+        let got = if delete && alone {
             objs.add_ref(e.object).map(|()| (e.object, e.offset, e.cow))
         } else {
             copy_entry(objs, &account, s, &mut e, m).map(|(o, off)| (o, off, true))
