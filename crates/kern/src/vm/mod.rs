@@ -1,6 +1,6 @@
-//! The machine-independent core of Accent's virtual memory (Fitzgerald & Rashid, "A
-//! Virtual Memory Implementation with Copy-on-Write", sections 2.1–2.2), with the
-//! refinements Mach made to it: memory objects, address maps, copy-on-write, lazy
+//! The machine-independent core of Accent's virtual memory (Fitzgerald & Rashid, "The
+//! Integration of Virtual Memory Management and Interprocess Communication in Accent",
+//! sections 2.1–2.2), with the refinements Mach made to it: memory objects, address maps, copy-on-write, lazy
 //! evaluation, and the fault decision — data structures and decisions only. The kernel
 //! supplies the machine (frames, page tables) through [`Machine`] and the frame handle
 //! type `F`, and carries out the [`fault::Decision`]s; `docs/vm.md` describes the whole.
