@@ -44,5 +44,8 @@ pub mod slab;
 pub mod symbols;
 pub mod timer;
 pub mod usercopy;
+/// Accent's virtual memory, machine-independent: memory objects, address maps,
+/// copy-on-write, fault decisions (`docs/vm.md`).
+pub mod vm;
 pub mod waiters;
 pub mod waitq;

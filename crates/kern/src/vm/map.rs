@@ -1,0 +1,527 @@
+//! Address maps: a task's address space as ranges of memory objects (Accent's process
+//! map, section 2.2.3, in Mach's form).
+//!
+//! Each [`Entry`] maps `[start, end)` to the window of an object from `offset`, with a
+//! protection, a maximum protection the protection can never exceed, a copy-on-write
+//! flag, an inheritance for fork, and a wiring count. The entries are kept in a
+//! [`Tree`] keyed by start, so finding, inserting, splitting and removing an entry cost
+//! O(log n) in the number of entries, whatever the size of the range: allocating or
+//! deallocating a gigabyte of untouched memory is the same work as a page (Accent's
+//! Figure 3-1 point). Operations over a range cost O(log n) per entry they touch, plus,
+//! when they drop or protect memory, whatever the kernel does for the resident pages.
+//!
+//! The copy-on-write flag is Mach's *needs copy*: the entry sees its object as a
+//! snapshot, and its first write makes a shadow object for it (or, when nothing else
+//! names the object any more, simply clears the flag: Accent's copy-on-write reclaim).
+//!
+//! Every operation decodes first: it checks its whole range and arguments without
+//! changing anything, then acts. The only step that can fail after that is splitting
+//! the one or two entries at the range's ends, and a split alone changes nothing a task
+//! can see.
+//!
+//! # Invariants
+//! - Entries do not overlap, lie within `[lo, hi)`, are page aligned and non-empty.
+//! - Each entry holds one reference to its object, and its window
+//!   `[offset, offset + end - start)` lies within the object.
+//! - `prot` is within `max_prot`; a physical object is never mapped copy-on-write.
+//! - At most `limit` entries, each charged [`ENTRY_BYTES`] of heap to the map's account.
+
+use super::object::{Kind, ObjectId, Objects};
+use super::tree::Tree;
+use super::{page_aligned, Inherit, Machine, Prot};
+use crate::quota::{AccountRef, Resource};
+use baton_abi::Error;
+
+/// One range of a map. See the module documentation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// One past the last byte.
+    pub end: u64,
+    /// The object mapped.
+    pub object: ObjectId,
+    /// Offset of the range's first byte in the object.
+    pub offset: u64,
+    /// What accesses are allowed.
+    pub prot: Prot,
+    /// The most `prot` may ever be.
+    pub max_prot: Prot,
+    /// The object is a snapshot: the first write makes this entry's own shadow.
+    pub cow: bool,
+    /// What a fork gives the child.
+    pub inherit: Inherit,
+    /// How many times the range is wired (its pages must stay resident and mapped).
+    pub wired: u32,
+}
+
+/// Heap bytes an entry is charged.
+pub const ENTRY_BYTES: u64 = Tree::<Entry>::NODE_BYTES;
+
+/// The default bound on a map's entries.
+pub const ENTRIES_MAX: usize = 1 << 16;
+
+/// Where a new range goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placement {
+    /// Wherever there is room.
+    Anywhere,
+    /// At this address, which must be free.
+    Fixed(u64),
+}
+
+/// A task's address map. See the module documentation.
+#[derive(Debug)]
+pub struct Map {
+    entries: Tree<Entry>,
+    account: AccountRef,
+    lo: u64,
+    hi: u64,
+    limit: usize,
+}
+
+impl Drop for Map {
+    fn drop(&mut self) {
+        // Entries still here (a map dropped without `clear`) give back their heap charge;
+        // their object references can only be released by `clear`.
+        self.account
+            .give(Resource::Heap, self.entries.len() as u64 * ENTRY_BYTES);
+    }
+}
+
+impl Map {
+    /// An empty map of the addresses `[lo, hi)`, holding at most `limit` entries, charged
+    /// to `account`.
+    pub fn new(account: AccountRef, lo: u64, hi: u64, limit: usize) -> Result<Map, Error> {
+        if !page_aligned(lo) || !page_aligned(hi) || lo >= hi {
+            return Err(Error::InvalidArgument);
+        }
+        Ok(Map {
+            entries: Tree::new(),
+            account,
+            lo,
+            hi,
+            limit,
+        })
+    }
+
+    /// The account the map is charged to.
+    pub fn account(&self) -> &AccountRef {
+        &self.account
+    }
+
+    /// The address range the map covers.
+    pub fn bounds(&self) -> (u64, u64) {
+        (self.lo, self.hi)
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry containing `addr`, with its start.
+    pub fn entry(&self, addr: u64) -> Option<(u64, Entry)> {
+        self.entries
+            .floor(addr)
+            .filter(|(_, e)| addr < e.end)
+            .map(|(s, e)| (s, *e))
+    }
+
+    /// The entry containing `addr`, or else the first one above it (what a region query
+    /// reports).
+    pub fn query(&self, addr: u64) -> Option<(u64, Entry)> {
+        self.entry(addr)
+            .or_else(|| self.entries.ceil(addr).map(|(s, e)| (s, *e)))
+    }
+
+    /// Every entry, in address order.
+    pub fn entries(&self) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        self.entries.iter().map(|(s, e)| (s, *e))
+    }
+
+    /// The entries starting in `[start, end)`, in order.
+    fn starts_in(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, Entry)> + '_ {
+        self.entries.range(start, end).map(|(s, e)| (s, *e))
+    }
+
+    /// Checks `[start, start + len)`: page aligned and non-empty (else
+    /// [`Error::InvalidArgument`]), inside the map (else [`Error::BadAddress`]); its end.
+    pub fn check_range(&self, start: u64, len: u64) -> Result<u64, Error> {
+        if len == 0 || !page_aligned(start) || !page_aligned(len) {
+            return Err(Error::InvalidArgument);
+        }
+        let end = start.checked_add(len).ok_or(Error::BadAddress)?;
+        if start < self.lo || end > self.hi {
+            return Err(Error::BadAddress);
+        }
+        Ok(end)
+    }
+
+    /// Whether nothing is mapped in `[start, end)`.
+    fn is_free(&self, start: u64, end: u64) -> bool {
+        self.entries
+            .floor(start)
+            .is_none_or(|(_, e)| e.end <= start)
+            && self.entries.ceil(start).is_none_or(|(s, _)| s >= end)
+    }
+
+    /// Whether every byte of `[start, end)` is mapped.
+    fn covered(&self, start: u64, end: u64) -> bool {
+        let mut cur = start;
+        while cur < end {
+            match self.entry(cur) {
+                Some((_, e)) => cur = e.end,
+                None => return false,
+            }
+        }
+        true
+    }
+
+    /// A free range of `len` bytes: above the last entry when there is room there (one
+    /// O(log n) look), else the first gap from the bottom (a walk of the entries).
+    fn find_space(&self, len: u64) -> Result<u64, Error> {
+        let top = self.entries.last().map_or(self.lo, |(_, e)| e.end);
+        if top.checked_add(len).is_some_and(|end| end <= self.hi) {
+            return Ok(top);
+        }
+        let mut cur = self.lo;
+        for (s, e) in self.entries() {
+            if s.saturating_sub(cur) >= len {
+                return Ok(cur);
+            }
+            cur = cur.max(e.end);
+        }
+        if self.hi.saturating_sub(cur) >= len {
+            Ok(cur)
+        } else {
+            Err(Error::NoSpace)
+        }
+    }
+
+    /// Where a new range of `len` bytes goes: [`Error::NoSpace`] when a fixed range is
+    /// taken or no room is left.
+    pub fn place(&self, at: Placement, len: u64) -> Result<u64, Error> {
+        match at {
+            Placement::Anywhere => {
+                // Checks the length alone.
+                self.check_range(self.lo, len).map_err(|e| match e {
+                    Error::BadAddress => Error::NoSpace,
+                    e => e,
+                })?;
+                self.find_space(len)
+            }
+            Placement::Fixed(start) => {
+                let end = self.check_range(start, len)?;
+                if self.is_free(start, end) {
+                    Ok(start)
+                } else {
+                    Err(Error::NoSpace)
+                }
+            }
+        }
+    }
+
+    /// Adds an entry (its object reference is the caller's, kept by the entry on
+    /// success only).
+    pub(crate) fn insert(&mut self, start: u64, e: Entry) -> Result<(), Error> {
+        if self.entries.len() >= self.limit {
+            return Err(Error::NoMemory);
+        }
+        self.account.take(Resource::Heap, ENTRY_BYTES)?;
+        match self.entries.insert(start, e) {
+            Ok(None) => Ok(()),
+            Ok(Some(old)) => {
+                // Never happens (callers insert into free ranges): put the old one back.
+                let _ = self.entries.insert(start, old);
+                self.account.give(Resource::Heap, ENTRY_BYTES);
+                Err(Error::NoSpace)
+            }
+            Err(e) => {
+                self.account.give(Resource::Heap, ENTRY_BYTES);
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the entry at `start` (its object reference goes to the caller).
+    pub(crate) fn remove(&mut self, start: u64) -> Option<Entry> {
+        let e = self.entries.remove(start)?;
+        self.account.give(Resource::Heap, ENTRY_BYTES);
+        Some(e)
+    }
+
+    /// The entry at `start`, to change in place.
+    pub(crate) fn get_mut(&mut self, start: u64) -> Option<&mut Entry> {
+        self.entries.get_mut(start)
+    }
+
+    /// Splits the entry containing `addr` so that one starts there (nothing when `addr`
+    /// is already a boundary or unmapped).
+    fn clip<F: Copy>(&mut self, objs: &mut Objects<F>, addr: u64) -> Result<(), Error> {
+        let Some((start, e)) = self.entry(addr) else {
+            return Ok(());
+        };
+        if start == addr {
+            return Ok(());
+        }
+        let upper = Entry {
+            offset: e.offset.saturating_add(addr - start),
+            ..e
+        };
+        objs.add_split_ref(e.object)?;
+        if let Err(err) = self.insert(addr, upper) {
+            // Undo the reference; the entry still holds one, so this only counts down.
+            objs.drop_split_ref(e.object);
+            return Err(err);
+        }
+        if let Some(lower) = self.entries.get_mut(start) {
+            lower.end = addr;
+        }
+        Ok(())
+    }
+
+    /// Splits the entries at both ends of `[start, end)`.
+    fn clip_range<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        end: u64,
+    ) -> Result<(), Error> {
+        self.clip(objs, start)?;
+        self.clip(objs, end)
+    }
+
+    /// Applies `f` to every entry starting in `[start, end)` (after a [`Map::clip_range`],
+    /// exactly the entries inside it).
+    fn for_each_in(&mut self, start: u64, end: u64, mut f: impl FnMut(u64, &mut Entry)) {
+        let mut cur = start;
+        while let Some((s, _)) = self.entries.ceil(cur).filter(|(s, _)| *s < end) {
+            let Some(e) = self.entries.get_mut(s) else {
+                return;
+            };
+            f(s, e);
+            cur = e.end;
+        }
+    }
+
+    /// Allocates `len` bytes of zero-filled memory (a new anonymous object) with
+    /// protection `prot` (maximum: everything); its address.
+    pub fn allocate<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        at: Placement,
+        len: u64,
+        prot: Prot,
+        m: &mut impl Machine<F>,
+    ) -> Result<u64, Error> {
+        let start = self.place(at, len)?;
+        let object = objs.anonymous(len, &self.account)?;
+        let e = Entry {
+            end: start + len,
+            object,
+            offset: 0,
+            prot,
+            max_prot: Prot::ALL,
+            cow: false,
+            inherit: Inherit::Copy,
+            wired: 0,
+        };
+        if let Err(err) = self.insert(start, e) {
+            objs.release(object, m);
+            return Err(err);
+        }
+        Ok(start)
+    }
+
+    /// Maps the window `[offset, offset + len)` of `object`. With `cow` the range is a
+    /// by-value snapshot of the object as it is now (a copy object is taken when the
+    /// object is written in place); without it, writes go to the object and every other
+    /// direct mapping sees them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn map_object<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        at: Placement,
+        len: u64,
+        object: ObjectId,
+        offset: u64,
+        prot: Prot,
+        max_prot: Prot,
+        cow: bool,
+        inherit: Inherit,
+        m: &mut impl Machine<F>,
+    ) -> Result<u64, Error> {
+        let o = objs.get(object).ok_or(Error::NotFound)?;
+        if !page_aligned(offset) || offset.checked_add(len).is_none_or(|end| end > o.size()) {
+            return Err(Error::InvalidArgument);
+        }
+        if !max_prot.contains(prot) {
+            return Err(Error::Denied);
+        }
+        if cow && matches!(o.kind(), Kind::Physical { .. }) {
+            return Err(Error::InvalidArgument);
+        }
+        let start = self.place(at, len)?;
+        let mapped = if cow {
+            objs.copy_object(object, &self.account, m)?
+        } else {
+            objs.add_ref(object)?;
+            object
+        };
+        let e = Entry {
+            end: start + len,
+            object: mapped,
+            offset,
+            prot,
+            max_prot,
+            cow,
+            inherit,
+            wired: 0,
+        };
+        if let Err(err) = self.insert(start, e) {
+            objs.release(mapped, m);
+            return Err(err);
+        }
+        Ok(start)
+    }
+
+    /// Removes every mapping in `[start, start + len)` (holes are fine); entries across
+    /// the ends are split. [`Error::Denied`] when part of the range is wired.
+    pub fn deallocate<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        len: u64,
+        m: &mut impl Machine<F>,
+    ) -> Result<(), Error> {
+        let end = self.check_range(start, len)?;
+        let first = self.entry(start).map_or(start, |(s, _)| s);
+        if self.starts_in(first, end).any(|(_, e)| e.wired > 0) {
+            return Err(Error::Denied);
+        }
+        self.clip_range(objs, start, end)?;
+        while let Some((s, _)) = self.entries.ceil(start).filter(|(s, _)| *s < end) {
+            let Some(e) = self.remove(s) else { break };
+            m.unmap(s, e.end);
+            objs.free_window(e.object, e.offset, e.offset + (e.end - s), m);
+            objs.release(e.object, m);
+        }
+        Ok(())
+    }
+
+    /// Removes every entry (a task's end).
+    pub fn clear<F: Copy>(&mut self, objs: &mut Objects<F>, m: &mut impl Machine<F>) {
+        while let Some((s, _)) = self.entries.first() {
+            let Some(e) = self.remove(s) else { break };
+            m.unmap(s, e.end);
+            objs.release(e.object, m);
+        }
+    }
+
+    /// Sets the protection of `[start, start + len)` to `prot`, or, with `set_max`, its
+    /// maximum protection (which can only go down, and takes the protection down with
+    /// it). The range must be mapped throughout ([`Error::BadAddress`]); a protection
+    /// above an entry's maximum is [`Error::Denied`].
+    pub fn protect<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        len: u64,
+        prot: Prot,
+        set_max: bool,
+        m: &mut impl Machine<F>,
+    ) -> Result<(), Error> {
+        let end = self.check_range(start, len)?;
+        if !self.covered(start, end) {
+            return Err(Error::BadAddress);
+        }
+        let first = self.entry(start).map_or(start, |(s, _)| s);
+        if self
+            .starts_in(first, end)
+            .any(|(_, e)| !e.max_prot.contains(prot))
+        {
+            return Err(Error::Denied);
+        }
+        self.clip_range(objs, start, end)?;
+        self.for_each_in(start, end, |s, e| {
+            let old = e.prot;
+            if set_max {
+                e.max_prot = prot;
+                e.prot = e.prot.and(prot);
+            } else {
+                e.prot = prot;
+            }
+            let lost = old.minus(e.prot);
+            if lost.contains(Prot::READ) || lost.contains(Prot::EXECUTE) {
+                m.unmap(s, e.end);
+            } else if lost.contains(Prot::WRITE) {
+                m.write_protect(s, e.end);
+            }
+        });
+        Ok(())
+    }
+
+    /// Sets the inheritance of `[start, start + len)`, which must be mapped throughout.
+    pub fn inherit<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        len: u64,
+        inherit: Inherit,
+    ) -> Result<(), Error> {
+        let end = self.check_range(start, len)?;
+        if !self.covered(start, end) {
+            return Err(Error::BadAddress);
+        }
+        self.clip_range(objs, start, end)?;
+        self.for_each_in(start, end, |_, e| e.inherit = inherit);
+        Ok(())
+    }
+
+    /// Wires `[start, start + len)` once more (mapped throughout, else
+    /// [`Error::BadAddress`]). The kernel then faults every page in and keeps it mapped;
+    /// a wired range cannot be deallocated and is not inherited.
+    pub fn wire<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        len: u64,
+    ) -> Result<(), Error> {
+        let end = self.check_range(start, len)?;
+        if !self.covered(start, end) {
+            return Err(Error::BadAddress);
+        }
+        let first = self.entry(start).map_or(start, |(s, _)| s);
+        if self.starts_in(first, end).any(|(_, e)| e.wired == u32::MAX) {
+            return Err(Error::NoSpace);
+        }
+        self.clip_range(objs, start, end)?;
+        self.for_each_in(start, end, |_, e| e.wired += 1);
+        Ok(())
+    }
+
+    /// Undoes one [`Map::wire`] of `[start, start + len)`: [`Error::InvalidArgument`] when
+    /// part of it is not wired.
+    pub fn unwire<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        start: u64,
+        len: u64,
+    ) -> Result<(), Error> {
+        let end = self.check_range(start, len)?;
+        if !self.covered(start, end) {
+            return Err(Error::BadAddress);
+        }
+        let first = self.entry(start).map_or(start, |(s, _)| s);
+        if self.starts_in(first, end).any(|(_, e)| e.wired == 0) {
+            return Err(Error::InvalidArgument);
+        }
+        self.clip_range(objs, start, end)?;
+        self.for_each_in(start, end, |_, e| e.wired -= 1);
+        Ok(())
+    }
+}

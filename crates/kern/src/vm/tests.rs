@@ -1,0 +1,770 @@
+//! Tests of the map, fault and copy modules, through a simulated machine: page tables
+//! that act as the cache of the maps they are (an access that finds a translation uses
+//! it without asking the map, as the hardware does), and frames whose contents are one
+//! word. A missing write-protection or shootdown therefore shows up as a wrong read.
+
+use super::copy::{copy_in, copy_out, copy_region, fork};
+use super::fault::{resolve, Decision, FaultStats};
+use super::map::{Map, Placement, ENTRIES_MAX, ENTRY_BYTES};
+use super::object::Objects;
+use super::{Access, Inherit, Machine, Prot, PAGE_SIZE};
+use crate::quota::{Account, AccountRef, Resource};
+use baton_abi::Error;
+use std::collections::BTreeMap;
+use std::vec::Vec;
+
+pub(crate) const P: u64 = PAGE_SIZE;
+pub(crate) const LO: u64 = 0x1000_0000;
+pub(crate) const HI: u64 = 0x2000_0000;
+
+/// Simulated page tables and frames.
+#[derive(Debug, Default)]
+pub(crate) struct Mmu {
+    /// Per task: page -> (frame, writable).
+    pub pts: BTreeMap<usize, BTreeMap<u64, (u64, bool)>>,
+    /// The task whose map is being operated on.
+    pub current: usize,
+    /// Frame -> contents.
+    pub mem: BTreeMap<u64, u64>,
+    next: u64,
+}
+
+impl Mmu {
+    pub fn new_frame(&mut self, value: u64) -> u64 {
+        self.next += 1;
+        self.mem.insert(self.next, value);
+        self.next
+    }
+
+    pub fn drop_task(&mut self, task: usize) {
+        self.pts.remove(&task);
+    }
+}
+
+impl Machine<u64> for Mmu {
+    fn free_frame(&mut self, frame: u64) {
+        for (t, pt) in &self.pts {
+            assert!(
+                pt.values().all(|(f, _)| *f != frame),
+                "frame {frame} freed while task {t} still translates to it"
+            );
+        }
+        assert!(
+            self.mem.remove(&frame).is_some(),
+            "frame {frame} freed twice"
+        );
+    }
+    fn unmap(&mut self, start: u64, end: u64) {
+        if let Some(pt) = self.pts.get_mut(&self.current) {
+            pt.retain(|p, _| *p < start || *p >= end);
+        }
+    }
+    fn write_protect(&mut self, start: u64, end: u64) {
+        if let Some(pt) = self.pts.get_mut(&self.current) {
+            for (_, (_, w)) in pt.range_mut(start..end) {
+                *w = false;
+            }
+        }
+    }
+    fn write_protect_everywhere(&mut self, frame: u64) {
+        for pt in self.pts.values_mut() {
+            for (f, w) in pt.values_mut() {
+                if *f == frame {
+                    *w = false;
+                }
+            }
+        }
+    }
+    fn unmap_everywhere(&mut self, frame: u64) {
+        for pt in self.pts.values_mut() {
+            pt.retain(|_, (f, _)| *f != frame);
+        }
+    }
+}
+
+/// Objects, the machine, counters.
+pub(crate) struct Sim {
+    pub objs: Objects<u64>,
+    pub mmu: Mmu,
+    pub stats: FaultStats,
+    pub root: AccountRef,
+}
+
+impl Sim {
+    pub fn new() -> Sim {
+        Sim {
+            objs: Objects::new(1 << 20),
+            mmu: Mmu::default(),
+            stats: FaultStats::default(),
+            root: Account::root(1 << 40, 1 << 30).unwrap(),
+        }
+    }
+
+    pub fn map(&self) -> Map {
+        let acct = Account::child(&self.root, 1 << 40, 1 << 30).unwrap();
+        Map::new(acct, LO, HI, ENTRIES_MAX).unwrap()
+    }
+
+    /// The frame an access of `task` (whose map is `map`) reaches, faulting as needed.
+    pub fn access(
+        &mut self,
+        task: usize,
+        map: &mut Map,
+        addr: u64,
+        access: Access,
+    ) -> Result<u64, Decision<u64>> {
+        let page = addr & !(P - 1);
+        let pt = self.mmu.pts.entry(task).or_default();
+        if let Some((f, w)) = pt.get(&page) {
+            if access != Access::Write || *w {
+                return Ok(*f);
+            }
+        }
+        for round in 0..6 {
+            let fault = resolve(map, &mut self.objs, addr, access).unwrap();
+            if round == 0 {
+                self.stats.record(access, &fault);
+            }
+            match fault.decision {
+                Decision::Map { frame, writable } => {
+                    assert!(access != Access::Write || writable);
+                    self.mmu
+                        .pts
+                        .entry(task)
+                        .or_default()
+                        .insert(page, (frame, writable));
+                    return Ok(frame);
+                }
+                Decision::ZeroFill { object, offset } => {
+                    let f = self.mmu.new_frame(0);
+                    self.objs.insert_page(object, offset, f).unwrap();
+                }
+                Decision::CopyOnWrite {
+                    from,
+                    to,
+                    offset,
+                    unmap_from,
+                } => {
+                    let v = self.mmu.mem[&from];
+                    let f = self.mmu.new_frame(v);
+                    self.objs.insert_page(to, offset, f).unwrap();
+                    if unmap_from {
+                        self.mmu.unmap_everywhere(from);
+                    }
+                }
+                d => return Err(d),
+            }
+        }
+        panic!("fault at {addr:#x} took more than six rounds");
+    }
+
+    pub fn read(&mut self, task: usize, map: &mut Map, addr: u64) -> Result<u64, Decision<u64>> {
+        let f = self.access(task, map, addr, Access::Read)?;
+        Ok(self.mmu.mem[&f])
+    }
+
+    pub fn write(
+        &mut self,
+        task: usize,
+        map: &mut Map,
+        addr: u64,
+        value: u64,
+    ) -> Result<(), Decision<u64>> {
+        let f = self.access(task, map, addr, Access::Write)?;
+        self.mmu.mem.insert(f, value);
+        Ok(())
+    }
+
+    pub fn end_task(&mut self, task: usize, map: &mut Map) {
+        self.mmu.current = task;
+        map.clear(&mut self.objs, &mut self.mmu);
+        self.mmu.drop_task(task);
+    }
+
+    /// The longest object chain any entry of `map` starts.
+    pub fn longest_chain(&self, map: &Map) -> usize {
+        map.entries()
+            .map(|(_, e)| self.objs.chain_len(e.object))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+fn alloc(sim: &mut Sim, map: &mut Map, at: Placement, len: u64) -> Result<u64, Error> {
+    map.allocate(&mut sim.objs, at, len, Prot::RW, &mut sim.mmu)
+}
+
+#[test]
+fn allocate_anywhere_and_fixed_and_errors() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 4 * P).unwrap();
+    assert_eq!(a, LO);
+    let b = alloc(&mut sim, &mut map, Placement::Anywhere, P).unwrap();
+    assert_eq!(b, LO + 4 * P);
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Fixed(LO + P), P),
+        Err(Error::NoSpace),
+        "overlap"
+    );
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Fixed(LO + 1), P),
+        Err(Error::InvalidArgument),
+        "alignment"
+    );
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Anywhere, 0),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Anywhere, 3),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Fixed(HI), P),
+        Err(Error::BadAddress),
+        "out of range"
+    );
+    assert_eq!(
+        alloc(
+            &mut sim,
+            &mut map,
+            Placement::Fixed(u64::MAX - P + 1),
+            2 * P
+        ),
+        Err(Error::BadAddress),
+        "wrapping"
+    );
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Anywhere, HI),
+        Err(Error::NoSpace)
+    );
+    let c = alloc(&mut sim, &mut map, Placement::Fixed(HI - P), P).unwrap();
+    // No room above the last entry: the first gap from the bottom.
+    map.deallocate(&mut sim.objs, a, 2 * P, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Anywhere, 2 * P),
+        Ok(LO)
+    );
+    assert_eq!(map.len(), 4);
+    assert_eq!(map.query(c).map(|(s, _)| s), Some(c));
+    assert_eq!(
+        map.query(LO + 7 * P).map(|(s, _)| s),
+        Some(c),
+        "next region above"
+    );
+    sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
+    assert_eq!(map.account().used(Resource::Heap), 0);
+}
+
+#[test]
+fn zero_fill_then_memory_fill_and_deallocate_frees() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 0x800_0000).unwrap();
+    assert_eq!(sim.read(0, &mut map, a + 5 * P + 8).unwrap(), 0);
+    sim.write(0, &mut map, a + 5 * P, 77).unwrap();
+    assert_eq!(sim.read(0, &mut map, a + 5 * P).unwrap(), 77);
+    assert_eq!(sim.stats.zero_fills, 1);
+    // Lose the translation: the next read is a memory fill.
+    sim.mmu.pts.clear();
+    assert_eq!(sim.read(0, &mut map, a + 5 * P).unwrap(), 77);
+    assert_eq!(sim.stats.memory_fills, 1);
+    // Deallocating the middle of the private range frees its page at once.
+    map.deallocate(&mut sim.objs, a + 4 * P, 4 * P, &mut sim.mmu)
+        .unwrap();
+    assert!(sim.mmu.mem.is_empty());
+    assert_eq!(map.len(), 2);
+    assert_eq!(
+        sim.read(0, &mut map, a + 5 * P),
+        Err(Decision::AddressError)
+    );
+    assert_eq!(sim.stats.address_errors, 1);
+    sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn protect_inherit_wire_and_their_errors() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 8 * P).unwrap();
+    sim.write(0, &mut map, a + 2 * P, 5).unwrap();
+    sim.mmu.current = 0;
+    map.protect(
+        &mut sim.objs,
+        a + 2 * P,
+        2 * P,
+        Prot::READ,
+        false,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    assert_eq!(map.len(), 3, "split in three");
+    assert_eq!(sim.read(0, &mut map, a + 2 * P).unwrap(), 5);
+    assert_eq!(
+        sim.write(0, &mut map, a + 2 * P, 6),
+        Err(Decision::ProtectionError)
+    );
+    assert_eq!(sim.stats.write_errors, 1);
+    // Lower the maximum, then try to raise above it.
+    map.protect(&mut sim.objs, a, P, Prot::READ, true, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(
+        map.protect(&mut sim.objs, a, P, Prot::RW, false, &mut sim.mmu),
+        Err(Error::Denied)
+    );
+    assert_eq!(
+        map.protect(&mut sim.objs, a, 16 * P, Prot::READ, false, &mut sim.mmu),
+        Err(Error::BadAddress),
+        "a hole"
+    );
+    assert_eq!(
+        map.protect(&mut sim.objs, a + 1, P, Prot::READ, false, &mut sim.mmu),
+        Err(Error::InvalidArgument)
+    );
+    map.protect(&mut sim.objs, a + 4 * P, P, Prot::NONE, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(
+        sim.read(0, &mut map, a + 4 * P),
+        Err(Decision::ProtectionError)
+    );
+    map.inherit(&mut sim.objs, a, 8 * P, Inherit::Share)
+        .unwrap();
+    assert!(map.entries().all(|(_, e)| e.inherit == Inherit::Share));
+    assert_eq!(
+        map.inherit(&mut sim.objs, a, 9 * P, Inherit::None),
+        Err(Error::BadAddress)
+    );
+    // Wiring.
+    assert_eq!(map.unwire(&mut sim.objs, a, P), Err(Error::InvalidArgument));
+    map.wire(&mut sim.objs, a + 6 * P, 2 * P).unwrap();
+    map.wire(&mut sim.objs, a + 6 * P, P).unwrap();
+    assert_eq!(map.entry(a + 6 * P).unwrap().1.wired, 2);
+    assert_eq!(
+        map.deallocate(&mut sim.objs, a, 8 * P, &mut sim.mmu),
+        Err(Error::Denied)
+    );
+    map.unwire(&mut sim.objs, a + 6 * P, 2 * P).unwrap();
+    map.unwire(&mut sim.objs, a + 6 * P, P).unwrap();
+    map.deallocate(&mut sim.objs, a, 8 * P, &mut sim.mmu)
+        .unwrap();
+    assert!(map.is_empty());
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn entries_are_bounded_and_charged() {
+    let mut sim = Sim::new();
+    let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+    let mut map = Map::new(acct.clone(), LO, HI, 3).unwrap();
+    for _ in 0..3 {
+        alloc(&mut sim, &mut map, Placement::Anywhere, P).unwrap();
+    }
+    assert_eq!(
+        alloc(&mut sim, &mut map, Placement::Anywhere, P),
+        Err(Error::NoMemory)
+    );
+    // A deallocation that would need a split fails with nothing changed.
+    let mut big = Map::new(acct.clone(), LO, HI, 1).unwrap();
+    let a = alloc(&mut sim, &mut big, Placement::Anywhere, 4 * P).unwrap();
+    assert_eq!(
+        big.deallocate(&mut sim.objs, a + P, P, &mut sim.mmu),
+        Err(Error::NoMemory)
+    );
+    assert_eq!(big.len(), 1);
+    sim.end_task(1, &mut big);
+    sim.end_task(0, &mut map);
+    assert_eq!(acct.used(Resource::Heap), 0);
+    // A small heap limit bounds the entries too.
+    let tight = Account::child(
+        &sim.root,
+        3 * ENTRY_BYTES + 3 * super::object::OBJECT_BYTES,
+        10,
+    )
+    .unwrap();
+    let mut m2 = Map::new(tight.clone(), LO, HI, ENTRIES_MAX).unwrap();
+    let mut n = 0;
+    while alloc(&mut sim, &mut m2, Placement::Anywhere, P).is_ok() {
+        n += 1;
+    }
+    assert_eq!(n, 3);
+    sim.end_task(2, &mut m2);
+    assert_eq!(tight.used(Resource::Heap), 0);
+}
+
+#[test]
+fn allocation_is_flat_in_the_range_size() {
+    // A huge range is one entry and one object, and touching nothing costs nothing.
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 0x800_0000).unwrap();
+    assert_eq!(map.len(), 1);
+    map.deallocate(&mut sim.objs, a, 0x800_0000, &mut sim.mmu)
+        .unwrap();
+    assert!(sim.objs.is_empty());
+    // Ten thousand entries: the tree stays shallow.
+    for _ in 0..10_000 {
+        alloc(&mut sim, &mut map, Placement::Anywhere, P).unwrap();
+    }
+    assert_eq!(map.len(), 10_000);
+    sim.end_task(0, &mut map);
+}
+
+#[test]
+fn region_copy_is_by_value_both_ways() {
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 4 * P).unwrap();
+    sim.write(0, &mut a, x, 1).unwrap();
+    sim.write(0, &mut a, x + P, 2).unwrap();
+    sim.mmu.current = 0;
+    let y = copy_region(
+        &mut a,
+        &mut sim.objs,
+        x,
+        4 * P,
+        false,
+        &mut b,
+        Placement::Anywhere,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    assert_eq!(sim.read(1, &mut b, y).unwrap(), 1);
+    assert_eq!(sim.read(1, &mut b, y + 2 * P).unwrap(), 0);
+    sim.write(0, &mut a, x, 10).unwrap();
+    sim.write(1, &mut b, y + P, 20).unwrap();
+    sim.write(1, &mut b, y + 3 * P, 30).unwrap();
+    assert_eq!(
+        sim.read(1, &mut b, y).unwrap(),
+        1,
+        "sender's later write unseen"
+    );
+    assert_eq!(
+        sim.read(0, &mut a, x + P).unwrap(),
+        2,
+        "receiver's write unseen"
+    );
+    assert_eq!(sim.read(0, &mut a, x + 3 * P).unwrap(), 0);
+    assert_eq!(sim.read(0, &mut a, x).unwrap(), 10);
+    assert!(sim.stats.cow_copies >= 1);
+    sim.end_task(1, &mut b);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn move_removes_the_source_and_shares_nothing() {
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 2 * P).unwrap();
+    sim.write(0, &mut a, x + P, 9).unwrap();
+    sim.mmu.current = 0;
+    let c = copy_out(&mut a, &mut sim.objs, x, 2 * P, true, &mut sim.mmu).unwrap();
+    assert!(a.is_empty());
+    assert!(!c.pieces()[0].cow, "a move makes nothing copy-on-write");
+    assert_eq!(sim.read(0, &mut a, x), Err(Decision::AddressError));
+    let y = copy_in(&mut b, c, Placement::Fixed(x + 16 * P)).unwrap();
+    assert_eq!(y, x + 16 * P);
+    assert_eq!(sim.read(1, &mut b, y + P).unwrap(), 9);
+    sim.write(1, &mut b, y + P, 4).unwrap();
+    assert_eq!(sim.stats.cow_copies, 0);
+    sim.end_task(1, &mut b);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn copy_errors_change_nothing() {
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 2 * P).unwrap();
+    let r = copy_out(&mut a, &mut sim.objs, x, 3 * P, false, &mut sim.mmu);
+    assert_eq!(r.err(), Some(Error::BadAddress), "a hole");
+    let r = copy_out(&mut a, &mut sim.objs, x + 1, P, false, &mut sim.mmu);
+    assert_eq!(r.err(), Some(Error::InvalidArgument));
+    alloc(&mut sim, &mut b, Placement::Fixed(LO), P).unwrap();
+    let c = copy_out(&mut a, &mut sim.objs, x, 2 * P, false, &mut sim.mmu).unwrap();
+    let (e, c) = copy_in(&mut b, c, Placement::Fixed(LO)).unwrap_err();
+    assert_eq!(e, Error::NoSpace);
+    c.release(&mut sim.objs, &mut sim.mmu);
+    // A physical range is never copied.
+    let d = sim
+        .objs
+        .physical(0xfee0_0000, P, true, a.account())
+        .unwrap();
+    let at = a
+        .map_object(
+            &mut sim.objs,
+            Placement::Anywhere,
+            P,
+            d,
+            0,
+            Prot::RW,
+            Prot::RW,
+            false,
+            Inherit::Copy,
+            &mut sim.mmu,
+        )
+        .unwrap();
+    sim.objs.release(d, &mut sim.mmu);
+    let r = copy_out(&mut a, &mut sim.objs, at, P, false, &mut sim.mmu);
+    assert_eq!(r.err(), Some(Error::InvalidArgument));
+    let f = resolve(&mut a, &mut sim.objs, at, Access::Write).unwrap();
+    assert_eq!(
+        f.decision,
+        Decision::MapPhysical {
+            addr: 0xfee0_0000,
+            writable: true,
+            uncached: true
+        }
+    );
+    sim.end_task(1, &mut b);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn fork_by_inheritance() {
+    let mut sim = Sim::new();
+    let mut p = sim.map();
+    let copy = alloc(&mut sim, &mut p, Placement::Anywhere, 2 * P).unwrap();
+    let share = alloc(&mut sim, &mut p, Placement::Anywhere, P).unwrap();
+    let none = alloc(&mut sim, &mut p, Placement::Anywhere, P).unwrap();
+    p.inherit(&mut sim.objs, share, P, Inherit::Share).unwrap();
+    p.inherit(&mut sim.objs, none, P, Inherit::None).unwrap();
+    sim.write(0, &mut p, copy, 1).unwrap();
+    sim.write(0, &mut p, share, 2).unwrap();
+    sim.mmu.current = 0;
+    let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+    let mut c = fork(&mut p, &mut sim.objs, acct, ENTRIES_MAX, &mut sim.mmu).unwrap();
+    assert_eq!(c.len(), 2);
+    assert_eq!(sim.read(1, &mut c, none), Err(Decision::AddressError));
+    sim.write(1, &mut c, copy, 11).unwrap();
+    sim.write(1, &mut c, share, 12).unwrap();
+    assert_eq!(sim.read(0, &mut p, copy).unwrap(), 1);
+    assert_eq!(sim.read(0, &mut p, share).unwrap(), 12, "shared");
+    sim.write(0, &mut p, copy + P, 3).unwrap();
+    assert_eq!(sim.read(1, &mut c, copy + P).unwrap(), 0);
+    // The child ends: the parent's private object is its own again (collapse), and its
+    // next write reclaims instead of copying.
+    sim.end_task(1, &mut c);
+    assert_eq!(sim.longest_chain(&p), 1);
+    let copies = sim.stats.cow_copies;
+    sim.write(0, &mut p, copy, 4).unwrap();
+    assert_eq!(sim.stats.cow_copies, copies);
+    sim.end_task(0, &mut p);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn a_copy_of_shared_memory_is_a_snapshot() {
+    let mut sim = Sim::new();
+    let mut p = sim.map();
+    let s = alloc(&mut sim, &mut p, Placement::Anywhere, 2 * P).unwrap();
+    p.inherit(&mut sim.objs, s, 2 * P, Inherit::Share).unwrap();
+    sim.write(0, &mut p, s, 1).unwrap();
+    sim.mmu.current = 0;
+    let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+    let mut c = fork(&mut p, &mut sim.objs, acct, ENTRIES_MAX, &mut sim.mmu).unwrap();
+    // The child copies the shared range to a third task.
+    let mut t = sim.map();
+    sim.mmu.current = 1;
+    let y = copy_region(
+        &mut c,
+        &mut sim.objs,
+        s,
+        2 * P,
+        false,
+        &mut t,
+        Placement::Anywhere,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    assert_eq!(sim.read(2, &mut t, y).unwrap(), 1);
+    // Both sharers go on writing; the copy does not see it.
+    sim.write(0, &mut p, s, 5).unwrap();
+    sim.write(1, &mut c, s + P, 6).unwrap();
+    assert_eq!(sim.read(1, &mut c, s).unwrap(), 5);
+    assert_eq!(sim.read(0, &mut p, s + P).unwrap(), 6);
+    assert_eq!(sim.read(2, &mut t, y).unwrap(), 1);
+    assert_eq!(sim.read(2, &mut t, y + P).unwrap(), 0);
+    sim.write(2, &mut t, y + P, 7).unwrap();
+    assert_eq!(sim.read(0, &mut p, s + P).unwrap(), 6);
+    sim.end_task(0, &mut p);
+    sim.end_task(1, &mut c);
+    assert_eq!(sim.read(2, &mut t, y).unwrap(), 1);
+    assert_eq!(sim.read(2, &mut t, y + P).unwrap(), 7);
+    sim.end_task(2, &mut t);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn copying_a_region_a_thousand_times_keeps_chains_bounded() {
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 4 * P).unwrap();
+    for i in 0..1000u64 {
+        sim.mmu.current = 0;
+        let y = copy_region(
+            &mut a,
+            &mut sim.objs,
+            x,
+            4 * P,
+            false,
+            &mut b,
+            Placement::Anywhere,
+            &mut sim.mmu,
+        )
+        .unwrap();
+        sim.write(0, &mut a, x + (i % 4) * P, i).unwrap();
+        sim.write(1, &mut b, y + ((i + 1) % 4) * P, i + 1).unwrap();
+        assert_eq!(
+            sim.read(1, &mut b, y + (i % 4) * P).unwrap(),
+            i.saturating_sub(4) * u64::from(i >= 4)
+        );
+        // Keep the last copy alive across one round, then drop it.
+        sim.mmu.current = 1;
+        b.deallocate(&mut sim.objs, y, 4 * P, &mut sim.mmu).unwrap();
+        assert!(
+            sim.longest_chain(&a) <= 2,
+            "chain {}",
+            sim.longest_chain(&a)
+        );
+        assert!(sim.objs.len() <= 3, "objects {}", sim.objs.len());
+    }
+    assert_eq!(sim.objs.len(), 1);
+    assert!(sim.mmu.mem.len() <= 4);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn forking_a_thousand_generations_keeps_chains_bounded() {
+    // Each generation forks a child, both write, and the parent ends: a chain of
+    // ancestors that would grow without collapse.
+    let mut sim = Sim::new();
+    let mut cur = sim.map();
+    let x = alloc(&mut sim, &mut cur, Placement::Anywhere, 2 * P).unwrap();
+    sim.write(0, &mut cur, x, 1).unwrap();
+    let mut task = 0;
+    for i in 0..1000u64 {
+        sim.mmu.current = task;
+        let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+        let mut child = fork(&mut cur, &mut sim.objs, acct, ENTRIES_MAX, &mut sim.mmu).unwrap();
+        sim.write(task, &mut cur, x + P, i).unwrap();
+        sim.write(task + 1, &mut child, x, i + 2).unwrap();
+        // Every parent writes after its fork: no child ever sees it.
+        assert_eq!(sim.read(task + 1, &mut child, x + P).unwrap(), 0);
+        assert_eq!(sim.read(task + 1, &mut child, x).unwrap(), i + 2);
+        sim.end_task(task, &mut cur);
+        cur = child;
+        task += 1;
+        assert!(sim.longest_chain(&cur) <= 2);
+        assert!(sim.objs.len() <= 3);
+    }
+    sim.end_task(task, &mut cur);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn pager_faults_ask_once_and_wait() {
+    let mut sim = Sim::new();
+    let mut a = sim.map();
+    let o = sim.objs.pager(7, 4 * P, a.account()).unwrap();
+    let at = a
+        .map_object(
+            &mut sim.objs,
+            Placement::Anywhere,
+            4 * P,
+            o,
+            0,
+            Prot::RW,
+            Prot::ALL,
+            false,
+            Inherit::Share,
+            &mut sim.mmu,
+        )
+        .unwrap();
+    let d = sim.read(0, &mut a, at + P).unwrap_err();
+    assert_eq!(
+        d,
+        Decision::PageIn {
+            pager: 7,
+            object: o,
+            offset: P
+        }
+    );
+    assert_eq!(sim.stats.pager_fills, 1);
+    assert_eq!(
+        sim.read(0, &mut a, at + P).unwrap_err(),
+        Decision::Wait {
+            object: o,
+            offset: P
+        }
+    );
+    let f = sim.mmu.new_frame(99);
+    sim.objs.insert_page(o, P, f).unwrap();
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 99);
+    // A copy-on-write mapping of the same object sees it, and its writes stay its own.
+    let cow = a
+        .map_object(
+            &mut sim.objs,
+            Placement::Anywhere,
+            4 * P,
+            o,
+            0,
+            Prot::RW,
+            Prot::ALL,
+            true,
+            Inherit::Copy,
+            &mut sim.mmu,
+        )
+        .unwrap();
+    sim.write(0, &mut a, cow + P, 5).unwrap();
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 99);
+    // The pager dies: a fault on an absent page is an error.
+    assert!(matches!(
+        sim.read(0, &mut a, at).unwrap_err(),
+        Decision::PageIn { .. }
+    ));
+    sim.objs.pager_died(o);
+    assert!(matches!(
+        sim.read(0, &mut a, at).unwrap_err(),
+        Decision::PagerError { .. }
+    ));
+    sim.objs.release(o, &mut sim.mmu);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn fault_stats_add_up() {
+    let mut sim = Sim::new();
+    let mut a = sim.map();
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 4 * P).unwrap();
+    sim.write(0, &mut a, x, 1).unwrap();
+    let _ = sim.read(0, &mut a, HI - P);
+    let c = copy_out(&mut a, &mut sim.objs, x, 4 * P, false, &mut sim.mmu).unwrap();
+    sim.write(0, &mut a, x, 2).unwrap(); // shared: a copy
+    c.release(&mut sim.objs, &mut sim.mmu);
+    sim.write(0, &mut a, x + P, 3).unwrap();
+    let s = sim.stats;
+    assert_eq!(s.faults, s.read_faults + s.write_faults + s.execute_faults);
+    assert_eq!(s.address_errors, 1);
+    assert_eq!(s.cow_copies, 1);
+    assert_eq!(s.zero_fills, 2);
+    let mut total = FaultStats::default();
+    total.add(&s);
+    total.add(&s);
+    assert_eq!(total.faults, 2 * s.faults);
+    assert_eq!(s.address_faults(), 3);
+    sim.end_task(0, &mut a);
+    let _: Vec<u64> = Vec::new();
+}

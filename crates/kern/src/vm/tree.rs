@@ -1,0 +1,445 @@
+//! An ordered map from `u64` keys (addresses, object offsets) whose every allocation can
+//! fail: the address maps' entries and the memory objects' resident pages live in it.
+//!
+//! `alloc::collections::BTreeMap` cannot report an allocation failure (its `insert` calls
+//! the allocation-error handler, a panic in the kernel), so this is an AVL tree of boxed
+//! nodes made with [`crate::fallible::try_box`]: an insert that cannot get its node fails
+//! with nothing changed. Nodes can also be moved whole from one tree to another
+//! ([`Tree::pop_first_node`], [`Tree::insert_node`]), which allocates nothing: a shadow
+//! chain's collapse moves pages that way, so it cannot fail half done.
+//!
+//! # Invariants
+//! - In-order traversal gives strictly increasing keys; each key appears once.
+//! - Every node's `height` is one more than its taller child's, and its children's heights
+//!   differ by at most one, so the height is at most 1.44·log2(n + 2): insert, remove and
+//!   the ordered queries cost O(log n), and the recursion they use is that deep.
+//! - `len` counts the nodes.
+
+use alloc::boxed::Box;
+use baton_abi::Error;
+use core::cmp::Ordering;
+
+/// A child link.
+type Link<V> = Option<Box<Node<V>>>;
+
+/// One node: a key, its value, and the AVL bookkeeping.
+#[derive(Debug)]
+pub struct Node<V> {
+    key: u64,
+    val: V,
+    height: u8,
+    left: Link<V>,
+    right: Link<V>,
+}
+
+impl<V> Node<V> {
+    /// The node's key.
+    pub fn key(&self) -> u64 {
+        self.key
+    }
+
+    /// The node's value.
+    pub fn value(&self) -> &V {
+        &self.val
+    }
+
+    /// Gives the node a new key (only for a node outside any tree, about to be inserted).
+    pub fn set_key(&mut self, key: u64) {
+        self.key = key;
+    }
+
+    /// The value, consuming the node.
+    pub fn into_value(self) -> V {
+        self.val
+    }
+}
+
+/// An ordered map from `u64` to `V`. See the module documentation.
+#[derive(Debug)]
+pub struct Tree<V> {
+    root: Link<V>,
+    len: usize,
+}
+
+impl<V> Default for Tree<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn height<V>(l: &Link<V>) -> i32 {
+    l.as_ref().map_or(0, |n| i32::from(n.height))
+}
+
+fn update<V>(n: &mut Node<V>) {
+    let h = 1 + height(&n.left).max(height(&n.right));
+    n.height = h.clamp(0, i32::from(u8::MAX)) as u8;
+}
+
+fn rotate_right<V>(mut n: Box<Node<V>>) -> Box<Node<V>> {
+    match n.left.take() {
+        Some(mut l) => {
+            n.left = l.right.take();
+            update(&mut n);
+            l.right = Some(n);
+            update(&mut l);
+            l
+        }
+        None => n,
+    }
+}
+
+fn rotate_left<V>(mut n: Box<Node<V>>) -> Box<Node<V>> {
+    match n.right.take() {
+        Some(mut r) => {
+            n.right = r.left.take();
+            update(&mut n);
+            r.left = Some(n);
+            update(&mut r);
+            r
+        }
+        None => n,
+    }
+}
+
+/// Restores the AVL balance of a node whose subtrees are balanced and differ in height
+/// by at most two.
+fn balance<V>(mut n: Box<Node<V>>) -> Box<Node<V>> {
+    update(&mut n);
+    let bf = height(&n.left) - height(&n.right);
+    if bf > 1 {
+        if let Some(l) = n.left.take() {
+            n.left = Some(if height(&l.left) < height(&l.right) {
+                rotate_left(l)
+            } else {
+                l
+            });
+        }
+        rotate_right(n)
+    } else if bf < -1 {
+        if let Some(r) = n.right.take() {
+            n.right = Some(if height(&r.right) < height(&r.left) {
+                rotate_right(r)
+            } else {
+                r
+            });
+        }
+        rotate_left(n)
+    } else {
+        n
+    }
+}
+
+fn rebalance<V>(link: &mut Link<V>) {
+    if let Some(n) = link.take() {
+        *link = Some(balance(n));
+    }
+}
+
+/// Inserts `node`; on an equal key swaps the values and returns the node with the old one.
+fn insert<V>(link: &mut Link<V>, mut node: Box<Node<V>>) -> Option<Box<Node<V>>> {
+    let old = match link {
+        None => {
+            node.height = 1;
+            node.left = None;
+            node.right = None;
+            *link = Some(node);
+            return None;
+        }
+        Some(n) => match node.key.cmp(&n.key) {
+            Ordering::Less => insert(&mut n.left, node),
+            Ordering::Greater => insert(&mut n.right, node),
+            Ordering::Equal => {
+                core::mem::swap(&mut n.val, &mut node.val);
+                return Some(node);
+            }
+        },
+    };
+    rebalance(link);
+    old
+}
+
+/// Removes the smallest node of the tree rooted at `n`: (that node, what is left).
+fn take_min<V>(mut n: Box<Node<V>>) -> (Box<Node<V>>, Link<V>) {
+    match n.left.take() {
+        None => {
+            let rest = n.right.take();
+            (n, rest)
+        }
+        Some(l) => {
+            let (min, rest) = take_min(l);
+            n.left = rest;
+            (min, Some(balance(n)))
+        }
+    }
+}
+
+fn remove<V>(link: &mut Link<V>, key: u64) -> Option<Box<Node<V>>> {
+    let ord = key.cmp(&link.as_ref()?.key);
+    let out = match ord {
+        Ordering::Less => remove(&mut link.as_mut()?.left, key),
+        Ordering::Greater => remove(&mut link.as_mut()?.right, key),
+        Ordering::Equal => {
+            let mut node = link.take()?;
+            *link = match (node.left.take(), node.right.take()) {
+                (None, r) => r,
+                (l, None) => l,
+                (l, Some(r)) => {
+                    let (mut min, rest) = take_min(r);
+                    min.left = l;
+                    min.right = rest;
+                    Some(balance(min))
+                }
+            };
+            return Some(node);
+        }
+    };
+    rebalance(link);
+    out
+}
+
+impl<V> Tree<V> {
+    /// An empty tree.
+    pub const fn new() -> Tree<V> {
+        Tree { root: None, len: 0 }
+    }
+
+    /// Heap bytes one entry takes (what the callers charge per entry).
+    pub const NODE_BYTES: u64 = core::mem::size_of::<Node<V>>() as u64;
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the tree is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Inserts `key -> val`: the value it replaced, or [`Error::NoMemory`] (nothing
+    /// changed, `val` dropped) when no node could be allocated.
+    pub fn insert(&mut self, key: u64, val: V) -> Result<Option<V>, Error> {
+        let node = crate::fallible::try_box(Node {
+            key,
+            val,
+            height: 1,
+            left: None,
+            right: None,
+        })
+        .ok_or(Error::NoMemory)?;
+        Ok(self.insert_node(node).map(|n| n.val))
+    }
+
+    /// Inserts a node taken from a tree (no allocation): on an equal key the values are
+    /// swapped and the node comes back holding the old value.
+    pub fn insert_node(&mut self, node: Box<Node<V>>) -> Option<Box<Node<V>>> {
+        let old = insert(&mut self.root, node);
+        if old.is_none() {
+            self.len += 1;
+        }
+        old
+    }
+
+    /// Removes `key`, returning its value.
+    pub fn remove(&mut self, key: u64) -> Option<V> {
+        self.remove_node(key).map(|n| n.val)
+    }
+
+    /// Removes `key`, returning its node (to insert elsewhere without allocating).
+    pub fn remove_node(&mut self, key: u64) -> Option<Box<Node<V>>> {
+        let n = remove(&mut self.root, key)?;
+        self.len -= 1;
+        Some(n)
+    }
+
+    /// Removes the smallest entry's node.
+    pub fn pop_first_node(&mut self) -> Option<Box<Node<V>>> {
+        let (key, _) = self.first()?;
+        self.remove_node(key)
+    }
+
+    /// The value at `key`.
+    pub fn get(&self, key: u64) -> Option<&V> {
+        let mut cur = self.root.as_deref();
+        while let Some(n) = cur {
+            cur = match key.cmp(&n.key) {
+                Ordering::Less => n.left.as_deref(),
+                Ordering::Greater => n.right.as_deref(),
+                Ordering::Equal => return Some(&n.val),
+            };
+        }
+        None
+    }
+
+    /// The value at `key`, mutably.
+    pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
+        let mut cur = self.root.as_deref_mut();
+        while let Some(n) = cur {
+            cur = match key.cmp(&n.key) {
+                Ordering::Less => n.left.as_deref_mut(),
+                Ordering::Greater => n.right.as_deref_mut(),
+                Ordering::Equal => return Some(&mut n.val),
+            };
+        }
+        None
+    }
+
+    /// Whether `key` is present.
+    pub fn contains(&self, key: u64) -> bool {
+        self.get(key).is_some()
+    }
+
+    /// The entry with the greatest key `<= key`.
+    pub fn floor(&self, key: u64) -> Option<(u64, &V)> {
+        let mut cur = self.root.as_deref();
+        let mut best = None;
+        while let Some(n) = cur {
+            if n.key <= key {
+                best = Some((n.key, &n.val));
+                cur = n.right.as_deref();
+            } else {
+                cur = n.left.as_deref();
+            }
+        }
+        best
+    }
+
+    /// The entry with the smallest key `>= key`.
+    pub fn ceil(&self, key: u64) -> Option<(u64, &V)> {
+        let mut cur = self.root.as_deref();
+        let mut best = None;
+        while let Some(n) = cur {
+            if n.key >= key {
+                best = Some((n.key, &n.val));
+                cur = n.left.as_deref();
+            } else {
+                cur = n.right.as_deref();
+            }
+        }
+        best
+    }
+
+    /// The entry with the smallest key `> key`.
+    pub fn after(&self, key: u64) -> Option<(u64, &V)> {
+        key.checked_add(1).and_then(|k| self.ceil(k))
+    }
+
+    /// The entry with the smallest key.
+    pub fn first(&self) -> Option<(u64, &V)> {
+        let mut cur = self.root.as_deref()?;
+        while let Some(l) = cur.left.as_deref() {
+            cur = l;
+        }
+        Some((cur.key, &cur.val))
+    }
+
+    /// The entry with the greatest key.
+    pub fn last(&self) -> Option<(u64, &V)> {
+        let mut cur = self.root.as_deref()?;
+        while let Some(r) = cur.right.as_deref() {
+            cur = r;
+        }
+        Some((cur.key, &cur.val))
+    }
+
+    /// The entries with keys in `[from, to)`, in order; each step is an O(log n) search,
+    /// so the tree may not change during the walk (collect the keys first to change it).
+    pub fn range(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, &V)> {
+        let mut next = self.ceil(from);
+        core::iter::from_fn(move || {
+            let (k, v) = next.filter(|(k, _)| *k < to)?;
+            next = self.after(k);
+            Some((k, v))
+        })
+    }
+
+    /// Every entry, in order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
+        self.range(0, u64::MAX)
+            .chain(self.get(u64::MAX).map(|v| (u64::MAX, v)))
+    }
+
+    /// The tree's height (for tests of the balance).
+    pub fn height(&self) -> u32 {
+        height(&self.root).unsigned_abs()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use std::vec::Vec;
+
+    fn check<V>(l: &Link<V>, lo: Option<u64>, hi: Option<u64>) -> (i32, usize) {
+        match l {
+            None => (0, 0),
+            Some(n) => {
+                assert!(lo.is_none_or(|lo| n.key > lo) && hi.is_none_or(|hi| n.key < hi));
+                let (hl, cl) = check(&n.left, lo, Some(n.key));
+                let (hr, cr) = check(&n.right, Some(n.key), hi);
+                assert!((hl - hr).abs() <= 1, "unbalanced");
+                assert_eq!(i32::from(n.height), 1 + hl.max(hr));
+                (1 + hl.max(hr), cl + cr + 1)
+            }
+        }
+    }
+
+    #[test]
+    fn matches_a_btreemap() {
+        let mut t = Tree::new();
+        let mut m = BTreeMap::new();
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for step in 0..20_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let k = (x >> 3) % 512;
+            if x.is_multiple_of(3) {
+                assert_eq!(t.remove(k), m.remove(&k));
+            } else {
+                assert_eq!(t.insert(k, step).unwrap(), m.insert(k, step));
+            }
+            let q = (x >> 20) % 520;
+            assert_eq!(t.floor(q), m.range(..=q).next_back().map(|(k, v)| (*k, v)));
+            assert_eq!(t.ceil(q), m.range(q..).next().map(|(k, v)| (*k, v)));
+            assert_eq!(t.get(q), m.get(&q));
+            assert_eq!(t.len(), m.len());
+            if step % 1000 == 0 {
+                let (_, n) = check(&t.root, None, None);
+                assert_eq!(n, t.len());
+                let a: Vec<_> = t.iter().map(|(k, v)| (k, *v)).collect();
+                let b: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
+                assert_eq!(a, b);
+            }
+        }
+        assert_eq!(t.first().map(|(k, _)| k), m.keys().next().copied());
+        assert_eq!(t.last().map(|(k, _)| k), m.keys().next_back().copied());
+    }
+
+    #[test]
+    fn height_is_logarithmic_and_nodes_move_between_trees() {
+        let mut a = Tree::new();
+        for k in 0..4096u64 {
+            a.insert(k, k).unwrap();
+        }
+        assert!(a.height() <= 18, "height {}", a.height());
+        let mut b = Tree::new();
+        while let Some(mut n) = a.pop_first_node() {
+            let k = n.key();
+            n.set_key(k + 10);
+            assert!(b.insert_node(n).is_none());
+        }
+        assert!(a.is_empty());
+        assert_eq!(b.len(), 4096);
+        assert_eq!(b.first(), Some((10, &0)));
+        assert_eq!(b.get(u64::MAX), None);
+        b.insert(u64::MAX, 1).unwrap();
+        assert_eq!(b.iter().last(), Some((u64::MAX, &1)));
+        assert_eq!(
+            b.range(20, 23).map(|(k, _)| k).collect::<Vec<_>>(),
+            [20, 21, 22]
+        );
+    }
+}
