@@ -2,10 +2,13 @@
 //!
 //! A thread that blocks with a continuation gives up its kernel stack; when it runs again
 //! the kernel calls the continuation on whatever stack it is handed. Following the
-//! continuations paper, a continuation here is not an opaque closure but a [`Resume`] point
-//! plus a small scratch area, so other code can *recognise* it: a thread that wakes a
-//! waiter can see that the waiter only needs its system call finished, do that itself, and
-//! let the waiter return straight to user mode.
+//! continuations paper, a continuation here is not an opaque closure but a [`Resume`] point,
+//! so other code can *recognise* it: a thread that wakes a waiter can see that the waiter
+//! only needs its system call finished, do that itself, and let the waiter return straight
+//! to user mode. The paper's continuations keep their state in a small scratch area of the
+//! thread; every resumption point here finds its state in the thread's saved registers
+//! (the system call's arguments) and fields, so the continuation is the point alone: one
+//! byte, written with one store when a thread blocks.
 //!
 //! # Invariants
 //! - A thread has a continuation exactly when it is blocked (or ready) without a kernel
@@ -41,17 +44,12 @@ pub enum Resume {
 pub struct Continuation {
     /// Where to resume.
     pub point: Resume,
-    /// State the resumption point needs.
-    pub scratch: [u64; 3],
 }
 
 impl Continuation {
-    /// A continuation without state.
+    /// The continuation that resumes at `point`.
     pub const fn new(point: Resume) -> Continuation {
-        Continuation {
-            point,
-            scratch: [0; 3],
-        }
+        Continuation { point }
     }
 
     /// Whether resuming means only returning to user mode once a result is written, so that
