@@ -76,7 +76,7 @@ pub use policy::{Kind, Policy};
 pub use pool::Thresholds;
 pub use port::{DeepCopy, Port};
 pub use rt::{
-    checkpoint, current_vp, migrate, probe_enqueue_dequeue, run, stats, vp_count, vp_policy,
+    checkpoint, current_vp, migrate, park, probe_enqueue_dequeue, run, stats, vp_count, vp_policy,
     vp_stats, yield_now, Config, Runnable, Stats, STACK_SIZE,
 };
 pub use state::{End, Paper, State};

@@ -1343,9 +1343,11 @@ fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) {
     bump(&vp.counters.absorbed);
 }
 
-/// Parks the calling thread until [`unpark`]ed (returns at once if a wake-up is pending).
-/// May return spuriously: callers re-check what they wait for.
-pub(crate) fn park() {
+/// Parks (blocks) the calling thread until another unparks it
+/// ([`AnyThread::unpark`](crate::AnyThread::unpark)); returns at once if a wake-up is
+/// already pending. Its virtual processor runs other threads meanwhile. May return
+/// spuriously: re-check what you wait for.
+pub fn park() {
     let (vp, tcb) = here();
     {
         // SAFETY: the running thread is alive.
@@ -1362,7 +1364,7 @@ pub(crate) fn park() {
 }
 
 /// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
-pub(crate) fn unpark(t: &ThreadRef) {
+pub fn unpark(t: &ThreadRef) {
     let vp = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {

@@ -206,4 +206,10 @@ impl AnyThread {
     pub fn wait(&self) {
         rt::demand(&self.0, false);
     }
+
+    /// Wakes the thread if it is parked in [`crate::park`], else leaves it a wake-up that
+    /// its next `park` consumes at once.
+    pub fn unpark(&self) {
+        rt::unpark(&self.0);
+    }
 }
