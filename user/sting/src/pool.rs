@@ -90,13 +90,16 @@ pub struct Local<T> {
 }
 
 impl<T> Local<T> {
-    /// An empty pool with these thresholds (`overflow` at least 1, `refill` at least 1).
+    /// An empty pool with these thresholds (`overflow` at least 1; `refill` at least 1 and
+    /// at most `overflow + 1`, so that a refill, less the TCB it hands out, never leaves
+    /// the pool over its overflow threshold).
     pub fn new(limits: Thresholds) -> Local<T> {
+        let overflow = limits.overflow.max(1);
         Local {
             items: Vec::new(),
             limits: Thresholds {
-                overflow: limits.overflow.max(1),
-                refill: limits.refill.max(1),
+                overflow,
+                refill: limits.refill.clamp(1, overflow + 1),
             },
         }
     }
