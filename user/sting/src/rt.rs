@@ -188,6 +188,9 @@ pub(crate) struct Core {
     id: u64,
     /// Its thread group, fixed at creation.
     pub(crate) group: Option<Arc<GroupInner>>,
+    /// Set (under `ctl`) whenever `suspended` or `terminate` is set, so that a checkpoint
+    /// with nothing to do costs one load; cleared by a checkpoint that finds neither.
+    attention: AtomicBool,
     /// Everything that changes.
     pub(crate) ctl: SpinLock<Ctl>,
 }
@@ -379,6 +382,7 @@ where
             vtable: &Ops::<T, F>::VTABLE,
             id: rt.next_id.fetch_add(1, Relaxed),
             group,
+            attention: AtomicBool::new(false),
             ctl: SpinLock::new(Ctl {
                 state,
                 absorbed: false,
@@ -1397,7 +1401,6 @@ pub fn yield_now() {
     vp.push(me.0, me.1);
     // SAFETY: our TCB; the thread is ready and queued, so it is safe to leave it.
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(next)) };
-    checkpoint();
 }
 
 /// Moves the calling thread to virtual processor `target` (it continues there).
@@ -1432,7 +1435,13 @@ pub fn checkpoint() {
     let (vp, tcb) = here();
     // SAFETY: the running thread is alive.
     let core = unsafe { &*(*tcb).thread.get() };
+    if !core.attention.load(Relaxed) {
+        return;
+    }
     let c = core.ctl.lock();
+    if !c.terminate && !c.suspended {
+        core.attention.store(false, Relaxed);
+    }
     if c.terminate && !c.absorbed {
         drop(c);
         exit_terminated(vp, tcb);
@@ -1470,6 +1479,7 @@ pub(crate) fn suspend(t: &ThreadRef) {
     let mut c = t.core().ctl.lock();
     if !c.state.determined() {
         c.suspended = true;
+        t.core().attention.store(true, Relaxed);
     }
 }
 
@@ -1494,6 +1504,7 @@ pub(crate) fn resume(t: &ThreadRef) {
 pub(crate) fn terminate(t: &ThreadRef) {
     if t.same(current_tcb_thread()) {
         t.core().ctl.lock().terminate = true;
+        t.core().attention.store(true, Relaxed);
         checkpoint();
         return;
     }
@@ -1509,6 +1520,7 @@ pub(crate) fn terminate(t: &ThreadRef) {
             }
             _ => {
                 c.terminate = true;
+                t.core().attention.store(true, Relaxed);
                 // A suspended thread must run to reach its checkpoint.
                 let requeue = c.suspended && c.state == State::Ready && !c.queued;
                 c.suspended = false;
