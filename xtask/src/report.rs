@@ -174,6 +174,9 @@ pub const FLOORS: &[(&str, &str)] = &[
     ("floor.", ""),
     // Sizes are not operations.
     ("mem.", ""),
+    // The Sting runtime's operations stay in user space (no system call): no floor row
+    // is contained in them.
+    ("sting.", ""),
     // A yield, a switch (by handoff or switch_context), a wait or a wake is at least one
     // system call that saves and restores every register in the thread's frame, as
     // `floor_full` does with nothing else (the same entry and exit code).

@@ -354,6 +354,26 @@ const KMEM_REQUIRE: &[&str] = &[
     "kmem_hog#3| TEST PASS kmem_hog",
 ];
 
+/// What the `sting` tests require (the same at every CPU count): each scenario of
+/// `sting::selftest`, then the verdict.
+const STING_REQUIRE: &[&str] = &[
+    "sting#1| ok: states: delayed, scheduled, evaluating (ready, blocked), absorbed, determined (value, terminated)",
+    "sting#1| ok: absorb: 100 delayed threads absorbed with 0 switches",
+    "sting#1| ok: pool_reuse: ",
+    "sting#1| ok: policies: Fifo [0, 1, 2, 3, 4]; Lifo [4, 3, 2, 1, 0]; WorkStealing [4, 3, 2, 1, 0]",
+    "sting#1| ok: stealing: ",
+    "sting#1| ok: migrate: ",
+    "sting#1| ok: mutex: ",
+    "sting#1| ok: condvar: ",
+    "sting#1| ok: barrier: ",
+    "sting#1| ok: suspend: ",
+    "sting#1| ok: terminate: ",
+    "sting#1| ok: groups: ",
+    "sting#1| ok: ports: ",
+    "sting#1| ok: primes: ",
+    "sting#1| TEST PASS sting",
+];
+
 /// `threads10k` creates 10,000 threads, which takes a while under TCG.
 const THREADS10K_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -825,6 +845,33 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // The Sting user-level runtime (`user/sting`): threads, absorption, pools,
+        // policies, stealing, migration, synchronisation, groups, ports, primes; one
+        // virtual processor (kernel thread) per CPU.
+        name: "sting_smp1",
+        init: &["sting"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: STING_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "sting_smp2",
+        init: &["sting"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: STING_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "sting_smp4",
+        init: &["sting"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: STING_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -153,9 +153,11 @@ pub fn run_checked(cmd: &mut Command, what: &str) -> Result<(), String> {
 }
 
 /// The crates built and tested on the host, as `cargo -p` arguments.
-pub const HOST_PACKAGES: [&str; 10] = [
+pub const HOST_PACKAGES: [&str; 12] = [
     "-p",
     "kern",
+    "-p",
+    "sting",
     "-p",
     "baton-abi",
     "-p",

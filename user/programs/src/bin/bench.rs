@@ -982,6 +982,122 @@ fn join<'a>(out: &'a mut [u8], a: &str, b: &str) -> &'a str {
     core::str::from_utf8(out.get(..n).unwrap_or(&[])).unwrap_or("")
 }
 
+/// Runs `measure` as the main thread of a one-virtual-processor Sting runtime with a FIFO
+/// policy (Figure 3's configuration: one ready queue), then prints its row from
+/// [`SAMPLES`]. `measure` records [`ITER`] samples after [`WARMUP`] unrecorded
+/// iterations. The row is printed after the runtime has stopped, on this kernel thread's
+/// own stack (a Sting thread's stack is small).
+fn sting_row(name: &str, measure: fn()) -> Result<(), Failed> {
+    clear_samples();
+    let before = read_stats()?;
+    let ((), _) = sting::run(sting::Config::new(1, sting::Kind::Fifo), measure);
+    let after = read_stats()?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `record` for iteration `w` of [`TOTAL`], if it is past the warm-up.
+#[inline(always)]
+fn record_after_warmup(w: usize, delta: u64) {
+    if let Some(i) = w.checked_sub(WARMUP) {
+        record(&SAMPLES, i, delta);
+    }
+}
+
+/// The Sting runtime's operations (the paper's Figure 3), on one virtual processor.
+fn sting_benchmarks() -> Result<(), Failed> {
+    // Thread creation: a delayed null thread (the object only; no TCB, no queue).
+    sting_row("sting.create", || {
+        for w in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let t = sting::delay(|| ());
+            let t1 = rdtsc_ordered();
+            drop(black_box(t));
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // Fork a null thread and take its value: created, queued, started on a TCB (the
+    // forker blocks, so the child runs; its TCB comes from the pool), finished, and the
+    // forker resumed. `wait` first, so that the child is not absorbed.
+    sting_row("sting.fork_value", || {
+        for w in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let t = sting::fork(|| ());
+            t.wait();
+            black_box(t.value().is_ok());
+            let t1 = rdtsc_ordered();
+            drop(t);
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // Touch a delayed null thread: absorbed, run on the toucher's stack.
+    sting_row("sting.absorb", || {
+        for w in 0..TOTAL {
+            let t = sting::delay(|| ());
+            let t0 = rdtsc_ordered();
+            black_box(t.value().is_ok());
+            let t1 = rdtsc_ordered();
+            drop(t);
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // Put a thread on the virtual processor's ready queue and take it off.
+    sting_row("sting.enqueue_dequeue", || {
+        let t = sting::delay(|| ());
+        for w in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let back = sting::probe_enqueue_dequeue(&t);
+            let t1 = rdtsc_ordered();
+            black_box(back);
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // Synchronous context switch: A yields to B, which was waiting in its own yield; from
+    // A's timestamp before its yield to B's after its yield returned.
+    sting_row("sting.switch", || {
+        let b = sting::fork(|| {
+            for _ in 0..TOTAL {
+                sting::yield_now();
+                let t1 = rdtsc_ordered();
+                let seq = SEQ.load(Ordering::Relaxed) as usize;
+                record_after_warmup(seq, t1.wrapping_sub(STAMP.load(Ordering::Relaxed)));
+            }
+        });
+        for w in 0..=TOTAL {
+            SEQ.store(w as u32, Ordering::Relaxed);
+            STAMP.store(rdtsc_ordered(), Ordering::Relaxed);
+            sting::yield_now();
+        }
+        b.wait();
+    })?;
+    // Block and resume: A wakes B (parked) and blocks; B resumes. From A's timestamp
+    // before its unpark to B's after its park returned.
+    sting_row("sting.block_resume", || {
+        let a = sting::current();
+        let b = sting::fork(move || {
+            for _ in 0..TOTAL {
+                sting::park();
+                let t1 = rdtsc_ordered();
+                let seq = SEQ.load(Ordering::Relaxed) as usize;
+                record_after_warmup(seq, t1.wrapping_sub(STAMP.load(Ordering::Relaxed)));
+                a.unpark();
+            }
+        });
+        // Let B start and park.
+        sting::yield_now();
+        let b_any = b.any();
+        for w in 0..TOTAL {
+            SEQ.store(w as u32, Ordering::Relaxed);
+            STAMP.store(rdtsc_ordered(), Ordering::Relaxed);
+            b_any.unpark();
+            sting::park();
+        }
+        b.wait();
+    })?;
+    Ok(())
+}
+
 /// Runs every benchmark in turn.
 fn run_all() -> Result<(), Failed> {
     let start = read_stats()?;
@@ -1036,6 +1152,7 @@ fn run_all() -> Result<(), Failed> {
     exception_roundtrip(threads)?;
     create_exit("thread.create_exit", &CHILD_STACKS, threads)?;
     frag_create_exit(threads)?;
+    sting_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

@@ -1,0 +1,250 @@
+//! Thread policy managers: what a virtual processor runs next, and which of its threads it
+//! lets other virtual processors take.
+//!
+//! Each virtual processor is closed over one [`Policy`] object (the paper's thread policy
+//! manager, a first-class value rather than code in the thread controller), chosen per
+//! virtual processor when the runtime starts. The thread controller calls it and nothing
+//! else does; the policies know nothing of threads beyond the items they queue, so they
+//! are generic and tested on the host with plain integers.
+//!
+//! Migration is under the policy's control in both directions: a virtual processor that
+//! has nothing to run asks the others only if its own policy [`steals`](Policy::steals),
+//! and a victim hands over only what its policy [`give`](Policy::give)s.
+//!
+//! | policy | `next` | `give` (to a thief) | `steals` when idle |
+//! |---|---|---|---|
+//! | [`Fifo`] | oldest | nothing | no |
+//! | [`Lifo`] | newest | nothing | no |
+//! | [`WorkStealing`] | newest (the owner works depth-first) | oldest (the biggest piece of a divide-and-conquer tree) | yes |
+//!
+//! # Invariants
+//!
+//! - Every item enqueued is returned exactly once, by `next` or by `give`, unless the
+//!   policy is dropped.
+//! - `len` is the number of items enqueued and not yet returned.
+
+use alloc::collections::VecDeque;
+
+/// A thread policy manager over items of type `T` (the runtime's thread references).
+pub trait Policy<T>: Send {
+    /// A short name for reports (`fifo`, `lifo`, `steal`).
+    fn name(&self) -> &'static str;
+    /// Puts a runnable item on the queue (a new thread, or one that became ready again).
+    fn enqueue(&mut self, item: T);
+    /// The item to run next, if any.
+    fn next(&mut self) -> Option<T>;
+    /// An item another (idle) virtual processor may take, or `None` to keep them all.
+    fn give(&mut self) -> Option<T>;
+    /// Whether this virtual processor asks the others for work when it has none.
+    fn steals(&self) -> bool;
+    /// Items on the queue.
+    fn len(&self) -> usize;
+    /// Whether the queue is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// First in, first out: threads run in the order they became runnable. Keeps its threads.
+pub struct Fifo<T> {
+    /// Oldest at the front.
+    queue: VecDeque<T>,
+}
+
+impl<T> Fifo<T> {
+    /// An empty queue.
+    pub const fn new() -> Fifo<T> {
+        Fifo {
+            queue: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Default for Fifo<T> {
+    fn default() -> Fifo<T> {
+        Fifo::new()
+    }
+}
+
+impl<T: Send> Policy<T> for Fifo<T> {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+    fn enqueue(&mut self, item: T) {
+        self.queue.push_back(item);
+    }
+    fn next(&mut self) -> Option<T> {
+        self.queue.pop_front()
+    }
+    fn give(&mut self) -> Option<T> {
+        None
+    }
+    fn steals(&self) -> bool {
+        false
+    }
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+}
+
+/// Last in, first out: the newest runnable thread runs first. Keeps its threads.
+pub struct Lifo<T> {
+    /// Newest at the back.
+    stack: VecDeque<T>,
+}
+
+impl<T> Lifo<T> {
+    /// An empty stack.
+    pub const fn new() -> Lifo<T> {
+        Lifo {
+            stack: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Default for Lifo<T> {
+    fn default() -> Lifo<T> {
+        Lifo::new()
+    }
+}
+
+impl<T: Send> Policy<T> for Lifo<T> {
+    fn name(&self) -> &'static str {
+        "lifo"
+    }
+    fn enqueue(&mut self, item: T) {
+        self.stack.push_back(item);
+    }
+    fn next(&mut self) -> Option<T> {
+        self.stack.pop_back()
+    }
+    fn give(&mut self) -> Option<T> {
+        None
+    }
+    fn steals(&self) -> bool {
+        false
+    }
+    fn len(&self) -> usize {
+        self.stack.len()
+    }
+}
+
+/// Work stealing: the owner runs its newest thread (depth first, as a sequential program
+/// would), an idle virtual processor takes the owner's oldest, and this virtual processor
+/// steals in turn when it runs dry.
+pub struct WorkStealing<T> {
+    /// Newest at the back (the owner's end), oldest at the front (the thieves' end).
+    deque: VecDeque<T>,
+}
+
+impl<T> WorkStealing<T> {
+    /// An empty deque.
+    pub const fn new() -> WorkStealing<T> {
+        WorkStealing {
+            deque: VecDeque::new(),
+        }
+    }
+}
+
+impl<T> Default for WorkStealing<T> {
+    fn default() -> WorkStealing<T> {
+        WorkStealing::new()
+    }
+}
+
+impl<T: Send> Policy<T> for WorkStealing<T> {
+    fn name(&self) -> &'static str {
+        "steal"
+    }
+    fn enqueue(&mut self, item: T) {
+        self.deque.push_back(item);
+    }
+    fn next(&mut self) -> Option<T> {
+        self.deque.pop_back()
+    }
+    fn give(&mut self) -> Option<T> {
+        self.deque.pop_front()
+    }
+    fn steals(&self) -> bool {
+        true
+    }
+    fn len(&self) -> usize {
+        self.deque.len()
+    }
+}
+
+/// The built-in policies, to choose one per virtual processor by name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// [`Fifo`].
+    Fifo,
+    /// [`Lifo`].
+    Lifo,
+    /// [`WorkStealing`].
+    WorkStealing,
+}
+
+impl Kind {
+    /// A new, empty policy of this kind.
+    pub fn make<T: Send + 'static>(self) -> alloc::boxed::Box<dyn Policy<T>> {
+        match self {
+            Kind::Fifo => alloc::boxed::Box::new(Fifo::new()),
+            Kind::Lifo => alloc::boxed::Box::new(Lifo::new()),
+            Kind::WorkStealing => alloc::boxed::Box::new(WorkStealing::new()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+
+    fn drain(p: &mut dyn Policy<u32>) -> Vec<u32> {
+        core::iter::from_fn(|| p.next()).collect()
+    }
+
+    #[test]
+    fn fifo_runs_in_order_and_keeps_its_threads() {
+        let mut p = Fifo::new();
+        for i in 0..5 {
+            p.enqueue(i);
+        }
+        assert_eq!(p.give(), None);
+        assert!(!p.steals());
+        assert_eq!(p.len(), 5);
+        assert_eq!(drain(&mut p), [0, 1, 2, 3, 4]);
+        assert!(p.is_empty());
+    }
+
+    #[test]
+    fn lifo_runs_newest_first() {
+        let mut p = Lifo::new();
+        for i in 0..5 {
+            p.enqueue(i);
+        }
+        assert_eq!(p.give(), None);
+        assert_eq!(drain(&mut p), [4, 3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn work_stealing_owner_newest_thief_oldest() {
+        let mut p = WorkStealing::new();
+        for i in 0..5 {
+            p.enqueue(i);
+        }
+        assert!(p.steals());
+        assert_eq!(p.give(), Some(0));
+        assert_eq!(p.next(), Some(4));
+        assert_eq!(p.give(), Some(1));
+        assert_eq!(drain(&mut p), [3, 2]);
+        assert_eq!(p.give(), None);
+    }
+
+    #[test]
+    fn kinds_make_their_policies() {
+        assert_eq!(Kind::Fifo.make::<u32>().name(), "fifo");
+        assert_eq!(Kind::Lifo.make::<u32>().name(), "lifo");
+        assert_eq!(Kind::WorkStealing.make::<u32>().name(), "steal");
+    }
+}

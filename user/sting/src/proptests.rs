@@ -1,0 +1,175 @@
+//! Property tests: random sequences of operations on the policy managers and the TCB
+//! pools, compared step by step with naive reference models built from the standard
+//! library's collections.
+
+use alloc::collections::VecDeque;
+use alloc::vec::Vec;
+use proptest::prelude::*;
+
+use crate::policy::{Kind, Policy};
+use crate::pool::{Global, Local, Thresholds};
+
+/// An operation on a policy manager.
+#[derive(Clone, Debug)]
+enum PolicyOp {
+    Enqueue,
+    Next,
+    Give,
+}
+
+fn policy_op() -> impl Strategy<Value = PolicyOp> {
+    prop_oneof![
+        3 => Just(PolicyOp::Enqueue),
+        2 => Just(PolicyOp::Next),
+        1 => Just(PolicyOp::Give),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Each policy against a deque model: FIFO takes the oldest, LIFO and work stealing
+    /// the newest; only work stealing gives (its oldest) to thieves. Every item comes back
+    /// exactly once.
+    #[test]
+    fn policies_match_their_models(
+        kind in prop_oneof![Just(Kind::Fifo), Just(Kind::Lifo), Just(Kind::WorkStealing)],
+        ops in proptest::collection::vec(policy_op(), 0..200),
+    ) {
+        let mut p: alloc::boxed::Box<dyn Policy<u32>> = kind.make();
+        let mut model: VecDeque<u32> = VecDeque::new();
+        let mut next_item = 0u32;
+        let mut returned = Vec::new();
+        for op in ops {
+            match op {
+                PolicyOp::Enqueue => {
+                    p.enqueue(next_item);
+                    model.push_back(next_item);
+                    next_item += 1;
+                }
+                PolicyOp::Next => {
+                    let want = match kind {
+                        Kind::Fifo => model.pop_front(),
+                        Kind::Lifo | Kind::WorkStealing => model.pop_back(),
+                    };
+                    let got = p.next();
+                    prop_assert_eq!(got, want);
+                    returned.extend(got);
+                }
+                PolicyOp::Give => {
+                    let want = match kind {
+                        Kind::WorkStealing => model.pop_front(),
+                        Kind::Fifo | Kind::Lifo => None,
+                    };
+                    let got = p.give();
+                    prop_assert_eq!(got, want);
+                    returned.extend(got);
+                }
+            }
+            prop_assert_eq!(p.len(), model.len());
+            prop_assert_eq!(p.steals(), kind == Kind::WorkStealing);
+        }
+        returned.extend(core::iter::from_fn(|| p.next()));
+        returned.sort_unstable();
+        prop_assert_eq!(returned, (0..next_item).collect::<Vec<_>>());
+    }
+}
+
+/// An operation on the pools of several virtual processors.
+#[derive(Clone, Debug)]
+enum PoolOp {
+    /// Virtual processor `n` starts a thread: it needs a TCB.
+    Acquire(usize),
+    /// Virtual processor `n` gives back the TCB its thread `k`-th oldest in use had.
+    Release(usize, usize),
+}
+
+fn pool_op() -> impl Strategy<Value = PoolOp> {
+    prop_oneof![
+        (0..3usize).prop_map(PoolOp::Acquire),
+        (0..3usize, 0..64usize).prop_map(|(v, k)| PoolOp::Release(v, k)),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// Three virtual processors' local pools and the global pool, driven the way the
+    /// runtime drives them, against a model: a new TCB is made only when the local and
+    /// the global pool are both empty; a local pool never holds more than its overflow
+    /// threshold after an operation; acquire returns the last TCB released locally; no TCB
+    /// is ever in two places; and the number of TCBs made never exceeds the most ever in
+    /// use at once plus what the other processors' pools may hold.
+    #[test]
+    fn pools_reuse_before_they_create(
+        overflow in 1usize..8,
+        refill in 1usize..6,
+        ops in proptest::collection::vec(pool_op(), 0..300),
+    ) {
+        let limits = Thresholds { overflow, refill };
+        let mut global = Global::new();
+        let mut locals: Vec<Local<u32>> = (0..3).map(|_| Local::new(limits)).collect();
+        // The model: the items each local pool holds (newest last), and the global pool.
+        let mut model_local: Vec<Vec<u32>> = alloc::vec![Vec::new(); 3];
+        let mut model_global: Vec<u32> = Vec::new();
+        let mut in_use: Vec<u32> = Vec::new();
+        let mut made = 0u32;
+        let mut peak = 0usize;
+        for op in ops {
+            match op {
+                PoolOp::Acquire(v) => {
+                    let got = match locals[v].take() {
+                        Some(t) => Some(t),
+                        None => locals[v].refill(&mut global),
+                    };
+                    let want = if let Some(t) = model_local[v].pop() {
+                        Some(t)
+                    } else {
+                        let take = refill.min(overflow + 1).min(model_global.len());
+                        let from = model_global.len() - take;
+                        model_local[v].extend(model_global.drain(from..));
+                        model_local[v].pop()
+                    };
+                    prop_assert_eq!(got, want);
+                    let t = match got {
+                        Some(t) => t,
+                        None => {
+                            prop_assert!(model_local[v].is_empty() && model_global.is_empty());
+                            made += 1;
+                            made - 1
+                        }
+                    };
+                    prop_assert!(!in_use.contains(&t));
+                    in_use.push(t);
+                    peak = peak.max(in_use.len());
+                }
+                PoolOp::Release(v, k) => {
+                    if in_use.is_empty() {
+                        continue;
+                    }
+                    let t = in_use.remove(k % in_use.len());
+                    if locals[v].put(t) {
+                        locals[v].spill(&mut global);
+                    }
+                    model_local[v].push(t);
+                    if model_local[v].len() > overflow {
+                        let half = model_local[v].len() / 2;
+                        model_global.extend(model_local[v].drain(..half));
+                    }
+                }
+            }
+            for (l, m) in locals.iter().zip(&model_local) {
+                prop_assert_eq!(l.len(), m.len());
+                prop_assert!(l.len() <= overflow);
+            }
+            prop_assert_eq!(global.len(), model_global.len());
+            prop_assert_eq!(
+                in_use.len() + global.len() + locals.iter().map(Local::len).sum::<usize>(),
+                made as usize
+            );
+        }
+        // A TCB is made only when its processor's pool and the global pool are empty, so
+        // at most the other two processors' pools hold TCBs then.
+        prop_assert!(made as usize <= peak + 2 * overflow);
+    }
+}

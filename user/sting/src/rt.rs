@@ -1,0 +1,1578 @@
+//! The thread controller and the virtual processors: thread objects, thread control blocks
+//! (TCBs), the ready queues behind each virtual processor's policy manager, the TCB pools,
+//! blocking and waking, and [`run`], which starts it all.
+//!
+//! # Structure
+//!
+//! - A *thread* ([`Core`], behind [`ThreadRef`] and the typed handle
+//!   [`Thread`](crate::Thread)) is a first-class object: a thunk, its value once determined,
+//!   its state, and a wait list. It exists from `fork`/`delay` on and gets storage to run
+//!   on only when it starts.
+//! - A *TCB* ([`Tcb`]) is control state and a stack in one block of [`STACK_SIZE`] bytes
+//!   aligned to its size, the TCB at the bottom. The running code finds its TCB by masking
+//!   its stack pointer, and its thread and virtual processor through the TCB. An absorbed
+//!   thread runs on its demander's TCB, which then names the absorbed thread as running.
+//! - A *virtual processor* ([`Vp`]) is a kernel thread running a scheduler loop on its
+//!   own stack, with a policy manager over its ready queue, a LIFO pool of free TCBs and
+//!   counters. Threads switch directly to the next thread; the scheduler loop's context is
+//!   used only when a virtual processor has nothing to run, and it then parks the kernel
+//!   thread until work arrives (or steals, if its policy says so).
+//!
+//! # Locks
+//!
+//! Three kinds of spin lock, never two held at once: a ready queue's, a thread's
+//! (`Core::ctl`: its state, flags, TCB and wait list) and a synchronisation object's (in
+//! [`crate::sync`], [`crate::port`], [`crate::group`]). The global TCB pool's lock is taken
+//! alone too.
+//!
+//! # Switching safely between virtual processors
+//!
+//! A thread that gives up its processor (blocks, yields, migrates, suspends) may be made
+//! runnable and taken by another virtual processor before it has finished switching away.
+//! Every TCB has a `running` flag: set by the virtual processor that switches to it, and
+//! cleared only by the context that runs next on the same virtual processor, after the
+//! switch ([`Vp::finish_switch`]). A virtual processor about to resume a TCB waits until
+//! its flag is clear. A finished thread's TCB goes back to the pool the same way, after the
+//! switch, so no one can take it while it is still the stack in use.
+//!
+//! # Invariants
+//!
+//! - A thread's state changes only through [`State::on`], under its `ctl` lock.
+//! - A thread is on at most one ready queue at a time: `queued` is set by whoever pushes it
+//!   and cleared by whoever pops it; stale entries (absorbed, terminated or suspended
+//!   threads) are dropped when popped.
+//! - A TCB is in exactly one of: a pool, in use by a started thread, or being switched away
+//!   from (until its virtual processor's next `finish_switch`).
+//! - `Vp::local` is touched only by the kernel thread of that virtual processor.
+
+use alloc::alloc::{alloc, dealloc, handle_alloc_error};
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::alloc::Layout;
+use core::cell::{Cell, UnsafeCell};
+use core::marker::PhantomData;
+use core::ptr::{self, NonNull};
+use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
+use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+
+use crate::arch;
+use crate::group::GroupInner;
+use crate::platform;
+use crate::policy::{Kind, Policy};
+use crate::pool::{self, Thresholds};
+use crate::spin::SpinLock;
+use crate::state::{End, Event, Paper, State};
+
+/// Bytes of one TCB and its stack, and their alignment.
+pub const STACK_SIZE: usize = 16 * 1024;
+/// The first word of every TCB; a stack that overflowed into its TCB changes it.
+const MAGIC: u64 = 0x5354_494e_4754_4342;
+/// How long an idle virtual processor parks before looking again (a backstop: work for
+/// it wakes it at once).
+const IDLE_PARK_NS: u64 = 1_000_000;
+
+// ---------------------------------------------------------------------------------------
+// Thread control blocks
+
+/// A thread control block: the bottom of a [`STACK_SIZE`] block whose rest is its stack.
+#[repr(C)]
+pub(crate) struct Tcb {
+    /// [`MAGIC`].
+    magic: u64,
+    /// The saved stack pointer while the TCB is not running.
+    sp: UnsafeCell<usize>,
+    /// Set while a virtual processor runs on this TCB or is switching away from it.
+    running: AtomicBool,
+    /// The thread running on this TCB: its owner, or a thread it absorbed. Owns one
+    /// reference to the owner (the absorbed thread's is held by the absorbing frame).
+    thread: Cell<*const Core>,
+    /// The virtual processor running this TCB (set by whoever switches to it).
+    vp: Cell<*const Vp>,
+}
+
+/// A TCB pointer that may sit in the pools (which the runtime shares between threads).
+pub(crate) struct TcbPtr(*mut Tcb);
+// SAFETY: a pooled TCB is owned by the pool that holds it; the pointer is only handed
+// from pool to pool or to the one virtual processor that takes it out.
+unsafe impl Send for TcbPtr {}
+
+/// The layout of one TCB block.
+fn tcb_layout() -> Layout {
+    // STACK_SIZE is a power of two, so this cannot fail.
+    Layout::from_size_align(STACK_SIZE, STACK_SIZE).unwrap_or(Layout::new::<Tcb>())
+}
+
+impl Tcb {
+    /// A new TCB and stack from the heap.
+    fn create() -> *mut Tcb {
+        let layout = tcb_layout();
+        // SAFETY: the layout has a non-zero size.
+        let p = unsafe { alloc(layout) }.cast::<Tcb>();
+        if p.is_null() {
+            handle_alloc_error(layout);
+        }
+        // SAFETY: `p` is a fresh block of STACK_SIZE bytes, aligned to STACK_SIZE, more
+        // than a Tcb needs.
+        unsafe {
+            p.write(Tcb {
+                magic: MAGIC,
+                sp: UnsafeCell::new(0),
+                running: AtomicBool::new(false),
+                thread: Cell::new(ptr::null()),
+                vp: Cell::new(ptr::null()),
+            })
+        };
+        p
+    }
+
+    /// Frees a TCB made by [`create`](Self::create).
+    ///
+    /// # Safety
+    ///
+    /// Nothing runs on it, and nothing refers to it any more.
+    unsafe fn destroy(tcb: *mut Tcb) {
+        // SAFETY: the caller's promise; the block was allocated with this layout.
+        unsafe { dealloc(tcb.cast(), tcb_layout()) };
+    }
+}
+
+/// The TCB the calling code runs on.
+///
+/// Panics if the code is not on a sting thread's stack (or overflowed into its TCB).
+#[inline]
+fn current_tcb() -> *mut Tcb {
+    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
+    // SAFETY: on a sting thread, the stack pointer lies inside a TCB block, whose first
+    // word is the magic. The runtime's API is for sting threads only (documented at the
+    // crate root); this check catches a misuse that has not already faulted.
+    if unsafe { (*tcb).magic } != MAGIC {
+        not_a_sting_thread();
+    }
+    tcb
+}
+
+#[cold]
+fn not_a_sting_thread() -> ! {
+    panic!("sting: called outside a sting thread, or a thread overflowed its stack")
+}
+
+/// The virtual processor and TCB the calling code runs on.
+#[inline]
+fn here() -> (&'static Vp, *mut Tcb) {
+    let tcb = current_tcb();
+    // SAFETY: a running TCB's `vp` was set, by whoever switched to it, to a virtual
+    // processor of the live runtime (which outlives every thread that runs).
+    (unsafe { &*(*tcb).vp.get() }, tcb)
+}
+
+// ---------------------------------------------------------------------------------------
+// Threads
+
+/// What a thread's type-erased operations are.
+struct VTable {
+    /// Runs the thunk and stores its value (once).
+    run: unsafe fn(*const Core),
+    /// Frees the whole thread object.
+    drop: unsafe fn(*const Core),
+}
+
+/// The type-independent part of a thread, at the start of every thread object.
+#[repr(C)]
+pub(crate) struct Core {
+    /// References: handles, ready-queue entries, the owning TCB, wait-list wakers.
+    refs: AtomicUsize,
+    /// Its type's operations.
+    vtable: &'static VTable,
+    /// Its number, unique in the run.
+    id: u64,
+    /// Its thread group, fixed at creation.
+    pub(crate) group: Option<Arc<GroupInner>>,
+    /// Set (under `ctl`) whenever `suspended` or `terminate` is set, so that a checkpoint
+    /// with nothing to do costs one load; cleared by a checkpoint that finds neither.
+    attention: AtomicBool,
+    /// Everything that changes.
+    pub(crate) ctl: SpinLock<Ctl>,
+}
+
+/// A thread's changing state, under `Core::ctl`.
+pub(crate) struct Ctl {
+    /// The state machine's state.
+    pub(crate) state: State,
+    /// It started by absorption (the paper's *absorbed* until determined).
+    absorbed: bool,
+    /// It is on a ready queue, with entry `ticket`, waiting to be claimed.
+    queued: bool,
+    /// The ticket of its latest ready-queue entry.
+    ticket: u32,
+    /// It must not run until resumed.
+    pub(crate) suspended: bool,
+    /// It must end at its next checkpoint.
+    terminate: bool,
+    /// A wake-up arrived while it was not blocked: its next park returns at once.
+    token: bool,
+    /// The TCB it runs on, once started.
+    tcb: *mut Tcb,
+    /// The virtual processor it was placed on or last ran on.
+    vp: usize,
+    /// Threads waiting for it to be determined.
+    waiters: WaitList,
+}
+
+/// A thread object with its thunk and value. `repr(C)` so that [`Head`] is a prefix of it
+/// whatever `F` is.
+#[repr(C)]
+struct Inner<T, F> {
+    core: Core,
+    /// Written once, by whoever runs the thunk, before the state becomes determined.
+    value: UnsafeCell<Option<T>>,
+    /// Taken once, by whoever runs it.
+    thunk: UnsafeCell<Option<F>>,
+}
+
+/// The part of [`Inner`] that a handle, which does not know `F`, reads.
+#[repr(C)]
+struct Head<T> {
+    core: Core,
+    value: UnsafeCell<Option<T>>,
+}
+
+/// Runs the thunk of an `Inner<T, F>` and stores its value.
+///
+/// # Safety
+///
+/// `core` is the `core` of a live `Inner<T, F>` whose thunk has not been taken, and the
+/// caller is the one thread that runs it (it won the Start or Absorb transition).
+unsafe fn run_inner<T, F: FnOnce() -> T>(core: *const Core) {
+    let inner = core.cast::<Inner<T, F>>();
+    // SAFETY: the caller's promise: only we touch the thunk and the value now.
+    let thunk = unsafe { (*(*inner).thunk.get()).take() };
+    if let Some(f) = thunk {
+        let v = f();
+        // SAFETY: as above; readers read the value only after the state is determined,
+        // which `complete` publishes under the lock after this write.
+        unsafe { *(*inner).value.get() = Some(v) };
+    }
+}
+
+/// Frees an `Inner<T, F>`.
+///
+/// # Safety
+///
+/// The last reference to a thread made by [`new_thread`] with these `T`, `F`.
+unsafe fn drop_inner<T, F>(core: *const Core) {
+    // SAFETY: it was allocated as a `Box<Inner<T, F>>`.
+    drop(unsafe { Box::from_raw(core.cast::<Inner<T, F>>().cast_mut()) });
+}
+
+/// An owned, counted reference to a thread of any type: what ready queues, TCBs and
+/// policy managers hold.
+pub struct ThreadRef(NonNull<Core>);
+
+// SAFETY: the thread object is shared between virtual processors by design: its mutable
+// parts are behind its lock, the thunk and value are touched as `run_inner` describes,
+// and `new_thread` requires `T: Send + Sync` and `F: Send`.
+unsafe impl Send for ThreadRef {}
+// SAFETY: as above.
+unsafe impl Sync for ThreadRef {}
+
+impl ThreadRef {
+    /// The thread object.
+    pub(crate) fn core(&self) -> &Core {
+        // SAFETY: we hold a reference, so the object is alive.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// Gives up this reference as a raw pointer (for a TCB's `thread`).
+    fn into_raw(self) -> *const Core {
+        let p = self.0.as_ptr().cast_const();
+        core::mem::forget(self);
+        p
+    }
+
+    /// Takes back a reference given up by [`into_raw`](Self::into_raw).
+    ///
+    /// # Safety
+    ///
+    /// `p` came from `into_raw` and that reference is not used elsewhere.
+    unsafe fn from_raw(p: *const Core) -> ThreadRef {
+        // SAFETY: `into_raw` gave a non-null pointer.
+        ThreadRef(unsafe { NonNull::new_unchecked(p.cast_mut()) })
+    }
+
+    /// A new reference to the thread at `p`.
+    ///
+    /// # Safety
+    ///
+    /// `p` points to a live thread (someone holds a reference for the duration).
+    pub(crate) unsafe fn clone_raw(p: *const Core) -> ThreadRef {
+        // SAFETY: the caller's promise.
+        unsafe { (*p).refs.fetch_add(1, Relaxed) };
+        // SAFETY: the caller's promise: non-null.
+        ThreadRef(unsafe { NonNull::new_unchecked(p.cast_mut()) })
+    }
+
+    /// Whether this is the only reference to the thread.
+    pub(crate) fn unique(&self) -> bool {
+        self.core().refs.load(Acquire) == 1
+    }
+
+    /// Whether two references name the same thread.
+    pub(crate) fn same(&self, other: *const Core) -> bool {
+        ptr::eq(self.0.as_ptr(), other)
+    }
+}
+
+impl Clone for ThreadRef {
+    fn clone(&self) -> ThreadRef {
+        self.core().refs.fetch_add(1, Relaxed);
+        ThreadRef(self.0)
+    }
+}
+
+impl Drop for ThreadRef {
+    fn drop(&mut self) {
+        if self.core().refs.fetch_sub(1, Release) == 1 {
+            fence(Acquire);
+            let vtable = self.core().vtable;
+            // SAFETY: that was the last reference.
+            unsafe { (vtable.drop)(self.0.as_ptr()) };
+        }
+    }
+}
+
+/// A ready-queue entry: a thread and the ticket it was queued with. An entry whose ticket
+/// is not the thread's current one (the thread was absorbed, terminated or suspended, and
+/// perhaps queued again since) is stale and dropped when popped.
+pub struct Runnable {
+    /// The thread.
+    t: ThreadRef,
+    /// `Ctl::ticket` when it was queued.
+    ticket: u32,
+}
+
+impl Ctl {
+    /// Marks the thread queued (it must not be already) and gives the entry's ticket.
+    fn enqueue(&mut self) -> u32 {
+        self.queued = true;
+        self.ticket = self.ticket.wrapping_add(1);
+        self.ticket
+    }
+}
+
+/// Makes a thread object running `f`, in `state`, placed on virtual processor `vp`.
+/// Returns the reference for the handle.
+fn new_thread<T, F>(f: F, state: State, vp: usize, group: Option<Arc<GroupInner>>) -> ThreadRef
+where
+    T: Send + Sync + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    /// The operations of `Inner<T, F>`.
+    struct Ops<T, F>(PhantomData<(T, F)>);
+    impl<T, F: FnOnce() -> T> Ops<T, F> {
+        const VTABLE: VTable = VTable {
+            run: run_inner::<T, F>,
+            drop: drop_inner::<T, F>,
+        };
+    }
+    let rt = runtime();
+    let inner = Box::new(Inner::<T, F> {
+        core: Core {
+            refs: AtomicUsize::new(1),
+            vtable: &Ops::<T, F>::VTABLE,
+            id: rt.next_id.fetch_add(1, Relaxed),
+            group,
+            attention: AtomicBool::new(false),
+            ctl: SpinLock::new(Ctl {
+                state,
+                absorbed: false,
+                queued: false,
+                ticket: 0,
+                suspended: false,
+                terminate: false,
+                token: false,
+                tcb: ptr::null_mut(),
+                vp,
+                waiters: WaitList::new(),
+            }),
+        },
+        value: UnsafeCell::new(None),
+        thunk: UnsafeCell::new(Some(f)),
+    });
+    // SAFETY: `Box::into_raw` is non-null; `core` is the first field (`repr(C)`).
+    ThreadRef(unsafe { NonNull::new_unchecked(Box::into_raw(inner).cast::<Core>()) })
+}
+
+/// The value of a determined thread of value type `T`.
+///
+/// # Safety
+///
+/// `core` is a live thread made with value type `T`, already determined.
+pub(crate) unsafe fn value_of<T>(core: &Core) -> Option<&T> {
+    let head = ptr::from_ref(core).cast::<Head<T>>();
+    // SAFETY: `Head<T>` is a prefix of the thread's `Inner<T, F>`; the value was written
+    // before the thread became determined (seen under its lock) and is never written again.
+    unsafe { (*(*head).value.get()).as_ref() }
+}
+
+/// Takes the value out of a determined thread of value type `T`.
+///
+/// # Safety
+///
+/// As [`value_of`], and no other reference to the thread exists.
+pub(crate) unsafe fn take_value<T>(core: &Core) -> Option<T> {
+    let head = ptr::from_ref(core).cast::<Head<T>>();
+    // SAFETY: as in `value_of`; we hold the only reference, so nothing else reads it.
+    unsafe { (*(*head).value.get()).take() }
+}
+
+// ---------------------------------------------------------------------------------------
+// Wait lists
+
+/// A thread waiting in a [`WaitList`]: lives on the waiter's stack until `done`.
+pub(crate) struct Waiter {
+    /// The waiting thread.
+    thread: *const Core,
+    /// Set (release) by the waker; the waiter leaves only once it sees it (acquire).
+    done: AtomicBool,
+    /// The next waiter in the list.
+    next: Cell<*const Waiter>,
+}
+
+impl Waiter {
+    /// A node for the calling thread.
+    pub(crate) fn current() -> Waiter {
+        Waiter {
+            thread: current_tcb_thread(),
+            done: AtomicBool::new(false),
+            next: Cell::new(ptr::null()),
+        }
+    }
+
+    /// Parks until a waker has taken this node off its list.
+    pub(crate) fn wait(&self) {
+        while !self.done.load(Acquire) {
+            park();
+        }
+    }
+}
+
+/// A FIFO list of [`Waiter`]s, guarded by the lock of whatever holds it.
+pub(crate) struct WaitList {
+    /// The oldest waiter.
+    head: *const Waiter,
+    /// The newest waiter.
+    tail: *const Waiter,
+}
+
+// SAFETY: the nodes are touched only under the lock of the list's owner, and each node
+// stays alive until a waker sets its `done` after unlinking it.
+unsafe impl Send for WaitList {}
+
+impl WaitList {
+    /// An empty list.
+    pub(crate) const fn new() -> WaitList {
+        WaitList {
+            head: ptr::null(),
+            tail: ptr::null(),
+        }
+    }
+
+    /// Appends `w`, which must stay alive and unmoved until it is woken.
+    pub(crate) fn push(&mut self, w: &Waiter) {
+        w.next.set(ptr::null());
+        if self.tail.is_null() {
+            self.head = w;
+        } else {
+            // SAFETY: `tail` is a waiting node (alive until woken, and it is not woken
+            // while on the list).
+            unsafe { (*self.tail).next.set(w) };
+        }
+        self.tail = w;
+    }
+
+    /// Unlinks the oldest waiter; wake it with [`wake`] after dropping the lock.
+    pub(crate) fn pop(&mut self) -> Option<Woken> {
+        if self.head.is_null() {
+            return None;
+        }
+        let w = self.head;
+        // SAFETY: a node on the list is alive.
+        self.head = unsafe { (*w).next.get() };
+        if self.head.is_null() {
+            self.tail = ptr::null();
+        }
+        Some(Woken(w))
+    }
+
+    /// Unlinks every waiter.
+    pub(crate) fn take(&mut self) -> WaitList {
+        core::mem::replace(self, WaitList::new())
+    }
+
+    /// Wakes every waiter of a list already unlinked from its owner.
+    pub(crate) fn wake_all(mut self) {
+        while let Some(w) = self.pop() {
+            w.wake();
+        }
+    }
+}
+
+/// A waiter unlinked from its list, to be woken.
+pub(crate) struct Woken(*const Waiter);
+
+impl Woken {
+    /// Marks the waiter done and unparks its thread.
+    pub(crate) fn wake(self) {
+        // SAFETY: the node is alive until `done` is set below, and its thread is alive
+        // while it waits; we take our own reference to the thread first, because the node
+        // (and the waiter's interest in it) may vanish as soon as `done` is set.
+        let t = unsafe { ThreadRef::clone_raw((*self.0).thread) };
+        // SAFETY: as above.
+        unsafe { (*self.0).done.store(true, Release) };
+        unpark(&t);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Virtual processors
+
+/// Counters of one virtual processor (written by it alone, read by anyone).
+#[derive(Default)]
+struct Counters {
+    created: AtomicU64,
+    started: AtomicU64,
+    finished: AtomicU64,
+    absorbed: AtomicU64,
+    tcbs_created: AtomicU64,
+    reused_local: AtomicU64,
+    reused_global: AtomicU64,
+    handovers: AtomicU64,
+    switches: AtomicU64,
+    stolen: AtomicU64,
+    migrations: AtomicU64,
+    spilled: AtomicU64,
+    refills: AtomicU64,
+}
+
+/// Adds one to a counter only its virtual processor writes (a plain load and store).
+#[inline]
+fn bump(c: &AtomicU64) {
+    c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+}
+
+/// What a virtual processor's kernel thread alone touches.
+struct VpLocal {
+    /// The scheduler loop's saved stack pointer.
+    sched_sp: usize,
+    /// The TCB switched away from, to release after the switch.
+    prev: *mut Tcb,
+    /// Whether `prev` is finished (back to the pool) rather than just switched away from.
+    recycle: bool,
+    /// Free TCBs, LIFO.
+    pool: pool::Local<TcbPtr>,
+}
+
+/// A virtual processor.
+pub(crate) struct Vp {
+    /// Its index in the runtime.
+    pub(crate) id: usize,
+    /// Its policy manager over its ready queue.
+    ready: SpinLock<Box<dyn Policy<Runnable>>>,
+    /// Whether its policy steals when idle (fixed when it starts).
+    steals: bool,
+    /// 1 while it is idle (parked or about to park); its kernel thread waits on it.
+    idle: AtomicU32,
+    /// Its kernel thread's own state.
+    local: UnsafeCell<VpLocal>,
+    /// Its counters.
+    counters: Counters,
+}
+
+// SAFETY: `local` is touched only by the virtual processor's own kernel thread (the
+// module's invariant); everything else is atomics or behind locks.
+unsafe impl Sync for Vp {}
+// SAFETY: as above.
+unsafe impl Send for Vp {}
+
+/// What a virtual processor runs next.
+enum Next {
+    /// A scheduled thread: give it a TCB and start it.
+    Start(ThreadRef),
+    /// A ready thread: resume its TCB.
+    Resume(*mut Tcb),
+}
+
+impl Vp {
+    /// This virtual processor's local state.
+    ///
+    /// # Safety
+    ///
+    /// Called on this virtual processor's kernel thread, with no other reference from this
+    /// function alive.
+    #[allow(clippy::mut_from_ref)] // the module's invariant: one kernel thread uses it
+    unsafe fn local(&self) -> &mut VpLocal {
+        // SAFETY: the caller's promise.
+        unsafe { &mut *self.local.get() }
+    }
+
+    /// Puts `t` (already marked queued) on this virtual processor's ready queue and wakes
+    /// the processor, or an idle thief, if it sleeps.
+    pub(crate) fn push(&self, t: ThreadRef, ticket: u32) {
+        self.ready.lock().enqueue(Runnable { t, ticket });
+        fence(SeqCst);
+        if self.idle.load(Relaxed) != 0 {
+            self.idle.store(0, Relaxed);
+            platform::unpark(&self.idle);
+        } else {
+            let rt = runtime();
+            if rt.idle_thieves.load(Relaxed) != 0 {
+                rt.wake_thief();
+            }
+        }
+    }
+
+    /// The next thread to run: from the policy, else stolen if the policy steals.
+    fn next_runnable(&self) -> Option<Next> {
+        loop {
+            let popped = self.ready.lock().next();
+            let t = match popped {
+                Some(t) => t,
+                None => self.steal()?,
+            };
+            if let Some(next) = self.claim(t) {
+                return Some(next);
+            }
+        }
+    }
+
+    /// A thread another virtual processor's policy gives up, if this one's steals.
+    fn steal(&self) -> Option<Runnable> {
+        if !self.steals {
+            return None;
+        }
+        let vps = &runtime().vps;
+        let n = vps.len();
+        for k in 1..n {
+            let victim = vps.get((self.id + k) % n)?;
+            let given = victim.ready.lock().give();
+            if let Some(t) = given {
+                bump(&self.counters.stolen);
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// Takes a thread popped from a ready queue for this virtual processor, or drops a
+    /// stale entry.
+    fn claim(&self, r: Runnable) -> Option<Next> {
+        let Runnable { t, ticket } = r;
+        let mut c = t.core().ctl.lock();
+        if !c.queued || c.ticket != ticket {
+            return None;
+        }
+        c.queued = false;
+        if c.suspended {
+            return None;
+        }
+        match c.state {
+            State::Scheduled => {
+                c.state = State::Running;
+                c.vp = self.id;
+                drop(c);
+                Some(Next::Start(t))
+            }
+            State::Ready => {
+                c.state = State::Running;
+                c.vp = self.id;
+                Some(Next::Resume(c.tcb))
+            }
+            _ => None,
+        }
+    }
+
+    /// A TCB for a thread about to start: from the local pool, else the global pool,
+    /// else new.
+    fn take_tcb(&self) -> *mut Tcb {
+        // SAFETY: we are on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        if let Some(TcbPtr(tcb)) = local.pool.take() {
+            bump(&self.counters.reused_local);
+            return tcb;
+        }
+        let rt = runtime();
+        let refilled = local.pool.refill(&mut rt.global.lock());
+        if let Some(TcbPtr(tcb)) = refilled {
+            bump(&self.counters.refills);
+            bump(&self.counters.reused_global);
+            return tcb;
+        }
+        bump(&self.counters.tcbs_created);
+        Tcb::create()
+    }
+
+    /// Puts a finished thread's TCB (no longer in use) on the local pool.
+    fn release_tcb(&self, tcb: *mut Tcb) {
+        // SAFETY: we are on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        if local.pool.put(TcbPtr(tcb)) {
+            let moved = local.pool.spill(&mut runtime().global.lock());
+            let c = &self.counters.spilled;
+            c.store(c.load(Relaxed).wrapping_add(moved as u64), Relaxed);
+        }
+    }
+
+    /// Completes a switch on this virtual processor: releases the context switched away
+    /// from. Called first thing by every context that resumes after [`switch_to`].
+    fn finish_switch(&self) {
+        // SAFETY: we are on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        let prev = core::mem::replace(&mut local.prev, ptr::null_mut());
+        if prev.is_null() {
+            return;
+        }
+        // SAFETY: `prev` is a TCB this virtual processor has just switched away from; it
+        // is not running and, until its flag is cleared, no one else resumes it.
+        unsafe { (*prev).running.store(false, Release) };
+        if local.recycle {
+            self.release_tcb(prev);
+        }
+    }
+
+    /// The scheduler loop, on the virtual processor's own kernel thread, until shutdown.
+    fn schedule_loop(&self) {
+        let rt = runtime();
+        while !rt.shutdown.load(Acquire) {
+            match self.next_runnable() {
+                Some(next) => {
+                    // SAFETY: we are this virtual processor's kernel thread, in the
+                    // scheduler's context (no TCB).
+                    let sp = unsafe { &raw mut self.local().sched_sp };
+                    // SAFETY: as above; `next` was claimed by this virtual processor.
+                    unsafe { switch_to(self, sp, ptr::null_mut(), false, Some(next)) };
+                }
+                None => self.idle_wait(),
+            }
+        }
+    }
+
+    /// Parks until there may be work.
+    fn idle_wait(&self) {
+        let rt = runtime();
+        if self.steals {
+            rt.idle_thieves.fetch_add(1, SeqCst);
+        }
+        self.idle.store(1, Relaxed);
+        fence(SeqCst);
+        let empty = self.ready.lock().is_empty();
+        if empty && !rt.shutdown.load(Acquire) && !(self.steals && rt.work_elsewhere(self.id)) {
+            platform::park(&self.idle, 1, IDLE_PARK_NS);
+        }
+        self.idle.store(0, Relaxed);
+        if self.steals {
+            rt.idle_thieves.fetch_sub(1, SeqCst);
+        }
+    }
+}
+
+/// Switches the calling context (saving its stack pointer in `*from_sp`) to `next`, or to
+/// the virtual processor's scheduler loop if `None`. `prev` is the calling TCB (null for
+/// the scheduler loop); `recycle` says it is finished and goes back to the pool once
+/// switched away from. Returns when the calling context is resumed.
+///
+/// # Safety
+///
+/// Called on `vp`'s kernel thread; `from_sp` is the calling context's save slot; `next`
+/// was claimed by `vp`. If `prev` is a TCB, its thread's state already says it is not
+/// running (or it is finished).
+unsafe fn switch_to(
+    vp: &Vp,
+    from_sp: *mut usize,
+    prev: *mut Tcb,
+    recycle: bool,
+    next: Option<Next>,
+) {
+    let to_sp = match next {
+        None => {
+            // SAFETY: our kernel thread (the caller's promise).
+            unsafe { vp.local().sched_sp }
+        }
+        Some(Next::Resume(tcb)) if tcb == prev => {
+            // Woken (or resumed) before we got away: keep running.
+            return;
+        }
+        Some(Next::Resume(tcb)) => {
+            // SAFETY: a ready thread's TCB is alive; the `running` flag tells us when the
+            // virtual processor that last ran it has switched away from it.
+            unsafe {
+                while (*tcb).running.load(Acquire) {
+                    core::hint::spin_loop();
+                }
+                (*tcb).running.store(true, Relaxed);
+                (*tcb).vp.set(vp);
+                *(*tcb).sp.get()
+            }
+        }
+        Some(Next::Start(t)) => {
+            let tcb = vp.take_tcb();
+            bump(&vp.counters.started);
+            t.core().ctl.lock().tcb = tcb;
+            // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the
+            // first frame can go at its top.
+            unsafe {
+                (*tcb).running.store(true, Relaxed);
+                (*tcb).vp.set(vp);
+                (*tcb).thread.set(t.into_raw());
+                arch::prepare(tcb as usize + STACK_SIZE, tcb as usize)
+            }
+        }
+    };
+    // SAFETY: our kernel thread.
+    let local = unsafe { vp.local() };
+    local.prev = prev;
+    local.recycle = recycle;
+    bump(&vp.counters.switches);
+    // SAFETY: `from_sp` is the caller's save slot; `to_sp` is a context that is not
+    // running and that we alone resume (claimed, or our own scheduler loop).
+    unsafe { arch::switch(from_sp, to_sp) };
+    // Resumed, perhaps on another virtual processor.
+    let vp_now: &Vp = if prev.is_null() {
+        vp
+    } else {
+        // SAFETY: whoever resumed this TCB set its `vp`.
+        unsafe { &*(*prev).vp.get() }
+    };
+    vp_now.finish_switch();
+}
+
+/// Where every TCB starts (called by the architecture's trampoline with the TCB): runs
+/// its thread, then, while the next thread of its virtual processor is a new one, runs
+/// that too on the same TCB (the paper's context sharing); otherwise switches away and
+/// lets the TCB go back to the pool.
+pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
+    let tcb = tcb as *mut Tcb;
+    // SAFETY: the switch that started us set the TCB's `vp`.
+    unsafe { (*(*tcb).vp.get()).finish_switch() };
+    loop {
+        // SAFETY: `thread` owns a reference to the thread this TCB was started for.
+        let t = unsafe { ThreadRef::from_raw((*tcb).thread.get()) };
+        // SAFETY: we won its Start transition (in `claim`), so we alone run it.
+        unsafe { (t.core().vtable.run)(t.core()) };
+        complete(&t, End::Value);
+        drop(t);
+        // SAFETY: as at the top; the thread may have migrated, so read it again.
+        let vp = unsafe { &*(*tcb).vp.get() };
+        bump(&vp.counters.finished);
+        match vp.next_runnable() {
+            Some(Next::Start(next)) => {
+                // Context sharing: the next thread is new, so it takes this TCB as it
+                // stands, with no pool operation and no switch.
+                bump(&vp.counters.handovers);
+                bump(&vp.counters.started);
+                next.core().ctl.lock().tcb = tcb;
+                // SAFETY: the TCB is ours; it now runs `next`.
+                unsafe { (*tcb).thread.set(next.into_raw()) };
+            }
+            other => {
+                // SAFETY: our TCB, finished; `other` was claimed by `vp`.
+                unsafe { switch_to(vp, (*tcb).sp.get(), tcb, true, other) };
+                unreachable!("a finished TCB was resumed");
+            }
+        }
+    }
+}
+
+/// Marks `t` determined (`end`), wakes its waiters and leaves its group.
+fn complete(t: &ThreadRef, end: End) {
+    let waiters = {
+        let mut c = t.core().ctl.lock();
+        let event = match end {
+            End::Value => Event::Finish,
+            End::Terminated => Event::Terminate,
+        };
+        c.state = c.state.on(event).unwrap_or(State::Determined(end));
+        c.waiters.take()
+    };
+    waiters.wake_all();
+    if let Some(g) = &t.core().group {
+        g.remove(t.core());
+    }
+}
+
+/// Ends the calling thread at a checkpoint, as terminated: its frames are abandoned.
+fn exit_terminated(vp: &Vp, tcb: *mut Tcb) -> ! {
+    // SAFETY: `thread` owns a reference to the TCB's own thread (not absorbed: checked by
+    // the caller).
+    let t = unsafe { ThreadRef::from_raw((*tcb).thread.get()) };
+    complete(&t, End::Terminated);
+    drop(t);
+    bump(&vp.counters.finished);
+    let next = vp.next_runnable();
+    // SAFETY: our TCB, finished; `next` was claimed by `vp`. A new thread gets a TCB from
+    // the pool here (this one is still the stack in use).
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, true, next) };
+    unreachable!("a terminated TCB was resumed");
+}
+
+// ---------------------------------------------------------------------------------------
+// The runtime
+
+/// The runtime of a [`run`].
+pub(crate) struct Runtime {
+    /// The virtual processors.
+    pub(crate) vps: Box<[Vp]>,
+    /// The global TCB pool.
+    global: SpinLock<pool::Global<TcbPtr>>,
+    /// Set when the main thread ends.
+    shutdown: AtomicBool,
+    /// Idle virtual processors whose policy steals.
+    idle_thieves: AtomicUsize,
+    /// The next thread number.
+    next_id: AtomicU64,
+    /// Virtual processors (other than the first) that have left their loops.
+    exited: AtomicU32,
+}
+
+impl Runtime {
+    /// Wakes one idle virtual processor that steals.
+    fn wake_thief(&self) {
+        for vp in self.vps.iter() {
+            if vp.steals && vp.idle.load(Relaxed) != 0 {
+                vp.idle.store(0, Relaxed);
+                platform::unpark(&vp.idle);
+                return;
+            }
+        }
+    }
+
+    /// Whether a virtual processor other than `me` has threads queued.
+    fn work_elsewhere(&self, me: usize) -> bool {
+        self.vps
+            .iter()
+            .any(|vp| vp.id != me && !vp.ready.lock().is_empty())
+    }
+}
+
+/// The running runtime (one per program at a time).
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(ptr::null_mut());
+
+/// The running runtime.
+pub(crate) fn runtime() -> &'static Runtime {
+    let p = RUNTIME.load(Acquire);
+    if p.is_null() {
+        no_runtime();
+    }
+    // SAFETY: set by `run` to a runtime that lives until every thread that could see it
+    // has finished and `run` clears the pointer.
+    unsafe { &*p }
+}
+
+#[cold]
+fn no_runtime() -> ! {
+    panic!("sting: no runtime (call sting::run first)")
+}
+
+/// How to start the runtime: one policy manager per virtual processor, and the TCB pools'
+/// thresholds.
+pub struct Config {
+    /// One per virtual processor; the first runs on the calling kernel thread.
+    policies: Vec<Box<dyn Policy<Runnable>>>,
+    /// Every local pool's thresholds.
+    thresholds: Thresholds,
+}
+
+impl Config {
+    /// `vps` virtual processors (at least one), each with a policy of `kind`.
+    pub fn new(vps: usize, kind: Kind) -> Config {
+        Config::mixed(&alloc::vec![kind; vps.max(1)])
+    }
+
+    /// One virtual processor per entry, with that policy.
+    pub fn mixed(kinds: &[Kind]) -> Config {
+        let mut policies: Vec<Box<dyn Policy<Runnable>>> =
+            kinds.iter().map(|k| k.make::<Runnable>()).collect();
+        if policies.is_empty() {
+            policies.push(Kind::Fifo.make());
+        }
+        Config {
+            policies,
+            thresholds: Thresholds::DEFAULT,
+        }
+    }
+
+    /// Replaces virtual processor `vp`'s policy with one of the caller's own.
+    pub fn policy(mut self, vp: usize, policy: Box<dyn Policy<Runnable>>) -> Config {
+        if let Some(slot) = self.policies.get_mut(vp) {
+            *slot = policy;
+        }
+        self
+    }
+
+    /// Sets the TCB pools' thresholds.
+    pub fn thresholds(mut self, thresholds: Thresholds) -> Config {
+        self.thresholds = thresholds;
+        self
+    }
+}
+
+/// What the runtime counted (summed over virtual processors by [`stats`], or of one by
+/// [`vp_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Threads created (`fork`, `delay`).
+    pub created: u64,
+    /// Threads that started on a TCB (not absorbed).
+    pub started: u64,
+    /// Threads that finished on their own TCB (absorbed ones are not counted here).
+    pub finished: u64,
+    /// Threads run by absorption.
+    pub absorbed: u64,
+    /// TCBs (with stacks) ever allocated.
+    pub tcbs_created: u64,
+    /// Starts that took a TCB from the local pool.
+    pub reused_local: u64,
+    /// Starts that took a TCB from the global pool.
+    pub reused_global: u64,
+    /// Starts that took the TCB of the thread that had just finished (no pool at all).
+    pub handovers: u64,
+    /// User-level context switches.
+    pub switches: u64,
+    /// Threads taken from other virtual processors.
+    pub stolen: u64,
+    /// Threads that moved themselves to another virtual processor.
+    pub migrations: u64,
+    /// TCBs moved to the global pool on overflow.
+    pub spilled: u64,
+    /// Refills of an empty local pool from the global pool.
+    pub refills: u64,
+}
+
+impl Stats {
+    /// The counters of one virtual processor.
+    fn of(vp: &Vp) -> Stats {
+        let c = &vp.counters;
+        Stats {
+            created: c.created.load(Relaxed),
+            started: c.started.load(Relaxed),
+            finished: c.finished.load(Relaxed),
+            absorbed: c.absorbed.load(Relaxed),
+            tcbs_created: c.tcbs_created.load(Relaxed),
+            reused_local: c.reused_local.load(Relaxed),
+            reused_global: c.reused_global.load(Relaxed),
+            handovers: c.handovers.load(Relaxed),
+            switches: c.switches.load(Relaxed),
+            stolen: c.stolen.load(Relaxed),
+            migrations: c.migrations.load(Relaxed),
+            spilled: c.spilled.load(Relaxed),
+            refills: c.refills.load(Relaxed),
+        }
+    }
+
+    /// Field by field sum.
+    fn add(self, o: Stats) -> Stats {
+        Stats {
+            created: self.created + o.created,
+            started: self.started + o.started,
+            finished: self.finished + o.finished,
+            absorbed: self.absorbed + o.absorbed,
+            tcbs_created: self.tcbs_created + o.tcbs_created,
+            reused_local: self.reused_local + o.reused_local,
+            reused_global: self.reused_global + o.reused_global,
+            handovers: self.handovers + o.handovers,
+            switches: self.switches + o.switches,
+            stolen: self.stolen + o.stolen,
+            migrations: self.migrations + o.migrations,
+            spilled: self.spilled + o.spilled,
+            refills: self.refills + o.refills,
+        }
+    }
+}
+
+/// The runtime's counters, summed over its virtual processors.
+pub fn stats() -> Stats {
+    runtime()
+        .vps
+        .iter()
+        .fold(Stats::default(), |s, vp| s.add(Stats::of(vp)))
+}
+
+/// The counters of virtual processor `vp` (all zero if there is no such processor).
+pub fn vp_stats(vp: usize) -> Stats {
+    runtime().vps.get(vp).map(Stats::of).unwrap_or_default()
+}
+
+/// How many virtual processors the runtime has.
+pub fn vp_count() -> usize {
+    runtime().vps.len()
+}
+
+/// The name of virtual processor `vp`'s policy.
+pub fn vp_policy(vp: usize) -> &'static str {
+    runtime()
+        .vps
+        .get(vp)
+        .map(|v| v.ready.lock().name())
+        .unwrap_or("")
+}
+
+/// Entry of the kernel thread of virtual processor `arg` (not the first).
+fn vp_main(arg: u64) {
+    let rt = runtime();
+    if let Some(vp) = rt.vps.get(arg as usize) {
+        vp.schedule_loop();
+    }
+    rt.exited.fetch_add(1, Release);
+}
+
+/// Starts the runtime with `config`, runs `main` as its first thread on virtual processor
+/// 0 (which is the calling kernel thread), and returns `main`'s value and the final
+/// counters once `main` has finished and every virtual processor has gone back to its
+/// scheduler loop and stopped.
+///
+/// Threads still queued or blocked when `main` ends are abandoned (their memory is not
+/// freed). One runtime runs at a time; `run` panics if another is running or if a virtual
+/// processor cannot be started.
+pub fn run<T, F>(config: Config, main: F) -> (T, Stats)
+where
+    T: Send + Sync + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let vps: Box<[Vp]> = config
+        .policies
+        .into_iter()
+        .enumerate()
+        .map(|(id, policy)| Vp {
+            id,
+            steals: policy.steals(),
+            ready: SpinLock::new(policy),
+            idle: AtomicU32::new(0),
+            local: UnsafeCell::new(VpLocal {
+                sched_sp: 0,
+                prev: ptr::null_mut(),
+                recycle: false,
+                pool: pool::Local::new(config.thresholds),
+            }),
+            counters: Counters::default(),
+        })
+        .collect();
+    let n = vps.len();
+    let rt = Box::into_raw(Box::new(Runtime {
+        vps,
+        global: SpinLock::new(pool::Global::new()),
+        shutdown: AtomicBool::new(false),
+        idle_thieves: AtomicUsize::new(0),
+        next_id: AtomicU64::new(1),
+        exited: AtomicU32::new(0),
+    }));
+    if RUNTIME
+        .compare_exchange(ptr::null_mut(), rt, AcqRel, Acquire)
+        .is_err()
+    {
+        panic!("sting: a runtime is already running");
+    }
+    let rtr = runtime();
+    let vp0 = rtr.vps.first().unwrap_or_else(|| no_runtime());
+    // The main thread; when it ends it stops every virtual processor.
+    let handle = new_thread(
+        move || {
+            let v = main();
+            let rt = runtime();
+            rt.shutdown.store(true, Release);
+            for vp in rt.vps.iter() {
+                vp.idle.store(0, Relaxed);
+                platform::unpark(&vp.idle);
+            }
+            v
+        },
+        State::Scheduled,
+        0,
+        None,
+    );
+    bump(&vp0.counters.created);
+    let ticket = handle.core().ctl.lock().enqueue();
+    vp0.push(handle.clone(), ticket);
+    for i in 1..n {
+        if platform::spawn_vp(vp_main, i as u64).is_err() {
+            panic!("sting: cannot start virtual processor {i}");
+        }
+    }
+    vp0.schedule_loop();
+    while (rtr.exited.load(Acquire) as usize) < n - 1 {
+        platform::park(&rtr.exited, rtr.exited.load(Acquire), IDLE_PARK_NS);
+        platform::relax_hard();
+    }
+    let stats = stats();
+    // SAFETY: the main thread is determined (shutdown is set only as its last act, and
+    // every virtual processor has stopped, so its TCB has finished), and `handle` is now
+    // its only reference (the TCB's was dropped when it completed).
+    let value = unsafe { take_value::<T>(handle.core()) };
+    drop(handle);
+    // Free what the pools hold; abandoned threads and their TCBs stay allocated.
+    for vp in rtr.vps.iter() {
+        // SAFETY: every virtual processor has stopped: nothing else touches its state.
+        let local = unsafe { vp.local() };
+        for TcbPtr(tcb) in local.pool.drain() {
+            // SAFETY: a pooled TCB is free.
+            unsafe { Tcb::destroy(tcb) };
+        }
+        drop(core::mem::replace(&mut *vp.ready.lock(), Kind::Fifo.make()));
+    }
+    for TcbPtr(tcb) in rtr.global.lock().drain() {
+        // SAFETY: a pooled TCB is free.
+        unsafe { Tcb::destroy(tcb) };
+    }
+    RUNTIME.store(ptr::null_mut(), Release);
+    // SAFETY: made by `Box::into_raw` above; nothing refers to it any more.
+    drop(unsafe { Box::from_raw(rt) });
+    match value {
+        Some(v) => (v, stats),
+        None => panic!("sting: the main thread was terminated"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations on threads (the thread controller)
+
+/// The thread running the calling code (raw; alive while it runs).
+fn current_tcb_thread() -> *const Core {
+    // SAFETY: a running TCB names the thread running on it.
+    unsafe { (*current_tcb()).thread.get() }
+}
+
+/// A new reference to the calling thread.
+pub(crate) fn current_ref() -> ThreadRef {
+    // SAFETY: the running thread is alive.
+    unsafe { ThreadRef::clone_raw(current_tcb_thread()) }
+}
+
+/// The group of the calling thread.
+pub(crate) fn current_group() -> Option<Arc<GroupInner>> {
+    // SAFETY: the running thread is alive.
+    unsafe { (*current_tcb_thread()).group.clone() }
+}
+
+/// The virtual processor the calling thread runs on.
+pub fn current_vp() -> usize {
+    here().0.id
+}
+
+/// Creates a thread running `f`: scheduled on virtual processor `vp` if `Some`, delayed
+/// if `None`; in `group`.
+pub(crate) fn create<T, F>(f: F, vp: Option<usize>, group: Option<Arc<GroupInner>>) -> ThreadRef
+where
+    T: Send + Sync + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (me, _) = here();
+    bump(&me.counters.created);
+    let rt = runtime();
+    match vp {
+        None => new_thread(f, State::Delayed, me.id, group),
+        Some(target) => {
+            let target = target.min(rt.vps.len() - 1);
+            let t = new_thread(f, State::Scheduled, target, group.clone());
+            let ticket = t.core().ctl.lock().enqueue();
+            if let Some(g) = &group {
+                g.add(&t);
+            }
+            rt.vps[target].push(t.clone(), ticket);
+            t
+        }
+    }
+}
+
+/// Puts a delayed thread on a ready queue (its placed virtual processor's); no effect on
+/// any other.
+pub(crate) fn schedule(t: &ThreadRef) {
+    let vp = {
+        let mut c = t.core().ctl.lock();
+        if c.state != State::Delayed {
+            return;
+        }
+        c.state = State::Scheduled;
+        (c.vp, c.enqueue())
+    };
+    if let Some(g) = &t.core().group {
+        g.add(t);
+    }
+    runtime().vps[vp.0].push(t.clone(), vp.1);
+}
+
+/// The thread is terminated without a value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Terminated;
+
+/// Waits for `t` to be determined, absorbing it if it has not started (and `absorb`).
+/// Returns whether it has a value.
+pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
+    loop {
+        let node;
+        {
+            let mut c = t.core().ctl.lock();
+            match c.state {
+                State::Determined(end) => return end == End::Value,
+                State::Delayed | State::Scheduled if absorb && !c.suspended => {
+                    c.state = State::Absorbed;
+                    c.absorbed = true;
+                    // A queued entry of a scheduled thread is now stale.
+                    c.queued = false;
+                    let (vp, tcb) = here();
+                    c.tcb = tcb;
+                    c.vp = vp.id;
+                    drop(c);
+                    run_absorbed(t, tcb);
+                    return true;
+                }
+                _ => {
+                    node = Waiter::current();
+                    c.waiters.push(&node);
+                }
+            }
+        }
+        node.wait();
+    }
+}
+
+/// Runs `t` on the calling TCB (absorption) and completes it.
+fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) {
+    // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
+    let prev = unsafe { (*tcb).thread.replace(t.core()) };
+    // SAFETY: we won its Absorb transition, so we alone run it.
+    unsafe { (t.core().vtable.run)(t.core()) };
+    // SAFETY: as above (the TCB is still ours, whichever VP runs it now).
+    unsafe { (*tcb).thread.set(prev) };
+    complete(t, End::Value);
+    let (vp, _) = here();
+    bump(&vp.counters.absorbed);
+}
+
+/// Parks (blocks) the calling thread until another unparks it
+/// ([`AnyThread::unpark`](crate::AnyThread::unpark)); returns at once if a wake-up is
+/// already pending. Its virtual processor runs other threads meanwhile. May return
+/// spuriously: re-check what you wait for.
+pub fn park() {
+    let (vp, tcb) = here();
+    {
+        // SAFETY: the running thread is alive.
+        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
+        if c.token {
+            c.token = false;
+            return;
+        }
+        c.state = c.state.on(Event::Block).unwrap_or(State::Blocked);
+    }
+    let next = vp.next_runnable();
+    // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
+}
+
+/// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
+pub fn unpark(t: &ThreadRef) {
+    let vp = {
+        let mut c = t.core().ctl.lock();
+        if c.state != State::Blocked {
+            c.token = true;
+            return;
+        }
+        c.state = State::Ready;
+        (c.vp, c.enqueue())
+    };
+    runtime().vps[vp.0].push(t.clone(), vp.1);
+}
+
+/// Gives the processor to the next ready thread, if there is one; the caller stays
+/// ready. Also a checkpoint: a pending suspension or termination takes effect here.
+pub fn yield_now() {
+    checkpoint();
+    let (vp, tcb) = here();
+    let Some(next) = vp.next_runnable() else {
+        return;
+    };
+    let me = {
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
+        let mut c = core.ctl.lock();
+        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        let ticket = c.enqueue();
+        // SAFETY: as above.
+        (unsafe { ThreadRef::clone_raw(core) }, ticket)
+    };
+    vp.push(me.0, me.1);
+    // SAFETY: our TCB; the thread is ready and queued, so it is safe to leave it.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(next)) };
+}
+
+/// Moves the calling thread to virtual processor `target` (it continues there).
+pub fn migrate(target: usize) {
+    let (vp, tcb) = here();
+    let rt = runtime();
+    if target == vp.id || target >= rt.vps.len() {
+        return;
+    }
+    let me = {
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
+        let mut c = core.ctl.lock();
+        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        c.vp = target;
+        let ticket = c.enqueue();
+        // SAFETY: as above.
+        (unsafe { ThreadRef::clone_raw(core) }, ticket)
+    };
+    bump(&vp.counters.migrations);
+    rt.vps[target].push(me.0, me.1);
+    let next = vp.next_runnable();
+    // SAFETY: our TCB; the thread is queued elsewhere; another VP resumes it.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
+}
+
+/// A checkpoint: if the calling thread has been asked to suspend, it suspends here until
+/// resumed; if it has been asked to terminate, it ends here (as terminated, without
+/// running its frames' destructors). An absorbed thread is not ended here: it is
+/// determined when its thunk returns.
+pub fn checkpoint() {
+    let (vp, tcb) = here();
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    if !core.attention.load(Relaxed) {
+        return;
+    }
+    let c = core.ctl.lock();
+    if !c.terminate && !c.suspended {
+        core.attention.store(false, Relaxed);
+    }
+    if c.terminate && !c.absorbed {
+        drop(c);
+        exit_terminated(vp, tcb);
+    }
+    if c.suspended {
+        drop(c);
+        suspend_self();
+    }
+}
+
+/// Suspends the calling thread until another resumes it.
+fn suspend_self() {
+    let (vp, tcb) = here();
+    {
+        // SAFETY: the running thread is alive.
+        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
+        c.suspended = true;
+        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        c.queued = false;
+    }
+    let next = vp.next_runnable();
+    // SAFETY: our TCB; the thread is ready but suspended (on no queue): only a resume
+    // queues it again.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
+    checkpoint();
+}
+
+/// Suspends `t`: at once if it is the calling thread, else it does not run again (a thread
+/// running on another virtual processor stops at its next checkpoint) until resumed.
+pub(crate) fn suspend(t: &ThreadRef) {
+    if t.same(current_tcb_thread()) {
+        suspend_self();
+        return;
+    }
+    let mut c = t.core().ctl.lock();
+    if !c.state.determined() {
+        c.suspended = true;
+        t.core().attention.store(true, Relaxed);
+    }
+}
+
+/// Resumes a suspended thread.
+pub(crate) fn resume(t: &ThreadRef) {
+    let vp = {
+        let mut c = t.core().ctl.lock();
+        if !c.suspended {
+            return;
+        }
+        c.suspended = false;
+        if !matches!(c.state, State::Ready | State::Scheduled) || c.queued {
+            return;
+        }
+        (c.vp, c.enqueue())
+    };
+    runtime().vps[vp.0].push(t.clone(), vp.1);
+}
+
+/// Terminates `t`: a thread that has not started is determined at once (without a value);
+/// a started one ends at its next checkpoint (the calling thread: now, if not absorbed).
+pub(crate) fn terminate(t: &ThreadRef) {
+    if t.same(current_tcb_thread()) {
+        t.core().ctl.lock().terminate = true;
+        t.core().attention.store(true, Relaxed);
+        checkpoint();
+        return;
+    }
+    let waiters;
+    {
+        let mut c = t.core().ctl.lock();
+        match c.state {
+            State::Determined(_) => return,
+            State::Delayed | State::Scheduled => {
+                c.state = State::Determined(End::Terminated);
+                c.queued = false;
+                waiters = c.waiters.take();
+            }
+            _ => {
+                c.terminate = true;
+                t.core().attention.store(true, Relaxed);
+                // A suspended thread must run to reach its checkpoint.
+                let requeue = c.suspended && c.state == State::Ready && !c.queued;
+                c.suspended = false;
+                if requeue {
+                    let (vp, ticket) = (c.vp, c.enqueue());
+                    drop(c);
+                    runtime().vps[vp].push(t.clone(), ticket);
+                }
+                return;
+            }
+        }
+    }
+    waiters.wake_all();
+    if let Some(g) = &t.core().group {
+        g.remove(t.core());
+    }
+}
+
+/// The state of `t` and whether it was absorbed.
+pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
+    let c = t.core().ctl.lock();
+    (c.state, c.absorbed, c.suspended)
+}
+
+/// The paper's state of `t`.
+pub(crate) fn paper_state_of(t: &ThreadRef) -> Paper {
+    let (s, absorbed, _) = state_of(t);
+    s.paper(absorbed)
+}
+
+/// The number of `t`.
+pub(crate) fn id_of(t: &ThreadRef) -> u64 {
+    t.core().id
+}
+
+/// For the benchmarks: puts the delayed thread `t` on the calling virtual processor's
+/// ready queue and takes it off again, as a real enqueue and dequeue do (the thread's lock
+/// to mark it queued, the policy manager under the queue's lock both ways, the thread's
+/// lock again to claim it). Returns whether the thread that came off is `t`.
+pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
+    let (vp, _) = here();
+    let t = t.raw().clone();
+    let ticket = t.core().ctl.lock().enqueue();
+    vp.ready.lock().enqueue(Runnable { t, ticket });
+    let back = vp.ready.lock().next();
+    match back {
+        Some(Runnable { t: b, ticket }) => {
+            let mut c = b.core().ctl.lock();
+            let mine = c.queued && c.ticket == ticket;
+            c.queued = false;
+            mine
+        }
+        None => false,
+    }
+}

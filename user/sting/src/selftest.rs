@@ -1,0 +1,776 @@
+//! The runtime's behaviour checks, shared by the host's tests (`cargo test -p sting`, on
+//! `std` threads) and the booted test program (`user/programs/src/bin/sting.rs`, on
+//! Baton's kernel threads), so both run exactly the same scenarios.
+//!
+//! Each scenario starts its own runtime with `vps` virtual processors and returns a line
+//! saying what it saw, or what went wrong.
+
+use alloc::format;
+use alloc::string::String;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
+
+use crate::{
+    current, current_vp, delay, fork, fork_on, migrate, run, stats, vp_count, vp_stats, yield_now,
+    Barrier, Condvar, Config, DeepCopy, End, Group, Kind, Mutex, Paper, Port, State, Terminated,
+};
+
+/// A scenario's outcome: what it saw, or what went wrong.
+pub type Outcome = Result<String, String>;
+
+/// A scenario: run with this many virtual processors.
+pub type Scenario = fn(usize) -> Outcome;
+
+/// Every scenario, by name.
+pub const ALL: &[(&str, Scenario)] = &[
+    ("states", states),
+    ("absorb", absorb),
+    ("pool_reuse", pool_reuse),
+    ("policies", policies),
+    ("stealing", stealing),
+    ("migrate", migrate_between),
+    ("mutex", mutex),
+    ("condvar", condvar),
+    ("barrier", barrier),
+    ("suspend", suspend_resume),
+    ("terminate", terminate),
+    ("groups", groups),
+    ("ports", ports),
+    ("primes", primes),
+];
+
+/// Fails the scenario with a message unless `cond`.
+macro_rules! ensure {
+    ($cond:expr, $($what:tt)*) => {
+        if !$cond {
+            return Err(format!($($what)*));
+        }
+    };
+}
+
+/// Every thread state and transition: delayed, scheduled, evaluating (running, ready,
+/// blocked), absorbed, determined with a value and terminated.
+pub fn states(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        // Delayed → Scheduled → (Start) evaluating → determined.
+        let d = delay(|| 7u32);
+        ensure!(d.state() == Paper::Delayed, "new delayed thread: {:?}", d.state());
+        let gate = Arc::new(AtomicBool::new(false));
+        let g2 = gate.clone();
+        let s = fork_on(current_vp(), move || {
+            while !g2.load(SeqCst) {
+                yield_now();
+            }
+            1u32
+        });
+        ensure!(s.state() == Paper::Scheduled, "new forked thread: {:?}", s.state());
+        d.schedule();
+        ensure!(d.state() == Paper::Scheduled, "scheduled delayed thread: {:?}", d.state());
+        // Let both start: `s` yields (evaluating, ready), `d` finishes.
+        yield_now();
+        ensure!(s.state() == Paper::Evaluating, "started thread: {:?}", s.state());
+        ensure!(d.detail().0 == State::Determined(End::Value), "{:?}", d.detail());
+        ensure!(d.value() == Ok(&7), "value of the scheduled delayed thread");
+        gate.store(true, SeqCst);
+        ensure!(s.value() == Ok(&1), "value of the forked thread");
+        ensure!(s.state() == Paper::Determined, "finished thread: {:?}", s.state());
+        // Blocked: a thread waiting on a mutex held here.
+        let m = Arc::new(Mutex::new(0u32));
+        let guard = m.lock();
+        let m2 = m.clone();
+        let b = fork_on(current_vp(), move || {
+            *m2.lock() += 1;
+        });
+        while b.detail().0 != State::Blocked {
+            yield_now();
+        }
+        ensure!(b.state() == Paper::Evaluating, "blocked thread: {:?}", b.state());
+        drop(guard);
+        b.wait();
+        ensure!(*m.lock() == 1, "the blocked thread ran after the unlock");
+        // Absorbed: a delayed thread that looks at its own state while it runs.
+        let seen = Arc::new(AtomicU32::new(0));
+        let seen2 = seen.clone();
+        let a = delay(move || {
+            let me = current();
+            seen2.store(
+                match me.state() {
+                    Paper::Absorbed => 1,
+                    _ => 2,
+                },
+                SeqCst,
+            );
+            5u32
+        });
+        ensure!(a.value() == Ok(&5), "absorbed thread's value");
+        ensure!(seen.load(SeqCst) == 1, "an absorbed thread sees itself absorbed");
+        // Terminated before it started: determined without a value.
+        let t = delay(|| 9u32);
+        t.terminate();
+        ensure!(
+            t.detail().0 == State::Determined(End::Terminated),
+            "terminated delayed thread: {:?}",
+            t.detail()
+        );
+        ensure!(t.value() == Err(Terminated), "a terminated thread has no value");
+        Ok(String::from(
+            "delayed, scheduled, evaluating (ready, blocked), absorbed, determined (value, terminated)",
+        ))
+    })
+    .0
+}
+
+/// Touching a delayed thread runs it on the toucher's stack without a switch; touching a
+/// scheduled one that has not started does too; a chain of delayed threads touching each
+/// other is absorbed all the way down.
+pub fn absorb(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let before = stats();
+        let ts: Vec<_> = (0..100u64).map(|i| delay(move || i * 2)).collect();
+        let sum: u64 = ts.iter().map(|t| *t.value().unwrap_or(&0)).sum();
+        let after = stats();
+        ensure!(sum == 9900, "sum of the absorbed values: {sum}");
+        ensure!(
+            after.absorbed - before.absorbed == 100,
+            "absorbed {}",
+            after.absorbed - before.absorbed
+        );
+        ensure!(
+            after.switches == before.switches,
+            "absorption switched {} times",
+            after.switches - before.switches
+        );
+        ensure!(
+            after.started == before.started,
+            "absorbed threads took TCBs"
+        );
+        // A scheduled thread that has not started yet is absorbed too.
+        let s = fork_on(current_vp(), || 11u32);
+        ensure!(s.value() == Ok(&11), "scheduled thread's value");
+        ensure!(
+            stats().absorbed - after.absorbed == 1,
+            "the scheduled thread was not absorbed"
+        );
+        // A chain: each touches the next.
+        fn chain(n: u32) -> u32 {
+            if n == 0 {
+                0
+            } else {
+                let t = delay(move || chain(n - 1) + 1);
+                *t.value().unwrap_or(&0)
+            }
+        }
+        let c0 = stats();
+        ensure!(chain(20) == 20, "chain");
+        let c1 = stats();
+        ensure!(
+            c1.absorbed - c0.absorbed == 20 && c1.switches == c0.switches,
+            "chain absorbed {}",
+            c1.absorbed - c0.absorbed
+        );
+        Ok(String::from(
+            "100 delayed threads absorbed with 0 switches, a scheduled one and a chain of 20 too",
+        ))
+    })
+    .0
+}
+
+/// The paper's MST effect: many threads, few TCBs. 20,000 threads are forked in waves of
+/// 8 and their values taken; the TCB pools and the direct hand-over keep the number of
+/// TCBs ever made small.
+pub fn pool_reuse(vps: usize) -> Outcome {
+    let (r, s) = run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let mut total = 0u64;
+        for wave in 0..2500u64 {
+            let ts: Vec<_> = (0..8u64)
+                .map(|i| {
+                    fork(move || {
+                        // Half the threads switch away once: their TCBs cannot be handed
+                        // over directly, and go through the pools.
+                        if i % 2 == 0 {
+                            yield_now();
+                        }
+                        wave * 8 + i
+                    })
+                })
+                .collect();
+            for t in &ts {
+                t.wait();
+                total += *t.value().unwrap_or(&0);
+            }
+        }
+        ensure!(total == (0..20_000u64).sum::<u64>(), "sum {total}");
+        Ok(String::new())
+    });
+    r?;
+    ensure!(s.created >= 20_000, "created {}", s.created);
+    let reused = s.reused_local + s.reused_global + s.handovers;
+    ensure!(
+        s.started == s.tcbs_created + reused,
+        "started {} != created {} + reused {}",
+        s.started,
+        s.tcbs_created,
+        reused
+    );
+    ensure!(
+        s.tcbs_created <= 32,
+        "{} TCBs for {} threads",
+        s.tcbs_created,
+        s.created
+    );
+    ensure!(s.handovers > 0, "no direct hand-over");
+    Ok(format!(
+        "{} threads with {} TCBs (reused {} from the local pool, {} from the global pool, {} handed over)",
+        s.created, s.tcbs_created, s.reused_local, s.reused_global, s.handovers
+    ))
+}
+
+/// Each built-in policy's order on one virtual processor: FIFO runs threads in the order
+/// they were forked, LIFO newest first, work stealing newest first for the owner; a custom
+/// policy can be closed over a virtual processor too.
+pub fn policies(_vps: usize) -> Outcome {
+    let mut out = String::new();
+    for (kind, want) in [
+        (Kind::Fifo, [0u32, 1, 2, 3, 4]),
+        (Kind::Lifo, [4, 3, 2, 1, 0]),
+        (Kind::WorkStealing, [4, 3, 2, 1, 0]),
+    ] {
+        let (order, _) = run(Config::new(1, kind), || {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let ts: Vec<_> = (0..5u32)
+                .map(|i| {
+                    let log = log.clone();
+                    fork(move || log.lock().push(i))
+                })
+                .collect();
+            for t in &ts {
+                t.wait();
+            }
+            let v = log.lock().clone();
+            v
+        });
+        ensure!(order == want, "{kind:?} ran {order:?}, expected {want:?}");
+        out.push_str(&format!("{kind:?} {order:?}; "));
+    }
+    Ok(out)
+}
+
+/// Work stealing under imbalance: 64 threads are forked on the main thread's virtual
+/// processor, which the main thread then keeps busy (spinning without a checkpoint) until
+/// half of them have finished: only stealing can run them.
+pub fn stealing(vps: usize) -> Outcome {
+    if vps < 2 {
+        return Ok(String::from("one virtual processor: nothing to steal from"));
+    }
+    let (r, s) = run(Config::new(vps, Kind::WorkStealing), move || -> Outcome {
+        let ran_on: Arc<Vec<AtomicU32>> = Arc::new((0..vps).map(|_| AtomicU32::new(0)).collect());
+        let done = Arc::new(AtomicU32::new(0));
+        let home = current_vp();
+        let ts: Vec<_> = (0..64u64)
+            .map(|i| {
+                let (ran_on, done) = (ran_on.clone(), done.clone());
+                fork_on(home, move || {
+                    let mut x = i;
+                    for _ in 0..2_000 {
+                        x = core::hint::black_box(
+                            x.wrapping_mul(6364136223846793005).wrapping_add(1),
+                        );
+                    }
+                    yield_now();
+                    if let Some(c) = ran_on.get(current_vp()) {
+                        c.fetch_add(1, SeqCst);
+                    }
+                    done.fetch_add(1, SeqCst);
+                    x
+                })
+            })
+            .collect();
+        while done.load(SeqCst) < 32 {
+            core::hint::spin_loop();
+        }
+        for t in &ts {
+            t.wait();
+        }
+        let others: u32 = ran_on
+            .iter()
+            .enumerate()
+            .filter(|(v, _)| *v != home)
+            .map(|(_, c)| c.load(SeqCst))
+            .sum();
+        ensure!(
+            others >= 32,
+            "only {others} threads ran off virtual processor {home}"
+        );
+        Ok(format!(
+            "{others} of 64 threads finished off the loaded virtual processor"
+        ))
+    });
+    let r = r?;
+    ensure!(s.stolen >= 32, "{} stolen", s.stolen);
+    Ok(format!("{r}, {} stolen", s.stolen))
+}
+
+/// A thread moves itself between virtual processors; FIFO processors do not steal.
+pub fn migrate_between(vps: usize) -> Outcome {
+    let (r, s) = run(Config::new(vps, Kind::Fifo), move || -> Outcome {
+        let n = vp_count();
+        let t = fork(move || {
+            let mut seen = Vec::new();
+            for target in (0..n).chain(0..n).rev() {
+                migrate(target);
+                seen.push(current_vp());
+            }
+            seen
+        });
+        let seen = t.value().map_err(|_| String::from("terminated"))?.clone();
+        let want: Vec<usize> = (0..n).chain(0..n).rev().collect();
+        ensure!(seen == want, "visited {seen:?}, expected {want:?}");
+        Ok(format!("visited {seen:?}"))
+    });
+    let r = r?;
+    ensure!(vps < 2 || s.migrations > 0, "no migration counted");
+    ensure!(s.stolen == 0, "a FIFO processor stole");
+    Ok(r)
+}
+
+/// Many threads add to a counter under a mutex; none may lose an update.
+pub fn mutex(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::WorkStealing), || -> Outcome {
+        let m = Arc::new(Mutex::new(0u64));
+        let ts: Vec<_> = (0..16)
+            .map(|i| {
+                let m = m.clone();
+                fork_on(i, move || {
+                    for _ in 0..200 {
+                        let mut g = m.lock();
+                        let v = *g;
+                        yield_now(); // hold it across a switch
+                        *g = v + 1;
+                    }
+                })
+            })
+            .collect();
+        for t in &ts {
+            t.wait();
+        }
+        let v = *m.lock();
+        ensure!(v == 3200, "counter {v}, expected 3200");
+        Ok(String::from(
+            "16 threads × 200 increments under a mutex held across switches: 3200",
+        ))
+    })
+    .0
+}
+
+/// A bounded buffer with two condition variables.
+pub fn condvar(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::WorkStealing), || -> Outcome {
+        struct Buf {
+            items: Vec<u64>,
+        }
+        let m = Arc::new(Mutex::new(Buf { items: Vec::new() }));
+        let not_empty = Arc::new(Condvar::new());
+        let not_full = Arc::new(Condvar::new());
+        let producers: Vec<_> = (0..4u64)
+            .map(|p| {
+                let (m, ne, nf) = (m.clone(), not_empty.clone(), not_full.clone());
+                fork_on(p as usize, move || {
+                    for i in 0..250u64 {
+                        let mut g = m.lock();
+                        while g.items.len() >= 4 {
+                            g = nf.wait(g);
+                        }
+                        g.items.push(p * 1000 + i);
+                        drop(g);
+                        ne.notify_one();
+                    }
+                })
+            })
+            .collect();
+        let consumers: Vec<_> = (0..2)
+            .map(|c| {
+                let (m, ne, nf) = (m.clone(), not_empty.clone(), not_full.clone());
+                fork_on(c + 1, move || {
+                    let mut sum = 0u64;
+                    for _ in 0..500 {
+                        let mut g = m.lock();
+                        while g.items.is_empty() {
+                            g = ne.wait(g);
+                        }
+                        sum += g.items.pop().unwrap_or(0);
+                        drop(g);
+                        nf.notify_one();
+                    }
+                    sum
+                })
+            })
+            .collect();
+        for p in &producers {
+            p.wait();
+        }
+        let total: u64 = consumers.iter().map(|c| *c.value().unwrap_or(&0)).sum();
+        let want: u64 = (0..4u64)
+            .map(|p| (0..250u64).map(|i| p * 1000 + i).sum::<u64>())
+            .sum();
+        ensure!(total == want, "consumed {total}, expected {want}");
+        Ok(String::from(
+            "4 producers, 2 consumers, a 4-slot buffer: every item consumed once",
+        ))
+    })
+    .0
+}
+
+/// Threads meet at a barrier round after round; nobody passes before all arrive.
+pub fn barrier(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        const N: usize = 6;
+        const ROUNDS: u64 = 50;
+        let b = Arc::new(Barrier::new(N));
+        let arrived = Arc::new(AtomicU64::new(0));
+        let bad = Arc::new(AtomicBool::new(false));
+        let ts: Vec<_> = (0..N)
+            .map(|i| {
+                let (b, arrived, bad) = (b.clone(), arrived.clone(), bad.clone());
+                fork_on(i, move || {
+                    let mut leader = 0u32;
+                    for round in 0..ROUNDS {
+                        arrived.fetch_add(1, SeqCst);
+                        if b.wait() {
+                            leader += 1;
+                        }
+                        if arrived.load(SeqCst) < (round + 1) * N as u64 {
+                            bad.store(true, SeqCst);
+                        }
+                        b.wait();
+                    }
+                    leader
+                })
+            })
+            .collect();
+        let leaders: u32 = ts.iter().map(|t| *t.value().unwrap_or(&0)).sum();
+        ensure!(!bad.load(SeqCst), "a thread passed the barrier early");
+        ensure!(
+            leaders == ROUNDS as u32,
+            "{leaders} leaders for {ROUNDS} rounds"
+        );
+        ensure!(
+            b.generation() == 2 * ROUNDS,
+            "generation {}",
+            b.generation()
+        );
+        Ok(format!(
+            "{N} threads, {ROUNDS} rounds, one leader per round"
+        ))
+    })
+    .0
+}
+
+/// A suspended thread does not run until resumed, whether it was scheduled, ready or
+/// running (it stops at its next checkpoint); a thread suspends itself.
+pub fn suspend_resume(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let count = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (c2, s2) = (count.clone(), stop.clone());
+        let t = fork_on(vp_count() - 1, move || {
+            while !s2.load(SeqCst) {
+                c2.fetch_add(1, SeqCst);
+                yield_now();
+            }
+        });
+        while count.load(SeqCst) < 10 {
+            yield_now();
+        }
+        t.suspend();
+        // It stops at its next checkpoint; then its count stays put.
+        let mut last = count.load(SeqCst);
+        loop {
+            for _ in 0..50 {
+                yield_now();
+            }
+            let now = count.load(SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        for _ in 0..200 {
+            yield_now();
+        }
+        ensure!(count.load(SeqCst) == last, "a suspended thread ran");
+        t.resume();
+        while count.load(SeqCst) < last + 10 {
+            yield_now();
+        }
+        stop.store(true, SeqCst);
+        t.wait();
+        // Suspended before it starts: it does not start until resumed.
+        let started = Arc::new(AtomicBool::new(false));
+        let st2 = started.clone();
+        let u = delay(move || st2.store(true, SeqCst));
+        u.suspend();
+        u.schedule();
+        for _ in 0..100 {
+            yield_now();
+        }
+        ensure!(
+            !started.load(SeqCst),
+            "a suspended scheduled thread started"
+        );
+        u.resume();
+        u.wait();
+        ensure!(started.load(SeqCst), "resumed thread did not run");
+        // A thread that suspends itself.
+        let me_done = Arc::new(AtomicBool::new(false));
+        let md = me_done.clone();
+        let w = fork(move || {
+            current().suspend();
+            md.store(true, SeqCst);
+        });
+        while !w.detail().1 {
+            yield_now();
+        }
+        for _ in 0..50 {
+            yield_now();
+        }
+        ensure!(!me_done.load(SeqCst), "a self-suspended thread ran on");
+        w.resume();
+        w.wait();
+        Ok(String::from(
+            "running, scheduled and self-suspended threads stop until resumed",
+        ))
+    })
+    .0
+}
+
+/// Termination: a scheduled thread never runs; a running one ends at its next checkpoint
+/// (its value is gone), and waiters are released.
+pub fn terminate(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let ran = Arc::new(AtomicBool::new(false));
+        let r2 = ran.clone();
+        let s = fork(move || r2.store(true, SeqCst));
+        s.terminate();
+        s.wait();
+        ensure!(!ran.load(SeqCst), "a terminated scheduled thread ran");
+        ensure!(
+            s.value() == Err(Terminated),
+            "terminated scheduled thread has a value"
+        );
+        let spins = Arc::new(AtomicU64::new(0));
+        let sp2 = spins.clone();
+        let t = fork_on(vp_count() - 1, move || loop {
+            sp2.fetch_add(1, SeqCst);
+            yield_now();
+        });
+        while spins.load(SeqCst) < 5 {
+            yield_now();
+        }
+        t.terminate();
+        t.wait();
+        ensure!(
+            t.value() == Err(Terminated),
+            "terminated running thread has a value"
+        );
+        let at = spins.load(SeqCst);
+        for _ in 0..100 {
+            yield_now();
+        }
+        ensure!(spins.load(SeqCst) == at, "a terminated thread still runs");
+        Ok(String::from(
+            "a scheduled thread never ran; a running one ended at its checkpoint",
+        ))
+    })
+    .0
+}
+
+/// A group lists its threads, suspends and terminates them all; children join their
+/// parent's group.
+pub fn groups(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let g = Group::new();
+        let ticks = Arc::new(AtomicU64::new(0));
+        let mut ids = Vec::new();
+        for i in 0..4 {
+            let t2 = ticks.clone();
+            let t = g.fork_on(i, move || {
+                // A child of a member is a member.
+                let t3 = t2.clone();
+                let _child = fork(move || loop {
+                    t3.fetch_add(1, SeqCst);
+                    yield_now();
+                });
+                loop {
+                    t2.fetch_add(1, SeqCst);
+                    yield_now();
+                }
+            });
+            ids.push(t.id());
+        }
+        while g.len() < 8 {
+            yield_now();
+        }
+        let listed: Vec<u64> = g.list().iter().map(|t| t.id()).collect();
+        ensure!(
+            ids.iter().all(|id| listed.contains(id)),
+            "list {listed:?} lacks one of {ids:?}"
+        );
+        ensure!(listed.len() == 8, "{} members, expected 8", listed.len());
+        g.suspend_all();
+        let mut last = ticks.load(SeqCst);
+        loop {
+            for _ in 0..50 {
+                yield_now();
+            }
+            let now = ticks.load(SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+        for _ in 0..100 {
+            yield_now();
+        }
+        ensure!(ticks.load(SeqCst) == last, "a suspended member ran");
+        g.resume_all();
+        while ticks.load(SeqCst) < last + 20 {
+            yield_now();
+        }
+        g.terminate_all();
+        for t in g.list() {
+            t.wait();
+        }
+        ensure!(g.is_empty(), "{} members left after terminate_all", g.len());
+        Ok(String::from(
+            "8 members (4 children) listed, suspended, resumed, terminated",
+        ))
+    })
+    .0
+}
+
+/// A message with shared substructure, for the ports' copy semantics.
+#[derive(Clone)]
+struct Msg {
+    /// Copied by both puts.
+    top: u64,
+    /// Shared by a shallow put, copied by a deep one.
+    shared: Arc<Cell>,
+}
+
+/// A mutable cell that deep copies by value.
+struct Cell(AtomicU64);
+
+impl DeepCopy for Cell {
+    fn deep_copy(&self) -> Cell {
+        Cell(AtomicU64::new(self.0.load(SeqCst)))
+    }
+}
+
+impl DeepCopy for Msg {
+    fn deep_copy(&self) -> Msg {
+        Msg {
+            top: self.top,
+            shared: self.shared.deep_copy(),
+        }
+    }
+}
+
+/// Ports: `put` copies the top level and shares the rest, `put_deep` shares nothing;
+/// `get` parks until a message arrives; a closure sent to a port runs as an active
+/// message in a thread the receiver forks.
+pub fn ports(vps: usize) -> Outcome {
+    run(Config::new(vps, Kind::WorkStealing), || -> Outcome {
+        let port: Port<Msg> = Port::new();
+        let msg = Msg {
+            top: 1,
+            shared: Arc::new(Cell(AtomicU64::new(10))),
+        };
+        port.put(&msg);
+        port.put_deep(&msg);
+        let mut shallow = port.get();
+        let deep = port.get();
+        msg.shared.0.store(20, SeqCst);
+        shallow.top = 2;
+        ensure!(msg.top == 1, "the shallow copy's top level is the sender's");
+        ensure!(
+            shallow.shared.0.load(SeqCst) == 20,
+            "a shallow copy does not share substructure"
+        );
+        ensure!(
+            deep.shared.0.load(SeqCst) == 10,
+            "a deep copy shares substructure"
+        );
+        // A receiver parked in get, and active messages.
+        let jobs: Port<alloc::boxed::Box<dyn FnOnce() -> u64 + Send>> = Port::new();
+        let results: Port<u64> = Port::new();
+        let (j2, r2) = (jobs.clone(), results.clone());
+        let receiver = fork_on(vp_count() - 1, move || {
+            for _ in 0..10 {
+                let job = j2.get();
+                let r3 = r2.clone();
+                fork(move || r3.send(job()));
+            }
+        });
+        for _ in 0..20 {
+            yield_now();
+        }
+        for i in 0..10u64 {
+            jobs.send(alloc::boxed::Box::new(move || i * i));
+        }
+        let total: u64 = (0..10).map(|_| results.get()).sum();
+        receiver.wait();
+        ensure!(total == 285, "active messages gave {total}");
+        Ok(String::from(
+            "shallow put shares substructure, deep put does not; 10 active messages ran",
+        ))
+    })
+    .0
+}
+
+/// The primes application of the paper's Figure 4: a master forks one slave per range and
+/// sums the slaves' counts; checked against a sequential count.
+pub fn primes(vps: usize) -> Outcome {
+    const N: u64 = 60_000;
+    const SLAVES: u64 = 16;
+    fn is_prime(n: u64) -> bool {
+        if n < 2 {
+            return false;
+        }
+        let mut d = 2;
+        while d * d <= n {
+            if n.is_multiple_of(d) {
+                return false;
+            }
+            d += 1;
+        }
+        true
+    }
+    let sequential = (0..N).filter(|&n| is_prime(n)).count() as u64;
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), || {
+        let chunk = N / SLAVES;
+        let slaves: Vec<_> = (0..SLAVES)
+            .map(|i| {
+                fork(move || {
+                    (i * chunk..(i + 1) * chunk)
+                        .filter(|&n| is_prime(n))
+                        .count() as u64
+                })
+            })
+            .collect();
+        slaves.iter().map(|t| *t.value().unwrap_or(&0)).sum::<u64>()
+    });
+    ensure!(
+        parallel == sequential,
+        "{parallel} primes below {N}, sequentially {sequential}"
+    );
+    Ok(format!(
+        "{parallel} primes below {N}, as counted sequentially ({SLAVES} slaves, {} stolen, {} TCBs)",
+        s.stolen, s.tcbs_created
+    ))
+}
+
+/// The counters of each virtual processor, for a report line.
+pub fn per_vp_finished() -> Vec<u64> {
+    (0..vp_count()).map(|v| vp_stats(v).finished).collect()
+}
