@@ -1017,6 +1017,8 @@ pub fn start(
     }
     k.stacks_in_use.inc(apic::now_ns());
     kprintln!("[kernel] {} boot modules", k.modules.len());
+    // Tracing starts before the first task, so its first system call is recorded.
+    crate::trace::start(k.cpus.len(), config.trace);
     for word in &config.unknown {
         kprintln!("[kernel] ignoring unknown command-line word `{word}`");
     }
@@ -1117,8 +1119,11 @@ pub fn idle_loop() -> ! {
             thread::thread_block(k, Some(Continuation::new(Resume::Idle)));
             continue;
         }
+        // A traced entry that ends with the CPU going idle ends here.
+        crate::trace::exit(k, true);
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
             k.close_line();
+            crate::trace::dump();
             kprintln!("[kernel] all tasks finished; shutting down");
             crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
@@ -1165,12 +1170,22 @@ fn steal_work(k: &mut Kernel, cpu: usize) {
 #[inline(always)]
 pub fn leave_to_user() -> ! {
     if STOPS_PENDING.load(Ordering::Relaxed) > 0 {
-        // An APC: a thread stops here when its activation is suspended.
-        // SAFETY: every caller holds the lock (it is released just below).
-        (family::hooks().before_user)(unsafe { kernel() });
+        before_user();
     }
     unlock();
     trap::resume_current()
+}
+
+/// [`leave_to_user`] while `STOPS_PENDING` is not 0: an APC, where a thread stops when its
+/// activation is suspended, and the end of a traced entry (tracing keeps `STOPS_PENDING`
+/// above 0). Out of line, so the way out stays a load and a branch.
+#[cold]
+#[inline(never)]
+fn before_user() {
+    // SAFETY: every caller holds the lock (`leave_to_user`'s do).
+    let k = unsafe { kernel() };
+    (family::hooks().before_user)(k);
+    crate::trace::exit(k, false);
 }
 
 /// The interrupt and exception stubs' call into the kernel (`arch::trap`'s assembly).
@@ -1201,6 +1216,9 @@ pub fn on_trap(frame: &mut TrapFrame) {
     let th = unsafe { thread::current_mut() };
     let (cur, task_key) = (th.id, th.task_key);
     *th.frame = *frame;
+    if crate::trace::ON.load(Ordering::Relaxed) {
+        crate::trace::entry(k, crate::trace::Kind::Trap, frame.vector);
+    }
     if gdt::in_floor_call() {
         // The entry ends a floor call in progress; a fault in the partner's code ends
         // it and nothing more.

@@ -24,6 +24,7 @@ mod kobject;
 mod quota;
 mod syscall;
 mod thread;
+mod trace;
 
 use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};

@@ -36,6 +36,7 @@ mod run;
 mod stages;
 mod test;
 mod tests;
+mod trace;
 mod workspace;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
@@ -100,6 +101,19 @@ enum Cmd {
     /// RPC, counted instruction by instruction (gdb single-steps the bench image under TCG
     /// -icount); writes results/profile.md and prints it.
     Profile,
+    /// Boot with the kernel's timeline trace on; write results/trace.json for Perfetto.
+    ///
+    /// Every kernel entry from user mode (system call, exception, interrupt) on every CPU,
+    /// with TSC timestamps, the threads that entered and left, and the continuations
+    /// paper's events during it (handoffs, recognitions, blocks, discards, switches,
+    /// migrating calls, messages); flows from each message to the entry that delivered it.
+    /// The programs must end (the trace is printed at shutdown); results/trace.log keeps the
+    /// serial log.
+    #[command(
+        after_help = "Example: `cargo xtask trace -- init=pingpong` traces the ping-pong \
+                      RPC test; open results/trace.json in https://ui.perfetto.dev."
+    )]
+    Trace(trace::TraceOpts),
     /// The system-call fuzzer's soak: one boot per seed of the `fuzz` program.
     ///
     /// Multi-threaded TCG with several CPUs; per seed its calls, the share that succeeded,
@@ -228,6 +242,7 @@ fn main() -> ExitCode {
         Cmd::BenchLinux => linux::bench_linux(),
         Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
+        Cmd::Trace(opts) => trace::run(&opts),
         Cmd::Clippy => clippy::clippy(),
         Cmd::Mutants(opts) => mutants::mutants(&opts),
     };

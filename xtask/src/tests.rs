@@ -848,6 +848,18 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // The kernel's timeline trace (`cargo xtask trace`) of the IPC test: an RPC's
+        // request goes by the fast path to the server's thread (a stack handoff) and its
+        // reply comes back to the client's, in that order, and the trace is JSON a trace
+        // viewer reads.
+        name: "trace_rpc",
+        init: &["ipc"],
+        extra: &["trace=8192"],
+        require: &["[kernel] trace: on, 8192 records per CPU", "[kernel] trace: end"],
+        check: Some(check_trace_rpc),
+        ..BASE
+    },
+    IntegrationTest {
         // The Sting user-level runtime (`user/sting`): threads, absorption, pools,
         // policies, stealing, migration, synchronisation, groups, ports, primes; one
         // virtual processor (kernel thread) per CPU.
@@ -1263,6 +1275,46 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
 ];
+
+/// `trace_rpc`'s check: some request's flow ends in another task's thread with a stack
+/// handoff, and a later flow from that thread's entry ends back in the requester; the
+/// Chrome document of the trace parses as JSON.
+fn check_trace_rpc(log: &str) -> Result<(), String> {
+    let t = crate::trace::parse(log)?;
+    let flows = crate::trace::flows(&t);
+    let rpc = flows.iter().find_map(|&(i, j)| {
+        let (req, got) = (t.records.get(i)?, t.records.get(j)?);
+        let handoff = got.counts[0] > 0;
+        let call =
+            crate::trace::entry_name(req) == "ipc_msg" && got.task_out != req.task_in && handoff;
+        // The reply: a later entry by the server's thread delivered back to the client.
+        let reply = flows.iter().find(|&&(k, l)| {
+            k > j
+                && t.records
+                    .get(k)
+                    .is_some_and(|r| r.thread_in == got.thread_out)
+                && t.records
+                    .get(l)
+                    .is_some_and(|r| r.thread_out == req.thread_in)
+        });
+        call.then_some(reply.is_some()).filter(|&r| r)
+    });
+    if rpc.is_none() {
+        return Err(format!(
+            "no request handed off to another task's thread and answered back in {} records \
+             ({} flows)",
+            t.records.len(),
+            flows.len()
+        ));
+    }
+    let text = serde_json::to_string(&crate::trace::chrome(&t)).map_err(|e| e.to_string())?;
+    let back: serde_json::Value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
+    let events = back["traceEvents"].as_array().map_or(0, Vec::len);
+    if events < t.records.len() {
+        return Err(format!("{events} events for {} records", t.records.len()));
+    }
+    Ok(())
+}
 
 #[cfg(test)]
 mod unit_tests {

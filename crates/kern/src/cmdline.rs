@@ -21,12 +21,20 @@ pub struct BootConfig {
     /// Fault in kernel mode on purpose after boot (`crash=kernel-page-fault`), to test the
     /// fatal-exception report.
     pub crash: bool,
+    /// Record a timeline of kernel entries from boot (`trace`, or `trace=N` for `N`
+    /// records per CPU; 0 when off), dumped when the kernel shuts down.
+    pub trace: usize,
     /// Make one in this many kernel allocations fail once boot is done (`failalloc=N`,
     /// N ≥ 1; honoured only by kernels built with fault injection: `kern::fault`).
     pub fail_every: Option<u64>,
     /// Words that were not understood.
     pub unknown: Vec<String>,
 }
+
+/// Records per CPU of `trace` without a count.
+pub const TRACE_DEFAULT: usize = 4096;
+/// Most records per CPU `trace=N` may ask for.
+pub const TRACE_MAX: usize = 65536;
 
 impl BootConfig {
     /// Parses a command line.
@@ -47,6 +55,14 @@ impl BootConfig {
                     .collect();
             } else if word == "shutdown" {
                 config.shutdown_when_idle = true;
+            } else if word == "trace" {
+                config.trace = TRACE_DEFAULT;
+            } else if let Some(n) = word
+                .strip_prefix("trace=")
+                .and_then(|n| n.parse::<usize>().ok())
+                .filter(|&n| (1..=TRACE_MAX).contains(&n))
+            {
+                config.trace = n;
             } else if word == "crash=kernel-page-fault" {
                 config.crash = true;
             } else if let Some(n) = word
@@ -85,6 +101,18 @@ mod tests {
         assert!(c.shutdown_when_idle);
         assert!(c.crash);
         assert_eq!(c.unknown, ["bogus", "x=y"]);
+    }
+
+    #[test]
+    fn trace() {
+        assert_eq!(BootConfig::parse("").trace, 0);
+        assert_eq!(BootConfig::parse("trace").trace, TRACE_DEFAULT);
+        assert_eq!(BootConfig::parse("trace=100").trace, 100);
+        for bad in ["trace=0", "trace=x", "trace=65537"] {
+            let c = BootConfig::parse(bad);
+            assert_eq!(c.trace, 0, "{bad}");
+            assert_eq!(c.unknown, [bad]);
+        }
     }
 
     #[test]

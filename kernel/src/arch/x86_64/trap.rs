@@ -294,6 +294,10 @@ syscall_entry:
 syscall_general:
     SYSCALL_SAVE
     movq %gs:0, %rsp
+    // The entry hook (tracing), off: a compare and a branch not taken.
+    cmpb $0, {entry_hook}(%rip)
+    jne 6f
+5:
     // A thread in a floor cross-address-space call: every system call but the partner's
     // return ends the call (`floor::on_syscall`).
     cmpq $0, %gs:40
@@ -316,6 +320,14 @@ syscall_general:
 resume_current_frame:
     movq %gs:24, %rsp
     jmp trap_exit
+
+    // The entry hook, on: `syscall_entry_hook(number)`, then the entry goes on. The user's
+    // registers are in the frame already, so `rbx` may keep the number across the call.
+6:  movq %rax, %rbx
+    movq %rax, %rdi
+    callq syscall_entry_hook
+    movq %rbx, %rax
+    jmp 5b
 
     // The floor calls. Interrupts are off (FMASK); `rcx` and `r11` hold the user `rip`
     // and `rflags` for `sysretq`.
@@ -424,8 +436,19 @@ floor_fault_base:
     fault_base = const floor::FLOOR_FAULT_BASE,
     kernel_cr3 = sym FLOOR_KERNEL_CR3,
     noflush = sym FLOOR_NOFLUSH,
+    entry_hook = sym ENTRY_HOOK,
     options(att_syntax)
 );
+
+/// Whether the `syscall` entry calls `syscall_entry_hook(number)` (defined by the core:
+/// the timeline trace's entry record) before it goes on. Off, it costs the entry one
+/// compare and one branch.
+static ENTRY_HOOK: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Turns the `syscall` entry's hook on or off ([`ENTRY_HOOK`]).
+pub fn set_entry_hook(on: bool) {
+    ENTRY_HOOK.store(on, Ordering::Relaxed);
+}
 
 /// The CR3 value `floor_space` loads first: the kernel's root, PCID 0, with the no-flush
 /// bit when PCIDs are on. Set once at boot ([`set_floor_roots`]).
