@@ -905,6 +905,24 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // The driver calls (interrupt lines, I/O ports) and the host-privilege listings:
+        // every error case, and one real interrupt from COM1.
+        name: "devcalls_smp1",
+        init: &["devcalls"],
+        smp: 1,
+        extra: &["priv=devcalls"],
+        require: &["devcalls#1| TEST PASS devcalls"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "devcalls_smp2",
+        init: &["devcalls"],
+        smp: 2,
+        extra: &["priv=devcalls"],
+        require: &["devcalls#1| TEST PASS devcalls"],
+        ..BASE
+    },
+    IntegrationTest {
         // Kernel objects through capabilities: task and thread ports, interposition.
         name: "kobj_smp1",
         init: &["kobj"],
