@@ -385,10 +385,23 @@ fn boot_and_judge(
     let stderr = file
         .try_clone()
         .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+    let typing = !test.input.is_empty();
+    cmd.stdin(if typing {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(file)
+    .stderr(stderr);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+    if let (true, Some(stdin)) = (typing, child.stdin.take()) {
+        let (log, deadline) = (log.to_path_buf(), Instant::now() + test.timeout);
+        let (prompt, input) = (test.prompt, test.input);
+        // Detached: it stops at the last line, at the deadline, or when QEMU is gone.
+        thread::spawn(move || type_input(stdin, &log, prompt, input, deadline));
+    }
     let status = wait_or_fail_fast(&mut child, test.timeout, log)?;
     trailer.push_str(&format!(
         "qemu: {}\n",
@@ -409,6 +422,48 @@ fn boot_and_judge(
         Some(_) => judge::survived(code, &String::from_utf8_lossy(&text)),
         None => judge::judge(test, code, &String::from_utf8_lossy(&text)),
     }
+}
+
+/// The pause after each character [`type_input`] types: QEMU's 16550 takes input only
+/// while its 16-byte receive FIFO has room, and a person types slower than this anyway.
+pub const TYPE_DELAY: Duration = Duration::from_millis(8);
+
+/// Types `input` into QEMU's standard input (the serial console), line `i` once the log
+/// holds `prompt` `i + 1` times, each line ended with a carriage return; gives up at
+/// `deadline` or when QEMU no longer reads.
+fn type_input(
+    mut stdin: std::process::ChildStdin,
+    log: &Path,
+    prompt: &str,
+    input: &[&str],
+    deadline: Instant,
+) {
+    for (i, line) in input.iter().enumerate() {
+        loop {
+            if Instant::now() >= deadline {
+                return;
+            }
+            let seen = fs::read(log).map_or(0, |text| count(&text, prompt.as_bytes()));
+            if seen > i {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        for b in line.bytes().chain([b'\r']) {
+            if stdin.write_all(&[b]).and_then(|()| stdin.flush()).is_err() {
+                return;
+            }
+            thread::sleep(TYPE_DELAY);
+        }
+    }
+}
+
+/// How many times `what` (not empty) occurs in `text`.
+fn count(text: &[u8], what: &[u8]) -> usize {
+    if what.is_empty() {
+        return 0;
+    }
+    text.windows(what.len()).filter(|w| *w == what).count()
 }
 
 /// A line that fails a test wherever it appears, after which a boot is not waited for to
@@ -497,6 +552,13 @@ pub(crate) fn wait_with_timeout(
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn counts_prompts() {
+        assert_eq!(count(b"baton> ps\nbaton> ", b"baton> "), 2);
+        assert_eq!(count(b"", b"baton> "), 0);
+        assert_eq!(count(b"abc", b""), 0);
+    }
 
     #[test]
     fn sees_a_failure_line() {
