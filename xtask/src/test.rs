@@ -17,7 +17,7 @@ use crate::build::{self, Images};
 use crate::deps;
 use crate::judge;
 use crate::qemu::{self, Accel, Machine};
-use crate::tests::{IntegrationTest, ALL};
+use crate::tests::{IntegrationTest, Typed, ALL};
 use crate::workspace::{cargo, note, seconds, shell_line, target_dir};
 use crate::TestOpts;
 use std::fs::{self, File, OpenOptions};
@@ -428,28 +428,37 @@ fn boot_and_judge(
 /// while its 16-byte receive FIFO has room, and a person types slower than this anyway.
 pub const TYPE_DELAY: Duration = Duration::from_millis(8);
 
-/// Types `input` into QEMU's standard input (the serial console), line `i` once the log
-/// holds `prompt` `i + 1` times, each line ended with a carriage return; gives up at
+/// Types `input` into QEMU's standard input (the serial console): each [`Typed::Line`]
+/// once the log holds `prompt` once more than the lines typed before, ended with a
+/// carriage return, each [`Typed::After`] once the log holds its marker; gives up at
 /// `deadline` or when QEMU no longer reads.
 fn type_input(
     mut stdin: std::process::ChildStdin,
     log: &Path,
     prompt: &str,
-    input: &[&str],
+    input: &[Typed],
     deadline: Instant,
 ) {
-    for (i, line) in input.iter().enumerate() {
+    let mut lines = 0;
+    for step in input {
+        // Wait until `marker` has appeared `needed` times, then type `keys`.
+        let (marker, needed, keys): (&str, usize, Vec<u8>) = match *step {
+            Typed::Line(line) => {
+                lines += 1;
+                (prompt, lines, line.bytes().chain([b'\r']).collect())
+            }
+            Typed::After(marker, keys) => (marker, 1, keys.bytes().collect()),
+        };
         loop {
             if Instant::now() >= deadline {
                 return;
             }
-            let seen = fs::read(log).map_or(0, |text| count(&text, prompt.as_bytes()));
-            if seen > i {
+            if fs::read(log).is_ok_and(|text| count(&text, marker.as_bytes()) >= needed) {
                 break;
             }
             thread::sleep(Duration::from_millis(50));
         }
-        for b in line.bytes().chain([b'\r']) {
+        for b in keys {
             if stdin.write_all(&[b]).and_then(|()| stdin.flush()).is_err() {
                 return;
             }

@@ -45,14 +45,24 @@ pub struct IntegrationTest {
     /// declared for its name (tasks of a name not listed must exit with code 0), and each
     /// entry must be seen at least once. See [`crate::judge::expect_exits`].
     pub exits: &'static [(&'static str, Exit)],
-    /// Lines typed on the serial console (QEMU's standard input), for a test that drives
-    /// a program through the console: line `i` is typed, a character every
-    /// [`crate::test::TYPE_DELAY`] (slowly enough for the UART's receive FIFO), once
-    /// [`IntegrationTest::prompt`] has appeared `i + 1` times in the log, and ended with a
-    /// carriage return, as a terminal's Enter key sends. Empty: standard input is empty.
-    pub input: &'static [&'static str],
+    /// What is typed on the serial console (QEMU's standard input), for a test that drives
+    /// a program through the console, a character every [`crate::test::TYPE_DELAY`]
+    /// (slowly enough for the UART's receive FIFO); see [`Typed`]. Empty: standard input
+    /// is empty.
+    pub input: &'static [Typed],
     /// What the program prints when it is ready for the next line of `input`.
     pub prompt: &'static str,
+}
+
+/// One step of a test's [`IntegrationTest::input`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Typed {
+    /// A line, typed once [`IntegrationTest::prompt`] has appeared once more than the
+    /// lines typed before it, and ended with a carriage return (a terminal's Enter key).
+    Line(&'static str),
+    /// Keys typed as they are (no carriage return) once the log contains the first
+    /// string: for a program that is busy and shows no prompt.
+    After(&'static str, &'static str),
 }
 
 /// How one task ended, as the kernel reports it.
@@ -106,34 +116,37 @@ pub const BASE: IntegrationTest = IntegrationTest {
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
 /// shell 3, then each program `run` starts).
-const SHELL_INPUT: &[&str] = &[
-    "help",
-    "ps",
-    "ports 3",
-    "ports",
-    "ports 99",
-    "ports x",
-    "stats",
-    "stats now",
-    "programs",
-    "run init",
-    "run fault_null",
-    "run nosuch",
-    "run",
-    "run idle &",
-    "ps",
-    "kill 6",
-    "kill 6",
-    "kill x",
-    "kill",
-    "kill 3",
-    "frobnicate --now",
+const SHELL_INPUT: &[Typed] = &[
+    Typed::Line("help"),
+    Typed::Line("ps"),
+    Typed::Line("ports 3"),
+    Typed::Line("ports"),
+    Typed::Line("ports 99"),
+    Typed::Line("ports x"),
+    Typed::Line("stats"),
+    Typed::Line("stats now"),
+    Typed::Line("programs"),
+    Typed::Line("run init"),
+    Typed::Line("run fault_null"),
+    Typed::Line("run nosuch"),
+    Typed::Line("run"),
+    Typed::Line("run idle &"),
+    Typed::Line("ps"),
+    Typed::Line("kill 6"),
+    Typed::Line("kill 6"),
+    // A foreground program stopped with Ctrl-C.
+    Typed::Line("run idle"),
+    Typed::After("idle#7| task 7 sleeps", "\x03"),
+    Typed::Line("kill x"),
+    Typed::Line("kill"),
+    Typed::Line("kill 3"),
+    Typed::Line("frobnicate --now"),
     // Line editing: a typo rubbed out, a letter put in with the left arrow ("help"), and
     // the history's last line again ("help" once more).
-    "hepx\x7f\x1b[Dl",
-    "\x1b[A",
-    "ports 1",
-    "shutdown",
+    Typed::Line("hepx\x7f\x1b[Dl"),
+    Typed::Line("\x1b[A"),
+    Typed::Line("ports 1"),
+    Typed::Line("shutdown"),
 ];
 
 /// What the shell tests require, in this order.
@@ -166,6 +179,8 @@ const SHELL_REQUIRE: &[&str] = &[
     "[kernel] task 6 terminated through its task port by task 3",
     "killed task 6",
     "kill: no task 6 (see `ps`)",
+    "[kernel] task 7 terminated through its task port by task 3",
+    "[7] idle stopped by Ctrl-C",
     "kill: `x` is not a task id",
     "kill: usage: kill TASK",
     "kill: that is this shell; use `shutdown`",
@@ -177,7 +192,7 @@ const SHELL_REQUIRE: &[&str] = &[
 ];
 
 /// The shell tests' tasks: the three boot tasks end by `shutdown`, `fault_null` by its
-/// fault, `idle` by `kill`.
+/// fault, `idle` by `kill` and by Ctrl-C.
 const SHELL_EXITS: &[(&str, Exit)] = &[
     ("names", Exit::Killed),
     ("console", Exit::Killed),

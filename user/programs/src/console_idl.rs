@@ -6,13 +6,17 @@
 // Each program uses one side of the interface: the client or the server.
 #![allow(dead_code)]
 
-use baton_rt::idl_rt::Error;
+use baton_rt::idl_rt::{Error, SendRight};
 
 /// The name the console registers with the name server.
 pub const CONSOLE_NAME: &str = "console";
 
 /// Longest line `read_line` returns (longer input is not taken).
 pub const LINE_MAX: usize = 200;
+
+/// The id of the one-way message (header only) the console sends to the port named with
+/// `interrupts_to` when Ctrl-C is typed while nobody reads a line.
+pub const CONSOLE_INTERRUPT_ID: u64 = 0x636f_6e73_1000;
 
 /// A serial console. Request ids from `0x636f_6e73_0000` (`"cons"` in ASCII, shifted).
 #[baton_rt::interface(base = 0x636f_6e73_0000, rt = baton_rt::idl_rt)]
@@ -24,4 +28,8 @@ pub trait Console {
     /// right arrows, up and down through the history), without its end. Ctrl-C gives an
     /// empty line. One reader at a time: [`Error::Busy`] while another waits.
     fn read_line(&mut self, prompt: &[u8]) -> Result<&[u8], Error>;
+
+    /// From now on, Ctrl-C typed while nobody reads a line sends a message with id
+    /// [`CONSOLE_INTERRUPT_ID`] to `port` (replacing any port named before).
+    fn interrupts_to(&mut self, port: SendRight) -> Result<(), Error>;
 }

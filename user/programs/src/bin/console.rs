@@ -1,7 +1,8 @@
 //! `console`: the serial console server. It owns COM1 through two capabilities the
 //! host-privilege right lets it make — an I/O-ports object for the UART's eight ports and
 //! an interrupt object for its line (ISA 4) — takes input by interrupt, edits lines
-//! (backspace, left and right arrows, up and down through a history, Ctrl-C), and serves
+//! (backspace, left and right arrows, up and down through a history, Ctrl-C: while nobody
+//! reads, it is reported to the port a client named with `interrupts_to`), and serves
 //! the `Console` interface (`console_idl.rs`: write text, read a line) on a port it
 //! registers as `"console"` with the name server.
 //!
@@ -23,7 +24,7 @@ mod console_idl;
 
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
-use baton_abi::ipc::{MsgHeader, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND};
+use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND};
 use baton_abi::FOREVER;
 use baton_rt::host::{io_in, io_out, ioport_create, irq_ack, irq_attach};
 use baton_rt::idl_rt::{Dispatched, SendRight};
@@ -31,7 +32,9 @@ use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_make_send};
 use baton_rt::names::NamesClient;
 use baton_rt::rpc::{Notification, Rpc};
 use baton_rt::{println, start, Error};
-use console_idl::{console_dispatch, Console, CONSOLE_NAME, CONSOLE_READ_LINE_ID, LINE_MAX};
+use console_idl::{
+    console_dispatch, Console, CONSOLE_INTERRUPT_ID, CONSOLE_NAME, CONSOLE_READ_LINE_ID, LINE_MAX,
+};
 
 baton_rt::entry!(main);
 
@@ -49,6 +52,8 @@ const LSR: u64 = 5;
 /// Line status: a byte was received; the transmitter can take one.
 const LSR_DATA: u64 = 0x01;
 const LSR_THRE: u64 = 0x20;
+/// Ctrl-C.
+const CTRL_C: u8 = 0x03;
 /// Bytes kept while nobody reads.
 const TYPEAHEAD_MAX: usize = 1024;
 /// Lines kept in the history.
@@ -86,6 +91,7 @@ fn run() -> Result<(), Error> {
         typeahead: VecDeque::new(),
         waiting: None,
         answer: None,
+        interrupt_to: 0,
     };
     // Whatever was typed before we were ready.
     server.drain();
@@ -182,6 +188,8 @@ struct Server {
     waiting: Option<Vec<u8>>,
     /// The finished line, while the waiting request is answered with it.
     answer: Option<Vec<u8>>,
+    /// Where Ctrl-C typed while nobody reads is reported (a send right; 0: nowhere).
+    interrupt_to: u64,
 }
 
 impl Server {
@@ -212,12 +220,35 @@ impl Server {
                 break;
             };
             let b = b as u8;
-            if self.waiting.is_some() && self.editor.done.is_none() {
+            if b == CTRL_C && self.waiting.is_none() && self.interrupt_to != 0 {
+                // Nobody reads: the client that asked is told (a shell stops its
+                // foreground program).
+                self.out(b"^C\n");
+                self.send_interrupt();
+            } else if self.waiting.is_some() && self.editor.done.is_none() {
                 let echo = self.editor.key(b);
                 self.out(&echo);
             } else if self.typeahead.len() < TYPEAHEAD_MAX {
                 self.typeahead.push_back(b);
             }
+        }
+    }
+
+    /// Sends the one-way [`CONSOLE_INTERRUPT_ID`] message to the port `interrupt_to` names
+    /// (never blocking: a full queue means the client has enough of them).
+    fn send_interrupt(&mut self) {
+        let mut msg = [0u8; HEADER_SIZE];
+        let h = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+            size: HEADER_SIZE as u32,
+            dest: self.interrupt_to,
+            reply: 0,
+            id: CONSOLE_INTERRUPT_ID,
+        };
+        msg.copy_from_slice(&h.to_bytes());
+        if msg_buf(&mut msg, MSG_SEND, 0, 0) == Err(Error::DeadName) {
+            let _ = cap_drop(self.interrupt_to);
+            self.interrupt_to = 0;
         }
     }
 
@@ -256,6 +287,14 @@ impl Server {
 impl Console for Server {
     fn write(&mut self, text: &[u8]) -> Result<(), Error> {
         self.out(text);
+        Ok(())
+    }
+
+    fn interrupts_to(&mut self, port: SendRight) -> Result<(), Error> {
+        if self.interrupt_to != 0 {
+            let _ = cap_drop(self.interrupt_to);
+        }
+        self.interrupt_to = port.0;
         Ok(())
     }
 
@@ -338,21 +377,17 @@ impl Editor {
                 self.cursor = 0;
                 self.done = Some(Vec::new());
             }
-            (Esc::None, 0x7f | 0x08) => {
-                if self.cursor > 0 {
-                    self.cursor -= 1;
-                    self.line.remove(self.cursor);
-                    echo.push(0x08);
-                    self.redraw_tail(&mut echo, 1);
-                }
+            (Esc::None, 0x7f | 0x08) if self.cursor > 0 => {
+                self.cursor -= 1;
+                self.line.remove(self.cursor);
+                echo.push(0x08);
+                self.redraw_tail(&mut echo, 1);
             }
-            (Esc::None, 0x20..=0x7e) => {
-                if self.line.len() < LINE_MAX {
-                    self.line.insert(self.cursor, b);
-                    self.cursor += 1;
-                    echo.push(b);
-                    self.redraw_tail(&mut echo, 0);
-                }
+            (Esc::None, 0x20..=0x7e) if self.line.len() < LINE_MAX => {
+                self.line.insert(self.cursor, b);
+                self.cursor += 1;
+                echo.push(b);
+                self.redraw_tail(&mut echo, 0);
             }
             _ => {}
         }

@@ -24,11 +24,12 @@ use baton_abi::ipc::{
 };
 use baton_abi::kobject::TASK_TERMINATE;
 use baton_abi::{Stats, FOREVER};
-use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_notify};
+use baton_rt::idl_rt::SendRight;
+use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_make_send, port_notify};
 use baton_rt::names::NamesClient;
 use baton_rt::rpc::Rpc;
 use baton_rt::{host, kobject, module_info, start, Error};
-use console_idl::{ConsoleClient, CONSOLE_NAME};
+use console_idl::{ConsoleClient, CONSOLE_INTERRUPT_ID, CONSOLE_NAME};
 
 baton_rt::entry!(main);
 
@@ -46,7 +47,8 @@ commands:
   run PROGRAM [&]   start a boot module; wait for it to end, or not with `&`
   kill TASK         end a task through its task port
   shutdown          end every task and power off
-keys: backspace, left/right arrows, up/down for the history, Ctrl-C drops the line
+keys: backspace, left/right arrows, up/down for the history; Ctrl-C drops the line, or
+stops the program running in the foreground
 ";
 
 fn main(task_id: u64) -> i32 {
@@ -84,12 +86,18 @@ impl Shell {
             }
             baton_rt::sleep_ns(10_000_000)?;
         }
+        let console = console?.0;
+        // Ctrl-C while a program runs in the foreground comes to `wait_port`.
+        let wait_port = port_allocate(0)?;
+        let send = port_make_send(wait_port, false)?;
+        ConsoleClient::new(&mut rpc, console).interrupts_to(SendRight(send))?;
+        cap_drop(send)?;
         Ok(Shell {
             id,
             host_priv: start::host_priv(),
             rpc,
-            console: console?.0,
-            wait_port: port_allocate(0)?,
+            console,
+            wait_port,
             reply_port: port_allocate(0)?,
         })
     }
@@ -238,6 +246,9 @@ impl Shell {
 
     /// `run PROGRAM [&]`.
     fn run_program(&mut self, program: &str, background: bool) -> String {
+        // A Ctrl-C typed since the last program is not for the next one.
+        let mut stale = [0u8; 64];
+        while msg_buf(&mut stale, MSG_RECEIVE, self.wait_port, 0).is_ok() {}
         let child = match baton_rt::spawn_with(program, start::bootstrap()) {
             Ok(id) => id,
             Err(Error::NotFound) => {
@@ -257,6 +268,7 @@ impl Shell {
             // It has ended already.
             return format!("[{child}] {program} ended\n");
         };
+        let mut interrupted = false;
         loop {
             let mut buf = [0u8; 64];
             if msg_buf(&mut buf, MSG_RECEIVE, self.wait_port, FOREVER).is_err() {
@@ -272,8 +284,23 @@ impl Shell {
             if h.id == NOTIFY_DEAD_NAME && word == tp {
                 break;
             }
+            if h.id == CONSOLE_INTERRUPT_ID && !interrupted {
+                // Ctrl-C: end it; its end then comes as above.
+                interrupted = true;
+                let _ = kobject::call(
+                    self.rpc.ipc(),
+                    tp,
+                    self.reply_port,
+                    TASK_TERMINATE,
+                    &[],
+                    1_000_000_000,
+                );
+            }
         }
         let _ = cap_drop(tp);
+        if interrupted {
+            return format!("[{child}] {program} stopped by Ctrl-C\n");
+        }
         format!("[{child}] {program} ended\n")
     }
 
