@@ -16,7 +16,7 @@
 //! - **Memory**: a binding holds a send right to the driver's port and counts as one of
 //!   the port's send-once rights for its queue room (`Port::reserve_queue`), so the
 //!   notification never allocates (it is sent with interrupts off, on any path); each
-//!   object's port is charged to its maker's account (`quota::PORT_BYTES`). At most 15
+//!   object's port is charged to its maker's account (`quota::PORT_BYTES`). At most 14
 //!   lines and `IO_OBJECTS_MAX` I/O-ports objects exist.
 //! - **Lifetime**: both end with the task that made them ([`task_released`]): the line is
 //!   masked, the rights the kernel held are released and the object's port dies, so every
