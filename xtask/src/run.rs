@@ -60,7 +60,11 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
         icount: opts.icount,
         gdb: opts.gdb_stub(),
     };
-    let mut cmd = machine.command(&qemu);
+    let mut cmd = if shutdown {
+        machine.command(&qemu)
+    } else {
+        machine.console_command(&qemu)
+    };
     note(format!("$ {}", shell_line(&cmd)));
     if let Some(port) = machine.gdb {
         let kernel = shell_quote(&images.kernel.to_string_lossy());
@@ -72,13 +76,17 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
              breakpoints set there may not stick.\n"
         );
     } else if !shutdown {
-        note("the serial console is on this terminal; Ctrl-C stops QEMU");
+        note("the serial console is on this terminal; Ctrl-C goes to Baton, Ctrl-A X stops QEMU");
     }
     let status = cmd
         .status()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
     match status.code() {
         Some(EXIT_CLEAN) => Ok(ExitCode::SUCCESS),
+        Some(0) if !shutdown => {
+            note("qemu exited with status 0: Ctrl-A X, or a reset without the exit port (a triple fault?)");
+            Ok(ExitCode::SUCCESS)
+        }
         Some(n) => {
             eprintln!("kernel failed (qemu exit status {n})");
             if n == 0 || n == EXIT_KERNEL_FAILED {
