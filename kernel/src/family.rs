@@ -66,6 +66,8 @@ pub struct Hooks {
     pub before_user: fn(&mut Kernel),
     /// Gives boot task `id` a send right to the host-privilege port; its name.
     pub grant_host_priv: fn(&mut Kernel, TaskId) -> Result<u64, baton_abi::Error>,
+    /// ISA interrupt line `irq` fired (before the end of interrupt): its driver is told.
+    pub interrupt: fn(&mut Kernel, u64),
 }
 
 /// The hooks before [`install`]: nothing to do.
@@ -84,6 +86,7 @@ const NONE: Hooks = Hooks {
     floor_interrupted: |_, _| {},
     before_user: |_| {},
     grant_host_priv: |_, _| Err(baton_abi::Error::NotFound),
+    interrupt: |_, _| {},
 };
 
 static HOOKS: spin::Once<Hooks> = spin::Once::new();

@@ -165,6 +165,8 @@ pub struct Kernel {
     pub acts: kern::activation::Activations,
     /// The host-privilege port, made at boot.
     pub host_priv: Option<kern::ipc::PortId>,
+    /// Interrupt lines bound to drivers' ports and I/O-ports objects (`crate::device`).
+    pub devices: kern::device::Devices<kern::ipc::PortId>,
     /// The ports of pool activations, with their activations (at most one each; grown
     /// fallibly before a port is made).
     pub act_ports: Vec<(kern::activation::ActId, kern::ipc::PortId)>,
@@ -986,6 +988,7 @@ pub fn start(
         ipc: kern::ipc::Ipc::new(),
         acts: kern::activation::Activations::new(),
         host_priv: None,
+        devices: kern::device::Devices::new(),
         act_ports: Vec::new(),
         stacks: StackPool::new(),
         stacks_in_use: Gauge::new(now),
@@ -1233,6 +1236,13 @@ pub fn on_trap(frame: &mut TrapFrame) {
             k.expire_timers();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
+        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+            // The family masks a level-triggered line before the end of interrupt.
+            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+                (family::hooks().interrupt)(k, irq);
+            }
+            apic::eoi();
+        }
         v if v < 32 => {
             // A thread of a task already ending (another of its threads faulted first, on
             // another CPU) just ends: the task's end is handled and reported once.
@@ -1305,6 +1315,17 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
             unlock();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
+        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+            // An interrupt line of a driver, taken while idle.
+            lock();
+            // SAFETY: the lock is held.
+            let k = unsafe { kernel() };
+            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+                (family::hooks().interrupt)(k, irq);
+            }
+            unlock();
+            apic::eoi();
+        }
         SPURIOUS_VECTOR => {}
         v if (trap::PIC_BASE..trap::PIC_BASE + 16).contains(&v) => {}
         v => {

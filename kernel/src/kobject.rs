@@ -1,5 +1,7 @@
-//! Kernel objects through capabilities: task, thread and activation ports, and the
-//! host-privilege port (`baton_abi::kobject`).
+//! Kernel objects through capabilities: task, thread and activation ports, the
+//! host-privilege port (`baton_abi::kobject`), and the device objects' ports (interrupt
+//! lines and I/O ports, made and used by `crate::device`; a message to one is answered
+//! `NotSupported`).
 //!
 //! Each task, thread and pool activation gets, at the first request for it, a port whose
 //! receive right the kernel keeps (`kern::ipc::held`), tagged with the object it stands
@@ -41,6 +43,11 @@ pub enum KObject {
     /// to it is the authority for the debugging and benchmark calls ([`check_host_priv`]).
     /// Made at boot ([`make_host_priv`]); it lives as long as the kernel.
     HostPriv,
+    /// An interrupt object: a legacy ISA interrupt line bound to a driver's port
+    /// (`crate::device`).
+    Interrupt(u64),
+    /// An I/O-ports object (`crate::device`; its range is in `Kernel::devices`).
+    IoPorts,
 }
 
 impl KObject {
@@ -51,6 +58,8 @@ impl KObject {
             KObject::Thread(t) => (1, t.0),
             KObject::Activation(a) => (2, a.0),
             KObject::HostPriv => (3, 0),
+            KObject::Interrupt(irq) => (4, irq),
+            KObject::IoPorts => (5, 0),
         };
         ObjectTag { kind, id }
     }
@@ -62,9 +71,40 @@ impl KObject {
             1 => KObject::Thread(kern::slab::Key(tag.id)),
             2 => KObject::Activation(kern::slab::Key(tag.id)),
             3 => KObject::HostPriv,
+            4 => KObject::Interrupt(tag.id),
+            5 => KObject::IoPorts,
             _ => return None,
         })
     }
+
+    /// What the host-privilege calls report it as (`baton_abi::host::OBJECT_*`).
+    pub fn report_kind(self) -> u64 {
+        use baton_abi::host::*;
+        match self {
+            KObject::Task(_) => OBJECT_TASK,
+            KObject::Thread(_) => OBJECT_THREAD,
+            KObject::Activation(_) => OBJECT_ACTIVATION,
+            KObject::HostPriv => OBJECT_HOST_PRIV,
+            KObject::Interrupt(_) => OBJECT_INTERRUPT,
+            KObject::IoPorts => OBJECT_IO_PORTS,
+        }
+    }
+}
+
+/// Makes the port of a new object `obj` that a task asked for (an interrupt or I/O-ports
+/// object: `crate::device`), charged to that task's account with `charge` (given back when
+/// the port is destroyed).
+pub fn make_object(
+    k: &mut Kernel,
+    obj: KObject,
+    charge: kern::quota::Charge,
+) -> Result<PortId, Error> {
+    let port = k.ipc.allocate_kernel()?;
+    if let Some(p) = k.ipc.port_mut(port) {
+        p.charge = Some(charge);
+    }
+    tag(k, port, obj);
+    Ok(port)
 }
 
 /// Records that `port` (a kernel-held port) stands for `obj`.
@@ -118,6 +158,8 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             k.act_ports.iter().find(|(x, _)| *x == a).map(|(_, p)| *p)
         }
         KObject::HostPriv => return k.host_priv.ok_or(Error::NotFound),
+        // Made by `crate::device` only, with the object.
+        KObject::Interrupt(_) | KObject::IoPorts => return Err(Error::NotFound),
     };
     if let Some(p) = existing {
         return Ok(p);
@@ -141,7 +183,7 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             // Room reserved above.
             k.act_ports.push((a, port));
         }
-        KObject::HostPriv => {}
+        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts => {}
     }
     tag(k, port, obj);
     Ok(port)
@@ -197,8 +239,8 @@ pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u
             .threads
             .get(t)
             .is_some_and(|th| th.home_task() == Some(caller)),
-        // Only the kernel hands it out, at boot.
-        KObject::HostPriv => false,
+        // Only the kernel hands it out, at boot; the device objects, at their making.
+        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts => false,
     };
     if !allowed {
         return Err(Error::NotFound);

@@ -12,11 +12,13 @@ extern crate alloc;
 mod activation;
 pub mod arch;
 mod control;
+mod device;
 mod exception;
 mod family;
 mod fastpath;
 mod floor;
 mod heap;
+mod host;
 mod ipc;
 mod kernel;
 mod klog;
@@ -89,6 +91,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
         arch::apic::TICK_HZ
     );
     let cpus = start_other_cpus(&boot, kernel_root);
+    arch::ioapic::init(boot.rsdp, arch::acpi::bsp_apic_id());
 
     let initrd: &'static [u8] = if boot.initrd.is_empty() {
         &[]
@@ -149,6 +152,7 @@ fn install_families() {
             kobject::destroy(k, kport);
             ipc::release_task_names(k, id);
             activation::retire_orphans(k);
+            device::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -167,6 +171,7 @@ fn install_families() {
         floor_interrupted: floor::interrupt,
         before_user: control::stop_if_suspended,
         grant_host_priv: kobject::grant_host_priv,
+        interrupt: device::on_interrupt,
     });
 }
 

@@ -175,6 +175,13 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
             Err(e) => e.to_raw(),
         },
         Sys::IpcMsg => crate::ipc::sys_ipc_msg(k, cur, args),
+        Sys::HostShutdown => match task_of.0 {
+            Some(task) => match crate::host::shutdown(k, task, cur, args[0]) {
+                Ok(()) => thread::thread_terminate_current(k),
+                Err(e) => e.to_raw(),
+            },
+            None => Error::InvalidArgument.to_raw(),
+        },
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
         other => match k.syscall(task_of.0, other, args) {
             Ok(v) => v,
@@ -386,6 +393,33 @@ impl Kernel {
             Sys::ExceptionPortSet => {
                 crate::exception::sys_exception_port_set(self, id, args[0], args[1])
             }
+            Sys::IrqAttach => {
+                let cur = self.current_thread();
+                crate::device::sys_irq_attach(self, id, cur, args[0], args[1], args[2])
+            }
+            Sys::IrqAck => crate::device::sys_irq_ack(self, id, args[0]),
+            Sys::IoPortCreate => {
+                let cur = self.current_thread();
+                crate::device::sys_ioport_create(self, id, cur, args[0], args[1], args[2])
+            }
+            Sys::IoIn => crate::device::sys_io(self, id, args[0], args[1], args[2], None),
+            Sys::IoOut => crate::device::sys_io(self, id, args[0], args[1], args[2], Some(args[3])),
+            Sys::HostTasks => {
+                let cur = self.current_thread();
+                crate::host::sys_tasks(self, id, cur, args)
+            }
+            Sys::HostThreads => {
+                let cur = self.current_thread();
+                crate::host::sys_threads(self, id, cur, args)
+            }
+            Sys::HostNames => {
+                let cur = self.current_thread();
+                crate::host::sys_names(self, id, cur, args)
+            }
+            Sys::HostTaskPort => {
+                let cur = self.current_thread();
+                crate::host::sys_task_port(self, id, cur, args[0], args[1])
+            }
             Sys::PortNotify => self.with_names(id, |ipc, names, fx| {
                 ipc.request_notify(names, args[0], args[1], args[2], fx)
                     .map(|()| 0)
@@ -401,6 +435,7 @@ impl Kernel {
             | Sys::DebugBlockProcessModel
             | Sys::IpcMsg
             | Sys::ActReturn
+            | Sys::HostShutdown
             | Sys::Null => Err(Error::InvalidArgument),
         };
         if let Err(Error::BadAddress) = result {

@@ -334,6 +334,8 @@ mod unit_tests {
         extra: &[],
         outcome: Outcome::Clean,
         exits: &[],
+        input: &[],
+        prompt: "",
     };
 
     #[test]

@@ -67,13 +67,17 @@ struct Cli {
 enum Cmd {
     /// Build the kernel, the user programs and the initrd; print their paths.
     Build,
-    /// Build, then boot Baton in QEMU with the serial console on this terminal.
+    /// Build, then boot Baton in QEMU into its console and shell, on this terminal.
     ///
-    /// When standard input is not a terminal, the kernel powers off by itself after the demo.
+    /// The default is `init=names,console,shell priv=console,shell`: the name server, the
+    /// console server and the shell (type `help`). When standard input is not a terminal
+    /// nobody can type, so it boots the old demo instead (`init=init`), and the kernel
+    /// powers off by itself after it.
     #[command(
-        after_help = "Example: `cargo xtask run -- init=pingpong` boots the `pingpong` \
-                      program instead of the demo; `cargo xtask run -- shutdown` powers off \
-                      after the demo even on a terminal."
+        after_help = "Example: `cargo xtask run -- init=init` boots the greeting demo \
+                      instead of the shell; `cargo xtask run -- init=pingpong` the `pingpong` \
+                      program; `cargo xtask run -- init=init shutdown` powers off after the \
+                      demo even on a terminal."
     )]
     Run(RunOpts),
     /// Build, start QEMU paused with a gdb stub, say how to attach (`run --gdb`).
@@ -154,7 +158,7 @@ pub struct RunOpts {
     #[arg(long, value_name = "N", value_parser = positive::<u64>)]
     pub fault_inject: Option<u64>,
     /// Extra kernel command-line words, after `--`; an `init=...` word replaces the default
-    /// `init=init`.
+    /// `init=names,console,shell priv=console,shell` (give `priv=` yourself then).
     #[arg(last = true, value_name = "WORD")]
     pub extra: Vec<String>,
 }

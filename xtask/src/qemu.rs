@@ -128,19 +128,33 @@ fn fast_firmware() -> Option<&'static Path> {
 impl Machine<'_> {
     /// The QEMU command line; standard streams are left to the caller.
     pub fn command(&self, qemu: &Path) -> Command {
+        self.command_with(qemu, &["-serial", "stdio"])
+    }
+
+    /// [`Machine::command`] for a person at a terminal: the serial console on standard
+    /// input and output with Ctrl-C passed to the guest (`signal=off`: the shell uses it)
+    /// and QEMU's escape key on (`mux=on`: Ctrl-A X quits QEMU).
+    pub fn console_command(&self, qemu: &Path) -> Command {
+        self.command_with(
+            qemu,
+            &[
+                "-chardev",
+                "stdio,id=console,mux=on,signal=off",
+                "-serial",
+                "chardev:console",
+            ],
+        )
+    }
+
+    /// The QEMU command line with `serial` as the serial port's arguments.
+    fn command_with(&self, qemu: &Path, serial: &[&str]) -> Command {
         let mut cmd = Command::new(qemu);
         cmd.current_dir(crate::workspace::root());
         cmd.args(["-machine", "q35", "-m", "256M", "-smp"])
             .arg(self.smp.to_string())
-            .args([
-                "-display",
-                "none",
-                "-serial",
-                "stdio",
-                "-monitor",
-                "none",
-                "-no-reboot",
-            ])
+            .args(["-display", "none"])
+            .args(serial)
+            .args(["-monitor", "none", "-no-reboot"])
             .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"]);
         match self.accel {
             Accel::Kvm => cmd.args(["-enable-kvm", "-cpu", "host"]),

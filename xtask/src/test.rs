@@ -17,7 +17,7 @@ use crate::build::{self, Images};
 use crate::deps;
 use crate::judge;
 use crate::qemu::{self, Accel, Machine};
-use crate::tests::{IntegrationTest, ALL};
+use crate::tests::{IntegrationTest, Typed, ALL};
 use crate::workspace::{cargo, note, seconds, shell_line, target_dir};
 use crate::TestOpts;
 use std::fs::{self, File, OpenOptions};
@@ -385,10 +385,23 @@ fn boot_and_judge(
     let stderr = file
         .try_clone()
         .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
-    cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+    let typing = !test.input.is_empty();
+    cmd.stdin(if typing {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(file)
+    .stderr(stderr);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+    if let (true, Some(stdin)) = (typing, child.stdin.take()) {
+        let (log, deadline) = (log.to_path_buf(), Instant::now() + test.timeout);
+        let (prompt, input) = (test.prompt, test.input);
+        // Detached: it stops at the last line, at the deadline, or when QEMU is gone.
+        thread::spawn(move || type_input(stdin, &log, prompt, input, deadline));
+    }
     let status = wait_or_fail_fast(&mut child, test.timeout, log)?;
     trailer.push_str(&format!(
         "qemu: {}\n",
@@ -409,6 +422,57 @@ fn boot_and_judge(
         Some(_) => judge::survived(code, &String::from_utf8_lossy(&text)),
         None => judge::judge(test, code, &String::from_utf8_lossy(&text)),
     }
+}
+
+/// The pause after each character [`type_input`] types: QEMU's 16550 takes input only
+/// while its 16-byte receive FIFO has room, and a person types slower than this anyway.
+pub const TYPE_DELAY: Duration = Duration::from_millis(8);
+
+/// Types `input` into QEMU's standard input (the serial console): each [`Typed::Line`]
+/// once the log holds `prompt` once more than the lines typed before, ended with a
+/// carriage return, each [`Typed::After`] once the log holds its marker; gives up at
+/// `deadline` or when QEMU no longer reads.
+fn type_input(
+    mut stdin: std::process::ChildStdin,
+    log: &Path,
+    prompt: &str,
+    input: &[Typed],
+    deadline: Instant,
+) {
+    let mut lines = 0;
+    for step in input {
+        // Wait until `marker` has appeared `needed` times, then type `keys`.
+        let (marker, needed, keys): (&str, usize, Vec<u8>) = match *step {
+            Typed::Line(line) => {
+                lines += 1;
+                (prompt, lines, line.bytes().chain([b'\r']).collect())
+            }
+            Typed::After(marker, keys) => (marker, 1, keys.bytes().collect()),
+        };
+        loop {
+            if Instant::now() >= deadline {
+                return;
+            }
+            if fs::read(log).is_ok_and(|text| count(&text, marker.as_bytes()) >= needed) {
+                break;
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        for b in keys {
+            if stdin.write_all(&[b]).and_then(|()| stdin.flush()).is_err() {
+                return;
+            }
+            thread::sleep(TYPE_DELAY);
+        }
+    }
+}
+
+/// How many times `what` (not empty) occurs in `text`.
+fn count(text: &[u8], what: &[u8]) -> usize {
+    if what.is_empty() {
+        return 0;
+    }
+    text.windows(what.len()).filter(|w| *w == what).count()
 }
 
 /// A line that fails a test wherever it appears, after which a boot is not waited for to
@@ -497,6 +561,13 @@ pub(crate) fn wait_with_timeout(
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn counts_prompts() {
+        assert_eq!(count(b"baton> ps\nbaton> ", b"baton> "), 2);
+        assert_eq!(count(b"", b"baton> "), 0);
+        assert_eq!(count(b"abc", b""), 0);
+    }
 
     #[test]
     fn sees_a_failure_line() {

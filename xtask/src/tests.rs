@@ -45,6 +45,24 @@ pub struct IntegrationTest {
     /// declared for its name (tasks of a name not listed must exit with code 0), and each
     /// entry must be seen at least once. See [`crate::judge::expect_exits`].
     pub exits: &'static [(&'static str, Exit)],
+    /// What is typed on the serial console (QEMU's standard input), for a test that drives
+    /// a program through the console, a character every [`crate::test::TYPE_DELAY`]
+    /// (slowly enough for the UART's receive FIFO); see [`Typed`]. Empty: standard input
+    /// is empty.
+    pub input: &'static [Typed],
+    /// What the program prints when it is ready for the next line of `input`.
+    pub prompt: &'static str,
+}
+
+/// One step of a test's [`IntegrationTest::input`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Typed {
+    /// A line, typed once [`IntegrationTest::prompt`] has appeared once more than the
+    /// lines typed before it, and ended with a carriage return (a terminal's Enter key).
+    Line(&'static str),
+    /// Keys typed as they are (no carriage return) once the log contains the first
+    /// string: for a program that is busy and shows no prompt.
+    After(&'static str, &'static str),
 }
 
 /// How one task ended, as the kernel reports it.
@@ -92,7 +110,119 @@ pub const BASE: IntegrationTest = IntegrationTest {
     extra: &[],
     outcome: Outcome::Clean,
     exits: &[],
+    input: &[],
+    prompt: "",
 };
+
+/// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
+/// shell 3, then each program `run` starts).
+const SHELL_INPUT: &[Typed] = &[
+    Typed::Line("help"),
+    Typed::Line("ps"),
+    Typed::Line("ports 3"),
+    Typed::Line("ports"),
+    Typed::Line("ports 99"),
+    Typed::Line("ports x"),
+    Typed::Line("stats"),
+    Typed::Line("stats now"),
+    Typed::Line("programs"),
+    Typed::Line("run init"),
+    Typed::Line("run fault_null"),
+    Typed::Line("run nosuch"),
+    Typed::Line("run"),
+    Typed::Line("run idle &"),
+    Typed::Line("ps"),
+    Typed::Line("kill 6"),
+    Typed::Line("kill 6"),
+    // A foreground program stopped with Ctrl-C.
+    Typed::Line("run idle"),
+    Typed::After("idle#7| task 7 sleeps", "\x03"),
+    Typed::Line("kill x"),
+    Typed::Line("kill"),
+    Typed::Line("kill 3"),
+    Typed::Line("frobnicate --now"),
+    // Line editing: a typo rubbed out, a letter put in with the left arrow ("help"), and
+    // the history's last line again ("help" once more).
+    Typed::Line("hepx\x7f\x1b[Dl"),
+    Typed::Line("\x1b[A"),
+    Typed::Line("ports 1"),
+    Typed::Line("shutdown"),
+];
+
+/// What the shell tests require, in this order.
+const SHELL_REQUIRE: &[&str] = &[
+    "Baton: a capability microkernel for x86-64",
+    "Type `help` for the commands.",
+    "commands:",
+    "run PROGRAM [&]",
+    "     1 names",
+    "in receive on 0x",
+    "     2 console",
+    "     3 shell",
+    "task 3: 6 rights",
+    "host-priv",
+    "ports: usage: ports TASK",
+    "ports: no task 99 (see `ps`)",
+    "ports: `x` is not a task id",
+    "stack_handoffs",
+    "thread_bytes",
+    "stats: takes no arguments",
+    "boot modules (`run NAME`):",
+    "init#4| TEST PASS greeting",
+    "[4] init ended",
+    "[kernel] task 5 (fault_null) killed: page fault",
+    "[5] fault_null ended",
+    "run: no program `nosuch` (see `programs`)",
+    "run: usage: run PROGRAM [&]",
+    "[6] idle started in the background",
+    "in sleep",
+    "[kernel] task 6 terminated through its task port by task 3",
+    "killed task 6",
+    "kill: no task 6 (see `ps`)",
+    "[kernel] task 7 terminated through its task port by task 3",
+    "[7] idle stopped by Ctrl-C",
+    "kill: `x` is not a task id",
+    "kill: usage: kill TASK",
+    "kill: that is this shell; use `shutdown`",
+    "unknown command `frobnicate`; type `help` for the commands",
+    "task 1: ",
+    "shutting down",
+    "[kernel] shutdown requested by task 3",
+    "[kernel] task 3 (shell) killed: shutdown",
+];
+
+/// The shell tests' tasks: the three boot tasks end by `shutdown`, `fault_null` by its
+/// fault, `idle` by `kill` and by Ctrl-C.
+const SHELL_EXITS: &[(&str, Exit)] = &[
+    ("names", Exit::Killed),
+    ("console", Exit::Killed),
+    ("shell", Exit::Killed),
+    ("fault_null", Exit::Killed),
+    ("idle", Exit::Killed),
+];
+
+/// The shell test's requirements come in order, and the edited lines did what they say:
+/// `help` ran three times (typed, edited into shape, and from the history).
+fn shell_check(log: &str) -> Result<(), String> {
+    let mut at = 0;
+    for want in SHELL_REQUIRE {
+        match log.get(at..).and_then(|rest| rest.find(want)) {
+            Some(i) => at += i + want.len(),
+            None => {
+                return Err(format!(
+                    "`{want}` missing, or not after what comes before it"
+                ))
+            }
+        }
+    }
+    let helps = log.matches("commands:\n").count() + log.matches("commands:\r\n").count();
+    if helps != 3 {
+        return Err(format!(
+            "`help` ran {helps} times, not 3 (typed, edited with backspace and the left arrow, from the history)"
+        ));
+    }
+    Ok(())
+}
 
 /// What the `exc` tests require.
 const EXC_REQUIRE: &[&str] = &[
@@ -963,6 +1093,54 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 1,
         require: EXC_REQUIRE,
         exits: EXC_EXITS,
+        ..BASE
+    },
+    IntegrationTest {
+        // The console and the shell, driven through the serial console as a person
+        // would: every command, wrong ones, bad arguments, a missing program, a foreground
+        // program killed by a fault, a background one killed with `kill`, line editing
+        // and the history, then `shutdown`.
+        name: "shell_smp1",
+        init: &["names", "console", "shell"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        extra: &["priv=console,shell"],
+        input: SHELL_INPUT,
+        prompt: "baton> ",
+        require: SHELL_REQUIRE,
+        check: Some(shell_check),
+        exits: SHELL_EXITS,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "shell_smp2",
+        init: &["names", "console", "shell"],
+        smp: 2,
+        timeout: Duration::from_secs(120),
+        extra: &["priv=console,shell"],
+        input: SHELL_INPUT,
+        prompt: "baton> ",
+        require: SHELL_REQUIRE,
+        check: Some(shell_check),
+        exits: SHELL_EXITS,
+        ..BASE
+    },
+    IntegrationTest {
+        // The driver calls (interrupt lines, I/O ports) and the host-privilege listings:
+        // every error case, and one real interrupt from COM1.
+        name: "devcalls_smp1",
+        init: &["devcalls"],
+        smp: 1,
+        extra: &["priv=devcalls"],
+        require: &["devcalls#1| TEST PASS devcalls"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "devcalls_smp2",
+        init: &["devcalls"],
+        smp: 2,
+        extra: &["priv=devcalls"],
+        require: &["devcalls#1| TEST PASS devcalls"],
         ..BASE
     },
     IntegrationTest {

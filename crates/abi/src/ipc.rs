@@ -65,6 +65,9 @@ pub const NOTIFY_NO_SENDERS: u64 = KERNEL_ID_BASE + 2;
 /// Notification: a send-once right to this port was released without being used (e.g.
 /// the server holding a reply right ended). Sent to the port itself; no data.
 pub const NOTIFY_SEND_ONCE: u64 = KERNEL_ID_BASE + 3;
+/// Notification: an interrupt line bound with `irq_attach` fired. Data: the line's number
+/// (one `u64`). At most one is outstanding per line until `irq_ack`.
+pub const NOTIFY_INTERRUPT: u64 = KERNEL_ID_BASE + 4;
 
 /// `port_notify` kinds.
 pub const NOTIFY_KIND_DEAD_NAME: u64 = 1;

@@ -208,13 +208,64 @@ pub enum Sys {
     /// (`kobject::ACT_*`). [`Error::NotFound`] for an activation of another task or one
     /// that no longer exists. The port dies with the activation or its task.
     ActPort = 51,
+    /// `irq_attach(irq, port, host_priv) -> name`: routes legacy ISA interrupt line `irq`
+    /// (1 to 15, not 2) to a vector of the boot CPU and binds it to the port `port` names
+    /// (a receive or send right of the caller): each interrupt becomes one
+    /// [`ipc::NOTIFY_INTERRUPT`] notification there, at most one outstanding until
+    /// [`Sys::IrqAck`]. Returns a send right to the line's *interrupt object*, a
+    /// kernel-object port ([`kobject`]) that [`Sys::IrqAck`] takes. The binding ends with
+    /// the caller's task. [`Error::Denied`] without the host-privilege right,
+    /// [`Error::InvalidArgument`] for another line or one the machine does not route,
+    /// [`Error::Busy`] for a line bound already, [`Error::DeadName`] for a dead port.
+    IrqAttach = 80,
+    /// `irq_ack(name) -> 0`: acknowledges the last notification of the interrupt object
+    /// `name` (a send right to it): the line is unmasked, or, for an edge-triggered line
+    /// that fired again meanwhile, the next notification is sent at once.
+    IrqAck = 81,
+    /// `ioport_create(base, count, host_priv) -> name`: a send right to a new *I/O-ports
+    /// object* (a kernel-object port) for the ports `base .. base + count`, which
+    /// [`Sys::IoIn`] and [`Sys::IoOut`] take. The object ends with the caller's task.
+    /// [`Error::Denied`] without the host-privilege right or for a range that includes a
+    /// port the kernel drives itself (the PICs, the PIT, the exit device);
+    /// [`Error::InvalidArgument`] for an empty range or one past `0xffff`;
+    /// [`Error::NoSpace`] past [`IO_OBJECTS_MAX`] objects.
+    IoPortCreate = 82,
+    /// `io_in(name, port, width) -> value`: reads I/O port `port` with an `in` of `width`
+    /// bytes (1, 2 or 4) through the I/O-ports object `name`; [`Error::InvalidArgument`]
+    /// for a port (or its last byte) outside the object's range or another width.
+    IoIn = 83,
+    /// `io_out(name, port, width, value) -> 0`: writes the low `width` bytes of `value` to
+    /// I/O port `port`, as [`Sys::IoIn`] checks.
+    IoOut = 84,
+    /// `host_tasks(host_priv, buf, max) -> count`: writes a [`host::TaskRecord`] for each
+    /// of the first `max` tasks, by id, into `buf`; returns how many tasks there are (more
+    /// than `max` when the buffer was too small). [`Error::Denied`] without the
+    /// host-privilege right, [`Error::TooLarge`] for `max` above [`host::RECORDS_MAX`].
+    HostTasks = 85,
+    /// `host_threads(host_priv, task, buf, max) -> count`: [`host::ThreadRecord`]s of the
+    /// threads whose home is task `task` ([`Error::NotFound`] for no such task), as
+    /// [`Sys::HostTasks`] does.
+    HostThreads = 86,
+    /// `host_names(host_priv, task, buf, max) -> count`: [`host::NameRecord`]s of task
+    /// `task`'s rights, by name, as [`Sys::HostTasks`] does.
+    HostNames = 87,
+    /// `host_task_port(host_priv, task) -> name`: a send right to any task's task port
+    /// (its control capability: `kobject::TASK_*`), not only a child's.
+    HostTaskPort = 88,
+    /// `host_shutdown(host_priv) -> !`: ends every task (each reported `killed: shutdown`)
+    /// and powers the machine off once they are gone (QEMU exit status 33).
+    HostShutdown = 89,
 }
+
+/// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
+pub const IO_OBJECTS_MAX: usize = 16;
 
 /// Most activations one task may have ([`Sys::ActCreate`]).
 pub const ACTIVATIONS_PER_TASK_MAX: usize = 256;
 
 pub mod exception;
 pub mod floor;
+pub mod host;
 pub mod ipc;
 pub mod kobject;
 
@@ -455,6 +506,16 @@ impl Sys {
             49 => Sys::ActSetState,
             50 => Sys::ActSchedLock,
             51 => Sys::ActPort,
+            80 => Sys::IrqAttach,
+            81 => Sys::IrqAck,
+            82 => Sys::IoPortCreate,
+            83 => Sys::IoIn,
+            84 => Sys::IoOut,
+            85 => Sys::HostTasks,
+            86 => Sys::HostThreads,
+            87 => Sys::HostNames,
+            88 => Sys::HostTaskPort,
+            89 => Sys::HostShutdown,
             _ => return None,
         })
     }
@@ -506,6 +567,8 @@ pub enum Error {
     /// ([`kobject`]), or a floor cross-address-space call named a partner that did not
     /// authorise the caller ([`floor`]).
     Denied = 16,
+    /// The resource is taken: an interrupt line bound already.
+    Busy = 17,
 }
 
 impl Error {
@@ -528,6 +591,7 @@ impl Error {
             14 => Error::Interrupted,
             15 => Error::Aborted,
             16 => Error::Denied,
+            17 => Error::Busy,
             _ => return None,
         })
     }
@@ -556,6 +620,7 @@ impl Error {
             Error::Interrupted => "interrupted",
             Error::Aborted => "aborted",
             Error::Denied => "denied",
+            Error::Busy => "busy",
         }
     }
 }
@@ -664,6 +729,7 @@ mod tests {
             Error::Interrupted,
             Error::Aborted,
             Error::Denied,
+            Error::Busy,
         ] {
             assert_eq!(decode_result(e.to_raw()), Err(e));
             assert_eq!(Error::from_code(e as i64), Some(e));
@@ -732,6 +798,11 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(52), None);
+        assert_eq!(Sys::from_raw(79), None);
+        for n in 80..90 {
+            assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
+        }
+        assert_eq!(Sys::from_raw(90), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

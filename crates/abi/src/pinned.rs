@@ -41,6 +41,7 @@ fn call_and_message_numbers() {
         (NOTIFY_DEAD_NAME, 0xffff_0000_0000_0001),
         (NOTIFY_NO_SENDERS, 0xffff_0000_0000_0002),
         (NOTIFY_SEND_ONCE, 0xffff_0000_0000_0003),
+        (NOTIFY_INTERRUPT, 0xffff_0000_0000_0004),
         (EXC_RAISE, 0xffff_0000_0000_0100),
     ];
     for (i, &(value, want)) in pinned.iter().enumerate() {
@@ -58,6 +59,11 @@ fn sizes_and_limits() {
     assert_eq!(layout::USER_HEAP_MAX, 0x10_0000_0000);
     assert_eq!(EXCEPTION_INFO_SIZE, 184);
     assert_eq!(EXC_REPLY_SET_SIZE, 152);
+    assert_eq!(IO_OBJECTS_MAX, 16);
+    assert_eq!(crate::host::RECORDS_MAX, 256);
+    assert_eq!(crate::host::TASK_RECORD_WORDS, 10);
+    assert_eq!(crate::host::THREAD_RECORD_WORDS, 11);
+    assert_eq!(crate::host::NAME_RECORD_WORDS, 5);
 }
 
 #[test]
@@ -79,6 +85,7 @@ fn every_error_round_trips_and_has_its_own_name() {
         Error::Interrupted,
         Error::Aborted,
         Error::Denied,
+        Error::Busy,
     ];
     for (i, e) in all.iter().enumerate() {
         assert_eq!(*e as i64, i as i64 + 1, "codes are 1.. in order");
@@ -90,7 +97,8 @@ fn every_error_round_trips_and_has_its_own_name() {
         }
     }
     assert_eq!(Error::Denied.name(), "denied");
-    assert_eq!(Error::from_code(17), None);
+    assert_eq!(Error::Busy.name(), "busy");
+    assert_eq!(Error::from_code(18), None);
 }
 
 #[test]

@@ -23,6 +23,7 @@ extern crate std;
 pub mod activation;
 pub mod cmdline;
 pub mod continuation;
+pub mod device;
 pub mod fallible;
 pub mod fault;
 pub mod floor;

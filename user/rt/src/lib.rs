@@ -23,7 +23,9 @@
 //!   [`report`];
 //! - remote calls: [`rpc::Rpc`], the transport of the stubs the interface macro
 //!   ([`interface`], runtime [`idl_rt`]) generates, and [`rpc::serve`], a server loop;
-//!   [`names`], the name service's interface.
+//!   [`names`], the name service's interface;
+//! - the host-privilege calls and drivers' objects ([`host`]): interrupt lines as
+//!   notifications, I/O ports, and the listings of tasks, threads and rights.
 //!
 //! A program looks like this:
 //!
@@ -53,12 +55,17 @@
 //!   a boot module as a new *task*.)
 #![no_std]
 
+#[cfg(feature = "heap")]
+extern crate alloc;
+
 pub mod check;
 pub mod cpu;
 pub mod exception;
 pub mod floor;
 #[cfg(feature = "heap")]
 pub mod heap;
+#[cfg(feature = "heap")]
+pub mod host;
 pub mod io;
 pub mod ipc;
 pub mod kobject;

@@ -29,7 +29,7 @@
 
 use baton_abi::ipc::{
     Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_RECEIVE, MSG_SEND, NOTIFY_DEAD_NAME,
-    NOTIFY_NO_SENDERS, NOTIFY_SEND_ONCE,
+    NOTIFY_INTERRUPT, NOTIFY_NO_SENDERS, NOTIFY_SEND_ONCE,
 };
 use baton_abi::{Error, FOREVER};
 use baton_idl_rt::transport::{message_len, set_reply};
@@ -136,6 +136,9 @@ pub enum Notification {
     NoSenders(u64),
     /// A send-once right to the port was released unused.
     SendOnce,
+    /// An interrupt line bound to the port fired (its number); acknowledge it with
+    /// `host::irq_ack`.
+    Interrupt(u64),
 }
 
 impl Notification {
@@ -150,6 +153,7 @@ impl Notification {
             NOTIFY_DEAD_NAME => word().map(Notification::DeadName),
             NOTIFY_NO_SENDERS => word().map(Notification::NoSenders),
             NOTIFY_SEND_ONCE => Some(Notification::SendOnce),
+            NOTIFY_INTERRUPT => word().map(Notification::Interrupt),
             _ => None,
         }
     }

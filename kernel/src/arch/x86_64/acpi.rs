@@ -213,3 +213,93 @@ pub fn cpu_apic_ids(rsdp_hint: u64) -> Vec<u32> {
     ids.insert(0, bsp);
     ids
 }
+
+/// An I/O APIC from the MADT: its registers' physical address and its first global system
+/// interrupt (GSI).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IoApicEntry {
+    /// Physical address of its register window.
+    pub address: u64,
+    /// The GSI of its input 0.
+    pub gsi_base: u32,
+}
+
+/// Where each legacy ISA interrupt line arrives: its GSI and the MPS flags of its
+/// interrupt source override (polarity bits 0–1, trigger mode bits 2–3; 0 = the ISA
+/// default, active high and edge-triggered).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IsaLine {
+    /// Its global system interrupt.
+    pub gsi: u32,
+    /// The override's flags, 0 without one.
+    pub flags: u16,
+}
+
+/// The MADT's interrupt routing: the I/O APICs (at most [`IOAPICS_MAX`]) and the 16 ISA
+/// lines, each identity-mapped to its GSI unless an interrupt source override says
+/// otherwise.
+#[derive(Clone, Debug)]
+pub struct Routing {
+    /// The I/O APICs found.
+    pub ioapics: Vec<IoApicEntry>,
+    /// ISA line `i`'s GSI and flags.
+    pub isa: [IsaLine; 16],
+}
+
+/// Most I/O APICs used.
+pub const IOAPICS_MAX: usize = 8;
+
+/// The interrupt routing of the MADT at `pa` (`len` bytes).
+fn madt_routing(pa: u64, len: u32) -> Option<Routing> {
+    let end = pa + u64::from(len);
+    let mut at = pa + u64::from(HEADER_LEN) + 8;
+    let mut r = Routing {
+        ioapics: Vec::new(),
+        isa: core::array::from_fn(|i| IsaLine {
+            gsi: i as u32,
+            flags: 0,
+        }),
+    };
+    while at + 2 <= end {
+        let kind = read::<u8>(at)?;
+        let entry_len = u64::from(read::<u8>(at + 1)?);
+        if entry_len < 2 || at + entry_len > end {
+            break;
+        }
+        match (kind, entry_len) {
+            // I/O APIC: id u8, reserved u8, address u32, GSI base u32.
+            (1, 12..) if r.ioapics.len() < IOAPICS_MAX => r.ioapics.push(IoApicEntry {
+                address: u64::from(read::<u32>(at + 4)?),
+                gsi_base: read::<u32>(at + 8)?,
+            }),
+            // Interrupt source override: bus u8 (0 = ISA), source u8, GSI u32, flags u16.
+            (2, 10..) => {
+                let (bus, source) = (read::<u8>(at + 2)?, read::<u8>(at + 3)?);
+                if let (0, Some(line)) = (bus, r.isa.get_mut(usize::from(source))) {
+                    *line = IsaLine {
+                        gsi: read::<u32>(at + 4)?,
+                        flags: read::<u16>(at + 8)?,
+                    };
+                }
+            }
+            _ => {}
+        }
+        at += entry_len;
+    }
+    Some(r)
+}
+
+/// The machine's interrupt routing from ACPI (`rsdp_hint` as for [`cpu_apic_ids`]), or
+/// `None` (after a warning line) when there is no MADT or it names no I/O APIC: then no
+/// interrupt line can be given to a driver.
+pub fn interrupt_routing(rsdp_hint: u64) -> Option<Routing> {
+    let found = find_rsdp(rsdp_hint).and_then(|(_, rsdp)| find_table(&rsdp, b"APIC"));
+    let routing = found.and_then(|(madt, len)| madt_routing(madt, len));
+    match routing {
+        Some(r) if !r.ioapics.is_empty() => Some(r),
+        _ => {
+            kprintln!("[kernel] warning: ACPI: no I/O APIC found; no interrupt lines for drivers");
+            None
+        }
+    }
+}

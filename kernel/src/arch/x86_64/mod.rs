@@ -1,5 +1,6 @@
 //! x86-64: boot, CPU setup, traps and system calls, page tables, the LAPIC timer, serial,
-//! ACPI processor discovery and starting the other CPUs.
+//! ACPI processor discovery and starting the other CPUs, the I/O APIC and port I/O for user
+//! drivers.
 
 pub mod acpi;
 pub mod apic;
@@ -7,7 +8,9 @@ pub mod boot;
 pub mod context;
 pub mod cpu;
 pub mod gdt;
+pub mod ioapic;
 pub mod paging;
+pub mod portio;
 pub mod serial;
 pub mod smp;
 pub mod stack;

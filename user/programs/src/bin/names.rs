@@ -173,7 +173,7 @@ impl Service for NameServer {
                 self.forget_dead(name);
                 Ok(HANDLED)
             }
-            Some(Notification::SendOnce) => Ok(HANDLED),
+            Some(Notification::SendOnce | Notification::Interrupt(_)) => Ok(HANDLED),
             // Unknown ids get `NotSupported` from the dispatch.
             None => names_dispatch(self, request, reply),
         }

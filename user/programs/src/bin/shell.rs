@@ -1,0 +1,387 @@
+//! `shell`: a command shell on the console server (`console`), with the host-privilege
+//! right to look at and steer the whole system. `docs/shell.md` is its manual.
+//!
+//! Booted as `init=names,console,shell priv=console,shell` (`cargo xtask run`'s default):
+//! it finds the console through the name server, prints a banner, and reads commands.
+//! `help` lists them. Programs it runs are boot modules, started with `spawn` (their
+//! bootstrap right is the shell's, the name service); a foreground program is waited for
+//! through a dead-name notification on its task port, so the shell goes on whether the
+//! program exits, faults or is killed.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+#[path = "../console_idl.rs"]
+mod console_idl;
+
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use baton_abi::host::{blocked_name, object_name, TaskRecord, TASK_ENDING, TASK_LINGERING};
+use baton_abi::ipc::{
+    MsgHeader, HEADER_SIZE, MSG_RECEIVE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME,
+};
+use baton_abi::kobject::TASK_TERMINATE;
+use baton_abi::{Stats, FOREVER};
+use baton_rt::idl_rt::SendRight;
+use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_make_send, port_notify};
+use baton_rt::names::NamesClient;
+use baton_rt::rpc::Rpc;
+use baton_rt::{host, kobject, module_info, start, Error};
+use console_idl::{ConsoleClient, CONSOLE_INTERRUPT_ID, CONSOLE_NAME};
+
+baton_rt::entry!(main);
+
+/// The prompt.
+const PROMPT: &[u8] = b"baton> ";
+
+/// What `help` prints.
+const HELP: &str = "\
+commands:
+  help              this list
+  ps                tasks and their threads: state, priority, CPU time, what they wait on
+  ports TASK        a task's rights: name, kind, port, queued messages, kernel object
+  stats             the kernel's counters (handoffs, recognitions, stacks, bytes per thread)
+  programs          the boot modules `run` can start
+  run PROGRAM [&]   start a boot module; wait for it to end, or not with `&`
+  kill TASK         end a task through its task port
+  shutdown          end every task and power off
+keys: backspace, left/right arrows, up/down for the history; Ctrl-C drops the line, or
+stops the program running in the foreground
+";
+
+fn main(task_id: u64) -> i32 {
+    match Shell::new(task_id) {
+        Ok(mut shell) => shell.run(),
+        Err(e) => {
+            baton_rt::println!("shell: cannot reach the console: {}", e.name());
+            1
+        }
+    }
+}
+
+/// The shell's state.
+struct Shell {
+    id: u64,
+    host_priv: u64,
+    rpc: Rpc,
+    console: u64,
+    /// Receive right where a foreground program's end is reported.
+    wait_port: u64,
+    /// Receive right for the replies of task-port operations.
+    reply_port: u64,
+}
+
+impl Shell {
+    fn new(id: u64) -> Result<Shell, Error> {
+        let mut rpc = Rpc::new()?;
+        let names = start::bootstrap();
+        // The console registers itself; it may not have done so yet.
+        let mut console = Err(Error::NotFound);
+        for _ in 0..200 {
+            console = NamesClient::new(&mut rpc, names).lookup(CONSOLE_NAME);
+            if console.is_ok() {
+                break;
+            }
+            baton_rt::sleep_ns(10_000_000)?;
+        }
+        let console = console?.0;
+        // Ctrl-C while a program runs in the foreground comes to `wait_port`.
+        let wait_port = port_allocate(0)?;
+        let send = port_make_send(wait_port, false)?;
+        ConsoleClient::new(&mut rpc, console).interrupts_to(SendRight(send))?;
+        cap_drop(send)?;
+        Ok(Shell {
+            id,
+            host_priv: start::host_priv(),
+            rpc,
+            console,
+            wait_port,
+            reply_port: port_allocate(0)?,
+        })
+    }
+
+    /// Writes `text` to the console.
+    fn say(&mut self, text: &str) {
+        let mut con = ConsoleClient::new(&mut self.rpc, self.console);
+        for chunk in text.as_bytes().chunks(2048) {
+            let _ = con.write(chunk);
+        }
+    }
+
+    fn run(&mut self) -> i32 {
+        self.say(
+            "\nBaton: a capability microkernel for x86-64, written in Rust (threads with \
+             continuations,\nmigrating-thread RPC, ports and messages). This is its shell. \
+             Type `help` for the commands.\n\n",
+        );
+        loop {
+            let mut con = ConsoleClient::new(&mut self.rpc, self.console);
+            let line = match con.read_line(PROMPT) {
+                Ok(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                Err(e) => {
+                    baton_rt::println!("shell: the console failed: {}", e.name());
+                    return 1;
+                }
+            };
+            let words: Vec<&str> = line.split_whitespace().collect();
+            let out = match words.as_slice() {
+                [] => String::new(),
+                ["help", ..] => String::from(HELP),
+                ["ps"] => self.ps(),
+                ["ports", task] => match parse_task(task) {
+                    Ok(t) => self.ports(t),
+                    Err(why) => format!("ports: {why}\n"),
+                },
+                ["ports", ..] => String::from("ports: usage: ports TASK (a task id, see `ps`)\n"),
+                ["stats"] => stats(),
+                ["programs"] => programs(),
+                ["run", program] => self.run_program(program, false),
+                ["run", program, "&"] => self.run_program(program, true),
+                ["run", ..] => String::from("run: usage: run PROGRAM [&] (see `programs`)\n"),
+                ["kill", task] => match parse_task(task) {
+                    Ok(t) => self.kill(t),
+                    Err(why) => format!("kill: {why}\n"),
+                },
+                ["kill", ..] => String::from("kill: usage: kill TASK (a task id, see `ps`)\n"),
+                ["shutdown"] => {
+                    self.say("shutting down\n");
+                    let e = host::shutdown(self.host_priv);
+                    format!("shutdown: {}\n", e.name())
+                }
+                ["ps" | "stats" | "programs" | "shutdown", ..] => {
+                    format!("{}: takes no arguments\n", words[0])
+                }
+                [other, ..] => format!("unknown command `{other}`; type `help` for the commands\n"),
+            };
+            self.say(&out);
+        }
+    }
+
+    /// `ps`.
+    fn ps(&mut self) -> String {
+        let tasks = match host::tasks(self.host_priv) {
+            Ok(t) => t,
+            Err(e) => return format!("ps: {}\n", e.name()),
+        };
+        let mut out = String::from(
+            "  TASK NAME             THREADS STATE      CPU ms  (threads: id, state, priority, CPU ms, waits on, activations)\n",
+        );
+        for t in &tasks {
+            out.push_str(&format!(
+                "{:>6} {:<16} {:>7} {:<10} {:>6}\n",
+                t.id,
+                t.name(),
+                t.threads,
+                task_state(t),
+                t.cpu_ns / 1_000_000
+            ));
+            let Ok(threads) = host::threads(self.host_priv, t.id) else {
+                continue;
+            };
+            for th in threads {
+                let state = match th.state {
+                    0 => "running",
+                    1 => "ready",
+                    2 => "blocked",
+                    _ => "ending",
+                };
+                let on = match (th.blocked, th.on) {
+                    (0, _) => String::new(),
+                    (b, 0) => format!(" in {}", blocked_name(b)),
+                    (b, on) => format!(" in {} on {on:#x}", blocked_name(b)),
+                };
+                let migrated = if th.depth > 0 {
+                    format!(", in task {} ({} calls deep)", th.task, th.depth)
+                } else {
+                    String::new()
+                };
+                out.push_str(&format!(
+                    "         thread {:#x} {state}, prio {}, cpu {} ms{on}, activations {}{migrated}\n",
+                    th.id,
+                    th.priority,
+                    th.cpu_ns / 1_000_000,
+                    th.activations
+                ));
+            }
+        }
+        out
+    }
+
+    /// `ports TASK`.
+    fn ports(&mut self, task: u64) -> String {
+        let names = match host::names(self.host_priv, task) {
+            Ok(n) => n,
+            Err(Error::NotFound) => return format!("ports: no task {task} (see `ps`)\n"),
+            Err(e) => return format!("ports: {}\n", e.name()),
+        };
+        let mut out = format!(
+            "task {task}: {} rights\n{:>12} {:<9} {:>12} {:>6} OBJECT\n",
+            names.len(),
+            "NAME",
+            "KIND",
+            "PORT",
+            "QUEUED"
+        );
+        for n in names {
+            let kind = match n.kind {
+                1 => "receive",
+                2 => "send",
+                3 => "send-once",
+                4 => "dead name",
+                _ => "?",
+            };
+            out.push_str(&format!(
+                "{:>#12x} {:<9} {:>#12x} {:>6} {}\n",
+                n.name,
+                kind,
+                n.port,
+                n.queued,
+                object_name(n.object)
+            ));
+        }
+        out
+    }
+
+    /// `run PROGRAM [&]`.
+    fn run_program(&mut self, program: &str, background: bool) -> String {
+        // A Ctrl-C typed since the last program is not for the next one.
+        let mut stale = [0u8; 64];
+        while msg_buf(&mut stale, MSG_RECEIVE, self.wait_port, 0).is_ok() {}
+        let child = match baton_rt::spawn_with(program, start::bootstrap()) {
+            Ok(id) => id,
+            Err(Error::NotFound) => {
+                return format!("run: no program `{program}` (see `programs`)\n")
+            }
+            Err(Error::BadFormat) => return format!("run: `{program}` is not a program\n"),
+            Err(Error::TooLarge) => return String::from("run: the name is too long\n"),
+            Err(e) => return format!("run: cannot start `{program}`: {}\n", e.name()),
+        };
+        if background {
+            return format!("[{child}] {program} started in the background\n");
+        }
+        // Its end destroys its task port: a dead-name notification comes to `wait_port`.
+        let watched = kobject::task_port(child)
+            .and_then(|tp| port_notify(tp, NOTIFY_KIND_DEAD_NAME, self.wait_port).map(|()| tp));
+        let Ok(tp) = watched else {
+            // It has ended already.
+            return format!("[{child}] {program} ended\n");
+        };
+        let mut interrupted = false;
+        loop {
+            let mut buf = [0u8; 64];
+            if msg_buf(&mut buf, MSG_RECEIVE, self.wait_port, FOREVER).is_err() {
+                break;
+            }
+            let Some(h) = MsgHeader::from_bytes(&buf) else {
+                continue;
+            };
+            let word = buf
+                .get(HEADER_SIZE..HEADER_SIZE + 8)
+                .and_then(|b| b.try_into().ok())
+                .map_or(0, u64::from_le_bytes);
+            if h.id == NOTIFY_DEAD_NAME && word == tp {
+                break;
+            }
+            if h.id == CONSOLE_INTERRUPT_ID && !interrupted {
+                // Ctrl-C: end it; its end then comes as above.
+                interrupted = true;
+                let _ = kobject::call(
+                    self.rpc.ipc(),
+                    tp,
+                    self.reply_port,
+                    TASK_TERMINATE,
+                    &[],
+                    1_000_000_000,
+                );
+            }
+        }
+        let _ = cap_drop(tp);
+        if interrupted {
+            return format!("[{child}] {program} stopped by Ctrl-C\n");
+        }
+        format!("[{child}] {program} ended\n")
+    }
+
+    /// `kill TASK`.
+    fn kill(&mut self, task: u64) -> String {
+        if task == self.id {
+            return String::from("kill: that is this shell; use `shutdown`\n");
+        }
+        let tp = match host::task_port(self.host_priv, task) {
+            Ok(tp) => tp,
+            Err(Error::NotFound) => return format!("kill: no task {task} (see `ps`)\n"),
+            Err(e) => return format!("kill: {}\n", e.name()),
+        };
+        let r = kobject::call(
+            self.rpc.ipc(),
+            tp,
+            self.reply_port,
+            TASK_TERMINATE,
+            &[],
+            1_000_000_000,
+        );
+        let _ = cap_drop(tp);
+        match r {
+            Ok(_) => format!("killed task {task}\n"),
+            Err(e) => format!("kill: task {task}: {}\n", e.name()),
+        }
+    }
+}
+
+/// A task id argument.
+fn parse_task(word: &str) -> Result<u64, String> {
+    word.parse::<u64>()
+        .map_err(|_| format!("`{word}` is not a task id (a number, see `ps`)"))
+}
+
+/// A task's state for `ps`.
+fn task_state(t: &TaskRecord) -> &'static str {
+    match t.state {
+        TASK_ENDING => "ending",
+        TASK_LINGERING => "lingering",
+        _ => "live",
+    }
+}
+
+/// `stats`.
+fn stats() -> String {
+    let s: Stats = match baton_rt::stats() {
+        Ok(s) => s,
+        Err(e) => return format!("stats: {}\n", e.name()),
+    };
+    let mut out = String::from("the kernel's counters since boot (all CPUs):\n");
+    let words = s.to_words();
+    for (i, (name, value)) in Stats::FIELD_NAMES.iter().zip(words.iter()).enumerate() {
+        out.push_str(&format!("  {name:<22}{value:>12}"));
+        if i % 2 == 1 {
+            out.push('\n');
+        }
+    }
+    if !out.ends_with('\n') {
+        out.push('\n');
+    }
+    out
+}
+
+/// `programs`.
+fn programs() -> String {
+    let mut out = String::from("boot modules (`run NAME`):\n");
+    let mut line = String::from(" ");
+    for i in 0..256 {
+        let Ok(m) = module_info(i) else {
+            break;
+        };
+        if line.len() + m.name().len() > 76 {
+            out.push_str(&line);
+            out.push('\n');
+            line = String::from(" ");
+        }
+        line.push(' ');
+        line.push_str(m.name());
+    }
+    out.push_str(&line);
+    out.push('\n');
+    out
+}
