@@ -136,7 +136,9 @@ pub const EXCEPTION_INFO_SIZE: usize = 8 * (5 + USER_REGS_WORDS);
 pub const EXC_REPLY_SET_SIZE: usize = 8 * (1 + USER_REGS_WORDS);
 
 impl ExceptionInfo {
-    /// The message data (little-endian words in field order).
+    /// The message data (little-endian words in field order). Always inlined: the kernel's
+    /// exception fast path builds it straight into the handler's buffer.
+    #[inline(always)]
     pub fn to_bytes(&self) -> [u8; EXCEPTION_INFO_SIZE] {
         let mut b = [0u8; EXCEPTION_INFO_SIZE];
         let head = [self.kind, self.error, self.addr, self.thread, self.task];
