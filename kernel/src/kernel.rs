@@ -491,6 +491,19 @@ impl Kernel {
         bootstrap: Option<kern::ipc::PortId>,
         account: kern::quota::AccountRef,
     ) -> Result<TaskId, baton_abi::Error> {
+        self.spawn_started(name, bootstrap, account, None)
+    }
+
+    /// [`Kernel::spawn_with`], handing the new task `start` (start-message data,
+    /// `baton_abi::start`, checked by the caller) on a start port made in it, whose name its
+    /// first thread finds in `rcx`: the message is charged to the new task's account.
+    pub fn spawn_started(
+        &mut self,
+        name: &str,
+        bootstrap: Option<kern::ipc::PortId>,
+        account: kern::quota::AccountRef,
+        start: Option<Vec<u8>>,
+    ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
         use kern::quota::Resource;
         let data = self
@@ -561,7 +574,12 @@ impl Kernel {
         if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
             frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
         }
-        if let Err(e) = self.create_thread(id, frame, PRIORITY_DEFAULT as u8) {
+        let started = match start {
+            Some(data) => self.start_message(id, data).map(|name| frame.rcx = name),
+            None => Ok(()),
+        };
+        if let Err(e) = started.and_then(|()| self.create_thread(id, frame, PRIORITY_DEFAULT as u8))
+        {
             if let Some(mut task) = self.tasks.remove(&id) {
                 (family::hooks().names_released)(self, &mut task.names);
                 task.account.give(Resource::Frames, task.frames);
@@ -571,6 +589,36 @@ impl Kernel {
             return Err(e);
         }
         Ok(id)
+    }
+
+    /// Makes the start port of the new task `id` (a receive right in its name space) and
+    /// queues on it the start message carrying `data` (`baton_abi::start`), charged to the
+    /// task's account; returns the port's name. Nothing can wait on the new port, so the
+    /// message wakes nobody.
+    fn start_message(&mut self, id: TaskId, data: Vec<u8>) -> Result<u64, baton_abi::Error> {
+        let task = self
+            .tasks
+            .get_mut(&id)
+            .ok_or(baton_abi::Error::InvalidArgument)?;
+        let charge = crate::quota::heap(&task.account, crate::quota::MESSAGE_BYTES + data.len())?;
+        let name = self.ipc.allocate(&mut task.names, id, 0)?;
+        let port = self.ipc.receive_port(&task.names, name)?;
+        // Room for the message first: the queue must not grow while it is queued.
+        self.ipc
+            .port_mut(port)
+            .ok_or(baton_abi::Error::InvalidArgument)?
+            .reserve_queue(1)?;
+        let msg = kern::ipc::Message {
+            id: baton_abi::start::START_MESSAGE,
+            reply: None,
+            rights: Vec::new(),
+            data,
+            charge: Some(charge),
+            word: None,
+        };
+        let mut fx = kern::ipc::Effects::default();
+        self.ipc.enqueue(port, msg, &mut fx);
+        Ok(name)
     }
 
     /// Creates a ready thread in `task`.

@@ -531,7 +531,7 @@ impl Kernel {
     }
 
     fn sys_spawn(&mut self, id: TaskId, args: [u64; 6]) -> Result<u64, Error> {
-        let [ptr, len, bootstrap, heap_limit, frame_limit, _] = args;
+        let [ptr, len, bootstrap, heap_limit, frame_limit, start] = args;
         if len > MODULE_NAME_MAX as u64 {
             return Err(Error::TooLarge);
         }
@@ -559,13 +559,33 @@ impl Kernel {
             .account
             .clone();
         let account = crate::quota::task_account(&parent, heap_limit, frame_limit)?;
-        let child = self.spawn_with(&name, bootstrap, account)?;
+        let start = match start {
+            0 => None,
+            at => Some(self.read_start(id, at)?),
+        };
+        let child = self.spawn_started(&name, bootstrap, account, start)?;
         if let Some(t) = self.tasks.get_mut(&child) {
             t.creator = Some(id);
         }
         self.close_line();
         kprintln!("[kernel] task {child} ({name}) started by task {id}");
         Ok(child)
+    }
+
+    /// The start-message data at user address `at` of task `id` (a length word, then the
+    /// data: `baton_abi::start`): [`Error::TooLarge`] past `START_DATA_MAX`,
+    /// [`Error::BadFormat`] when it does not decode, [`Error::BadAddress`] when unreadable.
+    fn read_start(&mut self, id: TaskId, at: u64) -> Result<alloc::vec::Vec<u8>, Error> {
+        use baton_abi::start::{Start, START_DATA_MAX, START_LEN_BYTES};
+        let mut len = [0u8; START_LEN_BYTES];
+        self.copy_in(id, at, &mut len)?;
+        let len = u64::from_le_bytes(len);
+        if len > START_DATA_MAX as u64 {
+            return Err(Error::TooLarge);
+        }
+        let data = self.copy_in_vec(id, at.wrapping_add(START_LEN_BYTES as u64), len as usize)?;
+        Start::decode(&data).map_err(|_| Error::BadFormat)?;
+        Ok(data)
     }
 
     fn sys_module_info(&mut self, id: TaskId, index: u64, ptr: u64) -> Result<u64, Error> {

@@ -146,6 +146,8 @@ const SHELL_INPUT: &[Typed] = &[
     Typed::Line("hepx\x7f\x1b[Dl"),
     Typed::Line("\x1b[A"),
     Typed::Line("ports 1"),
+    // Arguments reach the program (`echo` prints them).
+    Typed::Line("run echo hello from  the shell"),
     Typed::Line("shutdown"),
 ];
 
@@ -154,7 +156,7 @@ const SHELL_REQUIRE: &[&str] = &[
     "Baton: a capability microkernel for x86-64",
     "Type `help` for the commands.",
     "commands:",
-    "run PROGRAM [&]",
+    "run PROGRAM [ARGUMENT...] [&]",
     "     1 names",
     "in receive on 0x",
     "     2 console",
@@ -173,7 +175,7 @@ const SHELL_REQUIRE: &[&str] = &[
     "[kernel] task 5 (fault_null) killed: page fault",
     "[5] fault_null ended",
     "run: no program `nosuch` (see `programs`)",
-    "run: usage: run PROGRAM [&]",
+    "run: usage: run PROGRAM [ARGUMENT...] [&]",
     "[6] idle started in the background",
     "in sleep",
     "[kernel] task 6 terminated through its task port by task 3",
@@ -186,6 +188,8 @@ const SHELL_REQUIRE: &[&str] = &[
     "kill: that is this shell; use `shutdown`",
     "unknown command `frobnicate`; type `help` for the commands",
     "task 1: ",
+    "| hello from the shell",
+    "[8] echo ended",
     "shutting down",
     "[kernel] shutdown requested by task 3",
     "[kernel] task 3 (shell) killed: shutdown",
@@ -975,6 +979,26 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["ipc"],
         smp: 4,
         require: IPC_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // A program's arguments and environment through its start message: `echo` prints
+        // what `args_test` starts it with; bad start blocks are refused.
+        name: "args",
+        init: &["args_test"],
+        require: &[
+            "args_test#1| ok: a boot task has no arguments and no environment",
+            "args_test#1| ok: a zero byte in an argument is refused",
+            "args_test#1| ok: arguments larger than a message are refused",
+            "args_test#1| ok: an unreadable start block is refused",
+            "args_test#1| ok: a malformed start message is refused",
+            "args_test#1| ok: a start message longer than the limit is refused",
+            "args_test#1| TEST PASS args_test",
+            "echo#2| hello wide world",
+            "echo#2| LANG=C",
+            "echo#2| EMPTY=",
+            "[kernel] task 2 (echo) exited with code 0",
+        ],
         ..BASE
     },
     IntegrationTest {

@@ -268,6 +268,7 @@ pub mod floor;
 pub mod host;
 pub mod ipc;
 pub mod kobject;
+pub mod start;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;

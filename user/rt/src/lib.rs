@@ -60,6 +60,8 @@ extern crate alloc;
 
 pub mod check;
 pub mod cpu;
+#[cfg(feature = "heap")]
+pub mod env;
 pub mod exception;
 pub mod floor;
 #[cfg(feature = "heap")]

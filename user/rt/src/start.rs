@@ -7,8 +7,8 @@
 //! leave it out): a naked function that clears `rbp` (the end of the frame-pointer
 //! chain), aligns `rsp` to 16 bytes as the SysV ABI requires before a `call`, and calls
 //! [`__start`] through a small `extern "C"` shim with the task id still in `rdi`, the
-//! bootstrap right's name (see [`bootstrap`]) in `rsi` and the host-privilege right's (see
-//! [`host_priv`]) in `rdx`.
+//! bootstrap right's name (see [`bootstrap`]) in `rsi`, the host-privilege right's (see
+//! [`host_priv`]) in `rdx` and the start port's (see [`start_port`]) in `rcx`.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,6 +17,16 @@ static BOOTSTRAP: AtomicU64 = AtomicU64::new(0);
 
 /// The task's name for its send right to the host-privilege port, 0 for none.
 static HOST_PRIV: AtomicU64 = AtomicU64::new(0);
+/// The task's name for its start port (the receive right on which its start message, its
+/// arguments and environment, waits: `baton_abi::start`), 0 for none.
+static START: AtomicU64 = AtomicU64::new(0);
+
+/// The task's start port: a receive right on which its creator's start message (the
+/// arguments and environment, `baton_abi::start`) is queued, or 0 when it was given none
+/// (boot tasks). [`crate::env`] reads it.
+pub fn start_port() -> u64 {
+    START.load(Ordering::Relaxed)
+}
 
 /// The task's name for the send right to the host-privilege port the kernel gave it at
 /// boot (`priv=` on the command line, `baton_abi::kobject::HOST_PRIV_BASE`), or 0: the
@@ -35,9 +45,16 @@ pub fn bootstrap() -> u64 {
 /// Runs the program's `main` and exits with its result. Called only by the `_start` that
 /// [`entry!`](crate::entry) emits.
 #[doc(hidden)]
-pub fn __start(task_id: u64, bootstrap: u64, host_priv: u64, main: fn(u64) -> i32) -> ! {
+pub fn __start(
+    task_id: u64,
+    bootstrap: u64,
+    host_priv: u64,
+    start: u64,
+    main: fn(u64) -> i32,
+) -> ! {
     BOOTSTRAP.store(bootstrap, Ordering::Relaxed);
     HOST_PRIV.store(host_priv, Ordering::Relaxed);
+    START.store(start, Ordering::Relaxed);
     let code = main(task_id);
     crate::sys::exit(code)
 }
@@ -57,7 +74,7 @@ macro_rules! entry {
     ($main:path) => {
         const _: () = {
             /// The ELF entry point: `rsp` = user stack top, `rdi` = task id, `rsi` =
-            /// bootstrap right, `rdx` = host-privilege right.
+            /// bootstrap right, `rdx` = host-privilege right, `rcx` = start port.
             #[unsafe(naked)]
             #[unsafe(no_mangle)]
             extern "C" fn _start() -> ! {
@@ -70,9 +87,14 @@ macro_rules! entry {
                 )
             }
 
-            extern "C" fn __baton_entry(task_id: u64, bootstrap: u64, host_priv: u64) -> ! {
+            extern "C" fn __baton_entry(
+                task_id: u64,
+                bootstrap: u64,
+                host_priv: u64,
+                start: u64,
+            ) -> ! {
                 let main: fn(u64) -> i32 = $main;
-                $crate::start::__start(task_id, bootstrap, host_priv, main)
+                $crate::start::__start(task_id, bootstrap, host_priv, start, main)
             }
         };
     };

@@ -106,6 +106,46 @@ pub fn spawn_limited(name: &str, bootstrap: u64, heap: u64, frames: u64) -> Resu
     })
 }
 
+/// [`spawn_with`], handing the new task its arguments and environment in a start message
+/// (`baton_abi::start`; it reads them with [`crate::env`]). [`Error::TooLarge`] when they
+/// do not fit [`baton_abi::start::START_DATA_MAX`] bytes, [`Error::InvalidArgument`] for a
+/// string with a zero byte or a variable name with `=`.
+pub fn spawn_args(
+    name: &str,
+    bootstrap: u64,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Result<u64, Error> {
+    use baton_abi::start::{encode, StartError, START_DATA_MAX, START_LEN_BYTES};
+    let mut block = [0u8; START_LEN_BYTES + START_DATA_MAX];
+    let (len, data) = block.split_at_mut(START_LEN_BYTES);
+    let n = encode(args, env, data).map_err(|e| match e {
+        StartError::TooLarge => Error::TooLarge,
+        StartError::Malformed => Error::InvalidArgument,
+    })?;
+    len.copy_from_slice(&(n as u64).to_le_bytes());
+    spawn_start_raw(name, bootstrap, block.as_ptr() as u64)
+}
+
+/// `spawn` of `name` with `bootstrap` and the start block at address `start` (a length
+/// word and the data: `baton_abi::start`), for tests that pass bad ones. Safe whatever
+/// `start` is: the kernel only reads it, and validates it.
+pub fn spawn_start_raw(name: &str, bootstrap: u64, start: u64) -> Result<u64, Error> {
+    // SAFETY: `spawn` only reads user memory (the name and the start block), and the
+    // kernel validates both ranges.
+    decode_result(unsafe {
+        syscall6(
+            Sys::Spawn as u64,
+            name.as_ptr() as u64,
+            name.len() as u64,
+            bootstrap,
+            0,
+            0,
+            start,
+        )
+    })
+}
+
 /// `spawn` with an arbitrary name address and length, for tests that pass bad ones.
 ///
 /// Safe whatever the arguments: the kernel only reads the name, and validates the range

@@ -44,7 +44,9 @@ commands:
   ports TASK        a task's rights: name, kind, port, queued messages, kernel object
   stats             the kernel's counters (handoffs, recognitions, stacks, bytes per thread)
   programs          the boot modules `run` can start
-  run PROGRAM [&]   start a boot module; wait for it to end, or not with `&`
+  run PROGRAM [ARGUMENT...] [&]
+                    start a boot module with these arguments; wait for it to end,
+                    or not with `&`
   kill TASK         end a task through its task port
   shutdown          end every task and power off
 keys: backspace, left/right arrows, up/down for the history; Ctrl-C drops the line, or
@@ -137,9 +139,13 @@ impl Shell {
                 ["ports", ..] => String::from("ports: usage: ports TASK (a task id, see `ps`)\n"),
                 ["stats"] => stats(),
                 ["programs"] => programs(),
-                ["run", program] => self.run_program(program, false),
-                ["run", program, "&"] => self.run_program(program, true),
-                ["run", ..] => String::from("run: usage: run PROGRAM [&] (see `programs`)\n"),
+                ["run", program, rest @ ..] => match rest {
+                    [args @ .., "&"] => self.run_program(program, args, true),
+                    args => self.run_program(program, args, false),
+                },
+                ["run", ..] => {
+                    String::from("run: usage: run PROGRAM [ARGUMENT...] [&] (see `programs`)\n")
+                }
                 ["kill", task] => match parse_task(task) {
                     Ok(t) => self.kill(t),
                     Err(why) => format!("kill: {why}\n"),
@@ -244,18 +250,25 @@ impl Shell {
         out
     }
 
-    /// `run PROGRAM [&]`.
-    fn run_program(&mut self, program: &str, background: bool) -> String {
+    /// `run PROGRAM [ARGUMENT...] [&]`: the program gets its name and the arguments
+    /// (`baton_rt::env::args`).
+    fn run_program(&mut self, program: &str, args: &[&str], background: bool) -> String {
         // A Ctrl-C typed since the last program is not for the next one.
         let mut stale = [0u8; 64];
         while msg_buf(&mut stale, MSG_RECEIVE, self.wait_port, 0).is_ok() {}
-        let child = match baton_rt::spawn_with(program, start::bootstrap()) {
+        let mut argv = Vec::with_capacity(args.len() + 1);
+        argv.push(program);
+        argv.extend_from_slice(args);
+        let env = [("SHELL", "shell")];
+        let child = match baton_rt::sys::spawn_args(program, start::bootstrap(), &argv, &env) {
             Ok(id) => id,
             Err(Error::NotFound) => {
                 return format!("run: no program `{program}` (see `programs`)\n")
             }
             Err(Error::BadFormat) => return format!("run: `{program}` is not a program\n"),
-            Err(Error::TooLarge) => return String::from("run: the name is too long\n"),
+            Err(Error::TooLarge) => {
+                return String::from("run: the name or the arguments are too long\n")
+            }
             Err(e) => return format!("run: cannot start `{program}`: {}\n", e.name()),
         };
         if background {
