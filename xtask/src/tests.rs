@@ -1002,6 +1002,19 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // The example of `docs/programs.md`: a server and a client written with the
+        // interface macro, meeting through the name service; the client's arguments.
+        name: "greet",
+        init: &["names", "greet_server", "greet_client"],
+        require: &[
+            "greet_client#3| Hello, world!",
+            "greet_client#3| the server has made 1 greetings",
+            "[kernel] task 3 (greet_client) exited with code 0",
+            "[kernel] task 2 (greet_server) exited with code 0",
+        ],
+        ..BASE
+    },
+    IntegrationTest {
         // The kernel's timeline trace (`cargo xtask trace`) of the IPC test: an RPC's
         // request goes by the fast path to the server's thread (a stack handoff) and its
         // reply comes back to the client's, in that order, and the trace is JSON a trace
