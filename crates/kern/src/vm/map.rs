@@ -318,8 +318,28 @@ impl Map {
         prot: Prot,
         m: &mut impl Machine<F>,
     ) -> Result<u64, Error> {
+        self.allocate_with(objs, at, len, prot, false, m)
+            .map(|(start, _)| start)
+    }
+
+    /// [`Map::allocate`], with the new object committed (`commit`: its frames charged
+    /// now, [`Objects::committed`]) or not; its address and the object (for the kernel
+    /// to put pages it already has in, e.g. a program's image).
+    pub fn allocate_with<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        at: Placement,
+        len: u64,
+        prot: Prot,
+        commit: bool,
+        m: &mut impl Machine<F>,
+    ) -> Result<(u64, ObjectId), Error> {
         let start = self.place(at, len)?;
-        let object = objs.anonymous(len, &self.account)?;
+        let object = if commit {
+            objs.committed(len, &self.account)?
+        } else {
+            objs.anonymous(len, &self.account)?
+        };
         let e = Entry {
             end: start + len,
             object,
@@ -334,7 +354,7 @@ impl Map {
             objs.release(object, m);
             return Err(err);
         }
-        Ok(start)
+        Ok((start, object))
     }
 
     /// Maps the window `[offset, offset + len)` of `object`. With `cow` the range is a
