@@ -24,6 +24,7 @@ mod kobject;
 mod quota;
 mod syscall;
 mod thread;
+mod vm;
 
 use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};
@@ -166,6 +167,9 @@ fn install_families() {
         floor_interrupted: floor::interrupt,
         before_user: control::stop_if_suspended,
         grant_host_priv: kobject::grant_host_priv,
+        space_made: vm::space_made,
+        space_freed: vm::space_freed,
+        page_fault: vm::page_fault,
     });
 }
 

@@ -1056,10 +1056,7 @@ mod tests {
         let owned = mem.alloc_frame().unwrap();
         s.map(&mut mem, 0x8000, owned, MapFlags::user_owned(true, false))
             .unwrap();
-        assert_eq!(
-            s.set(&mut mem, 0x8000, a, rw),
-            Err(MapError::AlreadyMapped)
-        );
+        assert_eq!(s.set(&mut mem, 0x8000, a, rw), Err(MapError::AlreadyMapped));
         let mut seen = Vec::new();
         let n = s.update_leaves(&mut mem, 0x1000, USER_END, |va, e| {
             seen.push(va);

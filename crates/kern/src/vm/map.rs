@@ -295,6 +295,57 @@ impl Map {
         self.clip(objs, end)
     }
 
+    /// Merges neighbouring entries from the one containing (or just below) `start` up to
+    /// the one starting at `end`, wherever two are one range of one object with the same
+    /// attributes: what a protect, inherit, wire or unwire split and then made alike again
+    /// is one entry again (Mach's `vm_map_simplify`), so repeating such calls on parts of
+    /// a range does not grow the map. Allocates nothing.
+    fn coalesce<F: Copy>(&mut self, objs: &mut Objects<F>, start: u64, end: u64) {
+        let first = match self.entries.floor(start.saturating_sub(1)) {
+            Some((s, _)) => s,
+            None => match self.entries.ceil(start) {
+                Some((s, _)) => s,
+                None => return,
+            },
+        };
+        let mut cur = first;
+        while cur <= end {
+            let Some(a) = self.entries.get(cur).copied() else {
+                return;
+            };
+            let Some(b) = self.entries.get(a.end).copied() else {
+                // Not adjacent to an entry: on to the next one.
+                match self.entries.after(cur) {
+                    Some((s, _)) => {
+                        cur = s;
+                        continue;
+                    }
+                    None => return,
+                }
+            };
+            let alike = a.object == b.object
+                && a.offset.checked_add(a.end - cur) == Some(b.offset)
+                && a.prot == b.prot
+                && a.max_prot == b.max_prot
+                && a.cow == b.cow
+                && a.inherit == b.inherit
+                && a.wired == b.wired;
+            if !alike {
+                cur = a.end;
+                continue;
+            }
+            let b_start = a.end;
+            if self.remove(b_start).is_none() {
+                return;
+            }
+            if let Some(e) = self.entries.get_mut(cur) {
+                e.end = b.end;
+            }
+            // The two entries held a reference each; one entry holds one.
+            objs.drop_split_ref(a.object);
+        }
+    }
+
     /// Applies `f` to every entry starting in `[start, end)` (after a [`Map::clip_range`],
     /// exactly the entries inside it).
     fn for_each_in(&mut self, start: u64, end: u64, mut f: impl FnMut(u64, &mut Entry)) {
@@ -482,6 +533,7 @@ impl Map {
                 m.write_protect(s, e.end);
             }
         });
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -499,6 +551,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.inherit = inherit);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -521,6 +574,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.wired += 1);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -542,6 +596,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.wired -= 1);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 }

@@ -792,7 +792,8 @@ fn committed_memory_is_charged_once_at_allocation_and_given_back_by_window() {
     assert_eq!(acct.used(Resource::Frames), 4);
     assert_eq!(sim.objs.get(o).unwrap().resident_in(0, 4 * P), 2);
     // Dropping a window gives back its commitment, resident or not.
-    map.deallocate(&mut sim.objs, a, 2 * P, &mut sim.mmu).unwrap();
+    map.deallocate(&mut sim.objs, a, 2 * P, &mut sim.mmu)
+        .unwrap();
     assert_eq!(acct.used(Resource::Frames), 2);
     assert_eq!(sim.read(0, &mut map, a + 3 * P), Ok(9));
     map.deallocate(&mut sim.objs, a + 2 * P, 2 * P, &mut sim.mmu)
@@ -839,4 +840,41 @@ fn a_committed_object_collapsed_into_its_shadow_moves_only_its_resident_charges(
     assert_eq!(acct.used(Resource::Frames), 0);
     assert_eq!(acct.used(Resource::Heap), 0);
     assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn wiring_and_protecting_parts_then_undoing_it_leaves_one_entry() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 16 * P).unwrap();
+    let o = map.entry(a).unwrap().1.object;
+    let heap = map.account().used(Resource::Heap);
+    for round in 0..100 {
+        let at = a + (round % 14 + 1) * P;
+        map.wire(&mut sim.objs, at, P).unwrap();
+        assert_eq!(map.len(), 3);
+        map.protect(&mut sim.objs, at, 2 * P, Prot::READ, false, &mut sim.mmu)
+            .unwrap();
+        map.unwire(&mut sim.objs, at, P).unwrap();
+        map.protect(&mut sim.objs, at, 2 * P, Prot::RW, false, &mut sim.mmu)
+            .unwrap();
+        map.inherit(&mut sim.objs, at, P, Inherit::None).unwrap();
+        map.inherit(&mut sim.objs, at, P, Inherit::Copy).unwrap();
+        assert_eq!(map.len(), 1, "round {round}");
+        assert_eq!(sim.objs.get(o).unwrap().refs(), 1);
+    }
+    assert_eq!(map.account().used(Resource::Heap), heap);
+    assert_eq!(map.entry(a + 5 * P).unwrap(), (a, map.entry(a).unwrap().1));
+    // Different attributes stay apart; a hole between two pieces of one object too.
+    map.protect(&mut sim.objs, a, P, Prot::READ, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 2);
+    map.deallocate(&mut sim.objs, a + 4 * P, P, &mut sim.mmu)
+        .unwrap();
+    map.protect(&mut sim.objs, a, P, Prot::RW, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 2);
+    assert_eq!(sim.objs.get(o).unwrap().refs(), 2);
+    sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
 }
