@@ -59,6 +59,9 @@ const WIRINGS_MAX: usize = 1024;
 const WIRING_BYTES: u64 = core::mem::size_of::<Wiring>() as u64;
 /// Page-table frames a fault may create at most (PDPT, PD, PT).
 const TABLES_WORST: u64 = 3;
+/// Where `vm_allocate` anywhere starts looking: 16 TiB, clear of the program, of small
+/// stray pointers, and below `baton-rt`'s heap (`docs/abi.md`).
+pub const ANYWHERE_FLOOR: u64 = 0x1000_0000_0000;
 
 /// Who a wired range is wired for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -302,7 +305,8 @@ pub fn space_made(k: &mut Kernel, id: TaskId, image: &[u8]) -> Result<(), Error>
         .ok_or(Error::InvalidArgument)?
         .account
         .clone();
-    let map = Map::new(account, USER_MIN, USER_END, TASK_ENTRIES_MAX)?;
+    let mut map = Map::new(account, USER_MIN, USER_END, TASK_ENTRIES_MAX)?;
+    map.set_anywhere_floor(ANYWHERE_FLOOR);
     let tv = TaskVm {
         map,
         stats: FaultStats::default(),

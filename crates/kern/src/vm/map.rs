@@ -76,6 +76,8 @@ pub struct Map {
     lo: u64,
     hi: u64,
     limit: usize,
+    /// Where "anywhere" placements start looking (`lo` unless set).
+    floor: u64,
 }
 
 impl Drop for Map {
@@ -100,7 +102,14 @@ impl Map {
             lo,
             hi,
             limit,
+            floor: lo,
         })
+    }
+
+    /// Makes "anywhere" placements go at or above `floor` (clamped to the map), so that
+    /// they keep clear of low addresses a stray small pointer would reach.
+    pub fn set_anywhere_floor(&mut self, floor: u64) {
+        self.floor = floor.clamp(self.lo, self.hi) & !(super::PAGE_SIZE - 1);
     }
 
     /// The account the map is charged to.
@@ -184,11 +193,14 @@ impl Map {
     /// A free range of `len` bytes: above the last entry when there is room there (one
     /// O(log n) look), else the first gap from the bottom (a walk of the entries).
     fn find_space(&self, len: u64) -> Result<u64, Error> {
-        let top = self.entries.last().map_or(self.lo, |(_, e)| e.end);
+        let top = self
+            .entries
+            .last()
+            .map_or(self.floor, |(_, e)| e.end.max(self.floor));
         if top.checked_add(len).is_some_and(|end| end <= self.hi) {
             return Ok(top);
         }
-        let mut cur = self.lo;
+        let mut cur = self.floor;
         for (s, e) in self.entries() {
             if s.saturating_sub(cur) >= len {
                 return Ok(cur);

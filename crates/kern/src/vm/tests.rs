@@ -878,3 +878,19 @@ fn wiring_and_protecting_parts_then_undoing_it_leaves_one_entry() {
     sim.end_task(0, &mut map);
     assert!(sim.objs.is_empty());
 }
+
+#[test]
+fn anywhere_placements_keep_above_the_floor() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    map.set_anywhere_floor(LO + 0x10_0000);
+    // An entry at the top leaves no room above it: first fit, from the floor up.
+    alloc(&mut sim, &mut map, Placement::Fixed(HI - P), P).unwrap();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 4 * P).unwrap();
+    assert_eq!(a, LO + 0x10_0000);
+    // Fixed placements below the floor are still allowed.
+    assert_eq!(alloc(&mut sim, &mut map, Placement::Fixed(LO), P), Ok(LO));
+    let b = alloc(&mut sim, &mut map, Placement::Anywhere, P).unwrap();
+    assert_eq!(b, a + 4 * P);
+    sim.end_task(0, &mut map);
+}
