@@ -295,7 +295,20 @@ fn try_migrate_user(k: &mut Kernel, cpu: usize, cur: ThreadId, va: u64, len: u64
     };
     let mut raw = [0u8; HEADER_SIZE];
     if usercopy::copy_from_user(&sender.space, &mem, va, &mut raw).is_err() {
-        return;
+        // A page not there yet: made resident as the caller's own access would (out of
+        // line), then read again.
+        if crate::vm::make_resident_key(k, s_key, va, HEADER_SIZE, false).is_err() {
+            return;
+        }
+        let Some(sender) = k.tasks.by_key(s_key) else {
+            return;
+        };
+        let mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        if usercopy::copy_from_user(&sender.space, &mem, va, &mut raw).is_err() {
+            return;
+        }
     }
     let Some(header) = MsgHeader::from_bytes(&raw) else {
         return;
@@ -362,6 +375,32 @@ fn migrate_user(
 /// (which carries no request) only checks that the data could be read. Writes nothing but
 /// the data into the activation's buffer, and nothing at all on an error.
 fn request_into(
+    k: &mut Kernel,
+    cur: ThreadId,
+    a: ActId,
+    va: u64,
+    size: usize,
+    sidetrack: bool,
+) -> Result<(), Error> {
+    match request_once(k, cur, a, va, size, sidetrack) {
+        // The caller's pages not there yet: made resident as its own loads would, then
+        // once more (out of line: never on a path whose pages are there).
+        Err(Error::BadAddress) => {
+            let key = k
+                .threads
+                .get(cur)
+                .map(|th| th.task_key)
+                .ok_or(Error::InvalidArgument)?;
+            let data = size.saturating_sub(HEADER_SIZE);
+            crate::vm::make_resident_key(k, key, va + HEADER_SIZE as u64, data, false)?;
+            request_once(k, cur, a, va, size, sidetrack)
+        }
+        r => r,
+    }
+}
+
+/// One try of [`request_into`].
+fn request_once(
     k: &mut Kernel,
     cur: ThreadId,
     a: ActId,
@@ -586,6 +625,23 @@ fn refused(k: &Kernel, saved: &Saved, reply: &MsgHeader) -> Error {
 /// [`Error::BadAddress`] if either buffer's memory went away; the caller's buffer is
 /// written only when none of these happens.
 fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
+    match reply_once(k, saved, va, len) {
+        // Pages not there yet: the caller's buffer made resident and writable (as far as
+        // the activation's buffer could fill it), and a retired activation's buffer
+        // resident, as the tasks' own accesses would; then once more.
+        Err(Error::BadAddress) => {
+            let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
+            let (from_va, room, server) = (act.buffer.0, act.buffer_len, act.task_key);
+            crate::vm::make_resident_key(k, saved.task_key, va, len.min(room), true)?;
+            crate::vm::make_resident_key(k, server, from_va, room, false)?;
+            reply_once(k, saved, va, len)
+        }
+        r => r,
+    }
+}
+
+/// One try of [`reply_to_user`].
+fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
     let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
     let (from_va, room) = (act.buffer.0, act.buffer_len);
     // While the activation is not retired its buffer is mapped and its frames are those
@@ -804,7 +860,7 @@ pub const ACTIVATION_BYTES: usize =
 
 /// `act_create(port_name, entry, stack_top, buffer, cookie, buffer_size)`.
 pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, Error> {
-    let [name, entry, stack, buffer, cookie, buffer_size] = a;
+    let [_, entry, stack, buffer, _, buffer_size] = a;
     let user = |va: u64| (USER_MIN..USER_END).contains(&va);
     if !user(entry) || !user(stack.wrapping_sub(8)) || !stack.is_multiple_of(16) {
         return Err(Error::InvalidArgument);
@@ -818,6 +874,31 @@ pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, 
         n if n.is_multiple_of(PAGE_SIZE) && n <= MSG_SIZE_MAX as u64 => n as usize,
         _ => return Err(Error::InvalidArgument),
     };
+    // The kernel records the buffer's frames: they are made resident and wired first
+    // (the virtual-memory family), for as long as the activation lives.
+    use crate::vm::Owner;
+    let len = buffer_len as u64;
+    crate::vm::wire(k, task, buffer, len, Owner::NewAct)?;
+    match create_wired(k, task, a, buffer_len) {
+        Ok(id) => {
+            crate::vm::rename_wiring(task, buffer, len, Owner::NewAct, Owner::Act(Key(id)));
+            Ok(id)
+        }
+        Err(e) => {
+            let _ = crate::vm::unwire(k, task, buffer, len, Owner::NewAct);
+            Err(e)
+        }
+    }
+}
+
+/// [`sys_act_create`] once its arguments are checked and its buffer wired.
+fn create_wired(
+    k: &mut Kernel,
+    task: TaskId,
+    a: [u64; 6],
+    buffer_len: usize,
+) -> Result<u64, Error> {
+    let [name, entry, stack, buffer, cookie, _] = a;
     let task_key = k.tasks.key_of(task).ok_or(Error::InvalidArgument)?;
     let mem = KernelMem {
         frames: &mut k.frames,

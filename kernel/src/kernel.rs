@@ -407,6 +407,7 @@ impl Kernel {
                 .give(kern::quota::Resource::Frames, task.frames);
             task.account
                 .give(kern::quota::Resource::Heap, task.acts_charged);
+            (family::hooks().space_freed)(self, task_id);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }
@@ -523,8 +524,9 @@ impl Kernel {
         let mut mem = self.mem();
         let mut space =
             AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
+        // The image is loaded now; the stack is allocated (lazily) with the task's map.
         let loaded = kern::loader::load_elf(&mut space, &mut mem, data)
-            .and_then(|entry| Ok((entry, kern::loader::map_user_stack(&mut space, &mut mem)?)));
+            .map(|entry| (entry, baton_abi::layout::USER_STACK_TOP));
         let (entry, rsp) = match loaded {
             Ok(v) => v,
             Err(e) => {
@@ -570,6 +572,14 @@ impl Kernel {
         if let Some(task) = self.tasks.get_mut(&id) {
             let _ = task.names.set_account(task.account.clone());
         }
+        // Its address map (the virtual-memory family): the loaded pages go into it.
+        if let Err(e) = (family::hooks().space_made)(self, id, data) {
+            if let Some(task) = self.tasks.remove(&id) {
+                task.account.give(Resource::Frames, task.frames);
+                task.space.destroy(&mut self.mem());
+            }
+            return Err(e);
+        }
         let mut frame = TrapFrame::new_user(entry, rsp, id);
         if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
             frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
@@ -580,6 +590,7 @@ impl Kernel {
         };
         if let Err(e) = started.and_then(|()| self.create_thread(id, frame, PRIORITY_DEFAULT as u8))
         {
+            (family::hooks().space_freed)(self, id);
             if let Some(mut task) = self.tasks.remove(&id) {
                 (family::hooks().names_released)(self, &mut task.names);
                 task.account.give(Resource::Frames, task.frames);
@@ -1298,8 +1309,20 @@ pub fn on_trap(frame: &mut TrapFrame) {
             if ending {
                 thread::thread_terminate_current(k);
             }
-            (family::hooks().exception)(k, cur, v, frame.error);
-            k.report_exception(frame);
+            // A page fault goes to the virtual-memory family first: most are its work
+            // (a page not there yet), and the thread resumes; the others carry their
+            // fault class on to the exception path.
+            let mut error = frame.error;
+            if v == 14 {
+                match (family::hooks().page_fault)(k, cur, cpu::read_cr2(), frame.error) {
+                    Ok(()) => finish_entry(k, false, None),
+                    Err(class) => {
+                        error |= class << baton_abi::vm::FAULT_CLASS_SHIFT;
+                    }
+                }
+            }
+            (family::hooks().exception)(k, cur, v, error);
+            k.report_exception(frame, error);
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Killed);
             }
@@ -1398,13 +1421,14 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
 }
 
 impl Kernel {
-    fn report_exception(&mut self, frame: &TrapFrame) {
+    fn report_exception(&mut self, frame: &TrapFrame, error: u64) {
         let name = trap::exception_name(frame.vector);
         if frame.vector == 14 {
             let (presence, access, mode) = trap::page_fault_detail(frame.error);
             let addr = cpu::read_cr2();
+            let class = baton_abi::vm::fault_class_name(error >> baton_abi::vm::FAULT_CLASS_SHIFT);
             self.report(format_args!(
-                "killed: {name} at address {addr:#x} ({presence}, {access}, {mode})"
+                "killed: {name} at address {addr:#x} ({presence}, {access}, {mode}): {class}"
             ));
         } else {
             self.report(format_args!("killed: {name} (vector {})", frame.vector));

@@ -27,6 +27,7 @@ mod quota;
 mod syscall;
 mod thread;
 mod trace;
+mod vm;
 
 use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};
@@ -172,6 +173,9 @@ fn install_families() {
         before_user: control::stop_if_suspended,
         grant_host_priv: kobject::grant_host_priv,
         interrupt: device::on_interrupt,
+        space_made: vm::space_made,
+        space_freed: vm::space_freed,
+        page_fault: vm::page_fault,
     });
 }
 

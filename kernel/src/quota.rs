@@ -91,13 +91,6 @@ pub const RIGHT_BYTES: usize = core::mem::size_of::<kern::ipc::Right>();
 pub const TASK_BYTES: usize =
     core::mem::size_of::<crate::kernel::Task>() + baton_abi::MODULE_NAME_MAX + 2 * OVERHEAD;
 
-/// Frames a mapping of `pages` pages may take at most: the pages, and the page tables
-/// that may have to be created for them (one table per 512 pages, plus one more at each
-/// level for a range that straddles a boundary).
-pub fn map_frames_worst(pages: u64) -> u64 {
-    pages + pages.div_ceil(512) + pages.div_ceil(512 * 512) + 3
-}
-
 /// Brings what `account` is charged for a count kept elsewhere (`charged` bytes now) to
 /// `want` bytes: takes the difference ([`Error::NoMemory`] and nothing changed when it
 /// does not fit) or gives it back.

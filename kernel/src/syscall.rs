@@ -21,7 +21,6 @@ use baton_abi::{
 };
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PAGE_SIZE;
-use kern::pmap::MapFlags;
 use kern::quota::Resource;
 use kern::slab::Key;
 use kern::usercopy;
@@ -303,12 +302,20 @@ impl Kernel {
             Sys::Wake => self.sys_wake(id, args[0], args[1]),
             Sys::Stats => self.sys_stats(id, args[0]),
             Sys::SetPriority => self.sys_set_priority(id, args[0], args[1]),
-            Sys::MemMap => self.sys_mem_map(id, args[0], args[1], args[2]),
-            Sys::MemUnmap => self.sys_mem_unmap(id, args[0], args[1]),
+            Sys::MemMap => crate::vm::sys_mem_map(self, id, args[0], args[1], args[2]),
+            Sys::MemUnmap => crate::vm::sys_mem_unmap(self, id, args[0], args[1]),
+            Sys::VmAllocate
+            | Sys::VmDeallocate
+            | Sys::VmProtect
+            | Sys::VmInherit
+            | Sys::VmQuery
+            | Sys::VmWire
+            | Sys::VmUnwire
+            | Sys::VmStats => crate::vm::sys_vm(self, id, call, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::IpcBufferSet => {
                 let cur = self.current_thread();
-                crate::ipc::sys_ipc_buffer_set(self, cur, id, args[0])
+                self.ipc_buffer_set(cur, id, args[0])
             }
             Sys::PortAllocate => {
                 let account = &self.tasks.get(&id).ok_or(Error::InvalidArgument)?.account;
@@ -461,11 +468,20 @@ impl Kernel {
         ptr: u64,
         len: usize,
     ) -> Result<alloc::vec::Vec<u8>, Error> {
-        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
-        let mem = KernelMem {
-            frames: &mut self.frames,
+        let copy = |k: &mut Kernel| {
+            let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+            let mem = KernelMem {
+                frames: &mut k.frames,
+            };
+            usercopy::read_user_vec(&t.space, &mem, ptr, len)
         };
-        usercopy::read_user_vec(&t.space, &mem, ptr, len)
+        match copy(self) {
+            Err(Error::BadAddress) => {
+                crate::vm::make_resident(self, task, ptr, len, false)?;
+                copy(self)
+            }
+            r => r,
+        }
     }
 
     pub fn copy_in(&mut self, task: TaskId, ptr: u64, out: &mut [u8]) -> Result<(), Error> {
@@ -480,7 +496,18 @@ impl Kernel {
         let mem = KernelMem {
             frames: &mut self.frames,
         };
-        usercopy::copy_from_user(&t.space, &mem, ptr, out)
+        match usercopy::copy_from_user(&t.space, &mem, ptr, out) {
+            // Pages not there yet: made resident as a user access would, once.
+            Err(Error::BadAddress) => {
+                crate::vm::make_resident_key(self, key, ptr, out.len(), false)?;
+                let t = self.tasks.by_key(key).ok_or(Error::InvalidArgument)?;
+                let mem = KernelMem {
+                    frames: &mut self.frames,
+                };
+                usercopy::copy_from_user(&t.space, &mem, ptr, out)
+            }
+            r => r,
+        }
     }
 
     /// Runs a port operation on `task`'s name space, then makes ready the threads it
@@ -504,19 +531,69 @@ impl Kernel {
     /// Copies `data` into user memory of `task`.
     /// Checks that `len` bytes at `ptr` of `task` could be written by [`Kernel::copy_out`].
     pub fn check_writable(&mut self, task: TaskId, ptr: u64, len: usize) -> Result<(), Error> {
-        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
-        let mem = KernelMem {
-            frames: &mut self.frames,
+        let check = |k: &mut Kernel| {
+            let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+            let mem = KernelMem {
+                frames: &mut k.frames,
+            };
+            usercopy::check_writable(&t.space, &mem, ptr, len)
         };
-        usercopy::check_writable(&t.space, &mem, ptr, len)
+        match check(self) {
+            Err(Error::BadAddress) => {
+                crate::vm::make_resident(self, task, ptr, len, true)?;
+                check(self)
+            }
+            r => r,
+        }
     }
 
     pub fn copy_out(&mut self, task: TaskId, ptr: u64, data: &[u8]) -> Result<(), Error> {
-        let t = self.tasks.get(&task).ok_or(Error::InvalidArgument)?;
-        let mut mem = KernelMem {
-            frames: &mut self.frames,
+        let copy = |k: &mut Kernel| {
+            let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+            let mut mem = KernelMem {
+                frames: &mut k.frames,
+            };
+            usercopy::copy_to_user(&t.space, &mut mem, ptr, data)
         };
-        usercopy::copy_to_user(&t.space, &mut mem, ptr, data)
+        match copy(self) {
+            // Pages not there yet (or copy-on-write): made resident and writable as a
+            // user store would, once.
+            Err(Error::BadAddress) => {
+                crate::vm::make_resident(self, task, ptr, data.len(), true)?;
+                copy(self)
+            }
+            r => r,
+        }
+    }
+
+    /// `ipc_buffer_set(addr)`: the page is made resident and wired for the thread first
+    /// (the kernel caches its frame), and the wiring of the page it replaces goes.
+    fn ipc_buffer_set(&mut self, cur: ThreadId, task: TaskId, addr: u64) -> Result<u64, Error> {
+        use crate::vm::Owner;
+        let old = self
+            .threads
+            .get(cur)
+            .and_then(|th| th.ipc_buffer)
+            .map(|(va, _)| va);
+        if addr != 0 && addr.is_multiple_of(PAGE_SIZE) && old != Some(addr) {
+            crate::vm::wire(self, task, addr, PAGE_SIZE, Owner::Thread(cur))?;
+        }
+        let r = crate::ipc::sys_ipc_buffer_set(self, cur, task, addr);
+        let new = self
+            .threads
+            .get(cur)
+            .and_then(|th| th.ipc_buffer)
+            .map(|(va, _)| va);
+        // Whichever of the two pages the thread no longer uses loses its wiring.
+        for va in [old, Some(addr)] {
+            match va {
+                Some(va) if va != 0 && new != Some(va) => {
+                    let _ = crate::vm::unwire(self, task, va, PAGE_SIZE, Owner::Thread(cur));
+                }
+                _ => {}
+            }
+        }
+        r
     }
 
     fn sys_debug_write(&mut self, id: TaskId, ptr: u64, len: u64) -> Result<u64, Error> {
@@ -740,131 +817,5 @@ impl Kernel {
             }
         }
         Ok(0)
-    }
-}
-
-/// Checks a page range for `mem_map`/`mem_unmap`: aligned, non-empty, inside user space.
-fn page_range(addr: u64, len: u64) -> Result<core::ops::Range<u64>, Error> {
-    if len > baton_abi::MEM_MAP_MAX {
-        return Err(Error::TooLarge);
-    }
-    if len == 0 || !addr.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
-        return Err(Error::InvalidArgument);
-    }
-    let end = addr.checked_add(len).ok_or(Error::BadAddress)?;
-    if addr < USER_MIN || end > USER_END {
-        return Err(Error::BadAddress);
-    }
-    Ok(addr..end)
-}
-
-impl Kernel {
-    fn sys_mem_map(&mut self, task: TaskId, addr: u64, len: u64, flags: u64) -> Result<u64, Error> {
-        let range = page_range(addr, len)?;
-        if flags & !baton_abi::MAP_WRITABLE != 0 {
-            return Err(Error::InvalidArgument);
-        }
-        let writable = flags & baton_abi::MAP_WRITABLE != 0;
-        let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-        let mut mem = KernelMem {
-            frames: &mut self.frames,
-        };
-        // Decode first: nothing may be mapped in the range.
-        let mut va = range.start;
-        while va < range.end {
-            if t.space.translate(&mem, va).is_some() {
-                return Err(Error::InvalidArgument);
-            }
-            va += PAGE_SIZE;
-        }
-        // The task pays for the frames, page tables included: the most the mapping can
-        // take first, then what it did take (`crate::quota`).
-        let worst = crate::quota::map_frames_worst((range.end - range.start) / PAGE_SIZE);
-        t.account.take(Resource::Frames, worst)?;
-        let free_before = mem.frames.free_frames();
-        let result = Self::map_fresh(t, &mut mem, range, writable);
-        let took = free_before.saturating_sub(mem.frames.free_frames()) as u64;
-        t.account.give(Resource::Frames, worst.saturating_sub(took));
-        t.frames += took;
-        result
-    }
-
-    /// Maps fresh zero-filled frames over `range` of `t`'s space, all or none (tables
-    /// created on the way stay until the space is destroyed).
-    fn map_fresh(
-        t: &mut crate::kernel::Task,
-        mem: &mut KernelMem<'_>,
-        range: core::ops::Range<u64>,
-        writable: bool,
-    ) -> Result<u64, Error> {
-        let mut va = range.start;
-        while va < range.end {
-            let mapped = kern::pmap::PhysMem::alloc_frame(mem)
-                .ok_or(Error::NoMemory)
-                .and_then(|f| {
-                    t.space
-                        .map(mem, va, f, MapFlags::user_owned(writable, false))
-                        .map_err(|_| {
-                            kern::pmap::PhysMem::free_frame(mem, f);
-                            Error::NoMemory
-                        })
-                });
-            if let Err(e) = mapped {
-                let mut undo = range.start;
-                while undo < va {
-                    t.space.unmap(mem, undo);
-                    undo += PAGE_SIZE;
-                }
-                return Err(e);
-            }
-            va += PAGE_SIZE;
-        }
-        Ok(0)
-    }
-
-    fn sys_mem_unmap(&mut self, task: TaskId, addr: u64, len: u64) -> Result<u64, Error> {
-        let range = page_range(addr, len)?;
-        let t = self.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-        let pcid = usize::from(t.pcid);
-        let mut mem = KernelMem {
-            frames: &mut self.frames,
-        };
-        let mut pages = 0;
-        let free_before = mem.frames.free_frames();
-        let mut va = range.start;
-        while va < range.end {
-            if t.space.unmap(&mut mem, va).is_some() {
-                pages += 1;
-            }
-            va += PAGE_SIZE;
-        }
-        let freed = mem.frames.free_frames().saturating_sub(free_before) as u64;
-        let freed = freed.min(t.frames);
-        t.account.give(Resource::Frames, freed);
-        t.frames -= freed;
-        if pages > 0 {
-            crate::ipc::unmap_buffers(self, task, range.start, range.end);
-            // No CPU may keep a translation: flush here, shoot down the CPUs running other
-            // threads of the task (or a floor call in it), and make every CPU flush the
-            // task's PCID on next load.
-            crate::arch::tlb::flush_local();
-            // The CPUs to shoot down, as a bit mask (no allocation: at most 64 CPUs).
-            let targets: u64 = (0..self.cpus.len().min(64))
-                .filter(|&c| {
-                    self.threads
-                        .get(self.cpu(c).current)
-                        .is_some_and(|th| th.task == Some(task))
-                        || self.floor.in_call_to(c, task)
-                })
-                .fold(0, |mask, c| mask | 1 << c);
-            for c in self.cpus.iter_mut() {
-                if let Some(owner) = c.pcid_owner.get_mut(pcid) {
-                    *owner = 0;
-                }
-            }
-            self.stats.tlb_shootdowns += u64::from(targets.count_ones());
-            crate::arch::tlb::shootdown((0..64).filter(|c| targets & (1 << c) != 0));
-        }
-        Ok(pages)
     }
 }

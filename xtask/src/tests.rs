@@ -228,6 +228,25 @@ fn shell_check(log: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// What the `vm` tests require: lazy memory, faults by class, the victim's report.
+const VM_REQUIRE: &[&str] = &[
+    "ok: it costs no frame",
+    "ok: the first read of a page zero-fills it",
+    "ok: the first write zero-fills its page and lands",
+    "ok: deallocate gives every frame back",
+    "ok: the kernel writes a query's answer into an untouched page",
+    "ok: a registered IPC buffer is resident and wired",
+    "ok: a store to read-only memory reaches the exception port as a write error",
+    "ok: an access where nothing is allocated is an address error",
+    "ok: wiring 4 of 8 pages makes those 4 resident at once",
+    "ok: 16 MiB at a time, the task reaches its frame limit",
+    "ok: after deallocating, allocation works again",
+    "ok: a second round leaves the kernel heap, objects and free frames as the first did",
+    "vm#1| TEST PASS vm",
+    "(vm_victim) killed: page fault at address",
+    "(protection violation, write, user): write error",
+];
+
 /// What the `exc` tests require.
 const EXC_REQUIRE: &[&str] = &[
     "exc#1| ok: a page fault is repaired by the handler and the store retried",
@@ -1313,6 +1332,24 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["names", "names_test"],
         smp: 2,
         require: NAMES_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        // Accent's virtual memory from user space (`docs/vm.md`): lazy allocation, zero
+        // fill, kernel copies into untouched memory, faults by class to the exception
+        // port and in the kill report, wiring, errors, exhaustion and recovery.
+        name: "vm_smp1",
+        init: &["vm"],
+        require: VM_REQUIRE,
+        exits: &[("vm_victim", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "vm_smp2",
+        init: &["vm"],
+        smp: 2,
+        require: VM_REQUIRE,
+        exits: &[("vm_victim", Exit::Killed)],
         ..BASE
     },
     IntegrationTest {

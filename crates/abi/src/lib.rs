@@ -208,6 +208,38 @@ pub enum Sys {
     /// (`kobject::ACT_*`). [`Error::NotFound`] for an activation of another task or one
     /// that no longer exists. The port dies with the activation or its task.
     ActPort = 51,
+    /// `vm_allocate(addr, len, prot) -> addr`: allocates `len` bytes (page multiple) of
+    /// zero-filled memory at `addr` (page aligned, nothing there) or, with
+    /// [`vm::VM_ANYWHERE`], wherever there is room, with protection `prot` ([`vm`]'s
+    /// `PROT_*` bits; the maximum protection is everything). No frame is taken until a page
+    /// is first touched; the frames are charged to the task now ([`Error::NoMemory`] at its
+    /// limit). [`Error::NoSpace`] when the range is taken or no room is left. See
+    /// `docs/vm.md`.
+    VmAllocate = 70,
+    /// `vm_deallocate(addr, len) -> 0`: removes every mapping in the range (holes are
+    /// fine), freeing pages nothing else maps. [`Error::Denied`] if part of it is wired.
+    VmDeallocate = 71,
+    /// `vm_protect(addr, len, prot, set_max) -> 0`: sets the protection of a range mapped
+    /// throughout ([`Error::BadAddress`] otherwise), or with `set_max` = 1 its maximum
+    /// protection (which only goes down, taking the protection with it).
+    /// [`Error::Denied`] above the maximum.
+    VmProtect = 72,
+    /// `vm_inherit(addr, len, inheritance) -> 0`: what a fork-style copy gives the child
+    /// ([`vm::INHERIT_SHARE`], [`vm::INHERIT_COPY`], [`vm::INHERIT_NONE`]).
+    VmInherit = 73,
+    /// `vm_query(addr, *mut VmRegion) -> 0`: the region containing `addr`, or the next one
+    /// above ([`Error::NotFound`] when none is).
+    VmQuery = 74,
+    /// `vm_wire(addr, len) -> 0`: makes every page of a mapped range resident and keeps
+    /// it so (a wired range cannot be deallocated); counted, at most 1024 wirings a task.
+    VmWire = 75,
+    /// `vm_unwire(addr, len) -> 0`: undoes one `vm_wire` of exactly that range
+    /// ([`Error::InvalidArgument`] when there is none).
+    VmUnwire = 76,
+    /// `vm_stats(scope, *mut VmStats) -> 0`: fault counts by Accent's Table 3-10 class and
+    /// memory counts, of the calling task ([`vm::STATS_TASK`]) or of the system
+    /// ([`vm::STATS_SYSTEM`]).
+    VmStats = 77,
     /// `irq_attach(irq, port, host_priv) -> name`: routes legacy ISA interrupt line `irq`
     /// (1 to 15, not 2) to a vector of the boot CPU and binds it to the port `port` names
     /// (a receive or send right of the caller): each interrupt becomes one
@@ -269,6 +301,7 @@ pub mod host;
 pub mod ipc;
 pub mod kobject;
 pub mod start;
+pub mod vm;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;
@@ -507,6 +540,14 @@ impl Sys {
             49 => Sys::ActSetState,
             50 => Sys::ActSchedLock,
             51 => Sys::ActPort,
+            70 => Sys::VmAllocate,
+            71 => Sys::VmDeallocate,
+            72 => Sys::VmProtect,
+            73 => Sys::VmInherit,
+            74 => Sys::VmQuery,
+            75 => Sys::VmWire,
+            76 => Sys::VmUnwire,
+            77 => Sys::VmStats,
             80 => Sys::IrqAttach,
             81 => Sys::IrqAck,
             82 => Sys::IoPortCreate,
@@ -804,6 +845,11 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(90), None);
+        assert_eq!(Sys::from_raw(69), None);
+        for n in 70..78 {
+            assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
+        }
+        assert_eq!(Sys::from_raw(78), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

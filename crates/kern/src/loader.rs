@@ -256,6 +256,18 @@ pub fn load_elf(
     Ok(entry)
 }
 
+/// The page ranges `[first, end)` that [`load_elf`] maps for `image`, one per loadable
+/// segment in the program's order (two may share a page at their ends): what the kernel
+/// hands over to the task's address map after the load.
+pub fn segment_pages(image: &[u8]) -> Result<Vec<(u64, u64)>, LoadError> {
+    let (_, segments) = decode(image)?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(segments.len())
+        .map_err(|_| LoadError::NoMemory)?;
+    out.extend(segments.iter().map(|s| (s.first_page(), s.end_page())));
+    Ok(out)
+}
+
 /// Copies the part of `seg`'s file bytes that falls in the page at `page` into `frame`.
 fn copy_segment_page(
     mem: &mut impl PhysMem,

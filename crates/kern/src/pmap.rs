@@ -490,6 +490,78 @@ impl AddressSpace {
         None
     }
 
+    /// Enters the 4 KiB translation of `va` to `pa` with `flags`, replacing the one there
+    /// (whose frame it returns; an [`OWNED`] frame is never replaced: `AlreadyMapped`), or
+    /// creating it and the tables on the way as [`AddressSpace::map`] does. The caller
+    /// flushes the TLB entry when one was replaced.
+    pub fn set(
+        &mut self,
+        mem: &mut impl PhysMem,
+        va: u64,
+        pa: PhysAddr,
+        flags: MapFlags,
+    ) -> Result<Option<PhysAddr>, MapError> {
+        let Some(ea) = self.leaf_entry(mem, va) else {
+            return self.map(mem, va, pa, flags).map(|()| None);
+        };
+        if flags.user && !in_user_range(va) {
+            return Err(MapError::OutsideUser);
+        }
+        if pa.0 & !ADDR_MASK != 0 {
+            return Err(MapError::Misaligned);
+        }
+        let old = mem.read_u64(ea);
+        if old & OWNED != 0 {
+            return Err(MapError::AlreadyMapped);
+        }
+        mem.write_u64(ea, pa.0 | flags.entry_bits());
+        Ok(Some(PhysAddr(old & ADDR_MASK)))
+    }
+
+    /// Calls `f(va, entry)` for every present 4 KiB leaf of the user half in `[start,
+    /// end)` (page aligned), skipping absent tables whole, so the cost follows the tables
+    /// present, not the length; `f` returns the entry to write back (the same to keep it).
+    /// Returns how many entries changed. Huge leaves are skipped. The caller flushes the
+    /// TLB for those that changed.
+    pub fn update_leaves(
+        &mut self,
+        mem: &mut impl PhysMem,
+        start: u64,
+        end: u64,
+        mut f: impl FnMut(u64, u64) -> u64,
+    ) -> u64 {
+        let end = end.min(USER_END);
+        let mut changed = 0;
+        let mut va = start & !(PAGE_SIZE - 1);
+        'outer: while va < end {
+            let mut table = self.root;
+            for level in [3u32, 2, 1] {
+                let e = mem.read_u64(entry_addr(table, table_index(va, level)));
+                if e & PRESENT == 0 || e & HUGE != 0 {
+                    // Nothing below this entry: on to the next one at this level.
+                    let span = PAGE_SIZE << (9 * level);
+                    match (va & !(span - 1)).checked_add(span) {
+                        Some(next) => va = next,
+                        None => break 'outer,
+                    }
+                    continue 'outer;
+                }
+                table = PhysAddr(e & ADDR_MASK);
+            }
+            let ea = entry_addr(table, table_index(va, 0));
+            let e = mem.read_u64(ea);
+            if e & PRESENT != 0 {
+                let new = f(va, e);
+                if new != e {
+                    mem.write_u64(ea, new);
+                    changed += 1;
+                }
+            }
+            va += PAGE_SIZE;
+        }
+        changed
+    }
+
     /// Frees every page-table frame of the user half (PML4 entries `0..256`), every
     /// [`OWNED`] 4 KiB leaf frame in it, and the PML4 itself. The kernel half is never
     /// touched. The space must not be loaded in CR3 on any processor.
@@ -967,6 +1039,40 @@ mod tests {
         assert_eq!(mem.live(), 0);
         mem.budget = Some(0);
         assert_eq!(AddressSpace::new(&mut mem, None), Err(MapError::NoMemory));
+    }
+
+    #[test]
+    fn set_replaces_and_update_leaves_visits_only_present_pages() {
+        let mut mem = FakeMem::new();
+        let mut s = AddressSpace::new(&mut mem, None).unwrap();
+        let (a, b) = (PhysAddr(0x20_0000), PhysAddr(0x30_0000));
+        let ro = MapFlags::user_shared(false, false);
+        let rw = MapFlags::user_shared(true, false);
+        assert_eq!(s.set(&mut mem, 0x1000, a, ro), Ok(None));
+        assert_eq!(s.set(&mut mem, 0x1000, b, rw), Ok(Some(a)));
+        assert_eq!(s.translate(&mem, 0x1000), Some((b, rw)));
+        // Pages far apart: one in the first table, one a GiB up.
+        s.set(&mut mem, 0x4000_0000, a, rw).unwrap();
+        let owned = mem.alloc_frame().unwrap();
+        s.map(&mut mem, 0x8000, owned, MapFlags::user_owned(true, false))
+            .unwrap();
+        assert_eq!(s.set(&mut mem, 0x8000, a, rw), Err(MapError::AlreadyMapped));
+        let mut seen = Vec::new();
+        let n = s.update_leaves(&mut mem, 0x1000, USER_END, |va, e| {
+            seen.push(va);
+            e & !WRITABLE
+        });
+        assert_eq!(seen, [0x1000, 0x8000, 0x4000_0000]);
+        assert_eq!(n, 3);
+        assert_eq!(s.translate(&mem, 0x4000_0000).unwrap().1, ro);
+        // Nothing to change: nothing counted; a range that leaves out the rest.
+        assert_eq!(s.update_leaves(&mut mem, 0x1000, USER_END, |_, e| e), 0);
+        assert_eq!(s.update_leaves(&mut mem, 0x2000, 0x8000, |_, _| 0), 0);
+        assert_eq!(s.update_leaves(&mut mem, 0x1000, 0x2000, |_, _| 0), 1);
+        assert_eq!(s.translate(&mem, 0x1000), None);
+        s.update_leaves(&mut mem, 0x4000_0000, 0x4000_1000, |_, _| 0);
+        s.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
     }
 
     #[test]

@@ -80,6 +80,7 @@ pub mod start;
 pub mod sync;
 pub mod sys;
 pub mod thread;
+pub mod vm;
 
 mod panic;
 

@@ -76,6 +76,8 @@ pub struct Map {
     lo: u64,
     hi: u64,
     limit: usize,
+    /// Where "anywhere" placements start looking (`lo` unless set).
+    floor: u64,
 }
 
 impl Drop for Map {
@@ -100,7 +102,14 @@ impl Map {
             lo,
             hi,
             limit,
+            floor: lo,
         })
+    }
+
+    /// Makes "anywhere" placements go at or above `floor` (clamped to the map), so that
+    /// they keep clear of low addresses a stray small pointer would reach.
+    pub fn set_anywhere_floor(&mut self, floor: u64) {
+        self.floor = floor.clamp(self.lo, self.hi) & !(super::PAGE_SIZE - 1);
     }
 
     /// The account the map is charged to.
@@ -184,11 +193,14 @@ impl Map {
     /// A free range of `len` bytes: above the last entry when there is room there (one
     /// O(log n) look), else the first gap from the bottom (a walk of the entries).
     fn find_space(&self, len: u64) -> Result<u64, Error> {
-        let top = self.entries.last().map_or(self.lo, |(_, e)| e.end);
+        let top = self
+            .entries
+            .last()
+            .map_or(self.floor, |(_, e)| e.end.max(self.floor));
         if top.checked_add(len).is_some_and(|end| end <= self.hi) {
             return Ok(top);
         }
-        let mut cur = self.lo;
+        let mut cur = self.floor;
         for (s, e) in self.entries() {
             if s.saturating_sub(cur) >= len {
                 return Ok(cur);
@@ -295,6 +307,57 @@ impl Map {
         self.clip(objs, end)
     }
 
+    /// Merges neighbouring entries from the one containing (or just below) `start` up to
+    /// the one starting at `end`, wherever two are one range of one object with the same
+    /// attributes: what a protect, inherit, wire or unwire split and then made alike again
+    /// is one entry again (Mach's `vm_map_simplify`), so repeating such calls on parts of
+    /// a range does not grow the map. Allocates nothing.
+    fn coalesce<F: Copy>(&mut self, objs: &mut Objects<F>, start: u64, end: u64) {
+        let first = match self.entries.floor(start.saturating_sub(1)) {
+            Some((s, _)) => s,
+            None => match self.entries.ceil(start) {
+                Some((s, _)) => s,
+                None => return,
+            },
+        };
+        let mut cur = first;
+        while cur <= end {
+            let Some(a) = self.entries.get(cur).copied() else {
+                return;
+            };
+            let Some(b) = self.entries.get(a.end).copied() else {
+                // Not adjacent to an entry: on to the next one.
+                match self.entries.after(cur) {
+                    Some((s, _)) => {
+                        cur = s;
+                        continue;
+                    }
+                    None => return,
+                }
+            };
+            let alike = a.object == b.object
+                && a.offset.checked_add(a.end - cur) == Some(b.offset)
+                && a.prot == b.prot
+                && a.max_prot == b.max_prot
+                && a.cow == b.cow
+                && a.inherit == b.inherit
+                && a.wired == b.wired;
+            if !alike {
+                cur = a.end;
+                continue;
+            }
+            let b_start = a.end;
+            if self.remove(b_start).is_none() {
+                return;
+            }
+            if let Some(e) = self.entries.get_mut(cur) {
+                e.end = b.end;
+            }
+            // The two entries held a reference each; one entry holds one.
+            objs.drop_split_ref(a.object);
+        }
+    }
+
     /// Applies `f` to every entry starting in `[start, end)` (after a [`Map::clip_range`],
     /// exactly the entries inside it).
     fn for_each_in(&mut self, start: u64, end: u64, mut f: impl FnMut(u64, &mut Entry)) {
@@ -318,8 +381,28 @@ impl Map {
         prot: Prot,
         m: &mut impl Machine<F>,
     ) -> Result<u64, Error> {
+        self.allocate_with(objs, at, len, prot, false, m)
+            .map(|(start, _)| start)
+    }
+
+    /// [`Map::allocate`], with the new object committed (`commit`: its frames charged
+    /// now, [`Objects::committed`]) or not; its address and the object (for the kernel
+    /// to put pages it already has in, e.g. a program's image).
+    pub fn allocate_with<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        at: Placement,
+        len: u64,
+        prot: Prot,
+        commit: bool,
+        m: &mut impl Machine<F>,
+    ) -> Result<(u64, ObjectId), Error> {
         let start = self.place(at, len)?;
-        let object = objs.anonymous(len, &self.account)?;
+        let object = if commit {
+            objs.committed(len, &self.account)?
+        } else {
+            objs.anonymous(len, &self.account)?
+        };
         let e = Entry {
             end: start + len,
             object,
@@ -334,7 +417,7 @@ impl Map {
             objs.release(object, m);
             return Err(err);
         }
-        Ok(start)
+        Ok((start, object))
     }
 
     /// Maps the window `[offset, offset + len)` of `object`. With `cow` the range is a
@@ -462,6 +545,7 @@ impl Map {
                 m.write_protect(s, e.end);
             }
         });
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -479,6 +563,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.inherit = inherit);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -501,6 +586,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.wired += 1);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 
@@ -522,6 +608,7 @@ impl Map {
         }
         self.clip_range(objs, start, end)?;
         self.for_each_in(start, end, |_, e| e.wired -= 1);
+        self.coalesce(objs, start, end);
         Ok(())
     }
 }

@@ -104,6 +104,7 @@ pub struct Object<F> {
     shadows: u32,
     shadow_xor: u64,
     private: bool,
+    committed: bool,
     account: AccountRef,
     heap: u64,
     frames: u64,
@@ -150,9 +151,21 @@ impl<F: Copy> Object<F> {
     pub fn written(&self) -> bool {
         self.written
     }
-    /// Frames charged.
+    /// Frames charged (for a committed object, the frames committed: its resident pages
+    /// and those still to come).
     pub fn frames(&self) -> u64 {
         self.frames
+    }
+    /// Whether its frames were charged when it was made (see [`Objects::committed`]).
+    pub fn committed(&self) -> bool {
+        self.committed
+    }
+    /// Resident pages at offsets in `[from, to)`.
+    pub fn resident_in(&self, from: u64, to: u64) -> u64 {
+        self.pages
+            .range(from, to)
+            .filter(|(_, p)| matches!(p, Page::Resident(_)))
+            .count() as u64
     }
 }
 
@@ -245,10 +258,27 @@ impl<F: Copy> Objects<F> {
         private: bool,
         account: &AccountRef,
     ) -> Result<ObjectId, Error> {
+        self.create_with(kind, size, backing, private, false, account)
+    }
+
+    fn create_with(
+        &mut self,
+        kind: Kind,
+        size: u64,
+        backing: Option<(ObjectId, u64)>,
+        private: bool,
+        committed: bool,
+        account: &AccountRef,
+    ) -> Result<ObjectId, Error> {
         if size == 0 || !page_aligned(size) {
             return Err(Error::InvalidArgument);
         }
-        account.take(Resource::Heap, OBJECT_BYTES)?;
+        let frames = if committed { pages(size) } else { 0 };
+        account.take(Resource::Frames, frames)?;
+        if let Err(e) = account.take(Resource::Heap, OBJECT_BYTES) {
+            account.give(Resource::Frames, frames);
+            return Err(e);
+        }
         let object = Object {
             kind,
             size,
@@ -260,17 +290,27 @@ impl<F: Copy> Objects<F> {
             shadows: 0,
             shadow_xor: 0,
             private,
+            committed,
             account: account.clone(),
             heap: OBJECT_BYTES,
-            frames: 0,
+            frames,
         };
         match self.slab.insert(object) {
             Ok(k) => Ok(ObjectId(k)),
             Err(_) => {
                 account.give(Resource::Heap, OBJECT_BYTES);
+                account.give(Resource::Frames, frames);
                 Err(Error::NoMemory)
             }
         }
+    }
+
+    /// A new zero-filled object of `size` bytes whose frames are all charged to `account`
+    /// now (a *commitment*: its pages need no charge when they arrive, so a fault on it
+    /// never fails for want of the account's room), with one reference, private. A window
+    /// dropped from its map gives back that window's frames; the object's end, the rest.
+    pub fn committed(&mut self, size: u64, account: &AccountRef) -> Result<ObjectId, Error> {
+        self.create_with(Kind::Anonymous, size, None, true, true, account)
     }
 
     /// A new zero-filled object of `size` bytes, charged to `account`, with one reference
@@ -430,10 +470,20 @@ impl<F: Copy> Objects<F> {
             return;
         }
         let s = ObjectId(Key(xo.shadow_xor));
-        let (x_heap, x_frames) = (
-            xo.pages.len() as u64 * Tree::<Page<F>>::NODE_BYTES,
-            xo.frames,
-        );
+        // A committed object's charge covers pages it never got: only the resident ones
+        // move up, and the rest of the commitment is given back with it.
+        let x_resident = xo
+            .pages
+            .iter()
+            .filter(|(_, p)| matches!(p, Page::Resident(_)))
+            .count() as u64;
+        let x_frames = if xo.committed {
+            x_resident.min(xo.frames)
+        } else {
+            xo.frames
+        };
+        let x_unused = xo.frames - x_frames;
+        let x_heap = xo.pages.len() as u64 * Tree::<Page<F>>::NODE_BYTES;
         let x_account = xo.account.clone();
         let Some(so) = self.get(s) else { return };
         let Some((b, boff)) = so.backing else { return };
@@ -458,6 +508,7 @@ impl<F: Copy> Objects<F> {
         };
         xo.heap = xo.heap.saturating_sub(x_heap);
         xo.frames = 0;
+        x_account.give(Resource::Frames, x_unused);
         let Some(so) = self.slab.get_mut(s.0) else {
             // Unreachable (checked above); give back what x held.
             Self::free_pages(&mut xo, m);
@@ -648,19 +699,21 @@ impl<F: Copy> Objects<F> {
             return Err((Error::NotFound, frame));
         };
         let node = if new { Tree::<Page<F>>::NODE_BYTES } else { 0 };
-        if o.account.take(Resource::Frames, 1).is_err() {
+        // A committed object's frames were charged when it was made.
+        let charge = u64::from(!o.committed);
+        if o.account.take(Resource::Frames, charge).is_err() {
             return Err((Error::NoMemory, frame));
         }
         if o.account.take(Resource::Heap, node).is_err() {
-            o.account.give(Resource::Frames, 1);
+            o.account.give(Resource::Frames, charge);
             return Err((Error::NoMemory, frame));
         }
         if o.pages.insert(offset, Page::Resident(frame)).is_err() {
-            o.account.give(Resource::Frames, 1);
+            o.account.give(Resource::Frames, charge);
             o.account.give(Resource::Heap, node);
             return Err((Error::NoMemory, frame));
         }
-        o.frames += 1;
+        o.frames += charge;
         o.heap += node;
         Ok(())
     }
@@ -725,11 +778,18 @@ impl<F: Copy> Objects<F> {
         if !o.private {
             return;
         }
+        if o.committed {
+            // The window's whole commitment goes, resident or not.
+            let n = pages(to.saturating_sub(from)).min(o.frames);
+            o.frames -= n;
+            o.account.give(Resource::Frames, n);
+        }
+        let charge = u64::from(!o.committed);
         while let Some(off) = o.pages.ceil(from).map(|(k, _)| k).filter(|k| *k < to) {
             if let Some(Page::Resident(f)) = o.pages.remove(off) {
                 m.free_frame(f);
-                o.frames = o.frames.saturating_sub(1);
-                o.account.give(Resource::Frames, 1);
+                o.frames = o.frames.saturating_sub(charge);
+                o.account.give(Resource::Frames, charge);
             }
             o.heap = o.heap.saturating_sub(Tree::<Page<F>>::NODE_BYTES);
             o.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);

@@ -768,3 +768,129 @@ fn fault_stats_add_up() {
     sim.end_task(0, &mut a);
     let _: Vec<u64> = Vec::new();
 }
+
+#[test]
+fn committed_memory_is_charged_once_at_allocation_and_given_back_by_window() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let acct = map.account().clone();
+    let (a, o) = map
+        .allocate_with(
+            &mut sim.objs,
+            Placement::Anywhere,
+            4 * P,
+            Prot::RW,
+            true,
+            &mut sim.mmu,
+        )
+        .unwrap();
+    assert!(sim.objs.get(o).unwrap().committed());
+    // Charged before any touch; a touch takes a frame but no further charge.
+    assert_eq!(acct.used(Resource::Frames), 4);
+    sim.write(0, &mut map, a + P, 7).unwrap();
+    sim.write(0, &mut map, a + 3 * P, 9).unwrap();
+    assert_eq!(acct.used(Resource::Frames), 4);
+    assert_eq!(sim.objs.get(o).unwrap().resident_in(0, 4 * P), 2);
+    // Dropping a window gives back its commitment, resident or not.
+    map.deallocate(&mut sim.objs, a, 2 * P, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(acct.used(Resource::Frames), 2);
+    assert_eq!(sim.read(0, &mut map, a + 3 * P), Ok(9));
+    map.deallocate(&mut sim.objs, a + 2 * P, 2 * P, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(acct.used(Resource::Frames), 0);
+    assert_eq!(acct.used(Resource::Heap), 0);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+    // A commitment over the account's limit is refused, with nothing charged.
+    let tight = Account::child(&sim.root, 1 << 20, 3).unwrap();
+    let mut small = Map::new(tight.clone(), LO, HI, ENTRIES_MAX).unwrap();
+    assert_eq!(
+        small.allocate_with(
+            &mut sim.objs,
+            Placement::Anywhere,
+            4 * P,
+            Prot::RW,
+            true,
+            &mut sim.mmu
+        ),
+        Err(Error::NoMemory)
+    );
+    assert_eq!(tight.used(Resource::Frames), 0);
+    assert_eq!(tight.used(Resource::Heap), 0);
+    assert!(small.is_empty());
+}
+
+#[test]
+fn a_committed_object_collapsed_into_its_shadow_moves_only_its_resident_charges() {
+    let mut sim = Sim::new();
+    let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+    let x = sim.objs.committed(4 * P, &acct).unwrap();
+    let f = sim.mmu.new_frame(5);
+    sim.objs.insert_page(x, P, f).unwrap();
+    assert_eq!(acct.used(Resource::Frames), 4);
+    // A shadow takes one reference; dropping the other collapses x into it.
+    sim.objs.add_ref(x).unwrap();
+    let s = sim.objs.shadow(x, 0, 4 * P, &acct).unwrap();
+    sim.objs.release(x, &mut sim.mmu);
+    assert_eq!(sim.objs.len(), 1);
+    assert_eq!(sim.objs.get(s).unwrap().frames(), 1);
+    assert_eq!(acct.used(Resource::Frames), 1);
+    sim.objs.release(s, &mut sim.mmu);
+    assert_eq!(acct.used(Resource::Frames), 0);
+    assert_eq!(acct.used(Resource::Heap), 0);
+    assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn wiring_and_protecting_parts_then_undoing_it_leaves_one_entry() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 16 * P).unwrap();
+    let o = map.entry(a).unwrap().1.object;
+    let heap = map.account().used(Resource::Heap);
+    for round in 0..100 {
+        let at = a + (round % 14 + 1) * P;
+        map.wire(&mut sim.objs, at, P).unwrap();
+        assert_eq!(map.len(), 3);
+        map.protect(&mut sim.objs, at, 2 * P, Prot::READ, false, &mut sim.mmu)
+            .unwrap();
+        map.unwire(&mut sim.objs, at, P).unwrap();
+        map.protect(&mut sim.objs, at, 2 * P, Prot::RW, false, &mut sim.mmu)
+            .unwrap();
+        map.inherit(&mut sim.objs, at, P, Inherit::None).unwrap();
+        map.inherit(&mut sim.objs, at, P, Inherit::Copy).unwrap();
+        assert_eq!(map.len(), 1, "round {round}");
+        assert_eq!(sim.objs.get(o).unwrap().refs(), 1);
+    }
+    assert_eq!(map.account().used(Resource::Heap), heap);
+    assert_eq!(map.entry(a + 5 * P).unwrap(), (a, map.entry(a).unwrap().1));
+    // Different attributes stay apart; a hole between two pieces of one object too.
+    map.protect(&mut sim.objs, a, P, Prot::READ, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 2);
+    map.deallocate(&mut sim.objs, a + 4 * P, P, &mut sim.mmu)
+        .unwrap();
+    map.protect(&mut sim.objs, a, P, Prot::RW, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 2);
+    assert_eq!(sim.objs.get(o).unwrap().refs(), 2);
+    sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn anywhere_placements_keep_above_the_floor() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    map.set_anywhere_floor(LO + 0x10_0000);
+    // An entry at the top leaves no room above it: first fit, from the floor up.
+    alloc(&mut sim, &mut map, Placement::Fixed(HI - P), P).unwrap();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 4 * P).unwrap();
+    assert_eq!(a, LO + 0x10_0000);
+    // Fixed placements below the floor are still allowed.
+    assert_eq!(alloc(&mut sim, &mut map, Placement::Fixed(LO), P), Ok(LO));
+    let b = alloc(&mut sim, &mut map, Placement::Anywhere, P).unwrap();
+    assert_eq!(b, a + 4 * P);
+    sim.end_task(0, &mut map);
+}

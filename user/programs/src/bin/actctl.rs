@@ -81,6 +81,7 @@ static HOME_SAW: AtomicU64 = AtomicU64::new(u64::MAX);
 /// was alerted, has one pending ([`HOME_SAW`]).
 fn deep_waiter(_: u64) {
     if let Ok(mut b) = IpcBuffer::new() {
+        DEEP_PAGE.store(b.bytes().as_ptr() as u64, Ordering::SeqCst);
         let r = raw_call(
             &mut b,
             A.load(Ordering::Relaxed),
@@ -94,6 +95,11 @@ fn deep_waiter(_: u64) {
     }
     DONE.fetch_add(1, Ordering::SeqCst);
 }
+
+/// The IPC buffer page of the last [`deep_waiter`]: a thread terminated while it holds one
+/// never drops it, so the main thread unmaps it (every mapping costs the kernel an entry
+/// and an object: a page left behind per round would show as kernel heap growth).
+static DEEP_PAGE: AtomicU64 = AtomicU64::new(0);
 
 /// Helper: sleeps 5 s with alerts on; stores the raw result of the sleep.
 fn alert_sleeper(_: u64) {
@@ -607,6 +613,13 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     }
     let ended = baton_rt::clock_ns() - t0;
     must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
+    if gone {
+        let page = DEEP_PAGE.swap(0, Ordering::SeqCst);
+        // SAFETY: its thread is gone; nothing else refers to the page.
+        must("unmap the terminated thread's buffer", unsafe {
+            baton_rt::mem_unmap(page, 4096)
+        })?;
+    }
     check!(
         gone && DONE.load(Ordering::SeqCst) == 0 && answered < ended && ended < 2_000_000_000,
         "terminating a client thread deep in A -> B answers at once; the part in the servers goes on with an alert and the thread ends when it comes home ({} ms)",

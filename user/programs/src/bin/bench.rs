@@ -1099,6 +1099,125 @@ fn sting_benchmarks() -> Result<(), Failed> {
 }
 
 /// Runs every benchmark in turn.
+/// Where the virtual-memory benchmarks put their memory.
+const VM_BENCH: u64 = 0x5200_0000_0000;
+const PAGE: u64 = 4096;
+
+/// `vm.fault.zero` and `vm.fault.zero.read`: the first store (load) to an untouched page
+/// of anonymous memory, from before the access to after it: the fault, the zero fill
+/// (the frame zeroed inside the window), the translation and the return.
+fn vm_fault_zero(name: &str, store: bool) -> Result<(), Failed> {
+    clear_samples();
+    let len = TOTAL as u64 * PAGE;
+    let a = baton_rt::vm::allocate(Some(VM_BENCH), len, baton_rt::vm::PROT_RW)
+        .map_err(|e| fail!("{name}: allocate: {}", e.name()))?;
+    let before = read_stats()?;
+    for i in 0..TOTAL {
+        let p = (a + i as u64 * PAGE) as *mut u64;
+        let t0 = rdtsc_ordered();
+        if store {
+            // SAFETY: allocated above, writable, no reference into it.
+            unsafe { p.write_volatile(1) };
+        } else {
+            // SAFETY: as above.
+            black_box(unsafe { p.read_volatile() });
+        }
+        let t1 = rdtsc_ordered();
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    // SAFETY: nothing refers to the range.
+    unsafe { baton_rt::vm::deallocate(a, len) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `vm.allocate.<n>` and `vm.deallocate.<n>`: allocating `n` untouched pages anywhere, and
+/// deallocating them: the map's work, whatever `n` (Accent's Figure 3-1).
+fn vm_allocate(n: u64, names: (&str, &str)) -> Result<(), Failed> {
+    clear_samples();
+    let len = n * PAGE;
+    let before = read_stats()?;
+    for i in 0..TOTAL {
+        let t0 = rdtsc_ordered();
+        let a = baton_rt::vm::allocate(None, len, baton_rt::vm::PROT_RW);
+        let t1 = rdtsc_ordered();
+        let a = a.map_err(|e| fail!("{}: {}", names.0, e.name()))?;
+        let t2 = rdtsc_ordered();
+        // SAFETY: just allocated, nothing refers to it.
+        let d = unsafe { baton_rt::vm::deallocate(a, len) };
+        let t3 = rdtsc_ordered();
+        d.map_err(|e| fail!("{}: {}", names.1, e.name()))?;
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+            record(&SAMPLES2, j, t3.wrapping_sub(t2));
+        }
+    }
+    let after = read_stats()?;
+    report(names.0, &SAMPLES);
+    report_stats(names.0, &before, &after);
+    report(names.1, &SAMPLES2);
+    report_stats(names.1, &before, &after);
+    Ok(())
+}
+
+/// `vm.protect.<n>`: making `n` resident, writable, translated pages read-only (their
+/// translations write-protected and shot down). Between iterations, write access is given
+/// back and every page stored to again (not measured).
+fn vm_protect(n: u64, name: &str) -> Result<(), Failed> {
+    use baton_rt::vm::{protect, PROT_READ, PROT_RW};
+    clear_samples();
+    let len = n * PAGE;
+    let a = baton_rt::vm::allocate(Some(VM_BENCH), len, PROT_RW)
+        .map_err(|e| fail!("{name}: allocate: {}", e.name()))?;
+    let touch = || {
+        for p in 0..n {
+            // SAFETY: allocated above, writable again, no reference into it.
+            unsafe { ((a + p * PAGE) as *mut u64).write_volatile(p) };
+        }
+    };
+    touch();
+    let before = read_stats()?;
+    for i in 0..TOTAL {
+        let t0 = rdtsc_ordered();
+        // SAFETY: nothing relies on writing the range until it is writable again.
+        let r = unsafe { protect(a, len, PROT_READ, false) };
+        let t1 = rdtsc_ordered();
+        r.map_err(|e| fail!("{name}: {}", e.name()))?;
+        // SAFETY: as above.
+        unsafe { protect(a, len, PROT_RW, false) }.map_err(|e| fail!("{name}: {}", e.name()))?;
+        touch();
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    // SAFETY: nothing refers to the range.
+    unsafe { baton_rt::vm::deallocate(a, len) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// The virtual-memory rows (`docs/benchmarks.md`).
+fn vm_benchmarks() -> Result<(), Failed> {
+    vm_fault_zero("vm.fault.zero", true)?;
+    vm_fault_zero("vm.fault.zero.read", false)?;
+    vm_allocate(1, ("vm.allocate.1", "vm.deallocate.1"))?;
+    vm_allocate(16, ("vm.allocate.16", "vm.deallocate.16"))?;
+    vm_allocate(256, ("vm.allocate.256", "vm.deallocate.256"))?;
+    vm_allocate(1024, ("vm.allocate.1024", "vm.deallocate.1024"))?;
+    vm_protect(1, "vm.protect.1")?;
+    vm_protect(100, "vm.protect.100")?;
+    vm_protect(1024, "vm.protect.1024")?;
+    Ok(())
+}
+
 fn run_all() -> Result<(), Failed> {
     let start = read_stats()?;
     let threads = start.threads;
@@ -1153,6 +1272,7 @@ fn run_all() -> Result<(), Failed> {
     create_exit("thread.create_exit", &CHILD_STACKS, threads)?;
     frag_create_exit(threads)?;
     sting_benchmarks()?;
+    vm_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

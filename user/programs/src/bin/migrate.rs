@@ -686,6 +686,10 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "act_create on a forged name is refused"
     );
     must("drop own", baton_rt::ipc::cap_drop(own))?;
+    // The page goes again: every mapping costs the kernel an entry and an object, so a
+    // page left mapped per round would show as kernel heap growing round after round.
+    // SAFETY: nothing refers to the page (the refused calls above only named it).
+    must("unmap", unsafe { baton_rt::mem_unmap(page, 4096) })?;
 
     // 8. Large messages through the caller's own buffer, to multi-page activations.
     let f = big_messages(&mut buf, round)?;

@@ -1,0 +1,1094 @@
+//! The virtual-memory family: Accent's memory objects and address maps (`kern::vm`)
+//! wired into the kernel. Each task has an address map; its page tables are only a cache
+//! of it, filled when a page fault (or the kernel's own access to user memory) finds a
+//! page missing, and emptied of whatever a map operation takes away. `docs/vm.md`
+//! describes the design; this module is the machine's side of it:
+//!
+//! - [`Mach`] is `kern::vm::Machine` over the x86-64 page tables and the frame allocator;
+//! - [`page_fault`] carries out `kern::vm::fault::resolve`'s decisions for a user-mode
+//!   page fault (zero fill, copy-on-write copy, map), and says which Table 3-10 class an
+//!   unsatisfiable one is, for the exception path;
+//! - [`make_resident`] does the same for the kernel's copies to and from user memory
+//!   (`kern::usercopy` walks page tables and never faults: a copy that fails with
+//!   `BadAddress` asks here first and is tried once more);
+//! - wirings keep the pages whose frames the kernel caches (a thread's IPC buffer, an
+//!   activation's buffer) resident and undeallocatable;
+//! - the system calls: `mem_map`/`mem_unmap` (allocate and deallocate, lazily) and the
+//!   `vm_*` calls (`docs/abi.md`).
+//!
+//! The family's state ([`Vm`]: every object, each task's map, fault counters) is its own,
+//! kept beside the kernel's under the same big kernel lock. The core reaches it through
+//! the hooks `space_made`, `space_freed` and `page_fault` (`family.rs`).
+//!
+//! # Invariants
+//! - Every user translation of a task is of a page its map maps, to the frame the map's
+//!   objects hold there (or would, for a copy-on-write read), writable only as
+//!   `kern::vm::fault` decided; it is never [`kern::pmap::OWNED`]: frames belong to
+//!   objects, and go back to the frame allocator only through [`Mach::free_frame`].
+//! - A translation removed or write-protected is shot down from every CPU's TLB before the
+//!   big kernel lock is released (so before any freed frame can be handed out again).
+//! - Every frame the kernel caches from user memory lies in a range wired for it (a
+//!   [`Wiring`]); a wiring whose owner forgot its frames is dropped when found
+//!   ([`purge_stale`]), at the latest with the task.
+//! - Every task with a thread has a map (`space_made` before its first thread).
+
+use crate::arch::paging::KernelMem;
+use crate::kernel::{Kernel, TaskId};
+use crate::thread::ThreadId;
+use alloc::vec::Vec;
+use baton_abi::layout::{USER_END, USER_MIN, USER_STACK_SIZE, USER_STACK_TOP};
+use baton_abi::vm::{self as abi, VmRegion, VmStats};
+use baton_abi::Error;
+use core::cell::UnsafeCell;
+use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
+use kern::idslab::IdSlab;
+use kern::pmap::{AddressSpace, MapFlags, PhysMem, OWNED, WRITABLE};
+use kern::quota::Resource;
+use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
+use kern::vm::map::{Map, Placement, ENTRIES_MAX};
+use kern::vm::object::{Kind, Objects};
+use kern::vm::{Access, Inherit, Machine, Prot};
+
+/// Most objects in the system (each charged to the task that made it).
+const OBJECTS_MAX: u32 = 1 << 20;
+/// Most entries in one task's map.
+const TASK_ENTRIES_MAX: usize = ENTRIES_MAX;
+/// Most wirings one task may hold (its own `vm_wire`s and the kernel's for it).
+const WIRINGS_MAX: usize = 1024;
+/// Heap charged for a wiring record.
+const WIRING_BYTES: u64 = core::mem::size_of::<Wiring>() as u64;
+/// Page-table frames a fault may create at most (PDPT, PD, PT).
+const TABLES_WORST: u64 = 3;
+/// Where `vm_allocate` anywhere starts looking: 16 TiB, clear of the program, of small
+/// stray pointers, and below `baton-rt`'s heap (`docs/abi.md`).
+pub const ANYWHERE_FLOOR: u64 = 0x1000_0000_0000;
+
+/// Who a wired range is wired for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Owner {
+    /// The task itself (`vm_wire`).
+    User,
+    /// The kernel, for thread `t`'s IPC buffer.
+    Thread(ThreadId),
+    /// The kernel, for activation `a`'s buffer.
+    Act(kern::activation::ActId),
+    /// The kernel, for an activation being made (renamed once it exists).
+    NewAct,
+}
+
+/// A range wired once, for `owner`.
+#[derive(Clone, Copy, Debug)]
+struct Wiring {
+    start: u64,
+    len: u64,
+    owner: Owner,
+}
+
+/// One task's memory: its map, counters and wirings.
+struct TaskVm {
+    map: Map,
+    stats: FaultStats,
+    wirings: Vec<Wiring>,
+}
+
+/// The family's state.
+pub struct Vm {
+    objects: Objects<PhysAddr>,
+    tasks: IdSlab<TaskVm>,
+    stats: FaultStats,
+}
+
+struct VmCell(UnsafeCell<Option<Vm>>);
+// SAFETY: the cell is only reached through `state()`, whose callers hold the big kernel
+// lock, so at most one CPU touches it at a time.
+unsafe impl Sync for VmCell {}
+
+static VM: VmCell = VmCell(UnsafeCell::new(None));
+
+/// The family's state (made on first use).
+///
+/// # Safety
+/// The caller holds the big kernel lock and keeps no other reference from this function
+/// alive while it uses this one (each entry point of the family takes it once and passes
+/// it down).
+unsafe fn state() -> &'static mut Vm {
+    // SAFETY: the caller holds the lock and no other reference to the cell is live.
+    let cell = unsafe { &mut *VM.0.get() };
+    cell.get_or_insert_with(|| Vm {
+        objects: Objects::new(OBJECTS_MAX),
+        tasks: IdSlab::new(),
+        stats: FaultStats::default(),
+    })
+}
+
+/// The machine as `kern::vm` needs it: frames from the frame allocator, the page tables of
+/// the task whose map is operated on (`None` when that space is about to be destroyed:
+/// nothing to unmap), and a note of what must be shot down afterwards.
+struct Mach<'a> {
+    frames: &'a mut FrameAllocator,
+    space: Option<&'a mut AddressSpace>,
+    /// Translations of this space removed or made read-only: shoot down before unlocking.
+    changed: u64,
+    /// A translation in some *other* space must go (`*_everywhere`): every space's
+    /// translations are thrown away (they are only a cache) and refilled by faults.
+    everywhere: bool,
+}
+
+impl Machine<PhysAddr> for Mach<'_> {
+    fn free_frame(&mut self, frame: PhysAddr) {
+        let mut mem = KernelMem {
+            frames: self.frames,
+        };
+        mem.free_frame(frame);
+    }
+
+    fn unmap(&mut self, start: u64, end: u64) {
+        let Some(space) = self.space.as_deref_mut() else {
+            return;
+        };
+        let mut mem = KernelMem {
+            frames: self.frames,
+        };
+        self.changed +=
+            space.update_leaves(
+                &mut mem,
+                start,
+                end,
+                |_, e| {
+                    if e & OWNED != 0 {
+                        e
+                    } else {
+                        0
+                    }
+                },
+            );
+    }
+
+    fn write_protect(&mut self, start: u64, end: u64) {
+        let Some(space) = self.space.as_deref_mut() else {
+            return;
+        };
+        let mut mem = KernelMem {
+            frames: self.frames,
+        };
+        self.changed += space.update_leaves(&mut mem, start, end, |_, e| e & !WRITABLE);
+    }
+
+    fn write_protect_everywhere(&mut self, _frame: PhysAddr) {
+        // No reverse map yet: nothing the kernel offers today shares an object between
+        // two maps (no fork, no out-of-line data), so this is never reached; when it is,
+        // every cached translation goes (correct, if slow) — see `flush_everything`.
+        self.everywhere = true;
+    }
+
+    fn unmap_everywhere(&mut self, _frame: PhysAddr) {
+        self.everywhere = true;
+    }
+}
+
+/// Why a fault could not be satisfied.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// No range maps the address.
+    Address,
+    /// The range's protection forbids the access.
+    Protection,
+    /// The page's pager is gone or absent (no pagers yet).
+    Pager,
+    /// No frame, page table or bookkeeping could be had.
+    NoMemory,
+}
+
+impl Failure {
+    /// The fault class code of the exception message (`baton_abi::vm`).
+    pub fn code(self) -> u64 {
+        match self {
+            Failure::Address => abi::FAULT_ADDRESS_ERROR,
+            Failure::Protection => abi::FAULT_WRITE_ERROR,
+            Failure::Pager => abi::FAULT_PAGER_ERROR,
+            Failure::NoMemory => abi::FAULT_NO_MEMORY,
+        }
+    }
+}
+
+/// Shoots down task `task`'s translations: flushes this CPU, makes every CPU running a
+/// thread of it (or a floor call into it) flush and waits for them, and makes every CPU
+/// flush its PCID on its next load (`mem_unmap`'s shootdown).
+pub fn shootdown(k: &mut Kernel, task: TaskId) {
+    let Some(pcid) = k.tasks.get(&task).map(|t| usize::from(t.pcid)) else {
+        return;
+    };
+    crate::arch::tlb::flush_local();
+    // The CPUs to shoot down, as a bit mask (no allocation: at most 64 CPUs).
+    let targets: u64 = (0..k.cpus.len().min(64))
+        .filter(|&c| {
+            k.threads
+                .get(k.cpu(c).current)
+                .is_some_and(|th| th.task == Some(task))
+                || k.floor.in_call_to(c, task)
+        })
+        .fold(0, |mask, c| mask | 1 << c);
+    for c in k.cpus.iter_mut() {
+        if let Some(owner) = c.pcid_owner.get_mut(pcid) {
+            *owner = 0;
+        }
+    }
+    k.stats.tlb_shootdowns += u64::from(targets.count_ones());
+    crate::arch::tlb::shootdown((0..64).filter(|c| targets & (1 << c) != 0));
+}
+
+/// Throws every task's cached translations away (see [`Mach::unmap_everywhere`]).
+#[cold]
+fn flush_everything(k: &mut Kernel, vm: &mut Vm) {
+    let ids: Vec<TaskId> = k.tasks.iter().map(|(id, _)| id).collect();
+    for id in ids {
+        let Some(tv) = vm.tasks.get(&id) else {
+            continue;
+        };
+        let Some(t) = k.tasks.get_mut(&id) else {
+            continue;
+        };
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        for (s, e) in tv.map.entries() {
+            t.space.update_leaves(
+                &mut mem,
+                s,
+                e.end,
+                |_, e| if e & OWNED != 0 { e } else { 0 },
+            );
+        }
+        shootdown(k, id);
+    }
+}
+
+/// Runs `op` on task `task`'s map with a [`Mach`] over its page tables, then shoots
+/// down what it took away.
+fn with_map<T>(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    op: impl FnOnce(&mut TaskVm, &mut Objects<PhysAddr>, &mut Mach<'_>) -> T,
+) -> Result<T, Error> {
+    let tv = vm.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: Some(&mut t.space),
+        changed: 0,
+        everywhere: false,
+    };
+    let out = op(tv, &mut vm.objects, &mut m);
+    let (changed, everywhere) = (m.changed, m.everywhere);
+    if everywhere {
+        flush_everything(k, vm);
+    } else if changed > 0 {
+        shootdown(k, task);
+    }
+    Ok(out)
+}
+
+// ---- the core's hooks ------------------------------------------------------------------
+
+/// Hook `space_made`: task `id` (just made, no thread yet) gets its map. The pages the
+/// loader put in its space for the program `image` move into anonymous objects of the
+/// map (their frames now belong to the objects, charged to the task as resident pages,
+/// and their translations are the map's cache), and its stack is allocated: its pages
+/// come at first touch.
+pub fn space_made(k: &mut Kernel, id: TaskId, image: &[u8]) -> Result<(), Error> {
+    // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
+    let vm = unsafe { state() };
+    let account = k
+        .tasks
+        .get(&id)
+        .ok_or(Error::InvalidArgument)?
+        .account
+        .clone();
+    let mut map = Map::new(account, USER_MIN, USER_END, TASK_ENTRIES_MAX)?;
+    map.set_anywhere_floor(ANYWHERE_FLOOR);
+    let tv = TaskVm {
+        map,
+        stats: FaultStats::default(),
+        wirings: Vec::new(),
+    };
+    vm.tasks.insert(id, tv).map_err(|_| Error::NoMemory)?;
+    let made = adopt_image(k, vm, id, image).and_then(|()| {
+        with_map(k, vm, id, |tv, objs, m| {
+            let bottom = USER_STACK_TOP - USER_STACK_SIZE;
+            tv.map.allocate_with(
+                objs,
+                Placement::Fixed(bottom),
+                USER_STACK_SIZE,
+                Prot::RW,
+                true,
+                m,
+            )
+        })?
+    });
+    if let Err(e) = made {
+        free_map(k, vm, id);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Moves the loaded pages of `image` in task `id`'s space into its map: runs of pages
+/// with the same permissions become one entry each, over an object holding their frames.
+fn adopt_image(k: &mut Kernel, vm: &mut Vm, id: TaskId, image: &[u8]) -> Result<(), Error> {
+    let segments = kern::loader::segment_pages(image)?;
+    for (first, end) in segments {
+        let mut page = first;
+        while page < end {
+            // Pages a segment shares with an earlier one are adopted already.
+            let tv = vm.tasks.get(&id).ok_or(Error::InvalidArgument)?;
+            if tv.map.entry(page).is_some() {
+                page += PAGE_SIZE;
+                continue;
+            }
+            let t = k.tasks.get(&id).ok_or(Error::InvalidArgument)?;
+            let mem = KernelMem {
+                frames: &mut k.frames,
+            };
+            let Some((_, flags)) = t.space.translate(&mem, page) else {
+                return Err(Error::BadFormat);
+            };
+            // The run: following pages of this segment, not adopted, same permissions.
+            let mut run_end = page + PAGE_SIZE;
+            while run_end < end
+                && tv.map.entry(run_end).is_none()
+                && t.space.translate(&mem, run_end).map(|(_, f)| f) == Some(flags)
+            {
+                run_end += PAGE_SIZE;
+            }
+            adopt_run(k, vm, id, page, run_end, flags)?;
+            page = run_end;
+        }
+    }
+    Ok(())
+}
+
+/// Adopts the loaded pages `[start, end)` of task `id` (all mapped with `flags`).
+fn adopt_run(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    id: TaskId,
+    start: u64,
+    end: u64,
+    flags: MapFlags,
+) -> Result<(), Error> {
+    let mut prot = Prot::READ;
+    if flags.writable {
+        prot = Prot::RW;
+    }
+    if flags.executable {
+        prot = Prot::from_bits(u64::from(prot.bits()) | 4).unwrap_or(Prot::ALL);
+    }
+    let (_, object) = with_map(k, vm, id, |tv, objs, m| {
+        tv.map
+            .allocate_with(objs, Placement::Fixed(start), end - start, prot, false, m)
+    })??;
+    let t = k.tasks.get_mut(&id).ok_or(Error::InvalidArgument)?;
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let mut page = start;
+    while page < end {
+        let (frame, f) = t.space.translate(&mem, page).ok_or(Error::BadFormat)?;
+        // The task's charge for the loaded frame becomes the object's for its page.
+        t.account.give(Resource::Frames, 1);
+        if let Err((e, _)) = vm.objects.insert_page(object, page - start, frame) {
+            let _ = t.account.take(Resource::Frames, 1);
+            return Err(e);
+        }
+        t.frames = t.frames.saturating_sub(1);
+        // From now on the frame is the object's: the translation no longer owns it.
+        let shared = MapFlags::user_shared(f.writable, f.executable);
+        t.space.protect(&mut mem, page, shared)?;
+        page += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// Hook `space_freed`: task `id`'s space is about to be destroyed (no CPU has it
+/// loaded): its map goes, and with it every page only it held.
+pub fn space_freed(k: &mut Kernel, id: TaskId) {
+    // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
+    let vm = unsafe { state() };
+    free_map(k, vm, id);
+}
+
+fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
+    let Some(mut tv) = vm.tasks.remove(&id) else {
+        return;
+    };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    tv.map.clear(&mut vm.objects, &mut m);
+    let heap = tv.wirings.len() as u64 * WIRING_BYTES;
+    tv.map.account().give(Resource::Heap, heap);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+}
+
+/// Hook `page_fault`: a user-mode page fault of thread `t` at `addr` with the CPU's
+/// error code `error`. `Ok` when the page is now mapped (the thread resumes); otherwise
+/// the class code for the exception (`baton_abi::vm::FAULT_*`).
+pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), u64> {
+    // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
+    let vm = unsafe { state() };
+    let task = k
+        .threads
+        .get(t)
+        .and_then(|th| th.task)
+        .ok_or(abi::FAULT_ADDRESS_ERROR)?;
+    let access = if error & (1 << 4) != 0 {
+        Access::Execute
+    } else if error & (1 << 1) != 0 {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    if !(USER_MIN..USER_END).contains(&addr) {
+        count_failure(vm, task, access);
+        return Err(abi::FAULT_ADDRESS_ERROR);
+    }
+    fault_in(k, vm, task, addr, access)
+        .map(|_| ())
+        .map_err(Failure::code)
+}
+
+/// Counts a fault outside the map's range as an address error.
+fn count_failure(vm: &mut Vm, task: TaskId, access: Access) {
+    let f: kern::vm::fault::Fault<PhysAddr> = kern::vm::fault::Fault {
+        decision: Decision::AddressError,
+        class: Some(FaultClass::AddressError),
+        reclaimed_pages: 0,
+    };
+    vm.stats.record(access, &f);
+    if let Some(tv) = vm.tasks.get_mut(&task) {
+        tv.stats.record(access, &f);
+    }
+}
+
+/// Resolves an `access` at `addr` in task `task`'s map and enters the translation, as a
+/// user access would (the rounds of `kern::vm::fault::resolve`). Returns the frame.
+fn fault_in(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    addr: u64,
+    access: Access,
+) -> Result<PhysAddr, Failure> {
+    let page = addr & !(PAGE_SIZE - 1);
+    let mut everywhere = false;
+    let mut changed = false;
+    let result = (|| {
+        let tv = vm.tasks.get_mut(&task).ok_or(Failure::Address)?;
+        let t = k.tasks.get_mut(&task).ok_or(Failure::Address)?;
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        for round in 0..6 {
+            let fault = match resolve(&mut tv.map, &mut vm.objects, page, access) {
+                Ok(f) => f,
+                Err(Error::NoMemory) => return Err(Failure::NoMemory),
+                Err(_) => return Err(Failure::Address),
+            };
+            if round == 0 {
+                tv.stats.record(access, &fault);
+                vm.stats.record(access, &fault);
+            }
+            match fault.decision {
+                Decision::Map { frame, writable } => {
+                    let exec = tv
+                        .map
+                        .entry(page)
+                        .is_some_and(|(_, e)| e.prot.contains(Prot::EXECUTE));
+                    let flags = MapFlags::user_shared(writable, exec);
+                    // Room for the page tables the translation may need, charged first.
+                    t.account
+                        .take(Resource::Frames, TABLES_WORST)
+                        .map_err(|_| Failure::NoMemory)?;
+                    let before = mem.frames.free_frames();
+                    let set = t.space.set(&mut mem, page, frame, flags);
+                    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
+                    t.account
+                        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
+                    t.frames += took.min(TABLES_WORST);
+                    match set {
+                        Ok(Some(old)) if old != frame => changed = true,
+                        Ok(_) => {}
+                        Err(_) => return Err(Failure::NoMemory),
+                    }
+                    return Ok(frame);
+                }
+                Decision::ZeroFill { object, offset } => {
+                    // `alloc_frame` hands the frame out zeroed.
+                    let f = mem.alloc_frame().ok_or(Failure::NoMemory)?;
+                    if let Err((_, f)) = vm.objects.insert_page(object, offset, f) {
+                        mem.free_frame(f);
+                        return Err(Failure::NoMemory);
+                    }
+                }
+                Decision::CopyOnWrite {
+                    from,
+                    to,
+                    offset,
+                    unmap_from,
+                } => {
+                    let f = mem.alloc_frame().ok_or(Failure::NoMemory)?;
+                    mem.copy_bytes(f, from, PAGE_SIZE as usize);
+                    if let Err((_, f)) = vm.objects.insert_page(to, offset, f) {
+                        mem.free_frame(f);
+                        return Err(Failure::NoMemory);
+                    }
+                    everywhere |= unmap_from;
+                }
+                Decision::AddressError => return Err(Failure::Address),
+                Decision::ProtectionError => return Err(Failure::Protection),
+                // No physical objects or pagers can be made yet.
+                Decision::MapPhysical { .. } => return Err(Failure::Address),
+                Decision::PageIn { .. } | Decision::Wait { .. } | Decision::PagerError { .. } => {
+                    return Err(Failure::Pager)
+                }
+            }
+        }
+        Err(Failure::NoMemory)
+    })();
+    if everywhere {
+        flush_everything(k, vm);
+    } else if changed {
+        shootdown(k, task);
+    }
+    result
+}
+
+/// Makes `[va, va + len)` of task `task` resident and translated for the kernel's copy
+/// (writable if `write`), resolving each missing page as a user access would.
+/// [`Error::BadAddress`] when a page cannot be (no range, the protection, no memory).
+pub fn make_resident(
+    k: &mut Kernel,
+    task: TaskId,
+    va: u64,
+    len: usize,
+    write: bool,
+) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    resident_in(k, vm, task, va, len as u64, write)
+}
+
+fn resident_in(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    va: u64,
+    len: u64,
+    write: bool,
+) -> Result<(), Error> {
+    if len == 0 {
+        return Ok(());
+    }
+    let end = va.checked_add(len).ok_or(Error::BadAddress)?;
+    if va < USER_MIN || end > USER_END {
+        return Err(Error::BadAddress);
+    }
+    let access = if write { Access::Write } else { Access::Read };
+    let mut page = va & !(PAGE_SIZE - 1);
+    while page < end {
+        let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        let ok = matches!(t.space.translate(&mem, page),
+            Some((_, f)) if f.user && (f.writable || !write));
+        if !ok {
+            fault_in(k, vm, task, page, access).map_err(|_| Error::BadAddress)?;
+        }
+        page += PAGE_SIZE;
+    }
+    Ok(())
+}
+
+/// The task whose slab key is `key` (a cold search: for the retry of a failed copy).
+#[cold]
+pub fn task_of_key(k: &Kernel, key: kern::slab::Key) -> Option<TaskId> {
+    k.tasks
+        .iter()
+        .map(|(id, _)| id)
+        .find(|&id| k.tasks.key_of(id) == Some(key))
+}
+
+/// [`make_resident`] for the task of slab key `key`.
+#[cold]
+pub fn make_resident_key(
+    k: &mut Kernel,
+    key: kern::slab::Key,
+    va: u64,
+    len: usize,
+    write: bool,
+) -> Result<(), Error> {
+    let task = task_of_key(k, key).ok_or(Error::BadAddress)?;
+    make_resident(k, task, va, len, write)
+}
+
+// ---- wirings -------------------------------------------------------------------------
+
+/// Wires `[va, va + len)` of task `task` for `owner`: every page made resident (writable
+/// when the range allows writes) and kept so until [`unwire`]. The kernel wires what it
+/// caches frames of before it records them.
+pub fn wire(k: &mut Kernel, task: TaskId, va: u64, len: u64, owner: Owner) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    wire_in(k, vm, task, va, len, owner)
+}
+
+fn wire_in(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    va: u64,
+    len: u64,
+    owner: Owner,
+) -> Result<(), Error> {
+    let tv = vm.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let end = tv.map.check_range(va, len)?;
+    if tv.wirings.len() >= WIRINGS_MAX {
+        return Err(Error::NoSpace);
+    }
+    // Decode: the pages can be made resident (with write when every entry allows it).
+    let mut write = true;
+    let mut cur = va;
+    while cur < end {
+        let (_, e) = tv.map.entry(cur).ok_or(Error::BadAddress)?;
+        write &= e.prot.contains(Prot::WRITE);
+        cur = e.end;
+    }
+    tv.map.account().take(Resource::Heap, WIRING_BYTES)?;
+    if tv.wirings.try_reserve(1).is_err() {
+        tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        return Err(Error::NoMemory);
+    }
+    let wired = with_map(k, vm, task, |tv, objs, _| tv.map.wire(objs, va, len))?;
+    let undo = |k: &mut Kernel, vm: &mut Vm| {
+        let _ = with_map(k, vm, task, |tv, objs, _| {
+            let _ = tv.map.unwire(objs, va, len);
+            tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        });
+    };
+    if let Err(e) = wired {
+        if let Some(tv) = vm.tasks.get_mut(&task) {
+            tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        }
+        return Err(e);
+    }
+    if let Err(e) = resident_in(k, vm, task, va, len, write) {
+        undo(k, vm);
+        return Err(match e {
+            Error::BadAddress => Error::NoMemory,
+            e => e,
+        });
+    }
+    if let Some(tv) = vm.tasks.get_mut(&task) {
+        tv.wirings.push(Wiring {
+            start: va,
+            len,
+            owner,
+        });
+    }
+    Ok(())
+}
+
+/// Undoes one wiring of exactly `[va, va + len)` for `owner` ([`Error::InvalidArgument`]
+/// when there is none).
+pub fn unwire(k: &mut Kernel, task: TaskId, va: u64, len: u64, owner: Owner) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    unwire_in(
+        k,
+        vm,
+        task,
+        |w| w.start == va && w.len == len && w.owner == owner,
+        true,
+    )
+    .and_then(|n| {
+        if n == 0 {
+            Err(Error::InvalidArgument)
+        } else {
+            Ok(())
+        }
+    })
+}
+
+/// Undoes the wirings of task `task` that `pick` selects (only the first, with `one`);
+/// how many.
+fn unwire_in(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    mut pick: impl FnMut(&Wiring) -> bool,
+    one: bool,
+) -> Result<u64, Error> {
+    let mut n = 0;
+    loop {
+        let tv = vm.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+        let Some(i) = tv.wirings.iter().position(&mut pick) else {
+            return Ok(n);
+        };
+        let w = tv.wirings.swap_remove(i);
+        tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        with_map(k, vm, task, |tv, objs, _| {
+            tv.map.unwire(objs, w.start, w.len)
+        })??;
+        n += 1;
+        if one {
+            return Ok(n);
+        }
+    }
+}
+
+/// Renames the wiring of `[va, va + len)` made for `from` to `to` (an activation made
+/// after its buffer was wired).
+pub fn rename_wiring(task: TaskId, va: u64, len: u64, from: Owner, to: Owner) {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    if let Some(w) = vm.tasks.get_mut(&task).and_then(|tv| {
+        tv.wirings
+            .iter_mut()
+            .find(|w| w.start == va && w.len == len && w.owner == from)
+    }) {
+        w.owner = to;
+    }
+}
+
+/// Whether the kernel still caches the frames `w` was wired for.
+fn live(k: &Kernel, task: TaskId, w: &Wiring) -> bool {
+    let at = |b: Option<(u64, PhysAddr)>| b.is_some_and(|(va, _)| va == w.start);
+    match w.owner {
+        Owner::User | Owner::NewAct => true,
+        Owner::Thread(t) => k.threads.get(t).is_some_and(|th| {
+            (th.task == Some(task) && at(th.ipc_buffer))
+                || th
+                    .below
+                    .iter()
+                    .any(|s| s.task == Some(task) && at(s.ipc_buffer))
+        }),
+        Owner::Act(a) => k
+            .acts
+            .get(a)
+            .is_some_and(|act| act.task == task && !act.retired && act.buffer.0 == w.start),
+    }
+}
+
+/// Drops the kernel's wirings of task `task` whose owners forgot their frames (a thread
+/// ended or set another buffer, an activation retired).
+fn purge_stale(k: &mut Kernel, vm: &mut Vm, task: TaskId) -> Result<(), Error> {
+    let stale: Vec<usize> = match vm.tasks.get(&task) {
+        Some(tv) => {
+            let mut v = Vec::new();
+            v.try_reserve(tv.wirings.len())
+                .map_err(|_| Error::NoMemory)?;
+            v.extend(
+                tv.wirings
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, w)| !live(k, task, w))
+                    .map(|(i, _)| i),
+            );
+            v
+        }
+        None => return Ok(()),
+    };
+    // Highest index first, so `swap_remove` leaves the lower ones in place.
+    for i in stale.into_iter().rev() {
+        let Some(tv) = vm.tasks.get_mut(&task) else {
+            break;
+        };
+        let w = tv.wirings.swap_remove(i);
+        tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        with_map(k, vm, task, |tv, objs, _| {
+            tv.map.unwire(objs, w.start, w.len)
+        })??;
+    }
+    Ok(())
+}
+
+// ---- system calls --------------------------------------------------------------------
+
+/// Checks a page range for `mem_map`/`mem_unmap`: aligned, non-empty, inside user space.
+fn page_range(addr: u64, len: u64) -> Result<(u64, u64), Error> {
+    if len > baton_abi::MEM_MAP_MAX {
+        return Err(Error::TooLarge);
+    }
+    if len == 0 || !addr.is_multiple_of(PAGE_SIZE) || !len.is_multiple_of(PAGE_SIZE) {
+        return Err(Error::InvalidArgument);
+    }
+    let end = addr.checked_add(len).ok_or(Error::BadAddress)?;
+    if addr < USER_MIN || end > USER_END {
+        return Err(Error::BadAddress);
+    }
+    Ok((addr, end))
+}
+
+/// `mem_map(addr, len, flags)`: allocates `[addr, addr + len)` (committed: the frames are
+/// charged now, taken at first touch), readable, writable with `MAP_WRITABLE`.
+pub fn sys_mem_map(
+    k: &mut Kernel,
+    task: TaskId,
+    addr: u64,
+    len: u64,
+    flags: u64,
+) -> Result<u64, Error> {
+    let (addr, _) = page_range(addr, len)?;
+    if flags & !baton_abi::MAP_WRITABLE != 0 {
+        return Err(Error::InvalidArgument);
+    }
+    let prot = if flags & baton_abi::MAP_WRITABLE != 0 {
+        Prot::RW
+    } else {
+        Prot::READ
+    };
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map
+            .allocate_with(objs, Placement::Fixed(addr), len, prot, true, m)
+    })?
+    .map(|_| 0)
+    .map_err(|e| match e {
+        // Something is mapped there already.
+        Error::NoSpace => Error::InvalidArgument,
+        e => e,
+    })
+}
+
+/// `mem_unmap(addr, len)`: deallocates what is allocated in `[addr, addr + len)`; the
+/// number of pages that were. The kernel forgets the buffers it cached there first.
+pub fn sys_mem_unmap(k: &mut Kernel, task: TaskId, addr: u64, len: u64) -> Result<u64, Error> {
+    let (start, end) = page_range(addr, len)?;
+    let pages = {
+        // SAFETY: the lock is held; this reference ends before the calls below.
+        let vm = unsafe { state() };
+        let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        allocated_pages(&tv.map, start, end)
+    };
+    if pages > 0 {
+        crate::ipc::unmap_buffers(k, task, start, end);
+    }
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    // Buffers forgotten above: their wirings go too.
+    unwire_in(
+        k,
+        vm,
+        task,
+        |w| w.owner != Owner::User && w.start < end && start < w.start + w.len,
+        false,
+    )?;
+    purge_stale(k, vm, task)?;
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.deallocate(objs, start, end - start, m)
+    })??;
+    Ok(pages)
+}
+
+/// Pages of `[start, end)` that `map` maps.
+fn allocated_pages(map: &Map, start: u64, end: u64) -> u64 {
+    let mut pages = 0;
+    let mut cur = start;
+    while let Some((s, e)) = map.query(cur).filter(|(s, _)| *s < end) {
+        let from = s.max(start);
+        let to = e.end.min(end);
+        pages += to.saturating_sub(from) / PAGE_SIZE;
+        cur = e.end;
+    }
+    pages
+}
+
+/// The `vm_*` calls (`baton_abi::Sys::VmAllocate` and on), for task `task`.
+pub fn sys_vm(
+    k: &mut Kernel,
+    task: TaskId,
+    call: baton_abi::Sys,
+    a: [u64; 6],
+) -> Result<u64, Error> {
+    use baton_abi::Sys;
+    match call {
+        Sys::VmAllocate => vm_allocate(k, task, a[0], a[1], a[2]),
+        Sys::VmDeallocate => vm_deallocate(k, task, a[0], a[1]),
+        Sys::VmProtect => vm_protect(k, task, a[0], a[1], a[2], a[3]),
+        Sys::VmInherit => vm_inherit(k, task, a[0], a[1], a[2]),
+        Sys::VmQuery => vm_query(k, task, a[0], a[1]),
+        Sys::VmWire => vm_wire(k, task, a[0], a[1]),
+        Sys::VmUnwire => unwire(k, task, a[0], a[1], Owner::User).map(|()| 0),
+        Sys::VmStats => vm_stats(k, task, a[0], a[1]),
+        _ => Err(Error::InvalidArgument),
+    }
+}
+
+fn prot_of(bits: u64) -> Result<Prot, Error> {
+    Prot::from_bits(bits).ok_or(Error::InvalidArgument)
+}
+
+fn vm_allocate(k: &mut Kernel, task: TaskId, addr: u64, len: u64, prot: u64) -> Result<u64, Error> {
+    let prot = prot_of(prot)?;
+    let at = match addr {
+        abi::VM_ANYWHERE => Placement::Anywhere,
+        a => Placement::Fixed(a),
+    };
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.allocate_with(objs, at, len, prot, true, m)
+    })?
+    .map(|(start, _)| start)
+}
+
+fn vm_deallocate(k: &mut Kernel, task: TaskId, addr: u64, len: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    purge_stale(k, vm, task)?;
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.deallocate(objs, addr, len, m)
+    })??;
+    Ok(0)
+}
+
+fn vm_protect(
+    k: &mut Kernel,
+    task: TaskId,
+    addr: u64,
+    len: u64,
+    prot: u64,
+    set_max: u64,
+) -> Result<u64, Error> {
+    let prot = prot_of(prot)?;
+    let set_max = match set_max {
+        0 => false,
+        1 => true,
+        _ => return Err(Error::InvalidArgument),
+    };
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.protect(objs, addr, len, prot, set_max, m)
+    })??;
+    Ok(0)
+}
+
+fn vm_inherit(
+    k: &mut Kernel,
+    task: TaskId,
+    addr: u64,
+    len: u64,
+    inherit: u64,
+) -> Result<u64, Error> {
+    let inherit = match inherit {
+        abi::INHERIT_SHARE => Inherit::Share,
+        abi::INHERIT_COPY => Inherit::Copy,
+        abi::INHERIT_NONE => Inherit::None,
+        _ => return Err(Error::InvalidArgument),
+    };
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, _| {
+        tv.map.inherit(objs, addr, len, inherit)
+    })??;
+    Ok(0)
+}
+
+fn vm_wire(k: &mut Kernel, task: TaskId, addr: u64, len: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    wire_in(k, vm, task, addr, len, Owner::User).map(|()| 0)
+}
+
+fn vm_query(k: &mut Kernel, task: TaskId, addr: u64, out: u64) -> Result<u64, Error> {
+    let region = {
+        // SAFETY: the lock is held; this reference ends before the copy below.
+        let vm = unsafe { state() };
+        let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let (start, e) = tv.map.query(addr).ok_or(Error::NotFound)?;
+        let o = vm.objects.get(e.object).ok_or(Error::NotFound)?;
+        let kind = match (o.kind(), o.backing()) {
+            (Kind::Anonymous, None) => abi::OBJECT_ANONYMOUS,
+            (Kind::Anonymous, Some(_)) => abi::OBJECT_SHADOW,
+            (Kind::Physical { .. }, _) => abi::OBJECT_PHYSICAL,
+            (Kind::Pager { .. }, _) => abi::OBJECT_PAGER,
+        };
+        VmRegion {
+            start,
+            end: e.end,
+            prot: u64::from(e.prot.bits()),
+            max_prot: u64::from(e.max_prot.bits()),
+            inherit: match e.inherit {
+                Inherit::Share => abi::INHERIT_SHARE,
+                Inherit::Copy => abi::INHERIT_COPY,
+                Inherit::None => abi::INHERIT_NONE,
+            },
+            object: kind,
+            resident: o.resident_in(e.offset, e.offset + (e.end - start)),
+            wired: u64::from(e.wired),
+            copy_on_write: u64::from(e.cow),
+        }
+    };
+    k.copy_out(task, out, &region.to_bytes())?;
+    Ok(0)
+}
+
+fn vm_stats(k: &mut Kernel, task: TaskId, scope: u64, out: u64) -> Result<u64, Error> {
+    let s = {
+        // SAFETY: the lock is held; this reference ends before the copy below.
+        let vm = unsafe { state() };
+        let (f, resident, entries) = match scope {
+            abi::STATS_TASK => {
+                let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+                let resident = tv
+                    .map
+                    .entries()
+                    .filter_map(|(s, e)| {
+                        let o = vm.objects.get(e.object)?;
+                        Some(o.resident_in(e.offset, e.offset + (e.end - s)))
+                    })
+                    .sum();
+                (tv.stats, resident, tv.map.len() as u64)
+            }
+            abi::STATS_SYSTEM => {
+                let resident = vm
+                    .objects
+                    .iter()
+                    .map(|(_, o)| o.resident_in(0, u64::MAX))
+                    .sum();
+                let entries = vm.tasks.values().map(|tv| tv.map.len() as u64).sum();
+                (vm.stats, resident, entries)
+            }
+            _ => return Err(Error::InvalidArgument),
+        };
+        VmStats {
+            faults: f.faults,
+            read_faults: f.read_faults,
+            write_faults: f.write_faults,
+            execute_faults: f.execute_faults,
+            address_errors: f.address_errors,
+            write_errors: f.write_errors,
+            zero_fills: f.zero_fills,
+            memory_fills: f.memory_fills,
+            pager_fills: f.pager_fills,
+            cow_copies: f.cow_copies,
+            cow_reclaims: f.cow_reclaims,
+            cow_reclaimed_pages: f.cow_reclaimed_pages,
+            resident,
+            entries,
+            objects: vm.objects.len() as u64,
+            frames_free: k.frames.free_frames() as u64,
+        }
+    };
+    k.copy_out(task, out, &s.to_bytes())?;
+    Ok(0)
+}
