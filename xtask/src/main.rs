@@ -28,6 +28,7 @@ mod judge;
 mod linux;
 mod mix;
 mod mutants;
+mod new;
 mod plot;
 mod profile;
 mod qemu;
@@ -105,6 +106,12 @@ enum Cmd {
     /// RPC, counted instruction by instruction (gdb single-steps the bench image under TCG
     /// -icount); writes results/profile.md and prints it.
     Profile,
+    /// A new user program, user/programs/src/bin/NAME.rs, from a template.
+    ///
+    /// The template prints its arguments; the next build packs it into the boot image, so
+    /// `cargo xtask run -- init=NAME` boots it and the shell's `run NAME` starts it.
+    /// docs/programs.md goes on from there (a server and a client with the interface macro).
+    New(new::NewOpts),
     /// Boot with the kernel's timeline trace on; write results/trace.json for Perfetto.
     ///
     /// Every kernel entry from user mode (system call, exception, interrupt) on every CPU,
@@ -247,6 +254,7 @@ fn main() -> ExitCode {
         Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
         Cmd::Trace(opts) => trace::run(&opts),
+        Cmd::New(opts) => new::run(&opts),
         Cmd::Clippy => clippy::clippy(),
         Cmd::Mutants(opts) => mutants::mutants(&opts),
     };
