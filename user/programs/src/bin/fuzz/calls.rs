@@ -59,7 +59,7 @@ pub struct Class {
 }
 
 /// The call classes, in the order of their exclusion bits.
-pub const CLASSES: [Class; 8] = [
+pub const CLASSES: [Class; 9] = [
     Class { letter: 'b', what: "basic calls: null, yield, clock, stats, module_info, debug_write, sleep, wait, wake, process-model block, cpu time, priority, affinity, sched lock", weight: 12 },
     Class { letter: 'm', what: "memory: mem_map, mem_unmap, ipc_buffer_set", weight: 6 },
     Class { letter: 'p', what: "port calls: allocate, make_send, cap_drop, cap_info, notify, set_limit, exception_port_set", weight: 16 },
@@ -68,6 +68,7 @@ pub const CLASSES: [Class; 8] = [
     Class { letter: 'a', what: "activations: act_create, act_port, alert, suspend, get/set state, sidetrack, act_return, migrating calls", weight: 14 },
     Class { letter: 'k', what: "kernel-object messages to task, thread and activation ports", weight: 15 },
     Class { letter: 'c', what: "child tasks: spawn, task_port", weight: 4 },
+    Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -480,7 +481,8 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
             4 => f.threads(),
             5 => f.activations(),
             6 => f.kobject(),
-            _ => f.children(),
+            7 => f.children(),
+            _ => f.newer(),
         }
     }
     if f.reply != 0 {
@@ -1412,6 +1414,156 @@ impl Fuzzer {
             }
         }
         self.harvest(buf);
+    }
+
+    /// A range of the arena (or a bad one) for the `vm_*` calls: whole pages, some
+    /// misaligned, some outside the user half. Never the fuzzer's own code, stack or
+    /// private pages.
+    fn vm_range(&mut self) -> (u64, u64) {
+        let a = match self.r.below(8) {
+            0..=5 => ARENA + self.r.below(ARENA_PAGES) * PAGE,
+            6 => self.r.of(&BAD_ADDRESSES, 0),
+            _ => ARENA + 1,
+        };
+        let len = match self.r.below(8) {
+            0..=5 => (1 + self.r.below(8)) * PAGE,
+            6 => self
+                .r
+                .of(&[0, 1, PAGE + 1, !0xfff_u64, ARENA_PAGES * PAGE], PAGE),
+            _ => self.edge(),
+        };
+        (a, len)
+    }
+
+    /// The calls newer than the classes above: virtual memory, the driver and
+    /// host-privilege calls (this task holds no host-privilege right, so they must all be
+    /// refused), and `spawn`'s start block.
+    fn newer(&mut self) {
+        match self.r.below(16) {
+            0 => {
+                // Anywhere (then given back at once, so the space does not fill up), or
+                // into the arena (mostly refused: taken), or a bad place.
+                let (a, len) = self.vm_range();
+                let at = if self.r.chance(50) { 0 } else { a };
+                let prot = self.r.of(&[3, 1, 0, 7, 8, u64::MAX], 3);
+                let got = self.sys(Sys::VmAllocate, [at, len, prot, 0, 0, 0]);
+                if at == 0 && (got as i64) > 0 {
+                    self.sys(Sys::VmDeallocate, [got, len, 0, 0, 0, 0]);
+                }
+            }
+            1 => {
+                // Deallocating arena pages: the memory class maps them back.
+                let (a, len) = self.vm_range();
+                self.sys(Sys::VmDeallocate, [a, len, 0, 0, 0, 0]);
+            }
+            2 | 3 => {
+                let (a, len) = self.vm_range();
+                let prot = self.r.of(&[1, 3, 0, 7, 5, 16, u64::MAX], 1);
+                let set_max = self.r.of(&[0, 0, 1, 2], 0);
+                self.sys(Sys::VmProtect, [a, len, prot, set_max, 0, 0]);
+                if self.r.chance(70) {
+                    // Writable again, mostly: the other classes use the arena.
+                    self.sys(Sys::VmProtect, [a, len, 3, 0, 0, 0]);
+                }
+            }
+            4 => {
+                let (a, len) = self.vm_range();
+                let how = self.r.of(&[0, 1, 2, 3, u64::MAX], 1);
+                self.sys(Sys::VmInherit, [a, len, how, 0, 0, 0]);
+            }
+            5 => {
+                let (a, out) = (self.edge(), self.addr());
+                let a = if self.r.chance(60) {
+                    ARENA + self.r.below(ARENA_PAGES) * PAGE
+                } else {
+                    a
+                };
+                self.sys(Sys::VmQuery, [a, out, 0, 0, 0, 0]);
+            }
+            6 | 7 => {
+                let (a, len) = self.vm_range();
+                let call = if self.r.chance(50) {
+                    Sys::VmWire
+                } else {
+                    Sys::VmUnwire
+                };
+                self.sys(call, [a, len, 0, 0, 0, 0]);
+                if call == Sys::VmWire && self.r.chance(80) {
+                    self.sys(Sys::VmUnwire, [a, len, 0, 0, 0, 0]);
+                }
+            }
+            8 => {
+                let (scope, out) = (self.r.of(&[0, 1, 2, u64::MAX], 0), self.addr());
+                self.sys(Sys::VmStats, [scope, out, 0, 0, 0, 0]);
+            }
+            9 => {
+                let (irq, port, right) = (self.edge(), self.name(), self.name());
+                self.sys(Sys::IrqAttach, [irq, port, right, 0, 0, 0]);
+            }
+            10 => {
+                let n = self.name();
+                self.sys(Sys::IrqAck, [n, 0, 0, 0, 0, 0]);
+            }
+            11 => {
+                let (base, count, right) = (self.edge(), self.edge(), self.name());
+                self.sys(Sys::IoPortCreate, [base, count, right, 0, 0, 0]);
+            }
+            12 => {
+                let (n, port, width) = (self.name(), self.edge(), self.r.of(&[1, 2, 4, 3, 8], 1));
+                let call = if self.r.chance(50) {
+                    Sys::IoIn
+                } else {
+                    Sys::IoOut
+                };
+                let value = self.edge();
+                self.sys(call, [n, port, width, value, 0, 0]);
+            }
+            13 => {
+                let call = self.r.of(
+                    &[
+                        Sys::HostTasks as u64,
+                        Sys::HostThreads as u64,
+                        Sys::HostNames as u64,
+                        Sys::HostTaskPort as u64,
+                        Sys::HostShutdown as u64,
+                    ],
+                    Sys::HostTasks as u64,
+                );
+                let call = Sys::from_raw(call).unwrap_or(Sys::HostTasks);
+                let (right, a, b, c) = (self.name(), self.edge(), self.addr(), self.edge());
+                self.sys(call, [right, a, b, c, 0, 0]);
+            }
+            _ => {
+                // `spawn` with a start block (on this thread's stack: made well or badly), or
+                // a bad address; for a module that does not exist (the block is checked
+                // first), or now and then for a real child.
+                let len = self.r.of(&[0, 8, 12, 56, 4064, 4065, u64::MAX], 8);
+                let mut block = [0u8; 64];
+                block[..8].copy_from_slice(&len.to_le_bytes());
+                let counts = self.r.of(&[0, 1, 2, 0x1_0000_0001, u64::MAX], 0);
+                block[8..16].copy_from_slice(&counts.to_le_bytes());
+                for b in block.iter_mut().skip(16) {
+                    *b = self.r.of(&[0, b'a', b'=', 0xff], b'a') as u8;
+                }
+                let start = if self.r.chance(80) {
+                    block.as_ptr() as u64
+                } else {
+                    self.r.of(&BAD_ADDRESSES, 0)
+                };
+                let real = self.r.chance(5);
+                let name: &str = if real { "fuzz_child" } else { "no_such_module" };
+                let id = self.sys(
+                    Sys::Spawn,
+                    [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, start],
+                );
+                if real && (id as i64) > 0 {
+                    let old = CHILDREN.put(&mut self.r, id);
+                    if old != 0 {
+                        self.terminate_task(old);
+                    }
+                }
+            }
+        }
     }
 
     fn children(&mut self) {
