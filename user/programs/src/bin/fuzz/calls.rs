@@ -1543,7 +1543,7 @@ impl Fuzzer {
                 let counts = self.r.of(&[0, 1, 2, 0x1_0000_0001, u64::MAX], 0);
                 block[8..16].copy_from_slice(&counts.to_le_bytes());
                 for b in block.iter_mut().skip(16) {
-                    *b = self.r.of(&[0, b'a', b'=', 0xff], b'a') as u8;
+                    *b = self.r.of(&[0, b'a', b'=', 0xff], b'a');
                 }
                 let start = if self.r.chance(80) {
                     block.as_ptr() as u64
