@@ -290,3 +290,40 @@ pub fn shutdown(
     }
     Ok(())
 }
+
+/// `host_trace(host_priv, op, records)` by thread `cur` of task `caller`: turns the
+/// timeline trace (`crate::trace`) on with `records` per CPU (0: the default), the rings
+/// charged to the caller's account, or off, printing it.
+pub fn trace(
+    k: &mut Kernel,
+    caller: TaskId,
+    cur: ThreadId,
+    host_priv: u64,
+    op: u64,
+    records: u64,
+) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    match op {
+        TRACE_START => {
+            let per_cpu = match records {
+                0 => kern::cmdline::TRACE_DEFAULT as u64,
+                n if n <= TRACE_RECORDS_MAX => n,
+                _ => return Err(Error::InvalidArgument),
+            };
+            if crate::trace::ON.load(core::sync::atomic::Ordering::Relaxed) {
+                return Err(Error::Busy);
+            }
+            let account = &k.tasks.get(&caller).ok_or(Error::InvalidArgument)?.account;
+            let bytes = crate::trace::ring_bytes(k.cpus.len(), per_cpu as usize);
+            let charge = crate::quota::heap(account, bytes)?;
+            k.close_line();
+            crate::trace::start(k.cpus.len(), per_cpu as usize, Some(charge))?;
+            Ok(per_cpu)
+        }
+        TRACE_STOP => {
+            k.close_line();
+            Ok(crate::trace::dump())
+        }
+        _ => Err(Error::InvalidArgument),
+    }
+}

@@ -1080,7 +1080,8 @@ pub fn start(
     k.stacks_in_use.inc(apic::now_ns());
     kprintln!("[kernel] {} boot modules", k.modules.len());
     // Tracing starts before the first task, so its first system call is recorded.
-    crate::trace::start(k.cpus.len(), config.trace);
+    // (Its failure is printed; the boot goes on untraced.)
+    let _ = crate::trace::start(k.cpus.len(), config.trace, None);
     for word in &config.unknown {
         kprintln!("[kernel] ignoring unknown command-line word `{word}`");
     }
@@ -1185,7 +1186,7 @@ pub fn idle_loop() -> ! {
         crate::trace::exit(k, true);
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {
             k.close_line();
-            crate::trace::dump();
+            let _ = crate::trace::dump();
             kprintln!("[kernel] all tasks finished; shutting down");
             crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);

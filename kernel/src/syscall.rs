@@ -423,6 +423,10 @@ impl Kernel {
                 let cur = self.current_thread();
                 crate::host::sys_names(self, id, cur, args)
             }
+            Sys::HostTrace => {
+                let cur = self.current_thread();
+                crate::host::trace(self, id, cur, args[0], args[1], args[2])
+            }
             Sys::HostTaskPort => {
                 let cur = self.current_thread();
                 crate::host::sys_task_port(self, id, cur, args[0], args[1])

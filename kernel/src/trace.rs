@@ -96,6 +96,19 @@ unsafe impl Sync for Cell {}
 
 static RINGS: Cell = Cell(UnsafeCell::new(Vec::new()));
 
+/// What the rings cost the account of the task that turned tracing on (`host_trace`),
+/// given back when they are freed ([`dump`]); `None` for tracing from the command line.
+struct ChargeCell(UnsafeCell<Option<kern::quota::Charge>>);
+// SAFETY: as `Cell`: used only under the big kernel lock.
+unsafe impl Sync for ChargeCell {}
+static CHARGE: ChargeCell = ChargeCell(UnsafeCell::new(None));
+
+/// Bytes the rings of `cpus` CPUs with `per_cpu` records each take.
+pub fn ring_bytes(cpus: usize, per_cpu: usize) -> usize {
+    cpus.saturating_mul(per_cpu)
+        .saturating_mul(core::mem::size_of::<Record>())
+}
+
 /// The rings.
 ///
 /// # Safety
@@ -105,21 +118,30 @@ unsafe fn rings() -> &'static mut Vec<Ring> {
     unsafe { &mut *RINGS.0.get() }
 }
 
-/// Starts tracing with `per_cpu` records for each of `cpus` CPUs (at boot, the lock held).
-/// Prints why when the heap has no room for the rings, and stays off.
-pub fn start(cpus: usize, per_cpu: usize) {
+/// Starts tracing with `per_cpu` records for each of `cpus` CPUs (the lock held), the
+/// rings' memory charged with `charge` if given (kept until [`dump`] frees them).
+/// [`Error::Busy`] when tracing is on already, [`Error::NoMemory`] (printed, tracing
+/// stays off) when the heap has no room for the rings.
+pub fn start(
+    cpus: usize,
+    per_cpu: usize,
+    charge: Option<kern::quota::Charge>,
+) -> Result<(), baton_abi::Error> {
     // SAFETY: the caller holds the lock.
     let rings = unsafe { rings() };
-    if ON.load(Ordering::Relaxed) || per_cpu == 0 {
-        return;
+    if ON.load(Ordering::Relaxed) {
+        return Err(baton_abi::Error::Busy);
     }
-    rings.clear();
+    if per_cpu == 0 {
+        return Ok(());
+    }
+    *rings = Vec::new();
     for _ in 0..cpus {
         let mut recs = Vec::new();
         if rings.try_reserve(1).is_err() || recs.try_reserve_exact(per_cpu).is_err() {
-            rings.clear();
+            *rings = Vec::new();
             kprintln!("[kernel] trace: no memory for {cpus} x {per_cpu} records; off");
-            return;
+            return Err(baton_abi::Error::NoMemory);
         }
         recs.resize(per_cpu, Record::default());
         rings.push(Ring {
@@ -129,10 +151,13 @@ pub fn start(cpus: usize, per_cpu: usize) {
             open: None,
         });
     }
+    // SAFETY: the caller holds the lock.
+    unsafe { *CHARGE.0.get() = charge };
     STOPS_PENDING.fetch_add(1, Ordering::Relaxed);
     ON.store(true, Ordering::Relaxed);
     crate::arch::trap::set_entry_hook(true);
     kprintln!("[kernel] trace: on, {per_cpu} records per CPU");
+    Ok(())
 }
 
 /// The counters of [`Record::counts`], now.
@@ -247,12 +272,14 @@ pub fn exit(k: &Kernel, idle: bool) {
     }
 }
 
-/// Prints every CPU's records, oldest first, as `TRACE` lines, and turns tracing off
-/// (the lock held). The format is `cargo xtask trace`'s input (`xtask/src/trace.rs`).
-pub fn dump() {
+/// Turns tracing off and prints every CPU's records, oldest first, as `TRACE` lines, then
+/// frees the rings (the lock held); returns how many records were printed (0 when tracing
+/// was off). The format is `cargo xtask trace`'s input (`xtask/src/trace.rs`).
+pub fn dump() -> u64 {
     if !ON.swap(false, Ordering::Relaxed) {
-        return;
+        return 0;
     }
+    let mut printed = 0;
     crate::arch::trap::set_entry_hook(false);
     STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
     // SAFETY: the caller holds the lock.
@@ -295,7 +322,12 @@ pub fn dump() {
                 c[6],
                 c[7]
             );
+            printed += 1;
         }
     }
     kprintln!("[kernel] trace: end");
+    *rings = Vec::new();
+    // SAFETY: the caller holds the lock; dropping the charge gives it back.
+    unsafe { *CHARGE.0.get() = None };
+    printed
 }

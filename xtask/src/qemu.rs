@@ -125,6 +125,9 @@ fn fast_firmware() -> Option<&'static Path> {
     qboot.is_file().then_some(qboot)
 }
 
+/// Where `cargo xtask run` keeps a copy of the console's output, relative to the root.
+pub const CONSOLE_LOG: &str = "results/console.log";
+
 impl Machine<'_> {
     /// The QEMU command line; standard streams are left to the caller.
     pub fn command(&self, qemu: &Path) -> Command {
@@ -133,17 +136,17 @@ impl Machine<'_> {
 
     /// [`Machine::command`] for a person at a terminal: the serial console on standard
     /// input and output with Ctrl-C passed to the guest (`signal=off`: the shell uses it)
-    /// and QEMU's escape key on (`mux=on`: Ctrl-A X quits QEMU).
+    /// and QEMU's escape key on (`mux=on`: Ctrl-A X quits QEMU), its output also written to
+    /// [`CONSOLE_LOG`] (what `cargo xtask trace --log` reads after the shell's `trace stop`).
     pub fn console_command(&self, qemu: &Path) -> Command {
-        self.command_with(
-            qemu,
-            &[
-                "-chardev",
-                "stdio,id=console,mux=on,signal=off",
-                "-serial",
-                "chardev:console",
-            ],
-        )
+        let chardev = format!(
+            "stdio,id=console,mux=on,signal=off,logfile={}",
+            crate::workspace::root().join(CONSOLE_LOG).display()
+        );
+        if let Some(dir) = crate::workspace::root().join(CONSOLE_LOG).parent() {
+            let _ = std::fs::create_dir_all(dir);
+        }
+        self.command_with(qemu, &["-chardev", &chardev, "-serial", "chardev:console"])
     }
 
     /// The QEMU command line with `serial` as the serial port's arguments.

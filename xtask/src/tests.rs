@@ -146,6 +146,13 @@ const SHELL_INPUT: &[Typed] = &[
     Typed::Line("hepx\x7f\x1b[Dl"),
     Typed::Line("\x1b[A"),
     Typed::Line("ports 1"),
+    // The timeline trace, on and off: the records are printed to the console.
+    Typed::Line("trace start 64"),
+    Typed::Line("trace start 64"),
+    Typed::Line("trace start x"),
+    Typed::Line("ps"),
+    Typed::Line("trace stop"),
+    Typed::Line("trace start 70000"),
     // Arguments reach the program (`echo` prints them).
     Typed::Line("run echo hello from  the shell"),
     Typed::Line("shutdown"),
@@ -188,6 +195,12 @@ const SHELL_REQUIRE: &[&str] = &[
     "kill: that is this shell; use `shutdown`",
     "unknown command `frobnicate`; type `help` for the commands",
     "task 1: ",
+    "trace: on, 64 records per CPU",
+    "trace: on already",
+    "trace: `x` is not a number of records",
+    "[kernel] trace: end",
+    " records printed",
+    "trace: at most 65536 records per CPU",
     "| hello from the shell",
     "[8] echo ended",
     "shutting down",
@@ -218,6 +231,11 @@ fn shell_check(log: &str) -> Result<(), String> {
                 ))
             }
         }
+    }
+    // The trace printed at `trace stop` is one `cargo xtask trace --log` reads.
+    let traced = crate::trace::parse(log)?;
+    if traced.records.is_empty() {
+        return Err("`trace stop` printed no records".to_string());
     }
     let helps = log.matches("commands:\n").count() + log.matches("commands:\r\n").count();
     if helps != 3 {

@@ -41,6 +41,11 @@ pub struct TraceOpts {
     /// Records kept per CPU (the newest; the kernel's ring overwrites the oldest).
     #[arg(long, value_name = "N", default_value_t = 4096)]
     pub records: usize,
+    /// Boot nothing: turn the `TRACE` lines of this saved console log into the trace file
+    /// (e.g. results/console.log, which `cargo xtask run` writes, after the shell's
+    /// `trace start` and `trace stop`).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<std::path::PathBuf>,
     /// Kernel command-line words after `--`, e.g. `init=pingpong` (the default boots `init`).
     #[arg(last = true, value_name = "WORD")]
     pub extra: Vec<String>,
@@ -271,8 +276,35 @@ pub fn chrome(t: &Trace) -> Value {
     json!({"traceEvents": events, "displayTimeUnit": "ns"})
 }
 
+/// Writes `results/trace.json` from the serial log `text` (read from `source`) and says
+/// what it holds.
+fn convert(text: &str, source: &std::path::Path) -> Result<ExitCode, String> {
+    let trace = parse(text).map_err(|e| format!("{e} (log: {})", source.display()))?;
+    let dir = root().join("results");
+    fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let json_path = dir.join("trace.json");
+    let doc = serde_json::to_string(&chrome(&trace)).map_err(|e| e.to_string())?;
+    fs::write(&json_path, doc).map_err(|e| format!("{}: {e}", json_path.display()))?;
+    let cpus: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.cpu).collect();
+    note(format!(
+        "{} kernel entries on {} CPU(s), {} messages followed; wrote {} (open it in https://ui.perfetto.dev) from {}",
+        trace.records.len(),
+        cpus.len(),
+        flows(&trace).len(),
+        json_path.display(),
+        source.display()
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Runs `trace`.
 pub fn run(opts: &TraceOpts) -> Result<ExitCode, String> {
+    if let Some(log) = &opts.log {
+        let text = fs::read(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        // A terminal's log may hold bytes that are not UTF-8 (keys typed); they are not
+        // in the trace's lines.
+        return convert(&String::from_utf8_lossy(&text), log);
+    }
     deps::ensure_target()?;
     let qemu = deps::ensure_qemu()?;
     let images = build::build()?;
@@ -305,21 +337,8 @@ pub fn run(opts: &TraceOpts) -> Result<ExitCode, String> {
             log_path.display()
         ));
     }
-    let text = fs::read_to_string(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
-    let trace = parse(&text).map_err(|e| format!("{e} (log: {})", log_path.display()))?;
-    let json_path = dir.join("trace.json");
-    let doc = serde_json::to_string(&chrome(&trace)).map_err(|e| e.to_string())?;
-    fs::write(&json_path, doc).map_err(|e| format!("{}: {e}", json_path.display()))?;
-    let cpus: std::collections::BTreeSet<u32> = trace.records.iter().map(|r| r.cpu).collect();
-    note(format!(
-        "{} kernel entries on {} CPU(s), {} messages followed; wrote {} (open it in https://ui.perfetto.dev) and {}",
-        trace.records.len(),
-        cpus.len(),
-        flows(&trace).len(),
-        json_path.display(),
-        log_path.display()
-    ));
-    Ok(ExitCode::SUCCESS)
+    let text = fs::read(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    convert(&String::from_utf8_lossy(&text), &log_path)
 }
 
 #[cfg(test)]

@@ -259,6 +259,13 @@ impl NameRecord {
     }
 }
 
+/// `host_trace`'s operation: turn the timeline trace on.
+pub const TRACE_START: u64 = 1;
+/// `host_trace`'s operation: turn it off and print it.
+pub const TRACE_STOP: u64 = 0;
+/// Most records per CPU `host_trace` takes.
+pub const TRACE_RECORDS_MAX: u64 = 65536;
+
 #[cfg(test)]
 mod tests {
     use super::*;

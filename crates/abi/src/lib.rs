@@ -287,6 +287,15 @@ pub enum Sys {
     /// `host_shutdown(host_priv) -> !`: ends every task (each reported `killed: shutdown`)
     /// and powers the machine off once they are gone (QEMU exit status 33).
     HostShutdown = 89,
+    /// `host_trace(host_priv, op, records) -> n`: the kernel's timeline trace of kernel
+    /// entries (`docs/testing.md`, "Tracing"). `op` [`host::TRACE_START`] turns it on with
+    /// `records` per CPU (0 for 4,096; at most 65,536), its rings charged to the caller's
+    /// account (`NoMemory` when they do not fit), and returns `records`; [`Error::Busy`]
+    /// when it is on already. [`host::TRACE_STOP`] turns it off, prints the records to the
+    /// console as `TRACE` lines (what `cargo xtask trace --log` reads), frees the rings and
+    /// returns how many records were printed (0 when it was off). [`Error::Denied`]
+    /// without the host-privilege right.
+    HostTrace = 90,
 }
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
@@ -558,6 +567,7 @@ impl Sys {
             87 => Sys::HostNames,
             88 => Sys::HostTaskPort,
             89 => Sys::HostShutdown,
+            90 => Sys::HostTrace,
             _ => return None,
         })
     }
@@ -841,10 +851,10 @@ mod tests {
         }
         assert_eq!(Sys::from_raw(52), None);
         assert_eq!(Sys::from_raw(79), None);
-        for n in 80..90 {
+        for n in 80..91 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(90), None);
+        assert_eq!(Sys::from_raw(91), None);
         assert_eq!(Sys::from_raw(69), None);
         for n in 70..78 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));

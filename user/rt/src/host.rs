@@ -60,6 +60,35 @@ pub fn shutdown(host_priv: u64) -> Error {
     }
 }
 
+/// Turns the kernel's timeline trace on with `records` records per CPU (0: the default),
+/// charged to this task; returns the records per CPU. `Busy` when it is on already.
+pub fn trace_start(host_priv: u64, records: u64) -> Result<u64, Error> {
+    // SAFETY: the call touches no user memory.
+    decode_result(unsafe {
+        syscall3(
+            Sys::HostTrace as u64,
+            host_priv,
+            baton_abi::host::TRACE_START,
+            records,
+        )
+    })
+}
+
+/// Turns the kernel's timeline trace off and has it printed to the console as `TRACE`
+/// lines (`cargo xtask trace --log` turns a saved console log into a trace file); returns
+/// how many records were printed.
+pub fn trace_stop(host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: the call touches no user memory.
+    decode_result(unsafe {
+        syscall3(
+            Sys::HostTrace as u64,
+            host_priv,
+            baton_abi::host::TRACE_STOP,
+            0,
+        )
+    })
+}
+
 /// Calls `call` (a `host_*` listing) with a word buffer for [`RECORDS_MAX`] records of
 /// `words` words, then hands each record's words to `each`; returns how many there are.
 fn listing<const W: usize>(

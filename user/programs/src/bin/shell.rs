@@ -48,6 +48,9 @@ commands:
                     start a boot module with these arguments; wait for it to end,
                     or not with `&`
   kill TASK         end a task through its task port
+  trace start [N]   record every kernel entry (N records per CPU, default 4096)
+  trace stop        print the records (`cargo xtask trace --log FILE` makes a
+                    trace file of a saved console log: results/console.log)
   shutdown          end every task and power off
 keys: backspace, left/right arrows, up/down for the history; Ctrl-C drops the line, or
 stops the program running in the foreground
@@ -151,6 +154,13 @@ impl Shell {
                     Err(why) => format!("kill: {why}\n"),
                 },
                 ["kill", ..] => String::from("kill: usage: kill TASK (a task id, see `ps`)\n"),
+                ["trace", "start"] => self.trace_start("0"),
+                ["trace", "start", n] => self.trace_start(n),
+                ["trace", "stop"] => match host::trace_stop(self.host_priv) {
+                    Ok(n) => format!("trace: {n} records printed\n"),
+                    Err(e) => format!("trace: {}\n", e.name()),
+                },
+                ["trace", ..] => String::from("trace: usage: trace start [N] | trace stop\n"),
                 ["shutdown"] => {
                     self.say("shutting down\n");
                     let e = host::shutdown(self.host_priv);
@@ -162,6 +172,22 @@ impl Shell {
                 [other, ..] => format!("unknown command `{other}`; type `help` for the commands\n"),
             };
             self.say(&out);
+        }
+    }
+
+    /// `trace start [N]`.
+    fn trace_start(&mut self, n: &str) -> String {
+        let Ok(n) = n.parse::<u64>() else {
+            return format!("trace: `{n}` is not a number of records\n");
+        };
+        match host::trace_start(self.host_priv, n) {
+            Ok(n) => format!("trace: on, {n} records per CPU; `trace stop` prints them\n"),
+            Err(Error::Busy) => String::from("trace: on already\n"),
+            Err(Error::InvalidArgument) => format!(
+                "trace: at most {} records per CPU\n",
+                baton_abi::host::TRACE_RECORDS_MAX
+            ),
+            Err(e) => format!("trace: {}\n", e.name()),
         }
     }
 
