@@ -423,6 +423,10 @@ impl Kernel {
                 let cur = self.current_thread();
                 crate::host::sys_names(self, id, cur, args)
             }
+            Sys::HostVm => {
+                let cur = self.current_thread();
+                crate::vm::sys_host_vm(self, id, cur, args)
+            }
             Sys::HostTrace => {
                 let cur = self.current_thread();
                 crate::host::trace(self, id, cur, args[0], args[1], args[2])

@@ -1009,42 +1009,101 @@ fn vm_wire(k: &mut Kernel, task: TaskId, addr: u64, len: u64) -> Result<u64, Err
     wire_in(k, vm, task, addr, len, Owner::User).map(|()| 0)
 }
 
+/// What `vm_query` reports of the map entry at `start`.
+fn region_of(vm: &Vm, start: u64, e: &kern::vm::map::Entry) -> Option<VmRegion> {
+    let o = vm.objects.get(e.object)?;
+    let kind = match (o.kind(), o.backing()) {
+        (Kind::Anonymous, None) => abi::OBJECT_ANONYMOUS,
+        (Kind::Anonymous, Some(_)) => abi::OBJECT_SHADOW,
+        (Kind::Physical { .. }, _) => abi::OBJECT_PHYSICAL,
+        (Kind::Pager { .. }, _) => abi::OBJECT_PAGER,
+    };
+    Some(VmRegion {
+        start,
+        end: e.end,
+        prot: u64::from(e.prot.bits()),
+        max_prot: u64::from(e.max_prot.bits()),
+        inherit: match e.inherit {
+            Inherit::Share => abi::INHERIT_SHARE,
+            Inherit::Copy => abi::INHERIT_COPY,
+            Inherit::None => abi::INHERIT_NONE,
+        },
+        object: kind,
+        resident: o.resident_in(e.offset, e.offset + (e.end - start)),
+        wired: u64::from(e.wired),
+        copy_on_write: u64::from(e.cow),
+    })
+}
+
 fn vm_query(k: &mut Kernel, task: TaskId, addr: u64, out: u64) -> Result<u64, Error> {
     let region = {
         // SAFETY: the lock is held; this reference ends before the copy below.
         let vm = unsafe { state() };
         let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
         let (start, e) = tv.map.query(addr).ok_or(Error::NotFound)?;
-        let o = vm.objects.get(e.object).ok_or(Error::NotFound)?;
-        let kind = match (o.kind(), o.backing()) {
-            (Kind::Anonymous, None) => abi::OBJECT_ANONYMOUS,
-            (Kind::Anonymous, Some(_)) => abi::OBJECT_SHADOW,
-            (Kind::Physical { .. }, _) => abi::OBJECT_PHYSICAL,
-            (Kind::Pager { .. }, _) => abi::OBJECT_PAGER,
-        };
-        VmRegion {
-            start,
-            end: e.end,
-            prot: u64::from(e.prot.bits()),
-            max_prot: u64::from(e.max_prot.bits()),
-            inherit: match e.inherit {
-                Inherit::Share => abi::INHERIT_SHARE,
-                Inherit::Copy => abi::INHERIT_COPY,
-                Inherit::None => abi::INHERIT_NONE,
-            },
-            object: kind,
-            resident: o.resident_in(e.offset, e.offset + (e.end - start)),
-            wired: u64::from(e.wired),
-            copy_on_write: u64::from(e.cow),
-        }
+        region_of(vm, start, &e).ok_or(Error::NotFound)?
     };
     k.copy_out(task, out, &region.to_bytes())?;
     Ok(0)
 }
 
+/// `host_vm(host_priv, task, buf, max)` by thread `cur` of task `caller`: writes task
+/// `task`'s fault and memory counts (a `VmStats`) at `buf`, then a `VmRegion` for each of
+/// its first `max` map entries; returns how many entries it has. The buffer is checked
+/// writable whole first (nothing written on `BadAddress`); `TooLarge` past
+/// `host::RECORDS_MAX`, `NotFound` for no such task, `Denied` without the right.
+pub fn sys_host_vm(
+    k: &mut Kernel,
+    caller: TaskId,
+    cur: crate::thread::ThreadId,
+    args: [u64; 6],
+) -> Result<u64, Error> {
+    use baton_abi::host::RECORDS_MAX;
+    use baton_abi::vm::{VM_REGION_SIZE, VM_STATS_SIZE};
+    let [host_priv, task, buf, max, ..] = args;
+    crate::kobject::check_host_priv(k, cur, host_priv)?;
+    if max > RECORDS_MAX {
+        return Err(Error::TooLarge);
+    }
+    if k.tasks.get(&task).is_none() {
+        return Err(Error::NotFound);
+    }
+    k.check_writable(caller, buf, VM_STATS_SIZE + max as usize * VM_REGION_SIZE)?;
+    let stats = task_stats(k, task)?;
+    let mut regions = [VmRegion::default(); RECORDS_MAX as usize];
+    let total = {
+        // SAFETY: the lock is held; this reference ends before the copies below.
+        let vm = unsafe { state() };
+        let tv = vm.tasks.get(&task).ok_or(Error::NotFound)?;
+        for (slot, (start, e)) in regions.iter_mut().zip(tv.map.entries()).take(max as usize) {
+            *slot = region_of(vm, start, &e).unwrap_or_default();
+        }
+        tv.map.len() as u64
+    };
+    k.copy_out(caller, buf, &stats.to_bytes())?;
+    for (i, r) in regions.iter().take(max.min(total) as usize).enumerate() {
+        let at = buf + (VM_STATS_SIZE + i * VM_REGION_SIZE) as u64;
+        k.copy_out(caller, at, &r.to_bytes())?;
+    }
+    Ok(total)
+}
+
+/// Task `task`'s fault and memory counts (`vm_stats` of scope task).
+fn task_stats(k: &Kernel, task: TaskId) -> Result<VmStats, Error> {
+    stats_of(k, task, abi::STATS_TASK)
+}
+
 fn vm_stats(k: &mut Kernel, task: TaskId, scope: u64, out: u64) -> Result<u64, Error> {
+    let s = stats_of(k, task, scope)?;
+    k.copy_out(task, out, &s.to_bytes())?;
+    Ok(0)
+}
+
+/// The counts `vm_stats` reports for `scope` (of task `task`, or the system).
+fn stats_of(k: &Kernel, task: TaskId, scope: u64) -> Result<VmStats, Error> {
     let s = {
-        // SAFETY: the lock is held; this reference ends before the copy below.
+        // SAFETY: the lock is held (every caller is in a system call); this reference ends
+        // before the function returns.
         let vm = unsafe { state() };
         let (f, resident, entries) = match scope {
             abi::STATS_TASK => {
@@ -1089,6 +1148,5 @@ fn vm_stats(k: &mut Kernel, task: TaskId, scope: u64, out: u64) -> Result<u64, E
             frames_free: k.frames.free_frames() as u64,
         }
     };
-    k.copy_out(task, out, &s.to_bytes())?;
-    Ok(0)
+    Ok(s)
 }

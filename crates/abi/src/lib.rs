@@ -296,6 +296,12 @@ pub enum Sys {
     /// returns how many records were printed (0 when it was off). [`Error::Denied`]
     /// without the host-privilege right.
     HostTrace = 90,
+    /// `host_vm(host_priv, task, buf, max) -> count`: task `task`'s address map: its
+    /// [`vm::VmStats`] (fault and memory counts) at `buf`, then a [`vm::VmRegion`] for
+    /// each of its first `max` map entries; returns how many entries it has.
+    /// [`Error::TooLarge`] for `max` above [`host::RECORDS_MAX`], [`Error::NotFound`] for
+    /// no such task, [`Error::Denied`] without the host-privilege right.
+    HostVm = 91,
 }
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
@@ -568,6 +574,7 @@ impl Sys {
             88 => Sys::HostTaskPort,
             89 => Sys::HostShutdown,
             90 => Sys::HostTrace,
+            91 => Sys::HostVm,
             _ => return None,
         })
     }
@@ -851,10 +858,10 @@ mod tests {
         }
         assert_eq!(Sys::from_raw(52), None);
         assert_eq!(Sys::from_raw(79), None);
-        for n in 80..91 {
+        for n in 80..92 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(91), None);
+        assert_eq!(Sys::from_raw(92), None);
         assert_eq!(Sys::from_raw(69), None);
         for n in 70..78 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));

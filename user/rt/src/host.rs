@@ -146,3 +146,41 @@ pub fn names(host_priv: u64, task: u64) -> Result<alloc::vec::Vec<NameRecord>, E
     })?;
     Ok(out)
 }
+
+/// Task `task`'s address map: its fault and memory counts and its regions (at most
+/// [`RECORDS_MAX`]), lowest first (`host_vm`, `docs/vm.md`).
+pub fn vm(
+    host_priv: u64,
+    task: u64,
+) -> Result<
+    (
+        baton_abi::vm::VmStats,
+        alloc::vec::Vec<baton_abi::vm::VmRegion>,
+    ),
+    Error,
+> {
+    use baton_abi::vm::{VmRegion, VmStats, VM_REGION_SIZE, VM_STATS_SIZE};
+    let mut bytes = alloc::vec::Vec::new();
+    bytes.resize(VM_STATS_SIZE + RECORDS_MAX as usize * VM_REGION_SIZE, 0u8);
+    // SAFETY: the kernel writes the counts and at most RECORDS_MAX regions into `bytes`,
+    // which holds that many, and nothing else.
+    let raw = unsafe {
+        syscall6(
+            Sys::HostVm as u64,
+            host_priv,
+            task,
+            bytes.as_mut_ptr() as u64,
+            RECORDS_MAX,
+            0,
+            0,
+        )
+    };
+    let total = decode_result(raw)?;
+    let stats = VmStats::from_bytes(&bytes[..VM_STATS_SIZE]).unwrap_or_default();
+    let regions = bytes[VM_STATS_SIZE..]
+        .chunks_exact(VM_REGION_SIZE)
+        .take(total.min(RECORDS_MAX) as usize)
+        .filter_map(VmRegion::from_bytes)
+        .collect();
+    Ok((stats, regions))
+}

@@ -48,6 +48,8 @@ commands:
                     start a boot module with these arguments; wait for it to end,
                     or not with `&`
   kill TASK         end a task through its task port
+  vm TASK           a task's address map (regions, protections, resident pages)
+                    and its page faults by kind
   trace start [N]   record every kernel entry (N records per CPU, default 4096)
   trace stop        print the records (`cargo xtask trace --log FILE` makes a
                     trace file of a saved console log: results/console.log)
@@ -154,6 +156,11 @@ impl Shell {
                     Err(why) => format!("kill: {why}\n"),
                 },
                 ["kill", ..] => String::from("kill: usage: kill TASK (a task id, see `ps`)\n"),
+                ["vm", task] => match parse_task(task) {
+                    Ok(t) => self.vm(t),
+                    Err(why) => format!("vm: {why}\n"),
+                },
+                ["vm", ..] => String::from("vm: usage: vm TASK (a task id, see `ps`)\n"),
                 ["trace", "start"] => self.trace_start("0"),
                 ["trace", "start", n] => self.trace_start(n),
                 ["trace", "stop"] => match host::trace_stop(self.host_priv) {
@@ -173,6 +180,68 @@ impl Shell {
             };
             self.say(&out);
         }
+    }
+
+    /// `vm TASK`.
+    fn vm(&mut self, task: u64) -> String {
+        use baton_abi::vm::*;
+        let (stats, regions) = match host::vm(self.host_priv, task) {
+            Ok(v) => v,
+            Err(Error::NotFound) => return format!("vm: no task {task} (see `ps`)\n"),
+            Err(e) => return format!("vm: {}\n", e.name()),
+        };
+        let prot = |p: u64| {
+            let mut s = String::new();
+            s.push(if p & 1 != 0 { 'r' } else { '-' });
+            s.push(if p & 2 != 0 { 'w' } else { '-' });
+            s.push(if p & 4 != 0 { 'x' } else { '-' });
+            s
+        };
+        let mut out = format!(
+            "task {task}: {} regions, {} pages resident\n{:>14} {:>14} {:>8} PROT MAX INHERIT   OBJECT    WIRED\n",
+            regions.len(),
+            stats.resident,
+            "START",
+            "END",
+            "RESIDENT"
+        );
+        for r in &regions {
+            let inherit = match r.inherit {
+                INHERIT_SHARE => "share",
+                INHERIT_COPY => "copy",
+                _ => "none",
+            };
+            let object = match r.object {
+                OBJECT_ANONYMOUS => "anonymous",
+                OBJECT_SHADOW => "shadow",
+                OBJECT_PHYSICAL => "physical",
+                _ => "pager",
+            };
+            out.push_str(&format!(
+                "{:>#14x} {:>#14x} {:>8} {}  {} {:<9} {:<9} {}\n",
+                r.start,
+                r.end,
+                r.resident,
+                prot(r.prot),
+                prot(r.max_prot),
+                inherit,
+                object,
+                r.wired
+            ));
+        }
+        out.push_str(&format!(
+            "faults: {} ({} read, {} write, {} execute): {} zero fills, {} memory fills, {} copy-on-write copies, {} address errors, {} write errors\n",
+            stats.faults,
+            stats.read_faults,
+            stats.write_faults,
+            stats.execute_faults,
+            stats.zero_fills,
+            stats.memory_fills,
+            stats.cow_copies,
+            stats.address_errors,
+            stats.write_errors
+        ));
+        out
     }
 
     /// `trace start [N]`.
