@@ -160,8 +160,7 @@ pub fn vm(
     Error,
 > {
     use baton_abi::vm::{VmRegion, VmStats, VM_REGION_SIZE, VM_STATS_SIZE};
-    let mut bytes = alloc::vec::Vec::new();
-    bytes.resize(VM_STATS_SIZE + RECORDS_MAX as usize * VM_REGION_SIZE, 0u8);
+    let mut bytes = alloc::vec![0u8; VM_STATS_SIZE + RECORDS_MAX as usize * VM_REGION_SIZE];
     // SAFETY: the kernel writes the counts and at most RECORDS_MAX regions into `bytes`,
     // which holds that many, and nothing else.
     let raw = unsafe {
