@@ -525,8 +525,12 @@ impl<F: Copy> Objects<F> {
                     so.pages.insert_node(node);
                 }
                 _ => {
-                    // Hidden by the shadow's own page, or outside its window.
+                    // Hidden by the shadow's own page, or outside its window. No page
+                    // table may keep a translation to a frame that is freed (it would
+                    // reach whatever the frame holds next): page tables are a cache, so
+                    // every translation of it goes first.
                     if let Page::Resident(f) = node.into_value() {
+                        m.unmap_everywhere(f);
                         m.free_frame(f);
                         so.frames = so.frames.saturating_sub(1);
                         so.account.give(Resource::Frames, 1);
