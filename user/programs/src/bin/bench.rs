@@ -159,7 +159,20 @@ fn clear_samples() {
     }
 }
 
-/// Prints the `BENCH` line of `series`.
+/// The task's send right to the host-privilege port: the one the boot command line gave
+/// it (`priv=bench`), or its bootstrap right (the shell's `bench` passes its own that way).
+fn host_priv() -> u64 {
+    match baton_rt::start::host_priv() {
+        0 => baton_rt::start::bootstrap(),
+        h => h,
+    }
+}
+
+/// Started with `--table` (the shell's `bench`): print a table a person reads, in TSC
+/// ticks, instead of the `BENCH` lines `cargo xtask bench` parses.
+static TABLE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Prints the `BENCH` line of `series` (or its row of the table).
 fn report(name: &str, series: &[AtomicU64; ITER]) {
     let mut sorted = [0u64; ITER];
     for (dst, src) in sorted.iter_mut().zip(series.iter()) {
@@ -169,6 +182,10 @@ fn report(name: &str, series: &[AtomicU64; ITER]) {
     let median = sorted.get((ITER - 1) / 2).copied().unwrap_or(0);
     let min = sorted.first().copied().unwrap_or(0);
     let max = sorted.last().copied().unwrap_or(0);
+    if TABLE.load(Ordering::Relaxed) {
+        println!("{name:<34} {median:>9} {min:>9} {max:>9}");
+        return;
+    }
     println!(
         "BENCH name={name} unit=instructions iterations={ITER} median={median} min={min} max={max}"
     );
@@ -181,6 +198,9 @@ fn read_stats() -> Result<Stats, Failed> {
 
 /// Prints the `BENCHSTAT` line: how the counters changed from `before` to `after`.
 fn report_stats(name: &str, before: &Stats, after: &Stats) {
+    if TABLE.load(Ordering::Relaxed) {
+        return;
+    }
     println!(
         "BENCHSTAT name={name} handoffs={} switches={} discards={} recognitions={}",
         after.stack_handoffs.wrapping_sub(before.stack_handoffs),
@@ -275,7 +295,7 @@ fn yield_partner(_arg: u64) {
 fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> Result<(), Failed> {
     clear_samples();
     start_partner(yield_partner)?;
-    let host_priv = baton_rt::start::host_priv();
+    let host_priv = host_priv();
     let mut before = Stats::default();
     for w in 0..TOTAL {
         let recorded = w.checked_sub(WARMUP);
@@ -922,7 +942,7 @@ fn xas_call(threads: u64) -> Result<(), Failed> {
     let name = "floor.xas.call";
     clear_samples();
     // The partner registers with the host-privilege right it gets as its bootstrap right.
-    let partner = baton_rt::spawn_with("floor_partner", baton_rt::start::host_priv())
+    let partner = baton_rt::spawn_with("floor_partner", host_priv())
         .map_err(|e| fail!("spawn floor_partner: {}", e.name()))?;
     // Until it has registered.
     while floor::xas_call(partner, 0) == Err(baton_rt::Error::NotFound) {
@@ -1276,6 +1296,10 @@ fn run_all() -> Result<(), Failed> {
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;
+    if TABLE.load(Ordering::Relaxed) {
+        println!("{:<34} {:>9} bytes", "mem.thread.bytes", s.thread_bytes);
+        return Ok(());
+    }
     println!(
         "BENCH name=mem.thread.bytes unit=bytes iterations=1 median={0} min={0} max={0}",
         s.thread_bytes
@@ -1284,9 +1308,26 @@ fn run_all() -> Result<(), Failed> {
 }
 
 fn main(_task_id: u64) -> i32 {
+    if baton_rt::env::args().any(|a| a == "--table") {
+        TABLE.store(true, Ordering::Relaxed);
+        println!(
+            "Figures are TSC ticks, medians of {ITER} iterations: instructions only when QEMU \
+             counts instructions (-icount, as `cargo xtask bench` runs it), cycles under \
+             hardware KVM, neither under plain TCG. `cargo xtask bench` gives the measured \
+             table with the papers' and Linux's figures."
+        );
+        println!(
+            "{:<34} {:>9} {:>9} {:>9}",
+            "benchmark", "median", "min", "max"
+        );
+    }
     match run_all() {
         Ok(()) => {
-            println!("BENCH done");
+            if TABLE.load(Ordering::Relaxed) {
+                println!("bench: done");
+            } else {
+                println!("BENCH done");
+            }
             0
         }
         Err(Failed) => 1,

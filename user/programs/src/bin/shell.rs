@@ -48,6 +48,8 @@ commands:
                     start a boot module with these arguments; wait for it to end,
                     or not with `&`
   kill TASK         end a task through its task port
+  bench             run the benchmark program; its table is in TSC ticks
+                    (instructions only under QEMU -icount: `cargo xtask bench`)
   vm TASK           a task's address map (regions, protections, resident pages)
                     and its page faults by kind
   trace start [N]   record every kernel entry (N records per CPU, default 4096)
@@ -145,9 +147,13 @@ impl Shell {
                 ["stats"] => stats(),
                 ["programs"] => programs(),
                 ["run", program, rest @ ..] => match rest {
-                    [args @ .., "&"] => self.run_program(program, args, true),
-                    args => self.run_program(program, args, false),
+                    [args @ .., "&"] => self.run_program(program, args, true, start::bootstrap()),
+                    args => self.run_program(program, args, false, start::bootstrap()),
                 },
+                // The benchmark program, with this shell's host-privilege right (as its
+                // bootstrap right: its process-model and floor benchmarks need it), printing
+                // a table in TSC ticks labelled as such.
+                ["bench"] => self.run_program("bench", &["--table"], false, self.host_priv),
                 ["run", ..] => {
                     String::from("run: usage: run PROGRAM [ARGUMENT...] [&] (see `programs`)\n")
                 }
@@ -173,7 +179,7 @@ impl Shell {
                     let e = host::shutdown(self.host_priv);
                     format!("shutdown: {}\n", e.name())
                 }
-                ["ps" | "stats" | "programs" | "shutdown", ..] => {
+                ["ps" | "stats" | "programs" | "shutdown" | "bench", ..] => {
                     format!("{}: takes no arguments\n", words[0])
                 }
                 [other, ..] => format!("unknown command `{other}`; type `help` for the commands\n"),
@@ -347,7 +353,13 @@ impl Shell {
 
     /// `run PROGRAM [ARGUMENT...] [&]`: the program gets its name and the arguments
     /// (`baton_rt::env::args`).
-    fn run_program(&mut self, program: &str, args: &[&str], background: bool) -> String {
+    fn run_program(
+        &mut self,
+        program: &str,
+        args: &[&str],
+        background: bool,
+        bootstrap: u64,
+    ) -> String {
         // A Ctrl-C typed since the last program is not for the next one.
         let mut stale = [0u8; 64];
         while msg_buf(&mut stale, MSG_RECEIVE, self.wait_port, 0).is_ok() {}
@@ -355,7 +367,7 @@ impl Shell {
         argv.push(program);
         argv.extend_from_slice(args);
         let env = [("SHELL", "shell")];
-        let child = match baton_rt::sys::spawn_args(program, start::bootstrap(), &argv, &env) {
+        let child = match baton_rt::sys::spawn_args(program, bootstrap, &argv, &env) {
             Ok(id) => id,
             Err(Error::NotFound) => {
                 return format!("run: no program `{program}` (see `programs`)\n")
