@@ -8,7 +8,8 @@
 
 use crate::deps::{self, TARGET};
 use crate::initrd;
-use crate::workspace::{cargo, root, run_checked, target_dir, Step};
+use crate::workspace::{cargo, command, root, run_checked, target_dir, Step};
+use std::fs;
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
@@ -145,6 +146,11 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
         "the user-program build",
     ))
     .map_err(compiler_output)?;
+    // The boot image gets each program without its line tables (they stay in the build
+    // directory, where `crate::symbolize` reads them): several times smaller.
+    let objcopy = crate::deps::ensure_tool(&crate::deps::OBJCOPY)?;
+    let lean = target_dir().join("initrd-programs");
+    fs::create_dir_all(&lean).map_err(|e| format!("{}: {e}", lean.display()))?;
     let mut files = Vec::new();
     for name in &programs {
         let path = USER.out_dir().join(name);
@@ -154,7 +160,20 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
                 path.display()
             ));
         }
-        files.push((name.clone(), path));
+        let stripped = lean.join(name);
+        let fresh = fs::metadata(&stripped)
+            .and_then(|s| Ok((s.modified()?, fs::metadata(&path)?.modified()?)))
+            .is_ok_and(|(s, p)| s >= p);
+        if !fresh {
+            run_checked(
+                command(&objcopy)
+                    .arg("--strip-debug")
+                    .arg(&path)
+                    .arg(&stripped),
+                "objcopy --strip-debug",
+            )?;
+        }
+        files.push((name.clone(), stripped));
     }
 
     let initrd = target_dir().join("initrd.tar");

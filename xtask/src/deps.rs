@@ -154,6 +154,16 @@ pub const OBJDUMP: Tool = Tool {
                 sudo pacman -S binutils                 # Arch",
 };
 
+/// What `cargo xtask build` strips the programs' line tables from their boot-image copies
+/// with (GNU binutils, Debian package `binutils`).
+pub const OBJCOPY: Tool = Tool {
+    program: "objcopy",
+    package: "binutils",
+    what: "GNU binutils' objcopy",
+    elsewhere: "sudo dnf install binutils               # Fedora\n    \
+                sudo pacman -S binutils                 # Arch",
+};
+
 /// A host program that a Debian package provides.
 pub struct Tool {
     /// The program looked up in `PATH`.

@@ -35,6 +35,7 @@ mod qemu;
 mod report;
 mod run;
 mod stages;
+mod symbolize;
 mod test;
 mod tests;
 mod trace;

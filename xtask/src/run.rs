@@ -81,6 +81,13 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
     let status = cmd
         .status()
         .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+    // Where the programs that faulted were, from their line tables (the console's copy).
+    if let Ok(log) = std::fs::read(crate::workspace::root().join(qemu::CONSOLE_LOG)) {
+        eprint!(
+            "{}",
+            crate::symbolize::annotate(&String::from_utf8_lossy(&log))
+        );
+    }
     match status.code() {
         Some(EXIT_CLEAN) => Ok(ExitCode::SUCCESS),
         Some(0) if !shutdown => {

@@ -418,9 +418,18 @@ fn boot_and_judge(
         Waited::TimedOut => return Err(format!("timeout after {}s", test.timeout.as_secs())),
     };
     let text = fs::read(log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+    let mut text = String::from_utf8_lossy(&text).into_owned();
+    // Where each user fault was, from the programs' line tables; part of what is judged.
+    let faults = crate::symbolize::annotate(&text);
+    if !faults.is_empty() {
+        if let Ok(mut file) = OpenOptions::new().append(true).open(log) {
+            let _ = file.write_all(faults.as_bytes());
+        }
+        text.push_str(&faults);
+    }
     match run.fault_inject {
-        Some(_) => judge::survived(code, &String::from_utf8_lossy(&text)),
-        None => judge::judge(test, code, &String::from_utf8_lossy(&text)),
+        Some(_) => judge::survived(code, &text),
+        None => judge::judge(test, code, &text),
     }
 }
 

@@ -813,8 +813,10 @@ pub const ALL: &[IntegrationTest] = &[
         require: &[
             "[kernel] task 1 (fault_null) killed: page fault at address 0x0 (not present, read, user)",
             "  rip=",
-            // The function the fault is in, from the program's symbol table.
+            // The function the fault is in, from the program's symbol table, and (on the
+            // host, from its line table) the line.
             "  in fault_null::main+0x",
+            "xtask: task 1 (fault_null) faulted in fault_null::main at user/programs/src/bin/fault_null.rs:",
             "survivor#2| TEST PASS survivor",
             "[kernel] task 2 (survivor) exited with code 0",
         ],
