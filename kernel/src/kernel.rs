@@ -105,11 +105,16 @@ pub enum Ending {
 
 /// A boot module: a named ELF image inside the initrd.
 pub struct Module {
-    /// Its name.
+    /// Its name (without the boot image's `tests/` folder).
     pub name: String,
     /// Its bytes.
     pub data: &'static [u8],
+    /// A test program (it was under `tests/` in the boot image): not what a person runs.
+    pub test: bool,
 }
+
+/// The boot image's folder of test programs.
+const TESTS_DIR: &str = "tests/";
 
 /// Per-CPU scheduling state.
 pub struct Cpu {
@@ -1025,9 +1030,13 @@ pub fn start(
     let modules = match kern::initrd::parse(initrd) {
         Ok(list) => list
             .into_iter()
-            .map(|m| Module {
-                name: String::from(&*m.name),
-                data: m.data,
+            .map(|m| {
+                let test = m.name.starts_with(TESTS_DIR);
+                Module {
+                    name: String::from(m.name.strip_prefix(TESTS_DIR).unwrap_or(&m.name)),
+                    data: m.data,
+                    test,
+                }
             })
             .collect(),
         Err(e) => {
@@ -1078,7 +1087,12 @@ pub fn start(
         t.stack = Some(boot_stack);
     }
     k.stacks_in_use.inc(apic::now_ns());
-    kprintln!("[kernel] {} boot modules", k.modules.len());
+    let tests = k.modules.iter().filter(|m| m.test).count();
+    kprintln!(
+        "[kernel] {} boot modules: {} programs, {tests} test programs",
+        k.modules.len(),
+        k.modules.len() - tests
+    );
     // Tracing starts before the first task, so its first system call is recorded.
     // (Its failure is printed; the boot goes on untraced.)
     let _ = crate::trace::start(k.cpus.len(), config.trace, None);

@@ -16,8 +16,8 @@ use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use alloc::string::String;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::{
-    Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX, FOREVER, MODULE_NAME_MAX, PRIORITY_MAX,
-    STATS_WORDS,
+    Error, ModuleInfo, Stats, Sys, DEBUG_WRITE_MAX, FOREVER, MODULE_NAME_MAX, MODULE_TEST,
+    PRIORITY_MAX, STATS_WORDS,
 };
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PAGE_SIZE;
@@ -689,8 +689,9 @@ impl Kernel {
         for (dst, src) in name_b.iter_mut().zip(name.iter().take(name_len)) {
             *dst = *src;
         }
+        let flags = if module.test { MODULE_TEST } else { 0 };
         self.copy_out(id, ptr, &bytes)?;
-        Ok(0)
+        Ok(flags)
     }
 
     /// `thread_create` in task `task` (also the task port's `TASK_THREAD_CREATE`).

@@ -149,6 +149,7 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
     // The boot image gets each program without its line tables (they stay in the build
     // directory, where `crate::symbolize` reads them): several times smaller.
     let objcopy = crate::deps::ensure_tool(&crate::deps::OBJCOPY)?;
+    let tools = tools()?;
     let lean = target_dir().join("initrd-programs");
     fs::create_dir_all(&lean).map_err(|e| format!("{}: {e}", lean.display()))?;
     let mut files = Vec::new();
@@ -173,7 +174,14 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
                 "objcopy --strip-debug",
             )?;
         }
-        files.push((name.clone(), stripped));
+        // A test program goes under `tests/` (the kernel names it without the folder and
+        // marks it a test program): the top of the boot image is what a person runs.
+        let archived = if tools.iter().any(|t| t == name) {
+            name.clone()
+        } else {
+            format!("tests/{name}")
+        };
+        files.push((archived, stripped));
     }
 
     let initrd = target_dir().join("initrd.tar");
@@ -183,6 +191,25 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
         initrd,
         programs,
     })
+}
+
+/// Where the list of the programs a person runs is (the others are test programs).
+pub const TOOLS: &str = "user/programs/tools.txt";
+
+/// The programs a person runs ([`TOOLS`]: one name a line, `#` comments).
+pub fn tools() -> Result<Vec<String>, String> {
+    let path = root().join(TOOLS);
+    let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(parse_tools(&text))
+}
+
+/// The names in a [`TOOLS`] file's text.
+pub fn parse_tools(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
 }
 
 /// Points from a failed cargo build to its own messages.

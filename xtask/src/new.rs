@@ -74,6 +74,18 @@ pub fn run(opts: &NewOpts) -> Result<ExitCode, String> {
     }
     fs::write(&path, template(&opts.name)).map_err(|e| format!("{}: {e}", path.display()))?;
     note(format!("wrote {}", path.display()));
+    // A person's program: listed with the others (`programs` in the shell).
+    let tools = root().join(crate::build::TOOLS);
+    let mut list = fs::read_to_string(&tools).map_err(|e| format!("{}: {e}", tools.display()))?;
+    if !crate::build::parse_tools(&list).contains(&opts.name) {
+        if !list.ends_with('\n') {
+            list.push('\n');
+        }
+        list.push_str(&opts.name);
+        list.push('\n');
+        fs::write(&tools, list).map_err(|e| format!("{}: {e}", tools.display()))?;
+        note(format!("added `{}` to {}", opts.name, tools.display()));
+    }
     eprintln!(
         "xtask: next: `cargo xtask run -- init={0}` boots it alone; in the shell \
          (`cargo xtask run`), `run {0} some arguments` starts it. docs/programs.md goes on \

@@ -47,8 +47,10 @@ pub enum Sys {
     /// ([`Error::NoMemory`] at a limit). A bootstrap call until tasks become
     /// capability-invoked kernel objects.
     Spawn = 4,
-    /// `module_info(index, *mut ModuleInfo) -> 0`: describe boot module `index`;
-    /// [`Error::NotFound`] past the last one.
+    /// `module_info(index, *mut ModuleInfo) -> flags`: describe boot module `index`;
+    /// [`Error::NotFound`] past the last one. The result is [`MODULE_TEST`] for a test
+    /// program (one under `tests/` in the boot image, named without it), 0 for a program a
+    /// person runs.
     ModuleInfo = 5,
     /// `thread_create(entry, stack_top, arg) -> thread id`: a new thread in the calling
     /// task, starting at `entry` with `rsp = stack_top` and `rdi = arg`, at the caller's
@@ -306,6 +308,9 @@ pub enum Sys {
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
 pub const IO_OBJECTS_MAX: usize = 16;
+
+/// [`Sys::ModuleInfo`]'s result for a test program.
+pub const MODULE_TEST: u64 = 1;
 
 /// Most activations one task may have ([`Sys::ActCreate`]).
 pub const ACTIVATIONS_PER_TASK_MAX: usize = 256;

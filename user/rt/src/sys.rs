@@ -166,6 +166,16 @@ pub fn module_info(index: usize) -> Result<ModuleInfo, Error> {
     decode_result(raw).map(|_| info)
 }
 
+/// [`module_info`], and whether the module is a test program (not one a person runs: the
+/// boot image keeps those apart, `cargo xtask build`).
+pub fn module_info_kind(index: usize) -> Result<(ModuleInfo, bool), Error> {
+    let mut info = ModuleInfo::empty();
+    let ptr = &raw mut info;
+    // SAFETY: as in `module_info`.
+    let raw = unsafe { crate::raw::syscall2(Sys::ModuleInfo as u64, index as u64, ptr as u64) };
+    decode_result(raw).map(|flags| (info, flags & baton_abi::MODULE_TEST != 0))
+}
+
 /// Blocks the calling thread while the word at `word` holds `expected`: until a [`wake`] on
 /// that word, or until `timeout_ns` nanoseconds have passed ([`FOREVER`](baton_abi::FOREVER) = no timeout).
 ///

@@ -28,7 +28,7 @@ use baton_rt::idl_rt::SendRight;
 use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_make_send, port_notify};
 use baton_rt::names::NamesClient;
 use baton_rt::rpc::Rpc;
-use baton_rt::{host, kobject, module_info, start, Error};
+use baton_rt::{host, kobject, start, Error};
 use console_idl::{ConsoleClient, CONSOLE_INTERRUPT_ID, CONSOLE_NAME};
 
 baton_rt::entry!(main);
@@ -43,7 +43,7 @@ commands:
   ps                tasks and their threads: state, priority, CPU time, what they wait on
   ports TASK        a task's rights: name, kind, port, queued messages, kernel object
   stats             the kernel's counters (handoffs, recognitions, stacks, bytes per thread)
-  programs          the boot modules `run` can start
+  programs [all]    the programs `run` can start (with `all`, the test programs too)
   run PROGRAM [ARGUMENT...] [&]
                     start a boot module with these arguments; wait for it to end,
                     or not with `&`
@@ -145,7 +145,8 @@ impl Shell {
                 },
                 ["ports", ..] => String::from("ports: usage: ports TASK (a task id, see `ps`)\n"),
                 ["stats"] => stats(),
-                ["programs"] => programs(),
+                ["programs"] => programs(false),
+                ["programs", "all"] => programs(true),
                 ["run", program, rest @ ..] => match rest {
                     [args @ .., "&"] => self.run_program(program, args, true, start::bootstrap()),
                     args => self.run_program(program, args, false, start::bootstrap()),
@@ -486,22 +487,44 @@ fn stats() -> String {
 }
 
 /// `programs`.
-fn programs() -> String {
-    let mut out = String::from("boot modules (`run NAME`):\n");
+fn programs(all: bool) -> String {
+    let mut out = String::from("programs (`run NAME`):\n");
+    let mut tests = Vec::new();
     let mut line = String::from(" ");
-    for i in 0..256 {
-        let Ok(m) = module_info(i) else {
-            break;
-        };
-        if line.len() + m.name().len() > 76 {
-            out.push_str(&line);
+    let add = |out: &mut String, line: &mut String, name: &str| {
+        if line.len() + name.len() > 76 {
+            out.push_str(line);
             out.push('\n');
-            line = String::from(" ");
+            *line = String::from(" ");
         }
         line.push(' ');
-        line.push_str(m.name());
+        line.push_str(name);
+    };
+    for i in 0..256 {
+        let Ok((m, test)) = baton_rt::sys::module_info_kind(i) else {
+            break;
+        };
+        if test {
+            tests.push(m);
+        } else {
+            add(&mut out, &mut line, m.name());
+        }
     }
     out.push_str(&line);
     out.push('\n');
+    if all {
+        out.push_str("test programs (what `cargo xtask test` boots):\n");
+        line = String::from(" ");
+        for m in &tests {
+            add(&mut out, &mut line, m.name());
+        }
+        out.push_str(&line);
+        out.push('\n');
+    } else {
+        out.push_str(&format!(
+            "and {} test programs (`programs all` lists them)\n",
+            tests.len()
+        ));
+    }
     out
 }
