@@ -124,6 +124,10 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     let args = th.frame.syscall_args().1;
     let task_of = (th.task, th.task_key);
     let Some(call) = Sys::from_raw(number) else {
+        // Outside the base ABI: `Trap.SystemCall`, which extensions may handle.
+        if let Some(v) = crate::extension::system_call(k, cur, number, args) {
+            kernel::finish_entry(k, false, Some(v))
+        }
         crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
         k.report(format_args!(
             "killed: bad system call {number} (no handler)"
@@ -306,6 +310,14 @@ impl Kernel {
             Sys::MemMap => self.sys_mem_map(id, args[0], args[1], args[2]),
             Sys::MemUnmap => self.sys_mem_unmap(id, args[0], args[1]),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
+            Sys::SpinImport
+            | Sys::SpinCreate
+            | Sys::SpinResolve
+            | Sys::SpinCombine
+            | Sys::SpinInstall
+            | Sys::SpinRemove
+            | Sys::SpinRelease
+            | Sys::SpinRaise => crate::extension::sys(self, id, call, args),
             Sys::IpcBufferSet => {
                 let cur = self.current_thread();
                 crate::ipc::sys_ipc_buffer_set(self, cur, id, args[0])

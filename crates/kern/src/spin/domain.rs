@@ -247,6 +247,33 @@ impl Domains {
         d.members.iter().find_map(|m| self.find(*m, imp, depth - 1))
     }
 
+    /// The exported symbol `name` of domain `id` (which `who` holds) or of its members, and
+    /// the domain that exports it itself. `NotFound` when there is none.
+    pub fn find_export(
+        &self,
+        who: Holder,
+        id: DomainId,
+        name: &Name,
+    ) -> Result<(DomainId, Symbol), Error> {
+        self.get(who, id)?;
+        self.find_owner(id, name, 8).ok_or(Error::NotFound)
+    }
+
+    fn find_owner(&self, id: DomainId, name: &Name, depth: u32) -> Option<(DomainId, Symbol)> {
+        let d = self.slab.get(Key(id.0))?;
+        for i in &d.exports {
+            if let Some(s) = i.symbols.iter().find(|s| s.name == *name) {
+                return Some((id, *s));
+            }
+        }
+        if depth == 0 {
+            return None;
+        }
+        d.members
+            .iter()
+            .find_map(|m| self.find_owner(*m, name, depth - 1))
+    }
+
     /// `Resolve(source, target)`: binds the target's unresolved imports to the source's
     /// exported symbols of the same interface, name and signature; how many it bound.
     /// `who` must hold both (`NotFound`).

@@ -436,3 +436,25 @@ fn the_name_server_asks_the_exporter() {
     ns.forget(console);
     assert!(ns.is_empty());
 }
+
+#[test]
+fn find_export_names_the_exporting_member() {
+    let mut d = Domains::new();
+    let t = Holder::Task(5);
+    let console = d.create(t, console_image()).unwrap();
+    let empty = d.create(t, Image::default()).unwrap();
+    let both = d.combine(t, empty, console).unwrap();
+    assert_eq!(
+        d.find_export(t, both, &n("read"))
+            .map(|(o, s)| (o, s.target)),
+        Ok((console, 2))
+    );
+    assert_eq!(
+        d.find_export(t, both, &n("nope")).err(),
+        Some(Error::NotFound)
+    );
+    assert_eq!(
+        d.find_export(Holder::Task(6), both, &n("read")).err(),
+        Some(Error::NotFound)
+    );
+}
