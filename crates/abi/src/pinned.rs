@@ -168,7 +168,10 @@ fn extension_numbers() {
     assert_eq!((EVENT_SYSCALL, EVENT_TEST), (1, 2));
     assert_eq!((EXT_SYSCALL_FIRST, EXT_SYSCALL_END), (0x1000, 0x2000));
     assert_eq!(NOTIFY_ABORTED, 0x5350_0001);
-    assert_eq!((MODULE_MAX, MEMORY_PAGES_MAX, FUEL, DOMAINS_MAX), (65536, 16, 100_000, 32));
+    assert_eq!(
+        (MODULE_MAX, MEMORY_PAGES_MAX, FUEL, DOMAINS_MAX),
+        (65536, 16, 100_000, 32)
+    );
     // The extension range is outside the base ABI and the floor calls.
     for n in EXT_SYSCALL_FIRST..EXT_SYSCALL_END {
         assert_eq!(Sys::from_raw(n), None);
