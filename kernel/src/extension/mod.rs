@@ -24,7 +24,6 @@ pub mod builtin;
 pub mod wasm;
 
 use crate::kernel::{Kernel, TaskId};
-use crate::thread::ThreadId;
 use alloc::vec::Vec;
 use baton_abi::spin::{
     DOMAINS_MAX, EVENT_SYSCALL, EVENT_TEST, EXT_SYSCALL_END, EXT_SYSCALL_FIRST, FUEL,
@@ -151,23 +150,24 @@ fn kernel_only(who: Holder, _: u64) -> bool {
     who == Holder::Kernel
 }
 
-/// The owner of `Trap.SystemCall`: a claim is a number in the extension range; the guard
-/// it attaches lets the handler see only that number, called by the installer's task.
+/// The owner of `Trap.SystemCall`: a claim is a number in the extension range; the key
+/// it gives the handler (the event's key is the calling task and the number: [`call_key`])
+/// lets it see only that number, called by the installer's task. A key rather than a
+/// guard procedure: the dispatcher compares it itself, so one handler stays a direct call.
 fn syscall_authorize(r: &Request) -> Decision<Call> {
     if !(EXT_SYSCALL_FIRST..EXT_SYSCALL_END).contains(&r.claim) || r.installer.task >= 1 << 43 {
         return Decision::Deny;
     }
     Decision::Allow {
-        guard: Some(Guard {
-            test: syscall_guard,
-            word: r.installer.task << 20 | r.claim,
-        }),
+        guard: None,
+        key: Some(r.installer.task << 20 | r.claim),
         budget: FUEL,
     }
 }
 
-fn syscall_guard(word: u64, c: &Call) -> bool {
-    c.number == word & 0xf_ffff && c.task == word >> 20
+/// `Trap.SystemCall`'s key: the task in the high bits, the number in the low 20.
+fn call_key(c: &Call) -> u64 {
+    c.task << 20 | (c.number & 0xf_ffff)
 }
 
 /// No handler took the call: the caller's decode goes on as for any unknown number.
@@ -183,6 +183,7 @@ fn test_authorize(r: &Request) -> Decision<u64> {
             test: |w, a| *a == w,
             word: x,
         }),
+        key: None,
         budget: FUEL,
     }
 }
@@ -197,7 +198,7 @@ fn no_primary(_: &Installer) -> bool {
 
 impl State {
     fn new() -> Result<State, Error> {
-        let syscall = Event::new(
+        let syscall = Event::keyed(
             "Trap.SystemCall",
             Owner {
                 authorize: syscall_authorize,
@@ -207,6 +208,7 @@ impl State {
             None,
             false,
             kern::spin::event::MAX_HANDLERS,
+            Some(call_key),
         )?;
         let test = Event::new(
             "Test.Raise",
@@ -273,12 +275,18 @@ impl State {
     }
 }
 
-/// `Trap.SystemCall`: system call `number` of thread `cur`, outside the base ABI. The
-/// handlers' answer, or `None` when no handler took it (the caller's decode then treats
-/// it as an unknown number). Nothing is made when no extension was ever installed.
-pub fn system_call(k: &mut Kernel, cur: ThreadId, number: u64, args: [u64; 6]) -> Option<u64> {
-    let _ = cur;
-    let task = k.current_task()?;
+/// `Trap.SystemCall`: system call `number` (in the extension range) of a thread running
+/// in task `task`. The handlers' answer, or `None` when no handler took it (the caller's
+/// decode then treats it as an unknown number). Nothing is made when no extension was
+/// ever installed.
+#[inline]
+pub fn system_call(
+    k: &mut Kernel,
+    task: Option<TaskId>,
+    number: u64,
+    args: [u64; 6],
+) -> Option<u64> {
+    let task = task?;
     // SAFETY: the lock is held (we have `k`); the reference is the only one.
     let s = unsafe { existing() }?;
     let call = Call { task, number, args };

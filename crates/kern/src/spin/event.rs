@@ -17,6 +17,13 @@
 //! so the kernel can remove it and tell its installer, and when no handler produced a
 //! result the **default implementation** runs — so an event always has an answer.
 //!
+//! An event may have a **key** (`key_of`, a function of its arguments; for
+//! `Trap.SystemCall`, the calling task and the call number). The owner may then give an
+//! installation a key instead of (or besides) a guard: the handler sees only raises whose
+//! key is equal. That is a guard of the one most common form — "this instance of the
+//! event" — that the dispatcher evaluates itself, with one compare and no call, so one
+//! keyed handler is still a direct call, and many are one compare each.
+//!
 //! The **primary handler** is the default implementation installed as a handler (rank 0,
 //! no guard). An event may start with or without it; the owner decides whether an
 //! installer may remove it ([`Owner::may_remove_primary`]), after which a new handler
@@ -30,7 +37,8 @@
 //! - `handlers` is sorted by `(rank, id)`, holds at most `limit` entries, and ids are
 //!   never reused within an event.
 //! - `single` is `Some` exactly when `handlers` holds one entry and it has no guard; it is
-//!   then a copy of that entry's procedure, which [`Event::raise`] calls directly.
+//!   then a copy of that entry's procedure and key, which [`Event::raise`] calls directly
+//!   (after one compare of the key, if it has one).
 //! - Raising allocates nothing; an installation allocates (fallibly) only when the list
 //!   grows past its capacity.
 
@@ -128,6 +136,8 @@ pub enum Decision<A> {
     Allow {
         /// A guard the owner attaches (first of the handler's guards).
         guard: Option<Guard<A>>,
+        /// The key the handler is for (the event must have `key_of`), if any.
+        key: Option<u64>,
         /// A bound on the handler's running time ([`Binding::budget`]; 0 = default).
         budget: u64,
     },
@@ -161,6 +171,7 @@ impl<C, A, R> Copy for Run<C, A, R> {}
 /// One installed handler.
 struct Installed<C, A, R> {
     id: HandlerId,
+    key: Option<u64>,
     rank: i32,
     installer: Option<Installer>,
     run: Run<C, A, R>,
@@ -193,7 +204,8 @@ pub struct Event<C, A, R> {
     default: DefaultFn<C, A, R>,
     combiner: Option<Combiner<R>>,
     handlers: Vec<Installed<C, A, R>>,
-    single: Option<(HandlerFn<C, A, R>, Binding)>,
+    key_of: Option<fn(&A) -> u64>,
+    single: Option<(HandlerFn<C, A, R>, Binding, Option<u64>)>,
     primary_single: bool,
     next_id: u32,
     limit: usize,
@@ -202,7 +214,7 @@ pub struct Event<C, A, R> {
 impl<C, A, R: Copy> Event<C, A, R> {
     /// A new event named `name` with its owner's policy and default implementation, the
     /// default installed as the primary handler when `primary`, at most `limit` handlers
-    /// (clamped to [`MAX_HANDLERS`]).
+    /// (clamped to [`MAX_HANDLERS`]), without a key.
     pub fn new(
         name: &'static str,
         owner: Owner<A>,
@@ -211,12 +223,26 @@ impl<C, A, R: Copy> Event<C, A, R> {
         primary: bool,
         limit: usize,
     ) -> Result<Self, Error> {
+        Self::keyed(name, owner, default, combiner, primary, limit, None)
+    }
+
+    /// As [`Event::new`], with the key function `key_of`.
+    pub fn keyed(
+        name: &'static str,
+        owner: Owner<A>,
+        default: DefaultFn<C, A, R>,
+        combiner: Option<Combiner<R>>,
+        primary: bool,
+        limit: usize,
+        key_of: Option<fn(&A) -> u64>,
+    ) -> Result<Self, Error> {
         let limit = limit.clamp(1, MAX_HANDLERS);
         let mut handlers = Vec::new();
         handlers.try_reserve(limit).map_err(|_| Error::NoMemory)?;
         if primary {
             handlers.push(Installed {
                 id: PRIMARY,
+                key: None,
                 rank: 0,
                 installer: None,
                 run: Run::Primary,
@@ -229,6 +255,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             default,
             combiner,
             handlers,
+            key_of,
             single: None,
             primary_single: false,
             next_id: 1,
@@ -259,9 +286,12 @@ impl<C, A, R: Copy> Event<C, A, R> {
         if self.handlers.len() >= self.limit {
             return Err(Error::NoSpace);
         }
-        let Decision::Allow { guard, budget } = (self.owner.authorize)(req) else {
+        let Decision::Allow { guard, key, budget } = (self.owner.authorize)(req) else {
             return Err(Error::Denied);
         };
+        if key.is_some() && self.key_of.is_none() {
+            return Err(Error::InvalidArgument);
+        }
         let mut all: [Option<Guard<A>>; MAX_GUARDS] = [const { None }; MAX_GUARDS];
         for (n, g) in guard.iter().chain(guards.iter()).enumerate() {
             let slot = all.get_mut(n).ok_or(Error::TooLarge)?;
@@ -279,6 +309,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             at,
             Installed {
                 id,
+                key,
                 rank: req.rank,
                 installer: Some(req.installer),
                 run: Run::Proc(proc_, Binding { closure, budget }),
@@ -336,6 +367,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             at,
             Installed {
                 id: PRIMARY,
+                key: None,
                 rank: 0,
                 installer: None,
                 run: Run::Primary,
@@ -396,7 +428,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
         if let [only] = self.handlers.as_slice() {
             if only.unguarded() {
                 match only.run {
-                    Run::Proc(f, b) => self.single = Some((f, b)),
+                    Run::Proc(f, b) => self.single = Some((f, b, only.key)),
                     Run::Primary => self.primary_single = true,
                 }
             }
@@ -407,7 +439,17 @@ impl<C, A, R: Copy> Event<C, A, R> {
     /// module documentation.
     #[inline]
     pub fn raise(&self, ctx: &mut C, args: &A) -> Raised<R> {
-        if let Some((f, b)) = self.single {
+        if let Some((f, b, key)) = self.single {
+            if let (Some(k), Some(key_of)) = (key, self.key_of) {
+                if key_of(args) != k {
+                    return Raised {
+                        result: (self.default)(ctx, args),
+                        ran: 0,
+                        aborted: 0,
+                        defaulted: true,
+                    };
+                }
+            }
             if let Some(result) = f(ctx, b, args) {
                 return Raised {
                     result,
@@ -439,7 +481,11 @@ impl<C, A, R: Copy> Event<C, A, R> {
         let mut acc: Option<R> = None;
         let mut ran = 0;
         let mut aborted = 0u32;
+        let key = self.key_of.map(|f| f(args));
         for (i, h) in self.handlers.iter().enumerate() {
+            if h.key.is_some() && h.key != key {
+                continue;
+            }
             if !h.guards.iter().flatten().all(|g| g.holds(args)) {
                 continue;
             }

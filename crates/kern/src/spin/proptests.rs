@@ -32,16 +32,24 @@ fn bit(word: u64, a: &u64) -> bool {
     a & word != 0
 }
 
-/// Denies claim 0; a claim above 8 gets the guard `arg & claim != 0`.
+/// Denies claim 0; claims 20 to 39 get the key `claim % 4` (the event's key is
+/// `arg % 4`); other claims above 8 get the guard `arg & claim != 0`.
 fn authorize(r: &Request) -> Decision<u64> {
     match r.claim {
         0 => Decision::Deny,
+        c @ 20..=39 => Decision::Allow {
+            guard: None,
+            key: Some(c % 4),
+            budget: 0,
+        },
         c if c > 8 => Decision::Allow {
             guard: Some(Guard { test: bit, word: c }),
+            key: None,
             budget: 0,
         },
         _ => Decision::Allow {
             guard: None,
+            key: None,
             budget: 0,
         },
     }
@@ -89,6 +97,7 @@ struct MH {
     task: Option<u64>,
     closure: Option<u64>,
     guards: Vec<u64>,
+    key: Option<u64>,
 }
 
 const LIMIT: usize = 6;
@@ -99,10 +108,10 @@ proptest! {
     fn dispatcher_matches_model(with_combiner: bool, primary: bool, ops in proptest::collection::vec(op(), 1..60)) {
         let owner = Owner { authorize, may_remove_primary: |i| i.task == 1 };
         let mut e: Event<Log, u64, u64> =
-            Event::new("P.E", owner, default, with_combiner.then_some(combine as Combiner<u64>), primary, LIMIT).unwrap();
+            Event::keyed("P.E", owner, default, with_combiner.then_some(combine as Combiner<u64>), primary, LIMIT, Some(|a: &u64| a % 4)).unwrap();
         let mut model: Vec<MH> = Vec::new();
         if primary {
-            model.push(MH { id: 0, rank: 0, task: None, closure: None, guards: Vec::new() });
+            model.push(MH { id: 0, rank: 0, task: None, closure: None, guards: Vec::new(), key: None });
         }
         let mut next_id = 1;
         for o in ops {
@@ -118,13 +127,14 @@ proptest! {
                         Err(Error::Denied)
                     } else {
                         let mut guards: Vec<u64> = Vec::new();
-                        if claim > 8 { guards.push(claim); }
+                        let key = (20..40).contains(&claim).then_some(claim % 4);
+                        if claim > 8 && key.is_none() { guards.push(claim); }
                         guards.extend(guard);
                         let id = next_id;
                         next_id += 1;
                         // Sorted by rank; among equal ranks after those already there.
                         let at = model.iter().position(|h| h.rank > rank).unwrap_or(model.len());
-                        model.insert(at, MH { id, rank, task: Some(task), closure: Some(closure), guards });
+                        model.insert(at, MH { id, rank, task: Some(task), closure: Some(closure), guards, key });
                         Ok(HandlerId(id))
                     };
                     prop_assert_eq!(got, want);
@@ -163,7 +173,7 @@ proptest! {
                         Err(Error::NoSpace)
                     } else {
                         let at = model.iter().position(|h| h.rank >= 0).unwrap_or(model.len());
-                        model.insert(at, MH { id: 0, rank: 0, task: None, closure: None, guards: Vec::new() });
+                        model.insert(at, MH { id: 0, rank: 0, task: None, closure: None, guards: Vec::new(), key: None });
                         Ok(())
                     };
                     prop_assert_eq!(got, want);
@@ -176,6 +186,7 @@ proptest! {
                     let mut ran = 0;
                     let mut aborted = 0u32;
                     for (i, h) in model.iter().enumerate() {
+                        if h.key.is_some_and(|k| k != arg % 4) { continue; }
                         if !h.guards.iter().all(|g| arg & g != 0) { continue; }
                         ran += 1;
                         let res = match h.closure {

@@ -36,10 +36,12 @@ fn authorize(r: &Request) -> Decision<u64> {
         13 => Decision::Deny,
         c if c > 100 => Decision::Allow {
             guard: Some(Guard { test: is, word: c }),
+            key: None,
             budget: 7,
         },
         _ => Decision::Allow {
             guard: None,
+            key: None,
             budget: 0,
         },
     }
@@ -456,5 +458,61 @@ fn find_export_names_the_exporting_member() {
     assert_eq!(
         d.find_export(Holder::Task(6), both, &n("read")).err(),
         Some(Error::NotFound)
+    );
+}
+
+#[test]
+fn a_keyed_handler_is_still_a_direct_call() {
+    fn keyed(r: &Request) -> Decision<u64> {
+        Decision::Allow {
+            guard: None,
+            key: Some(r.claim),
+            budget: 0,
+        }
+    }
+    let own = Owner {
+        authorize: keyed,
+        may_remove_primary: |_| false,
+    };
+    let mut e: Event<Log, u64, u64> = Event::keyed(
+        "T.K",
+        own,
+        default,
+        Some(sum),
+        false,
+        8,
+        Some(|a: &u64| a / 10),
+    )
+    .unwrap();
+    e.install(&req(2, 3, 0), handler, 5, &[]).unwrap();
+    assert!(e.is_direct());
+    let mut log = Log::new();
+    assert_eq!(e.raise(&mut log, &31).result, 36, "key 3: the handler");
+    let r = e.raise(&mut log, &41);
+    assert_eq!(
+        (r.result, r.ran, r.defaulted),
+        (1041, 0, true),
+        "key 4: the default"
+    );
+    e.install(&req(2, 4, 0), handler, 6, &[]).unwrap();
+    e.install(&req(2, 4, 0), handler, 7, &[]).unwrap();
+    assert_eq!(e.raise(&mut log, &41).result, 47 + 48);
+    assert_eq!(e.raise(&mut log, &30).result, 35);
+    // A key on an event without a key function is refused.
+    let mut plain: Event<Log, u64, u64> = Event::new(
+        "T.P",
+        Owner {
+            authorize: keyed,
+            may_remove_primary: |_| false,
+        },
+        default,
+        None,
+        false,
+        8,
+    )
+    .unwrap();
+    assert_eq!(
+        plain.install(&req(2, 3, 0), handler, 5, &[]),
+        Err(Error::InvalidArgument)
     );
 }
