@@ -197,6 +197,9 @@ pub struct Raised<R> {
     pub defaulted: bool,
 }
 
+/// The one handler of an event raised by a direct call: its procedure, binding and key.
+type Single<C, A, R> = (HandlerFn<C, A, R>, Binding, Option<u64>);
+
 /// An event (see the module documentation).
 pub struct Event<C, A, R> {
     name: &'static str,
@@ -205,7 +208,7 @@ pub struct Event<C, A, R> {
     combiner: Option<Combiner<R>>,
     handlers: Vec<Installed<C, A, R>>,
     key_of: Option<fn(&A) -> u64>,
-    single: Option<(HandlerFn<C, A, R>, Binding, Option<u64>)>,
+    single: Option<Single<C, A, R>>,
     primary_single: bool,
     next_id: u32,
     limit: usize,
