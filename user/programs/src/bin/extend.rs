@@ -14,7 +14,10 @@
 //!   is told on its port; a huge memory, a forged import, an oversized and an invalid
 //!   module are refused; the kernel keeps running;
 //! - the kernel memory charged to the task is back to its baseline after everything is
-//!   released.
+//!   released;
+//! - a child (`extend_child`) that ends with a WebAssembly and a built-in handler
+//!   installed and its domains held leaves nothing behind: the charges come back and its
+//!   system-call numbers are free.
 #![no_std]
 #![no_main]
 
@@ -112,6 +115,53 @@ fn run(task_id: u64) -> Result<(), Failed> {
         heap_after == heap_base,
         "the kernel heap is back to the baseline ({heap_base}, now {heap_after})"
     );
+    task_end()
+}
+
+/// A child installs a WebAssembly and a built-in handler and ends without releasing
+/// anything: its charges come back, and its handlers are gone (the same numbers are free
+/// for this task).
+fn task_end() -> Result<(), Failed> {
+    let port = must("port_allocate", port_allocate(0))?;
+    must(
+        "port_notify",
+        baton_rt::ipc::port_notify(port, baton_abi::ipc::NOTIFY_KIND_NO_SENDERS, port),
+    )?;
+    // After the port (its name slot stays charged to this task).
+    let base = charged();
+    must(
+        "spawn extend_child",
+        baton_rt::sys::spawn_with("extend_child", port),
+    )?;
+    check!(
+        receive(port, 5_000_000_000).map(|r| r.0) == Ok(baton_abi::ipc::NOTIFY_NO_SENDERS),
+        "the child ended"
+    );
+    // The task's record goes a little after its last right: wait for the charges.
+    let mut now = charged();
+    for _ in 0..100 {
+        if now == base {
+            break;
+        }
+        let _ = baton_rt::sys::sleep_ns(10_000_000);
+        now = charged();
+    }
+    check!(
+        now == base,
+        "the child's charges are back ({base}, now {now})"
+    );
+    must("cap_drop", baton_rt::ipc::cap_drop(port))?;
+    let b = must("import builtin", spin::import("builtin.null_syscall"))?;
+    let h = must(
+        "install on the child's number",
+        spin::install(b, "sum", EVENT_SYSCALL, 0, 0x1000, 0),
+    )?;
+    check!(
+        spin::call(0x1000, [1, 1, 0, 0]) == 2,
+        "this task's handler, not the child's"
+    );
+    must("remove", spin::remove(h))?;
+    must("release", spin::release(b))?;
     Ok(())
 }
 
