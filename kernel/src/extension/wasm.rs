@@ -21,7 +21,9 @@
 //! the module's size, the memory limit, a value stack of at most [`STACK_VALUES`] values
 //! and a recursion depth of [`RECURSION`], all charged to the task up front
 //! ([`charge_bytes`]), which keeps them inside the kernel's reserve like any other charge.
-//! A kernel built with allocation fault injection can still fail inside `wasmi`.
+//! Every call into `wasmi` runs inside `crate::heap::bounded`, so a kernel built with
+//! allocation fault injection does not fail allocations there (it fails the charge and
+//! every fallible allocation around them instead).
 
 use super::{Call, K_CONSOLE_WRITE, K_SECRET, K_TASK_ID};
 use crate::kernel::{Kernel, TaskId};
@@ -146,8 +148,12 @@ pub fn create(
     k.copy_in(task, ptr, &mut bytes)?;
     // SAFETY: the lock is held (we have `k`); no other reference to the modules is live.
     let e = unsafe { exts() };
-    let engine = engine();
-    let module = Module::new(&engine, &bytes[..]).map_err(|_| Error::BadFormat)?;
+    let (engine, module) = crate::heap::bounded(|| {
+        let engine = engine();
+        let module = Module::new(&engine, &bytes[..]);
+        (engine, module)
+    });
+    let module = module.map_err(|_| Error::BadFormat)?;
     drop(bytes);
     let mut imports = Vec::new();
     for imp in module.imports() {
@@ -237,6 +243,42 @@ pub fn closure(
         .enumerate()
         .find_map(|(i, s)| s.as_mut().filter(|x| x.domain == owner).map(|x| (i, x)))
         .ok_or(Error::NotFound)?;
+    crate::heap::bounded(|| instantiate(ext, domains, task, owner))?;
+    let Some((store, instance)) = ext.store.as_ref() else {
+        return Err(Error::NotFound);
+    };
+    let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
+    let index = crate::heap::bounded(|| -> Result<usize, Error> {
+        Ok(match kind {
+            Kind::Syscall => {
+                let f = instance
+                    .get_typed_func::<(i64, i64, i64, i64), i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.sys_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                ext.sys_funcs.push(f);
+                ext.sys_funcs.len() - 1
+            }
+            Kind::Test => {
+                let f = instance
+                    .get_typed_func::<i64, i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.test_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                ext.test_funcs.push(f);
+                ext.test_funcs.len() - 1
+            }
+        })
+    })?;
+    Ok((slot as u64) << 32 | index as u64)
+}
+
+/// Instantiates `ext` (of domain `owner`, task `task`'s) if it is not yet: links the
+/// imports its domain resolved, and nothing else.
+fn instantiate(
+    ext: &mut Ext,
+    domains: &Domains,
+    task: TaskId,
+    owner: DomainId,
+) -> Result<(), Error> {
     if ext.store.is_none() {
         let d = domains.get(Holder::Task(task), owner)?;
         let engine = ext.engine.clone();
@@ -279,29 +321,7 @@ pub fn closure(
             })?;
         ext.store = Some((store, instance));
     }
-    let Some((store, instance)) = ext.store.as_ref() else {
-        return Err(Error::NotFound);
-    };
-    let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
-    let index = match kind {
-        Kind::Syscall => {
-            let f = instance
-                .get_typed_func::<(i64, i64, i64, i64), i64>(store, fname)
-                .map_err(|_| Error::InvalidArgument)?;
-            ext.sys_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
-            ext.sys_funcs.push(f);
-            ext.sys_funcs.len() - 1
-        }
-        Kind::Test => {
-            let f = instance
-                .get_typed_func::<i64, i64>(store, fname)
-                .map_err(|_| Error::InvalidArgument)?;
-            ext.test_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
-            ext.test_funcs.push(f);
-            ext.test_funcs.len() - 1
-        }
-    };
-    Ok((slot as u64) << 32 | index as u64)
+    Ok(())
 }
 
 /// `baton.console.write(ptr, len)`: prints bytes of the module's own linear memory.
@@ -354,7 +374,7 @@ pub fn syscall_handler(_k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u
         c.args[1] as i64,
         c.args[2] as i64,
     );
-    match f.call(store, args) {
+    match crate::heap::bounded(|| f.call(store, args)) {
         Ok(v) => Some(Some(v as u64)),
         Err(err) => {
             crate::arch::serial::kprintln!(
@@ -375,7 +395,7 @@ pub fn test_handler(_k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
     let f = ext.test_funcs.get(index)?;
     let (store, _) = ext.store.as_mut()?;
     store.set_fuel(fuel(b)).ok()?;
-    match f.call(store, *a as i64) {
+    match crate::heap::bounded(|| f.call(store, *a as i64)) {
         Ok(v) => Some(v as u64),
         Err(err) => {
             crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");

@@ -293,8 +293,14 @@ fn guards_and_combiner() -> Result<(), Failed> {
     Ok(())
 }
 
+fn heap() -> u64 {
+    baton_rt::sys::stats().map_or(0, |s| s.heap_used)
+}
+
 fn wasm(task_id: u64) -> Result<(), Failed> {
+    let heap0 = heap();
     let m = must("create the null_syscall module", spin::create(NULL_SYSCALL))?;
+    let heap1 = heap();
     check!(
         spin::install(m, "null", EVENT_SYSCALL, 0, 0x1010, 0) == Err(Error::NotFound),
         "installing before its imports are resolved: NotFound"
@@ -312,6 +318,21 @@ fn wasm(task_id: u64) -> Result<(), Failed> {
         "install wasm null",
         spin::install(m, "null", EVENT_SYSCALL, 0, 0x1010, 0),
     )?;
+    check!(spin::call(0x1010, [0; 4]) == 0, "the first call");
+    // What `wasmi` took of the kernel heap for the module, compiled, instantiated and
+    // called once, against what the task was charged for it (`docs/extensions.md`).
+    let heap2 = heap();
+    let charge = NULL_SYSCALL.len() as u64 * 16 + 16 * 65536 + 16 * 1024 * 16 + 16 * 1024;
+    println!(
+        "module of {} bytes: kernel heap +{} after create, +{} after instantiation and a call; charged {charge}",
+        NULL_SYSCALL.len(),
+        heap1.wrapping_sub(heap0),
+        heap2.wrapping_sub(heap0)
+    );
+    check!(
+        heap2.wrapping_sub(heap0) <= charge,
+        "the module's heap use is within its charge"
+    );
     let sum = must(
         "install wasm sum",
         spin::install(m, "sum", EVENT_SYSCALL, 0, 0x1011, 0),
