@@ -66,7 +66,7 @@ static HEAP: KernelHeap = KernelHeap(Mutex::new(Heap::new(General(Talc::new(Manu
 unsafe impl GlobalAlloc for KernelHeap {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if kern::fault::should_fail(Site::Heap) {
+        if !injection_paused() && kern::fault::should_fail(Site::Heap) {
             #[cfg(feature = "fault-inject")]
             record_fail_trace();
             return ptr::null_mut();
@@ -90,7 +90,7 @@ unsafe impl GlobalAlloc for KernelHeap {
         let Some(p) = NonNull::new(ptr) else {
             return ptr::null_mut();
         };
-        if kern::fault::should_fail(Site::Heap) {
+        if !injection_paused() && kern::fault::should_fail(Site::Heap) {
             return ptr::null_mut();
         }
         // SAFETY: `GlobalAlloc`'s contract: `ptr` is live with `layout`, and `new_size`
@@ -119,6 +119,39 @@ pub fn heap_used() -> usize {
 }
 
 // ---- Fault injection --------------------------------------------------------------------
+
+/// How many [`bounded`] sections are running (`fault-inject` builds).
+#[cfg(feature = "fault-inject")]
+static PAUSED: core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+
+/// Whether injection is paused by a [`bounded`] section (a constant `false` without the
+/// `fault-inject` feature, so the allocator's test costs nothing there).
+#[inline(always)]
+fn injection_paused() -> bool {
+    #[cfg(feature = "fault-inject")]
+    {
+        PAUSED.load(core::sync::atomic::Ordering::Relaxed) > 0
+    }
+    #[cfg(not(feature = "fault-inject"))]
+    {
+        false
+    }
+}
+
+/// Runs `f`, whose heap allocations are made by code that cannot take a failed one (a
+/// library whose allocations are infallible: the WebAssembly interpreter) and were bounded
+/// and charged beforehand, at a point that could fail (`kernel/src/extension/wasm.rs`).
+/// Fault injection leaves them alone, as it leaves the room made ahead elsewhere alone;
+/// a real failure there would be the allocation-error panic. Under the big kernel lock
+/// (so the pause may also spare another CPU's allocation meanwhile).
+pub fn bounded<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(feature = "fault-inject")]
+    PAUSED.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    let r = f();
+    #[cfg(feature = "fault-inject")]
+    PAUSED.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+    r
+}
 
 /// The `failalloc=N` period, kept from the command line until [`boot_done`].
 #[cfg(feature = "fault-inject")]

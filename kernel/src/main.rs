@@ -14,6 +14,7 @@ pub mod arch;
 mod control;
 mod device;
 mod exception;
+mod extension;
 mod family;
 mod fastpath;
 mod floor;
@@ -154,6 +155,7 @@ fn install_families() {
             ipc::release_task_names(k, id);
             activation::retire_orphans(k);
             device::task_released(k, id);
+            extension::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,

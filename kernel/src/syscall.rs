@@ -46,6 +46,28 @@ extern "C" fn syscall_dispatch(number: u64) -> ! {
     on_syscall(k, number)
 }
 
+/// A number outside the base ABI (`Sys::from_raw` knew none): `Trap.SystemCall`, whose
+/// handlers extensions install (`crate::extension`), for the extensions' range
+/// (`baton_abi::spin`). Reached only once the general decode found no base call, so the
+/// base calls pay nothing for it. Returns when no handler took the call (an unknown
+/// number).
+#[inline(never)]
+fn on_extension_call(k: &mut Kernel, number: u64, task: Option<TaskId>, args: [u64; 6]) {
+    if !(baton_abi::spin::EXT_SYSCALL_FIRST..baton_abi::spin::EXT_SYSCALL_END).contains(&number) {
+        return;
+    }
+    if let Some(v) = crate::extension::system_call(k, task, number, args) {
+        // SAFETY: this CPU runs the caller (it is in this system call), and the reference
+        // is not used after `k` is used again; the handlers are done with the kernel.
+        let th = unsafe { thread::current_mut() };
+        if !kernel::preempt_due(k, th.priority) {
+            th.frame.rax = v;
+            kernel::leave_to_user()
+        }
+        kernel::finish_entry(k, false, Some(v))
+    }
+}
+
 /// The entry's call for `ipc_msg`, before [`syscall_dispatch`] (see [`on_ipc_fast`]).
 #[no_mangle]
 extern "C" fn ipc_fast_dispatch() {
@@ -123,6 +145,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     let args = th.frame.syscall_args().1;
     let task_of = (th.task, th.task_key);
     let Some(call) = Sys::from_raw(number) else {
+        on_extension_call(k, number, task_of.0, args);
         crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
         k.report(format_args!(
             "killed: bad system call {number} (no handler)"
@@ -313,6 +336,14 @@ impl Kernel {
             | Sys::VmUnwire
             | Sys::VmStats => crate::vm::sys_vm(self, id, call, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
+            Sys::SpinImport
+            | Sys::SpinCreate
+            | Sys::SpinResolve
+            | Sys::SpinCombine
+            | Sys::SpinInstall
+            | Sys::SpinRemove
+            | Sys::SpinRelease
+            | Sys::SpinRaise => crate::extension::sys(self, id, call, args),
             Sys::IpcBufferSet => {
                 let cur = self.current_thread();
                 self.ipc_buffer_set(cur, id, args[0])

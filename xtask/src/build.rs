@@ -136,6 +136,7 @@ pub fn build_with(kernel_build: &CrossBuild) -> Result<Images, String> {
         ));
     }
 
+    build_extensions()?;
     let programs = program_names()?;
     let step = Step::start_with(
         format!("building the user programs ({})", USER.package),
@@ -210,6 +211,39 @@ pub fn parse_tools(text: &str) -> Vec<String> {
         .filter(|l| !l.is_empty())
         .map(String::from)
         .collect()
+}
+
+/// The WebAssembly target extensions are built for.
+pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
+
+/// The extension crates (`extensions/*`), built for [`WASM_TARGET`].
+pub const EXTENSIONS: &[&str] = &["null-syscall"];
+
+/// Builds the extension crates for [`WASM_TARGET`] (installing the target with rustup
+/// when missing) into `target/extensions/wasm32-unknown-unknown/release/<crate>.wasm`,
+/// where the user programs that install them embed them from (`include_bytes!`): a small
+/// stack and one 64 KiB page of initial memory, so that a module
+/// fits the kernel's limit on linear memory (`baton_abi::spin::MEMORY_PAGES_MAX`).
+pub fn build_extensions() -> Result<(), String> {
+    crate::deps::ensure_target_named(WASM_TARGET)?;
+    let step = Step::start_with("building the extensions".to_string(), EXTENSIONS.join(", "));
+    let mut cmd = crate::workspace::cargo();
+    cmd.args(["build", "--release", "--target", WASM_TARGET]);
+    for p in EXTENSIONS {
+        cmd.args(["-p", p]);
+    }
+    cmd.env("CARGO_TARGET_DIR", target_dir().join("extensions"))
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            [
+                "-Clink-arg=-zstack-size=16384",
+                "-Clink-arg=--initial-memory=65536",
+                "-Clink-arg=--max-memory=131072",
+            ]
+            .join("\x1f"),
+        );
+    step.finish(run_checked(&mut cmd, "the extension build"))
+        .map_err(compiler_output)
 }
 
 /// Points from a failed cargo build to its own messages.

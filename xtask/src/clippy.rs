@@ -12,6 +12,8 @@ use std::process::{Command, ExitCode};
 pub fn clippy() -> Result<ExitCode, String> {
     deps::ensure_target()?;
     deps::ensure_clippy()?;
+    // The user programs embed the extensions' modules.
+    crate::build::build_extensions()?;
     let mut host = cargo();
     host.arg("clippy")
         .args(crate::workspace::HOST_PACKAGES)

@@ -22,6 +22,12 @@ const RUSTUP_INSTALL: &str = "curl --proto '=https' --tlsv1.2 -sSf https://sh.ru
 
 /// Makes sure the active toolchain can build for [`TARGET`], adding it with rustup if needed.
 pub fn ensure_target() -> Result<(), String> {
+    ensure_target_named(TARGET)
+}
+
+/// Makes sure the active toolchain can build for `target` (also `wasm32-unknown-unknown`,
+/// for the extensions), adding it with rustup if needed.
+pub fn ensure_target_named(target: &str) -> Result<(), String> {
     let output = match command("rustup")
         .args(["target", "list", "--installed"])
         .output()
@@ -29,13 +35,13 @@ pub fn ensure_target() -> Result<(), String> {
         Ok(output) => output,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             // Without rustup, a toolchain that already ships the target is fine.
-            if sysroot_has_target() {
+            if sysroot_has_target(target) {
                 return Ok(());
             }
             return Err(format!(
-                "rustup is not installed and the Rust toolchain has no `{TARGET}` target.\n\
+                "rustup is not installed and the Rust toolchain has no `{target}` target.\n\
                  Install rustup and the target, then run this command again:\n    \
-                 {RUSTUP_INSTALL}\n    rustup target add {TARGET}"
+                 {RUSTUP_INSTALL}\n    rustup target add {target}"
             ));
         }
         Err(e) => return Err(format!("could not run `rustup`: {e}")),
@@ -49,22 +55,22 @@ pub fn ensure_target() -> Result<(), String> {
     }
     if String::from_utf8_lossy(&output.stdout)
         .lines()
-        .any(|l| l.trim() == TARGET)
+        .any(|l| l.trim() == target)
     {
         return Ok(());
     }
     note(format!(
-        "the Rust target {TARGET} is missing; installing it: rustup target add {TARGET}"
+        "the Rust target {target} is missing; installing it: rustup target add {target}"
     ));
     run_checked(
-        command("rustup").args(["target", "add", TARGET]),
+        command("rustup").args(["target", "add", target]),
         "installing the Rust target",
     )
-    .map_err(|e| format!("{e}\nRun it yourself:\n    rustup target add {TARGET}"))
+    .map_err(|e| format!("{e}\nRun it yourself:\n    rustup target add {target}"))
 }
 
-/// Whether `rustc --print sysroot` contains the standard library for [`TARGET`].
-fn sysroot_has_target() -> bool {
+/// Whether `rustc --print sysroot` contains the standard library for `target`.
+fn sysroot_has_target(target: &str) -> bool {
     let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
     let Ok(output) = command(rustc).args(["--print", "sysroot"]).output() else {
         return false;
@@ -73,7 +79,7 @@ fn sysroot_has_target() -> bool {
     output.status.success()
         && Path::new(&sysroot)
             .join("lib/rustlib")
-            .join(TARGET)
+            .join(target)
             .is_dir()
 }
 

@@ -1255,6 +1255,22 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // SPIN-style extensions: built-in and WebAssembly system calls, guards, combiners,
+        // authorisation, malicious modules, accounting (`docs/extensions.md`).
+        name: "extend_smp1",
+        init: &["extend"],
+        smp: 1,
+        require: &["extend#1| TEST PASS extend"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "extend_smp2",
+        init: &["extend"],
+        smp: 2,
+        require: &["extend#1| TEST PASS extend"],
+        ..BASE
+    },
+    IntegrationTest {
         // Kernel objects through capabilities: task and thread ports, interposition.
         name: "kobj_smp1",
         init: &["kobj"],

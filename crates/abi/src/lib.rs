@@ -304,6 +304,30 @@ pub enum Sys {
     /// [`Error::TooLarge`] for `max` above [`host::RECORDS_MAX`], [`Error::NotFound`] for
     /// no such task, [`Error::Denied`] without the host-privilege right.
     HostVm = 91,
+    /// `spin_import(name_ptr, name_len) -> domain`: a capability for the domain the
+    /// in-kernel name server exports under that interface name, if its authoriser lets the
+    /// caller have it ([`Error::Denied`]) (`docs/extensions.md`).
+    SpinImport = 100,
+    /// `spin_create(ptr, len) -> domain`: a domain from a WebAssembly module (at most
+    /// [`spin::MODULE_MAX`] bytes), validated and compiled; the caller's task is charged
+    /// for it. [`Error::BadFormat`] for an invalid module.
+    SpinCreate = 101,
+    /// `spin_resolve(source, target) -> count`: binds the target domain's unresolved
+    /// imports to the source's exports; both must be the caller's.
+    SpinResolve = 102,
+    /// `spin_combine(a, b) -> domain`: a domain exporting what both export.
+    SpinCombine = 103,
+    /// `spin_install(domain, sym_ptr, sym_len, event | rank << 32, claim, notify) ->
+    /// handler`: installs the domain's exported procedure as a handler of an event, if the
+    /// event's owner allows `claim`; aborts are reported to the port `notify` (0 = none).
+    SpinInstall = 104,
+    /// `spin_remove(event, handler) -> 0`.
+    SpinRemove = 105,
+    /// `spin_release(domain) -> 0`: lets go of a domain; a domain no one holds goes, with
+    /// its handlers and memory.
+    SpinRelease = 106,
+    /// `spin_raise(arg) -> result`: raises [`spin::EVENT_TEST`].
+    SpinRaise = 107,
 }
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
@@ -322,6 +346,7 @@ pub mod ipc;
 pub mod kobject;
 pub mod start;
 pub mod vm;
+pub mod spin;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;
@@ -580,6 +605,14 @@ impl Sys {
             89 => Sys::HostShutdown,
             90 => Sys::HostTrace,
             91 => Sys::HostVm,
+            100 => Sys::SpinImport,
+            101 => Sys::SpinCreate,
+            102 => Sys::SpinResolve,
+            103 => Sys::SpinCombine,
+            104 => Sys::SpinInstall,
+            105 => Sys::SpinRemove,
+            106 => Sys::SpinRelease,
+            107 => Sys::SpinRaise,
             _ => return None,
         })
     }

@@ -147,3 +147,34 @@ fn reserved_header_bits() {
     h.bits |= 1 << 24;
     assert!(!h.reserved_clear());
 }
+
+#[test]
+fn extension_numbers() {
+    use crate::spin::*;
+    let calls = [
+        (Sys::SpinImport, 100),
+        (Sys::SpinCreate, 101),
+        (Sys::SpinResolve, 102),
+        (Sys::SpinCombine, 103),
+        (Sys::SpinInstall, 104),
+        (Sys::SpinRemove, 105),
+        (Sys::SpinRelease, 106),
+        (Sys::SpinRaise, 107),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    assert_eq!((EVENT_SYSCALL, EVENT_TEST), (1, 2));
+    assert_eq!((EXT_SYSCALL_FIRST, EXT_SYSCALL_END), (0x1000, 0x2000));
+    assert_eq!(NOTIFY_ABORTED, 0x5350_0001);
+    assert_eq!(
+        (MODULE_MAX, MEMORY_PAGES_MAX, FUEL, DOMAINS_MAX),
+        (65536, 16, 100_000, 32)
+    );
+    // The extension range is outside the base ABI and the floor calls.
+    for n in EXT_SYSCALL_FIRST..EXT_SYSCALL_END {
+        assert_eq!(Sys::from_raw(n), None);
+    }
+    const { assert!(EXT_SYSCALL_END <= FLOOR_BASE) };
+}

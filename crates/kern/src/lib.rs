@@ -42,6 +42,8 @@ pub mod ratelimit;
 pub mod ring;
 pub mod sched;
 pub mod slab;
+/// SPIN's events, guards, dispatcher and domains (`docs/extensions.md`).
+pub mod spin;
 pub mod symbols;
 pub mod timer;
 pub mod usercopy;

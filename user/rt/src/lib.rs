@@ -76,6 +76,7 @@ pub mod names;
 pub mod raw;
 pub mod report;
 pub mod rpc;
+pub mod spin;
 pub mod start;
 pub mod sync;
 pub mod sys;

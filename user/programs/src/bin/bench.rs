@@ -1118,6 +1118,97 @@ fn sting_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The WebAssembly extension (`extensions/null_syscall`), built by `cargo xtask build`.
+static NULL_SYSCALL: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
+));
+
+/// SPIN's dispatcher (`docs/extensions.md`): system calls added by extensions, and
+/// `Test.Raise` with 1, 2, 4 and 8 handlers whose owner's guards hold or fail.
+fn spin_benchmarks() -> Result<(), Failed> {
+    use baton_abi::spin::{EVENT_SYSCALL, EVENT_TEST};
+    use baton_rt::spin;
+    let ok = |what: &str, r: Result<spin::Handler, baton_abi::Error>| {
+        r.map_err(|e| fail!("{what}: {e:?}"))
+    };
+    let b = spin::import("builtin.null_syscall").map_err(|e| fail!("import: {e:?}"))?;
+    let m = spin::create(NULL_SYSCALL).map_err(|e| fail!("create: {e:?}"))?;
+    for i in ["baton.console", "baton.task"] {
+        let d = spin::import(i).map_err(|e| fail!("import {i}: {e:?}"))?;
+        spin::resolve(d, m).map_err(|e| fail!("resolve: {e:?}"))?;
+    }
+    let h1 = ok(
+        "install",
+        spin::install(b, "null", EVENT_SYSCALL, 0, 0x1000, 0),
+    )?;
+    let h2 = ok(
+        "install",
+        spin::install(m, "null", EVENT_SYSCALL, 0, 0x1001, 0),
+    )?;
+    single("spin.syscall.event", || {
+        black_box(spin::call(0x1000, [0; 4]));
+    })?;
+    single("spin.syscall.event.wasm", || {
+        black_box(spin::call(0x1001, [0; 4]));
+    })?;
+    for h in [h1, h2] {
+        let _ = spin::remove(h);
+    }
+    // No handler: the default answers (the raise's system call and the dispatcher's
+    // look at an empty list).
+    single("spin.dispatch.0", || {
+        black_box(spin::raise(0).ok());
+    })?;
+    // One handler, no guard: the direct call.
+    let h = ok("install", spin::install(b, "one", EVENT_TEST, 0, 0, 0))?;
+    single("spin.dispatch.1", || {
+        black_box(spin::raise(0).ok());
+    })?;
+    let _ = spin::remove(h);
+    let h = ok("install", spin::install(m, "one", EVENT_TEST, 0, 0, 0))?;
+    single("spin.dispatch.1.wasm", || {
+        black_box(spin::raise(0).ok());
+    })?;
+    let _ = spin::remove(h);
+    // n handlers, each with the owner's guard `arg == 0` (claim 1: true for the raise's
+    // argument 0) or `arg == 1` (claim 2: false).
+    const NAMES: [[&str; 4]; 2] = [
+        [
+            "spin.dispatch.1.true",
+            "spin.dispatch.2.true",
+            "spin.dispatch.4.true",
+            "spin.dispatch.8.true",
+        ],
+        [
+            "spin.dispatch.1.false",
+            "spin.dispatch.2.false",
+            "spin.dispatch.4.false",
+            "spin.dispatch.8.false",
+        ],
+    ];
+    for (claim, names) in [(1, NAMES[0]), (2, NAMES[1])] {
+        for (n, name) in [1usize, 2, 4, 8].into_iter().zip(names) {
+            let mut hs = [None; 8];
+            for slot in hs.iter_mut().take(n) {
+                *slot = Some(ok(
+                    "install",
+                    spin::install(b, "one", EVENT_TEST, 0, claim, 0),
+                )?);
+            }
+            single(name, || {
+                black_box(spin::raise(0).ok());
+            })?;
+            for h in hs.into_iter().flatten() {
+                let _ = spin::remove(h);
+            }
+        }
+    }
+    let _ = spin::release(m);
+    let _ = spin::release(b);
+    Ok(())
+}
+
 /// Runs every benchmark in turn.
 /// Where the virtual-memory benchmarks put their memory.
 const VM_BENCH: u64 = 0x5200_0000_0000;
@@ -1293,6 +1384,7 @@ fn run_all() -> Result<(), Failed> {
     frag_create_exit(threads)?;
     sting_benchmarks()?;
     vm_benchmarks()?;
+    spin_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

@@ -1,0 +1,22 @@
+//! SPIN's extension machinery, machine-independent (Bershad et al., "Extensibility, Safety
+//! and Performance in the SPIN Operating System", sections 3.1 and 3.2).
+//!
+//! - [`event`]: events as typed procedures with an owner (the default implementation)
+//!   that authorises every handler installation and may attach a guard; handlers with
+//!   their closure, guards, ordering, result combiners, a primary handler the owner may
+//!   let be removed or replaced, and the fall-back to the default when a handler aborts.
+//!   One handler and no guard is one indirect call ([`event::Event::raise`]).
+//! - [`domain`]: logical protection domains (`Create`, `Resolve`, `Combine`) over
+//!   extension images the kernel has validated, capabilities for them held per task, and
+//!   the in-kernel name server with per-interface authorisation.
+//!
+//! Nothing here knows WebAssembly or the machine: the kernel (`kernel/src/spin/`) turns a
+//! validated module into an [`domain::Image`] and runs the handlers.
+
+pub mod domain;
+pub mod event;
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,546 @@
+//! The extension family: SPIN's events, domains and extensions in the kernel
+//! (`docs/extensions.md`).
+//!
+//! It owns two events, `Trap.SystemCall` (raised by the system-call decode for a number
+//! outside the base ABI) and `Test.Raise` (raised by `spin_raise`, for tests and the
+//! dispatcher's benchmarks), the domains and the name server of `kern::spin`, the
+//! kernel's public interfaces (`baton.console`, `baton.task`, and `baton.kernel`, which no
+//! task may import), the built-in extensions ([`builtin`], Rust that forbids `unsafe`) and
+//! the WebAssembly extensions ([`wasm`], run by `wasmi` under a fuel budget).
+//!
+//! # State and locking
+//! The family's state lives here, not in [`Kernel`]: [`STATE`] (events, domains, names,
+//! handler records) and `wasm::EXTS` (compiled modules and their stores). Both are
+//! touched only under the big kernel lock. A raise borrows the event from [`STATE`]
+//! while its handlers run; handlers never touch [`STATE`] (a WebAssembly handler uses
+//! only `wasm::EXTS`), and every change to the handler lists happens after the raise.
+//!
+//! # Invariants
+//! - Every installed handler has one [`Meta`] record (its event, id, installer, domain
+//!   and notification port), and a domain's handlers go before the domain does.
+//! - Everything a task made here goes when it ends ([`task_released`]).
+
+pub mod builtin;
+pub mod wasm;
+
+use crate::kernel::{Kernel, TaskId};
+use alloc::vec::Vec;
+use baton_abi::spin::{
+    DOMAINS_MAX, EVENT_SYSCALL, EVENT_TEST, EXT_SYSCALL_END, EXT_SYSCALL_FIRST, FUEL,
+    NOTIFY_ABORTED,
+};
+use baton_abi::{Error, Sys};
+use core::cell::UnsafeCell;
+use kern::ipc::{Message, PortId};
+use kern::spin::domain::{
+    DomainId, Domains, Holder, Image, Interface, Name, NameServer, Sig, Symbol,
+};
+use kern::spin::event::{
+    Decision, Event, Guard, HandlerFn, HandlerId, Installer, Mode, Owner, Request,
+};
+
+/// `Trap.SystemCall`'s arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct Call {
+    pub task: TaskId,
+    pub number: u64,
+    pub args: [u64; 6],
+}
+
+/// `Trap.SystemCall(call) -> rax` (`None`: no handler took it).
+pub type SyscallEvent = Event<Kernel, Call, Option<u64>>;
+/// `Test.Raise(arg) -> sum`.
+pub type TestEvent = Event<Kernel, u64, u64>;
+
+/// The type a handler of `Trap.SystemCall` has in an extension image:
+/// `(number, a0, a1, a2: i64) -> i64`.
+pub const SYSCALL_SIG: Sig = Sig {
+    params: 4,
+    results: 1,
+    wide: 0b1_1111,
+};
+/// The type of a `Test.Raise` handler: `(i64) -> i64`.
+pub const TEST_SIG: Sig = Sig {
+    params: 1,
+    results: 1,
+    wide: 0b11,
+};
+
+/// What the family remembers of an installed handler.
+struct Meta {
+    event: u64,
+    id: HandlerId,
+    task: TaskId,
+    domain: DomainId,
+    notify: Option<PortId>,
+}
+
+/// The family's state.
+pub struct State {
+    syscall: SyscallEvent,
+    test: TestEvent,
+    domains: Domains,
+    names: NameServer,
+    meta: Vec<Meta>,
+    /// The domains of the kernel's public interfaces.
+    kernel_domains: [DomainId; 3],
+}
+
+struct Global(UnsafeCell<Option<State>>);
+// SAFETY: the state is only reached through `state`, whose callers hold the big kernel
+// lock, so one CPU at a time uses it.
+unsafe impl Sync for Global {}
+
+static STATE: Global = Global(UnsafeCell::new(None));
+
+/// The family's state, made on first use.
+///
+/// # Safety
+/// The caller holds the big kernel lock (the `&mut Kernel` it passes is the evidence) and
+/// keeps no other reference from an earlier call alive while it uses this one.
+unsafe fn state(_k: &mut Kernel) -> Result<&'static mut State, Error> {
+    // SAFETY: under the lock, by the caller's contract, this is the only reference.
+    let slot = unsafe { &mut *STATE.0.get() };
+    if slot.is_none() {
+        *slot = Some(State::new()?);
+    }
+    slot.as_mut().ok_or(Error::NoMemory)
+}
+
+/// The state if it exists (nothing is made).
+///
+/// # Safety
+/// As [`state`].
+unsafe fn existing() -> Option<&'static mut State> {
+    // SAFETY: as `state`.
+    unsafe { (*STATE.0.get()).as_mut() }
+}
+
+/// Kernel interface targets (the `target` of the kernel domain's symbols).
+pub const K_CONSOLE_WRITE: u64 = 1;
+pub const K_TASK_ID: u64 = 2;
+pub const K_SECRET: u64 = 3;
+
+fn name(s: &str) -> Result<Name, Error> {
+    Name::new(s.as_bytes())
+}
+
+fn iface(n: &str, symbols: &[(&str, Sig, u64)]) -> Result<Interface, Error> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(symbols.len())
+        .map_err(|_| Error::NoMemory)?;
+    for (s, sig, target) in symbols {
+        v.push(Symbol {
+            name: name(s)?,
+            sig: *sig,
+            target: *target,
+        });
+    }
+    Ok(Interface {
+        name: name(n)?,
+        symbols: v,
+    })
+}
+
+fn anyone(_: Holder, _: u64) -> bool {
+    true
+}
+
+fn kernel_only(who: Holder, _: u64) -> bool {
+    who == Holder::Kernel
+}
+
+/// The owner of `Trap.SystemCall`: a claim is a number in the extension range; the key
+/// it gives the handler (the event's key is the calling task and the number: [`call_key`])
+/// lets it see only that number, called by the installer's task. A key rather than a
+/// guard procedure: the dispatcher compares it itself, so one handler stays a direct call.
+fn syscall_authorize(r: &Request) -> Decision<Call> {
+    if !(EXT_SYSCALL_FIRST..EXT_SYSCALL_END).contains(&r.claim) || r.installer.task >= 1 << 43 {
+        return Decision::Deny;
+    }
+    Decision::Allow {
+        guard: None,
+        key: Some(r.installer.task << 20 | r.claim),
+        budget: FUEL,
+    }
+}
+
+/// `Trap.SystemCall`'s key: the task in the high bits, the number in the low 20.
+fn call_key(c: &Call) -> u64 {
+    c.task << 20 | (c.number & 0xf_ffff)
+}
+
+/// No handler took the call: the caller's decode goes on as for any unknown number.
+fn syscall_default(_: &mut Kernel, _: &Call) -> Option<u64> {
+    None
+}
+
+/// The owner of `Test.Raise`: claim 0 installs without a guard; claim `1 + x` with the
+/// guard `arg == x`.
+fn test_authorize(r: &Request) -> Decision<u64> {
+    Decision::Allow {
+        guard: r.claim.checked_sub(1).map(|x| Guard {
+            test: |w, a| *a == w,
+            word: x,
+        }),
+        key: None,
+        budget: FUEL,
+    }
+}
+
+fn test_default(_: &mut Kernel, _: &u64) -> u64 {
+    0
+}
+
+fn no_primary(_: &Installer) -> bool {
+    false
+}
+
+impl State {
+    fn new() -> Result<State, Error> {
+        let syscall = Event::keyed(
+            "Trap.SystemCall",
+            Owner {
+                authorize: syscall_authorize,
+                may_remove_primary: no_primary,
+            },
+            syscall_default,
+            None,
+            false,
+            kern::spin::event::MAX_HANDLERS,
+            Some(call_key),
+        )?;
+        let test = Event::new(
+            "Test.Raise",
+            Owner {
+                authorize: test_authorize,
+                may_remove_primary: no_primary,
+            },
+            test_default,
+            Some(u64::wrapping_add),
+            false,
+            kern::spin::event::MAX_HANDLERS,
+        )?;
+        let mut domains = Domains::new();
+        let mut names = NameServer::new();
+        let none = Sig {
+            params: 0,
+            results: 0,
+            wide: 0,
+        };
+        let i64_result = Sig {
+            params: 0,
+            results: 1,
+            wide: 0b1,
+        };
+        // One domain per public interface, so that each name's authoriser guards exactly
+        // its own symbols (a capability for the console's domain resolves nothing else).
+        let mut kernel_domains = [DomainId(0); 3];
+        for (slot, (iname, sym, sig, target, auth)) in kernel_domains.iter_mut().zip([
+            (
+                "baton.console",
+                "write",
+                Sig { params: 2, ..none },
+                K_CONSOLE_WRITE,
+                anyone as kern::spin::domain::Authorizer,
+            ),
+            ("baton.task", "id", i64_result, K_TASK_ID, anyone),
+            ("baton.kernel", "secret", i64_result, K_SECRET, kernel_only),
+        ]) {
+            let mut exports = Vec::new();
+            exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
+            exports.push(iface(iname, &[(sym, sig, target)])?);
+            let d = domains.create(
+                Holder::Kernel,
+                Image {
+                    exports,
+                    imports: Vec::new(),
+                },
+            )?;
+            names.export(&domains, Holder::Kernel, name(iname)?, d, auth, 0)?;
+            *slot = d;
+        }
+        builtin::register(&mut domains, &mut names)?;
+        let mut meta = Vec::new();
+        meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
+            .map_err(|_| Error::NoMemory)?;
+        Ok(State {
+            syscall,
+            test,
+            domains,
+            names,
+            meta,
+            kernel_domains,
+        })
+    }
+}
+
+/// `Trap.SystemCall`: system call `number` (in the extension range) of a thread running
+/// in task `task`. The handlers' answer, or `None` when no handler took it (the caller's
+/// decode then treats it as an unknown number). Nothing is made when no extension was
+/// ever installed.
+#[inline]
+pub fn system_call(
+    k: &mut Kernel,
+    task: Option<TaskId>,
+    number: u64,
+    args: [u64; 6],
+) -> Option<u64> {
+    let task = task?;
+    // SAFETY: the lock is held (we have `k`); the reference is the only one.
+    let s = unsafe { existing() }?;
+    let call = Call { task, number, args };
+    let r = s.syscall.raise(k, &call);
+    if r.aborted != 0 {
+        aborted(k, EVENT_SYSCALL, r.aborted);
+        if r.defaulted {
+            // The number was an extension's, which failed: the caller learns that, rather
+            // than being treated as having made an unknown call.
+            return Some(Error::Aborted.to_raw());
+        }
+    }
+    r.result
+}
+
+/// Removes the handlers at the positions in `mask` of `event` (they aborted) and tells
+/// their installers.
+#[inline(never)]
+fn aborted(k: &mut Kernel, event: u64, mask: u32) {
+    // SAFETY: the lock is held; the raise's borrow has ended.
+    let Some(s) = (unsafe { existing() }) else {
+        return;
+    };
+    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
+    for (i, slot) in ids.iter_mut().enumerate() {
+        if mask & (1 << i) != 0 {
+            *slot = match event {
+                EVENT_SYSCALL => s.syscall.installer_at(i),
+                _ => s.test.installer_at(i),
+            }
+            .map(|x| x.0);
+        }
+    }
+    for id in ids.into_iter().flatten() {
+        let _ = match event {
+            EVENT_SYSCALL => s.syscall.remove(id, None),
+            _ => s.test.remove(id, None),
+        };
+        if let Some(at) = s.meta.iter().position(|m| m.event == event && m.id == id) {
+            let m = s.meta.swap_remove(at);
+            crate::arch::serial::kprintln!(
+                "[kernel] extension handler {} of task {} on {} aborted and removed",
+                id.0,
+                m.task,
+                if event == EVENT_SYSCALL {
+                    "Trap.SystemCall"
+                } else {
+                    "Test.Raise"
+                }
+            );
+            if let Some(port) = m.notify {
+                let msg = Message {
+                    id: NOTIFY_ABORTED,
+                    word: Some(u64::from(id.0)),
+                    ..Message::default()
+                };
+                let mut fx = crate::ipc::effects(k);
+                k.ipc.enqueue(port, msg, &mut fx);
+                crate::ipc::apply(k, fx);
+            }
+        }
+    }
+}
+
+/// The extension system calls (`Sys::Spin*`) of task `task`.
+pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
+    if call == Sys::SpinRaise {
+        return raise_test(k, args[0]);
+    }
+    // SAFETY: the lock is held; nothing else of the state is borrowed.
+    let s = unsafe { state(k) }?;
+    let me = Holder::Task(task);
+    match call {
+        Sys::SpinImport => {
+            let n = copy_name(k, task, args[0], args[1])?;
+            check_room(s, task)?;
+            s.names.import(&mut s.domains, me, &n).map(|d| d.0)
+        }
+        Sys::SpinCreate => {
+            check_room(s, task)?;
+            wasm::create(k, &mut s.domains, task, args[0], args[1]).map(|d| d.0)
+        }
+        Sys::SpinResolve => s
+            .domains
+            .resolve(me, DomainId(args[0]), DomainId(args[1]))
+            .map(|n| n as u64),
+        Sys::SpinCombine => {
+            check_room(s, task)?;
+            s.domains
+                .combine(me, DomainId(args[0]), DomainId(args[1]))
+                .map(|d| d.0)
+        }
+        Sys::SpinInstall => install(k, s, task, args),
+        Sys::SpinRemove => {
+            let id = HandlerId(u32::try_from(args[1]).map_err(|_| Error::NotFound)?);
+            let who = Installer {
+                task,
+                domain: 0,
+                builtin: false,
+            };
+            match args[0] {
+                EVENT_SYSCALL => s.syscall.remove(id, Some(&who))?,
+                EVENT_TEST => s.test.remove(id, Some(&who))?,
+                _ => return Err(Error::NotFound),
+            }
+            s.meta.retain(|m| !(m.event == args[0] && m.id == id));
+            Ok(0)
+        }
+        Sys::SpinRelease => release(s, me, DomainId(args[0])).map(|()| 0),
+        _ => Err(Error::InvalidArgument),
+    }
+}
+
+fn check_room(s: &State, task: TaskId) -> Result<(), Error> {
+    if s.domains.held_by(task).count() >= DOMAINS_MAX {
+        return Err(Error::NoSpace);
+    }
+    Ok(())
+}
+
+fn copy_name(k: &mut Kernel, task: TaskId, ptr: u64, len: u64) -> Result<Name, Error> {
+    let len = usize::try_from(len).map_err(|_| Error::TooLarge)?;
+    let mut buf = [0u8; kern::spin::domain::NAME_MAX];
+    let out = buf.get_mut(..len).ok_or(Error::TooLarge)?;
+    k.copy_in(task, ptr, out)?;
+    Name::new(out)
+}
+
+/// `spin_raise(arg)`: `Test.Raise`.
+fn raise_test(k: &mut Kernel, arg: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held; the reference is the only one.
+    let Some(s) = (unsafe { existing() }) else {
+        return Ok(0);
+    };
+    let r = s.test.raise(k, &arg);
+    if r.aborted != 0 {
+        aborted(k, EVENT_TEST, r.aborted);
+    }
+    Ok(r.result)
+}
+
+/// `spin_install(domain, sym_ptr, sym_len, event | rank << 32, claim, notify)`.
+fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Result<u64, Error> {
+    let domain = DomainId(args[0]);
+    let sym = copy_name(k, task, args[1], args[2])?;
+    let event = args[3] & 0xffff_ffff;
+    let rank = (args[3] >> 32) as u32 as i32;
+    let claim = args[4];
+    let notify = match args[5] {
+        0 => None,
+        n => {
+            let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+            Some(k.ipc.sendable_port(&t.names, n)?)
+        }
+    };
+    let (owner, symbol) = s.domains.find_export(Holder::Task(task), domain, &sym)?;
+    let builtin =
+        s.domains.get(Holder::Kernel, owner).is_ok() && !s.kernel_domains.contains(&owner);
+    let installer = Installer {
+        task,
+        domain: domain.0,
+        builtin,
+    };
+    let req = Request {
+        installer,
+        claim,
+        rank,
+        mode: Mode::Synchronous,
+    };
+    let id = match event {
+        EVENT_SYSCALL => {
+            let (f, closure): (HandlerFn<Kernel, Call, Option<u64>>, u64) = if builtin {
+                (builtin::syscall_handler(symbol.target)?, claim)
+            } else {
+                if symbol.sig != SYSCALL_SIG {
+                    return Err(Error::InvalidArgument);
+                }
+                (
+                    wasm::syscall_handler,
+                    wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Syscall)?,
+                )
+            };
+            s.syscall.install(&req, f, closure, &[])?
+        }
+        EVENT_TEST => {
+            let (f, closure): (HandlerFn<Kernel, u64, u64>, u64) = if builtin {
+                (builtin::test_handler(symbol.target)?, claim)
+            } else {
+                if symbol.sig != TEST_SIG {
+                    return Err(Error::InvalidArgument);
+                }
+                (
+                    wasm::test_handler,
+                    wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Test)?,
+                )
+            };
+            s.test.install(&req, f, closure, &[])?
+        }
+        _ => return Err(Error::NotFound),
+    };
+    if s.meta.try_reserve(1).is_err() {
+        let _ = match event {
+            EVENT_SYSCALL => s.syscall.remove(id, None),
+            _ => s.test.remove(id, None),
+        };
+        return Err(Error::NoMemory);
+    }
+    s.meta.push(Meta {
+        event,
+        id,
+        task,
+        domain: owner,
+        notify,
+    });
+    Ok(u64::from(id.0))
+}
+
+/// `who` lets go of `domain`; what went with it goes (its handlers, its module).
+fn release(s: &mut State, who: Holder, domain: DomainId) -> Result<(), Error> {
+    let mut gone = Vec::new();
+    s.domains.release(who, domain, &mut gone)?;
+    for d in gone {
+        forget_domain(s, d);
+    }
+    Ok(())
+}
+
+fn forget_domain(s: &mut State, d: DomainId) {
+    while let Some(at) = s.meta.iter().position(|m| m.domain == d) {
+        let m = s.meta.swap_remove(at);
+        let _ = match m.event {
+            EVENT_SYSCALL => s.syscall.remove(m.id, None),
+            _ => s.test.remove(m.id, None),
+        };
+    }
+    s.names.forget(d);
+    wasm::forget(d);
+}
+
+/// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).
+pub fn task_released(_k: &mut Kernel, id: TaskId) {
+    // SAFETY: the lock is held (the hook runs under it); the reference is the only one.
+    let Some(s) = (unsafe { existing() }) else {
+        return;
+    };
+    s.syscall.remove_where(|i| i.task == id);
+    s.test.remove_where(|i| i.task == id);
+    s.meta.retain(|m| m.task != id);
+    loop {
+        let Some(d) = s.domains.held_by(id).next() else {
+            break;
+        };
+        if release(s, Holder::Task(id), d).is_err() {
+            break;
+        }
+    }
+}

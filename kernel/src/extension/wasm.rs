@@ -1,0 +1,405 @@
+//! WebAssembly extensions, run in the kernel by the `wasmi` interpreter.
+//!
+//! `spin_create` copies a module (at most [`MODULE_MAX`] bytes) from the caller, charges
+//! the caller's task for it ([`charge_bytes`]), validates and compiles it eagerly (a
+//! bounded amount of work: the size cap, and `wasmi`'s strict limits on functions,
+//! globals, tables and segments), and makes a domain whose imports are the module's
+//! function imports and whose one exported interface, `ext`, holds its exported functions.
+//! The first installation of one of its procedures instantiates it: every import must be
+//! bound by a `Resolve` to one of the kernel's public interfaces (an import nothing bound
+//! is refused, `NotFound`), and only those bindings are linked. Its store limits its
+//! linear memory to [`MEMORY_PAGES_MAX`] pages, one memory, one table of 1,024 elements.
+//!
+//! Every invocation runs with the fuel its installation was given (the event's owner's
+//! bound, [`FUEL`] by default): running out, a trap (an access outside its linear memory,
+//! an unreachable, a division by zero, a stack overflow of its bounded stack) ends the
+//! invocation with `None`, which the dispatcher reports as an abort.
+//!
+//! # Memory
+//! `wasmi` allocates from the kernel heap and treats a failed allocation as fatal (the
+//! kernel's allocation-error handler panics). So its allocations are bounded instead:
+//! the module's size, the memory limit, a value stack of at most [`STACK_VALUES`] values
+//! and a recursion depth of [`RECURSION`], all charged to the task up front
+//! ([`charge_bytes`]), which keeps them inside the kernel's reserve like any other charge.
+//! Every call into `wasmi` runs inside `crate::heap::bounded`, so a kernel built with
+//! allocation fault injection does not fail allocations there (it fails the charge and
+//! every fallible allocation around them instead).
+
+use super::{Call, K_CONSOLE_WRITE, K_SECRET, K_TASK_ID};
+use crate::kernel::{Kernel, TaskId};
+use alloc::vec::Vec;
+use baton_abi::spin::{FUEL, MEMORY_PAGES_MAX, MODULE_MAX};
+use baton_abi::Error;
+use core::cell::UnsafeCell;
+use kern::quota::Charge;
+use kern::spin::domain::{DomainId, Domains, Holder, Image, Import, Interface, Name, Sig, Symbol};
+use kern::spin::event::Binding;
+use wasmi::{
+    Caller, CompilationMode, Config, EnforcedLimits, Engine, ExternType, FuncType, Instance,
+    Linker, Module, Store, StoreLimits, StoreLimitsBuilder, TypedFunc, ValType,
+};
+
+/// Most values on an invocation's stack.
+pub const STACK_VALUES: usize = 16 * 1024;
+/// Deepest call nesting inside an invocation.
+pub const RECURSION: usize = 128;
+/// Longest text `baton.console.write` prints.
+const WRITE_MAX: usize = 256;
+
+/// Bytes a module of `len` bytes is charged: its compiled form (at most 16 times its
+/// size), its linear memory at the limit, its value stack, and the store.
+pub fn charge_bytes(len: usize) -> usize {
+    len * 16 + MEMORY_PAGES_MAX as usize * 65536 + STACK_VALUES * 16 + 16 * 1024
+}
+
+/// What a store carries: the task whose event it is running for.
+struct Host {
+    task: u64,
+    limits: StoreLimits,
+}
+
+type SysFn = TypedFunc<(i64, i64, i64, i64), i64>;
+type TestFn = TypedFunc<i64, i64>;
+
+struct Ext {
+    domain: DomainId,
+    /// Its own engine: `wasmi` keeps compiled code in the engine until the engine goes, so
+    /// a shared one would keep every released module's code (uncharged) for ever.
+    engine: Engine,
+    module: Module,
+    store: Option<(Store<Host>, Instance)>,
+    sys_funcs: Vec<SysFn>,
+    test_funcs: Vec<TestFn>,
+    _charge: Charge,
+}
+
+#[derive(Default)]
+struct Exts {
+    list: Vec<Option<Ext>>,
+}
+
+struct Global(UnsafeCell<Option<Exts>>);
+// SAFETY: reached only through `exts`, whose callers hold the big kernel lock.
+unsafe impl Sync for Global {}
+
+static EXTS: Global = Global(UnsafeCell::new(None));
+
+/// The modules.
+///
+/// # Safety
+/// The caller holds the big kernel lock and no other reference from an earlier call.
+unsafe fn exts() -> &'static mut Exts {
+    // SAFETY: by the caller's contract this is the only reference, under the lock.
+    let slot = unsafe { &mut *EXTS.0.get() };
+    slot.get_or_insert_with(Exts::default)
+}
+
+/// A new engine: fuel metering, no floats, eager compilation, strict limits on what a
+/// module may declare, a bounded stack.
+fn engine() -> Engine {
+    let mut c = Config::default();
+    c.consume_fuel(true)
+        .floats(false)
+        .compilation_mode(CompilationMode::Eager)
+        .enforced_limits(EnforcedLimits::strict())
+        .set_max_recursion_depth(RECURSION)
+        .set_max_stack_height(STACK_VALUES)
+        .set_max_cached_stacks(1);
+    Engine::new(&c)
+}
+
+fn sig_of(ft: &FuncType) -> Option<Sig> {
+    let (p, r) = (ft.params(), ft.results());
+    if p.len() + r.len() > Sig::MAX {
+        return None;
+    }
+    let mut wide = 0u16;
+    for (i, t) in p.iter().chain(r.iter()).enumerate() {
+        match t {
+            ValType::I32 => {}
+            ValType::I64 => wide |= 1 << i,
+            _ => return None,
+        }
+    }
+    Some(Sig {
+        params: p.len() as u8,
+        results: r.len() as u8,
+        wide,
+    })
+}
+
+/// `spin_create(ptr, len)` by task `task`: the new domain.
+pub fn create(
+    k: &mut Kernel,
+    domains: &mut Domains,
+    task: TaskId,
+    ptr: u64,
+    len: u64,
+) -> Result<DomainId, Error> {
+    let len = usize::try_from(len).map_err(|_| Error::TooLarge)?;
+    if len > MODULE_MAX {
+        return Err(Error::TooLarge);
+    }
+    let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+    let charge = crate::quota::heap(account, charge_bytes(len))?;
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| Error::NoMemory)?;
+    bytes.resize(len, 0);
+    k.copy_in(task, ptr, &mut bytes)?;
+    // SAFETY: the lock is held (we have `k`); no other reference to the modules is live.
+    let e = unsafe { exts() };
+    let (engine, module) = crate::heap::bounded(|| {
+        let engine = engine();
+        let module = Module::new(&engine, &bytes[..]);
+        (engine, module)
+    });
+    let module = module.map_err(|_| Error::BadFormat)?;
+    drop(bytes);
+    let mut imports = Vec::new();
+    for imp in module.imports() {
+        let ExternType::Func(ft) = imp.ty() else {
+            return Err(Error::BadFormat);
+        };
+        let sig = sig_of(ft).ok_or(Error::BadFormat)?;
+        imports.try_reserve(1).map_err(|_| Error::NoMemory)?;
+        imports.push(Import {
+            interface: Name::new(imp.module().as_bytes())?,
+            name: Name::new(imp.name().as_bytes())?,
+            sig,
+        });
+    }
+    let mut symbols = Vec::new();
+    for (i, ex) in module.exports().enumerate() {
+        let ExternType::Func(ft) = ex.ty() else {
+            continue;
+        };
+        let Some(sig) = sig_of(ft) else { continue };
+        symbols.try_reserve(1).map_err(|_| Error::NoMemory)?;
+        symbols.push(Symbol {
+            name: Name::new(ex.name().as_bytes())?,
+            sig,
+            target: i as u64,
+        });
+    }
+    let mut exports = Vec::new();
+    exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
+    exports.push(Interface {
+        name: Name::new(b"ext")?,
+        symbols,
+    });
+    e.list.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    let domain = domains.create(Holder::Task(task), Image { exports, imports })?;
+    let ext = Ext {
+        domain,
+        engine,
+        module,
+        store: None,
+        sys_funcs: Vec::new(),
+        test_funcs: Vec::new(),
+        _charge: charge,
+    };
+    match e.list.iter_mut().find(|s| s.is_none()) {
+        Some(slot) => *slot = Some(ext),
+        None => e.list.push(Some(ext)),
+    }
+    Ok(domain)
+}
+
+/// The domain went: its module, store and charge go.
+pub fn forget(d: DomainId) {
+    // SAFETY: called under the lock (from the family's release paths), no other reference.
+    let e = unsafe { exts() };
+    for slot in e.list.iter_mut() {
+        if slot.as_ref().is_some_and(|x| x.domain == d) {
+            *slot = None;
+        }
+    }
+}
+
+/// Which event a closure is for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Syscall,
+    Test,
+}
+
+/// The closure of a handler that runs `symbol` of domain `owner` (a module of task
+/// `task`'s) for an event of kind `kind`: the module's slot and the function's index.
+/// Instantiates the module first if it is not yet.
+pub fn closure(
+    k: &mut Kernel,
+    domains: &Domains,
+    task: TaskId,
+    owner: DomainId,
+    symbol: &Symbol,
+    kind: Kind,
+) -> Result<u64, Error> {
+    let _ = k;
+    // SAFETY: the lock is held (we have `k`); no other reference to the modules is live.
+    let e = unsafe { exts() };
+    let (slot, ext) = e
+        .list
+        .iter_mut()
+        .enumerate()
+        .find_map(|(i, s)| s.as_mut().filter(|x| x.domain == owner).map(|x| (i, x)))
+        .ok_or(Error::NotFound)?;
+    crate::heap::bounded(|| instantiate(ext, domains, task, owner))?;
+    let Some((store, instance)) = ext.store.as_ref() else {
+        return Err(Error::NotFound);
+    };
+    let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
+    let index = crate::heap::bounded(|| -> Result<usize, Error> {
+        Ok(match kind {
+            Kind::Syscall => {
+                let f = instance
+                    .get_typed_func::<(i64, i64, i64, i64), i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.sys_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                ext.sys_funcs.push(f);
+                ext.sys_funcs.len() - 1
+            }
+            Kind::Test => {
+                let f = instance
+                    .get_typed_func::<i64, i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.test_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                ext.test_funcs.push(f);
+                ext.test_funcs.len() - 1
+            }
+        })
+    })?;
+    Ok((slot as u64) << 32 | index as u64)
+}
+
+/// Instantiates `ext` (of domain `owner`, task `task`'s) if it is not yet: links the
+/// imports its domain resolved, and nothing else.
+fn instantiate(
+    ext: &mut Ext,
+    domains: &Domains,
+    task: TaskId,
+    owner: DomainId,
+) -> Result<(), Error> {
+    if ext.store.is_none() {
+        let d = domains.get(Holder::Task(task), owner)?;
+        let engine = ext.engine.clone();
+        let mut linker = Linker::<Host>::new(&engine);
+        for (imp, bound) in d.imports() {
+            let bound = bound.ok_or(Error::NotFound)?;
+            let module =
+                core::str::from_utf8(imp.interface.as_bytes()).map_err(|_| Error::BadFormat)?;
+            let name = core::str::from_utf8(imp.name.as_bytes()).map_err(|_| Error::BadFormat)?;
+            let r = match bound.target {
+                K_CONSOLE_WRITE => linker.func_wrap(module, name, console_write).map(|_| ()),
+                K_TASK_ID => linker
+                    .func_wrap(module, name, |c: Caller<'_, Host>| -> i64 {
+                        c.data().task as i64
+                    })
+                    .map(|_| ()),
+                K_SECRET => linker.func_wrap(module, name, || -> i64 { 42 }).map(|_| ()),
+                // Bound to another module's export: calls between modules are not built.
+                _ => return Err(Error::NotSupported),
+            };
+            r.map_err(|_| Error::BadFormat)?;
+        }
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(MEMORY_PAGES_MAX as usize * 65536)
+            .memories(1)
+            .tables(1)
+            .table_elements(1024)
+            .instances(1)
+            .build();
+        let mut store = Store::new(&engine, Host { task, limits });
+        store.limiter(|h| &mut h.limits);
+        store.set_fuel(FUEL).map_err(|_| Error::BadFormat)?;
+        let instance = linker
+            .instantiate_and_start(&mut store, &ext.module)
+            .map_err(|err| {
+                crate::arch::serial::kprintln!(
+                    "[kernel] extension of task {task} not instantiated: {err}"
+                );
+                Error::NoMemory
+            })?;
+        ext.store = Some((store, instance));
+    }
+    Ok(())
+}
+
+/// `baton.console.write(ptr, len)`: prints bytes of the module's own linear memory.
+fn console_write(c: Caller<'_, Host>, ptr: i32, len: i32) -> Result<(), wasmi::Error> {
+    let len = usize::try_from(len).map_err(|_| wasmi::Error::new("bad length"))?;
+    let mut buf = [0u8; WRITE_MAX];
+    let out = buf
+        .get_mut(..len)
+        .ok_or_else(|| wasmi::Error::new("too long"))?;
+    let mem = c
+        .get_export("memory")
+        .and_then(|x| x.into_memory())
+        .ok_or_else(|| wasmi::Error::new("no memory"))?;
+    mem.read(&c, ptr as u32 as usize, out)
+        .map_err(|_| wasmi::Error::new("out of bounds"))?;
+    let text = core::str::from_utf8(out).unwrap_or("(not UTF-8)");
+    crate::arch::serial::kprintln!("[ext {}] {}", c.data().task, text);
+    Ok(())
+}
+
+fn slot_of(b: Binding) -> (usize, usize) {
+    (
+        (b.closure >> 32) as usize,
+        (b.closure & 0xffff_ffff) as usize,
+    )
+}
+
+fn fuel(b: Binding) -> u64 {
+    if b.budget == 0 {
+        FUEL
+    } else {
+        b.budget
+    }
+}
+
+/// Runs a module's `Trap.SystemCall` handler: `(number, a0, a1, a2) -> rax`.
+pub fn syscall_handler(_k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
+    let (slot, index) = slot_of(b);
+    // SAFETY: handlers run under the lock (a raise is in a system call), and nothing else
+    // of the modules is borrowed during a raise.
+    let e = unsafe { exts() };
+    let ext = e.list.get_mut(slot)?.as_mut()?;
+    let f = ext.sys_funcs.get(index)?;
+    let (store, _) = ext.store.as_mut()?;
+    store.data_mut().task = c.task;
+    store.set_fuel(fuel(b)).ok()?;
+    let args = (
+        c.number as i64,
+        c.args[0] as i64,
+        c.args[1] as i64,
+        c.args[2] as i64,
+    );
+    match crate::heap::bounded(|| f.call(store, args)) {
+        Ok(v) => Some(Some(v as u64)),
+        Err(err) => {
+            crate::arch::serial::kprintln!(
+                "[kernel] extension handler of task {} aborted: {err}",
+                c.task
+            );
+            None
+        }
+    }
+}
+
+/// Runs a module's `Test.Raise` handler.
+pub fn test_handler(_k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
+    let (slot, index) = slot_of(b);
+    // SAFETY: as in `syscall_handler`.
+    let e = unsafe { exts() };
+    let ext = e.list.get_mut(slot)?.as_mut()?;
+    let f = ext.test_funcs.get(index)?;
+    let (store, _) = ext.store.as_mut()?;
+    store.set_fuel(fuel(b)).ok()?;
+    match crate::heap::bounded(|| f.call(store, *a as i64)) {
+        Ok(v) => Some(v as u64),
+        Err(err) => {
+            crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");
+            None
+        }
+    }
+}
