@@ -344,9 +344,9 @@ pub mod floor;
 pub mod host;
 pub mod ipc;
 pub mod kobject;
+pub mod spin;
 pub mod start;
 pub mod vm;
-pub mod spin;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;

@@ -618,17 +618,17 @@ pub fn groups(vps: usize) -> Outcome {
         );
         ensure!(listed.len() == 8, "{} members, expected 8", listed.len());
         g.suspend_all();
-        let mut last = ticks.load(SeqCst);
-        loop {
-            for _ in 0..50 {
-                yield_now();
-            }
-            let now = ticks.load(SeqCst);
-            if now == last {
-                break;
-            }
-            last = now;
+        // A member stops at its next checkpoint: wait until none is running (on another
+        // virtual processor, one may be between two checkpoints for as long as its host
+        // thread is descheduled, so a pause in the ticks proves nothing).
+        while g
+            .list()
+            .iter()
+            .any(|t| t.detail().0 == crate::state::State::Running)
+        {
+            yield_now();
         }
+        let last = ticks.load(SeqCst);
         for _ in 0..100 {
             yield_now();
         }
