@@ -59,7 +59,7 @@ pub struct Class {
 }
 
 /// The call classes, in the order of their exclusion bits.
-pub const CLASSES: [Class; 9] = [
+pub const CLASSES: [Class; 10] = [
     Class { letter: 'b', what: "basic calls: null, yield, clock, stats, module_info, debug_write, sleep, wait, wake, process-model block, cpu time, priority, affinity, sched lock", weight: 12 },
     Class { letter: 'm', what: "memory: mem_map, mem_unmap, ipc_buffer_set", weight: 6 },
     Class { letter: 'p', what: "port calls: allocate, make_send, cap_drop, cap_info, notify, set_limit, exception_port_set", weight: 16 },
@@ -69,6 +69,7 @@ pub const CLASSES: [Class; 9] = [
     Class { letter: 'k', what: "kernel-object messages to task, thread and activation ports", weight: 15 },
     Class { letter: 'c', what: "child tasks: spawn, task_port", weight: 4 },
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
+    Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -482,7 +483,8 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
             5 => f.activations(),
             6 => f.kobject(),
             7 => f.children(),
-            _ => f.newer(),
+            8 => f.newer(),
+            _ => f.extensions(),
         }
     }
     if f.reply != 0 {
@@ -1562,6 +1564,103 @@ impl Fuzzer {
                         self.terminate_task(old);
                     }
                 }
+            }
+        }
+    }
+
+    /// The extension calls (SPIN's domains and events). Modules are random bytes, or a
+    /// WebAssembly header followed by random sections, or a real module with bytes changed:
+    /// the kernel's interpreter must refuse every bad one with an error. Domains made are
+    /// released again, so the task's domain limit is not the only thing reached.
+    fn extensions(&mut self) {
+        const WASM: &[u8] = b"\0asm\x01\0\0\0";
+        const NULL_MODULE: &[u8] = include_bytes!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
+        ));
+        match self.r.below(8) {
+            0..=2 => {
+                let mut module = [0u8; 1024];
+                let len = match self.r.below(4) {
+                    0 => {
+                        for b in module.iter_mut() {
+                            *b = self.r.next() as u8;
+                        }
+                        1 + self.r.below(module.len() as u64) as usize
+                    }
+                    1 => {
+                        module[..WASM.len()].copy_from_slice(WASM);
+                        for b in module.iter_mut().skip(WASM.len()) {
+                            *b = self.r.of(&[0, 1, 2, 3, 7, 10, 0x7f, 0x60, 0x80, 0xff], 1) as u8;
+                        }
+                        WASM.len() + self.r.below((module.len() - WASM.len()) as u64) as usize
+                    }
+                    _ => {
+                        let n = NULL_MODULE.len().min(module.len());
+                        module[..n].copy_from_slice(&NULL_MODULE[..n]);
+                        for _ in 0..1 + self.r.below(4) {
+                            let at = self.r.below(n.max(1) as u64) as usize;
+                            module[at] = self.r.next() as u8;
+                        }
+                        n
+                    }
+                };
+                let (ptr, len) = if self.r.chance(10) {
+                    (self.r.of(&BAD_ADDRESSES, 0), self.edge())
+                } else {
+                    (module.as_ptr() as u64, len as u64)
+                };
+                let d = self.sys(Sys::SpinCreate, [ptr, len, 0, 0, 0, 0]);
+                if (d as i64) > 0 && self.r.chance(90) {
+                    self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                }
+            }
+            3 => {
+                let names: [&[u8]; 5] = [
+                    b"baton.console",
+                    b"baton.task",
+                    b"baton.kernel",
+                    b"nosuch",
+                    b"",
+                ];
+                let name = self.r.of(&names, b"nosuch");
+                let (ptr, len) = if self.r.chance(10) {
+                    (self.r.of(&BAD_ADDRESSES, 0), self.edge())
+                } else {
+                    (name.as_ptr() as u64, name.len() as u64)
+                };
+                let d = self.sys(Sys::SpinImport, [ptr, len, 0, 0, 0, 0]);
+                if (d as i64) > 0 {
+                    self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                }
+            }
+            4 => {
+                let call = self.r.of(
+                    &[
+                        Sys::SpinResolve as u64,
+                        Sys::SpinCombine as u64,
+                        Sys::SpinRemove as u64,
+                        Sys::SpinRelease as u64,
+                    ],
+                    Sys::SpinResolve as u64,
+                );
+                let call = Sys::from_raw(call).unwrap_or(Sys::SpinResolve);
+                let (a, b) = (self.edge(), self.edge());
+                self.sys(call, [a, b, 0, 0, 0, 0]);
+            }
+            5 => {
+                let sym = b"null";
+                let (d, ev, claim, notify) = (self.edge(), self.edge(), self.edge(), self.name());
+                self.sys(
+                    Sys::SpinInstall,
+                    [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
+                );
+            }
+            _ => {
+                // (A number in the extension range with no handler of this task's is a bad
+                // system call: the task would end. Only raises, then.)
+                let arg = self.edge();
+                self.sys(Sys::SpinRaise, [arg, 0, 0, 0, 0, 0]);
             }
         }
     }
