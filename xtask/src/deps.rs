@@ -150,16 +150,6 @@ pub const ADDR2LINE: Tool = Tool {
                 sudo pacman -S binutils                 # Arch",
 };
 
-/// The disassembler `cargo xtask profile` classifies the traced instructions with (GNU
-/// binutils, Debian package `binutils`).
-pub const OBJDUMP: Tool = Tool {
-    program: "objdump",
-    package: "binutils",
-    what: "GNU binutils' objdump",
-    elsewhere: "sudo dnf install binutils               # Fedora\n    \
-                sudo pacman -S binutils                 # Arch",
-};
-
 /// What `cargo xtask build` strips the programs' line tables from their boot-image copies
 /// with (GNU binutils, Debian package `binutils`).
 pub const OBJCOPY: Tool = Tool {

@@ -17,8 +17,8 @@
 //!    `results/profile.<path>.gdb.log`.
 //! 3. Every traced `pc` is symbolized with one `addr2line -a -f -i -C` run (inline chains,
 //!    innermost first) and each instruction is sorted into a stage by
-//!    [`crate::stages::RULES`]. One `objdump -d --no-show-raw-insn` of the kernel ELF gives
-//!    every instruction's text, and [`crate::mix::classify`] says whether it is a
+//!    [`crate::stages::RULES`]. The `iced-x86` decoder reads every traced instruction from
+//!    the kernel ELF ([`crate::mix::decode`]): its text, and whether it is a
 //!    load/store and whether a branch (Table 2). `results/profile.md` is written and
 //!    printed ([`crate::stages::report`]), and each traced pass, annotated instruction by
 //!    instruction, goes to `results/profile.<path>.insns` ([`listing`]).
@@ -185,7 +185,6 @@ pub fn profile() -> Result<ExitCode, String> {
     let qemu = deps::ensure_qemu()?;
     let gdb = deps::ensure_tool(&deps::GDB)?;
     let addr2line = deps::ensure_tool(&deps::ADDR2LINE)?;
-    let objdump = deps::ensure_tool(&deps::OBJDUMP)?;
     let images = build::build()?;
     if !images.programs.iter().any(|p| p == "bench") {
         return Err("the initrd has no `bench` program (user/programs/src/bin/bench.rs)".into());
@@ -237,14 +236,14 @@ pub fn profile() -> Result<ExitCode, String> {
             Ok(passes)
         })
         .collect::<Result<_, String>>()?;
-    let insns = disassemble(&objdump, &images.kernel, &pcs)?;
-    let mixes: BTreeMap<u64, Mix> = insns
-        .iter()
-        .map(|(pc, text)| (*pc, mix::classify(text)))
-        .collect();
+    let elf = fs::read(&images.kernel)
+        .map_err(|e| format!("cannot read {}: {e}", images.kernel.display()))?;
+    let decoded = mix::decode(&elf, &pcs)?;
+    let mixes: BTreeMap<u64, Mix> = decoded.iter().map(|(pc, (_, m))| (*pc, *m)).collect();
+    let insns: BTreeMap<u64, String> = decoded.into_iter().map(|(pc, (t, _))| (pc, t)).collect();
     for (spec, passes) in PATHS.iter().zip(&raw) {
         let out = dir.join(format!("profile.{}.insns", spec.name));
-        let text = listing(spec, passes, &chains, &insns);
+        let text = listing(spec, passes, &chains, &insns, &mixes);
         fs::write(&out, text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     }
     let profiles: Vec<PathProfile> = PATHS
@@ -598,37 +597,6 @@ fn symbolize(
     Ok(chains)
 }
 
-/// The text of every instruction of `kernel` at the addresses `pcs`, from one `objdump -d
-/// --no-show-raw-insn` run (a linear sweep of the code sections: a traced address that is
-/// not the start of an instruction in it is an error).
-fn disassemble(
-    objdump: &Path,
-    kernel: &Path,
-    pcs: &[u64],
-) -> Result<BTreeMap<u64, String>, String> {
-    let mut cmd = command(objdump);
-    cmd.args(["-d", "--no-show-raw-insn"]).arg(kernel);
-    let output = cmd
-        .output()
-        .map_err(|e| format!("could not run {}: {e}", objdump.display()))?;
-    if !output.status.success() {
-        return Err(format!(
-            "objdump failed ({}): {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
-    }
-    let mut all = mix::parse_objdump(&String::from_utf8_lossy(&output.stdout));
-    let mut insns = BTreeMap::new();
-    for pc in pcs {
-        let text = all
-            .remove(pc)
-            .ok_or_else(|| format!("objdump shows no instruction at 0x{pc:x}"))?;
-        insns.insert(*pc, text);
-    }
-    Ok(insns)
-}
-
 /// The traced passes of `spec`, one instruction per line: the address, `M` for a
 /// load/store and `B` for a branch (`-` otherwise), the stage, the instruction, the
 /// innermost function; a `pass` line in front of each pass.
@@ -637,6 +605,7 @@ pub fn listing(
     passes: &[RawPass],
     chains: &BTreeMap<u64, Vec<stages::Frame>>,
     insns: &BTreeMap<u64, String>,
+    mixes: &BTreeMap<u64, Mix>,
 ) -> String {
     let mut out = String::new();
     for (p, t) in passes.iter().zip(&spec.traced) {
@@ -651,7 +620,7 @@ pub fn listing(
         for pc in &p.pcs {
             let chain = chains.get(pc).map_or(&[][..], Vec::as_slice);
             let text = insns.get(pc).map_or("?", String::as_str);
-            let m = mix::classify(text);
+            let m = mixes.get(pc).copied().unwrap_or_default();
             let _ = writeln!(
                 out,
                 "{pc:x} {}{} {:<19} {:<40} {}",
@@ -751,8 +720,24 @@ mod unit_tests {
                 line: 0,
             }],
         )]);
-        let insns = BTreeMap::from([(1, "push %rax".to_string()), (2, "jne 10 <x>".into())]);
-        let l = listing(&PATHS[0], &passes, &chains, &insns);
+        let insns = BTreeMap::from([(1, "push %rax".to_string()), (2, "jne 10".into())]);
+        let mixes = BTreeMap::from([
+            (
+                1,
+                Mix {
+                    memory: true,
+                    branch: false,
+                },
+            ),
+            (
+                2,
+                Mix {
+                    memory: false,
+                    branch: true,
+                },
+            ),
+        ]);
+        let l = listing(&PATHS[0], &passes, &chains, &insns, &mixes);
         let lines: Vec<&str> = l.lines().collect();
         assert_eq!(
             lines[0],

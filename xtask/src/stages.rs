@@ -780,7 +780,7 @@ pub fn report(header: &Header, sw: &PathProfile, mg: &PathProfile) -> String {
          memory operand, `push`/`pop`/`call`/`ret`/`iretq`, string instructions, \
          `lock`-prefixed ones; not `lea`, not `nop`), counted once however many accesses \
          it makes; a branch is a control transfer (`jmp`, every `jcc`, `call`, `ret`, \
-         `syscall`, `sysretq`, `iretq`). Classified from `objdump -d` of the kernel ELF by \
+         `syscall`, `sysretq`, `iretq`). Decoded from the kernel ELF with `iced-x86` by \
          `xtask/src/mix.rs`. The paper's PA-RISC is a load/store machine, where a load/store \
          is an instruction of its own; on x86-64 an `add` to memory is one instruction that \
          loads and stores. The paper prints 62% for the migrating client side's 62 of 99 \
