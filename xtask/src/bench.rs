@@ -148,6 +148,27 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
             }
         }
     };
+    // The same image with the kernel's timeline trace on (`trace`), one CPU: what recording
+    // every kernel entry costs, beside the figures above (with it compiled in and off).
+    let traced = if opts.quick {
+        None
+    } else {
+        let machine = Machine {
+            cmdline: qemu::cmdline(
+                "bench",
+                true,
+                &[crate::bench::PRIV.to_string(), "trace=4096".to_string()],
+            ),
+            ..icount_machine(&images, 1)
+        };
+        match boot(&machine, &qemu, &dir.join("bench.trace.log")) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                errors.push(format!("the traced boot failed: {e}"));
+                None
+            }
+        }
+    };
     // The logs of an earlier cycles pass would otherwise outlive it.
     if let Ok(entries) = fs::read_dir(&dir) {
         for entry in entries.flatten() {
@@ -218,7 +239,11 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
         write(name, svg)?;
     }
     let names: Vec<&str> = plots.iter().map(|(name, _)| *name).collect();
-    write("report.md", &inputs.report_md(&names))?;
+    let mut report = inputs.report_md(&names);
+    if let Some(traced) = &traced {
+        report.push_str(&tracing_section(&first, traced));
+    }
+    write("report.md", &report)?;
 
     println!(
         "Baton, in {} (QEMU TCG -icount; {}; kernel {}):\n",
@@ -260,6 +285,44 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
     } else {
         Err(errors.join("\n"))
     }
+}
+
+/// The rows the report shows with the timeline trace on.
+const TRACED_ROWS: [&str; 6] = [
+    "floor.syscall.null",
+    "sched.yield.switch",
+    "rpc.null.fast",
+    "rpc.null.migrating",
+    "rpc.null.slow.roundtrip",
+    "exc.roundtrip",
+];
+
+/// The report's section on the timeline trace: each of [`TRACED_ROWS`] with the trace
+/// compiled in and off (`off`, the figures of the report) and on (`on`).
+fn tracing_section(off: &Results, on: &Results) -> String {
+    let median = |r: &Results, name: &str| {
+        r.rows
+            .iter()
+            .find(|row| row.name == name && row.cpus == 1)
+            .map(|row| row.median)
+    };
+    let mut out = String::from(
+        "\n## The timeline trace\n\nEvery figure above is with the kernel's timeline \
+         trace compiled in and off: it costs each system call one compare and one branch in \
+         the `syscall` entry, each exception or interrupt from user mode one test, and the \
+         way out nothing (`docs/testing.md`, \"Tracing\"). With it on (`trace=4096`, one \
+         CPU; `results/bench.trace.log`), each entry and exit also records:\n\n\
+         | benchmark | trace off | trace on | on − off |\n|---|---:|---:|---:|\n",
+    );
+    for name in TRACED_ROWS {
+        if let (Some(a), Some(b)) = (median(off, name), median(on, name)) {
+            out.push_str(&format!(
+                "| `{name}` | {a} | {b} | {} |\n",
+                b as i64 - a as i64
+            ));
+        }
+    }
+    out
 }
 
 /// CPU counts the image is booted with: the program runs the one-CPU benchmarks on one
