@@ -588,6 +588,8 @@ mod unit_tests {
             &["-h"],
             &["help", "run"],
             &["test", "--help"],
+            &["trace", "--help"],
+            &["new", "--help"],
         ] {
             let err = p(args).expect_err("help is not a command to run");
             assert_eq!(err.exit_code(), 0, "{args:?}");
@@ -604,6 +606,10 @@ mod unit_tests {
             "fuzz",
             "clippy",
             "mutants",
+            "trace",
+            "new",
+            "--records",
+            "--log",
             "--tcg",
             "--smp",
             "--icount",
