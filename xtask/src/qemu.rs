@@ -138,9 +138,17 @@ impl Machine<'_> {
     /// input and output with Ctrl-C passed to the guest (`signal=off`: the shell uses it)
     /// and QEMU's escape key on (`mux=on`: Ctrl-A X quits QEMU), its output also written to
     /// [`CONSOLE_LOG`] (what `cargo xtask trace --log` reads after the shell's `trace stop`).
-    pub fn console_command(&self, qemu: &Path) -> Command {
+    ///
+    /// Not `interactive` (standard input is no terminal): the console on standard input and
+    /// output as [`Machine::command`] has it, still copied to [`CONSOLE_LOG`].
+    pub fn console_command(&self, qemu: &Path, interactive: bool) -> Command {
         let chardev = format!(
-            "stdio,id=console,mux=on,signal=off,logfile={}",
+            "stdio,id=console{},logfile={}",
+            if interactive {
+                ",mux=on,signal=off"
+            } else {
+                ""
+            },
             crate::workspace::root().join(CONSOLE_LOG).display()
         );
         if let Some(dir) = crate::workspace::root().join(CONSOLE_LOG).parent() {

@@ -60,11 +60,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
         icount: opts.icount,
         gdb: opts.gdb_stub(),
     };
-    let mut cmd = if shutdown {
-        machine.command(&qemu)
-    } else {
-        machine.console_command(&qemu)
-    };
+    let mut cmd = machine.console_command(&qemu, !shutdown);
     note(format!("$ {}", shell_line(&cmd)));
     if let Some(port) = machine.gdb {
         let kernel = shell_quote(&images.kernel.to_string_lossy());
