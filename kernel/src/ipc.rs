@@ -143,24 +143,32 @@ fn copy_between(k: &mut Kernel, src: &Buf, dst: &Buf, off: usize, len: usize) ->
     Ok(())
 }
 
-/// The buffer of an `ipc_msg` by thread `t` of `task` with these options.
-fn resolve_buf(
-    k: &Kernel,
-    t: ThreadId,
-    task: TaskId,
-    opts: u64,
-    va: u64,
-    len: u64,
-) -> Result<Buf, Error> {
+/// The task of thread `t` (the caller) and the buffer of its `ipc_msg` with these
+/// options, from one look at the thread.
+#[inline(always)]
+fn caller_buf(k: &Kernel, t: ThreadId, opts: u64, args: MsgArgs) -> Result<(TaskId, Buf), Error> {
+    let (task, page) = k
+        .threads
+        .get(t)
+        .map(|th| (th.task, th.ipc_buffer))
+        .ok_or(Error::InvalidArgument)?;
+    let task = task.ok_or(Error::InvalidArgument)?;
     if opts & MSG_BUF != 0 {
-        let len = usize::try_from(len).map_err(|_| Error::TooLarge)?;
+        let len = usize::try_from(args.buf_size).map_err(|_| Error::TooLarge)?;
         if len > MSG_SIZE_MAX {
             return Err(Error::TooLarge);
         }
-        return Ok(Buf::User { task, va, len });
+        return Ok((
+            task,
+            Buf::User {
+                task,
+                va: args.buf,
+                len,
+            },
+        ));
     }
-    match k.threads.get(t).and_then(|th| th.ipc_buffer) {
-        Some((_, pa)) => Ok(Buf::Page(pa)),
+    match page {
+        Some((_, pa)) => Ok((task, Buf::Page(pa))),
         None => Err(Error::InvalidArgument),
     }
 }
@@ -221,8 +229,7 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
     if opts & !MSG_OPTIONS != 0 || opts & (MSG_SEND | MSG_RECEIVE) == 0 {
         return Err(Error::InvalidArgument);
     }
-    let task = k.current_task().ok_or(Error::InvalidArgument)?;
-    let buf = resolve_buf(k, cur, task, opts, args.buf, args.buf_size)?;
+    let (task, buf) = caller_buf(k, cur, opts, args)?;
     let mut handoff = None;
     if opts & MSG_SEND != 0 {
         match send(k, cur, task, &buf, args)? {
@@ -516,8 +523,8 @@ fn receive_now(
     args: MsgArgs,
 ) -> Result<Option<PortId>, Error> {
     let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
-    let port = k.ipc.receive_port(names, args.rcv_name)?;
-    if let Some(size) = k.ipc.peek_size(port) {
+    let (port, next) = k.ipc.receive_peek(names, args.rcv_name)?;
+    if let Some(size) = next {
         if size > buf.len() {
             return Err(Error::TooLarge);
         }
@@ -632,8 +639,7 @@ pub fn continue_receive(k: &mut Kernel, t: ThreadId) -> ! {
     let result = MsgArgs::of(k, t)
         .ok_or(Error::InvalidArgument)
         .and_then(|args| {
-            let task = k.current_task().ok_or(Error::InvalidArgument)?;
-            let buf = resolve_buf(k, t, task, args.opts, args.buf, args.buf_size)?;
+            let (task, buf) = caller_buf(k, t, args.opts, args)?;
             receive(k, t, task, &buf, args, None)
         });
     crate::kernel::finish_entry(k, false, Some(result.map_or_else(Error::to_raw, |()| 0)))

@@ -359,6 +359,17 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         Ok(e.port)
     }
 
+    /// [`Ipc::receive_port`] and, from the same look at the port, the size of the message
+    /// a receive would take ([`Ipc::peek_size`]), if one waits.
+    pub fn receive_peek(&self, space: &Space, name: u64) -> Result<(PortId, Option<usize>), Error> {
+        let e = space.lookup(name)?;
+        if e.kind != Held::Receive {
+            return Err(Error::InvalidRight);
+        }
+        let p = self.ports.get(e.port).ok_or(Error::InvalidName)?;
+        Ok((e.port, p.queue.front().map(Message::size)))
+    }
+
     /// `port_make_send`: a new send (or send-once) right from the receive right `name`.
     pub fn make_send(&mut self, space: &mut Space, name: u64, once: bool) -> Result<u64, Error> {
         let port = self.receive_port(space, name)?;
