@@ -157,13 +157,7 @@ pub fn spawn_raw(name_ptr: u64, name_len: u64) -> Result<u64, Error> {
 
 /// Describes boot module `index`; [`Error::NotFound`] past the last one.
 pub fn module_info(index: usize) -> Result<ModuleInfo, Error> {
-    let mut info = ModuleInfo::empty();
-    let ptr = &raw mut info;
-    // SAFETY: the kernel writes one `ModuleInfo` through `ptr`, which points to a local
-    // record of exactly that type that nothing else borrows; every bit pattern is a valid
-    // `ModuleInfo` (integers and bytes only).
-    let raw = unsafe { crate::raw::syscall2(Sys::ModuleInfo as u64, index as u64, ptr as u64) };
-    decode_result(raw).map(|_| info)
+    module_info_kind(index).map(|(info, _)| info)
 }
 
 /// [`module_info`], and whether the module is a test program (not one a person runs: the
@@ -171,7 +165,9 @@ pub fn module_info(index: usize) -> Result<ModuleInfo, Error> {
 pub fn module_info_kind(index: usize) -> Result<(ModuleInfo, bool), Error> {
     let mut info = ModuleInfo::empty();
     let ptr = &raw mut info;
-    // SAFETY: as in `module_info`.
+    // SAFETY: the kernel writes one `ModuleInfo` through `ptr`, which points to a local
+    // record of exactly that type that nothing else borrows; every bit pattern is a valid
+    // `ModuleInfo` (integers and bytes only).
     let raw = unsafe { crate::raw::syscall2(Sys::ModuleInfo as u64, index as u64, ptr as u64) };
     decode_result(raw).map(|flags| (info, flags & baton_abi::MODULE_TEST != 0))
 }
