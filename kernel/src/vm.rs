@@ -1303,11 +1303,50 @@ pub fn map_object(
 ) -> Result<u64, Error> {
     // SAFETY: the lock is held (the caller is in a system call); the family's entry.
     let vm = unsafe { state() };
-    with_map(k, vm, task, |tv, objs, m| {
+    let start = with_map(k, vm, task, |tv, objs, m| {
         tv.map.map_object(
             objs, at, len, object, offset, prot, max_prot, cow, inherit, m,
         )
-    })?
+    })??;
+    prefault(k, vm, task, start);
+    Ok(start)
+}
+
+/// Most resident pages a new mapping gets translations for at once (a bound on the
+/// kernel's time in one call; the rest fault in as usual).
+const PREFAULT_MAX: usize = 1024;
+
+/// Enters read-only translations for the pages of the new mapping at `start` of task
+/// `task` that its object holds resident (`Map::resident_reads`: what a read fault would
+/// enter), so that touching them costs no fault. Page tables are a cache: a translation
+/// that cannot be entered (no room for a page table) is simply left to a fault.
+fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
+    let (Some(tv), Some(t)) = (vm.tasks.get(&task), k.tasks.get_mut(&task)) else {
+        return;
+    };
+    let exec = tv
+        .map
+        .entry(start)
+        .is_some_and(|(_, e)| e.prot.contains(Prot::EXECUTE));
+    let flags = MapFlags::user_shared(false, exec);
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let mut full = false;
+    tv.map
+        .resident_reads(&vm.objects, start, PREFAULT_MAX, |va, frame| {
+            if full || t.account.take(Resource::Frames, TABLES_WORST).is_err() {
+                full = true;
+                return;
+            }
+            let before = mem.frames.free_frames();
+            let set = t.space.set(&mut mem, va, frame, flags);
+            let took = before.saturating_sub(mem.frames.free_frames()) as u64;
+            t.account
+                .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
+            t.frames += took.min(TABLES_WORST);
+            full |= set.is_err();
+        });
 }
 
 /// The key a shared wait at `addr` of task `task` uses: the (object, offset) its map
