@@ -14,7 +14,10 @@
 //! - wirings keep the pages whose frames the kernel caches (a thread's IPC buffer, an
 //!   activation's buffer) resident and undeallocatable;
 //! - the system calls: `mem_map`/`mem_unmap` (allocate and deallocate, lazily) and the
-//!   `vm_*` calls (`docs/abi.md`).
+//!   `vm_*` calls (`docs/abi.md`);
+//! - a small object interface for memory objects as capabilities (`crate::memobj`): make
+//!   anonymous, physical and DMA objects, add and drop references, map a window (entering
+//!   the translations of its resident pages at once), the key of a shared wait.
 //!
 //! The family's state ([`Vm`]: every object, each task's map, fault counters) is its own,
 //! kept beside the kernel's under the same big kernel lock. The core reaches it through
@@ -175,9 +178,10 @@ impl Machine<PhysAddr> for Mach<'_> {
     }
 
     fn write_protect_everywhere(&mut self, _frame: PhysAddr) {
-        // No reverse map yet: nothing the kernel offers today shares an object between
-        // two maps (no fork, no out-of-line data), so this is never reached; when it is,
-        // every cached translation goes (correct, if slow) — see `flush_everything`.
+        // No reverse map yet: memory objects mapped by several tasks (`crate::memobj`)
+        // reach this (a copy-on-write map of an object written in place, a push into its
+        // copy object), and every cached translation goes (correct, if slow: page tables
+        // are a cache, refilled by faults) — see `flush_everything`.
         self.everywhere = true;
     }
 
