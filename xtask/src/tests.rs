@@ -305,6 +305,7 @@ const MEMOBJ_REQUIRE: &[&str] = &[
     "ok: mapped uncached, device memory is read in place",
     "ok: a physical object shows those frames: the firmware's reset vector is a jump",
     "ok: the DMA buffer's frames are back with the frame allocator",
+    "ok: a message to a memory object's port is answered NotSupported",
     "ok: after every refusal the map, kernel heap, objects, ports and frames are as before",
     "ok: 16 MiB objects: the task's frame limit after",
     "ok: after dropping them, an object is made and mapped again",

@@ -413,6 +413,14 @@ fn errors() -> Result<(), Failed> {
     let obj = must("create", memobj::create(2 * P))?;
     let port = must("port", port_allocate(0))?;
     let me = must("task_self", task_self())?;
+    // A message to a memory object's port: an operation it does not have.
+    let mut buf = must("ipc buffer", baton_rt::ipc::IpcBuffer::new())?;
+    let answer = baton_rt::kobject::call(&mut buf, obj, port, 0x4b0b_0000, &[1, 2], 1_000_000_000);
+    drop(buf);
+    check!(
+        answer.map(|_| ()) == Err(Error::NotSupported),
+        "a message to a memory object's port is answered NotSupported"
+    );
     let before = (must("stats", vm::stats())?.entries, counts()?);
     check!(
         memobj::create(0) == Err(Error::InvalidArgument)
