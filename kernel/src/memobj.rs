@@ -32,7 +32,7 @@ use crate::kobject::{self, KObject};
 use crate::thread::ThreadId;
 use baton_abi::memobj::{
     MapRequest, MemobjInfo, DMA_MAX, KIND_ANONYMOUS, KIND_DMA, KIND_PHYSICAL, PHYS_LIMIT,
-    PHYS_SIZE_MAX, PHYS_UNCACHED, PORTS_MAX, RW_MAX, SIZE_MAX,
+    PHYS_SIZE_MAX, PHYS_UNCACHED, RW_MAX, SIZE_MAX,
 };
 use baton_abi::vm::{INHERIT_COPY, INHERIT_SHARE, VM_ANYWHERE};
 use baton_abi::Error;
@@ -181,11 +181,12 @@ fn new_port(k: &mut Kernel, task: TaskId, rec: Record) -> Result<u64, Error> {
         let charge = crate::quota::heap(&account, PORT_CHARGE)?;
         let key = {
             // SAFETY: the lock is held; the reference ends in this block.
-            let recs = unsafe { records() };
-            if recs.len() >= PORTS_MAX {
-                return Err(Error::NoSpace);
-            }
-            recs.insert(rec).map_err(|_| Error::NoMemory)?
+            // No system-wide count: each port is charged to its maker's account, which
+            // bounds what one task (and the tasks it made) can hold without denying
+            // another task its own.
+            unsafe { records() }
+                .insert(rec)
+                .map_err(|_| Error::NoMemory)?
         };
         let forget = |k: &mut Kernel, port: Option<kern::ipc::PortId>| {
             // SAFETY: the lock is held; the reference ends in this statement.

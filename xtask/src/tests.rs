@@ -309,6 +309,9 @@ const MEMOBJ_REQUIRE: &[&str] = &[
     "ok: after every refusal the map, kernel heap, objects, ports and frames are as before",
     "ok: 16 MiB objects: the task's frame limit after",
     "ok: after dropping them, an object is made and mapped again",
+    "ok: a task at its kernel-memory limit gets NoMemory from memobj_create",
+    "ok: meanwhile another task still makes objects",
+    "ok: having dropped its objects, the task makes one again",
     "ok: another round leaves the kernel heap, objects, ports and free frames as the last did",
     "TEST PASS memobj",
 ];

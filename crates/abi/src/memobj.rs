@@ -21,8 +21,6 @@ pub const PHYS_SIZE_MAX: u64 = 256 << 20;
 pub const PHYS_LIMIT: u64 = 4 << 30;
 /// Most bytes one `vm_read` or `vm_write` moves.
 pub const RW_MAX: u64 = 64 << 10;
-/// Most memory-object ports that exist at once (each charged to its maker).
-pub const PORTS_MAX: usize = 4096;
 
 /// `memobj_physical` flag: map without caching (device registers).
 pub const PHYS_UNCACHED: u64 = 1;

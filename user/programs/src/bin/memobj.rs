@@ -5,8 +5,9 @@
 //! right; an object outliving its last right while mapped; another task's memory read and
 //! written through its task port; DMA buffers and physical objects, refused without the
 //! host-privilege right and over RAM; every error with nothing changed; exhaustion and
-//! recovery. Each round must leave the kernel heap, objects, ports and free frames where
-//! the previous one did. Booted with `priv=memobj`.
+//! recovery, for this task and for a child at its kernel-memory limit while this task
+//! goes on making objects. Each round must leave the kernel heap, objects, ports and free
+//! frames where the previous one did. Booted with `priv=memobj`.
 #![no_std]
 #![no_main]
 
@@ -74,10 +75,11 @@ fn run() -> Result<(), Failed> {
         host != 0,
         "booted with the host-privilege right (priv=memobj)"
     );
-    // The object the rounds share with the peer: one for all, so that the waits on it
-    // use the same key and the wait queues' buckets (which keep the room they grew to)
-    // are the same each round.
+    // The objects the rounds share with the peer and the hog: one each for all, so that
+    // the waits on them use the same keys and the wait queues' buckets (which keep the
+    // room they grew to) are the same each round.
     let shared = must("create", memobj::create(4 * P))?;
+    let hog = must("create", memobj::create(P))?;
     let mut after = [(0, 0, 0, 0); 3];
     for (round, slot) in after.iter_mut().enumerate() {
         println!("memobj: round {round}");
@@ -87,6 +89,7 @@ fn run() -> Result<(), Failed> {
         physical(host)?;
         errors()?;
         exhaustion()?;
+        child_exhaustion(hog)?;
         *slot = counts()?;
     }
     check!(
@@ -95,6 +98,7 @@ fn run() -> Result<(), Failed> {
         after
     );
     must("drop", cap_drop(shared))?;
+    must("drop", cap_drop(hog))?;
     Ok(())
 }
 
@@ -515,6 +519,51 @@ fn errors() -> Result<(), Failed> {
         must("drop", cap_drop(n))?;
     }
     let _ = PROT_WRITE | PROT_EXECUTE | INHERIT_SHARE;
+    Ok(())
+}
+
+/// A child with a small kernel-memory limit makes objects until `NoMemory`; meanwhile
+/// this task still makes one (one task's exhaustion denies no other); the child recovers
+/// after dropping them.
+fn child_exhaustion(obj: u64) -> Result<(), Failed> {
+    let before = counts()?;
+    let at = must("map", memobj::map(obj, P, 0, RW))?;
+    let w = |i| word(at, i);
+    for i in 0..4 {
+        w(i).store(0, Ordering::SeqCst);
+    }
+    must(
+        "spawn the hog",
+        baton_rt::sys::spawn_limited("memobj_peer", obj, 256 << 10, 8192),
+    )?;
+    wait_for(w(0), 1)?;
+    let (n, e) = (w(1).load(Ordering::SeqCst), w(2).load(Ordering::SeqCst));
+    check!(
+        e == Error::NoMemory as u32 && n > 0,
+        "a task at its kernel-memory limit gets NoMemory from memobj_create (after {n} objects)"
+    );
+    let mine = memobj::create(P);
+    check!(mine.is_ok(), "meanwhile another task still makes objects");
+    if let Ok(o) = mine {
+        must("drop", cap_drop(o))?;
+    }
+    w(0).store(2, Ordering::SeqCst);
+    must("wake", memobj::wake_shared(w(0), 1))?;
+    wait_for(w(0), 3)?;
+    check!(
+        w(3).load(Ordering::SeqCst) == 1,
+        "having dropped its objects, the task makes one again"
+    );
+    // SAFETY: nothing refers to the range.
+    must("unmap", unsafe { vm::deallocate(at, P) })?;
+    // The hog's end: its objects, ports and frames go back.
+    for _ in 0..2000 {
+        let now = counts()?;
+        if (now.1, now.2, now.3) == (before.1, before.2, before.3) {
+            break;
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
     Ok(())
 }
 
