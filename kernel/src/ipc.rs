@@ -621,6 +621,10 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
     if wake.capacity() > k.wake_list.capacity() {
         k.wake_list = wake;
     }
+    // Memory-object ports whose last send right went: the objects' references go.
+    if k.ipc.has_orphans() {
+        crate::memobj::reap(k);
+    }
 }
 
 /// The effects of an IPC operation, on the kernel's wake list: it has room for every

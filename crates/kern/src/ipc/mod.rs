@@ -170,6 +170,9 @@ pub struct Port<T> {
     /// one (a task's, a thread's, ...): an opaque tag the kernel defines, found from the
     /// port in one step ([`Ipc::object`]).
     object: Option<ObjectTag>,
+    /// A kernel-held port that goes when its last send right does: the kernel is told
+    /// through [`Ipc::take_orphan`] (see [`Ipc::reap_on_no_senders`]).
+    reap: bool,
 }
 
 /// What a kernel-object port stands for, in the kernel's own terms: a kind and an id the
@@ -198,6 +201,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             pool: crate::activation::Pool::default(),
             charge: None,
             object: None,
+            reap: false,
         }
     }
 
@@ -245,6 +249,12 @@ pub struct Ipc<T> {
     /// made ([`Ipc::reserve_work`]), so releasing rights — a task's end included — never
     /// allocates.
     work: Vec<Right>,
+    /// Kernel-held ports marked [`Ipc::reap_on_no_senders`] whose last send right went,
+    /// for the kernel to destroy ([`Ipc::take_orphan`]). It has room for every such port
+    /// (made when one is marked), so a release never allocates for it.
+    orphans: Vec<PortId>,
+    /// Live ports marked [`Ipc::reap_on_no_senders`].
+    reapable: usize,
 }
 
 impl<T: Copy + Default + PartialEq> Default for Ipc<T> {
@@ -281,6 +291,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             queued: 0,
             rights_queued: 0,
             work: Vec::new(),
+            orphans: Vec::new(),
+            reapable: 0,
         }
     }
 
@@ -1031,6 +1043,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     };
                     if none_left {
                         self.fire_no_senders(r.port, fx);
+                        if self.ports.get(r.port).is_some_and(|p| p.reap) {
+                            // Room was made when the port was marked.
+                            self.orphans.push(r.port);
+                        }
                     }
                 }
                 Held::SendOnce => {
@@ -1044,6 +1060,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                         continue;
                     };
                     self.queued -= p.queue.len();
+                    if p.reap {
+                        self.reapable -= 1;
+                    }
                     let mut receivers = p.receivers;
                     while let Some(t) = receivers.pop_front() {
                         fx.wake.push((t, Wake::Fail(Error::InvalidName)));

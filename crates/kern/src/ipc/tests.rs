@@ -1265,3 +1265,136 @@ fn migration_takes_only_reply_rights_the_general_path_takes() {
     unknown.bits |= 9 << 8;
     assert!(!ok(&unknown));
 }
+
+#[test]
+fn a_reaped_port_is_orphaned_when_its_last_send_right_goes_and_only_then() {
+    let mut ipc: Ipc<u32> = Ipc::new();
+    let mut fx = Effects::default();
+    let (mut a, mut b) = (Space::new(), Space::new());
+    let port = ipc.allocate_kernel().unwrap();
+    ipc.reap_on_no_senders(port).unwrap();
+    // Marked twice, or a port the kernel does not hold: refused.
+    assert_eq!(ipc.reap_on_no_senders(port), Err(Error::InvalidRight));
+    let user = ipc.allocate(&mut a, 1, 0).unwrap();
+    let user_port = a.lookup(user).unwrap().port;
+    assert_eq!(ipc.reap_on_no_senders(user_port), Err(Error::InvalidRight));
+    let na = ipc.grant_send(&mut a, port).unwrap();
+    let nb = ipc.grant_send(&mut b, port).unwrap();
+    ipc.release(&mut a, na, &mut fx).unwrap();
+    assert!(!ipc.has_orphans(), "one sender left");
+    ipc.release(&mut b, nb, &mut fx).unwrap();
+    assert!(ipc.has_orphans());
+    assert_eq!(ipc.take_orphan(), Some(port));
+    assert_eq!(ipc.take_orphan(), None);
+    ipc.destroy_kernel(port, &mut fx);
+    assert!(ipc.port(port).is_none());
+    // A whole space's release orphans too (a task's end).
+    let p2 = ipc.allocate_kernel().unwrap();
+    ipc.reap_on_no_senders(p2).unwrap();
+    ipc.grant_send(&mut a, p2).unwrap();
+    ipc.release_space(&mut a, &mut fx);
+    assert_eq!(ipc.take_orphan(), Some(p2));
+    ipc.destroy_kernel(p2, &mut fx);
+    // An unmarked kernel port is never orphaned.
+    let p3 = ipc.allocate_kernel().unwrap();
+    let n3 = ipc.grant_send(&mut b, p3).unwrap();
+    ipc.release(&mut b, n3, &mut fx).unwrap();
+    assert!(!ipc.has_orphans());
+}
+
+mod reap_model {
+    //! Reaping against a model: kernel-held ports, some marked, rights granted to and
+    //! released from two spaces (one right at a time, or a whole space at once). A marked
+    //! port is orphaned exactly when its last send right goes; the kernel then destroys it.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeSet;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Make { reap: bool },
+        Grant { space: usize, port: usize },
+        Release { space: usize, pick: usize },
+        ReleaseSpace { space: usize },
+        Reap,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            any::<bool>().prop_map(|reap| Op::Make { reap }),
+            (0..2usize, 0..8usize).prop_map(|(space, port)| Op::Grant { space, port }),
+            (0..2usize, 0..16usize).prop_map(|(space, pick)| Op::Release { space, pick }),
+            (0..2usize).prop_map(|space| Op::ReleaseSpace { space }),
+            Just(Op::Reap),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn orphaned_exactly_when_the_last_send_right_goes(ops in proptest::collection::vec(op(), 1..60)) {
+            let mut ipc: Ipc<u32> = Ipc::new();
+            let mut fx = Effects::default();
+            let mut spaces = [Space::new(), Space::new()];
+            // Model: per port (by index), whether marked, alive, and names per space.
+            let mut ports: Vec<(PortId, bool, bool)> = Vec::new();
+            let mut names: [Vec<(u64, usize)>; 2] = [Vec::new(), Vec::new()];
+            let mut orphaned: BTreeSet<usize> = BTreeSet::new();
+            for op in ops {
+                match op {
+                    Op::Make { reap } => {
+                        let p = ipc.allocate_kernel().unwrap();
+                        if reap {
+                            ipc.reap_on_no_senders(p).unwrap();
+                        }
+                        ports.push((p, reap, true));
+                    }
+                    Op::Grant { space, port } => {
+                        let Some(&(p, _, alive)) = ports.get(port) else { continue };
+                        // A marked port without senders is the kernel's to destroy.
+                        if !alive || orphaned.contains(&port) {
+                            continue;
+                        }
+                        let n = ipc.grant_send(&mut spaces[space], p).unwrap();
+                        if !names[space].iter().any(|&(m, _)| m == n) {
+                            names[space].push((n, port));
+                        }
+                    }
+                    Op::Release { space, pick } => {
+                        if names[space].is_empty() {
+                            continue;
+                        }
+                        let (n, port) = names[space].remove(pick % names[space].len());
+                        ipc.release(&mut spaces[space], n, &mut fx).unwrap();
+                        let left = names.iter().flatten().any(|&(_, q)| q == port);
+                        if ports[port].1 && !left {
+                            orphaned.insert(port);
+                        }
+                    }
+                    Op::ReleaseSpace { space } => {
+                        ipc.release_space(&mut spaces[space], &mut fx);
+                        spaces[space] = Space::new();
+                        let gone: Vec<usize> = names[space].drain(..).map(|(_, q)| q).collect();
+                        for port in gone {
+                            let left = names.iter().flatten().any(|&(_, q)| q == port);
+                            if ports[port].1 && !left {
+                                orphaned.insert(port);
+                            }
+                        }
+                    }
+                    Op::Reap => {
+                        let mut got = BTreeSet::new();
+                        while let Some(p) = ipc.take_orphan() {
+                            let i = ports.iter().position(|&(q, _, _)| q == p).unwrap();
+                            prop_assert!(got.insert(i), "port {} orphaned twice", i);
+                            ipc.destroy_kernel(p, &mut fx);
+                            ports[i].2 = false;
+                        }
+                        prop_assert_eq!(&got, &orphaned);
+                        orphaned.clear();
+                    }
+                }
+                prop_assert_eq!(ipc.has_orphans(), !orphaned.is_empty());
+            }
+        }
+    }
+}

@@ -472,6 +472,39 @@ impl Map {
         Ok(start)
     }
 
+    /// Calls `enter(address, frame)` for at most `max` pages of the entry at `start` that a
+    /// load would find resident in the entry's own object now, in address order: the
+    /// translations a read fault would enter there (read-only; a store still faults, so
+    /// that write permission is decided as [`super::fault::resolve`] decides it). Nothing
+    /// for a copy-on-write entry (its object is another's snapshot), one without read
+    /// access, or one over physical memory. A kernel may enter these when it maps an
+    /// object (Mach enters the resident pages of a new mapping the same way), so that the
+    /// first touch of each page costs no fault; page tables stay a cache.
+    pub fn resident_reads<F: Copy>(
+        &self,
+        objs: &Objects<F>,
+        start: u64,
+        max: usize,
+        mut enter: impl FnMut(u64, F),
+    ) {
+        let Some(e) = self.entries.get(start) else {
+            return;
+        };
+        if e.cow || !e.prot.contains(Prot::READ) {
+            return;
+        }
+        let Some(o) = objs.get(e.object) else {
+            return;
+        };
+        if !matches!(o.kind(), Kind::Anonymous) {
+            return;
+        }
+        let len = e.end - start;
+        for (off, frame) in o.resident_range(e.offset, e.offset + len).take(max) {
+            enter(start + (off - e.offset), frame);
+        }
+    }
+
     /// Removes every mapping in `[start, start + len)` (holes are fine); entries across
     /// the ends are split. [`Error::Denied`] when part of the range is wired.
     pub fn deallocate<F: Copy>(

@@ -160,6 +160,13 @@ impl<F: Copy> Object<F> {
     pub fn committed(&self) -> bool {
         self.committed
     }
+    /// The resident pages at offsets in `[from, to)`, in offset order, with their frames.
+    pub fn resident_range(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, F)> + '_ {
+        self.pages.range(from, to).filter_map(|(k, p)| match p {
+            Page::Resident(f) => Some((k, *f)),
+            Page::PagingIn => None,
+        })
+    }
     /// Resident pages at offsets in `[from, to)`.
     pub fn resident_in(&self, from: u64, to: u64) -> u64 {
         self.pages

@@ -894,3 +894,55 @@ fn anywhere_placements_keep_above_the_floor() {
     assert_eq!(b, a + 4 * P);
     sim.end_task(0, &mut map);
 }
+
+#[test]
+fn resident_reads_are_what_read_faults_would_enter() {
+    let mut sim = Sim::new();
+    let mut a = sim.map();
+    let obj = sim.objs.anonymous(4 * P, a.account()).unwrap();
+    // Pages 0 and 2 resident; 1 and 3 not.
+    let f0 = sim.mmu.new_frame(10);
+    let f2 = sim.mmu.new_frame(12);
+    sim.objs.insert_page(obj, 0, f0).unwrap();
+    sim.objs.insert_page(obj, 2 * P, f2).unwrap();
+    let map = |a: &mut Map, sim: &mut Sim, off, len, prot, cow| {
+        a.map_object(
+            &mut sim.objs,
+            Placement::Anywhere,
+            len,
+            obj,
+            off,
+            prot,
+            Prot::RW,
+            cow,
+            Inherit::Copy,
+            &mut sim.mmu,
+        )
+        .unwrap()
+    };
+    // A window from page 1: pages 2 (at +P) only; and the cap on how many.
+    let at = map(&mut a, &mut sim, P, 3 * P, Prot::RW, false);
+    let mut got = Vec::new();
+    a.resident_reads(&sim.objs, at, 8, |va, f| got.push((va, f)));
+    assert_eq!(got, [(at + P, f2)]);
+    for (va, f) in &got {
+        let fault = resolve(&mut a, &mut sim.objs, *va, Access::Read).unwrap();
+        assert!(
+            matches!(fault.decision, Decision::Map { frame, .. } if frame == *f),
+            "{fault:?}"
+        );
+    }
+    let whole = map(&mut a, &mut sim, 0, 4 * P, Prot::READ, false);
+    let mut n = Vec::new();
+    a.resident_reads(&sim.objs, whole, 1, |va, f| n.push((va, f)));
+    assert_eq!(n, [(whole, f0)], "at most `max`");
+    // Nothing for a copy-on-write window, one without read access, or no entry.
+    let cow = map(&mut a, &mut sim, 0, 4 * P, Prot::RW, true);
+    let none = map(&mut a, &mut sim, 0, 4 * P, Prot::NONE, false);
+    for start in [cow, none, whole + P, HI - P] {
+        a.resident_reads(&sim.objs, start, 8, |va, _| panic!("entered {va:#x}"));
+    }
+    sim.objs.release(obj, &mut sim.mmu);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+}

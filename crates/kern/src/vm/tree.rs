@@ -131,32 +131,45 @@ fn balance<V>(mut n: Box<Node<V>>) -> Box<Node<V>> {
 }
 
 fn rebalance<V>(link: &mut Link<V>) {
+    // A node still in balance only needs its height (no move of the box).
+    if let Some(n) = link.as_mut() {
+        update(n);
+        if (height(&n.left) - height(&n.right)).abs() <= 1 {
+            return;
+        }
+    }
     if let Some(n) = link.take() {
         *link = Some(balance(n));
     }
 }
 
 /// Inserts `node`; on an equal key swaps the values and returns the node with the old one.
-fn insert<V>(link: &mut Link<V>, mut node: Box<Node<V>>) -> Option<Box<Node<V>>> {
-    let old = match link {
+/// The flag says whether the subtree at `link` grew: once a subtree keeps its height, no
+/// node above it changes, and the walk back up stops rebalancing.
+fn insert<V>(link: &mut Link<V>, mut node: Box<Node<V>>) -> (Option<Box<Node<V>>>, bool) {
+    let (old, grew) = match link {
         None => {
             node.height = 1;
             node.left = None;
             node.right = None;
             *link = Some(node);
-            return None;
+            return (None, true);
         }
         Some(n) => match node.key.cmp(&n.key) {
             Ordering::Less => insert(&mut n.left, node),
             Ordering::Greater => insert(&mut n.right, node),
             Ordering::Equal => {
                 core::mem::swap(&mut n.val, &mut node.val);
-                return Some(node);
+                return (Some(node), false);
             }
         },
     };
+    if !grew {
+        return (old, false);
+    }
+    let before = height(link);
     rebalance(link);
-    old
+    (old, height(link) != before)
 }
 
 /// Removes the smallest node of the tree rooted at `n`: (that node, what is left).
@@ -234,7 +247,7 @@ impl<V> Tree<V> {
     /// Inserts a node taken from a tree (no allocation): on an equal key the values are
     /// swapped and the node comes back holding the old value.
     pub fn insert_node(&mut self, node: Box<Node<V>>) -> Option<Box<Node<V>>> {
-        let old = insert(&mut self.root, node);
+        let (old, _) = insert(&mut self.root, node);
         if old.is_none() {
             self.len += 1;
         }

@@ -174,12 +174,19 @@ static TABLE: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::n
 
 /// Prints the `BENCH` line of `series` (or its row of the table).
 fn report(name: &str, series: &[AtomicU64; ITER]) {
+    report_n(name, series, ITER);
+}
+
+/// [`report`] of the first `n` samples (`n` at most [`ITER`]).
+fn report_n(name: &str, series: &[AtomicU64; ITER], n: usize) {
+    let n = n.clamp(1, ITER);
     let mut sorted = [0u64; ITER];
-    for (dst, src) in sorted.iter_mut().zip(series.iter()) {
+    for (dst, src) in sorted.iter_mut().zip(series.iter()).take(n) {
         *dst = src.load(Ordering::Relaxed);
     }
+    let sorted = &mut sorted[..n];
     sorted.sort_unstable();
-    let median = sorted.get((ITER - 1) / 2).copied().unwrap_or(0);
+    let median = sorted.get((n - 1) / 2).copied().unwrap_or(0);
     let min = sorted.first().copied().unwrap_or(0);
     let max = sorted.last().copied().unwrap_or(0);
     if TABLE.load(Ordering::Relaxed) {
@@ -187,7 +194,7 @@ fn report(name: &str, series: &[AtomicU64; ITER]) {
         return;
     }
     println!(
-        "BENCH name={name} unit=instructions iterations={ITER} median={median} min={min} max={max}"
+        "BENCH name={name} unit=instructions iterations={n} median={median} min={min} max={max}"
     );
 }
 
@@ -1315,6 +1322,167 @@ fn vm_protect(n: u64, name: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// Memory-object benchmarks: an object of `pages` pages, every page resident (stored to
+/// through a first mapping, which stays), named by a right; the mapping's address.
+fn resident_object(name: &str, pages: u64) -> Result<(u64, u64), Failed> {
+    use baton_rt::memobj::{self, map_flags};
+    use baton_rt::vm::{INHERIT_COPY, PROT_RW};
+    let obj = memobj::create(pages * PAGE).map_err(|e| fail!("{name}: create: {}", e.name()))?;
+    let a = memobj::map(
+        obj,
+        pages * PAGE,
+        0,
+        map_flags(PROT_RW, PROT_RW, false, INHERIT_COPY),
+    )
+    .map_err(|e| fail!("{name}: map: {}", e.name()))?;
+    for p in 0..pages {
+        // SAFETY: mapped above, writable, no reference into it.
+        unsafe { ((a + p * PAGE) as *mut u64).write_volatile(p + 1) };
+    }
+    Ok((obj, a))
+}
+
+/// Drops the right and the first mapping [`resident_object`] made.
+fn drop_object(name: &str, (obj, a): (u64, u64), pages: u64) -> Result<(), Failed> {
+    baton_rt::ipc::cap_drop(obj).map_err(|e| fail!("{name}: drop: {}", e.name()))?;
+    // SAFETY: nothing refers to the range.
+    unsafe { baton_rt::vm::deallocate(a, pages * PAGE) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))
+}
+
+/// `vm.map.<n>`: `vm_map` of `n` resident pages of an object (read and write, shared),
+/// then a first load of each page through the new mapping (a memory fill each: the
+/// translation entered from the object's page). The unmap is outside the window.
+fn vm_map(n: u64, name: &str) -> Result<(), Failed> {
+    use baton_rt::memobj::{self, map_flags};
+    use baton_rt::vm::{INHERIT_COPY, PROT_RW};
+    clear_samples();
+    let o = resident_object(name, n)?;
+    let flags = map_flags(PROT_RW, PROT_RW, false, INHERIT_COPY);
+    let before = read_stats()?;
+    // Fewer iterations for the large sizes (each touches every page): enough for a median.
+    let total = if n >= 100 {
+        WARMUP / 10 + ITER / 10
+    } else {
+        TOTAL
+    };
+    for i in 0..total {
+        let t0 = rdtsc_ordered();
+        let a = memobj::map(o.0, n * PAGE, 0, flags);
+        let a = a.map_err(|e| fail!("{name}: {}", e.name()))?;
+        for p in 0..n {
+            // SAFETY: mapped just now, no reference into it.
+            black_box(unsafe { ((a + p * PAGE) as *const u64).read_volatile() });
+        }
+        let t1 = rdtsc_ordered();
+        // SAFETY: nothing refers to the range.
+        unsafe { baton_rt::vm::deallocate(a, n * PAGE) }
+            .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+        let warm = if n >= 100 { WARMUP / 10 } else { WARMUP };
+        if let Some(j) = i.checked_sub(warm) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    drop_object(name, o, n)?;
+    if n >= 100 {
+        report_n(name, &SAMPLES, ITER / 10);
+    } else {
+        report(name, &SAMPLES);
+    }
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `vm.fault.fill` (`copy` false): the first load of a page resident in an object through
+/// a second mapping of it (Accent's memory fill: only the translation is missing);
+/// `vm.fault.cow` (`copy` true): the first store to a page of a copy-on-write mapping of
+/// the object made after its pages were written (the page copied into the mapping's own
+/// shadow, then mapped writable).
+fn vm_fault_object(name: &str, copy: bool) -> Result<(), Failed> {
+    use baton_abi::memobj::MAP_COPY;
+    use baton_rt::memobj::{self, map_flags};
+    use baton_rt::vm::{INHERIT_COPY, PROT_RW};
+    clear_samples();
+    let pages = TOTAL as u64;
+    let o = resident_object(name, pages)?;
+    // A store through a copy-on-write mapping; a load through a mapping made without
+    // access and then given it, so that `vm_map` enters no translation of its own.
+    let flags = if copy {
+        map_flags(PROT_RW, PROT_RW, false, INHERIT_COPY) | MAP_COPY
+    } else {
+        map_flags(0, PROT_RW, false, INHERIT_COPY)
+    };
+    let b =
+        memobj::map(o.0, pages * PAGE, 0, flags).map_err(|e| fail!("{name}: map: {}", e.name()))?;
+    if !copy {
+        // SAFETY: nothing refers to the range yet.
+        unsafe { baton_rt::vm::protect(b, pages * PAGE, PROT_RW, false) }
+            .map_err(|e| fail!("{name}: protect: {}", e.name()))?;
+    }
+    let before = read_stats()?;
+    for i in 0..TOTAL {
+        let p = (b + i as u64 * PAGE) as *mut u64;
+        let t0 = rdtsc_ordered();
+        if copy {
+            // SAFETY: mapped above, writable, no reference into it.
+            unsafe { p.write_volatile(7) };
+        } else {
+            // SAFETY: as above.
+            black_box(unsafe { p.read_volatile() });
+        }
+        let t1 = rdtsc_ordered();
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    // SAFETY: nothing refers to the range.
+    unsafe { baton_rt::vm::deallocate(b, pages * PAGE) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+    drop_object(name, o, pages)?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `vm.allocate.at10k`: `vm.allocate.1` in a space that already holds 10,000 map
+/// entries (one-page allocations with a hole between each), the O(log n) claim.
+fn vm_allocate_at10k(name: &str) -> Result<(), Failed> {
+    use baton_rt::vm::{allocate, deallocate, PROT_RW};
+    const ENTRIES: u64 = 10_000;
+    for i in 0..ENTRIES {
+        allocate(Some(VM_BENCH + 2 * i * PAGE), PAGE, PROT_RW)
+            .map_err(|e| fail!("{name}: allocate entry {i}: {}", e.name()))?;
+    }
+    let entries = baton_rt::vm::stats()
+        .map_err(|e| fail!("{name}: stats: {}", e.name()))?
+        .entries;
+    if entries < ENTRIES {
+        return Err(fail!("{name}: only {entries} entries"));
+    }
+    clear_samples();
+    let before = read_stats()?;
+    for i in 0..TOTAL {
+        let t0 = rdtsc_ordered();
+        let a = allocate(None, PAGE, PROT_RW);
+        let t1 = rdtsc_ordered();
+        let a = a.map_err(|e| fail!("{name}: {}", e.name()))?;
+        // SAFETY: just allocated, nothing refers to it.
+        unsafe { deallocate(a, PAGE) }.map_err(|e| fail!("{name}: {}", e.name()))?;
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    // SAFETY: nothing refers to the range.
+    unsafe { deallocate(VM_BENCH, 2 * ENTRIES * PAGE) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
 /// The virtual-memory rows (`docs/benchmarks.md`).
 fn vm_benchmarks() -> Result<(), Failed> {
     vm_fault_zero("vm.fault.zero", true)?;
@@ -1326,6 +1494,12 @@ fn vm_benchmarks() -> Result<(), Failed> {
     vm_protect(1, "vm.protect.1")?;
     vm_protect(100, "vm.protect.100")?;
     vm_protect(1024, "vm.protect.1024")?;
+    vm_map(1, "vm.map.1")?;
+    vm_map(100, "vm.map.100")?;
+    vm_map(1024, "vm.map.1024")?;
+    vm_fault_object("vm.fault.fill", false)?;
+    vm_fault_object("vm.fault.cow", true)?;
+    vm_allocate_at10k("vm.allocate.at10k")?;
     Ok(())
 }
 

@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 17] = [
+const GROUPS: [Group; 18] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -141,6 +141,7 @@ const GROUPS: [Group; 17] = [
     group("cycles of receive rights", g_cycle, false),
     group("threads blocked on ports", g_waiters, true),
     group("a reply port with a full queue", g_full_reply, true),
+    group("memory-object calls with garbage", g_memobj, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -2790,4 +2791,304 @@ fn waiter(_: u64) {
         W_RESULT.store(result.map_or_else(Error::to_raw, |()| 0), Ordering::Release);
         W_DONE.increment();
     }
+}
+
+/// The memory-object calls (110-119) with every kind of wrong name, window, flags and
+/// address: each refused with its error, nothing mapped, every right given back.
+fn g_memobj(c: &mut Ctx) {
+    use baton_abi::memobj::map_flags;
+    let sys = |n: Sys, a: [u64; 6]| {
+        // SAFETY: every call here either is refused or maps memory only anywhere (unmapped
+        // again below) and writes only into the scratch memory.
+        decode_result(unsafe { raw_syscall(n as u64, a) })
+    };
+    const P: u64 = 4096;
+    let rw = map_flags(3, 3, false, 1);
+    let obj = expect!(
+        c,
+        sys(Sys::MemobjCreate, [2 * P, 0, 0, 0, 0, 0]),
+        Ok(()),
+        "memobj_create"
+    )
+    .unwrap_or(0);
+    let (p, ps) = c.pair();
+    let so = expect!(c, port_make_send(p, true), Ok(()), "send-once").unwrap_or(0);
+    let dead = c.dead();
+    let server = c.server;
+    for (what, name, want) in [
+        ("a receive right", p, Error::InvalidRight),
+        ("a send right to a port", ps, Error::InvalidRight),
+        ("a send-once right", so, Error::InvalidRight),
+        ("a dead name", dead, Error::DeadName),
+        ("the peer's send right", server, Error::InvalidRight),
+        ("name 0", 0, Error::InvalidName),
+        ("a name not held", GARBAGE, Error::InvalidName),
+    ] {
+        expect!(
+            c,
+            sys(Sys::VmMap, [name, 0, P, 0, rw, 0]),
+            Err(want),
+            "vm_map of {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::MemobjRestrict, [name, 1, 0, 0, 0, 0]),
+            Err(want),
+            "memobj_restrict of {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::MemobjInfo, [name, SCRATCH, 0, 0, 0, 0]),
+            Err(want),
+            "memobj_info of {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::VmRead, [name, SCRATCH, SCRATCH, 8, 0, 0]),
+            Err(want),
+            "vm_read through {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::VmWrite, [name, SCRATCH, SCRATCH, 8, 0, 0]),
+            Err(want),
+            "vm_write through {what}"
+        );
+    }
+    for (what, size, want) in [
+        ("0", 0, Error::InvalidArgument),
+        ("1", 1, Error::InvalidArgument),
+        ("P + 1", P + 1, Error::InvalidArgument),
+        ("1 GiB + P", (1 << 30) + P, Error::TooLarge),
+        ("u64::MAX", u64::MAX, Error::TooLarge),
+    ] {
+        expect!(
+            c,
+            sys(Sys::MemobjCreate, [size, 0, 0, 0, 0, 0]),
+            Err(want),
+            "memobj_create({what})"
+        );
+    }
+    for (what, addr, len, offset, flags, want) in [
+        (
+            "unknown flag bits",
+            0,
+            P,
+            0,
+            1 << 40,
+            Error::InvalidArgument,
+        ),
+        (
+            "protection above maximum",
+            0,
+            P,
+            0,
+            map_flags(3, 1, false, 1),
+            Error::InvalidArgument,
+        ),
+        (
+            "inheritance 3",
+            0,
+            P,
+            0,
+            map_flags(1, 1, false, 3),
+            Error::InvalidArgument,
+        ),
+        (
+            "a window past the end",
+            0,
+            3 * P,
+            0,
+            rw,
+            Error::InvalidArgument,
+        ),
+        (
+            "an offset past the end",
+            0,
+            P,
+            2 * P,
+            rw,
+            Error::InvalidArgument,
+        ),
+        ("an unaligned offset", 0, P, 1, rw, Error::InvalidArgument),
+        (
+            "a wrapping offset",
+            0,
+            P,
+            !0xfff,
+            rw,
+            Error::InvalidArgument,
+        ),
+        ("length 0", 0, 0, 0, rw, Error::InvalidArgument),
+        ("length u64::MAX", 0, u64::MAX, 0, rw, Error::TooLarge),
+        (
+            "the kernel half",
+            KERNEL_ADDRESS,
+            P,
+            0,
+            rw,
+            Error::BadAddress,
+        ),
+        ("the top page", TOP_PAGE, P, 0, rw, Error::BadAddress),
+        (
+            "a non-canonical address",
+            NON_CANONICAL,
+            P,
+            0,
+            rw,
+            Error::BadAddress,
+        ),
+        (
+            "an unaligned address",
+            UNMAPPED + 1,
+            P,
+            0,
+            rw,
+            Error::InvalidArgument,
+        ),
+        (
+            "the scratch memory (taken)",
+            SCRATCH,
+            P,
+            0,
+            rw,
+            Error::NoSpace,
+        ),
+    ] {
+        expect!(
+            c,
+            sys(Sys::VmMap, [obj, addr, len, offset, flags, 0]),
+            Err(want),
+            "vm_map with {what}"
+        );
+    }
+    let me = expect!(c, baton_rt::kobject::task_self(), Ok(()), "task_self").unwrap_or(0);
+    for (what, addr, buf, len, want) in [
+        (
+            "an unmapped address",
+            UNMAPPED,
+            SCRATCH,
+            8,
+            Error::BadAddress,
+        ),
+        (
+            "a kernel address",
+            KERNEL_ADDRESS,
+            SCRATCH,
+            8,
+            Error::BadAddress,
+        ),
+        (
+            "a kernel buffer",
+            SCRATCH,
+            KERNEL_ADDRESS,
+            8,
+            Error::BadAddress,
+        ),
+        (
+            "a wrapping range",
+            u64::MAX - 3,
+            SCRATCH,
+            8,
+            Error::BadAddress,
+        ),
+        (
+            "a length over 64 KiB",
+            SCRATCH,
+            SCRATCH,
+            (64 << 10) + 1,
+            Error::TooLarge,
+        ),
+        (
+            "length u64::MAX",
+            SCRATCH,
+            SCRATCH,
+            u64::MAX,
+            Error::TooLarge,
+        ),
+    ] {
+        expect!(
+            c,
+            sys(Sys::VmRead, [me, addr, buf, len, 0, 0]),
+            Err(want),
+            "vm_read of {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::VmWrite, [me, addr, buf, len, 0, 0]),
+            Err(want),
+            "vm_write of {what}"
+        );
+    }
+    for (what, addr, want) in [
+        ("an unaligned word", SCRATCH + 2, Error::InvalidArgument),
+        ("an unmapped word", UNMAPPED, Error::BadAddress),
+        ("a kernel word", KERNEL_ADDRESS, Error::BadAddress),
+    ] {
+        expect!(
+            c,
+            sys(Sys::WaitShared, [addr, 0, 0, 0, 0, 0]),
+            Err(want),
+            "wait_shared on {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::WakeShared, [addr, 1, 0, 0, 0, 0]),
+            Err(want),
+            "wake_shared on {what}"
+        );
+    }
+    for (what, a, want) in [
+        (
+            "memobj_physical without the right",
+            [0xb8000, P, 0, obj, 0, 0],
+            Error::Denied,
+        ),
+        (
+            "memobj_physical with right 0",
+            [0xb8000, P, 0, 0, 0, 0],
+            Error::Denied,
+        ),
+        (
+            "memobj_dma without the right",
+            [P, ps, 0, 0, 0, 0],
+            Error::Denied,
+        ),
+    ] {
+        let n = if what.starts_with("memobj_dma") {
+            Sys::MemobjDma
+        } else {
+            Sys::MemobjPhysical
+        };
+        expect!(c, sys(n, a), Err(want), "{what}");
+    }
+    // A good mapping anywhere and a restricted right, then everything given back.
+    if let Some(a) = expect!(
+        c,
+        sys(Sys::VmMap, [obj, 0, 2 * P, 0, rw, 0]),
+        Ok(()),
+        "vm_map anywhere"
+    ) {
+        expect!(
+            c,
+            sys(Sys::VmDeallocate, [a, 2 * P, 0, 0, 0, 0]),
+            Ok(()),
+            "vm_deallocate"
+        );
+    }
+    if let Some(ro) = expect!(
+        c,
+        sys(Sys::MemobjRestrict, [obj, 1, 0, 0, 0, 0]),
+        Ok(()),
+        "restrict"
+    ) {
+        expect!(
+            c,
+            sys(Sys::VmMap, [ro, 0, P, 0, rw, 0]),
+            Err(Error::Denied),
+            "vm_map writable through a read-only right"
+        );
+        c.drop_names(&[ro]);
+    }
+    c.drop_names(&[obj, p, ps, so, dead, me]);
 }

@@ -59,7 +59,7 @@ pub struct Class {
 }
 
 /// The call classes, in the order of their exclusion bits.
-pub const CLASSES: [Class; 10] = [
+pub const CLASSES: [Class; 11] = [
     Class { letter: 'b', what: "basic calls: null, yield, clock, stats, module_info, debug_write, sleep, wait, wake, process-model block, cpu time, priority, affinity, sched lock", weight: 12 },
     Class { letter: 'm', what: "memory: mem_map, mem_unmap, ipc_buffer_set", weight: 6 },
     Class { letter: 'p', what: "port calls: allocate, make_send, cap_drop, cap_info, notify, set_limit, exception_port_set", weight: 16 },
@@ -70,6 +70,7 @@ pub const CLASSES: [Class; 10] = [
     Class { letter: 'c', what: "child tasks: spawn, task_port", weight: 4 },
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
+    Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -484,7 +485,8 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
             6 => f.kobject(),
             7 => f.children(),
             8 => f.newer(),
-            _ => f.extensions(),
+            9 => f.extensions(),
+            _ => f.memobjs(),
         }
     }
     if f.reply != 0 {
@@ -1564,6 +1566,104 @@ impl Fuzzer {
                         self.terminate_task(old);
                     }
                 }
+            }
+        }
+    }
+
+    /// The memory-object calls (110-119): objects made and kept in the send pool (so other
+    /// calls meet them too, and their evictions drop them), mapped anywhere (unmapped at
+    /// once), into the arena or at bad places, with any flags; DMA and physical objects,
+    /// which must be refused (this task has no host-privilege right); another task's
+    /// memory through whatever task port the pools hold, written only in the arena.
+    fn memobjs(&mut self) {
+        const P: u64 = PAGE;
+        match self.r.below(12) {
+            0 | 1 => {
+                let size = self
+                    .r
+                    .of(&[P, 2 * P, 16 * P, 0, P + 1, (1 << 30) + P, 64 << 20], P);
+                let size = if self.r.chance(10) { self.edge() } else { size };
+                let got = self.sys(Sys::MemobjCreate, [size, 0, 0, 0, 0, 0]);
+                if (got as i64) > 0 {
+                    self.keep_send(got);
+                }
+            }
+            2..=4 => {
+                let name = self.name();
+                let anywhere = self.r.chance(60);
+                let at = if anywhere { 0 } else { self.arena_addr() };
+                let len = self.r.of(&[P, 2 * P, 16 * P, 0, P + 1, !0xfff], P);
+                let offset = self.r.of(&[0, 0, P, 8, !0xfff, 15 * P], 0);
+                let prot = self.r.below(8);
+                let max = prot | self.r.below(8);
+                let flags = if self.r.chance(85) {
+                    baton_abi::memobj::map_flags(prot, max, self.r.chance(30), self.r.below(4))
+                } else {
+                    self.edge()
+                };
+                let got = self.sys(Sys::VmMap, [name, at, len, offset, flags, 0]);
+                if anywhere && (got as i64) > 0 {
+                    self.sys(Sys::VmDeallocate, [got, len, 0, 0, 0, 0]);
+                } else if !anywhere && (got as i64) > 0 && self.r.chance(50) {
+                    // The arena back to plain memory, mostly (the memory class maps it).
+                    self.sys(Sys::VmDeallocate, [got, len, 0, 0, 0, 0]);
+                }
+            }
+            5 => {
+                let (name, prot) = (self.name(), self.r.of(&[1, 3, 7, 0, 8, u64::MAX], 1));
+                let got = self.sys(Sys::MemobjRestrict, [name, prot, 0, 0, 0, 0]);
+                if (got as i64) > 0 {
+                    self.keep_send(got);
+                }
+            }
+            6 => {
+                let (name, out) = (self.name(), self.addr());
+                self.sys(Sys::MemobjInfo, [name, out, 0, 0, 0, 0]);
+            }
+            7 => {
+                let base = self.r.of(&[0xb8000, 0xfee0_0000, 0, 0x10_0000, 0xff000], 0);
+                let (size, flags, right) =
+                    (self.r.of(&[P, 0, 1 << 40], P), self.r.below(3), self.name());
+                let r = self.sys(Sys::MemobjPhysical, [base, size, flags, right, 0, 0]);
+                if (r as i64) > 0 {
+                    self.wrong(format_args!(
+                        "memobj_physical without the right gave {r:#x}"
+                    ));
+                }
+                let r = self.sys(Sys::MemobjDma, [size, right, 0, 0, 0, 0]);
+                if (r as i64) > 0 {
+                    self.wrong(format_args!("memobj_dma without the right gave {r:#x}"));
+                }
+            }
+            8 | 9 => {
+                // Read from anywhere into memory the kernel may write here, or write from
+                // anywhere into the other task's arena (the same addresses in a child).
+                let task = if self.r.chance(70) {
+                    CHILD_PORTS.pick(&mut self.r)
+                } else {
+                    self.name()
+                };
+                let len = self.r.of(&[8, P, 2 * P, 0, (64 << 10) + 1], 8);
+                if self.r.chance(50) {
+                    let (at, buf) = (self.edge(), self.addr());
+                    let at = if self.r.chance(60) {
+                        self.arena_addr()
+                    } else {
+                        at
+                    };
+                    self.sys(Sys::VmRead, [task, at, buf, len, 0, 0]);
+                } else {
+                    let (at, buf) = (self.arena_addr(), self.addr());
+                    self.sys(Sys::VmWrite, [task, at, buf, len, 0, 0]);
+                }
+            }
+            10 => {
+                let (a, v, t) = (self.addr(), self.edge(), self.small_ns());
+                self.sys(Sys::WaitShared, [a, v, t, 0, 0, 0]);
+            }
+            _ => {
+                let (a, n) = (self.addr(), self.r.of(&[1, 0, u64::MAX], 1));
+                self.sys(Sys::WakeShared, [a, n, 0, 0, 0, 0]);
             }
         }
     }
