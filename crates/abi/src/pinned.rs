@@ -178,3 +178,18 @@ fn extension_numbers() {
     }
     const { assert!(EXT_SYSCALL_END <= FLOOR_BASE) };
 }
+
+#[test]
+fn pager_numbers() {
+    let calls = [
+        (Sys::MemobjPager, 140),
+        (Sys::PagerSupply, 141),
+        (Sys::PagerUnavailable, 142),
+        (Sys::PagerError, 143),
+        (Sys::PagerFlush, 144),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+}
