@@ -226,6 +226,12 @@ pub enum Found<F> {
 #[derive(Debug)]
 pub struct Objects<F> {
     slab: Slab<Object<F>>,
+    /// The pagers (`Kind::Pager::pager`) of pager-backed objects destroyed since the
+    /// kernel last asked ([`Objects::take_freed_pager`]). Room for one per live
+    /// pager-backed object is made when it is created, so a destruction never allocates.
+    freed_pagers: alloc::vec::Vec<u64>,
+    /// Live pager-backed objects.
+    pagers: usize,
 }
 
 impl<F: Copy> Objects<F> {
@@ -233,6 +239,8 @@ impl<F: Copy> Objects<F> {
     pub fn new(limit: u32) -> Objects<F> {
         Objects {
             slab: Slab::with_limit(limit),
+            freed_pagers: alloc::vec::Vec::new(),
+            pagers: 0,
         }
     }
 
@@ -359,7 +367,19 @@ impl<F: Copy> Objects<F> {
         account: &AccountRef,
     ) -> Result<ObjectId, Error> {
         let kind = Kind::Pager { pager, dead: false };
-        self.create(kind, size, None, false, account)
+        let room = (self.pagers + 1).saturating_sub(self.freed_pagers.len());
+        self.freed_pagers
+            .try_reserve(room)
+            .map_err(|_| Error::NoMemory)?;
+        let id = self.create(kind, size, None, false, account)?;
+        self.pagers += 1;
+        Ok(id)
+    }
+
+    /// The pager of a pager-backed object destroyed since the last call, if any (the
+    /// kernel lets go of what it kept for that pager).
+    pub fn take_freed_pager(&mut self) -> Option<u64> {
+        self.freed_pagers.pop()
     }
 
     /// A new shadow of the window `[offset, offset + size)` of `backing`, taking over the
@@ -458,6 +478,13 @@ impl<F: Copy> Objects<F> {
     /// from its backing object, and returns that object (whose reference it held).
     fn destroy(&mut self, id: ObjectId, m: &mut impl Machine<F>) -> Option<ObjectId> {
         let mut o = self.slab.remove(id.0)?;
+        if let Kind::Pager { pager, .. } = o.kind {
+            self.pagers = self.pagers.saturating_sub(1);
+            // Room was made at the creation (`pager`).
+            if self.freed_pagers.len() < self.freed_pagers.capacity() {
+                self.freed_pagers.push(pager);
+            }
+        }
         Self::free_pages(&mut o, m);
         o.account.give(Resource::Heap, o.heap);
         o.account.give(Resource::Frames, o.frames);
@@ -1171,9 +1198,13 @@ mod tests {
         assert_eq!(objs.page_in_error(a, 0), Err(Error::InvalidArgument));
         assert_eq!(objs.flush_page(a, 0, &mut m), Err(Error::InvalidArgument));
         objs.release(a, &mut m);
+        assert_eq!(objs.take_freed_pager(), None);
         objs.release(o, &mut m);
         assert!(objs.is_empty());
         assert_eq!(acct.used(Resource::Heap), 0);
+        // The kernel hears that pager 9's object is gone, once.
+        assert_eq!(objs.take_freed_pager(), Some(9));
+        assert_eq!(objs.take_freed_pager(), None);
     }
 
     #[test]
