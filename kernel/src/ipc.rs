@@ -621,6 +621,8 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
     if wake.capacity() > k.wake_list.capacity() {
         k.wake_list = wake;
     }
+    // A pager's port died, or a pager-backed object ended: the pager family catches up.
+    crate::pager::tidy(k);
 }
 
 /// The effects of an IPC operation, on the kernel's wake list: it has room for every

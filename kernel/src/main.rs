@@ -24,6 +24,7 @@ mod ipc;
 mod kernel;
 mod klog;
 mod kobject;
+mod pager;
 mod quota;
 mod syscall;
 mod thread;
@@ -162,6 +163,7 @@ fn install_families() {
         unwind_current: activation::unwind_current,
         forget_waiter: |k, t, b| match b {
             Blocked::StateWait { target } => control::forget_state_waiter(k, t, target),
+            Blocked::PageIn { .. } => pager::forget_waiter(k, t, b),
             _ => ipc::forget_waiter(k, t, b),
         },
         resume: |k, t, point| match point {
@@ -177,8 +179,9 @@ fn install_families() {
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
         space_freed: vm::space_freed,
-        page_fault: vm::page_fault,
+        page_fault: pager::page_fault,
     });
+    pager::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------

@@ -60,6 +60,14 @@ pub enum Blocked {
         /// The target thread.
         target: ThreadId,
     },
+    /// A page of a pager-backed memory object (`crate::pager`) is being paged in: until
+    /// the pager supplies it, fails it or dies (the thread then makes its access again).
+    PageIn {
+        /// The object (its `kern::vm::object::ObjectId`'s key).
+        object: u64,
+        /// The page's offset in it.
+        offset: u64,
+    },
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.

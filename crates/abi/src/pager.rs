@@ -41,6 +41,8 @@ pub const PAGE_SIZE: u64 = 4096;
 /// Most pages one [`crate::Sys::PagerFlush`] returns or drops (a larger range is flushed
 /// by several calls: the call says how far it got).
 pub const FLUSH_MAX_PAGES: u64 = 64;
+/// Largest pager-backed object (1 GiB).
+pub const OBJECT_SIZE_MAX: u64 = 1 << 30;
 /// Most pager-backed objects in the system.
 pub const PAGERS_MAX: usize = 1024;
 

@@ -318,6 +318,12 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }
     }
 
+    /// Whether [`Ipc::take_died`] has something.
+    #[inline]
+    pub fn died_pending(&self) -> bool {
+        !self.died.is_empty()
+    }
+
     /// A watched port destroyed since the last call, if any.
     pub fn take_died(&mut self) -> Option<PortId> {
         self.died.pop()

@@ -382,6 +382,12 @@ impl<F: Copy> Objects<F> {
         self.freed_pagers.pop()
     }
 
+    /// Whether [`Objects::take_freed_pager`] has something.
+    #[inline]
+    pub fn freed_pager_pending(&self) -> bool {
+        !self.freed_pagers.is_empty()
+    }
+
     /// A new shadow of the window `[offset, offset + size)` of `backing`, taking over the
     /// caller's reference to `backing` (on success only), with one reference for the
     /// caller; charged to `account`.
