@@ -73,6 +73,7 @@ pub mod ipc;
 pub mod kobject;
 pub mod migrate;
 pub mod names;
+pub mod pager;
 pub mod raw;
 pub mod report;
 pub mod rpc;
