@@ -621,6 +621,10 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
     if wake.capacity() > k.wake_list.capacity() {
         k.wake_list = wake;
     }
+    // Memory-object ports whose last send right went: the objects' references go.
+    if k.ipc.has_orphans() {
+        crate::memobj::reap(k);
+    }
     // A pager's port died, or a pager-backed object ended: the pager family catches up.
     crate::pager::tidy(k);
 }

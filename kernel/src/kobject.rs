@@ -1,7 +1,7 @@
 //! Kernel objects through capabilities: task, thread and activation ports, the
 //! host-privilege port (`baton_abi::kobject`), and the device objects' ports (interrupt
-//! lines and I/O ports, made and used by `crate::device`; a message to one is answered
-//! `NotSupported`).
+//! lines and I/O ports, made and used by `crate::device`) and memory objects' ports (made
+//! and used by `crate::memobj`); a message to one of those is answered `NotSupported`.
 //!
 //! Each task, thread and pool activation gets, at the first request for it, a port whose
 //! receive right the kernel keeps (`kern::ipc::held`), tagged with the object it stands
@@ -48,6 +48,8 @@ pub enum KObject {
     Interrupt(u64),
     /// An I/O-ports object (`crate::device`; its range is in `Kernel::devices`).
     IoPorts,
+    /// A memory object's port (`crate::memobj`; the id is its record's key).
+    Memory(u64),
 }
 
 impl KObject {
@@ -60,6 +62,7 @@ impl KObject {
             KObject::HostPriv => (3, 0),
             KObject::Interrupt(irq) => (4, irq),
             KObject::IoPorts => (5, 0),
+            KObject::Memory(key) => (16, key),
         };
         ObjectTag { kind, id }
     }
@@ -73,6 +76,7 @@ impl KObject {
             3 => KObject::HostPriv,
             4 => KObject::Interrupt(tag.id),
             5 => KObject::IoPorts,
+            16 => KObject::Memory(tag.id),
             _ => return None,
         })
     }
@@ -87,6 +91,7 @@ impl KObject {
             KObject::HostPriv => OBJECT_HOST_PRIV,
             KObject::Interrupt(_) => OBJECT_INTERRUPT,
             KObject::IoPorts => OBJECT_IO_PORTS,
+            KObject::Memory(_) => OBJECT_MEMORY,
         }
     }
 }
@@ -159,7 +164,9 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
         }
         KObject::HostPriv => return k.host_priv.ok_or(Error::NotFound),
         // Made by `crate::device` only, with the object.
-        KObject::Interrupt(_) | KObject::IoPorts => return Err(Error::NotFound),
+        KObject::Interrupt(_) | KObject::IoPorts | KObject::Memory(_) => {
+            return Err(Error::NotFound)
+        }
     };
     if let Some(p) = existing {
         return Ok(p);
@@ -183,7 +190,7 @@ pub fn port_of(k: &mut Kernel, obj: KObject) -> Result<PortId, Error> {
             // Room reserved above.
             k.act_ports.push((a, port));
         }
-        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts => {}
+        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts | KObject::Memory(_) => {}
     }
     tag(k, port, obj);
     Ok(port)
@@ -240,7 +247,7 @@ pub fn sys_object_port(k: &mut Kernel, caller: TaskId, obj: KObject) -> Result<u
             .get(t)
             .is_some_and(|th| th.home_task() == Some(caller)),
         // Only the kernel hands it out, at boot; the device objects, at their making.
-        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts => false,
+        KObject::HostPriv | KObject::Interrupt(_) | KObject::IoPorts | KObject::Memory(_) => false,
     };
     if !allowed {
         return Err(Error::NotFound);

@@ -25,6 +25,7 @@ mod kernel;
 mod klog;
 mod kobject;
 mod pager;
+mod memobj;
 mod quota;
 mod syscall;
 mod thread;
@@ -74,6 +75,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     unsafe { heap::init(phys_to_virt(heap_start) as *mut u8, heap_size as usize) };
     reserved[4] = heap_start..heap_start + heap_size;
 
+    memobj::set_ram(usable);
     let mut frames = FrameAllocator::new(usable, &reserved);
     let kernel_root = paging::init(&mut frames, phys_top);
     quota::init(heap_size, frames.free_frames() as u64);

@@ -49,31 +49,6 @@ use kern::slab::{Key, Slab};
 use kern::vm::object::ObjectId;
 use kern::vm::Access;
 
-/// Naming objects by memory-object rights (`crate::memobj`).
-mod memobj_api {
-    use crate::kernel::{Kernel, TaskId};
-    use baton_abi::Error;
-    use kern::vm::object::ObjectId;
-
-    /// A memory-object right for `object` (taking over the caller's reference).
-    pub fn name_object(
-        k: &mut Kernel,
-        task: TaskId,
-        object: ObjectId,
-        kind: u64,
-    ) -> Result<u64, Error> {
-        let _ = (task, kind);
-        crate::vm::release_object(k, object);
-        Err(Error::NotSupported)
-    }
-
-    /// The object the memory-object right `name` of `task` names.
-    pub fn object_of(k: &Kernel, task: TaskId, name: u64) -> Result<ObjectId, Error> {
-        let _ = (k, task, name);
-        Err(Error::NotSupported)
-    }
-}
-
 /// What the kernel keeps for one pager-backed object.
 #[derive(Debug)]
 struct Pager {
@@ -202,7 +177,7 @@ fn create(
     }
     // The right takes over the creation's reference (and drops it on failure, which ends
     // the object and, through `tidy`, the record).
-    let named = memobj_api::name_object(k, task, object, KIND_PAGER);
+    let named = crate::memobj::name_object(k, task, object, KIND_PAGER);
     tidy(k);
     named
 }
@@ -210,7 +185,7 @@ fn create(
 /// The pager-backed object the memory-object right `name` of `task` names, and its
 /// pager's record key.
 fn pager_object(k: &Kernel, task: TaskId, name: u64) -> Result<(ObjectId, Key, u64), Error> {
-    let object = memobj_api::object_of(k, task, name)?;
+    let object = crate::memobj::object_of(k, task, name)?;
     let (pager, dead, size) = crate::vm::pager_of(object).ok_or(Error::InvalidArgument)?;
     if dead {
         return Err(Error::DeadName);
@@ -322,7 +297,7 @@ fn flush(
     if flags & !FLUSH_FLAGS != 0 || flags == 0 {
         return Err(Error::InvalidArgument);
     }
-    let object = memobj_api::object_of(k, task, name)?;
+    let object = crate::memobj::object_of(k, task, name)?;
     let (pager, _, size) = crate::vm::pager_of(object).ok_or(Error::InvalidArgument)?;
     check_range(offset, len, size)?;
     let end = offset + len;

@@ -177,23 +177,28 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
             k.stats.blocks_sleep += 1;
             thread::thread_block_with(k, Continuation::new(Resume::Sleep));
         }
-        Sys::Wait => match check_wait(k, task_of, args[0], args[1]) {
-            Ok(_) if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
-            Ok(key) => {
-                let deadline = match args[2] {
-                    FOREVER => None,
-                    ns => Some(apic::now_ns().saturating_add(ns)),
-                };
-                if k.waits.try_enqueue(key, cur).is_err() {
-                    Error::NoMemory.to_raw()
-                } else {
-                    thread::block_until(k, Blocked::Wait { key }, deadline);
-                    k.stats.blocks_wait += 1;
-                    thread::thread_block_with(k, Continuation::new(Resume::Wait));
+        Sys::Wait | Sys::WaitShared => {
+            match check_wait(k, task_of, args[0], args[1]).and_then(|key| match call {
+                Sys::WaitShared => crate::memobj::wait_key(k, key.0, key.1),
+                _ => Ok(key),
+            }) {
+                Ok(_) if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
+                Ok(key) => {
+                    let deadline = match args[2] {
+                        FOREVER => None,
+                        ns => Some(apic::now_ns().saturating_add(ns)),
+                    };
+                    if k.waits.try_enqueue(key, cur).is_err() {
+                        Error::NoMemory.to_raw()
+                    } else {
+                        thread::block_until(k, Blocked::Wait { key }, deadline);
+                        k.stats.blocks_wait += 1;
+                        thread::thread_block_with(k, Continuation::new(Resume::Wait));
+                    }
                 }
+                Err(e) => e.to_raw(),
             }
-            Err(e) => e.to_raw(),
-        },
+        }
         Sys::DebugBlockProcessModel => match crate::kobject::check_host_priv(k, cur, args[2]) {
             Ok(()) => process_model_block(args[0], args[1]),
             Err(e) => e.to_raw(),
@@ -345,6 +350,18 @@ impl Kernel {
             | Sys::PagerError
             | Sys::PagerFlush => crate::pager::sys(self, id, call, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
+            Sys::MemobjCreate
+            | Sys::VmMap
+            | Sys::MemobjRestrict
+            | Sys::MemobjPhysical
+            | Sys::MemobjDma
+            | Sys::MemobjInfo
+            | Sys::VmRead
+            | Sys::VmWrite
+            | Sys::WakeShared => {
+                let cur = self.current_thread();
+                crate::memobj::sys(self, id, cur, call, args)
+            }
             Sys::SpinImport
             | Sys::SpinCreate
             | Sys::SpinResolve
@@ -486,6 +503,7 @@ impl Kernel {
             | Sys::Exit
             | Sys::ThreadExit
             | Sys::Wait
+            | Sys::WaitShared
             | Sys::Sleep
             | Sys::DebugBlockProcessModel
             | Sys::IpcMsg
@@ -759,9 +777,14 @@ impl Kernel {
         if !addr.is_multiple_of(4) {
             return Err(Error::InvalidArgument);
         }
+        Ok(self.wake_key((task, addr), n))
+    }
+
+    /// Wakes up to `n` threads waiting on `key` (oldest first); how many.
+    pub fn wake_key(&mut self, key: (TaskId, u64), n: u64) -> u64 {
         let mut woken = 0;
         while woken < n {
-            let Some(t) = self.waits.wake_one((task, addr)) else {
+            let Some(t) = self.waits.wake_one(key) else {
                 break;
             };
             woken += 1;
@@ -776,7 +799,7 @@ impl Kernel {
             }
             self.unblock(t);
         }
-        Ok(woken)
+        woken
     }
 
     fn sys_stats(&mut self, task: TaskId, ptr: u64) -> Result<u64, Error> {

@@ -42,7 +42,7 @@ use baton_abi::Error;
 use core::cell::UnsafeCell;
 use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
 use kern::idslab::IdSlab;
-use kern::pmap::{AddressSpace, MapFlags, PhysMem, OWNED, WRITABLE};
+use kern::pmap::{AddressSpace, MapFlags, PhysMem, NO_CACHE, OWNED, WRITABLE, WRITE_THROUGH};
 use kern::quota::Resource;
 use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
 use kern::vm::map::{Map, Placement, ENTRIES_MAX};
@@ -571,8 +571,38 @@ fn fault_in(
                 }
                 Decision::AddressError => return Err(Failure::Address),
                 Decision::ProtectionError => return Err(Failure::Protection),
-                // No physical objects or pagers can be made yet.
-                Decision::MapPhysical { .. } => return Err(Failure::Address),
+                Decision::MapPhysical {
+                    addr,
+                    writable,
+                    uncached,
+                } => {
+                    // A physical object's frame (device registers: `crate::memobj`). Never
+                    // `OWNED`, so no unmap frees it; uncached as the object says.
+                    let frame = PhysAddr(addr);
+                    let flags = MapFlags::user_shared(writable, false);
+                    t.account
+                        .take(Resource::Frames, TABLES_WORST)
+                        .map_err(|_| Failure::NoMemory)?;
+                    let before = mem.frames.free_frames();
+                    let set = t.space.set(&mut mem, page, frame, flags);
+                    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
+                    t.account
+                        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
+                    t.frames += took.min(TABLES_WORST);
+                    match set {
+                        Ok(Some(old)) if old != frame => changed = true,
+                        Ok(_) => {}
+                        Err(_) => return Err(Failure::NoMemory),
+                    }
+                    if uncached {
+                        t.space
+                            .update_leaves(&mut mem, page, page + PAGE_SIZE, |_, e| {
+                                e | NO_CACHE | WRITE_THROUGH
+                            });
+                        changed = true;
+                    }
+                    return Ok(frame);
+                }
                 Decision::PageIn {
                     pager,
                     object,
@@ -749,22 +779,6 @@ pub fn pager_object(
         .account()
         .clone();
     vm.objects.pager(pager, size, &account)
-}
-
-/// Drops a reference to `object` (a pager object's creation failed half way).
-pub fn release_object(k: &mut Kernel, object: ObjectId) {
-    // SAFETY: the lock is held; the family's entry.
-    let vm = unsafe { state() };
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
-    vm.objects.release(object, &mut m);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
 }
 
 /// The pager of `object` and whether it is gone; `None` for an object without one.
@@ -1425,4 +1439,149 @@ fn stats_of(k: &Kernel, task: TaskId, scope: u64) -> Result<VmStats, Error> {
         }
     };
     Ok(s)
+}
+
+// ---- memory objects as capabilities (`crate::memobj`) ---------------------------------
+
+/// Runs `op` on the objects with a [`Mach`] that has no space of its own (an object's
+/// last reference going, which no map entry holds any more), then throws away every
+/// cached translation if the operation asked for it.
+fn with_objects<T>(
+    k: &mut Kernel,
+    op: impl FnOnce(&mut Objects<PhysAddr>, &mut Mach<'_>) -> T,
+) -> T {
+    // SAFETY: the lock is held (every caller is in a system call or a hook); the
+    // family's entry, and the reference ends before `flush_everything` takes it again.
+    let vm = unsafe { state() };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    let out = op(&mut vm.objects, &mut m);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+    out
+}
+
+/// A new anonymous object of `size` bytes with one reference (the caller's), its frames
+/// committed to `account` now.
+pub fn object_anonymous(
+    k: &mut Kernel,
+    size: u64,
+    account: &kern::quota::AccountRef,
+) -> Result<ObjectId, Error> {
+    with_objects(k, |objs, _| objs.committed(size, account))
+}
+
+/// A new object over the physical range `[base, base + size)` (checked by the caller).
+pub fn object_physical(
+    k: &mut Kernel,
+    base: u64,
+    size: u64,
+    uncached: bool,
+    account: &kern::quota::AccountRef,
+) -> Result<ObjectId, Error> {
+    with_objects(k, |objs, _| objs.physical(base, size, uncached, account))
+}
+
+/// A new anonymous object of `size` bytes whose pages are physically contiguous zeroed
+/// frames, resident from the start (a DMA buffer); the object and the physical address
+/// of its first byte. The frames are committed to `account` and go back to the frame
+/// allocator with the object's pages.
+pub fn object_dma(
+    k: &mut Kernel,
+    size: u64,
+    account: &kern::quota::AccountRef,
+) -> Result<(ObjectId, u64), Error> {
+    let object = object_anonymous(k, size, account)?;
+    let n = kern::vm::object::pages(size);
+    let Some(base) = k.frames.alloc_contiguous(n as usize) else {
+        object_release(k, object);
+        return Err(Error::NoMemory);
+    };
+    let mut put = Ok(());
+    with_objects(k, |objs, m| {
+        for i in 0..n {
+            let f = PhysAddr(base.0 + i * PAGE_SIZE);
+            let mut mem = KernelMem {
+                frames: &mut *m.frames,
+            };
+            if put.is_err() {
+                // Those not handed to the object go back at once.
+                mem.free_frame(f);
+                continue;
+            }
+            mem.zero_frame(f);
+            if let Err((e, f)) = objs.insert_page(object, i * PAGE_SIZE, f) {
+                mem.free_frame(f);
+                put = Err(e);
+            }
+        }
+    });
+    if let Err(e) = put {
+        object_release(k, object);
+        return Err(e);
+    }
+    Ok((object, base.0))
+}
+
+/// One more reference to `object` (another port naming it).
+pub fn object_add_ref(k: &mut Kernel, object: ObjectId) -> Result<(), Error> {
+    with_objects(k, |objs, _| objs.add_ref(object))
+}
+
+/// Gives up a reference to `object`: at the last, its pages go back.
+pub fn object_release(k: &mut Kernel, object: ObjectId) {
+    with_objects(k, |objs, m| objs.release(object, m));
+}
+
+/// What `memobj_info` reports of `object`: its kind, size and resident pages.
+pub fn object_info(object: ObjectId) -> Option<(Kind, u64, u64)> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let o = vm.objects.get(object)?;
+    Some((o.kind(), o.size(), o.resident_in(0, u64::MAX)))
+}
+
+/// Maps the window `[offset, offset + len)` of `object` into task `task`'s map
+/// (`vm_map`, decoded by the caller); its address.
+#[allow(clippy::too_many_arguments)]
+pub fn map_object(
+    k: &mut Kernel,
+    task: TaskId,
+    at: Placement,
+    len: u64,
+    object: ObjectId,
+    offset: u64,
+    prot: Prot,
+    max_prot: Prot,
+    cow: bool,
+    inherit: Inherit,
+) -> Result<u64, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.map_object(
+            objs, at, len, object, offset, prot, max_prot, cow, inherit, m,
+        )
+    })?
+}
+
+/// The key a shared wait at `addr` of task `task` uses: the (object, offset) its map
+/// maps there, when the mapping writes in place (so every task mapping that object
+/// meets at the same key wherever it maps it); `None` for a copy-on-write snapshot,
+/// whose object changes at its first write (the caller keys by the task's address then).
+/// [`Error::BadAddress`] where nothing is mapped.
+pub fn shared_key(task: TaskId, addr: u64) -> Result<Option<(ObjectId, u64)>, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let (start, e) = tv.map.entry(addr).ok_or(Error::BadAddress)?;
+    if e.cow {
+        return Ok(None);
+    }
+    Ok(Some((e.object, e.offset + (addr - start))))
 }

@@ -282,6 +282,36 @@ fn shell_check(log: &str) -> Result<(), String> {
 }
 
 /// What the `vm` tests require: lazy memory, faults by class, the victim's report.
+/// What the `memobj` tests require: sharing across tasks at different addresses with
+/// cross-task wait/wake, copy-on-write snapshots, read-only rights, objects outliving
+/// their rights, another task's memory through its task port, DMA and physical objects,
+/// errors, exhaustion and recovery, and rounds that leave nothing behind.
+const MEMOBJ_REQUIRE: &[&str] = &[
+    "ok: booted with the host-privilege right (priv=memobj)",
+    "ok: two tasks share an object: the peer's write",
+    "ok: vm_read through the task port reads the other task's variable",
+    "ok: vm_write through the task port lands",
+    "ok: wake_shared here wakes the peer's wait_shared at its own address",
+    "ok: the peer was woken (not timed out) and saw this task's write",
+    "ok: the peer sees the value vm_write put in its variable",
+    "ok: with the peer gone, its writes stay in the object",
+    "ok: after writes on both sides each keeps its own: the copy is a snapshot",
+    "ok: mapping writable through a read-only right: Denied",
+    "ok: with every right dropped, both mappings still share the object",
+    "ok: an unmapped object goes with its last right",
+    "ok: DMA and physical objects without the host-privilege right: Denied",
+    "ok: a DMA buffer: 3 resident pages from physical",
+    "ok: a physical object over RAM (the DMA buffer's own frame): Denied",
+    "ok: mapped uncached, device memory is read in place",
+    "ok: a physical object shows those frames: the firmware's reset vector is a jump",
+    "ok: the DMA buffer's frames are back with the frame allocator",
+    "ok: after every refusal the map, kernel heap, objects, ports and frames are as before",
+    "ok: 16 MiB objects: the task's frame limit after",
+    "ok: after dropping them, an object is made and mapped again",
+    "ok: another round leaves the kernel heap, objects, ports and free frames as the last did",
+    "TEST PASS memobj",
+];
+
 const VM_REQUIRE: &[&str] = &[
     "ok: it costs no frame",
     "ok: the first read of a page zero-fills it",
@@ -1440,6 +1470,23 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: VM_REQUIRE,
         exits: &[("vm_victim", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        // Memory objects as capabilities: shared between tasks, copy-on-write, read-only
+        // rights, remote read/write, DMA and physical objects, cross-task wait/wake.
+        name: "memobj_smp1",
+        init: &["memobj"],
+        require: MEMOBJ_REQUIRE,
+        extra: &["priv=memobj"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "memobj_smp2",
+        init: &["memobj"],
+        smp: 2,
+        require: MEMOBJ_REQUIRE,
+        extra: &["priv=memobj"],
         ..BASE
     },
     IntegrationTest {

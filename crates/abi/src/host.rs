@@ -210,6 +210,8 @@ pub const OBJECT_HOST_PRIV: u64 = 4;
 pub const OBJECT_INTERRUPT: u64 = 5;
 /// An I/O-ports object.
 pub const OBJECT_IO_PORTS: u64 = 6;
+/// A memory object (`baton_abi::memobj`).
+pub const OBJECT_MEMORY: u64 = 16;
 
 /// The name of an `OBJECT_*` value.
 pub const fn object_name(o: u64) -> &'static str {
@@ -221,6 +223,7 @@ pub const fn object_name(o: u64) -> &'static str {
         OBJECT_HOST_PRIV => "host-priv",
         OBJECT_INTERRUPT => "interrupt",
         OBJECT_IO_PORTS => "io-ports",
+        OBJECT_MEMORY => "memory",
         _ => "?",
     }
 }

@@ -351,6 +351,44 @@ pub enum Sys {
     /// [`pager::DATA_RETURN`] message) and drops them ([`pager::FLUSH_DROP`]); at most
     /// [`pager::FLUSH_MAX_PAGES`] pages a call. Returns the bytes of the range done.
     PagerFlush = 144,
+    /// `memobj_create(size) -> name`: a new anonymous memory object of `size` bytes (page
+    /// multiple, at most [`memobj::SIZE_MAX`]), zero-filled at first touch, named by a
+    /// send right to its kernel-object port ([`memobj`], `docs/vm.md`). Its frames are
+    /// charged to the caller now ([`Error::NoMemory`] at its limit).
+    MemobjCreate = 110,
+    /// `vm_map(name, addr, len, offset, flags) -> addr`: maps the window `[offset, offset +
+    /// len)` of the memory object `name` at `addr` (page aligned, nothing there) or, with
+    /// [`vm::VM_ANYWHERE`], wherever there is room; `flags` packs protection, maximum
+    /// protection, copy-on-write and inheritance ([`memobj::map_flags`]). The right's own
+    /// maximum protection bounds both ([`Error::Denied`]).
+    VmMap = 111,
+    /// `memobj_restrict(name, max_prot) -> name`: a send right to a new port for the same
+    /// object whose mappings may never exceed `max_prot` (and the right's own).
+    MemobjRestrict = 112,
+    /// `memobj_physical(base, size, flags, host_priv) -> name`: an object over the physical
+    /// range `[base, base + size)` (device registers; [`memobj::PHYS_UNCACHED`]), never
+    /// RAM the kernel owns ([`Error::Denied`]); needs the host-privilege right.
+    MemobjPhysical = 113,
+    /// `memobj_dma(size, host_priv) -> name`: an object of `size` bytes of physically
+    /// contiguous, zeroed frames (a DMA buffer: [`Sys::MemobjInfo`] gives its physical
+    /// address); needs the host-privilege right.
+    MemobjDma = 114,
+    /// `memobj_info(name, *mut MemobjInfo) -> 0`: what the object is ([`memobj::MemobjInfo`]).
+    MemobjInfo = 115,
+    /// `vm_read(task, addr, buf, len) -> len`: copies `len` bytes (at most
+    /// [`memobj::RW_MAX`]) of the memory of the task whose task port `task` names into the
+    /// caller's `buf`, resolving faults as the task's own access would.
+    VmRead = 116,
+    /// `vm_write(task, addr, buf, len) -> len`: the other way: into the task's memory,
+    /// which must be writable by the task.
+    VmWrite = 117,
+    /// `wait_shared(addr, expected, timeout_ns)`: [`Sys::Wait`] keyed by the (memory
+    /// object, offset) that `addr` maps, so that tasks mapping one object wait and wake
+    /// each other wherever each maps it.
+    WaitShared = 118,
+    /// `wake_shared(addr, n) -> woken`: wakes up to `n` threads waiting with
+    /// [`Sys::WaitShared`] on the same (object, offset).
+    WakeShared = 119,
 }
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
@@ -368,6 +406,7 @@ pub mod host;
 pub mod ipc;
 pub mod kobject;
 pub mod pager;
+pub mod memobj;
 pub mod spin;
 pub mod start;
 pub mod vm;
@@ -642,6 +681,16 @@ impl Sys {
             142 => Sys::PagerUnavailable,
             143 => Sys::PagerError,
             144 => Sys::PagerFlush,
+            110 => Sys::MemobjCreate,
+            111 => Sys::VmMap,
+            112 => Sys::MemobjRestrict,
+            113 => Sys::MemobjPhysical,
+            114 => Sys::MemobjDma,
+            115 => Sys::MemobjInfo,
+            116 => Sys::VmRead,
+            117 => Sys::VmWrite,
+            118 => Sys::WaitShared,
+            119 => Sys::WakeShared,
             _ => return None,
         })
     }

@@ -187,9 +187,24 @@ fn pager_numbers() {
         (Sys::PagerUnavailable, 142),
         (Sys::PagerError, 143),
         (Sys::PagerFlush, 144),
+fn memory_object_numbers() {
+    let calls = [
+        (Sys::MemobjCreate, 110),
+        (Sys::VmMap, 111),
+        (Sys::MemobjRestrict, 112),
+        (Sys::MemobjPhysical, 113),
+        (Sys::MemobjDma, 114),
+        (Sys::MemobjInfo, 115),
+        (Sys::VmRead, 116),
+        (Sys::VmWrite, 117),
+        (Sys::WaitShared, 118),
+        (Sys::WakeShared, 119),
     ];
     for (s, n) in calls {
         assert_eq!(s as u64, n);
         assert_eq!(Sys::from_raw(n), Some(s));
     }
+    assert_eq!(Sys::from_raw(108), None);
+    assert_eq!(Sys::from_raw(120).map(|s| s as u64).unwrap_or(120), 120);
+    assert_eq!(crate::host::OBJECT_MEMORY, 16);
 }

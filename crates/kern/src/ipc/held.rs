@@ -63,6 +63,42 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         }
     }
 
+    /// Marks `port` (kernel-held) to be reaped when its last send right goes: it then
+    /// joins the orphans [`Ipc::take_orphan`] hands to the kernel, which destroys it (a
+    /// memory object's port: the object lives while a right or a mapping names it).
+    /// [`Error::NoMemory`] (nothing changed) when the orphan list cannot get room for it.
+    pub fn reap_on_no_senders(&mut self, port: PortId) -> Result<(), Error> {
+        let Some(p) = self.ports.get(port) else {
+            return Err(Error::DeadName);
+        };
+        if p.receiver != KERNEL_SPACE || p.reap {
+            return Err(Error::InvalidRight);
+        }
+        // Room for every marked port, and for the ones listed already (a listed port may
+        // have been destroyed since, and is no longer counted).
+        let want = self.reapable + 1 + self.orphans.len();
+        self.orphans
+            .try_reserve(want.saturating_sub(self.orphans.len()))
+            .map_err(|_| Error::NoMemory)?;
+        if let Some(p) = self.ports.get_mut(port) {
+            p.reap = true;
+            self.reapable += 1;
+        }
+        Ok(())
+    }
+
+    /// A kernel-held port marked [`Ipc::reap_on_no_senders`] that has no send right left,
+    /// if any: the kernel destroys it (it is not destroyed here).
+    pub fn take_orphan(&mut self) -> Option<PortId> {
+        self.orphans.pop()
+    }
+
+    /// Whether [`Ipc::take_orphan`] has anything (one load: checked after every operation).
+    #[inline]
+    pub fn has_orphans(&self) -> bool {
+        !self.orphans.is_empty()
+    }
+
     /// A send right for the kernel to keep, to the port `name` denotes in `space`: a copy
     /// of a send right, or a new one made from a receive right.
     pub fn hold_send(&mut self, space: &Space, name: u64) -> Result<PortId, Error> {

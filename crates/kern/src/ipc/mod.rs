@@ -172,6 +172,9 @@ pub struct Port<T> {
     object: Option<ObjectTag>,
     /// The kernel wants to hear of this port's death ([`Ipc::watch`]).
     watched: bool,
+    /// A kernel-held port that goes when its last send right does: the kernel is told
+    /// through [`Ipc::take_orphan`] (see [`Ipc::reap_on_no_senders`]).
+    reap: bool,
 }
 
 /// What a kernel-object port stands for, in the kernel's own terms: a kind and an id the
@@ -201,6 +204,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             charge: None,
             object: None,
             watched: false,
+            reap: false,
         }
     }
 
@@ -253,6 +257,12 @@ pub struct Ipc<T> {
     died: Vec<PortId>,
     /// Ports watched now.
     watched: usize,
+    /// Kernel-held ports marked [`Ipc::reap_on_no_senders`] whose last send right went,
+    /// for the kernel to destroy ([`Ipc::take_orphan`]). It has room for every such port
+    /// (made when one is marked), so a release never allocates for it.
+    orphans: Vec<PortId>,
+    /// Live ports marked [`Ipc::reap_on_no_senders`].
+    reapable: usize,
 }
 
 impl<T: Copy + Default + PartialEq> Default for Ipc<T> {
@@ -291,6 +301,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             work: Vec::new(),
             died: Vec::new(),
             watched: 0,
+            orphans: Vec::new(),
+            reapable: 0,
         }
     }
 
@@ -1076,6 +1088,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     };
                     if none_left {
                         self.fire_no_senders(r.port, fx);
+                        if self.ports.get(r.port).is_some_and(|p| p.reap) {
+                            // Room was made when the port was marked.
+                            self.orphans.push(r.port);
+                        }
                     }
                 }
                 Held::SendOnce => {
@@ -1096,6 +1112,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                         }
                     }
                     self.queued -= p.queue.len();
+                    if p.reap {
+                        self.reapable -= 1;
+                    }
                     let mut receivers = p.receivers;
                     while let Some(t) = receivers.pop_front() {
                         fx.wake.push((t, Wake::Fail(Error::InvalidName)));

@@ -1285,4 +1285,37 @@ fn a_watched_port_is_reported_once_when_it_dies() {
     assert_eq!(ipc.watch(held), Err(Error::DeadName));
     let _ = port;
     ipc.release_held_send(held, &mut fx);
+fn a_reaped_port_is_orphaned_when_its_last_send_right_goes_and_only_then() {
+    let mut ipc: Ipc<u32> = Ipc::new();
+    let mut fx = Effects::default();
+    let (mut a, mut b) = (Space::new(), Space::new());
+    let port = ipc.allocate_kernel().unwrap();
+    ipc.reap_on_no_senders(port).unwrap();
+    // Marked twice, or a port the kernel does not hold: refused.
+    assert_eq!(ipc.reap_on_no_senders(port), Err(Error::InvalidRight));
+    let user = ipc.allocate(&mut a, 1, 0).unwrap();
+    let user_port = a.lookup(user).unwrap().port;
+    assert_eq!(ipc.reap_on_no_senders(user_port), Err(Error::InvalidRight));
+    let na = ipc.grant_send(&mut a, port).unwrap();
+    let nb = ipc.grant_send(&mut b, port).unwrap();
+    ipc.release(&mut a, na, &mut fx).unwrap();
+    assert!(!ipc.has_orphans(), "one sender left");
+    ipc.release(&mut b, nb, &mut fx).unwrap();
+    assert!(ipc.has_orphans());
+    assert_eq!(ipc.take_orphan(), Some(port));
+    assert_eq!(ipc.take_orphan(), None);
+    ipc.destroy_kernel(port, &mut fx);
+    assert!(ipc.port(port).is_none());
+    // A whole space's release orphans too (a task's end).
+    let p2 = ipc.allocate_kernel().unwrap();
+    ipc.reap_on_no_senders(p2).unwrap();
+    ipc.grant_send(&mut a, p2).unwrap();
+    ipc.release_space(&mut a, &mut fx);
+    assert_eq!(ipc.take_orphan(), Some(p2));
+    ipc.destroy_kernel(p2, &mut fx);
+    // An unmarked kernel port is never orphaned.
+    let p3 = ipc.allocate_kernel().unwrap();
+    let n3 = ipc.grant_send(&mut b, p3).unwrap();
+    ipc.release(&mut b, n3, &mut fx).unwrap();
+    assert!(!ipc.has_orphans());
 }

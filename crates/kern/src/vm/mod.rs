@@ -29,6 +29,7 @@ pub mod copy;
 pub mod fault;
 pub mod map;
 pub mod object;
+pub mod phys;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
