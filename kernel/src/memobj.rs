@@ -214,7 +214,12 @@ fn new_port(k: &mut Kernel, task: TaskId, rec: Record) -> Result<u64, Error> {
 /// Names `object` (of kind `kind`, `KIND_*`; its reference is taken over, and dropped on
 /// failure) by a new memory-object right of task `task`, mappable read, write and
 /// execute: what another family's objects (a pager's) get.
-pub fn name_object(k: &mut Kernel, task: TaskId, object: ObjectId, kind: u64) -> Result<u64, Error> {
+pub fn name_object(
+    k: &mut Kernel,
+    task: TaskId,
+    object: ObjectId,
+    kind: u64,
+) -> Result<u64, Error> {
     new_port(
         k,
         task,

@@ -49,6 +49,10 @@ pub const PAGERS_MAX: usize = 1024;
 /// Memory-object kind ([`crate::Sys::MemobjInfo`]'s `kind`) of a pager-backed object.
 pub const KIND_PAGER: u64 = 3;
 
+/// The buffer a pager receives with must hold this many bytes: a data return's header,
+/// its words and its page (more than an IPC buffer: pagers receive with `MSG_BUF`).
+pub const RECEIVE_SIZE: usize = crate::ipc::HEADER_SIZE + REQUEST_SIZE + PAGE_SIZE as usize;
+
 /// Words of a [`DATA_REQUEST`] or the head of a [`DATA_RETURN`].
 pub const REQUEST_WORDS: usize = 4;
 /// Bytes of them.

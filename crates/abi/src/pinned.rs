@@ -187,6 +187,14 @@ fn pager_numbers() {
         (Sys::PagerUnavailable, 142),
         (Sys::PagerError, 143),
         (Sys::PagerFlush, 144),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+}
+
+#[test]
 fn memory_object_numbers() {
     let calls = [
         (Sys::MemobjCreate, 110),

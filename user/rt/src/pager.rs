@@ -10,7 +10,7 @@ use baton_abi::{decode_result, Error, Sys};
 
 pub use baton_abi::pager::{
     Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, FLUSH_DROP,
-    FLUSH_RETURN, PAGE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
+    FLUSH_RETURN, PAGE_SIZE, RECEIVE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
 };
 
 /// A pager-backed memory object of `size` bytes whose requests go to the port `port`

@@ -1285,6 +1285,9 @@ fn a_watched_port_is_reported_once_when_it_dies() {
     assert_eq!(ipc.watch(held), Err(Error::DeadName));
     let _ = port;
     ipc.release_held_send(held, &mut fx);
+}
+
+#[test]
 fn a_reaped_port_is_orphaned_when_its_last_send_right_goes_and_only_then() {
     let mut ipc: Ipc<u32> = Ipc::new();
     let mut fx = Effects::default();

@@ -14,16 +14,17 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use baton_abi::decode_result;
 use baton_abi::exception::ExcReply;
 use baton_abi::host::BLOCKED_PAGE_IN;
 use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, MSG_BUF};
-use baton_abi::vm::{FAULT_CLASS_SHIFT, FAULT_PAGER_ERROR, VM_ANYWHERE};
-use baton_abi::{decode_result, Sys};
+use baton_abi::vm::{FAULT_CLASS_SHIFT, FAULT_PAGER_ERROR};
 use baton_rt::check::Failed;
 use baton_rt::exception::{exception_port_set, info, set_reply};
-use baton_rt::ipc::{cap_drop, msg_raw, port_allocate, port_make_send, IpcBuffer, MSG_RECEIVE, MSG_SEND};
+use baton_rt::ipc::{
+    cap_drop, msg_buf, msg_raw, port_allocate, port_make_send, IpcBuffer, MSG_RECEIVE, MSG_SEND,
+};
 use baton_rt::pager::{self, Request, DATA_REQUEST, DATA_RETURN, FLUSH_DROP, FLUSH_RETURN};
-use baton_rt::raw::syscall6;
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::vm::{self, PROT_RW};
@@ -52,7 +53,7 @@ const ZEROS: u64 = 1;
 const FAIL: u64 = 2;
 const IGNORE: u64 = 3;
 
-static STACKS: StackPool<4, 16384> = StackPool::new();
+static STACKS: StackPool<4, 32768> = StackPool::new();
 /// The pager's port (receive right) and the object's right.
 static PAGER_PORT: AtomicU64 = AtomicU64::new(0);
 static OBJECT: AtomicU64 = AtomicU64::new(0);
@@ -91,14 +92,16 @@ const fn pattern(i: u64) -> u64 {
 /// pages (and supplies it back next time).
 fn pager_thread(_: u64) {
     let port = PAGER_PORT.load(Ordering::SeqCst);
-    let Ok(mut buf) = IpcBuffer::new() else {
-        return;
-    };
+    let mut msg = [0u8; pager::RECEIVE_SIZE];
     let mut page = [0u8; P as usize];
     READY.increment();
-    while buf.msg(MSG_RECEIVE, port, FOREVER).is_ok() {
-        let id = buf.header().id;
-        let Some(req) = Request::from_bytes(buf.data()) else {
+    while msg_buf(&mut msg, MSG_RECEIVE, port, FOREVER).is_ok() {
+        let Some(h) = MsgHeader::from_bytes(&msg) else {
+            BAD.increment();
+            continue;
+        };
+        let data = msg.get(HEADER_SIZE..h.size as usize).unwrap_or(&[]);
+        let Some(req) = Request::from_bytes(data) else {
             BAD.increment();
             continue;
         };
@@ -107,14 +110,14 @@ fn pager_thread(_: u64) {
             BAD.increment();
             continue;
         }
-        if id == DATA_RETURN {
+        if h.id == DATA_RETURN {
             let mut w = [0u8; 8];
-            w.copy_from_slice(buf.data().get(32..40).unwrap_or(&[0; 8]));
+            w.copy_from_slice(data.get(32..40).unwrap_or(&[0; 8]));
             RETURNED[i as usize].store(u64::from_le_bytes(w), Ordering::SeqCst);
             RETURNS.increment();
             continue;
         }
-        if id != DATA_REQUEST {
+        if h.id != DATA_REQUEST {
             BAD.increment();
             continue;
         }
@@ -168,7 +171,11 @@ fn handler(_: u64) {
                 pager::supply(OBJECT.load(Ordering::SeqCst), page - base, &z).is_ok()
             };
         HANDLED.increment();
-        let reply = if fixed { ExcReply::Retry } else { ExcReply::Kill };
+        let reply = if fixed {
+            ExcReply::Retry
+        } else {
+            ExcReply::Kill
+        };
         if set_reply(&mut buf, reply).is_err() {
             break;
         }
@@ -194,15 +201,18 @@ fn worker(_: u64) {
 }
 
 /// Has the worker read `addr`, without waiting.
-fn go(addr: u64) -> u64 {
+fn go(addr: u64) -> u32 {
     WORK_ADDR.store(addr, Ordering::SeqCst);
     let done = DONE.get();
     GO.increment();
     done
 }
 
-fn wait_done(done: u64) -> Result<(), Failed> {
-    must("the worker", DONE.wait_for(done + 1, 30_000_000_000).map(|_| ()))
+fn wait_done(done: u32) -> Result<(), Failed> {
+    must(
+        "the worker",
+        DONE.wait_for(done + 1, 30_000_000_000).map(|_| ()),
+    )
 }
 
 fn read(addr: u64) -> u64 {
@@ -218,8 +228,7 @@ fn write(addr: u64, v: u64) {
 /// Maps the whole object `name` read-write, shared, anywhere.
 fn map(name: u64, len: u64) -> Result<u64, Error> {
     let flags = baton_abi::memobj::map_flags(PROT_RW, PROT_RW, false, baton_abi::vm::INHERIT_SHARE);
-    // SAFETY: the kernel only adds memory where there was none.
-    decode_result(unsafe { syscall6(Sys::VmMap as u64, name, VM_ANYWHERE, len, 0, flags, 0) })
+    baton_rt::memobj::map(name, len, 0, flags)
 }
 
 /// Whether thread `t` of this task is blocked waiting for a pager (the host listing).
@@ -231,7 +240,6 @@ fn blocked_in_page_in(t: u64) -> bool {
 }
 
 fn run() -> Result<(), Failed> {
-    let sys0 = must("system stats", vm::system_stats())?;
     let port = must("pager port", port_allocate(0))?;
     PAGER_PORT.store(port, Ordering::SeqCst);
     let exc = must("exception port", port_allocate(0))?;
@@ -246,15 +254,22 @@ fn run() -> Result<(), Failed> {
             && pager::create(port, 1 << 40, COOKIE) == Err(Error::TooLarge),
         "memobj_pager refuses an empty or unaligned size, a bad port name and a huge size"
     );
-    let object = must("memobj_pager", pager::create(port, PAGES * P, COOKIE))?;
-    OBJECT.store(object, Ordering::SeqCst);
     for f in [pager_thread as fn(u64), handler] {
         let stack = STACKS.take().ok_or(Failed)?;
         must("spawn", spawn(stack, f, 0))?;
     }
     let stack = STACKS.take().ok_or(Failed)?;
-    WORKER.store(must("spawn the worker", spawn(stack, worker, 0))?, Ordering::SeqCst);
-    must("threads ready", READY.wait_for(2, 10_000_000_000).map(|_| ()))?;
+    WORKER.store(
+        must("spawn the worker", spawn(stack, worker, 0))?,
+        Ordering::SeqCst,
+    );
+    must(
+        "threads ready",
+        READY.wait_for(2, 10_000_000_000).map(|_| ()),
+    )?;
+    let mut out = must("an IPC buffer", IpcBuffer::new())?;
+    let object = must("memobj_pager", pager::create(port, PAGES * P, COOKIE))?;
+    OBJECT.store(object, Ordering::SeqCst);
     check!(
         pager::supply(object, 0, &[0u8; 100]) == Err(Error::InvalidArgument)
             && pager::supply(object, PAGES * P, &[0u8; P as usize]) == Err(Error::InvalidArgument)
@@ -266,7 +281,10 @@ fn run() -> Result<(), Failed> {
     );
     // SAFETY: no mapping of the object exists yet.
     let bad_flags = unsafe { pager::flush(object, 0, P, 8) };
-    check!(bad_flags == Err(Error::InvalidArgument), "flush refuses unknown flags ({bad_flags:?})");
+    check!(
+        bad_flags == Err(Error::InvalidArgument),
+        "flush refuses unknown flags ({bad_flags:?})"
+    );
 
     let base = must("map the object", map(object, PAGES * P))?;
     WORK_BASE.store(base, Ordering::SeqCst);
@@ -298,8 +316,13 @@ fn run() -> Result<(), Failed> {
     // A write goes back to the pager with a flush, and comes back from it.
     write(base + 2 * P, 0x0123_4567);
     // SAFETY: no reference covers the mapping.
-    let done = must("flush", unsafe { pager::flush(object, 2 * P, P, FLUSH_RETURN | FLUSH_DROP) })?;
-    must("the data return", RETURNS.wait_for(1, 10_000_000_000).map(|_| ()))?;
+    let done = must("flush", unsafe {
+        pager::flush(object, 2 * P, P, FLUSH_RETURN | FLUSH_DROP)
+    })?;
+    must(
+        "the data return",
+        RETURNS.wait_for(1, 10_000_000_000).map(|_| ()),
+    )?;
     check!(
         done == P && RETURNED[2].load(Ordering::SeqCst) == 0x0123_4567,
         "a flush returns the written page to the pager ({done} bytes done)"
@@ -312,7 +335,10 @@ fn run() -> Result<(), Failed> {
     write(base + P, 0x77);
     // SAFETY: as above.
     must("clean", unsafe { pager::flush(object, P, P, FLUSH_RETURN) })?;
-    must("the clean's return", RETURNS.wait_for(2, 10_000_000_000).map(|_| ()))?;
+    must(
+        "the clean's return",
+        RETURNS.wait_for(2, 10_000_000_000).map(|_| ()),
+    )?;
     check!(
         RETURNED[1].load(Ordering::SeqCst) == 0x77 && read(base + P) == 0x77 && REQUESTS.get() == 9,
         "a clean returns the page and keeps it resident"
@@ -326,7 +352,10 @@ fn run() -> Result<(), Failed> {
 
     // No data: zeros.
     MODE[10].store(ZEROS, Ordering::SeqCst);
-    check!(read(base + 10 * P) == 0, "a page the pager has no data for reads as zeros");
+    check!(
+        read(base + 10 * P) == 0,
+        "a page the pager has no data for reads as zeros"
+    );
 
     // An error: the fault goes to the exception port with the pager class.
     MODE[11].store(FAIL, Ordering::SeqCst);
@@ -334,7 +363,9 @@ fn run() -> Result<(), Failed> {
     let d = go(base + 11 * P);
     wait_done(d)?;
     check!(
-        HANDLED.get() == h0 + 1 && SEEN_CLASS.load(Ordering::SeqCst) == FAULT_PAGER_ERROR && WORK_READ.load(Ordering::SeqCst) == 0,
+        HANDLED.get() == h0 + 1
+            && SEEN_CLASS.load(Ordering::SeqCst) == FAULT_PAGER_ERROR
+            && WORK_READ.load(Ordering::SeqCst) == 0,
         "a page the pager fails is a pager fault at the exception port (class {})",
         SEEN_CLASS.load(Ordering::SeqCst)
     );
@@ -349,7 +380,6 @@ fn run() -> Result<(), Failed> {
     );
     let own = must("a port", port_allocate(0))?;
     let send = must("its send right", port_make_send(own, false))?;
-    let mut out = must("an IPC buffer", IpcBuffer::new())?;
     out.set_header(MsgHeader {
         bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
         size: HEADER_SIZE as u32,
@@ -382,8 +412,14 @@ fn run() -> Result<(), Failed> {
         }
         let _ = baton_rt::sys::sleep_ns(1_000_000);
     }
-    check!(blocked, "a thread waiting for the pager is listed as blocked in a page-in");
-    must("alert", baton_rt::migrate::alert(baton_rt::migrate::Act::Thread(worker)))?;
+    check!(
+        blocked,
+        "a thread waiting for the pager is listed as blocked in a page-in"
+    );
+    must(
+        "alert",
+        baton_rt::migrate::alert(baton_rt::migrate::Act::Thread(worker)),
+    )?;
     wait_done(d)?;
     check!(
         HANDLED.get() == h0 + 1 && SEEN_CLASS.load(Ordering::SeqCst) == FAULT_PAGER_ERROR,
@@ -411,20 +447,30 @@ fn run() -> Result<(), Failed> {
         pager::supply(object, 16 * P, &[0u8; P as usize]) == Err(Error::DeadName),
         "supplying a dead pager's object is an error"
     );
-    check!(read(base) == pattern(0), "pages already resident stay readable");
+    check!(
+        read(base) == pattern(0),
+        "pages already resident stay readable"
+    );
 
     // Everything goes back.
     // SAFETY: no reference covers the mapping.
     must("unmap", unsafe { vm::deallocate(base, PAGES * P) })?;
+    let mapped = must("system stats", vm::system_stats())?;
     must("drop the object", cap_drop(object))?;
     must("exception port off", exception_port_set(0, 0))?;
     let sys1 = must("system stats", vm::system_stats())?;
     check!(
-        sys1.objects <= sys0.objects + 1,
-        "the object is gone ({} objects before, {} after)",
-        sys0.objects,
-        sys1.objects
+        sys1.objects + 1 == mapped.objects && sys1.frames_free > mapped.frames_free,
+        "dropping the last right ends the object and frees its pages ({} objects before, {} after; {} free frames before, {} after)",
+        mapped.objects,
+        sys1.objects,
+        mapped.frames_free,
+        sys1.frames_free
     );
-    println!("pager: {} requests, {} returns", REQUESTS.get(), RETURNS.get());
+    println!(
+        "pager: {} requests, {} returns",
+        REQUESTS.get(),
+        RETURNS.get()
+    );
     Ok(())
 }
