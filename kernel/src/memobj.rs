@@ -256,6 +256,12 @@ fn lookup(k: &Kernel, task: TaskId, name: u64) -> Result<Record, Error> {
 /// references (run after every IPC operation's effects: `crate::ipc::apply`). Allocates
 /// nothing (it runs as tasks end).
 pub fn reap(k: &mut Kernel) {
+    // Destroying a port runs IPC effects, which call this again: the outermost call
+    // drains the list, so the nesting stays one deep however many ports go at once (a
+    // task holding thousands of rights ends on a small kernel stack).
+    if REAPING.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     while let Some(port) = k.ipc.take_orphan() {
         let rec = match kobject::object(k, port) {
             // SAFETY: the lock is held; the reference ends in this statement.
@@ -267,7 +273,11 @@ pub fn reap(k: &mut Kernel) {
             crate::vm::object_release(k, rec.object);
         }
     }
+    REAPING.store(false, core::sync::atomic::Ordering::Relaxed);
 }
+
+/// Set while [`reap`] runs (under the kernel lock).
+static REAPING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// `memobj_create(size)`.
 fn create(k: &mut Kernel, task: TaskId, size: u64) -> Result<u64, Error> {

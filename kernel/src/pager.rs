@@ -38,8 +38,7 @@ use crate::vm::{Failure, PageWait};
 use alloc::vec::Vec;
 use baton_abi::pager::{
     Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, FLUSH_DROP,
-    FLUSH_FLAGS, FLUSH_MAX_PAGES, FLUSH_RETURN, KIND_PAGER, PAGERS_MAX, PAGE_SIZE, REQUEST_SIZE,
-    SUPPLY_MAX,
+    FLUSH_FLAGS, FLUSH_MAX_PAGES, FLUSH_RETURN, KIND_PAGER, PAGE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
 };
 use baton_abi::Error;
 use core::cell::UnsafeCell;
@@ -60,7 +59,12 @@ struct Pager {
     object: Option<ObjectId>,
     /// Threads waiting for a page of the object, with the page's offset.
     waiting: Vec<(ThreadId, u64)>,
+    /// The record's heap, charged to the task that made the object.
+    _charge: kern::quota::Charge,
 }
+
+/// Heap charged for a record (with its slab slot and a few waiters' room).
+const RECORD_BYTES: usize = core::mem::size_of::<Pager>() + 64;
 
 /// The family's state.
 struct State {
@@ -127,14 +131,8 @@ fn create(
     if size > baton_abi::pager::OBJECT_SIZE_MAX {
         return Err(Error::TooLarge);
     }
-    {
-        // SAFETY: the lock is held; the reference ends in this block.
-        let st = unsafe { state() };
-        if st.pagers.len() >= PAGERS_MAX {
-            return Err(Error::NoSpace);
-        }
-    }
     let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let charge = crate::quota::heap(&t.account, RECORD_BYTES)?;
     let port = k.ipc.hold_send(&t.names, port_name)?;
     let release_port = |k: &mut Kernel| {
         let mut fx = crate::ipc::effects(k);
@@ -150,6 +148,7 @@ fn create(
         cookie,
         object: None,
         waiting: Vec::new(),
+        _charge: charge,
     };
     // SAFETY: the lock is held; the reference ends in this statement.
     let key = match unsafe { state() }.pagers.insert(rec) {

@@ -43,8 +43,6 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const FLUSH_MAX_PAGES: u64 = 64;
 /// Largest pager-backed object (1 GiB).
 pub const OBJECT_SIZE_MAX: u64 = 1 << 30;
-/// Most pager-backed objects in the system.
-pub const PAGERS_MAX: usize = 1024;
 
 /// Memory-object kind ([`crate::Sys::MemobjInfo`]'s `kind`) of a pager-backed object.
 pub const KIND_PAGER: u64 = 3;
