@@ -383,11 +383,13 @@ fn ask(k: &mut Kernel, w: PageWait) -> Result<(), Failure> {
         crate::vm::pager_dead(w.object);
         return Err(Failure::Pager);
     };
-    let access = match w.access {
-        Access::Read => ACCESS_READ,
-        Access::Write => ACCESS_WRITE,
-        Access::Execute => ACCESS_EXECUTE,
-    };
+    if k.ipc.port(port).is_some_and(|p| p.pool.is_migrating()) {
+        // A pager serving through activations is not sent a message: the thread carries
+        // the request into it when its call is made again (`after_call`).
+        crate::vm::pager_not_asked(w.object, w.offset);
+        return Ok(());
+    }
+    let access = access_bits(w.access);
     let req = Request {
         cookie,
         offset: w.offset,
@@ -439,6 +441,11 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
                 return Err(Failure::Pager.code());
             }
             if w.ask.is_some() {
+                if let Some((port, cookie)) = served_by_activations(k, w) {
+                    // No request stays outstanding: the thread itself carries it.
+                    crate::vm::pager_not_asked(w.object, w.offset);
+                    return migrate(k, t, w, port, cookie).map_err(Failure::code);
+                }
                 ask(k, w).map_err(Failure::code)?;
             }
             wait(k, t, w).map_err(Failure::code)
@@ -462,11 +469,84 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
         // they were (the result is not written).
         th.frame.rip = th.frame.rip.wrapping_sub(2);
     }
-    if wait(k, t, w).is_err() {
+    let waited = match served_by_activations(k, w) {
+        Some((port, cookie)) => migrate(k, t, w, port, cookie),
+        None => wait(k, t, w),
+    };
+    if waited.is_err() {
         if let Some(th) = k.threads.get_mut(t) {
             th.frame.rip = th.frame.rip.wrapping_add(2);
         }
     }
+}
+
+/// The `ACCESS_*` bits of an access.
+fn access_bits(a: Access) -> u64 {
+    match a {
+        Access::Read => ACCESS_READ,
+        Access::Write => ACCESS_WRITE,
+        Access::Execute => ACCESS_EXECUTE,
+    }
+}
+
+/// The port and cookie of the pager of `w`'s object when that port has activations: the
+/// pager serves through them.
+fn served_by_activations(k: &Kernel, w: PageWait) -> Option<(PortId, u64)> {
+    let (pager, dead, _) = crate::vm::pager_of(w.object)?;
+    if dead {
+        return None;
+    }
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let (port, cookie) = unsafe { state() }
+        .pagers
+        .get(Key(pager))
+        .map(|p| (p.port, p.cookie))?;
+    k.ipc
+        .port(port)
+        .is_some_and(|p| p.pool.is_migrating())
+        .then_some((port, cookie))
+}
+
+/// The current thread `t` carries the data request for `w` into an activation of the
+/// pager's `port` (`crate::activation::migrate_fault`; does not return then). When every
+/// activation is busy it waits in the port's line of callers, blocked for the page, and
+/// faults again when one comes back (does not return either). Returns an error otherwise.
+fn migrate(
+    k: &mut Kernel,
+    t: ThreadId,
+    w: PageWait,
+    port: PortId,
+    cookie: u64,
+) -> Result<(), Failure> {
+    let req = Request {
+        cookie,
+        offset: w.offset,
+        len: PAGE_SIZE,
+        access: access_bits(w.access),
+    };
+    let cpu = crate::arch::gdt::this_cpu();
+    match crate::activation::migrate_fault(k, cpu, t, port, DATA_REQUEST, &req.to_bytes()) {
+        Error::Busy => {}
+        Error::DeadName => {
+            crate::vm::pager_dead(w.object);
+            return Err(Failure::Pager);
+        }
+        _ => return Err(Failure::NoMemory),
+    }
+    k.ipc
+        .port_mut(port)
+        .ok_or(Failure::Pager)?
+        .senders
+        .try_push_back(t)
+        .map_err(|_| Failure::NoMemory)?;
+    let waited = wait(k, t, w);
+    // Not waiting after all: out of the line again.
+    if let Some(p) = k.ipc.port_mut(port) {
+        if let Some(i) = p.senders.position(t) {
+            p.senders.remove(i);
+        }
+    }
+    waited
 }
 
 /// Blocks the current thread `t` until the page `w` is supplied (or the pager fails or
@@ -511,22 +591,48 @@ fn wake(k: &mut Kernel, key: Key, from: u64, to: u64) {
             Some(p.waiting.swap_remove(i).0)
         });
         match next {
-            Some(t) => k.unblock(t),
+            Some(t) => {
+                leave_line(k, key, t);
+                k.unblock(t);
+            }
             None => return,
         }
     }
 }
 
 /// Blocked thread `t` leaves its page-in wait (a kill, its task's end).
-pub fn forget_waiter(_k: &mut Kernel, t: ThreadId, why: Blocked) {
+pub fn forget_waiter(k: &mut Kernel, t: ThreadId, why: Blocked) {
     let Blocked::PageIn { object, .. } = why else {
         return;
     };
-    // SAFETY: the lock is held; the reference ends in this block.
-    let st = unsafe { state() };
-    for (_, p) in st.pagers.iter_mut() {
-        if p.object.is_some_and(|o| o.0 .0 == object) {
-            p.waiting.retain(|&(w, _)| w != t);
+    let mut found = None;
+    {
+        // SAFETY: the lock is held; the reference ends in this block.
+        let st = unsafe { state() };
+        for (key, p) in st.pagers.iter_mut() {
+            if p.object.is_some_and(|o| o.0 .0 == object) {
+                p.waiting.retain(|&(w, _)| w != t);
+                // (At most one record names an object.)
+                found = Some(key);
+                break;
+            }
+        }
+    }
+    if let Some(key) = found {
+        leave_line(k, key, t);
+    }
+}
+
+/// Takes `t` out of the line of callers waiting for an activation of record `key`'s
+/// port, if it is there (a thread waiting for an activation pager, `migrate`).
+fn leave_line(k: &mut Kernel, key: Key, t: ThreadId) {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let Some(port) = unsafe { state() }.pagers.get(key).map(|p| p.port) else {
+        return;
+    };
+    if let Some(p) = k.ipc.port_mut(port) {
+        if let Some(i) = p.senders.position(t) {
+            p.senders.remove(i);
         }
     }
 }
@@ -608,6 +714,11 @@ fn tidy_slow(k: &mut Kernel) {
             continue;
         };
         for &(t, _) in &p.waiting {
+            if let Some(port) = k.ipc.port_mut(p.port) {
+                if let Some(i) = port.senders.position(t) {
+                    port.senders.remove(i);
+                }
+            }
             k.unblock(t);
         }
         k.ipc.unwatch(p.port);

@@ -77,6 +77,10 @@ pub enum ReplyTo {
     IpcBuffer,
     /// No reply: the upcall above is a sidetrack, and on return the call is retried.
     Sidetrack,
+    /// No reply: the upcall above is a pager's answer to a page fault of this activation
+    /// (`crate::pager`); on return the faulting access (or the call whose copy faulted,
+    /// its frame already moved back over the `syscall`) is made again as it was.
+    Fault,
     /// The caller's own buffer (`MSG_BUF`): its user address and size, reached through the
     /// caller's page tables at the return.
     User {

@@ -141,6 +141,35 @@ fn pager_thread(_: u64) {
     }
 }
 
+/// The object served through activations, and the calls its pager took.
+static ACT_OBJECT: AtomicU64 = AtomicU64::new(0);
+static ACT_CALLS: Counter = Counter::new(0);
+
+/// The first word of page `i` of the activation pager's object.
+const fn act_pattern(i: u64) -> u64 {
+    0xac7_0000_0000 + i
+}
+
+/// The activation pager: runs on the faulting thread itself, supplies the page, returns.
+fn act_pager(req: &mut baton_rt::migrate::Request) {
+    let id = req.header().id;
+    let Some(r) = Request::from_bytes(req.data()) else {
+        BAD.increment();
+        return;
+    };
+    if id != DATA_REQUEST || r.cookie != COOKIE + 1 {
+        BAD.increment();
+        return;
+    }
+    ACT_CALLS.increment();
+    let mut page = [0u8; P as usize];
+    page[..8].copy_from_slice(&act_pattern(r.offset / P).to_le_bytes());
+    if pager::supply(ACT_OBJECT.load(Ordering::SeqCst), r.offset, &page).is_err() {
+        BAD.increment();
+    }
+    req.reply(0, &[]);
+}
+
 /// The exception handler: notes the class; a pager fault is answered by supplying the page
 /// (zeros) and retrying.
 fn handler(_: u64) {
@@ -397,6 +426,45 @@ fn run() -> Result<(), Failed> {
     );
     let _ = cap_drop(send);
     let _ = cap_drop(own);
+
+    // A pager serving through activations: the faulting thread itself runs the pager's
+    // handler (a migrating call), no message is queued, and the access is made again.
+    let aport = must("activation pager port", port_allocate(0))?;
+    must(
+        "attach activations",
+        baton_rt::migrate::attach(aport, 2, act_pager),
+    )?;
+    let aobj = must(
+        "activation pager object",
+        pager::create(aport, 8 * P, COOKIE + 1),
+    )?;
+    ACT_OBJECT.store(aobj, Ordering::SeqCst);
+    let abase = must("map it", map(aobj, 8 * P))?;
+    let (r0, m0) = (REQUESTS.get(), must("stats", baton_rt::stats())?.migrations);
+    let first = read(abase + 3 * P);
+    let m1 = must("stats", baton_rt::stats())?.migrations;
+    check!(
+        first == act_pattern(3) && ACT_CALLS.get() == 1 && REQUESTS.get() == r0 && m1 > m0,
+        "a fault on an activation pager's page migrates into the pager and reads its page ({first:#x}, {} calls, {} migrations)",
+        ACT_CALLS.get(),
+        m1 - m0
+    );
+    let w = baton_rt::sys::wait_raw(abase + 5 * P, 1, 0);
+    check!(
+        w == Err(Error::WouldBlock)
+            && ACT_CALLS.get() == 2
+            && read(abase + 5 * P) == act_pattern(5),
+        "a kernel copy from it migrates too and its call is made again ({w:?})"
+    );
+    let d = go(abase + 6 * P);
+    wait_done(d)?;
+    check!(
+        WORK_READ.load(Ordering::SeqCst) == act_pattern(6) && ACT_CALLS.get() == 3,
+        "another thread's fault does the same"
+    );
+    // SAFETY: no reference covers the mapping.
+    must("unmap it", unsafe { vm::deallocate(abase, 8 * P) })?;
+    must("drop it", cap_drop(aobj))?;
 
     // A pager that never answers: the waiting thread is alerted out of its wait and its
     // fault goes to the exception port.
