@@ -1336,13 +1336,30 @@ fn pager_partner(_: u64) {
     }
 }
 
+/// `vm.fault.pager.migrating`'s pager, run by an activation on the faulting thread.
+fn pager_activation(req: &mut baton_rt::migrate::Request) {
+    use baton_rt::pager::{supply, Request};
+    if let Some(r) = Request::from_bytes(req.data()) {
+        let mut page = [0u8; PAGE as usize];
+        page[..8].copy_from_slice(&(r.offset / PAGE).to_le_bytes());
+        let _ = supply(PAGER_OBJECT.load(Ordering::Acquire), r.offset, &page);
+    }
+    req.reply(0, &[]);
+}
+
 /// `vm.fault.pager`: the first read of a page of a pager-backed object whose pager is a
 /// thread of this task receiving requests as messages: fault, request, the pager's
-/// receive and supply, the wake-up and the second fault that maps the page.
-fn vm_fault_pager(name: &str) -> Result<(), Failed> {
+/// receive and supply, the wake-up and the second fault that maps the page. With
+/// `activations` (`vm.fault.pager.migrating`) the pager serves through an activation: the
+/// faulting thread migrates into it, supplies, returns and faults again.
+fn vm_fault_pager(name: &str, activations: bool) -> Result<(), Failed> {
     clear_samples();
     let len = TOTAL as u64 * PAGE;
     let port = baton_rt::ipc::port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    if activations {
+        baton_rt::migrate::attach(port, 1, pager_activation)
+            .map_err(|e| fail!("{name}: attach: {}", e.name()))?;
+    }
     let object = baton_rt::pager::create(port, len, 1)
         .map_err(|e| fail!("{name}: memobj_pager: {}", e.name()))?;
     PAGER_PORT.store(port, Ordering::Release);
@@ -1355,7 +1372,9 @@ fn vm_fault_pager(name: &str) -> Result<(), Failed> {
     );
     let a = baton_rt::memobj::map(object, len, 0, flags)
         .map_err(|e| fail!("{name}: vm_map: {}", e.name()))?;
-    start_partner(pager_partner)?;
+    if !activations {
+        start_partner(pager_partner)?;
+    }
     let before = read_stats()?;
     let mut wrong = 0;
     for i in 0..TOTAL {
@@ -1394,7 +1413,8 @@ fn vm_benchmarks() -> Result<(), Failed> {
     vm_protect(1, "vm.protect.1")?;
     vm_protect(100, "vm.protect.100")?;
     vm_protect(1024, "vm.protect.1024")?;
-    vm_fault_pager("vm.fault.pager")?;
+    vm_fault_pager("vm.fault.pager", false)?;
+    vm_fault_pager("vm.fault.pager.migrating", true)?;
     Ok(())
 }
 
