@@ -61,6 +61,7 @@ use kern::activation::{ActId, Activation, Decision};
 use kern::continuation::{Continuation, Resume};
 use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::ipc::{Held, PortId};
+use kern::pmap::PhysMem;
 use kern::slab::Key;
 use kern::usercopy;
 
@@ -176,6 +177,60 @@ pub fn migrate(
         kernel_root: k.kernel_root,
     };
     enter(act, into, cpu, a, port_id, size, to)
+}
+
+/// A pager serving through activations answers a page fault of `cur` (the thread running
+/// on `cpu`) on the faulting thread itself: the thread migrates into an activation of the
+/// pager's port `port_id` with the data request `request` (message id `id`) in its buffer,
+/// as a call would (seed 001 section 9 names this as future work), and when the pager's
+/// handler returns the faulting access (or the call, its frame moved back) is made again.
+/// Does not return when it migrates; otherwise returns why not: [`Error::Busy`] when no
+/// activation is free now (the caller waits for one), [`Error::NoMemory`] without room for
+/// the caller's record, [`Error::DeadName`] for a port that is gone.
+pub fn migrate_fault(
+    k: &mut Kernel,
+    cpu: usize,
+    cur: ThreadId,
+    port_id: PortId,
+    id: u64,
+    request: &[u8],
+) -> Error {
+    // SAFETY: `cur` runs on this CPU (it is in this fault or call) and no other reference
+    // to it is in use; this one ends with the check.
+    if !record_ready(unsafe { thread::current_mut() }) {
+        return Error::NoMemory;
+    }
+    let Some(port) = k.ipc.port_mut(port_id) else {
+        return Error::DeadName;
+    };
+    let size = HEADER_SIZE + request.len();
+    if size > IPC_BUFFER_SIZE {
+        return Error::TooLarge;
+    }
+    let a = match port.pool.decide(false) {
+        Decision::Take(a) | Decision::Sidetrack(a) => a,
+        Decision::Wait => return Error::Busy,
+    };
+    let header = MsgHeader {
+        bits: 0,
+        size: size as u32,
+        dest: 0,
+        reply: 0,
+        id,
+    };
+    let Some(act) = occupy(&mut k.acts, cur, a, &header) else {
+        return Error::Aborted;
+    };
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    mem.write_bytes(PhysAddr(act.buffer.1 .0 + HEADER_SIZE as u64), request);
+    let into = KernelParts {
+        stats: &mut k.stats,
+        cpus: &mut k.cpus,
+        kernel_root: k.kernel_root,
+    };
+    enter(act, into, cpu, a, port_id, size, ReplyTo::Fault)
 }
 
 /// Takes an activation from the pool of `port_id` (alive, with a pool) for the call of
@@ -595,7 +650,7 @@ fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
     }
     match saved.to {
         ReplyTo::User { va, len } => reply_to_user(k, saved, va, len),
-        ReplyTo::Sidetrack | ReplyTo::IpcBuffer => Ok(()),
+        ReplyTo::Sidetrack | ReplyTo::IpcBuffer | ReplyTo::Fault => Ok(()),
     }
 }
 
@@ -713,6 +768,7 @@ fn resume_below(
     give_back(k, saved.act, saved.port);
     let alive = lives(&saved);
     let sidetrack = saved.to == ReplyTo::Sidetrack;
+    let fault = saved.to == ReplyTo::Fault;
     let cpu = crate::arch::gdt::this_cpu();
     let kernel_root = k.kernel_root;
     let Some(c) = k.cpus.get_mut(cpu) else {
@@ -731,7 +787,7 @@ fn resume_below(
         th.frame.rip = th.frame.rip.wrapping_sub(2);
         th.frame.rax = Sys::IpcMsg as u64;
         th.sidetracked = true;
-    } else {
+    } else if !fault {
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
     kernel::switch_activation(c, kernel_root, th);

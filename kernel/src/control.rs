@@ -206,11 +206,17 @@ fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
             b @ (Blocked::Sleep
             | Blocked::Wait { .. }
             | Blocked::Receive { .. }
-            | Blocked::Send { .. }),
+            | Blocked::Send { .. }
+            | Blocked::PageIn { .. }),
         ) => b,
         _ => return,
     };
     if !th.ctl.take_alert() {
+        return;
+    }
+    if let Blocked::PageIn { .. } = why {
+        // No call to fail: the access is made again and reported as a pager fault.
+        crate::pager::interrupt(k, t, why);
         return;
     }
     th.frame.rax = Error::Interrupted.to_raw();
@@ -418,6 +424,9 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         Blocked::Sleep => point == Some(Resume::Sleep),
         // Its frame was rewound to issue the call again (`wait_for_arrival`).
         Blocked::StateWait { .. } => point == Some(Resume::UserReturn),
+        // A fault (or a call rewound: `crate::pager::after_call`) waiting for a pager: the
+        // access is made again when the thread goes on.
+        Blocked::PageIn { .. } => point == Some(Resume::UserReturn),
         Blocked::ProcessModel | Blocked::Suspended => false,
     };
     if !cut_short || th.below.len() != p.index || th.stack.is_some() {
@@ -434,7 +443,9 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         // Not issued again: it returns.
         th.frame.rip = th.frame.rip.wrapping_add(2);
     }
-    th.frame.rax = Error::Interrupted.to_raw();
+    if !matches!(b, Blocked::PageIn { .. }) {
+        th.frame.rax = Error::Interrupted.to_raw();
+    }
     th.cont = Some(Continuation::new(Resume::UserReturn));
     mark_stopped(k, p.thread);
     true

@@ -22,7 +22,7 @@
 
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
-use crate::thread::{self, Blocked, ThreadId};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use crate::{arch::apic, arch::gdt};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
@@ -610,8 +610,12 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
     let mut wake = fx.wake;
     for &(t, how) in wake.iter() {
         if let (Some(th), Wake::Fail(e)) = (k.threads.get_mut(t), how) {
-            th.frame.rax = e.to_raw();
-            th.cont = Some(Continuation::new(Resume::UserReturn));
+            // A thread waiting for a pager's activation has no call to fail: it makes its
+            // access again (`crate::pager`).
+            if !matches!(th.state, ThreadState::Blocked(Blocked::PageIn { .. })) {
+                th.frame.rax = e.to_raw();
+                th.cont = Some(Continuation::new(Resume::UserReturn));
+            }
         }
         k.unblock(t);
     }
@@ -625,6 +629,8 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
     if k.ipc.has_orphans() {
         crate::memobj::reap(k);
     }
+    // A pager's port died, or a pager-backed object ended: the pager family catches up.
+    crate::pager::tidy(k);
 }
 
 /// The effects of an IPC operation, on the kernel's wake list: it has room for every

@@ -25,6 +25,7 @@ mod kernel;
 mod klog;
 mod kobject;
 mod memobj;
+mod pager;
 mod quota;
 mod syscall;
 mod thread;
@@ -164,6 +165,7 @@ fn install_families() {
         unwind_current: activation::unwind_current,
         forget_waiter: |k, t, b| match b {
             Blocked::StateWait { target } => control::forget_state_waiter(k, t, target),
+            Blocked::PageIn { .. } => pager::forget_waiter(k, t, b),
             _ => ipc::forget_waiter(k, t, b),
         },
         resume: |k, t, point| match point {
@@ -179,8 +181,9 @@ fn install_families() {
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
         space_freed: vm::space_freed,
-        page_fault: vm::page_fault,
+        page_fault: pager::page_fault,
     });
+    pager::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------

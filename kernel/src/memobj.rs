@@ -212,6 +212,33 @@ fn new_port(k: &mut Kernel, task: TaskId, rec: Record) -> Result<u64, Error> {
     made
 }
 
+/// Names `object` (of kind `kind`, `KIND_*`; its reference is taken over, and dropped on
+/// failure) by a new memory-object right of task `task`, mappable read, write and
+/// execute: what another family's objects (a pager's) get.
+pub fn name_object(
+    k: &mut Kernel,
+    task: TaskId,
+    object: ObjectId,
+    kind: u64,
+) -> Result<u64, Error> {
+    new_port(
+        k,
+        task,
+        Record {
+            object,
+            max_prot: Prot::ALL,
+            kind,
+            phys: 0,
+            flags: 0,
+        },
+    )
+}
+
+/// The object the memory-object right `name` of task `task` names.
+pub fn object_of(k: &Kernel, task: TaskId, name: u64) -> Result<ObjectId, Error> {
+    lookup(k, task, name).map(|r| r.object)
+}
+
 /// The record of the memory-object right `name` of task `task`.
 fn lookup(k: &Kernel, task: TaskId, name: u64) -> Result<Record, Error> {
     let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
@@ -230,6 +257,12 @@ fn lookup(k: &Kernel, task: TaskId, name: u64) -> Result<Record, Error> {
 /// references (run after every IPC operation's effects: `crate::ipc::apply`). Allocates
 /// nothing (it runs as tasks end).
 pub fn reap(k: &mut Kernel) {
+    // Destroying a port runs IPC effects, which call this again: the outermost call
+    // drains the list, so the nesting stays one deep however many ports go at once (a
+    // task holding thousands of rights ends on a small kernel stack).
+    if REAPING.swap(true, core::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     while let Some(port) = k.ipc.take_orphan() {
         let rec = match kobject::object(k, port) {
             // SAFETY: the lock is held; the reference ends in this statement.
@@ -241,7 +274,11 @@ pub fn reap(k: &mut Kernel) {
             crate::vm::object_release(k, rec.object);
         }
     }
+    REAPING.store(false, core::sync::atomic::Ordering::Relaxed);
 }
+
+/// Set while [`reap`] runs (under the kernel lock).
+static REAPING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// `memobj_create(size)`.
 fn create(k: &mut Kernel, task: TaskId, size: u64) -> Result<u64, Error> {

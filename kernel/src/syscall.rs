@@ -144,6 +144,8 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     }
     let args = th.frame.syscall_args().1;
     let task_of = (th.task, th.task_key);
+    // Only this call's copies may make it wait for a pager (`crate::pager::after_call`).
+    crate::vm::clear_page_wait();
     let Some(call) = Sys::from_raw(number) else {
         on_extension_call(k, number, task_of.0, args);
         crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
@@ -218,6 +220,8 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     // SAFETY: the lock is still held (a process-model block returns with it, on this
     // thread).
     let k = unsafe { kernel::kernel() };
+    // A copy met a page a pager is asked for: the call is made again once it is there.
+    crate::pager::after_call(k, cur);
     let cpu = gdt::this_cpu();
     if crate::klog::pending(k, cpu) {
         // Lines this call caused are written with the lock released (the thread stays
@@ -340,6 +344,11 @@ impl Kernel {
             | Sys::VmWire
             | Sys::VmUnwire
             | Sys::VmStats => crate::vm::sys_vm(self, id, call, args),
+            Sys::MemobjPager
+            | Sys::PagerSupply
+            | Sys::PagerUnavailable
+            | Sys::PagerError
+            | Sys::PagerFlush => crate::pager::sys(self, id, call, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::MemobjCreate
             | Sys::VmMap

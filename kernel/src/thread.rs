@@ -60,6 +60,14 @@ pub enum Blocked {
         /// The target thread.
         target: ThreadId,
     },
+    /// A page of a pager-backed memory object (`crate::pager`) is being paged in: until
+    /// the pager supplies it, fails it or dies (the thread then makes its access again).
+    PageIn {
+        /// The object (its `kern::vm::object::ObjectId`'s key).
+        object: u64,
+        /// The page's offset in it.
+        offset: u64,
+    },
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
@@ -69,6 +77,10 @@ pub enum ReplyTo {
     IpcBuffer,
     /// No reply: the upcall above is a sidetrack, and on return the call is retried.
     Sidetrack,
+    /// No reply: the upcall above is a pager's answer to a page fault of this activation
+    /// (`crate::pager`); on return the faulting access (or the call whose copy faulted,
+    /// its frame already moved back over the `syscall`) is made again as it was.
+    Fault,
     /// The caller's own buffer (`MSG_BUF`): its user address and size, reached through the
     /// caller's page tables at the return.
     User {

@@ -49,7 +49,7 @@ use kern::pmap::{AddressSpace, MapFlags, PhysMem, NO_CACHE, OWNED, WRITABLE, WRI
 use kern::quota::Resource;
 use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
 use kern::vm::map::{Map, Placement, ENTRIES_MAX};
-use kern::vm::object::{Kind, ObjectId, Objects};
+use kern::vm::object::{Kind, ObjectId, Objects, Page};
 use kern::vm::{Access, Inherit, Machine, Prot};
 
 /// Most objects in the system (each charged to the task that made it).
@@ -99,6 +99,9 @@ pub struct Vm {
     objects: Objects<PhysAddr>,
     tasks: IdSlab<TaskVm>,
     stats: FaultStats,
+    /// A kernel copy of this thread's call met a page being paged in (see
+    /// [`take_page_wait`]).
+    page_wait: Option<(ThreadId, PageWait)>,
 }
 
 struct VmCell(UnsafeCell<Option<Vm>>);
@@ -121,6 +124,7 @@ unsafe fn state() -> &'static mut Vm {
         objects: Objects::new(OBJECTS_MAX),
         tasks: IdSlab::new(),
         stats: FaultStats::default(),
+        page_wait: None,
     })
 }
 
@@ -197,10 +201,26 @@ pub enum Failure {
     Address,
     /// The range's protection forbids the access.
     Protection,
-    /// The page's pager is gone or absent (no pagers yet).
+    /// The page's pager is gone, or failed the page.
     Pager,
     /// No frame, page table or bookkeeping could be had.
     NoMemory,
+    /// The page must come from a pager (`crate::pager`), asked now: the access waits for
+    /// it (a user fault blocks; a kernel copy restarts its call once the page is there).
+    PageIn(PageWait),
+}
+
+/// A page being paged in that an access must wait for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageWait {
+    /// The pager-backed object.
+    pub object: ObjectId,
+    /// The page's offset in it.
+    pub offset: u64,
+    /// The pager to ask (`Kind::Pager::pager`), when the page is not asked for yet.
+    pub ask: Option<u64>,
+    /// The access that faulted.
+    pub access: Access,
 }
 
 impl Failure {
@@ -211,6 +231,7 @@ impl Failure {
             Failure::Protection => abi::FAULT_WRITE_ERROR,
             Failure::Pager => abi::FAULT_PAGER_ERROR,
             Failure::NoMemory => abi::FAULT_NO_MEMORY,
+            Failure::PageIn(_) => abi::FAULT_PAGER_ERROR,
         }
     }
 }
@@ -443,14 +464,14 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
 /// Hook `page_fault`: a user-mode page fault of thread `t` at `addr` with the CPU's
 /// error code `error`. `Ok` when the page is now mapped (the thread resumes); otherwise
 /// the class code for the exception (`baton_abi::vm::FAULT_*`).
-pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), u64> {
+pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), Failure> {
     // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
     let vm = unsafe { state() };
     let task = k
         .threads
         .get(t)
         .and_then(|th| th.task)
-        .ok_or(abi::FAULT_ADDRESS_ERROR)?;
+        .ok_or(Failure::Address)?;
     let access = if error & (1 << 4) != 0 {
         Access::Execute
     } else if error & (1 << 1) != 0 {
@@ -460,11 +481,9 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
     };
     if !(USER_MIN..USER_END).contains(&addr) {
         count_failure(vm, task, access);
-        return Err(abi::FAULT_ADDRESS_ERROR);
+        return Err(Failure::Address);
     }
-    fault_in(k, vm, task, addr, access)
-        .map(|_| ())
-        .map_err(Failure::code)
+    fault_in(k, vm, task, addr, access).map(|_| ())
 }
 
 /// Counts a fault outside the map's range as an address error.
@@ -588,9 +607,27 @@ fn fault_in(
                     }
                     return Ok(frame);
                 }
-                Decision::PageIn { .. } | Decision::Wait { .. } | Decision::PagerError { .. } => {
-                    return Err(Failure::Pager)
+                Decision::PageIn {
+                    pager,
+                    object,
+                    offset,
+                } => {
+                    return Err(Failure::PageIn(PageWait {
+                        object,
+                        offset,
+                        ask: Some(pager),
+                        access,
+                    }))
                 }
+                Decision::Wait { object, offset } => {
+                    return Err(Failure::PageIn(PageWait {
+                        object,
+                        offset,
+                        ask: None,
+                        access,
+                    }))
+                }
+                Decision::PagerError { .. } => return Err(Failure::Pager),
             }
         }
         Err(Failure::NoMemory)
@@ -615,7 +652,60 @@ pub fn make_resident(
 ) -> Result<(), Error> {
     // SAFETY: the lock is held (the caller is in a system call); the family's entry.
     let vm = unsafe { state() };
-    resident_in(k, vm, task, va, len as u64, write)
+    match resident_in(k, vm, task, va, len as u64, write) {
+        Ok(()) => Ok(()),
+        Err(Failure::PageIn(w)) => Err(page_wanted(k, w)),
+        Err(_) => Err(Error::BadAddress),
+    }
+}
+
+/// What the pager family registered: ask a pager for a page ([`PageWait::ask`]); on an
+/// error the family has put the page back as it was (or marked the pager dead).
+static ASK: spin::Once<fn(&mut Kernel, PageWait) -> Result<(), Failure>> = spin::Once::new();
+
+/// Registers the pager family's way to ask a pager for a page (once, at boot).
+pub fn set_pager(ask: fn(&mut Kernel, PageWait) -> Result<(), Failure>) {
+    ASK.call_once(|| ask);
+}
+
+/// Asks the pager for the page `w` (when it is not asked for yet), for an access that
+/// must wait for it. Returns [`Error::BadAddress`] for the caller's copy, having noted
+/// the wait for the current thread ([`take_page_wait`]: its call restarts once the page is
+/// there) if the pager was asked.
+fn page_wanted(k: &mut Kernel, w: PageWait) -> Error {
+    let asked = match (w.ask, ASK.get()) {
+        (None, _) => Ok(()),
+        (Some(_), Some(ask)) => ask(k, w),
+        (Some(_), None) => Err(Failure::Pager),
+    };
+    if asked.is_ok() {
+        let t = k.current_thread();
+        // SAFETY: the lock is held; the reference ends in this statement.
+        unsafe { state() }.page_wait = Some((t, w));
+    }
+    Error::BadAddress
+}
+
+/// The page thread `t`'s last kernel copy must wait for, if it met one since
+/// [`clear_page_wait`] (taken: asked once).
+pub fn take_page_wait(t: ThreadId) -> Option<PageWait> {
+    // SAFETY: the lock is held (the caller is in a system call); the reference ends here.
+    let vm = unsafe { state() };
+    match vm.page_wait {
+        Some((th, w)) if th == t => {
+            vm.page_wait = None;
+            Some(w)
+        }
+        _ => None,
+    }
+}
+
+/// Forgets a page wait a copy noted (at the start of a call: only that call's copies
+/// count).
+#[inline(always)]
+pub fn clear_page_wait() {
+    // SAFETY: the lock is held (the caller is in a system call); the reference ends here.
+    unsafe { state() }.page_wait = None;
 }
 
 fn resident_in(
@@ -625,25 +715,25 @@ fn resident_in(
     va: u64,
     len: u64,
     write: bool,
-) -> Result<(), Error> {
+) -> Result<(), Failure> {
     if len == 0 {
         return Ok(());
     }
-    let end = va.checked_add(len).ok_or(Error::BadAddress)?;
+    let end = va.checked_add(len).ok_or(Failure::Address)?;
     if va < USER_MIN || end > USER_END {
-        return Err(Error::BadAddress);
+        return Err(Failure::Address);
     }
     let access = if write { Access::Write } else { Access::Read };
     let mut page = va & !(PAGE_SIZE - 1);
     while page < end {
-        let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        let t = k.tasks.get(&task).ok_or(Failure::Address)?;
         let mem = KernelMem {
             frames: &mut k.frames,
         };
         let ok = matches!(t.space.translate(&mem, page),
             Some((_, f)) if f.user && (f.writable || !write));
         if !ok {
-            fault_in(k, vm, task, page, access).map_err(|_| Error::BadAddress)?;
+            fault_in(k, vm, task, page, access)?;
         }
         page += PAGE_SIZE;
     }
@@ -670,6 +760,175 @@ pub fn make_resident_key(
 ) -> Result<(), Error> {
     let task = task_of_key(k, key).ok_or(Error::BadAddress)?;
     make_resident(k, task, va, len, write)
+}
+
+// ---- pager-backed objects (for `crate::pager`) ------------------------------------------
+
+/// A new pager-backed object of `size` bytes whose pages pager `pager` supplies, charged
+/// to task `task`, with one reference for the caller.
+pub fn pager_object(
+    k: &mut Kernel,
+    task: TaskId,
+    pager: u64,
+    size: u64,
+) -> Result<ObjectId, Error> {
+    let _ = k;
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let account = vm
+        .tasks
+        .get(&task)
+        .ok_or(Error::InvalidArgument)?
+        .map
+        .account()
+        .clone();
+    vm.objects.pager(pager, size, &account)
+}
+
+/// The pager of `object` and whether it is gone; `None` for an object without one.
+pub fn pager_of(object: ObjectId) -> Option<(u64, bool, u64)> {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let o = unsafe { state() }.objects.get(object)?;
+    match o.kind() {
+        Kind::Pager { pager, dead } => Some((pager, dead, o.size())),
+        _ => None,
+    }
+}
+
+/// What `object` holds at `offset`: `Some(Some(frame))` resident, `Some(None)` being
+/// paged in or failed, `None` nothing.
+pub fn pager_page(object: ObjectId, offset: u64) -> Option<Option<PhysAddr>> {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let vm = unsafe { state() };
+    match vm.objects.next_page(object, offset, offset + 1)? {
+        (_, Page::Resident(f)) => Some(Some(f)),
+        _ => Some(None),
+    }
+}
+
+/// Puts `frame` at `offset` of the pager-backed `object` (a supply): `Ok(true)` when it
+/// went in, `Ok(false)` when the object has that page already (the frame is freed).
+pub fn pager_put(
+    k: &mut Kernel,
+    object: ObjectId,
+    offset: u64,
+    frame: PhysAddr,
+) -> Result<bool, Error> {
+    // SAFETY: the lock is held; the family's entry.
+    let vm = unsafe { state() };
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    if vm.objects.resident(object, offset).is_some() {
+        mem.free_frame(frame);
+        return Ok(false);
+    }
+    match vm.objects.insert_page(object, offset, frame) {
+        Ok(()) => Ok(true),
+        Err((e, f)) => {
+            mem.free_frame(f);
+            Err(e)
+        }
+    }
+}
+
+/// The pager failed `offset` of `object` (faults on it are errors until a supply or a
+/// flush).
+pub fn pager_fail(object: ObjectId, offset: u64) -> Result<(), Error> {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.page_in_error(object, offset)
+}
+
+/// The page being paged in at `offset` of `object` could not be asked for: absent again.
+pub fn pager_not_asked(object: ObjectId, offset: u64) {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.page_in_failed(object, offset);
+}
+
+/// `object`'s pager is gone: its absent pages are errors from now on.
+pub fn pager_dead(object: ObjectId) {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.pager_died(object);
+}
+
+/// Whether a pager-backed object was destroyed since [`take_freed_pager`] last said none.
+#[inline(always)]
+pub fn freed_pager_pending() -> bool {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.freed_pager_pending()
+}
+
+/// The pager of a pager-backed object destroyed since the last call.
+pub fn take_freed_pager() -> Option<u64> {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.take_freed_pager()
+}
+
+/// The first page `object` holds in `[from, to)`: its offset and frame (`None` for a page
+/// being paged in or failed).
+pub fn pager_next(object: ObjectId, from: u64, to: u64) -> Option<(u64, Option<PhysAddr>)> {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let vm = unsafe { state() };
+    vm.objects
+        .next_page(object, from, to)
+        .map(|(off, p)| match p {
+            Page::Resident(f) => (off, Some(f)),
+            _ => (off, None),
+        })
+}
+
+/// Removes the page at `offset` of the pager-backed `object` from every translation and
+/// from the object (a flush); its frame, for the caller to return and then free with
+/// [`free_frame`].
+pub fn pager_flush_page(
+    k: &mut Kernel,
+    object: ObjectId,
+    offset: u64,
+) -> Result<Option<PhysAddr>, Error> {
+    // SAFETY: the lock is held; the family's entry.
+    let vm = unsafe { state() };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    let r = vm.objects.flush_page(object, offset, &mut m);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+    r
+}
+
+/// A new frame holding `bytes` (zeros after them), not yet in any object or charged.
+pub fn alloc_frame_with(k: &mut Kernel, bytes: &[u8]) -> Option<PhysAddr> {
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    // `alloc_frame` hands the frame out zeroed.
+    let f = mem.alloc_frame()?;
+    let n = bytes.len().min(PAGE_SIZE as usize);
+    mem.write_bytes(f, bytes.get(..n).unwrap_or(&[]));
+    Some(f)
+}
+
+/// Reads the first `out.len()` bytes (at most a page) of `frame`.
+pub fn read_frame(k: &mut Kernel, frame: PhysAddr, out: &mut [u8]) {
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let n = out.len().min(PAGE_SIZE as usize);
+    if let Some(o) = out.get_mut(..n) {
+        mem.read_bytes(frame, o);
+    }
+}
+
+/// Gives a frame a flush took back to the allocator.
+pub fn free_frame(k: &mut Kernel, frame: PhysAddr) {
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    mem.free_frame(frame);
 }
 
 // ---- wirings -------------------------------------------------------------------------
@@ -725,8 +984,9 @@ fn wire_in(
     if let Err(e) = resident_in(k, vm, task, va, len, write) {
         undo(k, vm);
         return Err(match e {
-            Error::BadAddress => Error::NoMemory,
-            e => e,
+            // The call restarts when the pager has answered.
+            Failure::PageIn(w) => page_wanted(k, w),
+            _ => Error::NoMemory,
         });
     }
     if let Some(tv) = vm.tasks.get_mut(&task) {

@@ -1289,6 +1289,25 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // External pagers: data on demand, flush and clean with data returns, unavailable
+        // and failed pages, the kernel's copies waiting for a pager, an alert out of a
+        // never-answered wait, the pager's port dying (`docs/vm.md`).
+        name: "pager_smp1",
+        init: &["pager"],
+        smp: 1,
+        extra: &["priv=pager"],
+        require: &["pager#1| TEST PASS pager"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "pager_smp2",
+        init: &["pager"],
+        smp: 2,
+        extra: &["priv=pager"],
+        require: &["pager#1| TEST PASS pager"],
+        ..BASE
+    },
+    IntegrationTest {
         // SPIN-style extensions: built-in and WebAssembly system calls, guards, combiners,
         // authorisation, malicious modules, accounting (`docs/extensions.md`).
         name: "extend_smp1",

@@ -328,6 +328,29 @@ pub enum Sys {
     SpinRelease = 106,
     /// `spin_raise(arg) -> result`: raises [`spin::EVENT_TEST`].
     SpinRaise = 107,
+    /// `memobj_pager(port, size, cookie) -> name`: a new memory object of `size` bytes
+    /// (page multiple) whose pages the task receiving on `port` supplies (an external
+    /// pager, [`pager`]): the kernel keeps a send right to `port` (the caller's send or
+    /// receive right named `port`) and sends it [`pager::DATA_REQUEST`]s carrying `cookie`.
+    /// Returns a memory-object right, as [`Sys::MemobjCreate`] does.
+    MemobjPager = 140,
+    /// `pager_supply(name, offset, buf, len) -> pages`: the pager's answer: `len` bytes
+    /// (page multiple, at most [`pager::SUPPLY_MAX`]) at the caller's `buf` become the pages
+    /// of the object from `offset` on; pages the object already holds are left as they
+    /// are. Faults waiting for them resume. Returns the pages put in.
+    PagerSupply = 141,
+    /// `pager_unavailable(name, offset, len) -> pages`: the pager has no data for these
+    /// pages: they are zero-filled.
+    PagerUnavailable = 142,
+    /// `pager_error(name, offset, len) -> pages`: the pager cannot supply these pages:
+    /// faults on them (waiting, and later ones until a supply or a flush) are errors,
+    /// reported to the faulting task's exception port.
+    PagerError = 143,
+    /// `pager_flush(name, offset, len, flags) -> pages`: asks for the object's resident
+    /// pages in the range back ([`pager::FLUSH_RETURN`]: each in a
+    /// [`pager::DATA_RETURN`] message) and drops them ([`pager::FLUSH_DROP`]); at most
+    /// [`pager::FLUSH_MAX_PAGES`] pages a call. Returns the bytes of the range done.
+    PagerFlush = 144,
     /// `memobj_create(size) -> name`: a new anonymous memory object of `size` bytes (page
     /// multiple, at most [`memobj::SIZE_MAX`]), zero-filled at first touch, named by a
     /// send right to its kernel-object port ([`memobj`], `docs/vm.md`). Its frames are
@@ -383,6 +406,7 @@ pub mod host;
 pub mod ipc;
 pub mod kobject;
 pub mod memobj;
+pub mod pager;
 pub mod spin;
 pub mod start;
 pub mod vm;
@@ -652,6 +676,11 @@ impl Sys {
             105 => Sys::SpinRemove,
             106 => Sys::SpinRelease,
             107 => Sys::SpinRaise,
+            140 => Sys::MemobjPager,
+            141 => Sys::PagerSupply,
+            142 => Sys::PagerUnavailable,
+            143 => Sys::PagerError,
+            144 => Sys::PagerFlush,
             110 => Sys::MemobjCreate,
             111 => Sys::VmMap,
             112 => Sys::MemobjRestrict,

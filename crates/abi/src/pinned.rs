@@ -180,6 +180,21 @@ fn extension_numbers() {
 }
 
 #[test]
+fn pager_numbers() {
+    let calls = [
+        (Sys::MemobjPager, 140),
+        (Sys::PagerSupply, 141),
+        (Sys::PagerUnavailable, 142),
+        (Sys::PagerError, 143),
+        (Sys::PagerFlush, 144),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+}
+
+#[test]
 fn memory_object_numbers() {
     let calls = [
         (Sys::MemobjCreate, 110),

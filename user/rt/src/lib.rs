@@ -74,6 +74,7 @@ pub mod kobject;
 pub mod memobj;
 pub mod migrate;
 pub mod names;
+pub mod pager;
 pub mod raw;
 pub mod report;
 pub mod rpc;

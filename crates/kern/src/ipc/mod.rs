@@ -170,6 +170,8 @@ pub struct Port<T> {
     /// one (a task's, a thread's, ...): an opaque tag the kernel defines, found from the
     /// port in one step ([`Ipc::object`]).
     object: Option<ObjectTag>,
+    /// The kernel wants to hear of this port's death ([`Ipc::watch`]).
+    watched: bool,
     /// A kernel-held port that goes when its last send right does: the kernel is told
     /// through [`Ipc::take_orphan`] (see [`Ipc::reap_on_no_senders`]).
     reap: bool,
@@ -201,6 +203,7 @@ impl<T: Copy + Default + PartialEq> Port<T> {
             pool: crate::activation::Pool::default(),
             charge: None,
             object: None,
+            watched: false,
             reap: false,
         }
     }
@@ -249,6 +252,11 @@ pub struct Ipc<T> {
     /// made ([`Ipc::reserve_work`]), so releasing rights — a task's end included — never
     /// allocates.
     work: Vec<Right>,
+    /// Watched ports destroyed since the kernel last asked ([`Ipc::take_died`]); room for
+    /// every watched port is made when it is watched, so a destruction never allocates.
+    died: Vec<PortId>,
+    /// Ports watched now.
+    watched: usize,
     /// Kernel-held ports marked [`Ipc::reap_on_no_senders`] whose last send right went,
     /// for the kernel to destroy ([`Ipc::take_orphan`]). It has room for every such port
     /// (made when one is marked), so a release never allocates for it.
@@ -291,9 +299,46 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             queued: 0,
             rights_queued: 0,
             work: Vec::new(),
+            died: Vec::new(),
+            watched: 0,
             orphans: Vec::new(),
             reapable: 0,
         }
+    }
+
+    /// Asks to hear of `port`'s destruction ([`Ipc::take_died`]): a pager's port, whose
+    /// death turns the faults waiting for it into errors. Watching a watched port changes
+    /// nothing. [`Error::DeadName`] for a port that is gone.
+    pub fn watch(&mut self, port: PortId) -> Result<(), Error> {
+        let room = (self.watched + 1).saturating_sub(self.died.len());
+        let p = self.ports.get_mut(port).ok_or(Error::DeadName)?;
+        if p.watched {
+            return Ok(());
+        }
+        self.died.try_reserve(room).map_err(|_| Error::NoMemory)?;
+        p.watched = true;
+        self.watched += 1;
+        Ok(())
+    }
+
+    /// Stops watching `port` (nothing if it is not watched or gone).
+    pub fn unwatch(&mut self, port: PortId) {
+        if let Some(p) = self.ports.get_mut(port) {
+            if core::mem::take(&mut p.watched) {
+                self.watched -= 1;
+            }
+        }
+    }
+
+    /// Whether [`Ipc::take_died`] has something.
+    #[inline]
+    pub fn died_pending(&self) -> bool {
+        !self.died.is_empty()
+    }
+
+    /// A watched port destroyed since the last call, if any.
+    pub fn take_died(&mut self) -> Option<PortId> {
+        self.died.pop()
     }
 
     /// Live ports.
@@ -1059,6 +1104,13 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     let Some(p) = self.ports.remove(r.port) else {
                         continue;
                     };
+                    if p.watched {
+                        self.watched -= 1;
+                        // Room was made by `watch`.
+                        if self.died.len() < self.died.capacity() {
+                            self.died.push(r.port);
+                        }
+                    }
                     self.queued -= p.queue.len();
                     if p.reap {
                         self.reapable -= 1;

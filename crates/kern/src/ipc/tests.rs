@@ -1267,6 +1267,27 @@ fn migration_takes_only_reply_rights_the_general_path_takes() {
 }
 
 #[test]
+fn a_watched_port_is_reported_once_when_it_dies() {
+    let (mut ipc, mut server, client, port, send) = setup();
+    let mut fx = Effects::default();
+    let held = ipc.hold_send(&client, send).unwrap();
+    let other = ipc.allocate(&mut server, 1, 0).unwrap();
+    let other_id = server.lookup(other).unwrap().port;
+    assert_eq!(ipc.watch(held), Ok(()));
+    assert_eq!(ipc.watch(held), Ok(()));
+    assert_eq!(ipc.watch(other_id), Ok(()));
+    ipc.unwatch(other_id);
+    assert_eq!(ipc.take_died(), None);
+    // The server's end goes: the watched port dies, the unwatched one is not reported.
+    ipc.release_space(&mut server, &mut fx);
+    assert_eq!(ipc.take_died(), Some(held));
+    assert_eq!(ipc.take_died(), None);
+    assert_eq!(ipc.watch(held), Err(Error::DeadName));
+    let _ = port;
+    ipc.release_held_send(held, &mut fx);
+}
+
+#[test]
 fn a_reaped_port_is_orphaned_when_its_last_send_right_goes_and_only_then() {
     let mut ipc: Ipc<u32> = Ipc::new();
     let mut fx = Effects::default();

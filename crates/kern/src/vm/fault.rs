@@ -312,7 +312,8 @@ pub fn resolve<F: Copy>(
             class: None,
             reclaimed_pages,
         },
-        Found::Pager {
+        Found::Failed { object, offset }
+        | Found::Pager {
             object,
             offset,
             dead: true,

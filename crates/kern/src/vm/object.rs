@@ -86,6 +86,9 @@ pub enum Page<F> {
     Resident(F),
     /// Asked of the pager; faults on it wait.
     PagingIn,
+    /// The pager answered with an error (Mach's `data_error`): faults on it are errors
+    /// until the pager supplies the page or it is flushed.
+    Failed,
 }
 
 /// Heap bytes an object is charged (its slab slot).
@@ -197,6 +200,13 @@ pub enum Found<F> {
         /// Offset in it.
         offset: u64,
     },
+    /// The pager of `object` failed this page: an error for the faulting task.
+    Failed {
+        /// The object.
+        object: ObjectId,
+        /// Offset in it.
+        offset: u64,
+    },
     /// Nowhere: the pager-backed `object` must be asked.
     Pager {
         /// The object.
@@ -223,6 +233,12 @@ pub enum Found<F> {
 #[derive(Debug)]
 pub struct Objects<F> {
     slab: Slab<Object<F>>,
+    /// The pagers (`Kind::Pager::pager`) of pager-backed objects destroyed since the
+    /// kernel last asked ([`Objects::take_freed_pager`]). Room for one per live
+    /// pager-backed object is made when it is created, so a destruction never allocates.
+    freed_pagers: alloc::vec::Vec<u64>,
+    /// Live pager-backed objects.
+    pagers: usize,
 }
 
 impl<F: Copy> Objects<F> {
@@ -230,6 +246,8 @@ impl<F: Copy> Objects<F> {
     pub fn new(limit: u32) -> Objects<F> {
         Objects {
             slab: Slab::with_limit(limit),
+            freed_pagers: alloc::vec::Vec::new(),
+            pagers: 0,
         }
     }
 
@@ -356,7 +374,25 @@ impl<F: Copy> Objects<F> {
         account: &AccountRef,
     ) -> Result<ObjectId, Error> {
         let kind = Kind::Pager { pager, dead: false };
-        self.create(kind, size, None, false, account)
+        let room = (self.pagers + 1).saturating_sub(self.freed_pagers.len());
+        self.freed_pagers
+            .try_reserve(room)
+            .map_err(|_| Error::NoMemory)?;
+        let id = self.create(kind, size, None, false, account)?;
+        self.pagers += 1;
+        Ok(id)
+    }
+
+    /// The pager of a pager-backed object destroyed since the last call, if any (the
+    /// kernel lets go of what it kept for that pager).
+    pub fn take_freed_pager(&mut self) -> Option<u64> {
+        self.freed_pagers.pop()
+    }
+
+    /// Whether [`Objects::take_freed_pager`] has something.
+    #[inline]
+    pub fn freed_pager_pending(&self) -> bool {
+        !self.freed_pagers.is_empty()
     }
 
     /// A new shadow of the window `[offset, offset + size)` of `backing`, taking over the
@@ -455,6 +491,13 @@ impl<F: Copy> Objects<F> {
     /// from its backing object, and returns that object (whose reference it held).
     fn destroy(&mut self, id: ObjectId, m: &mut impl Machine<F>) -> Option<ObjectId> {
         let mut o = self.slab.remove(id.0)?;
+        if let Kind::Pager { pager, .. } = o.kind {
+            self.pagers = self.pagers.saturating_sub(1);
+            // Room was made at the creation (`pager`).
+            if self.freed_pagers.len() < self.freed_pagers.capacity() {
+                self.freed_pagers.push(pager);
+            }
+        }
         Self::free_pages(&mut o, m);
         o.account.give(Resource::Heap, o.heap);
         o.account.give(Resource::Frames, o.frames);
@@ -652,6 +695,12 @@ impl<F: Copy> Objects<F> {
                         offset: off,
                     })
                 }
+                Some(Page::Failed) => {
+                    return Ok(Found::Failed {
+                        object: cur,
+                        offset: off,
+                    })
+                }
                 None => {}
             }
             if let Kind::Pager { pager, dead } = o.kind {
@@ -696,7 +745,7 @@ impl<F: Copy> Objects<F> {
         }
         match o.pages.get(offset) {
             Some(Page::Resident(_)) => Err(Error::InvalidArgument),
-            Some(Page::PagingIn) => Ok(false),
+            Some(Page::PagingIn | Page::Failed) => Ok(false),
             None => Ok(true),
         }
     }
@@ -755,6 +804,85 @@ impl<F: Copy> Objects<F> {
                 o.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);
             }
         }
+    }
+
+    /// The pager of `id` answered `offset` with an error: the page is [`Page::Failed`]
+    /// (faults on it are errors) until a supply or a flush. A resident page is left as it
+    /// is ([`Error::InvalidArgument`]), as are objects without a pager.
+    pub fn page_in_error(&mut self, id: ObjectId, offset: u64) -> Result<(), Error> {
+        let o = self.get(id).ok_or(Error::NotFound)?;
+        if !matches!(o.kind, Kind::Pager { .. }) {
+            return Err(Error::InvalidArgument);
+        }
+        let new = self.check_new_page(id, offset)?;
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        if new {
+            let node = Tree::<Page<F>>::NODE_BYTES;
+            o.account.take(Resource::Heap, node)?;
+            if o.pages.insert(offset, Page::Failed).is_err() {
+                o.account.give(Resource::Heap, node);
+                return Err(Error::NoMemory);
+            }
+            o.heap += node;
+        } else if let Some(p) = o.pages.get_mut(offset) {
+            *p = Page::Failed;
+        }
+        Ok(())
+    }
+
+    /// The resident page of `id` at `offset`, if it has one of its own.
+    pub fn resident(&self, id: ObjectId, offset: u64) -> Option<F> {
+        match self.get(id)?.pages.get(offset) {
+            Some(Page::Resident(f)) => Some(*f),
+            _ => None,
+        }
+    }
+
+    /// The offset of the first page `id` holds at or above `from` and below `to`, and
+    /// what it is (the pager's flush and clean walk an object this way).
+    pub fn next_page(&self, id: ObjectId, from: u64, to: u64) -> Option<(u64, Page<F>)> {
+        let o = self.get(id)?;
+        o.pages
+            .ceil(from)
+            .filter(|(k, _)| *k < to)
+            .map(|(k, p)| (k, *p))
+    }
+
+    /// Removes the page of the pager-backed `id` at `offset` (a pager's flush): every
+    /// translation of it goes first, and its frame comes back to the caller (to return its
+    /// contents to the pager, then free it); a failed page is forgotten (`None`). A page
+    /// being paged in stays. [`Error::Denied`] when `id` has a copy object, which may
+    /// still need the page (a flush would change what a copy sees).
+    pub fn flush_page(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        m: &mut impl Machine<F>,
+    ) -> Result<Option<F>, Error> {
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        if !matches!(o.kind, Kind::Pager { .. }) {
+            return Err(Error::InvalidArgument);
+        }
+        if o.copy.is_some() || o.shadows > 0 {
+            return Err(Error::Denied);
+        }
+        let frame = match o.pages.get(offset) {
+            None | Some(Page::PagingIn) => return Ok(None),
+            Some(Page::Resident(f)) => Some(*f),
+            Some(Page::Failed) => None,
+        };
+        if let Some(f) = frame {
+            m.unmap_everywhere(f);
+        }
+        o.pages.remove(offset);
+        o.heap = o.heap.saturating_sub(Tree::<Page<F>>::NODE_BYTES);
+        o.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);
+        if frame.is_some() {
+            let charge = u64::from(!o.committed);
+            o.frames = o.frames.saturating_sub(charge);
+            o.account.give(Resource::Frames, charge);
+        }
+        Ok(frame)
     }
 
     /// The pager of `id` is gone: pages being paged in are absent again, and faults on
@@ -1038,5 +1166,70 @@ mod tests {
         objs.add_ref(o).unwrap();
         objs.free_window(o, 0, 4 * P, &mut m);
         assert_eq!(objs.get(o).unwrap().pages(), 2, "shared: nothing freed");
+    }
+
+    #[test]
+    fn pager_errors_flushes_and_refills() {
+        let (mut objs, acct, mut m) = setup();
+        let o = objs.pager(9, 4 * P, &acct).unwrap();
+        assert!(matches!(
+            objs.find(o, P).unwrap(),
+            Found::Pager { pager: 9, .. }
+        ));
+        // An error marks the page failed; a lookup says so; the heap node is charged.
+        objs.page_in_error(o, P).unwrap();
+        assert_eq!(
+            objs.find(o, P).unwrap(),
+            Found::Failed {
+                object: o,
+                offset: P
+            }
+        );
+        let heap = acct.used(Resource::Heap);
+        // A supply replaces the failed page, without a second node.
+        objs.insert_page(o, P, 5).unwrap();
+        assert_eq!(acct.used(Resource::Heap), heap);
+        assert_eq!(objs.resident(o, P), Some(5));
+        assert_eq!(objs.next_page(o, 0, 4 * P), Some((P, Page::Resident(5))));
+        assert_eq!(objs.next_page(o, 2 * P, 4 * P), None);
+        // An error on a resident page is refused and changes nothing.
+        assert_eq!(objs.page_in_error(o, P), Err(Error::InvalidArgument));
+        assert_eq!(objs.resident(o, P), Some(5));
+        // A flush removes the page everywhere and hands the frame back, refunding it.
+        assert_eq!(objs.flush_page(o, P, &mut m), Ok(Some(5)));
+        assert_eq!(m.unmapped_frames, [5]);
+        assert!(m.freed.is_empty());
+        assert_eq!(acct.used(Resource::Frames), 0);
+        assert!(matches!(objs.find(o, P).unwrap(), Found::Pager { .. }));
+        // A failed page is forgotten by a flush; an absent one is nothing.
+        objs.page_in_error(o, 0).unwrap();
+        assert_eq!(objs.flush_page(o, 0, &mut m), Ok(None));
+        assert!(matches!(objs.find(o, 0).unwrap(), Found::Pager { .. }));
+        assert_eq!(objs.flush_page(o, 2 * P, &mut m), Ok(None));
+        // Not for anonymous objects.
+        let a = objs.anonymous(P, &acct).unwrap();
+        assert_eq!(objs.page_in_error(a, 0), Err(Error::InvalidArgument));
+        assert_eq!(objs.flush_page(a, 0, &mut m), Err(Error::InvalidArgument));
+        objs.release(a, &mut m);
+        assert_eq!(objs.take_freed_pager(), None);
+        objs.release(o, &mut m);
+        assert!(objs.is_empty());
+        assert_eq!(acct.used(Resource::Heap), 0);
+        // The kernel hears that pager 9's object is gone, once.
+        assert_eq!(objs.take_freed_pager(), Some(9));
+        assert_eq!(objs.take_freed_pager(), None);
+    }
+
+    #[test]
+    fn a_pager_object_someone_copied_is_not_flushed() {
+        let (mut objs, acct, mut m) = setup();
+        let o = objs.pager(1, 2 * P, &acct).unwrap();
+        objs.insert_page(o, 0, 3).unwrap();
+        // The shadow takes over the creation reference.
+        let s = objs.shadow(o, 0, 2 * P, &acct).unwrap();
+        assert_eq!(objs.flush_page(o, 0, &mut m), Err(Error::Denied));
+        assert_eq!(objs.resident(o, 0), Some(3));
+        objs.release(s, &mut m);
+        assert!(objs.is_empty());
     }
 }

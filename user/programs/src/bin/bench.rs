@@ -74,7 +74,7 @@ static SAMPLES: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
 static SAMPLES2: [AtomicU64; ITER] = [const { AtomicU64::new(0) }; ITER];
 
 /// Stacks of the partner threads (one per two-thread benchmark).
-static PARTNER_STACKS: StackPool<4, 16384> = StackPool::new();
+static PARTNER_STACKS: StackPool<8, 16384> = StackPool::new();
 /// A fresh stack for every thread `thread.create_exit` creates: a stack is never reused,
 /// so no thread can still be on a stack that is handed out again.
 static CHILD_STACKS: StackPool<TOTAL, STACK_SIZE> = StackPool::new();
@@ -1483,6 +1483,93 @@ fn vm_allocate_at10k(name: &str) -> Result<(), Failed> {
     Ok(())
 }
 
+/// The pager port and object of `vm.fault.pager`.
+static PAGER_PORT: AtomicU64 = AtomicU64::new(0);
+static PAGER_OBJECT: AtomicU64 = AtomicU64::new(0);
+
+/// `vm.fault.pager`'s pager: answers every data request with a page (its first word the
+/// page number), until its port goes.
+fn pager_partner(_: u64) {
+    use baton_rt::pager::{supply, Request, RECEIVE_SIZE};
+    let port = PAGER_PORT.load(Ordering::Acquire);
+    let mut msg = [0u8; RECEIVE_SIZE];
+    let mut page = [0u8; PAGE as usize];
+    while baton_rt::ipc::msg_buf(&mut msg, baton_rt::ipc::MSG_RECEIVE, port, FOREVER).is_ok() {
+        let data = msg.get(HEADER_SIZE..).unwrap_or(&[]);
+        let Some(req) = Request::from_bytes(data) else {
+            continue;
+        };
+        page[..8].copy_from_slice(&(req.offset / PAGE).to_le_bytes());
+        let _ = supply(PAGER_OBJECT.load(Ordering::Acquire), req.offset, &page);
+    }
+}
+
+/// `vm.fault.pager.migrating`'s pager, run by an activation on the faulting thread.
+fn pager_activation(req: &mut baton_rt::migrate::Request) {
+    use baton_rt::pager::{supply, Request};
+    if let Some(r) = Request::from_bytes(req.data()) {
+        let mut page = [0u8; PAGE as usize];
+        page[..8].copy_from_slice(&(r.offset / PAGE).to_le_bytes());
+        let _ = supply(PAGER_OBJECT.load(Ordering::Acquire), r.offset, &page);
+    }
+    req.reply(0, &[]);
+}
+
+/// `vm.fault.pager`: the first read of a page of a pager-backed object whose pager is a
+/// thread of this task receiving requests as messages: fault, request, the pager's
+/// receive and supply, the wake-up and the second fault that maps the page. With
+/// `activations` (`vm.fault.pager.migrating`) the pager serves through an activation: the
+/// faulting thread migrates into it, supplies, returns and faults again.
+fn vm_fault_pager(name: &str, activations: bool) -> Result<(), Failed> {
+    clear_samples();
+    let len = TOTAL as u64 * PAGE;
+    let port = baton_rt::ipc::port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    if activations {
+        baton_rt::migrate::attach(port, 1, pager_activation)
+            .map_err(|e| fail!("{name}: attach: {}", e.name()))?;
+    }
+    let object = baton_rt::pager::create(port, len, 1)
+        .map_err(|e| fail!("{name}: memobj_pager: {}", e.name()))?;
+    PAGER_PORT.store(port, Ordering::Release);
+    PAGER_OBJECT.store(object, Ordering::Release);
+    let flags = baton_abi::memobj::map_flags(
+        baton_rt::vm::PROT_RW,
+        baton_rt::vm::PROT_RW,
+        false,
+        baton_abi::vm::INHERIT_SHARE,
+    );
+    let a = baton_rt::memobj::map(object, len, 0, flags)
+        .map_err(|e| fail!("{name}: vm_map: {}", e.name()))?;
+    if !activations {
+        start_partner(pager_partner)?;
+    }
+    let before = read_stats()?;
+    let mut wrong = 0;
+    for i in 0..TOTAL {
+        let p = (a + i as u64 * PAGE) as *const u64;
+        let t0 = rdtsc_ordered();
+        // SAFETY: mapped above, no reference into it.
+        let v = black_box(unsafe { p.read_volatile() });
+        let t1 = rdtsc_ordered();
+        wrong += u64::from(v != i as u64);
+        if let Some(j) = i.checked_sub(WARMUP) {
+            record(&SAMPLES, j, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    // SAFETY: nothing refers to the range.
+    unsafe { baton_rt::vm::deallocate(a, len) }
+        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+    let _ = baton_rt::ipc::cap_drop(object);
+    let _ = baton_rt::ipc::cap_drop(port);
+    if wrong != 0 {
+        return Err(fail!("{name}: {wrong} pages read wrong"));
+    }
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
 /// The virtual-memory rows (`docs/benchmarks.md`).
 fn vm_benchmarks() -> Result<(), Failed> {
     vm_fault_zero("vm.fault.zero", true)?;
@@ -1500,6 +1587,8 @@ fn vm_benchmarks() -> Result<(), Failed> {
     vm_fault_object("vm.fault.fill", false)?;
     vm_fault_object("vm.fault.cow", true)?;
     vm_allocate_at10k("vm.allocate.at10k")?;
+    vm_fault_pager("vm.fault.pager", false)?;
+    vm_fault_pager("vm.fault.pager.migrating", true)?;
     Ok(())
 }
 

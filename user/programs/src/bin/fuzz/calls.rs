@@ -59,7 +59,7 @@ pub struct Class {
 }
 
 /// The call classes, in the order of their exclusion bits.
-pub const CLASSES: [Class; 11] = [
+pub const CLASSES: [Class; 12] = [
     Class { letter: 'b', what: "basic calls: null, yield, clock, stats, module_info, debug_write, sleep, wait, wake, process-model block, cpu time, priority, affinity, sched lock", weight: 12 },
     Class { letter: 'm', what: "memory: mem_map, mem_unmap, ipc_buffer_set", weight: 6 },
     Class { letter: 'p', what: "port calls: allocate, make_send, cap_drop, cap_info, notify, set_limit, exception_port_set", weight: 16 },
@@ -71,6 +71,7 @@ pub const CLASSES: [Class; 11] = [
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
+    Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error and flush with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -434,6 +435,9 @@ struct Fuzzer {
     verbose: bool,
     /// A receive right of this thread's own for kernel-object replies.
     reply: u64,
+    /// A receive right of this thread's own that its pagers' requests and data returns
+    /// go to (made at the first pager call).
+    pager_port: u64,
     p: *mut Private,
 }
 
@@ -449,6 +453,7 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
         wrong: 0,
         verbose: VERBOSE.load(Ordering::Relaxed) != 0,
         reply: 0,
+        pager_port: 0,
         p: private(index),
     };
     let ipc = f.ipc_page();
@@ -486,11 +491,15 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
             7 => f.children(),
             8 => f.newer(),
             9 => f.extensions(),
-            _ => f.memobjs(),
+            10 => f.memobjs(),
+            _ => f.pagers(),
         }
     }
     if f.reply != 0 {
         f.sys(Sys::CapDrop, [f.reply, 0, 0, 0, 0, 0]);
+    }
+    if f.pager_port != 0 {
+        f.sys(Sys::CapDrop, [f.pager_port, 0, 0, 0, 0, 0]);
     }
     (f.calls, f.ok, f.wrong)
 }
@@ -1672,6 +1681,86 @@ impl Fuzzer {
     /// WebAssembly header followed by random sections, or a real module with bytes changed:
     /// the kernel's interpreter must refuse every bad one with an error. Domains made are
     /// released again, so the task's domain limit is not the only thing reached.
+    /// External pagers. Objects are made on this thread's own port and every page is
+    /// supplied (or zero-filled) at once, before the right goes, so that no access of any
+    /// thread ever waits for a pager that will not answer; nothing drops pages.
+    fn pagers(&mut self) {
+        use baton_abi::pager::{FLUSH_RETURN, PAGE_SIZE as PG, SUPPLY_MAX};
+        if self.pager_port == 0 {
+            let p = self.sys(Sys::PortAllocate, [0, 0, 0, 0, 0, 0]);
+            self.pager_port = if (p as i64) > 0 { p } else { 0 };
+        }
+        let port = self.pager_port;
+        let big = self.big();
+        match self.r.below(9) {
+            0..=4 => {
+                let pages = 1 + self.r.below(16);
+                let size = if self.r.chance(10) {
+                    self.edge()
+                } else {
+                    pages * PG
+                };
+                let on = if self.r.chance(10) { self.name() } else { port };
+                let cookie = self.r.next();
+                let o = self.sys(Sys::MemobjPager, [on, size, cookie, 0, 0, 0]);
+                if (o as i64) <= 0 {
+                    return;
+                }
+                if size > 16 * PG {
+                    // Too big to fill in one go (an edge size that was valid): no one has
+                    // mapped it yet; it goes at once.
+                    self.sys(Sys::CapDrop, [o, 0, 0, 0, 0, 0]);
+                    return;
+                }
+                let zeros = self.r.chance(50);
+                let mut off = 0;
+                while off < size {
+                    let len = (size - off).min(SUPPLY_MAX);
+                    if zeros {
+                        self.sys(Sys::PagerUnavailable, [o, off, len, 0, 0, 0]);
+                    } else {
+                        self.sys(Sys::PagerSupply, [o, off, big, len, 0, 0]);
+                    }
+                    off += len;
+                }
+                if self.r.chance(10) {
+                    self.sys(Sys::PagerFlush, [o, 0, size, FLUSH_RETURN, 0, 0]);
+                }
+                self.sys(Sys::CapDrop, [o, 0, 0, 0, 0, 0]);
+            }
+            5 => {
+                let buf = if self.r.chance(20) { self.addr() } else { big };
+                let a = [self.name(), self.edge() & !0xfff, buf, self.edge(), 0, 0];
+                self.sys(Sys::PagerSupply, a);
+            }
+            6 => {
+                let call = if self.r.chance(50) {
+                    Sys::PagerUnavailable
+                } else {
+                    Sys::PagerError
+                };
+                let a = [self.name(), self.edge(), self.edge(), 0, 0, 0];
+                self.sys(call, a);
+            }
+            7 => {
+                let a = [self.name(), self.edge(), self.edge(), self.r.below(8), 0, 0];
+                self.sys(Sys::PagerFlush, a);
+            }
+            _ => {
+                // Drain data returns (and whatever else came) from the own port.
+                // (A flush queues a page for each resident page, charged to this task
+                // until received: without draining, its heap runs out.)
+                let room = (MSG_SIZE_MAX + IPC_BUFFER_SIZE) as u64;
+                for _ in 0..64 {
+                    let r = self.sys(Sys::IpcMsg, [MSG_RECEIVE | MSG_BUF, port, 0, big, room, 0]);
+                    if r != 0 {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
     fn extensions(&mut self) {
         const WASM: &[u8] = b"\0asm\x01\0\0\0";
         const NULL_MODULE: &[u8] = include_bytes!(concat!(
@@ -2001,6 +2090,7 @@ pub fn cleanup() {
         wrong: 0,
         verbose: false,
         reply: 0,
+        pager_port: 0,
         p: private(super::MAX_THREADS - 1),
     };
     // Resume everything first, so that no victim is left stopped.
