@@ -167,7 +167,7 @@ impl<F: Copy> Object<F> {
     pub fn resident_range(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, F)> + '_ {
         self.pages.range(from, to).filter_map(|(k, p)| match p {
             Page::Resident(f) => Some((k, *f)),
-            Page::PagingIn => None,
+            Page::PagingIn | Page::Failed => None,
         })
     }
     /// Resident pages at offsets in `[from, to)`.
