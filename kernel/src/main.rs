@@ -24,6 +24,7 @@ mod ipc;
 mod kernel;
 mod klog;
 mod kobject;
+mod ool;
 mod quota;
 mod syscall;
 mod thread;

@@ -335,6 +335,7 @@ impl Kernel {
             | Sys::VmWire
             | Sys::VmUnwire
             | Sys::VmStats => crate::vm::sys_vm(self, id, call, args),
+            Sys::VmCopy => crate::ool::sys_vm_copy(self, id, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::SpinImport
             | Sys::SpinCreate

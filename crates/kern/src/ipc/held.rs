@@ -117,6 +117,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             data,
             charge: None,
             word: None,
+            ool: Vec::new(),
         };
         self.enqueue(dest, msg, fx);
         Ok(())
@@ -134,6 +135,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             data,
             charge: None,
             word: None,
+            ool: Vec::new(),
         };
         match reply.kind {
             Held::SendOnce => {
