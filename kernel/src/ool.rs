@@ -25,7 +25,7 @@
 //!   changed. (The alternative, copying just the range's bytes into fresh zeroed pages,
 //!   costs the same two page copies; zeroing through the fault path keeps one mechanism.)
 //! - **Decode, then invoke.** Every descriptor is checked (flags, size, addresses, overlaps,
-//!   mapped throughout, not physical, a move's range not wired) and so is the rest of the
+//!   mapped throughout, not physical, nothing wired) and so is the rest of the
 //!   message (`kern::ipc::Ipc::check_copyin`) before any region is taken; the regions are
 //!   then taken without deleting anything, so a later failure only releases them; the
 //!   moves' deletions come last, once the message is queued.
@@ -171,13 +171,7 @@ pub fn take(
         if overlaps {
             return Err(Error::InvalidArgument);
         }
-        crate::vm::check_carry(task, lo, hi - lo, false, false)?;
-        if d.disposition & OOL_DEALLOCATE != 0 {
-            let (a, b) = inner_pages(d.value, d.size);
-            if b > a {
-                crate::vm::check_carry(task, a, b - a, true, false)?;
-            }
-        }
+        crate::vm::check_carry(task, lo, hi - lo, false)?;
     }
     // And the rest of the message, as `copyin` will see it.
     let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
@@ -399,10 +393,7 @@ pub fn sys_vm_copy(k: &mut Kernel, caller: TaskId, a: [u64; 6]) -> Result<u64, E
     let (lo, hi) = pages_of(src, len)?;
     let (ia, ib) = inner_pages(src, len);
     // Decode: the source, and for the overwrite form the destination.
-    crate::vm::check_carry(st, lo, hi - lo, false, false)?;
-    if delete && ib > ia {
-        crate::vm::check_carry(st, ia, ib - ia, true, false)?;
-    }
+    crate::vm::check_carry(st, lo, hi - lo, false)?;
     if create {
         let carried = crate::vm::carry_out(k, st, lo, hi - lo, false)?;
         let addr = place(k, dt, carried, src - lo, len, Placement::Anywhere)?;
@@ -416,7 +407,7 @@ pub fn sys_vm_copy(k: &mut Kernel, caller: TaskId, a: [u64; 6]) -> Result<u64, E
         return Err(Error::InvalidArgument);
     }
     let (dlo, dhi) = pages_of(dst, len)?;
-    crate::vm::check_carry(dt, dlo, dhi - dlo, false, true)?;
+    crate::vm::check_carry(dt, dlo, dhi - dlo, true)?;
     let (ja, jb) = inner_pages(dst, len);
     if delete && st == dt && ia < ib && ja < jb && ia < jb && ja < ib {
         // Deleting the source would delete part of the destination.

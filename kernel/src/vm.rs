@@ -1156,16 +1156,11 @@ fn stats_of(k: &Kernel, task: TaskId, scope: u64) -> Result<VmStats, Error> {
 
 /// Checks, changing nothing, that `[start, start + len)` (page aligned) of task `task` can
 /// be carried: mapped throughout ([`Error::BadAddress`]), no physical memory
-/// ([`Error::InvalidArgument`]), and for a move (`delete`) nothing wired
-/// ([`Error::Denied`]); with `write`, writable throughout ([`Error::BadAddress`]) and
-/// nothing wired ([`Error::Denied`]: it will be replaced).
-pub fn check_carry(
-    task: TaskId,
-    start: u64,
-    len: u64,
-    delete: bool,
-    write: bool,
-) -> Result<(), Error> {
+/// ([`Error::InvalidArgument`]), nothing wired ([`Error::Denied`]: a wired page's frame
+/// may be cached by the kernel, which must never write a frame a copy shares; a move of
+/// it, or a destination over it, would pull it from under the kernel); with `write`,
+/// writable throughout ([`Error::BadAddress`]).
+pub fn check_carry(task: TaskId, start: u64, len: u64, write: bool) -> Result<(), Error> {
     // SAFETY: the lock is held (the caller is in a system call); this reference ends here.
     let vm = unsafe { state() };
     let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
@@ -1177,7 +1172,7 @@ pub fn check_carry(
         if matches!(o.kind(), Kind::Physical { .. }) {
             return Err(Error::InvalidArgument);
         }
-        if (delete || write) && e.wired > 0 {
+        if e.wired > 0 {
             return Err(Error::Denied);
         }
         if write && !e.prot.contains(Prot::WRITE) {

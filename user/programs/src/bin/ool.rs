@@ -360,7 +360,7 @@ fn hostile(buf: &mut IpcBuffer, peer: &Peer) -> Result<(), Failed> {
     let right = Descriptor::port(s, Disposition::MoveSend);
     let own = buf.view().as_ptr() as u64;
     let kernel = 0xffff_8000_0000_0000u64;
-    let cases: [(&str, [Descriptor; 2], Error); 9] = [
+    let cases: [(&str, [Descriptor; 2], Error); 10] = [
         (
             "an empty region",
             [right, ool(r, 0, 0)],
@@ -395,6 +395,11 @@ fn hostile(buf: &mut IpcBuffer, peer: &Peer) -> Result<(), Failed> {
             "a range running into a hole",
             [right, ool(r, 3 * P, OOL_DEALLOCATE)],
             Error::BadAddress,
+        ),
+        (
+            "a copy of the wired IPC buffer",
+            [right, ool(own, P, 0)],
+            Error::Denied,
         ),
         (
             "a move of the wired IPC buffer",
