@@ -723,8 +723,12 @@ impl Fuzzer {
             let Some(d) = Descriptor::from_bytes(&self.read::<DESCRIPTOR_SIZE>(at)) else {
                 break;
             };
-            if d.kind == DESC_OOL && d.value != 0 {
-                // A region received: given back, so the space does not fill up.
+            // A region received is given back, so the space does not fill up. The kernel
+            // places regions from 16 TiB up, below the runtime's heap; a descriptor
+            // elsewhere is this thread's own message read back (the kernel received into
+            // another buffer than `buf`), and its range must not be touched.
+            let placed = (0x1000_0000_0000..0x3000_0000_0000).contains(&d.value);
+            if d.kind == DESC_OOL && placed {
                 let lo = d.value & !(PAGE - 1);
                 let hi = d.value.saturating_add(d.size).next_multiple_of(PAGE);
                 self.sys(Sys::VmDeallocate, [lo, hi.saturating_sub(lo), 0, 0, 0, 0]);
