@@ -447,6 +447,71 @@ static void bench_unix_rpc(size_t bytes)
 	report(what);
 }
 
+/* ---- out-of-line data: the same bytes through a pipe -------------------------------- */
+
+/* Iterations of the linux.ipc.ool.<size> rows: fewer than the others (a megabyte is
+ * copied twice per iteration), as Baton's ipc.ool.* rows. */
+#define OOL_WARM 10
+#define OOL_RUNS 100
+
+/* Prints the BENCH line of `name` from samples[OOL_WARM .. OOL_WARM + OOL_RUNS). */
+static void report_ool(const char *name)
+{
+	static uint64_t sorted[OOL_RUNS];
+	memcpy(sorted, samples + OOL_WARM, sizeof sorted);
+	qsort(sorted, OOL_RUNS, sizeof sorted[0], cmp_u64);
+	say("BENCH name=%s unit=instructions iterations=%d median=%llu min=%llu max=%llu\n",
+	    name, OOL_RUNS, (unsigned long long)sorted[(OOL_RUNS - 1) / 2],
+	    (unsigned long long)sorted[0], (unsigned long long)sorted[OOL_RUNS - 1]);
+}
+
+/* linux.ipc.ool.<size>: what Baton's ipc.ool.<size> rows do, with Linux's pipes: a client
+ * writes `bytes` (4 KiB, 64 KiB, 1 MiB, resident) into a pipe to a server process, which
+ * reads them into its buffer, reads one word of every page, and answers one byte on a
+ * second pipe. The client's whole round trip: the kernel copies the data in from the
+ * client and out to the server (a pipe holds 64 KiB: larger requests go in pieces). */
+static void bench_pipe_ool(size_t bytes, const char *size)
+{
+	char name[48], what[64];
+	snprintf(name, sizeof name, "linux.ipc.ool.%s", size);
+	int there[2], back[2];
+	if (pipe(there) != 0 || pipe(back) != 0)
+		fail("%s: pipe", name);
+	char *src = map_pages(bytes / PAGE, 1, name);
+	pid_t pid = fork_or_fail(name);
+	if (pid == 0) {
+		close(there[1]);
+		close(back[0]);
+		char *dst = map_pages(bytes / PAGE, 1, name);
+		snprintf(what, sizeof what, "%s server", name);
+		for (int i = 0; i < OOL_WARM + OOL_RUNS; i++) {
+			read_full(there[0], dst, bytes, what);
+			uint64_t sum = 0;
+			for (size_t p = 0; p < bytes; p += PAGE)
+				sum += ((volatile uint64_t *)(dst + p))[0];
+			char c = (char)sum;
+			write_full(back[1], &c, 1, what);
+		}
+		_exit(0);
+	}
+	close(there[0]);
+	close(back[1]);
+	snprintf(what, sizeof what, "%s client", name);
+	for (int i = 0; i < OOL_WARM + OOL_RUNS; i++) {
+		char in;
+		uint64_t a = stamp();
+		write_full(there[1], src, bytes, what);
+		read_full(back[0], &in, 1, what);
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	reap(pid, name);
+	close(there[1]);
+	close(back[0]);
+	munmap(src, bytes);
+	report_ool(name);
+}
+
 /* ---- threads -------------------------------------------------------------------------- */
 
 /* Creates a thread running `fn`, failing the run if that fails. */
@@ -925,6 +990,9 @@ int main(int argc, char **argv)
 	bench_fork_exit();
 	bench_spawn(null_path);
 	bench_pipe();
+	bench_pipe_ool(4096, "4k");
+	bench_pipe_ool(65536, "64k");
+	bench_pipe_ool(1 << 20, "1m");
 	for (size_t i = 0; i < sizeof RPC_SIZES / sizeof RPC_SIZES[0]; i++)
 		bench_unix_rpc(RPC_SIZES[i]);
 	bench_yield();

@@ -278,17 +278,20 @@ fn send(
     if args.opts & MSG_SLOW == 0 {
         if let Some(r) = fast_receiver(k, dest, header.size as usize, n) {
             let descriptors = read_descriptors(k, buf, n)?;
-            return deliver(
-                k,
-                task,
-                buf,
-                &header,
-                &descriptors,
-                dest,
-                r,
-                data_off,
-                data_len,
-            );
+            // Out-of-line regions take the general path below (`ool.rs`).
+            if !crate::ool::has_ool(&descriptors) {
+                return deliver(
+                    k,
+                    task,
+                    buf,
+                    &header,
+                    &descriptors,
+                    dest,
+                    r,
+                    data_off,
+                    data_len,
+                );
+            }
         }
     }
 
@@ -322,6 +325,9 @@ fn send(
     let charge = crate::quota::heap(account, cost)?;
     let descriptors = read_descriptors(k, buf, n)?;
     let data = buf.read_vec(k, data_off, data_len)?;
+    if crate::ool::has_ool(&descriptors) {
+        return queue_ool(k, task, &header, &descriptors, dest, data, charge);
+    }
     let mut fx = crate::ipc::effects(k);
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let (port, mut msg) = k
@@ -331,6 +337,44 @@ fn send(
     k.ipc.enqueue(port, msg, &mut fx);
     k.stats.ipc_queued += 1;
     apply(k, fx);
+    Ok(Sent::Queued)
+}
+
+/// Queues a message carrying out-of-line regions (`ool.rs`): the regions are taken after
+/// the whole message checks out, released if the rights cannot be taken, and the moves'
+/// pages leave the sender once the message is queued.
+#[cold]
+fn queue_ool(
+    k: &mut Kernel,
+    task: TaskId,
+    header: &MsgHeader,
+    descriptors: &[Descriptor],
+    dest: PortId,
+    data: Vec<u8>,
+    charge: kern::quota::Charge,
+) -> Result<Sent, Error> {
+    let (attached, moves, mtask) = crate::ool::take(k, task, header, descriptors, dest)?.split();
+    let handles = attached.clone();
+    let mut fx = crate::ipc::effects(k);
+    let copied = match k.tasks.get_mut(&task) {
+        Some(t) => k
+            .ipc
+            .copyin_ool(&mut t.names, header, descriptors, data, attached, &mut fx),
+        None => Err(Error::InvalidArgument),
+    };
+    let (port, mut msg) = match copied {
+        Ok(x) => x,
+        Err(e) => {
+            apply(k, fx);
+            crate::ool::undo(k, &handles);
+            return Err(e);
+        }
+    };
+    msg.charge = Some(charge);
+    k.ipc.enqueue(port, msg, &mut fx);
+    k.stats.ipc_queued += 1;
+    apply(k, fx);
+    crate::ool::finish(k, moves, mtask);
     Ok(Sent::Queued)
 }
 
@@ -563,6 +607,10 @@ fn take_message(
             return Err(e);
         }
     };
+    // Out-of-line regions go into the receiver's map (their descriptors get addresses).
+    if !msg.ool.is_empty() {
+        crate::ool::deliver(k, task, &mut out);
+    }
     let written = (|| {
         buf.write(k, 0, &hdr.to_bytes())?;
         for (i, d) in out.iter().enumerate() {
@@ -607,6 +655,8 @@ pub fn release_names(k: &mut Kernel, names: &mut kern::ipc::Space) {
 
 /// Makes ready the threads an IPC operation unblocked.
 pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
+    // Out-of-line regions of messages destroyed undelivered (`ool.rs`).
+    crate::ool::release_dropped(k, fx.dropped);
     let mut wake = fx.wake;
     for &(t, how) in wake.iter() {
         if let (Some(th), Wake::Fail(e)) = (k.threads.get_mut(t), how) {
@@ -640,6 +690,7 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
 pub fn effects(k: &mut Kernel) -> Effects<ThreadId> {
     Effects {
         wake: core::mem::take(&mut k.wake_list),
+        dropped: crate::ool::take_dropped_list(),
     }
 }
 

@@ -631,6 +631,7 @@ impl Kernel {
             data,
             charge: Some(charge),
             word: None,
+            ool: Vec::new(),
         };
         let mut fx = kern::ipc::Effects::default();
         self.ipc.enqueue(port, msg, &mut fx);

@@ -25,6 +25,7 @@ mod kernel;
 mod klog;
 mod kobject;
 mod memobj;
+mod ool;
 mod pager;
 mod quota;
 mod syscall;

@@ -47,6 +47,7 @@ use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
 use kern::idslab::IdSlab;
 use kern::pmap::{AddressSpace, MapFlags, PhysMem, NO_CACHE, OWNED, WRITABLE, WRITE_THROUGH};
 use kern::quota::Resource;
+use kern::vm::copy::Carried;
 use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
 use kern::vm::map::{Map, Placement, ENTRIES_MAX};
 use kern::vm::object::{Kind, ObjectId, Objects, Page};
@@ -1627,4 +1628,93 @@ pub fn shared_key(task: TaskId, addr: u64) -> Result<Option<(ObjectId, u64)>, Er
         return Ok(None);
     }
     Ok(Some((e.object, e.offset + (addr - start))))
+}
+
+// ---- out-of-line transfer (Accent's MoveWords; `ool.rs` builds on these) ---------------
+
+/// Checks, changing nothing, that `[start, start + len)` (page aligned) of task `task` can
+/// be carried: mapped throughout ([`Error::BadAddress`]), no physical memory
+/// ([`Error::InvalidArgument`]), nothing wired ([`Error::Denied`]: a wired page's frame
+/// may be cached by the kernel, which must never write a frame a copy shares; a move of
+/// it, or a destination over it, would pull it from under the kernel); with `write`,
+/// writable throughout ([`Error::BadAddress`]).
+pub fn check_carry(task: TaskId, start: u64, len: u64, write: bool) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); this reference ends here.
+    let vm = unsafe { state() };
+    let tv = vm.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let end = tv.map.check_range(start, len)?;
+    let mut cur = start;
+    while cur < end {
+        let (_, e) = tv.map.entry(cur).ok_or(Error::BadAddress)?;
+        let o = vm.objects.get(e.object).ok_or(Error::BadAddress)?;
+        if matches!(o.kind(), Kind::Physical { .. }) {
+            return Err(Error::InvalidArgument);
+        }
+        if e.wired > 0 {
+            return Err(Error::Denied);
+        }
+        if write && !e.prot.contains(Prot::WRITE) {
+            return Err(Error::BadAddress);
+        }
+        cur = e.end;
+    }
+    Ok(())
+}
+
+/// Takes `[start, start + len)` (page aligned) of task `task` into a region in transit,
+/// copy-on-write, charged to the task; with `delete` the range leaves its map (a move).
+pub fn carry_out(
+    k: &mut Kernel,
+    task: TaskId,
+    start: u64,
+    len: u64,
+    delete: bool,
+) -> Result<Carried, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    if delete {
+        purge_stale(k, vm, task)?;
+    }
+    with_map(k, vm, task, |tv, objs, m| {
+        kern::vm::copy::copy_out(&mut tv.map, objs, start, len, delete, m)
+    })?
+}
+
+/// Puts a region in transit into task `task`'s map at `at`: its address. On an error the
+/// region comes back.
+pub fn carry_in(task: TaskId, carried: Carried, at: Placement) -> Result<u64, (Error, Carried)> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let Some(tv) = vm.tasks.get_mut(&task) else {
+        return Err((Error::InvalidArgument, carried));
+    };
+    kern::vm::copy::copy_in(&mut tv.map, carried, at)
+}
+
+/// Releases a region in transit (its message was destroyed).
+pub fn release_carried(k: &mut Kernel, carried: Carried) {
+    // SAFETY: the lock is held (every caller is under it); the family's entry.
+    let vm = unsafe { state() };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    carried.release(&mut vm.objects, &mut m);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+}
+
+/// Deallocates `[start, start + len)` of task `task` (page aligned), as `vm_deallocate`.
+pub fn deallocate(k: &mut Kernel, task: TaskId, start: u64, len: u64) -> Result<(), Error> {
+    vm_deallocate(k, task, start, len).map(|_| ())
+}
+
+/// Whether task `task` has a map (a task that is ending may not any more).
+pub fn has_map(task: TaskId) -> bool {
+    // SAFETY: the lock is held (every caller is under it); this reference ends here.
+    let vm = unsafe { state() };
+    vm.tasks.get(&task).is_some()
 }

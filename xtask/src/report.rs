@@ -324,6 +324,41 @@ pub const LINUX_PAIRS: &[Pair] = &[
               its reply with new registers; Linux's signal (from `kill`, not a fault) to a \
               handler and `rt_sigreturn`",
     },
+    // Out-of-line data (Accent's MoveWords): Baton maps the region copy-on-write and the
+    // receiver faults in the pages it reads; Linux copies the bytes through a pipe.
+    Pair {
+        baton: "ipc.ool.4k",
+        linux: "linux.ipc.ool.4k",
+        why: "an RPC carrying 4 KiB to another thread of control that reads one word of \
+              every page, the client's whole round trip (Baton: an out-of-line region, \
+              copy-on-write; Linux: the bytes written into a pipe to a server process)",
+    },
+    Pair {
+        baton: "ipc.ool.4k.move",
+        linux: "linux.ipc.ool.4k",
+        why: "as `ipc.ool.4k`, the region moved out of the client (`OOL_DEALLOCATE`)",
+    },
+    Pair {
+        baton: "ipc.ool.64k",
+        linux: "linux.ipc.ool.64k",
+        why: "as `ipc.ool.4k` with 64 KiB",
+    },
+    Pair {
+        baton: "ipc.ool.64k.move",
+        linux: "linux.ipc.ool.64k",
+        why: "as `ipc.ool.64k`, moved",
+    },
+    Pair {
+        baton: "ipc.ool.1m",
+        linux: "linux.ipc.ool.1m",
+        why: "as `ipc.ool.4k` with 1 MiB: Baton's cost grows with the pages touched, \
+              Linux's with the bytes copied",
+    },
+    Pair {
+        baton: "ipc.ool.1m.move",
+        linux: "linux.ipc.ool.1m",
+        why: "as `ipc.ool.1m`, moved",
+    },
     // A thread's whole life, seen from its creator.
     Pair {
         baton: "thread.create_exit",

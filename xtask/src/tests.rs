@@ -281,7 +281,26 @@ fn shell_check(log: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// What the `vm` tests require: lazy memory, faults by class, the victim's report.
+/// What the out-of-line data test must print.
+const OOL_REQUIRE: &[&str] = &[
+    "ok: the receiver sees the data as it was sent, not the sender's later write",
+    "ok: the data comes back by a reply carrying it out of line, with the receiver's write",
+    "ok: the sender never sees the receiver's write",
+    "ok: a move takes the region out of the sender's address space",
+    "ok: the moved region arrives whole",
+    "ok: the receiver of an unaligned region finds zeros outside it in its end pages",
+    "ok: an unaligned region keeps its offset in the page and its data, and nothing around it",
+    "ok: an unaligned move removes the whole pages inside and leaves the partial end pages",
+    "ok: refused messages change nothing: the right is held, the region mapped and intact",
+    "ok: and nothing reached the peer",
+    "ok: vm_copy into new memory copies the data",
+    "ok: vm_copy over a destination replaces exactly the range",
+    "ok: vm_copy to another task and back through its task port",
+    "ok: the sender's memory is intact after the receiver died with its messages queued",
+    "ok: a round leaves the kernel heap, objects and free frames as the round before did",
+    "ool#1| TEST PASS ool",
+];
+
 /// What the `memobj` tests require: sharing across tasks at different addresses with
 /// cross-task wait/wake, copy-on-write snapshots, read-only rights, objects outliving
 /// their rights, another task's memory through its task port, DMA and physical objects,
@@ -316,6 +335,7 @@ const MEMOBJ_REQUIRE: &[&str] = &[
     "TEST PASS memobj",
 ];
 
+/// What the `vm` tests require: lazy memory, faults by class, the victim's report.
 const VM_REQUIRE: &[&str] = &[
     "ok: it costs no frame",
     "ok: the first read of a page zero-fills it",
@@ -1491,6 +1511,24 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: MEMOBJ_REQUIRE,
         extra: &["priv=memobj"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Out-of-line data in messages and `vm_copy` (Accent's MoveWords, `docs/vm.md`):
+        // by value, moves, unaligned regions, hostile descriptors, a receiver killed with
+        // regions queued, and the four forms of `vm_copy`.
+        name: "ool_smp1",
+        init: &["ool"],
+        require: OOL_REQUIRE,
+        exits: &[("ool_peer", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "ool_smp2",
+        init: &["ool"],
+        smp: 2,
+        require: OOL_REQUIRE,
+        exits: &[("ool_peer", Exit::Killed)],
         ..BASE
     },
     IntegrationTest {

@@ -242,6 +242,15 @@ pub enum Sys {
     /// memory counts, of the calling task ([`vm::STATS_TASK`]) or of the system
     /// ([`vm::STATS_SYSTEM`]).
     VmStats = 77,
+    /// `vm_copy(src_task, src_addr, len, dst_task, dst_addr, flags) -> addr`: Accent's
+    /// MoveWords. Copies the `len` bytes at `src_addr` of `src_task` by value
+    /// (copy-on-write, no page copied) into `dst_task`: with [`vm::VM_COPY_CREATE`] into
+    /// new memory wherever there is room (`dst_addr` ignored), else over
+    /// `[dst_addr, dst_addr + len)`, which must be mapped writable and lie at the same
+    /// offset in its page as the source. With [`vm::VM_COPY_DELETE`] the source's whole
+    /// pages are removed (a move). A task is 0 for the caller or a send right to a task's
+    /// port. Returns the data's address in `dst_task`. See `docs/vm.md`.
+    VmCopy = 78,
     /// `irq_attach(irq, port, host_priv) -> name`: routes legacy ISA interrupt line `irq`
     /// (1 to 15, not 2) to a vector of the boot CPU and binds it to the port `port` names
     /// (a receive or send right of the caller): each interrupt becomes one
@@ -656,6 +665,7 @@ impl Sys {
             75 => Sys::VmWire,
             76 => Sys::VmUnwire,
             77 => Sys::VmStats,
+            78 => Sys::VmCopy,
             80 => Sys::IrqAttach,
             81 => Sys::IrqAck,
             82 => Sys::IoPortCreate,
@@ -973,16 +983,17 @@ mod tests {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(52), None);
+        assert_eq!(Sys::from_raw(78), Some(Sys::VmCopy));
+        assert_eq!(Sys::VmCopy as u64, 78);
         assert_eq!(Sys::from_raw(79), None);
         for n in 80..92 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
         assert_eq!(Sys::from_raw(92), None);
         assert_eq!(Sys::from_raw(69), None);
-        for n in 70..78 {
+        for n in 70..79 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
-        assert_eq!(Sys::from_raw(78), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

@@ -33,6 +33,12 @@ pub const OBJECT_PHYSICAL: u64 = 2;
 /// `VmRegion::object`: a pager-backed object.
 pub const OBJECT_PAGER: u64 = 3;
 
+/// `vm_copy` flag: remove the source's whole pages (Accent's DeleteSource: a move).
+pub const VM_COPY_DELETE: u64 = 1;
+/// `vm_copy` flag: copy into new memory wherever there is room (Accent's
+/// CreateDestination); without it the copy goes over a given destination range.
+pub const VM_COPY_CREATE: u64 = 2;
+
 /// `vm_stats` scope: the calling task's counts.
 pub const STATS_TASK: u64 = 0;
 /// `vm_stats` scope: the whole system's.

@@ -116,3 +116,25 @@ pub fn system_stats() -> Result<VmStats, Error> {
 pub fn stats_raw(scope: u64) -> Result<VmStats, Error> {
     stats_of(scope)
 }
+
+pub use baton_abi::vm::{VM_COPY_CREATE, VM_COPY_DELETE};
+
+/// `vm_copy` (Accent's MoveWords): copies the `len` bytes at `src` of task `src_task` by
+/// value into task `dst_task` (0 for the caller, else a send right to a task's port): with
+/// [`VM_COPY_CREATE`] into new memory wherever there is room, else over `dst`; with
+/// [`VM_COPY_DELETE`] the source's whole pages go. Returns the data's address.
+///
+/// # Safety
+/// With [`VM_COPY_DELETE`], or without [`VM_COPY_CREATE`] into the caller, memory changes
+/// under any Rust reference into the ranges.
+pub unsafe fn copy(
+    src_task: u64,
+    src: u64,
+    len: u64,
+    dst_task: u64,
+    dst: u64,
+    flags: u64,
+) -> Result<u64, Error> {
+    // SAFETY: forwarded to the caller.
+    decode_result(unsafe { syscall6(Sys::VmCopy as u64, src_task, src, len, dst_task, dst, flags) })
+}

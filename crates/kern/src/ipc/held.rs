@@ -153,6 +153,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             data,
             charge: None,
             word: None,
+            ool: Vec::new(),
         };
         self.enqueue(dest, msg, fx);
         Ok(())
@@ -170,6 +171,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             data,
             charge: None,
             word: None,
+            ool: Vec::new(),
         };
         match reply.kind {
             Held::SendOnce => {

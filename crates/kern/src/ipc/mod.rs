@@ -81,12 +81,29 @@ pub struct Message {
     /// A kernel notification's one data word, kept in the message (its `data` is then
     /// empty) so that a notification, sent on paths that must not fail, never allocates.
     pub word: Option<u64>,
+    /// The out-of-line regions the message carries, in descriptor order (see
+    /// [`Attached`]).
+    pub ool: Vec<Attached>,
+}
+
+/// An out-of-line region attached to a message. This module never looks inside: the
+/// region itself lives in a table of the kernel's virtual-memory side, and `handle` names
+/// it there. A message destroyed undelivered hands its handles back in
+/// [`Effects::dropped`], so that the kernel releases the regions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attached {
+    /// The descriptor's position in the message.
+    pub index: u8,
+    /// The kernel's handle for the region.
+    pub handle: u64,
+    /// The bytes the receiver is given.
+    pub size: u64,
 }
 
 impl Message {
     /// Its size in the receiver's buffer: header, descriptors, data.
     pub fn size(&self) -> usize {
-        HEADER_SIZE + self.rights.len() * DESCRIPTOR_SIZE + self.data_len()
+        HEADER_SIZE + (self.rights.len() + self.ool.len()) * DESCRIPTOR_SIZE + self.data_len()
     }
 
     /// Bytes of in-line data: `data`'s, or a notification's word.
@@ -107,6 +124,7 @@ impl Message {
             data: Vec::new(),
             charge: None,
             word: Some(word),
+            ool: Vec::new(),
         }
     }
 }
@@ -120,16 +138,24 @@ pub enum Wake {
     Fail(Error),
 }
 
-/// Threads an operation unblocked; the kernel makes each ready with its [`Wake`].
+/// Threads an operation unblocked; the kernel makes each ready with its [`Wake`]. And
+/// the out-of-line regions of messages it destroyed, which the kernel releases.
 #[derive(Debug)]
 pub struct Effects<T> {
     /// In order.
     pub wake: Vec<(T, Wake)>,
+    /// Handles ([`Attached::handle`]) of regions whose messages were destroyed
+    /// undelivered. The kernel gives this list room for every region in transit before
+    /// it queues one, so filling it never allocates.
+    pub dropped: Vec<u64>,
 }
 
 impl<T> Default for Effects<T> {
     fn default() -> Self {
-        Effects { wake: Vec::new() }
+        Effects {
+            wake: Vec::new(),
+            dropped: Vec::new(),
+        }
     }
 }
 
@@ -236,6 +262,14 @@ struct Named {
     name: u64,
     entry: Entry,
     disposition: Disposition,
+}
+
+/// What the decode phase of [`Ipc::copyin`] found.
+struct Decoded {
+    dest: PortId,
+    dest_disp: Disposition,
+    reply: Option<Named>,
+    named: Vec<Named>,
 }
 
 /// All ports.
@@ -666,18 +700,31 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         Ok(())
     }
 
-    /// Turns the sender's message (its header and descriptors; `data`, the in-line bytes)
-    /// into a kernel message for the port it returns, moving the rights out of `space`.
-    /// Nothing changes unless everything checks out.
-    pub fn copyin(
-        &mut self,
-        space: &mut Space,
+    /// Checks a message as [`Ipc::copyin`] would, with no side effect: the error it would
+    /// return before taking anything, if any. The kernel runs it before it takes a
+    /// message's out-of-line regions, which it would otherwise have to put back;
+    /// `ool_at(i)` says whether descriptor `i` is an out-of-line region the kernel will
+    /// attach.
+    pub fn check_copyin(
+        &self,
+        space: &Space,
         header: &MsgHeader,
         descriptors: &[Descriptor],
-        data: Vec<u8>,
-        fx: &mut Effects<T>,
-    ) -> Result<(PortId, Message), Error> {
-        // Decode: every name, disposition and descriptor, with no side effect.
+        ool_at: impl Fn(usize) -> bool,
+    ) -> Result<PortId, Error> {
+        self.decode(space, header, descriptors, ool_at)
+            .map(|d| d.dest)
+    }
+
+    /// The decode phase of [`Ipc::copyin`]: every name, disposition and descriptor, with
+    /// no side effect.
+    fn decode(
+        &self,
+        space: &Space,
+        header: &MsgHeader,
+        descriptors: &[Descriptor],
+        ool_at: impl Fn(usize) -> bool,
+    ) -> Result<Decoded, Error> {
         let dest = self.dest_port(space, header)?;
         let dest_disp =
             Disposition::from_raw(header.dest_disposition()).ok_or(Error::InvalidArgument)?;
@@ -697,14 +744,12 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         named
             .try_reserve_exact(descriptors.len())
             .map_err(|_| Error::NoMemory)?;
-        // The message's rights, room made now: nothing below allocates once rights move.
-        let mut rights: Vec<Right> = Vec::new();
-        rights
-            .try_reserve_exact(descriptors.len())
-            .map_err(|_| Error::NoMemory)?;
-        for d in descriptors {
+        for (i, d) in descriptors.iter().enumerate() {
             match d.kind {
                 DESC_PORT => {}
+                // Out-of-line regions are the kernel's to check and take; without one
+                // attached (a kernel object's port, ...) the descriptor is refused.
+                DESC_OOL if ool_at(i) => continue,
                 DESC_OOL => return Err(Error::NotSupported),
                 _ => return Err(Error::InvalidArgument),
             }
@@ -751,6 +796,57 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             }
         }
 
+        Ok(Decoded {
+            dest,
+            dest_disp,
+            reply,
+            named,
+        })
+    }
+
+    /// Turns the sender's message (its header and descriptors; `data`, the in-line bytes)
+    /// into a kernel message for the port it returns, moving the rights out of `space`.
+    /// Nothing changes unless everything checks out. An out-of-line descriptor is refused
+    /// ([`Error::NotSupported`]): see [`Ipc::copyin_ool`].
+    pub fn copyin(
+        &mut self,
+        space: &mut Space,
+        header: &MsgHeader,
+        descriptors: &[Descriptor],
+        data: Vec<u8>,
+        fx: &mut Effects<T>,
+    ) -> Result<(PortId, Message), Error> {
+        self.copyin_ool(space, header, descriptors, data, Vec::new(), fx)
+    }
+
+    /// [`Ipc::copyin`] of a message carrying out-of-line regions: `ool` holds those the
+    /// kernel took for its `DESC_OOL` descriptors, in order. Nothing changes unless
+    /// everything checks out (the regions are then still the caller's to release).
+    pub fn copyin_ool(
+        &mut self,
+        space: &mut Space,
+        header: &MsgHeader,
+        descriptors: &[Descriptor],
+        data: Vec<u8>,
+        ool: Vec<Attached>,
+        fx: &mut Effects<T>,
+    ) -> Result<(PortId, Message), Error> {
+        let ool_at = |i: usize| ool.iter().any(|a| usize::from(a.index) == i);
+        let Decoded {
+            dest,
+            dest_disp,
+            reply,
+            named,
+        } = self.decode(space, header, descriptors, ool_at)?;
+        let ools = descriptors.iter().filter(|d| d.kind == DESC_OOL).count();
+        if ools != ool.len() {
+            return Err(Error::InvalidArgument);
+        }
+        // The message's rights, room made now: nothing below allocates once rights move.
+        let mut rights: Vec<Right> = Vec::new();
+        rights
+            .try_reserve_exact(named.len())
+            .map_err(|_| Error::NoMemory)?;
         // Room in the release work list for this message's rights once it is queued.
         self.reserve_work(named.len() + 1)?;
         // Room in the queues, before anything moves: the destination's for this message,
@@ -806,6 +902,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 data,
                 charge: None,
                 word: None,
+                ool,
             },
         ))
     }
@@ -945,7 +1042,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             return Err(Error::NoSpace);
         }
         out.clear();
-        out.try_reserve(msg.rights.len())
+        out.try_reserve(msg.rights.len() + msg.ool.len())
             .map_err(|_| Error::NoMemory)?;
         let entry = |r: &Right| Entry {
             kind: r.kind,
@@ -990,8 +1087,24 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         for (d, r) in out.iter_mut().zip(&msg.rights) {
             d.disposition = moved(self, r) as u32;
         }
+        // The out-of-line descriptors go back to their places among the port descriptors
+        // (`out` has room: reserved above), each holding the region's handle and size for
+        // the kernel to turn into the receiver's address.
+        for a in &msg.ool {
+            let at = usize::from(a.index).min(out.len());
+            out.insert(
+                at,
+                Descriptor {
+                    kind: DESC_OOL,
+                    disposition: 0,
+                    value: a.handle,
+                    size: a.size,
+                },
+            );
+        }
+        let n = msg.rights.len() + msg.ool.len();
         Ok(MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::None, reply_disp, msg.rights.len() as u8),
+            bits: MsgHeader::make_bits(Disposition::None, reply_disp, n as u8),
             size: msg.size() as u32,
             dest: rcv_name,
             reply,
@@ -1051,6 +1164,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
     /// Destroys a message that will never be received, releasing its rights.
     pub fn destroy_message(&mut self, msg: Message, fx: &mut Effects<T>) {
+        fx.dropped.extend(msg.ool.iter().map(|a| a.handle));
         self.release_rights(msg.rights.into_iter().chain(msg.reply), fx);
     }
 
@@ -1131,6 +1245,7 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                         self.enqueue(notify, Message::notification(NOTIFY_DEAD_NAME, name), fx);
                     }
                     for msg in p.queue {
+                        fx.dropped.extend(msg.ool.iter().map(|a| a.handle));
                         self.rights_queued -= msg.rights.len() + usize::from(msg.reply.is_some());
                         work.extend(msg.rights);
                         work.extend(msg.reply);

@@ -1419,3 +1419,130 @@ mod reap_model {
         }
     }
 }
+
+/// An out-of-line descriptor (the kernel's own check of its fields is not this module's).
+fn ool_desc(addr: u64, size: u64) -> Descriptor {
+    Descriptor {
+        kind: DESC_OOL,
+        disposition: 0,
+        value: addr,
+        size,
+    }
+}
+
+#[test]
+fn out_of_line_regions_travel_as_opaque_handles_in_descriptor_order() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let extra = ipc.allocate(&mut client, 2, 0).unwrap();
+    // Descriptors: region, port right, region.
+    let descs = [
+        ool_desc(0x1000, 10),
+        Descriptor::port(extra, D::MakeSend),
+        ool_desc(0x9000, 5000),
+    ];
+    let h = header(send, D::CopySend, 0, D::None, 3, 5);
+    // Without the regions attached the descriptors are refused, and nothing moves.
+    assert_eq!(
+        ipc.copyin(&mut client, &h, &descs, vec![], &mut fx)
+            .unwrap_err(),
+        Error::NotSupported
+    );
+    assert_eq!(
+        ipc.port(client.lookup(extra).unwrap().port).unwrap().sends,
+        0
+    );
+    // The check the kernel runs before taking regions agrees with copyin.
+    assert!(ipc.check_copyin(&client, &h, &descs, |i| i != 1).is_ok());
+    assert_eq!(
+        ipc.check_copyin(&client, &h, &descs, |_| false),
+        Err(Error::NotSupported)
+    );
+    // Attachments that do not match the descriptors are refused.
+    let one = vec![Attached {
+        index: 0,
+        handle: 11,
+        size: 10,
+    }];
+    assert_eq!(
+        ipc.copyin_ool(&mut client, &h, &descs, vec![], one, &mut fx)
+            .unwrap_err(),
+        Error::NotSupported
+    );
+    let attached = vec![
+        Attached {
+            index: 0,
+            handle: 11,
+            size: 10,
+        },
+        Attached {
+            index: 2,
+            handle: 22,
+            size: 5000,
+        },
+    ];
+    let (dest, msg) = ipc
+        .copyin_ool(&mut client, &h, &descs, b"x".to_vec(), attached, &mut fx)
+        .unwrap();
+    assert_eq!(msg.size(), HEADER_SIZE + 3 * DESCRIPTOR_SIZE + 1);
+    ipc.enqueue(dest, msg, &mut fx);
+    let msg = ipc.dequeue(dest, &mut fx).unwrap();
+    let mut out = Vec::new();
+    let hdr = ipc.copyout(&mut server, 1, port, &msg, &mut out).unwrap();
+    assert_eq!(hdr.descriptors(), 3);
+    assert_eq!(hdr.size as usize, msg.size());
+    assert_eq!((out[0].kind, out[0].value, out[0].size), (DESC_OOL, 11, 10));
+    assert_eq!(out[1].kind, DESC_PORT);
+    assert_eq!(ipc.info(&server, out[1].value), Ok(RightKind::Send));
+    assert_eq!(
+        (out[2].kind, out[2].value, out[2].size),
+        (DESC_OOL, 22, 5000)
+    );
+    // Received: nothing is dropped.
+    assert!(fx.dropped.is_empty());
+}
+
+#[test]
+fn destroyed_messages_hand_back_their_regions() {
+    let (mut ipc, mut server, mut client, port, send) = setup();
+    let mut fx = Effects::default();
+    let h = header(send, D::CopySend, 0, D::None, 1, 5);
+    for handle in [7, 8] {
+        let attached = vec![Attached {
+            index: 0,
+            handle,
+            size: 1,
+        }];
+        let (dest, msg) = ipc
+            .copyin_ool(
+                &mut client,
+                &h,
+                &[ool_desc(0x1000, 1)],
+                vec![],
+                attached,
+                &mut fx,
+            )
+            .unwrap();
+        ipc.enqueue(dest, msg, &mut fx);
+    }
+    // A message destroyed by hand, then the port with the other one queued.
+    let dest = server.lookup(port).unwrap().port;
+    let first = ipc.dequeue(dest, &mut fx).unwrap();
+    ipc.destroy_message(first, &mut fx);
+    assert_eq!(fx.dropped, vec![7]);
+    ipc.release(&mut server, port, &mut fx).unwrap();
+    assert_eq!(fx.dropped, vec![7, 8]);
+    assert_eq!(ipc.queued(), 0);
+    // A message for a port that died meanwhile is destroyed on enqueue.
+    let msg = Message {
+        ool: vec![Attached {
+            index: 0,
+            handle: 9,
+            size: 1,
+        }],
+        ..Message::default()
+    };
+    ipc.enqueue(dest, msg, &mut fx);
+    assert_eq!(fx.dropped, vec![7, 8, 9]);
+    let _ = client;
+}

@@ -93,6 +93,18 @@ impl Carried {
         &self.pieces
     }
 
+    /// Gives every piece the protection `prot` and the maximum protection `max` (which
+    /// must contain `prot`): what the receiver of out-of-line data gets, whatever the
+    /// sender's range allowed (the pieces are copy-on-write or the receiver's alone, so
+    /// this never lets anyone write what another task sees).
+    pub fn set_prot(&mut self, prot: Prot, max: Prot) {
+        let max = Prot::from_bits(u64::from(max.bits() | prot.bits())).unwrap_or(Prot::ALL);
+        for p in &mut self.pieces {
+            p.prot = prot;
+            p.max_prot = max;
+        }
+    }
+
     /// Gives the region up (the message was destroyed).
     pub fn release<F: Copy>(mut self, objs: &mut Objects<F>, m: &mut impl Machine<F>) {
         for p in self.pieces.drain(..) {

@@ -946,3 +946,38 @@ fn resident_reads_are_what_read_faults_would_enter() {
     sim.end_task(0, &mut a);
     assert!(sim.objs.is_empty());
 }
+
+#[test]
+fn a_received_region_is_writable_and_its_writes_stay_the_receivers() {
+    // Out-of-line data arrives read-write whatever the sender's range allowed
+    // (`Carried::set_prot`), and still by value: the receiver's write copies the page.
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 2 * P).unwrap();
+    sim.write(0, &mut a, x, 7).unwrap();
+    sim.mmu.current = 0;
+    a.protect(&mut sim.objs, x, 2 * P, Prot::READ, true, &mut sim.mmu)
+        .unwrap();
+    let mut c = copy_out(&mut a, &mut sim.objs, x, 2 * P, false, &mut sim.mmu).unwrap();
+    assert!(c.pieces().iter().all(|p| p.prot == Prot::READ));
+    c.set_prot(Prot::RW, Prot::READ);
+    assert!(c
+        .pieces()
+        .iter()
+        .all(|p| p.prot == Prot::RW && p.max_prot.contains(Prot::RW) && p.cow));
+    let y = copy_in(&mut b, c, Placement::Anywhere).unwrap();
+    sim.write(1, &mut b, y, 8).unwrap();
+    assert_eq!(sim.read(1, &mut b, y).unwrap(), 8);
+    assert_eq!(
+        sim.read(0, &mut a, x).unwrap(),
+        7,
+        "the sender's page is untouched"
+    );
+    assert!(
+        sim.write(0, &mut a, x, 9).is_err(),
+        "the sender's range stays read-only"
+    );
+    sim.end_task(1, &mut b);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+}

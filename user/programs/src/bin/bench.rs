@@ -50,6 +50,8 @@ use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yi
 
 #[path = "../mig_proto.rs"]
 mod mig_proto;
+#[path = "../ool_bench.rs"]
+mod ool_bench;
 #[path = "../table3_idl.rs"]
 mod table3_idl;
 
@@ -1647,6 +1649,8 @@ fn run_all() -> Result<(), Failed> {
     frag_create_exit(threads)?;
     sting_benchmarks()?;
     vm_benchmarks()?;
+    ool_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("ipc.ool: {e}"))?;
+    wait_threads_gone(threads)?;
     spin_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).

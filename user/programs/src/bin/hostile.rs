@@ -1456,7 +1456,7 @@ fn g_descriptors(c: &mut Ctx) {
     let server = c.server;
     use Disposition::*;
     let pd = |n: u64, d: Disposition| port(n, d);
-    let cases: [(&str, &[Descriptor], Error); 36] = [
+    let cases: [(&str, &[Descriptor], Error); 38] = [
         (
             "kind 0",
             &[desc(0, CopySend as u32, qs, 0)],
@@ -1473,24 +1473,39 @@ fn g_descriptors(c: &mut Ctx) {
             Error::InvalidArgument,
         ),
         (
-            "out-of-line memory",
-            &[desc(DESC_OOL, 0, SCRATCH, 4096)],
-            Error::NotSupported,
+            "out-of-line memory of size 0",
+            &[desc(DESC_OOL, 0, SCRATCH, 0)],
+            Error::InvalidArgument,
         ),
         (
-            "out-of-line memory, deallocate",
-            &[desc(DESC_OOL, OOL_DEALLOCATE, SCRATCH, 4096)],
-            Error::NotSupported,
+            "out-of-line memory, deallocate, unmapped",
+            &[desc(DESC_OOL, OOL_DEALLOCATE, UNMAPPED, 4096)],
+            Error::BadAddress,
         ),
         (
             "out-of-line kernel memory",
-            &[desc(DESC_OOL, 0, KERNEL_ADDRESS, u64::MAX)],
-            Error::NotSupported,
+            &[desc(DESC_OOL, 0, KERNEL_ADDRESS, 4096)],
+            Error::BadAddress,
+        ),
+        (
+            "out-of-line memory of a huge size",
+            &[desc(DESC_OOL, 0, SCRATCH, u64::MAX)],
+            Error::BadAddress,
+        ),
+        (
+            "out-of-line memory running past what is mapped",
+            &[desc(
+                DESC_OOL,
+                OOL_DEALLOCATE,
+                SCRATCH,
+                SCRATCH_LEN as u64 + 1,
+            )],
+            Error::BadAddress,
         ),
         (
             "out-of-line unknown flags",
             &[desc(DESC_OOL, u32::MAX, 0, 0)],
-            Error::NotSupported,
+            Error::InvalidArgument,
         ),
         (
             "a port descriptor with a size",
@@ -1624,9 +1639,13 @@ fn g_descriptors(c: &mut Ctx) {
             Error::InvalidArgument,
         ),
         (
-            "good rights then out-of-line memory",
-            &[pd(qs, MoveSend), desc(DESC_OOL, 0, SCRATCH, 8)],
-            Error::NotSupported,
+            "good rights then overlapping out-of-line regions",
+            &[
+                pd(qs, MoveSend),
+                desc(DESC_OOL, OOL_DEALLOCATE, SCRATCH, 8192),
+                desc(DESC_OOL, 0, SCRATCH + 4096, 8),
+            ],
+            Error::InvalidArgument,
         ),
         (
             "good rights then a name not held",

@@ -33,7 +33,7 @@ use baton_abi::exception::UserRegs;
 use baton_abi::ipc::{
     Descriptor, MsgHeader, DESCRIPTOR_SIZE, DESC_OOL, DESC_PORT, HEADER_SIZE, IPC_BUFFER_SIZE,
     KERNEL_ID_BASE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SIZE_MAX, MSG_SLOW, NAMES_MAX,
-    QUEUE_LIMIT_MAX,
+    OOL_DEALLOCATE, QUEUE_LIMIT_MAX,
 };
 use baton_abi::kobject::*;
 use baton_abi::layout::USER_END;
@@ -734,6 +734,16 @@ impl Fuzzer {
             let Some(d) = Descriptor::from_bytes(&self.read::<DESCRIPTOR_SIZE>(at)) else {
                 break;
             };
+            // A region received is given back, so the space does not fill up. The kernel
+            // places regions from 16 TiB up, below the runtime's heap; a descriptor
+            // elsewhere is this thread's own message read back (the kernel received into
+            // another buffer than `buf`), and its range must not be touched.
+            let placed = (0x1000_0000_0000..0x3000_0000_0000).contains(&d.value);
+            if d.kind == DESC_OOL && placed {
+                let lo = d.value & !(PAGE - 1);
+                let hi = d.value.saturating_add(d.size).next_multiple_of(PAGE);
+                self.sys(Sys::VmDeallocate, [lo, hi.saturating_sub(lo), 0, 0, 0, 0]);
+            }
             if d.kind == DESC_PORT && d.value != 0 {
                 if d.disposition == baton_abi::ipc::Disposition::MoveReceive as u32 {
                     self.keep_recv(d.value);
@@ -1042,11 +1052,29 @@ impl Fuzzer {
                     size: self.r.of(&[0, 0, 0, 1], 0),
                 }
             } else {
+                // Out-of-line regions: arena ranges (whole pages or not, moved or
+                // copied, overlapping now and then) and bad ones; unknown flags.
+                let size = match self.r.below(4) {
+                    0 => self.edge(),
+                    1 => self.r.of(&[0, 1, 8, 4095, 4097], 8),
+                    _ => (1 + self.r.below(4)) * PAGE - self.r.of(&[0, 0, 100], 0),
+                };
+                let flags = self.r.of(&[0, 0, 1, 2, 0x80], 0) as u32;
+                // A move takes the pages away: only from the arena (which the memory
+                // class maps back) or bad addresses, never the fuzzer's own code, data or
+                // stacks.
+                let value = if flags & OOL_DEALLOCATE != 0 {
+                    self.arena_addr()
+                } else {
+                    self.addr()
+                };
                 Descriptor {
-                    kind: self.r.of(&[DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
-                    disposition: self.r.below(3) as u32,
-                    value: self.addr(),
-                    size: self.edge(),
+                    kind: self
+                        .r
+                        .of(&[DESC_OOL, DESC_OOL, DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
+                    disposition: flags,
+                    value,
+                    size,
                 }
             };
             self.write(at, &d.to_bytes());
@@ -1452,7 +1480,7 @@ impl Fuzzer {
     /// host-privilege calls (this task holds no host-privilege right, so they must all be
     /// refused), and `spawn`'s start block.
     fn newer(&mut self) {
-        match self.r.below(16) {
+        match self.r.below(18) {
             0 => {
                 // Anywhere (then given back at once, so the space does not fill up), or
                 // into the arena (mostly refused: taken), or a bad place.
@@ -1545,6 +1573,25 @@ impl Fuzzer {
                 let call = Sys::from_raw(call).unwrap_or(Sys::HostTasks);
                 let (right, a, b, c) = (self.name(), self.edge(), self.addr(), self.edge());
                 self.sys(call, [right, a, b, c, 0, 0]);
+            }
+            16 | 17 => {
+                // `vm_copy` (MoveWords): arena ranges, misaligned or bad, into new memory
+                // (given back at once) or over the arena, the caller or a random name as
+                // either task, known and unknown flags.
+                let (a, len) = self.vm_range();
+                let (d, _) = self.vm_range();
+                let a = a + self.r.of(&[0, 0, 8, 100, 4095], 0);
+                let len = len.saturating_sub(self.r.of(&[0, 0, 8, 100], 0));
+                let d = d + (a % PAGE) * u64::from(self.r.chance(80));
+                let src_task = if self.r.chance(80) { 0 } else { self.name() };
+                let dst_task = if self.r.chance(80) { 0 } else { self.name() };
+                let flags = self.r.of(&[2, 2, 0, 1, 3, 4, u64::MAX], 2);
+                let got = self.sys(Sys::VmCopy, [src_task, a, len, dst_task, d, flags]);
+                if flags & 2 != 0 && dst_task == 0 && (got as i64) > 0 {
+                    let lo = got & !(PAGE - 1);
+                    let hi = (got + len).next_multiple_of(PAGE);
+                    self.sys(Sys::VmDeallocate, [lo, hi - lo, 0, 0, 0, 0]);
+                }
             }
             _ => {
                 // `spawn` with a start block (on this thread's stack: made well or badly), or
