@@ -26,6 +26,7 @@ mod klog;
 mod kobject;
 mod quota;
 mod syscall;
+mod taskmake;
 mod thread;
 mod trace;
 mod vm;
@@ -156,6 +157,7 @@ fn install_families() {
             activation::retire_orphans(k);
             device::task_released(k, id);
             extension::task_released(k, id);
+            taskmake::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -176,6 +178,7 @@ fn install_families() {
         grant_host_priv: kobject::grant_host_priv,
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
+        map_program: taskmake::map_program,
         space_freed: vm::space_freed,
         page_fault: vm::page_fault,
     });

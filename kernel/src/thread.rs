@@ -60,6 +60,9 @@ pub enum Blocked {
         /// The target thread.
         target: ThreadId,
     },
+    /// The first thread of a task being made (`task_init_thread`), until the task is
+    /// started (`task_start`) or ended.
+    Unstarted,
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.

@@ -331,6 +331,21 @@ pub const LINUX_PAIRS: &[Pair] = &[
         why: "create a thread that ends at once and wait for its end (Baton: spawn, \
               `thread_exit`, a wait on a word; glibc: `pthread_create`, `pthread_join`)",
     },
+    // A process's whole life, seen from its creator (Accent's null program).
+    Pair {
+        baton: "task.null",
+        linux: "linux.fork.exit",
+        why: "make a process that ends at once and wait for its end: Baton makes an empty \
+              task, maps a program into it copy-on-write, makes its thread and starts it \
+              (Accent's steps); Linux forks (`linux.spawn.null`, `posix_spawn` of a \
+              program, is the closer operation and costs more)",
+    },
+    Pair {
+        baton: "task.fork",
+        linux: "linux.fork.1m",
+        why: "a copy-on-write copy of a process with 1 MiB resident whose child exits at \
+              once, until the parent has waited for it",
+    },
 ];
 
 /// The Linux row paired with the Baton row `name` ([`LINUX_PAIRS`]).

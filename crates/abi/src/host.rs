@@ -110,6 +110,8 @@ pub const BLOCKED_SEND: u64 = 5;
 pub const BLOCKED_SUSPENDED: u64 = 6;
 /// Waiting for another thread to stop (`act_get_state`; `on` = that thread's id).
 pub const BLOCKED_STATE_WAIT: u64 = 7;
+/// The first thread of a task being made, not started yet (`task_start`).
+pub const BLOCKED_UNSTARTED: u64 = 8;
 
 /// The name of a `BLOCKED_*` value.
 pub const fn blocked_name(b: u64) -> &'static str {
@@ -122,6 +124,7 @@ pub const fn blocked_name(b: u64) -> &'static str {
         BLOCKED_SEND => "send",
         BLOCKED_SUSPENDED => "suspended",
         BLOCKED_STATE_WAIT => "state wait",
+        BLOCKED_UNSTARTED => "unstarted",
         _ => "?",
     }
 }
