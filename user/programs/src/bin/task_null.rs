@@ -47,18 +47,18 @@ static DATA: [AtomicU64; WORDS] = initial();
 fn main(_task_id: u64) -> i32 {
     let mut args = env::args();
     let _name = args.next();
-    match args.next().as_deref() {
+    match args.next() {
         None => 0,
         Some("args") => {
             let mut line = String::new();
             for a in env::args() {
-                line.push_str(&a);
+                line.push_str(a);
                 line.push('|');
             }
             for (k, v) in env::vars() {
-                line.push_str(&k);
+                line.push_str(k);
                 line.push('=');
-                line.push_str(&v);
+                line.push_str(v);
                 line.push('|');
             }
             println!("task_null: args {line}");

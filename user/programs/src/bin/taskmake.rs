@@ -121,7 +121,7 @@ fn steps(notify: u64) -> Result<(), Failed> {
     let t = must("task_create", task::create(0, 0))?;
     let entry = must("task_map_program", task::map_program(t, "task_null"))?;
     check!(
-        entry >= 0x40_0000 && entry < 0x50_0000,
+        (0x40_0000..0x50_0000).contains(&entry),
         "the program's entry point {entry:#x}"
     );
     let th = must("task_init_thread", task::init_thread(t, 0, 0))?;
