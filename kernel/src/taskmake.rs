@@ -67,6 +67,11 @@ struct State {
     /// The image object of each boot module used so far (by index of `Kernel::modules`;
     /// `None` inside: not made yet).
     images: Vec<Option<Option<ObjectId>>>,
+    /// What the image objects are charged to: an account of their own, outside the
+    /// tasks' tree (their frames are the boot image's, never the allocator's, and their
+    /// bookkeeping is bounded by the boot image), so that a program's first run charges
+    /// no task and no task's limit.
+    image_account: Option<kern::quota::AccountRef>,
     making: Vec<Making>,
 }
 
@@ -77,6 +82,7 @@ unsafe impl Sync for Cell {}
 
 static STATE: Cell = Cell(UnsafeCell::new(State {
     images: Vec::new(),
+    image_account: None,
     making: Vec::new(),
 }));
 
@@ -130,7 +136,19 @@ fn image_of(k: &mut Kernel, module: usize) -> Result<Option<ObjectId>, Error> {
         }
     }
     let data = k.modules.get(module).ok_or(Error::NotFound)?.data;
-    let image = crate::vm::make_image(k, data, crate::quota::root())?;
+    let account = {
+        // SAFETY: the lock is held; the reference ends here.
+        let s = unsafe { state() };
+        match &s.image_account {
+            Some(a) => a.clone(),
+            None => {
+                let a = kern::quota::Account::root(u64::MAX / 2, u64::MAX / 2)?;
+                s.image_account = Some(a.clone());
+                a
+            }
+        }
+    };
+    let image = crate::vm::make_image(k, data, &account)?;
     // SAFETY: the lock is held; no other reference is live.
     if let Some(slot) = unsafe { state() }.images.get_mut(module) {
         *slot = Some(image);
@@ -170,8 +188,13 @@ pub fn map_program(k: &mut Kernel, id: TaskId, module: usize) -> Result<u64, Err
                     Some(Fill::Bytes(at, data.get(src)?))
                 })?
             }
+            // `.bss` is made resident now, as the program's other private pages are: a
+            // program's statics cost what they cost from its start, whichever it touches
+            // (only its stack and the memory it allocates come at first touch).
             (RunKind::Zero, _) => {
-                crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |_| None)?
+                crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |_| {
+                    Some(Fill::Bytes(0, &[]))
+                })?
             }
         }
     }

@@ -1,5 +1,11 @@
 //! Loading a static ELF64 executable into a user address space.
 //!
+//! The kernel maps programs with [`plan`]: which pages of each segment come straight from
+//! the program's image (copy-on-write), which are copied because they hold only part of
+//! the segment's file bytes, and which are zero-filled (`docs/vm.md`, "Task creation").
+//! [`load_elf`] is the eager form, which copies every byte into fresh frames of a page
+//! table; it shares the checks with [`plan`] and tests them.
+//!
 //! [`load_elf`] accepts little-endian x86-64 `ET_EXEC` images (static, non-PIE, no
 //! interpreter) and maps each `PT_LOAD` segment on fresh, zeroed, [`OWNED`](crate::pmap::OWNED)
 //! frames: file bytes are copied in, the rest of the segment (`.bss`) stays zero. Bytes are
@@ -254,18 +260,6 @@ pub fn load_elf(
         }
     }
     Ok(entry)
-}
-
-/// The page ranges `[first, end)` that [`load_elf`] maps for `image`, one per loadable
-/// segment in the program's order (two may share a page at their ends): what the kernel
-/// hands over to the task's address map after the load.
-pub fn segment_pages(image: &[u8]) -> Result<Vec<(u64, u64)>, LoadError> {
-    let (_, segments) = decode(image)?;
-    let mut out = Vec::new();
-    out.try_reserve_exact(segments.len())
-        .map_err(|_| LoadError::NoMemory)?;
-    out.extend(segments.iter().map(|s| (s.first_page(), s.end_page())));
-    Ok(out)
 }
 
 /// How one page run of a program is mapped ([`plan`]).

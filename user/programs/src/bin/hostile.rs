@@ -2831,27 +2831,21 @@ fn g_task_calls(c: &mut Ctx) {
         );
     }
     let reply = c.recv_port();
-    match IpcBuffer::new() {
-        Ok(mut buf) => {
-            expect!(
-                c,
-                baton_rt::kobject::call(
-                    &mut buf,
-                    t,
-                    reply,
-                    baton_abi::kobject::TASK_TERMINATE,
-                    &[],
-                    FOREVER
-                )
-                .map(|_| ()),
-                Ok(()),
-                "TASK_TERMINATE of the half-made task"
-            );
-        }
-        Err(e) => {
-            expect!(c, Err::<(), Error>(e), Ok(()), "IpcBuffer");
-        }
-    }
+    // Through this thread's own IPC buffer (a new one would replace its registration).
+    expect!(
+        c,
+        baton_rt::kobject::call(
+            &mut c.buf,
+            t,
+            reply,
+            baton_abi::kobject::TASK_TERMINATE,
+            &[],
+            FOREVER
+        )
+        .map(|_| ()),
+        Ok(()),
+        "TASK_TERMINATE of the half-made task"
+    );
     expect!(c, cap_info(t), Ok(()), "cap_info of the ended task's port");
     c.drop_names(&[t, reply, p, ps, so, dead]);
 }
