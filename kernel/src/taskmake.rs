@@ -13,7 +13,7 @@
 //!    at the module's first use and kept for the kernel's life, as Accent kept a program's
 //!    code pages resident between runs. Pages holding only part of a segment's file bytes
 //!    are private copies, so no byte of the image beyond a segment is ever visible, and
-//!    `.bss` is zero-filled at first touch (`kern::loader::plan`). A memory object will be
+//!    `.bss` is zeroed pages made now (`kern::loader::plan`). A memory object will be
 //!    a source of the same call (`task::PROGRAM_OBJECT`, `NotSupported` for now);
 //! 3. `task_init_thread`: its first thread, made but not run (`Blocked::Unstarted`);
 //! 4. `task_start`: the thread runs, with a bootstrap right and the start message that

@@ -276,7 +276,7 @@ pub enum RunKind {
     /// modulo the page size. The rest of each page is zero; no byte of the image outside
     /// the segment's file bytes is ever copied.
     Copy,
-    /// Zero-filled on first touch (`.bss` past the file bytes' last page).
+    /// Zeros (`.bss` past the file bytes' last page): no byte of the image.
     Zero,
 }
 
