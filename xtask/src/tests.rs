@@ -311,6 +311,7 @@ const TASK_REQUIRE: &[&str] = &[
     "ok: a memory object as the source: NotSupported (for now)",
     "ok: no name, port or message left behind",
     "ok: a half-made task killed through its port is gone",
+    "ok: a half-made task ended by a one-way request is gone",
     "ok: its memory, objects and heap are back",
     "ok: a half-made task ends with its creator",
     "ended half made: its creator, task",

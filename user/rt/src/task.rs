@@ -71,17 +71,34 @@ pub fn start_raw(task: u64, bootstrap: u64, start: u64) -> Result<(), Error> {
 }
 
 /// The four steps: boot module `name` as a new task with `args` and `env`; its task port.
-/// On an error after the task exists, the task is ended (and the right released).
+/// On an error after the task exists, the task is ended through its port and the right
+/// released.
 pub fn run(name: &str, bootstrap: u64, args: &[&str], env: &[(&str, &str)]) -> Result<u64, Error> {
     let task = create(0, 0)?;
     let made = map_program(task, name)
         .and_then(|_| init_thread(task, 0, 0))
         .and_then(|_| start(task, bootstrap, args, env));
     if let Err(e) = made {
+        let _ = terminate(task);
         let _ = crate::ipc::cap_drop(task);
         return Err(e);
     }
     Ok(task)
+}
+
+/// Ends the task whose port is `task` (`TASK_TERMINATE`, one way: no reply is asked for,
+/// so it needs no IPC buffer).
+pub fn terminate(task: u64) -> Result<(), Error> {
+    use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE};
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: HEADER_SIZE as u32,
+        dest: task,
+        reply: 0,
+        id: baton_abi::kobject::TASK_TERMINATE,
+    };
+    let mut buf = h.to_bytes();
+    crate::ipc::msg_buf(&mut buf, crate::ipc::MSG_SEND, 0, 0)
 }
 
 /// What [`fork`] returned.

@@ -354,6 +354,14 @@ fn half_made(notify: u64) -> Result<(), Failed> {
         "a half-made task killed through its port is gone"
     );
     must("drop", cap_drop(t))?;
+    // And by a one-way request (no reply asked for).
+    let t = must("task_create", task::create(0, 0))?;
+    must("TASK_TERMINATE one way", task::terminate(t))?;
+    check!(
+        baton_rt::ipc::cap_info(t) == Ok(baton_abi::ipc::RightKind::DeadName),
+        "a half-made task ended by a one-way request is gone"
+    );
+    must("drop", cap_drop(t))?;
     let now = counts()?;
     check!(
         now == base,
