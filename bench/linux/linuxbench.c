@@ -338,6 +338,29 @@ static void bench_fork_exit(void)
 	report("linux.fork.exit");
 }
 
+/* linux.fork.1m: `linux.fork.exit` from a process with 1 MiB more resident (256 pages of
+ * a private anonymous mapping, each written before the first fork): fork copies the page
+ * tables' entries and write-protects them; nothing is copied until written. */
+static void bench_fork_1m(void)
+{
+	const size_t len = 1 << 20;
+	volatile char *p = map_pages(len / PAGE, 1, "fork.1m");
+	for (int i = 0; i < TOTAL; i++) {
+		int status;
+		uint64_t a = stamp();
+		pid_t pid = fork();
+		if (pid == 0)
+			_exit(0);
+		pid_t w = waitpid(pid, &status, 0);
+		uint64_t b = stamp();
+		if (pid < 0 || w != pid || status != 0)
+			fail("fork.1m: fork %d, waitpid %d, status %#x", (int)pid, (int)w, status);
+		samples[i] = b - a;
+	}
+	munmap((void *)p, len);
+	report("linux.fork.1m");
+}
+
 /* linux.spawn.null: glibc `posix_spawn` (clone with CLONE_VM | CLONE_VFORK, then execve) of
  * the static null program (bench/linux/null.c: no C library, it only exits), then
  * `waitpid`. From before the spawn to after the wait returns. */
@@ -988,6 +1011,7 @@ int main(int argc, char **argv)
 	bench_clock_gettime();
 	bench_signal();
 	bench_fork_exit();
+	bench_fork_1m();
 	bench_spawn(null_path);
 	bench_pipe();
 	bench_pipe_ool(4096, "4k");

@@ -68,10 +68,13 @@ pub struct Hooks {
     pub grant_host_priv: fn(&mut Kernel, TaskId) -> Result<u64, baton_abi::Error>,
     /// ISA interrupt line `irq` fired (before the end of interrupt): its driver is told.
     pub interrupt: fn(&mut Kernel, u64),
-    /// Task `id` was just made (no thread yet), its program `image` loaded into its
-    /// space: its address map is made (the loaded pages go into it, its stack is
-    /// allocated). An error ends the task before it starts.
-    pub space_made: fn(&mut Kernel, TaskId, &[u8]) -> Result<(), baton_abi::Error>,
+    /// Task `id` was just made (no thread yet, an empty space): its address map is made,
+    /// empty. An error ends the task before it starts.
+    pub space_made: fn(&mut Kernel, TaskId) -> Result<(), baton_abi::Error>,
+    /// Maps boot module `module` (an index of `Kernel::modules`) as the program of the
+    /// new task `id` (no thread yet), copy-on-write, with its initial stack: its entry
+    /// point. On an error the caller destroys the task.
+    pub map_program: fn(&mut Kernel, TaskId, usize) -> Result<u64, baton_abi::Error>,
     /// Task `id`'s space is about to be destroyed (no CPU has it loaded): its map goes.
     pub space_freed: fn(&mut Kernel, TaskId),
     /// A user-mode page fault of thread `t` at (`addr`, CPU error code): `Ok` when the page
@@ -96,7 +99,8 @@ const NONE: Hooks = Hooks {
     before_user: |_| {},
     grant_host_priv: |_, _| Err(baton_abi::Error::NotFound),
     interrupt: |_, _| {},
-    space_made: |_, _, _| Err(baton_abi::Error::NotSupported),
+    space_made: |_, _| Err(baton_abi::Error::NotSupported),
+    map_program: |_, _, _| Err(baton_abi::Error::NotSupported),
     space_freed: |_, _| {},
     page_fault: |_, _, _, _| Err(0),
 };

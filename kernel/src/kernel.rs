@@ -503,6 +503,11 @@ impl Kernel {
     /// [`Kernel::spawn_with`], handing the new task `start` (start-message data,
     /// `baton_abi::start`, checked by the caller) on a start port made in it, whose name its
     /// first thread finds in `rcx`: the message is charged to the new task's account.
+    ///
+    /// The steps are Accent's, the same the task-creation calls take one at a time
+    /// (`docs/vm.md`, "Task creation"): an empty task ([`Kernel::create_task`]), its
+    /// program mapped copy-on-write from the boot image (the `map_program` hook), its
+    /// thread, and its start.
     pub fn spawn_started(
         &mut self,
         name: &str,
@@ -511,13 +516,41 @@ impl Kernel {
         start: Option<Vec<u8>>,
     ) -> Result<TaskId, baton_abi::Error> {
         use baton_abi::Error;
-        use kern::quota::Resource;
-        let data = self
+        let module = self
             .modules
             .iter()
-            .find(|m| m.name == name)
-            .map(|m| m.data)
+            .position(|m| m.name == name)
             .ok_or(Error::NotFound)?;
+        let id = self.create_task(name, account)?;
+        let made = (family::hooks().map_program)(self, id, module).and_then(|entry| {
+            let mut frame = TrapFrame::new_user(entry, baton_abi::layout::USER_STACK_TOP, id);
+            if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
+                frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
+            }
+            if let Some(data) = start {
+                frame.rcx = self.start_message(id, data)?;
+            }
+            self.create_thread(id, frame, PRIORITY_DEFAULT as u8)
+        });
+        if let Err(e) = made {
+            self.destroy_unmade(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Creates an empty task called `name`, charged to `account`: an address space with
+    /// only the kernel's half, an empty address map (the `space_made` hook), an empty name
+    /// space, no thread. It ends as any task does once it has had a thread, and before
+    /// that only when it is ended ([`Kernel::end_task`]) or, failing half made,
+    /// [`Kernel::destroy_unmade`].
+    pub fn create_task(
+        &mut self,
+        name: &str,
+        account: kern::quota::AccountRef,
+    ) -> Result<TaskId, baton_abi::Error> {
+        use baton_abi::Error;
+        use kern::quota::Resource;
         let charge = crate::quota::heap(&account, crate::quota::TASK_BYTES)?;
         let mut task_name = String::new();
         task_name
@@ -527,20 +560,8 @@ impl Kernel {
         let kernel_root = self.kernel_root;
         let free_before = self.frames.free_frames();
         let mut mem = self.mem();
-        let mut space =
-            AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
-        // The image is loaded now; the stack is allocated (lazily) with the task's map.
-        let loaded = kern::loader::load_elf(&mut space, &mut mem, data)
-            .map(|entry| (entry, baton_abi::layout::USER_STACK_TOP));
-        let (entry, rsp) = match loaded {
-            Ok(v) => v,
-            Err(e) => {
-                space.destroy(&mut mem);
-                return Err(e.into());
-            }
-        };
-        // The image and stack are charged once loaded (their size is the module's, known
-        // only to the loader); a task that does not fit its account is not started.
+        let space = AddressSpace::new(&mut mem, Some(kernel_root)).map_err(|_| Error::NoMemory)?;
+        // Its root table, charged to it until its space goes.
         let frames = free_before.saturating_sub(self.frames.free_frames()) as u64;
         if let Err(e) = account.take(Resource::Frames, frames) {
             space.destroy(&mut self.mem());
@@ -577,41 +598,33 @@ impl Kernel {
         if let Some(task) = self.tasks.get_mut(&id) {
             let _ = task.names.set_account(task.account.clone());
         }
-        // Its address map (the virtual-memory family): the loaded pages go into it.
-        if let Err(e) = (family::hooks().space_made)(self, id, data) {
-            if let Some(task) = self.tasks.remove(&id) {
-                task.account.give(Resource::Frames, task.frames);
-                task.space.destroy(&mut self.mem());
-            }
-            return Err(e);
-        }
-        let mut frame = TrapFrame::new_user(entry, rsp, id);
-        if let (Some(port), Some(task)) = (bootstrap, self.tasks.get_mut(&id)) {
-            frame.rsi = self.ipc.grant_send(&mut task.names, port).unwrap_or(0);
-        }
-        let started = match start {
-            Some(data) => self.start_message(id, data).map(|name| frame.rcx = name),
-            None => Ok(()),
-        };
-        if let Err(e) = started.and_then(|()| self.create_thread(id, frame, PRIORITY_DEFAULT as u8))
-        {
-            (family::hooks().space_freed)(self, id);
-            if let Some(mut task) = self.tasks.remove(&id) {
-                (family::hooks().names_released)(self, &mut task.names);
-                task.account.give(Resource::Frames, task.frames);
-                let mut mem = self.mem();
-                task.space.destroy(&mut mem);
-            }
+        // Its address map (the virtual-memory family).
+        if let Err(e) = (family::hooks().space_made)(self, id) {
+            self.destroy_unmade(id);
             return Err(e);
         }
         Ok(id)
+    }
+
+    /// Removes task `id`, which has never had a thread (its making failed half way), with
+    /// its map, rights and space, unreported. Its task port, if one was made, is the
+    /// caller's to destroy first.
+    pub fn destroy_unmade(&mut self, id: TaskId) {
+        use kern::quota::Resource;
+        (family::hooks().space_freed)(self, id);
+        if let Some(mut task) = self.tasks.remove(&id) {
+            (family::hooks().names_released)(self, &mut task.names);
+            task.account.give(Resource::Frames, task.frames);
+            let mut mem = self.mem();
+            task.space.destroy(&mut mem);
+        }
     }
 
     /// Makes the start port of the new task `id` (a receive right in its name space) and
     /// queues on it the start message carrying `data` (`baton_abi::start`), charged to the
     /// task's account; returns the port's name. Nothing can wait on the new port, so the
     /// message wakes nobody.
-    fn start_message(&mut self, id: TaskId, data: Vec<u8>) -> Result<u64, baton_abi::Error> {
+    pub fn start_message(&mut self, id: TaskId, data: Vec<u8>) -> Result<u64, baton_abi::Error> {
         let task = self
             .tasks
             .get_mut(&id)
@@ -645,6 +658,18 @@ impl Kernel {
         frame: TrapFrame,
         priority: u8,
     ) -> Result<ThreadId, baton_abi::Error> {
+        self.create_thread_in_state(task, frame, priority, true)
+    }
+
+    /// Creates a thread in `task`: ready with `ready`, else blocked as
+    /// [`Blocked::Unstarted`] until [`Kernel::unblock`] makes it ready (a task being made).
+    pub fn create_thread_in_state(
+        &mut self,
+        task: TaskId,
+        frame: TrapFrame,
+        priority: u8,
+        ready: bool,
+    ) -> Result<ThreadId, baton_abi::Error> {
         let key = self.tasks.key_of(task).ok_or(baton_abi::Error::NotFound)?;
         let t = self
             .tasks
@@ -673,7 +698,11 @@ impl Kernel {
         self.next_cpu = self.next_cpu.wrapping_add(1);
         self.stats.threads_created += 1;
         self.stats.threads = self.threads.len().saturating_sub(self.cpus.len()) as u64;
-        thread::thread_setrun(self, id);
+        if ready {
+            thread::thread_setrun(self, id);
+        } else if let Some(th) = self.threads.get_mut(id) {
+            th.state = ThreadState::Blocked(Blocked::Unstarted);
+        }
         Ok(id)
     }
 
@@ -761,6 +790,13 @@ impl Kernel {
         list.clear();
         if list.capacity() > self.thread_list.capacity() {
             self.thread_list = list;
+        }
+        // A task that never had a thread (one being made) has no last thread to end it:
+        // it goes now.
+        if self.tasks.get(&id).is_some_and(|t| t.threads == 0)
+            && !self.threads.iter().any(|(_, t)| t.task == Some(id))
+        {
+            self.remove_task(id);
         }
     }
 

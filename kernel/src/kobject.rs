@@ -415,6 +415,10 @@ fn operate(
             if k.tasks.get(&t).is_none_or(|task| task.ending.is_some()) {
                 return Err(Error::NotFound);
             }
+            // A task being made gets its first thread with `task_init_thread`.
+            if crate::taskmake::being_made(t) {
+                return Err(Error::Busy);
+            }
             k.thread_create_in(t, entry, stack, a)
                 .map(|id| Words::of(&[id]))
         }

@@ -29,6 +29,7 @@ mod ool;
 mod pager;
 mod quota;
 mod syscall;
+mod taskmake;
 mod thread;
 mod trace;
 mod vm;
@@ -160,6 +161,7 @@ fn install_families() {
             activation::retire_orphans(k);
             device::task_released(k, id);
             extension::task_released(k, id);
+            taskmake::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -181,6 +183,7 @@ fn install_families() {
         grant_host_priv: kobject::grant_host_priv,
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
+        map_program: taskmake::map_program,
         space_freed: vm::space_freed,
         page_fault: pager::page_fault,
     });

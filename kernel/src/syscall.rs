@@ -500,6 +500,20 @@ impl Kernel {
             Sys::PortSetLimit => self.with_names(id, |ipc, names, _| {
                 ipc.set_limit(names, args[0], args[1]).map(|()| 0)
             }),
+            Sys::TaskCreate => crate::taskmake::sys_create(self, id, args[0], args[1]),
+            Sys::TaskMapProgram => crate::taskmake::sys_map_program(self, id, args),
+            Sys::TaskInitThread => crate::taskmake::sys_init_thread(self, id, args),
+            Sys::TaskStart => {
+                let start = match args[2] {
+                    0 => None,
+                    at => Some(self.read_start(id, at)?),
+                };
+                crate::taskmake::sys_start(self, id, args[0], args[1], start)
+            }
+            Sys::TaskFork => {
+                let cur = self.current_thread();
+                crate::taskmake::sys_fork(self, id, cur, args[0], args[1])
+            }
             Sys::Yield
             | Sys::Exit
             | Sys::ThreadExit

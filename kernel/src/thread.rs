@@ -68,6 +68,9 @@ pub enum Blocked {
         /// The page's offset in it.
         offset: u64,
     },
+    /// The first thread of a task being made (`task_init_thread`), until the task is
+    /// started (`task_start`) or ended.
+    Unstarted,
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.

@@ -39,7 +39,7 @@ use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
 use crate::thread::ThreadId;
 use alloc::vec::Vec;
-use baton_abi::layout::{USER_END, USER_MIN, USER_STACK_SIZE, USER_STACK_TOP};
+use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::vm::{self as abi, VmRegion, VmStats};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
@@ -144,10 +144,15 @@ struct Mach<'a> {
 
 impl Machine<PhysAddr> for Mach<'_> {
     fn free_frame(&mut self, frame: PhysAddr) {
-        let mut mem = KernelMem {
-            frames: self.frames,
-        };
-        mem.free_frame(frame);
+        // A frame the allocator does not manage is one of the boot image's, which an
+        // image object holds (`make_image`): it is never handed out, so never given back.
+        match self.frames.free(frame) {
+            Ok(()) | Err(kern::frame::FrameError::OutOfRange) => {}
+            Err(e) => crate::arch::serial::kprintln!(
+                "[kernel] warning: bad frame free {:#x}: {e:?}",
+                frame.0
+            ),
+        }
     }
 
     fn unmap(&mut self, start: u64, end: u64) {
@@ -317,12 +322,9 @@ fn with_map<T>(
 
 // ---- the core's hooks ------------------------------------------------------------------
 
-/// Hook `space_made`: task `id` (just made, no thread yet) gets its map. The pages the
-/// loader put in its space for the program `image` move into anonymous objects of the
-/// map (their frames now belong to the objects, charged to the task as resident pages,
-/// and their translations are the map's cache), and its stack is allocated: its pages
-/// come at first touch.
-pub fn space_made(k: &mut Kernel, id: TaskId, image: &[u8]) -> Result<(), Error> {
+/// Hook `space_made`: task `id` (just made, no thread yet, nothing in its space) gets
+/// its map, empty. Its program and stack come with `crate::taskmake`.
+pub fn space_made(k: &mut Kernel, id: TaskId) -> Result<(), Error> {
     // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
     let vm = unsafe { state() };
     let account = k
@@ -339,101 +341,184 @@ pub fn space_made(k: &mut Kernel, id: TaskId, image: &[u8]) -> Result<(), Error>
         wirings: Vec::new(),
     };
     vm.tasks.insert(id, tv).map_err(|_| Error::NoMemory)?;
-    let made = adopt_image(k, vm, id, image).and_then(|()| {
-        with_map(k, vm, id, |tv, objs, m| {
-            let bottom = USER_STACK_TOP - USER_STACK_SIZE;
-            tv.map.allocate_with(
-                objs,
-                Placement::Fixed(bottom),
-                USER_STACK_SIZE,
-                Prot::RW,
-                true,
-                m,
-            )
-        })?
-    });
-    if let Err(e) = made {
-        free_map(k, vm, id);
-        return Err(e);
-    }
     Ok(())
 }
 
-/// Moves the loaded pages of `image` in task `id`'s space into its map: runs of pages
-/// with the same permissions become one entry each, over an object holding their frames.
-fn adopt_image(k: &mut Kernel, vm: &mut Vm, id: TaskId, image: &[u8]) -> Result<(), Error> {
-    let segments = kern::loader::segment_pages(image)?;
-    for (first, end) in segments {
-        let mut page = first;
-        while page < end {
-            // Pages a segment shares with an earlier one are adopted already.
-            let tv = vm.tasks.get(&id).ok_or(Error::InvalidArgument)?;
-            if tv.map.entry(page).is_some() {
-                page += PAGE_SIZE;
-                continue;
-            }
-            let t = k.tasks.get(&id).ok_or(Error::InvalidArgument)?;
-            let mem = KernelMem {
-                frames: &mut k.frames,
-            };
-            let Some((_, flags)) = t.space.translate(&mem, page) else {
-                return Err(Error::BadFormat);
-            };
-            // The run: following pages of this segment, not adopted, same permissions.
-            let mut run_end = page + PAGE_SIZE;
-            while run_end < end
-                && tv.map.entry(run_end).is_none()
-                && t.space.translate(&mem, run_end).map(|(_, f)| f) == Some(flags)
-            {
-                run_end += PAGE_SIZE;
-            }
-            adopt_run(k, vm, id, page, run_end, flags)?;
-            page = run_end;
-        }
-    }
-    Ok(())
-}
+// ---- task creation (`crate::taskmake`) -------------------------------------------------
 
-/// Adopts the loaded pages `[start, end)` of task `id` (all mapped with `flags`).
-fn adopt_run(
+/// An *image object* of the whole pages of `data`, the bytes of a program the kernel
+/// never writes (a boot module), charged to `account`, with one reference that the caller
+/// keeps for the kernel's life (`kern::vm::object::Objects::image`). Its pages are the
+/// frames `data` lies in when it starts on a page (the boot image is padded so that every
+/// program does), otherwise frames filled with copies now. `None` when `data` holds no
+/// whole page.
+pub fn make_image(
     k: &mut Kernel,
-    vm: &mut Vm,
-    id: TaskId,
-    start: u64,
-    end: u64,
-    flags: MapFlags,
-) -> Result<(), Error> {
-    let mut prot = Prot::READ;
-    if flags.writable {
-        prot = Prot::RW;
+    data: &'static [u8],
+    account: &kern::quota::AccountRef,
+) -> Result<Option<kern::vm::object::ObjectId>, Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let pages = data.len() as u64 / PAGE_SIZE;
+    if pages == 0 {
+        return Ok(None);
     }
-    if flags.executable {
-        prot = Prot::from_bits(u64::from(prot.bits()) | 4).unwrap_or(Prot::ALL);
-    }
-    let (_, object) = with_map(k, vm, id, |tv, objs, m| {
-        tv.map
-            .allocate_with(objs, Placement::Fixed(start), end - start, prot, false, m)
-    })??;
-    let t = k.tasks.get_mut(&id).ok_or(Error::InvalidArgument)?;
-    let mut mem = KernelMem {
+    let object = vm.objects.image(pages * PAGE_SIZE, account)?;
+    // The boot image lies in the direct map: its physical address.
+    let phys = (data.as_ptr() as u64).wrapping_sub(crate::arch::paging::phys_to_virt(0));
+    let direct = phys.is_multiple_of(PAGE_SIZE);
+    let mut m = Mach {
         frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
     };
-    let mut page = start;
-    while page < end {
-        let (frame, f) = t.space.translate(&mem, page).ok_or(Error::BadFormat)?;
-        // The task's charge for the loaded frame becomes the object's for its page.
-        t.account.give(Resource::Frames, 1);
-        if let Err((e, _)) = vm.objects.insert_page(object, page - start, frame) {
-            let _ = t.account.take(Resource::Frames, 1);
+    for i in 0..pages {
+        let at = i * PAGE_SIZE;
+        let frame = if direct {
+            PhysAddr(phys + at)
+        } else {
+            let mut mem = KernelMem {
+                frames: &mut *m.frames,
+            };
+            let Some(f) = mem.alloc_frame() else {
+                vm.objects.release(object, &mut m);
+                return Err(Error::NoMemory);
+            };
+            let src = data
+                .get(at as usize..(at + PAGE_SIZE) as usize)
+                .unwrap_or(&[]);
+            mem.write_bytes(f, src);
+            f
+        };
+        if let Err((e, f)) = vm.objects.insert_page(object, at, frame) {
+            // A frame of the boot image is never given to the allocator (`free_frame`).
+            m.free_frame(f);
+            vm.objects.release(object, &mut m);
             return Err(e);
         }
-        t.frames = t.frames.saturating_sub(1);
-        // From now on the frame is the object's: the translation no longer owns it.
-        let shared = MapFlags::user_shared(f.writable, f.executable);
-        t.space.protect(&mut mem, page, shared)?;
+    }
+    Ok(Some(object))
+}
+
+/// Maps `[start, start + len)` of task `task` to the window from `offset` of the image
+/// object `image`, copy-on-write, with protection `prot` (maximum: everything).
+pub fn map_image(
+    k: &mut Kernel,
+    task: TaskId,
+    start: u64,
+    len: u64,
+    image: kern::vm::object::ObjectId,
+    offset: u64,
+    prot: Prot,
+) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.map_frozen(
+            objs,
+            Placement::Fixed(start),
+            len,
+            image,
+            offset,
+            prot,
+            Prot::ALL,
+            m,
+        )
+    })?
+    .map(|_| ())
+}
+
+/// What [`allocate_filled`] puts in a page.
+pub enum Fill<'a> {
+    /// These bytes at this offset in the page (the rest zero).
+    Bytes(usize, &'a [u8]),
+    /// A copy of this frame.
+    Frame(PhysAddr),
+}
+
+/// Allocates `[start, start + len)` of task `task` with protection `prot` (committed, as
+/// `mem_map`: its frames charged now), and puts in now the pages `fill` gives contents
+/// for (by address; the others come zero-filled at first touch).
+pub fn allocate_filled(
+    k: &mut Kernel,
+    task: TaskId,
+    start: u64,
+    len: u64,
+    prot: Prot,
+    fill: &mut dyn FnMut(u64) -> Option<Fill<'static>>,
+) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let (_, object) = with_map(k, vm, task, |tv, objs, m| {
+        tv.map
+            .allocate_with(objs, Placement::Fixed(start), len, prot, true, m)
+    })??;
+    let mut page = start;
+    while page < start + len {
+        if let Some(what) = fill(page) {
+            let mut mem = KernelMem {
+                frames: &mut k.frames,
+            };
+            // `alloc_frame` hands the frame out zeroed.
+            let f = mem.alloc_frame().ok_or(Error::NoMemory)?;
+            match what {
+                Fill::Bytes(at, bytes) => mem.write_bytes(f.add(at as u64), bytes),
+                Fill::Frame(src) => mem.copy_bytes(f, src, PAGE_SIZE as usize),
+            }
+            if let Err((e, f)) = vm.objects.insert_page(object, page - start, f) {
+                mem.free_frame(f);
+                return Err(e);
+            }
+        }
         page += PAGE_SIZE;
     }
     Ok(())
+}
+
+/// Gives the new task `child` (an empty map) a copy of task `parent`'s map by
+/// inheritance (`kern::vm::copy::fork`: copy-on-write, nothing copied now; wired ranges
+/// are not inherited). The parent's translations of what became copy-on-write are
+/// write-protected and shot down before this returns.
+pub fn fork_map(k: &mut Kernel, parent: TaskId, child: TaskId) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let account = vm
+        .tasks
+        .get(&child)
+        .ok_or(Error::InvalidArgument)?
+        .map
+        .account()
+        .clone();
+    let mut map = with_map(k, vm, parent, |tv, objs, m| {
+        kern::vm::copy::fork(&mut tv.map, objs, account, TASK_ENTRIES_MAX, m)
+    })??;
+    map.set_anywhere_floor(ANYWHERE_FLOOR);
+    match vm.tasks.get_mut(&child) {
+        Some(tv) => {
+            // The child's map was empty: nothing to release.
+            tv.map = map;
+            Ok(())
+        }
+        None => {
+            let mut m = Mach {
+                frames: &mut k.frames,
+                space: None,
+                changed: 0,
+                everywhere: false,
+            };
+            map.clear(&mut vm.objects, &mut m);
+            Err(Error::InvalidArgument)
+        }
+    }
+}
+
+/// Removes everything task `task`'s map maps (a program mapped in part, in a task that
+/// has not run).
+pub fn clear_map(k: &mut Kernel, task: TaskId) {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let _ = with_map(k, vm, task, |tv, objs, m| tv.map.clear(objs, m));
 }
 
 /// Hook `space_freed`: task `id`'s space is about to be destroyed (no CPU has it

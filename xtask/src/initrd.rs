@@ -6,6 +6,10 @@
 //!   it without the folder and marks it a test program).
 //! - The archive is deterministic: entries sorted by name, mode 0o755, mtime 0, uid and gid 0,
 //!   no user or group names, so the same programs always give the same bytes.
+//! - Every program's bytes start on a 4 KiB boundary of the archive (a pax global header
+//!   whose only record is a comment pads the space before its header, and readers skip
+//!   it): the kernel maps a program's pages straight from the boot image's frames,
+//!   copy-on-write, as Accent mapped a file's pages (`docs/vm.md`, "Task creation").
 
 use std::path::{Path, PathBuf};
 use tar::{Builder, EntryType, Header};
@@ -26,6 +30,7 @@ pub fn write(out: &Path, files: &[(String, PathBuf)]) -> Result<(), String> {
 fn archive(entries: &mut [(&str, Vec<u8>)]) -> Result<Vec<u8>, String> {
     entries.sort_by(|a, b| a.0.cmp(b.0));
     let mut builder = Builder::new(Vec::new());
+    let mut at = 0u64;
     for (name, data) in entries.iter() {
         let plain = name.strip_prefix("tests/").unwrap_or(name);
         if plain.is_empty() || plain.contains('/') {
@@ -42,11 +47,51 @@ fn archive(entries: &mut [(&str, Vec<u8>)]) -> Result<Vec<u8>, String> {
         header.set_uid(0);
         header.set_gid(0);
         header.set_cksum();
+        // The data follows its 512-byte header: pad so that it starts on a page.
+        let gap = (PAGE - (at + BLOCK) % PAGE) % PAGE;
+        if gap > 0 {
+            at += append_padding(&mut builder, gap)?;
+        }
         builder
             .append(&header, data.as_slice())
             .map_err(|e| format!("initrd entry `{name}`: {e}"))?;
+        at += BLOCK + (data.len() as u64).div_ceil(BLOCK) * BLOCK;
     }
     builder.into_inner().map_err(|e| format!("initrd: {e}"))
+}
+
+/// Bytes in a tar block.
+const BLOCK: u64 = 512;
+/// The alignment of every program's bytes.
+const PAGE: u64 = 4096;
+
+/// Appends a pax global header that takes `gap` bytes (a multiple of 512, at least one
+/// block) with its data: one `comment` record, which readers ignore. Returns `gap`.
+fn append_padding(builder: &mut Builder<Vec<u8>>, gap: u64) -> Result<u64, String> {
+    let len = (gap - BLOCK) as usize;
+    let mut data = Vec::with_capacity(len);
+    if len > 0 {
+        // "<len> comment=xxx...\n", where <len> counts the whole record.
+        let prefix = format!("{len} comment=");
+        data.extend_from_slice(prefix.as_bytes());
+        data.resize(len - 1, b'x');
+        data.push(b'\n');
+    }
+    let mut header = Header::new_ustar();
+    header
+        .set_path("pad")
+        .map_err(|e| format!("initrd padding: {e}"))?;
+    header.set_entry_type(EntryType::XGlobalHeader);
+    header.set_size(len as u64);
+    header.set_mode(0o644);
+    header.set_mtime(0);
+    header.set_uid(0);
+    header.set_gid(0);
+    header.set_cksum();
+    builder
+        .append(&header, data.as_slice())
+        .map_err(|e| format!("initrd padding: {e}"))?;
+    Ok(gap)
 }
 
 #[cfg(test)]
@@ -66,6 +111,10 @@ mod unit_tests {
         for entry in archive.entries().unwrap() {
             let entry = entry.unwrap();
             let header = entry.header();
+            if header.entry_type() == EntryType::XGlobalHeader {
+                continue;
+            }
+            assert_eq!(entry.raw_file_position() % PAGE, 0, "data page aligned");
             assert_eq!(&header.as_bytes()[257..265], b"ustar\x0000");
             assert_eq!(header.mode().unwrap(), 0o755);
             assert_eq!(header.mtime().unwrap(), 0);
@@ -79,6 +128,33 @@ mod unit_tests {
             seen,
             [("init".to_string(), 4), ("survivor".to_string(), 700)]
         );
+    }
+
+    #[test]
+    fn every_program_starts_on_a_page() {
+        let mut entries: Vec<(&str, Vec<u8>)> = (0..9)
+            .map(|i| {
+                (
+                    ["a", "b", "c", "d", "e", "f", "g", "h", "i"][i],
+                    vec![i as u8; i * 700],
+                )
+            })
+            .collect();
+        let bytes = archive(&mut entries).unwrap();
+        let mut archive = tar::Archive::new(bytes.as_slice());
+        let mut n = 0;
+        for entry in archive.entries().unwrap() {
+            let entry = entry.unwrap();
+            if entry.header().entry_type() != EntryType::Regular {
+                continue;
+            }
+            let at = entry.raw_file_position() as usize;
+            assert_eq!(at % PAGE as usize, 0);
+            let size = entry.header().size().unwrap() as usize;
+            assert_eq!(&bytes[at..at + size], &vec![n as u8; n * 700][..]);
+            n += 1;
+        }
+        assert_eq!(n, 9);
     }
 
     #[test]

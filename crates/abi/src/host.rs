@@ -112,6 +112,8 @@ pub const BLOCKED_SUSPENDED: u64 = 6;
 pub const BLOCKED_STATE_WAIT: u64 = 7;
 /// Waiting for a pager to supply a page (`on` = the page's offset in its object).
 pub const BLOCKED_PAGE_IN: u64 = 8;
+/// The first thread of a task being made, not started yet (`task_start`).
+pub const BLOCKED_UNSTARTED: u64 = 9;
 
 /// The name of a `BLOCKED_*` value.
 pub const fn blocked_name(b: u64) -> &'static str {
@@ -125,6 +127,7 @@ pub const fn blocked_name(b: u64) -> &'static str {
         BLOCKED_SUSPENDED => "suspended",
         BLOCKED_STATE_WAIT => "state wait",
         BLOCKED_PAGE_IN => "page in",
+        BLOCKED_UNSTARTED => "unstarted",
         _ => "?",
     }
 }

@@ -398,6 +398,38 @@ pub enum Sys {
     /// `wake_shared(addr, n) -> woken`: wakes up to `n` threads waiting with
     /// [`Sys::WaitShared`] on the same (object, offset).
     WakeShared = 119,
+    /// `task_create(heap_limit, frame_limit) -> task port`: a new empty task (no memory,
+    /// no thread), limited and charged as [`Sys::Spawn`]'s tasks are; the caller gets a
+    /// send right to its task port, through which the next three calls make it run
+    /// (Accent's process creation, `docs/vm.md`).
+    TaskCreate = 120,
+    /// `task_map_program(task, kind, ptr, len) -> entry`: maps a program into the new task
+    /// `task` (a task port), copy-on-write from its source, with its initial stack; the
+    /// program's entry point. `kind` [`task::PROGRAM_MODULE`]: the boot module named by the
+    /// `len` bytes at `ptr`; [`task::PROGRAM_OBJECT`]: a memory object
+    /// ([`Error::NotSupported`] for now).
+    TaskMapProgram = 121,
+    /// `task_init_thread(task, entry, stack_top) -> thread id`: the new task's first
+    /// thread, which runs only once [`Sys::TaskStart`] starts the task (0: the program's
+    /// entry, the initial stack's top).
+    TaskInitThread = 122,
+    /// `task_start(task, bootstrap, start) -> 0`: starts the new task's first thread, with
+    /// a bootstrap right and a start message as [`Sys::Spawn`] gives them.
+    TaskStart = 123,
+    /// `task_fork(heap_limit, frame_limit) -> task port | 0`: a new task whose address
+    /// space is a copy-on-write copy of the caller's by inheritance, with one thread
+    /// continuing from the call: the caller gets a send right to the child's task port,
+    /// the child's thread 0.
+    TaskFork = 124,
+}
+
+/// Task creation ([`Sys::TaskCreate`] and the calls after it).
+pub mod task {
+    /// [`super::Sys::TaskMapProgram`]'s source: a boot module, by name.
+    pub const PROGRAM_MODULE: u64 = 0;
+    /// [`super::Sys::TaskMapProgram`]'s source: a memory object, by the caller's name for
+    /// it (not supported yet: memory objects are not capabilities yet).
+    pub const PROGRAM_OBJECT: u64 = 1;
 }
 
 /// Most I/O-ports objects that exist at once ([`Sys::IoPortCreate`]).
@@ -701,6 +733,11 @@ impl Sys {
             117 => Sys::VmWrite,
             118 => Sys::WaitShared,
             119 => Sys::WakeShared,
+            120 => Sys::TaskCreate,
+            121 => Sys::TaskMapProgram,
+            122 => Sys::TaskInitThread,
+            123 => Sys::TaskStart,
+            124 => Sys::TaskFork,
             _ => return None,
         })
     }

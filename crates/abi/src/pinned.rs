@@ -216,3 +216,22 @@ fn memory_object_numbers() {
     assert_eq!(Sys::from_raw(120).map(|s| s as u64).unwrap_or(120), 120);
     assert_eq!(crate::host::OBJECT_MEMORY, 16);
 }
+
+#[test]
+fn task_creation_numbers() {
+    let calls = [
+        (Sys::TaskCreate, 120),
+        (Sys::TaskMapProgram, 121),
+        (Sys::TaskInitThread, 122),
+        (Sys::TaskStart, 123),
+        (Sys::TaskFork, 124),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    for n in 125..128 {
+        assert_eq!(Sys::from_raw(n), None);
+    }
+    assert_eq!((task::PROGRAM_MODULE, task::PROGRAM_OBJECT), (0, 1));
+}

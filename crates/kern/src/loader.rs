@@ -1,5 +1,11 @@
 //! Loading a static ELF64 executable into a user address space.
 //!
+//! The kernel maps programs with [`plan`]: which pages of each segment come straight from
+//! the program's image (copy-on-write), which are copied because they hold only part of
+//! the segment's file bytes, and which are zero-filled (`docs/vm.md`, "Task creation").
+//! [`load_elf`] is the eager form, which copies every byte into fresh frames of a page
+//! table; it shares the checks with [`plan`] and tests them.
+//!
 //! [`load_elf`] accepts little-endian x86-64 `ET_EXEC` images (static, non-PIE, no
 //! interpreter) and maps each `PT_LOAD` segment on fresh, zeroed, [`OWNED`](crate::pmap::OWNED)
 //! frames: file bytes are copied in, the rest of the segment (`.bss`) stays zero. Bytes are
@@ -256,16 +262,119 @@ pub fn load_elf(
     Ok(entry)
 }
 
-/// The page ranges `[first, end)` that [`load_elf`] maps for `image`, one per loadable
-/// segment in the program's order (two may share a page at their ends): what the kernel
-/// hands over to the task's address map after the load.
-pub fn segment_pages(image: &[u8]) -> Result<Vec<(u64, u64)>, LoadError> {
-    let (_, segments) = decode(image)?;
-    let mut out = Vec::new();
-    out.try_reserve_exact(segments.len())
-        .map_err(|_| LoadError::NoMemory)?;
-    out.extend(segments.iter().map(|s| (s.first_page(), s.end_page())));
-    Ok(out)
+/// How one page run of a program is mapped ([`plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    /// Straight from the image, copy-on-write: the run's pages are whole pages of file
+    /// bytes of one segment, at this page-aligned offset of the image.
+    Image {
+        /// Offset in the image of the run's first page.
+        offset: u64,
+    },
+    /// Private pages filled now: a page holding only part of a page of file bytes (the
+    /// segment's first or last file page), or file bytes not congruent to their address
+    /// modulo the page size. The rest of each page is zero; no byte of the image outside
+    /// the segment's file bytes is ever copied.
+    Copy,
+    /// Zeros (`.bss` past the file bytes' last page): no byte of the image.
+    Zero,
+}
+
+/// A run of pages `[start, end)` mapped one way with one protection ([`plan`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// First page.
+    pub start: u64,
+    /// One past the last page.
+    pub end: u64,
+    /// How it is mapped.
+    pub kind: RunKind,
+    /// Writable.
+    pub writable: bool,
+    /// Executable.
+    pub executable: bool,
+    /// The segment's first byte's address and one past its last file byte's, and where its
+    /// file bytes start in the image (for [`Run::file_bytes`]).
+    seg: (u64, u64, usize),
+}
+
+impl Run {
+    /// For a page `page` of a [`RunKind::Copy`] run: where in the page its file bytes go,
+    /// and their range in the image (`None` when the page holds none).
+    pub fn file_bytes(&self, page: u64) -> Option<(usize, core::ops::Range<usize>)> {
+        let (vaddr, file_vend, offset) = self.seg;
+        let start = vaddr.max(page);
+        let stop = file_vend.min(page.checked_add(PAGE_SIZE)?);
+        if start >= stop {
+            return None;
+        }
+        let src = offset.checked_add(usize::try_from(start - vaddr).ok()?)?;
+        let len = usize::try_from(stop - start).ok()?;
+        Some(((start - page) as usize, src..src.checked_add(len)?))
+    }
+}
+
+/// How to map the ELF executable `image` into an empty address space without copying its
+/// file bytes (Accent's way of running a program: its pages are the file's, copy-on-write):
+/// its entry point and the runs of pages of each loadable segment, in address order. Only
+/// the first `image_pages` whole pages of the image can be mapped from it
+/// ([`RunKind::Image`]); a page of file bytes beyond them, or one that holds file bytes only
+/// in part, is [`RunKind::Copy`]; pages past the file bytes are [`RunKind::Zero`].
+///
+/// Checks what [`load_elf`] checks, and refuses ([`LoadError::Overlap`]) two segments that
+/// share a page: each page is one segment's, with that segment's rights. Touches nothing.
+pub fn plan(image: &[u8], image_pages: u64) -> Result<(u64, Vec<Run>), LoadError> {
+    let (entry, mut segments) = decode(image)?;
+    segments.sort_unstable_by_key(|s| s.vaddr);
+    let mut runs: Vec<Run> = Vec::new();
+    let mut last_end = 0u64;
+    for seg in &segments {
+        if seg.first_page() < last_end {
+            return Err(LoadError::Overlap);
+        }
+        last_end = seg.end_page();
+        let file_vend = seg.vaddr + seg.filesz as u64;
+        let congruent = (seg.offset as u64) % PAGE_SIZE == seg.vaddr % PAGE_SIZE;
+        let info = (seg.vaddr, file_vend, seg.offset);
+        let mut page = seg.first_page();
+        while page < seg.end_page() {
+            let whole_file_page = page >= seg.vaddr && page + PAGE_SIZE <= file_vend;
+            let at = seg.offset as u64 + page.saturating_sub(seg.vaddr);
+            let kind = if whole_file_page && congruent && at / PAGE_SIZE < image_pages {
+                RunKind::Image { offset: at }
+            } else if page < file_vend {
+                RunKind::Copy
+            } else {
+                RunKind::Zero
+            };
+            let extends = runs.last_mut().filter(|r| {
+                r.end == page
+                    && r.seg == info
+                    && match (r.kind, kind) {
+                        (RunKind::Image { offset }, RunKind::Image { offset: o }) => {
+                            offset + (page - r.start) == o
+                        }
+                        (a, b) => a == b,
+                    }
+            });
+            match extends {
+                Some(r) => r.end += PAGE_SIZE,
+                None => {
+                    runs.try_reserve(1).map_err(|_| LoadError::NoMemory)?;
+                    runs.push(Run {
+                        start: page,
+                        end: page + PAGE_SIZE,
+                        kind,
+                        writable: seg.flags.writable,
+                        executable: seg.flags.executable,
+                        seg: info,
+                    });
+                }
+            }
+            page += PAGE_SIZE;
+        }
+    }
+    Ok((entry, runs))
 }
 
 /// Copies the part of `seg`'s file bytes that falls in the page at `page` into `frame`.
@@ -353,6 +462,109 @@ mod tests {
             memsz,
             offset: None,
         }
+    }
+
+    #[test]
+    fn plan_maps_whole_file_pages_and_copies_partial_ones() {
+        // Text: 2.5 pages of file bytes; data: 1 page + 100 bytes, memsz 4 pages.
+        let text = vec![0xccu8; (2 * P + P / 2) as usize];
+        let data = vec![0x11u8; (P + 100) as usize];
+        let img = Img::new(
+            0x40_0000,
+            vec![
+                load(PF_X | 4, 0x40_0000, &text, text.len() as u64),
+                load(PF_W | 4, 0x50_0000, &data, 4 * P),
+            ],
+        )
+        .build();
+        let pages = img.len() as u64 / P;
+        let (entry, runs) = plan(&img, pages).unwrap();
+        assert_eq!(entry, 0x40_0000);
+        let kinds: Vec<(u64, u64, RunKind, bool, bool)> = runs
+            .iter()
+            .map(|r| (r.start, r.end, r.kind, r.writable, r.executable))
+            .collect();
+        assert_eq!(kinds.len(), 5, "{kinds:?}");
+        assert!(matches!(kinds[0].2, RunKind::Image { .. }));
+        assert_eq!((kinds[0].0, kinds[0].1), (0x40_0000, 0x40_0000 + 2 * P));
+        assert_eq!(
+            kinds[1],
+            (
+                0x40_0000 + 2 * P,
+                0x40_0000 + 3 * P,
+                RunKind::Copy,
+                false,
+                true
+            )
+        );
+        assert!(matches!(kinds[2].2, RunKind::Image { .. }));
+        assert_eq!(
+            (kinds[2].0, kinds[2].1, kinds[2].3),
+            (0x50_0000, 0x50_0000 + P, true)
+        );
+        assert_eq!(
+            kinds[3],
+            (0x50_0000 + P, 0x50_0000 + 2 * P, RunKind::Copy, true, false)
+        );
+        assert_eq!(
+            kinds[4],
+            (
+                0x50_0000 + 2 * P,
+                0x50_0000 + 4 * P,
+                RunKind::Zero,
+                true,
+                false
+            )
+        );
+        // The image runs name the file bytes of their pages.
+        let RunKind::Image { offset } = runs[0].kind else {
+            unreachable!()
+        };
+        assert_eq!(
+            &img[offset as usize..(offset + 2 * P) as usize],
+            &text[..(2 * P) as usize]
+        );
+        // The partial page copies only the segment's bytes.
+        let (at, src) = runs[1].file_bytes(runs[1].start).unwrap();
+        assert_eq!((at, src.len()), (0, (P / 2) as usize));
+        assert!(img[src].iter().all(|&b| b == 0xcc));
+        let (at, src) = runs[3].file_bytes(runs[3].start).unwrap();
+        assert_eq!((at, src.len()), (0, 100));
+        assert!(img[src].iter().all(|&b| b == 0x11));
+        assert_eq!(runs[4].file_bytes(runs[4].start), None);
+    }
+
+    #[test]
+    fn plan_copies_what_the_image_cannot_give() {
+        let text = vec![0xccu8; (2 * P) as usize];
+        let img = Img::new(0x40_0000, vec![load(PF_X | 4, 0x40_0000, &text, 2 * P)]).build();
+        // No whole page of the image may be mapped: everything is copied.
+        let (_, runs) = plan(&img, 0).unwrap();
+        assert_eq!(runs.len(), 1);
+        assert_eq!(runs[0].kind, RunKind::Copy);
+        // A segment whose address is not congruent to its offset is copied.
+        let mut ph = load(PF_X | 4, 0x40_0000, &text, 2 * P);
+        ph.offset = Some(P + 8);
+        let img = Img::new(0x40_0000, vec![ph]).build();
+        let (_, runs) = plan(&img, img.len() as u64 / P).unwrap();
+        assert!(runs.iter().all(|r| r.kind == RunKind::Copy));
+        let (at, src) = runs[0].file_bytes(0x40_0000).unwrap();
+        assert_eq!(
+            (at, src.start, src.len()),
+            (0, (P + 8) as usize, P as usize)
+        );
+        // Two segments in one page are refused.
+        let img = Img::new(
+            0x40_0000,
+            vec![
+                load(PF_X | 4, 0x40_0000, &[1; 16], 16),
+                load(PF_W | 4, 0x40_0800, &[2; 16], 16),
+            ],
+        )
+        .build();
+        assert_eq!(plan(&img, 8).unwrap_err(), LoadError::Overlap);
+        // And what load_elf refuses, plan refuses.
+        assert_eq!(plan(b"not an elf", 0).unwrap_err(), LoadError::BadElf);
     }
 
     struct Img {

@@ -82,6 +82,7 @@ pub mod spin;
 pub mod start;
 pub mod sync;
 pub mod sys;
+pub mod task;
 pub mod thread;
 pub mod vm;
 

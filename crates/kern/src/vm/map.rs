@@ -505,6 +505,51 @@ impl Map {
         }
     }
 
+    /// Maps the window `[offset, offset + len)` of the image object `object`
+    /// (`Objects::image`) copy-on-write, with no copy object: an image is never written in
+    /// place, so its pages are a snapshot already (as a copy-on-write entry's frozen object
+    /// is). The first write to a page gives the entry its own shadow and copies the page.
+    #[allow(clippy::too_many_arguments)]
+    pub fn map_frozen<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        at: Placement,
+        len: u64,
+        object: ObjectId,
+        offset: u64,
+        prot: Prot,
+        max_prot: Prot,
+        m: &mut impl Machine<F>,
+    ) -> Result<u64, Error> {
+        let o = objs.get(object).ok_or(Error::NotFound)?;
+        if !page_aligned(offset) || offset.checked_add(len).is_none_or(|end| end > o.size()) {
+            return Err(Error::InvalidArgument);
+        }
+        if o.kind() != Kind::Anonymous || objs.is_private(object) {
+            return Err(Error::InvalidArgument);
+        }
+        if !max_prot.contains(prot) {
+            return Err(Error::Denied);
+        }
+        let start = self.place(at, len)?;
+        objs.add_ref(object)?;
+        let e = Entry {
+            end: start + len,
+            object,
+            offset,
+            prot,
+            max_prot,
+            cow: true,
+            inherit: Inherit::Copy,
+            wired: 0,
+        };
+        if let Err(err) = self.insert(start, e) {
+            objs.release(object, m);
+            return Err(err);
+        }
+        Ok(start)
+    }
+
     /// Removes every mapping in `[start, start + len)` (holes are fine); entries across
     /// the ends are split. [`Error::Denied`] when part of the range is wired.
     pub fn deallocate<F: Copy>(

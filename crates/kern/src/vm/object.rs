@@ -344,6 +344,16 @@ impl<F: Copy> Objects<F> {
         self.create(Kind::Anonymous, size, None, true, account)
     }
 
+    /// A new *image* object of `size` bytes, with one reference (the caller's, which it
+    /// keeps for the object's life): the kernel puts the pages of a program's file in it
+    /// ([`Objects::insert_page`]) and maps it only copy-on-write
+    /// (`super::map::Map::map_frozen`), so it is never written in place. Never private, so
+    /// no deallocation frees its pages; while the caller's reference is held it is never
+    /// reclaimed or collapsed into a shadow.
+    pub fn image(&mut self, size: u64, account: &AccountRef) -> Result<ObjectId, Error> {
+        self.create(Kind::Anonymous, size, None, false, account)
+    }
+
     /// A new object over the `size` bytes of physical memory from `base` (the caller has
     /// checked the authority to name them), with one reference.
     pub fn physical(

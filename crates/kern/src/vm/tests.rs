@@ -981,3 +981,103 @@ fn a_received_region_is_writable_and_its_writes_stay_the_receivers() {
     sim.end_task(0, &mut a);
     assert!(sim.objs.is_empty());
 }
+
+#[test]
+fn image_objects_are_mapped_by_value_and_never_written() {
+    let mut sim = Sim::new();
+    // An image of three pages holding 10, 20, 30, kept by its maker's reference.
+    let image = sim.objs.image(3 * P, &sim.root).unwrap();
+    for i in 0..3 {
+        let f = sim.mmu.new_frame(10 * (i + 1));
+        sim.objs.insert_page(image, i * P, f).unwrap();
+    }
+    let frames: Vec<u64> = (0..3)
+        .map(|i| match sim.objs.get(image).unwrap().page(i * P) {
+            Some(super::object::Page::Resident(f)) => f,
+            p => panic!("page {i}: {p:?}"),
+        })
+        .collect();
+    let mut a = sim.map();
+    let mut b = sim.map();
+    let at = LO + 4 * P;
+    for m in [&mut a, &mut b] {
+        m.map_frozen(
+            &mut sim.objs,
+            Placement::Fixed(at),
+            2 * P,
+            image,
+            P,
+            Prot::RW,
+            Prot::ALL,
+            &mut sim.mmu,
+        )
+        .unwrap();
+    }
+    // Reads find the image's own frames (memory fills), read-only.
+    assert_eq!(sim.read(0, &mut a, at).unwrap(), 20);
+    assert_eq!(sim.access(0, &mut a, at, Access::Read).unwrap(), frames[1]);
+    assert_eq!(sim.mmu.pts[&0][&at], (frames[1], false));
+    // Each writer gets its own copy; the other and the image keep the old value.
+    sim.write(0, &mut a, at, 21).unwrap();
+    sim.write(1, &mut b, at + P, 31).unwrap();
+    assert_eq!(sim.read(0, &mut a, at).unwrap(), 21);
+    assert_eq!(sim.read(1, &mut b, at).unwrap(), 20);
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 30);
+    assert_eq!(sim.read(1, &mut b, at + P).unwrap(), 31);
+    assert_eq!(sim.mmu.mem[&frames[1]], 20);
+    assert_eq!(sim.mmu.mem[&frames[2]], 30);
+    // A fork of a task that wrote shares the image and copies its own page by value.
+    sim.mmu.current = 0;
+    let acct = Account::child(&sim.root, 1 << 30, 1 << 20).unwrap();
+    let mut c = fork(&mut a, &mut sim.objs, acct, ENTRIES_MAX, &mut sim.mmu).unwrap();
+    sim.write(2, &mut c, at, 22).unwrap();
+    sim.write(2, &mut c, at + P, 32).unwrap();
+    assert_eq!(sim.read(0, &mut a, at).unwrap(), 21);
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 30);
+    // Deallocating a mapped window frees no image page; ending every task leaves the
+    // image whole, with only its maker's reference.
+    sim.mmu.current = 1;
+    b.deallocate(&mut sim.objs, at, 2 * P, &mut sim.mmu)
+        .unwrap();
+    sim.mmu.drop_task(1);
+    sim.end_task(2, &mut c);
+    sim.end_task(0, &mut a);
+    assert_eq!(sim.objs.len(), 1);
+    assert_eq!(sim.objs.get(image).unwrap().refs(), 1);
+    assert_eq!(sim.objs.get(image).unwrap().pages(), 3);
+    for (i, f) in frames.iter().enumerate() {
+        assert_eq!(sim.mmu.mem[f], 10 * (i as u64 + 1));
+    }
+    // Only images may be mapped frozen, within their size.
+    let mut d = sim.map();
+    let anon = sim.objs.anonymous(P, &sim.root).unwrap();
+    let frozen = |d: &mut Map, sim: &mut Sim, o, off, len| {
+        d.map_frozen(
+            &mut sim.objs,
+            Placement::Anywhere,
+            len,
+            o,
+            off,
+            Prot::READ,
+            Prot::ALL,
+            &mut sim.mmu,
+        )
+    };
+    assert_eq!(
+        frozen(&mut d, &mut sim, anon, 0, P),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        frozen(&mut d, &mut sim, image, 2 * P, 2 * P),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        frozen(&mut d, &mut sim, image, 1, P),
+        Err(Error::InvalidArgument)
+    );
+    assert!(d.is_empty());
+    sim.objs.release(anon, &mut sim.mmu);
+    sim.objs.release(image, &mut sim.mmu);
+    assert!(sim.objs.is_empty());
+    assert!(sim.mmu.mem.is_empty());
+}

@@ -46,7 +46,7 @@ use baton_rt::ipc::{
 use baton_rt::raw::{syscall0, syscall3};
 use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now};
+use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now, Error};
 
 #[path = "../mig_proto.rs"]
 mod mig_proto;
@@ -426,6 +426,15 @@ fn create_exit(
     threads: u64,
 ) -> Result<(), Failed> {
     clear_samples();
+    // The pool is `.bss`, whose pages the kernel zero-fills at first touch: touched here,
+    // so that each thread's first run does not take its stack's zero fill (the row times
+    // a thread's life, not the first touch of fresh memory: `vm.fault.zero` does).
+    let base = core::ptr::addr_of!(*stacks) as u64;
+    for page in (0..(TOTAL * STACK_SIZE) as u64).step_by(4096) {
+        // SAFETY: a read of the pool's memory (its first field, `repr(C)`), which no
+        // thread uses yet; nothing holds a reference into it.
+        unsafe { core::ptr::read_volatile((base + page) as *const u8) };
+    }
     CHILD_RAN.store(0, Ordering::Release);
     let mut before = Stats::default();
     for w in 0..TOTAL {
@@ -1594,6 +1603,99 @@ fn vm_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Waits for the end of the task whose port is `task` (a dead-name notification on
+/// `notify`) and releases the name.
+fn wait_task(task: u64, notify: u64) -> Result<(), Error> {
+    match baton_rt::ipc::port_notify(task, baton_abi::ipc::NOTIFY_KIND_DEAD_NAME, notify) {
+        Ok(()) => {
+            let mut buf = [0u8; 64];
+            baton_rt::ipc::msg_buf(&mut buf, MSG_RECEIVE, notify, FOREVER)?;
+        }
+        Err(Error::DeadName) => {}
+        Err(e) => return Err(e),
+    }
+    baton_rt::ipc::cap_drop(task)
+}
+
+/// `task.null`: Accent's null program (Table 3-12) in four steps: an empty task, the
+/// program `task_null` mapped from the boot image, its thread, its start (no start
+/// message: it exits at once); then the wait for its end and the release of its port.
+fn task_null() -> Result<(), Failed> {
+    use baton_rt::task;
+    let name = "task.null";
+    clear_samples();
+    let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    let mut before = Stats::default();
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        if recorded == Some(0) {
+            before = read_stats()?;
+        }
+        let t0 = rdtsc_ordered();
+        let made = task::create(0, 0).and_then(|t| {
+            task::map_program(t, "task_null")?;
+            task::init_thread(t, 0, 0)?;
+            task::start_raw(t, 0, 0)?;
+            wait_task(t, notify)
+        });
+        let t1 = rdtsc_ordered();
+        if let Err(e) = made {
+            return Err(fail!("{name}: iteration {w}: {}", e.name()));
+        }
+        if let Some(i) = recorded {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    let _ = cap_drop(notify);
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
+/// `task.fork`: a fork of this task with 1 MiB resident (touched before), whose child
+/// exits at once; until the parent has waited for its end.
+fn task_fork() -> Result<(), Failed> {
+    use baton_rt::task::{fork, Forked};
+    const LEN: u64 = 1 << 20;
+    let name = "task.fork";
+    clear_samples();
+    let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    let at = baton_rt::vm::allocate(None, LEN, baton_rt::vm::PROT_RW)
+        .map_err(|e| fail!("{name}: allocate: {}", e.name()))?;
+    for page in (0..LEN).step_by(4096) {
+        // SAFETY: the range was just allocated read-write for this benchmark.
+        unsafe { ((at + page) as *mut u64).write_volatile(page) };
+    }
+    let mut before = Stats::default();
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        if recorded == Some(0) {
+            before = read_stats()?;
+        }
+        let t0 = rdtsc_ordered();
+        let done = match fork(0, 0) {
+            Ok(Forked::Child) => baton_rt::exit(0),
+            Ok(Forked::Parent(c)) => wait_task(c, notify),
+            Err(e) => Err(e),
+        };
+        let t1 = rdtsc_ordered();
+        if let Err(e) = done {
+            return Err(fail!("{name}: iteration {w}: {}", e.name()));
+        }
+        if let Some(i) = recorded {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    let after = read_stats()?;
+    let _ = cap_drop(notify);
+    // SAFETY: nothing refers to the range any more.
+    let _ = unsafe { baton_rt::vm::deallocate(at, LEN) };
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
+    Ok(())
+}
+
 fn run_all() -> Result<(), Failed> {
     let start = read_stats()?;
     let threads = start.threads;
@@ -1651,6 +1753,8 @@ fn run_all() -> Result<(), Failed> {
     vm_benchmarks()?;
     ool_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("ipc.ool: {e}"))?;
     wait_threads_gone(threads)?;
+    task_null()?;
+    task_fork()?;
     spin_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).

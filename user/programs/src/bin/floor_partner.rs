@@ -72,6 +72,19 @@ fn main(_task_id: u64) -> i32 {
     // Its client passed its host-privilege right as this task's bootstrap right; the
     // registration lets the client (the task that spawned this one) call it.
     let entry = floor_partner_entry as *const () as u64;
+    // A fault in the partner ends the call (`Interrupted`), and its pages are mapped at
+    // first touch (the kernel maps programs lazily from the boot image): the pages the
+    // entry runs and reads are wired first, so that they are there and stay there.
+    let secret = core::ptr::addr_of!(PARTNER_SECRET) as u64;
+    // The entry's code is under 64 bytes; the secret is a word.
+    for (at, len) in [(entry, 64), (secret, 8)] {
+        let page = at & !4095;
+        let end = (at + len + 4095) & !4095;
+        if let Err(e) = baton_rt::vm::wire(page, end - page) {
+            println!("TEST FAIL floor_partner: wire {page:#x}: {}", e.name());
+            return 1;
+        }
+    }
     if let Err(e) = xas_register(entry, top, 0, baton_rt::start::bootstrap()) {
         println!("TEST FAIL floor_partner: register: {}", e.name());
         return 1;

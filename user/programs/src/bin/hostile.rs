@@ -142,6 +142,7 @@ const GROUPS: [Group; 18] = [
     group("threads blocked on ports", g_waiters, true),
     group("a reply port with a full queue", g_full_reply, true),
     group("memory-object calls with garbage", g_memobj, false),
+    group("task-creation calls with garbage", g_task_calls, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -2722,6 +2723,153 @@ fn g_full_reply(c: &mut Ctx) {
 // The other threads.
 
 /// The client thread: echo RPCs to the peer without pause, parking when asked.
+/// The task-creation calls (`task_map_program`, `task_init_thread`, `task_start`) on names
+/// that are no task port, and on a new task with bad arguments; the task is then ended
+/// through its port, half made.
+fn g_task_calls(c: &mut Ctx) {
+    use baton_rt::task;
+    let (p, ps) = c.pair();
+    let so = expect!(c, port_make_send(p, true), Ok(()), "send-once").unwrap_or(0);
+    let dead = c.dead();
+    let server = c.server;
+    let name = "hostile_peer";
+    let (np, nl) = (name.as_ptr() as u64, name.len() as u64);
+    for (what, t, want) in [
+        ("name 0", 0, Error::InvalidName),
+        ("a name not held", GARBAGE, Error::InvalidName),
+        ("a receive right", p, Error::InvalidRight),
+        ("a send right", ps, Error::InvalidRight),
+        ("a send-once right", so, Error::InvalidRight),
+        ("a dead name", dead, Error::DeadName),
+        ("the peer's send right", server, Error::InvalidRight),
+    ] {
+        expect!(
+            c,
+            task::map_program_raw(t, 0, np, nl),
+            Err(want),
+            "task_map_program on {what}"
+        );
+        expect!(
+            c,
+            task::init_thread(t, 0, 0),
+            Err(want),
+            "task_init_thread on {what}"
+        );
+        expect!(
+            c,
+            task::start_raw(t, 0, 0),
+            Err(want),
+            "task_start on {what}"
+        );
+    }
+    let Some(t) = expect!(c, task::create(0, 0), Ok(()), "task_create") else {
+        return;
+    };
+    for (what, kind, ptr, len, want) in [
+        ("kind 2", 2, np, nl, Error::InvalidArgument),
+        ("kind u64::MAX", u64::MAX, np, nl, Error::InvalidArgument),
+        ("a memory object", 1, p, 0, Error::NotSupported),
+        ("length 57", 0, np, 57, Error::TooLarge),
+        ("length u64::MAX", 0, np, u64::MAX, Error::TooLarge),
+        ("a null name", 0, 0, 4, Error::BadAddress),
+        (
+            "a kernel name",
+            0,
+            0xffff_8000_0000_0000,
+            4,
+            Error::BadAddress,
+        ),
+        (
+            "a non-canonical name",
+            0,
+            0x0000_8000_0000_0000,
+            4,
+            Error::BadAddress,
+        ),
+        ("an empty name", 0, np, 0, Error::NotFound),
+    ] {
+        expect!(
+            c,
+            task::map_program_raw(t, kind, ptr, len),
+            Err(want),
+            "task_map_program of {what}"
+        );
+    }
+    for (what, entry, stack, want) in [
+        ("no program yet", 0, 0, Error::InvalidArgument),
+        (
+            "a kernel entry",
+            0xffff_8000_0000_0000,
+            0x1000,
+            Error::BadAddress,
+        ),
+        ("entry 1", 1, 0x1000, Error::BadAddress),
+        (
+            "a non-canonical stack",
+            0x40_0000,
+            0x0000_8000_0000_0000,
+            Error::BadAddress,
+        ),
+    ] {
+        expect!(
+            c,
+            task::init_thread(t, entry, stack),
+            Err(want),
+            "task_init_thread with {what}"
+        );
+    }
+    expect!(
+        c,
+        task::start_raw(t, 0, 0),
+        Err(Error::InvalidArgument),
+        "task_start with no thread"
+    );
+    expect!(
+        c,
+        task::map_program_raw(t, 0, np, nl),
+        Ok(()),
+        "task_map_program"
+    );
+    expect!(c, task::init_thread(t, 0, 0), Ok(()), "task_init_thread");
+    for (what, boot, block, want) in [
+        ("bootstrap 0xdead", 0xdead, 0, Error::InvalidName),
+        ("a send-once bootstrap", so, 0, Error::InvalidRight),
+        ("a dead bootstrap", dead, 0, Error::DeadName),
+        (
+            "a kernel start block",
+            0,
+            0xffff_8000_0000_0000,
+            Error::BadAddress,
+        ),
+        ("start block 1", 0, 1, Error::BadAddress),
+    ] {
+        expect!(
+            c,
+            task::start_raw(t, boot, block),
+            Err(want),
+            "task_start with {what}"
+        );
+    }
+    let reply = c.recv_port();
+    // Through this thread's own IPC buffer (a new one would replace its registration).
+    expect!(
+        c,
+        baton_rt::kobject::call(
+            &mut c.buf,
+            t,
+            reply,
+            baton_abi::kobject::TASK_TERMINATE,
+            &[],
+            FOREVER
+        )
+        .map(|_| ()),
+        Ok(()),
+        "TASK_TERMINATE of the half-made task"
+    );
+    expect!(c, cap_info(t), Ok(()), "cap_info of the ended task's port");
+    c.drop_names(&[t, reply, p, ps, so, dead]);
+}
+
 fn client(_: u64) {
     if let Err(e) = client_loop() {
         println!("TEST FAIL hostile: client thread: {}", e.name());

@@ -67,7 +67,7 @@ pub const CLASSES: [Class; 12] = [
     Class { letter: 't', what: "threads: thread_create of victims, thread_port", weight: 7 },
     Class { letter: 'a', what: "activations: act_create, act_port, alert, suspend, get/set state, sidetrack, act_return, migrating calls", weight: 14 },
     Class { letter: 'k', what: "kernel-object messages to task, thread and activation ports", weight: 15 },
-    Class { letter: 'c', what: "child tasks: spawn, task_port", weight: 4 },
+    Class { letter: 'c', what: "child tasks: spawn, task_port, task_create, task_map_program, task_init_thread, task_start", weight: 4 },
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
@@ -163,6 +163,9 @@ static ATTACHED: Pool<8> = Pool::new();
 /// Child task ids, their task ports.
 static CHILDREN: Pool<3> = Pool::new();
 static CHILD_PORTS: Pool<4> = Pool::new();
+/// Task ports of tasks being made (`task_create`), ended through the port when evicted
+/// (and with this task otherwise).
+static MAKING: Pool<3> = Pool::new();
 /// Fuzzing threads' ids and ports (only harmless calls target them).
 static WORKERS: Pool<{ super::MAX_THREADS }> = Pool::new();
 static WORKER_PORTS: Pool<{ super::MAX_THREADS }> = Pool::new();
@@ -1902,7 +1905,8 @@ impl Fuzzer {
     }
 
     fn children(&mut self) {
-        match self.r.below(3) {
+        match self.r.below(4) {
+            3 => self.task_making(),
             0 => {
                 const CHILD: &str = "fuzz_child";
                 let (ptr, len) = match self.r.below(6) {
@@ -1949,6 +1953,64 @@ impl Fuzzer {
                         self.drop_name(port);
                     }
                 }
+            }
+        }
+    }
+
+    /// The task-creation calls, on tasks being made, children's and other names, with
+    /// arguments good and bad; a task started runs `fuzz_child` (never another worker).
+    fn task_making(&mut self) {
+        const CHILD: &str = "fuzz_child";
+        let task = match self.r.below(6) {
+            0 => {
+                let (heap, frames) = (self.edge(), self.edge());
+                let port = self.sys(Sys::TaskCreate, [heap, frames, 0, 0, 0, 0]);
+                if (port as i64) > 0 {
+                    let old = MAKING.put(&mut self.r, port);
+                    if old != 0 {
+                        self.oneway(old, TASK_TERMINATE);
+                        self.drop_name(old);
+                    }
+                }
+                return;
+            }
+            1 => CHILD_PORTS.pick(&mut self.r),
+            2 => self.name(),
+            _ => MAKING.pick(&mut self.r),
+        };
+        match self.r.below(3) {
+            0 => {
+                let kind = self.r.of(&[0, 1, 2, u64::MAX], 0);
+                let (ptr, len) = match self.r.below(4) {
+                    0 | 1 => (CHILD.as_ptr() as u64, CHILD.len() as u64),
+                    2 => (
+                        CHILD.as_ptr() as u64,
+                        self.r.of(&[0, 4, MODULE_NAME_MAX as u64 + 1, u64::MAX], 0),
+                    ),
+                    _ => (self.r.of(&BAD_ADDRESSES, 0), 10),
+                };
+                self.sys(Sys::TaskMapProgram, [task, kind, ptr, len, 0, 0]);
+            }
+            1 => {
+                let (entry, stack) = if self.r.chance(60) {
+                    (0, 0)
+                } else {
+                    (self.addr(), self.addr())
+                };
+                self.sys(Sys::TaskInitThread, [task, entry, stack, 0, 0, 0]);
+            }
+            _ => {
+                let bootstrap = match self.r.below(3) {
+                    0 => 0,
+                    1 => self.recv_name(),
+                    _ => self.r.of(&BAD_NAMES, 0),
+                };
+                let start = if self.r.chance(70) {
+                    0
+                } else {
+                    self.r.of(&BAD_ADDRESSES, 0)
+                };
+                self.sys(Sys::TaskStart, [task, bootstrap, start, 0, 0, 0]);
             }
         }
     }
@@ -2147,10 +2209,15 @@ pub fn cleanup() {
         f.terminate_thread(id);
     });
     CHILDREN.drain(|id| f.terminate_task(id));
+    MAKING.drain(|port| {
+        f.oneway(port, TASK_TERMINATE);
+        let _ = baton_rt::ipc::cap_drop(port);
+    });
     for pool in [
         &VICTIM_PORTS as &dyn Drain,
         &ACT_PORTS,
         &CHILD_PORTS,
+        &MAKING,
         &WORKER_PORTS,
         &RECV,
         &SEND,
