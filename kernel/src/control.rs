@@ -418,7 +418,7 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         Blocked::Sleep => point == Some(Resume::Sleep),
         // Its frame was rewound to issue the call again (`wait_for_arrival`).
         Blocked::StateWait { .. } => point == Some(Resume::UserReturn),
-        Blocked::ProcessModel | Blocked::Suspended => false,
+        Blocked::ProcessModel | Blocked::Suspended | Blocked::VpSpare => false,
     };
     if !cut_short || th.below.len() != p.index || th.stack.is_some() {
         return false;

@@ -133,6 +133,7 @@ fn blocked_of(th: &Thread) -> (u64, u64, u64) {
                 Blocked::Send { port } => (BLOCKED_SEND, port.0),
                 Blocked::Suspended => (BLOCKED_SUSPENDED, 0),
                 Blocked::StateWait { target } => (BLOCKED_STATE_WAIT, target.0),
+                Blocked::VpSpare => (BLOCKED_VP_SPARE, 0),
             };
             (THREAD_BLOCKED, kind, on)
         }

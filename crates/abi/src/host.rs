@@ -111,6 +111,8 @@ pub const BLOCKED_SUSPENDED: u64 = 6;
 /// Waiting for another thread to stop (`act_get_state`; `on` = that thread's id).
 pub const BLOCKED_STATE_WAIT: u64 = 7;
 
+/// A spare kernel thread of a virtual processor, parked.
+pub const BLOCKED_VP_SPARE: u64 = 8;
 /// The name of a `BLOCKED_*` value.
 pub const fn blocked_name(b: u64) -> &'static str {
     match b {
@@ -122,6 +124,7 @@ pub const fn blocked_name(b: u64) -> &'static str {
         BLOCKED_SEND => "send",
         BLOCKED_SUSPENDED => "suspended",
         BLOCKED_STATE_WAIT => "state wait",
+        BLOCKED_VP_SPARE => "spare",
         _ => "?",
     }
 }

@@ -82,6 +82,7 @@ pub mod sync;
 pub mod sys;
 pub mod thread;
 pub mod vm;
+pub mod vproc;
 
 mod panic;
 

@@ -11,13 +11,16 @@
 
 use core::sync::atomic::AtomicU32;
 
-/// Starts a virtual processor: a kernel thread running `f(arg)`.
+/// Starts a virtual processor: a kernel thread running `f(arg)`, after telling `stack`
+/// the range of its stack.
 #[cfg(target_os = "none")]
-pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
+pub fn spawn_vp(f: fn(u64), arg: u64, stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     /// Bytes of each virtual processor's own stack (its scheduler loop and idle wait).
     const VP_STACK: usize = 16 * 1024;
     // A kernel thread's stack is never given back (baton-rt's rule): leak it.
     let stack = alloc::boxed::Box::leak(alloc::vec![0u8; VP_STACK].into_boxed_slice());
+    let lo = stack.as_ptr() as usize;
+    stack_range(lo, lo + stack.len());
     baton_rt::thread::spawn(stack, f, arg)
         .map(|_| ())
         .map_err(|_| ())
@@ -25,7 +28,7 @@ pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
 
 /// Starts a virtual processor: a `std` thread running `f(arg)`.
 #[cfg(not(target_os = "none"))]
-pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
+pub fn spawn_vp(f: fn(u64), arg: u64, _stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     std::thread::Builder::new()
         .spawn(move || f(arg))
         .map(|_| ())
