@@ -54,7 +54,9 @@ fn main(_task_id: u64) -> i32 {
         if count == 0 {
             return 0;
         }
-        let _ = baton_rt::sys::sleep_ns(delay);
+        if delay > 0 {
+            let _ = baton_rt::sys::sleep_ns(delay);
+        }
         for _ in 0..count {
             if send(to, 0, seq).is_err() {
                 return 0;
