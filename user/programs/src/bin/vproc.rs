@@ -220,9 +220,10 @@ fn bad_registrations() -> Result<(), Failed> {
         vp_take(&mut ev) == Ok(0),
         "vp_take with nothing queued takes nothing"
     );
-    // SAFETY: the kernel checks the buffer first; nothing is queued, so nothing is written.
+    // SAFETY: the count is refused before the buffer is looked at: nothing is written.
+    let too_large = unsafe { baton_rt::vproc::vp_take_raw(0, 17) };
     check!(
-        unsafe { baton_rt::vproc::vp_take_raw(0, 17) } == Err(Error::TooLarge),
+        too_large == Err(Error::TooLarge),
         "vp_take above its maximum is too large"
     );
     check!(
@@ -339,14 +340,17 @@ fn exhaustion(port: u64, q: u64) -> Result<(), Failed> {
 }
 
 /// Threads, charged kernel memory and kernel heap in use.
-fn baseline() -> (u64, u64, u64) {
+type Measure = (u64, u64, u64);
+
+/// The kernel's [`Measure`] now.
+fn baseline() -> Measure {
     baton_rt::sys::stats().map_or((0, 0, 0), |s| (s.threads, s.kmem_charged, s.heap_used))
 }
 
 /// Spawns `vproc_child`, waits until two of its threads are blocked with upcalls given,
 /// kills it, and returns the baseline measured before it started and what is measured
 /// once everything is back to it (or after a while).
-fn killed_child() -> Result<((u64, u64, u64), (u64, u64, u64)), Failed> {
+fn killed_child() -> Result<(Measure, Measure), Failed> {
     let port = must("port_allocate", port_allocate(0))?;
     let reply = must("port_allocate", port_allocate(0))?;
     let base = baseline();
