@@ -270,3 +270,132 @@ mod tests {
         assert_eq!(vp.counts(), (0, 0, 0));
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    //! The protocol against a model: random blocks, unblocks (with the carrier idle or
+    //! busy), takes, spares added and removed, and threads that end, applied to a
+    //! [`VpCore`] and to a model of roles and a queue; after every step the roles agree,
+    //! every thread has one role, the bound `detached + pending <= limit` holds, and the
+    //! lists never grow past the room they were made with (nothing allocates).
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, VecDeque};
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Block,
+        /// Unblock the detached thread of this pick, with the carrier idle or not.
+        Unblock(usize, bool),
+        Take,
+        AddSpare,
+        RemoveSpare,
+        /// A thread of this pick (not the carrier) ends.
+        End(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => Just(Op::Block),
+            3 => (any::<usize>(), any::<bool>()).prop_map(|(i, idle)| Op::Unblock(i, idle)),
+            2 => Just(Op::Take),
+            2 => Just(Op::AddSpare),
+            1 => Just(Op::RemoveSpare),
+            1 => any::<usize>().prop_map(Op::End),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+        #[test]
+        fn protocol_matches_the_model(limit in 0usize..=SPARES_MAX, ops in proptest::collection::vec(op(), 0..200)) {
+            let mut vp: VpCore<u32, u32> = VpCore::new(0, limit).unwrap();
+            let caps = (vp.spares.capacity(), vp.detached.capacity(), vp.pending.capacity());
+            let mut roles: BTreeMap<u32, Role> = BTreeMap::new();
+            roles.insert(0, Role::Carrier);
+            let mut carrier = 0u32;
+            let mut queue: VecDeque<u32> = VecDeque::new();
+            let mut next = 1u32;
+            for op in ops {
+                let count = |r: Role, roles: &BTreeMap<u32, Role>| roles.values().filter(|&&x| x == r).count();
+                match op {
+                    Op::Block => {
+                        let spare = roles.iter().find(|(_, &r)| r == Role::Spare).map(|(&t, _)| t);
+                        let room = count(Role::Detached, &roles) + queue.len() < limit;
+                        let got = vp.on_block(carrier);
+                        match spare {
+                            Some(_) if room => {
+                                let s = got.expect("a spare and room: an upcall");
+                                prop_assert_eq!(roles.get(&s), Some(&Role::Spare));
+                                roles.insert(carrier, Role::Detached);
+                                roles.insert(s, Role::Carrier);
+                                carrier = s;
+                            }
+                            _ => prop_assert_eq!(got, None),
+                        }
+                    }
+                    Op::Unblock(i, idle) => {
+                        let detached: Vec<u32> = roles.iter().filter(|(_, &r)| r == Role::Detached).map(|(&t, _)| t).collect();
+                        if detached.is_empty() {
+                            prop_assert_eq!(vp.on_unblock(99_999, 0, idle), Unblock::NotDetached);
+                            continue;
+                        }
+                        let t = detached[i % detached.len()];
+                        match vp.on_unblock(t, t, idle) {
+                            Unblock::TakeOver { parked } => {
+                                prop_assert!(idle);
+                                prop_assert_eq!(parked, carrier);
+                                roles.insert(parked, Role::Spare);
+                                roles.insert(t, Role::Carrier);
+                                carrier = t;
+                            }
+                            Unblock::Queued => {
+                                prop_assert!(!idle);
+                                roles.insert(t, Role::Spare);
+                                queue.push_back(t);
+                            }
+                            Unblock::NotDetached => prop_assert!(false, "a detached thread"),
+                        }
+                    }
+                    Op::Take => {
+                        let want = queue.pop_front();
+                        let got = vp.take().map(|e| { assert_eq!(e.token, e.regs); e.token });
+                        prop_assert_eq!(got, want);
+                    }
+                    Op::AddSpare => {
+                        let fits = count(Role::Spare, &roles) + count(Role::Detached, &roles) < limit;
+                        prop_assert_eq!(vp.add_spare(next), fits);
+                        if fits {
+                            roles.insert(next, Role::Spare);
+                        }
+                        next += 1;
+                    }
+                    Op::RemoveSpare => {
+                        if let Some(t) = vp.remove_spare() {
+                            prop_assert_eq!(roles.remove(&t), Some(Role::Spare));
+                        } else {
+                            prop_assert_eq!(count(Role::Spare, &roles), 0);
+                        }
+                    }
+                    Op::End(i) => {
+                        let others: Vec<u32> = roles.keys().copied().filter(|&t| t != carrier).collect();
+                        if let Some(&t) = others.get(i % others.len().max(1)) {
+                            let role = roles.remove(&t);
+                            prop_assert_eq!(vp.forget(t), role);
+                        }
+                    }
+                }
+                // The two agree, and the bounds hold.
+                prop_assert_eq!(vp.carrier(), carrier);
+                for (&t, &r) in &roles {
+                    prop_assert_eq!(vp.role(t), Some(r));
+                }
+                let (s, d, p) = vp.counts();
+                prop_assert_eq!((s, d, p), (count(Role::Spare, &roles), count(Role::Detached, &roles), queue.len()));
+                prop_assert!(d + p <= limit);
+                prop_assert_eq!(vp.members().count(), s + d);
+                prop_assert_eq!((vp.spares.capacity(), vp.detached.capacity(), vp.pending.capacity()), caps);
+            }
+        }
+    }
+}
