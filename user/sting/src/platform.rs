@@ -4,10 +4,9 @@
 //! On Baton (`target_os = "none"`) these are `baton-rt`'s threads and `wait`/`wake`; on
 //! the host, where the runtime's logic is tested, they are `std` threads and a short sleep.
 //!
-//! Today each virtual processor is one kernel thread, so a user-level thread that blocks in
-//! the kernel (a system call that waits) blocks its whole virtual processor. The kernel's
-//! virtual-processor upcalls (Block and Unblock) are what will change that: this module
-//! is where the runtime will take them.
+//! Each virtual processor is one kernel thread, so a user-level thread that blocks in the
+//! kernel (a system call that waits) blocks its whole virtual processor, unless the runtime
+//! runs with the kernel's Block and Unblock upcalls (`crate::upcall`).
 
 use core::sync::atomic::AtomicU32;
 
