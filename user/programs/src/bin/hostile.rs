@@ -2824,7 +2824,9 @@ fn g_vproc(c: &mut Ctx) {
             "vp_create at {at:#x}"
         );
     }
-    let bad: [(&str, fn(&mut VpConfig), Error); 9] = [
+    /// A bad configuration: what it is, how it is made from a good one, its error.
+    type Bad = (&'static str, fn(&mut VpConfig), Error);
+    let bad: [Bad; 9] = [
         ("entry 0", |v| v.entry = 0, Error::BadAddress),
         (
             "entry in the kernel",
