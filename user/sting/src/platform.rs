@@ -59,6 +59,18 @@ pub fn unpark(word: &AtomicU32) {
 #[cfg(not(target_os = "none"))]
 pub fn unpark(_word: &AtomicU32) {}
 
+/// How many CPUs the machine has (at least 1).
+#[cfg(target_os = "none")]
+pub fn cpus() -> usize {
+    baton_rt::sys::stats().map_or(1, |s| s.cpus.max(1) as usize)
+}
+
+/// How many CPUs the host has (at least 1).
+#[cfg(not(target_os = "none"))]
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Gives the CPU to another kernel thread (a spinner's last resort).
 #[cfg(target_os = "none")]
 pub fn relax_hard() {

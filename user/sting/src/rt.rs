@@ -1097,6 +1097,12 @@ impl Config {
         Config::mixed(&alloc::vec![kind; vps.max(1)])
     }
 
+    /// One virtual processor per CPU of the machine (the default the paper's virtual
+    /// machines use: one per physical processor), each with a policy of `kind`.
+    pub fn per_cpu(kind: Kind) -> Config {
+        Config::new(platform::cpus(), kind)
+    }
+
     /// One virtual processor per entry, with that policy.
     pub fn mixed(kinds: &[Kind]) -> Config {
         let mut policies: Vec<Box<dyn Policy<Runnable>>> =

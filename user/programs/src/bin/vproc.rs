@@ -96,6 +96,7 @@ fn run() -> Result<(), Failed> {
     kernel_receive(port, q)?;
     exhaustion(port, q)?;
     two_processors(port, q)?;
+    per_cpu_sleepers()?;
     let _ = request(q, 0, 0);
     let _ = cap_drop(q);
     let _ = cap_drop(port);
@@ -392,6 +393,40 @@ fn two_processors(port: u64, q: u64) -> Result<(), Failed> {
     check!(
         st.kernel_blocks >= 2 && st.kernel_unblocks == st.kernel_blocks,
         "each block was an upcall and came back ({} blocks, {} unblocks)",
+        st.kernel_blocks,
+        st.kernel_unblocks
+    );
+    Ok(())
+}
+
+/// The default configuration, one virtual processor per CPU (work stealing), with four
+/// threads per processor that sleep in the kernel: each sleep is a Block upcall where a
+/// spare is free and comes back, and every thread resumes with `sleep`'s result.
+fn per_cpu_sleepers() -> Result<(), Failed> {
+    let config = Config::per_cpu(Kind::WorkStealing).kernel_upcalls(2);
+    let (results, st) = sting::run(config, || {
+        let n = 4 * sting::vp_count();
+        let sleepers: alloc::vec::Vec<_> = (0..n)
+            .map(|i| {
+                sting::fork_on(i % sting::vp_count(), || {
+                    baton_rt::sys::sleep_ns(20_000_000)
+                })
+            })
+            .collect();
+        let ok = sleepers
+            .iter()
+            .filter(|t| matches!(t.value(), Ok(Ok(()))))
+            .count();
+        (ok, n, sting::vp_count())
+    });
+    let (ok, n, vps) = results;
+    println!(
+        "{vps} processors, {ok} of {n} sleepers resumed; kernel blocks {}, unblocks {}",
+        st.kernel_blocks, st.kernel_unblocks
+    );
+    check!(
+        ok == n && st.kernel_blocks >= vps as u64 && st.kernel_unblocks == st.kernel_blocks,
+        "one processor per CPU ({vps}): every sleeper resumed with its result, and each Block upcall came back as an Unblock ({} blocks, {} unblocks)",
         st.kernel_blocks,
         st.kernel_unblocks
     );
