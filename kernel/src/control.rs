@@ -427,7 +427,7 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         // A fault (or a call rewound: `crate::pager::after_call`) waiting for a pager: the
         // access is made again when the thread goes on.
         Blocked::PageIn { .. } => point == Some(Resume::UserReturn),
-        Blocked::ProcessModel | Blocked::Suspended | Blocked::Unstarted => false,
+        Blocked::ProcessModel | Blocked::Suspended | Blocked::Unstarted | Blocked::VpSpare => false,
     };
     if !cut_short || th.below.len() != p.index || th.stack.is_some() {
         return false;

@@ -80,6 +80,10 @@ pub struct Hooks {
     /// A user-mode page fault of thread `t` at (`addr`, CPU error code): `Ok` when the page
     /// is now mapped and the thread resumes, else the fault class for the exception.
     pub page_fault: fn(&mut Kernel, ThreadId, u64, u64) -> Result<(), u64>,
+    /// The running thread `t`, which belongs to a virtual processor (`Thread::vp`), has
+    /// just been marked blocked on `why` and is about to leave its CPU: its processor may
+    /// go on with a spare thread, made ready at the front of this CPU's run queue.
+    pub vp_blocking: fn(&mut Kernel, ThreadId, Blocked),
 }
 
 /// The hooks before [`install`]: nothing to do.
@@ -103,6 +107,7 @@ const NONE: Hooks = Hooks {
     map_program: |_, _, _| Err(baton_abi::Error::NotSupported),
     space_freed: |_, _| {},
     page_fault: |_, _, _, _| Err(0),
+    vp_blocking: |_, _, _| {},
 };
 
 static HOOKS: spin::Once<Hooks> = spin::Once::new();

@@ -135,6 +135,7 @@ fn blocked_of(th: &Thread) -> (u64, u64, u64) {
                 Blocked::StateWait { target } => (BLOCKED_STATE_WAIT, target.0),
                 Blocked::PageIn { offset, .. } => (BLOCKED_PAGE_IN, offset),
                 Blocked::Unstarted => (BLOCKED_UNSTARTED, 0),
+                Blocked::VpSpare => (BLOCKED_VP_SPARE, 0),
             };
             (THREAD_BLOCKED, kind, on)
         }

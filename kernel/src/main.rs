@@ -33,6 +33,7 @@ mod taskmake;
 mod thread;
 mod trace;
 mod vm;
+mod vproc;
 
 use crate::arch::serial::kprintln;
 use arch::paging::{self, phys_to_virt};
@@ -140,6 +141,7 @@ fn install_families() {
             control::suspended_sub(suspended);
             exception::release(k, th.exc_port, th.exc_reply);
             kobject::destroy(k, th.kport);
+            vproc::thread_freed(k, th);
         },
         task_ending: |k, id, kport| {
             // No call migrates into the task any more, and its activations' ports die; so
@@ -162,6 +164,7 @@ fn install_families() {
             device::task_released(k, id);
             extension::task_released(k, id);
             taskmake::task_released(k, id);
+            vproc::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -179,13 +182,17 @@ fn install_families() {
         },
         exception: exception::raise,
         floor_interrupted: floor::interrupt,
-        before_user: control::stop_if_suspended,
+        before_user: |k| {
+            control::stop_if_suspended(k);
+            vproc::before_user(k);
+        },
         grant_host_priv: kobject::grant_host_priv,
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
         map_program: taskmake::map_program,
         space_freed: vm::space_freed,
         page_fault: pager::page_fault,
+        vp_blocking: vproc::on_block,
     });
     pager::init();
 }

@@ -212,6 +212,10 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
             None => Error::InvalidArgument.to_raw(),
         },
         Sys::ActReturn => crate::activation::sys_act_return(k, cur).to_raw(),
+        Sys::VpWait => match task_of.0 {
+            Some(task) => crate::vproc::sys_vp_wait(k, cur, task, args),
+            None => Error::InvalidArgument.to_raw(),
+        },
         other => match k.syscall(task_of.0, other, args) {
             Ok(v) => v,
             Err(e) => e.to_raw(),
@@ -524,7 +528,11 @@ impl Kernel {
             | Sys::IpcMsg
             | Sys::ActReturn
             | Sys::HostShutdown
+            | Sys::VpWait
             | Sys::Null => Err(Error::InvalidArgument),
+            Sys::VpCreate | Sys::VpSpares | Sys::VpTake | Sys::VpDestroy => {
+                crate::vproc::sys(self, id, call, args)
+            }
         };
         if let Err(Error::BadAddress) = result {
             // Rate-limited, and written after the lock is released (`klog`).

@@ -71,6 +71,9 @@ pub enum Blocked {
     /// The first thread of a task being made (`task_init_thread`), until the task is
     /// started (`task_start`) or ended.
     Unstarted,
+    /// A spare kernel thread of a virtual processor, parked until a block of its carrier
+    /// needs it (the virtual-processor family's, `crate::vproc`).
+    VpSpare,
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
@@ -219,6 +222,9 @@ pub struct Thread {
     pub ctl: kern::activation::ActState,
     /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
     pub state_waiters: alloc::vec::Vec<ThreadId>,
+    /// It belongs to a virtual processor (its carrier, a spare, or blocked with an upcall
+    /// given): [`block_until`] tells the virtual-processor family when it blocks.
+    pub vp: bool,
 }
 
 /// The thread running on this CPU, through the per-CPU pointer (`gdt::current_thread`): one
@@ -276,6 +282,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
@@ -308,6 +315,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             cpu_tsc: 0,
@@ -677,6 +685,10 @@ pub fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
     if let Some(t) = k.threads.get_mut(cur) {
         t.state = ThreadState::Blocked(why);
         t.timer = timer;
+        if t.vp {
+            // Its virtual processor may go on with a spare thread (a Block upcall).
+            (crate::family::hooks().vp_blocking)(k, cur, why);
+        }
     }
 }
 

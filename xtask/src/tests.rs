@@ -1212,6 +1212,45 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Virtual processors with Block and Unblock upcalls (Sting's kernel half): bad
+        // registrations, a sting thread blocked in a receive another task satisfies while
+        // its processor runs the others, pool exhaustion, a child killed with threads
+        // blocked and spares parked.
+        name: "vproc_smp1",
+        init: &["vproc"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        require: &["vproc#1| TEST PASS vproc"],
+        exits: &[("vproc_child", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        // Virtual processors with Block and Unblock upcalls (Sting's kernel half): bad
+        // registrations, a sting thread blocked in a receive another task satisfies while
+        // its processor runs the others, pool exhaustion, a child killed with threads
+        // blocked and spares parked.
+        name: "vproc_smp2",
+        init: &["vproc"],
+        smp: 2,
+        timeout: Duration::from_secs(120),
+        require: &["vproc#1| TEST PASS vproc"],
+        exits: &[("vproc_child", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        // Virtual processors with Block and Unblock upcalls (Sting's kernel half): bad
+        // registrations, a sting thread blocked in a receive another task satisfies while
+        // its processor runs the others, pool exhaustion, a child killed with threads
+        // blocked and spares parked.
+        name: "vproc_smp4",
+        init: &["vproc"],
+        smp: 4,
+        timeout: Duration::from_secs(180),
+        require: &["vproc#1| TEST PASS vproc"],
+        exits: &[("vproc_child", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
         // The runtime's heap through `alloc`: Vec, String, Box, BTreeMap, reuse of freed
         // memory, pages given back, two threads at once, allocations that must fail.
         name: "heap_smp1",

@@ -115,6 +115,8 @@ pub const BLOCKED_PAGE_IN: u64 = 8;
 /// The first thread of a task being made, not started yet (`task_start`).
 pub const BLOCKED_UNSTARTED: u64 = 9;
 
+/// A spare kernel thread of a virtual processor, parked.
+pub const BLOCKED_VP_SPARE: u64 = 10;
 /// The name of a `BLOCKED_*` value.
 pub const fn blocked_name(b: u64) -> &'static str {
     match b {
@@ -128,6 +130,7 @@ pub const fn blocked_name(b: u64) -> &'static str {
         BLOCKED_STATE_WAIT => "state wait",
         BLOCKED_PAGE_IN => "page in",
         BLOCKED_UNSTARTED => "unstarted",
+        BLOCKED_VP_SPARE => "spare",
         _ => "?",
     }
 }

@@ -421,6 +421,30 @@ pub enum Sys {
     /// continuing from the call: the caller gets a send right to the child's task port,
     /// the child's thread 0.
     TaskFork = 124,
+    /// `vp_create(*const VpConfig) -> vp`: makes the calling thread the carrier of a new
+    /// virtual processor of its task, entered through upcalls as [`vproc`] describes.
+    /// [`Error::BadAddress`] for an entry, stack or mailbox that is not user memory (the
+    /// upcall stack's top page and the mailbox must be mapped writable),
+    /// [`Error::InvalidArgument`] for a stack smaller than [`vproc::UPCALL_STACK_MIN`] or
+    /// misaligned words, [`Error::Busy`] when the thread carries one already or belongs to
+    /// one, [`Error::NoSpace`] past [`vproc::VPS_PER_TASK_MAX`], [`Error::NoMemory`].
+    VpCreate = 130,
+    /// `vp_spares(vp, n) -> n`: gives the virtual processor `n` (at most
+    /// [`vproc::SPARES_MAX`]) spare kernel threads, made or ended as needed (charged as
+    /// threads of the task); fewer only when more are in use.
+    VpSpares = 131,
+    /// `vp_wait(addr, expected, timeout_ns) -> 0`: by the carrier, when its runtime is
+    /// idle: as `wait`, but a queued Unblock event is delivered at once as an upcall (the
+    /// call's context is then in the event's `stopped`, returning 0), and so is one that
+    /// completes while it waits.
+    VpWait = 132,
+    /// `vp_take(buf, max) -> count`: moves up to `max` (at most [`vproc::TAKE_MAX`]) queued
+    /// Unblock events of the calling thread's virtual processor into `buf` as
+    /// [`vproc::VpEvent`]s.
+    VpTake = 133,
+    /// `vp_destroy(vp) -> 0`: ends the virtual processor: its spares end, and threads
+    /// blocked with an upcall given end when they would resume. Also when its carrier ends.
+    VpDestroy = 134,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -451,6 +475,7 @@ pub mod pager;
 pub mod spin;
 pub mod start;
 pub mod vm;
+pub mod vproc;
 
 /// `set_affinity` value: the thread may run on any CPU (the default).
 pub const CPU_ANY: u64 = u64::MAX;
@@ -738,6 +763,11 @@ impl Sys {
             122 => Sys::TaskInitThread,
             123 => Sys::TaskStart,
             124 => Sys::TaskFork,
+            130 => Sys::VpCreate,
+            131 => Sys::VpSpares,
+            132 => Sys::VpWait,
+            133 => Sys::VpTake,
+            134 => Sys::VpDestroy,
             _ => return None,
         })
     }
@@ -1031,6 +1061,11 @@ mod tests {
         for n in 70..79 {
             assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
         }
+        assert_eq!(Sys::from_raw(129), None);
+        for n in 130..135 {
+            assert_eq!(Sys::from_raw(n).map(|s| s as u64), Some(n));
+        }
+        assert_eq!(Sys::from_raw(135), None);
         assert_eq!(Sys::from_raw(u64::MAX), None);
     }
 }

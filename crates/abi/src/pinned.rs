@@ -43,6 +43,15 @@ fn call_and_message_numbers() {
         (NOTIFY_SEND_ONCE, 0xffff_0000_0000_0003),
         (NOTIFY_INTERRUPT, 0xffff_0000_0000_0004),
         (EXC_RAISE, 0xffff_0000_0000_0100),
+        (Sys::VpCreate as u64, 130),
+        (Sys::VpSpares as u64, 131),
+        (Sys::VpWait as u64, 132),
+        (Sys::VpTake as u64, 133),
+        (Sys::VpDestroy as u64, 134),
+        (crate::vproc::VP_BLOCK, 1),
+        (crate::vproc::VP_UNBLOCK, 2),
+        (crate::vproc::VP_EVENT_SIZE as u64, 328),
+        (crate::vproc::VP_CONFIG_SIZE as u64, 56),
     ];
     for (i, &(value, want)) in pinned.iter().enumerate() {
         assert_eq!(value, want, "entry {i}");

@@ -50,5 +50,8 @@ pub mod usercopy;
 /// Accent's virtual memory, machine-independent: memory objects, address maps,
 /// copy-on-write, fault decisions (`docs/vm.md`).
 pub mod vm;
+/// Virtual processors with Block and Unblock upcalls (Sting's kernel support,
+/// `docs/sting.md`).
+pub mod vproc;
 pub mod waiters;
 pub mod waitq;

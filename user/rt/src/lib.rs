@@ -85,6 +85,7 @@ pub mod sys;
 pub mod task;
 pub mod thread;
 pub mod vm;
+pub mod vproc;
 
 mod panic;
 

@@ -65,6 +65,7 @@ mod spin;
 pub mod state;
 pub mod sync;
 pub mod thread;
+mod upcall;
 
 #[cfg(test)]
 mod proptests;

@@ -4,20 +4,22 @@
 //! On Baton (`target_os = "none"`) these are `baton-rt`'s threads and `wait`/`wake`; on
 //! the host, where the runtime's logic is tested, they are `std` threads and a short sleep.
 //!
-//! Today each virtual processor is one kernel thread, so a user-level thread that blocks in
-//! the kernel (a system call that waits) blocks its whole virtual processor. The kernel's
-//! virtual-processor upcalls (Block and Unblock) are what will change that: this module
-//! is where the runtime will take them.
+//! Each virtual processor is one kernel thread, so a user-level thread that blocks in the
+//! kernel (a system call that waits) blocks its whole virtual processor, unless the runtime
+//! runs with the kernel's Block and Unblock upcalls (`crate::upcall`).
 
 use core::sync::atomic::AtomicU32;
 
-/// Starts a virtual processor: a kernel thread running `f(arg)`.
+/// Starts a virtual processor: a kernel thread running `f(arg)`, after telling `stack`
+/// the range of its stack.
 #[cfg(target_os = "none")]
-pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
+pub fn spawn_vp(f: fn(u64), arg: u64, stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     /// Bytes of each virtual processor's own stack (its scheduler loop and idle wait).
     const VP_STACK: usize = 16 * 1024;
     // A kernel thread's stack is never given back (baton-rt's rule): leak it.
     let stack = alloc::boxed::Box::leak(alloc::vec![0u8; VP_STACK].into_boxed_slice());
+    let lo = stack.as_ptr() as usize;
+    stack_range(lo, lo + stack.len());
     baton_rt::thread::spawn(stack, f, arg)
         .map(|_| ())
         .map_err(|_| ())
@@ -25,7 +27,7 @@ pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
 
 /// Starts a virtual processor: a `std` thread running `f(arg)`.
 #[cfg(not(target_os = "none"))]
-pub fn spawn_vp(f: fn(u64), arg: u64) -> Result<(), ()> {
+pub fn spawn_vp(f: fn(u64), arg: u64, _stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     std::thread::Builder::new()
         .spawn(move || f(arg))
         .map(|_| ())
@@ -56,6 +58,18 @@ pub fn unpark(word: &AtomicU32) {
 /// Wakes a virtual processor parked on `word` (the host's park polls: nothing to do).
 #[cfg(not(target_os = "none"))]
 pub fn unpark(_word: &AtomicU32) {}
+
+/// How many CPUs the machine has (at least 1).
+#[cfg(target_os = "none")]
+pub fn cpus() -> usize {
+    baton_rt::sys::stats().map_or(1, |s| s.cpus.max(1) as usize)
+}
+
+/// How many CPUs the host has (at least 1).
+#[cfg(not(target_os = "none"))]
+pub fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
 
 /// Gives the CPU to another kernel thread (a spinner's last resort).
 #[cfg(target_os = "none")]

@@ -89,6 +89,9 @@ pub(crate) struct Tcb {
     thread: Cell<*const Core>,
     /// The virtual processor running this TCB (set by whoever switches to it).
     vp: Cell<*const Vp>,
+    /// The next TCB on its virtual processor's list of TCBs whose kernel call completed
+    /// (`VpLocal::kfirst`).
+    link: Cell<*mut Tcb>,
 }
 
 /// A TCB pointer that may sit in the pools (which the runtime shares between threads).
@@ -121,6 +124,7 @@ impl Tcb {
                 running: AtomicBool::new(false),
                 thread: Cell::new(ptr::null()),
                 vp: Cell::new(ptr::null()),
+                link: Cell::new(ptr::null_mut()),
             })
         };
         p
@@ -553,6 +557,8 @@ struct Counters {
     migrations: AtomicU64,
     spilled: AtomicU64,
     refills: AtomicU64,
+    kernel_blocks: AtomicU64,
+    kernel_unblocks: AtomicU64,
 }
 
 /// Adds one to a counter only its virtual processor writes (a plain load and store).
@@ -571,6 +577,11 @@ struct VpLocal {
     recycle: bool,
     /// Free TCBs, LIFO.
     pool: pool::Local<TcbPtr>,
+    /// TCBs whose kernel call completed, oldest first (linked through `Tcb::link`): each
+    /// resumes, from a frame the Unblock laid on its stack, before any queued thread.
+    kfirst: *mut Tcb,
+    /// The newest of them.
+    klast: *mut Tcb,
 }
 
 /// A virtual processor.
@@ -587,6 +598,19 @@ pub(crate) struct Vp {
     local: UnsafeCell<VpLocal>,
     /// Its counters.
     counters: Counters,
+    /// Whether it runs with the kernel's Block and Unblock upcalls.
+    pub(crate) upcalls: bool,
+    /// Unblock events queued in the kernel (the mailbox the kernel writes).
+    pub(crate) kpending: AtomicU64,
+    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    /// The kernel's id of this virtual processor (0 until made).
+    pub(crate) kvp: AtomicU64,
+    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    /// How many spare kernel threads it asks for.
+    pub(crate) spares: u64,
+    /// Its scheduler's stack (`[lo, hi)`; both 0 for the first processor's, which is the
+    /// program's initial stack).
+    pub(crate) sched_stack: (AtomicUsize, AtomicUsize),
 }
 
 // SAFETY: `local` is touched only by the virtual processor's own kernel thread (the
@@ -632,8 +656,14 @@ impl Vp {
         }
     }
 
-    /// The next thread to run: from the policy, else stolen if the policy steals.
+    /// The next thread to run: a thread whose kernel call completed, else from the
+    /// policy, else stolen if the policy steals.
     fn next_runnable(&self) -> Option<Next> {
+        if self.upcalls {
+            if let Some(tcb) = self.kernel_next() {
+                return Some(Next::Resume(tcb));
+            }
+        }
         loop {
             let popped = self.ready.lock().next();
             let t = match popped {
@@ -743,6 +773,9 @@ impl Vp {
     /// The scheduler loop, on the virtual processor's own kernel thread, until shutdown.
     fn schedule_loop(&self) {
         let rt = runtime();
+        if self.upcalls {
+            crate::upcall::register(self);
+        }
         while !rt.shutdown.load(Acquire) {
             match self.next_runnable() {
                 Some(next) => {
@@ -757,6 +790,76 @@ impl Vp {
         }
     }
 
+    /// The oldest TCB whose kernel call completed, after taking the events the kernel
+    /// queued (the mailbox says how many).
+    #[cold]
+    fn kernel_next(&self) -> Option<*mut Tcb> {
+        if self.kpending.load(Relaxed) != 0 {
+            crate::upcall::take_events(self);
+        }
+        // SAFETY: we are on this virtual processor's carrier.
+        let local = unsafe { self.local() };
+        let tcb = local.kfirst;
+        if tcb.is_null() {
+            return None;
+        }
+        // SAFETY: a listed TCB is alive and ours until resumed.
+        local.kfirst = unsafe { (*tcb).link.replace(ptr::null_mut()) };
+        if local.kfirst.is_null() {
+            local.klast = ptr::null_mut();
+        }
+        Some(tcb)
+    }
+
+    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    /// A thread of this virtual processor that blocked in the kernel (on the TCB whose
+    /// stack `regs.rsp` is in) may go on with `regs` (its call's result in `rax`): a frame
+    /// on its stack makes [`switch_to`] resume it with those registers, and it is listed
+    /// to run before the queued threads.
+    ///
+    /// # Safety
+    /// On this virtual processor's carrier; `regs` are the registers the kernel gave back
+    /// for a thread that blocked here.
+    pub(crate) unsafe fn kernel_unblocked(&self, regs: &crate::arch::UserRegs) {
+        let tcb = (regs.rsp as usize & !(STACK_SIZE - 1)) as *mut Tcb;
+        // SAFETY: the stack pointer of a blocked sting thread lies in its TCB block.
+        if unsafe { (*tcb).magic } != MAGIC {
+            not_a_sting_thread();
+        }
+        // SAFETY: the TCB is blocked in the kernel: nothing runs on it, and the stack
+        // below its saved `rsp` is free.
+        unsafe {
+            *(*tcb).sp.get() = crate::arch::prepare_resume(regs);
+            (*tcb).running.store(false, Release);
+        }
+        bump(&self.counters.kernel_unblocks);
+        // SAFETY: our carrier.
+        let local = unsafe { self.local() };
+        if local.klast.is_null() {
+            local.kfirst = tcb;
+        } else {
+            // SAFETY: a listed TCB is alive.
+            unsafe { (*local.klast).link.set(tcb) };
+        }
+        local.klast = tcb;
+    }
+
+    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    /// Counts a Block upcall.
+    pub(crate) fn kernel_blocked(&self) {
+        bump(&self.counters.kernel_blocks);
+    }
+
+    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    /// The scheduler loop's saved context (valid while a thread runs).
+    ///
+    /// # Safety
+    /// On this virtual processor's carrier.
+    pub(crate) unsafe fn sched_sp(&self) -> usize {
+        // SAFETY: the caller's promise.
+        unsafe { self.local().sched_sp }
+    }
+
     /// Parks until there may be work.
     fn idle_wait(&self) {
         let rt = runtime();
@@ -767,7 +870,11 @@ impl Vp {
         fence(SeqCst);
         let empty = self.ready.lock().is_empty();
         if empty && !rt.shutdown.load(Acquire) && !(self.steals && rt.work_elsewhere(self.id)) {
-            platform::park(&self.idle, 1, IDLE_PARK_NS);
+            if self.upcalls {
+                crate::upcall::park(self, &self.idle, 1, IDLE_PARK_NS);
+            } else {
+                platform::park(&self.idle, 1, IDLE_PARK_NS);
+            }
         }
         self.idle.store(0, Relaxed);
         if self.steals {
@@ -980,12 +1087,20 @@ pub struct Config {
     policies: Vec<Box<dyn Policy<Runnable>>>,
     /// Every local pool's thresholds.
     thresholds: Thresholds,
+    /// Spare kernel threads per virtual processor for the kernel's upcalls (0: none).
+    upcalls: u64,
 }
 
 impl Config {
     /// `vps` virtual processors (at least one), each with a policy of `kind`.
     pub fn new(vps: usize, kind: Kind) -> Config {
         Config::mixed(&alloc::vec![kind; vps.max(1)])
+    }
+
+    /// One virtual processor per CPU of the machine (the default the paper's virtual
+    /// machines use: one per physical processor), each with a policy of `kind`.
+    pub fn per_cpu(kind: Kind) -> Config {
+        Config::new(platform::cpus(), kind)
     }
 
     /// One virtual processor per entry, with that policy.
@@ -998,6 +1113,7 @@ impl Config {
         Config {
             policies,
             thresholds: Thresholds::DEFAULT,
+            upcalls: 0,
         }
     }
 
@@ -1006,6 +1122,16 @@ impl Config {
         if let Some(slot) = self.policies.get_mut(vp) {
             *slot = policy;
         }
+        self
+    }
+
+    /// Runs every virtual processor with the kernel's Block and Unblock upcalls and
+    /// `spares` spare kernel threads (at most 8; 0 turns them off): a thread that blocks in
+    /// the kernel then leaves its virtual processor to the others (`docs/sting.md`, "The
+    /// kernel half"). Only on Baton, and only for a runtime started from the program's
+    /// first thread; on the host it changes nothing.
+    pub fn kernel_upcalls(mut self, spares: u64) -> Config {
+        self.upcalls = spares;
         self
     }
 
@@ -1046,6 +1172,11 @@ pub struct Stats {
     pub spilled: u64,
     /// Refills of an empty local pool from the global pool.
     pub refills: u64,
+    /// Threads that blocked in the kernel while their virtual processor went on (Block
+    /// upcalls; [`Config::kernel_upcalls`]).
+    pub kernel_blocks: u64,
+    /// Their kernel calls that completed and came back (Unblock upcalls and events).
+    pub kernel_unblocks: u64,
 }
 
 impl Stats {
@@ -1066,6 +1197,8 @@ impl Stats {
             migrations: c.migrations.load(Relaxed),
             spilled: c.spilled.load(Relaxed),
             refills: c.refills.load(Relaxed),
+            kernel_blocks: c.kernel_blocks.load(Relaxed),
+            kernel_unblocks: c.kernel_unblocks.load(Relaxed),
         }
     }
 
@@ -1085,6 +1218,8 @@ impl Stats {
             migrations: self.migrations + o.migrations,
             spilled: self.spilled + o.spilled,
             refills: self.refills + o.refills,
+            kernel_blocks: self.kernel_blocks + o.kernel_blocks,
+            kernel_unblocks: self.kernel_unblocks + o.kernel_unblocks,
         }
     }
 }
@@ -1121,6 +1256,7 @@ fn vp_main(arg: u64) {
     let rt = runtime();
     if let Some(vp) = rt.vps.get(arg as usize) {
         vp.schedule_loop();
+        crate::upcall::unregister(vp);
     }
     rt.exited.fetch_add(1, Release);
 }
@@ -1152,8 +1288,15 @@ where
                 prev: ptr::null_mut(),
                 recycle: false,
                 pool: pool::Local::new(config.thresholds),
+                kfirst: ptr::null_mut(),
+                klast: ptr::null_mut(),
             }),
             counters: Counters::default(),
+            upcalls: cfg!(target_os = "none") && config.upcalls > 0,
+            kpending: AtomicU64::new(0),
+            kvp: AtomicU64::new(0),
+            spares: config.upcalls,
+            sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
         })
         .collect();
     let n = vps.len();
@@ -1193,11 +1336,18 @@ where
     let ticket = handle.core().ctl.lock().enqueue();
     vp0.push(handle.clone(), ticket);
     for i in 1..n {
-        if platform::spawn_vp(vp_main, i as u64).is_err() {
+        let started = platform::spawn_vp(vp_main, i as u64, |lo, hi| {
+            if let Some(vp) = rtr.vps.get(i) {
+                vp.sched_stack.0.store(lo, Relaxed);
+                vp.sched_stack.1.store(hi, Relaxed);
+            }
+        });
+        if started.is_err() {
             panic!("sting: cannot start virtual processor {i}");
         }
     }
     vp0.schedule_loop();
+    crate::upcall::unregister(vp0);
     while (rtr.exited.load(Acquire) as usize) < n - 1 {
         platform::park(&rtr.exited, rtr.exited.load(Acquire), IDLE_PARK_NS);
         platform::relax_hard();
@@ -1575,4 +1725,15 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
         }
         None => false,
     }
+}
+
+#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+/// Called first by a thread resumed after its kernel call completed (from the frame
+/// `prepare_resume` laid): finishes the switch that resumed it; returns `regs`.
+pub(crate) extern "C" fn kernel_resumed(
+    regs: *const crate::arch::UserRegs,
+) -> *const crate::arch::UserRegs {
+    let (vp, _) = here();
+    vp.finish_switch();
+    regs
 }

@@ -1136,6 +1136,79 @@ fn sting_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The id of `vproc_peer`'s messages.
+const PEER_ID: u64 = 0x7670_0001;
+
+/// Sends `vproc_peer` (through `q`) a request for `count` messages after `delay` ns.
+fn peer_request(q: u64, delay: u64, count: u64) -> Result<(), baton_rt::Error> {
+    let mut buf = [0u8; HEADER_SIZE + 16];
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: (HEADER_SIZE + 16) as u32,
+        dest: q,
+        id: 1,
+        ..MsgHeader::default()
+    };
+    buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    buf[HEADER_SIZE..HEADER_SIZE + 8].copy_from_slice(&delay.to_le_bytes());
+    buf[HEADER_SIZE + 8..].copy_from_slice(&count.to_le_bytes());
+    msg_buf(&mut buf, MSG_SEND, 0, FOREVER)
+}
+
+/// Receives a message on `port` into a buffer of the caller's; its id and reply right.
+fn peer_receive(port: u64) -> Result<(u64, u64), baton_rt::Error> {
+    let mut buf = [0u8; HEADER_SIZE + 16];
+    msg_buf(&mut buf, MSG_RECEIVE, port, FOREVER)?;
+    let h = MsgHeader::from_bytes(&buf).ok_or(baton_rt::Error::BadFormat)?;
+    Ok((h.id, h.reply))
+}
+
+/// `sting.kernel_block`: Sting's kernel half. On one virtual processor with upcalls, the
+/// main thread A blocks in a kernel receive; the Block upcall lets the processor run B,
+/// which asks another task (`vproc_peer`) for a message and ends; the processor, idle,
+/// waits in `vp_wait`; the peer's message wakes A's kernel thread, which takes the
+/// processor over with an Unblock upcall, and the runtime resumes A. From A's timestamp
+/// before its receive to A's after it returned.
+fn sting_kernel_block() -> Result<(), Failed> {
+    let port = port_allocate(0).map_err(|e| fail!("port_allocate: {}", e.name()))?;
+    spawn_with("vproc_peer", port).map_err(|e| fail!("spawn vproc_peer: {}", e.name()))?;
+    let q = match peer_receive(port) {
+        Ok((PEER_ID, q)) if q != 0 => q,
+        other => return Err(fail!("vproc_peer's hello: {other:?}")),
+    };
+    clear_samples();
+    let before = read_stats()?;
+    let config = sting::Config::new(1, sting::Kind::Fifo).kernel_upcalls(2);
+    let (ok, st) = sting::run(config, move || {
+        let mut ok = true;
+        for w in 0..TOTAL {
+            let b = sting::fork(move || {
+                let _ = peer_request(q, 0, 1);
+            });
+            let t0 = rdtsc_ordered();
+            let got = peer_receive(port);
+            let t1 = rdtsc_ordered();
+            ok &= matches!(got, Ok((PEER_ID, _)));
+            b.wait();
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+        ok
+    });
+    let after = read_stats()?;
+    let _ = peer_request(q, 0, 0);
+    let _ = cap_drop(q);
+    let _ = cap_drop(port);
+    if !ok || st.kernel_blocks < TOTAL as u64 {
+        return Err(fail!(
+            "sting.kernel_block: results {ok}, {} Block upcalls for {TOTAL} receives",
+            st.kernel_blocks
+        ));
+    }
+    report("sting.kernel_block", &SAMPLES);
+    report_stats("sting.kernel_block", &before, &after);
+    Ok(())
+}
+
 /// The WebAssembly extension (`extensions/null_syscall`), built by `cargo xtask build`.
 static NULL_SYSCALL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -1750,6 +1823,7 @@ fn run_all() -> Result<(), Failed> {
     create_exit("thread.create_exit", &CHILD_STACKS, threads)?;
     frag_create_exit(threads)?;
     sting_benchmarks()?;
+    sting_kernel_block()?;
     vm_benchmarks()?;
     ool_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("ipc.ool: {e}"))?;
     wait_threads_gone(threads)?;

@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 18] = [
+const GROUPS: [Group; 19] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -143,6 +143,7 @@ const GROUPS: [Group; 18] = [
     group("a reply port with a full queue", g_full_reply, true),
     group("memory-object calls with garbage", g_memobj, false),
     group("task-creation calls with garbage", g_task_calls, false),
+    group("virtual-processor calls with garbage", g_vproc, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -3258,4 +3259,189 @@ fn g_memobj(c: &mut Ctx) {
         c.drop_names(&[ro]);
     }
     c.drop_names(&[obj, p, ps, so, dead, me]);
+}
+
+/// An upcall entry for the virtual processors below, which never get an upcall (their
+/// carrier, this thread, blocks in nothing but `vp_wait` while it carries one).
+extern "C" fn vp_never(_ev: u64, _kind: u64, _cookie: u64) -> ! {
+    println!("TEST FAIL hostile: an upcall that should not have come");
+    baton_rt::sys::exit(1)
+}
+
+/// The virtual-processor calls (`vp_create`, `vp_spares`, `vp_take`, `vp_wait`,
+/// `vp_destroy`) with bad configurations, ids, counts, buffers and words; a processor made
+/// with spares and ended leaves no thread behind (the group's counts).
+fn g_vproc(c: &mut Ctx) {
+    use baton_abi::vproc::{VpConfig, SPARES_MAX, TAKE_MAX, UPCALL_STACK_MIN};
+    use baton_rt::vproc::{
+        vp_create, vp_create_raw, vp_destroy, vp_spares, vp_take_raw, vp_wait_raw,
+    };
+    let stack = [0u8; 2 * UPCALL_STACK_MIN as usize + 16];
+    let lo = (core::hint::black_box(&stack).as_ptr() as u64 + 15) & !15;
+    let good = VpConfig {
+        entry: vp_never as *const () as u64,
+        upcall_lo: lo,
+        upcall_hi: lo + 2 * UPCALL_STACK_MIN,
+        ..VpConfig::default()
+    };
+    for at in [0, 1, KERNEL_ADDRESS, u64::MAX, USER_MIN - 8] {
+        expect!(
+            c,
+            vp_create_raw(at),
+            Err(Error::BadAddress),
+            "vp_create at {at:#x}"
+        );
+    }
+    /// A bad configuration: what it is, how it is made from a good one, its error.
+    type Bad = (&'static str, fn(&mut VpConfig), Error);
+    let bad: [Bad; 9] = [
+        ("entry 0", |v| v.entry = 0, Error::BadAddress),
+        (
+            "entry in the kernel",
+            |v| v.entry = KERNEL_ADDRESS,
+            Error::BadAddress,
+        ),
+        ("entry u64::MAX", |v| v.entry = u64::MAX, Error::BadAddress),
+        (
+            "stack misaligned",
+            |v| v.upcall_hi -= 1,
+            Error::InvalidArgument,
+        ),
+        (
+            "stack reversed",
+            |v| core::mem::swap(&mut v.upcall_lo, &mut v.upcall_hi),
+            Error::BadAddress,
+        ),
+        (
+            "stack wrapping",
+            |v| {
+                v.upcall_lo = u64::MAX - 15;
+                v.upcall_hi = 16;
+            },
+            Error::BadAddress,
+        ),
+        (
+            "stack too small",
+            |v| v.upcall_lo = v.upcall_hi - 32,
+            Error::InvalidArgument,
+        ),
+        (
+            "mailbox in the kernel",
+            |v| v.mailbox = KERNEL_ADDRESS,
+            Error::BadAddress,
+        ),
+        (
+            "quiet range in the kernel",
+            |v| {
+                v.quiet_lo = KERNEL_ADDRESS;
+                v.quiet_hi = u64::MAX;
+            },
+            Error::BadAddress,
+        ),
+    ];
+    for (what, f, want) in bad {
+        let mut v = good;
+        f(&mut v);
+        expect!(c, vp_create(&v), Err(want), "vp_create with {what}");
+    }
+    for id in [0, 1, u64::MAX, 0x1_0000_0001] {
+        expect!(
+            c,
+            vp_spares(id, 1),
+            Err(Error::NotFound),
+            "vp_spares of id {id:#x}"
+        );
+        expect!(
+            c,
+            vp_destroy(id),
+            Err(Error::NotFound),
+            "vp_destroy of id {id:#x}"
+        );
+    }
+    let word = AtomicU32::new(0);
+    // SAFETY: refused before any write (the caller carries no processor).
+    let r = unsafe { vp_take_raw(KERNEL_ADDRESS, 1) };
+    expect!(
+        c,
+        r,
+        Err(Error::InvalidArgument),
+        "vp_take by a thread that carries nothing"
+    );
+    expect!(
+        c,
+        vp_wait_raw(word.as_ptr() as u64, 0, 0),
+        Err(Error::InvalidArgument),
+        "vp_wait by a thread that carries nothing"
+    );
+    let Some(vp) = expect!(c, vp_create(&good), Ok(()), "vp_create") else {
+        return;
+    };
+    expect!(
+        c,
+        vp_create(&good),
+        Err(Error::Busy),
+        "vp_create by a carrier"
+    );
+    for n in [SPARES_MAX + 1, u64::MAX, 1 << 32] {
+        expect!(
+            c,
+            vp_spares(vp, n),
+            Err(Error::InvalidArgument),
+            "vp_spares({n:#x})"
+        );
+    }
+    expect!(
+        c,
+        vp_spares(vp, SPARES_MAX),
+        Ok(()),
+        "vp_spares(SPARES_MAX)"
+    );
+    for (what, buf, max, want) in [
+        ("max past TAKE_MAX", 0, TAKE_MAX + 1, Ok(0)),
+        ("max u64::MAX", 0, u64::MAX, Ok(0)),
+        ("a kernel buffer, nothing queued", KERNEL_ADDRESS, 1, Ok(0)),
+        ("a null buffer, nothing queued", 0, TAKE_MAX, Ok(0)),
+    ] {
+        // SAFETY: nothing is queued, so nothing is written; a count is refused first.
+        let r = unsafe { vp_take_raw(buf, max) };
+        let want = if max > TAKE_MAX {
+            Err(Error::TooLarge)
+        } else {
+            want
+        };
+        match want {
+            Ok(n) => check!(c, r == Ok(n), "vp_take with {what}: {r:?}"),
+            Err(e) => check!(c, r == Err(e), "vp_take with {what}: {r:?}"),
+        };
+    }
+    for (what, addr, want) in [
+        ("a kernel word", KERNEL_ADDRESS, Error::BadAddress),
+        (
+            "a misaligned word",
+            word.as_ptr() as u64 + 2,
+            Error::InvalidArgument,
+        ),
+        ("a null word", 0, Error::BadAddress),
+    ] {
+        expect!(
+            c,
+            vp_wait_raw(addr, 0, 1000),
+            Err(want),
+            "vp_wait on {what}"
+        );
+    }
+    expect!(
+        c,
+        vp_wait_raw(word.as_ptr() as u64, 7, 1000),
+        Err(Error::WouldBlock),
+        "vp_wait on a changed word"
+    );
+    expect!(c, vp_destroy(vp), Ok(()), "vp_destroy");
+    expect!(c, vp_destroy(vp), Err(Error::NotFound), "vp_destroy twice");
+    expect!(
+        c,
+        vp_spares(vp, 1),
+        Err(Error::NotFound),
+        "vp_spares of a destroyed processor"
+    );
 }

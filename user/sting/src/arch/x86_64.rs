@@ -8,6 +8,9 @@
 //! kernel gives user programs hardware floating point, [`switch`] must save and restore
 //! both (two instructions each way).
 
+// The kernel-upcall resumption below is used only on Baton.
+#![cfg_attr(not(target_os = "none"), allow(dead_code))]
+
 use core::arch::naked_asm;
 
 /// Saves the callee-saved registers and the stack pointer of the running context into
@@ -84,4 +87,113 @@ pub fn stack_pointer() -> usize {
         core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
     };
     sp
+}
+
+/// The user registers of a thread that blocked in a system call, as the kernel gives them
+/// back with an Unblock (the layout of `baton_abi::exception::UserRegs`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[allow(missing_docs)]
+pub struct UserRegs {
+    pub rax: u64,
+    pub rbx: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rbp: u64,
+    pub r8: u64,
+    pub r9: u64,
+    pub r10: u64,
+    pub r11: u64,
+    pub r12: u64,
+    pub r13: u64,
+    pub r14: u64,
+    pub r15: u64,
+    pub rip: u64,
+    pub rsp: u64,
+    pub rflags: u64,
+}
+
+/// Bytes left untouched below a blocked thread's stack pointer (the ABI's red zone,
+/// although Baton's programs are built without one).
+const RED_ZONE: usize = 128;
+
+/// Lays out, below `regs.rsp` (less the red zone), a copy of `regs` and the frame that
+/// [`switch`] resumes as a jump into [`resume_regs`] with that copy, after the runtime's
+/// `kernel_resumed` has finished the switch; returns the stack pointer to pass to `switch`.
+///
+/// # Safety
+///
+/// `regs.rsp` must be the stack pointer of a context stopped in a system call, whose stack
+/// below it (about 300 bytes) is free and writable.
+pub unsafe fn prepare_resume(regs: &UserRegs) -> usize {
+    let copy = (regs.rsp as usize - RED_ZONE - size_of::<UserRegs>()) & !15;
+    // SAFETY: below the stopped context's stack pointer, free (the caller's promise).
+    unsafe { (copy as *mut UserRegs).write(*regs) };
+    let sp = copy - 64;
+    let frame = sp as *mut usize;
+    // Popped by `switch`: r15, r14, r13, r12 (the copy), rbx, rbp, then `ret`.
+    let words = [
+        0,
+        0,
+        0,
+        copy,
+        0,
+        0,
+        resume_trampoline as *const () as usize,
+        0,
+    ];
+    for (i, w) in words.into_iter().enumerate() {
+        // SAFETY: the 64 bytes below the copy, free as above.
+        unsafe { frame.add(i).write(w) };
+    }
+    sp
+}
+
+/// Where a context prepared by [`prepare_resume`] starts: `r12` holds the registers.
+#[unsafe(naked)]
+extern "C" fn resume_trampoline() -> ! {
+    naked_asm!(
+        "mov rdi, r12",
+        "and rsp, -16",
+        "call {finish}",
+        "mov rdi, rax",
+        "jmp {resume}",
+        finish = sym crate::rt::kernel_resumed,
+        resume = sym resume_regs,
+    )
+}
+
+/// Loads every register of `regs` but `rcx` and `r11` (which a system call clobbers) and
+/// continues at `regs.rip` on `regs.rsp`: a context stopped in a system call goes on as if
+/// the call had returned `regs.rax`.
+///
+/// # Safety
+///
+/// `regs` must be the registers the kernel gave back for a context stopped in a system
+/// call that nothing else resumes; nothing on the calling stack is used again.
+#[unsafe(naked)]
+pub unsafe extern "C" fn resume_regs(regs: *const UserRegs) -> ! {
+    naked_asm!(
+        "mov rcx, rdi",
+        "push qword ptr [rcx + 136]",
+        "popfq",
+        "mov rax, [rcx]",
+        "mov rbx, [rcx + 8]",
+        "mov rdx, [rcx + 24]",
+        "mov rsi, [rcx + 32]",
+        "mov rdi, [rcx + 40]",
+        "mov rbp, [rcx + 48]",
+        "mov r8, [rcx + 56]",
+        "mov r9, [rcx + 64]",
+        "mov r10, [rcx + 72]",
+        "mov r12, [rcx + 88]",
+        "mov r13, [rcx + 96]",
+        "mov r14, [rcx + 104]",
+        "mov r15, [rcx + 112]",
+        "mov r11, [rcx + 120]",
+        "mov rsp, [rcx + 128]",
+        "jmp r11",
+    )
 }

@@ -59,7 +59,7 @@ pub struct Class {
 }
 
 /// The call classes, in the order of their exclusion bits.
-pub const CLASSES: [Class; 12] = [
+pub const CLASSES: [Class; 13] = [
     Class { letter: 'b', what: "basic calls: null, yield, clock, stats, module_info, debug_write, sleep, wait, wake, process-model block, cpu time, priority, affinity, sched lock", weight: 12 },
     Class { letter: 'm', what: "memory: mem_map, mem_unmap, ipc_buffer_set", weight: 6 },
     Class { letter: 'p', what: "port calls: allocate, make_send, cap_drop, cap_info, notify, set_limit, exception_port_set", weight: 16 },
@@ -72,6 +72,7 @@ pub const CLASSES: [Class; 12] = [
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
     Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error and flush with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
+    Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -495,7 +496,8 @@ pub fn run(index: usize, quota: u64) -> (u64, u64, u32) {
             8 => f.newer(),
             9 => f.extensions(),
             10 => f.memobjs(),
-            _ => f.pagers(),
+            11 => f.pagers(),
+            _ => f.vprocs(),
         }
     }
     if f.reply != 0 {
@@ -1901,6 +1903,77 @@ impl Fuzzer {
                 let arg = self.edge();
                 self.sys(Sys::SpinRaise, [arg, 0, 0, 0, 0, 0]);
             }
+        }
+    }
+
+    /// Virtual processors. A processor made here is destroyed before this returns, and in
+    /// between its carrier (this thread) blocks only in `vp_wait`, which never gives a Block
+    /// upcall: so no upcall ever enters `fuzz_act_entry` through one.
+    fn vprocs(&mut self) {
+        use baton_abi::vproc::VpConfig;
+        let big = self.big();
+        let mut cfg = VpConfig {
+            entry: fuzz_act_entry as *const () as u64,
+            upcall_lo: big,
+            upcall_hi: big + 4 * PAGE,
+            quiet_lo: 0,
+            quiet_hi: 0,
+            mailbox: big + 4 * PAGE + 64,
+            cookie: self.r.next(),
+        };
+        for _ in 0..self.r.below(3) {
+            let v = if self.r.chance(50) {
+                self.edge()
+            } else {
+                self.addr()
+            };
+            match self.r.below(6) {
+                0 => cfg.entry = v,
+                1 => cfg.upcall_lo = v,
+                2 => cfg.upcall_hi = v,
+                3 => cfg.quiet_lo = v,
+                4 => cfg.quiet_hi = v,
+                _ => cfg.mailbox = v,
+            }
+        }
+        let at = if self.r.chance(10) {
+            self.addr()
+        } else {
+            core::ptr::addr_of!(cfg) as u64
+        };
+        let vp = self.sys(Sys::VpCreate, [at, 0, 0, 0, 0, 0]);
+        let made = (vp as i64) > 0;
+        for _ in 0..self.r.below(6) {
+            let id = if made && self.r.chance(80) {
+                vp
+            } else {
+                self.edge()
+            };
+            match self.r.below(4) {
+                0 => {
+                    let n = self.r.of(&[0, 1, 2, 8, 9, u64::MAX], 0);
+                    self.sys(Sys::VpSpares, [id, n, 0, 0, 0, 0]);
+                }
+                1 => {
+                    let (buf, max) = (self.addr(), self.r.of(&[0, 1, 4, 16, 17, u64::MAX], 0));
+                    self.sys(Sys::VpTake, [buf, max, 0, 0, 0, 0]);
+                }
+                2 => {
+                    let word = if self.r.chance(80) {
+                        ARENA_WORD
+                    } else {
+                        self.addr()
+                    };
+                    let (expected, ns) = (self.r.below(3), self.small_ns());
+                    self.sys(Sys::VpWait, [word, expected, ns, 0, 0, 0]);
+                }
+                _ => {
+                    self.sys(Sys::VpDestroy, [id, 0, 0, 0, 0, 0]);
+                }
+            }
+        }
+        if made {
+            self.sys(Sys::VpDestroy, [vp, 0, 0, 0, 0, 0]);
         }
     }
 

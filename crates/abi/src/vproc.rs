@@ -1,0 +1,134 @@
+//! Virtual processors with Block and Unblock upcalls (Sting's kernel support, in the shape of
+//! scheduler activations; `docs/sting.md`, "The kernel half", and `docs/abi.md`).
+//!
+//! A task makes the calling thread the *carrier* of a virtual processor
+//! ([`crate::Sys::VpCreate`]) and gives it spare kernel threads ([`crate::Sys::VpSpares`]).
+//! When the carrier blocks in the kernel (`ipc_msg` waiting to receive or to send, `wait`,
+//! `sleep`), a spare takes the processor over and enters the runtime at the upcall entry
+//! with a [`VP_BLOCK`] [`VpEvent`]; when the blocked call completes, its registers (the
+//! call's result in `rax`) come back in a [`VP_UNBLOCK`] event: as an upcall when the
+//! processor is idle in [`crate::Sys::VpWait`], else queued for [`crate::Sys::VpTake`].
+//!
+//! # The upcall
+//! The kernel writes a [`VpEvent`] at the top of the upcall stack (`upcall_hi` rounded
+//! down to 16, less the event), a zero return address below it, and enters `entry` with
+//! `rsp` pointing at that return address (so the event is 16-byte aligned, as after a
+//! call), `rdi` = the event's address, `rsi` = its kind, `rdx` = the cookie, `rflags` =
+//! interrupts on, every other register zero.
+
+use crate::exception::UserRegs;
+
+/// Upcall kind: the virtual processor's carrier blocked in the kernel; `token` names it,
+/// `regs` are its user registers at the call (`rax` the call number, `rsp` its stack).
+pub const VP_BLOCK: u64 = 1;
+/// Upcall kind (and [`crate::Sys::VpTake`] record): the call of thread `token` completed;
+/// `regs` are its user registers to resume with (`rax` the call's result, `rip` after the
+/// `syscall`; `rcx` and `r11` are the ones the instruction clobbered). With `interrupted`
+/// set (an upcall), `stopped` is the context the upcall displaced: the carrier's
+/// [`crate::Sys::VpWait`] returning 0.
+pub const VP_UNBLOCK: u64 = 2;
+
+/// Most virtual processors one task may have.
+pub const VPS_PER_TASK_MAX: usize = 16;
+/// Most spare kernel threads of one virtual processor (also the most of its threads that
+/// may be blocked with an upcall given, and of its queued events, at once).
+pub const SPARES_MAX: u64 = 8;
+/// Most events one [`crate::Sys::VpTake`] returns.
+pub const TAKE_MAX: u64 = 16;
+
+/// What [`crate::Sys::VpCreate`] reads: where the runtime is entered and with what.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VpConfig {
+    /// The upcall entry point (a user address).
+    pub entry: u64,
+    /// The upcall stack: `[upcall_lo, upcall_hi)`, at least [`UPCALL_STACK_MIN`] bytes;
+    /// its top page must be mapped writable when the upcall comes.
+    pub upcall_lo: u64,
+    /// One past its top.
+    pub upcall_hi: u64,
+    /// Another stack range (the runtime's scheduler's, `[quiet_lo, quiet_hi)`; empty for
+    /// none): a blocking call made with `rsp` in it, or in the upcall stack, gets no Block
+    /// upcall (the runtime's own waits block the processor, as without upcalls).
+    pub quiet_lo: u64,
+    /// One past its top.
+    pub quiet_hi: u64,
+    /// A user word (8-byte aligned, writable; 0 for none) where the kernel writes how many
+    /// Unblock events are queued whenever that changes.
+    pub mailbox: u64,
+    /// Passed back in `rdx` on every upcall.
+    pub cookie: u64,
+}
+
+/// Bytes of a [`VpConfig`].
+pub const VP_CONFIG_SIZE: usize = 7 * 8;
+/// Smallest upcall stack.
+pub const UPCALL_STACK_MIN: u64 = 4096;
+
+impl VpConfig {
+    /// From its words (as read from user memory).
+    pub fn from_bytes(b: &[u8; VP_CONFIG_SIZE]) -> VpConfig {
+        let w = |i: usize| {
+            let mut x = [0u8; 8];
+            if let Some(s) = b.get(i * 8..i * 8 + 8) {
+                x.copy_from_slice(s);
+            }
+            u64::from_le_bytes(x)
+        };
+        VpConfig {
+            entry: w(0),
+            upcall_lo: w(1),
+            upcall_hi: w(2),
+            quiet_lo: w(3),
+            quiet_hi: w(4),
+            mailbox: w(5),
+            cookie: w(6),
+        }
+    }
+}
+
+/// An upcall's event, and a [`crate::Sys::VpTake`] record.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VpEvent {
+    /// [`VP_BLOCK`] or [`VP_UNBLOCK`].
+    pub kind: u64,
+    /// The kernel thread that blocked (its id).
+    pub token: u64,
+    /// The virtual processor.
+    pub vp: u64,
+    /// Unblock events still queued after this one.
+    pub pending: u64,
+    /// 1 when `stopped` holds the context this upcall displaced (to resume after it).
+    pub interrupted: u64,
+    /// The blocked (or unblocked) thread's user registers.
+    pub regs: UserRegs,
+    /// The displaced context (see `interrupted`).
+    pub stopped: UserRegs,
+}
+
+/// Bytes of a [`VpEvent`].
+pub const VP_EVENT_SIZE: usize = core::mem::size_of::<VpEvent>();
+const _: () = assert!(VP_EVENT_SIZE == (5 + 2 * crate::exception::USER_REGS_WORDS) * 8);
+
+impl VpEvent {
+    /// Its bytes, as the kernel writes them.
+    pub fn to_bytes(&self) -> [u8; VP_EVENT_SIZE] {
+        let mut out = [0u8; VP_EVENT_SIZE];
+        let head = [
+            self.kind,
+            self.token,
+            self.vp,
+            self.pending,
+            self.interrupted,
+        ];
+        let words = head
+            .into_iter()
+            .chain(self.regs.to_words())
+            .chain(self.stopped.to_words());
+        for (chunk, w) in out.chunks_exact_mut(8).zip(words) {
+            chunk.copy_from_slice(&w.to_le_bytes());
+        }
+        out
+    }
+}

@@ -1,0 +1,630 @@
+//! Virtual processors with Block and Unblock upcalls: Sting's kernel support (Jagannathan
+//! and Philbin), in the shape of Anderson et al.'s scheduler activations, on Baton's
+//! continuation-based threads. `docs/sting.md` ("The kernel half") and `docs/abi.md`
+//! describe the protocol; `kern::vproc` is its state machine, tested on the host.
+//!
+//! A task makes one of its threads the *carrier* of a virtual processor (`vp_create`),
+//! which runs its user-level threads, and gives it a bounded pool of *spare* kernel threads
+//! (`vp_spares`), charged to the task as threads and parked (`Blocked::VpSpare`, no kernel
+//! stack). When the carrier blocks in the kernel (the core calls [`on_block`] through the
+//! `vp_blocking` hook), a spare takes the processor over and enters the runtime with a
+//! Block upcall, while the blocked thread (now *detached*) keeps the user-level thread's
+//! registers. When the detached thread's call completes, it reaches [`before_user`] on its
+//! way out of the kernel (the core's `before_user` hook, called while
+//! `kernel::STOPS_PENDING` counts a detached thread): there it either takes the processor
+//! over, delivering an Unblock upcall, when the carrier is idle in `vp_wait`, or queues an
+//! Unblock event for the runtime and parks as a spare.
+//!
+//! # Invariants
+//! - The family's state is reached only under the big kernel lock.
+//! - `Thread::vp` is set on a virtual processor's carrier, spares and detached threads,
+//!   and on a detached thread whose processor has gone (an *orphan*: it ends when it
+//!   would resume). Each detached or orphan thread counts one in `kernel::STOPS_PENDING`.
+//! - A spare is `Blocked(VpSpare)`, with no stack, timer or queue entry; it becomes the
+//!   carrier only with its frame rewritten as an upcall.
+//! - Nothing here allocates after `vp_create` (the lists have their room from the start),
+//!   so teardown never fails.
+
+use crate::arch::trap::TrapFrame;
+use crate::kernel::{Kernel, TaskId, STOPS_PENDING};
+use crate::thread::{self, Blocked, ThreadId, ThreadState};
+use baton_abi::exception::UserRegs;
+use baton_abi::layout::{USER_END, USER_MIN};
+use baton_abi::vproc::{
+    VpConfig, VpEvent, SPARES_MAX, TAKE_MAX, UPCALL_STACK_MIN, VPS_PER_TASK_MAX, VP_BLOCK,
+    VP_CONFIG_SIZE, VP_EVENT_SIZE, VP_UNBLOCK,
+};
+use baton_abi::{Error, Sys, FOREVER};
+use core::cell::UnsafeCell;
+use core::sync::atomic::Ordering;
+use kern::continuation::{Continuation, Resume};
+use kern::slab::{Key, Slab};
+use kern::vproc::{Role, Unblock, VpCore};
+
+/// One virtual processor.
+struct Vp {
+    /// Its task.
+    task: TaskId,
+    /// Its threads and queued events.
+    core: VpCore<ThreadId, UserRegs>,
+    /// Where the runtime is entered.
+    cfg: VpConfig,
+    /// The wait-queue key of the carrier's `vp_wait`, while it may be in one.
+    idle: Option<(TaskId, u64)>,
+    /// Its charge to the task's account.
+    _charge: kern::quota::Charge,
+}
+
+/// What a virtual processor costs its task besides its spare threads (each charged as a
+/// thread): the record and the room of its lists.
+const VP_BYTES: usize = core::mem::size_of::<Vp>()
+    + SPARES_MAX as usize
+        * (2 * core::mem::size_of::<ThreadId>()
+            + core::mem::size_of::<kern::vproc::Event<ThreadId, UserRegs>>())
+    + 64;
+
+struct State {
+    vps: Slab<Vp>,
+}
+
+struct Global(UnsafeCell<State>);
+// SAFETY: the state is only reached through `state`, whose callers hold the big kernel
+// lock, so one CPU at a time uses it.
+unsafe impl Sync for Global {}
+
+static STATE: Global = Global(UnsafeCell::new(State { vps: Slab::new() }));
+
+/// The family's state.
+///
+/// # Safety
+/// The caller holds the big kernel lock (the `&mut Kernel` it passes is the evidence) and
+/// keeps no other reference from an earlier call alive while it uses this one.
+unsafe fn state(_k: &Kernel) -> &'static mut State {
+    // SAFETY: under the lock, by the caller's contract, this is the only reference.
+    unsafe { &mut *STATE.0.get() }
+}
+
+/// The virtual processor in which `t` has a role, with the role.
+fn find(st: &State, t: ThreadId) -> Option<(Key, Role)> {
+    st.vps
+        .iter()
+        .find_map(|(key, vp)| vp.core.role(t).map(|r| (key, r)))
+}
+
+/// Whether `[lo, hi)` is a non-empty range of user addresses.
+fn user_range(lo: u64, hi: u64) -> bool {
+    USER_MIN <= lo && lo < hi && hi <= USER_END
+}
+
+/// The system calls of the family but `vp_wait` (which blocks: [`sys_vp_wait`]).
+pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u64, Error> {
+    let cur = k.current_thread();
+    match call {
+        Sys::VpCreate => create(k, cur, task, args[0]),
+        Sys::VpSpares => spares(k, task, args[0], args[1]),
+        Sys::VpTake => take(k, cur, task, args[0], args[1]),
+        Sys::VpDestroy => {
+            // SAFETY: the lock is held (we have `k`); no other reference is alive.
+            let st = unsafe { state(k) };
+            let key = Key(args[0]);
+            match st.vps.get(key) {
+                Some(vp) if vp.task == task => {
+                    destroy(k, key);
+                    Ok(0)
+                }
+                _ => Err(Error::NotFound),
+            }
+        }
+        _ => Err(Error::InvalidArgument),
+    }
+}
+
+/// `vp_create(config)`.
+fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, Error> {
+    let mut raw = [0u8; VP_CONFIG_SIZE];
+    k.copy_in(task, at, &mut raw)?;
+    let cfg = VpConfig::from_bytes(&raw);
+    // Decode: everything is checked before anything changes.
+    if !cfg.upcall_lo.is_multiple_of(16)
+        || !cfg.upcall_hi.is_multiple_of(16)
+        || !cfg.mailbox.is_multiple_of(8)
+    {
+        return Err(Error::InvalidArgument);
+    }
+    if !user_range(cfg.entry, cfg.entry.saturating_add(1))
+        || !user_range(cfg.upcall_lo, cfg.upcall_hi)
+        || (cfg.quiet_lo, cfg.quiet_hi) != (0, 0) && !user_range(cfg.quiet_lo, cfg.quiet_hi)
+    {
+        return Err(Error::BadAddress);
+    }
+    if cfg.upcall_hi - cfg.upcall_lo < UPCALL_STACK_MIN {
+        return Err(Error::InvalidArgument);
+    }
+    k.check_writable(task, frame_at(&cfg) - 8, VP_EVENT_SIZE + 8)?;
+    if cfg.mailbox != 0 {
+        k.check_writable(task, cfg.mailbox, 8)?;
+    }
+    if k.threads.get(cur).is_none_or(|t| t.vp) {
+        return Err(Error::Busy);
+    }
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    if st.vps.iter().filter(|(_, v)| v.task == task).count() >= VPS_PER_TASK_MAX {
+        return Err(Error::NoSpace);
+    }
+    let account = k
+        .tasks
+        .get(&task)
+        .ok_or(Error::InvalidArgument)?
+        .account
+        .clone();
+    let charge = crate::quota::heap(&account, VP_BYTES)?;
+    let core = VpCore::new(cur, SPARES_MAX as usize).ok_or(Error::NoMemory)?;
+    let key = st
+        .vps
+        .insert(Vp {
+            task,
+            core,
+            cfg,
+            idle: None,
+            _charge: charge,
+        })
+        .map_err(|_| Error::NoMemory)?;
+    if let Some(t) = k.threads.get_mut(cur) {
+        t.vp = true;
+    }
+    Ok(key.0)
+}
+
+/// `vp_spares(vp, n)`: makes or ends spares until the processor has `n` threads besides
+/// its carrier (as far as the detached ones allow).
+fn spares(k: &mut Kernel, task: TaskId, vp: u64, n: u64) -> Result<u64, Error> {
+    if n > SPARES_MAX {
+        return Err(Error::InvalidArgument);
+    }
+    let key = Key(vp);
+    loop {
+        // SAFETY: the lock is held; the reference ends before `k` is used below.
+        let st = unsafe { state(k) };
+        let v = st
+            .vps
+            .get_mut(key)
+            .filter(|v| v.task == task)
+            .ok_or(Error::NotFound)?;
+        let (spare, detached, _) = v.core.counts();
+        let have = (spare + detached) as u64;
+        if have > n {
+            let Some(t) = v.core.remove_spare() else {
+                return Ok(have);
+            };
+            // Not the processor's any more: it ends as an ordinary parked thread.
+            if let Some(th) = k.threads.get_mut(t) {
+                th.vp = false;
+            }
+            k.kill_thread(t);
+            continue;
+        }
+        if have == n {
+            return Ok(have);
+        }
+        let (entry, top) = (v.cfg.entry, frame_at(&v.cfg) - 8);
+        let prio = k
+            .threads
+            .get(v.core.carrier())
+            .map_or(baton_abi::PRIORITY_DEFAULT as u8, |t| t.priority);
+        let t = k.create_thread(task, TrapFrame::new_user(entry, top, 0), prio)?;
+        // Parked at once: off the run queue it was put on.
+        if let Some(th) = k.threads.get_mut(t) {
+            let (cpu, p) = (th.cpu, th.priority);
+            th.state = ThreadState::Blocked(Blocked::VpSpare);
+            th.cont = Some(Continuation::new(Resume::UserReturn));
+            th.vp = true;
+            if let Some(c) = k.cpus.get_mut(cpu) {
+                c.runq.remove(t, p);
+            }
+        }
+        // SAFETY: as above.
+        let st = unsafe { state(k) };
+        if !st.vps.get_mut(key).is_some_and(|v| v.core.add_spare(t)) {
+            if let Some(th) = k.threads.get_mut(t) {
+                th.vp = false;
+            }
+            k.kill_thread(t);
+            return Err(Error::NoSpace);
+        }
+    }
+}
+
+/// Where an upcall's event goes: the top of the upcall stack, 16-byte aligned.
+fn frame_at(cfg: &VpConfig) -> u64 {
+    (cfg.upcall_hi & !15).saturating_sub(VP_EVENT_SIZE as u64) & !15
+}
+
+/// Writes `ev` at the top of the upcall stack of `cfg` in `task` and points thread `t`'s
+/// user registers at the upcall entry. Nothing changes on an error.
+fn enter_upcall(
+    k: &mut Kernel,
+    task: TaskId,
+    t: ThreadId,
+    cfg: &VpConfig,
+    ev: &VpEvent,
+) -> Result<(), Error> {
+    let at = frame_at(cfg);
+    let mut bytes = [0u8; VP_EVENT_SIZE + 8];
+    if let Some(rest) = bytes.get_mut(8..) {
+        rest.copy_from_slice(&ev.to_bytes());
+    }
+    k.copy_out(task, at - 8, &bytes)?;
+    let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
+    let mut frame = TrapFrame::new_user(cfg.entry, at - 8, at);
+    frame.rsi = ev.kind;
+    frame.rdx = cfg.cookie;
+    *th.frame = frame;
+    Ok(())
+}
+
+/// Writes how many events are queued to the processor's mailbox (if it has one; a
+/// mailbox the task unmapped is its own loss).
+fn post(k: &mut Kernel, task: TaskId, mailbox: u64, pending: usize) {
+    if mailbox != 0 {
+        let _ = k.copy_out(task, mailbox, &(pending as u64).to_le_bytes());
+    }
+}
+
+/// The `vp_blocking` hook: the running thread `t` (of a virtual processor) blocks on
+/// `why`. When it is a carrier, blocking in a call that waits (a receive or send, `wait`,
+/// `sleep`) away from the runtime's own stacks, and a spare is free, the spare carries the
+/// processor on: it is put first in this CPU's run queue, to enter the Block upcall.
+pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
+    let waits = matches!(
+        why,
+        Blocked::Receive { .. } | Blocked::Send { .. } | Blocked::Wait { .. } | Blocked::Sleep
+    );
+    if !waits {
+        return;
+    }
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, Role::Carrier)) = find(st, t) else {
+        return;
+    };
+    let Some(vp) = st.vps.get_mut(key) else {
+        return;
+    };
+    if let (Blocked::Wait { key: w }, Some(idle)) = (why, vp.idle) {
+        if w == idle {
+            // The carrier's own `vp_wait`.
+            return;
+        }
+    }
+    let Some(th) = k.threads.get(t) else {
+        return;
+    };
+    let regs = th.frame.user_regs();
+    let cfg = vp.cfg;
+    let in_range = |lo: u64, hi: u64| lo <= regs.rsp && regs.rsp < hi;
+    if in_range(cfg.upcall_lo, cfg.upcall_hi) || in_range(cfg.quiet_lo, cfg.quiet_hi) {
+        return;
+    }
+    let Some(spare) = vp.core.on_block(t) else {
+        return;
+    };
+    let ev = VpEvent {
+        kind: VP_BLOCK,
+        token: t.0,
+        vp: key.0,
+        pending: vp.core.counts().2 as u64,
+        interrupted: 0,
+        regs,
+        stopped: UserRegs::default(),
+    };
+    let task = vp.task;
+    if enter_upcall(k, task, spare, &cfg, &ev).is_err() {
+        // The upcall stack is gone: undo, and `t` blocks as an ordinary thread.
+        // SAFETY: as above (the earlier reference is no longer used).
+        let st = unsafe { state(k) };
+        if let Some(vp) = st.vps.get_mut(key) {
+            let _ = vp.core.on_unblock(t, regs, true);
+        }
+        return;
+    }
+    STOPS_PENDING.fetch_add(1, Ordering::Relaxed);
+    let cpu = crate::arch::gdt::this_cpu();
+    if let Some(s) = k.threads.get_mut(spare) {
+        s.state = ThreadState::Ready;
+        s.cont = Some(Continuation::new(Resume::UserReturn));
+        if !s.pinned {
+            s.cpu = cpu;
+        }
+        let (home, prio) = (s.cpu, s.priority);
+        if let Some(c) = k.cpus.get_mut(home) {
+            c.runq.push_front(spare, prio);
+        }
+        if home != cpu {
+            crate::kernel::poke_cpu(k, home, prio);
+        }
+    }
+}
+
+/// Part of the `before_user` hook: the running thread, about to return to user mode, may
+/// be a detached thread whose call completed. It takes its processor over with an Unblock
+/// upcall when the carrier is idle in `vp_wait`, else queues its event and parks as a
+/// spare. An orphan (its processor gone) ends.
+pub fn before_user(k: &mut Kernel) {
+    let cur = k.current_thread();
+    let Some(th) = k.threads.get(cur) else {
+        return;
+    };
+    if !th.vp {
+        return;
+    }
+    let regs = th.frame.user_regs();
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, role)) = find(st, cur) else {
+        // An orphan: its processor ended while it was blocked.
+        thread::thread_terminate_current(k);
+    };
+    if role != Role::Detached {
+        return;
+    }
+    let Some(vp) = st.vps.get_mut(key) else {
+        return;
+    };
+    let carrier = vp.core.carrier();
+    let idle = vp.idle.filter(|&w| {
+        k.threads
+            .get(carrier)
+            .is_some_and(|c| c.state == ThreadState::Blocked(Blocked::Wait { key: w }))
+    });
+    let (task, cfg) = (vp.task, vp.cfg);
+    match vp.core.on_unblock(cur, regs, idle.is_some()) {
+        Unblock::NotDetached => {}
+        Unblock::TakeOver { parked } => {
+            STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
+            vp.idle = None;
+            let pending = vp.core.counts().2 as u64;
+            let mut stopped = UserRegs::default();
+            if let Some(w) = idle {
+                k.waits.remove(w, parked);
+            }
+            if let Some(p) = k.threads.get_mut(parked) {
+                p.state = ThreadState::Blocked(Blocked::VpSpare);
+                p.cont = Some(Continuation::new(Resume::UserReturn));
+                stopped = p.frame.user_regs();
+                stopped.rax = 0;
+                if let Some(timer) = p.timer.take() {
+                    k.timers.cancel(timer);
+                }
+            }
+            let ev = VpEvent {
+                kind: VP_UNBLOCK,
+                token: cur.0,
+                vp: key.0,
+                pending,
+                interrupted: 1,
+                regs,
+                stopped,
+            };
+            if enter_upcall(k, task, cur, &cfg, &ev).is_err() {
+                k.report(format_args!(
+                    "killed: the upcall stack of virtual processor {} is not writable",
+                    key.0
+                ));
+                k.end_task(task, crate::kernel::Ending::Killed);
+                thread::thread_terminate_current(k);
+            }
+        }
+        Unblock::Queued => {
+            STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
+            let pending = vp.core.counts().2;
+            post(k, task, cfg.mailbox, pending);
+            if let Some(th) = k.threads.get_mut(cur) {
+                th.state = ThreadState::Blocked(Blocked::VpSpare);
+            }
+            k.stats.blocks_internal += 1;
+            thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+        }
+    }
+}
+
+/// `vp_wait(addr, expected, timeout)` by the carrier `cur`: a queued event is delivered
+/// at once as an Unblock upcall; otherwise the carrier waits as in `wait`, marked idle,
+/// so that a thread whose call completes meanwhile takes the processor over. Returns the
+/// result to write, or does not return.
+pub fn sys_vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) -> u64 {
+    match vp_wait(k, cur, task, args) {
+        Ok(v) => v,
+        Err(e) => e.to_raw(),
+    }
+}
+
+fn vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) -> Result<u64, Error> {
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, Role::Carrier)) = find(st, cur) else {
+        return Err(Error::InvalidArgument);
+    };
+    let vp = st.vps.get_mut(key).ok_or(Error::InvalidArgument)?;
+    let cfg = vp.cfg;
+    if let Some(ev) = vp.core.take() {
+        let pending = vp.core.counts().2;
+        let mut stopped = k
+            .threads
+            .get(cur)
+            .map(|t| t.frame.user_regs())
+            .unwrap_or_default();
+        stopped.rax = 0;
+        let event = VpEvent {
+            kind: VP_UNBLOCK,
+            token: ev.token.0,
+            vp: key.0,
+            pending: pending as u64,
+            interrupted: 1,
+            regs: ev.regs,
+            stopped,
+        };
+        post(k, task, cfg.mailbox, pending);
+        if let Err(e) = enter_upcall(k, task, cur, &cfg, &event) {
+            // Not delivered: the event goes back (first), the call fails.
+            // SAFETY: as above (the earlier reference is no longer used).
+            let st = unsafe { state(k) };
+            if let Some(vp) = st.vps.get_mut(key) {
+                vp.core.requeue_front(ev);
+            }
+            return Err(e);
+        }
+        crate::kernel::finish_entry(k, false, None)
+    }
+    let (addr, expected) = (args[0], args[1]);
+    if !addr.is_multiple_of(4) {
+        return Err(Error::InvalidArgument);
+    }
+    let mut word = [0u8; 4];
+    k.copy_in(task, addr, &mut word)?;
+    if u64::from(u32::from_le_bytes(word)) != expected {
+        return Err(Error::WouldBlock);
+    }
+    let w = (task, addr);
+    k.waits.try_enqueue(w, cur)?;
+    // SAFETY: as above.
+    let st = unsafe { state(k) };
+    if let Some(vp) = st.vps.get_mut(key) {
+        vp.idle = Some(w);
+    }
+    let deadline = match args[2] {
+        FOREVER => None,
+        ns => Some(crate::arch::apic::now_ns().saturating_add(ns)),
+    };
+    thread::block_until(k, Blocked::Wait { key: w }, deadline);
+    k.stats.blocks_wait += 1;
+    thread::thread_block_with(k, Continuation::new(Resume::Wait))
+}
+
+/// `vp_take(buf, max)` by the carrier `cur`.
+fn take(k: &mut Kernel, cur: ThreadId, task: TaskId, buf: u64, max: u64) -> Result<u64, Error> {
+    if max > TAKE_MAX {
+        return Err(Error::TooLarge);
+    }
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, Role::Carrier)) = find(st, cur) else {
+        return Err(Error::InvalidArgument);
+    };
+    let queued = st.vps.get(key).map_or(0, |v| v.core.counts().2) as u64;
+    let n = queued.min(max);
+    if n == 0 {
+        return Ok(0);
+    }
+    k.check_writable(task, buf, n as usize * VP_EVENT_SIZE)?;
+    for i in 0..n {
+        // SAFETY: as above (re-borrowed for each event, `k` is used between).
+        let st = unsafe { state(k) };
+        let Some(vp) = st.vps.get_mut(key) else {
+            return Ok(i);
+        };
+        let Some(ev) = vp.core.take() else {
+            return Ok(i);
+        };
+        let record = VpEvent {
+            kind: VP_UNBLOCK,
+            token: ev.token.0,
+            vp: key.0,
+            pending: vp.core.counts().2 as u64,
+            interrupted: 0,
+            regs: ev.regs,
+            stopped: UserRegs::default(),
+        };
+        let at = buf + i * VP_EVENT_SIZE as u64;
+        if let Err(e) = k.copy_out(task, at, &record.to_bytes()) {
+            // SAFETY: as above.
+            let st = unsafe { state(k) };
+            if let Some(vp) = st.vps.get_mut(key) {
+                vp.core.requeue_front(ev);
+            }
+            return if i == 0 { Err(e) } else { Ok(i) };
+        }
+    }
+    // SAFETY: as above.
+    let st = unsafe { state(k) };
+    let (pending, mailbox) = st
+        .vps
+        .get(key)
+        .map_or((0, 0), |v| (v.core.counts().2, v.cfg.mailbox));
+    post(k, task, mailbox, pending);
+    Ok(n)
+}
+
+/// Ends virtual processor `key`: its spares end; its carrier goes on as an ordinary
+/// thread; its detached threads become orphans, which end when they would resume.
+/// Allocates nothing.
+fn destroy(k: &mut Kernel, key: Key) {
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some(vp) = st.vps.remove(key) else {
+        return;
+    };
+    let mut spares = [Key(0); SPARES_MAX as usize];
+    let mut n = 0;
+    for (t, role) in vp.core.members() {
+        if role == Role::Spare {
+            if let Some(slot) = spares.get_mut(n) {
+                *slot = t;
+                n += 1;
+            }
+        }
+    }
+    if let Some(c) = k.threads.get_mut(vp.core.carrier()) {
+        c.vp = false;
+    }
+    drop(vp);
+    for &t in spares.iter().take(n) {
+        if let Some(th) = k.threads.get_mut(t) {
+            th.vp = false;
+        }
+        k.kill_thread(t);
+    }
+}
+
+/// Part of the `thread_freed` hook: thread `th` is gone. A carrier's end ends its
+/// processor; a spare or detached thread leaves it; a detached one (or an orphan) no
+/// longer counts in `STOPS_PENDING`.
+pub fn thread_freed(k: &mut Kernel, th: &crate::thread::Thread) {
+    if !th.vp {
+        return;
+    }
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    match find(st, th.id) {
+        Some((key, Role::Carrier)) => destroy(k, key),
+        Some((key, role)) => {
+            if let Some(vp) = st.vps.get_mut(key) {
+                vp.core.forget(th.id);
+            }
+            if role == Role::Detached {
+                STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        None => {
+            STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Part of the `task_released` hook: no virtual processor of task `id` is left (its
+/// threads are gone, and each carrier's end removed its processor; this is the net).
+pub fn task_released(k: &mut Kernel, id: TaskId) {
+    loop {
+        // SAFETY: the lock is held (we have `k`); no other reference is alive.
+        let st = unsafe { state(k) };
+        let Some(key) = st
+            .vps
+            .iter()
+            .find(|(_, v)| v.task == id)
+            .map(|(key, _)| key)
+        else {
+            return;
+        };
+        destroy(k, key);
+    }
+}

@@ -1,0 +1,177 @@
+//! The runtime's side of the kernel's virtual-processor upcalls (`docs/sting.md`, "The
+//! kernel half"): each virtual processor registers with the kernel when it starts, takes
+//! Block and Unblock upcalls on a stack of its own, and parks with `vp_wait` when idle.
+//!
+//! - **Block**: the thread running on the virtual processor blocked in the kernel; the
+//!   kernel goes on with a spare kernel thread, which enters [`upcall_entry`]. The blocked
+//!   thread's TCB stays as it is (its thread is still "running", in the kernel), and the
+//!   upcall resumes the scheduler loop's context, which runs the next thread.
+//! - **Unblock**: the call completed: the thread's registers (the result in `rax`) come
+//!   back, and a frame laid on its stack lets the scheduler resume it like any other TCB,
+//!   before the queued threads. An upcall delivered while the processor waited in
+//!   `vp_wait` then resumes that wait (it returns 0); events queued while the processor was
+//!   busy are taken at its next scheduling decision (`kpending`, the mailbox).
+//!
+//! On the host there is no kernel below: everything here does nothing.
+
+use crate::rt::Vp;
+use core::sync::atomic::AtomicU32;
+
+#[cfg(target_os = "none")]
+mod imp {
+    use super::*;
+    use crate::arch::{self, UserRegs};
+    use crate::rt::runtime;
+    use baton_abi::vproc::{VpConfig, VpEvent, VP_BLOCK, VP_UNBLOCK};
+    use baton_rt::vproc as sys;
+    use core::sync::atomic::Ordering::Relaxed;
+
+    /// Bytes of each virtual processor's upcall stack.
+    const UPCALL_STACK: usize = 16 * 1024;
+
+    /// The kernel's registers as the runtime's.
+    fn regs_of(r: &baton_abi::exception::UserRegs) -> UserRegs {
+        UserRegs {
+            rax: r.rax,
+            rbx: r.rbx,
+            rcx: r.rcx,
+            rdx: r.rdx,
+            rsi: r.rsi,
+            rdi: r.rdi,
+            rbp: r.rbp,
+            r8: r.r8,
+            r9: r.r9,
+            r10: r.r10,
+            r11: r.r11,
+            r12: r.r12,
+            r13: r.r13,
+            r14: r.r14,
+            r15: r.r15,
+            rip: r.rip,
+            rsp: r.rsp,
+            rflags: r.rflags,
+        }
+    }
+
+    /// Makes the calling kernel thread the carrier of `vp` in the kernel, with its spares.
+    /// Without the kernel's support (an error) the processor runs as before: a blocking
+    /// call then blocks it.
+    pub(crate) fn register(vp: &Vp) {
+        // Never given back, like a virtual processor's own stack (baton-rt's rule for
+        // kernel threads' stacks): a late upcall must still find it.
+        let stack = alloc::boxed::Box::leak(alloc::vec![0u8; UPCALL_STACK].into_boxed_slice());
+        let lo = (stack.as_ptr() as u64 + 15) & !15;
+        let hi = (stack.as_ptr() as u64 + UPCALL_STACK as u64) & !15;
+        let (quiet_lo, quiet_hi) = match (
+            vp.sched_stack.0.load(Relaxed),
+            vp.sched_stack.1.load(Relaxed),
+        ) {
+            (0, 0) => {
+                // The first processor's scheduler runs on the program's initial stack.
+                use baton_abi::layout::{USER_STACK_SIZE, USER_STACK_TOP};
+                (USER_STACK_TOP - USER_STACK_SIZE, USER_STACK_TOP)
+            }
+            (l, h) => (l as u64, h as u64),
+        };
+        let cfg = VpConfig {
+            entry: upcall_entry as *const () as u64,
+            upcall_lo: lo,
+            upcall_hi: hi,
+            quiet_lo,
+            quiet_hi,
+            mailbox: vp.kpending.as_ptr() as u64,
+            cookie: vp.id as u64,
+        };
+        if let Ok(id) = sys::vp_create(&cfg) {
+            vp.kvp.store(id, Relaxed);
+            let _ = sys::vp_spares(id, vp.spares);
+        }
+    }
+
+    /// Ends `vp`'s kernel side (its scheduler loop has returned).
+    pub(crate) fn unregister(vp: &Vp) {
+        let id = vp.kvp.swap(0, Relaxed);
+        if id != 0 {
+            let _ = sys::vp_destroy(id);
+        }
+    }
+
+    /// Takes the Unblock events the kernel queued for `vp` (its carrier calls).
+    pub(crate) fn take_events(vp: &Vp) {
+        let mut buf = [VpEvent::default(); 4];
+        loop {
+            let n = sys::vp_take(&mut buf).unwrap_or(0);
+            for ev in buf.iter().take(n) {
+                // SAFETY: we are `vp`'s carrier; the kernel gave these registers back for
+                // threads that blocked on it.
+                unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+            }
+            if n < buf.len() {
+                return;
+            }
+        }
+    }
+
+    /// Parks `vp`'s carrier while `word` holds `expected`: an Unblock comes as an upcall
+    /// meanwhile, after which this returns.
+    pub(crate) fn park(vp: &Vp, word: &AtomicU32, expected: u32, timeout_ns: u64) {
+        if vp.kvp.load(Relaxed) == 0 {
+            crate::platform::park(word, expected, timeout_ns);
+        } else {
+            let _ = sys::vp_wait(word, expected, timeout_ns);
+        }
+    }
+
+    /// Where the kernel enters the runtime (on the virtual processor's upcall stack, with
+    /// the event at `ev` and the processor's index as the cookie).
+    extern "C" fn upcall_entry(ev: *const VpEvent, _kind: u64, cookie: u64) -> ! {
+        // SAFETY: the kernel wrote the event at the top of the upcall stack, which this
+        // upcall alone uses until it leaves.
+        let ev = unsafe { &*ev };
+        let Some(vp) = runtime().vps.get(cookie as usize) else {
+            panic!("sting: an upcall for an unknown virtual processor");
+        };
+        match ev.kind {
+            VP_BLOCK => {
+                vp.kernel_blocked();
+                resume_scheduler(vp)
+            }
+            VP_UNBLOCK => {
+                // SAFETY: we are the carrier now; the registers are those of a thread of
+                // this processor that blocked in the kernel.
+                unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+                if ev.interrupted == 0 {
+                    resume_scheduler(vp)
+                }
+                let stopped = regs_of(&ev.stopped);
+                // SAFETY: `stopped` is the carrier's `vp_wait`, stopped by this upcall.
+                unsafe { arch::resume_regs(&stopped) }
+            }
+            _ => panic!("sting: an upcall of unknown kind {}", ev.kind),
+        }
+    }
+
+    /// Resumes `vp`'s scheduler loop, saved while a thread ran; the upcall's stack is
+    /// abandoned.
+    fn resume_scheduler(vp: &Vp) -> ! {
+        let mut abandoned = 0usize;
+        // SAFETY: we are the carrier; a thread was running (the one that blocked), so the
+        // scheduler loop's context is saved and nothing else resumes it.
+        unsafe { arch::switch(&mut abandoned, vp.sched_sp()) };
+        unreachable!("an upcall's context was resumed")
+    }
+}
+
+#[cfg(not(target_os = "none"))]
+mod imp {
+    use super::*;
+
+    pub(crate) fn register(_vp: &Vp) {}
+    pub(crate) fn unregister(_vp: &Vp) {}
+    pub(crate) fn take_events(_vp: &Vp) {}
+    pub(crate) fn park(_vp: &Vp, word: &AtomicU32, expected: u32, timeout_ns: u64) {
+        crate::platform::park(word, expected, timeout_ns);
+    }
+}
+
+pub(crate) use imp::*;
