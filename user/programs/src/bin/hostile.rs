@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 19] = [
+const GROUPS: [Group; 20] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
