@@ -204,6 +204,9 @@ pub struct Thread {
     pub ctl: kern::activation::ActState,
     /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
     pub state_waiters: alloc::vec::Vec<ThreadId>,
+    /// Its floating-point and vector registers' save area, made at its first use of them
+    /// (`crate::fpu`); `None` for a thread that never used them.
+    pub fpu: Option<alloc::boxed::Box<crate::fpu::FpuState>>,
 }
 
 /// The thread running on this CPU, through the per-CPU pointer (`gdt::current_thread`): one
@@ -263,6 +266,7 @@ impl Thread {
             sidetracked: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
+            fpu: None,
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,
@@ -295,6 +299,7 @@ impl Thread {
             sidetracked: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
+            fpu: None,
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,
