@@ -456,6 +456,7 @@ const TEARDOWN_REQUIRE: &[&str] = &[
 const MIGRATE_REGS_REQUIRE: &[&str] = &[
     "ok: the first call of a thread into a server finds its arguments, every other register 0",
     "ok: around every migrating call the client's registers come back as they were, none of a server's",
+    "ok: every migrating call and return clears the vector registers: the server finds them 0 at entry, the client after the return",
     "ok: after a call into another task, the next call into the reporting server finds its arguments, every other register 0",
     "ok: a repeated call into the same server finds no other task's registers",
     "ok: the same through the IPC buffer and through a buffer of the caller's own (MSG_BUF)",
