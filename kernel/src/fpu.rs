@@ -20,6 +20,8 @@
 //! calling convention), so a server never sees a client's values nor a client a server's.
 //! So one area per thread serves every activation on its stack.
 //!
+//! The decision (save, restore, `TS`) is `kern::fpu::switch_plan`, tested on the host.
+//!
 //! # Invariants
 //! - `Cpu::fpu_live` is the area of the CPU's running thread when that thread has one, and
 //!   null otherwise; `CR0.TS` is clear exactly when it is not null.
@@ -62,20 +64,23 @@ pub fn switch(c: &mut Cpu, th: &mut Thread) {
 /// [`switch`]'s work, out of line: most switches are between threads without an area.
 #[inline(never)]
 fn switch_slow(c: &mut Cpu, live: *mut Area, next: *mut Area) {
-    if !live.is_null() {
+    let plan = kern::fpu::switch_plan(!live.is_null(), !next.is_null(), false);
+    if plan.save {
         // SAFETY: `live` is the area of the thread that ran on this CPU until now (the
         // module's invariant), which is still alive (it is reaped only after this switch);
         // TS is clear because `live` is not null.
         unsafe { hw::save(&mut *live) };
     }
-    if next.is_null() {
+    if plan.set_ts {
         hw::set_ts();
-    } else {
-        if live.is_null() {
-            hw::clear_ts();
-        }
-        // SAFETY: `next` is the incoming thread's area, which holds a saved state or the
-        // initial one; TS is clear.
+    }
+    if plan.clear_ts {
+        hw::clear_ts();
+    }
+    if plan.restore {
+        // SAFETY: `next` is the incoming thread's area (not null: the plan restores only
+        // then), which holds a saved state or the initial one; TS is clear (it was, or the
+        // plan cleared it).
         unsafe { hw::restore(&*next) };
     }
     c.fpu_live = next;

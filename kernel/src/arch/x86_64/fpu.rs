@@ -28,12 +28,6 @@ const XCR0_X87: u64 = 1;
 const XCR0_SSE: u64 = 1 << 1;
 const XCR0_AVX: u64 = 1 << 2;
 
-/// MXCSR at reset and for a new thread: every exception masked, round to nearest.
-pub const MXCSR_DEFAULT: u32 = 0x1f80;
-/// x87 control word for a new thread (what `fninit` sets): every exception masked,
-/// 64-bit precision, round to nearest.
-pub const FCW_DEFAULT: u16 = 0x037f;
-
 /// How the state is saved.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
@@ -68,20 +62,11 @@ pub struct Info {
 pub struct Area(pub [u8; AREA_BYTES]);
 
 impl Area {
-    /// A save area in the initial state: x87 control word and MXCSR at their defaults,
-    /// every register zero, no component marked in use (an XRSTOR of it puts every
-    /// component in its initial state).
+    /// A save area in the initial state (`kern::fpu::initial_image`): x87 control word and
+    /// MXCSR at their defaults, every register zero, no component marked in use (an XRSTOR
+    /// of it puts every component in its initial state).
     pub const fn initial() -> Area {
-        let mut a = [0u8; AREA_BYTES];
-        let fcw = FCW_DEFAULT.to_le_bytes();
-        a[0] = fcw[0];
-        a[1] = fcw[1];
-        let mxcsr = MXCSR_DEFAULT.to_le_bytes();
-        a[24] = mxcsr[0];
-        a[25] = mxcsr[1];
-        a[26] = mxcsr[2];
-        a[27] = mxcsr[3];
-        Area(a)
+        Area(kern::fpu::initial_image())
     }
 
     /// Puts the area back in the initial state ([`Area::initial`]).
