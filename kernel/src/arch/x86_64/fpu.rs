@@ -228,11 +228,20 @@ pub fn clear_ts() {
     unsafe { asm!("clts", options(nomem, nostack, preserves_flags)) };
 }
 
-/// Sets `CR0.TS`: the next floating-point or vector instruction traps (#NM).
+/// Sets `CR0.TS`: the next floating-point or vector instruction traps (#NM). Three
+/// instructions (a read, an `or`, a write), not the `x86_64` crate's read-modify-write,
+/// which reads CR0 twice: it is on the switch path.
 #[inline(always)]
 pub fn set_ts() {
-    let mut cr0 = Cr0::read();
-    cr0.insert(Cr0Flags::TASK_SWITCHED);
-    // SAFETY: only TS changes, which makes user FP instructions trap.
-    unsafe { Cr0::write(cr0) };
+    // SAFETY: only CR0.TS (bit 3) changes, which makes user FP instructions trap; the
+    // kernel runs none.
+    unsafe {
+        asm!(
+            "mov {t}, cr0",
+            "or {t}, 8",
+            "mov cr0, {t}",
+            t = out(reg) _,
+            options(nomem, nostack)
+        );
+    }
 }
