@@ -456,6 +456,7 @@ const TEARDOWN_REQUIRE: &[&str] = &[
 const FPU_REQUIRE: &[&str] = &[
     "ok: a thread that never uses a floating-point or vector register gets no save area",
     "ok: a thread's first vector instruction makes its save area, which goes with the thread",
+    "fpu#1| ok: a new thread starts with MXCSR 0x1f80 and the x87 control word 0x037f, whatever its creator's",
     "fpu#2| TEST PASS fpu child",
     "ok: every thread of two tasks finds its vector registers, x87 stack and control words as it left them across yields and preemptions",
     "ok: the threads were preempted while holding their values",

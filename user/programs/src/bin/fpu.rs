@@ -9,6 +9,8 @@
 //! - a thread made of assembly that never touches the registers runs, yields and ends
 //!   without a save area being made (`Stats::fpu_first_uses`, `fpu_states`), while one
 //!   that executes one vector instruction gets one, which goes with it;
+//! - a new thread starts with MXCSR and the x87 control word at their defaults, though its
+//!   creator's are not;
 //! - isolation: in this task and in the child, [`WORKERS`] threads and the main thread
 //!   each load values of their own into every vector register (YMM with AVX, else XMM),
 //!   the x87 stack's top and control word and MXCSR, then, inside one assembly block, spin
@@ -265,7 +267,36 @@ fn isolate(seed: u64) -> Result<(), (u64, &'static str)> {
     Ok(())
 }
 
+/// MXCSR and the x87 control word now.
+fn control_words() -> (u32, u16) {
+    let (mut mxcsr, mut fcw) = (0u32, 0u16);
+    // SAFETY: each instruction writes the bytes of its operand, ours.
+    unsafe {
+        asm!("stmxcsr [{}]", in(reg) &mut mxcsr, options(nostack));
+        asm!("fnstcw [{}]", in(reg) &mut fcw, options(nostack));
+    }
+    (mxcsr, fcw)
+}
+
+/// Loads MXCSR and the x87 control word.
+fn set_control_words(mxcsr: u32, fcw: u16) {
+    // SAFETY: each instruction reads its operand, ours; the values used set no reserved
+    // bit and keep every exception masked.
+    unsafe {
+        asm!("ldmxcsr [{}]", in(reg) &mxcsr, options(nostack));
+        asm!("fldcw [{}]", in(reg) &fcw, options(nostack));
+    }
+}
+
+/// Workers that started with control words other than the defaults.
+static NOT_DEFAULT: AtomicU32 = AtomicU32::new(0);
+
 fn worker(seed: u64) {
+    let (mxcsr, fcw) = control_words();
+    if (mxcsr, fcw) != (0x1f80, 0x037f) {
+        println!("TEST FAIL {TEST}: thread {seed:#x} started with MXCSR {mxcsr:#x} and x87 control word {fcw:#x}");
+        NOT_DEFAULT.fetch_add(1, Ordering::Relaxed);
+    }
     if let Err((round, what)) = isolate(seed) {
         println!("TEST FAIL {TEST}: thread {seed:#x} found {what} changed after round {round}");
         FAILED.fetch_add(1, Ordering::Relaxed);
@@ -285,6 +316,10 @@ fn main(task_id: u64) -> i32 {
 /// The isolation check of task `task_id`: [`WORKERS`] threads and this one.
 fn isolation(task_id: u64) -> Result<(), Failed> {
     let seed = |i: u64| task_id << 8 | i;
+    // The workers are created while this thread's control words are not the defaults:
+    // each must start with the defaults all the same.
+    let saved = control_words();
+    set_control_words(0x1f80 | 3 << 13, 0x0c7f);
     for i in 0..WORKERS as u64 {
         let Some(stack) = STACKS.take() else {
             check!(false, "a stack for worker {i}");
@@ -292,6 +327,7 @@ fn isolation(task_id: u64) -> Result<(), Failed> {
         };
         must("spawn a worker", spawn(stack, worker, seed(i + 1)))?;
     }
+    set_control_words(saved.0, saved.1);
     let mine = isolate(seed(0));
     must(
         "wait for the workers",
@@ -304,6 +340,10 @@ fn isolation(task_id: u64) -> Result<(), Failed> {
     if FAILED.load(Ordering::Relaxed) != 0 {
         return Err(Failed);
     }
+    check!(
+        NOT_DEFAULT.load(Ordering::Relaxed) == 0,
+        "a new thread starts with MXCSR 0x1f80 and the x87 control word 0x037f, whatever its creator's"
+    );
     Ok(())
 }
 
