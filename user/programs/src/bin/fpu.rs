@@ -360,10 +360,10 @@ fn child(task_id: u64, boot: u64) -> i32 {
     i32::from(!ok)
 }
 
-/// Waits until the number of threads is `n` again (a task or thread ended).
+/// Waits until the number of threads is `n` (or fewer) again (a task or thread ended).
 fn threads_back_to(n: u64) -> Result<(), Failed> {
     for _ in 0..4000 {
-        if must("stats", stats())?.threads == n {
+        if must("stats", stats())?.threads <= n {
             return Ok(());
         }
         must("sleep", baton_rt::sleep_ns(1_000_000))?;
@@ -424,13 +424,14 @@ fn run(task_id: u64) -> Result<(), Failed> {
             &flag as *const AtomicU32 as u64,
         )
     })?;
+    // It may run on another CPU, which may take a while to start it: wait up to seconds.
     let mut seen = 0;
-    for _ in 0..1000 {
+    for _ in 0..4000 {
         seen = must("stats", stats())?.fpu_states;
         if seen > base.fpu_states {
             break;
         }
-        baton_rt::yield_now();
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
     }
     flag.store(1, Ordering::Release);
     threads_back_to(base.threads)?;
@@ -463,6 +464,8 @@ fn run(task_id: u64) -> Result<(), Failed> {
         "the threads were preempted while holding their values ({preempted} preemptions)"
     );
     must("drop", baton_rt::ipc::cap_drop(boot))?;
+    // The workers and the child (which may still be ending after its word) are gone.
+    threads_back_to(base.threads)?;
 
     // 3. No kernel memory for the save area: an exception to the task, not a panic.
     nomem()?;
