@@ -889,6 +889,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
             return true;
         };
         restore(th, saved);
+        crate::fpu::reset_saved(th);
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
         give_back(k, act, port);

@@ -137,6 +137,10 @@ pub struct Cpu {
     /// path (`exception::reply_fast`), and only then. A hint: that path checks everything
     /// again.
     pub exc_reply_hint: bool,
+    /// The save area of the running thread when it has one, whose values the CPU's
+    /// floating-point and vector registers hold; null otherwise, and then `CR0.TS` is set
+    /// (`crate::fpu`).
+    pub fpu_live: *mut crate::arch::fpu::Area,
 }
 
 /// Charges the time since the CPU `c` last charged to `old`, its running thread, which is
@@ -326,6 +330,7 @@ impl Kernel {
         if let Some(stack) = th.stack.take() {
             self.stack_free(stack);
         }
+        crate::fpu::freed(self, &th);
         (family::hooks().thread_freed)(self, &th);
         let Some(task_id) = th.task else {
             return;
@@ -976,6 +981,7 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
     if let Some(stack) = &th.stack {
         gdt::set_kernel_stack(stack.top());
     }
+    crate::fpu::switch(c, th);
     gdt::set_user_frame(
         core::ptr::addr_of!(*th.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
@@ -997,6 +1003,7 @@ pub fn switch_in_handoff(
     th.cpu = cpu;
     c.current = t;
     load_space(c, kernel_root, th);
+    crate::fpu::switch(c, th);
     gdt::set_user_frame(
         core::ptr::addr_of!(*th.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
@@ -1009,6 +1016,7 @@ pub fn switch_in_handoff(
 #[inline(always)]
 pub fn switch_activation(c: &mut Cpu, kernel_root: PhysAddr, th: &mut Thread) {
     load_space(c, kernel_root, th);
+    crate::fpu::activation_changed(c);
     gdt::set_user_frame(
         core::ptr::addr_of!(*th.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
@@ -1199,6 +1207,7 @@ fn add_cpu(k: &mut Kernel, c: usize) {
         halted: false,
         since: cpu::rdtsc(),
         exc_reply_hint: false,
+        fpu_live: core::ptr::null_mut(),
     });
 }
 
@@ -1354,6 +1363,10 @@ pub fn on_trap(frame: &mut TrapFrame) {
             }
             apic::eoi();
         }
+        // A thread's first floating-point or vector instruction (`CR0.TS` set): its save
+        // area is made and the instruction runs again; without memory for it, the trap is
+        // the thread's exception below.
+        7 if crate::fpu::first_use(k, gdt::this_cpu()).is_ok() => {}
         v if v < 32 => {
             // A thread of a task already ending (another of its threads faulted first, on
             // another CPU) just ends: the task's end is handled and reported once.

@@ -18,6 +18,7 @@ mod extension;
 mod family;
 mod fastpath;
 mod floor;
+mod fpu;
 mod heap;
 mod host;
 mod ipc;
@@ -82,7 +83,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     let mut frames = FrameAllocator::new(usable, &reserved);
     let kernel_root = paging::init(&mut frames, phys_top);
     quota::init(heap_size, frames.free_frames() as u64);
-    let features = arch::init_cpu();
+    let (features, fpu) = arch::init_cpu();
     arch::trap::set_floor_roots(kernel_root.0);
     kprintln!(
         "[kernel] memory: {} MiB RAM, {} MiB heap, {} free frames; SMEP {}, SMAP {}, PCID {}",
@@ -92,6 +93,12 @@ extern "C" fn kmain(start_info: u64) -> ! {
         on_off(features.smep),
         on_off(features.smap),
         on_off(features.pcid),
+    );
+    kprintln!(
+        "[kernel] floating point: {:?}, AVX {}, save area {} bytes",
+        fpu.mode,
+        on_off(fpu.avx),
+        fpu.size
     );
     kprintln!(
         "[kernel] TSC {} MHz, timer {} Hz",

@@ -225,6 +225,9 @@ pub struct Thread {
     /// It belongs to a virtual processor (its carrier, a spare, or blocked with an upcall
     /// given): [`block_until`] tells the virtual-processor family when it blocks.
     pub vp: bool,
+    /// Its floating-point and vector registers' save area, made at its first use of them
+    /// (`crate::fpu`); `None` for a thread that never used them.
+    pub fpu: Option<alloc::boxed::Box<crate::fpu::FpuState>>,
 }
 
 /// The thread running on this CPU, through the per-CPU pointer (`gdt::current_thread`): one
@@ -285,6 +288,7 @@ impl Thread {
             vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
+            fpu: None,
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,
@@ -318,6 +322,7 @@ impl Thread {
             vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
+            fpu: None,
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,

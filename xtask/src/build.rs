@@ -1,12 +1,12 @@
 //! Building what QEMU boots: the kernel ELF, the user programs and the initrd.
 //!
-//! The kernel and the user programs are cross-built for [`TARGET`] in release mode, each in
-//! its own target directory (`target/kernel`, `target/user`) because they need different
-//! code-generation flags, which are set through `CARGO_ENCODED_RUSTFLAGS` (this overrides any
+//! The kernel is cross-built for [`TARGET`] (soft-float) and the user programs for
+//! [`USER_TARGET`] (hard-float), in release mode, each in its own target directory
+//! (`target/kernel`, `target/user`) because they need different code-generation flags, which are set through `CARGO_ENCODED_RUSTFLAGS` (this overrides any
 //! `RUSTFLAGS` or configured flags). The kernel crate's own build script passes its linker
 //! script. Every `user/programs/src/bin/<name>.rs` is one program; the initrd holds them all.
 
-use crate::deps::{self, TARGET};
+use crate::deps::{self, TARGET, USER_TARGET};
 use crate::initrd;
 use crate::workspace::{cargo, command, root, run_checked, target_dir, Step};
 use std::fs;
@@ -17,6 +17,8 @@ use std::process::{Command, ExitCode};
 pub struct CrossBuild {
     /// The package to build.
     pub package: &'static str,
+    /// The Rust target it is built for.
+    pub target: &'static str,
     /// Its target directory, under `target/`.
     pub dir: &'static str,
     /// Code-generation flags, joined with 0x1f into `CARGO_ENCODED_RUSTFLAGS`.
@@ -31,6 +33,7 @@ pub struct CrossBuild {
 /// system call).
 pub const KERNEL: CrossBuild = CrossBuild {
     package: "baton-kernel",
+    target: TARGET,
     dir: "kernel",
     rustflags: &["-Crelocation-model=static", "-Ccode-model=kernel"],
     features: &[],
@@ -44,17 +47,31 @@ pub const KERNEL_FAULT_INJECT: CrossBuild = CrossBuild {
     ..KERNEL
 };
 
-/// The user programs: static executables.
+/// The user programs: static executables, hard-float. Built for the host's Linux target
+/// (always installed with a Rust toolchain on x86-64 Linux, and its `core` is built with
+/// SSE2) as `no_std`, `no_main` programs, linked by rust-lld rather than the C compiler,
+/// statically and with `user.ld`, so nothing of Linux but its calling convention is used;
+/// `--cfg baton` tells the crates that are also built for the host (`sting`) that they run
+/// on Baton. `baton_rt::mem` provides the memory functions that target's `core` expects
+/// from a C library.
 pub const USER: CrossBuild = CrossBuild {
     package: "baton-programs",
+    target: USER_TARGET,
     dir: "user",
-    rustflags: &["-Crelocation-model=static"],
+    rustflags: &[
+        "-Crelocation-model=static",
+        "-Ctarget-feature=+crt-static",
+        "-Clinker=rust-lld",
+        "-Clinker-flavor=ld.lld",
+        "--cfg",
+        "baton",
+    ],
     features: &[],
 };
 
 impl CrossBuild {
-    /// `cargo <subcommand> --release -p <package> --target x86_64-unknown-none` with this
-    /// build's target directory and flags.
+    /// `cargo <subcommand> --release -p <package> --target <target>` with this build's
+    /// target directory and flags.
     pub fn cargo(&self, subcommand: &str) -> Command {
         let mut cmd = cargo();
         cmd.args([
@@ -63,7 +80,7 @@ impl CrossBuild {
             "-p",
             self.package,
             "--target",
-            TARGET,
+            self.target,
         ])
         .env("CARGO_TARGET_DIR", target_dir().join(self.dir))
         .env("CARGO_ENCODED_RUSTFLAGS", self.rustflags.join("\x1f"));
@@ -75,7 +92,10 @@ impl CrossBuild {
 
     /// Where the release binaries land.
     pub fn out_dir(&self) -> PathBuf {
-        target_dir().join(self.dir).join(TARGET).join("release")
+        target_dir()
+            .join(self.dir)
+            .join(self.target)
+            .join("release")
     }
 }
 

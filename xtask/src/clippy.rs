@@ -1,6 +1,6 @@
 //! `cargo xtask clippy`: clippy with `-D warnings` on every crate, each built the way it is
 //! really built: the host crates with their tests, and the kernel and the user programs for
-//! `x86_64-unknown-none` with the same target directories and flags as [`crate::build`].
+//! their targets (`x86_64-unknown-none`, `x86_64-unknown-linux-gnu`) with the same target directories and flags as [`crate::build`].
 //! (Workspace crates these depend on, such as the user runtime, are linted with them.)
 
 use crate::build::{KERNEL, KERNEL_FAULT_INJECT, USER};

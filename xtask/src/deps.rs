@@ -1,4 +1,4 @@
-//! Installing what the commands need and is missing: the `x86_64-unknown-none` Rust target
+//! Installing what the commands need and is missing: the Rust targets (`x86_64-unknown-none`, `x86_64-unknown-linux-gnu`)
 //! (through rustup), clippy, and host programs from Debian packages (QEMU; gdb and binutils'
 //! `addr2line` for `profile`) through apt-get on Debian-like hosts ([`ensure_tool`]), and
 //! `cargo-mutants` for `mutants` through `cargo install` ([`ensure_cargo_mutants`]).
@@ -11,8 +11,13 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The Rust target of the kernel and the user programs.
+/// The Rust target of the kernel: soft-float (the kernel never touches the floating-point
+/// or vector registers, which belong to user space).
 pub const TARGET: &str = "x86_64-unknown-none";
+/// The Rust target of the user programs: hard-float (SSE2), built `no_std`, `no_main` and
+/// linked statically with rust-lld and Baton's own linker script, so nothing of Linux but
+/// the instruction set and calling convention is used (`crate::build::USER`).
+pub const USER_TARGET: &str = "x86_64-unknown-linux-gnu";
 /// The QEMU binary that boots Baton.
 pub const QEMU: &str = "qemu-system-x86_64";
 /// The Debian package that provides [`QEMU`].
@@ -20,9 +25,11 @@ const QEMU_DEB: &str = "qemu-system-x86";
 /// How to install rustup itself.
 const RUSTUP_INSTALL: &str = "curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh";
 
-/// Makes sure the active toolchain can build for [`TARGET`], adding it with rustup if needed.
+/// Makes sure the active toolchain can build for [`TARGET`] and [`USER_TARGET`], adding
+/// them with rustup if needed.
 pub fn ensure_target() -> Result<(), String> {
-    ensure_target_named(TARGET)
+    ensure_target_named(TARGET)?;
+    ensure_target_named(USER_TARGET)
 }
 
 /// Makes sure the active toolchain can build for `target` (also `wasm32-unknown-unknown`,

@@ -2,7 +2,7 @@
 //!
 //! One command per job (see [`Cmd`]; `cargo xtask help` lists them); the alias `cargo xtask` is
 //! defined in `.cargo/config.toml`. Every command first installs what it needs and is missing
-//! ([`deps`]). The kernel and the user programs are cross-built for `x86_64-unknown-none`, each
+//! ([`deps`]). The kernel and the user programs are cross-built (the kernel for `x86_64-unknown-none`, the programs hard-float for `x86_64-unknown-linux-gnu` as `no_std`), each
 //! in its own target directory, and the programs are packed into the initrd ([`build`],
 //! [`initrd`]); QEMU boots the kernel ELF directly through PVH ([`qemu`], [`run`]); `test` runs
 //! the host unit tests and then the integration tests listed in [`tests`], judging each serial

@@ -536,10 +536,25 @@ const TEARDOWN_REQUIRE: &[&str] = &[
     "teardown#1| TEST PASS teardown",
 ];
 
+/// What the `fpu` tests require: user threads' floating-point and vector registers.
+const FPU_REQUIRE: &[&str] = &[
+    "ok: a thread that never uses a floating-point or vector register gets no save area",
+    "ok: a thread's first vector instruction makes its save area, which goes with the thread",
+    "fpu#1| ok: a new thread starts with MXCSR 0x1f80 and the x87 control word 0x037f, whatever its creator's",
+    "fpu#2| TEST PASS fpu child",
+    "ok: every thread of two tasks finds its vector registers, x87 stack and control words as it left them across yields and preemptions",
+    "ok: the threads were preempted while holding their values",
+    "(fpu_nomem) killed: device not available",
+    "ok: a task with no kernel memory left for a save area is stopped by an exception at its first floating-point use",
+    "ok: the save areas are back to the baseline",
+    "fpu#1| TEST PASS fpu",
+];
+
 /// What the `migrate_regs` tests require.
 const MIGRATE_REGS_REQUIRE: &[&str] = &[
     "ok: the first call of a thread into a server finds its arguments, every other register 0",
     "ok: around every migrating call the client's registers come back as they were, none of a server's",
+    "ok: every migrating call and return clears the vector registers: the server finds them 0 at entry, the client after the return",
     "ok: after a call into another task, the next call into the reporting server finds its arguments, every other register 0",
     "ok: a repeated call into the same server finds no other task's registers",
     "ok: the same through the IPC buffer and through a buffer of the caller's own (MSG_BUF)",
@@ -936,17 +951,21 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
-        // No floating-point or vector state is kept per thread: x87 and SSE instructions
-        // trap, and the task ends, instead of one task seeing another's registers.
-        name: "fault_fpu",
-        init: &["fault_fpu", "fault_sse", "survivor"],
-        require: &[
-            "[kernel] task 1 (fault_fpu) killed: device not available",
-            "[kernel] task 2 (fault_sse) killed: invalid opcode",
-            "survivor#3| TEST PASS survivor",
-            "[kernel] task 3 (survivor) exited with code 0",
-        ],
-        exits: &[("fault_fpu", Exit::Killed), ("fault_sse", Exit::Killed)],
+        name: "fpu_smp1",
+        init: &["fpu"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        require: FPU_REQUIRE,
+        exits: &[("fpu_nomem", Exit::KilledOrCode(0))],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fpu_smp2",
+        init: &["fpu"],
+        smp: 2,
+        timeout: Duration::from_secs(120),
+        require: FPU_REQUIRE,
+        exits: &[("fpu_nomem", Exit::KilledOrCode(0))],
         ..BASE
     },
     IntegrationTest {

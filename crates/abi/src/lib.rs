@@ -583,6 +583,12 @@ pub struct Stats {
     pub frames_charged: u64,
     /// The most frames tasks may be charged together.
     pub frames_limit: u64,
+    /// Threads that have a floating-point save area now (those that used a floating-point
+    /// or vector register; the others have none).
+    pub fpu_states: u64,
+    /// Floating-point save areas made since boot (each at a thread's first use of the
+    /// registers).
+    pub fpu_first_uses: u64,
 }
 
 /// Number of `u64` fields in [`Stats`].
@@ -625,6 +631,8 @@ impl Stats {
         "kmem_limit",
         "frames_charged",
         "frames_limit",
+        "fpu_states",
+        "fpu_first_uses",
     ];
 
     /// The fields as words, in declaration order: the layout `stats` writes.
@@ -664,6 +672,8 @@ impl Stats {
             self.kmem_limit,
             self.frames_charged,
             self.frames_limit,
+            self.fpu_states,
+            self.fpu_first_uses,
         ]
     }
 }
@@ -1028,6 +1038,8 @@ mod tests {
             kmem_limit: 32,
             frames_charged: 33,
             frames_limit: 34,
+            fpu_states: 35,
+            fpu_first_uses: 36,
         };
         let words = s.to_words();
         for (i, w) in words.iter().enumerate() {
@@ -1035,7 +1047,7 @@ mod tests {
         }
         assert_eq!(Stats::FIELD_NAMES.len(), STATS_WORDS);
         assert_eq!(
-            core::mem::offset_of!(Stats, frames_limit),
+            core::mem::offset_of!(Stats, fpu_first_uses),
             8 * (STATS_WORDS - 1)
         );
     }

@@ -27,6 +27,7 @@ pub mod device;
 pub mod fallible;
 pub mod fault;
 pub mod floor;
+pub mod fpu;
 pub mod frame;
 pub mod gauge;
 pub mod idslab;

@@ -7,8 +7,8 @@
 //! `regs_server` is one program started twice: as the *dirty* server, whose activation
 //! fills every register with [`dirty`] values before `act_return`, and as the *reporting*
 //! server, whose activation replies with every register as it found it at entry
-//! ([`REGS`] words, in [`NAMES`]' order) and then fills them with [`own`] values before
-//! `act_return`. Both activations are raw `global_asm!`: no compiled code runs between the
+//! ([`REGS`] words, in [`NAMES`]' order, then the vector registers, [`VBYTES`]) and then
+//! fills them with [`own`] values before `act_return`; each fills the vector registers too. Both activations are raw `global_asm!`: no compiled code runs between the
 //! kernel's entry and the report.
 
 // Each program uses part of the protocol.
@@ -164,4 +164,40 @@ pub fn start(buf: &mut IpcBuffer, mode: u64) -> Result<(u64, Info), Error> {
     let info = Info::from_bytes(buf.data());
     baton_rt::ipc::cap_drop(boot)?;
     Ok((server, info))
+}
+
+/// Bytes of the vector part of a report, after its [`REGS`] words: the 16 vector registers
+/// at 32 bytes each (YMM with AVX; without it XMM, in each slot's low 16 bytes, the upper
+/// 16 zero).
+pub const VBYTES: usize = 512;
+/// Words of the vector part.
+pub const VWORDS: usize = VBYTES / 8;
+
+/// A vector-register pattern: 16 registers of 32 bytes, no byte zero (every register of a
+/// report must be zero, so any of these bytes that shows through is a leak).
+pub const fn vpattern(base: u8) -> [u8; VBYTES] {
+    let mut p = [0u8; VBYTES];
+    let mut i = 0;
+    while i < VBYTES {
+        p[i] = base.wrapping_add(i as u8) | 1;
+        i += 1;
+    }
+    p
+}
+
+/// Whether the AVX registers (YMM) are usable here: the CPU has AVX and the kernel
+/// enabled its state in `XCR0` (CPUID's OSXSAVE, then `xgetbv`).
+pub fn avx() -> bool {
+    // CPUID leaf 1 exists on every x86-64 processor and runs in user mode.
+    let l1 = core::arch::x86_64::__cpuid(1);
+    if l1.ecx & (1 << 27) == 0 || l1.ecx & (1 << 28) == 0 {
+        return false;
+    }
+    let (lo, _hi): (u32, u32);
+    // SAFETY: `xgetbv` with ECX 0 is valid when CPUID says OSXSAVE (checked above).
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0u32, out("eax") lo, out("edx") _hi,
+            options(nomem, nostack, preserves_flags));
+    }
+    lo & 0b110 == 0b110
 }

@@ -71,6 +71,7 @@ pub mod host;
 pub mod io;
 pub mod ipc;
 pub mod kobject;
+pub mod mem;
 pub mod memobj;
 pub mod migrate;
 pub mod names;

@@ -17,3 +17,14 @@ fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     }
     crate::sys::exit(crate::PANIC_EXIT_CODE)
 }
+
+/// The unwinder's resume entry, which the precompiled `alloc` of the programs' hard-float
+/// target names in its landing pads (that library is built to unwind). Programs abort on a
+/// panic instead (`panic = "abort"`, and the handler above ends the task), so nothing ever
+/// unwinds and this is never reached; if it were, the task ends as after a panic.
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn _Unwind_Resume(_exception: *mut u8) -> ! {
+    crate::println!("panic: unwinding is not supported");
+    crate::sys::exit(crate::PANIC_EXIT_CODE)
+}

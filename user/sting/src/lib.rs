@@ -50,7 +50,7 @@
 #![no_std]
 
 extern crate alloc;
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 extern crate std;
 
 mod arch;

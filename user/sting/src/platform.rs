@@ -1,7 +1,7 @@
 //! What the runtime needs from the system below it, in one place: starting a virtual
 //! processor (a kernel thread), parking an idle one and waking it, and giving up the CPU.
 //!
-//! On Baton (`target_os = "none"`) these are `baton-rt`'s threads and `wait`/`wake`; on
+//! On Baton (`baton`) these are `baton-rt`'s threads and `wait`/`wake`; on
 //! the host, where the runtime's logic is tested, they are `std` threads and a short sleep.
 //!
 //! Each virtual processor is one kernel thread, so a user-level thread that blocks in the
@@ -12,7 +12,7 @@ use core::sync::atomic::AtomicU32;
 
 /// Starts a virtual processor: a kernel thread running `f(arg)`, after telling `stack`
 /// the range of its stack.
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 pub fn spawn_vp(f: fn(u64), arg: u64, stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     /// Bytes of each virtual processor's own stack (its scheduler loop and idle wait).
     const VP_STACK: usize = 16 * 1024;
@@ -26,7 +26,7 @@ pub fn spawn_vp(f: fn(u64), arg: u64, stack_range: impl FnOnce(usize, usize)) ->
 }
 
 /// Starts a virtual processor: a `std` thread running `f(arg)`.
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 pub fn spawn_vp(f: fn(u64), arg: u64, _stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
     std::thread::Builder::new()
         .spawn(move || f(arg))
@@ -36,13 +36,13 @@ pub fn spawn_vp(f: fn(u64), arg: u64, _stack_range: impl FnOnce(usize, usize)) -
 
 /// Parks the calling virtual processor while `word` holds `expected`, for at most
 /// `timeout_ns` (it may return early: the caller re-checks).
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 pub fn park(word: &AtomicU32, expected: u32, timeout_ns: u64) {
     let _ = baton_rt::wait(word, expected, timeout_ns);
 }
 
 /// Parks the calling virtual processor briefly (the host's tests poll).
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 pub fn park(word: &AtomicU32, expected: u32, _timeout_ns: u64) {
     if word.load(core::sync::atomic::Ordering::Acquire) == expected {
         std::thread::sleep(std::time::Duration::from_micros(20));
@@ -50,35 +50,35 @@ pub fn park(word: &AtomicU32, expected: u32, _timeout_ns: u64) {
 }
 
 /// Wakes a virtual processor parked on `word`.
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 pub fn unpark(word: &AtomicU32) {
     let _ = baton_rt::wake(word, 1);
 }
 
 /// Wakes a virtual processor parked on `word` (the host's park polls: nothing to do).
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 pub fn unpark(_word: &AtomicU32) {}
 
 /// How many CPUs the machine has (at least 1).
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 pub fn cpus() -> usize {
     baton_rt::sys::stats().map_or(1, |s| s.cpus.max(1) as usize)
 }
 
 /// How many CPUs the host has (at least 1).
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 pub fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// Gives the CPU to another kernel thread (a spinner's last resort).
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 pub fn relax_hard() {
     baton_rt::yield_now();
 }
 
 /// Gives the CPU to another kernel thread (a spinner's last resort).
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 pub fn relax_hard() {
     std::thread::yield_now();
 }

@@ -602,10 +602,10 @@ pub(crate) struct Vp {
     pub(crate) upcalls: bool,
     /// Unblock events queued in the kernel (the mailbox the kernel writes).
     pub(crate) kpending: AtomicU64,
-    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// The kernel's id of this virtual processor (0 until made).
     pub(crate) kvp: AtomicU64,
-    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// How many spare kernel threads it asks for.
     pub(crate) spares: u64,
     /// Its scheduler's stack (`[lo, hi)`; both 0 for the first processor's, which is the
@@ -811,7 +811,7 @@ impl Vp {
         Some(tcb)
     }
 
-    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// A thread of this virtual processor that blocked in the kernel (on the TCB whose
     /// stack `regs.rsp` is in) may go on with `regs` (its call's result in `rax`): a frame
     /// on its stack makes [`switch_to`] resume it with those registers, and it is listed
@@ -844,13 +844,13 @@ impl Vp {
         local.klast = tcb;
     }
 
-    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// Counts a Block upcall.
     pub(crate) fn kernel_blocked(&self) {
         bump(&self.counters.kernel_blocks);
     }
 
-    #[cfg_attr(not(target_os = "none"), allow(dead_code))]
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// The scheduler loop's saved context (valid while a thread runs).
     ///
     /// # Safety
@@ -1292,7 +1292,7 @@ where
                 klast: ptr::null_mut(),
             }),
             counters: Counters::default(),
-            upcalls: cfg!(target_os = "none") && config.upcalls > 0,
+            upcalls: cfg!(baton) && config.upcalls > 0,
             kpending: AtomicU64::new(0),
             kvp: AtomicU64::new(0),
             spares: config.upcalls,
@@ -1727,7 +1727,7 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     }
 }
 
-#[cfg_attr(not(target_os = "none"), allow(dead_code))]
+#[cfg_attr(not(baton), allow(dead_code))]
 /// Called first by a thread resumed after its kernel call completed (from the frame
 /// `prepare_resume` laid): finishes the switch that resumed it; returns `regs`.
 pub(crate) extern "C" fn kernel_resumed(

@@ -47,3 +47,50 @@ fn suspend() {
         scenario("suspend", vps);
     }
 }
+
+/// `mxcsr` now.
+fn mxcsr() -> u32 {
+    let mut v = 0u32;
+    // SAFETY: `stmxcsr` writes the four bytes of `v`.
+    unsafe { core::arch::asm!("stmxcsr [{}]", in(reg) &mut v, options(nostack)) };
+    v
+}
+
+/// Sets `mxcsr` (every exception stays masked in the values used here).
+fn set_mxcsr(v: u32) {
+    // SAFETY: `ldmxcsr` reads the four bytes of `v`; the values used set no reserved bit.
+    unsafe { core::arch::asm!("ldmxcsr [{}]", in(reg) &v, options(nostack)) };
+}
+
+/// The context switch keeps `mxcsr` (callee-saved in the ABI) per thread: a thread that
+/// changes its rounding mode and switches away finds it again, and a thread started
+/// meanwhile starts with the default.
+#[test]
+fn control_words_are_per_thread() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    const TOWARD_ZERO: u32 = 0x1f80 | 3 << 13;
+    let ((a, b), _) = crate::run(crate::Config::new(1, crate::Kind::Fifo), || {
+        let gate = alloc::sync::Arc::new(core::sync::atomic::AtomicBool::new(false));
+        let g = gate.clone();
+        let a = crate::fork(move || {
+            set_mxcsr(TOWARD_ZERO);
+            while !g.load(core::sync::atomic::Ordering::SeqCst) {
+                crate::yield_now();
+            }
+            let mine = mxcsr();
+            set_mxcsr(0x1f80);
+            mine
+        });
+        let b = crate::fork(move || {
+            let seen = mxcsr();
+            gate.store(true, core::sync::atomic::Ordering::SeqCst);
+            seen
+        });
+        (*a.value().unwrap_or(&0), *b.value().unwrap_or(&0))
+    });
+    assert_eq!(a, TOWARD_ZERO, "the thread that changed its rounding mode");
+    assert_eq!(
+        b, 0x1f80,
+        "a thread started while another had changed its rounding mode"
+    );
+}

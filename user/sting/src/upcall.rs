@@ -17,7 +17,7 @@
 use crate::rt::Vp;
 use core::sync::atomic::AtomicU32;
 
-#[cfg(target_os = "none")]
+#[cfg(baton)]
 mod imp {
     use super::*;
     use crate::arch::{self, UserRegs};
@@ -162,7 +162,7 @@ mod imp {
     }
 }
 
-#[cfg(not(target_os = "none"))]
+#[cfg(not(baton))]
 mod imp {
     use super::*;
 

@@ -3,7 +3,7 @@
 use core::arch::asm;
 use core::arch::x86_64::__cpuid_count;
 use core::sync::atomic::{AtomicBool, Ordering};
-use x86_64::registers::control::{Cr0, Cr0Flags, Cr4, Cr4Flags};
+use x86_64::registers::control::{Cr4, Cr4Flags};
 use x86_64::registers::model_specific::Msr;
 
 /// Whether CR4.PCIDE is on (address spaces carry a PCID and switches keep TLB entries).
@@ -20,8 +20,8 @@ pub struct Features {
     pub pcid: bool,
 }
 
-/// Detects and enables SMEP, SMAP, PCID and global pages where the CPU has them, and makes
-/// every x87, MMX and SSE instruction trap (no such state is kept per thread).
+/// Detects and enables SMEP, SMAP, PCID and global pages where the CPU has them (the
+/// floating-point and vector registers are `arch::fpu`'s).
 pub fn init_features() -> Features {
     // CPUID leaves 1 and 7 exist on every x86-64 processor.
     let (l1, l7) = (__cpuid_count(1, 0), __cpuid_count(7, 0));
@@ -30,20 +30,8 @@ pub fn init_features() -> Features {
         smap: l7.ebx & (1 << 20) != 0,
         pcid: l1.ecx & (1 << 17) != 0,
     };
-    // No floating-point or vector state is kept per thread, so no code may use it: with
-    // CR0.EM set and CR4.OSFXSR clear, every x87 instruction raises #NM and every MMX/SSE
-    // one #UD (a user thread's then goes to its exception port, or ends its task), instead
-    // of one task reading registers another left. Baton's code is all soft-float (the
-    // `x86_64-unknown-none` target).
-    let mut cr0 = Cr0::read();
-    cr0.insert(Cr0Flags::EMULATE_COPROCESSOR | Cr0Flags::MONITOR_COPROCESSOR);
-    cr0.remove(Cr0Flags::TASK_SWITCHED);
-    // SAFETY: only the FPU/SIMD controls change; the kernel executes no x87, MMX or SSE
-    // instruction (soft-float target), so nothing the kernel runs starts to trap.
-    unsafe { Cr0::write(cr0) };
     let mut cr4 = Cr4::read();
     cr4 |= Cr4Flags::PAGE_GLOBAL;
-    cr4.remove(Cr4Flags::OSFXSR | Cr4Flags::OSXMMEXCPT_ENABLE);
     if f.smep {
         cr4 |= Cr4Flags::SUPERVISOR_MODE_EXECUTION_PROTECTION;
     }

@@ -7,6 +7,7 @@ pub mod apic;
 pub mod boot;
 pub mod context;
 pub mod cpu;
+pub mod fpu;
 pub mod gdt;
 pub mod ioapic;
 pub mod paging;
@@ -18,13 +19,15 @@ pub mod tlb;
 pub mod trap;
 
 /// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,
-/// processor features and the timer. Returns the features found.
-pub fn init_cpu() -> cpu::Features {
+/// processor features, the floating-point registers and the timer. Returns the features
+/// found.
+pub fn init_cpu() -> (cpu::Features, fpu::Info) {
     gdt::init(0);
     trap::init();
     let features = cpu::init_features();
+    let fpu = fpu::init();
     apic::init();
-    features
+    (features, fpu)
 }
 
 /// Waits for the next interrupt with interrupts enabled, then disables them again.

@@ -431,6 +431,7 @@ extern "C" fn ap_start(cpu: usize) -> ! {
         cpu::wrmsr(IA32_FMASK, bsp.fmask);
     }
     cpu::init_features();
+    super::fpu::init();
     apic::enable();
     let apic_id = apic::id();
     let online = u64::from(apic_id) << 32 | handshake(cpu, ONLINE);

@@ -345,6 +345,121 @@ fn switch_pair(one_way: &str, round_trip: &str, pmodel: bool, threads: u64) -> R
     Ok(())
 }
 
+/// `fpu.switch.cost`: whether the two threads touch a vector register before switching.
+static FPU_TOUCH: AtomicU32 = AtomicU32::new(0);
+/// The two threads' stacks, for each of the two runs.
+static FPU_STACKS: StackPool<4, 16384> = StackPool::new();
+/// `fpu.switch.cost`'s threads that finished.
+static FPU_DONE: Counter = Counter::new(0);
+
+/// Executes one vector instruction: the thread's first use of the floating-point and vector
+/// registers, which gives it a save area that the kernel switches from then on.
+fn touch_fpu() {
+    // SAFETY: zeroes xmm0, declared clobbered.
+    unsafe { core::arch::asm!("xorps xmm0, xmm0", out("xmm0") _, options(nomem, nostack)) };
+}
+
+/// Thread A of `fpu.switch.cost`: the loop of [`switch_pair`]'s thread A, in a thread of its
+/// own (the main thread has used the registers long ago), then `STOP`.
+fn fpu_switch_a(_arg: u64) {
+    if FPU_TOUCH.load(Ordering::Relaxed) != 0 {
+        touch_fpu();
+    }
+    for w in 0..TOTAL {
+        let recorded = w.checked_sub(WARMUP);
+        SEQ.store(
+            recorded.map_or(NOT_RECORDED, |i| i as u32),
+            Ordering::Relaxed,
+        );
+        STAMP.store(rdtsc_ordered(), Ordering::Relaxed);
+        sys_yield();
+    }
+    STOP.store(1, Ordering::Release);
+    FPU_DONE.increment();
+}
+
+/// Thread B of `fpu.switch.cost`: [`yield_partner`], after touching the registers when
+/// A does.
+fn fpu_switch_b(_arg: u64) {
+    if FPU_TOUCH.load(Ordering::Relaxed) != 0 {
+        touch_fpu();
+    }
+    loop {
+        sys_yield();
+        let t1 = rdtsc_ordered();
+        if STOP.load(Ordering::Acquire) != 0 {
+            break;
+        }
+        let seq = SEQ.load(Ordering::Relaxed);
+        if seq != NOT_RECORDED {
+            let t0 = STAMP.load(Ordering::Relaxed);
+            record(&SAMPLES, seq as usize, t1.wrapping_sub(t0));
+        }
+    }
+    FPU_DONE.increment();
+}
+
+/// `fpu.switch.cost`: `sched.yield.switch` (one way, A to B) between two threads that both
+/// have used the floating-point registers, less the same between two that never have
+/// (neither has a save area, so the kernel switches nothing). Under icount each XSAVEOPT
+/// and XRSTOR counts as one instruction. Checks the kernel's count of save areas made:
+/// none in the first run, one per thread in the second.
+fn fpu_switch_cost(threads: u64) -> Result<(), Failed> {
+    let mut medians = [(0u64, 0u64, 0u64); 2];
+    for (touch, slot) in medians.iter_mut().enumerate() {
+        clear_samples();
+        STOP.store(0, Ordering::Release);
+        SEQ.store(NOT_RECORDED, Ordering::Release);
+        FPU_TOUCH.store(touch as u32, Ordering::Relaxed);
+        let before = read_stats()?;
+        let done = FPU_DONE.get();
+        for f in [fpu_switch_b, fpu_switch_a] {
+            let stack = FPU_STACKS
+                .take()
+                .ok_or_else(|| fail!("fpu.switch.cost: no stack left"))?;
+            spawn(stack, f, 0).map_err(|e| fail!("fpu.switch.cost: spawn: {}", e.name()))?;
+        }
+        FPU_DONE
+            .wait_for(done.wrapping_add(2), FOREVER)
+            .map_err(|e| fail!("fpu.switch.cost: waiting: {}", e.name()))?;
+        wait_threads_gone(threads)?;
+        let after = read_stats()?;
+        let made = after.fpu_first_uses.wrapping_sub(before.fpu_first_uses);
+        if made != 2 * touch as u64 {
+            return Err(fail!(
+                "fpu.switch.cost: {made} save areas made in the run with{} floating point (expected {})",
+                if touch == 0 { "out" } else { "" },
+                2 * touch
+            ));
+        }
+        let mut sorted = [0u64; ITER];
+        for (dst, src) in sorted.iter_mut().zip(SAMPLES.iter()) {
+            *dst = src.load(Ordering::Relaxed);
+        }
+        sorted.sort_unstable();
+        *slot = (
+            sorted.get((ITER - 1) / 2).copied().unwrap_or(0),
+            sorted.first().copied().unwrap_or(0),
+            sorted.last().copied().unwrap_or(0),
+        );
+    }
+    let [(m0, lo0, hi0), (m1, lo1, hi1)] = medians;
+    let (median, min, max) = (
+        m1.saturating_sub(m0),
+        lo1.saturating_sub(lo0),
+        hi1.saturating_sub(hi0),
+    );
+    if TABLE.load(Ordering::Relaxed) {
+        println!("{:<34} {median:>9} {min:>9} {max:>9}", "fpu.switch.cost");
+        return Ok(());
+    }
+    println!(
+        "BENCH name=fpu.switch.cost unit=instructions iterations={ITER} median={median} min={min} max={max}"
+    );
+    println!("fpu.switch.cost: one way {m0} without floating point, {m1} with");
+    Ok(())
+}
+
 /// Thread B of `sync.waitwake.pingpong`: waits for each round in `PING`, answers it in
 /// `PONG` and wakes A.
 fn pong_partner(cpu: u64) {
@@ -1815,6 +1930,7 @@ fn run_all() -> Result<(), Failed> {
         true,
         threads,
     )?;
+    fpu_switch_cost(threads)?;
     waitwake_pingpong(threads, false)?;
     rpc_benchmarks()?;
     migrating_benchmarks()?;

@@ -19,6 +19,10 @@
 //!   is the argument, 0, or what the reporting server itself left there;
 //! - around every call, the client's own registers come back as they were (the result in
 //!   `rax`, `rcx`/`r11` loaded by `sysretq`), none of a server's;
+//! - every vector register (YMM with AVX, else XMM; all caller-saved) is 0 when the
+//!   reporting server's activation is entered and when the client's call returns, though
+//!   the client, the dirty server and the reporting server each fill them with a pattern of
+//!   their own before `syscall`: a migrating call and its return clear them;
 //! - all of it through the IPC buffer and through a buffer of the client's own (`MSG_BUF`),
 //!   round after round, and every call migrated;
 //! - once the dirty server has ended (its registers still in this thread's spare box), a
@@ -77,6 +81,44 @@ regs_client_call:
     pushq %r14
     pushq %r15
     pushq %rdi
+    // The client's vector pattern in every vector register (before the flags are set).
+    cmpb $0, {avx}(%rip)
+    je 81f
+    vmovdqu {cv}+0(%rip), %ymm0
+    vmovdqu {cv}+32(%rip), %ymm1
+    vmovdqu {cv}+64(%rip), %ymm2
+    vmovdqu {cv}+96(%rip), %ymm3
+    vmovdqu {cv}+128(%rip), %ymm4
+    vmovdqu {cv}+160(%rip), %ymm5
+    vmovdqu {cv}+192(%rip), %ymm6
+    vmovdqu {cv}+224(%rip), %ymm7
+    vmovdqu {cv}+256(%rip), %ymm8
+    vmovdqu {cv}+288(%rip), %ymm9
+    vmovdqu {cv}+320(%rip), %ymm10
+    vmovdqu {cv}+352(%rip), %ymm11
+    vmovdqu {cv}+384(%rip), %ymm12
+    vmovdqu {cv}+416(%rip), %ymm13
+    vmovdqu {cv}+448(%rip), %ymm14
+    vmovdqu {cv}+480(%rip), %ymm15
+    jmp 82f
+81:
+    movdqu {cv}+0(%rip), %xmm0
+    movdqu {cv}+32(%rip), %xmm1
+    movdqu {cv}+64(%rip), %xmm2
+    movdqu {cv}+96(%rip), %xmm3
+    movdqu {cv}+128(%rip), %xmm4
+    movdqu {cv}+160(%rip), %xmm5
+    movdqu {cv}+192(%rip), %xmm6
+    movdqu {cv}+224(%rip), %xmm7
+    movdqu {cv}+256(%rip), %xmm8
+    movdqu {cv}+288(%rip), %xmm9
+    movdqu {cv}+320(%rip), %xmm10
+    movdqu {cv}+352(%rip), %xmm11
+    movdqu {cv}+384(%rip), %xmm12
+    movdqu {cv}+416(%rip), %xmm13
+    movdqu {cv}+448(%rip), %xmm14
+    movdqu {cv}+480(%rip), %xmm15
+82:
     movq %rsi, %rdi
     movq %rdx, %rsi
     movq %rcx, %rdx
@@ -115,6 +157,76 @@ regs_client_return:
     movq %r15, 120(%rax)
     pushfq
     popq 128(%rax)
+    // Every vector register after the call (they must come back cleared).
+    cmpb $0, {avx}(%rip)
+    je 71f
+    vmovdqu %ymm0, 136(%rax)
+    vmovdqu %ymm1, 168(%rax)
+    vmovdqu %ymm2, 200(%rax)
+    vmovdqu %ymm3, 232(%rax)
+    vmovdqu %ymm4, 264(%rax)
+    vmovdqu %ymm5, 296(%rax)
+    vmovdqu %ymm6, 328(%rax)
+    vmovdqu %ymm7, 360(%rax)
+    vmovdqu %ymm8, 392(%rax)
+    vmovdqu %ymm9, 424(%rax)
+    vmovdqu %ymm10, 456(%rax)
+    vmovdqu %ymm11, 488(%rax)
+    vmovdqu %ymm12, 520(%rax)
+    vmovdqu %ymm13, 552(%rax)
+    vmovdqu %ymm14, 584(%rax)
+    vmovdqu %ymm15, 616(%rax)
+    jmp 72f
+71:
+    movdqu %xmm0, 136(%rax)
+    movq $0, 152(%rax)
+    movq $0, 160(%rax)
+    movdqu %xmm1, 168(%rax)
+    movq $0, 184(%rax)
+    movq $0, 192(%rax)
+    movdqu %xmm2, 200(%rax)
+    movq $0, 216(%rax)
+    movq $0, 224(%rax)
+    movdqu %xmm3, 232(%rax)
+    movq $0, 248(%rax)
+    movq $0, 256(%rax)
+    movdqu %xmm4, 264(%rax)
+    movq $0, 280(%rax)
+    movq $0, 288(%rax)
+    movdqu %xmm5, 296(%rax)
+    movq $0, 312(%rax)
+    movq $0, 320(%rax)
+    movdqu %xmm6, 328(%rax)
+    movq $0, 344(%rax)
+    movq $0, 352(%rax)
+    movdqu %xmm7, 360(%rax)
+    movq $0, 376(%rax)
+    movq $0, 384(%rax)
+    movdqu %xmm8, 392(%rax)
+    movq $0, 408(%rax)
+    movq $0, 416(%rax)
+    movdqu %xmm9, 424(%rax)
+    movq $0, 440(%rax)
+    movq $0, 448(%rax)
+    movdqu %xmm10, 456(%rax)
+    movq $0, 472(%rax)
+    movq $0, 480(%rax)
+    movdqu %xmm11, 488(%rax)
+    movq $0, 504(%rax)
+    movq $0, 512(%rax)
+    movdqu %xmm12, 520(%rax)
+    movq $0, 536(%rax)
+    movq $0, 544(%rax)
+    movdqu %xmm13, 552(%rax)
+    movq $0, 568(%rax)
+    movq $0, 576(%rax)
+    movdqu %xmm14, 584(%rax)
+    movq $0, 600(%rax)
+    movq $0, 608(%rax)
+    movdqu %xmm15, 616(%rax)
+    movq $0, 632(%rax)
+    movq $0, 640(%rax)
+72:
     popq %rcx
     movq %rcx, 0(%rax)
     addq $8, %rsp
@@ -135,14 +247,29 @@ regs_client_return:
     c13 = const client(13),
     c14 = const client(14),
     c15 = const client(15),
+    cv = sym CLIENT_V,
+    avx = sym REGS_AVX,
     options(att_syntax)
 );
+
+/// The client's vector registers around its calls.
+static CLIENT_V: [u8; VBYTES] = vpattern(0xc1);
+/// 1 when the client uses the YMM registers (AVX), 0 for XMM only.
+static REGS_AVX: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+
+/// What [`regs_client_call`] writes: every register after the call, then every vector
+/// register (the layout of a report).
+#[repr(C)]
+struct Out {
+    regs: [u64; REGS],
+    v: [u8; VBYTES],
+}
 
 extern "C" {
     /// `ipc_msg` with the client pattern in every register that is not an argument (see
     /// the assembly); every register after the call into `out` ([`NAMES`]' order).
     fn regs_client_call(
-        out: *mut [u64; REGS],
+        out: *mut Out,
         options: u64,
         rcv_name: u64,
         timeout: u64,
@@ -186,7 +313,16 @@ impl Client {
     /// A call of `id` (no data) to `server` via `via`; the reply's header and in-line
     /// words (up to [`REGS`]). Fails the test when the client's own registers do not come
     /// back as they were.
-    fn call(&mut self, server: u64, id: u64, via: Via) -> Result<(MsgHeader, [u64; REGS]), Failed> {
+    #[allow(
+        clippy::type_complexity,
+        reason = "a header, the registers, the vector words"
+    )]
+    fn call(
+        &mut self,
+        server: u64,
+        id: u64,
+        via: Via,
+    ) -> Result<(MsgHeader, [u64; REGS], [u64; VWORDS]), Failed> {
         let h = MsgHeader {
             bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
             size: HEADER_SIZE as u32,
@@ -194,7 +330,7 @@ impl Client {
             reply: self.reply,
             id,
         };
-        let mut mine = [0u64; 64];
+        let mut mine = [0u64; 128];
         let (options, buf, len) = match via {
             Via::IpcBuffer => {
                 must("request", self.ipc.set(h, &[], &[]))?;
@@ -212,14 +348,18 @@ impl Client {
                 )
             }
         };
-        let mut out = [0u64; REGS];
+        let mut outs = Out {
+            regs: [0; REGS],
+            v: [0xff; VBYTES],
+        };
         // SAFETY: the kernel writes only this thread's IPC buffer (which `self.ipc` owns and
         // we borrow mutably) or, with `MSG_BUF`, `mine` (ours, `len` bytes); the assembly
-        // writes `out` and keeps the callee-saved registers and the stack as the C ABI
-        // requires.
+        // writes `outs` and keeps the callee-saved registers and the stack as the C ABI
+        // requires (every vector register is caller-saved).
         unsafe {
-            regs_client_call(&mut out, options, self.reply, FOREVER, buf, len);
+            regs_client_call(&mut outs, options, self.reply, FOREVER, buf, len);
         }
+        let out = outs.regs;
         self.calls += 1;
         must("migrating call", baton_abi::decode_result(out[RAX]))?;
         let expected = |i: usize| -> u64 {
@@ -244,11 +384,25 @@ impl Client {
                 "the client's {name} comes back from a migrating call as {got:#x}, not {want:#x}"
             ),
         )?;
+        let vbad = outs.v.iter().position(|&b| b != 0);
+        check_quiet(
+            vbad.is_none(),
+            format_args!(
+                "the client's vector register {} comes back from a migrating call holding {:#x} at byte {}, not cleared",
+                vbad.unwrap_or(0) / 32,
+                vbad.map_or(0, |i| outs.v[i]),
+                vbad.unwrap_or(0) % 32
+            ),
+        )?;
+        let mut vwords = [0u64; VWORDS];
         let (header, data) = match via {
             Via::IpcBuffer => {
                 let mut words = [0u64; REGS];
                 for (i, w) in words.iter_mut().enumerate() {
                     *w = word(self.ipc.data(), i);
+                }
+                for (i, w) in vwords.iter_mut().enumerate() {
+                    *w = word(self.ipc.data(), REGS + i);
                 }
                 (self.ipc.header(), words)
             }
@@ -258,16 +412,18 @@ impl Client {
                     hb[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
                 }
                 let mut words = [0u64; REGS];
-                words.copy_from_slice(&mine[HEADER_SIZE / 8..HEADER_SIZE / 8 + REGS]);
+                let at = HEADER_SIZE / 8;
+                words.copy_from_slice(&mine[at..at + REGS]);
+                vwords.copy_from_slice(&mine[at + REGS..at + REGS + VWORDS]);
                 (MsgHeader::from_bytes(&hb).unwrap_or_default(), words)
             }
         };
-        Ok((header, data))
+        Ok((header, data, vwords))
     }
 
     /// A call to the dirty server; fails the test unless its reply (a header alone) comes.
     fn dirty(&mut self, s: &Server, via: Via) -> Result<(), Failed> {
-        let (h, _) = self.call(s.port, DIRTY, via)?;
+        let (h, _, _) = self.call(s.port, DIRTY, via)?;
         check_quiet(
             h.id == DIRTY && h.size as usize == HEADER_SIZE,
             format_args!("the dirty server replies (id {}, size {})", h.id, h.size),
@@ -276,12 +432,21 @@ impl Client {
 
     /// A call to the reporting server: the registers it found at entry.
     fn report(&mut self, s: &Server, via: Via) -> Result<[u64; REGS], Failed> {
-        let (h, regs) = self.call(s.port, REPORT, via)?;
+        let (h, regs, v) = self.call(s.port, REPORT, via)?;
         check_quiet(
-            h.id == REPORT && h.size as usize == HEADER_SIZE + 8 * REGS,
+            h.id == REPORT && h.size as usize == HEADER_SIZE + 8 * REGS + VBYTES,
             format_args!(
                 "the reporting server replies (id {}, size {})",
                 h.id, h.size
+            ),
+        )?;
+        let bad = v.iter().position(|&w| w != 0);
+        check_quiet(
+            bad.is_none(),
+            format_args!(
+                "the reporting server found vector register {} holding {:#x} at entry, not 0",
+                bad.unwrap_or(0) / 4,
+                bad.map_or(0, |i| v[i])
             ),
         )?;
         Ok(regs)
@@ -403,6 +568,12 @@ fn check_report(
 }
 
 fn run() -> Result<(), Failed> {
+    let avx = avx();
+    REGS_AVX.store(u8::from(avx), core::sync::atomic::Ordering::Relaxed);
+    println!(
+        "vector registers checked: {}",
+        if avx { "YMM (AVX)" } else { "XMM" }
+    );
     let base = must("stats", stats())?;
     let mut c = Client {
         ipc: must("ipc buffer", IpcBuffer::new())?,
@@ -446,6 +617,7 @@ fn run() -> Result<(), Failed> {
     }
     // Every check above fails the test at once; what held, in order:
     println!("ok: around every migrating call the client's registers come back as they were, none of a server's");
+    println!("ok: every migrating call and return clears the vector registers: the server finds them 0 at entry, the client after the return");
     println!("ok: after a call into another task, the next call into the reporting server finds its arguments, every other register 0");
     println!("ok: a repeated call into the same server finds no other task's registers ({own_seen} of its own values left over in {ROUNDS} calls)");
     println!(

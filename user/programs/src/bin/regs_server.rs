@@ -42,6 +42,44 @@ global_asm!(
     r#"
     .global regs_dirty_entry
 regs_dirty_entry:
+    // Every vector register dirty.
+    cmpb $0, {avx}(%rip)
+    je 81f
+    vmovdqu {dv}+0(%rip), %ymm0
+    vmovdqu {dv}+32(%rip), %ymm1
+    vmovdqu {dv}+64(%rip), %ymm2
+    vmovdqu {dv}+96(%rip), %ymm3
+    vmovdqu {dv}+128(%rip), %ymm4
+    vmovdqu {dv}+160(%rip), %ymm5
+    vmovdqu {dv}+192(%rip), %ymm6
+    vmovdqu {dv}+224(%rip), %ymm7
+    vmovdqu {dv}+256(%rip), %ymm8
+    vmovdqu {dv}+288(%rip), %ymm9
+    vmovdqu {dv}+320(%rip), %ymm10
+    vmovdqu {dv}+352(%rip), %ymm11
+    vmovdqu {dv}+384(%rip), %ymm12
+    vmovdqu {dv}+416(%rip), %ymm13
+    vmovdqu {dv}+448(%rip), %ymm14
+    vmovdqu {dv}+480(%rip), %ymm15
+    jmp 82f
+81:
+    movdqu {dv}+0(%rip), %xmm0
+    movdqu {dv}+32(%rip), %xmm1
+    movdqu {dv}+64(%rip), %xmm2
+    movdqu {dv}+96(%rip), %xmm3
+    movdqu {dv}+128(%rip), %xmm4
+    movdqu {dv}+160(%rip), %xmm5
+    movdqu {dv}+192(%rip), %xmm6
+    movdqu {dv}+224(%rip), %xmm7
+    movdqu {dv}+256(%rip), %xmm8
+    movdqu {dv}+288(%rip), %xmm9
+    movdqu {dv}+320(%rip), %xmm10
+    movdqu {dv}+352(%rip), %xmm11
+    movdqu {dv}+384(%rip), %xmm12
+    movdqu {dv}+416(%rip), %xmm13
+    movdqu {dv}+448(%rip), %xmm14
+    movdqu {dv}+480(%rip), %xmm15
+82:
     // The reply, a header alone: bits 0, size, dest 0, reply 0, id.
     movl $0, 0(%rdi)
     movl ${header}, 4(%rdi)
@@ -94,6 +132,76 @@ regs_report_entry:
     movq %r15, 152(%rdi)
     pushfq
     popq 160(%rdi)
+    // Every vector register as it is at entry, after the words.
+    cmpb $0, {avx}(%rip)
+    je 71f
+    vmovdqu %ymm0, 168(%rdi)
+    vmovdqu %ymm1, 200(%rdi)
+    vmovdqu %ymm2, 232(%rdi)
+    vmovdqu %ymm3, 264(%rdi)
+    vmovdqu %ymm4, 296(%rdi)
+    vmovdqu %ymm5, 328(%rdi)
+    vmovdqu %ymm6, 360(%rdi)
+    vmovdqu %ymm7, 392(%rdi)
+    vmovdqu %ymm8, 424(%rdi)
+    vmovdqu %ymm9, 456(%rdi)
+    vmovdqu %ymm10, 488(%rdi)
+    vmovdqu %ymm11, 520(%rdi)
+    vmovdqu %ymm12, 552(%rdi)
+    vmovdqu %ymm13, 584(%rdi)
+    vmovdqu %ymm14, 616(%rdi)
+    vmovdqu %ymm15, 648(%rdi)
+    jmp 72f
+71:
+    movdqu %xmm0, 168(%rdi)
+    movq $0, 184(%rdi)
+    movq $0, 192(%rdi)
+    movdqu %xmm1, 200(%rdi)
+    movq $0, 216(%rdi)
+    movq $0, 224(%rdi)
+    movdqu %xmm2, 232(%rdi)
+    movq $0, 248(%rdi)
+    movq $0, 256(%rdi)
+    movdqu %xmm3, 264(%rdi)
+    movq $0, 280(%rdi)
+    movq $0, 288(%rdi)
+    movdqu %xmm4, 296(%rdi)
+    movq $0, 312(%rdi)
+    movq $0, 320(%rdi)
+    movdqu %xmm5, 328(%rdi)
+    movq $0, 344(%rdi)
+    movq $0, 352(%rdi)
+    movdqu %xmm6, 360(%rdi)
+    movq $0, 376(%rdi)
+    movq $0, 384(%rdi)
+    movdqu %xmm7, 392(%rdi)
+    movq $0, 408(%rdi)
+    movq $0, 416(%rdi)
+    movdqu %xmm8, 424(%rdi)
+    movq $0, 440(%rdi)
+    movq $0, 448(%rdi)
+    movdqu %xmm9, 456(%rdi)
+    movq $0, 472(%rdi)
+    movq $0, 480(%rdi)
+    movdqu %xmm10, 488(%rdi)
+    movq $0, 504(%rdi)
+    movq $0, 512(%rdi)
+    movdqu %xmm11, 520(%rdi)
+    movq $0, 536(%rdi)
+    movq $0, 544(%rdi)
+    movdqu %xmm12, 552(%rdi)
+    movq $0, 568(%rdi)
+    movq $0, 576(%rdi)
+    movdqu %xmm13, 584(%rdi)
+    movq $0, 600(%rdi)
+    movq $0, 608(%rdi)
+    movdqu %xmm14, 616(%rdi)
+    movq $0, 632(%rdi)
+    movq $0, 640(%rdi)
+    movdqu %xmm15, 648(%rdi)
+    movq $0, 664(%rdi)
+    movq $0, 672(%rdi)
+72:
     // The reply header: bits 0, size (header and the words), dest 0, reply 0, id.
     movl $0, 0(%rdi)
     movl ${report_size}, 4(%rdi)
@@ -101,6 +209,43 @@ regs_report_entry:
     movq $0, 16(%rdi)
     movq ${report_id}, 24(%rdi)
     // Its own values left behind (a later call into this task may see them).
+    cmpb $0, {avx}(%rip)
+    je 91f
+    vmovdqu {ov}+0(%rip), %ymm0
+    vmovdqu {ov}+32(%rip), %ymm1
+    vmovdqu {ov}+64(%rip), %ymm2
+    vmovdqu {ov}+96(%rip), %ymm3
+    vmovdqu {ov}+128(%rip), %ymm4
+    vmovdqu {ov}+160(%rip), %ymm5
+    vmovdqu {ov}+192(%rip), %ymm6
+    vmovdqu {ov}+224(%rip), %ymm7
+    vmovdqu {ov}+256(%rip), %ymm8
+    vmovdqu {ov}+288(%rip), %ymm9
+    vmovdqu {ov}+320(%rip), %ymm10
+    vmovdqu {ov}+352(%rip), %ymm11
+    vmovdqu {ov}+384(%rip), %ymm12
+    vmovdqu {ov}+416(%rip), %ymm13
+    vmovdqu {ov}+448(%rip), %ymm14
+    vmovdqu {ov}+480(%rip), %ymm15
+    jmp 92f
+91:
+    movdqu {ov}+0(%rip), %xmm0
+    movdqu {ov}+32(%rip), %xmm1
+    movdqu {ov}+64(%rip), %xmm2
+    movdqu {ov}+96(%rip), %xmm3
+    movdqu {ov}+128(%rip), %xmm4
+    movdqu {ov}+160(%rip), %xmm5
+    movdqu {ov}+192(%rip), %xmm6
+    movdqu {ov}+224(%rip), %xmm7
+    movdqu {ov}+256(%rip), %xmm8
+    movdqu {ov}+288(%rip), %xmm9
+    movdqu {ov}+320(%rip), %xmm10
+    movdqu {ov}+352(%rip), %xmm11
+    movdqu {ov}+384(%rip), %xmm12
+    movdqu {ov}+416(%rip), %xmm13
+    movdqu {ov}+448(%rip), %xmm14
+    movdqu {ov}+480(%rip), %xmm15
+92:
     movabs ${o1}, %rbx
     movabs ${o2}, %rcx
     movabs ${o3}, %rdx
@@ -121,7 +266,7 @@ regs_report_entry:
     ud2
     "#,
     header = const HEADER_SIZE,
-    report_size = const HEADER_SIZE + 8 * REGS,
+    report_size = const HEADER_SIZE + 8 * REGS + VBYTES,
     dirty_id = const DIRTY,
     report_id = const REPORT,
     dirty_flags = const DIRTY_FLAGS,
@@ -156,8 +301,19 @@ regs_report_entry:
     o13 = const own(13),
     o14 = const own(14),
     o15 = const own(15),
+    dv = sym DIRTY_V,
+    ov = sym OWN_V,
+    avx = sym REGS_AVX,
     options(att_syntax)
 );
+
+/// The dirty server's vector registers.
+static DIRTY_V: [u8; VBYTES] = vpattern(0xd1);
+/// The vector registers the reporting server leaves behind.
+static OWN_V: [u8; VBYTES] = vpattern(0x0e);
+/// 1 when the entries use the YMM registers (AVX), 0 for XMM only: set before the
+/// activation is attached.
+static REGS_AVX: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
 
 extern "C" {
     /// The dirty server's activation entry (see the module documentation).
@@ -179,6 +335,7 @@ fn main(_task_id: u64) -> i32 {
 }
 
 fn serve() -> Result<(), Error> {
+    REGS_AVX.store(u8::from(avx()), core::sync::atomic::Ordering::Relaxed);
     let boot = bootstrap();
     let mut buf = IpcBuffer::new()?;
     let port = port_allocate(0)?;

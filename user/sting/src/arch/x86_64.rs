@@ -3,13 +3,13 @@
 //! address the `call` to [`switch`] pushed. Everything else is caller-saved, so the
 //! compiler has already saved what it needs around the call.
 //!
-//! Not saved: the x87 control word and `mxcsr`, which the ABI also makes callee-saved.
-//! Baton's user programs are built soft-float today, so nothing changes them; when the
-//! kernel gives user programs hardware floating point, [`switch`] must save and restore
-//! both (two instructions each way).
+//! The x87 control word and `mxcsr`, which the ABI also makes callee-saved, are saved too
+//! (one word below the registers): user programs are built hard-float, so a thread may
+//! change its rounding mode or exception masks, and the thread switched to must not run
+//! with them. The vector and x87 data registers are caller-saved: nothing to do.
 
 // The kernel-upcall resumption below is used only on Baton.
-#![cfg_attr(not(target_os = "none"), allow(dead_code))]
+#![cfg_attr(not(baton), allow(dead_code))]
 
 use core::arch::naked_asm;
 
@@ -32,8 +32,14 @@ pub unsafe extern "C" fn switch(from: *mut usize, to: usize) {
         "push r13",
         "push r14",
         "push r15",
+        "sub rsp, 8",
+        "stmxcsr [rsp]",
+        "fnstcw [rsp + 4]",
         "mov [rdi], rsp",
         "mov rsp, rsi",
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "add rsp, 8",
         "pop r15",
         "pop r14",
         "pop r13",
@@ -49,21 +55,37 @@ pub unsafe extern "C" fn switch(from: *mut usize, to: usize) {
 ///
 /// # Safety
 ///
-/// The 64 bytes below `top` must be writable memory of a stack nothing else uses.
+/// The 72 bytes below `top` must be writable memory of a stack nothing else uses.
 pub unsafe fn prepare(top: usize, arg: usize) -> usize {
     let top = top & !15;
-    let sp = top - 64;
+    let sp = top - 72;
     let frame = sp as *mut usize;
-    // Popped by `switch` in this order: r15, r14, r13, r12 (the argument), rbx, rbp, then
-    // `ret` to the trampoline; the last word is a zero return address for the trampoline.
-    let words = [0, 0, 0, arg, 0, 0, trampoline as *const () as usize, 0];
+    // Loaded by `switch` in this order: `mxcsr` and the x87 control word (their initial
+    // values, as a new kernel thread gets them), r15, r14, r13, r12 (the argument), rbx,
+    // rbp, then `ret` to the trampoline; the last word is a zero return address for the
+    // trampoline.
+    let words = [
+        INITIAL_CONTROL,
+        0,
+        0,
+        0,
+        arg,
+        0,
+        0,
+        trampoline as *const () as usize,
+        0,
+    ];
     for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: `frame + i` for i < 8 is within the 64 bytes below `top`, which the
+        // SAFETY: `frame + i` for i < 9 is within the 72 bytes below `top`, which the
         // caller gives us; `sp` is 8-byte aligned.
         unsafe { frame.add(i).write(w) };
     }
     sp
 }
+
+/// The control word [`switch`] loads for a new context: `mxcsr` 0x1f80 (every exception
+/// masked, round to nearest) in the low half, the x87 control word 0x037f above it.
+const INITIAL_CONTROL: usize = 0x037f << 32 | 0x1f80;
 
 /// Where a prepared context starts: `r12` holds the argument.
 #[unsafe(naked)]
