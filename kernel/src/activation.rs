@@ -81,6 +81,7 @@ impl Saved {
             to: ReplyTo::IpcBuffer,
             ctl: kern::activation::ActState::default(),
             frame_of: Key(0),
+            fpu: None,
         }
     }
 }
@@ -218,6 +219,17 @@ pub fn migrate_fault(
         reply: 0,
         id,
     };
+    // The faulting context's floating-point registers, kept for the return (the call and
+    // its return put them in their initial state).
+    let fpu = match k.cpus.get(cpu).map(crate::fpu::save_for_fault) {
+        Some(Ok(f)) => f,
+        _ => return Error::NoMemory,
+    };
+    if let Some(th) = k.threads.get_mut(cur) {
+        if let Some(rec) = th.spare.as_deref_mut() {
+            rec.fpu = fpu;
+        }
+    }
     let Some(act) = occupy(&mut k.acts, cur, a, &header) else {
         return Error::Aborted;
     };
@@ -770,6 +782,8 @@ fn resume_below(
     let sidetrack = saved.to == ReplyTo::Sidetrack;
     let fault = saved.to == ReplyTo::Fault;
     let cpu = crate::arch::gdt::this_cpu();
+    let mut saved = saved;
+    let fpu = if fault { saved.fpu.take() } else { None };
     let kernel_root = k.kernel_root;
     let Some(c) = k.cpus.get_mut(cpu) else {
         panic!("resume_below: CPU {cpu} is not online (thread {cur:?})");
@@ -791,6 +805,10 @@ fn resume_below(
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
     kernel::switch_activation(c, kernel_root, th);
+    if let Some(area) = fpu {
+        // Back from a pager: the faulting context's registers as they were.
+        crate::fpu::restore_after_fault(c, &area);
+    }
     if !alive {
         unwind_further(k, cur);
     }

@@ -98,6 +98,31 @@ pub fn activation_changed(c: &Cpu) {
     }
 }
 
+/// Before a page fault's call into a pager (`crate::activation::migrate_fault`): a copy of
+/// the running thread's registers (`None` when it has no area: nothing to keep), which
+/// [`restore_after_fault`] puts back at the return. A fault is not a call: the faulting
+/// context must find every register as it was. `Err(NoMemory)` without heap for the copy.
+pub fn save_for_fault(c: &Cpu) -> Result<Option<alloc::boxed::Box<Area>>, Error> {
+    if c.fpu_live.is_null() {
+        return Ok(None);
+    }
+    let mut copy = kern::fallible::try_box(Area::initial()).ok_or(Error::NoMemory)?;
+    // SAFETY: TS is clear (the module's invariant: `fpu_live` is not null); the live
+    // registers are the running thread's.
+    unsafe { hw::save(&mut copy) };
+    Ok(Some(copy))
+}
+
+/// Back from a pager's call (`crate::activation` after [`activation_changed`]): the
+/// faulting context's registers, as [`save_for_fault`] kept them, are the live ones again.
+pub fn restore_after_fault(c: &Cpu, copy: &Area) {
+    if !c.fpu_live.is_null() {
+        // SAFETY: TS is clear (`fpu_live` is not null); `copy` holds a state saved on this
+        // machine by `save_for_fault`.
+        unsafe { hw::restore(copy) };
+    }
+}
+
 /// A thread that is not running leaves an activation (an unwind after its server ended):
 /// its saved floating-point state goes back to the initial one, as on a return.
 pub fn reset_saved(th: &mut Thread) {

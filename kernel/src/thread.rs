@@ -126,6 +126,10 @@ pub struct Saved {
     /// unknown. A call into an activation of that same task writes only the registers the
     /// upcall passes: the rest are that task's own.
     pub frame_of: Key,
+    /// For a page fault's call into a pager ([`ReplyTo::Fault`]) by a thread that uses
+    /// floating point: its registers at the fault, put back at the return (a fault is not
+    /// a call: nothing of the faulting context may change).
+    pub fpu: Option<alloc::boxed::Box<crate::arch::fpu::Area>>,
 }
 
 /// A thread's scheduling state.

@@ -59,7 +59,14 @@ pub struct Info {
 /// A thread's save area, in the standard (non-compacted) XSAVE layout; FXSAVE uses its
 /// first 512 bytes.
 #[repr(C, align(64))]
+#[derive(Clone)]
 pub struct Area(pub [u8; AREA_BYTES]);
+
+impl core::fmt::Debug for Area {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Area(..)")
+    }
+}
 
 impl Area {
     /// A save area in the initial state (`kern::fpu::initial_image`): x87 control word and

@@ -268,6 +268,29 @@ fn blocked_in_page_in(t: u64) -> bool {
         .unwrap_or(false)
 }
 
+/// What `read_keeping_xmm` puts in `xmm5` before its load.
+const XMM_MARK: u64 = 0x1234_5678_9abc_def0;
+
+/// Loads the word at `addr` with [`XMM_MARK`] in `xmm5`; the word, and `xmm5` after.
+fn read_keeping_xmm(addr: u64) -> (u64, u64) {
+    let (v, x): (u64, u64);
+    // SAFETY: `addr` is mapped memory of this test (a fault on it goes to the pager); the
+    // block uses only the registers it names.
+    unsafe {
+        core::arch::asm!(
+            "movq xmm5, {m}",
+            "mov {v}, qword ptr [{a}]",
+            "movq {x}, xmm5",
+            m = in(reg) XMM_MARK,
+            a = in(reg) addr,
+            v = out(reg) v,
+            x = out(reg) x,
+            out("xmm5") _,
+        );
+    }
+    (v, x)
+}
+
 fn run() -> Result<(), Failed> {
     let port = must("pager port", port_allocate(0))?;
     PAGER_PORT.store(port, Ordering::SeqCst);
@@ -461,6 +484,11 @@ fn run() -> Result<(), Failed> {
     check!(
         WORK_READ.load(Ordering::SeqCst) == act_pattern(6) && ACT_CALLS.get() == 3,
         "another thread's fault does the same"
+    );
+    let (v, x) = read_keeping_xmm(abase + 7 * P);
+    check!(
+        v == act_pattern(7) && x == XMM_MARK && ACT_CALLS.get() == 4,
+        "a fault served in the pager's activation leaves the faulting code's vector registers as they were ({x:#x})"
     );
     // SAFETY: no reference covers the mapping.
     must("unmap it", unsafe { vm::deallocate(abase, 8 * P) })?;
