@@ -271,8 +271,10 @@ pub fn shootdown(k: &mut Kernel, task: TaskId) {
 /// Throws every task's cached translations away (see [`Mach::unmap_everywhere`]).
 #[cold]
 fn flush_everything(k: &mut Kernel, vm: &mut Vm) {
-    let ids: Vec<TaskId> = k.tasks.iter().map(|(id, _)| id).collect();
-    for id in ids {
+    // A walk by id, allocating nothing: this runs where memory may be short.
+    let mut next = k.tasks.next_id(None);
+    while let Some(id) = next {
+        next = k.tasks.next_id(Some(id));
         let Some(tv) = vm.tasks.get(&id) else {
             continue;
         };

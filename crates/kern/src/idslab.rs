@@ -155,6 +155,17 @@ impl<T> IdSlab<T> {
             .filter_map(|(_, k)| self.slab.get(*k).map(|(_, v)| v))
     }
 
+    /// The smallest id held above `after` (the first with `None`): a walk over the ids
+    /// that allocates nothing and lets the caller change the table between steps.
+    /// O(log n).
+    pub fn next_id(&self, after: Option<u64>) -> Option<u64> {
+        let i = match after {
+            None => 0,
+            Some(a) => self.ids.partition_point(|(id, _)| *id <= a),
+        };
+        self.ids.get(i).map(|(id, _)| *id)
+    }
+
     /// Every object with its id, in id order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &T)> + '_ {
         self.ids
@@ -229,5 +240,21 @@ mod tests {
         assert!(!s.is_empty());
         *s.get_mut(&8).unwrap() = 81;
         assert_eq!(s.iter().collect::<alloc::vec::Vec<_>>(), [(8, &81)]);
+    }
+
+    #[test]
+    fn next_id_walks_the_ids_in_order() {
+        let mut t: IdSlab<u8> = IdSlab::new();
+        assert_eq!(t.next_id(None), None);
+        for id in [7, 3, 11] {
+            t.insert(id, 0).unwrap();
+        }
+        assert_eq!(t.next_id(None), Some(3));
+        assert_eq!(t.next_id(Some(3)), Some(7));
+        assert_eq!(t.next_id(Some(5)), Some(7));
+        assert_eq!(t.next_id(Some(7)), Some(11));
+        assert_eq!(t.next_id(Some(11)), None);
+        t.remove(&7);
+        assert_eq!(t.next_id(Some(3)), Some(11));
     }
 }

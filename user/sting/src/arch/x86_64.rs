@@ -153,10 +153,13 @@ pub unsafe fn prepare_resume(regs: &UserRegs) -> usize {
     let copy = (regs.rsp as usize - RED_ZONE - size_of::<UserRegs>()) & !15;
     // SAFETY: below the stopped context's stack pointer, free (the caller's promise).
     unsafe { (copy as *mut UserRegs).write(*regs) };
-    let sp = copy - 64;
+    let sp = copy - 72;
     let frame = sp as *mut usize;
-    // Popped by `switch`: r15, r14, r13, r12 (the copy), rbx, rbp, then `ret`.
+    // Loaded by `switch`: `mxcsr` and the x87 control word (their defaults: the kernel
+    // gives the stopped context's integer registers back, not these), r15, r14, r13, r12
+    // (the copy), rbx, rbp, then `ret`.
     let words = [
+        INITIAL_CONTROL,
         0,
         0,
         0,
@@ -167,7 +170,7 @@ pub unsafe fn prepare_resume(regs: &UserRegs) -> usize {
         0,
     ];
     for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: the 64 bytes below the copy, free as above.
+        // SAFETY: the 72 bytes below the copy, free as above.
         unsafe { frame.add(i).write(w) };
     }
     sp
