@@ -82,6 +82,7 @@ impl Saved {
             ctl: kern::activation::ActState::default(),
             frame_of: Key(0),
             fpu: None,
+            fpu_kept: false,
         }
     }
 }
@@ -221,14 +222,30 @@ pub fn migrate_fault(
     };
     // The faulting context's floating-point registers, kept for the return (the call and
     // its return put them in their initial state).
-    let fpu = match k.cpus.get(cpu).map(crate::fpu::save_for_fault) {
+    let Some(rec) = k
+        .threads
+        .get_mut(cur)
+        .and_then(|th| th.spare.as_deref_mut())
+    else {
+        return Error::Aborted;
+    };
+    let reuse = rec.fpu.take();
+    let kept = k.cpus.get(cpu).is_some_and(|c| !c.fpu_live.is_null());
+    let fpu = match k
+        .cpus
+        .get(cpu)
+        .map(|c| crate::fpu::save_for_fault(c, reuse))
+    {
         Some(Ok(f)) => f,
         _ => return Error::NoMemory,
     };
-    if let Some(th) = k.threads.get_mut(cur) {
-        if let Some(rec) = th.spare.as_deref_mut() {
-            rec.fpu = fpu;
-        }
+    if let Some(rec) = k
+        .threads
+        .get_mut(cur)
+        .and_then(|th| th.spare.as_deref_mut())
+    {
+        rec.fpu = fpu;
+        rec.fpu_kept = kept;
     }
     let Some(act) = occupy(&mut k.acts, cur, a, &header) else {
         return Error::Aborted;
@@ -783,7 +800,11 @@ fn resume_below(
     let fault = saved.to == ReplyTo::Fault;
     let cpu = crate::arch::gdt::this_cpu();
     let mut saved = saved;
-    let fpu = if fault { saved.fpu.take() } else { None };
+    let fpu = if fault {
+        saved.fpu.take().map(|a| (a, saved.fpu_kept))
+    } else {
+        None
+    };
     let kernel_root = k.kernel_root;
     let Some(c) = k.cpus.get_mut(cpu) else {
         panic!("resume_below: CPU {cpu} is not online (thread {cur:?})");
@@ -805,9 +826,13 @@ fn resume_below(
         th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
     kernel::switch_activation(c, kernel_root, th);
-    if let Some(area) = fpu {
-        // Back from a pager: the faulting context's registers as they were.
-        crate::fpu::restore_after_fault(c, &area);
+    if let Some((area, kept)) = fpu {
+        // Back from a pager: the faulting context's registers as they were. The copy's box
+        // stays with the record (now the thread's spare) for the next fault.
+        crate::fpu::restore_after_fault(c, &area, kept);
+        if let Some(spare) = th.spare.as_deref_mut() {
+            spare.fpu = Some(area);
+        }
     }
     if !alive {
         unwind_further(k, cur);

@@ -99,14 +99,21 @@ pub fn activation_changed(c: &Cpu) {
 }
 
 /// Before a page fault's call into a pager (`crate::activation::migrate_fault`): a copy of
-/// the running thread's registers (`None` when it has no area: nothing to keep), which
+/// the running thread's registers (`reuse` unchanged when it has no area: nothing to keep), which
 /// [`restore_after_fault`] puts back at the return. A fault is not a call: the faulting
 /// context must find every register as it was. `Err(NoMemory)` without heap for the copy.
-pub fn save_for_fault(c: &Cpu) -> Result<Option<alloc::boxed::Box<Area>>, Error> {
+/// `reuse` is the copy an earlier fault's record kept (made once per record, then reused).
+pub fn save_for_fault(
+    c: &Cpu,
+    reuse: Option<alloc::boxed::Box<Area>>,
+) -> Result<Option<alloc::boxed::Box<Area>>, Error> {
     if c.fpu_live.is_null() {
-        return Ok(None);
+        return Ok(reuse);
     }
-    let mut copy = kern::fallible::try_box(Area::initial()).ok_or(Error::NoMemory)?;
+    let mut copy = match reuse {
+        Some(b) => b,
+        None => kern::fallible::try_box(Area::initial()).ok_or(Error::NoMemory)?,
+    };
     // SAFETY: TS is clear (the module's invariant: `fpu_live` is not null); the live
     // registers are the running thread's.
     unsafe { hw::save(&mut copy) };
@@ -115,8 +122,8 @@ pub fn save_for_fault(c: &Cpu) -> Result<Option<alloc::boxed::Box<Area>>, Error>
 
 /// Back from a pager's call (`crate::activation` after [`activation_changed`]): the
 /// faulting context's registers, as [`save_for_fault`] kept them, are the live ones again.
-pub fn restore_after_fault(c: &Cpu, copy: &Area) {
-    if !c.fpu_live.is_null() {
+pub fn restore_after_fault(c: &Cpu, copy: &Area, kept: bool) {
+    if kept && !c.fpu_live.is_null() {
         // SAFETY: TS is clear (`fpu_live` is not null); `copy` holds a state saved on this
         // machine by `save_for_fault`.
         unsafe { hw::restore(copy) };

@@ -130,6 +130,8 @@ pub struct Saved {
     /// floating point: its registers at the fault, put back at the return (a fault is not
     /// a call: nothing of the faulting context may change).
     pub fpu: Option<alloc::boxed::Box<crate::arch::fpu::Area>>,
+    /// Whether `fpu` holds this fault's registers (the box is kept between faults).
+    pub fpu_kept: bool,
 }
 
 /// A thread's scheduling state.
