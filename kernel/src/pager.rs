@@ -125,7 +125,7 @@ fn create(
     size: u64,
     cookie: u64,
 ) -> Result<u64, Error> {
-    if size == 0 || size % PAGE_SIZE != 0 {
+    if size == 0 || !size.is_multiple_of(PAGE_SIZE) {
         return Err(Error::InvalidArgument);
     }
     if size > baton_abi::pager::OBJECT_SIZE_MAX {
@@ -194,7 +194,7 @@ fn pager_object(k: &Kernel, task: TaskId, name: u64) -> Result<(ObjectId, Key, u
 
 /// Checks a range of an object of `size` bytes: page aligned, non-empty, inside.
 fn check_range(offset: u64, len: u64, size: u64) -> Result<(), Error> {
-    if offset % PAGE_SIZE != 0 || len == 0 || len % PAGE_SIZE != 0 {
+    if !offset.is_multiple_of(PAGE_SIZE) || len == 0 || !len.is_multiple_of(PAGE_SIZE) {
         return Err(Error::InvalidArgument);
     }
     match offset.checked_add(len) {

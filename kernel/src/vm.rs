@@ -749,10 +749,13 @@ pub fn make_resident(
 
 /// What the pager family registered: ask a pager for a page ([`PageWait::ask`]); on an
 /// error the family has put the page back as it was (or marked the pager dead).
-static ASK: spin::Once<fn(&mut Kernel, PageWait) -> Result<(), Failure>> = spin::Once::new();
+static ASK: spin::Once<AskPager> = spin::Once::new();
+
+/// The pager family's way to ask a pager for a page ([`set_pager`]).
+pub type AskPager = fn(&mut Kernel, PageWait) -> Result<(), Failure>;
 
 /// Registers the pager family's way to ask a pager for a page (once, at boot).
-pub fn set_pager(ask: fn(&mut Kernel, PageWait) -> Result<(), Failure>) {
+pub fn set_pager(ask: AskPager) {
     ASK.call_once(|| ask);
 }
 
