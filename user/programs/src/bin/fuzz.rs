@@ -473,8 +473,16 @@ fn worker(_task_id: u64) -> i32 {
     data[8..].copy_from_slice(&OK.load(Ordering::Relaxed).to_le_bytes());
     // The IPC buffer may have been replaced by a fuzzed `ipc_buffer_set` of this thread?
     // No: only fuzzing threads fuzz, each its own buffer; this one is still ours.
-    if buf.set(result, &[], &data).is_err() || buf.msg(MSG_SEND, 0, 10_000_000_000).is_err() {
-        println!("TEST FAIL fuzz: seed {seed}: cannot send the result");
+    let sent = buf
+        .set(result, &[], &data)
+        .and_then(|()| buf.msg(MSG_SEND, 0, 10_000_000_000));
+    if let Err(e) = sent {
+        println!(
+            "TEST FAIL fuzz: seed {seed}: cannot send the result ({}; bootstrap {:#x} is {:?})",
+            e.name(),
+            bootstrap(),
+            baton_rt::ipc::cap_info(bootstrap())
+        );
         return 1;
     }
     0
