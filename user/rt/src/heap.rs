@@ -80,6 +80,22 @@ static HEAP: TalcLock<RawMutex, Pages, DefaultBinning> = TalcLock::new(Pages {
     end: USER_HEAP_BASE,
 });
 
+/// The addresses `[lo, hi)` of the heap's own record, which holds its lock: a `wait` on a
+/// word in it is a wait for the heap lock. A runtime that gets told of its threads'
+/// blocking calls (Sting's Block upcalls) treats such a wait as its own, not as one of the
+/// program's: the lock's holder may be code that only that processor runs.
+pub fn lock_range() -> (u64, u64) {
+    let lo = &raw const HEAP as u64;
+    (lo, lo + core::mem::size_of_val(&HEAP) as u64)
+}
+
+/// Runs `f` with the heap lock held (tests that make other threads wait for it); `f` must
+/// not allocate or free, or it waits for itself.
+pub fn with_lock<T>(f: impl FnOnce() -> T) -> T {
+    let _held = HEAP.lock();
+    f()
+}
+
 /// Bytes of the heap's range mapped now: what the heap holds from the kernel, in use or
 /// not. 0 until the first allocation.
 pub fn mapped_bytes() -> u64 {

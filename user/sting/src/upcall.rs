@@ -5,7 +5,8 @@
 //! - **Block**: the thread running on the virtual processor blocked in the kernel; the
 //!   kernel goes on with a spare kernel thread, which enters [`upcall_entry`]. The blocked
 //!   thread's TCB stays as it is (its thread is still "running", in the kernel), and the
-//!   upcall resumes the scheduler loop's context, which runs the next thread.
+//!   upcall resumes the scheduler loop's context, which runs the next thread. A wait for
+//!   the heap lock is the runtime's own: the processor waits with the thread instead.
 //! - **Unblock**: the call completed: the thread's registers (the result in `rax`) come
 //!   back, and a frame laid on its stack lets the scheduler resume it like any other TCB,
 //!   before the queued threads. An upcall delivered while the processor waited in
@@ -133,6 +134,9 @@ mod imp {
         };
         match ev.kind {
             VP_BLOCK => {
+                if waits_for_the_heap(&ev.regs) {
+                    wait_with(vp, ev.token)
+                }
                 vp.kernel_blocked();
                 resume_scheduler(vp)
             }
@@ -148,6 +152,47 @@ mod imp {
                 unsafe { arch::resume_regs(&stopped) }
             }
             _ => panic!("sting: an upcall of unknown kind {}", ev.kind),
+        }
+    }
+
+    /// Whether a blocked thread's call (its registers at the call) is a `wait` for the heap
+    /// lock: the runtime's own wait, not the program's.
+    fn waits_for_the_heap(r: &baton_abi::exception::UserRegs) -> bool {
+        let (lo, hi) = baton_rt::heap::lock_range();
+        r.rax == baton_abi::Sys::Wait as u64 && (lo..hi).contains(&r.rdi)
+    }
+
+    /// The thread of `vp` that blocked (`token`) waits for the heap lock: the processor
+    /// waits with it, as it would without upcalls, rather than running another thread.
+    /// The lock's holder may be a thread that only this processor runs, or this
+    /// processor's own scheduler (which, allocating a TCB, waits for the lock without an
+    /// upcall) and the unlock wakes the detached thread, whose Unblock the processor would
+    /// then never take; or the thread may have been between queueing itself and
+    /// switching away, and the scheduler would wait for it to finish the switch. So the
+    /// processor takes its events until the thread's own comes, lists the others as
+    /// usual, and resumes the thread at once.
+    fn wait_with(vp: &Vp, token: u64) -> ! {
+        let mut buf = [VpEvent::default(); 4];
+        loop {
+            let n = sys::vp_take(&mut buf).unwrap_or(0);
+            let mut mine = None;
+            for ev in buf.iter().take(n) {
+                if ev.token == token {
+                    mine = Some(regs_of(&ev.regs));
+                } else {
+                    // SAFETY: we are `vp`'s carrier; the kernel gave these registers back
+                    // for a thread that blocked on it.
+                    unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+                }
+            }
+            if let Some(regs) = mine {
+                // SAFETY: the registers of the thread that blocked, its call completed;
+                // nothing ran on its stack meanwhile (the processor waited here).
+                unsafe { arch::resume_regs(&regs) }
+            }
+            if n == 0 {
+                baton_rt::yield_now();
+            }
         }
     }
 

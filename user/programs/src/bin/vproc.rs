@@ -3,6 +3,9 @@
 //!
 //! - bad registrations (addresses, stacks, sizes, alignment, a second one, foreign ids,
 //!   calls by a thread that carries nothing) get their error codes;
+//! - a sting thread that waits for the heap lock, while its processor's scheduler then
+//!   waits for it too, gets no Block upcall (the wait is the runtime's own), and both get
+//!   the lock;
 //! - on one virtual processor with upcalls, a sting thread blocks in a kernel receive
 //!   that only another task (`vproc_peer`) satisfies, and another in a futex `wait`: the
 //!   other threads of the same processor make progress meanwhile (a progress counter moves
@@ -93,6 +96,7 @@ fn run() -> Result<(), Failed> {
         id == PEER_ID && q != 0,
         "the peer said hello with a send right to its port"
     );
+    heap_lock_waits()?;
     kernel_receive(port, q)?;
     exhaustion(port, q)?;
     two_processors(port, q)?;
@@ -393,6 +397,46 @@ fn two_processors(port: u64, q: u64) -> Result<(), Failed> {
     check!(
         st.kernel_blocks >= 2 && st.kernel_unblocks == st.kernel_blocks,
         "each block was an upcall and came back ({} blocks, {} unblocks)",
+        st.kernel_blocks,
+        st.kernel_unblocks
+    );
+    Ok(())
+}
+
+/// Set by [`heap_holder`] once it holds the heap lock.
+static HEAP_HELD: AtomicU32 = AtomicU32::new(0);
+
+/// A plain kernel thread that holds the heap lock for 100 ms.
+fn heap_holder(_: u64) {
+    baton_rt::heap::with_lock(|| {
+        HEAP_HELD.store(1, Release);
+        let _ = baton_rt::sys::sleep_ns(100_000_000);
+    });
+    HEAP_HELD.store(2, Release);
+}
+
+/// A sting thread that waits for the heap lock while the scheduler of its processor then
+/// waits for it too (to make a TCB for the next thread): the wait is the runtime's own,
+/// so the processor waits with the thread (no Block upcall), and both get the lock once
+/// its holder lets it go. With an upcall, the unlock would wake the detached thread,
+/// whose Unblock the scheduler, itself waiting for the lock, would never take.
+fn heap_lock_waits() -> Result<(), Failed> {
+    let stack = alloc::boxed::Box::leak(alloc::vec![0u8; 16 * 1024].into_boxed_slice());
+    let (got, st) = sting::run(Config::new(1, Kind::Fifo).kernel_upcalls(2), move || {
+        // Queued, not started: starting it takes a new TCB from the heap.
+        let next = sting::fork(|| 7u64);
+        if baton_rt::thread::spawn(stack, heap_holder, 0).is_err() {
+            return 0;
+        }
+        while HEAP_HELD.load(Acquire) == 0 {
+            baton_rt::yield_now();
+        }
+        let b = alloc::boxed::Box::new(35u64);
+        *b + *next.value().unwrap_or(&0)
+    });
+    check!(
+        got == 42 && st.kernel_blocks == st.kernel_unblocks,
+        "a thread that waited for the heap lock, and then its processor's scheduler, both got it (kernel blocks {}, unblocks {})",
         st.kernel_blocks,
         st.kernel_unblocks
     );
