@@ -36,6 +36,9 @@ pub unsafe fn syscall0(n: u64) -> u64 {
             inlateout("rax") n => ret,
             lateout("rcx") _,
             lateout("r11") _,
+            // A migrating call and its return put the vector registers in their initial
+            // state (they are caller-saved): nothing may be kept in them across a call.
+            clobber_abi("C"),
             options(nostack),
         );
     }
@@ -59,6 +62,9 @@ pub unsafe fn syscall1(n: u64, a0: u64) -> u64 {
             in("rdi") a0,
             lateout("rcx") _,
             lateout("r11") _,
+            // A migrating call and its return put the vector registers in their initial
+            // state (they are caller-saved): nothing may be kept in them across a call.
+            clobber_abi("C"),
             options(nostack),
         );
     }
@@ -83,6 +89,9 @@ pub unsafe fn syscall2(n: u64, a0: u64, a1: u64) -> u64 {
             in("rsi") a1,
             lateout("rcx") _,
             lateout("r11") _,
+            // A migrating call and its return put the vector registers in their initial
+            // state (they are caller-saved): nothing may be kept in them across a call.
+            clobber_abi("C"),
             options(nostack),
         );
     }
@@ -108,6 +117,9 @@ pub unsafe fn syscall3(n: u64, a0: u64, a1: u64, a2: u64) -> u64 {
             in("rdx") a2,
             lateout("rcx") _,
             lateout("r11") _,
+            // A migrating call and its return put the vector registers in their initial
+            // state (they are caller-saved): nothing may be kept in them across a call.
+            clobber_abi("C"),
             options(nostack),
         );
     }
@@ -141,6 +153,9 @@ pub unsafe fn syscall6(n: u64, a0: u64, a1: u64, a2: u64, a3: u64, a4: u64, a5: 
             in("r9") a5,
             lateout("rcx") _,
             lateout("r11") _,
+            // A migrating call and its return put the vector registers in their initial
+            // state (they are caller-saved): nothing may be kept in them across a call.
+            clobber_abi("C"),
             options(nostack),
         );
     }
