@@ -197,7 +197,11 @@ fn install_families() {
         interrupt: device::on_interrupt,
         space_made: vm::space_made,
         map_program: taskmake::map_program,
-        space_freed: vm::space_freed,
+        space_freed: |k, id| {
+            vm::space_freed(k, id);
+            // Pager-backed objects the map held may have ended: their pagers' rights go.
+            pager::tidy(k);
+        },
         page_fault: pager::page_fault,
         vp_blocking: vproc::on_block,
     });

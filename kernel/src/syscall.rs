@@ -226,6 +226,9 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     let k = unsafe { kernel::kernel() };
     // A copy met a page a pager is asked for: the call is made again once it is there.
     crate::pager::after_call(k, cur);
+    // A call that dropped the last reference to a pager-backed object (a deallocation)
+    // lets go of its pager's right now, not at the next IPC operation.
+    crate::pager::tidy(k);
     let cpu = gdt::this_cpu();
     if crate::klog::pending(k, cpu) {
         // Lines this call caused are written with the lock released (the thread stays
