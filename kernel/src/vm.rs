@@ -622,21 +622,7 @@ fn fault_in(
                         .entry(page)
                         .is_some_and(|(_, e)| e.prot.contains(Prot::EXECUTE));
                     let flags = MapFlags::user_shared(writable, exec);
-                    // Room for the page tables the translation may need, charged first.
-                    t.account
-                        .take(Resource::Frames, TABLES_WORST)
-                        .map_err(|_| Failure::NoMemory)?;
-                    let before = mem.frames.free_frames();
-                    let set = t.space.set(&mut mem, page, frame, flags);
-                    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
-                    t.account
-                        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
-                    t.frames += took.min(TABLES_WORST);
-                    match set {
-                        Ok(Some(old)) if old != frame => changed = true,
-                        Ok(_) => {}
-                        Err(_) => return Err(Failure::NoMemory),
-                    }
+                    changed |= enter(t, &mut mem, page, frame, flags)?;
                     return Ok(frame);
                 }
                 Decision::ZeroFill { object, offset } => {
@@ -672,20 +658,7 @@ fn fault_in(
                     // `OWNED`, so no unmap frees it; uncached as the object says.
                     let frame = PhysAddr(addr);
                     let flags = MapFlags::user_shared(writable, false);
-                    t.account
-                        .take(Resource::Frames, TABLES_WORST)
-                        .map_err(|_| Failure::NoMemory)?;
-                    let before = mem.frames.free_frames();
-                    let set = t.space.set(&mut mem, page, frame, flags);
-                    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
-                    t.account
-                        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
-                    t.frames += took.min(TABLES_WORST);
-                    match set {
-                        Ok(Some(old)) if old != frame => changed = true,
-                        Ok(_) => {}
-                        Err(_) => return Err(Failure::NoMemory),
-                    }
+                    changed |= enter(t, &mut mem, page, frame, flags)?;
                     if uncached {
                         t.space
                             .update_leaves(&mut mem, page, page + PAGE_SIZE, |_, e| {
@@ -726,6 +699,32 @@ fn fault_in(
         shootdown(k, task);
     }
     result
+}
+
+/// Enters the translation of `page` to `frame` in task `t`'s page tables, the page-table
+/// frames it may need charged to the task first (at most [`TABLES_WORST`]); whether it
+/// replaced a translation to another frame (a shootdown is then due).
+fn enter(
+    t: &mut crate::kernel::Task,
+    mem: &mut KernelMem<'_>,
+    page: u64,
+    frame: PhysAddr,
+    flags: MapFlags,
+) -> Result<bool, Failure> {
+    t.account
+        .take(Resource::Frames, TABLES_WORST)
+        .map_err(|_| Failure::NoMemory)?;
+    let before = mem.frames.free_frames();
+    let set = t.space.set(mem, page, frame, flags);
+    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
+    t.account
+        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
+    t.frames += took.min(TABLES_WORST);
+    match set {
+        Ok(Some(old)) => Ok(old != frame),
+        Ok(None) => Ok(false),
+        Err(_) => Err(Failure::NoMemory),
+    }
 }
 
 /// Makes `[va, va + len)` of task `task` resident and translated for the kernel's copy
