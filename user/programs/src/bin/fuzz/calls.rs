@@ -2056,9 +2056,12 @@ impl Fuzzer {
                 let kind = self.r.of(&[0, 1, 2, u64::MAX], 0);
                 let (ptr, len) = match self.r.below(4) {
                     0 | 1 => (CHILD.as_ptr() as u64, CHILD.len() as u64),
+                    // Never a prefix that names another program: "fuzz" would start a
+                    // second worker, which takes whatever its bootstrap brings as
+                    // parameters and fails when it cannot report.
                     2 => (
                         CHILD.as_ptr() as u64,
-                        self.r.of(&[0, 4, MODULE_NAME_MAX as u64 + 1, u64::MAX], 0),
+                        self.r.of(&[0, 9, MODULE_NAME_MAX as u64 + 1, u64::MAX], 0),
                     ),
                     _ => (self.r.of(&BAD_ADDRESSES, 0), 10),
                 };
