@@ -735,7 +735,12 @@ pub fn top_functions(pass: &Pass, n: usize) -> String {
 }
 
 /// The whole `results/profile.md`.
-pub fn report(header: &Header, sw: &PathProfile, mg: &PathProfile) -> String {
+pub fn report(
+    header: &Header,
+    sw: &PathProfile,
+    mg: &PathProfile,
+    general: &PathProfile,
+) -> String {
     let mut r = String::new();
     r.push_str("# Null RPC kernel path by stage\n\n");
     let _ = writeln!(
@@ -799,6 +804,26 @@ pub fn report(header: &Header, sw: &PathProfile, mg: &PathProfile) -> String {
             );
             r.push_str(&top_functions(pass, TOP_FUNCTIONS));
         }
+    }
+    let _ = writeln!(
+        r,
+        "\n## The general path\n\nThe path every queued, rights-carrying or timed message \
+         takes (`{}`: {}; {} + {} = {} instructions), not in the paper's tables: where its \
+         instructions go, by stage and by function.\n",
+        general.bench,
+        general.trigger,
+        general.passes[0].total.all,
+        general.passes[1].total.all,
+        general.total()
+    );
+    r.push_str(&directions(general));
+    for pass in &general.passes {
+        let _ = writeln!(
+            r,
+            "\n### {}: {} ({} instructions), top functions\n",
+            general.column, pass.label, pass.total.all
+        );
+        r.push_str(&top_functions(pass, 2 * TOP_FUNCTIONS));
     }
     r
 }
@@ -1129,8 +1154,10 @@ baton_kernel.1662d926241f96e2-cgu.08:?
             },
             &sw,
             &mg,
+            &sw,
         );
         assert!(r.contains("Kernel abc1234"), "{r}");
+        assert!(r.contains("## The general path"), "{r}");
         assert!(r.contains("522 + 532 = 1054 instructions"), "{r}");
         assert_eq!(
             r,
@@ -1140,7 +1167,8 @@ baton_kernel.1662d926241f96e2-cgu.08:?
                     qemu: "QEMU 7.2"
                 },
                 &sw,
-                &mg
+                &mg,
+                &sw
             )
         );
     }
