@@ -99,6 +99,9 @@ pub struct Results {
     pub paths: Vec<Paths>,
     /// Whether `BENCH done` appeared.
     pub done: bool,
+    /// The kernel's system-wide virtual-memory counters when the benchmarks ended (the
+    /// `BENCHVM` line: fault counts by Accent's classes), in the line's order.
+    pub vm: Vec<(String, u64)>,
 }
 
 /// Runs `cargo xtask bench`.
@@ -363,6 +366,9 @@ pub fn boot_all<'a>(
             .extend(r.rows.into_iter().map(|row| Row { cpus: smp, ..row }));
         all.paths.extend(r.paths);
         all.done &= r.done;
+        if all.vm.is_empty() {
+            all.vm = r.vm;
+        }
     }
     Ok(all)
 }
@@ -458,7 +464,7 @@ fn user_text(line: &str) -> &str {
     line.split_once("| ").map_or(line, |(_, rest)| rest)
 }
 
-/// Parses the `BENCH` and `BENCHSTAT` lines of a serial log.
+/// Parses the `BENCH`, `BENCHSTAT` and `BENCHVM` lines of a serial log.
 pub fn parse(log: &str) -> Result<Results, String> {
     let mut results = Results::default();
     for (n, line) in log.lines().enumerate() {
@@ -481,6 +487,12 @@ pub fn parse(log: &str) -> Result<Results, String> {
                 return Err(bad(format!("benchmark `{}` reported twice", row.name)));
             }
             results.rows.push(row);
+        } else if let Some(fields) = text.strip_prefix("BENCHVM ") {
+            let f = Fields::new(fields).map_err(bad)?;
+            for (key, _) in &f.0 {
+                let value = f.number(key).map_err(bad)?;
+                results.vm.push((key.to_string(), value));
+            }
         } else if let Some(fields) = text.strip_prefix("BENCHSTAT ") {
             let f = Fields::new(fields).map_err(bad)?;
             results.paths.push(Paths {

@@ -352,6 +352,7 @@ mod unit_tests {
                 .collect(),
             paths: Vec::new(),
             done: true,
+            vm: Vec::new(),
         }
     }
 

@@ -16,6 +16,7 @@
 //! carries the serial console (`run`), the paths (`build`) and the results (`test`, `bench`).
 #![forbid(unsafe_code)]
 
+mod accent;
 mod bench;
 mod build;
 mod clippy;

@@ -38,7 +38,12 @@ pub const RPC_SVG: &str = "rpc-size.svg";
 /// File name of the cycles results (written only when cycles were measured).
 pub const CYCLES_JSON: &str = "baton-cycles.json";
 /// Every plot file the report may write (stale ones are removed).
-pub const PLOTS: [&str; 2] = [BARS_SVG, RPC_SVG];
+pub const PLOTS: [&str; 4] = [
+    BARS_SVG,
+    RPC_SVG,
+    crate::accent::FIG_3_1_SVG,
+    crate::accent::FIG_3_3_SVG,
+];
 
 /// What the figures were measured with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1160,6 +1165,7 @@ impl Inputs<'_> {
                 let alt = match *p {
                     BARS_SVG => "Baton and Linux, the same operations",
                     RPC_SVG => "RPC cost against message size",
+                    crate::accent::FIG_3_1_SVG | crate::accent::FIG_3_3_SVG => continue,
                     other => other,
                 };
                 let _ = writeln!(out, "![{alt}]({p})\n");
@@ -1171,6 +1177,11 @@ impl Inputs<'_> {
             out.push_str(&linux_only_md(rows));
         }
         out.push_str(&self.details_md());
+        out.push_str(&crate::accent::section(
+            &self.baton.rows,
+            &self.baton.vm,
+            plots,
+        ));
         if let Ok(l) = &self.linux {
             out.push_str(&linux_guest_md(l));
         }
@@ -1480,6 +1491,11 @@ impl Inputs<'_> {
                 ),
             ));
         }
+        out.extend(crate::accent::plots(
+            &self.baton.rows,
+            &self.header_line(),
+            &self.meta.metric,
+        ));
         out
     }
 }
@@ -1784,6 +1800,7 @@ mod unit_tests {
                 recognitions: 1500,
             }],
             done: true,
+            vm: Vec::new(),
         }
     }
 

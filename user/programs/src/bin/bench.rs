@@ -1960,6 +1960,34 @@ fn run_all() -> Result<(), Failed> {
     Ok(())
 }
 
+/// The kernel's system-wide virtual-memory counters after the whole run (`BENCHVM` lines,
+/// `name=value` words, eight a line so that a line stays short): `cargo xtask bench` sets
+/// them beside Accent's Table 3-10.
+fn print_vm_counters() {
+    struct Words<'a>(&'a [(&'static str, u64)]);
+    impl core::fmt::Display for Words<'_> {
+        fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+            self.0
+                .iter()
+                .try_for_each(|(name, value)| write!(f, " {name}={value}"))
+        }
+    }
+    let Ok(stats) = baton_rt::vm::system_stats() else {
+        return;
+    };
+    let words = stats.to_words();
+    let mut pairs = [("", 0u64); baton_abi::vm::VM_STATS_WORDS];
+    for (slot, (name, value)) in pairs
+        .iter_mut()
+        .zip(baton_abi::vm::VmStats::FIELD_NAMES.iter().zip(words))
+    {
+        *slot = (name, value);
+    }
+    for chunk in pairs.chunks(8) {
+        println!("BENCHVM{}", Words(chunk));
+    }
+}
+
 fn main(_task_id: u64) -> i32 {
     if baton_rt::env::args().any(|a| a == "--table") {
         TABLE.store(true, Ordering::Relaxed);
@@ -1979,6 +2007,7 @@ fn main(_task_id: u64) -> i32 {
             if TABLE.load(Ordering::Relaxed) {
                 println!("bench: done");
             } else {
+                print_vm_counters();
                 println!("BENCH done");
             }
             0

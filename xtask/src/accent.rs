@@ -1,0 +1,535 @@
+//! Accent's measurements (Fitzgerald & Rashid, *The Integration of Virtual Memory
+//! Management and Interprocess Communication in Accent*, TOCS 1986, section 3) set beside
+//! Baton's rows: Table 3-2 (IPC), Table 3-3 (faults by type), Figures 3-1 and 3-3 (cost
+//! against pages) and Table 3-10 (fault statistics of a whole run).
+//!
+//! Accent's figures are milliseconds on a PERQ, Baton's instructions under QEMU icount, so
+//! no figure is compared with another across systems: each system's operations are set
+//! against one of its own (a ratio, a slope's ratio, a share of all faults), and those are
+//! compared.
+
+use std::fmt::Write as _;
+
+use crate::bench::Row;
+use crate::plot::{self, Series};
+
+/// The file of Figure 3-1's plot.
+pub const FIG_3_1_SVG: &str = "accent-fig3-1.svg";
+/// The file of Figure 3-3's plot.
+pub const FIG_3_3_SVG: &str = "accent-fig3-3.svg";
+
+/// Table 3-3: Accent's fault type, its total in milliseconds, and the Baton row that takes
+/// the same fault (empty: none).
+pub const TABLE_3_3: &[(&str, f64, &str)] = &[
+    ("Null fault", 0.623, "floor.fault.roundtrip"),
+    ("Read fault, zero fill", 3.355, "vm.fault.zero.read"),
+    ("Write fault, zero fill", 3.704, "vm.fault.zero"),
+    (
+        "Read fault, memory fill, small file",
+        3.760,
+        "vm.fault.fill",
+    ),
+    ("Read fault, memory fill, large file", 4.504, ""),
+    ("Write fault, CopyOnWrite copy", 3.833, "vm.fault.cow"),
+];
+
+/// The fault Table 3-3's ratios are taken against.
+const TABLE_3_3_BASE: usize = 1;
+
+/// Table 3-2: simple and complex (one pointer to 1,024 bytes) message send and receive,
+/// in milliseconds.
+const SIMPLE_MS: f64 = 1.35 + 1.35;
+const COMPLEX_MS: f64 = 10.0 + 10.0;
+
+/// Figure 3-1's page counts (Baton's `vm.allocate.<n>` and `vm.deallocate.<n>`).
+pub const FIG_3_1_PAGES: [u64; 4] = [1, 16, 256, 1024];
+
+/// Figure 3-3's sizes: the `ipc.ool.<size>` rows and their pages.
+pub const FIG_3_3_SIZES: [(&str, u64); 3] = [("4k", 1), ("64k", 16), ("1m", 256)];
+
+/// Figure 3-3's slopes in milliseconds per page: MoveWords without and with DeleteSource.
+const SLOPE_COPY_MS: f64 = 1.05;
+const SLOPE_MOVE_MS: f64 = 1.75;
+
+/// Table 3-10, the system generation task's fault statistics: Accent's counter, its
+/// count, Baton's counter (`BENCHVM`; empty: none that counts the same thing), and whether
+/// it counts faults (its share of all faults is shown) or pages.
+pub const TABLE_3_10: &[(&str, u64, &str, bool)] = &[
+    ("faults", 201_614, "faults", true),
+    ("read faults", 116_350, "read_faults", true),
+    ("write faults", 85_264, "write_faults", true),
+    ("CopyOnWrite faults (reclaims + copies)", 837, "", true),
+    ("CopyOnWrite reclaims", 686, "cow_reclaims", true),
+    ("CopyOnWrite copies", 151, "cow_copies", true),
+    (
+        "pages reclaimed by CopyOnWrite reclaims",
+        917,
+        "cow_reclaimed_pages",
+        false,
+    ),
+    ("pages filled with zeros", 83_702, "zero_fills", false),
+    (
+        "pages filled from disk (a pager)",
+        40_509,
+        "pager_fills",
+        false,
+    ),
+    (
+        "disk pages found in physical memory (Baton: pages filled from a resident page)",
+        110_326,
+        "memory_fills",
+        false,
+    ),
+];
+
+fn median(rows: &[Row], name: &str) -> Option<u64> {
+    rows.iter().find(|r| r.name == name).map(|r| r.median)
+}
+
+fn counter(vm: &[(String, u64)], name: &str) -> Option<u64> {
+    vm.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+}
+
+fn fixed(x: f64, places: usize) -> String {
+    format!("{x:.places$}")
+}
+
+fn share(part: u64, whole: u64) -> String {
+    if whole == 0 {
+        return String::new();
+    }
+    format!("{:.3}%", part as f64 * 100.0 / whole as f64)
+}
+
+/// Per-page slope between the 16- and 256-page points of `rows` `ipc.ool.<size><suffix>`.
+fn slope(rows: &[Row], suffix: &str) -> Option<f64> {
+    let (a, pa) = FIG_3_3_SIZES[1];
+    let (b, pb) = FIG_3_3_SIZES[2];
+    let ya = median(rows, &format!("ipc.ool.{a}{suffix}"))?;
+    let yb = median(rows, &format!("ipc.ool.{b}{suffix}"))?;
+    Some((yb as f64 - ya as f64) / (pb - pa) as f64)
+}
+
+/// The report's Accent section (Markdown), or an empty string when the run has none of
+/// its rows.
+pub fn section(rows: &[Row], vm: &[(String, u64)], plots: &[&str]) -> String {
+    let mut out = String::new();
+    let tables = [
+        table_3_2(rows),
+        table_3_3(rows),
+        figure_3_1(rows, plots.contains(&FIG_3_1_SVG)),
+        figure_3_3(rows, plots.contains(&FIG_3_3_SVG)),
+        table_3_10(vm),
+    ];
+    if tables.iter().all(String::is_empty) {
+        return out;
+    }
+    out.push_str(
+        "\n## Accent (Fitzgerald & Rashid, TOCS 1986)\n\n\
+         Accent's figures are milliseconds on a PERQ with 512-byte pages; Baton's are \
+         instructions with 4 KiB pages. Neither is set against the other: each system's \
+         operations are compared with one of its own (ratios, slopes, shares), and those \
+         are compared.\n",
+    );
+    for t in tables {
+        out.push_str(&t);
+    }
+    out
+}
+
+fn table_3_2(rows: &[Row]) -> String {
+    let (Some(simple), Some(complex)) = (
+        median(rows, "rpc.null.slow.roundtrip"),
+        median(rows, "ipc.ool.4k"),
+    ) else {
+        return String::new();
+    };
+    let mut t = String::from(
+        "\n### Table 3-2: IPC operations\n\n\
+         | operation | Accent (ms) | Baton row | Baton (instructions) |\n\
+         |---|---:|---|---:|\n",
+    );
+    let _ = writeln!(
+        t,
+        "| simple message, send + receive, both ways | {} | `rpc.null.slow.roundtrip` | {simple} |",
+        fixed(2.0 * SIMPLE_MS, 2)
+    );
+    let _ = writeln!(
+        t,
+        "| complex message (data out of line), send + receive, both ways | {} | `ipc.ool.4k` | {complex} |",
+        fixed(2.0 * COMPLEX_MS, 2)
+    );
+    let _ = writeln!(
+        t,
+        "| **complex ÷ simple** | **{}** | | **{}** |",
+        fixed(COMPLEX_MS / SIMPLE_MS, 2),
+        fixed(complex as f64 / simple as f64, 2)
+    );
+    t.push_str(
+        "\nAccent's complex message carried one pointer to 1,024 bytes, in one direction; \
+         Baton's `ipc.ool.4k` carries a 4 KiB page out of line in the request and the reply \
+         and the receiver reads it (one fault). Both are queued messages through the \
+         general path (Accent's simple messages had a path of their own, like Baton's fast \
+         path, which `rpc.null.slow` does not take).\n",
+    );
+    t
+}
+
+fn table_3_3(rows: &[Row]) -> String {
+    let base = median(rows, TABLE_3_3[TABLE_3_3_BASE].2);
+    if base.is_none() {
+        return String::new();
+    }
+    let base_ms = TABLE_3_3[TABLE_3_3_BASE].1;
+    let mut t = String::from(
+        "\n### Table 3-3: fault handling by type\n\n\
+         | fault | Accent (ms) | ÷ read zero fill | Baton row | Baton (instructions) | ÷ read zero fill |\n\
+         |---|---:|---:|---|---:|---:|\n",
+    );
+    for (what, ms, row) in TABLE_3_3 {
+        let baton = median(rows, row);
+        let _ = writeln!(
+            t,
+            "| {what} | {} | {} | {} | {} | {} |",
+            fixed(*ms, 3),
+            fixed(ms / base_ms, 2),
+            if row.is_empty() {
+                "—".to_string()
+            } else {
+                format!("`{row}`")
+            },
+            baton.map_or(String::new(), |b| b.to_string()),
+            match (baton, base) {
+                (Some(b), Some(d)) if d > 0 => fixed(b as f64 / d as f64, 2),
+                _ => String::new(),
+            }
+        );
+    }
+    t.push_str(
+        "\nBaton's rows are whole user-to-user paths (fault, resolution, return), as \
+         Accent's totals are. The null fault is Baton's floor fault (the CPU's fault and \
+         return with no lookup); Baton has no file server yet, so the large-file fill has \
+         no row, and the small-file fill is a first read of a resident page of another \
+         memory object.\n",
+    );
+    t
+}
+
+fn figure_3_1(rows: &[Row], plotted: bool) -> String {
+    let have = |op: &str| {
+        FIG_3_1_PAGES
+            .iter()
+            .all(|n| median(rows, &format!("vm.{op}.{n}")).is_some())
+    };
+    if !have("allocate") || !have("deallocate") {
+        return String::new();
+    }
+    let mut t = String::from(
+        "\n### Figure 3-1: validate and invalidate unbacked memory, against pages\n\n\
+         | pages | `vm.allocate.<n>` | ÷ 1 page | `vm.deallocate.<n>` | ÷ 1 page |\n\
+         |---:|---:|---:|---:|---:|\n",
+    );
+    let one = |op: &str| median(rows, &format!("vm.{op}.1")).unwrap_or(1).max(1);
+    for n in FIG_3_1_PAGES {
+        let a = median(rows, &format!("vm.allocate.{n}")).unwrap_or(0);
+        let d = median(rows, &format!("vm.deallocate.{n}")).unwrap_or(0);
+        let _ = writeln!(
+            t,
+            "| {n} | {a} | {} | {d} | {} |",
+            fixed(a as f64 / one("allocate") as f64, 2),
+            fixed(d as f64 / one("deallocate") as f64, 2)
+        );
+    }
+    t.push_str(
+        "\nAccent: ValidateMemory is nearly constant at 6.2 ms from 1 to 1,024 pages (lazy \
+         allocation: no page and no backing store until touched); InvalidateMemory costs \
+         more, with a ramp of about 3.5 µs a page below 128 pages (its search for \
+         resources to reclaim). Baton's maps are the same lazy kind: neither row touches a \
+         page.\n",
+    );
+    if plotted {
+        let _ = writeln!(
+            t,
+            "\n![Figure 3-1: allocate and deallocate against pages]({FIG_3_1_SVG})"
+        );
+    }
+    t
+}
+
+fn figure_3_3(rows: &[Row], plotted: bool) -> String {
+    let (Some(copy), Some(moved)) = (slope(rows, ""), slope(rows, ".move")) else {
+        return String::new();
+    };
+    let mut t = String::from(
+        "\n### Figure 3-3: MoveWords of resident memory, against pages\n\n\
+         | pages | `ipc.ool.<size>` (copy) | `ipc.ool.<size>.move` |\n\
+         |---:|---:|---:|\n",
+    );
+    for (size, pages) in FIG_3_3_SIZES {
+        let c = median(rows, &format!("ipc.ool.{size}")).unwrap_or(0);
+        let m = median(rows, &format!("ipc.ool.{size}.move")).unwrap_or(0);
+        let _ = writeln!(t, "| {pages} | {c} | {m} |");
+    }
+    let _ = writeln!(
+        t,
+        "\n| slope per page | Accent (ms) | Baton (instructions, 16 to 256 pages) |\n\
+         |---|---:|---:|\n\
+         | without DeleteSource (copy) | {} | {} |\n\
+         | with DeleteSource (move) | {} | {} |\n\
+         | **move ÷ copy** | **{}** | **{}** |",
+        fixed(SLOPE_COPY_MS, 2),
+        fixed(copy, 0),
+        fixed(SLOPE_MOVE_MS, 2),
+        fixed(moved, 0),
+        fixed(SLOPE_MOVE_MS / SLOPE_COPY_MS, 2),
+        fixed(moved / copy.max(1.0), 2)
+    );
+    t.push_str(
+        "\nAccent's curves are linear in pages (entering and removing VP-table entries for \
+         each resident page); Baton's rows are an RPC carrying the region out of line whose \
+         receiver reads one word of every page, so each page also costs its fault. \
+         Figure 3-2 (MoveWords of unbacked memory) has no Baton row yet.\n",
+    );
+    if plotted {
+        let _ = writeln!(
+            t,
+            "\n![Figure 3-3: out-of-line copy and move against pages]({FIG_3_3_SVG})"
+        );
+    }
+    t
+}
+
+fn table_3_10(vm: &[(String, u64)]) -> String {
+    let Some(faults) = counter(vm, "faults") else {
+        return String::new();
+    };
+    let accent_faults = TABLE_3_10[0].1;
+    let mut t = String::from(
+        "\n### Table 3-10: fault statistics of a whole run\n\n\
+         | counter | Accent (system generation task) | % of faults | Baton (this benchmark run) | % of faults |\n\
+         |---|---:|---:|---:|---:|\n",
+    );
+    for (what, accent, ours, of_faults) in TABLE_3_10 {
+        let baton = counter(vm, ours);
+        let share_of = |n: u64, whole: u64| match of_faults {
+            true => share(n, whole),
+            false => String::new(),
+        };
+        let _ = writeln!(
+            t,
+            "| {what} | {accent} | {} | {} | {} |",
+            share_of(*accent, accent_faults),
+            baton.map_or("—".to_string(), |b| b.to_string()),
+            baton.map_or(String::new(), |b| share_of(b, faults))
+        );
+    }
+    let extra: Vec<String> = vm
+        .iter()
+        .filter(|(k, _)| {
+            !TABLE_3_10.iter().any(|(_, _, ours, _)| ours == k)
+                && matches!(
+                    k.as_str(),
+                    "execute_faults" | "address_errors" | "write_errors"
+                )
+        })
+        .map(|(k, v)| format!("`{k}` {v}"))
+        .collect();
+    if !extra.is_empty() {
+        let _ = writeln!(
+            t,
+            "\nBaton's counters with no column in Accent's table: {}.",
+            extra.join(", ")
+        );
+    }
+    t.push_str(
+        "\nAccent's figures are a system generation (compiling and linking the system, \
+         8,043 s); Baton's are the kernel's counters since boot at the end of the benchmark \
+         program, a synthetic load (every row's iterations, out-of-line messages, forks, \
+         task creation and the pager rows), not a realistic one: its mix follows the \
+         benchmark list (a thousand iterations of each row), not a workload.\n",
+    );
+    t
+}
+
+/// The section's plots: (file name, SVG), for the figures the run has rows for.
+pub fn plots(rows: &[Row], subtitle: &str, metric: &str) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
+    let series = |op: &str, name: &str| Series {
+        name: name.to_string(),
+        points: FIG_3_1_PAGES
+            .iter()
+            .filter_map(|n| Some((*n as f64, median(rows, &format!("vm.{op}.{n}"))? as f64)))
+            .collect(),
+    };
+    let fig1 = [
+        series("allocate", "Baton vm_allocate (Accent ValidateMemory)"),
+        series(
+            "deallocate",
+            "Baton vm_deallocate (Accent InvalidateMemory)",
+        ),
+    ];
+    if fig1.iter().all(|s| s.points.len() == FIG_3_1_PAGES.len()) {
+        out.push((
+            FIG_3_1_SVG,
+            plot::lines(
+                "Accent Figure 3-1: allocate and deallocate untouched memory",
+                subtitle,
+                "pages (4 KiB)",
+                metric,
+                &fig1,
+            ),
+        ));
+    }
+    let ool = |suffix: &str, name: &str| Series {
+        name: name.to_string(),
+        points: FIG_3_3_SIZES
+            .iter()
+            .filter_map(|(size, pages)| {
+                Some((
+                    *pages as f64,
+                    median(rows, &format!("ipc.ool.{size}{suffix}"))? as f64,
+                ))
+            })
+            .collect(),
+    };
+    let fig3 = [
+        ool("", "Baton out-of-line copy (MoveWords)"),
+        ool(".move", "Baton out-of-line move (MoveWords, DeleteSource)"),
+    ];
+    if fig3.iter().all(|s| s.points.len() == FIG_3_3_SIZES.len()) {
+        out.push((
+            FIG_3_3_SVG,
+            plot::lines(
+                "Accent Figure 3-3: out-of-line data of resident memory, per RPC",
+                subtitle,
+                "pages (4 KiB)",
+                metric,
+                &fig3,
+            ),
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod unit_tests {
+    use super::*;
+
+    fn row(name: &str, median: u64) -> Row {
+        Row {
+            name: name.to_string(),
+            unit: "instructions".to_string(),
+            iterations: 10,
+            median,
+            min: median,
+            max: median,
+            cpus: 1,
+        }
+    }
+
+    fn full() -> Vec<Row> {
+        let mut rows = vec![
+            row("rpc.null.slow.roundtrip", 5000),
+            row("ipc.ool.4k", 12500),
+            row("floor.fault.roundtrip", 25),
+            row("vm.fault.zero.read", 2000),
+            row("vm.fault.zero", 2200),
+            row("vm.fault.fill", 1000),
+            row("vm.fault.cow", 3000),
+            row("ipc.ool.64k", 28000),
+            row("ipc.ool.1m", 268000),
+            row("ipc.ool.4k.move", 15000),
+            row("ipc.ool.64k.move", 35000),
+            row("ipc.ool.1m.move", 395000),
+        ];
+        for n in FIG_3_1_PAGES {
+            rows.push(row(&format!("vm.allocate.{n}"), 900 + n));
+            rows.push(row(&format!("vm.deallocate.{n}"), 1400 + 2 * n));
+        }
+        rows
+    }
+
+    #[test]
+    fn sets_each_system_against_itself() {
+        let vm = vec![
+            ("faults".to_string(), 1000),
+            ("zero_fills".to_string(), 250),
+            ("address_errors".to_string(), 3),
+        ];
+        let s = section(&full(), &vm, &[FIG_3_1_SVG]);
+        // Table 3-2: 12,500 / 5,000; Accent 20 / 2.7.
+        assert!(
+            s.contains("| **complex ÷ simple** | **7.41** | | **2.50** |"),
+            "{s}"
+        );
+        // Table 3-3: write zero fill 2,200 / 2,000; Accent 3.704 / 3.355.
+        assert!(
+            s.contains("| Write fault, zero fill | 3.704 | 1.10 | `vm.fault.zero` | 2200 | 1.10 |"),
+            "{s}"
+        );
+        assert!(s.contains("| Read fault, memory fill, large file | 4.504 | 1.34 | — |  |  |"));
+        // Figure 3-1: 1,024 pages against 1.
+        assert!(s.contains("| 1024 | 1924 | 2.14 | 3448 | 2.46 |"), "{s}");
+        assert!(s.contains(&format!("]({FIG_3_1_SVG})")));
+        assert!(!s.contains(&format!("]({FIG_3_3_SVG})")));
+        // Figure 3-3: (268,000 - 28,000) / 240 = 1,000 a page; (395,000 - 35,000) / 240 = 1,500.
+        assert!(
+            s.contains("| without DeleteSource (copy) | 1.05 | 1000 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| **move ÷ copy** | **1.67** | **1.50** |"),
+            "{s}"
+        );
+        // Table 3-10: shares of each system's own faults.
+        assert!(
+            s.contains("| faults | 201614 | 100.000% | 1000 | 100.000% |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| CopyOnWrite copies | 151 | 0.075% | — |  |"),
+            "{s}"
+        );
+        // Page counts get no share of the faults.
+        assert!(
+            s.contains("| pages filled with zeros | 83702 |  | 250 |  |"),
+            "{s}"
+        );
+        assert!(s.contains("`address_errors` 3"), "{s}");
+    }
+
+    #[test]
+    fn leaves_out_what_the_run_lacks() {
+        assert_eq!(section(&[], &[], &[]), "");
+        let only = vec![row("vm.fault.zero.read", 2000)];
+        let s = section(&only, &[], &[]);
+        assert!(s.contains("### Table 3-3"));
+        assert!(!s.contains("### Table 3-2"));
+        assert!(!s.contains("### Figure 3-1"));
+        assert!(!s.contains("### Table 3-10"));
+    }
+
+    #[test]
+    fn plots_only_complete_figures() {
+        let names: Vec<&str> = plots(&full(), "sub", "instructions")
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(names, [FIG_3_1_SVG, FIG_3_3_SVG]);
+        let mut partial = full();
+        partial.retain(|r| r.name != "ipc.ool.1m.move");
+        let names: Vec<&str> = plots(&partial, "sub", "instructions")
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(names, [FIG_3_1_SVG]);
+        for (_, svg) in plots(&full(), "sub", "instructions") {
+            assert_eq!(
+                plot::unit_tests::check_well_formed(&svg)
+                    .first()
+                    .map(String::as_str),
+                Some("svg")
+            );
+        }
+    }
+}
