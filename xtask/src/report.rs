@@ -38,10 +38,11 @@ pub const RPC_SVG: &str = "rpc-size.svg";
 /// File name of the cycles results (written only when cycles were measured).
 pub const CYCLES_JSON: &str = "baton-cycles.json";
 /// Every plot file the report may write (stale ones are removed).
-pub const PLOTS: [&str; 4] = [
+pub const PLOTS: [&str; 5] = [
     BARS_SVG,
     RPC_SVG,
     crate::accent::FIG_3_1_SVG,
+    crate::accent::FIG_3_2_SVG,
     crate::accent::FIG_3_3_SVG,
 ];
 
@@ -1165,7 +1166,9 @@ impl Inputs<'_> {
                 let alt = match *p {
                     BARS_SVG => "Baton and Linux, the same operations",
                     RPC_SVG => "RPC cost against message size",
-                    crate::accent::FIG_3_1_SVG | crate::accent::FIG_3_3_SVG => continue,
+                    crate::accent::FIG_3_1_SVG
+                    | crate::accent::FIG_3_2_SVG
+                    | crate::accent::FIG_3_3_SVG => continue,
                     other => other,
                 };
                 let _ = writeln!(out, "![{alt}]({p})\n");

@@ -1482,6 +1482,54 @@ fn vm_allocate(n: u64, names: (&str, &str)) -> Result<(), Failed> {
     Ok(())
 }
 
+/// `vm.copy.<n>` and `vm.copy.<n>.move`: `vm_copy` (Accent's MoveWords) of `n` untouched
+/// pages into new memory of this task, without and with deleting the source (Accent's
+/// Figure 3-2, MoveWords of unbacked memory: MoveWords-Create and MoveWords-Create-Delete).
+/// Allocating the source before and deallocating the copy after are outside the window.
+fn vm_copy_unbacked(n: u64, names: (&str, &str)) -> Result<(), Failed> {
+    use baton_rt::vm::{VM_COPY_CREATE, VM_COPY_DELETE};
+    let len = n * PAGE;
+    for (name, flags) in [
+        (names.0, VM_COPY_CREATE),
+        (names.1, VM_COPY_CREATE | VM_COPY_DELETE),
+    ] {
+        clear_samples();
+        let before = read_stats()?;
+        let src = baton_rt::vm::allocate(None, len, baton_rt::vm::PROT_RW)
+            .map_err(|e| fail!("{name}: allocate: {}", e.name()))?;
+        let mut src = Some(src);
+        for i in 0..TOTAL {
+            let from = match src {
+                Some(a) => a,
+                None => baton_rt::vm::allocate(None, len, baton_rt::vm::PROT_RW)
+                    .map_err(|e| fail!("{name}: allocate: {}", e.name()))?,
+            };
+            let t0 = rdtsc_ordered();
+            // SAFETY: the source is untouched memory of this benchmark, the copy goes into
+            // new memory; nothing in Rust refers to either.
+            let copied = unsafe { baton_rt::vm::copy(0, from, len, 0, 0, flags) };
+            let t1 = rdtsc_ordered();
+            let to = copied.map_err(|e| fail!("{name}: {}", e.name()))?;
+            src = (flags & VM_COPY_DELETE == 0).then_some(from);
+            // SAFETY: the copy was just made and nothing refers to it.
+            unsafe { baton_rt::vm::deallocate(to, len) }
+                .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+            if let Some(j) = i.checked_sub(WARMUP) {
+                record(&SAMPLES, j, t1.wrapping_sub(t0));
+            }
+        }
+        if let Some(a) = src {
+            // SAFETY: the source of the copies, nothing refers to it.
+            unsafe { baton_rt::vm::deallocate(a, len) }
+                .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+        }
+        let after = read_stats()?;
+        report(name, &SAMPLES);
+        report_stats(name, &before, &after);
+    }
+    Ok(())
+}
+
 /// `vm.protect.<n>`: making `n` resident, writable, translated pages read-only (their
 /// translations write-protected and shot down). Between iterations, write access is given
 /// back and every page stored to again (not measured).
@@ -1777,6 +1825,10 @@ fn vm_benchmarks() -> Result<(), Failed> {
     vm_allocate(16, ("vm.allocate.16", "vm.deallocate.16"))?;
     vm_allocate(256, ("vm.allocate.256", "vm.deallocate.256"))?;
     vm_allocate(1024, ("vm.allocate.1024", "vm.deallocate.1024"))?;
+    vm_copy_unbacked(1, ("vm.copy.1", "vm.copy.1.move"))?;
+    vm_copy_unbacked(16, ("vm.copy.16", "vm.copy.16.move"))?;
+    vm_copy_unbacked(256, ("vm.copy.256", "vm.copy.256.move"))?;
+    vm_copy_unbacked(1024, ("vm.copy.1024", "vm.copy.1024.move"))?;
     vm_protect(1, "vm.protect.1")?;
     vm_protect(100, "vm.protect.100")?;
     vm_protect(1024, "vm.protect.1024")?;

@@ -4,7 +4,8 @@
 //! from a good buffer (the control: the other CPU contends for the lock as much), then
 //! ones with a bad address (each an error the kernel may report on the console), and
 //! requires the mean batch (the run's time over the batches done in it) during the flood
-//! to stay within [`SLOWDOWN_MAX`] times the control's.
+//! to stay within [`SLOWDOWN_MAX`] times the control's, in one of [`ATTEMPTS`] pairs of
+//! runs.
 //! The log's bound on report lines is judged by `xtask` (`tests::flood_is_bounded`).
 #![no_std]
 #![no_main]
@@ -68,17 +69,30 @@ fn measure(bootstrap: u64) -> Result<(u64, u64), Failed> {
     Ok((clock_ns().saturating_sub(start) / n.max(1), max))
 }
 
+/// Measurement pairs tried before the test fails: the batches are timed by the clock, so
+/// a host busy with other work can slow one run and not the other; a real stall slows
+/// every flood run.
+const ATTEMPTS: usize = 3;
+
 fn run() -> Result<(), Failed> {
-    let port = must("port", port_allocate(0))?;
-    let (control, cmax) = measure(port)?;
-    let _ = cap_drop(port);
-    let (flood, fmax) = measure(0)?;
-    baton_rt::println!(
-        "flood: {BATCH} clock calls took {control} ns (mean; max {cmax}) beside good calls, {flood} ns (mean; max {fmax}) beside bad ones"
-    );
+    let (mut flood, mut control, mut tries) = (0, 0, 0);
+    while tries < ATTEMPTS {
+        tries += 1;
+        let port = must("port", port_allocate(0))?;
+        let (c, cmax) = measure(port)?;
+        let _ = cap_drop(port);
+        let (f, fmax) = measure(0)?;
+        baton_rt::println!(
+            "flood: {BATCH} clock calls took {c} ns (mean; max {cmax}) beside good calls, {f} ns (mean; max {fmax}) beside bad ones"
+        );
+        (flood, control) = (f, c);
+        if flood <= SLOWDOWN_MAX * control.max(1) {
+            break;
+        }
+    }
     check!(
         flood <= SLOWDOWN_MAX * control.max(1),
-        "another task's errors do not stall this one (mean batch {flood} ns <= {SLOWDOWN_MAX} x {control} ns)"
+        "another task's errors do not stall this one (mean batch {flood} ns <= {SLOWDOWN_MAX} x {control} ns; measured {tries} of at most {ATTEMPTS} times)"
     );
     Ok(())
 }
