@@ -100,16 +100,28 @@ impl<T> IdSlab<T> {
         self.ids.get(at).map(|&(_, k)| k)
     }
 
-    /// The object `id`.
+    /// The object `id`: one slab lookup when the table of recent keys has it (the id kept
+    /// with the object confirms the hint), else the binary search and a second one.
     #[inline]
     pub fn get(&self, id: &u64) -> Option<&T> {
-        self.slab.get(self.key_of(*id)?).map(|(_, v)| v)
+        let id = *id;
+        let hint = self.recent.get(id as usize % RECENT).copied();
+        match hint.and_then(|key| self.slab.get(key)) {
+            Some((i, v)) if *i == id => Some(v),
+            _ => self.slab.get(self.key_of_slow(id)?).map(|(_, v)| v),
+        }
     }
 
-    /// The object `id`, mutably.
+    /// The object `id`, mutably (as [`IdSlab::get`]).
     #[inline]
     pub fn get_mut(&mut self, id: &u64) -> Option<&mut T> {
-        let key = self.key_of(*id)?;
+        let id = *id;
+        let hint = self.recent.get(id as usize % RECENT).copied();
+        let hit = hint.filter(|&key| self.slab.get(key).is_some_and(|&(i, _)| i == id));
+        let key = match hit {
+            Some(key) => key,
+            None => self.key_of_slow(id)?,
+        };
         self.slab.get_mut(key).map(|(_, v)| v)
     }
 
