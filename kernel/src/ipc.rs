@@ -143,23 +143,40 @@ fn copy_between(k: &mut Kernel, src: &Buf, dst: &Buf, off: usize, len: usize) ->
     Ok(())
 }
 
+/// The task a caller runs in: its id, and the key its thread caches for it (`Thread::
+/// task_key`), through which the general path reaches the task in one slab lookup.
+#[derive(Clone, Copy, Debug)]
+struct Caller {
+    id: TaskId,
+    key: kern::slab::Key,
+}
+
+impl Caller {
+    /// The task.
+    #[inline]
+    fn task(self, k: &Kernel) -> Option<&crate::kernel::Task> {
+        k.tasks.get_keyed(self.id, self.key)
+    }
+}
+
 /// The task of thread `t` (the caller) and the buffer of its `ipc_msg` with these
 /// options, from one look at the thread.
 #[inline(always)]
-fn caller_buf(k: &Kernel, t: ThreadId, opts: u64, args: MsgArgs) -> Result<(TaskId, Buf), Error> {
-    let (task, page) = k
+fn caller_buf(k: &Kernel, t: ThreadId, opts: u64, args: MsgArgs) -> Result<(Caller, Buf), Error> {
+    let (task, key, page) = k
         .threads
         .get(t)
-        .map(|th| (th.task, th.ipc_buffer))
+        .map(|th| (th.task, th.task_key, th.ipc_buffer))
         .ok_or(Error::InvalidArgument)?;
     let task = task.ok_or(Error::InvalidArgument)?;
+    let me = Caller { id: task, key };
     if opts & MSG_BUF != 0 {
         let len = usize::try_from(args.buf_size).map_err(|_| Error::TooLarge)?;
         if len > MSG_SIZE_MAX {
             return Err(Error::TooLarge);
         }
         return Ok((
-            task,
+            me,
             Buf::User {
                 task,
                 va: args.buf,
@@ -168,7 +185,7 @@ fn caller_buf(k: &Kernel, t: ThreadId, opts: u64, args: MsgArgs) -> Result<(Task
         ));
     }
     match page {
-        Some((_, pa)) => Ok((task, Buf::Page(pa))),
+        Some((_, pa)) => Ok((me, Buf::Page(pa))),
         None => Err(Error::InvalidArgument),
     }
 }
@@ -229,10 +246,10 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
     if opts & !MSG_OPTIONS != 0 || opts & (MSG_SEND | MSG_RECEIVE) == 0 {
         return Err(Error::InvalidArgument);
     }
-    let (task, buf) = caller_buf(k, cur, opts, args)?;
+    let (me, buf) = caller_buf(k, cur, opts, args)?;
     let mut handoff = None;
     if opts & MSG_SEND != 0 {
-        match send(k, cur, task, &buf, args)? {
+        match send(k, cur, me, &buf, args)? {
             Sent::Queued => {}
             Sent::Delivered(r) if opts & MSG_RECEIVE != 0 => handoff = Some(r),
             Sent::Delivered(r) => {
@@ -242,7 +259,7 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
         }
     }
     if opts & MSG_RECEIVE != 0 {
-        return receive(k, cur, task, &buf, args, handoff);
+        return receive(k, cur, me, &buf, args, handoff);
     }
     Ok(())
 }
@@ -253,15 +270,16 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
 fn send(
     k: &mut Kernel,
     cur: ThreadId,
-    task: TaskId,
+    me: Caller,
     buf: &Buf,
     args: MsgArgs,
 ) -> Result<Sent, Error> {
+    let task = me.id;
     let mut hb = [0u8; HEADER_SIZE];
     buf.read(k, 0, &mut hb)?;
     let header = MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)?;
     Ipc::<ThreadId>::check_header(&header, buf.len())?;
-    let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
+    let names = &me.task(k).ok_or(Error::InvalidArgument)?.names;
     let dest = k.ipc.dest_port(names, &header)?;
     let n = header.descriptors();
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
@@ -315,12 +333,7 @@ fn send(
     // A queued message is charged to its sender until it is received or destroyed, so
     // that no task can fill the kernel's heap with messages (`crate::quota`).
     // The sender's account through its thread's cached task key (no search by id).
-    let key = k.threads.get(cur).map(|th| th.task_key);
-    let account = &key
-        .and_then(|key| k.tasks.by_key(key))
-        .filter(|t| t.names.id() == task)
-        .ok_or(Error::InvalidArgument)?
-        .account;
+    let account = &me.task(k).ok_or(Error::InvalidArgument)?.account;
     let cost = crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len;
     let charge = crate::quota::heap(account, cost)?;
     let descriptors = read_descriptors(k, buf, n)?;
@@ -329,7 +342,10 @@ fn send(
         return queue_ool(k, task, &header, &descriptors, dest, data, charge);
     }
     let mut fx = crate::ipc::effects(k);
-    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let t = k
+        .tasks
+        .get_keyed_mut(me.id, me.key)
+        .ok_or(Error::InvalidArgument)?;
     let (port, mut msg) = k
         .ipc
         .copyin(&mut t.names, &header, &descriptors, data, &mut fx)?;
@@ -516,12 +532,12 @@ fn deliver(
 fn receive(
     k: &mut Kernel,
     cur: ThreadId,
-    task: TaskId,
+    me: Caller,
     buf: &Buf,
     args: MsgArgs,
     handoff: Option<ThreadId>,
 ) -> Result<(), Error> {
-    let port = match receive_now(k, task, buf, args) {
+    let port = match receive_now(k, me, buf, args) {
         Ok(Some(port)) => port,
         done => {
             // Not blocking after all: the thread we delivered to just becomes ready.
@@ -562,11 +578,11 @@ fn receive(
 /// when the caller must block on `port`, or the error to return.
 fn receive_now(
     k: &mut Kernel,
-    task: TaskId,
+    me: Caller,
     buf: &Buf,
     args: MsgArgs,
 ) -> Result<Option<PortId>, Error> {
-    let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
+    let names = &me.task(k).ok_or(Error::InvalidArgument)?.names;
     let (port, next) = k.ipc.receive_peek(names, args.rcv_name)?;
     if let Some(size) = next {
         if size > buf.len() {
@@ -576,7 +592,7 @@ fn receive_now(
         if let Buf::User { task, va, .. } = *buf {
             k.check_writable(task, va, size)?;
         }
-        return take_message(k, task, buf, port, args.rcv_name).map(|()| None);
+        return take_message(k, me, buf, port, args.rcv_name).map(|()| None);
     }
     if args.timeout == 0 {
         return Err(Error::WouldBlock);
@@ -587,17 +603,21 @@ fn receive_now(
 /// Dequeues the oldest message of `port` into `buf` of `task`.
 fn take_message(
     k: &mut Kernel,
-    task: TaskId,
+    me: Caller,
     buf: &Buf,
     port: PortId,
     rcv_name: u64,
 ) -> Result<(), Error> {
+    let task = me.id;
     let mut fx = crate::ipc::effects(k);
     let Some(msg) = k.ipc.dequeue(port, &mut fx) else {
         return Err(Error::WouldBlock);
     };
     let mut out = Vec::new();
-    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let t = k
+        .tasks
+        .get_keyed_mut(me.id, me.key)
+        .ok_or(Error::InvalidArgument)?;
     let hdr = match k.ipc.copyout(&mut t.names, task, rcv_name, &msg, &mut out) {
         Ok(h) => h,
         Err(e) => {
@@ -700,8 +720,8 @@ pub fn continue_receive(k: &mut Kernel, t: ThreadId) -> ! {
     let result = MsgArgs::of(k, t)
         .ok_or(Error::InvalidArgument)
         .and_then(|args| {
-            let (task, buf) = caller_buf(k, t, args.opts, args)?;
-            receive(k, t, task, &buf, args, None)
+            let (me, buf) = caller_buf(k, t, args.opts, args)?;
+            receive(k, t, me, &buf, args, None)
         });
     crate::kernel::finish_entry(k, false, Some(result.map_or_else(Error::to_raw, |()| 0)))
 }

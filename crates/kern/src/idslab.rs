@@ -125,6 +125,25 @@ impl<T> IdSlab<T> {
         self.slab.get_mut(key).map(|(_, v)| v)
     }
 
+    /// The object `id` through `key`, a key it was known by: one slab lookup when the key
+    /// still names `id`, else the lookup by id.
+    #[inline]
+    pub fn get_keyed(&self, id: u64, key: Key) -> Option<&T> {
+        match self.slab.get(key) {
+            Some((i, v)) if *i == id => Some(v),
+            _ => self.get(&id),
+        }
+    }
+
+    /// [`IdSlab::get_keyed`], mutably.
+    #[inline]
+    pub fn get_keyed_mut(&mut self, id: u64, key: Key) -> Option<&mut T> {
+        if self.slab.get(key).is_some_and(|&(i, _)| i == id) {
+            return self.slab.get_mut(key).map(|(_, v)| v);
+        }
+        self.get_mut(&id)
+    }
+
     /// The object named by `key` (O(1)), if still there.
     #[inline]
     pub fn by_key(&self, key: Key) -> Option<&T> {
@@ -252,6 +271,29 @@ mod tests {
         assert!(!s.is_empty());
         *s.get_mut(&8).unwrap() = 81;
         assert_eq!(s.iter().collect::<alloc::vec::Vec<_>>(), [(8, &81)]);
+    }
+
+    /// A key is only a hint for `get_keyed`: a stale one (its object gone, its slot
+    /// reused) or one of another object falls back to the id.
+    #[test]
+    fn a_keyed_lookup_checks_the_id() {
+        let mut s = IdSlab::new();
+        let a = s.insert(1, 10).unwrap();
+        let b = s.insert(2, 20).unwrap();
+        assert_eq!(s.get_keyed(1, a), Some(&10));
+        assert_eq!(s.get_keyed(1, b), Some(&10), "another object's key");
+        *s.get_keyed_mut(2, a).unwrap() = 21;
+        assert_eq!(s.get(&2), Some(&21));
+        assert_eq!(s.remove(&1), Some(10));
+        let c = s.insert(3, 30).unwrap();
+        assert_eq!(c.index(), a.index(), "the slot is reused");
+        assert_eq!(s.get_keyed(1, a), None, "gone by id and by key");
+        assert_eq!(
+            s.get_keyed(3, a),
+            Some(&30),
+            "a stale key falls back to the id"
+        );
+        assert_eq!(s.get_keyed_mut(1, c), None);
     }
 
     #[test]
