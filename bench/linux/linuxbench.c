@@ -24,6 +24,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
@@ -34,6 +35,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -780,6 +784,159 @@ static void bench_fault_cow(void)
 	report("linux.fault.cow");
 }
 
+/* linux.fault.fill: the first read of a page of a shared mapping of a memfd whose pages
+ * are all resident (written through another mapping first): the page cache's page is
+ * mapped, nothing is copied or zeroed. Linux maps the resident pages around a read fault
+ * too (fault-around, 64 KiB), so the reads are 16 pages apart: each one is a fault, which
+ * maps its 16 pages. */
+#define FILL_STRIDE 16
+static void bench_fault_fill(void)
+{
+	size_t pages = (size_t)TOTAL * FILL_STRIDE;
+	int fd = memfd_create("fault.fill", 0);
+	if (fd < 0)
+		fail("fault.fill: memfd_create");
+	if (ftruncate(fd, (off_t)(pages * PAGE)) != 0)
+		fail("fault.fill: ftruncate");
+	char *w = mmap(NULL, pages * PAGE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (w == MAP_FAILED)
+		fail("fault.fill: mmap (writer)");
+	for (size_t i = 0; i < pages; i++)
+		((volatile char *)w)[i * PAGE] = 1;
+	volatile char *r = mmap(NULL, pages * PAGE, PROT_READ, MAP_SHARED, fd, 0);
+	if (r == MAP_FAILED)
+		fail("fault.fill: mmap (reader)");
+	char sink = 0;
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		sink += r[(size_t)i * FILL_STRIDE * PAGE];
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	if (sink != (char)TOTAL)
+		fail("fault.fill: read %d, not %d", sink, TOTAL);
+	munmap((void *)r, pages * PAGE);
+	munmap(w, pages * PAGE);
+	close(fd);
+	report("linux.fault.fill");
+}
+
+/* linux.mprotect.<n>: mprotect of `n` resident, written pages from read-write to
+ * read-only; between iterations (not measured) write access is given back and every page
+ * written again, as Baton's vm.protect.<n>. */
+static void bench_mprotect(size_t n)
+{
+	char name[64];
+	snprintf(name, sizeof name, "linux.mprotect.%zu", n);
+	char *p = map_pages(n, 1, name);
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		protect(p, n, PROT_READ, name);
+		uint64_t b = stamp();
+		samples[i] = b - a;
+		protect(p, n, PROT_READ | PROT_WRITE, name);
+		for (size_t j = 0; j < n; j++)
+			((volatile char *)p)[j * PAGE] = (char)i;
+	}
+	munmap(p, n * PAGE);
+	report(name);
+}
+
+/* linux.mmap.<n> and linux.munmap.<n>: a private anonymous read-write mapping of `n`
+ * untouched pages anywhere, and its removal, each timed on its own (Baton's
+ * vm.allocate.<n> and vm.deallocate.<n>; Accent's Figure 3-1). */
+static void bench_mmap(size_t n)
+{
+	static uint64_t unmaps[TOTAL];
+	char name[64];
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		void *p = mmap(NULL, n * PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			       -1, 0);
+		uint64_t b = stamp();
+		if (p == MAP_FAILED)
+			fail("mmap.%zu: mmap", n);
+		uint64_t c = stamp();
+		int r = munmap(p, n * PAGE);
+		uint64_t d = stamp();
+		if (r != 0)
+			fail("mmap.%zu: munmap", n);
+		samples[i] = b - a;
+		unmaps[i] = d - c;
+	}
+	snprintf(name, sizeof name, "linux.mmap.%zu", n);
+	report(name);
+	memcpy(samples, unmaps, sizeof samples);
+	snprintf(name, sizeof name, "linux.munmap.%zu", n);
+	report(name);
+}
+
+/* linux.uffd.fault: the first read of a page of a range registered with userfaultfd
+ * (missing pages), answered by a thread of the same process that reads the fault event
+ * and supplies a page with UFFDIO_COPY: from the faulting access to its resumption, the
+ * user-level pager's round trip (Baton's vm.fault.pager). Skipped, with a LINUXINFO line,
+ * when the kernel refuses userfaultfd. */
+static int uffd;
+static char uffd_page[PAGE] __attribute__((aligned(PAGE)));
+
+static void *uffd_server(void *arg)
+{
+	(void)arg;
+	for (int served = 0; served < TOTAL; served++) {
+		struct uffd_msg msg;
+		struct pollfd pfd = {.fd = uffd, .events = POLLIN};
+		if (poll(&pfd, 1, -1) != 1)
+			fail("uffd.fault: poll");
+		read_full(uffd, &msg, sizeof msg, "uffd.fault: event");
+		if (msg.event != UFFD_EVENT_PAGEFAULT)
+			fail("uffd.fault: event %d", msg.event);
+		struct uffdio_copy copy = {
+			.dst = msg.arg.pagefault.address & ~(uint64_t)(PAGE - 1),
+			.src = (uint64_t)(uintptr_t)uffd_page,
+			.len = PAGE,
+			.mode = 0,
+		};
+		if (ioctl(uffd, UFFDIO_COPY, &copy) != 0)
+			fail("uffd.fault: UFFDIO_COPY");
+	}
+	return NULL;
+}
+
+static void bench_uffd(void)
+{
+	uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (uffd < 0) {
+		say("LINUXINFO linux.uffd.fault not measured: userfaultfd refused (errno %d)\n",
+		    errno);
+		return;
+	}
+	struct uffdio_api api = {.api = UFFD_API, .features = 0};
+	if (ioctl(uffd, UFFDIO_API, &api) != 0)
+		fail("uffd.fault: UFFDIO_API");
+	volatile char *p = map_pages(TOTAL, 0, "uffd.fault");
+	struct uffdio_register reg = {
+		.range = {.start = (uint64_t)(uintptr_t)p, .len = (uint64_t)TOTAL * PAGE},
+		.mode = UFFDIO_REGISTER_MODE_MISSING,
+	};
+	if (ioctl(uffd, UFFDIO_REGISTER, &reg) != 0)
+		fail("uffd.fault: UFFDIO_REGISTER");
+	memset(uffd_page, 7, sizeof uffd_page);
+	pthread_t server = start_thread(uffd_server, "uffd.fault");
+	char sink = 0;
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		sink += p[(size_t)i * PAGE];
+		uint64_t b = stamp();
+		samples[i] = b - a;
+	}
+	join_thread(server, "uffd.fault");
+	if (sink != (char)(7 * TOTAL))
+		fail("uffd.fault: read %d, not %d", sink, (char)(7 * TOTAL));
+	munmap((void *)p, (size_t)TOTAL * PAGE);
+	close(uffd);
+	report("linux.uffd.fault");
+}
+
 /*
  * ---- Appel and Li's virtual-memory primitives ----------------------------------------
  *
@@ -1025,6 +1182,15 @@ int main(int argc, char **argv)
 	bench_thread_create();
 	bench_fault_zero();
 	bench_fault_cow();
+	bench_fault_fill();
+	bench_mprotect(1);
+	bench_mprotect(100);
+	bench_mprotect(1024);
+	bench_mmap(1);
+	bench_mmap(16);
+	bench_mmap(256);
+	bench_mmap(1024);
+	bench_uffd();
 	bench_appel_trap();
 	bench_appel_fault();
 	bench_appel_prot1();

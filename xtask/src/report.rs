@@ -387,6 +387,97 @@ pub const LINUX_PAIRS: &[Pair] = &[
         why: "a copy-on-write copy of a process with 1 MiB resident whose child exits at \
               once, until the parent has waited for it",
     },
+    // Faults of Accent's Table 3-3, from the access to its resumption.
+    Pair {
+        baton: "vm.fault.zero",
+        linux: "linux.fault.zero",
+        why: "the first write to an untouched page of anonymous memory: a zeroed page \
+              mapped and the write retried",
+    },
+    Pair {
+        baton: "vm.fault.cow",
+        linux: "linux.fault.cow",
+        why: "the first write to a copy-on-write page while the other copy still exists: \
+              the page copied",
+    },
+    Pair {
+        baton: "vm.fault.fill",
+        linux: "linux.fault.fill",
+        why: "the first read of a resident page of shared memory through a new mapping \
+              (Baton: another memory object's page; Linux: a memfd's page-cache page, with \
+              its fault-around mapping 16 pages)",
+    },
+    Pair {
+        baton: "vm.fault.pager",
+        linux: "linux.uffd.fault",
+        why: "the first read of a page whose contents a user-level pager supplies: the \
+              fault reaches the pager (Baton: a data request message; Linux: a userfaultfd \
+              event to another thread), which supplies the page, and the access resumes",
+    },
+    Pair {
+        baton: "vm.fault.pager.migrating",
+        linux: "linux.uffd.fault",
+        why: "as `vm.fault.pager`, the faulting thread itself running the pager's handler \
+              in an activation",
+    },
+    // The map's own work, against pages (Accent's Figure 3-1).
+    Pair {
+        baton: "vm.allocate.1",
+        linux: "linux.mmap.1",
+        why: "allocate untouched anonymous memory anywhere (one page)",
+    },
+    Pair {
+        baton: "vm.allocate.16",
+        linux: "linux.mmap.16",
+        why: "as `vm.allocate.1`, 16 pages",
+    },
+    Pair {
+        baton: "vm.allocate.256",
+        linux: "linux.mmap.256",
+        why: "as `vm.allocate.1`, 256 pages",
+    },
+    Pair {
+        baton: "vm.allocate.1024",
+        linux: "linux.mmap.1024",
+        why: "as `vm.allocate.1`, 1,024 pages",
+    },
+    Pair {
+        baton: "vm.deallocate.1",
+        linux: "linux.munmap.1",
+        why: "deallocate untouched anonymous memory (one page)",
+    },
+    Pair {
+        baton: "vm.deallocate.16",
+        linux: "linux.munmap.16",
+        why: "as `vm.deallocate.1`, 16 pages",
+    },
+    Pair {
+        baton: "vm.deallocate.256",
+        linux: "linux.munmap.256",
+        why: "as `vm.deallocate.1`, 256 pages",
+    },
+    Pair {
+        baton: "vm.deallocate.1024",
+        linux: "linux.munmap.1024",
+        why: "as `vm.deallocate.1`, 1,024 pages",
+    },
+    // Protection of resident pages.
+    Pair {
+        baton: "vm.protect.1",
+        linux: "linux.mprotect.1",
+        why: "make resident, written pages read-only (one page): the map changed, the \
+              translations write-protected and flushed",
+    },
+    Pair {
+        baton: "vm.protect.100",
+        linux: "linux.mprotect.100",
+        why: "as `vm.protect.1`, 100 pages",
+    },
+    Pair {
+        baton: "vm.protect.1024",
+        linux: "linux.mprotect.1024",
+        why: "as `vm.protect.1`, 1,024 pages",
+    },
 ];
 
 /// The Linux row paired with the Baton row `name` ([`LINUX_PAIRS`]).
