@@ -206,6 +206,7 @@ fn install_families() {
         vp_blocking: vproc::on_block,
     });
     pager::init();
+    extension::translation::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------
