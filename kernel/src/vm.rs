@@ -553,6 +553,8 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
 /// error code `error`. `Ok` when the page is now mapped (the thread resumes); otherwise
 /// the class code for the exception (`baton_abi::vm::FAULT_*`).
 pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), Failure> {
+    // SAFETY: the lock is held (every hook runs under it); this is the family's entry.
+    let vm = unsafe { state() };
     let task = k
         .threads
         .get(t)
@@ -565,16 +567,6 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
     } else {
         Access::Read
     };
-    // SPIN's `Translation` events: installed handlers see the fault before the default
-    // (the resolution below, then the exception port).
-    if translation_watched() {
-        if let Some(r) = translation_first(k, t, task, addr, access) {
-            return r;
-        }
-    }
-    // SAFETY: the lock is held (every hook runs under it); this is the family's entry
-    // (the handlers' references, if any ran, have ended).
-    let vm = unsafe { state() };
     if !(USER_MIN..USER_END).contains(&addr) {
         count_failure(vm, task, access);
         return Err(Failure::Address);
@@ -1825,8 +1817,8 @@ pub fn has_map(task: TaskId) -> bool {
 // ([`translation_watch`]): with none, a fault costs one load and one branch more.
 
 /// The extension family's raise of a `Translation` event for a user fault of thread `t`
-/// of task `task` at `addr`: whether a handler resolved it and the map now allows the
-/// access (the fault then resumes through [`fault_in`]).
+/// of task `task` at `addr` (the map's protection there `prot`): whether a handler
+/// resolved it and the map now allows the access.
 pub type TranslationRaise = fn(&mut Kernel, ThreadId, TaskId, u64, Access, Option<Prot>) -> bool;
 
 static TRANSLATION: spin::Once<TranslationRaise> = spin::Once::new();
@@ -1849,30 +1841,35 @@ pub fn translation_watch(more: bool) {
     }
 }
 
-/// Whether a `Translation` handler is installed anywhere (the fault path's one test).
+/// Whether a `Translation` handler is installed anywhere: the page-fault hook's one test
+/// (`main.rs`), before [`translation_fault`].
 #[inline(always)]
-fn translation_watched() -> bool {
+pub fn translation_watched() -> bool {
     TRANSLATION_HANDLERS.load(core::sync::atomic::Ordering::Relaxed) != 0
 }
 
-/// The `Translation` event for a fault of thread `t`: `Some` when a handler resolved it
-/// (the translation entered, as the map now says), `None` for the default path.
+/// SPIN's `Translation` event for a user page fault of thread `t` at `addr` (CPU error
+/// code `error`), raised before [`page_fault`]: its handlers may change the map (a
+/// protection, a mapping). Whatever they did, [`page_fault`] follows, the default: it
+/// enters the translation the map now allows, or goes on as for any fault. Whether a
+/// handler resolved it.
 #[inline(never)]
-fn translation_first(
-    k: &mut Kernel,
-    t: ThreadId,
-    task: TaskId,
-    addr: u64,
-    access: Access,
-) -> Option<Result<(), Failure>> {
-    let raise = TRANSLATION.get()?;
+pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> bool {
+    let Some(raise) = TRANSLATION.get() else {
+        return false;
+    };
+    let Some(task) = k.threads.get(t).and_then(|th| th.task) else {
+        return false;
+    };
+    let access = if error & (1 << 4) != 0 {
+        Access::Execute
+    } else if error & (1 << 1) != 0 {
+        Access::Write
+    } else {
+        Access::Read
+    };
     let prot = prot_at(task, addr);
-    if !raise(k, t, task, addr, access, prot) {
-        return None;
-    }
-    // SAFETY: the lock is held (a hook); the handlers' references have ended.
-    let vm = unsafe { state() };
-    Some(fault_in(k, vm, task, addr, access).map(|_| ()))
+    raise(k, t, task, addr, access, prot)
 }
 
 /// The protection of task `task`'s map at `addr` (`None`: no range covers it).

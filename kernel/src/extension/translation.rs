@@ -2,15 +2,16 @@
 //! section 4.1; `docs/extensions.md`, "Memory interfaces").
 //!
 //! - The events `Translation.PageNotPresent`, `Translation.BadAddress` and
-//!   `Translation.ProtectionFault`, raised by the virtual-memory family's fault path
-//!   (`crate::vm::page_fault`, through the raise registered at boot, [`init`]) for a user
-//!   fault, before the default: the virtual-memory system's own resolution (zero fill,
-//!   copy-on-write, ...) and then the exception port. Each handler is keyed to its
-//!   installer's task: it sees only faults of its installer's own address space. A handler
-//!   answers whether it resolved the fault; the thread then resumes in the kernel (no
-//!   crossing to user space and back) if the address map now allows the access, and the
-//!   translation is entered from the map ([`kern::spin::translation::settle`]). A handler
-//!   that said so without making it true is *refused*: its installer is told
+//!   `Translation.ProtectionFault`, raised for a user fault by the page-fault hook
+//!   (`main.rs`: `crate::vm::translation_fault`, through the raise registered at boot,
+//!   [`init`]) before the default, `crate::vm::page_fault`: the virtual-memory system's
+//!   own resolution (zero fill, copy-on-write, ...), and then the exception port. Each
+//!   handler is keyed to its installer's task: it sees only faults of its installer's own
+//!   address space. A handler answers whether it resolved the fault, by changing the map;
+//!   the default then enters the translation the map now allows, and the thread resumes
+//!   from the trap (no crossing to user space and back). A handler
+//!   that said so without making it true ([`kern::spin::translation::settle`]) is
+//!   *refused*: its installer is told
 //!   ([`NOTIFY_REFUSED`]) and the fault goes on to the default. A WebAssembly handler that
 //!   runs out of fuel or traps is aborted, removed and its installer told, as for every
 //!   event.
