@@ -1443,6 +1443,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["spinvm"],
         smp: 1,
         require: &["spinvm#1| TEST PASS spinvm"],
+        exits: &[("fault_null", Exit::Killed)],
         ..BASE
     },
     IntegrationTest {
@@ -1450,6 +1451,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["spinvm"],
         smp: 2,
         require: &["spinvm#1| TEST PASS spinvm"],
+        exits: &[("fault_null", Exit::Killed)],
         ..BASE
     },
     IntegrationTest {

@@ -18,7 +18,10 @@
 //!   exception port, whose handler thread resolves it, and the kernel keeps running;
 //! - bad arguments are errors; handlers of the wrong type are refused;
 //! - the kernel memory charged to the task and the kernel heap are back to their
-//!   baseline after a second round.
+//!   baseline after a third round;
+//! - a handler sees only its installer's faults: a child (`fault_null`) that faults while
+//!   this task has a `BadAddress` handler installed is not seen by it, and ends as any
+//!   faulting task does.
 #![no_std]
 #![no_main]
 
@@ -142,6 +145,7 @@ fn run() -> Result<(), Failed> {
         heap_after == heap_base,
         "the kernel heap is back to the baseline ({heap_base}, now {heap_after})"
     );
+    isolation(port, send)?;
     must("exception_port_set", exception_port_set(0, 0))?;
     must("cap_drop", baton_rt::ipc::cap_drop(exc))?;
     let _ = HANDLER_DONE.wait_for(1, SOON);
@@ -506,4 +510,47 @@ fn malicious(m: Domain, port: u64, send: u64) -> Result<(), Failed> {
         free(pages, 1)?;
     }
     Ok(())
+}
+
+/// A `BadAddress` handler that claims every fault (`liar`, which would be refused and
+/// reported) does not see a child's fault: the child (`fault_null`, which reads address 0)
+/// is killed as usual, and no notification comes.
+fn isolation(port: u64, send: u64) -> Result<(), Failed> {
+    use baton_abi::translation::EVENT_BAD_ADDRESS;
+    let m = must("create appel", spin::create(APPEL))?;
+    for i in [
+        "baton.translation",
+        "baton.virtaddr",
+        "baton.physaddr",
+        "baton.clock",
+    ] {
+        let d = must("import", spin::import(i))?;
+        must("resolve", spin::resolve(d, m))?;
+        must("release", spin::release(d))?;
+    }
+    let h = must(
+        "install liar",
+        spin::install(m, "liar", EVENT_BAD_ADDRESS, 0, 0, send),
+    )?;
+    let end = must("port_allocate", port_allocate(0))?;
+    must(
+        "port_notify",
+        baton_rt::ipc::port_notify(end, baton_abi::ipc::NOTIFY_KIND_NO_SENDERS, end),
+    )?;
+    must(
+        "spawn fault_null",
+        baton_rt::sys::spawn_with("fault_null", end),
+    )?;
+    check!(
+        receive(end, SOON).map(|r| r.0) == Ok(baton_abi::ipc::NOTIFY_NO_SENDERS),
+        "the child faulted and ended"
+    );
+    let got = receive(port, 200_000_000);
+    check!(
+        got == Err(Error::TimedOut),
+        "the handler never saw the child's fault ({got:?})"
+    );
+    must("remove", spin::remove(h))?;
+    must("cap_drop", baton_rt::ipc::cap_drop(end))?;
+    must("release", spin::release(m))
 }
