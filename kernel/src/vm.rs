@@ -1869,7 +1869,11 @@ pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> 
         Access::Read
     };
     let prot = prot_at(task, addr);
-    raise(k, t, task, addr, access, prot)
+    let resolved = raise(k, t, task, addr, access, prot);
+    // A built-in handler's copy to or from user memory that met a page being paged in
+    // noted a wait for a system call to restart; there is none here.
+    clear_page_wait();
+    resolved
 }
 
 /// The protection of task `task`'s map at `addr` (`None`: no range covers it).
