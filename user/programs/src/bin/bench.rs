@@ -996,7 +996,10 @@ fn timed_rpcs_32k(buf: &mut IpcBuffer, server: u64, reply: u64, name: &str) -> R
 static EXC_PORT: AtomicU64 = AtomicU64::new(0);
 
 /// The handler of `exc.roundtrip`: answers every invalid opcode by resuming after it,
-/// until its port dies.
+/// until its port dies. It is also the user-level fault handler of the `spin.vm.*.user`
+/// rows (one handler, so that the compiler treats `exc.roundtrip`'s loop as before): a
+/// page fault is answered by reading the clock, making the page read-write (and, for
+/// `appel1`, its partner read-only) with `vm_protect`, and retrying the access.
 fn exception_handler(_arg: u64) {
     let port = EXC_PORT.load(Ordering::Relaxed);
     if let Ok(mut buf) = IpcBuffer::new() {
@@ -1008,6 +1011,7 @@ fn exception_handler(_arg: u64) {
                     regs.rip += 2;
                     exception::ExcReply::Set(regs)
                 }
+                Some(e) if e.kind == 14 => vm_fault_reply(e.addr),
                 _ => exception::ExcReply::Kill,
             };
             r = exception::set_reply(&mut buf, reply)
@@ -1421,50 +1425,29 @@ static APPEL: &[u8] = include_bytes!(concat!(
     "/../../target/extensions/wasm32-unknown-unknown/release/appel.wasm"
 ));
 
-/// What `vm_exception_handler` does with a page fault: unprotect the page (0), and
-/// protect its partner too (1).
+/// What `exception_handler` does with a page fault: unprotect the page (0), and protect
+/// its partner too (1).
 static EXC_APPEL1: AtomicU64 = AtomicU64::new(0);
-/// The time-stamp counter `vm_exception_handler` read as a fault arrived.
+/// The time-stamp counter `exception_handler` read as a page fault arrived.
 static EXC_TS: AtomicU64 = AtomicU64::new(0);
 
-/// The user-level fault handler of the `spin.vm.*.user` rows: on the task's exception
-/// port, a page fault is answered by reading the clock, unprotecting the page (and
-/// protecting its partner, for `appel1`) with `vm_protect`, and retrying the access.
-fn vm_exception_handler(_arg: u64) {
-    let port = EXC_PORT.load(Ordering::Relaxed);
-    if let Ok(mut buf) = IpcBuffer::new() {
-        let mut r = buf.msg(MSG_RECEIVE, port, FOREVER);
-        while r.is_ok() {
-            let reply = match exception::info(&buf) {
-                Some(e) if e.kind == 14 => {
-                    EXC_TS.store(rdtsc_ordered(), Ordering::Relaxed);
-                    let page = e.addr & !(PAGE - 1);
-                    // SAFETY: only the protection of this task's own benchmark pages
-                    // changes.
-                    let ok = unsafe {
-                        baton_rt::vm::protect(page, PAGE, baton_rt::vm::PROT_RW, false).is_ok()
-                            && (EXC_APPEL1.load(Ordering::Relaxed) == 0
-                                || baton_rt::vm::protect(
-                                    page ^ PAGE,
-                                    PAGE,
-                                    baton_rt::vm::PROT_READ,
-                                    false,
-                                )
-                                .is_ok())
-                    };
-                    if ok {
-                        exception::ExcReply::Retry
-                    } else {
-                        exception::ExcReply::Kill
-                    }
-                }
-                _ => exception::ExcReply::Kill,
-            };
-            r = exception::set_reply(&mut buf, reply)
-                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
-        }
+/// The `spin.vm.*.user` rows' answer to a page fault at `addr` (see
+/// [`exception_handler`]).
+#[inline(never)]
+fn vm_fault_reply(addr: u64) -> exception::ExcReply {
+    EXC_TS.store(rdtsc_ordered(), Ordering::Relaxed);
+    let page = addr & !(PAGE - 1);
+    // SAFETY: only the protection of this task's own benchmark pages changes.
+    let ok = unsafe {
+        baton_rt::vm::protect(page, PAGE, baton_rt::vm::PROT_RW, false).is_ok()
+            && (EXC_APPEL1.load(Ordering::Relaxed) == 0
+                || baton_rt::vm::protect(page ^ PAGE, PAGE, baton_rt::vm::PROT_READ, false).is_ok())
+    };
+    if ok {
+        exception::ExcReply::Retry
+    } else {
+        exception::ExcReply::Kill
     }
-    PARTNER_DONE.increment();
 }
 
 /// How a `spin.vm.*` row reaches the memory system.
@@ -1601,7 +1584,7 @@ fn spin_vm_benchmarks(threads: u64) -> Result<(), Failed> {
     // The user-level handler, for the `.user` rows.
     let port = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
     EXC_PORT.store(port, Ordering::Relaxed);
-    start_partner(vm_exception_handler)?;
+    start_partner(exception_handler)?;
     for via in [Via::Wasm, Via::Builtin, Via::User] {
         let domain = match via {
             Via::Wasm => Some(m),
