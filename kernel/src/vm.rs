@@ -15,6 +15,10 @@
 //!   activation's buffer) resident and undeallocatable;
 //! - the system calls: `mem_map`/`mem_unmap` (allocate and deallocate, lazily) and the
 //!   `vm_*` calls (`docs/abi.md`);
+//! - SPIN's memory interfaces for the extension family (`crate::extension::translation`):
+//!   [`translation_fault`] raises the `Translation` events before [`page_fault`] (through
+//!   the raise it registers), and the `spin_*` functions are `Translation`, `VirtAddr`
+//!   and `PhysAddr` on the map;
 //! - a small object interface for memory objects as capabilities (`crate::memobj`): make
 //!   anonymous, physical and DMA objects, add and drop references, map a window (entering
 //!   the translations of its resident pages at once), the key of a shared wait.
