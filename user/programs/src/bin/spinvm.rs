@@ -110,6 +110,10 @@ fn charged() -> u64 {
     baton_rt::sys::stats().map_or(0, |s| s.kmem_charged)
 }
 
+fn frames_charged() -> u64 {
+    baton_rt::sys::stats().map_or(0, |s| s.frames_charged)
+}
+
 fn heap_used() -> u64 {
     baton_rt::sys::stats().map_or(0, |s| s.heap_used)
 }
@@ -131,9 +135,13 @@ fn run() -> Result<(), Failed> {
     // it took.
     round(port, send)?;
     round(port, send)?;
-    let (base, heap_base) = (charged(), heap_used());
+    let (base, heap_base, frames_base) = (charged(), heap_used(), frames_charged());
     round(port, send)?;
-    let (after, heap_after) = (charged(), heap_used());
+    let (after, heap_after, frames_after) = (charged(), heap_used(), frames_charged());
+    check!(
+        frames_after == frames_base,
+        "the frames charged are back to the baseline ({frames_base}, now {frames_after})"
+    );
     println!(
         "kernel memory charged: {base} before, {after} after; heap in use {heap_base} before, {heap_after} after"
     );
@@ -388,7 +396,10 @@ fn demand(m: Domain) -> Result<(), Failed> {
         "install pages",
         spin::install(m, "pages", EVENT_SYSCALL, 0, 0x1104, 0),
     )?;
+    // (A first `vm_query` may fault in a stack page: before the baseline.)
+    let _ = baton_rt::vm::query(0x6100_0000_0000);
     let base = charged();
+    let frames = frames_charged();
     let a = spin::call(0x1103, [4 * PAGE, 0, 0, 0]);
     check!(
         (a as i64) > 0 && a.is_multiple_of(PAGE),
@@ -404,6 +415,13 @@ fn demand(m: Domain) -> Result<(), Failed> {
         load(a + PAGE) == 42 && load(a + 3 * PAGE) == 43,
         "pages mapped by the handler from physical pages hold what was stored"
     );
+    let r = must("vm_query", baton_rt::vm::query(a + PAGE))?;
+    check!(
+        r.start == a + PAGE && r.end == a + 2 * PAGE,
+        "AddMapping made the page an entry of its own in the map ({:#x}..{:#x})",
+        r.start,
+        r.end
+    );
     must("remove", spin::remove(h))?;
     let freed = spin::call(0x1104, [0; 4]);
     check!(freed == 2, "the handler took two physical pages ({freed})");
@@ -412,10 +430,10 @@ fn demand(m: Domain) -> Result<(), Failed> {
         "the mappings keep their pages after PhysAddr.Deallocate"
     );
     free(a, 4)?;
-    let now = charged();
+    let (now, frames_now) = (charged(), frames_charged());
     check!(
-        now == base,
-        "the physical pages went with their mappings ({base}, now {now})"
+        now == base && frames_now == frames,
+        "the physical pages went with their mappings (charges {base}, now {now}; frames {frames}, now {frames_now})"
     );
     must("remove", spin::remove(hv))?;
     must("remove", spin::remove(hp))?;
