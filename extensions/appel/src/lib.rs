@@ -13,7 +13,8 @@
 //! - A garbage collector's write barrier: `gc` records the written page in a card table in
 //!   this module's memory and unprotects it; the system call `cards` reads the table.
 //! - Demand paging from physical pages: `demand` allocates a physical page and maps it at
-//!   the faulting address; `pages` frees those pages; `valloc` allocates a range.
+//!   the faulting address; `pages` frees those pages; `valloc` allocates a range;
+//!   `exhaust` takes physical pages until the kernel refuses, and gives them back.
 //! - Misbehaviour, for the tests: `spin` never returns (out of fuel), `wild` reads
 //!   outside its linear memory (a trap), `liar` says it resolved a fault it did not touch,
 //!   `foreign` protects a page of the kernel's half, `badpage` maps a page it does not
@@ -66,6 +67,8 @@ static CARD_COUNT: AtomicU64 = AtomicU64::new(0);
 /// Physical pages `demand` mapped.
 static PAGES: [AtomicU64; 64] = [const { AtomicU64::new(0) }; 64];
 static PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
+/// The pages `exhaust` holds for a moment.
+static MANY: [AtomicU64; 300] = [const { AtomicU64::new(0) }; 300];
 /// The range `demand` serves: base, length.
 static RANGE: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
@@ -172,6 +175,27 @@ mod handlers {
         a
     }
 
+    /// `exhaust(_)`: allocates physical pages until `PhysAddr.Allocate` fails, then frees
+    /// them all: how many it got, shifted left by 8, or'ed with the failure's error code
+    /// (negated).
+    pub fn exhaust(_n: i64, _a0: i64, _a1: i64, _a2: i64) -> i64 {
+        let mut n = 0usize;
+        let mut err = 0;
+        for slot in MANY.iter() {
+            let p = baton::phys_allocate();
+            if p <= 0 {
+                err = p;
+                break;
+            }
+            slot.store(p as u64, Relaxed);
+            n += 1;
+        }
+        for slot in MANY.iter().take(n) {
+            baton::phys_deallocate(slot.load(Relaxed) as i64);
+        }
+        (n as i64) << 8 | (err.wrapping_neg() & 0xff)
+    }
+
     pub fn spin(addr: i64, _access: i64) -> i64 {
         let mut x = addr;
         loop {
@@ -226,5 +250,5 @@ mod exports {
         )*};
     }
     fault!(unprotect, trap, appel1, gc, demand, spin, wild, liar, foreign, badpage);
-    syscall!(cards, prot, dirty, pages, valloc);
+    syscall!(cards, prot, dirty, pages, valloc, exhaust);
 }

@@ -435,6 +435,24 @@ fn demand(m: Domain) -> Result<(), Failed> {
         now == base && frames_now == frames,
         "the physical pages went with their mappings (charges {base}, now {now}; frames {frames}, now {frames_now})"
     );
+    // PhysAddr is bounded: the 257th page is refused, and all of them come back.
+    let he = must(
+        "install exhaust",
+        spin::install(m, "exhaust", EVENT_SYSCALL, 0, 0x1107, 0),
+    )?;
+    let r = spin::call(0x1107, [0; 4]);
+    let (n, err) = (r >> 8, r & 0xff);
+    check!(
+        n == baton_abi::translation::PHYS_PAGES_MAX as u64 && err == Error::NoSpace as u64,
+        "PhysAddr.Allocate stops at {} pages with NoSpace (got {n} pages, error {err})",
+        baton_abi::translation::PHYS_PAGES_MAX
+    );
+    let (now, frames_now) = (charged(), frames_charged());
+    check!(
+        now == base && frames_now == frames,
+        "and they all came back (charges {base}, now {now}; frames {frames}, now {frames_now})"
+    );
+    must("remove", spin::remove(he))?;
     must("remove", spin::remove(hv))?;
     must("remove", spin::remove(hp))?;
     Ok(())
