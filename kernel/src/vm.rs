@@ -1818,7 +1818,7 @@ pub fn has_map(task: TaskId) -> bool {
 // events from the fault path and exports `Translation`, `VirtAddr` and `PhysAddr` to
 // extensions. Its raise is registered here ([`set_translation`]) so that this family never
 // names that one, and the fault path asks for it only while some handler is installed
-// ([`translation_watch`]): with none, a fault costs one load and one branch more.
+// ([`translation_watch`]): with none, a fault costs a load, a test and a branch more.
 
 /// The extension family's raise of a `Translation` event for a user fault of thread `t`
 /// of task `task` at `addr` (the map's protection there `prot`): whether a handler
