@@ -202,10 +202,19 @@ fn install_families() {
             // Pager-backed objects the map held may have ended: their pagers' rights go.
             pager::tidy(k);
         },
-        page_fault: pager::page_fault,
+        // SPIN's `Translation` events first, while any handler is installed (one load
+        // and one branch otherwise); then the virtual-memory system's own resolution,
+        // the default, which enters whatever translation the map now allows.
+        page_fault: |k, t, addr, error| {
+            if vm::translation_watched() {
+                vm::translation_fault(k, t, addr, error);
+            }
+            pager::page_fault(k, t, addr, error)
+        },
         vp_blocking: vproc::on_block,
     });
     pager::init();
+    extension::translation::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------

@@ -378,6 +378,9 @@ impl Kernel {
             | Sys::SpinRemove
             | Sys::SpinRelease
             | Sys::SpinRaise => crate::extension::sys(self, id, call, args),
+            Sys::SpinvmQuery | Sys::SpinvmMark => {
+                crate::extension::translation::sys(self, id, call, args)
+            }
             Sys::IpcBufferSet => {
                 let cur = self.current_thread();
                 self.ipc_buffer_set(cur, id, args[0])

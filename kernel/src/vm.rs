@@ -15,6 +15,10 @@
 //!   activation's buffer) resident and undeallocatable;
 //! - the system calls: `mem_map`/`mem_unmap` (allocate and deallocate, lazily) and the
 //!   `vm_*` calls (`docs/abi.md`);
+//! - SPIN's memory interfaces for the extension family (`crate::extension::translation`):
+//!   [`translation_fault`] raises the `Translation` events before [`page_fault`] (through
+//!   the raise it registers), and the `spin_*` functions are `Translation`, `VirtAddr`
+//!   and `PhysAddr` on the map;
 //! - a small object interface for memory objects as capabilities (`crate::memobj`): make
 //!   anonymous, physical and DMA objects, add and drop references, map a window (entering
 //!   the translations of its resident pages at once), the key of a shared wait.
@@ -1806,4 +1810,178 @@ pub fn has_map(task: TaskId) -> bool {
     // SAFETY: the lock is held (every caller is under it); this reference ends here.
     let vm = unsafe { state() };
     vm.tasks.get(&task).is_some()
+}
+
+// ---- SPIN's memory interfaces and the `Translation` events ------------------------------
+//
+// The extension family (`crate::extension::translation`) raises SPIN's `Translation`
+// events from the fault path and exports `Translation`, `VirtAddr` and `PhysAddr` to
+// extensions. Its raise is registered here ([`set_translation`]) so that this family never
+// names that one, and the fault path asks for it only while some handler is installed
+// ([`translation_watch`]): with none, a fault costs a load, a test and a branch more.
+
+/// The extension family's raise of a `Translation` event for a user fault of thread `t`
+/// of task `task` at `addr` (the map's protection there `prot`): whether a handler
+/// resolved it and the map now allows the access.
+pub type TranslationRaise = fn(&mut Kernel, ThreadId, TaskId, u64, Access, Option<Prot>) -> bool;
+
+static TRANSLATION: spin::Once<TranslationRaise> = spin::Once::new();
+/// How many `Translation` handlers are installed, system-wide.
+static TRANSLATION_HANDLERS: core::sync::atomic::AtomicUsize =
+    core::sync::atomic::AtomicUsize::new(0);
+
+/// Registers the extension family's raise (once, at boot).
+pub fn set_translation(raise: TranslationRaise) {
+    TRANSLATION.call_once(|| raise);
+}
+
+/// One `Translation` handler more (`true`) or less.
+pub fn translation_watch(more: bool) {
+    use core::sync::atomic::Ordering::Relaxed;
+    if more {
+        TRANSLATION_HANDLERS.fetch_add(1, Relaxed);
+    } else {
+        TRANSLATION_HANDLERS.fetch_sub(1, Relaxed);
+    }
+}
+
+/// Whether a `Translation` handler is installed anywhere: the page-fault hook's one test
+/// (`main.rs`), before [`translation_fault`].
+#[inline(always)]
+pub fn translation_watched() -> bool {
+    TRANSLATION_HANDLERS.load(core::sync::atomic::Ordering::Relaxed) != 0
+}
+
+/// SPIN's `Translation` event for a user page fault of thread `t` at `addr` (CPU error
+/// code `error`), raised before [`page_fault`]: its handlers may change the map (a
+/// protection, a mapping). Whatever they did, [`page_fault`] follows, the default: it
+/// enters the translation the map now allows, or goes on as for any fault. Whether a
+/// handler resolved it.
+#[inline(never)]
+pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> bool {
+    let Some(raise) = TRANSLATION.get() else {
+        return false;
+    };
+    let Some(task) = k.threads.get(t).and_then(|th| th.task) else {
+        return false;
+    };
+    let access = if error & (1 << 4) != 0 {
+        Access::Execute
+    } else if error & (1 << 1) != 0 {
+        Access::Write
+    } else {
+        Access::Read
+    };
+    let prot = prot_at(task, addr);
+    let resolved = raise(k, t, task, addr, access, prot);
+    // A built-in handler's copy to or from user memory that met a page being paged in
+    // noted a wait for a system call to restart; there is none here.
+    clear_page_wait();
+    resolved
+}
+
+/// The protection of task `task`'s map at `addr` (`None`: no range covers it).
+pub fn prot_at(task: TaskId, addr: u64) -> Option<Prot> {
+    // SAFETY: the lock is held (every caller is under it); this reference ends here.
+    let vm = unsafe { state() };
+    let tv = vm.tasks.get(&task)?;
+    tv.map.entry(addr).map(|(_, e)| e.prot)
+}
+
+/// `Translation.Protect`: sets the protection of `[va, va + len)` of task `task`'s map
+/// (whole pages, mapped throughout; never above the maximum protection).
+pub fn spin_protect(
+    k: &mut Kernel,
+    task: TaskId,
+    va: u64,
+    len: u64,
+    prot: u64,
+) -> Result<(), Error> {
+    vm_protect(k, task, va, len, prot, 0).map(|_| ())
+}
+
+/// `Translation.ExamineMapping` and SPIN's `Dirty`: the state word of task `task`'s page
+/// at `va` (`baton_abi::translation::STATE_*`): the map's protection, and what its
+/// translation (if any) says, the hardware's dirty and accessed bits included.
+pub fn spin_query(k: &mut Kernel, task: TaskId, va: u64) -> Result<u64, Error> {
+    use kern::pmap::{ACCESSED, DIRTY};
+    use kern::spin::translation::{page_state, Pte};
+    if !(USER_MIN..USER_END).contains(&va) {
+        return Err(Error::BadAddress);
+    }
+    let prot = prot_at(task, va);
+    let page = va & !(PAGE_SIZE - 1);
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let mut pte = None;
+    t.space
+        .update_leaves(&mut mem, page, page + PAGE_SIZE, |_, e| {
+            pte = Some(Pte {
+                writable: e & WRITABLE != 0,
+                dirty: e & DIRTY != 0,
+                accessed: e & ACCESSED != 0,
+            });
+            e
+        });
+    Ok(page_state(prot, pte))
+}
+
+/// `VirtAddr.Allocate`: `len` bytes (whole pages) of task `task`'s address space
+/// anywhere, read-write, zero-filled lazily (an Accent allocation); its address.
+pub fn spin_allocate(k: &mut Kernel, task: TaskId, len: u64) -> Result<u64, Error> {
+    vm_allocate(k, task, abi::VM_ANYWHERE, len, u64::from(Prot::RW.bits()))
+}
+
+/// `PhysAddr.Allocate`: one zeroed page, resident now, as a one-page memory object with
+/// one reference (the caller's), its frame committed to `account`.
+pub fn spin_page(k: &mut Kernel, account: &kern::quota::AccountRef) -> Result<ObjectId, Error> {
+    object_dma(k, PAGE_SIZE, account).map(|(o, _)| o)
+}
+
+/// `Translation.AddMapping`: maps the page `object` (from [`spin_page`]) at `va` of task
+/// `task`'s map with protection `prot`, in place of whatever that page of the map held:
+/// an entry of the map like any other (shared, never copy-on-write), its translation
+/// entered at once.
+pub fn spin_add(
+    k: &mut Kernel,
+    task: TaskId,
+    va: u64,
+    object: ObjectId,
+    prot: u64,
+) -> Result<(), Error> {
+    let prot = prot_of(prot)?;
+    if !va.is_multiple_of(PAGE_SIZE) || !(USER_MIN..USER_END).contains(&va) {
+        return Err(Error::BadAddress);
+    }
+    // The page may be unmapped already (a hole is fine), but never wired. Should the new
+    // mapping then fail (no memory), the page is left a hole.
+    if let Some((_, e)) = {
+        // SAFETY: the lock is held; this reference ends in this block.
+        let vm = unsafe { state() };
+        vm.tasks
+            .get(&task)
+            .ok_or(Error::InvalidArgument)?
+            .map
+            .entry(va)
+    } {
+        if e.wired > 0 {
+            return Err(Error::Denied);
+        }
+        deallocate(k, task, va, PAGE_SIZE)?;
+    }
+    map_object(
+        k,
+        task,
+        Placement::Fixed(va),
+        PAGE_SIZE,
+        object,
+        0,
+        prot,
+        Prot::ALL,
+        false,
+        Inherit::None,
+    )
+    .map(|_| ())
 }

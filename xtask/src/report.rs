@@ -386,6 +386,46 @@ pub const LINUX_PAIRS: &[Pair] = &[
         linux: "linux.fork.1m",
         why: "a copy-on-write copy of a process with 1 MiB resident whose child exits at \
               once, until the parent has waited for it",
+    }, // SPIN's Table 4, the Appel–Li suite: Baton with the handler as a WebAssembly
+    // extension (in the kernel, no crossing), Linux with `mprotect` and a SIGSEGV handler.
+    Pair {
+        baton: "spin.vm.trap",
+        linux: "linux.appel.trap",
+        why: "from before a write to a read-only page to the fault handler's first \
+              timestamp (Baton: a `Translation.ProtectionFault` extension; Linux: SIGSEGV)",
+    },
+    Pair {
+        baton: "spin.vm.fault",
+        linux: "linux.appel.fault",
+        why: "a write to a read-only page whose handler makes it writable, as the faulting \
+              thread sees it",
+    },
+    Pair {
+        baton: "spin.vm.prot1",
+        linux: "linux.appel.prot1",
+        why: "making one written page read-only (Baton: a system call an extension added, \
+              `Translation.Protect`; Linux: `mprotect`)",
+    },
+    Pair {
+        baton: "spin.vm.prot100",
+        linux: "linux.appel.prot100",
+        why: "making 100 written pages read-only with one call",
+    },
+    Pair {
+        baton: "spin.vm.unprot100",
+        linux: "linux.appel.unprot100",
+        why: "making 100 read-only resident pages writable with one call",
+    },
+    Pair {
+        baton: "spin.vm.appel1",
+        linux: "linux.appel.appel1",
+        why: "a write to a protected page whose handler unprotects it and protects another",
+    },
+    Pair {
+        baton: "spin.vm.appel2",
+        linux: "linux.appel.appel2",
+        why: "protecting 100 pages with one call, then a write to each, each handler \
+              unprotecting its page; per page",
     },
     // Faults of Accent's Table 3-3, from the access to its resumption.
     Pair {

@@ -1436,6 +1436,25 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // SPIN's memory interfaces and `Translation` events: write barriers, the Appel–Li
+        // handlers, Dirty, demand paging from physical pages, malicious fault handlers
+        // (`docs/extensions.md`, "Memory interfaces").
+        name: "spinvm_smp1",
+        init: &["spinvm"],
+        smp: 1,
+        require: &["spinvm#1| TEST PASS spinvm"],
+        exits: &[("fault_null", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "spinvm_smp2",
+        init: &["spinvm"],
+        smp: 2,
+        require: &["spinvm#1| TEST PASS spinvm"],
+        exits: &[("fault_null", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
         // Kernel objects through capabilities: task and thread ports, interposition.
         name: "kobj_smp1",
         init: &["kobj"],

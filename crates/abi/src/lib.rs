@@ -445,6 +445,14 @@ pub enum Sys {
     /// `vp_destroy(vp) -> 0`: ends the virtual processor: its spares end, and threads
     /// blocked with an upcall given end when they would resume. Also when its carrier ends.
     VpDestroy = 134,
+    /// `spinvm_query(addr) -> state`: SPIN's `Translation.ExamineMapping` and `Dirty` from
+    /// user space: the state of the caller's page at `addr` ([`translation`]`::STATE_*`);
+    /// 0 when no range covers it.
+    SpinvmQuery = 150,
+    /// `spinvm_mark() -> tsc`: the time-stamp counter a `Translation` handler of the
+    /// caller's task last recorded with `baton.clock.mark` (0 if none since the last
+    /// call), then cleared: how the Appel–Li `trap` row times a handler's start.
+    SpinvmMark = 151,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -474,6 +482,7 @@ pub mod memobj;
 pub mod pager;
 pub mod spin;
 pub mod start;
+pub mod translation;
 pub mod vm;
 pub mod vproc;
 
@@ -778,6 +787,8 @@ impl Sys {
             132 => Sys::VpWait,
             133 => Sys::VpTake,
             134 => Sys::VpDestroy,
+            150 => Sys::SpinvmQuery,
+            151 => Sys::SpinvmMark,
             _ => return None,
         })
     }

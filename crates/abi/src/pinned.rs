@@ -244,3 +244,17 @@ fn task_creation_numbers() {
     }
     assert_eq!((task::PROGRAM_MODULE, task::PROGRAM_OBJECT), (0, 1));
 }
+
+#[test]
+fn spinvm_numbers() {
+    let calls = [(Sys::SpinvmQuery, 150), (Sys::SpinvmMark, 151)];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    use crate::translation::*;
+    assert_eq!(EVENT_PAGE_NOT_PRESENT, 0x10);
+    assert_eq!(EVENT_BAD_ADDRESS, 0x11);
+    assert_eq!(EVENT_PROTECTION_FAULT, 0x12);
+    assert_eq!(NOTIFY_REFUSED, 0x5350_0002);
+}

@@ -138,7 +138,7 @@ pub fn syscall_handler(t: u64) -> Result<HandlerFn<Kernel, Call, Option<u64>>, E
         T_SUM => h_sum,
         T_TASK => h_task,
         T_HELLO => h_hello,
-        _ => return Err(Error::InvalidArgument),
+        t => return super::translation::syscall_handler(t).ok_or(Error::InvalidArgument),
     })
 }
 

@@ -21,6 +21,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod translation;
 pub mod wasm;
 
 use crate::kernel::{Kernel, TaskId};
@@ -261,6 +262,7 @@ impl State {
             *slot = d;
         }
         builtin::register(&mut domains, &mut names)?;
+        translation::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -390,6 +392,9 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
             match args[0] {
                 EVENT_SYSCALL => s.syscall.remove(id, Some(&who))?,
                 EVENT_TEST => s.test.remove(id, Some(&who))?,
+                e if baton_abi::translation::is_translation_event(e) => {
+                    return translation::remove(task, e, id).map(|()| 0)
+                }
                 _ => return Err(Error::NotFound),
             }
             s.meta.retain(|m| !(m.event == args[0] && m.id == id));
@@ -456,6 +461,11 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         rank,
         mode: Mode::Synchronous,
     };
+    if baton_abi::translation::is_translation_event(event) {
+        return translation::install(
+            k, &s.domains, task, owner, &symbol, builtin, &req, event, notify,
+        );
+    }
     let id = match event {
         EVENT_SYSCALL => {
             let (f, closure): (HandlerFn<Kernel, Call, Option<u64>>, u64) = if builtin {
@@ -522,12 +532,14 @@ fn forget_domain(s: &mut State, d: DomainId) {
             _ => s.test.remove(m.id, None),
         };
     }
+    translation::forget_domain(d);
     s.names.forget(d);
     wasm::forget(d);
 }
 
 /// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).
 pub fn task_released(_k: &mut Kernel, id: TaskId) {
+    translation::task_released(_k, id);
     // SAFETY: the lock is held (the hook runs under it); the reference is the only one.
     let Some(s) = (unsafe { existing() }) else {
         return;

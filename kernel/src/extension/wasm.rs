@@ -56,10 +56,14 @@ pub fn charge_bytes(len: usize) -> usize {
 struct Host {
     task: u64,
     limits: StoreLimits,
+    /// The kernel, while an invocation runs (null otherwise): for the memory interfaces
+    /// (`super::translation`), which act on `task`'s own address space.
+    kernel: *mut Kernel,
 }
 
 type SysFn = TypedFunc<(i64, i64, i64, i64), i64>;
 type TestFn = TypedFunc<i64, i64>;
+type FaultFn = TypedFunc<(i64, i64), i64>;
 
 struct Ext {
     domain: DomainId,
@@ -70,6 +74,7 @@ struct Ext {
     store: Option<(Store<Host>, Instance)>,
     sys_funcs: Vec<SysFn>,
     test_funcs: Vec<TestFn>,
+    fault_funcs: Vec<FaultFn>,
     _charge: Charge,
 }
 
@@ -201,6 +206,7 @@ pub fn create(
         store: None,
         sys_funcs: Vec::new(),
         test_funcs: Vec::new(),
+        fault_funcs: Vec::new(),
         _charge: charge,
     };
     match e.list.iter_mut().find(|s| s.is_none()) {
@@ -226,6 +232,8 @@ pub fn forget(d: DomainId) {
 pub enum Kind {
     Syscall,
     Test,
+    /// A `Translation` event's handler (`super::translation`).
+    Fault,
 }
 
 /// The closure of a handler that runs `symbol` of domain `owner` (a module of task
@@ -271,6 +279,16 @@ pub fn closure(
                 ext.test_funcs.push(f);
                 ext.test_funcs.len() - 1
             }
+            Kind::Fault => {
+                let f = instance
+                    .get_typed_func::<(i64, i64), i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.fault_funcs
+                    .try_reserve(1)
+                    .map_err(|_| Error::NoMemory)?;
+                ext.fault_funcs.push(f);
+                ext.fault_funcs.len() - 1
+            }
         })
     })?;
     Ok((slot as u64) << 32 | index as u64)
@@ -301,6 +319,7 @@ fn instantiate(
                     })
                     .map(|_| ()),
                 K_SECRET => linker.func_wrap(module, name, || -> i64 { 42 }).map(|_| ()),
+                t if super::translation::is_target(t) => link_memory(&mut linker, module, name, t),
                 // Bound to another module's export: calls between modules are not built.
                 _ => return Err(Error::NotSupported),
             };
@@ -313,7 +332,14 @@ fn instantiate(
             .table_elements(1024)
             .instances(1)
             .build();
-        let mut store = Store::new(&engine, Host { task, limits });
+        let mut store = Store::new(
+            &engine,
+            Host {
+                task,
+                limits,
+                kernel: core::ptr::null_mut(),
+            },
+        );
         store.limiter(|h| &mut h.limits);
         store.set_fuel(FUEL).map_err(|_| Error::BadFormat)?;
         let instance = linker
@@ -363,7 +389,7 @@ fn fuel(b: Binding) -> u64 {
 }
 
 /// Runs a module's `Trap.SystemCall` handler: `(number, a0, a1, a2) -> rax`.
-pub fn syscall_handler(_k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
+pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
     let (slot, index) = slot_of(b);
     // SAFETY: handlers run under the lock (a raise is in a system call), and nothing else
     // of the modules is borrowed during a raise.
@@ -372,6 +398,7 @@ pub fn syscall_handler(_k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u
     let f = ext.sys_funcs.get(index)?;
     let (store, _) = ext.store.as_mut()?;
     store.data_mut().task = c.task;
+    store.data_mut().kernel = k;
     store.set_fuel(fuel(b)).ok()?;
     let args = (
         c.number as i64,
@@ -379,7 +406,9 @@ pub fn syscall_handler(_k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u
         c.args[1] as i64,
         c.args[2] as i64,
     );
-    match crate::heap::bounded(|| f.call(store, args)) {
+    let r = crate::heap::bounded(|| f.call(&mut *store, args));
+    store.data_mut().kernel = core::ptr::null_mut();
+    match r {
         Ok(v) => Some(Some(v as u64)),
         Err(err) => {
             crate::arch::serial::kprintln!(
@@ -406,5 +435,174 @@ pub fn test_handler(_k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
             crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");
             None
         }
+    }
+}
+
+/// Runs a module's `Translation` handler: `(addr, access) -> resolved`, for the task whose
+/// fault it is (its installer's: the event's key).
+pub fn fault_handler(
+    k: &mut Kernel,
+    b: Binding,
+    f: &kern::spin::translation::Fault,
+) -> Option<bool> {
+    let (slot, index) = slot_of(b);
+    // SAFETY: handlers run under the lock (a raise is in the page-fault hook), and nothing
+    // else of the modules is borrowed during a raise.
+    let e = unsafe { exts() };
+    let ext = e.list.get_mut(slot)?.as_mut()?;
+    let func = ext.fault_funcs.get(index)?;
+    let (store, _) = ext.store.as_mut()?;
+    store.data_mut().task = f.task;
+    store.data_mut().kernel = k;
+    store.set_fuel(fuel(b)).ok()?;
+    let args = (
+        f.addr as i64,
+        kern::spin::translation::access_code(f.access) as i64,
+    );
+    let r = crate::heap::bounded(|| func.call(&mut *store, args));
+    store.data_mut().kernel = core::ptr::null_mut();
+    match r {
+        Ok(v) => Some(v != 0),
+        Err(err) => {
+            crate::arch::serial::kprintln!(
+                "[kernel] extension handler of task {} aborted: {err}",
+                f.task
+            );
+            None
+        }
+    }
+}
+
+/// The kernel and task of an invocation, for a memory interface import.
+fn invocation(c: &mut Caller<'_, Host>) -> Result<(&'static mut Kernel, TaskId), wasmi::Error> {
+    let h = c.data();
+    let task = h.task;
+    let k = h.kernel;
+    if k.is_null() {
+        return Err(wasmi::Error::new("no invocation"));
+    }
+    // SAFETY: `kernel` is set only for the length of one invocation, from the `&mut
+    // Kernel` its handler was called with, which is not used while the module runs (the
+    // handler is inside `call`); the lock is held throughout. The reference is used only
+    // inside this import's call.
+    Ok((unsafe { &mut *k }, task))
+}
+
+/// Links import `module.name` to the memory interface procedure `target`
+/// (`super::translation::K_*`); each acts on the invocation's task's own address space
+/// and returns the value or a negative error code.
+fn link_memory(
+    linker: &mut Linker<Host>,
+    module: &str,
+    name: &str,
+    target: u64,
+) -> Result<(), wasmi::errors::LinkerError> {
+    use super::translation as tr;
+    match target {
+        tr::K_PROTECT => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>,
+                 va: i64,
+                 len: i64,
+                 prot: i64|
+                 -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_protect(
+                        k,
+                        task,
+                        va as u64,
+                        len as u64,
+                        prot as u64,
+                    )))
+                },
+            )
+            .map(|_| ()),
+        tr::K_QUERY => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>, va: i64| -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_query(k, task, va as u64)))
+                },
+            )
+            .map(|_| ()),
+        tr::K_ADD => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>,
+                 va: i64,
+                 page: i64,
+                 prot: i64|
+                 -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_add(
+                        k,
+                        task,
+                        va as u64,
+                        page as u64,
+                        prot as u64,
+                    )))
+                },
+            )
+            .map(|_| ()),
+        tr::K_REMOVE | tr::K_VFREE => {
+            let op = if target == tr::K_VFREE {
+                tr::op_vfree
+            } else {
+                tr::op_remove
+            };
+            linker
+                .func_wrap(
+                    module,
+                    name,
+                    move |mut c: Caller<'_, Host>,
+                          va: i64,
+                          len: i64|
+                          -> Result<i64, wasmi::Error> {
+                        let (k, task) = invocation(&mut c)?;
+                        Ok(tr::word(op(k, task, va as u64, len as u64)))
+                    },
+                )
+                .map(|_| ())
+        }
+        tr::K_VALLOC => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>, len: i64| -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_valloc(k, task, len as u64)))
+                },
+            )
+            .map(|_| ()),
+        tr::K_PALLOC => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>| -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_palloc(k, task)))
+                },
+            )
+            .map(|_| ()),
+        tr::K_PFREE => linker
+            .func_wrap(
+                module,
+                name,
+                |mut c: Caller<'_, Host>, h: i64| -> Result<i64, wasmi::Error> {
+                    let (k, task) = invocation(&mut c)?;
+                    Ok(tr::word(tr::op_pfree(k, task, h as u64)))
+                },
+            )
+            .map(|_| ()),
+        _ => linker
+            .func_wrap(module, name, |c: Caller<'_, Host>| {
+                tr::op_mark(c.data().task);
+            })
+            .map(|_| ()),
     }
 }

@@ -80,6 +80,7 @@ pub mod raw;
 pub mod report;
 pub mod rpc;
 pub mod spin;
+pub mod spinvm;
 pub mod start;
 pub mod sync;
 pub mod sys;

@@ -9,12 +9,15 @@
 //! - [`domain`]: logical protection domains (`Create`, `Resolve`, `Combine`) over
 //!   extension images the kernel has validated, capabilities for them held per task, and
 //!   the in-kernel name server with per-interface authorisation.
+//! - [`translation`]: the `Translation` events' classes, the page state word, when a
+//!   handler's resolution holds, and the physical pages extensions hold (section 4.1).
 //!
 //! Nothing here knows WebAssembly or the machine: the kernel (`kernel/src/spin/`) turns a
 //! validated module into an [`domain::Image`] and runs the handlers.
 
 pub mod domain;
 pub mod event;
+pub mod translation;
 
 #[cfg(test)]
 mod proptests;

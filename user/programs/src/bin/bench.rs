@@ -996,7 +996,10 @@ fn timed_rpcs_32k(buf: &mut IpcBuffer, server: u64, reply: u64, name: &str) -> R
 static EXC_PORT: AtomicU64 = AtomicU64::new(0);
 
 /// The handler of `exc.roundtrip`: answers every invalid opcode by resuming after it,
-/// until its port dies.
+/// until its port dies. It is also the user-level fault handler of the `spin.vm.*.user`
+/// rows (one handler, so that the compiler treats `exc.roundtrip`'s loop as before): a
+/// page fault is answered by reading the clock, making the page read-write (and, for
+/// `appel1`, its partner read-only) with `vm_protect`, and retrying the access.
 fn exception_handler(_arg: u64) {
     let port = EXC_PORT.load(Ordering::Relaxed);
     if let Ok(mut buf) = IpcBuffer::new() {
@@ -1008,6 +1011,7 @@ fn exception_handler(_arg: u64) {
                     regs.rip += 2;
                     exception::ExcReply::Set(regs)
                 }
+                Some(e) if e.kind == 14 => vm_fault_reply(e.addr),
                 _ => exception::ExcReply::Kill,
             };
             r = exception::set_reply(&mut buf, reply)
@@ -1413,6 +1417,332 @@ fn spin_benchmarks() -> Result<(), Failed> {
     let _ = spin::release(m);
     let _ = spin::release(b);
     Ok(())
+}
+
+/// The WebAssembly extension of SPIN's memory interfaces (`extensions/appel`).
+static APPEL: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/appel.wasm"
+));
+
+/// What `exception_handler` does with a page fault: unprotect the page (0), and protect
+/// its partner too (1).
+static EXC_APPEL1: AtomicU64 = AtomicU64::new(0);
+/// The time-stamp counter `exception_handler` read as a page fault arrived.
+static EXC_TS: AtomicU64 = AtomicU64::new(0);
+
+/// The `spin.vm.*.user` rows' answer to a page fault at `addr` (see
+/// [`exception_handler`]).
+#[inline(never)]
+fn vm_fault_reply(addr: u64) -> exception::ExcReply {
+    EXC_TS.store(rdtsc_ordered(), Ordering::Relaxed);
+    let page = addr & !(PAGE - 1);
+    // SAFETY: only the protection of this task's own benchmark pages changes.
+    let ok = unsafe {
+        baton_rt::vm::protect(page, PAGE, baton_rt::vm::PROT_RW, false).is_ok()
+            && (EXC_APPEL1.load(Ordering::Relaxed) == 0
+                || baton_rt::vm::protect(page ^ PAGE, PAGE, baton_rt::vm::PROT_READ, false).is_ok())
+    };
+    if ok {
+        exception::ExcReply::Retry
+    } else {
+        exception::ExcReply::Kill
+    }
+}
+
+/// How a `spin.vm.*` row reaches the memory system.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Via {
+    /// A WebAssembly extension (`extensions/appel`): its fault handlers, and its system
+    /// calls `prot` and `dirty`.
+    Wasm,
+    /// The built-in `builtin.appel`.
+    Builtin,
+    /// User space: the exception port, `vm_protect`, `spinvm_query`.
+    User,
+}
+
+/// The `spin.vm.*` cases, in the order of [`SPIN_VM_ROWS`]' columns.
+const SPIN_VM_CASES: [&str; 8] = [
+    "trap",
+    "fault",
+    "prot1",
+    "prot100",
+    "unprot100",
+    "appel1",
+    "appel2",
+    "dirty",
+];
+/// The rows' names, by [`Via`] and case.
+const SPIN_VM_ROWS: [[&str; 8]; 3] = [
+    [
+        "spin.vm.trap",
+        "spin.vm.fault",
+        "spin.vm.prot1",
+        "spin.vm.prot100",
+        "spin.vm.unprot100",
+        "spin.vm.appel1",
+        "spin.vm.appel2",
+        "spin.vm.dirty",
+    ],
+    [
+        "spin.vm.trap.builtin",
+        "spin.vm.fault.builtin",
+        "spin.vm.prot1.builtin",
+        "spin.vm.prot100.builtin",
+        "spin.vm.unprot100.builtin",
+        "spin.vm.appel1.builtin",
+        "spin.vm.appel2.builtin",
+        "spin.vm.dirty.builtin",
+    ],
+    [
+        "spin.vm.trap.user",
+        "spin.vm.fault.user",
+        "spin.vm.prot1.user",
+        "spin.vm.prot100.user",
+        "spin.vm.unprot100.user",
+        "spin.vm.appel1.user",
+        "spin.vm.appel2.user",
+        "spin.vm.dirty.user",
+    ],
+];
+
+/// The row of `case` reached through `via`.
+fn spin_vm_row(via: Via, case: &str) -> &'static str {
+    let v = match via {
+        Via::Wasm => 0,
+        Via::Builtin => 1,
+        Via::User => 2,
+    };
+    let c = SPIN_VM_CASES.iter().position(|x| *x == case).unwrap_or(0);
+    SPIN_VM_ROWS[v][c]
+}
+
+/// Pages of the `spin.vm.*` area.
+const APPEL_PAGES: u64 = 100;
+/// Iterations of `spin.vm.appel2` (100 faults each), after [`APPEL2_WARMUP`].
+const APPEL2_ITER: usize = 100;
+const APPEL2_WARMUP: usize = 10;
+
+/// The extension system-call numbers of the `spin.vm.*` rows.
+const N_PROT: [u64; 2] = [0x1200, 0x1201];
+const N_DIRTY: [u64; 2] = [0x1202, 0x1203];
+
+/// Sets the protection of `n` pages at `a` the way `via` does.
+fn vm_prot(via: Via, a: u64, n: u64, prot: u64) -> bool {
+    match via {
+        Via::Wasm => baton_rt::spin::call(N_PROT[0], [a, n * PAGE, prot, 0]) == 0,
+        Via::Builtin => baton_rt::spin::call(N_PROT[1], [a, n * PAGE, prot, 0]) == 0,
+        // SAFETY: only the protection of the benchmark's own pages changes.
+        Via::User => unsafe { baton_rt::vm::protect(a, n * PAGE, prot, false).is_ok() },
+    }
+}
+
+/// SPIN's Table 4, the Appel–Li suite (`docs/benchmarks.md`): the `spin.vm.<case>` rows
+/// with the handler as a WebAssembly extension, `.builtin` with a built-in one, `.user`
+/// through the user-level exception port and `vm_protect`.
+fn spin_vm_benchmarks(threads: u64) -> Result<(), Failed> {
+    use baton_abi::spin::EVENT_SYSCALL;
+    use baton_abi::translation::EVENT_PROTECTION_FAULT;
+    use baton_rt::spin;
+    use baton_rt::vm::{PROT_READ, PROT_RW};
+    let b = spin::import("builtin.appel").map_err(|e| fail!("import: {e:?}"))?;
+    let m = spin::create(APPEL).map_err(|e| fail!("create appel: {e:?}"))?;
+    for i in [
+        "baton.translation",
+        "baton.virtaddr",
+        "baton.physaddr",
+        "baton.clock",
+    ] {
+        let d = spin::import(i).map_err(|e| fail!("import {i}: {e:?}"))?;
+        spin::resolve(d, m).map_err(|e| fail!("resolve: {e:?}"))?;
+        let _ = spin::release(d);
+    }
+    let mut calls = [None; 4];
+    for (slot, (d, sym, n)) in calls.iter_mut().zip([
+        (m, "prot", N_PROT[0]),
+        (b, "protect", N_PROT[1]),
+        (m, "dirty", N_DIRTY[0]),
+        (b, "dirty", N_DIRTY[1]),
+    ]) {
+        *slot = Some(
+            spin::install(d, sym, EVENT_SYSCALL, 0, n, 0)
+                .map_err(|e| fail!("install {sym}: {e:?}"))?,
+        );
+    }
+    let area = baton_rt::vm::allocate(None, APPEL_PAGES * PAGE, PROT_RW)
+        .map_err(|e| fail!("spin.vm: allocate: {}", e.name()))?;
+    let page = |i: u64| area + i * PAGE;
+    let touch = |i: u64| {
+        // SAFETY: the benchmark's own page, writable when this runs (or made so by the
+        // handler under test).
+        unsafe { (page(i) as *mut u64).write_volatile(i) };
+    };
+    for i in 0..APPEL_PAGES {
+        touch(i);
+    }
+    // The user-level handler, for the `.user` rows.
+    let port = port_allocate(0).map_err(|e| fail!("port: {}", e.name()))?;
+    EXC_PORT.store(port, Ordering::Relaxed);
+    start_partner(exception_handler)?;
+    for via in [Via::Wasm, Via::Builtin, Via::User] {
+        let domain = match via {
+            Via::Wasm => Some(m),
+            Via::Builtin => Some(b),
+            Via::User => None,
+        };
+        let name = |case: &str| spin_vm_row(via, case);
+        if via == Via::User {
+            exception::exception_port_set(0, port)
+                .map_err(|e| fail!("exception_port_set: {}", e.name()))?;
+        }
+        // A handler on `ProtectionFault` for `case` (the exception port's for `.user`).
+        let handler = |sym: &str| -> Result<Option<spin::Handler>, Failed> {
+            EXC_APPEL1.store(u64::from(sym == "appel1"), Ordering::Relaxed);
+            match domain {
+                Some(d) => spin::install(d, sym, EVENT_PROTECTION_FAULT, 0, 0, 0)
+                    .map(Some)
+                    .map_err(|e| fail!("install {sym}: {e:?}")),
+                None => Ok(None),
+            }
+        };
+        let unhandle = |h: Option<spin::Handler>| {
+            if let Some(h) = h {
+                let _ = spin::remove(h);
+            }
+        };
+        // trap and fault: a write to a read-only page, to the handler's first timestamp
+        // and to the write's completion.
+        for (case, trap) in [("trap", true), ("fault", false)] {
+            clear_samples();
+            let h = handler(if trap && via != Via::User {
+                "trap"
+            } else {
+                "unprotect"
+            })?;
+            let _ = baton_rt::spinvm::mark();
+            for i in 0..TOTAL {
+                if !vm_prot(via, page(0), 1, PROT_READ) {
+                    return Err(fail!("{}: protect", name(case)));
+                }
+                let t0 = rdtsc_ordered();
+                touch(0);
+                let t1 = rdtsc_ordered();
+                let at = match (trap, via) {
+                    (false, _) => t1,
+                    (true, Via::User) => EXC_TS.load(Ordering::Relaxed),
+                    (true, _) => baton_rt::spinvm::mark(),
+                };
+                if let Some(j) = i.checked_sub(WARMUP) {
+                    record(&SAMPLES, j, at.wrapping_sub(t0));
+                }
+            }
+            unhandle(h);
+            report(name(case), &SAMPLES);
+        }
+        // appel1: two pages, one read-only at a time; a write to it makes it writable
+        // and its partner read-only.
+        clear_samples();
+        let h = handler("appel1")?;
+        if !vm_prot(via, page(0), 1, PROT_READ) {
+            return Err(fail!("{}: protect", name("appel1")));
+        }
+        for i in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            touch(i as u64 % 2);
+            let t1 = rdtsc_ordered();
+            if let Some(j) = i.checked_sub(WARMUP) {
+                record(&SAMPLES, j, t1.wrapping_sub(t0));
+            }
+        }
+        unhandle(h);
+        vm_prot(via, page(0), 2, PROT_RW);
+        report(name("appel1"), &SAMPLES);
+        // appel2: protect 100 pages with one call, then write each (each faults, its
+        // handler unprotects it); per page.
+        clear_samples();
+        let h = handler("unprotect")?;
+        for i in 0..APPEL2_WARMUP + APPEL2_ITER {
+            let t0 = rdtsc_ordered();
+            if !vm_prot(via, area, APPEL_PAGES, PROT_READ) {
+                return Err(fail!("{}: protect", name("appel2")));
+            }
+            for p in 0..APPEL_PAGES {
+                touch(p);
+            }
+            let t1 = rdtsc_ordered();
+            if let Some(j) = i.checked_sub(APPEL2_WARMUP) {
+                record(&SAMPLES, j, t1.wrapping_sub(t0) / APPEL_PAGES);
+            }
+        }
+        unhandle(h);
+        report_n(name("appel2"), &SAMPLES, APPEL2_ITER);
+        if via == Via::User {
+            exception::exception_port_set(0, 0)
+                .map_err(|e| fail!("exception_port_set: {}", e.name()))?;
+        }
+        // prot1, prot100: increasing the protection of written, writable pages;
+        // unprot100: decreasing that of read-only, resident ones.
+        for (case, n, prot, undo) in [
+            ("prot1", 1, PROT_READ, PROT_RW),
+            ("prot100", APPEL_PAGES, PROT_READ, PROT_RW),
+            ("unprot100", APPEL_PAGES, PROT_RW, PROT_READ),
+        ] {
+            clear_samples();
+            for i in 0..TOTAL {
+                if prot == PROT_READ {
+                    for p in 0..n {
+                        touch(p);
+                    }
+                } else if !vm_prot(via, area, n, undo) {
+                    return Err(fail!("{}: protect", name(case)));
+                }
+                let t0 = rdtsc_ordered();
+                let ok = vm_prot(via, area, n, prot);
+                let t1 = rdtsc_ordered();
+                if !ok {
+                    return Err(fail!("{}: protect", name(case)));
+                }
+                if prot == PROT_READ {
+                    vm_prot(via, area, n, undo);
+                }
+                if let Some(j) = i.checked_sub(WARMUP) {
+                    record(&SAMPLES, j, t1.wrapping_sub(t0));
+                }
+            }
+            report(name(case), &SAMPLES);
+        }
+        // dirty: SPIN's query of a page's state.
+        clear_samples();
+        touch(0);
+        for i in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let d = match via {
+                Via::Wasm => baton_rt::spin::call(N_DIRTY[0], [page(0), 0, 0, 0]) == 1,
+                Via::Builtin => baton_rt::spin::call(N_DIRTY[1], [page(0), 0, 0, 0]) == 1,
+                Via::User => baton_rt::spinvm::dirty(page(0)) == Ok(true),
+            };
+            let t1 = rdtsc_ordered();
+            if !d {
+                return Err(fail!("{}: the page written is not dirty", name("dirty")));
+            }
+            if let Some(j) = i.checked_sub(WARMUP) {
+                record(&SAMPLES, j, t1.wrapping_sub(t0));
+            }
+        }
+        report(name("dirty"), &SAMPLES);
+    }
+    for h in calls.into_iter().flatten() {
+        let _ = spin::remove(h);
+    }
+    let _ = spin::release(m);
+    let _ = spin::release(b);
+    // SAFETY: nothing refers to the area any more.
+    unsafe { baton_rt::vm::deallocate(area, APPEL_PAGES * PAGE) }
+        .map_err(|e| fail!("spin.vm: deallocate: {}", e.name()))?;
+    stop_partner(threads, || {
+        let _ = cap_drop(port);
+    })
 }
 
 /// Runs every benchmark in turn.
@@ -1998,6 +2328,7 @@ fn run_all() -> Result<(), Failed> {
     task_null()?;
     task_fork()?;
     spin_benchmarks()?;
+    spin_vm_benchmarks(threads)?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

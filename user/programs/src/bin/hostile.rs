@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 20] = [
+const GROUPS: [Group; 21] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -144,6 +144,7 @@ const GROUPS: [Group; 20] = [
     group("memory-object calls with garbage", g_memobj, false),
     group("task-creation calls with garbage", g_task_calls, false),
     group("virtual-processor calls with garbage", g_vproc, false),
+    group("SPIN memory-interface calls with garbage", g_spinvm, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -3444,4 +3445,72 @@ fn g_vproc(c: &mut Ctx) {
         Err(Error::NotFound),
         "vp_spares of a destroyed processor"
     );
+}
+
+/// SPIN's memory interfaces (`spinvm_query`, `spinvm_mark`, `Translation` handlers) with
+/// bad arguments: each an error, nothing installed.
+fn g_spinvm(c: &mut Ctx) {
+    use baton_abi::translation::{EVENT_PAGE_NOT_PRESENT, EVENT_PROTECTION_FAULT};
+    use baton_rt::spin;
+    use baton_rt::spinvm::{mark, query};
+    for at in [0, 1, KERNEL_ADDRESS, u64::MAX, USER_MIN - 8, 1 << 47] {
+        expect!(
+            c,
+            query(at),
+            Err(Error::BadAddress),
+            "spinvm_query at {at:#x}"
+        );
+    }
+    let r = query(0x6100_0000_0000);
+    check!(c, r == Ok(0), "spinvm_query where nothing is mapped: {r:?}");
+    let m = mark();
+    check!(c, m == 0, "spinvm_mark with no handler: {m}");
+    let Ok(b) = spin::import("builtin.appel") else {
+        check!(c, false, "import builtin.appel");
+        return;
+    };
+    expect!(
+        c,
+        spin::install(b, "gc", EVENT_PROTECTION_FAULT + 1, 0, 0, 0),
+        Err(Error::NotFound),
+        "a handler on no event"
+    );
+    expect!(
+        c,
+        spin::install(b, "protect", EVENT_PROTECTION_FAULT, 0, 0, 0),
+        Err(Error::InvalidArgument),
+        "a system-call handler on a Translation event"
+    );
+    expect!(
+        c,
+        spin::install(b, "nosuch", EVENT_PAGE_NOT_PRESENT, 0, 0, 0),
+        Err(Error::NotFound),
+        "no such procedure"
+    );
+    expect!(
+        c,
+        spin::install(
+            spin::Domain(u64::MAX),
+            "gc",
+            EVENT_PAGE_NOT_PRESENT,
+            0,
+            0,
+            0
+        )
+        .map(|_| ()),
+        Err(Error::NotFound),
+        "a domain not held"
+    );
+    for id in [0, 12345, u64::MAX] {
+        expect!(
+            c,
+            spin::remove(spin::Handler {
+                event: EVENT_PROTECTION_FAULT,
+                id,
+            }),
+            Err(Error::NotFound),
+            "removing handler {id:#x}"
+        );
+    }
+    expect!(c, spin::release(b), Ok(()), "release builtin.appel");
 }

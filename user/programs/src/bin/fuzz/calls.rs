@@ -1819,7 +1819,7 @@ impl Fuzzer {
             env!("CARGO_MANIFEST_DIR"),
             "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
         ));
-        match self.r.below(8) {
+        match self.r.below(10) {
             0..=2 => {
                 let mut module = [0u8; 1024];
                 let len = match self.r.below(4) {
@@ -1896,6 +1896,41 @@ impl Fuzzer {
                     Sys::SpinInstall,
                     [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
                 );
+            }
+            8 => {
+                // SPIN's memory interfaces: a page's state anywhere, the clock mark.
+                let a = if self.r.chance(50) {
+                    self.edge()
+                } else {
+                    self.addr()
+                };
+                self.sys(Sys::SpinvmQuery, [a, 0, 0, 0, 0, 0]);
+                self.sys(Sys::SpinvmMark, [0; 6]);
+            }
+            9 => {
+                // A `Translation` handler (built in) with random claims and symbols,
+                // removed at once. Not on `PageNotPresent`: the fuzzer's other threads take
+                // such faults (a handler changing their protections could end the task);
+                // they never take the others and live.
+                let name = b"builtin.appel";
+                let d = self.sys(
+                    Sys::SpinImport,
+                    [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0],
+                );
+                let syms: [&[u8]; 4] = [b"gc", b"unprotect", b"protect", b"nosuch"];
+                let sym = self.r.of(&syms, b"gc");
+                let ev = self.r.of(&[0x11, 0x12, 0x13], 0x12);
+                let (claim, notify) = (self.edge(), self.name());
+                let h = self.sys(
+                    Sys::SpinInstall,
+                    [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
+                );
+                if (h as i64) > 0 {
+                    self.sys(Sys::SpinRemove, [ev, h, 0, 0, 0, 0]);
+                }
+                if (d as i64) > 0 {
+                    self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                }
             }
             _ => {
                 // (A number in the extension range with no handler of this task's is a bad
