@@ -379,6 +379,11 @@ fn boot_and_judge(
         ),
         icount: false,
         gdb: None,
+        disk: if test.disk {
+            Some(crate::disk::fresh(test.name)?)
+        } else {
+            None
+        },
     };
     let mut cmd = machine.command(qemu);
     trailer.push_str(&format!("qemu command: {}\n", shell_line(&cmd)));
