@@ -1224,6 +1224,13 @@ pub fn ap_start(cpu: usize, stack: KernelStack) -> ! {
     idle_loop()
 }
 
+/// TSC ticks all CPUs together have spent halted in [`idle_loop`] since boot (the
+/// interrupt that woke each one included). Under QEMU's `-icount` the TSC counts
+/// instructions, and while every CPU halts QEMU jumps it forward to the next timer
+/// deadline: a benchmark window minus the halted ticks is the instructions executed
+/// (`Sys::HaltedTicks`, `docs/benchmarks.md`).
+pub static HALTED_TICKS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
 /// The idle thread's loop (its continuation): run ready work, else halt until an
 /// interrupt. Entered with the lock held.
 pub fn idle_loop() -> ! {
@@ -1253,7 +1260,12 @@ pub fn idle_loop() -> ! {
         }
         k.cpu_mut(cpu).halted = true;
         unlock();
+        let t0 = crate::arch::cpu::rdtsc();
         crate::arch::wait_for_interrupt();
+        HALTED_TICKS.fetch_add(
+            crate::arch::cpu::rdtsc().wrapping_sub(t0),
+            core::sync::atomic::Ordering::Relaxed,
+        );
         lock();
         // SAFETY: the lock is held again.
         let k = unsafe { kernel() };

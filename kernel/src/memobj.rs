@@ -18,6 +18,18 @@
 //! - `vm_read`, `vm_write`: another task's memory through its task port, faults resolved
 //!   as the kernel's own copies resolve them (`crate::vm::make_resident`).
 //! - `wait_shared`, `wake_shared`: `wait`/`wake` keyed by (object, offset).
+//! - `dma_quarantine_release`, `dma_quarantined`: the DMA quarantine (below).
+//!
+//! **DMA quarantine** (`docs/drivers.md`). With no IOMMU a device writes wherever its
+//! driver pointed it, and it goes on doing so after the driver has died. So the frames of
+//! a DMA buffer whose maker has ended are not reused until someone with the
+//! host-privilege right declares the devices reset (`dma_quarantine_release`; the virtio
+//! block driver does so after resetting its device at start). [`DMA`] remembers each DMA
+//! object with its maker; when a task ends ([`task_released`], before its rights and
+//! mappings go) each of its DMA objects that is still alive gets one more reference, held
+//! by the quarantine, so its frames stay allocated however the other references go. A
+//! DMA object whose rights and mappings all went while its maker lived is freed as any
+//! object (the driver let go of it, so it is done with it).
 //!
 //! # Invariants
 //! - Every live memory-object port carries the tag `KObject::Memory(key)` of exactly one
@@ -152,6 +164,8 @@ pub fn sys(
             let key = wait_key(k, task, a[0])?;
             Ok(k.wake_key(key, a[1]))
         }
+        Sys::DmaQuarantineRelease => dma_quarantine_release(k, cur, a[0]),
+        Sys::DmaQuarantined => dma_quarantined(k, cur, a[0]),
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -277,6 +291,99 @@ pub fn reap(k: &mut Kernel) {
     REAPING.store(false, core::sync::atomic::Ordering::Relaxed);
 }
 
+/// Most DMA objects remembered at once (live ones and quarantined ones together): a
+/// `memobj_dma` past it is refused with `NoSpace`. Only tasks with the host-privilege
+/// right make them.
+pub const DMA_OBJECTS_MAX: usize = 64;
+
+/// The DMA objects, for the quarantine (module documentation).
+struct Dma {
+    /// Live DMA objects and their makers (the entry does not hold a reference: an object
+    /// that died since is found dead and forgotten).
+    live: [Option<(ObjectId, TaskId)>; DMA_OBJECTS_MAX],
+    /// DMA objects of ended tasks, each holding one reference, and its pages.
+    quarantined: [Option<(ObjectId, u64)>; DMA_OBJECTS_MAX],
+}
+
+impl Dma {
+    fn used(&self) -> usize {
+        self.live.iter().flatten().count() + self.quarantined.iter().flatten().count()
+    }
+}
+
+/// The DMA objects. Taken under the kernel lock, never across a call into another family.
+static DMA: spin::Mutex<Dma> = spin::Mutex::new(Dma {
+    live: [None; DMA_OBJECTS_MAX],
+    quarantined: [None; DMA_OBJECTS_MAX],
+});
+
+/// Forgets the live entries whose objects have died; whether there is room for one more
+/// entry.
+fn dma_room() -> bool {
+    let mut d = DMA.lock();
+    for slot in d.live.iter_mut() {
+        if slot.is_some_and(|(o, _)| crate::vm::object_info(o).is_none()) {
+            *slot = None;
+        }
+    }
+    d.used() < DMA_OBJECTS_MAX
+}
+
+/// Task `id` has ended (its rights and mappings not yet released): each DMA object it made
+/// that is still alive goes into quarantine with a reference of its own. Allocates nothing.
+pub fn task_released(k: &mut Kernel, id: TaskId) {
+    let mut taken = [None; DMA_OBJECTS_MAX];
+    {
+        let mut d = DMA.lock();
+        for (slot, out) in d.live.iter_mut().zip(taken.iter_mut()) {
+            if slot.is_some_and(|(_, owner)| owner == id) {
+                *out = slot.take().map(|(o, _)| o);
+            }
+        }
+    }
+    for object in taken.into_iter().flatten() {
+        let Some((_, size, _)) = crate::vm::object_info(object) else {
+            continue;
+        };
+        if crate::vm::object_add_ref(k, object).is_err() {
+            continue;
+        }
+        let mut d = DMA.lock();
+        // There is room: every entry moved here left `live`, and both lists together
+        // hold at most `DMA_OBJECTS_MAX`.
+        if let Some(slot) = d.quarantined.iter_mut().find(|s| s.is_none()) {
+            *slot = Some((object, kern::vm::object::pages(size)));
+        }
+    }
+}
+
+/// `dma_quarantined(host_priv)`: pages in quarantine.
+fn dma_quarantined(k: &Kernel, cur: ThreadId, host_priv: u64) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    Ok(DMA
+        .lock()
+        .quarantined
+        .iter()
+        .flatten()
+        .map(|(_, p)| p)
+        .sum())
+}
+
+/// `dma_quarantine_release(host_priv)`: drops the quarantine's references; the pages
+/// released.
+fn dma_quarantine_release(k: &mut Kernel, cur: ThreadId, host_priv: u64) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    let mut pages = 0;
+    loop {
+        let next = DMA.lock().quarantined.iter_mut().find_map(|s| s.take());
+        let Some((object, n)) = next else {
+            return Ok(pages);
+        };
+        crate::vm::object_release(k, object);
+        pages += n;
+    }
+}
+
 /// Set while [`reap`] runs (under the kernel lock).
 static REAPING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
@@ -359,6 +466,9 @@ fn dma(
 ) -> Result<u64, Error> {
     kobject::check_host_priv(k, cur, host_priv)?;
     check_size(size, DMA_MAX)?;
+    if !dma_room() {
+        return Err(Error::NoSpace);
+    }
     let account = k
         .tasks
         .get(&task)
@@ -366,6 +476,10 @@ fn dma(
         .account
         .clone();
     let (object, phys) = crate::vm::object_dma(k, size, &account)?;
+    // Room was checked above, under the same kernel lock.
+    if let Some(slot) = DMA.lock().live.iter_mut().find(|s| s.is_none()) {
+        *slot = Some((object, task));
+    }
     new_port(
         k,
         task,

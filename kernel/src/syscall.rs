@@ -335,6 +335,12 @@ impl Kernel {
         let result = match call {
             Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
             Sys::Clock => Ok(apic::now_ns()),
+            Sys::HaltedTicks => {
+                let cur = self.current_thread();
+                crate::kobject::check_host_priv(self, cur, args[0]).map(|()| {
+                    crate::kernel::HALTED_TICKS.load(core::sync::atomic::Ordering::Relaxed)
+                })
+            }
             Sys::Spawn => self.sys_spawn(id, args),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
             Sys::ThreadCreate => self.thread_create_in(id, args[0], args[1], args[2]),
@@ -366,7 +372,9 @@ impl Kernel {
             | Sys::MemobjInfo
             | Sys::VmRead
             | Sys::VmWrite
-            | Sys::WakeShared => {
+            | Sys::WakeShared
+            | Sys::DmaQuarantineRelease
+            | Sys::DmaQuarantined => {
                 let cur = self.current_thread();
                 crate::memobj::sys(self, id, cur, call, args)
             }

@@ -445,6 +445,20 @@ pub enum Sys {
     /// `vp_destroy(vp) -> 0`: ends the virtual processor: its spares end, and threads
     /// blocked with an upcall given end when they would resume. Also when its carrier ends.
     VpDestroy = 134,
+    /// `dma_quarantine_release(host_priv) -> pages`: the caller (with the host-privilege
+    /// right) declares that every device a dead task drove has been reset, so that no DMA
+    /// of it can land any more: the DMA buffers of ended tasks that the kernel held back
+    /// (quarantined: their frames are not reused) are released. The number of pages freed.
+    /// `docs/drivers.md`.
+    DmaQuarantineRelease = 170,
+    /// `dma_quarantined(host_priv) -> pages`: how many pages of DMA buffers of ended tasks
+    /// are quarantined now.
+    DmaQuarantined = 171,
+    /// `halted_ticks(host_priv) -> ticks`: TSC ticks all CPUs together have spent halted
+    /// in the idle loop since boot. Under `-icount` a benchmark window's TSC delta minus
+    /// this counter's delta is the instructions executed, the time QEMU skipped while
+    /// waiting for a device left out (`docs/benchmarks.md`).
+    HaltedTicks = 172,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -778,6 +792,9 @@ impl Sys {
             132 => Sys::VpWait,
             133 => Sys::VpTake,
             134 => Sys::VpDestroy,
+            170 => Sys::DmaQuarantineRelease,
+            171 => Sys::DmaQuarantined,
+            172 => Sys::HaltedTicks,
             _ => return None,
         })
     }

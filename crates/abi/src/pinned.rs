@@ -244,3 +244,18 @@ fn task_creation_numbers() {
     }
     assert_eq!((task::PROGRAM_MODULE, task::PROGRAM_OBJECT), (0, 1));
 }
+
+#[test]
+fn dma_quarantine_numbers() {
+    let calls = [
+        (Sys::DmaQuarantineRelease, 170),
+        (Sys::DmaQuarantined, 171),
+        (Sys::HaltedTicks, 172),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    assert_eq!(Sys::from_raw(169), None);
+    assert_eq!(Sys::from_raw(173), None);
+}

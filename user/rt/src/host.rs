@@ -183,3 +183,11 @@ pub fn vm(
         .collect();
     Ok((stats, regions))
 }
+
+/// TSC ticks all CPUs together have spent halted since boot (`Sys::HaltedTicks`), with the
+/// host-privilege right: a benchmark window's TSC delta minus this counter's is the
+/// instructions executed under `-icount`.
+pub fn halted_ticks(host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: touches no user memory.
+    decode_result(unsafe { syscall1(Sys::HaltedTicks as u64, host_priv) })
+}

@@ -1695,6 +1695,19 @@ impl Fuzzer {
                 if (r as i64) > 0 {
                     self.wrong(format_args!("memobj_dma without the right gave {r:#x}"));
                 }
+                // The DMA quarantine and the halted-ticks counter: without the right, refused
+                // whatever the arguments.
+                for call in [
+                    Sys::DmaQuarantineRelease,
+                    Sys::DmaQuarantined,
+                    Sys::HaltedTicks,
+                ] {
+                    let arg = self.edge();
+                    let r = self.sys(call, [right, arg, 0, 0, 0, 0]);
+                    if (r as i64) >= 0 {
+                        self.wrong(format_args!("{call:?} without the right gave {r:#x}"));
+                    }
+                }
             }
             8 | 9 => {
                 // Read from anywhere into memory the kernel may write here, or write from
