@@ -27,7 +27,8 @@
 //! block driver does so after resetting its device at start). [`DMA`] remembers each DMA
 //! object with its maker; when a task ends ([`task_released`], before its rights and
 //! mappings go) each of its DMA objects that is still alive gets one more reference, held
-//! by the quarantine, so its frames stay allocated however the other references go. A
+//! by the quarantine, so its frames stay allocated however the other references go
+//! (`kern::dma` keeps the table and its rules). A
 //! DMA object whose rights and mappings all went while its maker lived is freed as any
 //! object (the driver let go of it, so it is done with it).
 //!
@@ -50,6 +51,7 @@ use baton_abi::vm::{INHERIT_COPY, INHERIT_SHARE, VM_ANYWHERE};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
 use core::ops::Range;
+use kern::dma::{DmaTable, DMA_OBJECTS_MAX};
 use kern::slab::{Key, Slab};
 use kern::vm::map::Placement;
 use kern::vm::object::ObjectId;
@@ -291,56 +293,15 @@ pub fn reap(k: &mut Kernel) {
     REAPING.store(false, core::sync::atomic::Ordering::Relaxed);
 }
 
-/// Most DMA objects remembered at once (live ones and quarantined ones together): a
-/// `memobj_dma` past it is refused with `NoSpace`. Only tasks with the host-privilege
-/// right make them.
-pub const DMA_OBJECTS_MAX: usize = 64;
-
-/// The DMA objects, for the quarantine (module documentation).
-struct Dma {
-    /// Live DMA objects and their makers (the entry does not hold a reference: an object
-    /// that died since is found dead and forgotten).
-    live: [Option<(ObjectId, TaskId)>; DMA_OBJECTS_MAX],
-    /// DMA objects of ended tasks, each holding one reference, and its pages.
-    quarantined: [Option<(ObjectId, u64)>; DMA_OBJECTS_MAX],
-}
-
-impl Dma {
-    fn used(&self) -> usize {
-        self.live.iter().flatten().count() + self.quarantined.iter().flatten().count()
-    }
-}
-
-/// The DMA objects. Taken under the kernel lock, never across a call into another family.
-static DMA: spin::Mutex<Dma> = spin::Mutex::new(Dma {
-    live: [None; DMA_OBJECTS_MAX],
-    quarantined: [None; DMA_OBJECTS_MAX],
-});
-
-/// Forgets the live entries whose objects have died; whether there is room for one more
-/// entry.
-fn dma_room() -> bool {
-    let mut d = DMA.lock();
-    for slot in d.live.iter_mut() {
-        if slot.is_some_and(|(o, _)| crate::vm::object_info(o).is_none()) {
-            *slot = None;
-        }
-    }
-    d.used() < DMA_OBJECTS_MAX
-}
+/// The DMA objects and the quarantine (module documentation; the rules are
+/// `kern::dma`'s). Taken under the kernel lock, never across a call into another family.
+static DMA: spin::Mutex<DmaTable<ObjectId, TaskId>> = spin::Mutex::new(DmaTable::new());
 
 /// Task `id` has ended (its rights and mappings not yet released): each DMA object it made
 /// that is still alive goes into quarantine with a reference of its own. Allocates nothing.
 pub fn task_released(k: &mut Kernel, id: TaskId) {
     let mut taken = [None; DMA_OBJECTS_MAX];
-    {
-        let mut d = DMA.lock();
-        for (slot, out) in d.live.iter_mut().zip(taken.iter_mut()) {
-            if slot.is_some_and(|(_, owner)| owner == id) {
-                *out = slot.take().map(|(o, _)| o);
-            }
-        }
-    }
+    DMA.lock().take_made_by(id, &mut taken);
     for object in taken.into_iter().flatten() {
         let Some((_, size, _)) = crate::vm::object_info(object) else {
             continue;
@@ -348,11 +309,9 @@ pub fn task_released(k: &mut Kernel, id: TaskId) {
         if crate::vm::object_add_ref(k, object).is_err() {
             continue;
         }
-        let mut d = DMA.lock();
-        // There is room: every entry moved here left `live`, and both lists together
-        // hold at most `DMA_OBJECTS_MAX`.
-        if let Some(slot) = d.quarantined.iter_mut().find(|s| s.is_none()) {
-            *slot = Some((object, kern::vm::object::pages(size)));
+        // Always room: the entry just left the live list (`kern::dma`'s invariant).
+        if !DMA.lock().quarantine(object, kern::vm::object::pages(size)) {
+            crate::vm::object_release(k, object);
         }
     }
 }
@@ -360,13 +319,7 @@ pub fn task_released(k: &mut Kernel, id: TaskId) {
 /// `dma_quarantined(host_priv)`: pages in quarantine.
 fn dma_quarantined(k: &Kernel, cur: ThreadId, host_priv: u64) -> Result<u64, Error> {
     kobject::check_host_priv(k, cur, host_priv)?;
-    Ok(DMA
-        .lock()
-        .quarantined
-        .iter()
-        .flatten()
-        .map(|(_, p)| p)
-        .sum())
+    Ok(DMA.lock().quarantined_pages())
 }
 
 /// `dma_quarantine_release(host_priv)`: drops the quarantine's references; the pages
@@ -375,7 +328,7 @@ fn dma_quarantine_release(k: &mut Kernel, cur: ThreadId, host_priv: u64) -> Resu
     kobject::check_host_priv(k, cur, host_priv)?;
     let mut pages = 0;
     loop {
-        let next = DMA.lock().quarantined.iter_mut().find_map(|s| s.take());
+        let next = DMA.lock().release_one();
         let Some((object, n)) = next else {
             return Ok(pages);
         };
@@ -466,9 +419,8 @@ fn dma(
 ) -> Result<u64, Error> {
     kobject::check_host_priv(k, cur, host_priv)?;
     check_size(size, DMA_MAX)?;
-    if !dma_room() {
-        return Err(Error::NoSpace);
-    }
+    DMA.lock()
+        .make_room(|o| crate::vm::object_info(o).is_some())?;
     let account = k
         .tasks
         .get(&task)
@@ -476,9 +428,10 @@ fn dma(
         .account
         .clone();
     let (object, phys) = crate::vm::object_dma(k, size, &account)?;
-    // Room was checked above, under the same kernel lock.
-    if let Some(slot) = DMA.lock().live.iter_mut().find(|s| s.is_none()) {
-        *slot = Some((object, task));
+    // Room was made above, under the same kernel lock.
+    if let Err(e) = DMA.lock().add(object, task) {
+        crate::vm::object_release(k, object);
+        return Err(e);
     }
     new_port(
         k,
