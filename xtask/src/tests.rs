@@ -55,6 +55,10 @@ pub struct IntegrationTest {
     /// Whether the machine gets a virtio block device on a fresh disk image of its own
     /// (`crate::disk`).
     pub disk: bool,
+    /// Programs booted first on the same disk image (`init=` these, the test's `extra`
+    /// words too), in a boot of their own logged to `<name>.prepare.log` that must end
+    /// cleanly with a `TEST PASS` line: for a test of data surviving a reboot.
+    pub disk_prepare: &'static [&'static str],
 }
 
 /// One step of a test's [`IntegrationTest::input`].
@@ -116,6 +120,7 @@ pub const BASE: IntegrationTest = IntegrationTest {
     input: &[],
     prompt: "",
     disk: false,
+    disk_prepare: &[],
 };
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
@@ -1839,6 +1844,21 @@ pub const ALL: &[IntegrationTest] = &[
         exits: &[("blk", Exit::Killed), ("blk", Exit::Code(0))],
         extra: &["priv=blk_test"],
         timeout: Duration::from_secs(120),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // The disk keeps what a first boot wrote: that boot (`disk_prepare`) writes, this
+        // one, on the same image, reads it back.
+        name: "blk_persist",
+        init: &["blk_persist"],
+        disk_prepare: &["blk_persist"],
+        require: &[
+            "ok: the 64 KiB an earlier boot wrote read back with its checksum",
+            "blk_persist#1| TEST PASS blk_persist: data persisted across a reboot",
+        ],
+        extra: &["priv=blk_persist"],
+        timeout: Duration::from_secs(60),
         disk: true,
         ..BASE
     },
