@@ -1368,9 +1368,9 @@ pub fn on_trap(frame: &mut TrapFrame) {
             k.expire_timers();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
-        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+        v if crate::arch::line_of_vector(v).is_some() => {
             // The family masks a level-triggered line before the end of interrupt.
-            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+            if let Some(irq) = crate::arch::line_of_vector(v) {
                 (family::hooks().interrupt)(k, irq);
             }
             apic::eoi();
@@ -1463,12 +1463,12 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
             unlock();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
-        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+        v if crate::arch::line_of_vector(v).is_some() => {
             // An interrupt line of a driver, taken while idle.
             lock();
             // SAFETY: the lock is held.
             let k = unsafe { kernel() };
-            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+            if let Some(irq) = crate::arch::line_of_vector(v) {
                 (family::hooks().interrupt)(k, irq);
             }
             unlock();

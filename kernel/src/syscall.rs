@@ -478,6 +478,11 @@ impl Kernel {
                 crate::device::sys_irq_attach(self, id, cur, args[0], args[1], args[2])
             }
             Sys::IrqAck => crate::device::sys_irq_ack(self, id, args[0]),
+            Sys::MsiAttach => {
+                let cur = self.current_thread();
+                crate::device::sys_msi_attach(self, id, cur, args[0], args[1])
+            }
+            Sys::MsiMessage => crate::device::sys_msi_message(self, id, args[0]),
             Sys::IoPortCreate => {
                 let cur = self.current_thread();
                 crate::device::sys_ioport_create(self, id, cur, args[0], args[1], args[2])

@@ -1874,6 +1874,7 @@ const BLK_REQUIRE: &[&str] = &[
     "ok: 512 bytes at sector 0 read back with the checksum written",
     "ok: 4096 bytes at sector 64 read back with the checksum written",
     "ok: 65536 bytes at sector 4096 read back with the checksum written",
+    "ok: the device's MSI-X interrupt reached the driver as a notification",
     "ok: a sector never written reads as zeros",
     "ok: a read length 513 (not whole sectors): InvalidArgument",
     "ok: a read length 128 KiB: TooLarge",

@@ -459,6 +459,15 @@ pub enum Sys {
     /// this counter's delta is the instructions executed, the time QEMU skipped while
     /// waiting for a device left out (`docs/benchmarks.md`).
     HaltedTicks = 172,
+    /// `msi_attach(port, host_priv) -> name`: binds a free message-signalled interrupt
+    /// vector to `port` as [`Sys::IrqAttach`] binds an ISA line (one notification
+    /// outstanding until [`Sys::IrqAck`], which takes the returned interrupt object's
+    /// name); the driver programs [`Sys::MsiMessage`]'s address and data into its device.
+    /// [`Error::NoSpace`] when all 8 are bound; needs the host-privilege right.
+    MsiAttach = 173,
+    /// `msi_message(name) -> address | data << 32`: what the device must write to raise
+    /// the MSI line of the interrupt object `name`.
+    MsiMessage = 174,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -795,6 +804,8 @@ impl Sys {
             170 => Sys::DmaQuarantineRelease,
             171 => Sys::DmaQuarantined,
             172 => Sys::HaltedTicks,
+            173 => Sys::MsiAttach,
+            174 => Sys::MsiMessage,
             _ => return None,
         })
     }

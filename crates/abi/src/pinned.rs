@@ -251,11 +251,13 @@ fn dma_quarantine_numbers() {
         (Sys::DmaQuarantineRelease, 170),
         (Sys::DmaQuarantined, 171),
         (Sys::HaltedTicks, 172),
+        (Sys::MsiAttach, 173),
+        (Sys::MsiMessage, 174),
     ];
     for (s, n) in calls {
         assert_eq!(s as u64, n);
         assert_eq!(Sys::from_raw(n), Some(s));
     }
     assert_eq!(Sys::from_raw(169), None);
-    assert_eq!(Sys::from_raw(173), None);
+    assert_eq!(Sys::from_raw(175), None);
 }

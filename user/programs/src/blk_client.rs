@@ -21,7 +21,7 @@ pub struct Client {
 /// region).
 pub struct Reply {
     pub result: Result<(), Error>,
-    pub words: [u64; 2],
+    pub words: [u64; 3],
     pub data: Option<(u64, u64)>,
     pub inline: [u8; INLINE_MAX as usize],
     pub inline_len: usize,
@@ -94,7 +94,7 @@ impl Client {
             } else {
                 Err(Error::from_code(code as i64).unwrap_or(Error::BadFormat))
             },
-            words: [data_word(data, 1), data_word(data, 2)],
+            words: [data_word(data, 1), data_word(data, 2), data_word(data, 3)],
             data: None,
             inline: [0; INLINE_MAX as usize],
             inline_len: 0,

@@ -10,7 +10,7 @@
 //!
 //! | request | data after the words | reply |
 //! |---|---|---|
-//! | [`BLK_INFO`] | — | result, capacity in sectors, [`MAX_BYTES`] |
+//! | [`BLK_INFO`] | — | result, capacity in sectors, [`MAX_BYTES`], interrupts the driver has taken |
 //! | [`BLK_READ`] | — | result, then the `len` bytes in-line (`len` ≤ [`INLINE_MAX`]) or as one out-of-line region (moved to the client) |
 //! | [`BLK_WRITE`] | the `len` bytes in-line, or one out-of-line region of `len` bytes | result |
 //!

@@ -31,9 +31,9 @@ mod blk_proto;
 use baton_abi::ipc::{
     Descriptor, Disposition, MsgHeader, DESC_OOL, DESC_PORT, MSG_RECEIVE, MSG_SEND, OOL_DEALLOCATE,
 };
-use baton_rt::host::{io_in, io_out, ioport_create};
+use baton_rt::host::{io_in, io_out, ioport_create, irq_ack, msi_attach, msi_message};
 use baton_rt::ipc::NOTIFY_KIND_NO_SENDERS;
-use baton_rt::ipc::{cap_drop, data_word, port_allocate, port_notify, IpcBuffer};
+use baton_rt::ipc::{cap_drop, data_word, msg_buf, port_allocate, port_notify, IpcBuffer};
 use baton_rt::memobj::{self, map_flags, PHYS_UNCACHED};
 use baton_rt::rpc::Notification;
 use baton_rt::vm::{INHERIT_SHARE, PROT_RW};
@@ -62,8 +62,18 @@ const PCI_DATA: u64 = 0xcfc;
 /// q35 machine's 32-bit PCI window, above its configuration-space (ECAM) window.
 const BAR_WINDOW: u64 = 0xc000_0000;
 
-/// How long the driver sleeps between looks at the used ring.
+/// How long the driver sleeps between looks at the used ring, without an interrupt.
 const POLL_NS: u64 = 20_000;
+/// With an interrupt: the longest wait for it before the driver looks at the used ring
+/// anyway (a lost interrupt costs this, not a hang).
+const IRQ_WAIT_NS: u64 = 100_000_000;
+
+/// The MSI-X interrupt: the interrupt object's name and the port its notifications come
+/// to (0 and 0: none, the driver polls).
+static IRQ: AtomicU64 = AtomicU64::new(0);
+static IRQ_PORT: AtomicU64 = AtomicU64::new(0);
+/// Interrupts taken (notifications received and acknowledged).
+static INTERRUPTS: AtomicU64 = AtomicU64::new(0);
 
 /// PCI configuration space through the 0xcf8/0xcfc ports of an I/O-ports object.
 struct PortCam(u64);
@@ -269,13 +279,25 @@ fn run() -> Result<(), Error> {
     let transport = PciTransport::new::<BatonHal, _>(&mut root, df).map_err(|_| Error::NotFound)?;
     // Setting the device up resets it first: from here no DMA of a dead instance lands.
     let mut blk = VirtIOBlk::<BatonHal, _>::new(transport).map_err(|_| Error::Aborted)?;
+    match setup_msix(io, &mut root, df, host) {
+        Ok((irq, port)) => {
+            IRQ.store(irq, Ordering::Relaxed);
+            IRQ_PORT.store(port, Ordering::Relaxed);
+        }
+        Err(e) => println!("blk: no MSI-X interrupt ({}): polling", e.name()),
+    }
     let released = memobj::dma_quarantine_release(host)?;
     println!(
-        "blk: virtio block device at {:02x}:{:02x}.{}, {} sectors; {} quarantined DMA pages released",
+        "blk: virtio block device at {:02x}:{:02x}.{}, {} sectors, {}; {} quarantined DMA pages released",
         df.bus,
         df.device,
         df.function,
         blk.capacity(),
+        if IRQ.load(Ordering::Relaxed) != 0 {
+            "completions by MSI-X interrupt"
+        } else {
+            "completions polled"
+        },
         released
     );
     serve(&mut buf, port, &mut blk)?;
@@ -317,6 +339,111 @@ fn find_block(root: &mut PciRoot<PortCam>) -> Option<DeviceFunction> {
     Some(df)
 }
 
+/// Waits up to `timeout_ns` (0: not at all) for an interrupt notification on `port` and
+/// acknowledges it; whether a message came.
+fn take_interrupt(irq: u64, port: u64, timeout_ns: u64) -> Result<bool, Error> {
+    let mut m = [0u8; 64];
+    match msg_buf(&mut m, MSG_RECEIVE, port, timeout_ns) {
+        Ok(()) => {
+            if let Some(Notification::Interrupt(_)) = Notification::of(&m) {
+                irq_ack(irq)?;
+                INTERRUPTS.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok(true)
+        }
+        Err(Error::TimedOut) | Err(Error::WouldBlock) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Maps the page around physical address `pa` (registers), uncached; the address of `pa`.
+fn map_registers(pa: u64, host: u64) -> Result<u64, Error> {
+    let page = pa & !(PAGE_SIZE as u64 - 1);
+    let name = memobj::physical(page, PAGE_SIZE as u64, PHYS_UNCACHED, host)?;
+    let va = memobj::map(
+        name,
+        PAGE_SIZE as u64,
+        0,
+        map_flags(PROT_RW, PROT_RW, false, INHERIT_SHARE),
+    )?;
+    Ok(va + (pa - page))
+}
+
+/// Gives the device's queue an MSI-X vector bound to a new port of the driver: a vector
+/// from the kernel (`msi_attach`), its message written into entry 0 of the device's MSI-X
+/// table, MSI-X turned on, and virtio's `queue_msix_vector` of queue 0 set to entry 0 (no
+/// configuration-change vector). The interrupt object's name and the port.
+fn setup_msix(
+    io: u64,
+    root: &mut PciRoot<PortCam>,
+    df: DeviceFunction,
+    host: u64,
+) -> Result<(u64, u64), Error> {
+    let mut cam = PortCam(io);
+    // Walk the capability list for MSI-X (id 0x11) and virtio's common configuration
+    // (vendor capability 0x09 of type 1: its BAR and offset).
+    let mut msix = None;
+    let mut common = None;
+    let mut at = (cam.read_word(df, 0x34) & 0xfc) as u8;
+    let mut steps = 0;
+    while at != 0 && steps < 48 {
+        let w = cam.read_word(df, at);
+        match w & 0xff {
+            0x11 => msix = Some(at),
+            0x09 if (w >> 24) & 0xff == 1 && common.is_none() => {
+                let bar = (cam.read_word(df, at + 4) & 0xff) as u8;
+                common = Some((bar, u64::from(cam.read_word(df, at + 8))));
+            }
+            _ => {}
+        }
+        at = ((w >> 8) & 0xfc) as u8;
+        steps += 1;
+    }
+    let (msix, (common_bar, common_off)) = match (msix, common) {
+        (Some(m), Some(c)) => (m, c),
+        _ => return Err(Error::NotSupported),
+    };
+    let bar_address = |root: &mut PciRoot<PortCam>, bar: u8| match root.bar_info(df, bar) {
+        Ok(Some(BarInfo::Memory { address, .. })) if address != 0 => Ok(address),
+        _ => Err(Error::NotSupported),
+    };
+    let table = cam.read_word(df, msix + 4);
+    let table_pa = bar_address(root, (table & 7) as u8)? + u64::from(table & !7);
+    let common_pa = bar_address(root, common_bar)? + common_off;
+
+    let port = port_allocate(0)?;
+    let irq = msi_attach(port, host)?;
+    let (address, data) = msi_message(irq)?;
+    let entry = map_registers(table_pa, host)?;
+    // SAFETY: `entry` maps the device's MSI-X table (uncached), whose entry 0 is four
+    // 32-bit registers: address low, address high, data, vector control.
+    unsafe {
+        let e = entry as *mut u32;
+        e.write_volatile(address as u32);
+        e.add(1).write_volatile((address >> 32) as u32);
+        e.add(2).write_volatile(data);
+        e.add(3).write_volatile(0);
+    }
+    // Message control: MSI-X enable (bit 15) on, function mask (bit 14) off.
+    let w = cam.read_word(df, msix);
+    let control = ((w >> 16) | 0x8000) & !0x4000;
+    cam.write_word(df, msix, (w & 0xffff) | (control << 16));
+    let cfg = map_registers(common_pa, host)?;
+    // SAFETY: `cfg` maps virtio's common configuration structure (uncached): msix_config
+    // at 0x10, queue_select at 0x16 and queue_msix_vector at 0x1a, 16 bits each.
+    let vector = unsafe {
+        let r = |off: u64| (cfg + off) as *mut u16;
+        r(0x10).write_volatile(0xffff);
+        r(0x16).write_volatile(0);
+        r(0x1a).write_volatile(0);
+        r(0x1a).read_volatile()
+    };
+    if vector != 0 {
+        return Err(Error::NotSupported);
+    }
+    Ok((irq, port))
+}
+
 type Blk = VirtIOBlk<BatonHal, PciTransport>;
 
 /// Serves requests on `port` until no sender is left.
@@ -352,14 +479,15 @@ fn serve(buf: &mut IpcBuffer, port: u64, blk: &mut Blk) -> Result<(), Error> {
         let data = buf.data();
         let (sector, len, flags) = (data_word(data, 0), data_word(data, 1), data_word(data, 2));
         let inline = data.get(24..).unwrap_or(&[]);
-        let mut words = [0u64; 3];
+        let mut words = [0u64; 4];
         let mut nwords = 1;
         let mut out: Option<(u64, u64)> = None;
         let result = match h.id {
             BLK_INFO => {
                 words[1] = blk.capacity();
                 words[2] = MAX_BYTES;
-                nwords = 3;
+                words[3] = INTERRUPTS.load(Ordering::Relaxed);
+                nwords = 4;
                 Ok(())
             }
             BLK_READ => check(blk, sector, len).and_then(|()| {
@@ -388,7 +516,7 @@ fn serve(buf: &mut IpcBuffer, port: u64, blk: &mut Blk) -> Result<(), Error> {
             Ok(()) => 0,
             Err(e) => e as u64,
         };
-        let mut bytes = [0u8; 24 + INLINE_MAX as usize];
+        let mut bytes = [0u8; 32 + INLINE_MAX as usize];
         for (i, w) in words.iter().enumerate().take(nwords) {
             bytes[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
         }
@@ -518,8 +646,23 @@ fn transfer(blk: &mut Blk, sector: u64, len: u64, flags: u64, write: bool) -> Re
     if flags & FLAG_HOLD != 0 {
         sleep_ns(HOLD_NS)?;
     }
+    let (irq, port) = (
+        IRQ.load(Ordering::Relaxed),
+        IRQ_PORT.load(Ordering::Relaxed),
+    );
     while blk.peek_used() != Some(token) {
-        sleep_ns(POLL_NS)?;
+        if irq == 0 {
+            sleep_ns(POLL_NS)?;
+        } else {
+            // Wait for the device's interrupt (acknowledged before the next look at the
+            // ring, so that a completion after the look brings a new notification).
+            take_interrupt(irq, port, IRQ_WAIT_NS)?;
+        }
+    }
+    // The request's own interrupt may have come without a wait (the device finished at
+    // once): take it now, so that it does not wake the next request's wait early.
+    if irq != 0 {
+        while take_interrupt(irq, port, 0)? {}
     }
     // SAFETY: the same buffers as were handed to the device with `token`.
     let done = unsafe {

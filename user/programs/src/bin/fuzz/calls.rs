@@ -1708,6 +1708,16 @@ impl Fuzzer {
                         self.wrong(format_args!("{call:?} without the right gave {r:#x}"));
                     }
                 }
+                // An MSI vector without the right, and the message of whatever name.
+                let port = self.name();
+                let r = self.sys(Sys::MsiAttach, [port, right, 0, 0, 0, 0]);
+                if (r as i64) >= 0 {
+                    self.wrong(format_args!("msi_attach without the right gave {r:#x}"));
+                }
+                let r = self.sys(Sys::MsiMessage, [port, 0, 0, 0, 0, 0]);
+                if (r as i64) >= 0 {
+                    self.wrong(format_args!("msi_message of no MSI object gave {r:#x}"));
+                }
             }
             8 | 9 => {
                 // Read from anywhere into memory the kernel may write here, or write from
