@@ -8,6 +8,13 @@
 //! (one notification outstanding per line, range checks) as host-tested data;
 //! `arch::ioapic` and `arch::portio` do the machine's part.
 //!
+//! **MSI vectors** (`msi_attach`, `msi_message`; `docs/drivers.md`) are interrupt objects
+//! too: one of `arch::msi`'s vectors, numbered as a line after the ISA ones
+//! (`kern::device::MSI_FIRST`), bound, notified, acknowledged and ended exactly as an
+//! edge-triggered ISA line, except that nothing is masked (an MSI has no I/O APIC pin) and
+//! the device is told the vector by its driver, which writes `msi_message`'s address and
+//! data into the device's MSI or MSI-X table.
+//!
 //! - **An interrupt** of a bound line arrives on the boot CPU at its vector; the core
 //!   (`kernel::on_trap`) calls [`on_interrupt`] through `family::Hooks::interrupt` before
 //!   the end of interrupt. The notification ([`NOTIFY_INTERRUPT`], the line's number as
@@ -17,7 +24,7 @@
 //!   the port's send-once rights for its queue room (`Port::reserve_queue`), so the
 //!   notification never allocates (it is sent with interrupts off, on any path); each
 //!   object's port is charged to its maker's account (`quota::PORT_BYTES`). At most 14
-//!   lines and `IO_OBJECTS_MAX` I/O-ports objects exist.
+//!   ISA lines, 8 MSI vectors and `IO_OBJECTS_MAX` I/O-ports objects exist.
 //! - **Lifetime**: both end with the task that made them ([`task_released`]): the line is
 //!   masked, the rights the kernel held are released and the object's port dies, so every
 //!   holder sees a dead name.

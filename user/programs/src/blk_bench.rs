@@ -2,11 +2,11 @@
 //! `docs/drivers.md`): one request of 4 KiB from a client to the user-level virtio block
 //! driver `blk` and back, the disk's own time left out. Included by `bench.rs`.
 //!
-//! The driver waits for the device by sleeping between looks at its used ring, and while
-//! every CPU halts QEMU's `-icount` jumps the TSC forward to the next timer deadline. So
+//! The driver waits for the device's interrupt, and while every CPU halts QEMU's
+//! `-icount` jumps the TSC forward to the next timer deadline. So
 //! each figure is the TSC delta of the round trip minus the kernel's halted-ticks delta
 //! (`halted_ticks`) over the same window: the instructions executed by the client, the
-//! kernel and the driver (its polls included), not the time the device took.
+//! kernel and the driver (the interrupt's delivery included), not the time the device took.
 //!
 //! The data goes out of line both ways (4 KiB is more than the protocol's in-line limit):
 //! a write sends a copy-on-write region, a read gets one moved back.

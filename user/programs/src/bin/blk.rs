@@ -9,16 +9,17 @@
 //!   and program its BARs and command register;
 //! - the device's registers (physical memory objects over its BAR, mapped uncached);
 //! - DMA memory (DMA objects, whose physical address `memobj_info` reports): the
-//!   virtqueue, a 64 KiB data buffer and a page of small bounce slots.
+//!   virtqueue, a 64 KiB data buffer and a page of small bounce slots;
+//! - an MSI vector (`msi_attach`): the device's completion interrupt, written into its
+//!   MSI-X table, arrives as a notification on a port of the driver's ([`setup_msix`]).
 //!
 //! The virtio protocol itself is the `virtio-drivers` crate's: [`BatonHal`] is its
 //! `Hal` on those objects. Setting up the device resets it (`VirtIOBlk::new`), after
 //! which no DMA of an earlier driver instance can land any more: the driver then releases
 //! the kernel's quarantine of dead drivers' DMA frames (`dma_quarantine_release`).
 //!
-//! Completion is found by polling the used ring with a short sleep between looks (the
-//! CPU halts meanwhile), not by an interrupt: the device's interrupt is not delivered to
-//! user space yet.
+//! The driver waits for the interrupt's notification after handing a request to the
+//! device; without MSI-X it polls the used ring with a sleep between looks.
 //!
 //! Requests ([`blk_proto`]) are served one at a time. When no send right to the service
 //! port is left, the driver resets the device and exits.
