@@ -1887,6 +1887,8 @@ const BLK_REQUIRE: &[&str] = &[
     "ok: the dead driver's DMA buffers are quarantined",
     "ok: the restarted driver reset the device and released the quarantine",
     "ok: after the restart every block written before reads back intact",
+    "blk_peer: wrote and read back sector 30000 through the port it was given",
+    "ok: a second client, handed the driver's port, wrote a block this task reads back",
     "ok: the driver stopped and its",
     "ok: a second round leaves the kernel heap, objects and free frames as the first did",
     "blk_test#1| TEST PASS blk",

@@ -164,6 +164,17 @@ pub fn checksum(bytes: &[u8]) -> u64 {
     })
 }
 
+/// The pattern of the block written at `sector`: an xorshift sequence seeded by it.
+pub fn pattern(out: &mut [u8], sector: u64) {
+    let mut x = sector.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    for b in out.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+}
+
 /// Starts the driver as the boot task does: spawns `blk` with a port of its own as the
 /// bootstrap, takes the driver's hello (a send right to its service port) and sends it
 /// the host-privilege right `host`. The driver's task id and the send right.

@@ -19,7 +19,7 @@ mod blk_proto;
 use baton_rt::ipc::{cap_drop, port_allocate, IpcBuffer, MSG_RECEIVE};
 use baton_rt::vm::PROT_RW;
 use baton_rt::{clock_ns, memobj, println, sleep_ns, Error};
-use blk_client::{checksum, start_driver, Client};
+use blk_client::{checksum, pattern, start_driver, Client};
 use blk_proto::*;
 
 baton_rt::entry!(main);
@@ -58,15 +58,18 @@ fn fail(why: &'static str) -> Msg {
     Msg("check", why)
 }
 
-/// The pattern of the block written at `sector`: an xorshift sequence seeded by it.
-fn pattern(out: &mut [u8], sector: u64) {
-    let mut x = sector.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    for b in out.iter_mut() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        *b = x as u8;
+/// `n` in decimal, in `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
     }
+    core::str::from_utf8(&buf[i..]).unwrap_or("0")
 }
 
 /// The (heap, objects, free frames) figures a test round must leave as it found them.
@@ -110,7 +113,7 @@ fn run() -> R<()> {
     let mut after = [(0, 0, 0); 2];
     for (round, slot) in after.iter_mut().enumerate() {
         println!("blk_test: round {}", round + 1);
-        *slot = one_round(&mut c, host, source)?;
+        *slot = one_round(&mut c, host, source, round as u64)?;
     }
     if after[0] != after[1] {
         println!(
@@ -126,7 +129,7 @@ fn run() -> R<()> {
 /// One round: start the driver, write and read, bad requests, kill it mid-request,
 /// restart it, read again, stop it and release its quarantined buffers. The kernel's
 /// figures after it (taken once they settle).
-fn one_round(c: &mut Client, host: u64, source: &mut [u8]) -> R<(u64, u64, u64)> {
+fn one_round(c: &mut Client, host: u64, source: &mut [u8], round: u64) -> R<(u64, u64, u64)> {
     let (task, driver) = must("start the driver", start_driver(&mut c.buf, host))?;
     c.driver = driver;
     let info = must("info", c.call(BLK_INFO, 0, 0, 0, &[], None))?;
@@ -291,6 +294,27 @@ fn one_round(c: &mut Client, host: u64, source: &mut [u8]) -> R<(u64, u64, u64)>
         }
     }
     println!("ok: after the restart every block written before reads back intact");
+    // Another client: this task (as the boot task would) hands the driver's port to a
+    // task it starts, which writes a block this task then reads back.
+    let sector = 30_000 + 8 * round;
+    must("clear the peer's block", c.write(sector, &[0u8; 512]))?;
+    let mut want = [0u8; 512];
+    pattern(&mut want, sector);
+    let want = checksum(&want);
+    let mut text = [0u8; 20];
+    let arg = decimal(sector, &mut text);
+    must(
+        "spawn blk_peer",
+        baton_rt::sys::spawn_args("blk_peer", c.driver, &["blk_peer", arg], &[]),
+    )?;
+    let deadline = clock_ns() + 10 * SECONDS;
+    while must("read the peer's block", c.read_sum(sector, 512))? != want {
+        if clock_ns() > deadline {
+            return Err(fail("the second client's block never arrived"));
+        }
+        sleep_ns(10_000_000).ok();
+    }
+    println!("ok: a second client, handed the driver's port, wrote a block this task reads back");
     // The driver ends when its last send right goes; its buffers are quarantined until
     // released (it reset the device on its way out).
     must("drop the driver's port", cap_drop(c.driver))?;
