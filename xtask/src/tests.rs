@@ -1889,6 +1889,7 @@ const BLK_REQUIRE: &[&str] = &[
     "ok: after the restart every block written before reads back intact",
     "blk_peer: wrote and read back sector 30000 through the port it was given",
     "ok: a second client, handed the driver's port, wrote a block this task reads back",
+    "ok: the quarantined pages were frames held until the release",
     "ok: the driver stopped and its",
     "ok: a second round leaves the kernel heap, objects and free frames as the first did",
     "blk_test#1| TEST PASS blk",

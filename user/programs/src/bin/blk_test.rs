@@ -319,12 +319,25 @@ fn one_round(c: &mut Client, host: u64, source: &mut [u8], round: u64) -> R<(u64
     // released (it reset the device on its way out).
     must("drop the driver's port", cap_drop(c.driver))?;
     let q = wait_quarantined(host)?;
+    // The driver's task is gone and nothing else runs: the quarantined pages are still
+    // allocated, and the release gives exactly them back to the frame allocator.
+    let held = figures()?.2;
     let freed = must("release", memobj::dma_quarantine_release(host))?;
     if freed != q {
         return Err(fail(
             "the release freed another number of pages than were held",
         ));
     }
+    let free_now = figures()?.2;
+    if free_now != held + freed {
+        println!(
+            "blk_test: free frames {held} before the release, {free_now} after, {freed} released"
+        );
+        return Err(fail(
+            "the quarantined pages were not held as frames until the release",
+        ));
+    }
+    println!("ok: the quarantined pages were frames held until the release: {freed} more free frames after it");
     if must(
         "quarantine after the release",
         memobj::dma_quarantined(host),
