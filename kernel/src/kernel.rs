@@ -130,6 +130,8 @@ pub struct Cpu {
     pub pcid_owner: Vec<TaskId>,
     /// Whether the CPU is halted in its idle loop (wake it with an IPI).
     pub halted: bool,
+    /// TSC when it last halted (meaningful while `halted`; see [`halted_ticks`]).
+    pub halt_since: u64,
     /// TSC when the running thread was last charged (see [`charge`]).
     pub since: u64,
     /// Set by the RPC fast path when it declined an `ipc_msg` whose receiver waits for an
@@ -1205,6 +1207,7 @@ fn add_cpu(k: &mut Kernel, c: usize) {
         loaded_root: k.kernel_root,
         pcid_owner: alloc::vec![0; PCIDS],
         halted: false,
+        halt_since: 0,
         since: cpu::rdtsc(),
         exc_reply_hint: false,
         fpu_live: core::ptr::null_mut(),
@@ -1224,12 +1227,23 @@ pub fn ap_start(cpu: usize, stack: KernelStack) -> ! {
     idle_loop()
 }
 
-/// TSC ticks all CPUs together have spent halted in [`idle_loop`] since boot (the
-/// interrupt that woke each one included). Under QEMU's `-icount` the TSC counts
-/// instructions, and while every CPU halts QEMU jumps it forward to the next timer
-/// deadline: a benchmark window minus the halted ticks is the instructions executed
-/// (`Sys::HaltedTicks`, `docs/benchmarks.md`).
-pub static HALTED_TICKS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// TSC ticks the CPUs have spent halted in [`idle_loop`] and woken from since boot (the
+/// interrupt that woke each one included); [`halted_ticks`] adds the halts in progress.
+/// Changed only under the kernel lock, with the CPU's `halted`.
+static HALTED_TICKS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// TSC ticks all CPUs together have spent halted since boot, the halts in progress
+/// included (read under the kernel lock, so that a CPU waking meanwhile is counted once).
+/// Under QEMU's `-icount` the TSC counts instructions, and while every CPU halts QEMU
+/// jumps it forward to the next timer deadline: a benchmark window minus the halted ticks
+/// is the instructions executed (`Sys::HaltedTicks`, `docs/benchmarks.md`).
+pub fn halted_ticks(k: &Kernel) -> u64 {
+    let now = crate::arch::cpu::rdtsc();
+    k.cpus.iter().filter(|c| c.halted).fold(
+        HALTED_TICKS.load(core::sync::atomic::Ordering::Relaxed),
+        |sum, c| sum.wrapping_add(now.saturating_sub(c.halt_since)),
+    )
+}
 
 /// The idle thread's loop (its continuation): run ready work, else halt until an
 /// interrupt. Entered with the lock held.
@@ -1259,16 +1273,17 @@ pub fn idle_loop() -> ! {
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }
         k.cpu_mut(cpu).halted = true;
+        k.cpu_mut(cpu).halt_since = crate::arch::cpu::rdtsc();
         unlock();
-        let t0 = crate::arch::cpu::rdtsc();
         crate::arch::wait_for_interrupt();
-        HALTED_TICKS.fetch_add(
-            crate::arch::cpu::rdtsc().wrapping_sub(t0),
-            core::sync::atomic::Ordering::Relaxed,
-        );
         lock();
         // SAFETY: the lock is held again.
         let k = unsafe { kernel() };
+        let since = k.cpu(cpu).halt_since;
+        HALTED_TICKS.fetch_add(
+            crate::arch::cpu::rdtsc().saturating_sub(since),
+            core::sync::atomic::Ordering::Relaxed,
+        );
         k.cpu_mut(cpu).halted = false;
     }
 }

@@ -337,9 +337,8 @@ impl Kernel {
             Sys::Clock => Ok(apic::now_ns()),
             Sys::HaltedTicks => {
                 let cur = self.current_thread();
-                crate::kobject::check_host_priv(self, cur, args[0]).map(|()| {
-                    crate::kernel::HALTED_TICKS.load(core::sync::atomic::Ordering::Relaxed)
-                })
+                crate::kobject::check_host_priv(self, cur, args[0])
+                    .map(|()| crate::kernel::halted_ticks(self))
             }
             Sys::Spawn => self.sys_spawn(id, args),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),

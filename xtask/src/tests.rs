@@ -1869,6 +1869,7 @@ pub const ALL: &[IntegrationTest] = &[
 /// client's request, its DMA frames stay quarantined until the restarted driver has reset
 /// the device, the data survives, and nothing is left behind.
 const BLK_REQUIRE: &[&str] = &[
+    "ok: halted_ticks grows while this task sleeps",
     "blk: virtio block device at 00:",
     "ok: the driver reports 131072 sectors of 512 bytes",
     "ok: 512 bytes at sector 0 read back with the checksum written",

@@ -94,6 +94,7 @@ fn run() -> R<()> {
     if host == 0 {
         return Err(fail("no host-privilege right (priv=blk_test)"));
     }
+    halted_ticks_grow(host)?;
     let buf = must("ipc buffer", IpcBuffer::new())?;
     let reply = must("reply port", port_allocate(0))?;
     let src = must(
@@ -357,6 +358,37 @@ fn one_round(c: &mut Client, host: u64, source: &mut [u8], round: u64) -> R<(u64
     }
     println!("ok: the driver stopped and its {freed} quarantined pages were released");
     Ok(last)
+}
+
+/// The kernel's halted-ticks counter (what the `blk.*` benchmarks subtract): it grows
+/// while this task sleeps (its CPU, with nothing else to run, halts), and by no more than
+/// the TSC advanced on all CPUs together.
+fn halted_ticks_grow(host: u64) -> R<()> {
+    let cpus = must("stats", baton_rt::stats())?.cpus;
+    let h0 = must("halted_ticks", baton_rt::host::halted_ticks(host))?;
+    let t0 = baton_rt::rdtsc_ordered();
+    sleep_ns(50_000_000).ok();
+    let t1 = baton_rt::rdtsc_ordered();
+    let h1 = must("halted_ticks", baton_rt::host::halted_ticks(host))?;
+    let halted = h1.wrapping_sub(h0);
+    if halted == 0 || halted > (t1 - t0) * cpus {
+        println!(
+            "blk_test: {halted} ticks halted in a window of {} on {cpus} CPUs",
+            t1 - t0
+        );
+        return Err(fail(
+            "the halted-ticks counter does not count the halted time",
+        ));
+    }
+    if baton_rt::host::halted_ticks(0) != Err(Error::Denied) {
+        return Err(fail(
+            "halted_ticks without the host-privilege right was not refused",
+        ));
+    }
+    println!(
+        "ok: halted_ticks grows while this task sleeps, by no more than the window on every CPU"
+    );
+    Ok(())
 }
 
 /// Waits (at most 5 s) for a dead driver's DMA pages to be quarantined; how many.
