@@ -8,6 +8,13 @@
 //! (one notification outstanding per line, range checks) as host-tested data;
 //! `arch::ioapic` and `arch::portio` do the machine's part.
 //!
+//! **MSI vectors** (`msi_attach`, `msi_message`; `docs/drivers.md`) are interrupt objects
+//! too: one of `arch::msi`'s vectors, numbered as a line after the ISA ones
+//! (`kern::device::MSI_FIRST`), bound, notified, acknowledged and ended exactly as an
+//! edge-triggered ISA line, except that nothing is masked (an MSI has no I/O APIC pin) and
+//! the device is told the vector by its driver, which writes `msi_message`'s address and
+//! data into the device's MSI or MSI-X table.
+//!
 //! - **An interrupt** of a bound line arrives on the boot CPU at its vector; the core
 //!   (`kernel::on_trap`) calls [`on_interrupt`] through `family::Hooks::interrupt` before
 //!   the end of interrupt. The notification ([`NOTIFY_INTERRUPT`], the line's number as
@@ -17,7 +24,7 @@
 //!   the port's send-once rights for its queue room (`Port::reserve_queue`), so the
 //!   notification never allocates (it is sent with interrupts off, on any path); each
 //!   object's port is charged to its maker's account (`quota::PORT_BYTES`). At most 14
-//!   lines and `IO_OBJECTS_MAX` I/O-ports objects exist.
+//!   ISA lines, 8 MSI vectors and `IO_OBJECTS_MAX` I/O-ports objects exist.
 //! - **Lifetime**: both end with the task that made them ([`task_released`]): the line is
 //!   masked, the rights the kernel held are released and the object's port dies, so every
 //!   holder sees a dead name.
@@ -35,7 +42,7 @@ use crate::kobject::{self, KObject};
 use crate::thread::ThreadId;
 use baton_abi::ipc::NOTIFY_INTERRUPT;
 use baton_abi::Error;
-use kern::device::{io_range_valid, overlaps, IoRange, OnAck, OnInterrupt, IRQ_LINES};
+use kern::device::{io_range_valid, overlaps, IoRange, OnAck, OnInterrupt, LINES};
 use kern::ipc::{Message, PortId};
 
 /// I/O ports the kernel drives itself, which no I/O-ports object may include: the two
@@ -83,6 +90,67 @@ pub fn sys_irq_attach(
     k.devices.attach(irq, held, object, task, level)?;
     ioapic::set_masked(irq, false);
     Ok(name)
+}
+
+/// `msi_attach(port, host_priv)` by thread `cur` of task `task`: a free MSI line
+/// (`arch::msi`) bound to `port` as `irq_attach` binds an ISA line; the name of the
+/// interrupt object's send right (`irq_ack` takes it, `msi_message` tells what the device
+/// must write).
+pub fn sys_msi_attach(
+    k: &mut Kernel,
+    task: TaskId,
+    cur: ThreadId,
+    port_name: u64,
+    host_priv: u64,
+) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    if !k.devices.msi_free() {
+        return Err(Error::NoSpace);
+    }
+    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let notify = k.ipc.sendable_port(&t.names, port_name)?;
+    let charge = crate::quota::heap(&t.account, crate::quota::PORT_BYTES)?;
+    k.ipc
+        .port_mut(notify)
+        .ok_or(Error::DeadName)?
+        .reserve_queue(1)?;
+    // The object's line is not known before it is bound: tag it after.
+    let object = kobject::make_object(k, KObject::Interrupt(u64::MAX), charge)?;
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let name = match k.ipc.grant_send(&mut t.names, object) {
+        Ok(n) => n,
+        Err(e) => {
+            kobject::destroy(k, Some(object));
+            return Err(e);
+        }
+    };
+    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+    let held = k.ipc.hold_send(&t.names, port_name)?;
+    let line = match k.devices.attach_msi(held, object, task) {
+        Ok(l) => l,
+        Err(e) => {
+            let mut fx = crate::ipc::effects(k);
+            k.ipc.release_held_send(held, &mut fx);
+            crate::ipc::apply(k, fx);
+            kobject::destroy(k, Some(object));
+            return Err(e);
+        }
+    };
+    kobject::tag(k, object, KObject::Interrupt(line));
+    if let Some(p) = k.ipc.port_mut(held) {
+        p.send_onces += 1;
+    }
+    Ok(name)
+}
+
+/// `msi_message(name)`: what the device must write to raise the MSI line of the interrupt
+/// object `name`: the address in the low 32 bits, the data in the high 32.
+pub fn sys_msi_message(k: &Kernel, task: TaskId, name: u64) -> Result<u64, Error> {
+    let Ok((_, Some(KObject::Interrupt(line)))) = object_of(k, task, name) else {
+        return Err(Error::InvalidRight);
+    };
+    let (address, data) = crate::arch::msi::message(line).ok_or(Error::InvalidArgument)?;
+    Ok(address | (data << 32))
 }
 
 /// The object `name` (a send right of `task`) stands for, if any.
@@ -201,7 +269,7 @@ pub fn sys_io(
 /// Task `id` has ended: its lines are masked and unbound, its I/O-ports objects go, and
 /// their ports die. Allocates nothing.
 pub fn task_released(k: &mut Kernel, id: TaskId) {
-    let mut lines = [0u64; IRQ_LINES];
+    let mut lines = [0u64; LINES];
     let mut n = 0;
     for (slot, irq) in lines.iter_mut().zip(k.devices.lines_of(id)) {
         *slot = irq;

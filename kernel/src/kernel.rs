@@ -130,6 +130,8 @@ pub struct Cpu {
     pub pcid_owner: Vec<TaskId>,
     /// Whether the CPU is halted in its idle loop (wake it with an IPI).
     pub halted: bool,
+    /// TSC when it last halted (meaningful while `halted`; see [`halted_ticks`]).
+    pub halt_since: u64,
     /// TSC when the running thread was last charged (see [`charge`]).
     pub since: u64,
     /// Set by the RPC fast path when it declined an `ipc_msg` whose receiver waits for an
@@ -1205,6 +1207,7 @@ fn add_cpu(k: &mut Kernel, c: usize) {
         loaded_root: k.kernel_root,
         pcid_owner: alloc::vec![0; PCIDS],
         halted: false,
+        halt_since: 0,
         since: cpu::rdtsc(),
         exc_reply_hint: false,
         fpu_live: core::ptr::null_mut(),
@@ -1222,6 +1225,24 @@ pub fn ap_start(cpu: usize, stack: KernelStack) -> ! {
     }
     k.stacks_in_use.inc(apic::now_ns());
     idle_loop()
+}
+
+/// TSC ticks the CPUs have spent halted in [`idle_loop`] and woken from since boot (the
+/// interrupt that woke each one included); [`halted_ticks`] adds the halts in progress.
+/// Changed only under the kernel lock, with the CPU's `halted`.
+static HALTED_TICKS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// TSC ticks all CPUs together have spent halted since boot, the halts in progress
+/// included (read under the kernel lock, so that a CPU waking meanwhile is counted once).
+/// Under QEMU's `-icount` the TSC counts instructions, and while every CPU halts QEMU
+/// jumps it forward to the next timer deadline: a benchmark window minus the halted ticks
+/// is the instructions executed (`Sys::HaltedTicks`, `docs/benchmarks.md`).
+pub fn halted_ticks(k: &Kernel) -> u64 {
+    let now = crate::arch::cpu::rdtsc();
+    k.cpus.iter().filter(|c| c.halted).fold(
+        HALTED_TICKS.load(core::sync::atomic::Ordering::Relaxed),
+        |sum, c| sum.wrapping_add(now.saturating_sub(c.halt_since)),
+    )
 }
 
 /// The idle thread's loop (its continuation): run ready work, else halt until an
@@ -1252,11 +1273,17 @@ pub fn idle_loop() -> ! {
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }
         k.cpu_mut(cpu).halted = true;
+        k.cpu_mut(cpu).halt_since = crate::arch::cpu::rdtsc();
         unlock();
         crate::arch::wait_for_interrupt();
         lock();
         // SAFETY: the lock is held again.
         let k = unsafe { kernel() };
+        let since = k.cpu(cpu).halt_since;
+        HALTED_TICKS.fetch_add(
+            crate::arch::cpu::rdtsc().saturating_sub(since),
+            core::sync::atomic::Ordering::Relaxed,
+        );
         k.cpu_mut(cpu).halted = false;
     }
 }
@@ -1356,9 +1383,9 @@ pub fn on_trap(frame: &mut TrapFrame) {
             k.expire_timers();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
-        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+        v if crate::arch::line_of_vector(v).is_some() => {
             // The family masks a level-triggered line before the end of interrupt.
-            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+            if let Some(irq) = crate::arch::line_of_vector(v) {
                 (family::hooks().interrupt)(k, irq);
             }
             apic::eoi();
@@ -1451,12 +1478,12 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
             unlock();
         }
         v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
-        v if crate::arch::ioapic::irq_of_vector(v).is_some() => {
+        v if crate::arch::line_of_vector(v).is_some() => {
             // An interrupt line of a driver, taken while idle.
             lock();
             // SAFETY: the lock is held.
             let k = unsafe { kernel() };
-            if let Some(irq) = crate::arch::ioapic::irq_of_vector(v) {
+            if let Some(irq) = crate::arch::line_of_vector(v) {
                 (family::hooks().interrupt)(k, irq);
             }
             unlock();

@@ -166,6 +166,8 @@ fn install_families() {
             floor::unregister(k, id);
             exception::release(k, exc, None);
             kobject::destroy(k, kport);
+            // Before the task's rights and mappings go: its DMA buffers stay quarantined.
+            memobj::task_released(k, id);
             ipc::release_task_names(k, id);
             activation::retire_orphans(k);
             device::task_released(k, id);

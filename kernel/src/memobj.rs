@@ -18,6 +18,19 @@
 //! - `vm_read`, `vm_write`: another task's memory through its task port, faults resolved
 //!   as the kernel's own copies resolve them (`crate::vm::make_resident`).
 //! - `wait_shared`, `wake_shared`: `wait`/`wake` keyed by (object, offset).
+//! - `dma_quarantine_release`, `dma_quarantined`: the DMA quarantine (below).
+//!
+//! **DMA quarantine** (`docs/drivers.md`). With no IOMMU a device writes wherever its
+//! driver pointed it, and it goes on doing so after the driver has died. So the frames of
+//! a DMA buffer whose maker has ended are not reused until someone with the
+//! host-privilege right declares the devices reset (`dma_quarantine_release`; the virtio
+//! block driver does so after resetting its device at start). [`DMA`] remembers each DMA
+//! object with its maker; when a task ends ([`task_released`], before its rights and
+//! mappings go) each of its DMA objects that is still alive gets one more reference, held
+//! by the quarantine, so its frames stay allocated however the other references go
+//! (`kern::dma` keeps the table and its rules). A
+//! DMA object whose rights and mappings all went while its maker lived is freed as any
+//! object (the driver let go of it, so it is done with it).
 //!
 //! # Invariants
 //! - Every live memory-object port carries the tag `KObject::Memory(key)` of exactly one
@@ -38,6 +51,7 @@ use baton_abi::vm::{INHERIT_COPY, INHERIT_SHARE, VM_ANYWHERE};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
 use core::ops::Range;
+use kern::dma::{DmaTable, DMA_OBJECTS_MAX};
 use kern::slab::{Key, Slab};
 use kern::vm::map::Placement;
 use kern::vm::object::ObjectId;
@@ -152,6 +166,8 @@ pub fn sys(
             let key = wait_key(k, task, a[0])?;
             Ok(k.wake_key(key, a[1]))
         }
+        Sys::DmaQuarantineRelease => dma_quarantine_release(k, cur, a[0]),
+        Sys::DmaQuarantined => dma_quarantined(k, cur, a[0]),
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -277,6 +293,50 @@ pub fn reap(k: &mut Kernel) {
     REAPING.store(false, core::sync::atomic::Ordering::Relaxed);
 }
 
+/// The DMA objects and the quarantine (module documentation; the rules are
+/// `kern::dma`'s). Taken under the kernel lock, never across a call into another family.
+static DMA: spin::Mutex<DmaTable<ObjectId, TaskId>> = spin::Mutex::new(DmaTable::new());
+
+/// Task `id` has ended (its rights and mappings not yet released): each DMA object it made
+/// that is still alive goes into quarantine with a reference of its own. Allocates nothing.
+pub fn task_released(k: &mut Kernel, id: TaskId) {
+    let mut taken = [None; DMA_OBJECTS_MAX];
+    DMA.lock().take_made_by(id, &mut taken);
+    for object in taken.into_iter().flatten() {
+        let Some((_, size, _)) = crate::vm::object_info(object) else {
+            continue;
+        };
+        if crate::vm::object_add_ref(k, object).is_err() {
+            continue;
+        }
+        // Always room: the entry just left the live list (`kern::dma`'s invariant).
+        if !DMA.lock().quarantine(object, kern::vm::object::pages(size)) {
+            crate::vm::object_release(k, object);
+        }
+    }
+}
+
+/// `dma_quarantined(host_priv)`: pages in quarantine.
+fn dma_quarantined(k: &Kernel, cur: ThreadId, host_priv: u64) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    Ok(DMA.lock().quarantined_pages())
+}
+
+/// `dma_quarantine_release(host_priv)`: drops the quarantine's references; the pages
+/// released.
+fn dma_quarantine_release(k: &mut Kernel, cur: ThreadId, host_priv: u64) -> Result<u64, Error> {
+    kobject::check_host_priv(k, cur, host_priv)?;
+    let mut pages = 0;
+    loop {
+        let next = DMA.lock().release_one();
+        let Some((object, n)) = next else {
+            return Ok(pages);
+        };
+        crate::vm::object_release(k, object);
+        pages += n;
+    }
+}
+
 /// Set while [`reap`] runs (under the kernel lock).
 static REAPING: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
@@ -359,6 +419,8 @@ fn dma(
 ) -> Result<u64, Error> {
     kobject::check_host_priv(k, cur, host_priv)?;
     check_size(size, DMA_MAX)?;
+    DMA.lock()
+        .make_room(|o| crate::vm::object_info(o).is_some())?;
     let account = k
         .tasks
         .get(&task)
@@ -366,6 +428,11 @@ fn dma(
         .account
         .clone();
     let (object, phys) = crate::vm::object_dma(k, size, &account)?;
+    // Room was made above, under the same kernel lock.
+    if let Err(e) = DMA.lock().add(object, task) {
+        crate::vm::object_release(k, object);
+        return Err(e);
+    }
     new_port(
         k,
         task,

@@ -335,6 +335,11 @@ impl Kernel {
         let result = match call {
             Sys::DebugWrite => self.sys_debug_write(id, args[0], args[1]),
             Sys::Clock => Ok(apic::now_ns()),
+            Sys::HaltedTicks => {
+                let cur = self.current_thread();
+                crate::kobject::check_host_priv(self, cur, args[0])
+                    .map(|()| crate::kernel::halted_ticks(self))
+            }
             Sys::Spawn => self.sys_spawn(id, args),
             Sys::ModuleInfo => self.sys_module_info(id, args[0], args[1]),
             Sys::ThreadCreate => self.thread_create_in(id, args[0], args[1], args[2]),
@@ -366,7 +371,9 @@ impl Kernel {
             | Sys::MemobjInfo
             | Sys::VmRead
             | Sys::VmWrite
-            | Sys::WakeShared => {
+            | Sys::WakeShared
+            | Sys::DmaQuarantineRelease
+            | Sys::DmaQuarantined => {
                 let cur = self.current_thread();
                 crate::memobj::sys(self, id, cur, call, args)
             }
@@ -473,6 +480,11 @@ impl Kernel {
                 crate::device::sys_irq_attach(self, id, cur, args[0], args[1], args[2])
             }
             Sys::IrqAck => crate::device::sys_irq_ack(self, id, args[0]),
+            Sys::MsiAttach => {
+                let cur = self.current_thread();
+                crate::device::sys_msi_attach(self, id, cur, args[0], args[1])
+            }
+            Sys::MsiMessage => crate::device::sys_msi_message(self, id, args[0]),
             Sys::IoPortCreate => {
                 let cur = self.current_thread();
                 crate::device::sys_ioport_create(self, id, cur, args[0], args[1], args[2])

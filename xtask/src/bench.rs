@@ -341,6 +341,8 @@ fn icount_machine(images: &Images, smp: u32) -> Machine<'_> {
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
         gdb: None,
+        // The `blk.*` rows drive the disk (a fresh image for each boot).
+        disk: crate::disk::fresh(&format!("bench.smp{smp}")).ok(),
     }
 }
 

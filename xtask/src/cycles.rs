@@ -116,6 +116,7 @@ pub fn machine(images: &Images, smp: u32) -> Machine<'_> {
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: false,
         gdb: None,
+        disk: None,
     }
 }
 

@@ -258,6 +258,7 @@ fn boot_one(
         cmdline: qemu::cmdline("fuzz", true, &[]),
         icount: false,
         gdb: None,
+        disk: None,
     };
     let base = machine.command(qemu_path);
     let mut cmd = Command::new(base.get_program());

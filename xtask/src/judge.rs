@@ -345,6 +345,8 @@ mod unit_tests {
         exits: &[],
         input: &[],
         prompt: "",
+        disk: false,
+        disk_prepare: &[],
     };
 
     #[test]

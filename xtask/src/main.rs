@@ -22,6 +22,7 @@ mod build;
 mod clippy;
 mod cycles;
 mod deps;
+mod disk;
 mod fuzz;
 mod initrd;
 mod json;

@@ -412,6 +412,7 @@ fn trace(
         cmdline: qemu::cmdline("bench", true, &[crate::bench::PRIV.to_string()]),
         icount: true,
         gdb: None,
+        disk: None,
     };
     // The serial console (QEMU's standard output) to a file, never a pipe, as `bench`
     // does; the stub on a port of our own, so that the two paths and a `cargo xtask gdb`

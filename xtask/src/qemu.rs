@@ -115,6 +115,8 @@ pub struct Machine<'a> {
     /// `-gdb tcp::<port> -S`: a gdb stub on this TCP port, and the CPUs paused until gdb
     /// continues them.
     pub gdb: Option<u16>,
+    /// A disk image attached as a virtio block device (`crate::disk`), if any.
+    pub disk: Option<std::path::PathBuf>,
 }
 
 /// QEMU's minimal firmware `qboot`, when installed (Debian ships it in `qemu-system-data`):
@@ -179,6 +181,9 @@ impl Machine<'_> {
         }
         if let Some(bios) = fast_firmware() {
             cmd.arg("-bios").arg(bios);
+        }
+        if let Some(disk) = &self.disk {
+            cmd.args(crate::disk::qemu_args(disk));
         }
         cmd.arg("-kernel")
             .arg(&self.images.kernel)

@@ -59,6 +59,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
         cmdline: qemu::cmdline(init, shutdown, &extra),
         icount: opts.icount,
         gdb: opts.gdb_stub(),
+        disk: Some(crate::disk::run_image()?),
     };
     let mut cmd = machine.console_command(&qemu, !shutdown);
     note(format!("$ {}", shell_line(&cmd)));

@@ -379,7 +379,15 @@ fn boot_and_judge(
         ),
         icount: false,
         gdb: None,
+        disk: if test.disk {
+            Some(crate::disk::fresh(test.name)?)
+        } else {
+            None
+        },
     };
+    if !test.disk_prepare.is_empty() {
+        prepare_disk(test, run, &machine, log, trailer)?;
+    }
     let mut cmd = machine.command(qemu);
     trailer.push_str(&format!("qemu command: {}\n", shell_line(&cmd)));
     let stderr = file
@@ -431,6 +439,54 @@ fn boot_and_judge(
         Some(_) => judge::survived(code, &text),
         None => judge::judge(test, code, &text),
     }
+}
+
+/// Boots `test.disk_prepare` on `machine`'s disk image (a boot of its own, logged to
+/// `<name>.prepare.log` beside `log`), which must end cleanly with a `TEST PASS` line and
+/// no `TEST FAIL`.
+fn prepare_disk(
+    test: &IntegrationTest,
+    run: &Run<'_>,
+    machine: &Machine<'_>,
+    log: &Path,
+    trailer: &mut String,
+) -> Result<(), String> {
+    let plog = log.with_extension("prepare.log");
+    let file = File::create(&plog).map_err(|e| format!("cannot create {}: {e}", plog.display()))?;
+    let words: Vec<String> = test.extra.iter().map(|w| w.to_string()).collect();
+    let first = Machine {
+        images: machine.images,
+        accel: machine.accel,
+        smp: machine.smp,
+        cmdline: qemu::cmdline(&test.disk_prepare.join(","), true, &words),
+        icount: false,
+        gdb: None,
+        disk: machine.disk.clone(),
+    };
+    let mut cmd = first.command(run.qemu);
+    trailer.push_str(&format!("first boot: {}\n", shell_line(&cmd)));
+    let stderr = file
+        .try_clone()
+        .map_err(|e| format!("cannot share {}: {e}", plog.display()))?;
+    cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("could not start {}: {e}", run.qemu.display()))?;
+    let status = wait_or_fail_fast(&mut child, test.timeout, &plog)?;
+    let text = String::from_utf8_lossy(&fs::read(&plog).unwrap_or_default()).into_owned();
+    match status {
+        Waited::Exited(s) if s.code() == Some(qemu::EXIT_CLEAN) => {}
+        _ => {
+            return Err(format!(
+                "the first boot did not end cleanly ({})",
+                plog.display()
+            ))
+        }
+    }
+    if text.contains(FAILED) || !text.contains("TEST PASS") {
+        return Err(format!("the first boot did not pass ({})", plog.display()));
+    }
+    Ok(())
 }
 
 /// The pause after each character [`type_input`] types: QEMU's 16550 takes input only

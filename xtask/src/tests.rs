@@ -52,6 +52,13 @@ pub struct IntegrationTest {
     pub input: &'static [Typed],
     /// What the program prints when it is ready for the next line of `input`.
     pub prompt: &'static str,
+    /// Whether the machine gets a virtio block device on a fresh disk image of its own
+    /// (`crate::disk`).
+    pub disk: bool,
+    /// Programs booted first on the same disk image (`init=` these, the test's `extra`
+    /// words too), in a boot of their own logged to `<name>.prepare.log` that must end
+    /// cleanly with a `TEST PASS` line: for a test of data surviving a reboot.
+    pub disk_prepare: &'static [&'static str],
 }
 
 /// One step of a test's [`IntegrationTest::input`].
@@ -118,6 +125,8 @@ pub const BASE: IntegrationTest = IntegrationTest {
     exits: &[],
     input: &[],
     prompt: "",
+    disk: false,
+    disk_prepare: &[],
 };
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
@@ -1841,6 +1850,76 @@ pub const ALL: &[IntegrationTest] = &[
         extra: &["priv=floor_test"],
         ..BASE
     },
+    // The virtio block disk driven from user space (`docs/drivers.md`).
+    IntegrationTest {
+        name: "blk_smp1",
+        init: &["blk_test"],
+        smp: 1,
+        require: BLK_REQUIRE,
+        exits: &[("blk", Exit::Killed), ("blk", Exit::Code(0))],
+        extra: &["priv=blk_test"],
+        timeout: Duration::from_secs(120),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "blk_smp2",
+        init: &["blk_test"],
+        smp: 2,
+        require: BLK_REQUIRE,
+        exits: &[("blk", Exit::Killed), ("blk", Exit::Code(0))],
+        extra: &["priv=blk_test"],
+        timeout: Duration::from_secs(120),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // The disk keeps what a first boot wrote: that boot (`disk_prepare`) writes, this
+        // one, on the same image, reads it back.
+        name: "blk_persist",
+        init: &["blk_persist"],
+        disk_prepare: &["blk_persist"],
+        require: &[
+            "ok: the 64 KiB an earlier boot wrote read back with its checksum",
+            "blk_persist#1| TEST PASS blk_persist: data persisted across a reboot",
+        ],
+        extra: &["priv=blk_persist"],
+        timeout: Duration::from_secs(60),
+        disk: true,
+        ..BASE
+    },
+];
+
+/// What the `blk` tests require: the driver finds the device, blocks of every size come
+/// back as written, bad requests are refused, a driver killed mid-request fails its
+/// client's request, its DMA frames stay quarantined until the restarted driver has reset
+/// the device, the data survives, and nothing is left behind.
+const BLK_REQUIRE: &[&str] = &[
+    "ok: halted_ticks grows while this task sleeps",
+    "blk: virtio block device at 00:",
+    "ok: the driver reports 131072 sectors of 512 bytes",
+    "ok: 512 bytes at sector 0 read back with the checksum written",
+    "ok: 4096 bytes at sector 64 read back with the checksum written",
+    "ok: 65536 bytes at sector 4096 read back with the checksum written",
+    "ok: the device's MSI-X interrupt reached the driver as a notification",
+    "ok: a sector never written reads as zeros",
+    "ok: a read length 513 (not whole sectors): InvalidArgument",
+    "ok: a read length 128 KiB: TooLarge",
+    "ok: a read across the end of the disk: NoSpace",
+    "ok: a read an unknown request: NotSupported",
+    "ok: a write with 512 bytes of data for a length of 1024: BadFormat",
+    "ok: the refused requests changed nothing on the disk",
+    "ok: the driver killed mid-request: its client's request fails with DeadName",
+    "ok: a request to the dead driver's port fails at once",
+    "ok: the dead driver's DMA buffers are quarantined",
+    "ok: the restarted driver reset the device and released the quarantine",
+    "ok: after the restart every block written before reads back intact",
+    "blk_peer: wrote and read back sector 30000 through the port it was given",
+    "ok: a second client, handed the driver's port, wrote a block this task reads back",
+    "ok: the quarantined pages were frames held until the release",
+    "ok: the driver stopped and its",
+    "ok: a second round leaves the kernel heap, objects and free frames as the first did",
+    "blk_test#1| TEST PASS blk",
 ];
 
 /// `trace_rpc`'s check: some request's flow ends in another task's thread with a stack

@@ -318,6 +318,7 @@ pub fn run(opts: &TraceOpts) -> Result<ExitCode, String> {
         cmdline: qemu::cmdline("init", true, &extra),
         icount: opts.icount,
         gdb: None,
+        disk: None,
     };
     let mut cmd = machine.command(&qemu);
     note(format!("$ {}", shell_line(&cmd)));

@@ -453,6 +453,29 @@ pub enum Sys {
     /// caller's task last recorded with `baton.clock.mark` (0 if none since the last
     /// call), then cleared: how the Appel–Li `trap` row times a handler's start.
     SpinvmMark = 151,
+    /// `dma_quarantine_release(host_priv) -> pages`: the caller (with the host-privilege
+    /// right) declares that every device a dead task drove has been reset, so that no DMA
+    /// of it can land any more: the DMA buffers of ended tasks that the kernel held back
+    /// (quarantined: their frames are not reused) are released. The number of pages freed.
+    /// `docs/drivers.md`.
+    DmaQuarantineRelease = 170,
+    /// `dma_quarantined(host_priv) -> pages`: how many pages of DMA buffers of ended tasks
+    /// are quarantined now.
+    DmaQuarantined = 171,
+    /// `halted_ticks(host_priv) -> ticks`: TSC ticks all CPUs together have spent halted
+    /// in the idle loop since boot. Under `-icount` a benchmark window's TSC delta minus
+    /// this counter's delta is the instructions executed, the time QEMU skipped while
+    /// waiting for a device left out (`docs/benchmarks.md`).
+    HaltedTicks = 172,
+    /// `msi_attach(port, host_priv) -> name`: binds a free message-signalled interrupt
+    /// vector to `port` as [`Sys::IrqAttach`] binds an ISA line (one notification
+    /// outstanding until [`Sys::IrqAck`], which takes the returned interrupt object's
+    /// name); the driver programs [`Sys::MsiMessage`]'s address and data into its device.
+    /// [`Error::NoSpace`] when all 8 are bound; needs the host-privilege right.
+    MsiAttach = 173,
+    /// `msi_message(name) -> address | data << 32`: what the device must write to raise
+    /// the MSI line of the interrupt object `name`.
+    MsiMessage = 174,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -789,6 +812,11 @@ impl Sys {
             134 => Sys::VpDestroy,
             150 => Sys::SpinvmQuery,
             151 => Sys::SpinvmMark,
+            170 => Sys::DmaQuarantineRelease,
+            171 => Sys::DmaQuarantined,
+            172 => Sys::HaltedTicks,
+            173 => Sys::MsiAttach,
+            174 => Sys::MsiMessage,
             _ => return None,
         })
     }

@@ -258,3 +258,20 @@ fn spinvm_numbers() {
     assert_eq!(EVENT_PROTECTION_FAULT, 0x12);
     assert_eq!(NOTIFY_REFUSED, 0x5350_0002);
 }
+
+#[test]
+fn dma_quarantine_numbers() {
+    let calls = [
+        (Sys::DmaQuarantineRelease, 170),
+        (Sys::DmaQuarantined, 171),
+        (Sys::HaltedTicks, 172),
+        (Sys::MsiAttach, 173),
+        (Sys::MsiMessage, 174),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    assert_eq!(Sys::from_raw(169), None);
+    assert_eq!(Sys::from_raw(175), None);
+}

@@ -27,6 +27,14 @@ use baton_abi::{Error, IO_OBJECTS_MAX};
 /// Legacy ISA interrupt lines.
 pub const IRQ_LINES: usize = 16;
 
+/// Message-signalled interrupt lines (`arch::msi`), numbered after the ISA lines: line
+/// [`MSI_FIRST`] + n for slot n.
+pub const MSI_LINES: usize = 8;
+/// The first MSI line's number.
+pub const MSI_FIRST: u64 = IRQ_LINES as u64;
+/// Every line: the ISA ones, then the MSI ones.
+pub const LINES: usize = IRQ_LINES + MSI_LINES;
+
 /// Whether an interrupt line may be bound by a user driver: 1 to 15 except 2 (the cascade
 /// of the two legacy PICs, never raised). Line 0, the PIT, is the kernel's (it calibrates
 /// the clocks on it).
@@ -119,7 +127,7 @@ pub fn overlaps(base: u64, count: u64, other: core::ops::Range<u64>) -> bool {
 /// Every bound line and every I/O-ports object.
 #[derive(Debug)]
 pub struct Devices<P> {
-    lines: [Option<Line<P>>; IRQ_LINES],
+    lines: [Option<Line<P>>; LINES],
     /// The I/O-ports objects (at most [`IO_OBJECTS_MAX`]; room made before each insert).
     pub io: Vec<IoRange<P>>,
 }
@@ -134,7 +142,7 @@ impl<P: Copy + PartialEq> Devices<P> {
     /// Nothing bound.
     pub const fn new() -> Devices<P> {
         Devices {
-            lines: [None; IRQ_LINES],
+            lines: [None; LINES],
             io: Vec::new(),
         }
     }
@@ -179,6 +187,32 @@ impl<P: Copy + PartialEq> Devices<P> {
             pending: false,
         });
         Ok(())
+    }
+
+    /// Binds a free MSI line (edge-triggered) to `notify`; its number.
+    /// [`Error::NoSpace`] when all [`MSI_LINES`] are bound.
+    pub fn attach_msi(&mut self, notify: P, object: P, owner: u64) -> Result<u64, Error> {
+        let (i, slot) = self
+            .lines
+            .iter_mut()
+            .enumerate()
+            .skip(IRQ_LINES)
+            .find(|(_, l)| l.is_none())
+            .ok_or(Error::NoSpace)?;
+        *slot = Some(Line {
+            notify,
+            object,
+            owner,
+            level: false,
+            outstanding: false,
+            pending: false,
+        });
+        Ok(i as u64)
+    }
+
+    /// Whether an MSI line is free.
+    pub fn msi_free(&self) -> bool {
+        self.lines.iter().skip(IRQ_LINES).any(|l| l.is_none())
     }
 
     /// Unbinds line `irq`; its binding.
@@ -256,6 +290,33 @@ impl<P: Copy + PartialEq> Devices<P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn msi_lines_are_edge_lines_after_the_isa_ones() {
+        let mut d: Devices<u32> = Devices::new();
+        // irq_attach's check never admits an MSI line.
+        assert_eq!(d.check_attach(MSI_FIRST), Err(Error::InvalidArgument));
+        let mut got = [0u64; MSI_LINES];
+        for (i, g) in got.iter_mut().enumerate() {
+            assert!(d.msi_free());
+            *g = d.attach_msi(1, 100 + i as u32, 7).unwrap();
+        }
+        assert_eq!(got[0], MSI_FIRST);
+        assert_eq!(got[MSI_LINES - 1], MSI_FIRST + MSI_LINES as u64 - 1);
+        assert!(!d.msi_free());
+        assert_eq!(d.attach_msi(1, 200, 7), Err(Error::NoSpace));
+        assert_eq!(d.lines_of(7).count(), MSI_LINES);
+        // Edge-triggered: a second interrupt while one is out is remembered, not masked.
+        let l = got[2];
+        assert_eq!(d.interrupt(l), OnInterrupt::Notify(1));
+        assert_eq!(d.interrupt(l), OnInterrupt::Hold { mask: false });
+        assert_eq!(d.ack(l), Ok(OnAck::Notify(1)));
+        assert_eq!(d.ack(l), Ok(OnAck::Nothing));
+        assert_eq!(d.line_of_object(102), Some(l));
+        assert!(d.detach(l).is_some());
+        assert!(d.msi_free());
+        assert_eq!(d.attach_msi(1, 300, 8), Ok(l));
+    }
 
     #[test]
     fn bindable_lines() {

@@ -24,6 +24,7 @@ pub mod activation;
 pub mod cmdline;
 pub mod continuation;
 pub mod device;
+pub mod dma;
 pub mod fallible;
 pub mod fault;
 pub mod floor;

@@ -27,6 +27,20 @@ pub fn irq_ack(irq_object: u64) -> Result<(), Error> {
     decode_result(unsafe { syscall1(Sys::IrqAck as u64, irq_object) }).map(|_| ())
 }
 
+/// Binds a free message-signalled interrupt vector to `port` (notifications as for
+/// [`irq_attach`]); the interrupt object's name, for [`irq_ack`] and [`msi_message`].
+pub fn msi_attach(port: u64, host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: the call touches no user memory.
+    decode_result(unsafe { syscall3(Sys::MsiAttach as u64, port, host_priv, 0) })
+}
+
+/// The (address, data) the device must write to raise the MSI line of `irq_object`.
+pub fn msi_message(irq_object: u64) -> Result<(u64, u32), Error> {
+    // SAFETY: the call touches no user memory.
+    let m = decode_result(unsafe { syscall1(Sys::MsiMessage as u64, irq_object) })?;
+    Ok((m & 0xffff_ffff, (m >> 32) as u32))
+}
+
 /// An I/O-ports object for the ports `base .. base + count`; its name.
 pub fn ioport_create(base: u64, count: u64, host_priv: u64) -> Result<u64, Error> {
     // SAFETY: the call touches no user memory.
@@ -182,4 +196,12 @@ pub fn vm(
         .filter_map(VmRegion::from_bytes)
         .collect();
     Ok((stats, regions))
+}
+
+/// TSC ticks all CPUs together have spent halted since boot (`Sys::HaltedTicks`), with the
+/// host-privilege right: a benchmark window's TSC delta minus this counter's is the
+/// instructions executed under `-icount`.
+pub fn halted_ticks(host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: touches no user memory.
+    decode_result(unsafe { syscall1(Sys::HaltedTicks as u64, host_priv) })
 }

@@ -82,6 +82,20 @@ pub fn dma(size: u64, host_priv: u64) -> Result<u64, Error> {
     decode_result(unsafe { syscall2(Sys::MemobjDma as u64, size, host_priv) })
 }
 
+/// Releases the quarantined DMA buffers of ended tasks (the caller has reset the devices
+/// they drove); the number of pages freed. Needs the host-privilege right.
+pub fn dma_quarantine_release(host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: touches no user memory.
+    decode_result(unsafe { syscall2(Sys::DmaQuarantineRelease as u64, host_priv, 0) })
+}
+
+/// Pages of DMA buffers of ended tasks held in quarantine now. Needs the host-privilege
+/// right.
+pub fn dma_quarantined(host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: touches no user memory.
+    decode_result(unsafe { syscall2(Sys::DmaQuarantined as u64, host_priv, 0) })
+}
+
 /// What object `name` is.
 pub fn info(name: u64) -> Result<MemobjInfo, Error> {
     let mut raw = [0u8; baton_abi::memobj::INFO_SIZE];

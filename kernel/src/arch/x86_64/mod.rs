@@ -10,6 +10,7 @@ pub mod cpu;
 pub mod fpu;
 pub mod gdt;
 pub mod ioapic;
+pub mod msi;
 pub mod paging;
 pub mod portio;
 pub mod serial;
@@ -27,7 +28,13 @@ pub fn init_cpu() -> (cpu::Features, fpu::Info) {
     let features = cpu::init_features();
     let fpu = fpu::init();
     apic::init();
+    msi::init();
     (features, fpu)
+}
+
+/// The user-driver interrupt line of `vector`: an I/O APIC (ISA) line or an MSI line.
+pub fn line_of_vector(vector: u64) -> Option<u64> {
+    ioapic::irq_of_vector(vector).or_else(|| msi::line_of_vector(vector))
 }
 
 /// Waits for the next interrupt with interrupts enabled, then disables them again.

@@ -48,6 +48,12 @@ use baton_rt::sync::{wait_until, Counter};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::{println, rdtsc_ordered, set_affinity, spawn_with, stats, wake, yield_now, Error};
 
+#[path = "../blk_bench.rs"]
+mod blk_bench;
+#[path = "../blk_client.rs"]
+mod blk_client;
+#[path = "../blk_proto.rs"]
+mod blk_proto;
 #[path = "../mig_proto.rs"]
 mod mig_proto;
 #[path = "../ool_bench.rs"]
@@ -2329,6 +2335,7 @@ fn run_all() -> Result<(), Failed> {
     task_fork()?;
     spin_benchmarks()?;
     spin_vm_benchmarks(threads)?;
+    blk_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("blk: {}", e.name()))?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
     let s = read_stats()?;

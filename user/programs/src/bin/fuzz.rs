@@ -423,6 +423,10 @@ fn worker(_task_id: u64) -> i32 {
         println!("TEST FAIL fuzz: seed {seed}: setup: {why}");
         return 1;
     }
+    if let Err(why) = calls::privileged_refusals() {
+        println!("TEST FAIL fuzz: seed {seed}: {why}");
+        return 1;
+    }
     let per_thread = calls.div_ceil(threads as u64);
     for t in 0..threads {
         let Some(stack) = STACKS.take() else {

@@ -3231,6 +3231,55 @@ fn g_memobj(c: &mut Ctx) {
         };
         expect!(c, sys(n, a), Err(want), "{what}");
     }
+    // msi_message of anything but an MSI interrupt object.
+    for (what, name, want) in [
+        ("a send right to a port", ps, Error::InvalidRight),
+        ("a memory object", obj, Error::InvalidRight),
+        ("a dead name", dead, Error::InvalidRight),
+        ("name 0", 0, Error::InvalidRight),
+        ("a name not held", GARBAGE, Error::InvalidRight),
+    ] {
+        expect!(
+            c,
+            sys(Sys::MsiMessage, [name, 0, 0, 0, 0, 0]),
+            Err(want),
+            "msi_message of {what}"
+        );
+    }
+    // The DMA quarantine's calls need the host-privilege right too: any other name, a
+    // dead one, 0 or garbage is refused, and nothing is released.
+    for (what, right, want) in [
+        ("a send right to a port", ps, Error::Denied),
+        ("a memory object", obj, Error::Denied),
+        ("a dead name", dead, Error::Denied),
+        ("0", 0, Error::Denied),
+        ("a name not held", GARBAGE, Error::Denied),
+    ] {
+        expect!(
+            c,
+            sys(Sys::DmaQuarantineRelease, [right, 0, 0, 0, 0, 0]),
+            Err(want),
+            "dma_quarantine_release with {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::DmaQuarantined, [right, u64::MAX, 0, 0, 0, 0]),
+            Err(want),
+            "dma_quarantined with {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::HaltedTicks, [right, 0, 0, 0, 0, 0]),
+            Err(want),
+            "halted_ticks with {what}"
+        );
+        expect!(
+            c,
+            sys(Sys::MsiAttach, [ps, right, 0, 0, 0, 0]),
+            Err(want),
+            "msi_attach with {what}"
+        );
+    }
     // A good mapping anywhere and a restricted right, then everything given back.
     if let Some(a) = expect!(
         c,
