@@ -204,6 +204,7 @@ fn install_families() {
         },
         page_fault: pager::page_fault,
         vp_blocking: vproc::on_block,
+        vp_preempting: vproc::on_preempt,
     });
     pager::init();
 }

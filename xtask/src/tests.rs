@@ -1815,6 +1815,42 @@ pub const ALL: &[IntegrationTest] = &[
         extra: &["priv=floor_test"],
         ..BASE
     },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp1",
+        init: &["strand"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp2",
+        init: &["strand"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp4",
+        init: &["strand"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
 ];
 
 /// `trace_rpc`'s check: some request's flow ends in another task's thread with a stack

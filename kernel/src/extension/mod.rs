@@ -21,6 +21,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod strand;
 pub mod wasm;
 
 use crate::kernel::{Kernel, TaskId};
@@ -261,6 +262,7 @@ impl State {
             *slot = d;
         }
         builtin::register(&mut domains, &mut names)?;
+        strand::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -388,6 +390,10 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                 builtin: false,
             };
             match args[0] {
+                e if strand::which(e).is_some() => {
+                    let w = strand::which(e).ok_or(Error::NotFound)?;
+                    return strand::remove(task, w, id).map(|()| 0);
+                }
                 EVENT_SYSCALL => s.syscall.remove(id, Some(&who))?,
                 EVENT_TEST => s.test.remove(id, Some(&who))?,
                 _ => return Err(Error::NotFound),
@@ -456,6 +462,10 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         rank,
         mode: Mode::Synchronous,
     };
+    if let Some(w) = strand::which(event) {
+        // The `Strand` events keep their own handlers (`strand.rs`).
+        return strand::install(w, &req, builtin, symbol.sig, symbol.target, owner);
+    }
     let id = match event {
         EVENT_SYSCALL => {
             let (f, closure): (HandlerFn<Kernel, Call, Option<u64>>, u64) = if builtin {
@@ -524,6 +534,7 @@ fn forget_domain(s: &mut State, d: DomainId) {
     }
     s.names.forget(d);
     wasm::forget(d);
+    strand::forget_domain(d);
 }
 
 /// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).
@@ -534,6 +545,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     };
     s.syscall.remove_where(|i| i.task == id);
     s.test.remove_where(|i| i.task == id);
+    strand::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {
