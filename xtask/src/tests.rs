@@ -676,6 +676,9 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: groups: ",
     "sting#1| ok: ports: ",
     "sting#1| ok: primes: ",
+    "sting#1| ok: mst: ",
+    "sting#1| ok: alphabeta: ",
+    "sting#1| ok: nbody: ",
     "sting#1| TEST PASS sting",
 ];
 

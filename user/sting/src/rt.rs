@@ -161,8 +161,10 @@ fn current_tcb() -> *mut Tcb {
     if unsafe { (*tcb).magic } != MAGIC {
         not_a_sting_thread();
     }
-    // A runtime call: the thread is not preemptible any more (see `preemptible`).
-    compiler_fence(SeqCst);
+    // A runtime call: the thread is not preemptible any more (see `preemptible`). An atomic
+    // store, which the compiler keeps even where it sees no reader, and a compiler fence
+    // (no instruction) so that none of the runtime's work moves above it: a Checkpoint
+    // upcall reads the flag as a signal handler would.
     // SAFETY: as above, a live TCB.
     unsafe { (*tcb).preempt.store(false, Relaxed) };
     compiler_fence(SeqCst);
@@ -1861,6 +1863,7 @@ pub fn preemptible<R>(f: impl FnOnce() -> R) -> R {
     unsafe { (*tcb).preempt.store(true, Relaxed) };
     compiler_fence(SeqCst);
     let r = f();
+    compiler_fence(SeqCst);
     let _ = current_tcb();
     r
 }

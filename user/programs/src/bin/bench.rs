@@ -1335,14 +1335,16 @@ fn sting_checkpoint_resume() -> Result<(), Failed> {
             sting::preemptible(|| loop {
                 let t = rdtsc_ordered();
                 let prev = LAST.swap(t, Ordering::Relaxed);
-                if OWNER.swap(me, Ordering::Relaxed) != me {
-                    // The first stamp of the run records nothing.
+                // A thread stopped between its stamp and its swap comes back with a stamp
+                // older than the other's: that switch is not recorded (the first of the
+                // run neither, nor a change of owner before any stamp).
+                if OWNER.swap(me, Ordering::Relaxed) != me && prev != 0 && t > prev {
                     let n = SWITCHES.fetch_add(1, Ordering::Relaxed) as usize;
-                    if let Some(slot) = n.checked_sub(1).and_then(|i| SAMPLES.get(i)) {
-                        slot.store(t.wrapping_sub(prev), Ordering::Relaxed);
+                    if let Some(slot) = SAMPLES.get(n) {
+                        slot.store(t - prev, Ordering::Relaxed);
                     }
                 }
-                if SWITCHES.load(Ordering::Relaxed) as usize > PREEMPTIONS {
+                if SWITCHES.load(Ordering::Relaxed) as usize >= PREEMPTIONS {
                     break;
                 }
             })
