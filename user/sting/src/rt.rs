@@ -1517,7 +1517,6 @@ where
     T: Send + Sync + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    disarm();
     let (me, _) = here();
     bump(&me.counters.created);
     let rt = runtime();
@@ -1729,7 +1728,6 @@ fn suspend_self() {
 /// Suspends `t`: at once if it is the calling thread, else it does not run again (a thread
 /// running on another virtual processor stops at its next checkpoint) until resumed.
 pub(crate) fn suspend(t: &ThreadRef) {
-    disarm();
     if t.same(current_tcb_thread()) {
         suspend_self();
         return;
@@ -1761,7 +1759,6 @@ pub(crate) fn resume(t: &ThreadRef) {
 /// Terminates `t`: a thread that has not started is determined at once (without a value);
 /// a started one ends at its next checkpoint (the calling thread: now, if not absorbed).
 pub(crate) fn terminate(t: &ThreadRef) {
-    disarm();
     if t.same(current_tcb_thread()) {
         t.core().ctl.lock().terminate = true;
         t.core().attention.store(true, Relaxed);
@@ -1808,7 +1805,6 @@ pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
 
 /// The paper's state of `t`.
 pub(crate) fn paper_state_of(t: &ThreadRef) -> Paper {
-    disarm();
     let (s, absorbed, _) = state_of(t);
     s.paper(absorbed)
 }

@@ -901,7 +901,7 @@ fn ab_leaf(path: u64) -> i64 {
 
 fn ab_skew(path: u64) -> bool {
     let mut x = path.wrapping_mul(31).wrapping_add(7);
-    lcg(&mut x) % 10 != 0
+    !lcg(&mut x).is_multiple_of(10)
 }
 
 /// Negamax alpha-beta from the node `path` with `depth` plies to go.
@@ -973,8 +973,8 @@ fn nb_accel(bodies: &[Body], range: core::ops::Range<usize>) -> Vec<[f64; 3]> {
                 let d = [q.0[0] - p[0], q.0[1] - p[1], q.0[2] - p[2]];
                 let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01;
                 let inv = 1.0 / (r2 * sqrt(r2));
-                for k in 0..3 {
-                    a[k] += d[k] * inv;
+                for (ak, dk) in a.iter_mut().zip(d) {
+                    *ak += dk * inv;
                 }
             }
             a
@@ -1017,15 +1017,15 @@ fn nb_run(par: bool) -> u64 {
             }
             slaves
                 .iter()
-                .flat_map(|s| s.value().map(|v| v.clone()).unwrap_or_default())
+                .flat_map(|s| s.value().cloned().unwrap_or_default())
                 .collect()
         } else {
             nb_accel(&bodies, 0..NB_BODIES)
         };
         for (b, a) in bodies.iter_mut().zip(acc.iter()) {
-            for k in 0..3 {
-                b.1[k] += a[k] * 0.01;
-                b.0[k] += b.1[k] * 0.01;
+            for ((p, v), a) in b.0.iter_mut().zip(b.1.iter_mut()).zip(a) {
+                *v += a * 0.01;
+                *p += *v * 0.01;
             }
         }
     }
