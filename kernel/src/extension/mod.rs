@@ -464,7 +464,14 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
     };
     if let Some(w) = strand::which(event) {
         // The `Strand` events keep their own handlers (`strand.rs`).
-        return strand::install(w, &req, builtin, symbol.sig, symbol.target, owner);
+        let p = strand::Proc {
+            builtin,
+            sig: symbol.sig,
+            target: symbol.target,
+            owner,
+            symbol: &symbol,
+        };
+        return strand::install(k, &s.domains, w, &req, &p, notify);
     }
     let id = match event {
         EVENT_SYSCALL => {

@@ -14,8 +14,11 @@
 //! handler decides only what happens inside its own task's virtual processors.
 //!
 //! Handlers are built-in extensions (the `builtin.strand` interface: `count`, `veto`), Rust
-//! that forbids `unsafe` and is trusted to terminate as SPIN trusted its compiler; an
-//! interpreted (WebAssembly) handler is refused (`NotSupported`) for now.
+//! that forbids `unsafe` and is trusted to terminate as SPIN trusted its compiler, or
+//! WebAssembly procedures `(vp, thread: i64) -> i64` run under the extensions' fuel: one
+//! that runs out of fuel or traps is aborted, the event falls back to its default (the
+//! upcall), and the handler is removed with its installer told (`NOTIFY_ABORTED`), so a
+//! misbehaving handler costs its own task at most one fuel budget per event.
 //!
 //! # State and locking
 //! [`STATE`], reached only under the big kernel lock; a raise borrows it while its
@@ -84,6 +87,8 @@ struct Meta {
     id: HandlerId,
     task: TaskId,
     domain: DomainId,
+    /// Where the installer is told if the handler is aborted.
+    notify: Option<kern::ipc::PortId>,
 }
 
 /// How often a task's handlers ran on each event, and how often the raise was vetoed.
@@ -230,6 +235,13 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
     };
     let r = ev.raise(k, s);
     let veto = r.result == STRAND_VETO;
+    if r.aborted != 0 {
+        aborted(k, which, r.aborted);
+    }
+    // SAFETY: as above (`aborted` has finished with its own reference).
+    let Some(st) = (unsafe { existing() }) else {
+        return !veto;
+    };
     if r.ran != 0 {
         if let Some(t) = st.tallies.iter_mut().find(|t| t.task == s.task) {
             if let (Some(ran), Some(v)) = (
@@ -244,25 +256,88 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
     !veto
 }
 
-/// Installs the built-in symbol `target` (of signature `sig`, from a kernel domain when
-/// `builtin`) of domain `domain` on `which` for `req`'s task.
+/// Removes the handlers at the positions in `mask` of `which` (they aborted: out of fuel,
+/// a trap) and tells their installers; the raise has already fallen back to the default.
+#[inline(never)]
+fn aborted(k: &mut Kernel, which: Which, mask: u32) {
+    // SAFETY: the lock is held; the raise's borrow has ended.
+    let Some(st) = (unsafe { existing() }) else {
+        return;
+    };
+    let Some(ev) = st.events.get_mut(which as usize) else {
+        return;
+    };
+    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
+    for (i, slot) in ids.iter_mut().enumerate() {
+        if mask & (1 << i) != 0 {
+            *slot = ev.installer_at(i).map(|x| x.0);
+        }
+    }
+    for id in ids.into_iter().flatten() {
+        if ev.remove(id, None).is_ok() {
+            INSTALLED.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Some(at) = st.meta.iter().position(|m| m.which == which && m.id == id) else {
+            continue;
+        };
+        let m = st.meta.swap_remove(at);
+        crate::arch::serial::kprintln!(
+            "[kernel] extension handler {} of task {} on {} aborted and removed",
+            id.0,
+            m.task,
+            NAMES.get(which as usize).copied().unwrap_or("Strand")
+        );
+        if let Some(port) = m.notify {
+            let msg = kern::ipc::Message {
+                id: baton_abi::spin::NOTIFY_ABORTED,
+                word: Some(u64::from(id.0)),
+                ..kern::ipc::Message::default()
+            };
+            let mut fx = crate::ipc::effects(k);
+            k.ipc.enqueue(port, msg, &mut fx);
+            crate::ipc::apply(k, fx);
+        }
+    }
+}
+
+/// What is installed: a built-in symbol (`target`, from a kernel domain) or a symbol of a
+/// WebAssembly module (`owner`'s), of signature `sig`.
+pub struct Proc<'a> {
+    pub builtin: bool,
+    pub sig: Sig,
+    pub target: u64,
+    pub owner: DomainId,
+    pub symbol: &'a Symbol,
+}
+
+/// Installs `p` on `which` for `req`'s task; an abort is reported to `notify`.
 pub fn install(
+    k: &mut Kernel,
+    domains: &Domains,
     which: Which,
     req: &Request,
-    builtin: bool,
-    sig: Sig,
-    target: u64,
-    domain: DomainId,
+    p: &Proc<'_>,
+    notify: Option<kern::ipc::PortId>,
 ) -> Result<u64, Error> {
-    if !builtin {
-        // An interpreted handler would run on every block and preemption of the task's
-        // processors; not built yet.
-        return Err(Error::NotSupported);
-    }
-    if sig != STRAND_SIG {
+    if p.sig != STRAND_SIG {
         return Err(Error::InvalidArgument);
     }
-    let f = handler(target)?;
+    let (f, closure): (HandlerFn<Kernel, Strand, u64>, u64) = if p.builtin {
+        (handler(p.target)?, req.claim)
+    } else {
+        (
+            super::wasm::strand_handler,
+            super::wasm::closure(
+                k,
+                domains,
+                req.installer.task,
+                p.owner,
+                p.symbol,
+                super::wasm::Kind::Strand,
+            )?,
+        )
+    };
+    let domain = p.owner;
     // SAFETY: the lock is held (the caller is a system call); the only reference.
     let st = unsafe { state() }?;
     let task = req.installer.task;
@@ -276,12 +351,13 @@ pub fn install(
     }
     st.meta.try_reserve(1).map_err(|_| Error::NoMemory)?;
     let ev = st.events.get_mut(which as usize).ok_or(Error::NotFound)?;
-    let id = ev.install(req, f, req.claim, &[])?;
+    let id = ev.install(req, f, closure, &[])?;
     st.meta.push(Meta {
         which,
         id,
         task,
         domain,
+        notify,
     });
     INSTALLED.fetch_add(1, Ordering::Relaxed);
     Ok(u64::from(id.0))

@@ -60,6 +60,7 @@ struct Host {
 
 type SysFn = TypedFunc<(i64, i64, i64, i64), i64>;
 type TestFn = TypedFunc<i64, i64>;
+type StrandFn = TypedFunc<(i64, i64), i64>;
 
 struct Ext {
     domain: DomainId,
@@ -70,6 +71,7 @@ struct Ext {
     store: Option<(Store<Host>, Instance)>,
     sys_funcs: Vec<SysFn>,
     test_funcs: Vec<TestFn>,
+    strand_funcs: Vec<StrandFn>,
     _charge: Charge,
 }
 
@@ -201,6 +203,7 @@ pub fn create(
         store: None,
         sys_funcs: Vec::new(),
         test_funcs: Vec::new(),
+        strand_funcs: Vec::new(),
         _charge: charge,
     };
     match e.list.iter_mut().find(|s| s.is_none()) {
@@ -226,6 +229,8 @@ pub fn forget(d: DomainId) {
 pub enum Kind {
     Syscall,
     Test,
+    /// The `Strand` events (`strand.rs`): `(vp, thread: i64) -> verdict`.
+    Strand,
 }
 
 /// The closure of a handler that runs `symbol` of domain `owner` (a module of task
@@ -270,6 +275,16 @@ pub fn closure(
                 ext.test_funcs.try_reserve(1).map_err(|_| Error::NoMemory)?;
                 ext.test_funcs.push(f);
                 ext.test_funcs.len() - 1
+            }
+            Kind::Strand => {
+                let f = instance
+                    .get_typed_func::<(i64, i64), i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.strand_funcs
+                    .try_reserve(1)
+                    .map_err(|_| Error::NoMemory)?;
+                ext.strand_funcs.push(f);
+                ext.strand_funcs.len() - 1
             }
         })
     })?;
@@ -404,6 +419,30 @@ pub fn test_handler(_k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
         Ok(v) => Some(v as u64),
         Err(err) => {
             crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");
+            None
+        }
+    }
+}
+
+/// Runs a module's `Strand` handler for `s`: `(vp, thread) -> verdict` (any verdict but
+/// `STRAND_VETO` proceeds).
+pub fn strand_handler(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
+    let (slot, index) = slot_of(b);
+    // SAFETY: as in `syscall_handler` (a raise is in a system call or the kernel's
+    // preemption path, under the lock).
+    let e = unsafe { exts() };
+    let ext = e.list.get_mut(slot)?.as_mut()?;
+    let f = ext.strand_funcs.get(index)?;
+    let (store, _) = ext.store.as_mut()?;
+    store.data_mut().task = s.task;
+    store.set_fuel(fuel(b)).ok()?;
+    match crate::heap::bounded(|| f.call(store, (s.vp as i64, s.thread as i64))) {
+        Ok(v) => Some(u64::from(v as u64 == baton_abi::spin::STRAND_VETO)),
+        Err(err) => {
+            crate::arch::serial::kprintln!(
+                "[kernel] Strand handler of task {} aborted: {err}",
+                s.task
+            );
             None
         }
     }

@@ -14,6 +14,9 @@
 //!   thread (no Block upcall), one that vetoes `Strand.Resume` makes `vp_resume` fail;
 //!   another task's virtual processors (`strand_peer`) are not affected by this task's
 //!   veto;
+//! - WebAssembly `Strand` handlers: one that vetoes, and one that never returns, which
+//!   its fuel stops (the Block upcall still comes, the handler is removed, the installer
+//!   told);
 //! - the kernel's threads and charged memory are back to the baseline afterwards.
 #![no_std]
 #![no_main]
@@ -88,6 +91,8 @@ fn run() -> Result<(), Failed> {
     // A run with one processor per CPU spawns kernel threads whose stacks baton-rt keeps
     // for good (its rule for kernel threads' stacks), so it goes before the baseline too.
     preempted_per_cpu()?;
+    // And the first WebAssembly module (the slots the kernel's tables grow to).
+    wasm_handlers()?;
     let base = settled();
     preempted_on_one(expect)?;
     events(expect)?;
@@ -476,6 +481,70 @@ fn events(expect: u64) -> Result<(), Failed> {
     );
     must("remove veto", spin::remove(veto))?;
     must("release", spin::release(d))?;
+    wasm_handlers()
+}
+
+/// The WebAssembly extension (`extensions/null_syscall`), built by `cargo xtask build`.
+static NULL_SYSCALL: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
+));
+
+/// `Strand` handlers loaded at run time: one that vetoes works as the built-in one does;
+/// one that never returns is stopped by its fuel, the Block upcall (the default) still
+/// comes, the handler is removed and its installer told.
+fn wasm_handlers() -> Result<(), Failed> {
+    let m = must("create the module", spin::create(NULL_SYSCALL))?;
+    let console = must("import baton.console", spin::import("baton.console"))?;
+    let task = must("import baton.task", spin::import("baton.task"))?;
+    must("resolve", spin::resolve(console, m))?;
+    must("resolve", spin::resolve(task, m))?;
+    let veto = must(
+        "install strand_veto",
+        spin::install(m, "strand_veto", EVENT_STRAND_BLOCK, 0, 0, 0),
+    )?;
+    let (st, moved) = sleeper();
+    check!(
+        st.kernel_blocks == 0 && moved == 0,
+        "a WebAssembly Strand.Block handler's veto keeps the processor blocked ({} upcalls, moved {moved})",
+        st.kernel_blocks
+    );
+    must("remove", spin::remove(veto))?;
+    let port = must("port_allocate", baton_rt::ipc::port_allocate(0))?;
+    let send = must("port_make_send", baton_rt::ipc::port_make_send(port, false))?;
+    let forever = must(
+        "install strand_forever",
+        spin::install(m, "strand_forever", EVENT_STRAND_BLOCK, 0, 0, send),
+    )?;
+    let (st, moved) = sleeper();
+    check!(
+        st.kernel_blocks >= 1 && moved > 0,
+        "a Strand.Block handler that never returns is stopped by its fuel and the Block upcall still comes ({} upcalls, moved {moved})",
+        st.kernel_blocks
+    );
+    let mut buf = [0u8; baton_abi::ipc::HEADER_SIZE + 16];
+    let got = baton_rt::ipc::msg_buf(&mut buf, baton_abi::ipc::MSG_RECEIVE, port, 5_000_000_000)
+        .ok()
+        .and_then(|()| baton_abi::ipc::MsgHeader::from_bytes(&buf))
+        .map(|h| {
+            (
+                h.id,
+                baton_rt::ipc::data_word(buf.get(baton_abi::ipc::HEADER_SIZE..).unwrap_or(&[]), 0),
+            )
+        });
+    check!(
+        got == Some((baton_abi::spin::NOTIFY_ABORTED, forever.id)),
+        "the installer is told the handler was aborted ({got:?})"
+    );
+    check!(
+        spin::remove(forever) == Err(Error::NotFound),
+        "the aborted handler is gone"
+    );
+    let _ = baton_rt::ipc::cap_drop(send);
+    let _ = baton_rt::ipc::cap_drop(port);
+    for d in [m, console, task] {
+        must("release", spin::release(d))?;
+    }
     Ok(())
 }
 
