@@ -1854,6 +1854,28 @@ pub const ALL: &[IntegrationTest] = &[
         require: &["strand#1| TEST PASS strand"],
         ..BASE
     },
+    IntegrationTest {
+        // The Figure 4 applications' wall time on one virtual processor and on one per
+        // CPU (the speedup of the Sting paper's Figures 4 and 5; printed, not judged:
+        // wall time under TCG on a shared host).
+        name: "sting_speedup_smp1",
+        init: &["sting_speedup"],
+        smp: 1,
+        timeout: Duration::from_secs(300),
+        require: &["sting_speedup#1| TEST PASS sting_speedup"],
+        ..BASE
+    },
+    IntegrationTest {
+        // The Figure 4 applications' wall time on one virtual processor and on one per
+        // CPU (the speedup of the Sting paper's Figures 4 and 5; printed, not judged:
+        // wall time under TCG on a shared host).
+        name: "sting_speedup_smp2",
+        init: &["sting_speedup"],
+        smp: 2,
+        timeout: Duration::from_secs(300),
+        require: &["sting_speedup#1| TEST PASS sting_speedup"],
+        ..BASE
+    },
 ];
 
 /// `trace_rpc`'s check: some request's flow ends in another task's thread with a stack

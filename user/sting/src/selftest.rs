@@ -1048,3 +1048,54 @@ pub fn nbody(vps: usize) -> Outcome {
         s.created, s.stolen
     ))
 }
+
+/// The parallel runs of the four Figure 4 applications alone (no sequential run, no
+/// check), for timing their speedup: each runs its program in a runtime of `vps`
+/// work-stealing virtual processors and returns its answer.
+pub const APPS: &[(&str, fn(usize) -> u64)] = &[
+    ("primes", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || {
+            let chunk = 60_000 / 16;
+            let slaves: Vec<_> = (0..16u64)
+                .map(|i| {
+                    fork(move || {
+                        (i * chunk..(i + 1) * chunk)
+                            .filter(|&n| {
+                                n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+                            })
+                            .count() as u64
+                    })
+                })
+                .collect();
+            slaves.iter().map(|t| *t.value().unwrap_or(&0)).sum::<u64>()
+        })
+        .0
+    }),
+    ("mst", |vps| {
+        let pts = Arc::new(mst_points());
+        run(Config::new(vps, Kind::WorkStealing), move || {
+            mst_weight(pts, true)
+        })
+        .0
+    }),
+    ("alphabeta", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || {
+            let full = (i64::MIN + 1, i64::MAX);
+            let b0 = if ab_skew(0) { 300 } else { 0 };
+            let first = -alpha_beta(1, AB_DEPTH - 1, -full.1, -full.0, -b0);
+            let rest: Vec<_> = (1..AB_FANOUT)
+                .map(|c| fork(move || -alpha_beta(c + 1, AB_DEPTH - 1, -full.1, -first, 0)))
+                .collect();
+            for r in &rest {
+                r.wait();
+            }
+            rest.iter()
+                .map(|r| *r.value().unwrap_or(&i64::MIN))
+                .fold(first, i64::max) as u64
+        })
+        .0
+    }),
+    ("nbody", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || nb_run(true)).0
+    }),
+];
