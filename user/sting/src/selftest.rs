@@ -1049,10 +1049,13 @@ pub fn nbody(vps: usize) -> Outcome {
     ))
 }
 
+/// An application's parallel run: its answer on this many virtual processors.
+pub type App = fn(usize) -> u64;
+
 /// The parallel runs of the four Figure 4 applications alone (no sequential run, no
 /// check), for timing their speedup: each runs its program in a runtime of `vps`
 /// work-stealing virtual processors and returns its answer.
-pub const APPS: &[(&str, fn(usize) -> u64)] = &[
+pub const APPS: &[(&str, App)] = &[
     ("primes", |vps| {
         run(Config::new(vps, Kind::WorkStealing), || {
             let chunk = 60_000 / 16;
