@@ -84,6 +84,10 @@ pub struct Hooks {
     /// just been marked blocked on `why` and is about to leave its CPU: its processor may
     /// go on with a spare thread, made ready at the front of this CPU's run queue.
     pub vp_blocking: fn(&mut Kernel, ThreadId, Blocked),
+    /// The running thread `t`, which belongs to a virtual processor, is on its way back to
+    /// user mode at a timer tick or about to be preempted (`preempted`): its processor may
+    /// be told with a Checkpoint upcall (its user registers rewritten to enter it).
+    pub vp_preempting: fn(&mut Kernel, ThreadId, bool),
 }
 
 /// The hooks before [`install`]: nothing to do.
@@ -108,6 +112,7 @@ const NONE: Hooks = Hooks {
     space_freed: |_, _| {},
     page_fault: |_, _, _, _| Err(0),
     vp_blocking: |_, _, _| {},
+    vp_preempting: |_, _, _| {},
 };
 
 static HOOKS: spin::Once<Hooks> = spin::Once::new();

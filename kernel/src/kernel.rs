@@ -1449,7 +1449,7 @@ pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
     if let Some(value) = result {
         th.frame.rax = value;
     }
-    let (kill, prio) = (th.kill_pending, th.priority);
+    let (kill, prio, vp) = (th.kill_pending, th.priority, th.vp);
     if kill {
         thread::thread_terminate_current(k);
     }
@@ -1457,6 +1457,10 @@ pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
         Some(p) => p > prio || (timeslice && p == prio),
         None => false,
     };
+    if vp && (preempt || timeslice) {
+        // A virtual processor's carrier: its runtime may be told (a Checkpoint upcall).
+        (family::hooks().vp_preempting)(k, cur, preempt);
+    }
     if preempt {
         k.stats.blocks_preempt += 1;
         thread::thread_setrun(k, cur);

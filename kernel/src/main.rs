@@ -214,6 +214,7 @@ fn install_families() {
             pager::page_fault(k, t, addr, error)
         },
         vp_blocking: vproc::on_block,
+        vp_preempting: vproc::on_preempt,
     });
     pager::init();
     extension::translation::init();

@@ -216,6 +216,10 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
             Some(task) => crate::vproc::sys_vp_wait(k, cur, task, args),
             None => Error::InvalidArgument.to_raw(),
         },
+        Sys::VpResume => match task_of.0 {
+            Some(task) => crate::vproc::sys_vp_resume(k, cur, task, args[0]),
+            None => Error::InvalidArgument.to_raw(),
+        },
         other => match k.syscall(task_of.0, other, args) {
             Ok(v) => v,
             Err(e) => e.to_raw(),
@@ -547,10 +551,12 @@ impl Kernel {
             | Sys::ActReturn
             | Sys::HostShutdown
             | Sys::VpWait
+            | Sys::VpResume
             | Sys::Null => Err(Error::InvalidArgument),
-            Sys::VpCreate | Sys::VpSpares | Sys::VpTake | Sys::VpDestroy => {
+            Sys::VpCreate | Sys::VpSpares | Sys::VpTake | Sys::VpDestroy | Sys::VpPreempt => {
                 crate::vproc::sys(self, id, call, args)
             }
+            Sys::StrandCount => crate::extension::strand::count(self, id, args[0]),
         };
         if let Err(Error::BadAddress) = result {
             // Rate-limited, and written after the lock is released (`klog`).

@@ -26,6 +26,7 @@
 //!   so teardown never fails.
 
 use crate::arch::trap::TrapFrame;
+use crate::extension::strand::{self, Strand, Which};
 use crate::kernel::{Kernel, TaskId, STOPS_PENDING};
 use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use baton_abi::exception::UserRegs;
@@ -39,7 +40,7 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::Ordering;
 use kern::continuation::{Continuation, Resume};
 use kern::slab::{Key, Slab};
-use kern::vproc::{Role, Unblock, VpCore};
+use kern::vproc::{Preemption, Role, Unblock, VpCore};
 
 /// One virtual processor.
 struct Vp {
@@ -51,6 +52,8 @@ struct Vp {
     cfg: VpConfig,
     /// The wait-queue key of the carrier's `vp_wait`, while it may be in one.
     idle: Option<(TaskId, u64)>,
+    /// Whether, and after how long, the runtime is told of preemptions (Checkpoint).
+    preempt: Preemption,
     /// Its charge to the task's account.
     _charge: kern::quota::Charge,
 }
@@ -115,6 +118,7 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                 _ => Err(Error::NotFound),
             }
         }
+        Sys::VpPreempt => set_preempt(k, task, args[0], args[1]),
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -167,6 +171,7 @@ fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, E
             core,
             cfg,
             idle: None,
+            preempt: Preemption::default(),
             _charge: charge,
         })
         .map_err(|_| Error::NoMemory)?;
@@ -306,6 +311,25 @@ pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
     if in_range(cfg.upcall_lo, cfg.upcall_hi) || in_range(cfg.quiet_lo, cfg.quiet_hi) {
         return;
     }
+    let (task, vp_id) = (vp.task, key.0);
+    if !strand::raise(
+        k,
+        Which::Block,
+        &Strand {
+            task,
+            vp: vp_id,
+            thread: t.0,
+        },
+    ) {
+        // A `Strand.Block` handler vetoed the upcall: the processor blocks with `t`.
+        return;
+    }
+    // SAFETY: as above (the earlier reference is no longer used; handlers do not reach
+    // this state).
+    let st = unsafe { state(k) };
+    let Some(vp) = st.vps.get_mut(key) else {
+        return;
+    };
     let Some(spare) = vp.core.on_block(t) else {
         return;
     };
@@ -378,6 +402,19 @@ pub fn before_user(k: &mut Kernel) {
             .is_some_and(|c| c.state == ThreadState::Blocked(Blocked::Wait { key: w }))
     });
     let (task, cfg) = (vp.task, vp.cfg);
+    // A `Strand.Unblock` veto keeps an idle processor from being interrupted: the event
+    // waits in the queue.
+    let strand = Strand {
+        task,
+        vp: key.0,
+        thread: cur.0,
+    };
+    let idle = idle.filter(|_| strand::raise(k, Which::Unblock, &strand));
+    // SAFETY: as above (handlers do not reach this state).
+    let st = unsafe { state(k) };
+    let Some(vp) = st.vps.get_mut(key) else {
+        return;
+    };
     match vp.core.on_unblock(cur, regs, idle.is_some()) {
         Unblock::NotDetached => {}
         Unblock::TakeOver { parked } => {
@@ -627,4 +664,135 @@ pub fn task_released(k: &mut Kernel, id: TaskId) {
         };
         destroy(k, key);
     }
+}
+
+/// `vp_preempt(vp, quantum_ns)`: Checkpoint upcalls on (with a quantum) or off (0).
+fn set_preempt(k: &mut Kernel, task: TaskId, vp: u64, quantum: u64) -> Result<u64, Error> {
+    if quantum != 0 && quantum < baton_abi::vproc::QUANTUM_MIN_NS {
+        return Err(Error::InvalidArgument);
+    }
+    let now = crate::arch::apic::now_ns();
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let v = st
+        .vps
+        .get_mut(Key(vp))
+        .filter(|v| v.task == task)
+        .ok_or(Error::NotFound)?;
+    v.preempt = Preemption {
+        quantum_ns: quantum,
+        since_ns: now,
+    };
+    Ok(0)
+}
+
+/// The `vp_preempting` hook: the carrier `t` is on its way to user mode at a timer tick,
+/// or is being preempted (`preempted`). When its processor asked for Checkpoints and the
+/// carrier runs a user-level thread that is due one (`kern::vproc::Preemption::due`), and
+/// no `Strand.Checkpoint` handler vetoes it, its user registers are rewritten to enter the
+/// runtime with a Checkpoint upcall carrying the thread's registers, all of them: the
+/// carrier enters it now, or when it next runs. A runtime whose upcall stack cannot be
+/// written ends.
+pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, Role::Carrier)) = find(st, t) else {
+        return;
+    };
+    let Some(vp) = st.vps.get_mut(key) else {
+        return;
+    };
+    if vp.preempt.quantum_ns == 0 {
+        return;
+    }
+    let Some(th) = k.threads.get(t) else {
+        return;
+    };
+    let regs = th.frame.user_regs();
+    let (cfg, task) = (vp.cfg, vp.task);
+    let now = crate::arch::apic::now_ns();
+    let quiet = [(cfg.upcall_lo, cfg.upcall_hi), (cfg.quiet_lo, cfg.quiet_hi)];
+    if !vp.preempt.due(now, preempted, regs.rsp, &quiet) {
+        return;
+    }
+    vp.preempt.restart(now);
+    let pending = vp.core.counts().2 as u64;
+    if !strand::raise(
+        k,
+        Which::Checkpoint,
+        &Strand {
+            task,
+            vp: key.0,
+            thread: t.0,
+        },
+    ) {
+        return;
+    }
+    let ev = VpEvent {
+        kind: baton_abi::vproc::VP_CHECKPOINT,
+        token: t.0,
+        vp: key.0,
+        pending,
+        interrupted: 0,
+        regs,
+        stopped: UserRegs::default(),
+    };
+    if enter_upcall(k, task, t, &cfg, &ev).is_err() {
+        k.report(format_args!(
+            "killed: the upcall stack of virtual processor {} is not writable",
+            key.0
+        ));
+        k.end_task(task, crate::kernel::Ending::Killed);
+        thread::thread_terminate_current(k);
+    }
+}
+
+/// `vp_resume(regs)` by the carrier `cur`: raises `Strand.Resume`, then continues at the
+/// registers read from `at` (checked as an exception handler's are: `rip` and `rsp` in
+/// user space, only the user flags taken), every register restored. Returns only the
+/// error to give back.
+pub fn sys_vp_resume(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> u64 {
+    match vp_resume(k, cur, task, at) {
+        Ok(()) => crate::kernel::finish_entry(k, false, None),
+        Err(e) => e.to_raw(),
+    }
+}
+
+fn vp_resume(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<(), Error> {
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let Some((key, Role::Carrier)) = find(st, cur) else {
+        return Err(Error::InvalidArgument);
+    };
+    let mut raw = [0u8; baton_abi::exception::USER_REGS_WORDS * 8];
+    k.copy_in(task, at, &mut raw)?;
+    let mut words = [0u64; baton_abi::exception::USER_REGS_WORDS];
+    for (w, chunk) in words.iter_mut().zip(raw.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *w = u64::from_le_bytes(b);
+    }
+    let regs = UserRegs::from_words(&words);
+    if regs.rip >= USER_END || regs.rsp >= USER_END {
+        return Err(Error::BadAddress);
+    }
+    if !strand::raise(
+        k,
+        Which::Resume,
+        &Strand {
+            task,
+            vp: key.0,
+            thread: cur.0,
+        },
+    ) {
+        return Err(Error::Denied);
+    }
+    crate::exception::set_regs(k, cur, &regs)?;
+    let now = crate::arch::apic::now_ns();
+    // SAFETY: as above (handlers do not reach this state).
+    let st = unsafe { state(k) };
+    if let Some(vp) = st.vps.get_mut(key) {
+        vp.preempt.restart(now);
+    }
+    Ok(())
 }

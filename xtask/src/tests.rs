@@ -692,6 +692,9 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: groups: ",
     "sting#1| ok: ports: ",
     "sting#1| ok: primes: ",
+    "sting#1| ok: mst: ",
+    "sting#1| ok: alphabeta: ",
+    "sting#1| ok: nbody: ",
     "sting#1| TEST PASS sting",
 ];
 
@@ -1886,6 +1889,64 @@ pub const ALL: &[IntegrationTest] = &[
         extra: &["priv=blk_persist"],
         timeout: Duration::from_secs(60),
         disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp1",
+        init: &["strand"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp2",
+        init: &["strand"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
+        // user-level thread preempted by the kernel while another of its virtual processor
+        // runs, resumed with the right checksum; counting and vetoing Strand handlers,
+        // keyed to their installer's task.
+        name: "strand_smp4",
+        init: &["strand"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // The Figure 4 applications' wall time on one virtual processor and on one per
+        // CPU (the speedup of the Sting paper's Figures 4 and 5; printed, not judged:
+        // wall time under TCG on a shared host).
+        name: "sting_speedup_smp1",
+        init: &["sting_speedup"],
+        smp: 1,
+        timeout: Duration::from_secs(300),
+        require: &["sting_speedup#1| TEST PASS sting_speedup"],
+        ..BASE
+    },
+    IntegrationTest {
+        // The Figure 4 applications' wall time on one virtual processor and on one per
+        // CPU (the speedup of the Sting paper's Figures 4 and 5; printed, not judged:
+        // wall time under TCG on a shared host).
+        name: "sting_speedup_smp2",
+        init: &["sting_speedup"],
+        smp: 2,
+        timeout: Duration::from_secs(300),
+        require: &["sting_speedup#1| TEST PASS sting_speedup"],
         ..BASE
     },
 ];

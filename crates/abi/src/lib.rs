@@ -476,6 +476,27 @@ pub enum Sys {
     /// `msi_message(name) -> address | data << 32`: what the device must write to raise
     /// the MSI line of the interrupt object `name`.
     MsiMessage = 174,
+    /// `vp_preempt(vp, quantum_ns) -> 0`: turns on Checkpoint upcalls for the virtual
+    /// processor (Sting's preemption of user-level threads): when the kernel preempts its
+    /// carrier while a user-level thread runs (a higher-priority wake-up, the end of a
+    /// time slice), or the thread has run `quantum_ns` since the last upcall or
+    /// [`Sys::VpResume`], the carrier re-enters the runtime with a [`vproc::VP_CHECKPOINT`]
+    /// event carrying every register of the preempted thread. 0 turns them off.
+    /// [`Error::NotFound`] for no virtual processor of the task with that id,
+    /// [`Error::InvalidArgument`] for a quantum under [`vproc::QUANTUM_MIN_NS`].
+    VpPreempt = 160,
+    /// `vp_resume(*const UserRegs) -> !`: by a carrier: continues at the given user
+    /// registers, every one restored (`rcx`, `r11` and the arithmetic flags too), as
+    /// Sting's Resume: how a runtime runs again a thread a Checkpoint gave it, with no
+    /// kernel thread of its own. [`Error::BadAddress`] for a block that cannot be read or a
+    /// `rip`/`rsp` outside user space, [`Error::InvalidArgument`] when the caller carries no
+    /// virtual processor, [`Error::Denied`] when a `Strand.Resume` handler vetoed it.
+    VpResume = 161,
+    /// `strand_count(event) -> count`: how many times handlers installed by the calling
+    /// task on `Strand` event `event` ([`spin::EVENT_STRAND_BLOCK`] and the three after
+    /// it) have run, and in bits 32.. how many times they vetoed.
+    /// [`Error::NotFound`] for another event.
+    StrandCount = 162,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -817,6 +838,9 @@ impl Sys {
             172 => Sys::HaltedTicks,
             173 => Sys::MsiAttach,
             174 => Sys::MsiMessage,
+            160 => Sys::VpPreempt,
+            161 => Sys::VpResume,
+            162 => Sys::StrandCount,
             _ => return None,
         })
     }

@@ -52,6 +52,14 @@ fn call_and_message_numbers() {
         (crate::vproc::VP_UNBLOCK, 2),
         (crate::vproc::VP_EVENT_SIZE as u64, 328),
         (crate::vproc::VP_CONFIG_SIZE as u64, 56),
+        (Sys::VpPreempt as u64, 160),
+        (Sys::VpResume as u64, 161),
+        (Sys::StrandCount as u64, 162),
+        (crate::vproc::VP_CHECKPOINT, 3),
+        (crate::spin::EVENT_STRAND_BLOCK, 0x5354_0001),
+        (crate::spin::EVENT_STRAND_UNBLOCK, 0x5354_0002),
+        (crate::spin::EVENT_STRAND_CHECKPOINT, 0x5354_0003),
+        (crate::spin::EVENT_STRAND_RESUME, 0x5354_0004),
     ];
     for (i, &(value, want)) in pinned.iter().enumerate() {
         assert_eq!(value, want, "entry {i}");

@@ -9,6 +9,26 @@ pub const EVENT_SYSCALL: u64 = 1;
 /// dispatcher.
 pub const EVENT_TEST: u64 = 2;
 
+/// `Strand.Block`: raised where a virtual processor's carrier blocks in the kernel and
+/// would get a Block upcall (SPIN's `Strand` events; Sting's upcalls are their default
+/// handlers). A handler sees only its installer's virtual processors; it answers
+/// [`STRAND_PROCEED`] (the upcall is delivered) or [`STRAND_VETO`] (no upcall: the thread
+/// blocks as an ordinary thread, its processor with it).
+pub const EVENT_STRAND_BLOCK: u64 = 0x5354_0001;
+/// `Strand.Unblock`: a blocked thread's call completed; a veto makes its Unblock wait in
+/// the queue (for `vp_take`) rather than interrupt an idle processor.
+pub const EVENT_STRAND_UNBLOCK: u64 = 0x5354_0002;
+/// `Strand.Checkpoint`: the kernel preempts a carrier running a user-level thread; a veto
+/// leaves the thread running (no Checkpoint upcall this time).
+pub const EVENT_STRAND_CHECKPOINT: u64 = 0x5354_0003;
+/// `Strand.Resume`: a runtime resumes a saved user-level thread (`vp_resume`); a veto
+/// fails the call with `Denied`.
+pub const EVENT_STRAND_RESUME: u64 = 0x5354_0004;
+/// A `Strand` handler's answer: go on with the default (the upcall, or the resume).
+pub const STRAND_PROCEED: u64 = 0;
+/// A `Strand` handler's answer: do not.
+pub const STRAND_VETO: u64 = 1;
+
 /// The system-call numbers an extension may claim for `Trap.SystemCall`
 /// (`0x1000..0x2000`): outside the base ABI and the floor calls, now and later.
 pub const EXT_SYSCALL_FIRST: u64 = 0x1000;

@@ -27,6 +27,16 @@ pub const VP_BLOCK: u64 = 1;
 /// set (an upcall), `stopped` is the context the upcall displaced: the carrier's
 /// [`crate::Sys::VpWait`] returning 0.
 pub const VP_UNBLOCK: u64 = 2;
+/// Upcall kind: the kernel preempted the carrier while a user-level thread ran (Sting's
+/// Checkpoint; on only after [`crate::Sys::VpPreempt`]); `token` is the carrier, `regs`
+/// every register of the preempted thread (`rcx`, `r11` and `rflags` included: it was
+/// stopped by an interrupt, not a call). The runtime runs what its policy picks, and the
+/// preempted thread later with [`crate::Sys::VpResume`]. A carrier stopped with `rsp` in
+/// the upcall stack or the quiet range gets no Checkpoint.
+pub const VP_CHECKPOINT: u64 = 3;
+/// Shortest preemption quantum [`crate::Sys::VpPreempt`] takes (the timer ticks every
+/// 10 ms, so a quantum is in effect rounded up to whole ticks).
+pub const QUANTUM_MIN_NS: u64 = 1_000_000;
 
 /// Most virtual processors one task may have.
 pub const VPS_PER_TASK_MAX: usize = 16;

@@ -206,6 +206,35 @@ impl<T: Copy + Eq, R: Copy> VpCore<T, R> {
     }
 }
 
+/// Sting's preemption of the user-level threads of one virtual processor: when the kernel
+/// stops its carrier in user mode, whether the runtime is told with a Checkpoint upcall.
+/// Off until the runtime asks for it with a quantum.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Preemption {
+    /// The quantum (0: Checkpoint upcalls are off).
+    pub quantum_ns: u64,
+    /// When the running user-level thread last got the processor (the last upcall or
+    /// resume).
+    pub since_ns: u64,
+}
+
+impl Preemption {
+    /// Whether a carrier stopped at `now` in user mode, with its stack pointer at `rsp`,
+    /// gets a Checkpoint upcall: Checkpoints are on, the carrier ran a user-level thread
+    /// (`rsp` in none of the runtime's own stacks, `quiet`), and either the kernel is
+    /// taking the CPU from it (`preempted`) or the thread has had its quantum.
+    pub fn due(&self, now: u64, preempted: bool, rsp: u64, quiet: &[(u64, u64)]) -> bool {
+        self.quantum_ns != 0
+            && !quiet.iter().any(|&(lo, hi)| lo <= rsp && rsp < hi)
+            && (preempted || now.saturating_sub(self.since_ns) >= self.quantum_ns)
+    }
+
+    /// A user-level thread got the processor at `now`: its quantum starts.
+    pub fn restart(&mut self, now: u64) {
+        self.since_ns = now;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,5 +426,40 @@ mod proptests {
                 prop_assert_eq!((vp.spares.capacity(), vp.detached.capacity(), vp.pending.capacity()), caps);
             }
         }
+    }
+
+    #[test]
+    fn checkpoints_are_off_until_asked_for() {
+        let p = Preemption::default();
+        assert!(!p.due(u64::MAX, true, 0x1000, &[]));
+    }
+
+    #[test]
+    fn checkpoint_when_preempted_or_after_the_quantum() {
+        let mut p = Preemption {
+            quantum_ns: 100,
+            since_ns: 0,
+        };
+        p.restart(1_000);
+        assert!(!p.due(1_050, false, 0x5000, &[]), "quantum not over");
+        assert!(p.due(1_050, true, 0x5000, &[]), "the kernel takes the CPU");
+        assert!(p.due(1_100, false, 0x5000, &[]), "quantum over");
+        assert!(
+            !p.due(500, false, 0x5000, &[]),
+            "a clock before the start is no quantum"
+        );
+    }
+
+    #[test]
+    fn no_checkpoint_on_the_runtimes_own_stacks() {
+        let p = Preemption {
+            quantum_ns: 1,
+            since_ns: 0,
+        };
+        let quiet = [(0x1000, 0x2000), (0x8000, 0x9000)];
+        assert!(!p.due(10, true, 0x1000, &quiet));
+        assert!(!p.due(10, true, 0x8fff, &quiet));
+        assert!(p.due(10, true, 0x2000, &quiet), "the top is outside");
+        assert!(p.due(10, true, 0x4000, &quiet));
     }
 }

@@ -87,6 +87,20 @@ mod handlers {
     pub fn one(_a: i64) -> i64 {
         1
     }
+
+    /// A `Strand` handler (`(vp, thread) -> verdict`): vetoes (1) every event.
+    pub fn strand_veto(_vp: i64, _thread: i64) -> i64 {
+        1
+    }
+
+    /// A `Strand` handler that never returns: stopped by the fuel, and the event's
+    /// default (the upcall) goes ahead.
+    pub fn strand_forever(vp: i64, _thread: i64) -> i64 {
+        let mut x = vp;
+        loop {
+            x = core::hint::black_box(x.wrapping_mul(5).wrapping_add(3));
+        }
+    }
 }
 
 /// The exports.
@@ -120,5 +134,13 @@ mod exports {
     #[no_mangle]
     pub extern "C" fn one(a: i64) -> i64 {
         h::one(a)
+    }
+    #[no_mangle]
+    pub extern "C" fn strand_veto(vp: i64, thread: i64) -> i64 {
+        h::strand_veto(vp, thread)
+    }
+    #[no_mangle]
+    pub extern "C" fn strand_forever(vp: i64, thread: i64) -> i64 {
+        h::strand_forever(vp, thread)
     }
 }

@@ -21,6 +21,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod strand;
 pub mod translation;
 pub mod wasm;
 
@@ -263,6 +264,7 @@ impl State {
         }
         builtin::register(&mut domains, &mut names)?;
         translation::register(&mut domains, &mut names)?;
+        strand::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -390,6 +392,10 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                 builtin: false,
             };
             match args[0] {
+                e if strand::which(e).is_some() => {
+                    let w = strand::which(e).ok_or(Error::NotFound)?;
+                    return strand::remove(task, w, id).map(|()| 0);
+                }
                 EVENT_SYSCALL => s.syscall.remove(id, Some(&who))?,
                 EVENT_TEST => s.test.remove(id, Some(&who))?,
                 e if baton_abi::translation::is_translation_event(e) => {
@@ -466,6 +472,17 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
             k, &s.domains, task, owner, &symbol, builtin, &req, event, notify,
         );
     }
+    if let Some(w) = strand::which(event) {
+        // The `Strand` events keep their own handlers (`strand.rs`).
+        let p = strand::Proc {
+            builtin,
+            sig: symbol.sig,
+            target: symbol.target,
+            owner,
+            symbol: &symbol,
+        };
+        return strand::install(k, &s.domains, w, &req, &p, notify);
+    }
     let id = match event {
         EVENT_SYSCALL => {
             let (f, closure): (HandlerFn<Kernel, Call, Option<u64>>, u64) = if builtin {
@@ -535,6 +552,7 @@ fn forget_domain(s: &mut State, d: DomainId) {
     translation::forget_domain(d);
     s.names.forget(d);
     wasm::forget(d);
+    strand::forget_domain(d);
 }
 
 /// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).
@@ -546,6 +564,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     };
     s.syscall.remove_where(|i| i.task == id);
     s.test.remove_where(|i| i.task == id);
+    strand::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {

@@ -64,6 +64,7 @@ struct Host {
 type SysFn = TypedFunc<(i64, i64, i64, i64), i64>;
 type TestFn = TypedFunc<i64, i64>;
 type FaultFn = TypedFunc<(i64, i64), i64>;
+type StrandFn = TypedFunc<(i64, i64), i64>;
 
 struct Ext {
     domain: DomainId,
@@ -75,6 +76,7 @@ struct Ext {
     sys_funcs: Vec<SysFn>,
     test_funcs: Vec<TestFn>,
     fault_funcs: Vec<FaultFn>,
+    strand_funcs: Vec<StrandFn>,
     _charge: Charge,
 }
 
@@ -207,6 +209,7 @@ pub fn create(
         sys_funcs: Vec::new(),
         test_funcs: Vec::new(),
         fault_funcs: Vec::new(),
+        strand_funcs: Vec::new(),
         _charge: charge,
     };
     match e.list.iter_mut().find(|s| s.is_none()) {
@@ -234,6 +237,8 @@ pub enum Kind {
     Test,
     /// A `Translation` event's handler (`super::translation`).
     Fault,
+    /// The `Strand` events (`strand.rs`): `(vp, thread: i64) -> verdict`.
+    Strand,
 }
 
 /// The closure of a handler that runs `symbol` of domain `owner` (a module of task
@@ -288,6 +293,16 @@ pub fn closure(
                     .map_err(|_| Error::NoMemory)?;
                 ext.fault_funcs.push(f);
                 ext.fault_funcs.len() - 1
+            }
+            Kind::Strand => {
+                let f = instance
+                    .get_typed_func::<(i64, i64), i64>(store, fname)
+                    .map_err(|_| Error::InvalidArgument)?;
+                ext.strand_funcs
+                    .try_reserve(1)
+                    .map_err(|_| Error::NoMemory)?;
+                ext.strand_funcs.push(f);
+                ext.strand_funcs.len() - 1
             }
         })
     })?;
@@ -467,6 +482,30 @@ pub fn fault_handler(
             crate::arch::serial::kprintln!(
                 "[kernel] extension handler of task {} aborted: {err}",
                 f.task
+            );
+            None
+        }
+    }
+}
+
+/// Runs a module's `Strand` handler for `s`: `(vp, thread) -> verdict` (any verdict but
+/// `STRAND_VETO` proceeds).
+pub fn strand_handler(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
+    let (slot, index) = slot_of(b);
+    // SAFETY: as in `syscall_handler` (a raise is in a system call or the kernel's
+    // preemption path, under the lock).
+    let e = unsafe { exts() };
+    let ext = e.list.get_mut(slot)?.as_mut()?;
+    let f = ext.strand_funcs.get(index)?;
+    let (store, _) = ext.store.as_mut()?;
+    store.data_mut().task = s.task;
+    store.set_fuel(fuel(b)).ok()?;
+    match crate::heap::bounded(|| f.call(store, (s.vp as i64, s.thread as i64))) {
+        Ok(v) => Some(u64::from(v as u64 == baton_abi::spin::STRAND_VETO)),
+        Err(err) => {
+            crate::arch::serial::kprintln!(
+                "[kernel] Strand handler of task {} aborted: {err}",
+                s.task
             );
             None
         }

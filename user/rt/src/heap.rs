@@ -89,6 +89,13 @@ pub fn lock_range() -> (u64, u64) {
     (lo, lo + core::mem::size_of_val(&HEAP) as u64)
 }
 
+/// Whether the heap lock is free at this moment (taken and given back at once when it
+/// is). A runtime that preempts its own threads (Sting's Checkpoint upcall) does not
+/// switch away from a thread that may hold it.
+pub fn lock_is_free() -> bool {
+    HEAP.try_lock().is_some()
+}
+
 /// Runs `f` with the heap lock held (tests that make other threads wait for it); `f` must
 /// not allocate or free, or it waits for itself.
 pub fn with_lock<T>(f: impl FnOnce() -> T) -> T {

@@ -2,6 +2,7 @@
 //! the system calls, for a user-level runtime such as `sting`.
 
 use crate::raw::{syscall1, syscall2, syscall3};
+use baton_abi::exception::UserRegs;
 use baton_abi::vproc::{VpConfig, VpEvent};
 use baton_abi::{decode_result, Error, Sys};
 use core::sync::atomic::AtomicU32;
@@ -63,4 +64,43 @@ pub unsafe fn vp_take_raw(buf: u64, max: u64) -> Result<u64, Error> {
 pub fn vp_destroy(vp: u64) -> Result<(), Error> {
     // SAFETY: no user memory is involved.
     decode_result(unsafe { syscall1(Sys::VpDestroy as u64, vp) }).map(|_| ())
+}
+
+/// Turns on Checkpoint upcalls for virtual processor `vp`, with a quantum of
+/// `quantum_ns` (0: off).
+pub fn vp_preempt(vp: u64, quantum_ns: u64) -> Result<(), Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall2(Sys::VpPreempt as u64, vp, quantum_ns) }).map(|_| ())
+}
+
+/// By a carrier: continues at `regs` (every register restored). Returns only on an error.
+///
+/// # Safety
+/// `regs` must be a context of this task that nothing else runs (a thread a Checkpoint
+/// upcall stopped, say): it continues as if it had never stopped, and the calling context
+/// is abandoned.
+pub unsafe fn vp_resume(regs: &UserRegs) -> Error {
+    // SAFETY: the caller's promise; the kernel only reads the block.
+    unsafe { vp_resume_raw(core::ptr::from_ref(regs) as u64) }
+}
+
+/// [`vp_resume`] with an arbitrary address, for tests that pass bad ones.
+///
+/// # Safety
+/// As [`vp_resume`], if the block there is readable and good.
+pub unsafe fn vp_resume_raw(at: u64) -> Error {
+    // SAFETY: the caller's promise.
+    let raw = unsafe { syscall1(Sys::VpResume as u64, at) };
+    match decode_result(raw) {
+        Err(e) => e,
+        Ok(_) => Error::InvalidArgument,
+    }
+}
+
+/// How many times handlers the calling task installed on `Strand` event `event` ran
+/// (low 32 bits) and vetoed (high 32 bits).
+pub fn strand_count(event: u64) -> Result<(u64, u64), Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall1(Sys::StrandCount as u64, event) })
+        .map(|v| (v & 0xffff_ffff, v >> 32))
 }

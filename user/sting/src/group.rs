@@ -28,7 +28,7 @@ pub(crate) struct GroupInner {
 impl GroupInner {
     /// Adds a member (once).
     pub(crate) fn add(&self, t: &ThreadRef) {
-        let mut m = self.members.lock();
+        let mut m = self.members.lock_disarmed();
         if !m.iter().any(|x| x.same(t.core())) {
             m.push(t.clone());
         }
@@ -37,7 +37,7 @@ impl GroupInner {
     /// Removes a member.
     pub(crate) fn remove(&self, t: &Core) {
         let removed = {
-            let mut m = self.members.lock();
+            let mut m = self.members.lock_disarmed();
             m.iter().position(|x| x.same(t)).map(|i| m.swap_remove(i))
         };
         // Dropped outside the lock: it may be the last reference.
@@ -46,7 +46,7 @@ impl GroupInner {
 
     /// A snapshot of the members.
     fn snapshot(&self) -> Vec<ThreadRef> {
-        self.members.lock().clone()
+        self.members.lock_disarmed().clone()
     }
 }
 
@@ -102,7 +102,7 @@ impl Group {
 
     /// How many live threads the group has.
     pub fn len(&self) -> usize {
-        self.inner.members.lock().len()
+        self.inner.members.lock_disarmed().len()
     }
 
     /// Whether the group has no live thread.

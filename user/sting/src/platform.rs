@@ -82,3 +82,16 @@ pub fn relax_hard() {
 pub fn relax_hard() {
     std::thread::yield_now();
 }
+
+/// Whether the program's heap lock is free (a Checkpoint upcall does not switch away from
+/// a thread that may hold it).
+#[cfg(baton)]
+pub fn heap_free() -> bool {
+    baton_rt::heap::lock_is_free()
+}
+
+/// Whether the program's heap lock is free: on the host no Checkpoint comes.
+#[cfg(not(baton))]
+pub fn heap_free() -> bool {
+    true
+}

@@ -124,7 +124,7 @@ impl<T: Send> Port<T> {
     /// Puts `msg` in the port without copying it (asynchronous: never blocks).
     pub fn send(&self, msg: T) {
         let w = {
-            let mut s = self.inner.lock();
+            let mut s = self.inner.lock_disarmed();
             s.messages.push_back(msg);
             s.receivers.pop()
         };
@@ -155,7 +155,7 @@ impl<T: Send> Port<T> {
         loop {
             let node;
             {
-                let mut s = self.inner.lock();
+                let mut s = self.inner.lock_disarmed();
                 if let Some(m) = s.messages.pop_front() {
                     return m;
                 }
@@ -168,12 +168,12 @@ impl<T: Send> Port<T> {
 
     /// Takes the oldest message if there is one.
     pub fn try_get(&self) -> Option<T> {
-        self.inner.lock().messages.pop_front()
+        self.inner.lock_disarmed().messages.pop_front()
     }
 
     /// Messages waiting.
     pub fn len(&self) -> usize {
-        self.inner.lock().messages.len()
+        self.inner.lock_disarmed().messages.len()
     }
 
     /// Whether no message waits.

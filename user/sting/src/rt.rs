@@ -54,7 +54,9 @@ use core::cell::{Cell, UnsafeCell};
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
 use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
-use core::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize};
+use core::sync::atomic::{
+    compiler_fence, fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+};
 
 use crate::arch;
 use crate::group::GroupInner;
@@ -92,6 +94,11 @@ pub(crate) struct Tcb {
     /// The next TCB on its virtual processor's list of TCBs whose kernel call completed
     /// (`VpLocal::kfirst`).
     link: Cell<*mut Tcb>,
+    /// Set while its thread runs its own code inside [`preemptible`]: a Checkpoint upcall
+    /// may then switch away from it. Cleared by every runtime call ([`current_tcb`]).
+    /// (Atomic so that no store to it is optimised away: the kernel's interrupt reads it
+    /// asynchronously, through the upcall, as a signal handler would.)
+    preempt: AtomicBool,
 }
 
 /// A TCB pointer that may sit in the pools (which the runtime shares between threads).
@@ -125,6 +132,7 @@ impl Tcb {
                 thread: Cell::new(ptr::null()),
                 vp: Cell::new(ptr::null()),
                 link: Cell::new(ptr::null_mut()),
+                preempt: AtomicBool::new(false),
             })
         };
         p
@@ -153,6 +161,13 @@ fn current_tcb() -> *mut Tcb {
     if unsafe { (*tcb).magic } != MAGIC {
         not_a_sting_thread();
     }
+    // A runtime call: the thread is not preemptible any more (see `preemptible`). An atomic
+    // store, which the compiler keeps even where it sees no reader, and a compiler fence
+    // (no instruction) so that none of the runtime's work moves above it: a Checkpoint
+    // upcall reads the flag as a signal handler would.
+    // SAFETY: as above, a live TCB.
+    unsafe { (*tcb).preempt.store(false, Relaxed) };
+    compiler_fence(SeqCst);
     tcb
 }
 
@@ -559,6 +574,8 @@ struct Counters {
     refills: AtomicU64,
     kernel_blocks: AtomicU64,
     kernel_unblocks: AtomicU64,
+    checkpoints: AtomicU64,
+    declined: AtomicU64,
 }
 
 /// Adds one to a counter only its virtual processor writes (a plain load and store).
@@ -606,11 +623,17 @@ pub(crate) struct Vp {
     /// The kernel's id of this virtual processor (0 until made).
     pub(crate) kvp: AtomicU64,
     #[cfg_attr(not(baton), allow(dead_code))]
+    /// The base of its upcall stack (0 until made).
+    pub(crate) upcall_stack: AtomicUsize,
+    #[cfg_attr(not(baton), allow(dead_code))]
     /// How many spare kernel threads it asks for.
     pub(crate) spares: u64,
     /// Its scheduler's stack (`[lo, hi)`; both 0 for the first processor's, which is the
     /// program's initial stack).
     pub(crate) sched_stack: (AtomicUsize, AtomicUsize),
+    #[cfg_attr(not(baton), allow(dead_code))]
+    /// The preemption quantum it asks the kernel for (0: no Checkpoint upcalls).
+    pub(crate) quantum_ns: u64,
 }
 
 // SAFETY: `local` is touched only by the virtual processor's own kernel thread (the
@@ -842,6 +865,60 @@ impl Vp {
             unsafe { (*local.klast).link.set(tcb) };
         }
         local.klast = tcb;
+    }
+
+    #[cfg_attr(not(baton), allow(dead_code))]
+    /// A Checkpoint upcall: the kernel stopped this virtual processor's running thread
+    /// with registers `regs` (all of them). If the thread is preemptible (in
+    /// [`preemptible`], no runtime call since, and the heap lock free), it is put back on
+    /// the ready queue as if it had yielded, with a frame on its stack that resumes it
+    /// through `vp_resume`, and `true` is returned: the caller resumes the scheduler.
+    /// Otherwise `false`: the caller resumes the thread at once.
+    ///
+    /// # Safety
+    /// On this virtual processor's carrier, in the upcall; `regs` are the registers the
+    /// kernel gave for the thread it stopped, `fp` its `fxsave` area.
+    pub(crate) unsafe fn kernel_preempted(
+        &self,
+        regs: &crate::arch::UserRegs,
+        fp: *const u8,
+    ) -> bool {
+        let tcb = (regs.rsp as usize & !(STACK_SIZE - 1)) as *mut Tcb;
+        // SAFETY: the stopped context ran on this processor; if its stack is a TCB's, the
+        // block is a live TCB (checked by the magic word; a stack elsewhere is mapped too,
+        // being a stack the program ran on, but only a TCB's preempt flag is ever set).
+        let armed = unsafe {
+            (*tcb).magic == MAGIC && (*tcb).preempt.load(Relaxed) && ptr::eq((*tcb).vp.get(), self)
+        };
+        if !armed || !platform::heap_free() {
+            bump(&self.counters.declined);
+            return false;
+        }
+        // SAFETY: an armed TCB runs its own thread (absorbed code disarms it first).
+        let core = unsafe { &*(*tcb).thread.get() };
+        let me = {
+            let mut c = core.ctl.lock();
+            if c.absorbed || c.tcb != tcb {
+                drop(c);
+                bump(&self.counters.declined);
+                return false;
+            }
+            c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+            let ticket = c.enqueue();
+            // SAFETY: the thread is alive (its TCB runs it).
+            (unsafe { ThreadRef::clone_raw(core) }, ticket)
+        };
+        // SAFETY: the thread is stopped (we are its processor, in the upcall); the stack
+        // below its saved `rsp`, past the red zone, is free. It stays disarmed until its
+        // resume has finished the switch.
+        unsafe {
+            (*tcb).preempt.store(false, Relaxed);
+            *(*tcb).sp.get() = crate::arch::prepare_preempted(regs, fp);
+            (*tcb).running.store(false, Release);
+        }
+        bump(&self.counters.checkpoints);
+        self.push(me.0, me.1);
+        true
     }
 
     #[cfg_attr(not(baton), allow(dead_code))]
@@ -1089,6 +1166,8 @@ pub struct Config {
     thresholds: Thresholds,
     /// Spare kernel threads per virtual processor for the kernel's upcalls (0: none).
     upcalls: u64,
+    /// The preemption quantum (0: none).
+    quantum_ns: u64,
 }
 
 impl Config {
@@ -1114,6 +1193,7 @@ impl Config {
             policies,
             thresholds: Thresholds::DEFAULT,
             upcalls: 0,
+            quantum_ns: 0,
         }
     }
 
@@ -1132,6 +1212,16 @@ impl Config {
     /// first thread; on the host it changes nothing.
     pub fn kernel_upcalls(mut self, spares: u64) -> Config {
         self.upcalls = spares;
+        self
+    }
+
+    /// Lets the kernel preempt threads running inside [`preemptible`]: with the kernel's
+    /// upcalls on (`kernel_upcalls`, which this needs), a thread that has run `quantum_ns`
+    /// (or whose virtual processor the kernel preempts) re-enters the runtime through a
+    /// Checkpoint upcall, goes back on its processor's ready queue as if it had yielded,
+    /// and is resumed later by `vp_resume` (Sting's Checkpoint and Resume). Only on Baton.
+    pub fn preempt(mut self, quantum_ns: u64) -> Config {
+        self.quantum_ns = quantum_ns;
         self
     }
 
@@ -1177,6 +1267,12 @@ pub struct Stats {
     pub kernel_blocks: u64,
     /// Their kernel calls that completed and came back (Unblock upcalls and events).
     pub kernel_unblocks: u64,
+    /// Threads preempted by the kernel and put back on their ready queue (Checkpoint
+    /// upcalls taken; [`Config::preempt`]).
+    pub checkpoints: u64,
+    /// Checkpoint upcalls that found the thread not preemptible (outside [`preemptible`],
+    /// in a runtime call, or the heap lock taken) and resumed it at once.
+    pub declined: u64,
 }
 
 impl Stats {
@@ -1199,6 +1295,8 @@ impl Stats {
             refills: c.refills.load(Relaxed),
             kernel_blocks: c.kernel_blocks.load(Relaxed),
             kernel_unblocks: c.kernel_unblocks.load(Relaxed),
+            checkpoints: c.checkpoints.load(Relaxed),
+            declined: c.declined.load(Relaxed),
         }
     }
 
@@ -1220,6 +1318,8 @@ impl Stats {
             refills: self.refills + o.refills,
             kernel_blocks: self.kernel_blocks + o.kernel_blocks,
             kernel_unblocks: self.kernel_unblocks + o.kernel_unblocks,
+            checkpoints: self.checkpoints + o.checkpoints,
+            declined: self.declined + o.declined,
         }
     }
 }
@@ -1295,11 +1395,14 @@ where
             upcalls: cfg!(baton) && config.upcalls > 0,
             kpending: AtomicU64::new(0),
             kvp: AtomicU64::new(0),
+            upcall_stack: AtomicUsize::new(0),
             spares: config.upcalls,
             sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
+            quantum_ns: config.quantum_ns,
         })
         .collect();
     let n = vps.len();
+    PREEMPTIVE.store(config.quantum_ns != 0, Relaxed);
     let rt = Box::into_raw(Box::new(Runtime {
         vps,
         global: SpinLock::new(pool::Global::new()),
@@ -1435,6 +1538,7 @@ where
 /// Puts a delayed thread on a ready queue (its placed virtual processor's); no effect on
 /// any other.
 pub(crate) fn schedule(t: &ThreadRef) {
+    disarm();
     let vp = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Delayed {
@@ -1456,6 +1560,7 @@ pub struct Terminated;
 /// Waits for `t` to be determined, absorbing it if it has not started (and `absorb`).
 /// Returns whether it has a value.
 pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
+    disarm();
     loop {
         let node;
         {
@@ -1519,6 +1624,7 @@ pub fn park() {
 
 /// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
 pub fn unpark(t: &ThreadRef) {
+    disarm();
     let vp = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {
@@ -1635,6 +1741,7 @@ pub(crate) fn suspend(t: &ThreadRef) {
 
 /// Resumes a suspended thread.
 pub(crate) fn resume(t: &ThreadRef) {
+    disarm();
     let vp = {
         let mut c = t.core().ctl.lock();
         if !c.suspended {
@@ -1691,6 +1798,7 @@ pub(crate) fn terminate(t: &ThreadRef) {
 
 /// The state of `t` and whether it was absorbed.
 pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
+    disarm();
     let c = t.core().ctl.lock();
     (c.state, c.absorbed, c.suspended)
 }
@@ -1735,5 +1843,53 @@ pub(crate) extern "C" fn kernel_resumed(
 ) -> *const crate::arch::UserRegs {
     let (vp, _) = here();
     vp.finish_switch();
+    regs
+}
+
+/// Runs `f` preemptibly: with [`Config::preempt`], the kernel may stop the calling thread
+/// while it runs its own code in `f` (a Checkpoint upcall) and its virtual processor runs
+/// other threads meanwhile; it is resumed later, with every register as it was. The first
+/// call into the runtime inside `f` (any `sting` function, a `Mutex`, a `Port`) ends the
+/// preemptible stretch for the rest of `f`, since the runtime's own state must not be left
+/// half changed; an allocation is fine (a Checkpoint while the heap lock is held is
+/// declined). Without `Config::preempt` it only calls `f`.
+pub fn preemptible<R>(f: impl FnOnce() -> R) -> R {
+    let tcb = current_tcb();
+    // SAFETY: our own TCB; only this thread writes the flag while it runs.
+    unsafe { (*tcb).preempt.store(true, Relaxed) };
+    compiler_fence(SeqCst);
+    let r = f();
+    compiler_fence(SeqCst);
+    let _ = current_tcb();
+    r
+}
+
+/// Ends the calling thread's preemptible stretch, if it is in one (the runtime's objects
+/// call this before touching their locks).
+#[inline]
+pub(crate) fn disarm() {
+    if PREEMPTIVE.load(Relaxed) {
+        let _ = current_tcb();
+    }
+}
+
+/// Whether the running runtime lets the kernel preempt its threads ([`Config::preempt`]).
+static PREEMPTIVE: AtomicBool = AtomicBool::new(false);
+
+#[cfg_attr(not(baton), allow(dead_code))]
+/// Called first by a thread resumed after a Checkpoint (from the frame
+/// `prepare_preempted` laid): finishes the switch that resumed it and makes it
+/// preemptible again; returns `regs` for the resume.
+pub(crate) extern "C" fn preempted_resumed(
+    regs: *const crate::arch::UserRegs,
+) -> *const crate::arch::UserRegs {
+    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
+    // SAFETY: a resumed TCB, whose `vp` its resumer set.
+    let vp = unsafe { &*(*tcb).vp.get() };
+    vp.finish_switch();
+    // SAFETY: our own TCB; it was preemptible when stopped, and the rest of the way out
+    // (the resume) touches nothing of the runtime's.
+    unsafe { (*tcb).preempt.store(true, Relaxed) };
+    compiler_fence(SeqCst);
     regs
 }

@@ -38,6 +38,9 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("groups", groups),
     ("ports", ports),
     ("primes", primes),
+    ("mst", mst),
+    ("alphabeta", alphabeta),
+    ("nbody", nbody),
 ];
 
 /// Fails the scenario with a message unless `cond`.
@@ -774,3 +777,328 @@ pub fn primes(vps: usize) -> Outcome {
 pub fn per_vp_finished() -> Vec<u64> {
     (0..vp_count()).map(|v| vp_stats(v).finished).collect()
 }
+
+/// A deterministic pseudo-random sequence (a 64-bit LCG's high bits), so that the parallel
+/// and sequential runs of an application see the same input.
+fn lcg(x: &mut u64) -> u64 {
+    *x = x
+        .wrapping_mul(6_364_136_223_846_793_005)
+        .wrapping_add(1_442_695_040_888_963_407);
+    *x >> 33
+}
+
+/// Points of the minimum-spanning-tree application (the paper's 5,000, scaled by 1/10 for
+/// QEMU's software CPU).
+const MST_POINTS: usize = 500;
+/// Slaves per step of the parallel minimum spanning tree.
+const MST_SLAVES: usize = 8;
+
+fn mst_points() -> Vec<(i64, i64)> {
+    let mut x = 42;
+    (0..MST_POINTS)
+        .map(|_| ((lcg(&mut x) % 10_000) as i64, (lcg(&mut x) % 10_000) as i64))
+        .collect()
+}
+
+/// Squared distance (exact; Prim's tree is the same as for the distance itself).
+fn d2(a: (i64, i64), b: (i64, i64)) -> u64 {
+    let (dx, dy) = (a.0 - b.0, a.1 - b.1);
+    (dx * dx + dy * dy) as u64
+}
+
+/// One step of Prim's algorithm over `range` of the vertices: each vertex not in the tree
+/// lowers its distance to the tree with the vertex `added`; returns the nearest of them
+/// (distance, index), ties to the lower index.
+fn mst_relax(
+    pts: &[(i64, i64)],
+    dist: &[AtomicU64],
+    range: core::ops::Range<usize>,
+    added: usize,
+) -> (u64, usize) {
+    let mut best = (u64::MAX, usize::MAX);
+    for i in range {
+        let Some(d) = dist.get(i) else { break };
+        let cur = d.load(SeqCst);
+        if cur == 0 {
+            continue; // in the tree (distinct points: only tree vertices are at 0)
+        }
+        let nd = cur.min(d2(pts[i], pts[added]));
+        d.store(nd, SeqCst);
+        if (nd, i) < best {
+            best = (nd, i);
+        }
+    }
+    best
+}
+
+/// Prim's algorithm: the tree's total (squared) weight. With `par`, each step's relaxation
+/// is split among forked slaves, one per slice of the vertices.
+fn mst_weight(pts: Arc<Vec<(i64, i64)>>, par: bool) -> u64 {
+    let n = pts.len();
+    let dist: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(u64::MAX)).collect());
+    if let Some(d) = dist.first() {
+        d.store(0, SeqCst);
+    }
+    let (mut added, mut total) = (0usize, 0u64);
+    for _ in 1..n {
+        let best = if par {
+            let chunk = n.div_ceil(MST_SLAVES);
+            let slaves: Vec<_> = (0..MST_SLAVES)
+                .map(|k| {
+                    let (p, d) = (pts.clone(), dist.clone());
+                    fork(move || mst_relax(&p, &d, k * chunk..((k + 1) * chunk).min(n), added))
+                })
+                .collect();
+            for s in &slaves {
+                s.wait();
+            }
+            slaves
+                .iter()
+                .map(|s| *s.value().unwrap_or(&(u64::MAX, usize::MAX)))
+                .min()
+                .unwrap_or((u64::MAX, usize::MAX))
+        } else {
+            mst_relax(&pts, &dist, 0..n, added)
+        };
+        let Some(d) = dist.get(best.1) else { break };
+        total += best.0;
+        d.store(0, SeqCst);
+        added = best.1;
+    }
+    total
+}
+
+/// The minimum-spanning-tree application of the paper's Figure 4 (Prim's algorithm on
+/// random points; 500 points where the paper had 5,000): the tree's weight in a runtime
+/// whose steps fork slaves, against a sequential run.
+pub fn mst(vps: usize) -> Outcome {
+    let pts = Arc::new(mst_points());
+    let sequential = mst_weight(pts.clone(), false);
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
+        mst_weight(pts, true)
+    });
+    ensure!(
+        parallel == sequential,
+        "minimum spanning tree weight {parallel}, sequentially {sequential}"
+    );
+    Ok(format!(
+        "minimum spanning tree of {MST_POINTS} points: weight {parallel} as sequentially ({} threads, {} TCBs)",
+        s.created, s.tcbs_created
+    ))
+}
+
+/// The game tree of the alpha-beta application: fanout 8; the paper's depth 10, here 6.
+const AB_FANOUT: u64 = 8;
+const AB_DEPTH: u32 = 6;
+
+/// A node's static value (at the leaves): a hash of its path, with the paper's 90% skew:
+/// in nine nodes out of ten (decided by the hash) the first child is the best move, by a
+/// bonus to every leaf below it.
+fn ab_leaf(path: u64) -> i64 {
+    let mut x = path ^ 0x9e37_79b9_7f4a_7c15;
+    (lcg(&mut x) % 1000) as i64
+}
+
+fn ab_skew(path: u64) -> bool {
+    let mut x = path.wrapping_mul(31).wrapping_add(7);
+    !lcg(&mut x).is_multiple_of(10)
+}
+
+/// Negamax alpha-beta from the node `path` with `depth` plies to go.
+fn alpha_beta(path: u64, depth: u32, mut alpha: i64, beta: i64, bonus: i64) -> i64 {
+    if depth == 0 {
+        return ab_leaf(path) + bonus;
+    }
+    let mut best = i64::MIN + 1;
+    for c in 0..AB_FANOUT {
+        let b = if c == 0 && ab_skew(path) { 300 } else { 0 };
+        let v = -alpha_beta(path * AB_FANOUT + c + 1, depth - 1, -beta, -alpha, -b);
+        best = best.max(v);
+        alpha = alpha.max(v);
+        if alpha >= beta {
+            break;
+        }
+    }
+    best
+}
+
+/// The alpha-beta application of Figure 4: the root's first move is searched at once
+/// (it is the best nine times in ten), then the others are forked, each searched with the
+/// window the first gave, and their best is the root's value; against the sequential
+/// search. Alpha-beta returns the exact minimax value, so the two agree.
+pub fn alphabeta(vps: usize) -> Outcome {
+    let full = (i64::MIN + 1, i64::MAX);
+    let sequential = alpha_beta(0, AB_DEPTH, full.0, full.1, 0);
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
+        let b0 = if ab_skew(0) { 300 } else { 0 };
+        let first = -alpha_beta(1, AB_DEPTH - 1, -full.1, -full.0, -b0);
+        let rest: Vec<_> = (1..AB_FANOUT)
+            .map(|c| fork(move || -alpha_beta(c + 1, AB_DEPTH - 1, -full.1, -first, 0)))
+            .collect();
+        for r in &rest {
+            r.wait();
+        }
+        rest.iter()
+            .map(|r| *r.value().unwrap_or(&i64::MIN))
+            .fold(first, i64::max)
+    });
+    ensure!(
+        parallel == sequential,
+        "alpha-beta value {parallel}, sequentially {sequential}"
+    );
+    Ok(format!(
+        "alpha-beta, depth {AB_DEPTH}, fanout {AB_FANOUT}, 90% skew: value {parallel} as sequentially ({} threads, {} stolen)",
+        s.created, s.stolen
+    ))
+}
+
+/// Bodies of the N-body application (the paper's 5,000, scaled to 200: the direct sum is
+/// quadratic) and its steps (the paper's six).
+const NB_BODIES: usize = 200;
+const NB_STEPS: usize = 6;
+const NB_SLAVES: usize = 8;
+
+type Body = ([f64; 3], [f64; 3]);
+
+/// The acceleration of each body of `range` (direct sum over all bodies, softened).
+fn nb_accel(bodies: &[Body], range: core::ops::Range<usize>) -> Vec<[f64; 3]> {
+    range
+        .map(|i| {
+            let p = bodies[i].0;
+            let mut a = [0.0f64; 3];
+            for (j, q) in bodies.iter().enumerate() {
+                if j == i {
+                    continue;
+                }
+                let d = [q.0[0] - p[0], q.0[1] - p[1], q.0[2] - p[2]];
+                let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01;
+                let inv = 1.0 / (r2 * sqrt(r2));
+                for (ak, dk) in a.iter_mut().zip(d) {
+                    *ak += dk * inv;
+                }
+            }
+            a
+        })
+        .collect()
+}
+
+/// A square root by Newton's method (the runtime is `no_std`, without `libm`), the same in
+/// both runs.
+fn sqrt(x: f64) -> f64 {
+    let mut r = if x > 1.0 { x / 2.0 } else { 1.0 };
+    for _ in 0..40 {
+        r = 0.5 * (r + x / r);
+    }
+    r
+}
+
+/// Runs the simulation; with `par` each step's accelerations are computed by forked
+/// slaves. Returns a checksum of the final positions' bits.
+fn nb_run(par: bool) -> u64 {
+    let mut x = 7;
+    let mut bodies: Vec<Body> = (0..NB_BODIES)
+        .map(|_| {
+            let mut c = || (lcg(&mut x) % 2000) as f64 / 100.0;
+            ([c(), c(), c()], [0.0; 3])
+        })
+        .collect();
+    for _ in 0..NB_STEPS {
+        let acc: Vec<[f64; 3]> = if par {
+            let shared = Arc::new(bodies.clone());
+            let chunk = NB_BODIES.div_ceil(NB_SLAVES);
+            let slaves: Vec<_> = (0..NB_SLAVES)
+                .map(|k| {
+                    let b = shared.clone();
+                    fork(move || nb_accel(&b, k * chunk..((k + 1) * chunk).min(NB_BODIES)))
+                })
+                .collect();
+            for s in &slaves {
+                s.wait();
+            }
+            slaves
+                .iter()
+                .flat_map(|s| s.value().cloned().unwrap_or_default())
+                .collect()
+        } else {
+            nb_accel(&bodies, 0..NB_BODIES)
+        };
+        for (b, a) in bodies.iter_mut().zip(acc.iter()) {
+            for ((p, v), a) in b.0.iter_mut().zip(b.1.iter_mut()).zip(a) {
+                *v += a * 0.01;
+                *p += *v * 0.01;
+            }
+        }
+    }
+    bodies.iter().fold(0u64, |h, b| {
+        b.0.iter().fold(h, |h, v| h.rotate_left(7) ^ v.to_bits())
+    })
+}
+
+/// The N-body application of Figure 4 (direct summation; 200 bodies where the paper had
+/// 5,000, six steps): the final positions, bit for bit, against a sequential run.
+pub fn nbody(vps: usize) -> Outcome {
+    let sequential = nb_run(false);
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), || nb_run(true));
+    ensure!(
+        parallel == sequential,
+        "N-body checksum {parallel:#x}, sequentially {sequential:#x}"
+    );
+    Ok(format!(
+        "N-body, {NB_BODIES} bodies, {NB_STEPS} steps: positions as sequentially ({} threads, {} stolen)",
+        s.created, s.stolen
+    ))
+}
+
+/// An application's parallel run: its answer on this many virtual processors.
+pub type App = fn(usize) -> u64;
+
+/// The parallel runs of the four Figure 4 applications alone (no sequential run, no
+/// check), for timing their speedup: each runs its program in a runtime of `vps`
+/// work-stealing virtual processors and returns its answer.
+pub const APPS: &[(&str, App)] = &[
+    ("primes", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || {
+            let chunk = 60_000 / 16;
+            let slaves: Vec<_> = (0..16u64)
+                .map(|i| {
+                    fork(move || {
+                        (i * chunk..(i + 1) * chunk)
+                            .filter(|&n| {
+                                n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
+                            })
+                            .count() as u64
+                    })
+                })
+                .collect();
+            slaves.iter().map(|t| *t.value().unwrap_or(&0)).sum::<u64>()
+        })
+        .0
+    }),
+    ("mst", |vps| {
+        let pts = Arc::new(mst_points());
+        run(Config::new(vps, Kind::WorkStealing), move || {
+            mst_weight(pts, true)
+        })
+        .0
+    }),
+    ("alphabeta", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || {
+            let full = (i64::MIN + 1, i64::MAX);
+            let b0 = if ab_skew(0) { 300 } else { 0 };
+            let first = -alpha_beta(1, AB_DEPTH - 1, -full.1, -full.0, -b0);
+            let rest: Vec<_> = (1..AB_FANOUT)
+                .map(|c| fork(move || -alpha_beta(c + 1, AB_DEPTH - 1, -full.1, -first, 0)))
+                .collect();
+            for r in &rest {
+                r.wait();
+            }
+            rest.iter()
+                .map(|r| *r.value().unwrap_or(&i64::MIN))
+                .fold(first, i64::max) as u64
+        })
+        .0
+    }),
+    ("nbody", |vps| {
+        run(Config::new(vps, Kind::WorkStealing), || nb_run(true)).0
+    }),
+];

@@ -53,6 +53,15 @@ impl<T> SpinLock<T> {
         Guard { lock: self }
     }
 
+    /// [`lock`](Self::lock) for the runtime's objects that threads use directly (mutexes,
+    /// ports): first ends the calling thread's preemptible stretch, if any
+    /// (`crate::rt::preemptible`), so that no Checkpoint switches away from a holder.
+    #[inline]
+    pub fn lock_disarmed(&self) -> Guard<'_, T> {
+        crate::rt::disarm();
+        self.lock()
+    }
+
     /// The contended case of [`lock`](Self::lock).
     #[cold]
     fn lock_slow(&self) {

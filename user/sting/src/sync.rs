@@ -54,7 +54,7 @@ impl<T> Mutex<T> {
     pub fn lock(&self) -> MutexGuard<'_, T> {
         let node;
         {
-            let mut s = self.state.lock();
+            let mut s = self.state.lock_disarmed();
             if !s.locked {
                 s.locked = true;
                 return MutexGuard { mutex: self };
@@ -69,7 +69,7 @@ impl<T> Mutex<T> {
 
     /// Takes the lock if it is free.
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        let mut s = self.state.lock();
+        let mut s = self.state.lock_disarmed();
         if s.locked {
             return None;
         }
@@ -80,7 +80,7 @@ impl<T> Mutex<T> {
     /// Releases the lock: to the oldest waiter if there is one.
     fn unlock(&self) {
         let next = {
-            let mut s = self.state.lock();
+            let mut s = self.state.lock_disarmed();
             let next = s.waiters.pop();
             if next.is_none() {
                 s.locked = false;
@@ -147,7 +147,7 @@ impl Condvar {
         let node = Waiter::current();
         // Queued before the mutex is released, so a notification sent after the waiter's
         // check of the condition cannot be missed.
-        self.waiters.lock().push(&node);
+        self.waiters.lock_disarmed().push(&node);
         drop(guard);
         node.wait();
         mutex.lock()
@@ -155,7 +155,7 @@ impl Condvar {
 
     /// Wakes the oldest waiter, if any.
     pub fn notify_one(&self) {
-        let w = self.waiters.lock().pop();
+        let w = self.waiters.lock_disarmed().pop();
         if let Some(w) = w {
             w.wake();
         }
@@ -163,7 +163,7 @@ impl Condvar {
 
     /// Wakes every waiter.
     pub fn notify_all(&self) {
-        let all = self.waiters.lock().take();
+        let all = self.waiters.lock_disarmed().take();
         all.wake_all();
     }
 }
@@ -204,7 +204,7 @@ impl Barrier {
     pub fn wait(&self) -> bool {
         let node;
         {
-            let mut s = self.state.lock();
+            let mut s = self.state.lock_disarmed();
             s.arrived += 1;
             if s.arrived == self.n {
                 s.arrived = 0;
@@ -223,6 +223,6 @@ impl Barrier {
 
     /// Rounds completed so far.
     pub fn generation(&self) -> u64 {
-        self.state.lock().generation
+        self.state.lock_disarmed().generation
     }
 }

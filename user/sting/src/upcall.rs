@@ -23,9 +23,15 @@ mod imp {
     use super::*;
     use crate::arch::{self, UserRegs};
     use crate::rt::runtime;
-    use baton_abi::vproc::{VpConfig, VpEvent, VP_BLOCK, VP_UNBLOCK};
+    use baton_abi::vproc::{VpConfig, VpEvent, VP_BLOCK, VP_CHECKPOINT, VP_UNBLOCK};
     use baton_rt::vproc as sys;
     use core::sync::atomic::Ordering::Relaxed;
+
+    const _: () = assert!(baton_abi::Sys::VpResume as u32 == arch::VP_RESUME);
+
+    /// Upcall stacks whose processors the kernel has destroyed (their bases), for reuse.
+    static STACKS: crate::spin::SpinLock<alloc::vec::Vec<usize>> =
+        crate::spin::SpinLock::new(alloc::vec::Vec::new());
 
     /// Bytes of each virtual processor's upcall stack.
     const UPCALL_STACK: usize = 16 * 1024;
@@ -58,11 +64,16 @@ mod imp {
     /// Without the kernel's support (an error) the processor runs as before: a blocking
     /// call then blocks it.
     pub(crate) fn register(vp: &Vp) {
-        // Never given back, like a virtual processor's own stack (baton-rt's rule for
-        // kernel threads' stacks): a late upcall must still find it.
-        let stack = alloc::boxed::Box::leak(alloc::vec![0u8; UPCALL_STACK].into_boxed_slice());
-        let lo = (stack.as_ptr() as u64 + 15) & !15;
-        let hi = (stack.as_ptr() as u64 + UPCALL_STACK as u64) & !15;
+        // Never freed, like a virtual processor's own stack (baton-rt's rule for kernel
+        // threads' stacks): a late upcall must still find it. Once its processor is
+        // destroyed in the kernel no upcall comes, and a later runtime's processor reuses
+        // it (so that runs one after another do not grow the heap).
+        let base = STACKS.lock().pop().unwrap_or_else(|| {
+            alloc::boxed::Box::leak(alloc::vec![0u8; UPCALL_STACK].into_boxed_slice()).as_ptr()
+                as usize
+        });
+        let lo = (base as u64 + 15) & !15;
+        let hi = (base as u64 + UPCALL_STACK as u64) & !15;
         let (quiet_lo, quiet_hi) = match (
             vp.sched_stack.0.load(Relaxed),
             vp.sched_stack.1.load(Relaxed),
@@ -85,15 +96,22 @@ mod imp {
         };
         if let Ok(id) = sys::vp_create(&cfg) {
             vp.kvp.store(id, Relaxed);
+            vp.upcall_stack.store(base, Relaxed);
             let _ = sys::vp_spares(id, vp.spares);
+            if vp.quantum_ns != 0 {
+                let _ = sys::vp_preempt(id, vp.quantum_ns);
+            }
         }
     }
 
     /// Ends `vp`'s kernel side (its scheduler loop has returned).
     pub(crate) fn unregister(vp: &Vp) {
         let id = vp.kvp.swap(0, Relaxed);
-        if id != 0 {
-            let _ = sys::vp_destroy(id);
+        if id != 0 && sys::vp_destroy(id).is_ok() {
+            let mut stacks = STACKS.lock();
+            if stacks.try_reserve(1).is_ok() {
+                stacks.push(vp.upcall_stack.swap(0, Relaxed));
+            }
         }
     }
 
@@ -124,8 +142,30 @@ mod imp {
     }
 
     /// Where the kernel enters the runtime (on the virtual processor's upcall stack, with
-    /// the event at `ev` and the processor's index as the cookie).
-    extern "C" fn upcall_entry(ev: *const VpEvent, _kind: u64, cookie: u64) -> ! {
+    /// the event at `ev`, its kind, and the processor's index as the cookie). A Checkpoint
+    /// stopped a thread at any instruction, so its floating-point and vector registers
+    /// are live: they are saved (`fxsave`) before any compiled code can change them, and
+    /// [`upcall_main`] gets the area; other upcalls come at a system call, where those
+    /// registers are the caller's to save, and get none.
+    #[unsafe(naked)]
+    extern "C" fn upcall_entry(ev: *const VpEvent, kind: u64, cookie: u64) -> ! {
+        core::arch::naked_asm!(
+            "xor ecx, ecx",
+            "cmp rsi, {checkpoint}",
+            "jne {main}",
+            // `rsp` is 8 below the 16-aligned event: 520 more leaves it 16-aligned.
+            "sub rsp, 520",
+            "fxsave64 [rsp]",
+            "mov rcx, rsp",
+            "call {main}",
+            "ud2",
+            checkpoint = const VP_CHECKPOINT,
+            main = sym upcall_main,
+        )
+    }
+
+    /// The upcall, in Rust: `fp` is the stopped thread's `fxsave` area for a Checkpoint.
+    extern "C" fn upcall_main(ev: *const VpEvent, _kind: u64, cookie: u64, fp: *const u8) -> ! {
         // SAFETY: the kernel wrote the event at the top of the upcall stack, which this
         // upcall alone uses until it leaves.
         let ev = unsafe { &*ev };
@@ -150,6 +190,18 @@ mod imp {
                 let stopped = regs_of(&ev.stopped);
                 // SAFETY: `stopped` is the carrier's `vp_wait`, stopped by this upcall.
                 unsafe { arch::resume_regs(&stopped) }
+            }
+            VP_CHECKPOINT => {
+                let regs = regs_of(&ev.regs);
+                // SAFETY: we are the carrier, in the upcall; the registers are those of
+                // the thread the kernel stopped on this processor.
+                if unsafe { vp.kernel_preempted(&regs, fp) } {
+                    resume_scheduler(vp)
+                }
+                // Not preemptible now: it goes on at once, its state as it was.
+                // SAFETY: the stopped context, which nothing else resumes, and its state.
+                let raw = unsafe { arch::resume_kernel(&regs, fp) };
+                panic!("sting: vp_resume failed: {raw:#x}")
             }
             _ => panic!("sting: an upcall of unknown kind {}", ev.kind),
         }
@@ -196,6 +248,21 @@ mod imp {
         }
     }
 
+    /// Resumes a thread a Checkpoint stopped, from the copy of its registers
+    /// `arch::prepare_preempted` laid on its stack: through the kernel (`vp_resume`, which
+    /// raises `Strand.Resume`), or, on a virtual processor the kernel does not know, in
+    /// user mode alone.
+    pub(crate) extern "C" fn resume_preempted(regs: *const UserRegs, fp: *const u8) -> ! {
+        // SAFETY: the copies of a stopped context's registers and state, laid by
+        // `prepare_preempted`; nothing else resumes that context.
+        let raw = unsafe { arch::resume_kernel(regs, fp) };
+        if baton_abi::decode_result(raw) != Err(baton_abi::Error::InvalidArgument) {
+            panic!("sting: vp_resume failed: {raw:#x}");
+        }
+        // SAFETY: as above.
+        unsafe { arch::resume_full(regs, fp) }
+    }
+
     /// Resumes `vp`'s scheduler loop, saved while a thread ran; the upcall's stack is
     /// abandoned.
     fn resume_scheduler(vp: &Vp) -> ! {
@@ -213,6 +280,14 @@ mod imp {
 
     pub(crate) fn register(_vp: &Vp) {}
     pub(crate) fn unregister(_vp: &Vp) {}
+    /// Resumes a thread a Checkpoint stopped (on the host none is: in user mode alone).
+    pub(crate) extern "C" fn resume_preempted(
+        regs: *const crate::arch::UserRegs,
+        fp: *const u8,
+    ) -> ! {
+        // SAFETY: copies laid by `prepare_preempted` (never on the host).
+        unsafe { crate::arch::resume_full(regs, fp) }
+    }
     pub(crate) fn take_events(_vp: &Vp) {}
     pub(crate) fn park(_vp: &Vp, word: &AtomicU32, expected: u32, timeout_ns: u64) {
         crate::platform::park(word, expected, timeout_ns);

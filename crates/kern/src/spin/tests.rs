@@ -516,3 +516,71 @@ fn a_keyed_handler_is_still_a_direct_call() {
         Err(Error::InvalidArgument)
     );
 }
+
+/// The shape of the kernel's `Strand` events: the owner keys each handler to its
+/// installer's task, the raise's key is the task whose virtual processor it is, results
+/// are "proceed" (0) or "veto" (1) and any veto wins; with no handler of that task the
+/// default (the upcall: proceed) answers.
+#[test]
+fn task_keyed_handlers_with_a_veto_that_wins() {
+    fn by_task(r: &Request) -> Decision<u64> {
+        Decision::Allow {
+            guard: None,
+            key: Some(r.installer.task),
+            budget: 0,
+        }
+    }
+    fn proceed(log: &mut Log, _: &u64) -> u64 {
+        log.push(0);
+        0
+    }
+    fn answer(log: &mut Log, b: Binding, _: &u64) -> Option<u64> {
+        log.push(b.closure);
+        Some(b.closure % 2)
+    }
+    fn any_veto(a: u64, b: u64) -> u64 {
+        a | b
+    }
+    let mut e: Event<Log, u64, u64> = Event::keyed(
+        "Strand.Block",
+        Owner {
+            authorize: by_task,
+            may_remove_primary: |_| false,
+        },
+        proceed,
+        Some(any_veto),
+        false,
+        MAX_HANDLERS,
+        Some(|task: &u64| *task),
+    )
+    .unwrap();
+    // Task 1: one handler that proceeds (closure 10), one that vetoes (11); task 2: one
+    // that proceeds (20).
+    e.install(&req(1, 0, 0), answer, 10, &[]).unwrap();
+    e.install(&req(1, 0, 1), answer, 11, &[]).unwrap();
+    e.install(&req(2, 0, 0), answer, 20, &[]).unwrap();
+    let mut log = Log::new();
+    let r = e.raise(&mut log, &1);
+    assert_eq!((r.result, r.ran, log.as_slice()), (1, 2, &[10, 11][..]));
+    log.clear();
+    let r = e.raise(&mut log, &2);
+    assert_eq!((r.result, r.ran, log.as_slice()), (0, 1, &[20][..]));
+    log.clear();
+    let r = e.raise(&mut log, &3);
+    assert!(
+        r.defaulted && r.result == 0 && log == [0],
+        "no handler of task 3"
+    );
+    // Task 2's handler cannot be removed by task 1.
+    let twenty = e
+        .handler_ids()
+        .find(|&id| e.binding(id).is_some_and(|b| b.closure == 20))
+        .unwrap();
+    let by = |task| Installer {
+        task,
+        domain: 0,
+        builtin: true,
+    };
+    assert_eq!(e.remove(twenty, Some(&by(1))), Err(Error::Denied));
+    assert_eq!(e.remove(twenty, Some(&by(2))), Ok(()));
+}

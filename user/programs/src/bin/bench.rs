@@ -1295,6 +1295,89 @@ fn peer_receive(port: u64) -> Result<(u64, u64), baton_rt::Error> {
 /// processor over with an Unblock upcall, and the runtime resumes A. From A's timestamp
 /// before its receive to A's after it returned.
 fn sting_kernel_block() -> Result<(), Failed> {
+    kernel_block_row("sting.kernel_block")
+}
+
+/// `spin.strand.block`: [`sting_kernel_block`] with one built-in handler (`count`, of
+/// `builtin.strand`) installed by this task on SPIN's `Strand.Block`, which the kernel
+/// raises where it gives the Block upcall (the upcall is its default).
+fn spin_strand_block() -> Result<(), Failed> {
+    let d = baton_rt::spin::import("builtin.strand").map_err(|e| fail!("import: {e:?}"))?;
+    let h = baton_rt::spin::install(d, "count", baton_abi::spin::EVENT_STRAND_BLOCK, 0, 0, 0)
+        .map_err(|e| fail!("install: {e:?}"))?;
+    let r = kernel_block_row("spin.strand.block");
+    let ran = baton_rt::vproc::strand_count(baton_abi::spin::EVENT_STRAND_BLOCK);
+    let _ = baton_rt::spin::remove(h);
+    let _ = baton_rt::spin::release(d);
+    r?;
+    match ran {
+        Ok((n, 0)) if n >= TOTAL as u64 => Ok(()),
+        other => Err(fail!(
+            "spin.strand.block: the handler ran {other:?} times for {TOTAL} blocks"
+        )),
+    }
+}
+
+/// Preemptions measured by `sting.checkpoint_resume` (each takes a timer tick, 10 ms of
+/// instructions under `-icount`, so few).
+const PREEMPTIONS: usize = 20;
+
+/// `sting.checkpoint_resume`: Sting's preemption. On one virtual processor with
+/// Checkpoint upcalls, two preemptible threads spin reading the time stamp counter; the
+/// kernel's timer stops one (a Checkpoint upcall: the runtime saves its registers and
+/// vector state and requeues it) and the runtime resumes the other, which was preempted
+/// before, through `vp_resume`. One sample is the gap between the last stamp of one
+/// thread and the first stamp of the other: the timer interrupt, the upcall, the runtime's
+/// decision, the switch and the resume.
+fn sting_checkpoint_resume() -> Result<(), Failed> {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    static OWNER: AtomicU64 = AtomicU64::new(0);
+    static SWITCHES: AtomicU64 = AtomicU64::new(0);
+    clear_samples();
+    LAST.store(0, Ordering::Relaxed);
+    OWNER.store(0, Ordering::Relaxed);
+    SWITCHES.store(0, Ordering::Relaxed);
+    let config = sting::Config::new(1, sting::Kind::Fifo)
+        .kernel_upcalls(2)
+        .preempt(1_000_000);
+    let spinner = |me: u64| {
+        move || {
+            sting::preemptible(|| loop {
+                let t = rdtsc_ordered();
+                let prev = LAST.swap(t, Ordering::Relaxed);
+                // A thread stopped between its stamp and its swap comes back with a stamp
+                // older than the other's: that switch is not recorded (the first of the
+                // run neither, nor a change of owner before any stamp).
+                if OWNER.swap(me, Ordering::Relaxed) != me && prev != 0 && t > prev {
+                    let n = SWITCHES.fetch_add(1, Ordering::Relaxed) as usize;
+                    if let Some(slot) = SAMPLES.get(n) {
+                        slot.store(t - prev, Ordering::Relaxed);
+                    }
+                }
+                if SWITCHES.load(Ordering::Relaxed) as usize >= PREEMPTIONS {
+                    break;
+                }
+            })
+        }
+    };
+    let ((), st) = sting::run(config, move || {
+        let a = sting::fork(spinner(1));
+        let b = sting::fork(spinner(2));
+        a.wait();
+        b.wait();
+    });
+    if st.checkpoints < PREEMPTIONS as u64 {
+        return Err(fail!(
+            "sting.checkpoint_resume: {} Checkpoints for {PREEMPTIONS} switches",
+            st.checkpoints
+        ));
+    }
+    report_n("sting.checkpoint_resume", &SAMPLES, PREEMPTIONS);
+    Ok(())
+}
+
+/// A kernel-block row (`sting.kernel_block`, and the same with a `Strand.Block` handler).
+fn kernel_block_row(name: &str) -> Result<(), Failed> {
     let port = port_allocate(0).map_err(|e| fail!("port_allocate: {}", e.name()))?;
     spawn_with("vproc_peer", port).map_err(|e| fail!("spawn vproc_peer: {}", e.name()))?;
     let q = match peer_receive(port) {
@@ -1325,12 +1408,12 @@ fn sting_kernel_block() -> Result<(), Failed> {
     let _ = cap_drop(port);
     if !ok || st.kernel_blocks < TOTAL as u64 {
         return Err(fail!(
-            "sting.kernel_block: results {ok}, {} Block upcalls for {TOTAL} receives",
+            "{name}: results {ok}, {} Block upcalls for {TOTAL} receives",
             st.kernel_blocks
         ));
     }
-    report("sting.kernel_block", &SAMPLES);
-    report_stats("sting.kernel_block", &before, &after);
+    report(name, &SAMPLES);
+    report_stats(name, &before, &after);
     Ok(())
 }
 
@@ -2328,6 +2411,8 @@ fn run_all() -> Result<(), Failed> {
     frag_create_exit(threads)?;
     sting_benchmarks()?;
     sting_kernel_block()?;
+    spin_strand_block()?;
+    sting_checkpoint_resume()?;
     vm_benchmarks()?;
     ool_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("ipc.ool: {e}"))?;
     wait_threads_gone(threads)?;

@@ -3486,6 +3486,85 @@ fn g_vproc(c: &mut Ctx) {
         Err(Error::WouldBlock),
         "vp_wait on a changed word"
     );
+    // Checkpoint and Resume (Sting's preemption) and the Strand events' count. Checkpoints
+    // are never left on: this carrier's upcall entry must not be entered.
+    {
+        use baton_rt::vproc::{strand_count, vp_preempt, vp_resume_raw};
+        for q in [1, 999_999] {
+            expect!(
+                c,
+                vp_preempt(vp, q),
+                Err(Error::InvalidArgument),
+                "vp_preempt with a quantum of {q} ns"
+            );
+        }
+        for id in [0, u64::MAX, vp + 1] {
+            expect!(
+                c,
+                vp_preempt(id, 0),
+                Err(Error::NotFound),
+                "vp_preempt of id {id:#x}"
+            );
+        }
+        expect!(c, vp_preempt(vp, 0), Ok(()), "vp_preempt off");
+        let wild = baton_abi::exception::UserRegs {
+            rip: KERNEL_ADDRESS,
+            rsp: KERNEL_ADDRESS,
+            ..Default::default()
+        };
+        for (what, at) in [
+            ("a null block", 0),
+            ("a kernel block", KERNEL_ADDRESS),
+            ("a non-canonical block", 0x8000_0000_0000),
+            ("a block past the top of user space", u64::MAX - 8),
+            ("a kernel rip and rsp", core::ptr::from_ref(&wild) as u64),
+        ] {
+            // SAFETY: each is refused before any register is loaded.
+            let e = unsafe { vp_resume_raw(at) };
+            check!(c, e == Error::BadAddress, "vp_resume of {what}: {e:?}");
+        }
+        for ev in [0, 3, baton_abi::spin::EVENT_STRAND_BLOCK - 1, u64::MAX] {
+            expect!(
+                c,
+                strand_count(ev),
+                Err(Error::NotFound),
+                "strand_count({ev:#x})"
+            );
+        }
+        if let Ok(d) = baton_rt::spin::import("builtin.strand") {
+            expect!(
+                c,
+                baton_rt::spin::install(d, "count", baton_abi::spin::EVENT_SYSCALL, 0, 0x1000, 0),
+                Err(Error::InvalidArgument),
+                "a Strand handler installed on Trap.SystemCall"
+            );
+            expect!(
+                c,
+                baton_rt::spin::install(d, "nothing", baton_abi::spin::EVENT_STRAND_BLOCK, 0, 0, 0),
+                Err(Error::NotFound),
+                "an unknown symbol installed on Strand.Block"
+            );
+            expect!(
+                c,
+                baton_rt::spin::remove(baton_rt::spin::Handler {
+                    event: baton_abi::spin::EVENT_STRAND_CHECKPOINT,
+                    id: 12345
+                }),
+                Err(Error::NotFound),
+                "removing a Strand handler that does not exist"
+            );
+            let _ = baton_rt::spin::release(d);
+        }
+        if let Ok(d) = baton_rt::spin::import("builtin.null_syscall") {
+            expect!(
+                c,
+                baton_rt::spin::install(d, "null", baton_abi::spin::EVENT_STRAND_BLOCK, 0, 0, 0),
+                Err(Error::InvalidArgument),
+                "a Trap.SystemCall handler installed on Strand.Block"
+            );
+            let _ = baton_rt::spin::release(d);
+        }
+    }
     expect!(c, vp_destroy(vp), Ok(()), "vp_destroy");
     expect!(c, vp_destroy(vp), Err(Error::NotFound), "vp_destroy twice");
     expect!(

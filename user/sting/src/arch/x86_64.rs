@@ -222,3 +222,133 @@ pub unsafe extern "C" fn resume_regs(regs: *const UserRegs) -> ! {
         "jmp r11",
     )
 }
+
+/// Where [`prepare_preempted`] puts the copy of a preempted context's registers: this many
+/// bytes below its stack pointer (past the red zone and the two words [`resume_full`]
+/// returns through).
+const PREEMPTED_COPY: usize = RED_ZONE + 16 + size_of::<UserRegs>() + 16;
+
+/// Bytes of an `fxsave` area: the x87, `mxcsr` and XMM registers (user programs are built
+/// for SSE2, so no wider vector state exists).
+pub const FP_AREA: usize = 512;
+
+/// Lays out, below `regs.rsp` (past the red zone), a copy of `regs` (every register: the
+/// context was stopped by an interrupt), a copy of its floating-point and vector state
+/// `fp` (an `fxsave` area taken before any other code ran), and the frame that [`switch`]
+/// resumes as a jump into the runtime's `preempted_resumed` and then its resume of those
+/// copies; returns the stack pointer to pass to `switch`.
+///
+/// # Safety
+///
+/// `regs.rsp` must be the stack pointer of a stopped context whose stack below it (about
+/// 900 bytes) is free and writable; `fp` must be a readable `fxsave` area.
+pub unsafe fn prepare_preempted(regs: &UserRegs, fp: *const u8) -> usize {
+    let copy = regs.rsp as usize - PREEMPTED_COPY;
+    // SAFETY: below the stopped context's stack pointer, free (the caller's promise); the
+    // stopped `rsp` need not be aligned.
+    unsafe { (copy as *mut UserRegs).write_unaligned(*regs) };
+    let area = (copy - FP_AREA) & !15;
+    // SAFETY: the area below the copy, free as above; `fp` is readable (the caller's
+    // promise) and does not overlap it (it is on the upcall stack).
+    unsafe { core::ptr::copy_nonoverlapping(fp, area as *mut u8, FP_AREA) };
+    let sp = area - 72;
+    let frame = sp as *mut usize;
+    // Loaded by `switch`: the control words, r15, r14, r13 (the state), r12 (the copy),
+    // rbx, rbp, then `ret`.
+    let words = [
+        INITIAL_CONTROL,
+        0,
+        0,
+        area,
+        copy,
+        0,
+        0,
+        preempted_trampoline as *const () as usize,
+        0,
+    ];
+    for (i, w) in words.into_iter().enumerate() {
+        // SAFETY: the 72 bytes below the area, free as above.
+        unsafe { frame.add(i).write(w) };
+    }
+    sp
+}
+
+/// Where a context prepared by [`prepare_preempted`] starts: `r12` holds the registers'
+/// copy, `r13` the floating-point state's.
+#[unsafe(naked)]
+extern "C" fn preempted_trampoline() -> ! {
+    naked_asm!(
+        "mov rdi, r12",
+        "and rsp, -16",
+        "call {finish}",
+        "mov rdi, rax",
+        "mov rsi, r13",
+        "jmp {resume}",
+        finish = sym crate::rt::preempted_resumed,
+        resume = sym crate::upcall::resume_preempted,
+    )
+}
+
+/// The `vp_resume` system call's number (checked against `baton_abi` where it exists).
+pub const VP_RESUME: u32 = 161;
+
+/// Loads the floating-point and vector state `fp` and asks the kernel to continue at
+/// `regs` (`vp_resume`); returns the call's error (raw) if it does not.
+///
+/// # Safety
+///
+/// `regs` and `fp` must be the registers and state of a stopped context of this program
+/// that nothing else resumes.
+#[unsafe(naked)]
+pub unsafe extern "C" fn resume_kernel(regs: *const UserRegs, fp: *const u8) -> u64 {
+    naked_asm!(
+        "fxrstor64 [rsi]",
+        "mov eax, {call}",
+        "syscall",
+        "ret",
+        call = const VP_RESUME,
+    )
+}
+
+/// Loads every register of `regs` — `rcx`, `r11` and the user flags too — and the
+/// floating-point and vector state `fp`, and continues at `regs.rip` on `regs.rsp`, in
+/// user mode alone: a context stopped by an interrupt goes on as if it had never stopped.
+/// (The runtime resumes through the kernel's `vp_resume`, which raises `Strand.Resume`;
+/// this is its fallback on a virtual processor the kernel does not know.)
+///
+/// # Safety
+///
+/// `regs` must be a copy laid by [`prepare_preempted`] for a stopped context of this
+/// program that nothing else resumes (the two words above the copy are overwritten), `fp`
+/// its state; nothing on the calling stack is used again.
+#[unsafe(naked)]
+pub unsafe extern "C" fn resume_full(regs: *const UserRegs, fp: *const u8) -> ! {
+    naked_asm!(
+        "fxrstor64 [rsi]",
+        // The flags and `rip` go in the two words above the copy, below the red zone.
+        "mov rax, [rdi + 136]",
+        "mov [rdi + 160], rax",
+        "mov rax, [rdi + 120]",
+        "mov [rdi + 168], rax",
+        // From here the stack pointer is at the copy, so that the copy is never below it.
+        "mov rsp, rdi",
+        "mov rax, [rdi]",
+        "mov rbx, [rdi + 8]",
+        "mov rcx, [rdi + 16]",
+        "mov rdx, [rdi + 24]",
+        "mov rsi, [rdi + 32]",
+        "mov rbp, [rdi + 48]",
+        "mov r8, [rdi + 56]",
+        "mov r9, [rdi + 64]",
+        "mov r10, [rdi + 72]",
+        "mov r11, [rdi + 80]",
+        "mov r12, [rdi + 88]",
+        "mov r13, [rdi + 96]",
+        "mov r14, [rdi + 104]",
+        "mov r15, [rdi + 112]",
+        "mov rdi, [rdi + 40]",
+        "add rsp, 160",
+        "popfq",
+        "ret 128",
+    )
+}

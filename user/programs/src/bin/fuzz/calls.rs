@@ -72,7 +72,7 @@ pub const CLASSES: [Class; 13] = [
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
     Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error and flush with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
-    Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
+    Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy, vp_preempt (never on), vp_resume (refused blocks only), strand_count (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -1984,10 +1984,43 @@ impl Fuzzer {
             } else {
                 self.edge()
             };
-            match self.r.below(4) {
+            match self.r.below(7) {
                 0 => {
                     let n = self.r.of(&[0, 1, 2, 8, 9, u64::MAX], 0);
                     self.sys(Sys::VpSpares, [id, n, 0, 0, 0, 0]);
+                }
+                // Checkpoints are never turned on (a quantum of 0 or under the minimum):
+                // no Checkpoint upcall may enter `fuzz_act_entry`.
+                4 => {
+                    let q = self.r.of(&[0, 1, 999_999], 0);
+                    self.sys(Sys::VpPreempt, [id, q, 0, 0, 0, 0]);
+                }
+                // Only blocks that are refused: a kernel, non-canonical or unmapped address,
+                // or registers whose `rip` is in the kernel half.
+                5 => {
+                    let regs = baton_abi::exception::UserRegs {
+                        rip: self
+                            .r
+                            .of(&[0xffff_8000_0000_0000, 0x8000_0000_0000, u64::MAX], 0),
+                        rsp: self.r.next(),
+                        rflags: self.r.next(),
+                        ..Default::default()
+                    };
+                    let at = self.r.of(
+                        &[
+                            0,
+                            0xffff_8000_0000_0000,
+                            0x8000_0000_0000,
+                            u64::MAX - 8,
+                            core::ptr::addr_of!(regs) as u64,
+                        ],
+                        0,
+                    );
+                    self.sys(Sys::VpResume, [at, 0, 0, 0, 0, 0]);
+                }
+                6 => {
+                    let ev = self.r.of(&[0x5354_0001, 0x5354_0004, 0x5354_0005, 0], 0);
+                    self.sys(Sys::StrandCount, [ev, 0, 0, 0, 0, 0]);
                 }
                 1 => {
                     let (buf, max) = (self.addr(), self.r.of(&[0, 1, 4, 16, 17, u64::MAX], 0));

@@ -1,0 +1,503 @@
+//! SPIN's `Strand` events (Bershad et al., section 4.2 and the scheduling interfaces of
+//! section 4.4) on Sting's virtual processors: `Strand.Block`, `Strand.Unblock`,
+//! `Strand.Checkpoint` and `Strand.Resume` are raised by the virtual-processor family
+//! (`vproc.rs`) at the points where it gives the runtime an upcall (or, for Resume, where
+//! it resumes a saved user-level thread), and the upcall (or the resume) is each event's
+//! default implementation. An installed handler answers `STRAND_PROCEED` (the default
+//! goes ahead) or `STRAND_VETO` (it does not: see `baton_abi::spin` for what a veto means
+//! for each event); results combine so that any veto wins.
+//!
+//! Handlers are keyed by task: the owner gives every handler its installer's task as its
+//! key, and a raise's key is the virtual processor's task, so a handler sees its
+//! installer's virtual processors only (one handler stays a direct call after one compare).
+//! The global scheduler is not an event: it stays preemptive and priority-based, and a
+//! handler decides only what happens inside its own task's virtual processors.
+//!
+//! Handlers are built-in extensions (the `builtin.strand` interface: `count`, `veto`), Rust
+//! that forbids `unsafe` and is trusted to terminate as SPIN trusted its compiler, or
+//! WebAssembly procedures `(vp, thread: i64) -> i64` run under the extensions' fuel: one
+//! that runs out of fuel or traps is aborted, the event falls back to its default (the
+//! upcall), and the handler is removed with its installer told (`NOTIFY_ABORTED`), so a
+//! misbehaving handler costs its own task at most one fuel budget per event.
+//!
+//! # State and locking
+//! [`STATE`], reached only under the big kernel lock; a raise borrows it while its
+//! handlers run, and handlers never touch it. [`INSTALLED`] counts handlers on all four
+//! events, so that a raise with none costs one load.
+//!
+//! # Invariants
+//! - Every installed handler has one [`Meta`] record; every task with a handler has one
+//!   [`Tally`] (made at installation, fallibly), and both go when the task ends.
+//! - A raise allocates nothing.
+
+use crate::kernel::{Kernel, TaskId};
+use alloc::vec::Vec;
+use baton_abi::spin::{
+    EVENT_STRAND_BLOCK, EVENT_STRAND_CHECKPOINT, EVENT_STRAND_RESUME, EVENT_STRAND_UNBLOCK, FUEL,
+    STRAND_PROCEED, STRAND_VETO,
+};
+use baton_abi::Error;
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicUsize, Ordering};
+use kern::spin::domain::{DomainId, Domains, Holder, Image, Interface, Name, NameServer};
+use kern::spin::domain::{Sig, Symbol};
+use kern::spin::event::{
+    Binding, Decision, Event, HandlerFn, HandlerId, Installer, Owner, Request,
+};
+
+/// Which `Strand` event: an index into the family's events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Block = 0,
+    Unblock = 1,
+    Checkpoint = 2,
+    Resume = 3,
+}
+
+const NAMES: [&str; 4] = [
+    "Strand.Block",
+    "Strand.Unblock",
+    "Strand.Checkpoint",
+    "Strand.Resume",
+];
+
+/// A `Strand` event's arguments: which virtual processor of which task, and the kernel
+/// thread that carries (or carried) the user-level thread.
+#[derive(Clone, Copy, Debug)]
+pub struct Strand {
+    pub task: TaskId,
+    pub vp: u64,
+    /// Given to handlers as SPIN's events give the strand; no built-in handler reads it.
+    #[allow(dead_code)]
+    pub thread: u64,
+}
+
+/// A `Strand` event: `(strand) -> STRAND_PROCEED | STRAND_VETO`.
+pub type StrandEvent = Event<Kernel, Strand, u64>;
+
+/// The type a `Strand` handler has in an extension image: `(vp, thread: i64) -> i64`.
+pub const STRAND_SIG: Sig = Sig {
+    params: 2,
+    results: 1,
+    wide: 0b111,
+};
+
+struct Meta {
+    which: Which,
+    id: HandlerId,
+    task: TaskId,
+    domain: DomainId,
+    /// Where the installer is told if the handler is aborted.
+    notify: Option<kern::ipc::PortId>,
+}
+
+/// How often a task's handlers ran on each event, and how often the raise was vetoed.
+struct Tally {
+    task: TaskId,
+    ran: [u32; 4],
+    vetoed: [u32; 4],
+}
+
+struct State {
+    events: [StrandEvent; 4],
+    meta: Vec<Meta>,
+    tallies: Vec<Tally>,
+}
+
+struct Global(UnsafeCell<Option<State>>);
+// SAFETY: the state is only reached through `state`/`existing`, whose callers hold the big
+// kernel lock, so one CPU at a time uses it.
+unsafe impl Sync for Global {}
+
+static STATE: Global = Global(UnsafeCell::new(None));
+
+/// Handlers installed on the four events together.
+static INSTALLED: AtomicUsize = AtomicUsize::new(0);
+
+/// The state, made on first use.
+///
+/// # Safety
+/// The caller holds the big kernel lock and keeps no other reference from an earlier call
+/// alive while it uses this one.
+unsafe fn state() -> Result<&'static mut State, Error> {
+    // SAFETY: under the lock, by the caller's contract, this is the only reference.
+    let slot = unsafe { &mut *STATE.0.get() };
+    if slot.is_none() {
+        *slot = Some(State::new()?);
+    }
+    slot.as_mut().ok_or(Error::NoMemory)
+}
+
+/// The state if it exists.
+///
+/// # Safety
+/// As [`state`].
+unsafe fn existing() -> Option<&'static mut State> {
+    // SAFETY: as `state`.
+    unsafe { (*STATE.0.get()).as_mut() }
+}
+
+/// The owner of the `Strand` events: anyone may install, keyed to its own task, with the
+/// extensions' fuel as the bound.
+fn authorize(r: &Request) -> Decision<Strand> {
+    Decision::Allow {
+        guard: None,
+        key: Some(r.installer.task),
+        budget: FUEL,
+    }
+}
+
+fn key_of(s: &Strand) -> u64 {
+    s.task
+}
+
+/// The default implementation: the upcall (or the resume) goes ahead.
+fn proceed(_: &mut Kernel, _: &Strand) -> u64 {
+    STRAND_PROCEED
+}
+
+fn no_primary(_: &Installer) -> bool {
+    false
+}
+
+/// Any veto wins.
+fn any_veto(a: u64, b: u64) -> u64 {
+    if a == STRAND_VETO || b == STRAND_VETO {
+        STRAND_VETO
+    } else {
+        STRAND_PROCEED
+    }
+}
+
+impl State {
+    fn new() -> Result<State, Error> {
+        let make = |name: &'static str| {
+            Event::keyed(
+                name,
+                Owner {
+                    authorize,
+                    may_remove_primary: no_primary,
+                },
+                proceed,
+                Some(any_veto),
+                false,
+                kern::spin::event::MAX_HANDLERS,
+                Some(key_of),
+            )
+        };
+        let events = [
+            make(NAMES[0])?,
+            make(NAMES[1])?,
+            make(NAMES[2])?,
+            make(NAMES[3])?,
+        ];
+        let mut meta = Vec::new();
+        meta.try_reserve_exact(4 * kern::spin::event::MAX_HANDLERS)
+            .map_err(|_| Error::NoMemory)?;
+        Ok(State {
+            events,
+            meta,
+            tallies: Vec::new(),
+        })
+    }
+}
+
+/// The event number's `Strand` event, if it is one.
+pub fn which(event: u64) -> Option<Which> {
+    Some(match event {
+        EVENT_STRAND_BLOCK => Which::Block,
+        EVENT_STRAND_UNBLOCK => Which::Unblock,
+        EVENT_STRAND_CHECKPOINT => Which::Checkpoint,
+        EVENT_STRAND_RESUME => Which::Resume,
+        _ => return None,
+    })
+}
+
+/// Raises `which` for `s`: whether the default (the upcall, the resume) goes ahead. One
+/// load when no handler is installed anywhere.
+#[inline]
+pub fn raise(k: &mut Kernel, which: Which, s: &Strand) -> bool {
+    if INSTALLED.load(Ordering::Relaxed) == 0 {
+        return true;
+    }
+    raise_slow(k, which, s)
+}
+
+#[inline(never)]
+fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
+    // SAFETY: the lock is held (we have `k`); the reference is the only one, and handlers
+    // do not reach the state.
+    let Some(st) = (unsafe { existing() }) else {
+        return true;
+    };
+    let Some(ev) = st.events.get(which as usize) else {
+        return true;
+    };
+    let r = ev.raise(k, s);
+    let veto = r.result == STRAND_VETO;
+    if r.aborted != 0 {
+        aborted(k, which, r.aborted);
+    }
+    // SAFETY: as above (`aborted` has finished with its own reference).
+    let Some(st) = (unsafe { existing() }) else {
+        return !veto;
+    };
+    if r.ran != 0 {
+        if let Some(t) = st.tallies.iter_mut().find(|t| t.task == s.task) {
+            if let (Some(ran), Some(v)) = (
+                t.ran.get_mut(which as usize),
+                t.vetoed.get_mut(which as usize),
+            ) {
+                *ran = ran.saturating_add(r.ran);
+                *v = v.saturating_add(u32::from(veto));
+            }
+        }
+    }
+    !veto
+}
+
+/// Removes the handlers at the positions in `mask` of `which` (they aborted: out of fuel,
+/// a trap) and tells their installers; the raise has already fallen back to the default.
+#[inline(never)]
+fn aborted(k: &mut Kernel, which: Which, mask: u32) {
+    // SAFETY: the lock is held; the raise's borrow has ended.
+    let Some(st) = (unsafe { existing() }) else {
+        return;
+    };
+    let Some(ev) = st.events.get_mut(which as usize) else {
+        return;
+    };
+    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
+    for (i, slot) in ids.iter_mut().enumerate() {
+        if mask & (1 << i) != 0 {
+            *slot = ev.installer_at(i).map(|x| x.0);
+        }
+    }
+    for id in ids.into_iter().flatten() {
+        if ev.remove(id, None).is_ok() {
+            INSTALLED.fetch_sub(1, Ordering::Relaxed);
+        }
+        let Some(at) = st.meta.iter().position(|m| m.which == which && m.id == id) else {
+            continue;
+        };
+        let m = st.meta.swap_remove(at);
+        crate::arch::serial::kprintln!(
+            "[kernel] extension handler {} of task {} on {} aborted and removed",
+            id.0,
+            m.task,
+            NAMES.get(which as usize).copied().unwrap_or("Strand")
+        );
+        if let Some(port) = m.notify {
+            let msg = kern::ipc::Message {
+                id: baton_abi::spin::NOTIFY_ABORTED,
+                word: Some(u64::from(id.0)),
+                ..kern::ipc::Message::default()
+            };
+            let mut fx = crate::ipc::effects(k);
+            k.ipc.enqueue(port, msg, &mut fx);
+            crate::ipc::apply(k, fx);
+        }
+    }
+}
+
+/// What is installed: a built-in symbol (`target`, from a kernel domain) or a symbol of a
+/// WebAssembly module (`owner`'s), of signature `sig`.
+pub struct Proc<'a> {
+    pub builtin: bool,
+    pub sig: Sig,
+    pub target: u64,
+    pub owner: DomainId,
+    pub symbol: &'a Symbol,
+}
+
+/// Installs `p` on `which` for `req`'s task; an abort is reported to `notify`.
+pub fn install(
+    k: &mut Kernel,
+    domains: &Domains,
+    which: Which,
+    req: &Request,
+    p: &Proc<'_>,
+    notify: Option<kern::ipc::PortId>,
+) -> Result<u64, Error> {
+    if p.sig != STRAND_SIG {
+        return Err(Error::InvalidArgument);
+    }
+    let (f, closure): (HandlerFn<Kernel, Strand, u64>, u64) = if p.builtin {
+        (handler(p.target)?, req.claim)
+    } else {
+        (
+            super::wasm::strand_handler,
+            super::wasm::closure(
+                k,
+                domains,
+                req.installer.task,
+                p.owner,
+                p.symbol,
+                super::wasm::Kind::Strand,
+            )?,
+        )
+    };
+    let domain = p.owner;
+    // SAFETY: the lock is held (the caller is a system call); the only reference.
+    let st = unsafe { state() }?;
+    let task = req.installer.task;
+    if !st.tallies.iter().any(|t| t.task == task) {
+        st.tallies.try_reserve(1).map_err(|_| Error::NoMemory)?;
+        st.tallies.push(Tally {
+            task,
+            ran: [0; 4],
+            vetoed: [0; 4],
+        });
+    }
+    st.meta.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    let ev = st.events.get_mut(which as usize).ok_or(Error::NotFound)?;
+    let id = ev.install(req, f, closure, &[])?;
+    st.meta.push(Meta {
+        which,
+        id,
+        task,
+        domain,
+        notify,
+    });
+    INSTALLED.fetch_add(1, Ordering::Relaxed);
+    Ok(u64::from(id.0))
+}
+
+/// `spin_remove` of handler `id` of `which` by `task`.
+pub fn remove(task: TaskId, which: Which, id: HandlerId) -> Result<(), Error> {
+    // SAFETY: the lock is held; the only reference.
+    let st = unsafe { existing() }.ok_or(Error::NotFound)?;
+    let who = Installer {
+        task,
+        domain: 0,
+        builtin: false,
+    };
+    st.events
+        .get_mut(which as usize)
+        .ok_or(Error::NotFound)?
+        .remove(id, Some(&who))?;
+    st.meta.retain(|m| !(m.which == which && m.id == id));
+    INSTALLED.fetch_sub(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Domain `d` is gone: its handlers go.
+pub fn forget_domain(d: DomainId) {
+    // SAFETY: the lock is held (the caller's); the only reference.
+    let Some(st) = (unsafe { existing() }) else {
+        return;
+    };
+    while let Some(at) = st.meta.iter().position(|m| m.domain == d) {
+        let m = st.meta.swap_remove(at);
+        if let Some(ev) = st.events.get_mut(m.which as usize) {
+            if ev.remove(m.id, None).is_ok() {
+                INSTALLED.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+/// Task `id` has ended: its handlers and tally go.
+pub fn task_released(id: TaskId) {
+    // SAFETY: the lock is held (the hook runs under it); the only reference.
+    let Some(st) = (unsafe { existing() }) else {
+        return;
+    };
+    for ev in st.events.iter_mut() {
+        let n = ev.remove_where(|i| i.task == id);
+        INSTALLED.fetch_sub(n, Ordering::Relaxed);
+    }
+    st.meta.retain(|m| m.task != id);
+    st.tallies.retain(|t| t.task != id);
+}
+
+/// `strand_count(event)`: the calling task's tally for `event`.
+pub fn count(_k: &mut Kernel, task: TaskId, event: u64) -> Result<u64, Error> {
+    let w = which(event).ok_or(Error::NotFound)? as usize;
+    // SAFETY: the lock is held (we have `k`); the only reference.
+    let Some(st) = (unsafe { existing() }) else {
+        return Ok(0);
+    };
+    Ok(st.tallies.iter().find(|t| t.task == task).map_or(0, |t| {
+        u64::from(t.ran.get(w).copied().unwrap_or(0))
+            | u64::from(t.vetoed.get(w).copied().unwrap_or(0)) << 32
+    }))
+}
+
+/// The built-in handlers' own code: it sees the event's arguments and its closure word,
+/// nothing of the kernel.
+mod ext {
+    #![forbid(unsafe_code)]
+    use super::Strand;
+    use baton_abi::spin::{STRAND_PROCEED, STRAND_VETO};
+
+    /// Lets the event go on (the dispatcher counts its runs).
+    pub fn count(_closure: u64, _s: &Strand) -> u64 {
+        STRAND_PROCEED
+    }
+
+    /// Vetoes the event: for every virtual processor of the task (closure 0), or for
+    /// virtual processor `closure - 1` only.
+    pub fn veto(closure: u64, s: &Strand) -> u64 {
+        if closure == 0 || closure == s.vp.wrapping_add(1) {
+            STRAND_VETO
+        } else {
+            STRAND_PROCEED
+        }
+    }
+}
+
+fn h_count(_k: &mut Kernel, b: Binding, s: &Strand) -> Option<u64> {
+    Some(ext::count(b.closure, s))
+}
+
+fn h_veto(_k: &mut Kernel, b: Binding, s: &Strand) -> Option<u64> {
+    Some(ext::veto(b.closure, s))
+}
+
+const T_COUNT: u64 = 0x300;
+const T_VETO: u64 = 0x301;
+
+fn handler(target: u64) -> Result<HandlerFn<Kernel, Strand, u64>, Error> {
+    Ok(match target {
+        T_COUNT => h_count,
+        T_VETO => h_veto,
+        _ => return Err(Error::InvalidArgument),
+    })
+}
+
+/// Makes the `builtin.strand` domain (symbols `count`, `veto`) and exports it to the name
+/// server for any task to import.
+pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Error> {
+    let n = |s: &str| Name::new(s.as_bytes());
+    let mut symbols = Vec::new();
+    symbols.try_reserve_exact(2).map_err(|_| Error::NoMemory)?;
+    for (s, t) in [("count", T_COUNT), ("veto", T_VETO)] {
+        symbols.push(Symbol {
+            name: n(s)?,
+            sig: STRAND_SIG,
+            target: t,
+        });
+    }
+    let mut exports = Vec::new();
+    exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
+    exports.push(Interface {
+        name: n("builtin.strand")?,
+        symbols,
+    });
+    let d = domains.create(
+        Holder::Kernel,
+        Image {
+            exports,
+            imports: Vec::new(),
+        },
+    )?;
+    names.export(
+        domains,
+        Holder::Kernel,
+        n("builtin.strand")?,
+        d,
+        |_, _| true,
+        0,
+    )
+}
