@@ -28,6 +28,7 @@ mod kobject;
 mod memobj;
 mod ool;
 mod pager;
+mod pageout;
 mod quota;
 mod syscall;
 mod taskmake;
@@ -124,6 +125,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     install_families();
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     heap::set_fail_every(config.fail_every);
+    vm::replace::init(&frames, config.pageable);
     extern "C" {
         static boot_stack_top: u8;
     }
@@ -172,6 +174,7 @@ fn install_families() {
             extension::task_released(k, id);
             taskmake::task_released(k, id);
             vproc::task_released(k, id);
+            pageout::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -202,10 +205,11 @@ fn install_families() {
             // Pager-backed objects the map held may have ended: their pagers' rights go.
             pager::tidy(k);
         },
-        page_fault: pager::page_fault,
+        page_fault: pageout::page_fault,
         vp_blocking: vproc::on_block,
     });
     pager::init();
+    pageout::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------
