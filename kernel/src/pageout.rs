@@ -17,8 +17,9 @@
 //! - The pager's end (its task ends, or its port is found dead): every slot it held is
 //!   lost, every waiting thread wakes and faults again, and faults on lost pages are
 //!   errors sent to the task's exception port. Memory that cannot be had (no pager, store
-//!   full) is `NoMemory`, never a hang: a fault waits for memory only while page-outs are
-//!   queued to a live pager, which frees their frames' worth of room as it takes them.
+//!   full) is `NoMemory`, never a hang: a fault short of memory yields the processor and
+//!   is taken again only while page-outs are queued to a live pager or a new batch could
+//!   be reclaimed.
 //!
 //! # Invariants
 //! - Every thread in `waiting` is blocked `PageIn` on that page, once.
@@ -31,8 +32,7 @@ use crate::vm::replace;
 use crate::vm::{Failure, PageWait};
 use alloc::vec::Vec;
 use baton_abi::paging::{
-    PagingStats, Transfer, PAGE_IN, PAGE_SIZE, SCOPE_SYSTEM, SCOPE_TASK, SLOTS_MAX,
-    TRANSFER_SIZE,
+    PagingStats, Transfer, PAGE_IN, PAGE_SIZE, SCOPE_SYSTEM, SCOPE_TASK, SLOTS_MAX, TRANSFER_SIZE,
 };
 use baton_abi::Error;
 use core::cell::UnsafeCell;
@@ -43,8 +43,6 @@ use kern::vm::object::ObjectId;
 
 /// Most page-out and page-in messages queued to the default pager at once.
 pub const INFLIGHT_MAX: usize = 64;
-/// How long a fault waits for memory before it looks again (the pager is taking page-outs).
-const MEMORY_RETRY_NS: u64 = 1_000_000;
 
 struct State {
     /// The default pager's port and task.
@@ -91,7 +89,13 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: baton_abi::Sys, a: [u64; 6]) -> R
 }
 
 /// `default_pager_register(port, slots, host_priv)`.
-fn register(k: &mut Kernel, task: TaskId, port_name: u64, slots: u64, host: u64) -> Result<u64, Error> {
+fn register(
+    k: &mut Kernel,
+    task: TaskId,
+    port_name: u64,
+    slots: u64,
+    host: u64,
+) -> Result<u64, Error> {
     let cur = k.current_thread();
     crate::kobject::check_host_priv(k, cur, host)?;
     if slots == 0 || slots > SLOTS_MAX {
@@ -154,12 +158,7 @@ fn send(k: &mut Kernel, id: u64, data: Vec<u8>) -> Result<(), Error> {
         return Err(Error::NoSpace);
     }
     p.reserve_queue(1)?;
-    let account = k
-        .tasks
-        .get(&task)
-        .ok_or(Error::DeadName)?
-        .account
-        .clone();
+    let account = k.tasks.get(&task).ok_or(Error::DeadName)?.account.clone();
     let charge = crate::quota::heap(&account, data.len())?;
     let mut fx = crate::ipc::effects(k);
     k.ipc.enqueue(
@@ -233,7 +232,15 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
     match crate::vm::page_fault(k, t, addr, error) {
         Err(Failure::SwapIn(w)) => {
             if w.ask.is_some() {
-                ask(k, task, w).map_err(Failure::code)?;
+                match ask(k, task, w) {
+                    Ok(()) => {}
+                    // The pager's queue is full of page-outs: it runs first, then the
+                    // access is made again (and asks again).
+                    Err(Failure::NoMemory) if pager_port().is_some() => {
+                        thread::thread_yield_keeping(k, t)
+                    }
+                    Err(f) => return Err(f.code()),
+                }
             }
             wait(k, t, w).map_err(Failure::code)
         }
@@ -241,12 +248,8 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
             // Page-outs on their way to a live pager free room as it takes them: wait a
             // little and fault again. Otherwise there is no memory to be had.
             if pager_port().is_some() && (queued(k) > 0 || reclaim(k)) {
-                thread::block_until(
-                    k,
-                    Blocked::Sleep,
-                    Some(crate::arch::apic::now_ns().saturating_add(MEMORY_RETRY_NS)),
-                );
-                thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+                // Others (the pager) run first; the access is made again after.
+                thread::thread_yield_keeping(k, t);
             }
             replace::count_no_memory(task);
             Err(Failure::NoMemory.code())

@@ -203,6 +203,10 @@ impl Machine<PhysAddr> for Mach<'_> {
     fn unmap_everywhere(&mut self, _frame: PhysAddr) {
         self.everywhere = true;
     }
+
+    fn free_slot(&mut self, slot: u32) {
+        replace::free_slot(slot);
+    }
 }
 
 /// Why a fault could not be satisfied.

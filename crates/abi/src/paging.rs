@@ -64,7 +64,9 @@ impl Transfer {
     /// The record in the first [`TRANSFER_SIZE`] bytes of `b`, if it is that long.
     pub fn from_bytes(b: &[u8]) -> Option<Transfer> {
         let w = |i: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(b.get(i * 8..i * 8 + 8)?.try_into().ok()?))
+            Some(u64::from_le_bytes(
+                b.get(i * 8..i * 8 + 8)?.try_into().ok()?,
+            ))
         };
         Some(Transfer {
             object: w(0)?,
@@ -96,7 +98,8 @@ pub struct PagingStats {
     pub scanned: u64,
     /// Of those, passed over because referenced.
     pub spared: u64,
-    /// Victims kept because no backing store could be had (store full, no pager).
+    /// Reclaims that could not page anonymous memory out for want of backing store (the
+    /// store full, or no default pager), and victims kept for that reason.
     pub no_store: u64,
     /// Faults that found no frame even after replacement (`NoMemory`).
     pub no_memory: u64,

@@ -133,7 +133,10 @@ mod tests {
         assert_eq!(BootConfig::parse("").pageable, None);
         for bad in ["pageable=63", "pageable=x", "pageable="] {
             let c = BootConfig::parse(bad);
-            assert_eq!((c.pageable, c.unknown), (None, alloc::vec![String::from(bad)]));
+            assert_eq!(
+                (c.pageable, c.unknown),
+                (None, alloc::vec![String::from(bad)])
+            );
         }
     }
 

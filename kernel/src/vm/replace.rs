@@ -317,6 +317,9 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     }
     gather_referenced(k, vm, &mut r.referenced);
     let have_store = r.slots.capacity() > r.slots.in_use();
+    if !have_store {
+        r.stats.no_store += 1;
+    }
     let budget = (2 * r.used as usize).saturating_add(2 * BATCH);
     let Replace {
         clock, referenced, ..
@@ -421,6 +424,12 @@ pub fn finish(k: &mut Kernel, out: &Outgoing, sent: bool) {
     {
         r.slots.free(out.slot);
     }
+}
+
+/// A paged-out page is gone with its object or window: its slot is free.
+pub fn free_slot(slot: u32) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.slots.free(slot);
 }
 
 /// Whether the paged-out page's slot lost its contents with a dead default pager.
