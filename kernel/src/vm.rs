@@ -1184,6 +1184,7 @@ fn wire_in(
         return Err(match e {
             // The call restarts when the pager has answered.
             Failure::PageIn(w) => page_wanted(k, w),
+            Failure::SwapIn(w) => swap_wanted(k, task, w),
             _ => Error::NoMemory,
         });
     }
