@@ -84,6 +84,11 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: baton_abi::Sys, a: [u64; 6]) -> R
         Sys::DefaultPagerRegister => register(k, task, a[0], a[1], a[2]),
         Sys::DefaultPagerSupply => supply(k, task, a[0], a[1]),
         Sys::PagingStats => stats(k, task, a[0], a[1]),
+        Sys::PagingLimit => {
+            let cur = k.current_thread();
+            crate::kobject::check_host_priv(k, cur, a[1])?;
+            replace::set_limit(k, a[0])
+        }
         _ => Err(Error::InvalidArgument),
     }
 }

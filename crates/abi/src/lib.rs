@@ -375,6 +375,12 @@ pub enum Sys {
     /// `paging_stats(scope, out)`: writes [`paging::PagingStats`] for the caller's task
     /// ([`paging::SCOPE_TASK`]) or the whole system ([`paging::SCOPE_SYSTEM`]) at `out`.
     PagingStats = 182,
+    /// `paging_limit(frames, host_priv) -> previous`: sets the pageable limit (the most
+    /// frames user memory may hold, at least [`paging::LIMIT_MIN`], at most what the
+    /// machine has; the boot parameter `pageable=` sets it at boot) and returns the one it
+    /// replaces. Needs the host-privilege right. Lowering it below what user memory holds
+    /// makes the next faults reclaim.
+    PagingLimit = 183,
     /// `memobj_create(size) -> name`: a new anonymous memory object of `size` bytes (page
     /// multiple, at most [`memobj::SIZE_MAX`]), zero-filled at first touch, named by a
     /// send right to its kernel-object port ([`memobj`], `docs/vm.md`). Its frames are
@@ -777,6 +783,7 @@ impl Sys {
             180 => Sys::DefaultPagerRegister,
             181 => Sys::DefaultPagerSupply,
             182 => Sys::PagingStats,
+            183 => Sys::PagingLimit,
             110 => Sys::MemobjCreate,
             111 => Sys::VmMap,
             112 => Sys::MemobjRestrict,

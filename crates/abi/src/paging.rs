@@ -27,6 +27,8 @@ pub const PAGE_SIZE: u64 = 4096;
 pub const TRANSFER_SIZE: usize = 32;
 /// Bytes of a page-out message's data.
 pub const PAGE_OUT_SIZE: usize = TRANSFER_SIZE + PAGE_SIZE as usize;
+/// Fewest frames the pageable limit may be ([`crate::Sys::PagingLimit`]).
+pub const LIMIT_MIN: u64 = 64;
 /// Most slots a default pager may offer (1 GiB of pages).
 pub const SLOTS_MAX: u64 = 1 << 18;
 

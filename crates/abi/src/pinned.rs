@@ -209,12 +209,13 @@ fn paging_numbers() {
         (Sys::DefaultPagerRegister, 180),
         (Sys::DefaultPagerSupply, 181),
         (Sys::PagingStats, 182),
+        (Sys::PagingLimit, 183),
     ];
     for (s, n) in calls {
         assert_eq!(s as u64, n);
         assert_eq!(Sys::from_raw(n), Some(s));
     }
-    for n in 183..190 {
+    for n in 184..190 {
         assert_eq!(Sys::from_raw(n), None, "{n} is free");
     }
     assert_eq!(crate::paging::PAGE_OUT, crate::ipc::KERNEL_ID_BASE + 0x180);

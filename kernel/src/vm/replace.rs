@@ -49,6 +49,8 @@ pub struct Replace {
     pub used: u64,
     /// Frames reserved for the default pager.
     pub reserve: u64,
+    /// Frames free at boot: the most the limit may be.
+    counted_span_total: u64,
     counted: FrameSet,
     referenced: FrameSet,
     clock: Clock,
@@ -78,6 +80,7 @@ pub unsafe fn replace() -> &'static mut Replace {
         limit: u64::MAX,
         used: 0,
         reserve: 0,
+        counted_span_total: 0,
         counted: FrameSet::default(),
         referenced: FrameSet::default(),
         clock: Clock::new(),
@@ -102,10 +105,8 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
     };
     r.counted = counted;
     r.referenced = referenced;
-    r.limit = limit.unwrap_or(total).min(total);
-    // A sixteenth of the limit (at least 16 frames) is the default pager's alone.
-    r.reserve = (r.limit / 16).max(16).min(r.limit / 2);
-    r.stats.pageable_limit = r.limit;
+    r.counted_span_total = total;
+    set_limit_in(r, limit.unwrap_or(total).min(total));
     r.ready = true;
     if limit.is_some() {
         crate::arch::serial::kprintln!(
@@ -114,6 +115,30 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
             r.reserve
         );
     }
+}
+
+/// `paging_limit`: user memory may hold at most `frames` frames from now on (at least
+/// `LIMIT_MIN`, at most what the allocator has); the limit it replaces.
+pub fn set_limit(k: &Kernel, frames: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    if !r.ready {
+        return Err(Error::NotSupported);
+    }
+    let total = r.counted_span_total.min(k.frames.total_frames() as u64);
+    if frames < baton_abi::paging::LIMIT_MIN || frames > total {
+        return Err(Error::InvalidArgument);
+    }
+    let old = r.limit;
+    set_limit_in(r, frames);
+    Ok(old)
+}
+
+fn set_limit_in(r: &mut Replace, frames: u64) {
+    r.limit = frames;
+    // A sixteenth of the limit (at least 16 frames) is the default pager's alone.
+    r.reserve = (frames / 16).max(16).min(frames / 2);
+    r.stats.pageable_limit = frames;
 }
 
 /// Frames free for user memory now: under the limit and in the allocator.

@@ -38,6 +38,12 @@ pub fn supply_raw(transfer: u64, page: u64) -> Result<bool, Error> {
         .map(|n| n != 0)
 }
 
+/// Sets the pageable limit to `frames` (host-privileged); the limit it replaces.
+pub fn set_limit(frames: u64, host_priv: u64) -> Result<u64, Error> {
+    // SAFETY: the call changes no memory of this task.
+    decode_result(unsafe { syscall2(Sys::PagingLimit as u64, frames, host_priv) })
+}
+
 /// The counters of this task.
 pub fn stats() -> Result<PagingStats, Error> {
     stats_raw(SCOPE_TASK)

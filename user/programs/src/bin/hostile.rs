@@ -3497,6 +3497,19 @@ fn g_paging(c: &mut Ctx) {
             "default_pager_supply({t:#x}, {b:#x}) from a task that is not the default pager"
         );
     }
+    for (frames, host) in [
+        (256, 0),
+        (256, GARBAGE),
+        (256, ps),
+        (0, p),
+        (u64::MAX, dead),
+    ] {
+        check!(
+            c,
+            paging::set_limit(frames, host).is_err(),
+            "paging_limit({frames}, {host:#x}) without the host-privilege right"
+        );
+    }
     for scope in [2, 3, u64::MAX, 1 << 32] {
         expect!(
             c,

@@ -1766,6 +1766,8 @@ impl Fuzzer {
                 };
                 let out = self.addr();
                 self.sys(Sys::PagingStats, [scope, out, 0, 0, 0, 0]);
+                let (frames, host) = (self.edge(), self.name());
+                self.sys(Sys::PagingLimit, [frames, host, 0, 0, 0, 0]);
             }
             0..=4 => {
                 let pages = 1 + self.r.below(16);
