@@ -22,8 +22,8 @@
 //! # Invariants
 //! - `used` is the number of frames in `counted`; every counted frame is a page of an
 //!   object (or between [`reclaim`] and [`finish`], a page-out's frame).
-//! - Never taken: pages of pinned or physical objects, of any object a wired range or the
-//!   default pager's map reaches (down its chain), of pager-backed objects with a copy
+//! - Never taken: pages of pinned or physical objects, pages in the window a wired range
+//!   or an entry of the default pager's map maps (down its chain), of pager-backed objects with a copy
 //!   object, shadows, or a mapping that allowed writes.
 
 use super::{shootdown, state, Vm};
@@ -224,34 +224,46 @@ pub struct Outgoing {
     pub task: TaskId,
 }
 
-/// Objects page replacement must not take pages of: everything the default pager's map
-/// or a wired range reaches, down the chain. Sorted. `None` if there is no memory for it.
-fn pinned_objects(vm: &Vm, pager: Option<TaskId>) -> Option<Vec<ObjectId>> {
-    let mut out: Vec<ObjectId> = Vec::new();
+/// The windows of objects page replacement must not take pages of: what the default
+/// pager's map and every wired range map, down each chain (object, first offset, end
+/// offset). Sorted by object. `None` if there is no memory for it.
+fn pinned_windows(vm: &Vm, pager: Option<TaskId>) -> Option<Vec<(ObjectId, u64, u64)>> {
+    let mut out: Vec<(ObjectId, u64, u64)> = Vec::new();
     for (id, tv) in vm.tasks.iter() {
         let all = Some(id) == pager;
-        for (_, e) in tv.map.entries() {
+        for (s, e) in tv.map.entries() {
             if !all && e.wired == 0 {
                 continue;
             }
-            let mut cur = Some(e.object);
+            let len = e.end.saturating_sub(s);
+            let mut cur = Some((e.object, e.offset));
             let mut depth = 0;
-            while let Some(o) = cur {
+            while let Some((o, off)) = cur {
                 out.try_reserve(1).ok()?;
-                out.push(o);
+                out.push((o, off, off.saturating_add(len)));
                 depth += 1;
                 cur = vm
                     .objects
                     .get(o)
                     .and_then(|ob| ob.backing())
-                    .map(|(b, _)| b)
+                    .map(|(b, boff)| (b, off.saturating_add(boff)))
                     .filter(|_| depth <= vm.objects.len());
             }
         }
     }
     out.sort_unstable();
-    out.dedup();
     Some(out)
+}
+
+/// Whether `offset` of `object` lies in one of the `pinned` windows.
+fn pinned(pinned: &[(ObjectId, u64, u64)], object: ObjectId, offset: u64) -> bool {
+    let from = pinned.partition_point(|&(o, _, _)| o < object);
+    pinned
+        .get(from..)
+        .unwrap_or(&[])
+        .iter()
+        .take_while(|&&(o, _, _)| o == object)
+        .any(|&(_, a, b)| (a..b).contains(&offset))
 }
 
 /// Reads and clears the accessed bits of every task's user translations into the
@@ -333,7 +345,7 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if !r.ready {
         return outgoing;
     }
-    let Some(pinned) = pinned_objects(vm, r.pager) else {
+    let Some(windows) = pinned_windows(vm, r.pager) else {
         return outgoing;
     };
     let mut victims: Vec<Victim<PhysAddr>> = Vec::new();
@@ -353,14 +365,12 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     clock.select(
         &vm.objects,
         budget,
-        |id, o| {
-            pinned.binary_search(&id).is_err()
-                && match o.kind() {
-                    Kind::Anonymous => have_store,
-                    Kind::Pager { .. } => !o.written(),
-                    Kind::Physical { .. } => false,
-                }
+        |_, o| match o.kind() {
+            Kind::Anonymous => have_store,
+            Kind::Pager { .. } => !o.written(),
+            Kind::Physical { .. } => false,
         },
+        |id, off| pinned(&windows, id, off),
         |f| referenced.remove(f.0),
         &mut victims,
     );

@@ -76,8 +76,8 @@ impl Clock {
 
     /// Moves the hand on until `out` is full (its capacity: nothing is allocated here) or
     /// `budget` pages were examined, putting in `out` the resident pages of objects for
-    /// which `eligible` holds (and [`pageable_kind`]) whose frame `referenced` says was
-    /// not referenced. `referenced(frame)` tests *and clears* the frame's reference bit:
+    /// which `eligible` holds (and [`pageable_kind`]), that `keep(object, offset)` does
+    /// not keep, and whose frame `referenced` says was not referenced. `referenced(frame)` tests *and clears* the frame's reference bit:
     /// a referenced page is passed over this time and taken on the next sweep unless it
     /// is referenced again. Returns the pages examined.
     pub fn select<F: Copy>(
@@ -85,6 +85,7 @@ impl Clock {
         objs: &Objects<F>,
         budget: usize,
         mut eligible: impl FnMut(ObjectId, &Object<F>) -> bool,
+        mut keep: impl FnMut(ObjectId, u64) -> bool,
         mut referenced: impl FnMut(F) -> bool,
         out: &mut Vec<Victim<F>>,
     ) -> usize {
@@ -117,6 +118,9 @@ impl Clock {
             examined += 1;
             self.scanned += 1;
             self.offset = offset.saturating_add(PAGE_SIZE);
+            if keep(object, offset) {
+                continue;
+            }
             if referenced(frame) {
                 self.spared += 1;
                 continue;
@@ -408,6 +412,7 @@ mod tests {
             objs.insert_page(a, i * P, 100 + i).unwrap();
             objs.insert_page(pinned, i * P, 200 + i).unwrap();
         }
+        objs.insert_page(a, 6 * P, 106).unwrap();
         let mut refd: Vec<u64> = vec![101, 103];
         let mut clock = Clock::new();
         let mut out = Vec::with_capacity(4);
@@ -415,6 +420,7 @@ mod tests {
             &objs,
             100,
             |_, _| true,
+            |_, off| off == 6 * P,
             |f| {
                 let was = refd.contains(&f);
                 refd.retain(|&x| x != f);
@@ -429,14 +435,28 @@ mod tests {
         assert_eq!(clock.spared, 2);
         // The budget bounds a scan.
         let mut out = Vec::with_capacity(4);
-        assert_eq!(clock.select(&objs, 1, |_, _| true, |_| true, &mut out), 1);
+        assert_eq!(
+            clock.select(&objs, 1, |_, _| true, |_, _| false, |_| true, &mut out),
+            1
+        );
         assert!(out.is_empty());
         // Nothing eligible: the walk ends.
         let mut out = Vec::with_capacity(4);
         assert_eq!(
-            clock.select(&objs, 100, |_, _| false, |_| false, &mut out),
+            clock.select(&objs, 100, |_, _| false, |_, _| false, |_| false, &mut out),
             0
         );
+        // Pages kept (a wired window) are passed over, the rest of the object not.
+        let mut out = Vec::with_capacity(4);
+        clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, off| off != 2 * P,
+            |_| false,
+            &mut out,
+        );
+        assert!(out.iter().all(|v| v.offset == 2 * P) && !out.is_empty());
         objs.release(a, &mut crate::vm::testing::Recorder::default());
         objs.release(pinned, &mut crate::vm::testing::Recorder::default());
     }

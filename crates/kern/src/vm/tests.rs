@@ -191,8 +191,14 @@ impl Sim {
             self.mmu.slots.set_capacity(1 << 12).unwrap();
         }
         let mut victims = Vec::with_capacity(n);
-        self.clock
-            .select(&self.objs, 4 * n + 8, |_, _| true, referenced, &mut victims);
+        self.clock.select(
+            &self.objs,
+            4 * n + 8,
+            |_, _| true,
+            |_, _| false,
+            referenced,
+            &mut victims,
+        );
         let mut done = 0;
         for v in victims {
             assert!(!v.pager_backed);

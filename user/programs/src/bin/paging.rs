@@ -215,22 +215,22 @@ fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
     let before = sys()?;
     let mut buf = [0u8; 20];
     let pages = fmt_u64(2 * limit, &mut buf);
+    let done = must("port", port_allocate(0))?;
     let c = must(
         "start paging_child lose",
-        task::run("paging_child", 0, &["paging_child", "lose", pages], &[]),
+        task::run("paging_child", done, &["paging_child", "lose", pages], &[]),
     )?;
-    // The child is done writing when page-outs stop.
-    let mut last = until("the child's pages go out", |s| {
-        s.pageouts >= before.pageouts + limit / 2
-    })?;
-    loop {
-        must("sleep", baton_rt::sleep_ns(50_000_000))?;
-        let now = sys()?;
-        if now.pageouts == last.pageouts {
-            break;
-        }
-        last = now;
-    }
+    // The child says when it has written its pages (half of them are out by then).
+    let mut msg = [0u8; 64];
+    must(
+        "the child's word",
+        msg_buf(&mut msg, MSG_RECEIVE, done, 120_000_000_000),
+    )?;
+    must("drop", cap_drop(done))?;
+    check!(
+        sys()?.pageouts >= before.pageouts + limit / 2,
+        "the child's pages are out"
+    );
     must("kill the default pager", task::terminate(pager))?;
     wait_end(pager, notify)?;
     wait_end(c, notify)?;

@@ -7,15 +7,19 @@
 //!   counters must have moved. Exits 0, or prints `TEST FAIL`.
 //! - `paging_child hog <pages>`: touches pages until the kernel has no memory left to
 //!   give it: it is killed by the no-memory fault.
-//! - `paging_child lose <pages>`: writes its pages, waits until the default pager is gone
+//! - `paging_child lose <pages>`: writes its pages, says so with a message to its
+//!   bootstrap right, waits until the default pager is gone
 //!   (its store is no longer offered), then reads them: the pages paged out died with the
 //!   pager, and the first read of one kills it with a pager fault.
 //! - `paging_child nop`: exits at once (a warm-up).
 #![no_std]
 #![no_main]
 
+use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE};
+use baton_rt::ipc::{msg_buf, MSG_SEND};
 use baton_rt::paging;
 use baton_rt::vm::{self, PROT_RW};
+use baton_rt::FOREVER;
 use baton_rt::{env, println};
 
 baton_rt::entry!(main);
@@ -90,6 +94,20 @@ fn main(_task_id: u64) -> i32 {
         }
         "lose" => {
             write_all(base, pages, 7);
+            // Tell the parent (its bootstrap right) that the writing is done.
+            let mut msg = [0u8; HEADER_SIZE];
+            let h = MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: HEADER_SIZE as u32,
+                dest: baton_rt::start::bootstrap(),
+                id: 1,
+                ..MsgHeader::default()
+            };
+            msg.copy_from_slice(&h.to_bytes());
+            if msg_buf(&mut msg, MSG_SEND, 0, FOREVER).is_err() {
+                println!("TEST FAIL paging_child: could not tell its parent");
+                return 1;
+            }
             while paging::system_stats().is_ok_and(|s| s.store_slots != 0) {
                 let _ = baton_rt::sleep_ns(5_000_000);
             }
