@@ -329,7 +329,16 @@ fn supply(k: &mut Kernel, task: TaskId, transfer: u64, buf: u64) -> Result<u64, 
     page.resize(PAGE_SIZE as usize, 0);
     k.copy_in(task, buf, &mut page)?;
     let object = ObjectId(Key(t.object));
-    let put = replace::swap_in(k, object, t.offset, slot, &page, t.task)?;
+    let put = match replace::swap_in(k, object, t.offset, slot, &page, t.task) {
+        Ok(put) => put,
+        Err(e) => {
+            // Not even the reserve had a frame: the waiting threads fault again (after
+            // reclaiming) and ask again, rather than wait for an answer that came.
+            crate::vm::swap_not_asked(object, t.offset);
+            wake(k, Some((object, t.offset)));
+            return Err(e);
+        }
+    };
     if put {
         wake(k, Some((object, t.offset)));
     }

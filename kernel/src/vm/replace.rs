@@ -136,8 +136,8 @@ pub fn set_limit(k: &Kernel, frames: u64) -> Result<u64, Error> {
 
 fn set_limit_in(r: &mut Replace, frames: u64) {
     r.limit = frames;
-    // A sixteenth of the limit (at least 16 frames) is the default pager's alone.
-    r.reserve = (frames / 16).max(16).min(frames / 2);
+    // A sixteenth of the limit, from 16 to 64 frames, is the default pager's alone.
+    r.reserve = (frames / 16).clamp(16, 64).min(frames / 2);
     r.stats.pageable_limit = frames;
 }
 

@@ -1791,7 +1791,8 @@ fn vm_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
-/// User memory's frames while the paging rows run (`paging_limit`).
+/// Frames left to the paging rows' region (`paging_limit` is set to what user memory
+/// holds when they start, plus this).
 const PAGING_LIMIT: u64 = 256;
 /// The default pager's store for them, in pages (its stand-in: memory).
 const PAGING_STORE: u64 = 1024;
@@ -1828,8 +1829,8 @@ fn page_everything_in() {
 }
 
 /// The paging rows (`docs/benchmarks.md`): with the default pager `dpager` (its store the
-/// stand-in, memory) and user memory limited to [`PAGING_LIMIT`] frames, a region twice
-/// that is filled (`vm.pageout`: instructions per page paged out, each page's zero fill
+/// stand-in, memory) and user memory limited to what it holds plus [`PAGING_LIMIT`]
+/// frames, a region of twice that many pages is filled (`vm.pageout`: instructions per page paged out, each page's zero fill
 /// included), its oldest pages read back one at a time (`vm.pagein`: the fault, the
 /// request, the pager's supply, the wake-up and the load), then touched at random
 /// (`vm.thrash`: pages touched per million instructions; the page-outs per page-in are
@@ -1844,7 +1845,9 @@ fn paging_benchmarks() -> Result<(), Failed> {
     while paging_stats(name)?.store_slots != PAGING_STORE {
         yield_now();
     }
-    let old = paging::set_limit(PAGING_LIMIT, host)
+    // What user memory holds now, and PAGING_LIMIT frames more for the region.
+    let used = paging_stats(name)?.pageable_used;
+    let old = paging::set_limit(used + PAGING_LIMIT, host)
         .map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
     let n = 2 * PAGING_LIMIT;
     let a = vm::allocate(None, n * PAGE, vm::PROT_RW)
