@@ -9,8 +9,9 @@
 //!   register once the old one's task has ended (restart).
 //! - Page-out: a user fault that finds free frames at the low-water mark first reclaims a
 //!   batch ([`page_fault`]); each anonymous victim's bytes go to the pager in a
-//!   `PAGE_OUT` message, charged to the pager's account until received, and its frame is
-//!   free once the message is queued. At most [`INFLIGHT_MAX`] messages wait in its queue.
+//!   `PAGE_OUT` message and its frame is free once the message is queued. At most
+//!   [`INFLIGHT_MAX`] messages wait in its queue: that bound, not a task's quota, limits
+//!   the kernel heap they hold (a quota could make the path that frees memory fail).
 //! - Page-in: a fault on a paged-out page sends `PAGE_IN` and the thread waits, blocked
 //!   (`Blocked::PageIn`) with the continuation that returns to user mode, as for an
 //!   external pager; `default_pager_supply` puts the page back and wakes it.
@@ -147,8 +148,8 @@ fn queued(k: &Kernel) -> usize {
         .map_or(0, |p| p.queue.len())
 }
 
-/// Queues kernel message `id` with `data` to the default pager, charged to its account
-/// until received. [`Error::DeadName`] if it is gone (it is then forgotten), `NoSpace`
+/// Queues kernel message `id` with `data` to the default pager (uncharged: see the module
+/// documentation). [`Error::DeadName`] if it is gone (it is then forgotten), `NoSpace`
 /// when [`INFLIGHT_MAX`] are queued.
 fn send(k: &mut Kernel, id: u64, data: Vec<u8>) -> Result<(), Error> {
     // SAFETY: the lock is held; the reference ends in this statement.
@@ -163,15 +164,18 @@ fn send(k: &mut Kernel, id: u64, data: Vec<u8>) -> Result<(), Error> {
         return Err(Error::NoSpace);
     }
     p.reserve_queue(1)?;
-    let account = k.tasks.get(&task).ok_or(Error::DeadName)?.account.clone();
-    let charge = crate::quota::heap(&account, data.len())?;
+    if k.tasks.get(&task).is_none() {
+        return Err(Error::DeadName);
+    }
+    // Not charged to anyone: at most INFLIGHT_MAX such messages exist (the kernel's own
+    // bounded reserve for replacement), and the path that frees memory must not fail for
+    // the pager's (or a victim's) quota.
     let mut fx = crate::ipc::effects(k);
     k.ipc.enqueue(
         port,
         Message {
             id,
             data,
-            charge: Some(charge),
             ..Message::default()
         },
         &mut fx,

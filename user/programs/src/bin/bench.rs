@@ -1875,6 +1875,11 @@ fn paging_benchmarks() -> Result<(), Failed> {
     }
     report_value("vm.pageout", "instructions", t1.wrapping_sub(t0) / outs);
 
+    // The task's idle memory went out first, making room for the whole region: now
+    // leave the region only half of it (the frames it holds less PAGING_LIMIT).
+    let used = paging_stats(name)?.pageable_used;
+    paging::set_limit(used.saturating_sub(PAGING_LIMIT), host)
+        .map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
     // Random pages of the region, each read and written (xorshift, fixed seed).
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
