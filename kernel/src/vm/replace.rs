@@ -8,7 +8,8 @@
 //!   `Mach::free_frame`); the count may not pass the *pageable limit* (the boot parameter
 //!   `pageable=`, else every frame the allocator manages). DMA buffers and program images
 //!   are not user memory in this sense: they are pinned, never counted, never taken.
-//! - Below the *low-water mark* a user fault first reclaims a batch ([`reclaim`]):
+//! - At the *low-water mark* (the reserve and half a batch) a user fault first reclaims a
+//!   batch ([`reclaim`]):
 //!   reference bits are gathered from every task's page tables (their accessed bits,
 //!   cleared as they are read, so the clock's hand sees what was used since its last
 //!   sweep), the clock picks pages whose bit is clear, every translation of them is
@@ -167,7 +168,8 @@ pub fn room_for(alloc_free: u64, task: TaskId) -> bool {
 pub fn wanted(k: &Kernel, task: TaskId) -> bool {
     // SAFETY: the lock is held; the reference ends in this function.
     let r = unsafe { replace() };
-    r.ready && Some(task) != r.pager && free_now(r, k) <= r.reserve + BATCH as u64
+    // Half a batch above the reserve: a batch reclaimed then lasts for a batch of faults.
+    r.ready && Some(task) != r.pager && free_now(r, k) <= r.reserve + BATCH as u64 / 2
 }
 
 /// Counts `frame`, just put into an object as a page of user memory.
