@@ -1879,17 +1879,34 @@ fn paging_benchmarks() -> Result<(), Failed> {
     }
     report_value("vm.pageout", "instructions", t1.wrapping_sub(t0) / outs);
 
-    // The task's idle memory went out first, making room for the whole region: now
-    // leave the region only half of it (the frames it holds less PAGING_LIMIT).
-    let used = paging_stats(name)?.pageable_used;
-    paging::set_limit(used.saturating_sub(PAGING_LIMIT), host)
-        .map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
-    // Replacement runs at faults: one on a fresh page reclaims until the new limit holds
-    // (the region's pages, the only ones in use, are what goes).
+    // The task's idle memory went out first, making room for the whole region: lower the
+    // limit by PAGING_LIMIT frames at a time (a fault on a fresh page makes each hold:
+    // replacement runs at faults) until a pass over the region pages some of it in.
     let kick = vm::allocate(None, PAGE, vm::PROT_RW)
         .map_err(|e| fail!("{name}: vm_allocate: {}", e.name()))?;
-    // SAFETY: the page allocated just now, which nothing else refers to.
-    unsafe { (kick as *mut u64).write_volatile(1) };
+    for _ in 0..32 {
+        let s = paging_stats(name)?;
+        let lower = s.pageable_used.saturating_sub(PAGING_LIMIT);
+        if lower < 3 * PAGING_LIMIT {
+            break;
+        }
+        paging::set_limit(lower, host).map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
+        // SAFETY: the page allocated above, which nothing else refers to.
+        unsafe { (kick as *mut u64).write_volatile(1) };
+        for i in 0..n {
+            // SAFETY: in the region, which nothing else refers to.
+            black_box(unsafe { page(i).read_volatile() });
+        }
+        if paging_stats(name)?.pageins > s.pageins {
+            break;
+        }
+        // The kick page goes too, so that the next one faults.
+        // SAFETY: as above.
+        unsafe { vm::deallocate(kick, PAGE) }
+            .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
+        vm::allocate(Some(kick), PAGE, vm::PROT_RW)
+            .map_err(|e| fail!("{name}: vm_allocate: {}", e.name()))?;
+    }
     // Random pages of the region, each read and written (xorshift, fixed seed).
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
