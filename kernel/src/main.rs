@@ -27,6 +27,7 @@ mod klog;
 mod kobject;
 mod memobj;
 mod ool;
+mod pageout;
 mod pager;
 mod quota;
 mod syscall;
@@ -124,6 +125,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     install_families();
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     heap::set_fail_every(config.fail_every);
+    vm::replace::init(&frames, config.pageable);
     extern "C" {
         static boot_stack_top: u8;
     }
@@ -174,6 +176,7 @@ fn install_families() {
             extension::task_released(k, id);
             taskmake::task_released(k, id);
             vproc::task_released(k, id);
+            pageout::task_released(k, id);
         },
         names_released: ipc::release_names,
         unwind_other: activation::unwind_other,
@@ -205,19 +208,21 @@ fn install_families() {
             pager::tidy(k);
         },
         // SPIN's `Translation` events first, while any handler is installed (one load
-        // and one branch otherwise); then the virtual-memory system's own resolution,
-        // the default, which enters whatever translation the map now allows.
+        // and one branch otherwise); then the default: page replacement's reclaim and
+        // the virtual-memory system's own resolution (`pageout::page_fault`), which
+        // enters whatever translation the map now allows.
         page_fault: |k, t, addr, error| {
             if vm::translation_watched() {
                 vm::translation_fault(k, t, addr, error);
             }
-            pager::page_fault(k, t, addr, error)
+            pageout::page_fault(k, t, addr, error)
         },
         vp_blocking: vproc::on_block,
         vp_preempting: vproc::on_preempt,
     });
     pager::init();
     extension::translation::init();
+    pageout::init();
 }
 
 // ---- SMP bring-up ------------------------------------------------------------------------

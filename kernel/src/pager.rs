@@ -425,10 +425,11 @@ fn ask(k: &mut Kernel, w: PageWait) -> Result<(), Failure> {
     }
 }
 
-/// The page-fault hook: the virtual-memory family's work, and a wait for a pager when the
-/// page must come from one (does not return then).
-pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), u64> {
-    match crate::vm::page_fault(k, t, addr, error) {
+/// What a page fault's resolution (`crate::vm::page_fault`, from the paging family's
+/// page-fault hook) comes to: a wait for a pager when the page must come from one (does
+/// not return then), else the fault's class for the exception.
+pub fn fault_result(k: &mut Kernel, t: ThreadId, r: Result<(), Failure>) -> Result<(), u64> {
+    match r {
         Ok(()) => {
             forget_interrupted(t);
             Ok(())
@@ -553,7 +554,9 @@ fn migrate(
 /// dies); it then makes its access again. Returns only on an error (no room to wait).
 fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
     let Some((pager, dead, _)) = crate::vm::pager_of(w.object) else {
-        return Err(Failure::Pager);
+        // Not pager-backed: a paged-out page a kernel copy met waits for the default
+        // pager (which refuses unless the page is being paged in).
+        return crate::pageout::wait(k, t, w);
     };
     if dead {
         return Err(Failure::Pager);
@@ -605,6 +608,7 @@ pub fn forget_waiter(k: &mut Kernel, t: ThreadId, why: Blocked) {
     let Blocked::PageIn { object, .. } = why else {
         return;
     };
+    crate::pageout::forget_waiter(t);
     let mut found = None;
     {
         // SAFETY: the lock is held; the reference ends in this block.

@@ -365,6 +365,10 @@ impl Kernel {
             | Sys::PagerUnavailable
             | Sys::PagerError
             | Sys::PagerFlush => crate::pager::sys(self, id, call, args),
+            Sys::DefaultPagerRegister
+            | Sys::DefaultPagerSupply
+            | Sys::PagingStats
+            | Sys::PagingLimit => crate::pageout::sys(self, id, call, args),
             Sys::VmCopy => crate::ool::sys_vm_copy(self, id, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::MemobjCreate

@@ -57,6 +57,8 @@ use kern::vm::map::{Map, Placement, ENTRIES_MAX};
 use kern::vm::object::{Kind, ObjectId, Objects, Page};
 use kern::vm::{Access, Inherit, Machine, Prot};
 
+pub mod replace;
+
 /// Most objects in the system (each charged to the task that made it).
 const OBJECTS_MAX: u32 = 1 << 20;
 /// Most entries in one task's map.
@@ -97,6 +99,8 @@ struct TaskVm {
     map: Map,
     stats: FaultStats,
     wirings: Vec<Wiring>,
+    /// Its pages paged out and in (`replace`).
+    paging: baton_abi::paging::PagingStats,
 }
 
 /// The family's state.
@@ -151,7 +155,8 @@ impl Machine<PhysAddr> for Mach<'_> {
         // A frame the allocator does not manage is one of the boot image's, which an
         // image object holds (`make_image`): it is never handed out, so never given back.
         match self.frames.free(frame) {
-            Ok(()) | Err(kern::frame::FrameError::OutOfRange) => {}
+            Ok(()) => replace::uncount(frame),
+            Err(kern::frame::FrameError::OutOfRange) => {}
             Err(e) => crate::arch::serial::kprintln!(
                 "[kernel] warning: bad frame free {:#x}: {e:?}",
                 frame.0
@@ -202,6 +207,10 @@ impl Machine<PhysAddr> for Mach<'_> {
     fn unmap_everywhere(&mut self, _frame: PhysAddr) {
         self.everywhere = true;
     }
+
+    fn free_slot(&mut self, slot: u32) {
+        replace::free_slot(slot);
+    }
 }
 
 /// Why a fault could not be satisfied.
@@ -218,6 +227,9 @@ pub enum Failure {
     /// The page must come from a pager (`crate::pager`), asked now: the access waits for
     /// it (a user fault blocks; a kernel copy restarts its call once the page is there).
     PageIn(PageWait),
+    /// The page is paged out: it must come from the default pager (`crate::pageout`),
+    /// which is to be asked ([`PageWait::ask`] is the slot) or was asked already.
+    SwapIn(PageWait),
 }
 
 /// A page being paged in that an access must wait for.
@@ -241,7 +253,7 @@ impl Failure {
             Failure::Protection => abi::FAULT_WRITE_ERROR,
             Failure::Pager => abi::FAULT_PAGER_ERROR,
             Failure::NoMemory => abi::FAULT_NO_MEMORY,
-            Failure::PageIn(_) => abi::FAULT_PAGER_ERROR,
+            Failure::PageIn(_) | Failure::SwapIn(_) => abi::FAULT_PAGER_ERROR,
         }
     }
 }
@@ -345,6 +357,7 @@ pub fn space_made(k: &mut Kernel, id: TaskId) -> Result<(), Error> {
         map,
         stats: FaultStats::default(),
         wirings: Vec::new(),
+        paging: Default::default(),
     };
     vm.tasks.insert(id, tv).map_err(|_| Error::NoMemory)?;
     Ok(())
@@ -466,6 +479,9 @@ pub fn allocate_filled(
             let mut mem = KernelMem {
                 frames: &mut k.frames,
             };
+            if !replace::room_for(mem.frames.free_frames() as u64, task) {
+                return Err(Error::NoMemory);
+            }
             // `alloc_frame` hands the frame out zeroed.
             let f = mem.alloc_frame().ok_or(Error::NoMemory)?;
             match what {
@@ -476,6 +492,7 @@ pub fn allocate_filled(
                 mem.free_frame(f);
                 return Err(e);
             }
+            replace::count(f);
         }
         page += PAGE_SIZE;
     }
@@ -630,12 +647,16 @@ fn fault_in(
                     return Ok(frame);
                 }
                 Decision::ZeroFill { object, offset } => {
+                    if !replace::room_for(mem.frames.free_frames() as u64, task) {
+                        return Err(Failure::NoMemory);
+                    }
                     // `alloc_frame` hands the frame out zeroed.
                     let f = mem.alloc_frame().ok_or(Failure::NoMemory)?;
                     if let Err((_, f)) = vm.objects.insert_page(object, offset, f) {
                         mem.free_frame(f);
                         return Err(Failure::NoMemory);
                     }
+                    replace::count(f);
                 }
                 Decision::CopyOnWrite {
                     from,
@@ -643,12 +664,16 @@ fn fault_in(
                     offset,
                     unmap_from,
                 } => {
+                    if !replace::room_for(mem.frames.free_frames() as u64, task) {
+                        return Err(Failure::NoMemory);
+                    }
                     let f = mem.alloc_frame().ok_or(Failure::NoMemory)?;
                     mem.copy_bytes(f, from, PAGE_SIZE as usize);
                     if let Err((_, f)) = vm.objects.insert_page(to, offset, f) {
                         mem.free_frame(f);
                         return Err(Failure::NoMemory);
                     }
+                    replace::count(f);
                     everywhere |= unmap_from;
                 }
                 Decision::AddressError => return Err(Failure::Address),
@@ -685,12 +710,41 @@ fn fault_in(
                     }))
                 }
                 Decision::Wait { object, offset } => {
-                    return Err(Failure::PageIn(PageWait {
+                    let w = PageWait {
                         object,
                         offset,
                         ask: None,
                         access,
-                    }))
+                    };
+                    // A paged-out page waits for the default pager, a pager-backed one
+                    // for its pager.
+                    let anonymous = vm
+                        .objects
+                        .get(object)
+                        .is_some_and(|o| o.kind() == Kind::Anonymous);
+                    return Err(if anonymous {
+                        Failure::SwapIn(w)
+                    } else {
+                        Failure::PageIn(w)
+                    });
+                }
+                Decision::SwapIn {
+                    object,
+                    offset,
+                    slot,
+                } => {
+                    if replace::slot_lost(slot) {
+                        // Its contents died with a default pager: an error, for good.
+                        vm.objects.swap_in_failed(object, offset);
+                        replace::count_lost();
+                        return Err(Failure::Pager);
+                    }
+                    return Err(Failure::SwapIn(PageWait {
+                        object,
+                        offset,
+                        ask: Some(u64::from(slot)),
+                        access,
+                    }));
                 }
                 Decision::PagerError { .. } => return Err(Failure::Pager),
             }
@@ -746,6 +800,7 @@ pub fn make_resident(
     match resident_in(k, vm, task, va, len as u64, write) {
         Ok(()) => Ok(()),
         Err(Failure::PageIn(w)) => Err(page_wanted(k, w)),
+        Err(Failure::SwapIn(w)) => Err(swap_wanted(k, task, w)),
         Err(_) => Err(Error::BadAddress),
     }
 }
@@ -776,6 +831,33 @@ fn page_wanted(k: &mut Kernel, w: PageWait) -> Error {
         let t = k.current_thread();
         // SAFETY: the lock is held; the reference ends in this statement.
         unsafe { state() }.page_wait = Some((t, w));
+    }
+    Error::BadAddress
+}
+
+/// The paging family's way to ask the default pager for a paged-out page
+/// ([`set_swapper`]): the task whose access wants it, the page.
+pub type AskSwap = fn(&mut Kernel, TaskId, PageWait) -> Result<(), Failure>;
+
+static ASK_SWAP: spin::Once<AskSwap> = spin::Once::new();
+
+/// Registers the paging family's way to ask the default pager (once, at boot).
+pub fn set_swapper(ask: AskSwap) {
+    ASK_SWAP.call_once(|| ask);
+}
+
+/// [`page_wanted`] for a paged-out page: the default pager is asked (when the page is not
+/// asked for yet) and the wait noted for the current thread.
+fn swap_wanted(k: &mut Kernel, task: TaskId, w: PageWait) -> Error {
+    let asked = match (w.ask, ASK_SWAP.get()) {
+        (None, _) => Ok(()),
+        (Some(_), Some(ask)) => ask(k, task, w),
+        (Some(_), None) => Err(Failure::Pager),
+    };
+    if asked.is_ok() {
+        let t = k.current_thread();
+        // SAFETY: the lock is held; the reference ends in this statement.
+        unsafe { state() }.page_wait = Some((t, PageWait { ask: None, ..w }));
     }
     Error::BadAddress
 }
@@ -917,8 +999,15 @@ pub fn pager_put(
         mem.free_frame(frame);
         return Ok(false);
     }
+    if !replace::room_for(mem.frames.free_frames() as u64, 0) {
+        mem.free_frame(frame);
+        return Err(Error::NoMemory);
+    }
     match vm.objects.insert_page(object, offset, frame) {
-        Ok(()) => Ok(true),
+        Ok(()) => {
+            replace::count(frame);
+            Ok(true)
+        }
         Err((e, f)) => {
             mem.free_frame(f);
             Err(e)
@@ -937,6 +1026,24 @@ pub fn pager_fail(object: ObjectId, offset: u64) -> Result<(), Error> {
 pub fn pager_not_asked(object: ObjectId, offset: u64) {
     // SAFETY: the lock is held; the reference ends in this statement.
     unsafe { state() }.objects.page_in_failed(object, offset);
+}
+
+/// The paged-out page at `offset` of `object` could not be asked of the default pager:
+/// not asked any more.
+pub fn swap_not_asked(object: ObjectId, offset: u64) {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.objects.swap_in_failed(object, offset);
+}
+
+/// Whether `offset` of `object` is a paged-out page asked of the default pager (a fault
+/// may wait for it).
+pub fn swap_asked(object: ObjectId, offset: u64) -> bool {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    let vm = unsafe { state() };
+    matches!(
+        vm.objects.get(object).and_then(|o| o.page(offset)),
+        Some(Page::Out { asked: true, .. })
+    )
 }
 
 /// `object`'s pager is gone: its absent pages are errors from now on.
@@ -1019,6 +1126,7 @@ pub fn read_frame(k: &mut Kernel, frame: PhysAddr, out: &mut [u8]) {
 
 /// Gives a frame a flush took back to the allocator.
 pub fn free_frame(k: &mut Kernel, frame: PhysAddr) {
+    replace::uncount(frame);
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
@@ -1080,6 +1188,7 @@ fn wire_in(
         return Err(match e {
             // The call restarts when the pager has answered.
             Failure::PageIn(w) => page_wanted(k, w),
+            Failure::SwapIn(w) => swap_wanted(k, task, w),
             _ => Error::NoMemory,
         });
     }
@@ -1623,6 +1732,8 @@ pub fn object_dma(
         object_release(k, object);
         return Err(e);
     }
+    // A device reaches these frames by their physical addresses: they never move.
+    with_objects(k, |objs, _| objs.pin(object));
     Ok((object, base.0))
 }
 

@@ -369,6 +369,16 @@ const VM_REQUIRE: &[&str] = &[
     "(protection violation, write, user): write error",
 ];
 
+/// How the `paging` test's tasks end: its children work (0), or are stopped on purpose
+/// (no memory, a lost page); its default pagers are killed, or exit after a warm-up.
+const PAGING_EXITS: &[(&str, Exit)] = &[
+    ("paging_child", Exit::Code(0)),
+    ("paging_child", Exit::Killed),
+    ("dpager", Exit::Code(0)),
+    // The default pagers, ended through their task ports before any line named them.
+    ("?", Exit::Killed),
+];
+
 /// What `taskmake` must print (`task_smp1`, `task_smp2`).
 const TASK_REQUIRE: &[&str] = &[
     "ok: the null program made in four steps ran and ended",
@@ -1417,6 +1427,28 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         extra: &["priv=devcalls"],
         require: &["devcalls#1| TEST PASS devcalls"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Paging to the default pager (`docs/vm.md`, "Paging"): user memory limited to
+        // 256 frames, working sets three times that, data intact, counters moving; the
+        // store full; the default pager killed and restarted; back to baseline.
+        name: "paging_smp1",
+        init: &["paging"],
+        extra: &["priv=paging", "pageable=256"],
+        require: &["paging#1| TEST PASS paging"],
+        exits: PAGING_EXITS,
+        timeout: Duration::from_secs(240),
+        ..BASE
+    },
+    IntegrationTest {
+        name: "paging_smp2",
+        init: &["paging"],
+        smp: 2,
+        extra: &["priv=paging", "pageable=256"],
+        require: &["paging#1| TEST PASS paging"],
+        exits: PAGING_EXITS,
+        timeout: Duration::from_secs(240),
         ..BASE
     },
     IntegrationTest {

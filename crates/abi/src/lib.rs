@@ -360,6 +360,27 @@ pub enum Sys {
     /// [`pager::DATA_RETURN`] message) and drops them ([`pager::FLUSH_DROP`]); at most
     /// [`pager::FLUSH_MAX_PAGES`] pages a call. Returns the bytes of the range done.
     PagerFlush = 144,
+    /// `default_pager_register(port, slots, host_priv)`: the caller becomes the default
+    /// pager ([`paging`]): the kernel keeps a send right to `port` (the caller's send or
+    /// receive right) and sends it [`paging::PAGE_OUT`] and [`paging::PAGE_IN`] messages;
+    /// its store holds `slots` pages (1 to [`paging::SLOTS_MAX`]). Needs the host-privilege
+    /// right `host_priv`. [`Error::Busy`] while another default pager lives. The caller's
+    /// memory is never paged out.
+    DefaultPagerRegister = 180,
+    /// `default_pager_supply(transfer, buf)`: the default pager's answer to a
+    /// [`paging::PAGE_IN`]: `transfer` points to the request's [`paging::Transfer`] as
+    /// received and `buf` to the page's bytes. Returns 1 if the page went in, 0 if it was
+    /// no longer wanted (its memory went meanwhile). Only the default pager may call it.
+    DefaultPagerSupply = 181,
+    /// `paging_stats(scope, out)`: writes [`paging::PagingStats`] for the caller's task
+    /// ([`paging::SCOPE_TASK`]) or the whole system ([`paging::SCOPE_SYSTEM`]) at `out`.
+    PagingStats = 182,
+    /// `paging_limit(frames, host_priv) -> previous`: sets the pageable limit (the most
+    /// frames user memory may hold, at least [`paging::LIMIT_MIN`], at most what the
+    /// machine has; the boot parameter `pageable=` sets it at boot) and returns the one it
+    /// replaces. Needs the host-privilege right. Lowering it below what user memory holds
+    /// makes the next faults reclaim.
+    PagingLimit = 183,
     /// `memobj_create(size) -> name`: a new anonymous memory object of `size` bytes (page
     /// multiple, at most [`memobj::SIZE_MAX`]), zero-filled at first touch, named by a
     /// send right to its kernel-object port ([`memobj`], `docs/vm.md`). Its frames are
@@ -524,6 +545,7 @@ pub mod ipc;
 pub mod kobject;
 pub mod memobj;
 pub mod pager;
+pub mod paging;
 pub mod spin;
 pub mod start;
 pub mod translation;
@@ -811,6 +833,10 @@ impl Sys {
             142 => Sys::PagerUnavailable,
             143 => Sys::PagerError,
             144 => Sys::PagerFlush,
+            180 => Sys::DefaultPagerRegister,
+            181 => Sys::DefaultPagerSupply,
+            182 => Sys::PagingStats,
+            183 => Sys::PagingLimit,
             110 => Sys::MemobjCreate,
             111 => Sys::VmMap,
             112 => Sys::MemobjRestrict,

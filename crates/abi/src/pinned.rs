@@ -212,6 +212,34 @@ fn pager_numbers() {
 }
 
 #[test]
+fn paging_numbers() {
+    let calls = [
+        (Sys::DefaultPagerRegister, 180),
+        (Sys::DefaultPagerSupply, 181),
+        (Sys::PagingStats, 182),
+        (Sys::PagingLimit, 183),
+    ];
+    for (s, n) in calls {
+        assert_eq!(s as u64, n);
+        assert_eq!(Sys::from_raw(n), Some(s));
+    }
+    for n in 184..190 {
+        assert_eq!(Sys::from_raw(n), None, "{n} is free");
+    }
+    assert_eq!(crate::paging::PAGE_OUT, crate::ipc::KERNEL_ID_BASE + 0x180);
+    assert_eq!(crate::paging::PAGE_IN, crate::ipc::KERNEL_ID_BASE + 0x181);
+    assert_eq!(crate::paging::TRANSFER_SIZE, 32);
+    assert_eq!(crate::paging::PAGING_STATS_WORDS, 16);
+    let t = crate::paging::Transfer {
+        object: 1,
+        offset: 2,
+        slot: 3,
+        task: 4,
+    };
+    assert_eq!(crate::paging::Transfer::from_bytes(&t.to_bytes()), Some(t));
+}
+
+#[test]
 fn memory_object_numbers() {
     let calls = [
         (Sys::MemobjCreate, 110),

@@ -27,9 +27,15 @@ pub struct BootConfig {
     /// Make one in this many kernel allocations fail once boot is done (`failalloc=N`,
     /// N ≥ 1; honoured only by kernels built with fault injection: `kern::fault`).
     pub fail_every: Option<u64>,
+    /// Most frames user memory may hold (`pageable=N`, N ≥ [`PAGEABLE_MIN`]): fewer than
+    /// the machine has, so that page replacement runs (the rest stays the kernel's).
+    pub pageable: Option<u64>,
     /// Words that were not understood.
     pub unknown: Vec<String>,
 }
+
+/// Fewest frames `pageable=N` may leave to user memory.
+pub const PAGEABLE_MIN: u64 = 64;
 
 /// Records per CPU of `trace` without a count.
 pub const TRACE_DEFAULT: usize = 4096;
@@ -71,6 +77,12 @@ impl BootConfig {
                 .filter(|&n| n > 0)
             {
                 config.fail_every = Some(n);
+            } else if let Some(n) = word
+                .strip_prefix("pageable=")
+                .and_then(|n| n.parse::<u64>().ok())
+                .filter(|&n| n >= PAGEABLE_MIN)
+            {
+                config.pageable = Some(n);
             } else {
                 config.unknown.push(String::from(word));
             }
@@ -112,6 +124,19 @@ mod tests {
             let c = BootConfig::parse(bad);
             assert_eq!(c.trace, 0, "{bad}");
             assert_eq!(c.unknown, [bad]);
+        }
+    }
+
+    #[test]
+    fn pageable() {
+        assert_eq!(BootConfig::parse("pageable=512").pageable, Some(512));
+        assert_eq!(BootConfig::parse("").pageable, None);
+        for bad in ["pageable=63", "pageable=x", "pageable="] {
+            let c = BootConfig::parse(bad);
+            assert_eq!(
+                (c.pageable, c.unknown),
+                (None, alloc::vec![String::from(bad)])
+            );
         }
     }
 

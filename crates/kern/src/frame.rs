@@ -395,6 +395,12 @@ impl FrameAllocator {
         self.free_count
     }
 
+    /// The frame numbers (physical address / [`PAGE_SIZE`]) the allocator spans: the
+    /// first, and how many from it (managed or not).
+    pub fn span(&self) -> (u64, u64) {
+        (self.base, self.frames)
+    }
+
     /// Number of frames this allocator manages (free or allocated).
     pub fn total_frames(&self) -> usize {
         self.total

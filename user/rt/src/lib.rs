@@ -76,6 +76,7 @@ pub mod memobj;
 pub mod migrate;
 pub mod names;
 pub mod pager;
+pub mod paging;
 pub mod raw;
 pub mod report;
 pub mod rpc;

@@ -89,6 +89,18 @@ pub enum Decision<F> {
         /// The offset.
         offset: u64,
     },
+    /// Ask the default pager for the paged-out page at `offset` of `object` (now marked
+    /// as asked), whose contents are in backing-store `slot`; block until
+    /// [`Objects::swap_in`] puts it back (or the request fails:
+    /// [`Objects::swap_in_failed`]), then resolve again.
+    SwapIn {
+        /// The object.
+        object: ObjectId,
+        /// The offset.
+        offset: u64,
+        /// The backing-store slot.
+        slot: u32,
+    },
     /// The page is being paged in already: block until it is there, then resolve again.
     Wait {
         /// The object.
@@ -307,11 +319,34 @@ pub fn resolve<F: Copy>(
             FaultClass::ZeroFill,
             reclaimed_pages,
         ),
-        Found::PagingIn { object, offset } => Fault {
+        Found::PagingIn { object, offset }
+        | Found::Out {
+            object,
+            offset,
+            asked: true,
+            ..
+        } => Fault {
             decision: Decision::Wait { object, offset },
             class: None,
             reclaimed_pages,
         },
+        Found::Out {
+            object,
+            offset,
+            asked: false,
+            ..
+        } => {
+            let slot = objs.begin_swap_in(object, offset)?;
+            done(
+                Decision::SwapIn {
+                    object,
+                    offset,
+                    slot,
+                },
+                FaultClass::PagerFill,
+                reclaimed_pages,
+            )
+        }
         Found::Failed { object, offset }
         | Found::Pager {
             object,

@@ -25,6 +25,7 @@
 //! - No operation panics on any input; every allocation can fail and is charged to an
 //!   account (`crate::quota`), so a task cannot make the kernel hold unbounded memory.
 
+pub mod clock;
 pub mod copy;
 pub mod fault;
 pub mod map;
@@ -149,6 +150,12 @@ pub trait Machine<F> {
     fn write_protect_everywhere(&mut self, frame: F);
     /// Remove every translation of `frame`, in every address space.
     fn unmap_everywhere(&mut self, frame: F);
+    /// A paged-out page whose contents were in backing-store `slot` is gone (its object
+    /// or window went): the slot is free for another page. Nothing by default (a machine
+    /// with no backing store has no slots).
+    fn free_slot(&mut self, slot: u32) {
+        let _ = slot;
+    }
 }
 
 #[cfg(test)]

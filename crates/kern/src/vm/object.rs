@@ -89,6 +89,16 @@ pub enum Page<F> {
     /// The pager answered with an error (Mach's `data_error`): faults on it are errors
     /// until the pager supplies the page or it is flushed.
     Failed,
+    /// Paged out to the default pager's backing store, in `slot` (`super::clock::Slots`);
+    /// `asked` while the default pager has been asked for it (faults on it wait). Only
+    /// pages of anonymous objects are ever paged out. The page keeps its frame charge: the
+    /// object's account is charged for what it holds, resident or not.
+    Out {
+        /// The backing-store slot holding the contents.
+        slot: u32,
+        /// Asked of the default pager.
+        asked: bool,
+    },
 }
 
 /// Heap bytes an object is charged (its slab slot).
@@ -108,6 +118,7 @@ pub struct Object<F> {
     shadow_xor: u64,
     private: bool,
     committed: bool,
+    pinned: bool,
     account: AccountRef,
     heap: u64,
     frames: u64,
@@ -163,11 +174,23 @@ impl<F: Copy> Object<F> {
     pub fn committed(&self) -> bool {
         self.committed
     }
+    /// Whether its pages must stay where they are (a DMA buffer, a program image): page
+    /// replacement never takes them ([`Objects::pin`]).
+    pub fn pinned(&self) -> bool {
+        self.pinned
+    }
+    /// Pages paged out to the default pager.
+    pub fn out_pages(&self) -> usize {
+        self.pages
+            .iter()
+            .filter(|(_, p)| matches!(p, Page::Out { .. }))
+            .count()
+    }
     /// The resident pages at offsets in `[from, to)`, in offset order, with their frames.
     pub fn resident_range(&self, from: u64, to: u64) -> impl Iterator<Item = (u64, F)> + '_ {
         self.pages.range(from, to).filter_map(|(k, p)| match p {
             Page::Resident(f) => Some((k, *f)),
-            Page::PagingIn | Page::Failed => None,
+            Page::PagingIn | Page::Failed | Page::Out { .. } => None,
         })
     }
     /// Resident pages at offsets in `[from, to)`.
@@ -218,6 +241,17 @@ pub enum Found<F> {
         /// Whether the pager is gone.
         dead: bool,
     },
+    /// Paged out to the default pager, in `slot` of its store (`asked`: asked already).
+    Out {
+        /// The object holding the page.
+        object: ObjectId,
+        /// Offset in it.
+        offset: u64,
+        /// The backing-store slot.
+        slot: u32,
+        /// Asked of the default pager already.
+        asked: bool,
+    },
     /// A physical object's frame at `addr`.
     Physical {
         /// Physical address.
@@ -242,6 +276,18 @@ pub struct Objects<F> {
 }
 
 impl<F: Copy> Objects<F> {
+    /// Slots of the object slab (a bound for a walk by [`Objects::at`]).
+    pub fn slots(&self) -> usize {
+        self.slab.slots()
+    }
+
+    /// The object in slab slot `index`, if there is one (a cursor for page replacement's
+    /// clock, which keeps its place by slot).
+    pub fn at(&self, index: usize) -> Option<(ObjectId, &Object<F>)> {
+        let key = self.slab.key_at(index)?;
+        Some((ObjectId(key), self.slab.get(key)?))
+    }
+
     /// No objects; never more than `limit` at once.
     pub fn new(limit: u32) -> Objects<F> {
         Objects {
@@ -316,6 +362,7 @@ impl<F: Copy> Objects<F> {
             shadow_xor: 0,
             private,
             committed,
+            pinned: false,
             account: account.clone(),
             heap: OBJECT_BYTES,
             frames,
@@ -351,7 +398,19 @@ impl<F: Copy> Objects<F> {
     /// no deallocation frees its pages; while the caller's reference is held it is never
     /// reclaimed or collapsed into a shadow.
     pub fn image(&mut self, size: u64, account: &AccountRef) -> Result<ObjectId, Error> {
-        self.create(Kind::Anonymous, size, None, false, account)
+        let id = self.create(Kind::Anonymous, size, None, false, account)?;
+        // Its frames are the boot image's, not the allocator's: never paged out.
+        self.pin(id);
+        Ok(id)
+    }
+
+    /// Marks `id` as *pinned*: page replacement never takes its pages (a DMA buffer, whose
+    /// physical addresses a device uses; an image object, whose frames are the boot
+    /// image's).
+    pub fn pin(&mut self, id: ObjectId) {
+        if let Some(o) = self.get_mut(id) {
+            o.pinned = true;
+        }
     }
 
     /// A new object over the `size` bytes of physical memory from `base` (the caller has
@@ -491,8 +550,10 @@ impl<F: Copy> Objects<F> {
     /// Frees every page of `o` (refunding its account).
     fn free_pages(o: &mut Object<F>, m: &mut impl Machine<F>) {
         while let Some(node) = o.pages.pop_first_node() {
-            if let Page::Resident(f) = node.into_value() {
-                m.free_frame(f);
+            match node.into_value() {
+                Page::Resident(f) => m.free_frame(f),
+                Page::Out { slot, .. } => m.free_slot(slot),
+                Page::PagingIn | Page::Failed => {}
             }
         }
     }
@@ -526,7 +587,15 @@ impl<F: Copy> Objects<F> {
     /// documentation).
     fn try_collapse(&mut self, x: ObjectId, m: &mut impl Machine<F>) {
         let Some(xo) = self.get(x) else { return };
-        if xo.refs != 1 || xo.shadows != 1 || xo.kind != Kind::Anonymous {
+        if xo.refs != 1 || xo.shadows != 1 || xo.kind != Kind::Anonymous || xo.pinned {
+            return;
+        }
+        // A page being paged in is waited for at its (object, offset): it must not move.
+        if xo
+            .pages
+            .iter()
+            .any(|(_, p)| matches!(p, Page::Out { asked: true, .. }))
+        {
             return;
         }
         let s = ObjectId(Key(xo.shadow_xor));
@@ -589,11 +658,19 @@ impl<F: Copy> Objects<F> {
                     // table may keep a translation to a frame that is freed (it would
                     // reach whatever the frame holds next): page tables are a cache, so
                     // every translation of it goes first.
-                    if let Page::Resident(f) = node.into_value() {
-                        m.unmap_everywhere(f);
-                        m.free_frame(f);
-                        so.frames = so.frames.saturating_sub(1);
-                        so.account.give(Resource::Frames, 1);
+                    match node.into_value() {
+                        Page::Resident(f) => {
+                            m.unmap_everywhere(f);
+                            m.free_frame(f);
+                            so.frames = so.frames.saturating_sub(1);
+                            so.account.give(Resource::Frames, 1);
+                        }
+                        Page::Out { slot, .. } => {
+                            m.free_slot(slot);
+                            so.frames = so.frames.saturating_sub(1);
+                            so.account.give(Resource::Frames, 1);
+                        }
+                        Page::PagingIn | Page::Failed => {}
                     }
                     so.heap = so.heap.saturating_sub(Tree::<Page<F>>::NODE_BYTES);
                     so.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);
@@ -711,6 +788,14 @@ impl<F: Copy> Objects<F> {
                         offset: off,
                     })
                 }
+                Some(Page::Out { slot, asked }) => {
+                    return Ok(Found::Out {
+                        object: cur,
+                        offset: off,
+                        slot: *slot,
+                        asked: *asked,
+                    })
+                }
                 None => {}
             }
             if let Kind::Pager { pager, dead } = o.kind {
@@ -754,7 +839,7 @@ impl<F: Copy> Objects<F> {
             return Err(Error::InvalidArgument);
         }
         match o.pages.get(offset) {
-            Some(Page::Resident(_)) => Err(Error::InvalidArgument),
+            Some(Page::Resident(_) | Page::Out { .. }) => Err(Error::InvalidArgument),
             Some(Page::PagingIn | Page::Failed) => Ok(false),
             None => Ok(true),
         }
@@ -877,7 +962,7 @@ impl<F: Copy> Objects<F> {
             return Err(Error::Denied);
         }
         let frame = match o.pages.get(offset) {
-            None | Some(Page::PagingIn) => return Ok(None),
+            None | Some(Page::PagingIn | Page::Out { .. }) => return Ok(None),
             Some(Page::Resident(f)) => Some(*f),
             Some(Page::Failed) => None,
         };
@@ -914,6 +999,97 @@ impl<F: Copy> Objects<F> {
         }
     }
 
+    /// Pages out the resident page of the anonymous `id` at `offset` into backing-store
+    /// slot `slot` (page replacement): the page becomes [`Page::Out`] and its frame comes
+    /// back to the caller, who has already removed every translation of it, and copies its
+    /// contents out before freeing it. The frame charge stays with the object.
+    /// [`Error::InvalidArgument`] for anything but a resident page of an anonymous object
+    /// that is not pinned (nothing changed).
+    pub fn page_out(&mut self, id: ObjectId, offset: u64, slot: u32) -> Result<F, Error> {
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        if o.kind != Kind::Anonymous || o.pinned {
+            return Err(Error::InvalidArgument);
+        }
+        let p = o.pages.get_mut(offset).ok_or(Error::InvalidArgument)?;
+        let Page::Resident(f) = *p else {
+            return Err(Error::InvalidArgument);
+        };
+        *p = Page::Out { slot, asked: false };
+        Ok(f)
+    }
+
+    /// Drops the resident page of the pager-backed `id` at `offset` (page replacement of
+    /// a page its pager can supply again); its frame comes back to the caller, who has
+    /// removed every translation of it. [`Error::InvalidArgument`] for anything else, and
+    /// [`Error::Denied`] for an object with a copy object or shadows (they may still need
+    /// the page as it is).
+    pub fn drop_pager_page(&mut self, id: ObjectId, offset: u64) -> Result<F, Error> {
+        let o = self.get(id).ok_or(Error::NotFound)?;
+        if !matches!(o.kind, Kind::Pager { dead: false, .. }) {
+            return Err(Error::InvalidArgument);
+        }
+        if !matches!(o.pages.get(offset), Some(Page::Resident(_))) {
+            return Err(Error::InvalidArgument);
+        }
+        struct Keep;
+        impl<F> Machine<F> for Keep {
+            fn free_frame(&mut self, _: F) {}
+            fn unmap(&mut self, _: u64, _: u64) {}
+            fn write_protect(&mut self, _: u64, _: u64) {}
+            fn write_protect_everywhere(&mut self, _: F) {}
+            fn unmap_everywhere(&mut self, _: F) {}
+        }
+        self.flush_page(id, offset, &mut Keep)?
+            .ok_or(Error::InvalidArgument)
+    }
+
+    /// Marks the paged-out page of `id` at `offset` as asked of the default pager; its
+    /// slot. [`Error::InvalidArgument`] when it is not a paged-out page not yet asked for.
+    pub(crate) fn begin_swap_in(&mut self, id: ObjectId, offset: u64) -> Result<u32, Error> {
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        match o.pages.get_mut(offset) {
+            Some(Page::Out { slot, asked }) if !*asked => {
+                *asked = true;
+                Ok(*slot)
+            }
+            _ => Err(Error::InvalidArgument),
+        }
+    }
+
+    /// Puts `frame` (holding the contents the default pager kept in `slot`) back at
+    /// `offset` of `id`, whose page there is paged out to `slot`: resident again, with no
+    /// new charge (the page kept its charge). The slot is the caller's to free. On an
+    /// error (the page is not paged out to that slot any more) the frame comes back.
+    pub fn swap_in(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        slot: u32,
+        frame: F,
+    ) -> Result<(), (Error, F)> {
+        let Some(o) = self.get_mut(id) else {
+            return Err((Error::NotFound, frame));
+        };
+        match o.pages.get_mut(offset) {
+            Some(p) if matches!(*p, Page::Out { slot: s, .. } if s == slot) => {
+                *p = Page::Resident(frame);
+                Ok(())
+            }
+            _ => Err((Error::InvalidArgument, frame)),
+        }
+    }
+
+    /// The default pager could not be asked for the paged-out page of `id` at `offset`
+    /// (or died before answering): not asked any more (the next fault asks again, or
+    /// fails if there is no default pager).
+    pub fn swap_in_failed(&mut self, id: ObjectId, offset: u64) {
+        if let Some(o) = self.get_mut(id) {
+            if let Some(Page::Out { asked, .. }) = o.pages.get_mut(offset) {
+                *asked = false;
+            }
+        }
+    }
+
     /// Frees the pages of the private `id` in `[from, to)` (a window its map dropped);
     /// nothing for an object that is not private.
     pub(crate) fn free_window(
@@ -935,10 +1111,18 @@ impl<F: Copy> Objects<F> {
         }
         let charge = u64::from(!o.committed);
         while let Some(off) = o.pages.ceil(from).map(|(k, _)| k).filter(|k| *k < to) {
-            if let Some(Page::Resident(f)) = o.pages.remove(off) {
-                m.free_frame(f);
-                o.frames = o.frames.saturating_sub(charge);
-                o.account.give(Resource::Frames, charge);
+            match o.pages.remove(off) {
+                Some(Page::Resident(f)) => {
+                    m.free_frame(f);
+                    o.frames = o.frames.saturating_sub(charge);
+                    o.account.give(Resource::Frames, charge);
+                }
+                Some(Page::Out { slot, .. }) => {
+                    m.free_slot(slot);
+                    o.frames = o.frames.saturating_sub(charge);
+                    o.account.give(Resource::Frames, charge);
+                }
+                _ => {}
             }
             o.heap = o.heap.saturating_sub(Tree::<Page<F>>::NODE_BYTES);
             o.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);

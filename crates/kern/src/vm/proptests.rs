@@ -49,6 +49,9 @@ enum Op {
         delete: bool,
     },
     End(usize),
+    /// Page replacement takes up to this many pages; frames whose number has this bit
+    /// set count as referenced.
+    PageOut(usize, u8),
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -69,6 +72,7 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (t.clone(), pg.clone(), n, t.clone(), any::<bool>())
             .prop_map(|(src, page, n, dst, delete)| Op::Copy { src, page, n, dst, delete }),
         1 => t.prop_map(Op::End),
+        2 => (1..12usize, 0..4u8).prop_map(|(n, b)| Op::PageOut(n, b)),
     ]
 }
 
@@ -424,6 +428,11 @@ impl World {
                     }
                 }
             }
+            Op::PageOut(n, bit) => {
+                // What is paged out must read back as it was: `check_reads` and every
+                // later read see it through page-ins.
+                self.sim.page_out(n, |f| f & (1 << bit) != 0);
+            }
             Op::End(t) => {
                 let Some(mut map) = self.maps[t].take() else {
                     return;
@@ -491,6 +500,8 @@ impl World {
         }
         assert!(self.sim.objs.is_empty(), "objects leaked");
         assert!(self.sim.mmu.mem.is_empty(), "frames leaked");
+        assert!(self.sim.mmu.store.is_empty(), "backing store leaked");
+        assert_eq!(self.sim.mmu.slots.in_use(), 0, "slots leaked");
         assert_eq!(self.sim.root.used(Resource::Heap), 0);
         assert_eq!(self.sim.root.used(Resource::Frames), 0);
     }

@@ -27,6 +27,10 @@ pub(crate) struct Mmu {
     /// Frame -> contents.
     pub mem: BTreeMap<u64, u64>,
     next: u64,
+    /// The default pager's store: slot -> contents of a paged-out page.
+    pub store: BTreeMap<u32, u64>,
+    /// Its slots, as the kernel hands them out.
+    pub slots: super::clock::Slots,
 }
 
 impl Mmu {
@@ -80,6 +84,14 @@ impl Machine<u64> for Mmu {
             pt.retain(|_, (f, _)| *f != frame);
         }
     }
+    fn free_slot(&mut self, slot: u32) {
+        assert!(self.slots.is_used(slot), "slot {slot} freed but not used");
+        assert!(
+            self.store.remove(&slot).is_some(),
+            "slot {slot} holds nothing"
+        );
+        self.slots.free(slot);
+    }
 }
 
 /// Objects, the machine, counters.
@@ -88,6 +100,7 @@ pub(crate) struct Sim {
     pub mmu: Mmu,
     pub stats: FaultStats,
     pub root: AccountRef,
+    pub clock: super::clock::Clock,
 }
 
 impl Sim {
@@ -97,6 +110,7 @@ impl Sim {
             mmu: Mmu::default(),
             stats: FaultStats::default(),
             root: Account::root(1 << 40, 1 << 30).unwrap(),
+            clock: super::clock::Clock::new(),
         }
     }
 
@@ -152,10 +166,54 @@ impl Sim {
                         self.mmu.unmap_everywhere(from);
                     }
                 }
+                Decision::SwapIn {
+                    object,
+                    offset,
+                    slot,
+                } => {
+                    // The default pager answers at once here.
+                    let v = self.mmu.store.remove(&slot).expect("a slot with contents");
+                    self.mmu.slots.free(slot);
+                    let f = self.mmu.new_frame(v);
+                    self.objs.swap_in(object, offset, slot, f).unwrap();
+                }
                 d => return Err(d),
             }
         }
         panic!("fault at {addr:#x} took more than six rounds");
+    }
+
+    /// Page replacement: up to `n` pages chosen by the clock (`referenced` says which
+    /// frames were referenced) leave memory as the kernel does it: every translation
+    /// removed, the contents copied to the store, the frame freed. Returns how many.
+    pub fn page_out(&mut self, n: usize, referenced: impl Fn(u64) -> bool) -> usize {
+        if self.mmu.slots.capacity() == 0 {
+            self.mmu.slots.set_capacity(1 << 12).unwrap();
+        }
+        let mut victims = Vec::with_capacity(n);
+        self.clock.select(
+            &self.objs,
+            4 * n + 8,
+            |_, _| true,
+            |_, _| false,
+            referenced,
+            &mut victims,
+        );
+        let mut done = 0;
+        for v in victims {
+            assert!(!v.pager_backed);
+            let Some(slot) = self.mmu.slots.alloc() else {
+                break;
+            };
+            self.mmu.unmap_everywhere(v.frame);
+            let f = self.objs.page_out(v.object, v.offset, slot).unwrap();
+            assert_eq!(f, v.frame);
+            let value = self.mmu.mem[&f];
+            self.mmu.store.insert(slot, value);
+            self.mmu.free_frame(f);
+            done += 1;
+        }
+        done
     }
 
     pub fn read(&mut self, task: usize, map: &mut Map, addr: u64) -> Result<u64, Decision<u64>> {

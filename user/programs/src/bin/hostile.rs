@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 21] = [
+const GROUPS: [Group; 22] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -145,6 +145,7 @@ const GROUPS: [Group; 21] = [
     group("task-creation calls with garbage", g_task_calls, false),
     group("virtual-processor calls with garbage", g_vproc, false),
     group("SPIN memory-interface calls with garbage", g_spinvm, false),
+    group("default-pager calls with garbage", g_paging, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -3641,4 +3642,91 @@ fn g_spinvm(c: &mut Ctx) {
         );
     }
     expect!(c, spin::release(b), Ok(()), "release builtin.appel");
+}
+
+/// The default pager's calls from a task that is not one and has no host-privilege right:
+/// every garbage argument an error, nothing registered, nothing changed.
+fn g_paging(c: &mut Ctx) {
+    use baton_rt::paging::{self, SCOPE_SYSTEM, SLOTS_MAX, TRANSFER_SIZE};
+    let before = paging::system_stats().map(|s| (s.store_slots, s.pagers_registered));
+    let (p, ps) = c.pair();
+    let dead = c.dead();
+    for (what, port) in [
+        ("name 0", 0),
+        ("garbage", GARBAGE),
+        ("a dead name", dead),
+        ("a receive right", p),
+        ("a send right", ps),
+    ] {
+        for (host, slots) in [
+            (0, 16),
+            (GARBAGE, 16),
+            (ps, 16),
+            (p, 0),
+            (ps, SLOTS_MAX + 1),
+            (u64::MAX, u64::MAX),
+        ] {
+            check!(
+                c,
+                paging::register(port, slots, host).is_err(),
+                "default_pager_register({what}, {slots}, {host:#x}) without the host-privilege right"
+            );
+        }
+    }
+    let rec = [0u8; TRANSFER_SIZE];
+    let page = [0u8; 4096];
+    expect!(
+        c,
+        paging::supply(&rec, &page),
+        Err(Error::Denied),
+        "default_pager_supply from a task that is not the default pager"
+    );
+    for (t, b) in [
+        (0, 0),
+        (KERNEL_ADDRESS, KERNEL_ADDRESS),
+        (u64::MAX, 1),
+        (USER_MIN - 8, GARBAGE),
+    ] {
+        expect!(
+            c,
+            paging::supply_raw(t, b),
+            Err(Error::Denied),
+            "default_pager_supply({t:#x}, {b:#x}) from a task that is not the default pager"
+        );
+    }
+    for (frames, host) in [
+        (256, 0),
+        (256, GARBAGE),
+        (256, ps),
+        (0, p),
+        (u64::MAX, dead),
+    ] {
+        check!(
+            c,
+            paging::set_limit(frames, host).is_err(),
+            "paging_limit({frames}, {host:#x}) without the host-privilege right"
+        );
+    }
+    for scope in [2, 3, u64::MAX, 1 << 32] {
+        expect!(
+            c,
+            paging::stats_raw(scope).map(|_| ()),
+            Err(Error::InvalidArgument),
+            "paging_stats scope {scope:#x}"
+        );
+    }
+    for at in [0, 1, KERNEL_ADDRESS, u64::MAX - 8, USER_MIN - 8] {
+        // SAFETY: the kernel writes nowhere it cannot: every address here is refused.
+        let r = decode_result(unsafe {
+            raw_syscall(Sys::PagingStats as u64, [SCOPE_SYSTEM, at, 0, 0, 0, 0])
+        });
+        expect!(c, r, Err(Error::BadAddress), "paging_stats into {at:#x}");
+    }
+    let after = paging::system_stats().map(|s| (s.store_slots, s.pagers_registered));
+    check!(
+        c,
+        after == before,
+        "no default pager registered, none counted ({before:?} -> {after:?})"
+    );
+    c.drop_names(&[p, ps, dead]);
 }

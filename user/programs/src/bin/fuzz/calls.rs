@@ -1744,7 +1744,31 @@ impl Fuzzer {
         }
         let port = self.pager_port;
         let big = self.big();
-        match self.r.below(9) {
+        match self.r.below(11) {
+            9 => {
+                // The default pager's calls (`paging`): this task holds no host-privilege
+                // right and is not the default pager, so each must be refused.
+                let host = if self.r.chance(50) {
+                    self.name()
+                } else {
+                    self.edge()
+                };
+                let a = [self.name(), self.edge(), host, 0, 0, 0];
+                self.sys(Sys::DefaultPagerRegister, a);
+                let (t, b) = (self.addr(), self.addr());
+                self.sys(Sys::DefaultPagerSupply, [t, b, 0, 0, 0, 0]);
+            }
+            10 => {
+                let scope = if self.r.chance(70) {
+                    self.r.below(3)
+                } else {
+                    self.edge()
+                };
+                let out = self.addr();
+                self.sys(Sys::PagingStats, [scope, out, 0, 0, 0, 0]);
+                let (frames, host) = (self.edge(), self.name());
+                self.sys(Sys::PagingLimit, [frames, host, 0, 0, 0, 0]);
+            }
             0..=4 => {
                 let pages = 1 + self.r.below(16);
                 let size = if self.r.chance(10) {

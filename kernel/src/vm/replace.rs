@@ -1,0 +1,568 @@
+//! Page replacement (Accent section 2.2.6): a limit on the frames user memory may hold,
+//! a global clock over every object's resident pages (`kern::vm::clock`), and page-out of
+//! its victims, the machine's side. `docs/vm.md`, "Paging", describes the whole; the
+//! default pager's protocol is `crate::pageout`'s.
+//!
+//! - Every frame the kernel puts into an object as a page of user memory is *counted*
+//!   ([`count`]) and uncounted when it goes back to the allocator ([`uncount`], from
+//!   `Mach::free_frame`); the count may not pass the *pageable limit* (the boot parameter
+//!   `pageable=`, else every frame the allocator manages). DMA buffers and program images
+//!   are not user memory in this sense: they are pinned, never counted, never taken.
+//! - At the *low-water mark* (the reserve and half a batch) a user fault first reclaims a
+//!   batch ([`reclaim`]):
+//!   reference bits are gathered from every task's page tables (their accessed bits,
+//!   cleared as they are read, so the clock's hand sees what was used since its last
+//!   sweep), the clock picks pages whose bit is clear, every translation of them is
+//!   removed, and then each leaves: an anonymous page is copied into a page-out message
+//!   for the default pager (a backing-store slot allocated now: lazy backing store) and
+//!   its frame freed; a page of a pager-backed object no mapping can have written is
+//!   simply dropped (its pager supplies it again).
+//! - The *reserve*: the last frames below the limit are the default pager's alone (its
+//!   own faults, its supplies), so the path that frees memory never waits for memory.
+//!
+//! # Invariants
+//! - `used` is the number of frames in `counted`; every counted frame is a page of an
+//!   object (or between [`reclaim`] and [`finish`], a page-out's frame).
+//! - Never taken: pages of pinned or physical objects, pages in the window a wired range
+//!   or an entry of the default pager's map maps (down its chain), of pager-backed objects with a copy
+//!   object, shadows, or a mapping that allowed writes.
+
+use super::{shootdown, state, Vm};
+use crate::arch::paging::KernelMem;
+use crate::kernel::{Kernel, TaskId};
+use alloc::vec::Vec;
+use baton_abi::paging::{PagingStats, Transfer, PAGE_OUT_SIZE, TRANSFER_SIZE};
+use baton_abi::Error;
+use core::cell::UnsafeCell;
+use kern::frame::{PhysAddr, PAGE_SIZE};
+use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, OWNED};
+use kern::vm::clock::{Clock, FrameSet, Slots, Victim};
+use kern::vm::object::{Kind, ObjectId};
+
+/// Pages one reclaim takes at most.
+pub const BATCH: usize = 32;
+
+/// Page replacement's state.
+pub struct Replace {
+    /// Frames user memory may hold.
+    pub limit: u64,
+    /// Frames it holds.
+    pub used: u64,
+    /// Frames reserved for the default pager.
+    pub reserve: u64,
+    /// Frames free at boot: the most the limit may be.
+    counted_span_total: u64,
+    counted: FrameSet,
+    referenced: FrameSet,
+    clock: Clock,
+    /// The default pager's store.
+    pub slots: Slots,
+    /// System-wide counters.
+    pub stats: PagingStats,
+    /// The default pager's task (its memory is never taken).
+    pub pager: Option<TaskId>,
+    ready: bool,
+}
+
+struct Cell(UnsafeCell<Option<Replace>>);
+// SAFETY: reached only through `replace()`, whose callers hold the big kernel lock.
+unsafe impl Sync for Cell {}
+static REPLACE: Cell = Cell(UnsafeCell::new(None));
+
+/// The state (made on first use; not ready until [`init`]).
+///
+/// # Safety
+/// The caller holds the big kernel lock and keeps no other reference from this function
+/// alive while it uses this one.
+pub unsafe fn replace() -> &'static mut Replace {
+    // SAFETY: the lock is held and no other reference to the cell is live.
+    let cell = unsafe { &mut *REPLACE.0.get() };
+    cell.get_or_insert_with(|| Replace {
+        limit: u64::MAX,
+        used: 0,
+        reserve: 0,
+        counted_span_total: 0,
+        counted: FrameSet::default(),
+        referenced: FrameSet::default(),
+        clock: Clock::new(),
+        slots: Slots::new(),
+        stats: PagingStats::default(),
+        pager: None,
+        ready: false,
+    })
+}
+
+/// Sets page replacement up over the frame allocator (once, at boot): `limit` frames of
+/// user memory at most (`pageable=`), else as many as the allocator manages.
+pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
+    let (first, count) = frames.span();
+    let total = frames.free_frames() as u64;
+    // SAFETY: the lock is held (boot); the reference ends in this function.
+    let r = unsafe { replace() };
+    let (Ok(counted), Ok(referenced)) = (FrameSet::new(first, count), FrameSet::new(first, count))
+    else {
+        crate::arch::serial::kprintln!("[kernel] no memory for page replacement: off");
+        return;
+    };
+    r.counted = counted;
+    r.referenced = referenced;
+    r.counted_span_total = total;
+    set_limit_in(r, limit.unwrap_or(total).min(total));
+    r.ready = true;
+    if limit.is_some() {
+        crate::arch::serial::kprintln!(
+            "[kernel] user memory limited to {} frames ({} reserved for the default pager)",
+            r.limit,
+            r.reserve
+        );
+    }
+}
+
+/// `paging_limit`: user memory may hold at most `frames` frames from now on (at least
+/// `LIMIT_MIN`, at most what the allocator has); the limit it replaces.
+pub fn set_limit(k: &Kernel, frames: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    if !r.ready {
+        return Err(Error::NotSupported);
+    }
+    let total = r.counted_span_total.min(k.frames.total_frames() as u64);
+    if frames < baton_abi::paging::LIMIT_MIN || frames > total {
+        return Err(Error::InvalidArgument);
+    }
+    let old = r.limit;
+    set_limit_in(r, frames);
+    Ok(old)
+}
+
+fn set_limit_in(r: &mut Replace, frames: u64) {
+    r.limit = frames;
+    // A sixteenth of the limit, from 16 to 64 frames, is the default pager's alone.
+    r.reserve = (frames / 16).clamp(16, 64).min(frames / 2);
+    r.stats.pageable_limit = frames;
+}
+
+/// Frames free for user memory now: under the limit and in the allocator.
+fn free_now(r: &Replace, k: &Kernel) -> u64 {
+    r.limit
+        .saturating_sub(r.used)
+        .min(k.frames.free_frames() as u64)
+}
+
+/// Whether task `task` may take one more frame of user memory (the reserve is the
+/// default pager's), for a caller that has the allocator's free count (`alloc_free`) but not the
+/// kernel at hand; `task` 0 for no task in particular.
+pub fn room_for(alloc_free: u64, task: TaskId) -> bool {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    let free = r.limit.saturating_sub(r.used).min(alloc_free);
+    if task != 0 && Some(task) == r.pager {
+        free > 0
+    } else {
+        free > r.reserve
+    }
+}
+
+/// Whether a fault of `task` should reclaim first (free frames at the low-water mark,
+/// and a default pager or pager-backed pages to reclaim into).
+pub fn wanted(k: &Kernel, task: TaskId) -> bool {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    // Half a batch above the reserve: a batch reclaimed then lasts for a batch of faults.
+    r.ready && Some(task) != r.pager && free_now(r, k) <= r.reserve + BATCH as u64 / 2
+}
+
+/// Counts `frame`, just put into an object as a page of user memory.
+pub fn count(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    count_in(unsafe { replace() }, frame);
+}
+
+/// `frame` goes back to the allocator: uncounted if it was counted.
+pub fn uncount(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    uncount_in(unsafe { replace() }, frame);
+}
+
+fn uncount_in(r: &mut Replace, frame: PhysAddr) {
+    if r.counted.remove(frame.0) {
+        r.used -= 1;
+        r.stats.pageable_used = r.used;
+        r.referenced.remove(frame.0);
+    }
+}
+
+fn count_in(r: &mut Replace, frame: PhysAddr) {
+    if r.counted.insert(frame.0) {
+        r.used += 1;
+        r.stats.pageable_used = r.used;
+        r.stats.from_free += 1;
+    }
+}
+
+/// Gives a page's frame back to the allocator, uncounted.
+fn release(r: &mut Replace, k: &mut Kernel, frame: PhysAddr) {
+    uncount_in(r, frame);
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    mem.free_frame(frame);
+}
+
+/// A page on its way out: marked paged out in its object, its translations gone, its
+/// frame still held until the message carrying its bytes is sent ([`finish`]).
+pub struct Outgoing {
+    /// The object and offset.
+    pub object: ObjectId,
+    /// Offset in it.
+    pub offset: u64,
+    /// Its slot.
+    pub slot: u32,
+    /// Its frame.
+    pub frame: PhysAddr,
+    /// The page-out message's data: a [`Transfer`] and the page.
+    pub data: Vec<u8>,
+    /// The task whose map translated it (0: none).
+    pub task: TaskId,
+}
+
+/// The windows of objects page replacement must not take pages of: what the default
+/// pager's map and every wired range map, down each chain (object, first offset, end
+/// offset). Sorted by object. `None` if there is no memory for it.
+fn pinned_windows(vm: &Vm, pager: Option<TaskId>) -> Option<Vec<(ObjectId, u64, u64)>> {
+    let mut out: Vec<(ObjectId, u64, u64)> = Vec::new();
+    for (id, tv) in vm.tasks.iter() {
+        let all = Some(id) == pager;
+        for (s, e) in tv.map.entries() {
+            if !all && e.wired == 0 {
+                continue;
+            }
+            let len = e.end.saturating_sub(s);
+            let mut cur = Some((e.object, e.offset));
+            let mut depth = 0;
+            while let Some((o, off)) = cur {
+                out.try_reserve(1).ok()?;
+                out.push((o, off, off.saturating_add(len)));
+                depth += 1;
+                cur = vm
+                    .objects
+                    .get(o)
+                    .and_then(|ob| ob.backing())
+                    .map(|(b, boff)| (b, off.saturating_add(boff)))
+                    .filter(|_| depth <= vm.objects.len());
+            }
+        }
+    }
+    out.sort_unstable();
+    Some(out)
+}
+
+/// Whether `offset` of `object` lies in one of the `pinned` windows.
+fn pinned(pinned: &[(ObjectId, u64, u64)], object: ObjectId, offset: u64) -> bool {
+    let from = pinned.partition_point(|&(o, _, _)| o < object);
+    pinned
+        .get(from..)
+        .unwrap_or(&[])
+        .iter()
+        .take_while(|&&(o, _, _)| o == object)
+        .any(|&(_, a, b)| (a..b).contains(&offset))
+}
+
+/// Reads and clears the accessed bits of every task's user translations into the
+/// reference set, shooting down the translations whose bit was cleared (so the processor
+/// sets it again at the next use).
+fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
+    let mut next = k.tasks.next_id(None);
+    while let Some(id) = next {
+        next = k.tasks.next_id(Some(id));
+        let (Some(tv), Some(t)) = (vm.tasks.get(&id), k.tasks.get_mut(&id)) else {
+            continue;
+        };
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        let mut changed = 0;
+        for (s, e) in tv.map.entries() {
+            changed += t.space.update_leaves(&mut mem, s, e.end, |_, pte| {
+                if pte & OWNED == 0 && pte & ACCESSED != 0 {
+                    referenced.insert(pte & ADDR_MASK);
+                    pte & !ACCESSED
+                } else {
+                    pte
+                }
+            });
+        }
+        if changed > 0 {
+            shootdown(k, id);
+        }
+    }
+}
+
+/// Removes every translation of the `victims` (sorted by frame) from every task; notes
+/// in `mapped` (by victim) the task that had one.
+fn unmap_victims(k: &mut Kernel, vm: &Vm, frames: &[(u64, usize)], mapped: &mut [TaskId]) {
+    let mut next = k.tasks.next_id(None);
+    while let Some(id) = next {
+        next = k.tasks.next_id(Some(id));
+        let (Some(tv), Some(t)) = (vm.tasks.get(&id), k.tasks.get_mut(&id)) else {
+            continue;
+        };
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        let mut changed = 0;
+        for (s, e) in tv.map.entries() {
+            changed += t.space.update_leaves(&mut mem, s, e.end, |_, pte| {
+                if pte & OWNED != 0 {
+                    return pte;
+                }
+                match frames.binary_search_by_key(&(pte & ADDR_MASK), |&(f, _)| f) {
+                    Ok(i) => {
+                        if let Some(&(_, v)) = frames.get(i) {
+                            if let Some(m) = mapped.get_mut(v) {
+                                *m = id;
+                            }
+                        }
+                        0
+                    }
+                    Err(_) => pte,
+                }
+            });
+        }
+        if changed > 0 {
+            shootdown(k, id);
+        }
+    }
+}
+
+/// Reclaims up to [`BATCH`] pages: clean pager-backed pages are dropped (their frames
+/// free now); anonymous pages come back as [`Outgoing`] page-outs for the caller to send
+/// to the default pager and then [`finish`]. Allocates only bounded bookkeeping; on any
+/// shortage it reclaims less.
+pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
+    let mut outgoing: Vec<Outgoing> = Vec::new();
+    // SAFETY: the lock is held; these two references are the only ones to their cells
+    // until this function returns, and nothing below takes them again.
+    let (vm, r) = unsafe { (state(), replace()) };
+    if !r.ready {
+        return outgoing;
+    }
+    let Some(windows) = pinned_windows(vm, r.pager) else {
+        return outgoing;
+    };
+    let mut victims: Vec<Victim<PhysAddr>> = Vec::new();
+    if victims.try_reserve_exact(BATCH).is_err() || outgoing.try_reserve_exact(BATCH).is_err() {
+        return outgoing;
+    }
+    gather_referenced(k, vm, &mut r.referenced);
+    let have_store = r.slots.capacity() > r.slots.in_use();
+    if !have_store {
+        r.stats.no_store += 1;
+    }
+    let budget = (2 * r.used as usize).saturating_add(2 * BATCH);
+    let Replace {
+        clock, referenced, ..
+    } = r;
+    let before = (clock.scanned, clock.spared);
+    clock.select(
+        &vm.objects,
+        budget,
+        |_, o| match o.kind() {
+            Kind::Anonymous => have_store,
+            Kind::Pager { .. } => !o.written(),
+            Kind::Physical { .. } => false,
+        },
+        |id, off| pinned(&windows, id, off),
+        |f| referenced.remove(f.0),
+        &mut victims,
+    );
+    r.stats.scanned += r.clock.scanned - before.0;
+    r.stats.spared += r.clock.spared - before.1;
+    if victims.is_empty() {
+        return outgoing;
+    }
+    let mut frames: Vec<(u64, usize)> = Vec::new();
+    let mut mapped: Vec<TaskId> = Vec::new();
+    if frames.try_reserve_exact(victims.len()).is_err()
+        || mapped.try_reserve_exact(victims.len()).is_err()
+    {
+        return outgoing;
+    }
+    frames.extend(victims.iter().enumerate().map(|(i, v)| (v.frame.0, i)));
+    frames.sort_unstable();
+    mapped.resize(victims.len(), 0);
+    unmap_victims(k, vm, &frames, &mut mapped);
+    for (v, &task) in victims.iter().zip(mapped.iter()) {
+        if v.pager_backed {
+            if let Ok(f) = vm.objects.drop_pager_page(v.object, v.offset) {
+                release(r, k, f);
+                r.stats.reclaimed_pager += 1;
+            }
+            continue;
+        }
+        let mut data: Vec<u8> = Vec::new();
+        if data.try_reserve_exact(PAGE_OUT_SIZE).is_err() {
+            break;
+        }
+        let Some(slot) = r.slots.alloc() else {
+            r.stats.no_store += 1;
+            continue;
+        };
+        let Ok(frame) = vm.objects.page_out(v.object, v.offset, slot) else {
+            r.slots.free(slot);
+            continue;
+        };
+        let t = Transfer {
+            object: v.object.0 .0,
+            offset: v.offset,
+            slot: u64::from(slot),
+            task: 0,
+        };
+        data.extend_from_slice(&t.to_bytes());
+        data.resize(PAGE_OUT_SIZE, 0);
+        let mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        if let Some(page) = data.get_mut(TRANSFER_SIZE..) {
+            mem.read_bytes(frame, page);
+        }
+        outgoing.push(Outgoing {
+            object: v.object,
+            offset: v.offset,
+            slot,
+            frame,
+            data,
+            task,
+        });
+    }
+    outgoing
+}
+
+/// A page-out [`reclaim`] made was sent (`sent`): its frame goes back to the allocator,
+/// and it is counted; or it could not be: the page is resident again, as it was.
+pub fn finish(k: &mut Kernel, out: &Outgoing, sent: bool) {
+    // SAFETY: the lock is held; the references end in this function.
+    let (vm, r) = unsafe { (state(), replace()) };
+    if sent {
+        release(r, k, out.frame);
+        r.stats.pageouts += 1;
+        if out.task != 0 {
+            r.stats.reclaimed_mapped += 1;
+        } else {
+            r.stats.reclaimed_unmapped += 1;
+        }
+        if let Some(tv) = vm.tasks.get_mut(&out.task) {
+            tv.paging.pageouts += 1;
+        }
+    } else if vm
+        .objects
+        .swap_in(out.object, out.offset, out.slot, out.frame)
+        .is_ok()
+    {
+        r.slots.free(out.slot);
+    }
+}
+
+/// A paged-out page is gone with its object or window: its slot is free.
+pub fn free_slot(slot: u32) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.slots.free(slot);
+}
+
+/// Whether the paged-out page's slot lost its contents with a dead default pager.
+pub fn slot_lost(slot: u32) -> bool {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.slots.is_lost(slot)
+}
+
+/// Puts `bytes` (a page the default pager kept in `slot`) back at `offset` of `object`,
+/// for task `task`'s fault (or 0): `Ok(true)` when it went in, `Ok(false)` when the page
+/// is no longer paged out there (its memory went meanwhile, or it came in already).
+pub fn swap_in(
+    k: &mut Kernel,
+    object: ObjectId,
+    offset: u64,
+    slot: u32,
+    bytes: &[u8],
+    task: TaskId,
+) -> Result<bool, Error> {
+    // SAFETY: the lock is held; the references end in this function.
+    let (vm, r) = unsafe { (state(), replace()) };
+    let waiting = vm.objects.get(object).and_then(|o| o.page(offset));
+    if !matches!(waiting, Some(kern::vm::object::Page::Out { slot: s, .. }) if s == slot) {
+        return Ok(false);
+    }
+    if free_now(r, k) == 0 {
+        return Err(Error::NoMemory);
+    }
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let f = mem.alloc_frame().ok_or(Error::NoMemory)?;
+    mem.write_bytes(f, bytes.get(..PAGE_SIZE as usize).unwrap_or(bytes));
+    if let Err((e, f)) = vm.objects.swap_in(object, offset, slot, f) {
+        mem.free_frame(f);
+        return Err(e);
+    }
+    count_in(r, f);
+    r.slots.free(slot);
+    r.stats.pageins += 1;
+    if let Some(tv) = vm.tasks.get_mut(&task) {
+        tv.paging.pageins += 1;
+    }
+    Ok(true)
+}
+
+/// The default pager is gone: every slot it held is lost, pages asked of it are not
+/// asked any more (a fault on them now finds their slot lost: an error), and no store is
+/// offered until another registers.
+pub fn pager_gone() {
+    // SAFETY: the lock is held; the references end in this function.
+    let (vm, r) = unsafe { (state(), replace()) };
+    r.slots.lose_all();
+    r.pager = None;
+    let mut asked: Vec<(ObjectId, u64)> = Vec::new();
+    for (id, o) in vm.objects.iter() {
+        for (off, p) in o.iter_pages() {
+            if matches!(p, kern::vm::object::Page::Out { asked: true, .. })
+                && asked.try_reserve(1).is_ok()
+            {
+                asked.push((id, off));
+            }
+        }
+    }
+    for (id, off) in asked {
+        vm.objects.swap_in_failed(id, off);
+    }
+}
+
+/// A fault met a page whose slot was lost: counted.
+pub fn count_lost() {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.stats.lost += 1;
+}
+
+/// A fault found no frame even after replacement: counted.
+pub fn count_no_memory(task: TaskId) {
+    // SAFETY: the lock is held; the references end in this function.
+    let (vm, r) = unsafe { (state(), replace()) };
+    r.stats.no_memory += 1;
+    if let Some(tv) = vm.tasks.get_mut(&task) {
+        tv.paging.no_memory += 1;
+    }
+}
+
+/// The counters: the system's, or task `task`'s.
+pub fn stats(task: Option<TaskId>) -> Option<PagingStats> {
+    // SAFETY: the lock is held; the references end in this function.
+    let (vm, r) = unsafe { (state(), replace()) };
+    match task {
+        None => {
+            let mut s = r.stats;
+            s.store_slots = u64::from(r.slots.capacity());
+            s.store_used = u64::from(r.slots.in_use());
+            Some(s)
+        }
+        Some(t) => vm.tasks.get(&t).map(|tv| tv.paging),
+    }
+}

@@ -1,0 +1,301 @@
+//! Paging to the default pager, booted (`docs/vm.md`, "Paging"): with user memory limited
+//! to a few hundred frames (`pageable=`), a default pager (`dpager`) registered, and
+//! children whose working sets are several times that:
+//! - every byte of a working set three times the frames survives two rounds of writes
+//!   and reads, a kernel copy into a paged-out page waits for it, and the page-out and
+//!   page-in counters move, per task and system-wide;
+//! - a child that wants more than the frames and the store together is stopped by a
+//!   no-memory fault, and the store is empty again after it;
+//! - the default pager killed while a child's pages are out: the child is stopped by a
+//!   pager fault when it touches one, the kernel counts the lost pages and stays well;
+//! - a new default pager registers (restart) and paging works again;
+//! - bad arguments are errors; and a second round of all this leaves the kernel's heap,
+//!   objects and free frames where the first did.
+//!
+//! This task's own memory is wired first, so that it never has pages out when its pager
+//! is killed.
+#![no_std]
+#![no_main]
+
+extern crate alloc;
+
+use baton_abi::ipc::{MsgHeader, HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
+use baton_rt::check::Failed;
+use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
+use baton_rt::paging::{self, PagingStats};
+use baton_rt::{println, task, vm, Error};
+
+baton_rt::entry!(main);
+
+const TEST: &str = "paging";
+/// The default pager's store, in pages.
+const STORE: u64 = 1024;
+
+macro_rules! check {
+    ($($t:tt)*) => { baton_rt::check!(TEST, $($t)*) };
+}
+
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    baton_rt::check::must(TEST, what, r)
+}
+
+fn main(_task_id: u64) -> i32 {
+    baton_rt::check::finish(TEST, run())
+}
+
+fn sys() -> Result<PagingStats, Failed> {
+    must("paging stats", paging::system_stats())
+}
+
+/// The kernel's heap in use, objects and free frames.
+fn counts() -> Result<(u64, u64, u64), Failed> {
+    let s = must("stats", baton_rt::stats())?;
+    let v = must("vm stats", vm::system_stats())?;
+    Ok((s.heap_used, v.objects, v.frames_free))
+}
+
+/// Wires every range of this task (at most 16 MiB each): its program's private pages
+/// (partial pages of its segments), data and stack would otherwise be paged out like any.
+fn wire_everything() -> Result<(), Failed> {
+    let mut addr = 0;
+    while let Ok(r) = vm::query(addr) {
+        if r.wired == 0 && r.end - r.start <= 16 << 20 {
+            must("wire", vm::wire(r.start, r.end - r.start))?;
+        }
+        addr = r.end;
+    }
+    Ok(())
+}
+
+/// Waits until the task whose port is `task` has ended, then releases the name.
+fn wait_end(task: u64, notify: u64) -> Result<(), Failed> {
+    match port_notify(task, NOTIFY_KIND_DEAD_NAME, notify) {
+        Ok(()) => {
+            let mut buf = [0u8; 64];
+            loop {
+                must(
+                    "wait for the end",
+                    msg_buf(&mut buf, MSG_RECEIVE, notify, 120_000_000_000),
+                )?;
+                let h = MsgHeader::from_bytes(&buf).ok_or(Failed)?;
+                let word =
+                    u64::from_le_bytes(buf[HEADER_SIZE..][..8].try_into().map_err(|_| Failed)?);
+                if h.id == NOTIFY_DEAD_NAME && word == task {
+                    break;
+                }
+            }
+        }
+        Err(Error::DeadName) => {}
+        Err(e) => return must("port_notify", Err(e)),
+    }
+    must("release the task's name", cap_drop(task))
+}
+
+/// Polls the system counters (every 5 ms, up to 20 s) until `done` holds.
+fn until(what: &str, done: impl Fn(&PagingStats) -> bool) -> Result<PagingStats, Failed> {
+    for _ in 0..4000 {
+        let s = sys()?;
+        if done(&s) {
+            return Ok(s);
+        }
+        must("sleep", baton_rt::sleep_ns(5_000_000))?;
+    }
+    println!("TEST FAIL {TEST}: timed out waiting: {what}");
+    Err(Failed)
+}
+
+/// Starts the default pager with a store of [`STORE`] pages and waits for it to register.
+fn start_pager(host: u64) -> Result<u64, Failed> {
+    let t = must(
+        "start dpager",
+        task::run("dpager", host, &["dpager", "1024"], &[]),
+    )?;
+    until("the default pager registers", |s| s.store_slots == STORE)?;
+    Ok(t)
+}
+
+/// Runs `paging_child <mode> <pages>` and waits for its end.
+fn child(mode: &str, pages: u64, notify: u64) -> Result<(), Failed> {
+    let mut n = [0u8; 20];
+    let pages = fmt_u64(pages, &mut n);
+    let t = must(
+        "start paging_child",
+        task::run("paging_child", 0, &["paging_child", mode, pages], &[]),
+    )?;
+    wait_end(t, notify)
+}
+
+fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &str {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    core::str::from_utf8(&buf[i..]).unwrap_or("0")
+}
+
+fn run() -> Result<(), Failed> {
+    let host = baton_rt::start::host_priv();
+    wire_everything()?;
+    let notify = must("port", port_allocate(0))?;
+    errors(host)?;
+    // Warm-up: the programs' image objects are made at their first use and kept, and the
+    // kernel's slot bitmaps are made at the first registration.
+    let t = must(
+        "warm-up dpager",
+        task::run("dpager", host, &["dpager", "1024", "once"], &[]),
+    )?;
+    wait_end(t, notify)?;
+    child("nop", 0, notify)?;
+    let s0 = sys()?;
+    check!(
+        (64..=4096).contains(&s0.pageable_limit) && s0.store_slots == 0,
+        "user memory is limited to {} frames and no default pager is registered",
+        s0.pageable_limit
+    );
+    // Two rounds: the second must leave the kernel as the first did (the first also pays
+    // for what is made once, such as a program's symbols for a fault report).
+    let first = round(host, notify, 1)?;
+    let second = round(host, notify, 2)?;
+    check!(
+        first == second,
+        "a second round leaves the kernel's heap, objects and free frames as the first did ({first:?} -> {second:?})"
+    );
+    must("drop the port", cap_drop(notify))
+}
+
+/// One round: paging, the store full, the pager killed, a new pager; the counts after.
+fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
+    println!("paging: round {n}");
+    let s0 = sys()?;
+    let limit = s0.pageable_limit;
+
+    // Data survives paging.
+    let pager = start_pager(host)?;
+    child("work", 3 * limit, notify)?;
+    let s1 = sys()?;
+    check!(
+        s1.pageouts > s0.pageouts + limit && s1.pageins > s0.pageins + limit,
+        "a working set of {} pages in {limit} frames: {} page-outs, {} page-ins",
+        3 * limit,
+        s1.pageouts - s0.pageouts,
+        s1.pageins - s0.pageins
+    );
+    check!(
+        s1.reclaimed_mapped + s1.reclaimed_unmapped == s1.pageouts && s1.scanned > s0.scanned,
+        "Table 3-8: {} from the free list, {} reclaimed with a mapping, {} without, {} scanned, {} spared",
+        s1.from_free - s0.from_free,
+        s1.reclaimed_mapped - s0.reclaimed_mapped,
+        s1.reclaimed_unmapped - s0.reclaimed_unmapped,
+        s1.scanned - s0.scanned,
+        s1.spared - s0.spared
+    );
+    let s = until("the store empties", |s| s.store_used == 0)?;
+    check!(
+        s.store_used == 0,
+        "the child's end gave its store slots back"
+    );
+
+    // Store full.
+    child("hog", limit + STORE + 256, notify)?;
+    let s2 = sys()?;
+    check!(
+        s2.no_memory > s1.no_memory && s2.no_store > s1.no_store,
+        "wanting more than the frames and the store: a no-memory fault ({} faults, {} reclaims with no store)",
+        s2.no_memory - s1.no_memory,
+        s2.no_store - s1.no_store
+    );
+    until("the store empties", |s| s.store_used == 0)?;
+
+    // The default pager killed while pages are out.
+    let before = sys()?;
+    let mut buf = [0u8; 20];
+    let pages = fmt_u64(2 * limit, &mut buf);
+    let done = must("port", port_allocate(0))?;
+    let c = must(
+        "start paging_child lose",
+        task::run("paging_child", done, &["paging_child", "lose", pages], &[]),
+    )?;
+    // The child says when it has written its pages (half of them are out by then).
+    let mut msg = [0u8; 64];
+    must(
+        "the child's word",
+        msg_buf(&mut msg, MSG_RECEIVE, done, 120_000_000_000),
+    )?;
+    must("drop", cap_drop(done))?;
+    check!(
+        sys()?.pageouts >= before.pageouts + limit / 2,
+        "the child's pages are out"
+    );
+    must("kill the default pager", task::terminate(pager))?;
+    wait_end(pager, notify)?;
+    wait_end(c, notify)?;
+    let s3 = sys()?;
+    check!(
+        s3.lost > before.lost && s3.store_slots == 0,
+        "the pager's death: {} pages lost, and a fault on one stopped their task",
+        s3.lost - before.lost
+    );
+    until("the lost slots are freed", |s| s.store_used == 0)?;
+
+    // Restart.
+    let pager = start_pager(host)?;
+    child("work", 2 * limit, notify)?;
+    check!(
+        sys()?.pagers_registered == s0.pagers_registered + 2,
+        "a second default pager registered after the first died, and paging works again"
+    );
+    must("stop the default pager", task::terminate(pager))?;
+    wait_end(pager, notify)?;
+    settle()
+}
+
+/// The counts once they stop changing (the tasks just ended go at their threads' next
+/// kernel entry).
+fn settle() -> Result<(u64, u64, u64), Failed> {
+    let mut last = counts()?;
+    for _ in 0..100 {
+        must("sleep", baton_rt::sleep_ns(10_000_000))?;
+        let now = counts()?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
+}
+
+/// Bad arguments and missing rights are errors.
+fn errors(host: u64) -> Result<(), Failed> {
+    let port = must("port", port_allocate(0))?;
+    check!(
+        paging::register(port, 16, 0) == Err(Error::InvalidName)
+            || paging::register(port, 16, 0) == Err(Error::Denied),
+        "registering without the host-privilege right is refused"
+    );
+    check!(
+        paging::register(port, 0, host) == Err(Error::InvalidArgument)
+            && paging::register(port, paging::SLOTS_MAX + 1, host) == Err(Error::InvalidArgument),
+        "a store of no pages, or too many, is refused"
+    );
+    check!(
+        paging::register(0xdead, 16, host).is_err(),
+        "a port name that names nothing is refused"
+    );
+    let rec = [0u8; paging::TRANSFER_SIZE];
+    let page = [0u8; 4096];
+    check!(
+        paging::supply(&rec, &page) == Err(Error::Denied)
+            && paging::supply_raw(0, 0) == Err(Error::Denied),
+        "a supply from a task that is not the default pager is refused"
+    );
+    check!(
+        paging::stats_raw(2).is_err() && paging::stats().is_ok(),
+        "paging_stats with a bad scope is refused"
+    );
+    must("drop", cap_drop(port))
+}
