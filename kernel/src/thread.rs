@@ -409,19 +409,26 @@ pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
 /// to user mode at once, in place (a yield to itself touches no queue and no stack).
 #[inline(always)]
 pub fn thread_yield(k: &mut Kernel, cur: ThreadId) -> ! {
-    if let Some(o) = k.threads.get_mut(cur) {
-        o.frame.rax = 0;
-    }
-    thread_yield_keeping(k, cur)
+    yield_now(k, cur, true)
 }
 
 /// [`thread_yield`] for a thread that is not in a system call (a page fault that is to be
 /// taken again once others have run): its registers are left as they are.
 pub fn thread_yield_keeping(k: &mut Kernel, cur: ThreadId) -> ! {
+    yield_now(k, cur, false)
+}
+
+/// The yield of both: with `result`, the thread's `yield` call returns 0. One function,
+/// inlined into each, so that the system call's path looks its thread up once.
+#[inline(always)]
+fn yield_now(k: &mut Kernel, cur: ThreadId, result: bool) -> ! {
     let cpu = gdt::this_cpu();
     let Some(o) = k.threads.get_mut(cur) else {
         panic!("thread_yield: running thread {cur:?} vanished");
     };
+    if result {
+        o.frame.rax = 0;
+    }
     if o.cpu != cpu {
         // Pinned elsewhere since it started running here: it moves now.
         k.stats.blocks_yield += 1;
