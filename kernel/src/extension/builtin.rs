@@ -20,7 +20,7 @@
 use super::{Call, SYSCALL_SIG, TEST_SIG};
 use crate::kernel::Kernel;
 use baton_abi::Error;
-use kern::spin::domain::{Domains, Holder, Image, Interface, Name, NameServer, Symbol};
+use kern::spin::domain::{Domains, NameServer};
 use kern::spin::event::{Binding, HandlerFn};
 
 /// What a built-in extension may use: the kernel's public interfaces, as methods.
@@ -153,42 +153,19 @@ pub fn test_handler(t: u64) -> Result<HandlerFn<Kernel, u64, u64>, Error> {
 
 /// Makes the built-in extensions' domain and exports it to the name server.
 pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Error> {
-    let n = |s: &str| Name::new(s.as_bytes());
-    let mut symbols = alloc::vec::Vec::new();
-    symbols.try_reserve_exact(6).map_err(|_| Error::NoMemory)?;
-    for (s, sig, t) in [
-        ("null", SYSCALL_SIG, T_NULL),
-        ("sum", SYSCALL_SIG, T_SUM),
-        ("task", SYSCALL_SIG, T_TASK),
-        ("hello", SYSCALL_SIG, T_HELLO),
-        ("one", TEST_SIG, T_ONE),
-        ("closure", TEST_SIG, T_CLOSURE),
-    ] {
-        symbols.push(Symbol {
-            name: n(s)?,
-            sig,
-            target: t,
-        });
-    }
-    let mut exports = alloc::vec::Vec::new();
-    exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
-    exports.push(Interface {
-        name: n("builtin.null_syscall")?,
-        symbols,
-    });
-    let d = domains.create(
-        Holder::Kernel,
-        Image {
-            exports,
-            imports: alloc::vec::Vec::new(),
-        },
-    )?;
-    names.export(
+    super::export_kernel_interface(
         domains,
-        Holder::Kernel,
-        n("builtin.null_syscall")?,
-        d,
+        names,
+        "builtin.null_syscall",
+        &[
+            ("null", SYSCALL_SIG, T_NULL),
+            ("sum", SYSCALL_SIG, T_SUM),
+            ("task", SYSCALL_SIG, T_TASK),
+            ("hello", SYSCALL_SIG, T_HELLO),
+            ("one", TEST_SIG, T_ONE),
+            ("closure", TEST_SIG, T_CLOSURE),
+        ],
         |_, _| true,
-        0,
     )
+    .map(|_| ())
 }

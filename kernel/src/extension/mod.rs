@@ -148,6 +148,30 @@ fn anyone(_: Holder, _: u64) -> bool {
     true
 }
 
+/// Makes a kernel domain exporting the one interface `iname` with `symbols` (name,
+/// signature, target) and exports it to the name server under `iname`, imported by whoever
+/// `auth` allows: how the kernel's interfaces and built-in extensions are offered.
+fn export_kernel_interface(
+    domains: &mut Domains,
+    names: &mut NameServer,
+    iname: &str,
+    symbols: &[(&str, Sig, u64)],
+    auth: kern::spin::domain::Authorizer,
+) -> Result<DomainId, Error> {
+    let mut exports = Vec::new();
+    exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
+    exports.push(iface(iname, symbols)?);
+    let d = domains.create(
+        Holder::Kernel,
+        Image {
+            exports,
+            imports: Vec::new(),
+        },
+    )?;
+    names.export(domains, Holder::Kernel, name(iname)?, d, auth, 0)?;
+    Ok(d)
+}
+
 fn kernel_only(who: Holder, _: u64) -> bool {
     who == Holder::Kernel
 }
@@ -249,18 +273,13 @@ impl State {
             ("baton.task", "id", i64_result, K_TASK_ID, anyone),
             ("baton.kernel", "secret", i64_result, K_SECRET, kernel_only),
         ]) {
-            let mut exports = Vec::new();
-            exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
-            exports.push(iface(iname, &[(sym, sig, target)])?);
-            let d = domains.create(
-                Holder::Kernel,
-                Image {
-                    exports,
-                    imports: Vec::new(),
-                },
+            *slot = export_kernel_interface(
+                &mut domains,
+                &mut names,
+                iname,
+                &[(sym, sig, target)],
+                auth,
             )?;
-            names.export(&domains, Holder::Kernel, name(iname)?, d, auth, 0)?;
-            *slot = d;
         }
         builtin::register(&mut domains, &mut names)?;
         translation::register(&mut domains, &mut names)?;

@@ -39,7 +39,7 @@ use baton_abi::spin::{
 use baton_abi::Error;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use kern::spin::domain::{DomainId, Domains, Holder, Image, Interface, Name, NameServer};
+use kern::spin::domain::{DomainId, Domains, NameServer};
 use kern::spin::domain::{Sig, Symbol};
 use kern::spin::event::{
     Binding, Decision, Event, HandlerFn, HandlerId, Installer, Owner, Request,
@@ -469,35 +469,12 @@ fn handler(target: u64) -> Result<HandlerFn<Kernel, Strand, u64>, Error> {
 /// Makes the `builtin.strand` domain (symbols `count`, `veto`) and exports it to the name
 /// server for any task to import.
 pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Error> {
-    let n = |s: &str| Name::new(s.as_bytes());
-    let mut symbols = Vec::new();
-    symbols.try_reserve_exact(2).map_err(|_| Error::NoMemory)?;
-    for (s, t) in [("count", T_COUNT), ("veto", T_VETO)] {
-        symbols.push(Symbol {
-            name: n(s)?,
-            sig: STRAND_SIG,
-            target: t,
-        });
-    }
-    let mut exports = Vec::new();
-    exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
-    exports.push(Interface {
-        name: n("builtin.strand")?,
-        symbols,
-    });
-    let d = domains.create(
-        Holder::Kernel,
-        Image {
-            exports,
-            imports: Vec::new(),
-        },
-    )?;
-    names.export(
+    super::export_kernel_interface(
         domains,
-        Holder::Kernel,
-        n("builtin.strand")?,
-        d,
+        names,
+        "builtin.strand",
+        &[("count", STRAND_SIG, T_COUNT), ("veto", STRAND_SIG, T_VETO)],
         |_, _| true,
-        0,
     )
+    .map(|_| ())
 }

@@ -46,9 +46,7 @@ use baton_abi::translation::{
 use baton_abi::{Error, Sys};
 use core::cell::UnsafeCell;
 use kern::ipc::{Message, PortId};
-use kern::spin::domain::{
-    DomainId, Domains, Holder, Image, Interface, Name, NameServer, Sig, Symbol,
-};
+use kern::spin::domain::{DomainId, Domains, NameServer, Sig, Symbol};
 use kern::spin::event::{
     Binding, Decision, Event, HandlerFn, HandlerId, Installer, Owner, Request,
 };
@@ -483,38 +481,7 @@ pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Err
         ),
     ];
     for (iname, syms) in ifaces {
-        let mut symbols = Vec::new();
-        symbols
-            .try_reserve_exact(syms.len())
-            .map_err(|_| Error::NoMemory)?;
-        for (s, sg, target) in syms {
-            symbols.push(Symbol {
-                name: Name::new(s.as_bytes())?,
-                sig: *sg,
-                target: *target,
-            });
-        }
-        let mut exports = Vec::new();
-        exports.try_reserve_exact(1).map_err(|_| Error::NoMemory)?;
-        exports.push(Interface {
-            name: Name::new(iname.as_bytes())?,
-            symbols,
-        });
-        let d = domains.create(
-            Holder::Kernel,
-            Image {
-                exports,
-                imports: Vec::new(),
-            },
-        )?;
-        names.export(
-            domains,
-            Holder::Kernel,
-            Name::new(iname.as_bytes())?,
-            d,
-            |_, _| true,
-            0,
-        )?;
+        super::export_kernel_interface(domains, names, iname, syms, |_, _| true)?;
     }
     Ok(())
 }
