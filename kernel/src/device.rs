@@ -66,24 +66,10 @@ pub fn sys_irq_attach(
     let notify = k.ipc.sendable_port(&t.names, port_name)?;
     let charge = crate::quota::heap(&t.account, crate::quota::PORT_BYTES)?;
     let level = ioapic::route(irq).ok_or(Error::InvalidArgument)?;
-    // Room for the notification in the driver's port before anything is held.
-    k.ipc
-        .port_mut(notify)
-        .ok_or(Error::DeadName)?
-        .reserve_queue(1)?;
-    let object = kobject::make_object(k, KObject::Interrupt(irq), charge)?;
-    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-    let name = match k.ipc.grant_send(&mut t.names, object) {
-        Ok(n) => n,
-        Err(e) => {
-            kobject::destroy(k, Some(object));
-            return Err(e);
-        }
-    };
-    // Nothing below fails: hold a send right to the driver's port, and count the binding
-    // as a send-once right there, for its queue room.
-    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
-    let held = k.ipc.hold_send(&t.names, port_name)?;
+    let (name, object, held) =
+        bind_object(k, task, port_name, notify, charge, KObject::Interrupt(irq))?;
+    // Nothing below fails: count the binding as a send-once right of the driver's port,
+    // for its queue room.
     if let Some(p) = k.ipc.port_mut(held) {
         p.send_onces += 1;
     }
@@ -110,22 +96,15 @@ pub fn sys_msi_attach(
     let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
     let notify = k.ipc.sendable_port(&t.names, port_name)?;
     let charge = crate::quota::heap(&t.account, crate::quota::PORT_BYTES)?;
-    k.ipc
-        .port_mut(notify)
-        .ok_or(Error::DeadName)?
-        .reserve_queue(1)?;
     // The object's line is not known before it is bound: tag it after.
-    let object = kobject::make_object(k, KObject::Interrupt(u64::MAX), charge)?;
-    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-    let name = match k.ipc.grant_send(&mut t.names, object) {
-        Ok(n) => n,
-        Err(e) => {
-            kobject::destroy(k, Some(object));
-            return Err(e);
-        }
-    };
-    let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
-    let held = k.ipc.hold_send(&t.names, port_name)?;
+    let (name, object, held) = bind_object(
+        k,
+        task,
+        port_name,
+        notify,
+        charge,
+        KObject::Interrupt(u64::MAX),
+    )?;
     let line = match k.devices.attach_msi(held, object, task) {
         Ok(l) => l,
         Err(e) => {
@@ -141,6 +120,39 @@ pub fn sys_msi_attach(
         p.send_onces += 1;
     }
     Ok(name)
+}
+
+/// What binding an interrupt to the driver's port `notify` (named `port_name` in `task`)
+/// takes, for an ISA line and an MSI vector alike: room for its notification in that
+/// port's queue, the interrupt object (tagged `tag`, charged `charge`) with a send right
+/// to it named in `task`, and a send right to the driver's port the kernel holds. Returns
+/// (the name, the object's port, the held port); on an error nothing is left made.
+fn bind_object(
+    k: &mut Kernel,
+    task: TaskId,
+    port_name: u64,
+    notify: PortId,
+    charge: kern::quota::Charge,
+    tag: KObject,
+) -> Result<(u64, PortId, PortId), Error> {
+    // Room for the notification in the driver's port before anything is held.
+    k.ipc
+        .port_mut(notify)
+        .ok_or(Error::DeadName)?
+        .reserve_queue(1)?;
+    let object = kobject::make_object(k, tag, charge)?;
+    let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
+    let granted = k.ipc.grant_send(&mut t.names, object).and_then(|name| {
+        let t = k.tasks.get(&task).ok_or(Error::InvalidArgument)?;
+        Ok((name, k.ipc.hold_send(&t.names, port_name)?))
+    });
+    match granted {
+        Ok((name, held)) => Ok((name, object, held)),
+        Err(e) => {
+            kobject::destroy(k, Some(object));
+            Err(e)
+        }
+    }
 }
 
 /// `msi_message(name)`: what the device must write to raise the MSI line of the interrupt
