@@ -252,8 +252,7 @@ fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
     );
     must("stop the default pager", task::terminate(pager))?;
     wait_end(pager, notify)?;
-    release_store(host)?;
-    settle()
+    settle(host)
 }
 
 /// The stand-in store of a default pager that ended is DMA memory (outside the pageable
@@ -268,11 +267,14 @@ fn release_store(host: u64) -> Result<(), Failed> {
 }
 
 /// The counts once they stop changing (the tasks just ended go at their threads' next
-/// kernel entry).
-fn settle() -> Result<(u64, u64, u64), Failed> {
+/// kernel entry). A pager's store is quarantined when its task's end is carried out, which
+/// on several CPUs may come after its end was reported: it is released at every look.
+fn settle(host: u64) -> Result<(u64, u64, u64), Failed> {
+    release_store(host)?;
     let mut last = counts()?;
     for _ in 0..100 {
         must("sleep", baton_rt::sleep_ns(10_000_000))?;
+        release_store(host)?;
         let now = counts()?;
         if now == last {
             break;
