@@ -486,18 +486,14 @@ pub fn suspend_resume(vps: usize) -> Outcome {
             yield_now();
         }
         t.suspend();
-        // It stops at its next checkpoint; then its count stays put.
-        let mut last = count.load(SeqCst);
-        loop {
-            for _ in 0..50 {
-                yield_now();
-            }
-            let now = count.load(SeqCst);
-            if now == last {
-                break;
-            }
-            last = now;
+        // It stops at its next checkpoint: once it is off its virtual processor (not
+        // running), its count stays put. (Waiting for the count to look still instead
+        // failed now and then on a busy host, whose scheduler had not run that virtual
+        // processor's thread at all meanwhile.)
+        while t.detail().0 == crate::state::State::Running {
+            yield_now();
         }
+        let last = count.load(SeqCst);
         for _ in 0..200 {
             yield_now();
         }
