@@ -2,13 +2,15 @@
 //!
 //! QEMU gets a modern-only virtio block device (`virtio-blk-pci,disable-legacy=on`: its
 //! registers are memory-mapped, found through PCI capabilities) backed by a raw image file.
-//! The image is made here, in Rust, as a sparse file of [`DISK_SIZE`] bytes of zeros, so
-//! nothing beyond QEMU itself is needed. `cargo xtask run` attaches `target/disk.img`
+//! The image is made here, in Rust, as a sparse file of [`DISK_SIZE`] bytes of zeros with
+//! Baton's partition table in sector 0 (`baton_disk`: a file-system partition and a swap
+//! area), so nothing beyond QEMU itself is needed. `cargo xtask run` attaches `target/disk.img`
 //! (made once, then kept: what a person writes there is there at the next run); each
 //! integration test that asks for a disk, and each benchmark boot, gets a fresh image of
 //! its own under `target/disks/`, so boots running side by side never share one.
 
 use std::fs::{self, OpenOptions};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Size of a new image: 64 MiB (131072 sectors of 512 bytes).
@@ -36,7 +38,8 @@ pub fn fresh(name: &str) -> Result<PathBuf, String> {
     Ok(path)
 }
 
-/// Makes a sparse image of [`DISK_SIZE`] zero bytes at `path` (its folder too).
+/// Makes a sparse image of [`DISK_SIZE`] zero bytes at `path` (its folder too), with the
+/// standard partition table (`baton_disk::standard`) in sector 0.
 fn make(path: &Path) -> Result<(), String> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -47,7 +50,15 @@ fn make(path: &Path) -> Result<(), String> {
         .open(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     file.set_len(DISK_SIZE)
-        .map_err(|e| format!("cannot size {}: {e}", path.display()))
+        .map_err(|e| format!("cannot size {}: {e}", path.display()))?;
+    let mut sector0 = [0u8; 512];
+    let parts = baton_disk::standard(DISK_SIZE / baton_disk::SECTOR)
+        .map_err(|e| format!("no layout for a disk of {DISK_SIZE} bytes: {e:?}"))?;
+    baton_disk::write_table(&mut sector0, &parts)
+        .map_err(|e| format!("cannot write the partition table: {e:?}"))?;
+    (&file)
+        .write_all(&sector0)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// QEMU's arguments attaching the image at `path` as a modern-only virtio block device.
@@ -68,7 +79,7 @@ mod unit_tests {
     use super::*;
 
     #[test]
-    fn fresh_images_are_zero_and_separate() {
+    fn fresh_images_are_blank_and_separate() {
         let a = fresh("unit_a").unwrap();
         let b = fresh("unit_b").unwrap();
         assert_ne!(a, b);
@@ -79,7 +90,13 @@ mod unit_tests {
         assert_eq!(a, a2);
         assert_eq!(fs::metadata(&a2).unwrap().len(), DISK_SIZE);
         let head = fs::read(&a2).unwrap();
-        assert!(head.iter().take(4096).all(|&x| x == 0));
+        // Sector 0 is the partition table, the rest of the first 4 KiB zeros.
+        let sector0: [u8; 512] = head[..512].try_into().unwrap();
+        let capacity = DISK_SIZE / baton_disk::SECTOR;
+        let swap = baton_disk::find(&sector0, capacity, baton_disk::TYPE_SWAP).unwrap();
+        assert_eq!(swap.end(), capacity);
+        assert!(baton_disk::find(&sector0, capacity, baton_disk::TYPE_FILES).is_ok());
+        assert!(head[512..4096].iter().all(|&x| x == 0));
         fs::remove_file(a2).unwrap();
         fs::remove_file(b).unwrap();
     }
