@@ -163,11 +163,17 @@ impl Caller {
 /// options, from one look at the thread.
 #[inline(always)]
 fn caller_buf(k: &Kernel, t: ThreadId, opts: u64, args: MsgArgs) -> Result<(Caller, Buf), Error> {
-    let (task, key, page) = k
-        .threads
-        .get(t)
-        .map(|th| (th.task, th.task_key, th.ipc_buffer))
-        .ok_or(Error::InvalidArgument)?;
+    caller_buf_of(k.threads.get(t).ok_or(Error::InvalidArgument)?, opts, args)
+}
+
+/// [`caller_buf`] of the thread itself.
+#[inline(always)]
+fn caller_buf_of(
+    th: &crate::thread::Thread,
+    opts: u64,
+    args: MsgArgs,
+) -> Result<(Caller, Buf), Error> {
+    let (task, key, page) = (th.task, th.task_key, th.ipc_buffer);
     let task = task.ok_or(Error::InvalidArgument)?;
     let me = Caller { id: task, key };
     if opts & MSG_BUF != 0 {
@@ -285,8 +291,13 @@ fn send(
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
 
+    // One look at the port: the kernel object it stands for, and whether its queue is full.
+    let (tag, full) = k
+        .ipc
+        .port(dest)
+        .map_or((None, false), |p| (p.object(), p.is_full()));
     // A kernel object's port: the kernel does the operation now and replies.
-    if let Some(obj) = crate::kobject::object(k, dest) {
+    if let Some(obj) = crate::kobject::object_of(tag) {
         let descriptors = read_descriptors(k, buf, n)?;
         let data = buf.read_vec(k, data_off, data_len)?;
         crate::kobject::invoke(k, task, &header, &descriptors, data, obj)?;
@@ -317,8 +328,7 @@ fn send(
     // as in Mach: a client's full reply port must not wedge its server. There are only as
     // many such messages as send-once rights, which name spaces bound.
     let once = header.dest_disposition() == baton_abi::ipc::Disposition::MoveSendOnce as u8;
-    let full = !once && k.ipc.port(dest).is_some_and(|p| p.is_full());
-    if full {
+    if full && !once {
         if args.timeout == 0 {
             return Err(Error::WouldBlock);
         }

@@ -262,6 +262,11 @@ pub fn object(k: &Kernel, dest: PortId) -> Option<KObject> {
     k.ipc.object(dest).and_then(KObject::of_tag)
 }
 
+/// The kernel object a port's tag (`kern::ipc::Port::object`) stands for.
+pub fn object_of(tag: Option<kern::ipc::ObjectTag>) -> Option<KObject> {
+    tag.and_then(KObject::of_tag)
+}
+
 /// Most argument words an operation takes (a `*_SET_STATE`'s registers).
 const ARGS_MAX: usize = USER_REGS_WORDS;
 

@@ -239,6 +239,12 @@ impl<T: Copy + Default + PartialEq> Port<T> {
         self.queue.len() >= self.limit
     }
 
+    /// The kernel object this port stands for, if any (see [`Ipc::set_object`]).
+    #[inline]
+    pub fn object(&self) -> Option<ObjectTag> {
+        self.object
+    }
+
     /// Makes room in the queue for every message already queued, one per send-once right
     /// in existence, and `extra` more, so that nothing that arrives without a step that
     /// may fail — a send-once notification when such a right is destroyed (ending tasks
@@ -740,6 +746,20 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if descriptors.len() != header.descriptors() {
             return Err(Error::InvalidArgument);
         }
+        let dest_use = (header.dest, moves(dest_disp));
+        if descriptors.is_empty() {
+            // Only the destination and the reply right (most messages): one comparison,
+            // no list of names.
+            if reply.is_some_and(|r| r.name == dest_use.0 && (moves(r.disposition) || dest_use.1)) {
+                return Err(Error::InvalidArgument);
+            }
+            return Ok(Decoded {
+                dest,
+                dest_disp,
+                reply,
+                named: Vec::new(),
+            });
+        }
         let mut named: Vec<Named> = Vec::new();
         named
             .try_reserve_exact(descriptors.len())
@@ -773,21 +793,15 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             named.push(n);
         }
         // A name that moves may appear nowhere else in the message (checked pairwise, with
-        // no allocation: at most 2 + DESCRIPTORS_MAX names).
-        let dest_use = (header.dest, moves(dest_disp));
+        // no allocation: at most 2 + DESCRIPTORS_MAX names). (Out-of-line descriptors name
+        // no right: a message of only those has no port names beyond the two above.)
         let reply_use = reply.map(|r| (r.name, moves(r.disposition)));
-        if named.is_empty() {
-            // Only the destination and the reply right (most messages): one comparison.
-            if reply_use.is_some_and(|(name, m)| name == dest_use.0 && (m || dest_use.1)) {
-                return Err(Error::InvalidArgument);
-            }
-        }
         let uses = || {
             core::iter::once(dest_use)
                 .chain(reply_use)
                 .chain(named.iter().map(|n| (n.name, moves(n.disposition))))
         };
-        for (i, (name, moving)) in uses().enumerate().filter(|_| !named.is_empty()) {
+        for (i, (name, moving)) in uses().enumerate() {
             let clash = uses()
                 .enumerate()
                 .any(|(j, (other, m))| i != j && other == name && (moving || m));
