@@ -255,9 +255,8 @@ fn check_wait(
         return Err(Error::InvalidArgument);
     }
     let task = task.ok_or(Error::InvalidArgument)?;
-    let mut word = [0u8; 4];
-    k.copy_in_key(key, addr, &mut word)?;
-    if u64::from(u32::from_le_bytes(word)) != expected {
+    let word = k.read_word_key(key, addr)?;
+    if u64::from(word) != expected {
         return Err(Error::WouldBlock);
     }
     Ok((task, addr))
@@ -622,6 +621,23 @@ impl Kernel {
                     frames: &mut self.frames,
                 };
                 usercopy::copy_from_user(&t.space, &mem, ptr, out)
+            }
+            r => r,
+        }
+    }
+
+    /// The aligned 32-bit word at `ptr` of the task of slab key `key`
+    /// (`usercopy::read_user_u32`: one page-table walk), made resident first if it is not.
+    pub fn read_word_key(&mut self, key: Key, ptr: u64) -> Result<u32, Error> {
+        let t = self.tasks.by_key(key).ok_or(Error::InvalidArgument)?;
+        let mem = KernelMem {
+            frames: &mut self.frames,
+        };
+        match usercopy::read_user_u32(&t.space, &mem, ptr) {
+            Err(Error::BadAddress) => {
+                let mut word = [0u8; 4];
+                self.copy_in_key(key, ptr, &mut word)?;
+                Ok(u32::from_le_bytes(word))
             }
             r => r,
         }

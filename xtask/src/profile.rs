@@ -7,9 +7,10 @@
 //!    the CPU paused (`-gdb tcp:127.0.0.1:<port> -S`: as `-s -S`, on a port of its own).
 //!    The serial logs go to `results/profile.<path>.log`.
 //! 2. gdb, in batch mode, runs a Python script that xtask writes to a temporary file
-//!    ([`gdb_script`]): a hardware breakpoint on `syscall_entry` whose Python `stop` method
-//!    counts the entries with the path's trigger (`rax` = system call number, optionally
-//!    `rdi`) and stops at the one after the first [`PathSpec::skip`]. Then it `stepi`s
+//!    ([`gdb_script`]): a hardware breakpoint on `syscall_entry` (or, for a path that
+//!    starts with a fault, on that vector's trap stub: [`Entry`]) whose Python `stop`
+//!    method counts the entries with the path's trigger (`rax` = system call number,
+//!    optionally `rdi`) and stops at the one after the first [`PathSpec::skip`]. Then it `stepi`s
 //!    through the kernel recording every `pc` until the next return to user mode (the `pc`
 //!    drops below the kernel half), runs the user code to the next `syscall_entry`
 //!    untraced, and traces that kernel pass too: two passes, one RPC round trip. Then it
@@ -63,8 +64,9 @@ pub struct PassSpec {
     pub label: &'static str,
     /// Who makes the system call.
     pub side: Side,
-    /// The system call number it must start with.
-    pub rax: u64,
+    /// The system call number it must start with; `None` for a pass that starts with a
+    /// trap (the path's [`Entry::Trap`]).
+    pub rax: Option<u64>,
     /// A function only this pass runs (found in its inline chains): which traced pass is
     /// which is decided by it, not by the order they came in (both passes of the switching
     /// path start with the same system call and arguments).
@@ -79,7 +81,9 @@ pub struct PathSpec {
     pub column: &'static str,
     /// The benchmark row whose RPCs are traced.
     pub bench: &'static str,
-    /// The trigger: the system call number in `rax`.
+    /// Where the first traced pass enters the kernel.
+    pub entry: Entry,
+    /// The trigger: the system call number in `rax` (at [`Entry::Syscall`]).
     pub rax: u64,
     /// The trigger's `rdi`, if it matters.
     pub rdi: Option<u64>,
@@ -90,6 +94,19 @@ pub struct PathSpec {
     pub traced: [PassSpec; 2],
     /// The order of the report: indices into `traced`, call first.
     pub order: [usize; 2],
+    /// For the paths reported on their own (after the two of the paper's tables): what the
+    /// path is, for the report's section.
+    pub about: &'static str,
+}
+
+/// Where a traced path's first pass enters the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// `syscall_entry`, with the path's `rax` (and `rdi`).
+    Syscall,
+    /// The trap stub of this vector (`trap_stubs`, 16 bytes a stub): a fault the benchmark
+    /// makes on purpose, counted whatever the registers hold.
+    Trap(u8),
 }
 
 /// `ipc_msg`'s system call number.
@@ -98,6 +115,9 @@ const IPC_MSG: u64 = 18;
 const ACT_RETURN: u64 = 41;
 /// `MSG_SEND | MSG_RECEIVE`.
 const SEND_RECEIVE: u64 = 3;
+/// `wait`'s and `wake`'s system call numbers.
+const WAIT: u64 = 8;
+const WAKE: u64 = 9;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
@@ -105,11 +125,12 @@ const SEND_RECEIVE_SLOW: u64 = 11;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 3] = [
+pub const PATHS: [PathSpec; 5] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
         bench: "rpc.null.fast",
+        entry: Entry::Syscall,
         rax: IPC_MSG,
         rdi: Some(SEND_RECEIVE),
         skip: 400,
@@ -117,22 +138,24 @@ pub const PATHS: [PathSpec; 3] = [
             PassSpec {
                 label: "call: client's ipc_msg(SEND|RECEIVE)",
                 side: Side::Client,
-                rax: IPC_MSG,
+                rax: Some(IPC_MSG),
                 marker: "fast_commit_call",
             },
             PassSpec {
                 label: "reply: server's ipc_msg(SEND|RECEIVE)",
                 side: Side::Server,
-                rax: IPC_MSG,
+                rax: Some(IPC_MSG),
                 marker: "fast_commit_reply",
             },
         ],
         order: [0, 1],
+        about: "",
     },
     PathSpec {
         name: "migrating",
         column: "migrating",
         bench: "rpc.null.migrating",
+        entry: Entry::Syscall,
         rax: ACT_RETURN,
         rdi: None,
         skip: 300,
@@ -140,22 +163,24 @@ pub const PATHS: [PathSpec; 3] = [
             PassSpec {
                 label: "return: server's act_return",
                 side: Side::Server,
-                rax: ACT_RETURN,
+                rax: Some(ACT_RETURN),
                 marker: "sys_act_return",
             },
             PassSpec {
                 label: "call: client's ipc_msg(SEND|RECEIVE)",
                 side: Side::Client,
-                rax: IPC_MSG,
+                rax: Some(IPC_MSG),
                 marker: "migrate",
             },
         ],
         order: [1, 0],
+        about: "",
     },
     PathSpec {
         name: "general",
         column: "switching (general path)",
         bench: "rpc.null.slow",
+        entry: Entry::Syscall,
         rax: IPC_MSG,
         rdi: Some(SEND_RECEIVE_SLOW),
         skip: 400,
@@ -163,23 +188,85 @@ pub const PATHS: [PathSpec; 3] = [
             PassSpec {
                 label: "call: client's ipc_msg(SEND|RECEIVE|SLOW)",
                 side: Side::Client,
-                rax: IPC_MSG,
+                rax: Some(IPC_MSG),
                 marker: "",
             },
             PassSpec {
                 label: "reply: server's ipc_msg(SEND|RECEIVE)",
                 side: Side::Server,
-                rax: IPC_MSG,
+                rax: Some(IPC_MSG),
                 marker: "",
             },
         ],
         order: [0, 1],
+        about: "The path every queued, rights-carrying or timed message takes, not in the \
+                paper's tables",
+    },
+    PathSpec {
+        name: "exc",
+        column: "exception",
+        bench: "exc.roundtrip",
+        entry: Entry::Trap(6),
+        rax: 0,
+        rdi: None,
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "fault: the faulting thread's ud2, to the handler",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "reply: the handler's ipc_msg(SEND|RECEIVE), to the faulting thread",
+                side: Side::Server,
+                rax: Some(IPC_MSG),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "An exception handled by a user-level handler (seed 000 section 2.5): the \
+                fault sent as a message to the handler, and the handler's reply setting the \
+                faulting thread's registers",
+    },
+    PathSpec {
+        name: "waitwake",
+        column: "wait and wake",
+        bench: "sync.waitwake.pingpong",
+        entry: Entry::Syscall,
+        rax: WAIT,
+        rdi: None,
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "wait: A's wait, blocking, to B",
+                side: Side::Client,
+                rax: Some(WAIT),
+                marker: "",
+            },
+            PassSpec {
+                label: "wake: B's wake of A",
+                side: Side::Server,
+                rax: Some(WAKE),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "Half a round trip of two threads waking each other through a shared word: \
+                A's wait, which blocks and switches to B (just woken, returning from its own \
+                wait), and B's wake of A",
     },
 ];
 
 impl PathSpec {
     /// How the traced RPC was found, for the report.
     fn trigger(&self) -> String {
+        if let Entry::Trap(v) = self.entry {
+            return format!(
+                "the {} trap of vector {v} traced, then the next kernel entry",
+                ordinal(self.skip + 1)
+            );
+        }
         let what = match (self.rax, self.rdi) {
             (IPC_MSG, Some(SEND_RECEIVE)) => "ipc_msg(SEND|RECEIVE)".to_string(),
             (ACT_RETURN, None) => "act_return".to_string(),
@@ -295,7 +382,12 @@ pub fn profile() -> Result<ExitCode, String> {
         commit: &meta.commit,
         qemu: &meta.qemu,
     };
-    let text = stages::report(&header, &profiles[0], &profiles[1], &profiles[2]);
+    let others: Vec<(&PathProfile, &str)> = profiles[2..]
+        .iter()
+        .zip(&PATHS[2..])
+        .map(|(p, spec)| (p, spec.about))
+        .collect();
+    let text = stages::report(&header, &profiles[0], &profiles[1], &others);
     let out = dir.join("profile.md");
     fs::write(&out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     println!("{text}");
@@ -369,11 +461,15 @@ fn check_passes(spec: &PathSpec, passes: &[RawPass]) -> Result<(), String> {
         ));
     }
     for (n, (p, want)) in passes.iter().zip(&spec.traced).enumerate() {
-        if p.rax != want.rax {
+        if want.rax.is_some_and(|r| r != p.rax) {
             return Err(format!(
                 "{}: pass {n} ({}) started with system call {}, not {}; has the benchmark \
                  program changed? (results/profile.{}.trace)",
-                spec.bench, want.label, p.rax, want.rax, spec.name
+                spec.bench,
+                want.label,
+                p.rax,
+                want.rax.unwrap_or_default(),
+                spec.name
             ));
         }
         if p.pcs.is_empty() {
@@ -507,6 +603,7 @@ def reg(name):
 gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 ENTRY = int(gdb.parse_and_eval("(unsigned long)&syscall_entry")) & MASK
+FIRST = int(gdb.parse_and_eval(FIRST_ENTRY)) & MASK
 for attempt in range(200):
     try:
         gdb.execute("target remote " + REMOTE, to_string=True)
@@ -519,27 +616,27 @@ else:
 class Trigger(gdb.Breakpoint):
     # Stops at the entry after the first SKIP whose rax (and rdi) match.
     def __init__(self):
-        super().__init__("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+        super().__init__("*0x%x" % FIRST, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
         self.seen = 0
     def stop(self):
-        if reg("rax") != TRIGGER_RAX:
+        if TRIGGER_RAX is not None and reg("rax") != TRIGGER_RAX:
             return False
         if TRIGGER_RDI is not None and reg("rdi") != TRIGGER_RDI:
             return False
         self.seen += 1
         return self.seen > SKIP
 
-def run_to(bp):
+def run_to(bp, at):
     gdb.execute("continue", to_string=True)
-    if reg("pc") != ENTRY:
-        raise gdb.GdbError("stopped at 0x%x, not at syscall_entry" % reg("pc"))
+    if reg("pc") != at:
+        raise gdb.GdbError("stopped at 0x%x, not at 0x%x" % (reg("pc"), at))
     bp.delete()
 
 out = open(OUT, "w")
-run_to(Trigger())
+run_to(Trigger(), FIRST)
 for n in range(PASSES):
     if n > 0:
-        run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True))
+        run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True), ENTRY)
     out.write("pass %d rax=%x rdi=%x\n" % (n, reg("rax"), reg("rdi")))
     count = 0
     while True:
@@ -560,12 +657,22 @@ gdb.execute("kill")
 /// writing them to `out`.
 pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path) -> String {
     let rdi = spec.rdi.map_or("None".to_string(), |r| r.to_string());
+    let (first, rax) = match spec.entry {
+        Entry::Syscall => (
+            "(unsigned long)&syscall_entry".to_string(),
+            spec.rax.to_string(),
+        ),
+        Entry::Trap(v) => (
+            format!("(unsigned long)&trap_stubs + {}", 16 * u64::from(v)),
+            "None".to_string(),
+        ),
+    };
     format!(
         "# Written by `cargo xtask profile` (xtask/src/profile.rs) for {bench}.\n\
-         REMOTE = {remote:?}\nTRIGGER_RAX = {rax}\nTRIGGER_RDI = {rdi}\nSKIP = {skip}\n\
+         REMOTE = {remote:?}\nFIRST_ENTRY = {first:?}\nTRIGGER_RAX = {rax}\n\
+         TRIGGER_RDI = {rdi}\nSKIP = {skip}\n\
          PASSES = {passes}\nLIMIT = {PASS_LIMIT}\nOUT = {out:?}\n{GDB_SCRIPT}",
         bench = spec.bench,
-        rax = spec.rax,
         skip = spec.skip,
         passes = spec.traced.len(),
         out = out.display().to_string(),

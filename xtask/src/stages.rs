@@ -739,7 +739,7 @@ pub fn report(
     header: &Header,
     sw: &PathProfile,
     mg: &PathProfile,
-    general: &PathProfile,
+    others: &[(&PathProfile, &str)],
 ) -> String {
     let mut r = String::new();
     r.push_str("# Null RPC kernel path by stage\n\n");
@@ -805,25 +805,27 @@ pub fn report(
             r.push_str(&top_functions(pass, TOP_FUNCTIONS));
         }
     }
-    let _ = writeln!(
-        r,
-        "\n## The general path\n\nThe path every queued, rights-carrying or timed message \
-         takes (`{}`: {}; {} + {} = {} instructions), not in the paper's tables: where its \
-         instructions go, by stage and by function.\n",
-        general.bench,
-        general.trigger,
-        general.passes[0].total.all,
-        general.passes[1].total.all,
-        general.total()
-    );
-    r.push_str(&directions(general));
-    for pass in &general.passes {
+    for (p, about) in others {
         let _ = writeln!(
             r,
-            "\n### {}: {} ({} instructions), top functions\n",
-            general.column, pass.label, pass.total.all
+            "\n## {} (`{}`)\n\n{about} ({}; {} + {} = {} instructions): where its \
+             instructions go, by stage and by function.\n",
+            p.column,
+            p.bench,
+            p.trigger,
+            p.passes[0].total.all,
+            p.passes[1].total.all,
+            p.total()
         );
-        r.push_str(&top_functions(pass, 2 * TOP_FUNCTIONS));
+        r.push_str(&directions(p));
+        for pass in &p.passes {
+            let _ = writeln!(
+                r,
+                "\n### {}: {} ({} instructions), top functions\n",
+                p.column, pass.label, pass.total.all
+            );
+            r.push_str(&top_functions(pass, 2 * TOP_FUNCTIONS));
+        }
     }
     r
 }
@@ -1154,10 +1156,10 @@ baton_kernel.1662d926241f96e2-cgu.08:?
             },
             &sw,
             &mg,
-            &sw,
+            &[(&sw, "The general path")],
         );
         assert!(r.contains("Kernel abc1234"), "{r}");
-        assert!(r.contains("## The general path"), "{r}");
+        assert!(r.contains("The general path ("), "{r}");
         assert!(r.contains("522 + 532 = 1054 instructions"), "{r}");
         assert_eq!(
             r,
@@ -1168,7 +1170,7 @@ baton_kernel.1662d926241f96e2-cgu.08:?
                 },
                 &sw,
                 &mg,
-                &sw
+                &[(&sw, "The general path")]
             )
         );
     }
