@@ -45,7 +45,7 @@ use baton_idl_rt::{migrated_request, Dispatched, MsgReader, ReplyTo};
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Bytes of user stack per activation.
 pub const STACK_SIZE: u64 = 16 * 1024;
@@ -196,6 +196,7 @@ pub fn attach(port: u64, count: usize, dispatch: Dispatch) -> Result<u64, Error>
         migrate_entry as *const () as usize as u64,
         dispatch as usize as u64,
         false,
+        |_| {},
     )
 }
 
@@ -277,6 +278,7 @@ fn attach_entry(
     entry: u64,
     cookie: u64,
     scratch: bool,
+    mut made: impl FnMut(u64),
 ) -> Result<u64, Error> {
     let pages = if scratch { 2 } else { 1 };
     let mut last = 0;
@@ -290,6 +292,7 @@ fn attach_entry(
         let stack_top = base + STACK_SIZE;
         let buffer = stack_top;
         last = create_raw(port, entry, stack_top, buffer, cookie)?;
+        made(last);
     }
     Ok(last)
 }
@@ -331,8 +334,19 @@ pub struct Shared<S> {
     closed: AtomicBool,
     /// The port [`serve`] serves (0 before).
     port: AtomicU64,
+    /// The activations [`attach_service`] made (the first [`TRACKED`]), whose calls in
+    /// progress [`serve`] waits for before it returns.
+    acts: [AtomicU64; TRACKED],
+    /// How many activations [`attach_service`] made.
+    made: AtomicUsize,
     service: UnsafeCell<S>,
 }
+
+/// Most activations of a [`Shared`] whose calls [`serve`] waits for.
+pub const TRACKED: usize = 32;
+
+/// How long [`serve`] waits for a call still in one of its activations, at most.
+const DRAIN_NS: u64 = 5_000_000_000;
 
 // SAFETY: the service is reached only through `lock`'s guard, by one thread at a time, so
 // sharing a `Shared<S>` between threads moves `S` between them (hence `S: Send`).
@@ -374,8 +388,54 @@ impl<S: Service + Send> Shared<S> {
             lock: AtomicU32::new(0),
             closed: AtomicBool::new(false),
             port: AtomicU64::new(0),
+            acts: [const { AtomicU64::new(0) }; TRACKED],
+            made: AtomicUsize::new(0),
             service: UnsafeCell::new(service),
         }
+    }
+
+    /// Records activation `id`, made to serve this service.
+    fn track(&self, id: u64) {
+        let i = self.made.fetch_add(1, Ordering::AcqRel);
+        if let Some(slot) = self.acts.get(i) {
+            slot.store(id, Ordering::Release);
+        }
+    }
+
+    /// Waits (at most [`DRAIN_NS`] in all) until no call is in any of the tracked
+    /// activations: a call whose reply is on its way out (the one that ended the service
+    /// among them) has left the task when this returns, so the server may end without
+    /// aborting it. Through each activation's control port (`ACT_INFO`'s occupied word);
+    /// gives up quietly on any error (the activation is gone, or no port could be made).
+    fn drain(&self, ipc: &mut IpcBuffer) {
+        let Ok(reply) = crate::ipc::port_allocate(0) else {
+            return;
+        };
+        let deadline = crate::clock_ns().saturating_add(DRAIN_NS);
+        let n = self.made.load(Ordering::Acquire).min(TRACKED);
+        for slot in self.acts.iter().take(n) {
+            let Ok(control) = crate::kobject::act_port(slot.load(Ordering::Acquire)) else {
+                continue;
+            };
+            loop {
+                let info = crate::kobject::call(
+                    ipc,
+                    control,
+                    reply,
+                    baton_abi::kobject::ACT_INFO,
+                    &[],
+                    FOREVER,
+                );
+                match info {
+                    Ok((words, 4..)) if words[2] != 0 && crate::clock_ns() < deadline => {
+                        let _ = crate::sleep_ns(1_000_000);
+                    }
+                    _ => break,
+                }
+            }
+            let _ = crate::ipc::cap_drop(control);
+        }
+        let _ = crate::ipc::cap_drop(reply);
     }
 
     /// Locks the service (waiting while another thread holds it).
@@ -554,6 +614,7 @@ pub fn attach_service<S: Service + Send>(
         migrate_entry_shared as *const () as usize as u64,
         shared as *const Shared<S> as u64,
         true,
+        |id| shared.track(id),
     )
 }
 
@@ -564,7 +625,10 @@ pub fn attach_service<S: Service + Send>(
 /// [`crate::rpc::serve`] does, with `shared`'s lock held around each message.
 ///
 /// Returns `Ok` when [`Service::done`] says so, after a call in an activation (whose reply
-/// still goes out) or a message on this thread. From then on the activations stay
+/// still goes out) or a message on this thread, once no call is left in the first
+/// [`TRACKED`] activations (each asked through its control port; at most 5 s in all), so
+/// that a server that ends when `serve` returns never aborts the reply of the call that
+/// ended it, nor one still being answered. From then on the activations stay
 /// attached to the port (until it is destroyed) but refuse calls: their callers get
 /// [`Error::DeadName`]. Errors: [`attach_service`]'s, and a plain receive failed as for
 /// [`crate::rpc::serve`]. Calls that carry rights do not migrate (the kernel queues them),
@@ -579,6 +643,8 @@ pub fn serve<S: Service + Send>(
     attach_service(port, activations, shared)?;
     let result = crate::rpc::serve(ipc, port, &mut Queued(shared));
     shared.closed.store(true, Ordering::Release);
+    // The call that ended the service may still be on its way out of an activation.
+    shared.drain(ipc);
     result
 }
 

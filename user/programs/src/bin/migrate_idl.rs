@@ -295,7 +295,7 @@ fn against(rpc: &mut Rpc, activations: u64, how: &str) -> Result<(), Failed> {
     );
 
     let quit = Table3Client::new(&mut *rpc, server).quit();
-    check!(quit == Ok(()), "{how}: quit is answered");
+    check!(quit == Ok(()), "{how}: quit is answered ({quit:?})");
     // The server stops serving: a later call fails (refused, or its port is gone).
     let mut c = Table3Client::new(&mut *rpc, server);
     let late = c.null();
