@@ -43,7 +43,7 @@ use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 /// gdb (and QEMU with it) is killed, and the profile fails, after this long.
-const TIMEOUT: Duration = Duration::from_secs(300);
+const TIMEOUT: Duration = Duration::from_secs(900);
 /// A traced pass longer than this is an error (no return to user mode).
 const PASS_LIMIT: u64 = 20_000;
 
@@ -97,7 +97,26 @@ pub struct PathSpec {
     /// For the paths reported on their own (after the two of the paper's tables): what the
     /// path is, for the report's section.
     pub about: &'static str,
+    /// A kernel function (its path, as `["taskmake", "sys_create"]`) that only the
+    /// trigger's calls run: when given, its entries are counted for the skip instead of
+    /// the trigger's (a breakpoint on every system call would take too long to reach a
+    /// benchmark late in the run), and the trace starts at the trigger after that.
+    pub arm: Option<&'static [&'static str]>,
+    /// A whole iteration instead of two passes: every kernel pass (system calls and traps,
+    /// faults and interrupts included) from the trigger up to the next entry with the
+    /// trigger's `rax` (`traced` and `order` are not used).
+    pub cycle: bool,
 }
+
+/// Marks a trap in a traced pass's `rax` field (the vector is added): a cycle's passes
+/// begin with a system call or a trap.
+pub const TRAP_MARK: u64 = 0x1_0000;
+/// The timer's vector, whose interrupts a cycle does not trace: under the debugger the
+/// virtual clock runs on while gdb holds the processor, so the timer fires every few
+/// hundred instructions traced, where the benchmark run sees one every ten million.
+const TIMER_VECTOR: u64 = 0x40;
+/// Most passes one cycle may have.
+const CYCLE_PASSES: u64 = 400;
 
 /// Where a traced path's first pass enters the kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +137,8 @@ const SEND_RECEIVE: u64 = 3;
 /// `wait`'s and `wake`'s system call numbers.
 const WAIT: u64 = 8;
 const WAKE: u64 = 9;
+/// `task_create`'s system call number.
+const TASK_CREATE: u64 = 120;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
@@ -125,7 +146,7 @@ const SEND_RECEIVE_SLOW: u64 = 11;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 5] = [
+pub const PATHS: [PathSpec; 6] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
@@ -150,6 +171,8 @@ pub const PATHS: [PathSpec; 5] = [
         ],
         order: [0, 1],
         about: "",
+        arm: None,
+        cycle: false,
     },
     PathSpec {
         name: "migrating",
@@ -175,6 +198,8 @@ pub const PATHS: [PathSpec; 5] = [
         ],
         order: [1, 0],
         about: "",
+        arm: None,
+        cycle: false,
     },
     PathSpec {
         name: "general",
@@ -201,6 +226,8 @@ pub const PATHS: [PathSpec; 5] = [
         order: [0, 1],
         about: "The path every queued, rights-carrying or timed message takes, not in the \
                 paper's tables",
+        arm: None,
+        cycle: false,
     },
     PathSpec {
         name: "exc",
@@ -228,6 +255,8 @@ pub const PATHS: [PathSpec; 5] = [
         about: "An exception handled by a user-level handler (seed 000 section 2.5): the \
                 fault sent as a message to the handler, and the handler's reply setting the \
                 faulting thread's registers",
+        arm: None,
+        cycle: false,
     },
     PathSpec {
         name: "waitwake",
@@ -255,6 +284,37 @@ pub const PATHS: [PathSpec; 5] = [
         about: "Half a round trip of two threads waking each other through a shared word: \
                 A's wait, which blocks and switches to B (just woken, returning from its own \
                 wait), and B's wake of A",
+        arm: None,
+        cycle: false,
+    },
+    PathSpec {
+        name: "task_null",
+        column: "task.null",
+        bench: "task.null",
+        entry: Entry::Syscall,
+        rax: TASK_CREATE,
+        rdi: None,
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "One iteration of Accent's null program (Table 3-12): the task made, its \
+                program mapped, its thread made and started, the program running to its \
+                exit (its faults included), and the creator's wait for its end",
+        arm: Some(&["taskmake", "sys_create"]),
+        cycle: true,
     },
 ];
 
@@ -345,6 +405,9 @@ pub fn profile() -> Result<ExitCode, String> {
         .iter()
         .zip(raw)
         .map(|(spec, passes)| {
+            if spec.cycle {
+                return check_cycle(spec, passes);
+            }
             let passes = identify(spec, passes, &chains)?;
             check_passes(spec, &passes)?;
             Ok(passes)
@@ -360,9 +423,16 @@ pub fn profile() -> Result<ExitCode, String> {
         let text = listing(spec, passes, &chains, &insns, &mixes);
         fs::write(&out, text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     }
+    let cycles: Vec<String> = PATHS
+        .iter()
+        .zip(&raw)
+        .filter(|(spec, _)| spec.cycle)
+        .map(|(spec, passes)| cycle_report(spec, passes, &chains, &mixes))
+        .collect();
     let profiles: Vec<PathProfile> = PATHS
         .iter()
         .zip(&raw)
+        .filter(|(spec, _)| !spec.cycle)
         .map(|(spec, passes)| {
             let pass = |i: usize| {
                 let t = &spec.traced[i];
@@ -384,10 +454,13 @@ pub fn profile() -> Result<ExitCode, String> {
     };
     let others: Vec<(&PathProfile, &str)> = profiles[2..]
         .iter()
-        .zip(&PATHS[2..])
+        .zip(PATHS[2..].iter().filter(|s| !s.cycle))
         .map(|(p, spec)| (p, spec.about))
         .collect();
-    let text = stages::report(&header, &profiles[0], &profiles[1], &others);
+    let mut text = stages::report(&header, &profiles[0], &profiles[1], &others);
+    for c in &cycles {
+        text.push_str(c);
+    }
     let out = dir.join("profile.md");
     fs::write(&out, &text).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     println!("{text}");
@@ -450,6 +523,104 @@ fn identify(
     Ok(out)
 }
 
+/// The address of the kernel function `baton_kernel::<path>` in the kernel ELF at `elf`,
+/// found by its mangled name (each component as its length and text, as Rust's symbol
+/// mangling writes them).
+fn symbol_address(elf: &Path, path: &[&str]) -> Result<u64, String> {
+    use object::{Object, ObjectSymbol};
+    let bytes = fs::read(elf).map_err(|e| format!("cannot read {}: {e}", elf.display()))?;
+    let file = object::File::parse(&*bytes).map_err(|e| format!("the kernel ELF: {e}"))?;
+    let want: String = core::iter::once("baton_kernel")
+        .chain(path.iter().copied())
+        .map(|c| format!("{}{c}", c.len()))
+        .collect();
+    file.symbols()
+        .find(|sym| {
+            sym.name()
+                .is_ok_and(|n| n.starts_with("_ZN") && n[3..].starts_with(&want))
+        })
+        .map(|sym| sym.address())
+        .ok_or_else(|| {
+            format!(
+                "no function baton_kernel::{} in the kernel ELF (inlined or renamed?)",
+                path.join("::")
+            )
+        })
+}
+
+/// What a cycle's pass began with: `system call N` or `trap V` (see [`TRAP_MARK`]).
+fn entry_label(p: &RawPass) -> String {
+    match p.rax.checked_sub(TRAP_MARK) {
+        Some(v) if v < 256 => format!("trap {v}"),
+        _ => format!("system call {}", p.rax),
+    }
+}
+
+/// Checks a cycle's passes: at least one, the first with the trigger, none empty.
+fn check_cycle(spec: &PathSpec, passes: Vec<RawPass>) -> Result<Vec<RawPass>, String> {
+    match passes.first() {
+        None => return Err(format!("{}: no pass traced", spec.bench)),
+        Some(p) if p.rax != spec.rax => {
+            return Err(format!(
+                "{}: the cycle began with system call {}, not {} (results/profile.{}.trace)",
+                spec.bench, p.rax, spec.rax, spec.name
+            ))
+        }
+        Some(_) => {}
+    }
+    if let Some(n) = passes.iter().position(|p| p.pcs.is_empty()) {
+        return Err(format!("{}: pass {n} is empty", spec.bench));
+    }
+    Ok(passes)
+}
+
+/// The report's section for a cycle: its passes by what began them, and the whole
+/// iteration's instructions by function.
+fn cycle_report(
+    spec: &PathSpec,
+    passes: &[RawPass],
+    chains: &BTreeMap<u64, Vec<stages::Frame>>,
+    mixes: &BTreeMap<u64, Mix>,
+) -> String {
+    let mut by_entry: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for p in passes {
+        let e = by_entry.entry(entry_label(p)).or_default();
+        e.0 += 1;
+        e.1 += p.pcs.len() as u64;
+    }
+    let all: Vec<u64> = passes.iter().flat_map(|p| p.pcs.iter().copied()).collect();
+    let whole = stages::Pass::classify(spec.column.into(), Side::Client, &all, chains, mixes);
+    let mut r = String::new();
+    let _ = writeln!(
+        r,
+        "\n## {} (`{}`), one whole iteration\n\n{} (from the {} system call {} traced to \
+         the next one: {} kernel passes, {} kernel instructions; the row also counts the \
+         user side). A trap's pass is counted from `trap_common` (the stub's two pushes and \
+         jump are not traced); the timer's interrupts are not traced (under the debugger the \
+         clock runs on while gdb holds the processor, so they come every few hundred \
+         instructions instead of every ten million).\n",
+        spec.column,
+        spec.bench,
+        spec.about,
+        ordinal(spec.skip + 1),
+        spec.rax,
+        passes.len(),
+        whole.total.all
+    );
+    r.push_str("| kernel entry | passes | instructions |\n|---|---:|---:|\n");
+    let mut rows: Vec<_> = by_entry.into_iter().collect();
+    rows.sort_by_key(|r| core::cmp::Reverse(r.1 .1));
+    for (what, (n, insns)) in rows {
+        let _ = writeln!(r, "| {what} | {n} | {insns} |");
+    }
+    let _ = writeln!(r, "\n### {}: top functions\n", spec.column);
+    r.push_str(&stages::top_functions(&whole, 3 * TOP_FUNCTIONS));
+    r
+}
+
+/// Functions listed in a cycle's section.
+const TOP_FUNCTIONS: usize = 20;
+
 /// Checks that the traced passes are the ones `spec` expects.
 fn check_passes(spec: &PathSpec, passes: &[RawPass]) -> Result<(), String> {
     if passes.len() != spec.traced.len() {
@@ -498,7 +669,11 @@ fn trace(
     ));
     let _ = fs::remove_file(&trace_file);
     let remote = format!("127.0.0.1:{port}");
-    fs::write(&script, gdb_script(spec, &remote, &trace_file))
+    let arm = match spec.arm {
+        Some(path) => Some(symbol_address(&images.kernel, path)?),
+        None => None,
+    };
+    fs::write(&script, gdb_script(spec, &remote, &trace_file, arm))
         .map_err(|e| format!("cannot write {}: {e}", script.display()))?;
 
     let machine = Machine {
@@ -604,6 +779,7 @@ gdb.execute("set pagination off")
 gdb.execute("set confirm off")
 ENTRY = int(gdb.parse_and_eval("(unsigned long)&syscall_entry")) & MASK
 FIRST = int(gdb.parse_and_eval(FIRST_ENTRY)) & MASK
+TRAPS = int(gdb.parse_and_eval("(unsigned long)&trap_common")) & MASK
 for attempt in range(200):
     try:
         gdb.execute("target remote " + REMOTE, to_string=True)
@@ -614,15 +790,26 @@ else:
     raise gdb.GdbError("cannot connect to QEMU's gdb stub at " + REMOTE)
 
 class Trigger(gdb.Breakpoint):
-    # Stops at the entry after the first SKIP whose rax (and rdi) match.
-    def __init__(self):
+    # Stops at the entry after the first SKIP whose rax (and rdi) match (none to skip
+    # when ARM counted them).
+    def __init__(self, skip):
         super().__init__("*0x%x" % FIRST, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
         self.seen = 0
+        self.skip = skip
     def stop(self):
         if TRIGGER_RAX is not None and reg("rax") != TRIGGER_RAX:
             return False
         if TRIGGER_RDI is not None and reg("rdi") != TRIGGER_RDI:
             return False
+        self.seen += 1
+        return self.seen > self.skip
+
+class Arm(gdb.Breakpoint):
+    # Counts the entries of the function ARM and stops at the one after the first SKIP.
+    def __init__(self):
+        super().__init__("*0x%x" % ARM, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+        self.seen = 0
+    def stop(self):
         self.seen += 1
         return self.seen > SKIP
 
@@ -632,22 +819,57 @@ def run_to(bp, at):
         raise gdb.GdbError("stopped at 0x%x, not at 0x%x" % (reg("pc"), at))
     bp.delete()
 
-out = open(OUT, "w")
-run_to(Trigger(), FIRST)
-for n in range(PASSES):
-    if n > 0:
-        run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True), ENTRY)
-    out.write("pass %d rax=%x rdi=%x\n" % (n, reg("rax"), reg("rdi")))
+def trace_pass(n, rax, rdi):
+    out.write("pass %d rax=%x rdi=%x\n" % (n, rax, rdi))
     count = 0
+    limit = LIMIT * 10 if CYCLE else LIMIT
     while True:
         pc = reg("pc")
         out.write("%x\n" % pc)
         count += 1
-        if count > LIMIT:
+        if count > limit:
             raise gdb.GdbError("pass %d: no return to user mode in %d instructions" % (n, LIMIT))
         gdb.execute("stepi", to_string=True)
         if pc >= KERNEL_HALF and reg("pc") < KERNEL_HALF:
             break
+
+out = open(OUT, "w")
+if ARM is not None:
+    run_to(Arm(), ARM)
+    run_to(Trigger(0), FIRST)
+else:
+    run_to(Trigger(SKIP), FIRST)
+if not CYCLE:
+    for n in range(PASSES):
+        if n > 0:
+            run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True), ENTRY)
+        trace_pass(n, reg("rax"), reg("rdi"))
+else:
+    # Every kernel entry until the trigger's system call comes again: system calls at
+    # syscall_entry, traps (faults, interrupts) at trap_common, whose stack holds the
+    # vector the stub pushed.
+    trace_pass(0, reg("rax"), reg("rdi"))
+    gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+    gdb.Breakpoint("*0x%x" % TRAPS, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True)
+    n = 1
+    while True:
+        gdb.execute("continue", to_string=True)
+        pc = reg("pc")
+        if pc == ENTRY:
+            if reg("rax") == TRIGGER_RAX:
+                break
+            rax, rdi = reg("rax"), reg("rdi")
+        elif pc == TRAPS:
+            vec = int.from_bytes(bytes(gdb.selected_inferior().read_memory(reg("rsp"), 8)), "little")
+            if vec == SKIP_VECTOR:
+                continue
+            rax, rdi = TRAP_MARK + vec, 0
+        else:
+            raise gdb.GdbError("stopped at 0x%x, not at a kernel entry" % pc)
+        trace_pass(n, rax, rdi)
+        n += 1
+        if n > MAX_PASSES:
+            raise gdb.GdbError("more than %d kernel passes in one cycle" % MAX_PASSES)
 out.write("end\n")
 out.close()
 gdb.execute("kill")
@@ -655,7 +877,8 @@ gdb.execute("kill")
 
 /// The gdb Python script that traces `spec`'s passes through the stub at `remote`,
 /// writing them to `out`.
-pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path) -> String {
+pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path, arm: Option<u64>) -> String {
+    let arm = arm.map_or("None".to_string(), |a| format!("{a:#x}"));
     let rdi = spec.rdi.map_or("None".to_string(), |r| r.to_string());
     let (first, rax) = match spec.entry {
         Entry::Syscall => (
@@ -670,10 +893,12 @@ pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path) -> String {
     format!(
         "# Written by `cargo xtask profile` (xtask/src/profile.rs) for {bench}.\n\
          REMOTE = {remote:?}\nFIRST_ENTRY = {first:?}\nTRIGGER_RAX = {rax}\n\
-         TRIGGER_RDI = {rdi}\nSKIP = {skip}\n\
+         TRIGGER_RDI = {rdi}\nSKIP = {skip}\nARM = {arm}\nCYCLE = {cycle}\nSKIP_VECTOR = {TIMER_VECTOR}\nMAX_PASSES = {CYCLE_PASSES}\n\
+         TRAP_MARK = {TRAP_MARK}\n\
          PASSES = {passes}\nLIMIT = {PASS_LIMIT}\nOUT = {out:?}\n{GDB_SCRIPT}",
         bench = spec.bench,
         skip = spec.skip,
+        cycle = if spec.cycle { "True" } else { "False" },
         passes = spec.traced.len(),
         out = out.display().to_string(),
     )
@@ -750,11 +975,17 @@ pub fn listing(
     mixes: &BTreeMap<u64, Mix>,
 ) -> String {
     let mut out = String::new();
-    for (p, t) in passes.iter().zip(&spec.traced) {
+    for (i, p) in passes.iter().enumerate() {
+        let t = spec.traced.get(i).unwrap_or(&spec.traced[0]);
+        let label = if spec.cycle {
+            entry_label(p)
+        } else {
+            t.label.to_string()
+        };
         let _ = writeln!(
             out,
             "pass {} (rax={:x} rdi={:x}, {} instructions)",
-            t.label,
+            label,
             p.rax,
             p.rdi,
             p.pcs.len()
@@ -839,11 +1070,26 @@ mod unit_tests {
 
     #[test]
     fn writes_the_gdb_settings() {
-        let s = gdb_script(&PATHS[1], "127.0.0.1:4000", Path::new("/r/p.trace"));
+        let s = gdb_script(&PATHS[1], "127.0.0.1:4000", Path::new("/r/p.trace"), None);
         assert!(s.contains("REMOTE = \"127.0.0.1:4000\"\n"), "{s}");
-        assert!(s.contains("TRIGGER_RAX = 41\nTRIGGER_RDI = None\nSKIP = 300\nPASSES = 2\n"));
+        assert!(s.contains(
+            "TRIGGER_RAX = 41\nTRIGGER_RDI = None\nSKIP = 300\nARM = None\nCYCLE = False\n"
+        ));
+        assert!(s.contains("PASSES = 2\n"));
+        assert!(s.contains("FIRST_ENTRY = \"(unsigned long)&syscall_entry\"\n"));
         assert!(s.contains("OUT = \"/r/p.trace\"\n"));
-        let s = gdb_script(&PATHS[0], "x", Path::new("y"));
+        // A path that starts with a fault: its trap stub, whatever `rax` holds.
+        let exc = PATHS.iter().find(|p| p.name == "exc").unwrap();
+        let s = gdb_script(exc, "x", Path::new("y"), None);
+        assert!(
+            s.contains("FIRST_ENTRY = \"(unsigned long)&trap_stubs + 96\"\n"),
+            "{s}"
+        );
+        assert!(s.contains("TRIGGER_RAX = None\n"), "{s}");
+        let cycle = PATHS.iter().find(|p| p.cycle).unwrap();
+        assert!(gdb_script(cycle, "x", Path::new("y"), Some(0x10))
+            .contains("ARM = 0x10\nCYCLE = True\n"));
+        let s = gdb_script(&PATHS[0], "x", Path::new("y"), None);
         assert!(
             s.contains("TRIGGER_RAX = 18\nTRIGGER_RDI = 3\nSKIP = 400\n"),
             "{s}"
@@ -899,7 +1145,7 @@ mod unit_tests {
 
     #[test]
     fn reports_calls_first() {
-        for spec in &PATHS {
+        for spec in PATHS.iter().filter(|s| !s.cycle) {
             assert_eq!(spec.traced[spec.order[0]].side, Side::Client);
             assert_eq!(spec.traced[spec.order[1]].side, Side::Server);
         }
@@ -908,6 +1154,16 @@ mod unit_tests {
             "the 401st ipc_msg(SEND|RECEIVE) traced, then the next kernel entry"
         );
         assert_eq!(ordinal(301), "301st");
+        // A cycle's passes are named by what began them, and a cycle must begin with its
+        // trigger and have no empty pass.
+        let p = |rax: u64, pcs: Vec<u64>| RawPass { rax, rdi: 0, pcs };
+        assert_eq!(entry_label(&p(TRAP_MARK + 14, vec![])), "trap 14");
+        assert_eq!(entry_label(&p(120, vec![])), "system call 120");
+        let cycle = PATHS.iter().find(|p| p.cycle).unwrap();
+        assert!(check_cycle(cycle, vec![p(120, vec![1]), p(TRAP_MARK + 14, vec![2])]).is_ok());
+        assert!(check_cycle(cycle, vec![p(121, vec![1])]).is_err());
+        assert!(check_cycle(cycle, vec![p(120, vec![1]), p(9, vec![])]).is_err());
+        assert!(check_cycle(cycle, vec![]).is_err());
         assert_eq!(ordinal(312), "312th");
         assert_eq!(ordinal(2), "2nd");
     }
