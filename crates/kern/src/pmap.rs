@@ -77,6 +77,14 @@ pub trait PhysMem {
     /// Allocates a frame; its contents are unspecified (callers zero it). `None` when
     /// memory is exhausted.
     fn alloc_frame(&mut self) -> Option<PhysAddr>;
+    /// Allocates a frame of zeros (a new page table). The default zeroes what
+    /// [`PhysMem::alloc_frame`] gives; an allocator whose frames are already zero says so
+    /// by overriding it, and the frame is not zeroed twice.
+    fn alloc_zeroed(&mut self) -> Option<PhysAddr> {
+        let f = self.alloc_frame()?;
+        self.zero_frame(f);
+        Some(f)
+    }
     /// Returns a frame obtained from [`PhysMem::alloc_frame`].
     fn free_frame(&mut self, frame: PhysAddr);
 }
@@ -106,6 +114,24 @@ pub const OWNED: u64 = 1 << 9;
 pub const NO_EXECUTE: u64 = 1 << 63;
 /// The physical-address bits of an entry pointing to a table or a 4 KiB page.
 pub const ADDR_MASK: u64 = 0x000f_ffff_ffff_f000;
+
+/// Software bits of an entry that points to a table (bits 52..=59, which the processor
+/// ignores in such entries): bit `52 + k` set means the table below may have present
+/// entries among its indices `64k..64k + 64` ([`CHUNK`] entries a bit). Set when an entry
+/// there is made present, never cleared while the table lives, so a clear bit is a
+/// promise: [`AddressSpace::destroy`] reads only the chunks whose bit is set, instead of
+/// all 512 entries of every table (most of a small task's tables hold one or two
+/// entries).
+pub const USED_CHUNKS: u64 = 0xff << USED_SHIFT;
+/// Where [`USED_CHUNKS`] starts.
+const USED_SHIFT: u64 = 52;
+/// Entries one bit of [`USED_CHUNKS`] stands for.
+pub const CHUNK: u64 = 64;
+
+/// The [`USED_CHUNKS`] bit of entry `index` of a table.
+const fn chunk_bit(index: u64) -> u64 {
+    1 << (USED_SHIFT + index / CHUNK)
+}
 
 /// Number of entries in one page table.
 pub const ENTRIES: u64 = 512;
@@ -281,6 +307,11 @@ const fn entry_addr(table: PhysAddr, index: u64) -> PhysAddr {
 #[derive(Debug, PartialEq, Eq)]
 pub struct AddressSpace {
     root: PhysAddr,
+    /// The chunks of the PML4 that may hold present entries ([`USED_CHUNKS`] for the
+    /// root, which has no entry above it: bit `k` for indices `64k..64k + 64`); all set
+    /// for a space [`AddressSpace::from_root`] wraps, whose tables this module did not
+    /// build.
+    root_chunks: u8,
 }
 
 impl AddressSpace {
@@ -292,22 +323,26 @@ impl AddressSpace {
         mem: &mut impl PhysMem,
         kernel_root: Option<PhysAddr>,
     ) -> Result<AddressSpace, MapError> {
-        let root = mem.alloc_frame().ok_or(MapError::NoMemory)?;
-        mem.zero_frame(root);
+        let root = mem.alloc_zeroed().ok_or(MapError::NoMemory)?;
         if let Some(kroot) = kernel_root {
-            for i in KERNEL_PML4_START..ENTRIES {
-                let e = mem.read_u64(entry_addr(kroot, i));
-                mem.write_u64(entry_addr(root, i), e);
-            }
+            // The kernel half's 256 entries in one copy.
+            let half = entry_addr(PhysAddr(0), KERNEL_PML4_START).0;
+            mem.copy_bytes(root.add(half), kroot.add(half), half as usize);
         }
-        Ok(AddressSpace { root })
+        Ok(AddressSpace {
+            root,
+            root_chunks: 0,
+        })
     }
 
     /// Wraps an existing PML4 (for example the kernel's boot tables) to translate or map
     /// in it. [`AddressSpace::destroy`] on such a space frees its user half, so only call it
     /// if this module built that half.
     pub const fn from_root(root: PhysAddr) -> AddressSpace {
-        AddressSpace { root }
+        AddressSpace {
+            root,
+            root_chunks: u8::MAX,
+        }
     }
 
     /// The physical address of the PML4, for CR3.
@@ -337,27 +372,33 @@ impl AddressSpace {
         if flags.user && !in_user_range(va) {
             return Err(MapError::OutsideUser);
         }
-        // Refuse before allocating anything if the page is taken.
-        if self.leaf_entry(mem, va).is_some() {
-            return Err(MapError::AlreadyMapped);
-        }
+        // A page that is taken is refused before anything is allocated: tables are made
+        // only below an absent entry, where nothing can be mapped yet. (On the way down to
+        // a taken page, entries above it may gain `USER` or a used-chunk bit, neither of
+        // which grants an access the leaf does not.)
         let mut table = self.root;
         for level in [3, 2, 1] {
-            let ea = entry_addr(table, table_index(va, level));
+            let index = table_index(va, level);
+            let ea = entry_addr(table, index);
             let e = mem.read_u64(ea);
+            // The entry below, in the table this entry leads to, will be present.
+            let below = chunk_bit(table_index(va, level - 1));
             if e & PRESENT != 0 {
                 if e & HUGE != 0 {
                     return Err(MapError::AlreadyMapped);
                 }
-                if flags.user && e & USER == 0 {
-                    mem.write_u64(ea, e | USER);
+                let user = if flags.user { USER } else { 0 };
+                if e & (user | below) != user | below {
+                    mem.write_u64(ea, e | user | below);
                 }
                 table = PhysAddr(e & ADDR_MASK);
             } else {
-                let t = mem.alloc_frame().ok_or(MapError::NoMemory)?;
-                mem.zero_frame(t);
+                let t = mem.alloc_zeroed().ok_or(MapError::NoMemory)?;
                 let user = if flags.user { USER } else { 0 };
-                mem.write_u64(ea, t.0 | PRESENT | WRITABLE | user);
+                mem.write_u64(ea, t.0 | PRESENT | WRITABLE | user | below);
+                if level == 3 {
+                    self.root_chunks |= (chunk_bit(index) >> USED_SHIFT) as u8;
+                }
                 table = t;
             }
         }
@@ -566,21 +607,30 @@ impl AddressSpace {
     /// [`OWNED`] 4 KiB leaf frame in it, and the PML4 itself. The kernel half is never
     /// touched. The space must not be loaded in CR3 on any processor.
     pub fn destroy(self, mem: &mut impl PhysMem) {
-        for i in 0..KERNEL_PML4_START {
+        let root_used = u64::from(self.root_chunks) << USED_SHIFT;
+        for i in used_indices(root_used).filter(|&i| i < KERNEL_PML4_START) {
             let e = mem.read_u64(entry_addr(self.root, i));
             if e & PRESENT != 0 && e & HUGE == 0 {
-                free_table(mem, PhysAddr(e & ADDR_MASK), 2);
+                free_table(mem, PhysAddr(e & ADDR_MASK), 2, e & USED_CHUNKS);
             }
         }
         mem.free_frame(self.root);
     }
 }
 
+/// The indices of a table that the [`USED_CHUNKS`] bits `used` say may be present.
+fn used_indices(used: u64) -> impl Iterator<Item = u64> {
+    (0..ENTRIES / CHUNK)
+        .filter(move |k| used & (1 << (USED_SHIFT + k)) != 0)
+        .flat_map(|k| k * CHUNK..(k + 1) * CHUNK)
+}
+
 /// Frees the table at `table` (at `level`, 2 = PDPT .. 0 = PT), its sub-tables and the
-/// owned 4 KiB frames below it. Huge leaves are neither followed nor freed (this module
-/// never creates them). Recursion depth is at most 3.
-fn free_table(mem: &mut impl PhysMem, table: PhysAddr, level: u32) {
-    for i in 0..ENTRIES {
+/// owned 4 KiB frames below it, reading only the chunks its entry's [`USED_CHUNKS`] bits
+/// `used` name. Huge leaves are neither followed nor freed (this module never creates
+/// them). Recursion depth is at most 3.
+fn free_table(mem: &mut impl PhysMem, table: PhysAddr, level: u32, used: u64) {
+    for i in used_indices(used) {
         let e = mem.read_u64(entry_addr(table, i));
         if e & PRESENT == 0 {
             continue;
@@ -590,7 +640,7 @@ fn free_table(mem: &mut impl PhysMem, table: PhysAddr, level: u32) {
                 mem.free_frame(PhysAddr(e & ADDR_MASK));
             }
         } else if e & HUGE == 0 {
-            free_table(mem, PhysAddr(e & ADDR_MASK), level - 1);
+            free_table(mem, PhysAddr(e & ADDR_MASK), level - 1, e & USED_CHUNKS);
         }
     }
     mem.free_frame(table);
@@ -1016,6 +1066,60 @@ mod tests {
         for f in owned {
             assert!(!mem.alloc.is_allocated(f));
         }
+    }
+
+    /// Pages in every chunk of every level (and the last page of the user half): the
+    /// used-chunk bits lead `destroy` to every table and every owned frame, so nothing
+    /// leaks; each table's entry above says which chunks it uses, and nothing more.
+    #[test]
+    fn destroy_reads_only_used_chunks_and_frees_everything() {
+        let mut mem = FakeMem::with_frames(8192);
+        let mut s = AddressSpace::new(&mut mem, None).unwrap();
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut vas = Vec::new();
+        for k in 0..CHUNK * 8 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // A page whose index at some level lies in chunk `k % 8`.
+            let level = (k / 8) % 4;
+            let index = (k % 8) * CHUNK + x % CHUNK;
+            let spread = ((x >> 20) << 12) | (index << (12 + 9 * level));
+            let va = (spread % (USER_END - USER_MIN)) & !(P - 1);
+            let va = (USER_MIN + va).min(USER_END - P) & !(P - 1);
+            if vas.contains(&va) {
+                continue;
+            }
+            let f = mem.alloc_frame().unwrap();
+            s.map(&mut mem, va, f, MapFlags::user_owned(true, false))
+                .unwrap();
+            vas.push(va);
+        }
+        // Every page's walk passes entries that name its chunk at the level below.
+        for &va in &vas {
+            let mut table = s.root();
+            for level in [3u32, 2, 1] {
+                let e = mem.read_u64(entry_addr(table, table_index(va, level)));
+                assert_ne!(e & chunk_bit(table_index(va, level - 1)), 0, "{va:#x}");
+                assert_eq!(e & ADDR_MASK & USED_CHUNKS, 0);
+                table = PhysAddr(e & ADDR_MASK);
+            }
+            assert!(s.translate(&mem, va).is_some());
+        }
+        // A first chunk-0 page alone leaves the other chunks' bits clear.
+        let mut one = AddressSpace::new(&mut mem, None).unwrap();
+        let f = mem.alloc_frame().unwrap();
+        one.map(&mut mem, USER_MIN, f, MapFlags::user_owned(true, false))
+            .unwrap();
+        let e = mem.read_u64(entry_addr(one.root(), table_index(USER_MIN, 3)));
+        assert_eq!(e & USED_CHUNKS, chunk_bit(table_index(USER_MIN, 2)));
+        one.destroy(&mut mem);
+        // Half the pages unmapped (their frames freed there), then everything else.
+        for &va in vas.iter().step_by(2) {
+            assert!(s.unmap(&mut mem, va).is_some());
+        }
+        s.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
     }
 
     #[test]

@@ -103,6 +103,11 @@ impl PhysMem for KernelMem<'_> {
         Some(f)
     }
 
+    fn alloc_zeroed(&mut self) -> Option<PhysAddr> {
+        // `alloc_frame` hands its frames out zeroed already.
+        self.alloc_frame()
+    }
+
     fn free_frame(&mut self, frame: PhysAddr) {
         if self.frames.free(frame).is_err() {
             kprintln!("[kernel] warning: bad frame free {:#x}", frame.0);
