@@ -587,7 +587,7 @@ fn compare(first: &Results, second: &Results) -> Result<(), String> {
 /// request on a host thread, so the instruction at which its interrupt lands can differ
 /// between two runs of the same image. Their medians must agree within
 /// [`DEVICE_SLACK_PERCENT`]; their minimum and maximum are not compared.
-pub const DEVICE_ROWS: &[&str] = &["blk."];
+pub const DEVICE_ROWS: &[&str] = &["blk.", "vm.pagein", "vm.pageout", "vm.thrash"];
 /// How far two runs' medians of a [`DEVICE_ROWS`] row may differ, in percent.
 pub const DEVICE_SLACK_PERCENT: u64 = 2;
 
