@@ -372,6 +372,14 @@ const VM_REQUIRE: &[&str] = &[
     "(protection violation, write, user): write error",
 ];
 
+/// What the `paging` test must print: the default pager's refusals of a disk without a
+/// partition table and of one without a swap partition, then the verdict.
+const PAGING_REQUIRE: &[&str] = &[
+    "dpager: refusing to start: sector 0 holds no partition table",
+    "dpager: refusing to start: the disk has no swap partition (type 0x82) in a valid table",
+    "paging#1| TEST PASS paging",
+];
+
 /// How the `paging` test's tasks end: its children work (0), or are stopped on purpose
 /// (no memory, a lost page); its default pagers are killed, exit after a warm-up, or end
 /// (1) when their disk driver is killed; the driver is killed once a round and ends (0)
@@ -1445,7 +1453,7 @@ pub const ALL: &[IntegrationTest] = &[
         name: "paging_smp1",
         init: &["paging"],
         extra: &["priv=paging", "pageable=256"],
-        require: &["paging#1| TEST PASS paging"],
+        require: PAGING_REQUIRE,
         exits: PAGING_EXITS,
         timeout: Duration::from_secs(480),
         disk: true,
@@ -1456,7 +1464,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["paging"],
         smp: 2,
         extra: &["priv=paging", "pageable=256"],
-        require: &["paging#1| TEST PASS paging"],
+        require: PAGING_REQUIRE,
         exits: PAGING_EXITS,
         timeout: Duration::from_secs(480),
         disk: true,

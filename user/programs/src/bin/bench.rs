@@ -2273,6 +2273,36 @@ const _: () = assert!(2 * PAGING_LIMIT == 512);
 /// Frames of the working set's task besides its region (stack, data, IPC buffer).
 const PAGING_TASK_FRAMES: u64 = 16;
 
+/// `v` in decimal, without the heap.
+fn decimal(mut v: u64) -> Decimal {
+    let mut d = Decimal {
+        bytes: [0; 20],
+        start: 20,
+    };
+    loop {
+        d.start -= 1;
+        if let Some(b) = d.bytes.get_mut(d.start) {
+            *b = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || d.start == 0 {
+            return d;
+        }
+    }
+}
+
+/// A number's decimal digits.
+struct Decimal {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(self.bytes.get(self.start..).unwrap_or(&[])).unwrap_or("0")
+    }
+}
+
 /// The system's paging counters.
 fn paging_stats(name: &str) -> Result<baton_rt::paging::PagingStats, Failed> {
     baton_rt::paging::system_stats().map_err(|e| fail!("{name}: paging_stats: {}", e.name()))
@@ -2280,11 +2310,12 @@ fn paging_stats(name: &str) -> Result<baton_rt::paging::PagingStats, Failed> {
 
 /// The paging rows (`docs/benchmarks.md`): the disk driver `blk`
 /// and the default pager `dpager` on the disk's swap partition are started, user memory is
-/// limited to what they hold plus [`PAGING_LIMIT`] frames, and `pagebench`, a small task
-/// of its own, works a region of twice that many pages (`vm.pageout`, `vm.thrash`,
+/// limited (by `pagebench` itself) to what they hold plus [`PAGING_LIMIT`] frames and a
+/// few, and `pagebench`, a small task of its own, works a region of twice that many pages (`vm.pageout`, `vm.thrash`,
 /// `vm.pagein`; it prints the rows). Everything else's idle memory, this program's too,
-/// goes out to the disk at its first page-outs. The driver and the pager are left
-/// running, so that whatever went out comes back when touched.
+/// goes out to the disk at its first page-outs, and this program's comes back at the end,
+/// before the pager and then the driver (which ends with the pager's send right, its last)
+/// are stopped.
 fn paging_benchmarks() -> Result<(), Failed> {
     use baton_rt::{paging, task};
     if TABLE.load(Ordering::Relaxed) {
@@ -2294,10 +2325,20 @@ fn paging_benchmarks() -> Result<(), Failed> {
     let name = "vm.paging";
     let host = host_priv();
     let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    // This program's stack is wired for the while: it waits for the working set's end with
+    // a receive buffer on it, and a message delivered into a buffer that was paged out
+    // meanwhile is refused (`BadAddress`), not paged in.
+    let here = 0u8;
+    let stack = baton_rt::vm::query(core::ptr::addr_of!(here) as u64)
+        .map_err(|e| fail!("{name}: vm_query: {}", e.name()))?;
+    let stack = (stack.start, stack.end - stack.start);
+    baton_rt::vm::wire(stack.0, stack.1).map_err(|e| fail!("{name}: wire: {}", e.name()))?;
     let u0 = paging_stats(name)?.pageable_used;
     let mut buf = IpcBuffer::new().map_err(|e| fail!("{name}: IPC buffer: {}", e.name()))?;
-    let (_driver_task, driver) = blk_client::start_driver(&mut buf, host)
+    let (driver_id, driver) = blk_client::start_driver(&mut buf, host)
         .map_err(|e| fail!("{name}: start blk: {}", e.name()))?;
+    let driver_task = baton_rt::host::task_port(host, driver_id)
+        .map_err(|e| fail!("{name}: blk's task port: {}", e.name()))?;
     let pager = swap_proto::start_pager(&mut buf, host, driver, &["dpager"])
         .map_err(|e| fail!("{name}: start dpager: {}", e.name()))?;
     let _ = cap_drop(driver);
@@ -2309,18 +2350,56 @@ fn paging_benchmarks() -> Result<(), Failed> {
         let _ = baton_rt::sleep_ns(10_000_000);
         waited += 1;
     }
-    let _ = pager;
     let u1 = paging_stats(name)?.pageable_used;
     let limit = (u1.saturating_sub(u0) + PAGING_LIMIT + PAGING_TASK_FRAMES)
         .max(baton_abi::paging::LIMIT_MIN);
-    let old =
-        paging::set_limit(limit, host).map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
-    let child = task::run("pagebench", host, &["pagebench", PAGING_SET], &[])
-        .map_err(|e| fail!("{name}: start pagebench: {}", e.name()))?;
+    let old = paging_stats(name)?.pageable_limit;
+    // The working set's task lowers the limit itself once it exists (making a task needs
+    // memory, which a limit already lowered would refuse) and puts it back at its end.
+    let frames = decimal(limit);
+    let child = task::run(
+        "pagebench",
+        host,
+        &["pagebench", PAGING_SET, frames.as_str()],
+        &[],
+    )
+    .map_err(|e| fail!("{name}: start pagebench: {}", e.name()))?;
     wait_task(child, notify).map_err(|e| fail!("{name}: wait for pagebench: {}", e.name()))?;
     paging::set_limit(old, host).map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
+    // Everything of this program that went out comes back before the pager goes (what
+    // it held would be lost), and the pager and the driver are stopped: the run ends when
+    // every task has.
+    page_everything_in();
+    task::terminate(pager).map_err(|e| fail!("{name}: stop dpager: {}", e.name()))?;
+    wait_task(pager, notify).map_err(|e| fail!("{name}: wait for dpager: {}", e.name()))?;
+    wait_task(driver_task, notify).map_err(|e| fail!("{name}: wait for blk: {}", e.name()))?;
+    for _ in 0..500 {
+        if baton_rt::memobj::dma_quarantined(host).is_ok_and(|n| n > 0) {
+            break;
+        }
+        let _ = baton_rt::sleep_ns(10_000_000);
+    }
+    let _ = baton_rt::memobj::dma_quarantine_release(host);
     let _ = baton_rt::ipc::cap_drop(notify);
+    baton_rt::vm::unwire(stack.0, stack.1).map_err(|e| fail!("{name}: unwire: {}", e.name()))?;
     Ok(())
+}
+
+/// Reads one byte of every readable page of this task, so that nothing of it is paged out
+/// (before its default pager goes, which would lose those pages).
+fn page_everything_in() {
+    let mut addr = 0;
+    while let Ok(r) = baton_rt::vm::query(addr) {
+        if r.prot & baton_abi::vm::PROT_READ != 0 {
+            let mut p = r.start;
+            while p < r.end {
+                // SAFETY: a readable page of this task's map; a volatile read of one byte.
+                black_box(unsafe { (p as *const u8).read_volatile() });
+                p += PAGE;
+            }
+        }
+        addr = r.end;
+    }
 }
 
 /// Waits for the end of the task whose port is `task` (a dead-name notification on

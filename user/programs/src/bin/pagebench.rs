@@ -1,9 +1,10 @@
-//! `pagebench <pages>`: the working set of the paging rows of `bench` (`docs/benchmarks.md`:
+//! `pagebench <pages> <frames>`: the working set of the paging rows of `bench` (`docs/benchmarks.md`:
 //! `vm.pageout`, `vm.thrash`, `vm.pagein`), in a task of its own so that the benchmark program's own memory
 //! is not what gets paged. Started by `bench` with the host-privilege right as its
 //! bootstrap right (for `halted_ticks`), after it has started the disk driver and the
-//! default pager on the swap partition and lowered the pageable limit to about half of
-//! `<pages>`:
+//! default pager on the swap partition. It lowers the pageable limit to `<frames>` itself
+//! (once it exists: making a task needs memory, which a limit already lowered would refuse)
+//! and puts the old limit back at its end:
 //!
 //! 1. every page of a region of `<pages>` pages is written (its number in its first word),
 //!    then touched at random until replacement has settled (the idle memory of other
@@ -34,11 +35,24 @@ const PAGE: u64 = 4096;
 const SAMPLES: usize = 200;
 
 fn main(_task_id: u64) -> i32 {
-    let pages = env::args()
-        .nth(1)
-        .and_then(|s| s.parse::<u64>().ok())
-        .unwrap_or(0);
-    match run(pages, baton_rt::start::bootstrap()) {
+    let arg = |i| {
+        env::args()
+            .nth(i)
+            .and_then(|s| s.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let (pages, frames) = (arg(1), arg(2));
+    let host = baton_rt::start::bootstrap();
+    let old = match paging::set_limit(frames, host) {
+        Ok(old) => old,
+        Err(e) => {
+            println!("BENCH FAIL vm.paging: paging_limit {frames}: {}", e.name());
+            return 1;
+        }
+    };
+    let done = run(pages, host);
+    let _ = paging::set_limit(old, host);
+    match done {
         Ok(()) => 0,
         Err((what, e)) => {
             println!("BENCH FAIL vm.paging: {what}: {}", e.name());

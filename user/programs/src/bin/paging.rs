@@ -117,23 +117,25 @@ fn until(what: &str, done: impl Fn(&PagingStats) -> bool) -> Result<PagingStats,
     Err(Failed)
 }
 
-/// The disk: the IPC buffer the test talks to the driver with, the host-privilege right,
-/// and the driver's task port and service port.
+/// The disk: the test's client of the driver (its IPC buffer, reply port and the driver's
+/// service port), the host-privilege right, and the driver's task port.
 struct Disk {
-    buf: IpcBuffer,
+    c: blk_client::Client,
     host: u64,
     task: u64,
-    port: u64,
 }
 
 impl Disk {
     /// Starts the driver, allowing held requests (the tests of a kill mid-request).
     fn start(buf: IpcBuffer, host: u64) -> Result<Disk, Failed> {
         let mut d = Disk {
-            buf,
+            c: blk_client::Client {
+                buf,
+                reply: must("reply port", port_allocate(0))?,
+                driver: 0,
+            },
             host,
             task: 0,
-            port: 0,
         };
         d.restart()?;
         Ok(d)
@@ -142,14 +144,30 @@ impl Disk {
     fn restart(&mut self) -> Result<(), Failed> {
         let (id, port) = must(
             "start the disk driver",
-            blk_client::start_driver_with(&mut self.buf, self.host, blk_proto::SETUP_ALLOW_HOLD),
+            blk_client::start_driver_with(&mut self.c.buf, self.host, blk_proto::SETUP_ALLOW_HOLD),
         )?;
         self.task = must(
             "the driver's task port",
             baton_rt::host::task_port(self.host, id),
         )?;
-        self.port = port;
+        self.c.driver = port;
         Ok(())
+    }
+
+    /// Sector 0.
+    fn read0(&mut self) -> Result<[u8; 512], Failed> {
+        let r = must(
+            "read sector 0",
+            self.c.call(blk_proto::BLK_READ, 0, 512, 0, &[], None),
+        )?;
+        must("read sector 0", r.result)?;
+        let mut s = [0u8; 512];
+        s.copy_from_slice(r.inline.get(..512).ok_or(Failed)?);
+        Ok(s)
+    }
+
+    fn write0(&mut self, sector: &[u8; 512]) -> Result<(), Failed> {
+        must("write sector 0", self.c.write(0, sector))
     }
 
     /// Starts the default pager on the swap partition with a store of [`STORE`] pages
@@ -162,7 +180,7 @@ impl Disk {
         };
         let t = must(
             "start dpager",
-            swap_proto::start_pager(&mut self.buf, self.host, self.port, args),
+            swap_proto::start_pager(&mut self.c.buf, self.host, self.c.driver, args),
         )?;
         until("the default pager registers", |s| s.store_slots == STORE)?;
         Ok(t)
@@ -204,9 +222,15 @@ fn run() -> Result<(), Failed> {
     // kernel's slot bitmaps are made at the first registration.
     let t = must(
         "warm-up dpager",
-        swap_proto::start_pager(&mut disk.buf, host, disk.port, &["dpager", "1024", "once"]),
+        swap_proto::start_pager(
+            &mut disk.c.buf,
+            host,
+            disk.c.driver,
+            &["dpager", "1024", "once"],
+        ),
     )?;
     wait_end(t, notify)?;
+    refusals(&mut disk, notify)?;
     child("nop", 0, notify)?;
     let s0 = sys()?;
     check!(
@@ -223,7 +247,7 @@ fn run() -> Result<(), Failed> {
         "a second round leaves the kernel's heap, objects and free frames as the first did ({first:?} -> {second:?})"
     );
     // The driver ends when its last send right goes (it resets the device on the way).
-    must("drop the driver's port", cap_drop(disk.port))?;
+    must("drop the driver's port", cap_drop(disk.c.driver))?;
     wait_end(disk.task, notify)?;
     release_store(host)?;
     must("drop the port", cap_drop(notify))
@@ -322,7 +346,7 @@ fn round(disk: &mut Disk, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed
     must("kill the driver mid-request", task::terminate(disk.task))?;
     wait_end(disk.task, notify)?;
     // A dead name now: released.
-    let _ = cap_drop(disk.port);
+    let _ = cap_drop(disk.c.driver);
     wait_end(pager, notify)?;
     wait_end(c, notify)?;
     let s5 = sys()?;
@@ -344,6 +368,40 @@ fn round(disk: &mut Disk, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed
     must("stop the default pager", task::terminate(pager))?;
     wait_end(pager, notify)?;
     settle(host)
+}
+
+/// The default pager refuses a disk whose sector 0 holds no partition table, and one whose
+/// table has no swap partition: it ends without registering. Sector 0 is put back after.
+fn refusals(disk: &mut Disk, notify: u64) -> Result<(), Failed> {
+    let table = disk.read0()?;
+    let before = sys()?;
+    let mut files_only = table;
+    let capacity = must(
+        "disk info",
+        disk.c.call(blk_proto::BLK_INFO, 0, 0, 0, &[], None),
+    )?
+    .words[0];
+    let parts = baton_disk::standard(capacity).map_err(|_| Failed)?;
+    baton_disk::write_table(&mut files_only, &parts[..1]).map_err(|_| Failed)?;
+    for (what, sector) in [
+        ("no partition table", [0u8; 512]),
+        ("no swap partition", files_only),
+    ] {
+        disk.write0(&sector)?;
+        let t = must(
+            "start dpager",
+            swap_proto::start_pager(&mut disk.c.buf, disk.host, disk.c.driver, &["dpager"]),
+        )?;
+        wait_end(t, notify)?;
+        let s = sys()?;
+        check!(
+            s.store_slots == 0 && s.pagers_registered == before.pagers_registered,
+            "a disk with {what}: the default pager refused to start"
+        );
+    }
+    disk.write0(&table)?;
+    check!(disk.read0()? == table, "the partition table put back");
+    Ok(())
 }
 
 /// Starts `paging_child <mode> <pages>` and waits for its word that it has written its
