@@ -744,6 +744,12 @@ impl Kernel {
                     self.waits.remove(key, t);
                 }
                 ThreadState::Blocked(Blocked::ProcessModel) => {}
+                // A fault waiting for memory (`pageout::wait_memory`), the one page-in wait
+                // with a timeout: it is taken again from user mode, registers untouched.
+                ThreadState::Blocked(why @ Blocked::PageIn { .. }) => {
+                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    (family::hooks().forget_waiter)(self, t, why);
+                }
                 ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {
                     th.frame.rax = baton_abi::Error::TimedOut.to_raw();
                     th.cont = Some(Continuation::new(Resume::UserReturn));

@@ -18,9 +18,9 @@
 //! - The pager's end (its task ends, or its port is found dead): every slot it held is
 //!   lost, every waiting thread wakes and faults again, and faults on lost pages are
 //!   errors sent to the task's exception port. Memory that cannot be had (no pager, store
-//!   full) is `NoMemory`, never a hang: a fault short of memory yields the processor and
-//!   is taken again only while page-outs are queued to a live pager or a new batch could
-//!   be reclaimed.
+//!   full) is `NoMemory`, never a hang: a fault short of memory waits a moment (blocked,
+//!   with a timeout, [`wait_memory`]) and is taken again only while page-outs are queued
+//!   to a live pager or a new batch could be reclaimed.
 //!
 //! # Invariants
 //! - Every thread in `waiting` is blocked `PageIn` on that page, once.
@@ -243,11 +243,9 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
             if w.ask.is_some() {
                 match ask(k, task, w) {
                     Ok(()) => {}
-                    // The pager's queue is full of page-outs: it runs first, then the
-                    // access is made again (and asks again).
-                    Err(Failure::NoMemory) if pager_port().is_some() => {
-                        thread::thread_yield_keeping(k, t)
-                    }
+                    // The pager's queue is full of page-outs: it works through them
+                    // first, then the access is made again (and asks again).
+                    Err(Failure::NoMemory) if pager_port().is_some() => wait_memory(k, t),
                     Err(f) => return Err(f.code()),
                 }
             }
@@ -257,14 +255,48 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
             // Page-outs on their way to a live pager free room as it takes them: wait a
             // little and fault again. Otherwise there is no memory to be had.
             if pager_port().is_some() && (queued(k) > 0 || reclaim(k)) {
-                // Others (the pager) run first; the access is made again after.
-                thread::thread_yield_keeping(k, t);
+                wait_memory(k, t);
             }
             replace::count_no_memory(task);
             Err(Failure::NoMemory.code())
         }
         r => crate::pager::fault_result(k, t, r),
     }
+}
+
+/// How long a fault short of memory waits, while page-outs are on their way to the
+/// default pager, before it is taken again (the timer's resolution rounds it up).
+const MEMORY_WAIT_NS: u64 = 1_000_000;
+/// The object a fault waiting for memory names in its `Blocked::PageIn` (no object's id).
+pub const WAIT_MEMORY: u64 = u64::MAX;
+
+/// Blocks the current thread `t`, whose fault found no frame while page-outs wait in the
+/// default pager's queue, for [`MEMORY_WAIT_NS`] (or until the pager ends); the fault is
+/// then taken again. Blocking rather than yielding: the pager works at the disk's pace, and
+/// a thread yielding in a loop meanwhile would keep the processor busy doing nothing.
+fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
+    let listed = {
+        // SAFETY: the lock is held; the reference ends in this block.
+        let st = unsafe { state() };
+        let ok = st.waiting.try_reserve(1).is_ok();
+        if ok {
+            st.waiting.push((t, ObjectId(Key(WAIT_MEMORY)), 0));
+        }
+        ok
+    };
+    if !listed {
+        thread::thread_yield_keeping(k, t);
+    }
+    let deadline = crate::arch::apic::now_ns().saturating_add(MEMORY_WAIT_NS);
+    thread::block_until(
+        k,
+        Blocked::PageIn {
+            object: WAIT_MEMORY,
+            offset: 0,
+        },
+        Some(deadline),
+    );
+    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
 }
 
 /// Blocks the current thread `t` until the paged-out page `w` is back (or the default

@@ -73,8 +73,9 @@ enum Cmd {
     Build,
     /// Build, then boot Baton in QEMU into its console and shell, on this terminal.
     ///
-    /// The default is `init=names,console,shell priv=console,shell`: the name server, the
-    /// console server and the shell (type `help`). When standard input is not a terminal
+    /// The default is `init=names,console,shell,swapon priv=console,shell,swapon`: the name
+    /// server, the console server, the shell (type `help`) and `swapon` (the disk driver and
+    /// the default pager on the disk's swap partition). When standard input is not a terminal
     /// nobody can type, so it boots the old demo instead (`init=init`), and the kernel
     /// powers off by itself after it.
     #[command(
@@ -168,7 +169,8 @@ pub struct RunOpts {
     #[arg(long, value_name = "N", value_parser = positive::<u64>)]
     pub fault_inject: Option<u64>,
     /// Extra kernel command-line words, after `--`; an `init=...` word replaces the default
-    /// `init=names,console,shell priv=console,shell` (give `priv=` yourself then).
+    /// `init=names,console,shell,swapon priv=console,shell,swapon` (give `priv=` yourself
+    /// then).
     #[arg(last = true, value_name = "WORD")]
     pub extra: Vec<String>,
 }

@@ -18,12 +18,14 @@ use crate::RunOpts;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-/// The boot modules `run` starts by default: the name server, the console server and the
-/// shell, which finds the console through the name server.
-pub const SHELL_INIT: &str = "names,console,shell";
+/// The boot modules `run` starts by default: the name server, the console server, the
+/// shell, which finds the console through the name server, and `swapon`, which starts the
+/// disk driver and the default pager on the disk's swap partition.
+pub const SHELL_INIT: &str = "names,console,shell,swapon";
 /// The default boot's privileged tasks: the console makes its I/O-ports and interrupt
-/// objects with the host-privilege right, the shell lists and kills tasks with it.
-pub const SHELL_PRIV: &str = "priv=console,shell";
+/// objects with the host-privilege right, the shell lists and kills tasks with it, and
+/// `swapon` hands it to the disk driver and the default pager.
+pub const SHELL_PRIV: &str = "priv=console,shell,swapon";
 
 /// The default kernel command line's words for `extra` (the words after `--`) and whether
 /// standard input is a terminal.
@@ -114,7 +116,7 @@ mod tests {
         let (init, extra) = default_words(&[], true);
         assert_eq!(
             crate::qemu::cmdline(init, false, &extra),
-            "init=names,console,shell priv=console,shell"
+            "init=names,console,shell,swapon priv=console,shell,swapon"
         );
         let (init, extra) = default_words(&["--".to_string()][..0], false);
         assert_eq!(
@@ -126,7 +128,7 @@ mod tests {
         let (init, extra) = default_words(&["smp".to_string()], true);
         assert_eq!(
             crate::qemu::cmdline(init, false, &extra),
-            "init=names,console,shell priv=console,shell smp"
+            "init=names,console,shell,swapon priv=console,shell,swapon smp"
         );
     }
 }

@@ -179,6 +179,15 @@ pub fn pattern(out: &mut [u8], sector: u64) {
 /// bootstrap, takes the driver's hello (a send right to its service port) and sends it
 /// the host-privilege right `host`. The driver's task id and the send right.
 pub fn start_driver(buf: &mut IpcBuffer, host: u64) -> Result<(u64, u64), Error> {
+    start_driver_with(buf, host, 0)
+}
+
+/// [`start_driver`] with `BLK_SETUP` options (`SETUP_*`).
+pub fn start_driver_with(
+    buf: &mut IpcBuffer,
+    host: u64,
+    options: u64,
+) -> Result<(u64, u64), Error> {
     let boot = port_allocate(0)?;
     let task = baton_rt::sys::spawn_with("blk", boot)?;
     buf.msg(MSG_RECEIVE, boot, 10 * SECONDS)?;
@@ -192,7 +201,7 @@ pub fn start_driver(buf: &mut IpcBuffer, host: u64) -> Result<(u64, u64), Error>
         driver,
         BLK_SETUP,
         &[Descriptor::port(host, Disposition::CopySend)],
-        &[],
+        &options.to_le_bytes(),
     )?;
     Ok((task, driver))
 }

@@ -17,7 +17,8 @@
 //! Errors: `len` 0 or not a multiple of [`SECTOR`] (`InvalidArgument`), more than
 //! [`MAX_BYTES`] (`TooLarge`), `sector + len/512` past the disk's end (`NoSpace`), data
 //! missing or of another length than `len` (`BadFormat`), the device reporting an error
-//! (`Aborted`), an unknown id (`NotSupported`).
+//! (`Aborted`), an unknown id (`NotSupported`), [`FLAG_HOLD`] from a driver not set up to
+//! allow it (`Denied`).
 #![allow(dead_code)] // each program uses part of it
 
 /// The disk's sector size.
@@ -34,11 +35,17 @@ pub const BLK_WRITE: u64 = 0x0b1c_0003;
 /// The driver's first message to its bootstrap port: a send right to its service port.
 pub const BLK_HELLO: u64 = 0x0b1c_0010;
 /// The first message the driver takes on its service port: the host-privilege right
-/// (a port descriptor) it drives the device with.
+/// (a port descriptor) it drives the device with, and in-line one word of
+/// `SETUP_*` options (none: no word, or 0).
 pub const BLK_SETUP: u64 = 0x0b1c_0011;
+/// `BLK_SETUP` option: requests may ask for [`FLAG_HOLD`] (tests only; without it a
+/// request with the flag is refused with `Denied`, so that no client of a system's disk
+/// can stall the driver, and with it the default pager, for seconds at a time).
+pub const SETUP_ALLOW_HOLD: u64 = 1;
 
 /// `flags`: hold the request for [`HOLD_NS`] after handing it to the device and before
 /// completing it (for tests of a driver killed while the device works on a request).
+/// Honoured only by a driver its starter set up with [`SETUP_ALLOW_HOLD`].
 pub const FLAG_HOLD: u64 = 1;
 /// How long [`FLAG_HOLD`] holds a request.
 pub const HOLD_NS: u64 = 2_000_000_000;

@@ -58,6 +58,8 @@ mod blk_proto;
 mod mig_proto;
 #[path = "../ool_bench.rs"]
 mod ool_bench;
+#[path = "../swap_proto.rs"]
+mod swap_proto;
 #[path = "../table3_idl.rs"]
 mod table3_idl;
 
@@ -2262,24 +2264,125 @@ fn vm_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
-/// Frames left to the paging rows' region (`paging_limit` is set to what user memory
-/// holds when they start, plus this).
+/// Frames left to the paging rows' working set (`paging_limit` is set to what the disk
+/// driver and the default pager hold, plus this and a few for the working set's task).
 const PAGING_LIMIT: u64 = 256;
-/// The default pager's store for them, in pages (its stand-in: memory).
-const PAGING_STORE: u64 = 1024;
+/// The working set: twice [`PAGING_LIMIT`] pages, as `pagebench`'s argument.
+const PAGING_SET: &str = "512";
+const _: () = assert!(2 * PAGING_LIMIT == 512);
+/// Frames of the working set's task besides its region (stack, data, IPC buffer).
+const PAGING_TASK_FRAMES: u64 = 16;
+
+/// `v` in decimal, without the heap.
+fn decimal(mut v: u64) -> Decimal {
+    let mut d = Decimal {
+        bytes: [0; 20],
+        start: 20,
+    };
+    loop {
+        d.start -= 1;
+        if let Some(b) = d.bytes.get_mut(d.start) {
+            *b = b'0' + (v % 10) as u8;
+        }
+        v /= 10;
+        if v == 0 || d.start == 0 {
+            return d;
+        }
+    }
+}
+
+/// A number's decimal digits.
+struct Decimal {
+    bytes: [u8; 20],
+    start: usize,
+}
+
+impl Decimal {
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(self.bytes.get(self.start..).unwrap_or(&[])).unwrap_or("0")
+    }
+}
 
 /// The system's paging counters.
 fn paging_stats(name: &str) -> Result<baton_rt::paging::PagingStats, Failed> {
     baton_rt::paging::system_stats().map_err(|e| fail!("{name}: paging_stats: {}", e.name()))
 }
 
-/// Prints a row whose one figure is `value` (a mean or a rate, not a median of samples).
-fn report_value(name: &str, unit: &str, value: u64) {
+/// The paging rows (`docs/benchmarks.md`): the disk driver `blk`
+/// and the default pager `dpager` on the disk's swap partition are started, user memory is
+/// limited (by `pagebench` itself) to what they hold plus [`PAGING_LIMIT`] frames and a
+/// few, and `pagebench`, a small task of its own, works a region of twice that many pages (`vm.pageout`, `vm.thrash`,
+/// `vm.pagein`; it prints the rows). Everything else's idle memory, this program's too,
+/// goes out to the disk at its first page-outs, and this program's comes back at the end,
+/// before the pager and then the driver (which ends with the pager's send right, its last)
+/// are stopped.
+fn paging_benchmarks() -> Result<(), Failed> {
+    use baton_rt::{paging, task};
     if TABLE.load(Ordering::Relaxed) {
-        println!("{name:<34} {value:>9} {unit}");
-        return;
+        // From the shell: the running system's limit and default pager are left alone.
+        return Ok(());
     }
-    println!("BENCH name={name} unit={unit} iterations=1 median={value} min={value} max={value}");
+    let name = "vm.paging";
+    let host = host_priv();
+    let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
+    // This program's stack is wired for the while: it waits for the working set's end with
+    // a receive buffer on it, and a message delivered into a buffer that was paged out
+    // meanwhile is refused (`BadAddress`), not paged in.
+    let here = 0u8;
+    let stack = baton_rt::vm::query(core::ptr::addr_of!(here) as u64)
+        .map_err(|e| fail!("{name}: vm_query: {}", e.name()))?;
+    let stack = (stack.start, stack.end - stack.start);
+    baton_rt::vm::wire(stack.0, stack.1).map_err(|e| fail!("{name}: wire: {}", e.name()))?;
+    let u0 = paging_stats(name)?.pageable_used;
+    let mut buf = IpcBuffer::new().map_err(|e| fail!("{name}: IPC buffer: {}", e.name()))?;
+    let (driver_id, driver) = blk_client::start_driver(&mut buf, host)
+        .map_err(|e| fail!("{name}: start blk: {}", e.name()))?;
+    let driver_task = baton_rt::host::task_port(host, driver_id)
+        .map_err(|e| fail!("{name}: blk's task port: {}", e.name()))?;
+    let pager = swap_proto::start_pager(&mut buf, host, driver, &["dpager"])
+        .map_err(|e| fail!("{name}: start dpager: {}", e.name()))?;
+    let _ = cap_drop(driver);
+    let mut waited = 0;
+    while paging_stats(name)?.store_slots == 0 {
+        if waited == 1000 {
+            return Err(fail!("{name}: the default pager did not register"));
+        }
+        let _ = baton_rt::sleep_ns(10_000_000);
+        waited += 1;
+    }
+    let u1 = paging_stats(name)?.pageable_used;
+    let limit = (u1.saturating_sub(u0) + PAGING_LIMIT + PAGING_TASK_FRAMES)
+        .max(baton_abi::paging::LIMIT_MIN);
+    let old = paging_stats(name)?.pageable_limit;
+    // The working set's task lowers the limit itself once it exists (making a task needs
+    // memory, which a limit already lowered would refuse) and puts it back at its end.
+    let frames = decimal(limit);
+    let child = task::run(
+        "pagebench",
+        host,
+        &["pagebench", PAGING_SET, frames.as_str()],
+        &[],
+    )
+    .map_err(|e| fail!("{name}: start pagebench: {}", e.name()))?;
+    wait_task(child, notify).map_err(|e| fail!("{name}: wait for pagebench: {}", e.name()))?;
+    paging::set_limit(old, host).map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
+    // Everything of this program that went out comes back before the pager goes (what
+    // it held would be lost), and the pager and the driver are stopped: the run ends when
+    // every task has.
+    page_everything_in();
+    task::terminate(pager).map_err(|e| fail!("{name}: stop dpager: {}", e.name()))?;
+    wait_task(pager, notify).map_err(|e| fail!("{name}: wait for dpager: {}", e.name()))?;
+    wait_task(driver_task, notify).map_err(|e| fail!("{name}: wait for blk: {}", e.name()))?;
+    for _ in 0..500 {
+        if baton_rt::memobj::dma_quarantined(host).is_ok_and(|n| n > 0) {
+            break;
+        }
+        let _ = baton_rt::sleep_ns(10_000_000);
+    }
+    let _ = baton_rt::memobj::dma_quarantine_release(host);
+    let _ = baton_rt::ipc::cap_drop(notify);
+    baton_rt::vm::unwire(stack.0, stack.1).map_err(|e| fail!("{name}: unwire: {}", e.name()))?;
+    Ok(())
 }
 
 /// Reads one byte of every readable page of this task, so that nothing of it is paged out
@@ -2297,150 +2400,6 @@ fn page_everything_in() {
         }
         addr = r.end;
     }
-}
-
-/// The paging rows (`docs/benchmarks.md`): with the default pager `dpager` (its store the
-/// stand-in, memory) and user memory limited to what it holds plus [`PAGING_LIMIT`]
-/// frames, a region of twice that many pages is filled (`vm.pageout`: instructions per page paged out, each page's zero fill
-/// included), its oldest pages read back one at a time (`vm.pagein`: the fault, the
-/// request, the pager's supply, the wake-up and the load), then touched at random
-/// (`vm.thrash`: pages touched per million instructions; the page-outs per page-in are
-/// printed beside it).
-fn paging_benchmarks() -> Result<(), Failed> {
-    use baton_rt::{paging, task, vm};
-    if TABLE.load(Ordering::Relaxed) {
-        // From the shell: the running system's limit and default pager are left alone.
-        return Ok(());
-    }
-    let name = "vm.paging";
-    let host = host_priv();
-    let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
-    let pager = task::run("dpager", host, &["dpager", "1024"], &[])
-        .map_err(|e| fail!("{name}: start dpager: {}", e.name()))?;
-    while paging_stats(name)?.store_slots != PAGING_STORE {
-        yield_now();
-    }
-    // What user memory holds now, and PAGING_LIMIT frames more for the region.
-    let used = paging_stats(name)?.pageable_used;
-    let old = paging::set_limit(used + PAGING_LIMIT, host)
-        .map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
-    let n = 2 * PAGING_LIMIT;
-    let a = vm::allocate(None, n * PAGE, vm::PROT_RW)
-        .map_err(|e| fail!("{name}: vm_allocate: {}", e.name()))?;
-    let page = |i: u64| (a + i * PAGE) as *mut u64;
-
-    // vm.pageout: fill the region; past the first LIMIT pages every new page needs one
-    // paged out.
-    let s0 = paging_stats(name)?;
-    for i in 0..PAGING_LIMIT {
-        // SAFETY: in the region allocated above, which nothing else refers to.
-        unsafe { page(i).write_volatile(i) };
-    }
-    let s1 = paging_stats(name)?;
-    let t0 = rdtsc_ordered();
-    for i in PAGING_LIMIT..n {
-        // SAFETY: as above.
-        unsafe { page(i).write_volatile(i) };
-    }
-    let t1 = rdtsc_ordered();
-    let s2 = paging_stats(name)?;
-    let outs = s2.pageouts - s1.pageouts;
-    if outs == 0 || s0.store_slots != PAGING_STORE {
-        return Err(fail!("{name}: nothing was paged out"));
-    }
-    report_value("vm.pageout", "instructions", t1.wrapping_sub(t0) / outs);
-
-    // Random pages of the region, each read and written (xorshift, fixed seed).
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x % n
-    };
-    let touch = |i: u64| {
-        // SAFETY: as above.
-        unsafe {
-            let v = page(i).read_volatile();
-            page(i).write_volatile(v);
-            v
-        }
-    };
-    // Warm-up: until the region's own pages take turns going out (replacement is global:
-    // the task's idle memory goes first).
-    let mut wrong = 0;
-    for _ in 0..8 * n {
-        let i = next();
-        wrong += u64::from(touch(i) != i);
-    }
-
-    // vm.thrash.
-    let touches: u64 = 4 * n;
-    let s3 = paging_stats(name)?;
-    let t0 = rdtsc_ordered();
-    for _ in 0..touches {
-        let i = next();
-        wrong += u64::from(touch(i) != i);
-    }
-    let t1 = rdtsc_ordered();
-    let s4 = paging_stats(name)?;
-    let window = t1.wrapping_sub(t0).max(1);
-    let (outs, ins) = (s4.pageouts - s3.pageouts, s4.pageins - s3.pageins);
-    if ins > 0 {
-        report_value(
-            "vm.thrash",
-            "pages-per-million-instructions",
-            touches * 1_000_000 / window,
-        );
-    }
-    if !TABLE.load(Ordering::Relaxed) {
-        println!(
-            "vm.thrash: {touches} touches of {n} pages in {PAGING_LIMIT} frames: {outs} page-outs, {ins} page-ins ({} page-outs per 100 page-ins)",
-            outs * 100 / ins.max(1)
-        );
-    }
-
-    // vm.pagein: random loads, each timed alone, kept when it paged exactly one page in
-    // and reclaimed nothing.
-    clear_samples();
-    let mut taken = 0;
-    for _ in 0..4 * n {
-        if taken == ITER {
-            break;
-        }
-        let i = next();
-        let before = paging_stats(name)?;
-        let t0 = rdtsc_ordered();
-        // SAFETY: as above.
-        let v = black_box(unsafe { page(i).read_volatile() });
-        let t1 = rdtsc_ordered();
-        wrong += u64::from(v != i);
-        let after = paging_stats(name)?;
-        if after.pageins == before.pageins + 1 && after.pageouts == before.pageouts {
-            record(&SAMPLES, taken, t1.wrapping_sub(t0));
-            taken += 1;
-        }
-    }
-    if wrong != 0 {
-        return Err(fail!("{name}: {wrong} pages read wrong"));
-    }
-    if taken > 0 {
-        report_n("vm.pagein", &SAMPLES, taken);
-    } else {
-        // Replacement is global: the task's idle memory went out instead of the region's
-        // pages, and the region fit. Not measured in this run.
-        println!("vm.pagein, vm.thrash: not measured (the region stayed resident)");
-    }
-
-    // SAFETY: nothing refers to the range.
-    unsafe { vm::deallocate(a, n * PAGE) }
-        .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
-    paging::set_limit(old, host).map_err(|e| fail!("{name}: paging_limit: {}", e.name()))?;
-    page_everything_in();
-    task::terminate(pager).map_err(|e| fail!("{name}: stop dpager: {}", e.name()))?;
-    wait_task(pager, notify).map_err(|e| fail!("{name}: wait for dpager: {}", e.name()))?;
-    let _ = baton_rt::ipc::cap_drop(notify);
-    Ok(())
 }
 
 /// Waits for the end of the task whose port is `task` (a dead-name notification on
@@ -2642,6 +2601,23 @@ fn print_vm_counters() {
     }
     for chunk in pairs.chunks(8) {
         println!("BENCHVM{}", Words(chunk));
+    }
+    // The paging counters (Accent's Table 3-8, and Table 3-10's paging lines).
+    if let Ok(p) = baton_rt::paging::system_stats() {
+        let paging = [
+            ("paging_from_free", p.from_free),
+            ("paging_reclaimed_mapped", p.reclaimed_mapped),
+            ("paging_reclaimed_unmapped", p.reclaimed_unmapped),
+            ("paging_reclaimed_pager", p.reclaimed_pager),
+            ("paging_pageouts", p.pageouts),
+            ("paging_pageins", p.pageins),
+            ("paging_scanned", p.scanned),
+            ("paging_spared", p.spared),
+            ("paging_no_store", p.no_store),
+        ];
+        for chunk in paging.chunks(8) {
+            println!("BENCHVM{}", Words(chunk));
+        }
     }
 }
 

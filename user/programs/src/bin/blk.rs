@@ -41,7 +41,7 @@ use baton_rt::vm::{INHERIT_SHARE, PROT_RW};
 use baton_rt::{println, sleep_ns, start::bootstrap, Error, FOREVER};
 use blk_proto::*;
 use core::ptr::NonNull;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use virtio_drivers::device::blk::{BlkReq, BlkResp, VirtIOBlk};
 use virtio_drivers::transport::pci::bus::{
     BarInfo, Command, ConfigurationAccess, DeviceFunction, PciRoot,
@@ -54,6 +54,8 @@ baton_rt::entry!(main);
 
 /// The host-privilege right (set once, from [`BLK_SETUP`]).
 static HOST: AtomicU64 = AtomicU64::new(0);
+/// Whether the starter allowed [`FLAG_HOLD`] (`SETUP_ALLOW_HOLD`).
+static ALLOW_HOLD: AtomicBool = AtomicBool::new(false);
 
 /// PCI configuration mechanism #1: the address port and the data port.
 const PCI_ADDR: u64 = 0xcf8;
@@ -265,7 +267,17 @@ fn run() -> Result<(), Error> {
         _ => return Err(Error::BadFormat),
     };
     HOST.store(host, Ordering::Relaxed);
+    ALLOW_HOLD.store(
+        data_word(buf.data(), 0) & SETUP_ALLOW_HOLD != 0,
+        Ordering::Relaxed,
+    );
     port_notify(port, NOTIFY_KIND_NO_SENDERS, port)?;
+    // The default pager waits for this driver while memory is short: none of the
+    // driver's own memory may be paged out (its code and DMA buffers are pinned anyway;
+    // its stack, data, heap and IPC buffer are wired here), and it takes no new page
+    // while serving (requests and replies of up to `INLINE_MAX` bytes live in the IPC
+    // buffer and on the stack).
+    wire_all()?;
 
     let (va, pa, _) = dma_buffer(MAX_BYTES)?;
     DATA_VA.store(va, Ordering::Relaxed);
@@ -491,14 +503,14 @@ fn serve(buf: &mut IpcBuffer, port: u64, blk: &mut Blk) -> Result<(), Error> {
                 nwords = 4;
                 Ok(())
             }
-            BLK_READ => check(blk, sector, len).and_then(|()| {
+            BLK_READ => check(blk, sector, len, flags).and_then(|()| {
                 transfer(blk, sector, len, flags, false)?;
                 if len > INLINE_MAX {
                     out = Some(copy_out(len)?);
                 }
                 Ok(())
             }),
-            BLK_WRITE => check(blk, sector, len).and_then(|()| {
+            BLK_WRITE => check(blk, sector, len, flags).and_then(|()| {
                 fill(inline, region, len)?;
                 transfer(blk, sector, len, flags, true)
             }),
@@ -570,8 +582,24 @@ fn serve(buf: &mut IpcBuffer, port: u64, blk: &mut Blk) -> Result<(), Error> {
     }
 }
 
-/// Checks a transfer of `len` bytes at `sector`.
-fn check(blk: &Blk, sector: u64, len: u64) -> Result<(), Error> {
+/// Wires every range of the task's address space (at most 16 MiB each; the heap's
+/// reserved range is larger and unmapped until used, and is left as it is).
+fn wire_all() -> Result<(), Error> {
+    let mut addr = 0;
+    while let Ok(r) = baton_rt::vm::query(addr) {
+        if r.wired == 0 && r.end - r.start <= 16 << 20 {
+            baton_rt::vm::wire(r.start, r.end - r.start)?;
+        }
+        addr = r.end;
+    }
+    Ok(())
+}
+
+/// Checks a transfer of `len` bytes at `sector` with `flags`.
+fn check(blk: &Blk, sector: u64, len: u64, flags: u64) -> Result<(), Error> {
+    if flags & FLAG_HOLD != 0 && !ALLOW_HOLD.load(Ordering::Relaxed) {
+        return Err(Error::Denied);
+    }
     if len > MAX_BYTES {
         return Err(Error::TooLarge);
     }

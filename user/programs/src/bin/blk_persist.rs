@@ -49,6 +49,19 @@ fn run() -> Result<(), (&'static str, Error)> {
         .call(BLK_READ, MARK_SECTOR, 512, 0, &[], None)
         .map_err(|e| ("read the mark", e))?;
     mark.result.map_err(|e| ("read the mark", e))?;
+    // A driver set up without `SETUP_ALLOW_HOLD` (as the system's is) refuses held
+    // requests: no client can stall it.
+    let held = c
+        .call(BLK_READ, MARK_SECTOR, 512, FLAG_HOLD, &[], None)
+        .map_err(|e| ("a held read", e))?;
+    if held.result != Err(Error::Denied) {
+        println!(
+            "TEST FAIL blk_persist: a held read on a driver that allows none: {:?}",
+            held.result
+        );
+        return Ok(());
+    }
+    println!("ok: a held request is refused (Denied) by a driver set up without holds");
     let word = |i: usize| {
         let b = mark.inline.get(i * 8..i * 8 + 8).unwrap_or(&[0; 8]);
         u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))

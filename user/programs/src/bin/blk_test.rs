@@ -19,7 +19,7 @@ mod blk_proto;
 use baton_rt::ipc::{cap_drop, port_allocate, IpcBuffer, MSG_RECEIVE};
 use baton_rt::vm::PROT_RW;
 use baton_rt::{clock_ns, memobj, println, sleep_ns, Error};
-use blk_client::{checksum, pattern, start_driver, Client};
+use blk_client::{checksum, pattern, start_driver_with, Client};
 use blk_proto::*;
 
 baton_rt::entry!(main);
@@ -131,7 +131,10 @@ fn run() -> R<()> {
 /// restart it, read again, stop it and release its quarantined buffers. The kernel's
 /// figures after it (taken once they settle).
 fn one_round(c: &mut Client, host: u64, source: &mut [u8], round: u64) -> R<(u64, u64, u64)> {
-    let (task, driver) = must("start the driver", start_driver(&mut c.buf, host))?;
+    let (task, driver) = must(
+        "start the driver",
+        start_driver_with(&mut c.buf, host, SETUP_ALLOW_HOLD),
+    )?;
     c.driver = driver;
     let info = must("info", c.call(BLK_INFO, 0, 0, 0, &[], None))?;
     must("info result", info.result)?;
@@ -279,7 +282,10 @@ fn one_round(c: &mut Client, host: u64, source: &mut [u8], round: u64) -> R<(u64
     println!("ok: a new DMA buffer ({probe_pa:#x}) comes from other frames while they wait");
 
     // Restart: the new instance resets the device and releases the quarantine.
-    let (_task, driver) = must("restart the driver", start_driver(&mut c.buf, host))?;
+    let (_task, driver) = must(
+        "restart the driver",
+        start_driver_with(&mut c.buf, host, SETUP_ALLOW_HOLD),
+    )?;
     c.driver = driver;
     must(
         "info after restart",

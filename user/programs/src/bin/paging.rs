@@ -1,6 +1,7 @@
 //! Paging to the default pager, booted (`docs/vm.md`, "Paging"): with user memory limited
-//! to a few hundred frames (`pageable=`), a default pager (`dpager`) registered, and
-//! children whose working sets are several times that:
+//! to a few hundred frames (`pageable=`), the disk driver (`blk`) started, a default pager
+//! (`dpager`) registered on the disk's swap partition, and children whose working sets
+//! are several times that:
 //! - every byte of a working set three times the frames survives two rounds of writes
 //!   and reads, a kernel copy into a paged-out page waits for it, and the page-out and
 //!   page-in counters move, per task and system-wide;
@@ -8,7 +9,10 @@
 //!   no-memory fault, and the store is empty again after it;
 //! - the default pager killed while a child's pages are out: the child is stopped by a
 //!   pager fault when it touches one, the kernel counts the lost pages and stays well;
-//! - a new default pager registers (restart) and paging works again;
+//! - the default pager killed while it waits for the disk with a child's page-in (the
+//!   driver holds the read, `FLAG_HOLD`), and then the driver killed the same way: the
+//!   child is stopped by a pager fault, the pager ends when its driver is gone;
+//! - a new default pager (and a new driver) starts (restart) and paging works again;
 //! - bad arguments are errors; and a second round of all this leaves the kernel's heap,
 //!   objects and free frames where the first did.
 //!
@@ -24,6 +28,15 @@ use baton_rt::check::Failed;
 use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
 use baton_rt::paging::{self, PagingStats};
 use baton_rt::{println, task, vm, Error};
+
+#[path = "../blk_client.rs"]
+mod blk_client;
+#[path = "../blk_proto.rs"]
+mod blk_proto;
+#[path = "../swap_proto.rs"]
+mod swap_proto;
+
+use baton_rt::ipc::IpcBuffer;
 
 baton_rt::entry!(main);
 
@@ -104,14 +117,74 @@ fn until(what: &str, done: impl Fn(&PagingStats) -> bool) -> Result<PagingStats,
     Err(Failed)
 }
 
-/// Starts the default pager with a store of [`STORE`] pages and waits for it to register.
-fn start_pager(host: u64) -> Result<u64, Failed> {
-    let t = must(
-        "start dpager",
-        task::run("dpager", host, &["dpager", "1024"], &[]),
-    )?;
-    until("the default pager registers", |s| s.store_slots == STORE)?;
-    Ok(t)
+/// The disk: the test's client of the driver (its IPC buffer, reply port and the driver's
+/// service port), the host-privilege right, and the driver's task port.
+struct Disk {
+    c: blk_client::Client,
+    host: u64,
+    task: u64,
+}
+
+impl Disk {
+    /// Starts the driver, allowing held requests (the tests of a kill mid-request).
+    fn start(buf: IpcBuffer, host: u64) -> Result<Disk, Failed> {
+        let mut d = Disk {
+            c: blk_client::Client {
+                buf,
+                reply: must("reply port", port_allocate(0))?,
+                driver: 0,
+            },
+            host,
+            task: 0,
+        };
+        d.restart()?;
+        Ok(d)
+    }
+
+    fn restart(&mut self) -> Result<(), Failed> {
+        let (id, port) = must(
+            "start the disk driver",
+            blk_client::start_driver_with(&mut self.c.buf, self.host, blk_proto::SETUP_ALLOW_HOLD),
+        )?;
+        self.task = must(
+            "the driver's task port",
+            baton_rt::host::task_port(self.host, id),
+        )?;
+        self.c.driver = port;
+        Ok(())
+    }
+
+    /// Sector 0.
+    fn read0(&mut self) -> Result<[u8; 512], Failed> {
+        let r = must(
+            "read sector 0",
+            self.c.call(blk_proto::BLK_READ, 0, 512, 0, &[], None),
+        )?;
+        must("read sector 0", r.result)?;
+        let mut s = [0u8; 512];
+        s.copy_from_slice(r.inline.get(..512).ok_or(Failed)?);
+        Ok(s)
+    }
+
+    fn write0(&mut self, sector: &[u8; 512]) -> Result<(), Failed> {
+        must("write sector 0", self.c.write(0, sector))
+    }
+
+    /// Starts the default pager on the swap partition with a store of [`STORE`] pages
+    /// (`hold`: its page-ins' reads are held by the driver) and waits for it to register.
+    fn pager(&mut self, hold: bool) -> Result<u64, Failed> {
+        let args: &[&str] = if hold {
+            &["dpager", "1024", "hold"]
+        } else {
+            &["dpager", "1024"]
+        };
+        let t = must(
+            "start dpager",
+            swap_proto::start_pager(&mut self.c.buf, self.host, self.c.driver, args),
+        )?;
+        until("the default pager registers", |s| s.store_slots == STORE)?;
+        Ok(t)
+    }
 }
 
 /// Runs `paging_child <mode> <pages>` and waits for its end.
@@ -140,16 +213,24 @@ fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &str {
 
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
+    let buf = must("IPC buffer", IpcBuffer::new())?;
     wire_everything()?;
     let notify = must("port", port_allocate(0))?;
     errors(host)?;
+    let mut disk = Disk::start(buf, host)?;
     // Warm-up: the programs' image objects are made at their first use and kept, and the
     // kernel's slot bitmaps are made at the first registration.
     let t = must(
         "warm-up dpager",
-        task::run("dpager", host, &["dpager", "1024", "once"], &[]),
+        swap_proto::start_pager(
+            &mut disk.c.buf,
+            host,
+            disk.c.driver,
+            &["dpager", "1024", "once"],
+        ),
     )?;
     wait_end(t, notify)?;
+    refusals(&mut disk, notify)?;
     child("nop", 0, notify)?;
     let s0 = sys()?;
     check!(
@@ -159,23 +240,28 @@ fn run() -> Result<(), Failed> {
     );
     // Two rounds: the second must leave the kernel as the first did (the first also pays
     // for what is made once, such as a program's symbols for a fault report).
-    let first = round(host, notify, 1)?;
-    let second = round(host, notify, 2)?;
+    let first = round(&mut disk, notify, 1)?;
+    let second = round(&mut disk, notify, 2)?;
     check!(
         first == second,
         "a second round leaves the kernel's heap, objects and free frames as the first did ({first:?} -> {second:?})"
     );
+    // The driver ends when its last send right goes (it resets the device on the way).
+    must("drop the driver's port", cap_drop(disk.c.driver))?;
+    wait_end(disk.task, notify)?;
+    release_store(host)?;
     must("drop the port", cap_drop(notify))
 }
 
 /// One round: paging, the store full, the pager killed, a new pager; the counts after.
-fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
+fn round(disk: &mut Disk, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
+    let host = disk.host;
     println!("paging: round {n}");
     let s0 = sys()?;
     let limit = s0.pageable_limit;
 
     // Data survives paging.
-    let pager = start_pager(host)?;
+    let pager = disk.pager(false)?;
     child("work", 3 * limit, notify)?;
     let s1 = sys()?;
     check!(
@@ -213,27 +299,9 @@ fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
 
     // The default pager killed while pages are out.
     let before = sys()?;
-    let mut buf = [0u8; 20];
-    let pages = fmt_u64(2 * limit, &mut buf);
-    let done = must("port", port_allocate(0))?;
-    let c = must(
-        "start paging_child lose",
-        task::run("paging_child", done, &["paging_child", "lose", pages], &[]),
-    )?;
-    // The child says when it has written its pages (half of them are out by then).
-    let mut msg = [0u8; 64];
-    must(
-        "the child's word",
-        msg_buf(&mut msg, MSG_RECEIVE, done, 120_000_000_000),
-    )?;
-    must("drop", cap_drop(done))?;
-    check!(
-        sys()?.pageouts >= before.pageouts + limit / 2,
-        "the child's pages are out"
-    );
+    let c = written("lose", 2 * limit, &before)?;
     must("kill the default pager", task::terminate(pager))?;
     wait_end(pager, notify)?;
-    release_store(host)?;
     wait_end(c, notify)?;
     let s3 = sys()?;
     check!(
@@ -244,7 +312,7 @@ fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
     until("the lost slots are freed", |s| s.store_used == 0)?;
 
     // Restart.
-    let pager = start_pager(host)?;
+    let pager = disk.pager(false)?;
     child("work", 2 * limit, notify)?;
     check!(
         sys()?.pagers_registered == s0.pagers_registered + 2,
@@ -252,12 +320,117 @@ fn round(host: u64, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed> {
     );
     must("stop the default pager", task::terminate(pager))?;
     wait_end(pager, notify)?;
+    until("the store is withdrawn", |s| s.store_slots == 0)?;
+
+    // The default pager killed while the driver holds its page-in's read.
+    let pager = disk.pager(true)?;
+    let before = sys()?;
+    let c = written("read", 2 * limit, &before)?;
+    must("sleep", baton_rt::sleep_ns(500_000_000))?;
+    must("kill the default pager mid-request", task::terminate(pager))?;
+    wait_end(pager, notify)?;
+    wait_end(c, notify)?;
+    let s4 = sys()?;
+    check!(
+        s4.lost > before.lost && s4.store_slots == 0,
+        "the pager killed while the disk held its read: {} pages lost, the reader stopped by a pager fault",
+        s4.lost - before.lost
+    );
+    until("the lost slots are freed", |s| s.store_used == 0)?;
+
+    // The driver killed while it holds a page-in's read: the pager ends with it.
+    let pager = disk.pager(true)?;
+    let before = sys()?;
+    let c = written("read", 2 * limit, &before)?;
+    must("sleep", baton_rt::sleep_ns(500_000_000))?;
+    must("kill the driver mid-request", task::terminate(disk.task))?;
+    wait_end(disk.task, notify)?;
+    // A dead name now: released.
+    let _ = cap_drop(disk.c.driver);
+    wait_end(pager, notify)?;
+    wait_end(c, notify)?;
+    let s5 = sys()?;
+    check!(
+        s5.lost > before.lost && s5.store_slots == 0,
+        "the driver killed while it held a page-in: the pager ended, {} pages lost, the reader stopped by a pager fault",
+        s5.lost - before.lost
+    );
+    until("the lost slots are freed", |s| s.store_used == 0)?;
+
+    // Both restarted: paging works again.
+    disk.restart()?;
+    let pager = disk.pager(false)?;
+    child("work", 2 * limit, notify)?;
+    check!(
+        sys()?.pagers_registered == s0.pagers_registered + 5,
+        "a new driver and a new default pager after both died, and paging works again"
+    );
+    must("stop the default pager", task::terminate(pager))?;
+    wait_end(pager, notify)?;
     settle(host)
 }
 
-/// The stand-in store of a default pager that ended is DMA memory (outside the pageable
-/// limit), which the kernel holds back after its task's end in case a device still writes
-/// it (`docs/drivers.md`); no device ever does, so it is released at once.
+/// The default pager refuses a disk whose sector 0 holds no partition table, and one whose
+/// table has no swap partition: it ends without registering. Sector 0 is put back after.
+fn refusals(disk: &mut Disk, notify: u64) -> Result<(), Failed> {
+    let table = disk.read0()?;
+    let before = sys()?;
+    let mut files_only = table;
+    let capacity = must(
+        "disk info",
+        disk.c.call(blk_proto::BLK_INFO, 0, 0, 0, &[], None),
+    )?
+    .words[0];
+    let parts = baton_disk::standard(capacity).map_err(|_| Failed)?;
+    baton_disk::write_table(&mut files_only, &parts[..1]).map_err(|_| Failed)?;
+    for (what, sector) in [
+        ("no partition table", [0u8; 512]),
+        ("no swap partition", files_only),
+    ] {
+        disk.write0(&sector)?;
+        let t = must(
+            "start dpager",
+            swap_proto::start_pager(&mut disk.c.buf, disk.host, disk.c.driver, &["dpager"]),
+        )?;
+        wait_end(t, notify)?;
+        let s = sys()?;
+        check!(
+            s.store_slots == 0 && s.pagers_registered == before.pagers_registered,
+            "a disk with {what}: the default pager refused to start"
+        );
+    }
+    disk.write0(&table)?;
+    check!(disk.read0()? == table, "the partition table put back");
+    Ok(())
+}
+
+/// Starts `paging_child <mode> <pages>` and waits for its word that it has written its
+/// pages (half of them out by then, counted from `before`); its task port.
+fn written(mode: &str, pages: u64, before: &PagingStats) -> Result<u64, Failed> {
+    let mut buf = [0u8; 20];
+    let n = fmt_u64(pages, &mut buf);
+    let done = must("port", port_allocate(0))?;
+    let c = must(
+        "start paging_child",
+        task::run("paging_child", done, &["paging_child", mode, n], &[]),
+    )?;
+    let mut msg = [0u8; 64];
+    must(
+        "the child's word",
+        msg_buf(&mut msg, MSG_RECEIVE, done, 120_000_000_000),
+    )?;
+    must("drop", cap_drop(done))?;
+    check!(
+        sys()?.pageouts >= before.pageouts + pages / 4,
+        "the child's pages are out"
+    );
+    Ok(c)
+}
+
+/// DMA memory the kernel holds back after its task's end in case a device still writes
+/// it (`docs/drivers.md`): the killed driver's buffers, released by the new driver once
+/// it has reset the device; released here too, so that a late quarantine on several
+/// CPUs does not count.
 fn release_store(host: u64) -> Result<(), Failed> {
     must(
         "release the stand-in store's DMA memory",
@@ -267,8 +440,8 @@ fn release_store(host: u64) -> Result<(), Failed> {
 }
 
 /// The counts once they stop changing (the tasks just ended go at their threads' next
-/// kernel entry). A pager's store is quarantined when its task's end is carried out, which
-/// on several CPUs may come after its end was reported: it is released at every look.
+/// kernel entry). DMA memory is quarantined when its task's end is carried out, which on
+/// several CPUs may come after its end was reported: it is released at every look.
 fn settle(host: u64) -> Result<(u64, u64, u64), Failed> {
     release_store(host)?;
     let mut last = counts()?;

@@ -11,6 +11,9 @@
 //!   bootstrap right, waits until the default pager is gone
 //!   (its store is no longer offered), then reads them: the pages paged out died with the
 //!   pager, and the first read of one kills it with a pager fault.
+//! - `paging_child read <pages>`: as `lose`, but reads at once: its first page-in is
+//!   under way when the parent kills the pager or the disk driver, and a pager fault
+//!   kills it.
 //! - `paging_child nop`: exits at once (a warm-up).
 #![no_std]
 #![no_main]
@@ -92,7 +95,7 @@ fn main(_task_id: u64) -> i32 {
             println!("TEST FAIL paging_child: touched {pages} pages and was not stopped");
             1
         }
-        "lose" => {
+        "lose" | "read" => {
             write_all(base, pages, 7);
             // Tell the parent (its bootstrap right) that the writing is done.
             let mut msg = [0u8; HEADER_SIZE];
@@ -108,7 +111,7 @@ fn main(_task_id: u64) -> i32 {
                 println!("TEST FAIL paging_child: could not tell its parent");
                 return 1;
             }
-            while paging::system_stats().is_ok_and(|s| s.store_slots != 0) {
+            while mode == "lose" && paging::system_stats().is_ok_and(|s| s.store_slots != 0) {
                 let _ = baton_rt::sleep_ns(5_000_000);
             }
             let bad = bad_pages(base, pages, 7);

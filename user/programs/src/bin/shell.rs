@@ -43,6 +43,8 @@ commands:
   ps                tasks and their threads: state, priority, CPU time, what they wait on
   ports TASK        a task's rights: name, kind, port, queued messages, kernel object
   stats             the kernel's counters (handoffs, recognitions, stacks, bytes per thread)
+  paging            paging to the disk: user memory's limit and use, the swap area,
+                    page-outs and page-ins, where frames came from (Accent Table 3-8)
   programs [all]    the programs `run` can start (with `all`, the test programs too)
   run PROGRAM [ARGUMENT...] [&]
                     start a boot module with these arguments; wait for it to end,
@@ -145,6 +147,7 @@ impl Shell {
                 },
                 ["ports", ..] => String::from("ports: usage: ports TASK (a task id, see `ps`)\n"),
                 ["stats"] => stats(),
+                ["paging"] => paging(),
                 ["programs"] => programs(false),
                 ["programs", "all"] => programs(true),
                 ["run", program, rest @ ..] => match rest {
@@ -180,7 +183,7 @@ impl Shell {
                     let e = host::shutdown(self.host_priv);
                     format!("shutdown: {}\n", e.name())
                 }
-                ["ps" | "stats" | "programs" | "shutdown" | "bench", ..] => {
+                ["ps" | "stats" | "paging" | "programs" | "shutdown" | "bench", ..] => {
                     format!("{}: takes no arguments\n", words[0])
                 }
                 [other, ..] => format!("unknown command `{other}`; type `help` for the commands\n"),
@@ -484,6 +487,40 @@ fn stats() -> String {
         out.push('\n');
     }
     out
+}
+
+/// `paging`.
+fn paging() -> String {
+    let s = match baton_rt::paging::system_stats() {
+        Ok(s) => s,
+        Err(e) => return format!("paging: {}\n", e.name()),
+    };
+    let store = if s.store_slots == 0 {
+        String::from("no default pager registered (boot with swapon, or run it)")
+    } else {
+        format!("{} of {} pages in use", s.store_used, s.store_slots)
+    };
+    format!(
+        "user memory: {} of {} frames; swap area: {store}\n\
+         page-outs {}, page-ins {}; frames from the free list {}, reclaimed with a process \
+         mapping {}, without one {}, clean pager pages dropped {}\n\
+         clock: {} pages scanned, {} spared; {} reclaims short of swap, {} no-memory faults, \
+         {} faults on lost pages; default pagers registered {}\n",
+        s.pageable_used,
+        s.pageable_limit,
+        s.pageouts,
+        s.pageins,
+        s.from_free,
+        s.reclaimed_mapped,
+        s.reclaimed_unmapped,
+        s.reclaimed_pager,
+        s.scanned,
+        s.spared,
+        s.no_store,
+        s.no_memory,
+        s.lost,
+        s.pagers_registered
+    )
 }
 
 /// `programs`.
