@@ -318,11 +318,9 @@ fn map_object_program(k: &mut Kernel, id: TaskId, file: &ObjectProgram) -> Resul
                     Some(Fill::Bytes(*at, bytes.as_slice()))
                 })?
             }
-            RunKind::Zero => {
-                crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |_| {
-                    Some(Fill::Bytes(0, &[]))
-                })?
-            }
+            RunKind::Zero => crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |_| {
+                Some(Fill::Bytes(0, &[]))
+            })?,
         }
     }
     let bottom = USER_STACK_TOP - USER_STACK_SIZE;

@@ -1923,6 +1923,30 @@ pub const ALL: &[IntegrationTest] = &[
         disk: true,
         ..BASE
     },
+    // The file server: files as memory objects, programs started from files
+    // (`docs/files.md`).
+    IntegrationTest {
+        name: "fs_smp1",
+        init: &["fs_test"],
+        smp: 1,
+        require: FS_REQUIRE,
+        exits: FS_EXITS,
+        extra: &["priv=fs_test"],
+        timeout: Duration::from_secs(300),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fs_smp2",
+        init: &["fs_test"],
+        smp: 2,
+        require: FS_REQUIRE,
+        exits: FS_EXITS,
+        extra: &["priv=fs_test"],
+        timeout: Duration::from_secs(300),
+        disk: true,
+        ..BASE
+    },
     IntegrationTest {
         // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
         // user-level thread preempted by the kernel while another of its virtual processor
@@ -1987,6 +2011,41 @@ pub const ALL: &[IntegrationTest] = &[
 /// back as written, bad requests are refused, a driver killed mid-request fails its
 /// client's request, its DMA frames stay quarantined until the restarted driver has reset
 /// the device, the data survives, and nothing is left behind.
+/// What the file tests must show (`fs_test`).
+const FS_REQUIRE: &[&str] = &[
+    "ok: every byte of the file read through its mapping is what xtask wrote (0 differ)",
+    "ok: cold: each of the 14 pages was asked of the server once (14)",
+    "ok: warm: mapped again, no page was asked of the server (0)",
+    "ok: /bin lists the boot image's programs",
+    "fs_child: started from a file, exiting with 7",
+    "ok: the program started from /bin/fs_child ran and ended",
+    "ok: sync wrote back the file's 4 pages by the pager's data return (4)",
+    "ok: what was written through the mapping reads back from the disk through a new server",
+    "ok: a request to the killed server fails with DeadName",
+    "ok: a client touching a page of the dead server's file ended (by a pager fault)",
+    "ok: the restarted server serves the disk again",
+    "ok: a second round leaves the kernel heap, objects and free frames as the first did",
+    "ok: a second file of 16 MiB on the 32 MiB file system: NoSpace",
+    "ok: a broken partition table is refused: BadFormat, and the server ends",
+    "ok: a broken file-system boot sector is refused: BadFormat, and the server ends",
+    "fs: the disk is refused:",
+    "ok: repaired, the disk is served again",
+    "TEST PASS fs",
+];
+
+/// How the file tests' tasks end: the server stopped (0), refused a disk (1) or killed;
+/// the program started from a file with its code (7) or by a pager fault.
+const FS_EXITS: &[(&str, Exit)] = &[
+    ("fs", Exit::Code(0)),
+    ("fs", Exit::Code(1)),
+    ("fs", Exit::Killed),
+    ("fs_child", Exit::Code(7)),
+    ("fs_child", Exit::Killed),
+    ("blk", Exit::Code(0)),
+    // The task whose program was refused, ended through its port before it had a name.
+    ("?", Exit::Killed),
+];
+
 const BLK_REQUIRE: &[&str] = &[
     "ok: halted_ticks grows while this task sleeps",
     "blk: virtio block device at 00:",

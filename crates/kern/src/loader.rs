@@ -351,16 +351,10 @@ pub fn plan_head(head: &[u8], file_len: usize) -> Result<(u64, Vec<Run>), LoadEr
     // ELF64: e_shoff at 0x28 (8 bytes), e_shnum at 0x3c and e_shstrndx at 0x3e (2 each).
     h[0x28..0x30].fill(0);
     h[0x3c..0x40].fill(0);
-    plan_runs(
-        decode_sized(&h, file_len)?,
-        (file_len as u64) / PAGE_SIZE,
-    )
+    plan_runs(decode_sized(&h, file_len)?, (file_len as u64) / PAGE_SIZE)
 }
 
-fn plan_runs(
-    decoded: (u64, Vec<Segment>),
-    image_pages: u64,
-) -> Result<(u64, Vec<Run>), LoadError> {
+fn plan_runs(decoded: (u64, Vec<Segment>), image_pages: u64) -> Result<(u64, Vec<Run>), LoadError> {
     let (entry, mut segments) = decoded;
     segments.sort_unstable_by_key(|s| s.vaddr);
     let mut runs: Vec<Run> = Vec::new();
@@ -626,7 +620,10 @@ mod tests {
             LoadError::BadSegment
         );
         // A head too short for the headers, or longer than the file, is refused.
-        assert_eq!(plan_head(&img[..32], img.len()).unwrap_err(), LoadError::BadElf);
+        assert_eq!(
+            plan_head(&img[..32], img.len()).unwrap_err(),
+            LoadError::BadElf
+        );
         assert_eq!(plan_head(&img[..100], 50).unwrap_err(), LoadError::BadElf);
         // Garbage of any length is refused, never a panic.
         for n in [64usize, 100, 4096] {

@@ -26,7 +26,9 @@ impl Reply {
         match self.region {
             // SAFETY: the kernel mapped the region for this reply, `size` bytes, and it
             // stays until `release`.
-            Some((va, size)) => unsafe { core::slice::from_raw_parts(va as *const u8, size as usize) },
+            Some((va, size)) => unsafe {
+                core::slice::from_raw_parts(va as *const u8, size as usize)
+            },
             None => &self.inline[..self.inline_len],
         }
     }
@@ -114,6 +116,11 @@ impl Fs {
     /// Lists the folder `path`: the reply (its words: entries, text bytes).
     pub fn list(&self, buf: &mut IpcBuffer, path: &str) -> Result<Reply, Error> {
         self.call(buf, FS_LIST, &[], path)
+    }
+
+    /// Ends the server (it writes every file back first).
+    pub fn stop(&self, buf: &mut IpcBuffer) -> Result<(), Error> {
+        self.call(buf, FS_STOP, &[], "").map(|_| ())
     }
 
     /// Files held, data requests answered, pages written back, disk reads.

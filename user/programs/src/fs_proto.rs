@@ -15,6 +15,7 @@
 //! | [`FS_DELETE`] | path | result |
 //! | [`FS_SYNC`] | path (empty: every file) | result, pages written back |
 //! | [`FS_INFO`] | — | result, files held, data requests answered, pages written back, disk reads |
+//! | [`FS_STOP`] | — | result; then the server writes every file back, lets go of the driver and ends |
 //!
 //! Errors: no such file or folder (`NotFound`), a path too long, empty or not absolute
 //! (`InvalidArgument`), a name that exists already (`Busy`), the disk full (`NoSpace`),
@@ -30,6 +31,10 @@ pub const FS_LIST: u64 = 0x0f5e_0004;
 pub const FS_DELETE: u64 = 0x0f5e_0005;
 pub const FS_SYNC: u64 = 0x0f5e_0006;
 pub const FS_INFO: u64 = 0x0f5e_0007;
+/// Ends the server (after its reply). It also ends when no send right to its port is
+/// left, but the kernel holds one for each file object it serves (the pager's port), so
+/// while it serves files only this request ends it.
+pub const FS_STOP: u64 = 0x0f5e_0008;
 /// The server's first message to its bootstrap port: a send right to its service port.
 pub const FS_HELLO: u64 = 0x0f5e_0010;
 /// The first message it takes on its service port: the block driver's send right (a port

@@ -44,8 +44,7 @@ use baton_abi::ipc::{
 };
 use baton_abi::FOREVER;
 use baton_rt::ipc::{
-    cap_drop, msg_buf, port_allocate, port_make_send, port_notify, IpcBuffer, MSG_RECEIVE,
-    MSG_SEND,
+    cap_drop, msg_buf, port_allocate, port_make_send, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::pager::{self, Request, DATA_REQUEST, DATA_RETURN, FLUSH_RETURN, PAGE_SIZE};
 use baton_rt::rpc::Notification;
@@ -245,6 +244,8 @@ struct Server {
     returns: u64,
     /// Requests that came while a sync waited for its pages: served after it.
     deferred: Vec<Vec<u8>>,
+    /// An `FS_STOP` came.
+    stopping: bool,
 }
 
 fn fs_error(e: embedded_sdmmc::Error<DiskError>) -> Error {
@@ -290,13 +291,27 @@ fn run() -> Result<(), Error> {
     let (vols, volume) = match mount(client) {
         Ok((vols, volume)) => {
             vols.device(|d| {
-                reply_words(&mut d.client.borrow_mut().buf, setup_reply, FS_SETUP, &[0], None, None)
+                reply_words(
+                    &mut d.client.borrow_mut().buf,
+                    setup_reply,
+                    FS_SETUP,
+                    &[0],
+                    None,
+                    None,
+                )
             });
             (vols, volume)
         }
         Err((e, why, mut client)) => {
             println!("fs: the disk is refused: {why}");
-            reply_words(&mut client.buf, setup_reply, FS_SETUP, &[e as u64], None, None);
+            reply_words(
+                &mut client.buf,
+                setup_reply,
+                FS_SETUP,
+                &[e as u64],
+                None,
+                None,
+            );
             let _ = cap_drop(client.driver);
             return Err(e);
         }
@@ -311,8 +326,11 @@ fn run() -> Result<(), Error> {
         requests: 0,
         returns: 0,
         deferred: Vec::new(),
+        stopping: false,
     };
-    s.files.try_reserve(FILES_MAX).map_err(|_| Error::NoMemory)?;
+    s.files
+        .try_reserve(FILES_MAX)
+        .map_err(|_| Error::NoMemory)?;
     let mut msg = alloc::vec![0u8; pager::RECEIVE_SIZE.max(baton_abi::ipc::IPC_BUFFER_SIZE)];
     loop {
         let m = match s.deferred.pop() {
@@ -326,6 +344,9 @@ fn run() -> Result<(), Error> {
             break;
         }
         s.handle(&m);
+        if s.stopping {
+            break;
+        }
     }
     // Nobody can reach the server any more: write everything back and end.
     for i in 0..s.files.len() {
@@ -335,6 +356,11 @@ fn run() -> Result<(), Error> {
         let _ = s.vols.close_file(h.file);
         let _ = cap_drop(h.object);
     }
+    let _ = s.vols.close_volume(s.volume);
+    let (disk, _) = s.vols.free();
+    let client = disk.client.into_inner();
+    let _ = cap_drop(client.driver);
+    let _ = cap_drop(client.reply);
     Ok(())
 }
 
@@ -398,13 +424,20 @@ fn check_table(client: &mut Client) -> Result<(u64, [u8; 512]), (Error, &'static
     let sector0 = client
         .call(BLK_READ, 0, SECTOR, 0, &[], None)
         .map_err(|e| (e, "sector 0 cannot be read"))?;
-    sector0
-        .result
-        .map_err(|e| (e, "sector 0 cannot be read"))?;
+    sector0.result.map_err(|e| (e, "sector 0 cannot be read"))?;
     let mut table = [0u8; 512];
-    table.copy_from_slice(sector0.inline.get(..512).ok_or((Error::BadFormat, "short read"))?);
-    baton_disk::find(&table, capacity, baton_disk::TYPE_FILES)
-        .map_err(|_| (Error::BadFormat, "no valid partition table with a file system"))?;
+    table.copy_from_slice(
+        sector0
+            .inline
+            .get(..512)
+            .ok_or((Error::BadFormat, "short read"))?,
+    );
+    baton_disk::find(&table, capacity, baton_disk::TYPE_FILES).map_err(|_| {
+        (
+            Error::BadFormat,
+            "no valid partition table with a file system",
+        )
+    })?;
     Ok((capacity, table))
 }
 
@@ -434,9 +467,11 @@ fn reply_words(
         if t.len() <= INLINE_MAX {
             data[n..n + t.len()].copy_from_slice(t);
             n += t.len();
-        } else if let Ok(va) =
-            baton_rt::vm::allocate(None, (t.len() as u64).next_multiple_of(P), baton_rt::vm::PROT_RW)
-        {
+        } else if let Ok(va) = baton_rt::vm::allocate(
+            None,
+            (t.len() as u64).next_multiple_of(P),
+            baton_rt::vm::PROT_RW,
+        ) {
             // SAFETY: fresh memory of ours, at least `t.len()` bytes.
             unsafe { core::ptr::copy_nonoverlapping(t.as_ptr(), va as *mut u8, t.len()) };
             descs[nd] = Descriptor {
@@ -511,9 +546,7 @@ impl Server {
             id => {
                 let (words, text, object) = self.request(id, data);
                 let reply = h.reply;
-                self.with_buf(|buf| {
-                    reply_words(buf, reply, id, &words, text.as_deref(), object)
-                });
+                self.with_buf(|buf| reply_words(buf, reply, id, &words, text.as_deref(), object));
             }
         }
     }
@@ -590,15 +623,13 @@ impl Server {
                     let f = &self.files[i];
                     (alloc::vec![f.size], None, Some(f.object))
                 }),
-            FS_SIZE => path_of(data, 0)
-                .and_then(|p| self.find(p))
-                .and_then(|e| {
-                    if e.attributes.is_directory() {
-                        Err(Error::InvalidArgument)
-                    } else {
-                        Ok((alloc::vec![u64::from(e.size)], None, None))
-                    }
-                }),
+            FS_SIZE => path_of(data, 0).and_then(|p| self.find(p)).and_then(|e| {
+                if e.attributes.is_directory() {
+                    Err(Error::InvalidArgument)
+                } else {
+                    Ok((alloc::vec![u64::from(e.size)], None, None))
+                }
+            }),
             FS_LIST => path_of(data, 0)
                 .and_then(|p| self.list(p))
                 .map(|(n, text)| (alloc::vec![n, text.len() as u64], Some(text), None)),
@@ -623,6 +654,10 @@ impl Server {
                         .and_then(|i| self.sync_file(i))
                 };
                 r.map(|n| (alloc::vec![n], None, None))
+            }
+            FS_STOP => {
+                self.stopping = true;
+                Ok((Vec::new(), None, None))
             }
             FS_INFO => {
                 let reads = self.vols.device(|d| d.reads.get());
@@ -652,7 +687,10 @@ impl Server {
 
     /// Opens the folder of `path` and finds its last name there: the folder (to close)
     /// and the entry, if there is one.
-    fn lookup<'p>(&self, path: &'p str) -> Result<(RawDirectory, Option<DirEntry>, &'p str), Error> {
+    fn lookup<'p>(
+        &self,
+        path: &'p str,
+    ) -> Result<(RawDirectory, Option<DirEntry>, &'p str), Error> {
         let mut names = path.split('/').filter(|c| !c.is_empty()).peekable();
         let mut dir = self.vols.open_root_dir(self.volume).map_err(fs_error)?;
         let mut last = "";
@@ -799,7 +837,7 @@ impl Server {
         if let Err(e) = wrote {
             // The disk is full (or failing): nothing of the file stays.
             let _ = self.vols.close_file(file);
-            let _ = self.vols.delete_entry_in_dir(dir, name);
+            let _ = self.remove(dir, name);
             let _ = self.vols.close_dir(dir);
             return Err(e);
         }
@@ -823,17 +861,36 @@ impl Server {
         let (dir, e, _) = self.lookup(path)?;
         let r = match e {
             Some(e) if e.attributes.is_directory() => Err(Error::InvalidArgument),
-            Some(e) => self.vols.delete_entry_in_dir(dir, &e.name).map_err(fs_error),
+            Some(e) => self.remove(dir, e.name),
             None => Err(Error::NotFound),
         };
         let _ = self.vols.close_dir(dir);
         r
     }
 
+    /// Removes the file `name` of `dir` (not open). The crate's delete only marks the entry
+    /// free and leaves the file's clusters allocated; truncating it first gives back every
+    /// cluster but its first, which stays lost until a check of the file system.
+    fn remove<N: embedded_sdmmc::filesystem::ToShortFileName + Clone>(
+        &self,
+        dir: RawDirectory,
+        name: N,
+    ) -> Result<(), Error> {
+        let f = self
+            .vols
+            .open_file_in_dir(dir, name.clone(), Mode::ReadWriteTruncate)
+            .map_err(fs_error)?;
+        self.vols.close_file(f).map_err(fs_error)?;
+        self.vols.delete_entry_in_dir(dir, name).map_err(fs_error)
+    }
+
     /// The folder `path`'s entries, one `name size` line each: their number and the text.
     fn list(&self, path: &str) -> Result<(u64, Vec<u8>), Error> {
         let (dir, opened) = if path.is_empty() {
-            (self.vols.open_root_dir(self.volume).map_err(fs_error)?, None)
+            (
+                self.vols.open_root_dir(self.volume).map_err(fs_error)?,
+                None,
+            )
         } else {
             let (parent, e, _) = self.lookup(path)?;
             let r = match e {
