@@ -1399,6 +1399,46 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // The shell's file commands on a disk (`docs/shell.md`, `docs/files.md`): `ls`
+        // starts the driver and the file server, `cat` reads a file by mapping it, `run`
+        // starts a program from its file.
+        name: "shell_files",
+        init: &["names", "console", "shell"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        extra: &["priv=console,shell"],
+        input: &[
+            Typed::Line("ls /"),
+            Typed::Line("ls /bin"),
+            Typed::Line("cat /nothing/here"),
+            Typed::Line("run /bin/echo hello from a file"),
+            Typed::Line("run /data/f56k.bin"),
+            Typed::Line("shutdown"),
+        ],
+        prompt: "baton> ",
+        require: &[
+            "starting the disk driver and the file server",
+            "bin/ -",
+            "data/ -",
+            "echo ",
+            "cat: /nothing/here: not found",
+            "| hello from a file",
+            "/bin/echo ended",
+            "run: /data/f56k.bin: not a program",
+        ],
+        exits: &[
+            ("names", Exit::Killed),
+            ("console", Exit::Killed),
+            ("shell", Exit::Killed),
+            ("blk", Exit::Killed),
+            ("fs", Exit::Killed),
+            // The task made for a file that is no program, ended before it had a name.
+            ("?", Exit::Killed),
+        ],
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "shell_smp2",
         init: &["names", "console", "shell"],
         smp: 2,

@@ -10,7 +10,9 @@
 //!   and read before): the faults are memory fills.
 //!
 //! The window is the `vm_map`, the 14 touches and the unmap; the open before it is not in
-//! it. While the driver waits for the disk every CPU halts and QEMU's `-icount` jumps the
+//! it, and is its own row, `file.open` (Accent's "request file from server"): the first
+//! `FS_OPEN` of the file after the server started, a round trip that looks the path up on
+//! the disk (the folder's blocks read through the driver) and makes the file's object. While the driver waits for the disk every CPU halts and QEMU's `-icount` jumps the
 //! TSC forward, so each figure is the TSC delta minus the kernel's halted ticks over the
 //! window (`halted_ticks`), as for `blk.read.4k`: instructions executed, by the client, the
 //! kernel, the file server and the driver, not the disk's time.
@@ -69,6 +71,7 @@ pub fn run(table: bool) -> Result<(), Error> {
     let mut buf = IpcBuffer::new()?;
     let (_task, driver) = start_driver(&mut buf, host)?;
     let mut cold = [0u64; COLD];
+    let mut open = [0u64; COLD];
     let mut warm = [0u64; WARM];
     let mut want = None;
     for (i, slot) in cold.iter_mut().enumerate() {
@@ -84,7 +87,12 @@ pub fn run(table: bool) -> Result<(), Error> {
             }
         };
         let fs = Fs::new(server)?;
+        let h0 = baton_rt::host::halted_ticks(host)?;
+        let t0 = rdtsc_ordered();
         let (obj, size) = fs.open(&mut buf, baton_disk::SAMPLE_PATH)?;
+        let t1 = rdtsc_ordered();
+        let h1 = baton_rt::host::halted_ticks(host)?;
+        open[i] = t1.wrapping_sub(t0).saturating_sub(h1.wrapping_sub(h0));
         let (took, sum) = touch(host, obj, size)?;
         if *want.get_or_insert(sum) != sum {
             return Err(Error::BadFormat);
@@ -102,6 +110,7 @@ pub fn run(table: bool) -> Result<(), Error> {
     }
     report(table, "file.read.56k", &mut cold);
     report(table, "file.read.56k.warm", &mut warm);
+    report(table, "file.open", &mut open);
     cap_drop(driver)?;
     for _ in 0..500 {
         if memobj::dma_quarantined(host)? > 0 {

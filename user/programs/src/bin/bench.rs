@@ -2607,8 +2607,10 @@ fn run_all() -> Result<(), Failed> {
     task_fork()?;
     spin_benchmarks()?;
     spin_vm_benchmarks(threads)?;
-    blk_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("blk: {}", e.name()))?;
+    // The file rows first: the blk rows write over the disk's first sectors, the
+    // partition table among them.
     file_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("file: {}", e.name()))?;
+    blk_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("blk: {}", e.name()))?;
     paging_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a
     // continuation).
