@@ -1977,6 +1977,22 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Files survive a reboot: the first boot (`disk_prepare`) writes a file through a
+        // mapping and syncs, this one, on the same image, reads it back.
+        name: "fs_persist",
+        init: &["fs_persist"],
+        disk_prepare: &["fs_persist"],
+        require: &[
+            "ok: the file an earlier boot wrote through a mapping reads back, 8492 bytes",
+            "fs_persist#1| TEST PASS fs_persist: files persisted across a reboot",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_persist"],
+        timeout: Duration::from_secs(60),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "fs_smp2",
         init: &["fs_test"],
         smp: 2,
