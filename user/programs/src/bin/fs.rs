@@ -710,7 +710,7 @@ impl Server {
             }
             let next = match found {
                 Ok(Some(e)) if e.attributes.is_directory() => {
-                    self.vols.open_dir(dir, &e.name).map_err(fs_error)
+                    self.vols.open_dir(dir, e.name).map_err(fs_error)
                 }
                 Ok(_) => Err(Error::NotFound),
                 Err(e) => Err(e),
@@ -764,7 +764,7 @@ impl Server {
             Some(e) if e.attributes.is_directory() => Err(Error::InvalidArgument),
             Some(e) => self
                 .vols
-                .open_file_in_dir(dir, &e.name, Mode::ReadWriteAppend)
+                .open_file_in_dir(dir, e.name, Mode::ReadWriteAppend)
                 .map_err(fs_error)
                 .map(|f| (f, u64::from(e.size))),
             None => Err(Error::NotFound),
@@ -897,7 +897,7 @@ impl Server {
             let (parent, e, _) = self.lookup(path)?;
             let r = match e {
                 Some(e) if e.attributes.is_directory() => {
-                    self.vols.open_dir(parent, &e.name).map_err(fs_error)
+                    self.vols.open_dir(parent, e.name).map_err(fs_error)
                 }
                 Some(_) => Err(Error::InvalidArgument),
                 None => Err(Error::NotFound),
