@@ -387,7 +387,7 @@ const TASK_REQUIRE: &[&str] = &[
     "task_null: data 2 ok",
     "task_null: data 3 ok",
     "ok: start twice: Busy",
-    "ok: a memory object as the source: NotSupported (for now)",
+    "ok: a memory object as the source with no bytes: InvalidArgument",
     "ok: no name, port or message left behind",
     "ok: a half-made task killed through its port is gone",
     "ok: a half-made task ended by a one-way request is gone",
