@@ -19,11 +19,12 @@
 
 use crate::blk_client::start_driver;
 use crate::fs_client::{start_server, Fs};
+use baton_abi::ipc::NOTIFY_KIND_DEAD_NAME;
 use baton_abi::vm::PROT_READ;
-use baton_rt::ipc::{cap_drop, IpcBuffer};
+use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_notify, IpcBuffer, MSG_RECEIVE};
 use baton_rt::{memobj, println, rdtsc_ordered, Error};
 
-/// Cold runs (each starts a new file server) and warm runs.
+/// Cold runs (each starts a new file server, once the last one has ended) and warm runs.
 const COLD: usize = 9;
 const WARM: usize = 31;
 
@@ -75,8 +76,8 @@ pub fn run(table: bool) -> Result<(), Error> {
     let mut warm = [0u64; WARM];
     let mut want = None;
     for (i, slot) in cold.iter_mut().enumerate() {
-        let server = match start_server(&mut buf, driver) {
-            Ok((_, server)) => server,
+        let (task, server) = match start_server(&mut buf, driver) {
+            Ok(started) => started,
             Err(e) => {
                 println!(
                     "bench: no file server ({}): the file rows are skipped",
@@ -104,7 +105,15 @@ pub fn run(table: bool) -> Result<(), Error> {
             }
         }
         cap_drop(obj)?;
+        // The next run starts once this server has ended (nothing of it runs meanwhile).
+        let watch = port_allocate(0)?;
+        let tp = baton_rt::host::task_port(host, task)?;
+        port_notify(tp, NOTIFY_KIND_DEAD_NAME, watch)?;
         fs.stop(&mut buf)?;
+        let mut m = [0u8; 64];
+        msg_buf(&mut m, MSG_RECEIVE, watch, 10_000_000_000)?;
+        cap_drop(tp)?;
+        cap_drop(watch)?;
         cap_drop(fs.server)?;
         cap_drop(fs.reply)?;
     }
