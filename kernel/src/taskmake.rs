@@ -13,8 +13,12 @@
 //!    at the module's first use and kept for the kernel's life, as Accent kept a program's
 //!    code pages resident between runs. Pages holding only part of a segment's file bytes
 //!    are private copies, so no byte of the image beyond a segment is ever visible, and
-//!    `.bss` is zeroed pages made now (`kern::loader::plan`). A memory object will be
-//!    a source of the same call (`task::PROGRAM_OBJECT`, `NotSupported` for now);
+//!    `.bss` is zeroed pages made now (`kern::loader::plan`). A program file in a memory
+//!    object (a file of the file server, `docs/files.md`) is a source of the same call
+//!    (`task::PROGRAM_OBJECT`): its headers and partial pages are read through the
+//!    caller's shared mapping of it (a page its pager has not supplied makes the call
+//!    wait and be made again), and its whole pages are mapped copy-on-write from the
+//!    object;
 //! 3. `task_init_thread`: its first thread, made but not run (`Blocked::Unstarted`);
 //! 4. `task_start`: the thread runs, with a bootstrap right and the start message that
 //!    `spawn` gives (the arguments and environment, `baton_abi::start`).
