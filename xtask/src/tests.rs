@@ -1993,6 +1993,37 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Page replacement returns written pages of a file to the file server: a file three
+        // times the pageable limit written and read back, then read from the disk.
+        name: "fs_evict",
+        init: &["fs_evict"],
+        require: &[
+            "ok: every page reads back what was written, the returned ones from the file (0 differ)",
+            "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "fs_evict#1| TEST PASS fs_evict",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_evict", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fs_evict_smp2",
+        init: &["fs_evict"],
+        smp: 2,
+        require: &[
+            "ok: every page reads back what was written, the returned ones from the file (0 differ)",
+            "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "fs_evict#1| TEST PASS fs_evict",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_evict", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "fs_smp2",
         init: &["fs_test"],
         smp: 2,
