@@ -101,6 +101,7 @@ unsafe fn state() -> &'static mut State {
 /// Registers the family with the virtual-memory family (once, at boot).
 pub fn init() {
     crate::vm::set_pager(ask);
+    crate::vm::replace::set_returner(return_page);
 }
 
 /// The system calls of this family.
@@ -355,6 +356,49 @@ fn flush(
         pages += 1;
     }
     Ok(from.min(end) - offset)
+}
+
+/// Page replacement gives back a written page of an object of pager `pager` (its key):
+/// a `DATA_RETURN` of the page at `offset` with its bytes `page`, as `pager_flush` sends,
+/// queued on the pager's port. It is charged to no task, as the default pager's page-outs
+/// are (a quota must not make the path that frees memory fail), and bounded by the
+/// port's queue limit: a full queue (or a dead port) refuses it, and the page stays.
+fn return_page(k: &mut Kernel, pager: u64, offset: u64, page: Vec<u8>) -> bool {
+    // SAFETY: the lock is held (replacement runs in a fault); the reference ends here.
+    let Some((port, cookie)) = unsafe { state() }
+        .pagers
+        .get(Key(pager))
+        .map(|p| (p.port, p.cookie))
+    else {
+        return false;
+    };
+    let req = Request {
+        cookie,
+        offset,
+        len: PAGE_SIZE,
+        access: 0,
+    };
+    let mut data: Vec<u8> = Vec::new();
+    if data
+        .try_reserve_exact(REQUEST_SIZE + PAGE_SIZE as usize)
+        .is_err()
+    {
+        return false;
+    }
+    data.extend_from_slice(&req.to_bytes());
+    data.extend_from_slice(page.get(..PAGE_SIZE as usize).unwrap_or(&[]));
+    data.resize(REQUEST_SIZE + PAGE_SIZE as usize, 0);
+    send(
+        k,
+        port,
+        Message {
+            id: DATA_RETURN,
+            data,
+            charge: None,
+            ..Message::default()
+        },
+    )
+    .is_ok()
 }
 
 /// Queues kernel message `msg` on `port` ([`Error::DeadName`] if it is gone).

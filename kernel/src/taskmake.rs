@@ -13,8 +13,12 @@
 //!    at the module's first use and kept for the kernel's life, as Accent kept a program's
 //!    code pages resident between runs. Pages holding only part of a segment's file bytes
 //!    are private copies, so no byte of the image beyond a segment is ever visible, and
-//!    `.bss` is zeroed pages made now (`kern::loader::plan`). A memory object will be
-//!    a source of the same call (`task::PROGRAM_OBJECT`, `NotSupported` for now);
+//!    `.bss` is zeroed pages made now (`kern::loader::plan`). A program file in a memory
+//!    object (a file of the file server, `docs/files.md`) is a source of the same call
+//!    (`task::PROGRAM_OBJECT`): its headers and partial pages are read through the
+//!    caller's shared mapping of it (a page its pager has not supplied makes the call
+//!    wait and be made again), and its whole pages are mapped copy-on-write from the
+//!    object;
 //! 3. `task_init_thread`: its first thread, made but not run (`Blocked::Unstarted`);
 //! 4. `task_start`: the thread runs, with a bootstrap right and the start message that
 //!    `spawn` gives (the arguments and environment, `baton_abi::start`).
@@ -203,6 +207,131 @@ pub fn map_program(k: &mut Kernel, id: TaskId, module: usize) -> Result<u64, Err
     Ok(entry)
 }
 
+/// Most bytes of a program file's partial pages (the pages holding part of a segment's
+/// file bytes, which are private copies) that `task_map_program` reads from a memory
+/// object: sixteen pages. A program Baton's linker makes has at most two such pages a
+/// segment; an ELF whose segments are not congruent to their file offsets would need one a
+/// page, and is refused past this (`TooLarge`) rather than copied whole into the kernel.
+const OBJECT_COPY_MAX: usize = 16 * PAGE_SIZE as usize;
+
+/// A program file read from a memory object: the object and where the file starts in it,
+/// its plan, and the bytes of its partial pages (by page address).
+struct ObjectProgram {
+    object: ObjectId,
+    offset: u64,
+    entry: u64,
+    runs: Vec<kern::loader::Run>,
+    copies: Vec<(u64, usize, Vec<u8>)>,
+}
+
+/// Reads what `task_map_program` needs of the program file mapped at `[ptr, ptr + len)`
+/// of task `caller` (a shared, not copy-on-write, mapping of one memory object): its
+/// headers and the bytes of its partial pages, through the caller's mapping, so that a
+/// page the file's pager has not supplied yet is asked for as any kernel copy asks (the
+/// call is then made again once it is there). Changes nothing.
+fn read_object_program(
+    k: &mut Kernel,
+    caller: TaskId,
+    ptr: u64,
+    len: u64,
+) -> Result<ObjectProgram, Error> {
+    if len == 0 || !ptr.is_multiple_of(PAGE_SIZE) {
+        return Err(Error::InvalidArgument);
+    }
+    let last = ptr.checked_add(len - 1).ok_or(Error::BadAddress)?;
+    let (object, offset) = crate::vm::shared_key(caller, ptr)?.ok_or(Error::InvalidArgument)?;
+    match crate::vm::shared_key(caller, last)? {
+        Some((o, at)) if o == object && Some(at) == offset.checked_add(len - 1) => {}
+        _ => return Err(Error::InvalidArgument),
+    }
+    let file_len = usize::try_from(len).map_err(|_| Error::TooLarge)?;
+    let head_len = file_len.min(PAGE_SIZE as usize);
+    let mut head = Vec::new();
+    head.try_reserve_exact(head_len)
+        .map_err(|_| Error::NoMemory)?;
+    head.resize(head_len, 0);
+    k.copy_in(caller, ptr, &mut head)?;
+    let (entry, runs) = kern::loader::plan_head(&head, file_len)?;
+    drop(head);
+    let mut copies: Vec<(u64, usize, Vec<u8>)> = Vec::new();
+    let mut copied = 0usize;
+    for run in runs.iter().filter(|r| r.kind == RunKind::Copy) {
+        let mut page = run.start;
+        while page < run.end {
+            if let Some((at, src)) = run.file_bytes(page) {
+                copied = copied.saturating_add(src.len());
+                if copied > OBJECT_COPY_MAX {
+                    return Err(Error::TooLarge);
+                }
+                let mut bytes = Vec::new();
+                bytes
+                    .try_reserve_exact(src.len())
+                    .map_err(|_| Error::NoMemory)?;
+                bytes.resize(src.len(), 0);
+                k.copy_in(caller, ptr + src.start as u64, &mut bytes)?;
+                copies.try_reserve(1).map_err(|_| Error::NoMemory)?;
+                copies.push((page, at, bytes));
+            }
+            page += PAGE_SIZE;
+        }
+    }
+    Ok(ObjectProgram {
+        object,
+        offset,
+        entry,
+        runs,
+        copies,
+    })
+}
+
+/// Maps the program `file` into the new task `id`: its whole file pages copy-on-write
+/// from the object (a snapshot: the file's later writes are not seen by the task, its own
+/// writes are its own), its partial pages private copies, `.bss` zeroed pages, and its
+/// initial stack, as [`map_program`] maps a boot module. Its entry point. On an error the
+/// map may hold part of it.
+fn map_object_program(k: &mut Kernel, id: TaskId, file: &ObjectProgram) -> Result<u64, Error> {
+    for run in &file.runs {
+        let mut prot = Prot::READ.bits() as u64;
+        if run.writable {
+            prot |= Prot::WRITE.bits() as u64;
+        }
+        if run.executable {
+            prot |= Prot::EXECUTE.bits() as u64;
+        }
+        let prot = Prot::from_bits(prot).ok_or(Error::InvalidArgument)?;
+        let len = run.end - run.start;
+        match run.kind {
+            RunKind::Image { offset } => {
+                let at = file.offset.checked_add(offset).ok_or(Error::BadFormat)?;
+                crate::vm::map_object(
+                    k,
+                    id,
+                    kern::vm::map::Placement::Fixed(run.start),
+                    len,
+                    file.object,
+                    at,
+                    prot,
+                    Prot::ALL,
+                    true,
+                    kern::vm::Inherit::Copy,
+                )?;
+            }
+            RunKind::Copy => {
+                crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |page| {
+                    let (_, at, bytes) = file.copies.iter().find(|c| c.0 == page)?;
+                    Some(Fill::Bytes(*at, bytes.as_slice()))
+                })?
+            }
+            RunKind::Zero => crate::vm::allocate_filled(k, id, run.start, len, prot, &mut |_| {
+                Some(Fill::Bytes(0, &[]))
+            })?,
+        }
+    }
+    let bottom = USER_STACK_TOP - USER_STACK_SIZE;
+    crate::vm::allocate_filled(k, id, bottom, USER_STACK_SIZE, Prot::RW, &mut |_| None)?;
+    Ok(file.entry)
+}
+
 /// The task a send right `name` of task `caller` names (a task port): `InvalidName`,
 /// `DeadName` as for any right; `InvalidRight` for a port that is no task's.
 fn task_of(k: &Kernel, caller: TaskId, name: u64) -> Result<TaskId, Error> {
@@ -268,29 +397,37 @@ pub fn sys_map_program(k: &mut Kernel, caller: TaskId, a: [u64; 6]) -> Result<u6
     if m.entry.is_some() || m.thread.is_some() {
         return Err(Error::Busy);
     }
-    match kind {
-        baton_abi::task::PROGRAM_MODULE => {}
-        baton_abi::task::PROGRAM_OBJECT => return Err(Error::NotSupported),
+    let (name_ptr, name_len) = match kind {
+        baton_abi::task::PROGRAM_MODULE => (ptr, len),
+        baton_abi::task::PROGRAM_OBJECT => (a[4], a[5]),
         _ => return Err(Error::InvalidArgument),
-    }
-    if len > MODULE_NAME_MAX as u64 {
+    };
+    if name_len > MODULE_NAME_MAX as u64 {
         return Err(Error::TooLarge);
     }
     let mut buf = [0u8; MODULE_NAME_MAX];
-    let name = buf.get_mut(..len as usize).ok_or(Error::TooLarge)?;
-    k.copy_in(caller, ptr, name)?;
+    let name = buf.get_mut(..name_len as usize).ok_or(Error::TooLarge)?;
+    k.copy_in(caller, name_ptr, name)?;
     let name = core::str::from_utf8(name).map_err(|_| Error::InvalidArgument)?;
-    let module = k
-        .modules
-        .iter()
-        .position(|m| m.name == name)
-        .ok_or(Error::NotFound)?;
     let mut task_name = alloc::string::String::new();
     task_name
         .try_reserve_exact(name.len())
         .map_err(|_| Error::NoMemory)?;
     task_name.push_str(name);
-    let entry = match map_program(k, id, module) {
+    let mapped = if kind == baton_abi::task::PROGRAM_OBJECT {
+        // Everything read from the caller's mapping is read before the new task's map
+        // changes: a read that must wait for the file's pager restarts the whole call.
+        let file = read_object_program(k, caller, ptr, len)?;
+        map_object_program(k, id, &file)
+    } else {
+        let module = k
+            .modules
+            .iter()
+            .position(|m| m.name == name)
+            .ok_or(Error::NotFound)?;
+        map_program(k, id, module)
+    };
+    let entry = match mapped {
         Ok(entry) => entry,
         Err(e) => {
             // Nothing of it stays: the task is as empty as before.

@@ -459,13 +459,13 @@ pub enum Fill<'a> {
 /// Allocates `[start, start + len)` of task `task` with protection `prot` (committed, as
 /// `mem_map`: its frames charged now), and puts in now the pages `fill` gives contents
 /// for (by address; the others come zero-filled at first touch).
-pub fn allocate_filled(
+pub fn allocate_filled<'a>(
     k: &mut Kernel,
     task: TaskId,
     start: u64,
     len: u64,
     prot: Prot,
-    fill: &mut dyn FnMut(u64) -> Option<Fill<'static>>,
+    fill: &mut dyn FnMut(u64) -> Option<Fill<'a>>,
 ) -> Result<(), Error> {
     // SAFETY: the lock is held (the caller is in a system call); the family's entry.
     let vm = unsafe { state() };

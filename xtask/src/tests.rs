@@ -403,7 +403,7 @@ const TASK_REQUIRE: &[&str] = &[
     "task_null: data 2 ok",
     "task_null: data 3 ok",
     "ok: start twice: Busy",
-    "ok: a memory object as the source: NotSupported (for now)",
+    "ok: a memory object as the source with no bytes: InvalidArgument",
     "ok: no name, port or message left behind",
     "ok: a half-made task killed through its port is gone",
     "ok: a half-made task ended by a one-way request is gone",
@@ -1415,6 +1415,46 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // The shell's file commands on a disk (`docs/shell.md`, `docs/files.md`): `ls`
+        // starts the driver and the file server, `cat` reads a file by mapping it, `run`
+        // starts a program from its file.
+        name: "shell_files",
+        init: &["names", "console", "shell"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        extra: &["priv=console,shell"],
+        input: &[
+            Typed::Line("ls /"),
+            Typed::Line("ls /bin"),
+            Typed::Line("cat /nothing/here"),
+            Typed::Line("run /bin/echo hello from a file"),
+            Typed::Line("run /data/f56k.bin"),
+            Typed::Line("shutdown"),
+        ],
+        prompt: "baton> ",
+        require: &[
+            "starting the disk driver and the file server",
+            "bin/ -",
+            "data/ -",
+            "echo ",
+            "cat: /nothing/here: not found",
+            "| hello from a file",
+            "/bin/echo ended",
+            "run: /data/f56k.bin: not a program",
+        ],
+        exits: &[
+            ("names", Exit::Killed),
+            ("console", Exit::Killed),
+            ("shell", Exit::Killed),
+            ("blk", Exit::Killed),
+            ("fs", Exit::Killed),
+            // The task made for a file that is no program, ended before it had a name.
+            ("?", Exit::Killed),
+        ],
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "shell_smp2",
         init: &["names", "console", "shell"],
         smp: 2,
@@ -1946,6 +1986,77 @@ pub const ALL: &[IntegrationTest] = &[
         disk: true,
         ..BASE
     },
+    // The file server: files as memory objects, programs started from files
+    // (`docs/files.md`).
+    IntegrationTest {
+        name: "fs_smp1",
+        init: &["fs_test"],
+        smp: 1,
+        require: FS_REQUIRE,
+        exits: FS_EXITS,
+        extra: &["priv=fs_test"],
+        timeout: Duration::from_secs(300),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Files survive a reboot: the first boot (`disk_prepare`) writes a file through a
+        // mapping and syncs, this one, on the same image, reads it back.
+        name: "fs_persist",
+        init: &["fs_persist"],
+        disk_prepare: &["fs_persist"],
+        require: &[
+            "ok: the file an earlier boot wrote through a mapping reads back, 8492 bytes",
+            "fs_persist#1| TEST PASS fs_persist: files persisted across a reboot",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_persist"],
+        timeout: Duration::from_secs(60),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Page replacement returns written pages of a file to the file server: a file three
+        // times the pageable limit written and read back, then read from the disk.
+        name: "fs_evict",
+        init: &["fs_evict"],
+        require: &[
+            "ok: every page reads back what was written, the returned ones from the file (0 differ)",
+            "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "fs_evict#1| TEST PASS fs_evict",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_evict", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fs_evict_smp2",
+        init: &["fs_evict"],
+        smp: 2,
+        require: &[
+            "ok: every page reads back what was written, the returned ones from the file (0 differ)",
+            "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "fs_evict#1| TEST PASS fs_evict",
+        ],
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_evict", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fs_smp2",
+        init: &["fs_test"],
+        smp: 2,
+        require: FS_REQUIRE,
+        exits: FS_EXITS,
+        extra: &["priv=fs_test"],
+        timeout: Duration::from_secs(300),
+        disk: true,
+        ..BASE
+    },
     IntegrationTest {
         // Sting's Checkpoint and Resume upcalls and SPIN's Strand events: a compute-bound
         // user-level thread preempted by the kernel while another of its virtual processor
@@ -2010,6 +2121,41 @@ pub const ALL: &[IntegrationTest] = &[
 /// back as written, bad requests are refused, a driver killed mid-request fails its
 /// client's request, its DMA frames stay quarantined until the restarted driver has reset
 /// the device, the data survives, and nothing is left behind.
+/// What the file tests must show (`fs_test`).
+const FS_REQUIRE: &[&str] = &[
+    "ok: every byte of the file read through its mapping is what xtask wrote (0 differ)",
+    "ok: cold: each of the 14 pages was asked of the server once (14)",
+    "ok: warm: mapped again, no page was asked of the server (0)",
+    "ok: /bin lists the boot image's programs",
+    "fs_child: started from a file, exiting with 7",
+    "ok: the program started from /bin/fs_child ran and ended",
+    "ok: sync wrote back the file's 4 pages by the pager's data return (4)",
+    "ok: what was written through the mapping reads back from the disk through a new server",
+    "ok: a request to the killed server fails with DeadName",
+    "ok: a client touching a page of the dead server's file ended (by a pager fault)",
+    "ok: the restarted server serves the disk again",
+    "ok: a second round leaves the kernel heap, objects and free frames as the first did",
+    "ok: a second file of 16 MiB on the 32 MiB file system: NoSpace",
+    "ok: a broken partition table is refused: BadFormat, and the server ends",
+    "ok: a broken file-system boot sector is refused: BadFormat, and the server ends",
+    "fs: the disk is refused:",
+    "ok: repaired, the disk is served again",
+    "TEST PASS fs",
+];
+
+/// How the file tests' tasks end: the server stopped (0), refused a disk (1) or killed;
+/// the program started from a file with its code (7) or by a pager fault.
+const FS_EXITS: &[(&str, Exit)] = &[
+    ("fs", Exit::Code(0)),
+    ("fs", Exit::Code(1)),
+    ("fs", Exit::Killed),
+    ("fs_child", Exit::Code(7)),
+    ("fs_child", Exit::Killed),
+    ("blk", Exit::Code(0)),
+    // The task whose program was refused, ended through its port before it had a name.
+    ("?", Exit::Killed),
+];
+
 const BLK_REQUIRE: &[&str] = &[
     "ok: halted_ticks grows while this task sleeps",
     "blk: virtio block device at 00:",

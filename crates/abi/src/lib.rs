@@ -424,11 +424,12 @@ pub enum Sys {
     /// send right to its task port, through which the next three calls make it run
     /// (Accent's process creation, `docs/vm.md`).
     TaskCreate = 120,
-    /// `task_map_program(task, kind, ptr, len) -> entry`: maps a program into the new task
-    /// `task` (a task port), copy-on-write from its source, with its initial stack; the
-    /// program's entry point. `kind` [`task::PROGRAM_MODULE`]: the boot module named by the
-    /// `len` bytes at `ptr`; [`task::PROGRAM_OBJECT`]: a memory object
-    /// ([`Error::NotSupported`] for now).
+    /// `task_map_program(task, kind, ptr, len, name_ptr, name_len) -> entry`: maps a program
+    /// into the new task `task` (a task port), copy-on-write from its source, with its
+    /// initial stack; the program's entry point. `kind` [`task::PROGRAM_MODULE`]: the boot
+    /// module named by the `len` bytes at `ptr`; [`task::PROGRAM_OBJECT`]: the program file
+    /// the caller maps, shared, at `[ptr, ptr + len)` (one memory object, a file of the
+    /// file server), the task named by the `name_len` bytes at `name_ptr`.
     TaskMapProgram = 121,
     /// `task_init_thread(task, entry, stack_top) -> thread id`: the new task's first
     /// thread, which runs only once [`Sys::TaskStart`] starts the task (0: the program's
@@ -524,8 +525,8 @@ pub enum Sys {
 pub mod task {
     /// [`super::Sys::TaskMapProgram`]'s source: a boot module, by name.
     pub const PROGRAM_MODULE: u64 = 0;
-    /// [`super::Sys::TaskMapProgram`]'s source: a memory object, by the caller's name for
-    /// it (not supported yet: memory objects are not capabilities yet).
+    /// [`super::Sys::TaskMapProgram`]'s source: a program file in a memory object, named by
+    /// the caller's shared mapping of it.
     pub const PROGRAM_OBJECT: u64 = 1;
 }
 

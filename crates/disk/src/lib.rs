@@ -159,6 +159,22 @@ pub fn find(sector0: &[u8; 512], capacity: u64, kind: u8) -> Result<Partition, L
         .ok_or(LayoutError::Missing)
 }
 
+/// What `cargo xtask` puts on the file system besides the programs (`docs/files.md`): a
+/// file of [`SAMPLE_LEN`] bytes at [`SAMPLE_PATH`], byte `i` being [`sample_byte`]`(i)`, which
+/// the file tests and the `file.read.56k` row read and check.
+pub const SAMPLE_PATH: &str = "/data/f56k.bin";
+/// Its length: 56 KiB, the file of Accent's Table 3-4.
+pub const SAMPLE_LEN: u64 = 56 << 10;
+/// Folder the programs of the boot image are copied to, as `/bin/<name>`.
+pub const PROGRAM_DIR: &str = "/bin";
+
+/// Byte `i` of the sample file: a hash of its offset, so that a page read at the wrong
+/// offset, or a byte out of place, is seen.
+pub const fn sample_byte(i: u64) -> u8 {
+    let x = (i ^ 0x5bd1_e995).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (x >> 56) as u8 ^ (i >> 12) as u8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -138,6 +138,12 @@ impl Segment {
 /// Validates the image and returns its entry point and loadable segments, touching
 /// nothing.
 fn decode(image: &[u8]) -> Result<(u64, Vec<Segment>), LoadError> {
+    decode_sized(image, image.len())
+}
+
+/// [`decode`] of a file of `file_len` bytes of which `image` holds the first bytes (at
+/// least its headers): segments are checked against `file_len`.
+fn decode_sized(image: &[u8], file_len: usize) -> Result<(u64, Vec<Segment>), LoadError> {
     let file = ElfBytes::<AnyEndian>::minimal_parse(image).map_err(|_| LoadError::BadElf)?;
     let ehdr = &file.ehdr;
     if ehdr.class != Class::ELF64 {
@@ -170,7 +176,7 @@ fn decode(image: &[u8]) -> Result<(u64, Vec<Segment>), LoadError> {
         let offset = usize::try_from(ph.p_offset).map_err(|_| LoadError::BadSegment)?;
         let filesz = usize::try_from(ph.p_filesz).map_err(|_| LoadError::BadSegment)?;
         let file_end = offset.checked_add(filesz).ok_or(LoadError::BadSegment)?;
-        if file_end > image.len() {
+        if file_end > file_len {
             return Err(LoadError::BadSegment);
         }
         let end = ph
@@ -324,7 +330,32 @@ impl Run {
 /// Checks what [`load_elf`] checks, and refuses ([`LoadError::Overlap`]) two segments that
 /// share a page: each page is one segment's, with that segment's rights. Touches nothing.
 pub fn plan(image: &[u8], image_pages: u64) -> Result<(u64, Vec<Run>), LoadError> {
-    let (entry, mut segments) = decode(image)?;
+    plan_runs(decode(image)?, image_pages)
+}
+
+/// [`plan`] for a program file of `file_len` bytes that is not at hand in full (a memory
+/// object whose pages come from a pager): `head` is its first bytes, which must hold the
+/// ELF header and the program headers (the first page does for any program Baton's linker
+/// makes). Every whole page of the file can be mapped from it ([`RunKind::Image`]); the
+/// bytes a [`RunKind::Copy`] page needs ([`Run::file_bytes`]) the caller reads from the
+/// file itself. The section headers, which loading never needs, are not looked at (they
+/// lie at the file's end, outside `head`).
+pub fn plan_head(head: &[u8], file_len: usize) -> Result<(u64, Vec<Run>), LoadError> {
+    if head.len() < 64 || head.len() > file_len {
+        return Err(LoadError::BadElf);
+    }
+    let mut h: Vec<u8> = Vec::new();
+    h.try_reserve_exact(head.len())
+        .map_err(|_| LoadError::NoMemory)?;
+    h.extend_from_slice(head);
+    // ELF64: e_shoff at 0x28 (8 bytes), e_shnum at 0x3c and e_shstrndx at 0x3e (2 each).
+    h[0x28..0x30].fill(0);
+    h[0x3c..0x40].fill(0);
+    plan_runs(decode_sized(&h, file_len)?, (file_len as u64) / PAGE_SIZE)
+}
+
+fn plan_runs(decoded: (u64, Vec<Segment>), image_pages: u64) -> Result<(u64, Vec<Run>), LoadError> {
+    let (entry, mut segments) = decoded;
     segments.sort_unstable_by_key(|s| s.vaddr);
     let mut runs: Vec<Run> = Vec::new();
     let mut last_end = 0u64;
@@ -565,6 +596,40 @@ mod tests {
         assert_eq!(plan(&img, 8).unwrap_err(), LoadError::Overlap);
         // And what load_elf refuses, plan refuses.
         assert_eq!(plan(b"not an elf", 0).unwrap_err(), LoadError::BadElf);
+    }
+
+    #[test]
+    fn plan_head_plans_from_the_headers_alone() {
+        let text = vec![0xccu8; (2 * P + P / 2) as usize];
+        let data = vec![0x11u8; (P + 100) as usize];
+        let img = Img::new(
+            0x40_0000,
+            vec![
+                load(PF_X | 4, 0x40_0000, &text, text.len() as u64),
+                load(PF_W | 4, 0x50_0000, &data, 4 * P),
+            ],
+        )
+        .build();
+        // The whole file's plan and the plan from its first page agree.
+        let full = plan(&img, img.len() as u64 / P).unwrap();
+        let head = plan_head(&img[..P as usize], img.len()).unwrap();
+        assert_eq!(full, head);
+        // A file said to be shorter than its segments is refused.
+        assert_eq!(
+            plan_head(&img[..P as usize], P as usize).unwrap_err(),
+            LoadError::BadSegment
+        );
+        // A head too short for the headers, or longer than the file, is refused.
+        assert_eq!(
+            plan_head(&img[..32], img.len()).unwrap_err(),
+            LoadError::BadElf
+        );
+        assert_eq!(plan_head(&img[..100], 50).unwrap_err(), LoadError::BadElf);
+        // Garbage of any length is refused, never a panic.
+        for n in [64usize, 100, 4096] {
+            let junk: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            assert!(plan_head(&junk, n * 3).is_err());
+        }
     }
 
     struct Img {

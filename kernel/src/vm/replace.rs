@@ -16,7 +16,8 @@
 //!   removed, and then each leaves: an anonymous page is copied into a page-out message
 //!   for the default pager (a backing-store slot allocated now: lazy backing store) and
 //!   its frame freed; a page of a pager-backed object no mapping can have written is
-//!   simply dropped (its pager supplies it again).
+//!   simply dropped (its pager supplies it again), and one of an object a mapping could
+//!   have written is first given back to its pager in a data return ([`set_returner`]).
 //! - The *reserve*: the last frames below the limit are the default pager's alone (its
 //!   own faults, its supplies), so the path that frees memory never waits for memory.
 //!
@@ -25,7 +26,7 @@
 //!   object (or between [`reclaim`] and [`finish`], a page-out's frame).
 //! - Never taken: pages of pinned or physical objects, pages in the window a wired range
 //!   or an entry of the default pager's map maps (down its chain), of pager-backed objects with a copy
-//!   object, shadows, or a mapping that allowed writes.
+//!   object or shadows; of written pager-backed objects until a returner is registered.
 
 use super::{shootdown, state, Vm};
 use crate::arch::paging::KernelMem;
@@ -364,12 +365,15 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
         clock, referenced, ..
     } = r;
     let before = (clock.scanned, clock.spared);
+    let can_return = RETURN.get().is_some();
     clock.select(
         &vm.objects,
         budget,
         |_, o| match o.kind() {
             Kind::Anonymous => have_store,
-            Kind::Pager { .. } => !o.written(),
+            // A page of an object a mapping could have written goes back to its pager
+            // (a data return) before it is dropped.
+            Kind::Pager { .. } => !o.written() || can_return,
             Kind::Physical { .. } => false,
         },
         |id, off| pinned(&windows, id, off),
@@ -394,6 +398,33 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     unmap_victims(k, vm, &frames, &mut mapped);
     for (v, &task) in victims.iter().zip(mapped.iter()) {
         if v.pager_backed {
+            let written = match vm.objects.get(v.object) {
+                Some(o) if o.written() => match o.kind() {
+                    Kind::Pager { pager, .. } => Some(pager),
+                    _ => None,
+                },
+                _ => None,
+            };
+            if let Some(pager) = written {
+                // Its bytes go to its pager first; a page that cannot be returned (no
+                // kernel memory for the message, the pager's queue full or its port gone)
+                // stays resident, unmapped, and its next touch finds it.
+                let mut bytes: Vec<u8> = Vec::new();
+                if bytes.try_reserve_exact(PAGE_SIZE as usize).is_err() {
+                    continue;
+                }
+                bytes.resize(PAGE_SIZE as usize, 0);
+                let mem = KernelMem {
+                    frames: &mut k.frames,
+                };
+                mem.read_bytes(v.frame, &mut bytes);
+                if !RETURN
+                    .get()
+                    .is_some_and(|ret| ret(k, pager, v.offset, bytes))
+                {
+                    continue;
+                }
+            }
             if let Ok(f) = vm.objects.drop_pager_page(v.object, v.offset) {
                 release(r, k, f);
                 r.stats.reclaimed_pager += 1;
@@ -436,6 +467,19 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
         });
     }
     outgoing
+}
+
+/// The pager family's way to give a written page of a pager-backed object back to its
+/// pager ([`set_returner`]): the pager's key, the page's offset, its bytes; whether the
+/// data return was queued.
+pub type ReturnPage = fn(&mut Kernel, u64, u64, Vec<u8>) -> bool;
+
+static RETURN: spin::Once<ReturnPage> = spin::Once::new();
+
+/// Registers the pager family's data return for replacement (once, at boot). Until then a
+/// written page of a pager-backed object is never a victim.
+pub fn set_returner(ret: ReturnPage) {
+    RETURN.call_once(|| ret);
 }
 
 /// A page-out [`reclaim`] made was sent (`sent`): its frame goes back to the allocator,

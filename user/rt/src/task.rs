@@ -30,10 +30,24 @@ pub fn map_program(task: u64, name: &str) -> Result<u64, Error> {
     )
 }
 
-/// `task_map_program` of the memory object `object` (the caller's name for it): not
-/// supported yet ([`Error::NotSupported`]).
-pub fn map_object(task: u64, object: u64) -> Result<u64, Error> {
-    map_program_raw(task, PROGRAM_OBJECT, object, 0)
+/// `task_map_program` of the program file this task maps, shared, at `[addr, addr + len)`
+/// (a window of one memory object: a file of the file server, `docs/files.md`), with the
+/// task named `name`: its entry point. The kernel reads the headers and the partial pages
+/// through that mapping and maps the rest of the file copy-on-write from the object; the
+/// mapping may go once the call returns.
+pub fn map_object(task: u64, addr: u64, len: u64, name: &str) -> Result<u64, Error> {
+    // SAFETY: the call only reads user memory, which the kernel validates.
+    decode_result(unsafe {
+        syscall6(
+            Sys::TaskMapProgram as u64,
+            task,
+            PROGRAM_OBJECT,
+            addr,
+            len,
+            name.as_ptr() as u64,
+            name.len() as u64,
+        )
+    })
 }
 
 /// `task_map_program` with raw arguments, for tests of bad ones. Safe whatever they are:

@@ -54,6 +54,12 @@ mod blk_bench;
 mod blk_client;
 #[path = "../blk_proto.rs"]
 mod blk_proto;
+#[path = "../file_bench.rs"]
+mod file_bench;
+#[path = "../fs_client.rs"]
+mod fs_client;
+#[path = "../fs_proto.rs"]
+mod fs_proto;
 #[path = "../mig_proto.rs"]
 mod mig_proto;
 #[path = "../ool_bench.rs"]
@@ -2560,6 +2566,9 @@ fn run_all() -> Result<(), Failed> {
     task_fork()?;
     spin_benchmarks()?;
     spin_vm_benchmarks(threads)?;
+    // The file rows first: the blk rows write over the disk's first sectors, the
+    // partition table among them.
+    file_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("file: {}", e.name()))?;
     blk_bench::run(TABLE.load(Ordering::Relaxed)).map_err(|e| fail!("blk: {}", e.name()))?;
     paging_benchmarks()?;
     // Seed 000 Table 5: the kernel memory a thread costs (no stack: it blocks with a

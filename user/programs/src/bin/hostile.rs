@@ -2771,7 +2771,13 @@ fn g_task_calls(c: &mut Ctx) {
     for (what, kind, ptr, len, want) in [
         ("kind 2", 2, np, nl, Error::InvalidArgument),
         ("kind u64::MAX", u64::MAX, np, nl, Error::InvalidArgument),
-        ("a memory object", 1, p, 0, Error::NotSupported),
+        (
+            "a memory object of no bytes",
+            1,
+            p,
+            0,
+            Error::InvalidArgument,
+        ),
         ("length 57", 0, np, 57, Error::TooLarge),
         ("length u64::MAX", 0, np, u64::MAX, Error::TooLarge),
         ("a null name", 0, 0, 4, Error::BadAddress),
@@ -2798,6 +2804,46 @@ fn g_task_calls(c: &mut Ctx) {
             "task_map_program of {what}"
         );
     }
+    // A program file from a memory object: the caller's shared mapping of it names it.
+    let page = baton_rt::vm::allocate(None, 4096, baton_rt::vm::PROT_RW).unwrap_or(0);
+    let frozen = np & !4095;
+    for (what, ptr, len, want) in [
+        ("an unaligned address", page + 1, 64, Error::InvalidArgument),
+        (
+            "a kernel address",
+            0xffff_8000_0000_0000,
+            4096,
+            Error::BadAddress,
+        ),
+        (
+            "a length past the address space",
+            page,
+            u64::MAX,
+            Error::BadAddress,
+        ),
+        (
+            "a length past the mapping",
+            page,
+            1 << 40,
+            Error::BadAddress,
+        ),
+        ("memory that is no program", page, 4096, Error::BadFormat),
+        (
+            "a copy-on-write mapping",
+            frozen,
+            4096,
+            Error::InvalidArgument,
+        ),
+    ] {
+        expect!(
+            c,
+            task::map_object(t, ptr, len, "x"),
+            Err(want),
+            "task_map_program of a memory object: {what}"
+        );
+    }
+    // SAFETY: allocated above; nothing refers to it.
+    let _ = unsafe { baton_rt::vm::deallocate(page, 4096) };
     for (what, entry, stack, want) in [
         ("no program yet", 0, 0, Error::InvalidArgument),
         (

@@ -12,8 +12,16 @@
 
 extern crate alloc;
 
+#[path = "../blk_client.rs"]
+mod blk_client;
+#[path = "../blk_proto.rs"]
+mod blk_proto;
 #[path = "../console_idl.rs"]
 mod console_idl;
+#[path = "../fs_client.rs"]
+mod fs_client;
+#[path = "../fs_proto.rs"]
+mod fs_proto;
 
 use alloc::format;
 use alloc::string::String;
@@ -49,6 +57,10 @@ commands:
   run PROGRAM [ARGUMENT...] [&]
                     start a boot module with these arguments; wait for it to end,
                     or not with `&`
+  run /PATH [ARGUMENT...] [&]
+                    start the program in that file of the disk (e.g. run /bin/echo hi)
+  ls [PATH]         the files of a folder of the disk (default /)
+  cat PATH          a file of the disk, read by mapping it
   kill TASK         end a task through its task port
   bench             run the benchmark program; its table is in TSC ticks
                     (instructions only under QEMU -icount: `cargo xtask bench`)
@@ -82,6 +94,8 @@ struct Shell {
     wait_port: u64,
     /// Receive right for the replies of task-port operations.
     reply_port: u64,
+    /// The file server, once the first command that needs it has started it.
+    fs: Option<fs_client::Fs>,
 }
 
 impl Shell {
@@ -110,6 +124,7 @@ impl Shell {
             console,
             wait_port,
             reply_port: port_allocate(0)?,
+            fs: None,
         })
     }
 
@@ -150,6 +165,11 @@ impl Shell {
                 ["paging"] => paging(),
                 ["programs"] => programs(false),
                 ["programs", "all"] => programs(true),
+                ["ls"] => self.ls("/"),
+                ["ls", path] => self.ls(path),
+                ["ls", ..] => String::from("ls: usage: ls [PATH]\n"),
+                ["cat", path] => self.cat(path),
+                ["cat", ..] => String::from("cat: usage: cat PATH\n"),
                 ["run", program, rest @ ..] => match rest {
                     [args @ .., "&"] => self.run_program(program, args, true, start::bootstrap()),
                     args => self.run_program(program, args, false, start::bootstrap()),
@@ -371,6 +391,16 @@ impl Shell {
         argv.push(program);
         argv.extend_from_slice(args);
         let env = [("SHELL", "shell")];
+        if program.starts_with('/') {
+            return match self.start_file(program, bootstrap, &argv, &env) {
+                Ok(tp) if background => {
+                    let _ = cap_drop(tp);
+                    format!("{program} started in the background\n")
+                }
+                Ok(tp) => self.wait_for(tp, program),
+                Err(why) => format!("run: {program}: {why}\n"),
+            };
+        }
         let child = match baton_rt::sys::spawn_args(program, bootstrap, &argv, &env) {
             Ok(id) => id,
             Err(Error::NotFound) => {
@@ -392,6 +422,12 @@ impl Shell {
             // It has ended already.
             return format!("[{child}] {program} ended\n");
         };
+        self.wait_for(tp, &format!("[{child}] {program}"))
+    }
+
+    /// Waits for the end of the task whose port is `tp` (its dead-name notification
+    /// requested for `wait_port`); Ctrl-C ends it. What to print, about `label`.
+    fn wait_for(&mut self, tp: u64, label: &str) -> String {
         let mut interrupted = false;
         loop {
             let mut buf = [0u8; 64];
@@ -423,9 +459,135 @@ impl Shell {
         }
         let _ = cap_drop(tp);
         if interrupted {
-            return format!("[{child}] {program} stopped by Ctrl-C\n");
+            return format!("{label} stopped by Ctrl-C\n");
         }
-        format!("[{child}] {program} ended\n")
+        format!("{label} ended\n")
+    }
+
+    /// The file server, started (with the disk driver) at the first command that needs it.
+    fn files(&mut self) -> Result<fs_client::Fs, String> {
+        if let Some(fs) = self.fs {
+            return Ok(fs);
+        }
+        self.say("starting the disk driver and the file server\n");
+        let (_, driver) = blk_client::start_driver(self.rpc.ipc(), self.host_priv)
+            .map_err(|e| format!("no disk driver ({})", e.name()))?;
+        let started = fs_client::start_server(self.rpc.ipc(), driver);
+        // The server holds its own right to the driver.
+        let _ = cap_drop(driver);
+        let (_, server) = started
+            .map_err(|e| format!("no file server: the disk was not accepted ({})", e.name()))?;
+        let fs = fs_client::Fs::new(server).map_err(|e| String::from(e.name()))?;
+        self.fs = Some(fs);
+        Ok(fs)
+    }
+
+    /// A request to the file server failed with `e`: a dead server is forgotten (the next
+    /// command starts a new one).
+    fn fs_failed(&mut self, e: Error) -> String {
+        if matches!(e, Error::DeadName | Error::InvalidName) {
+            if let Some(fs) = self.fs.take() {
+                let _ = cap_drop(fs.server);
+                let _ = cap_drop(fs.reply);
+            }
+            return String::from("the file server is gone (the next command starts it again)");
+        }
+        String::from(e.name())
+    }
+
+    /// `ls [PATH]`.
+    fn ls(&mut self, path: &str) -> String {
+        let fs = match self.files() {
+            Ok(fs) => fs,
+            Err(why) => return format!("ls: {why}\n"),
+        };
+        match fs.list(self.rpc.ipc(), path) {
+            Ok(mut r) => {
+                let out = String::from_utf8_lossy(r.text()).into_owned();
+                r.release();
+                out
+            }
+            Err(e) => format!("ls: {path}: {}\n", self.fs_failed(e)),
+        }
+    }
+
+    /// `cat PATH`: the file mapped copy-on-write and its pages touched (at most 64 KiB
+    /// shown).
+    fn cat(&mut self, path: &str) -> String {
+        let fs = match self.files() {
+            Ok(fs) => fs,
+            Err(why) => return format!("cat: {why}\n"),
+        };
+        let (obj, size) = match fs.open(self.rpc.ipc(), path) {
+            Ok(o) => o,
+            Err(e) => return format!("cat: {path}: {}\n", self.fs_failed(e)),
+        };
+        let mut out = String::new();
+        if size > 0 {
+            let len = size.next_multiple_of(4096);
+            let flags = baton_rt::memobj::map_flags(1, 1, true, 0);
+            match baton_rt::memobj::map(obj, len, 0, flags) {
+                Ok(va) => {
+                    let shown = size.min(64 << 10) as usize;
+                    // SAFETY: `va` maps `len` ≥ `shown` readable bytes of the file,
+                    // copy-on-write; nothing writes them while the slice lives.
+                    let bytes = unsafe { core::slice::from_raw_parts(va as *const u8, shown) };
+                    out = String::from_utf8_lossy(bytes).into_owned();
+                    // SAFETY: our mapping; `bytes` is not used past here.
+                    let _ = unsafe { baton_rt::vm::deallocate(va, len) };
+                    if shown as u64 != size {
+                        out.push_str(&format!("\n[cat: {size} bytes, the first {shown} shown]"));
+                    }
+                }
+                Err(e) => out = format!("cat: {path}: cannot map it: {}", e.name()),
+            }
+        }
+        let _ = cap_drop(obj);
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Starts the program in the file `path` (Accent's way: the file's object mapped
+    /// copy-on-write into the new task, `task_map_program` from a memory object): its task
+    /// port.
+    fn start_file(
+        &mut self,
+        path: &str,
+        bootstrap: u64,
+        argv: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<u64, String> {
+        let fs = self.files()?;
+        let (obj, size) = match fs.open(self.rpc.ipc(), path) {
+            Ok(o) => o,
+            Err(e) => return Err(self.fs_failed(e)),
+        };
+        let len = size.next_multiple_of(4096).max(4096);
+        let flags = baton_rt::memobj::map_flags(1, 1, false, 0);
+        let va = baton_rt::memobj::map(obj, len, 0, flags);
+        let _ = cap_drop(obj);
+        let va = va.map_err(|e| format!("cannot map it: {}", e.name()))?;
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let made = baton_rt::task::create(0, 0).and_then(|t| {
+            let r = baton_rt::task::map_object(t, va, size, name)
+                .and_then(|_| baton_rt::task::init_thread(t, 0, 0))
+                .and_then(|_| port_notify(t, NOTIFY_KIND_DEAD_NAME, self.wait_port))
+                .and_then(|_| baton_rt::task::start(t, bootstrap, argv, env));
+            if let Err(e) = r {
+                let _ = baton_rt::task::terminate(t);
+                let _ = cap_drop(t);
+                return Err(e);
+            }
+            Ok(t)
+        });
+        // SAFETY: our mapping of the file; nothing refers to it (the new task has its own).
+        let _ = unsafe { baton_rt::vm::deallocate(va, len) };
+        made.map_err(|e| match e {
+            Error::BadFormat => String::from("not a program"),
+            e => String::from(e.name()),
+        })
     }
 
     /// `kill TASK`.

@@ -213,8 +213,8 @@ fn errors(notify: u64) -> Result<(), Failed> {
         "an unknown source kind: InvalidArgument"
     );
     check!(
-        task::map_object(t, port) == Err(Error::NotSupported),
-        "a memory object as the source: NotSupported (for now)"
+        task::map_object(t, port, 0, "x") == Err(Error::InvalidArgument),
+        "a memory object as the source with no bytes: InvalidArgument"
     );
     check!(
         task::map_program_raw(t, PROGRAM_MODULE, name.as_ptr() as u64, 57) == Err(Error::TooLarge),

@@ -2157,7 +2157,18 @@ impl Fuzzer {
                     ),
                     _ => (self.r.of(&BAD_ADDRESSES, 0), 10),
                 };
-                self.sys(Sys::TaskMapProgram, [task, kind, ptr, len, 0, 0]);
+                // With kind 1 (a program file in a memory object) `ptr` and `len` are the
+                // caller's mapping of it, and the last two words the task's name.
+                let name_len = self.r.of(&[0, 5, MODULE_NAME_MAX as u64 + 1, u64::MAX], 0);
+                let name_ptr = if self.r.chance(70) {
+                    CHILD.as_ptr() as u64
+                } else {
+                    self.r.of(&BAD_ADDRESSES, 0)
+                };
+                self.sys(
+                    Sys::TaskMapProgram,
+                    [task, kind, ptr, len, name_ptr, name_len],
+                );
             }
             1 => {
                 let (entry, stack) = if self.r.chance(60) {

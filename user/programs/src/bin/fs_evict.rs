@@ -1,0 +1,128 @@
+//! `fs_evict`: page replacement gives written pages of a file back to the file server, its
+//! pager (`docs/files.md`, "Writing back"; `docs/vm.md`, "Paging"). Booted with a small
+//! pageable limit (`pageable=256`), it creates a file three times as large (768 pages),
+//! writes every page through a shared mapping and reads every page back: the written pages
+//! that replacement took went to the server in data returns and were written into the file,
+//! and came back from it at the next touch. Then it stops the server and reads the file
+//! through a new one, from the disk, by a shared read-only mapping (its clean pages are
+//! dropped by replacement and asked again).
+#![no_std]
+#![no_main]
+
+#[path = "../blk_client.rs"]
+mod blk_client;
+#[path = "../blk_proto.rs"]
+mod blk_proto;
+#[path = "../fs_client.rs"]
+mod fs_client;
+#[path = "../fs_proto.rs"]
+mod fs_proto;
+
+use baton_abi::vm::{PROT_READ, PROT_WRITE};
+use baton_rt::check::Failed;
+use baton_rt::ipc::{cap_drop, IpcBuffer};
+use baton_rt::{memobj, println, Error};
+
+baton_rt::entry!(main);
+
+const TEST: &str = "fs_evict";
+const PAGES: u64 = 768;
+const P: u64 = 4096;
+const PATH: &str = "/EVICT.BIN";
+
+fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
+    baton_rt::check::must(TEST, what, r)
+}
+
+fn word(i: u64, j: u64) -> u64 {
+    (i << 32 | j).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed
+}
+
+fn main(_task_id: u64) -> i32 {
+    baton_rt::check::finish(TEST, run())
+}
+
+/// Pages of the file at `va` whose two words differ from what was written.
+fn wrong_pages(va: u64) -> u64 {
+    let mut wrong = 0;
+    for i in 0..PAGES {
+        let page = (va + i * P) as *const u64;
+        // SAFETY: `va` maps `PAGES` pages of the file, readable.
+        let (a, b) = unsafe { (page.read_volatile(), page.add(511).read_volatile()) };
+        if a != word(i, 0) || b != word(i, 511) {
+            wrong += 1;
+        }
+    }
+    wrong
+}
+
+fn run() -> Result<(), Failed> {
+    let host = baton_rt::start::host_priv();
+    let mut buf = must("ipc buffer", IpcBuffer::new())?;
+    let (_, driver) = must("start the driver", blk_client::start_driver(&mut buf, host))?;
+    let (_, server) = must(
+        "start the server",
+        fs_client::start_server(&mut buf, driver),
+    )?;
+    let fs = must("client", fs_client::Fs::new(server))?;
+    let len = PAGES * P;
+    let limit = must("paging stats", baton_rt::paging::system_stats()).map(|s| s.pageable_limit)?;
+    baton_rt::check!(
+        TEST,
+        limit < PAGES / 2,
+        "user memory is limited to {limit} frames"
+    );
+    let (obj, _) = must("create", fs.create(&mut buf, PATH, len))?;
+    let rw = memobj::map_flags(PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE, false, 0);
+    let va = must("map shared", memobj::map(obj, len, 0, rw))?;
+    for i in 0..PAGES {
+        let page = (va + i * P) as *mut u64;
+        // SAFETY: `va` maps `PAGES` writable pages of the file, only this task's.
+        unsafe {
+            page.write_volatile(word(i, 0));
+            page.add(511).write_volatile(word(i, 511));
+        }
+    }
+    let returned = must("info", fs.info(&mut buf))?[2];
+    baton_rt::check!(
+        TEST,
+        returned > 0,
+        "writing {PAGES} pages in {limit} frames: replacement returned {returned} written pages to the server"
+    );
+    let wrong = wrong_pages(va);
+    baton_rt::check!(
+        TEST,
+        wrong == 0,
+        "every page reads back what was written, the returned ones from the file ({wrong} differ)"
+    );
+    // SAFETY: ours; nothing refers to it.
+    must("unmap", unsafe { baton_rt::vm::deallocate(va, len) })?;
+    must("drop", cap_drop(obj))?;
+    must("stop the server", fs.stop(&mut buf))?;
+    must("drop", cap_drop(fs.server))?;
+    let (_, server) = must(
+        "restart the server",
+        fs_client::start_server(&mut buf, driver),
+    )?;
+    let fs = must("client", fs_client::Fs::new(server))?;
+    let (obj, size) = must("open", fs.open(&mut buf, PATH))?;
+    // Shared, not copy-on-write: a pager-backed object that a copy-on-write mapping needs
+    // is never a victim, so its pages would not fit the limit.
+    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
+    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    let wrong = wrong_pages(va);
+    baton_rt::check!(
+        TEST,
+        wrong == 0,
+        "read through a new server, from the disk, every page is what was written ({wrong} differ)"
+    );
+    // SAFETY: ours.
+    must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
+    must("drop", cap_drop(obj))?;
+    must("delete", fs.delete(&mut buf, PATH))?;
+    must("stop the server", fs.stop(&mut buf))?;
+    must("drop", cap_drop(fs.server))?;
+    must("drop", cap_drop(driver))?;
+    println!("fs_evict: done");
+    Ok(())
+}

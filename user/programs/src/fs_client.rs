@@ -1,0 +1,220 @@
+//! The client side of the file server's protocol (`fs_proto`, `docs/files.md`): starting
+//! the server as the boot task does, and its calls. Used by the file tests, the shell and
+//! the `file.*` benchmark.
+#![allow(dead_code)] // each program uses part of it
+
+use crate::fs_proto::*;
+use baton_abi::ipc::{Descriptor, Disposition, MsgHeader, DESC_OOL, DESC_PORT, NOTIFY_SEND_ONCE};
+use baton_rt::ipc::{cap_drop, data_word, port_allocate, IpcBuffer, MSG_RECEIVE, MSG_SEND};
+use baton_rt::Error;
+
+const SECONDS: u64 = 1_000_000_000;
+
+/// A reply: its words after the result, a right it carried, its text (in-line bytes or an
+/// out-of-line region, which [`Reply::text`] reads and [`Reply::release`] frees).
+pub struct Reply {
+    pub words: [u64; 4],
+    pub right: Option<u64>,
+    region: Option<(u64, u64)>,
+    inline: [u8; INLINE_MAX],
+    inline_len: usize,
+}
+
+impl Reply {
+    /// The reply's text.
+    pub fn text(&self) -> &[u8] {
+        match self.region {
+            // SAFETY: the kernel mapped the region for this reply, `size` bytes, and it
+            // stays until `release`.
+            Some((va, size)) => unsafe {
+                core::slice::from_raw_parts(va as *const u8, size as usize)
+            },
+            None => &self.inline[..self.inline_len],
+        }
+    }
+
+    /// Frees the out-of-line text, if any.
+    pub fn release(&mut self) {
+        if let Some((va, size)) = self.region.take() {
+            crate::blk_client::free_region(va, size);
+        }
+    }
+}
+
+/// A client of the file server: its reply port and the server's port (the IPC buffer is
+/// the caller's).
+#[derive(Clone, Copy)]
+pub struct Fs {
+    pub server: u64,
+    pub reply: u64,
+}
+
+impl Fs {
+    pub fn new(server: u64) -> Result<Fs, Error> {
+        Ok(Fs {
+            server,
+            reply: port_allocate(0)?,
+        })
+    }
+
+    /// Sends request `id` with `words` then `path`, and takes its reply.
+    pub fn call(
+        &self,
+        buf: &mut IpcBuffer,
+        id: u64,
+        words: &[u64],
+        path: &str,
+    ) -> Result<Reply, Error> {
+        let mut data = [0u8; 32 + PATH_MAX + 8];
+        let mut n = 0;
+        for w in words.iter().take(4) {
+            data[n..n + 8].copy_from_slice(&w.to_le_bytes());
+            n += 8;
+        }
+        let p = path.as_bytes();
+        data.get_mut(n..n + p.len())
+            .ok_or(Error::TooLarge)?
+            .copy_from_slice(p);
+        n += p.len();
+        let h = MsgHeader {
+            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+            dest: self.server,
+            reply: self.reply,
+            id,
+            ..MsgHeader::default()
+        };
+        buf.set(h, &[], &data[..n])?;
+        buf.msg(MSG_SEND | MSG_RECEIVE, self.reply, 60 * SECONDS)?;
+        take_reply(buf, id)
+    }
+
+    /// Opens `path`: the object's right and the file's size.
+    pub fn open(&self, buf: &mut IpcBuffer, path: &str) -> Result<(u64, u64), Error> {
+        let r = self.call(buf, FS_OPEN, &[], path)?;
+        Ok((r.right.ok_or(Error::BadFormat)?, r.words[0]))
+    }
+
+    /// Creates `path` of `size` zero bytes: its object's right and size.
+    pub fn create(&self, buf: &mut IpcBuffer, path: &str, size: u64) -> Result<(u64, u64), Error> {
+        let r = self.call(buf, FS_CREATE, &[size], path)?;
+        Ok((r.right.ok_or(Error::BadFormat)?, r.words[0]))
+    }
+
+    pub fn size(&self, buf: &mut IpcBuffer, path: &str) -> Result<u64, Error> {
+        Ok(self.call(buf, FS_SIZE, &[], path)?.words[0])
+    }
+
+    pub fn delete(&self, buf: &mut IpcBuffer, path: &str) -> Result<(), Error> {
+        self.call(buf, FS_DELETE, &[], path).map(|_| ())
+    }
+
+    /// Writes back the written pages of `path` (every file for ""); the pages written.
+    pub fn sync(&self, buf: &mut IpcBuffer, path: &str) -> Result<u64, Error> {
+        Ok(self.call(buf, FS_SYNC, &[], path)?.words[0])
+    }
+
+    /// Lists the folder `path`: the reply (its words: entries, text bytes).
+    pub fn list(&self, buf: &mut IpcBuffer, path: &str) -> Result<Reply, Error> {
+        self.call(buf, FS_LIST, &[], path)
+    }
+
+    /// Ends the server (it writes every file back first).
+    pub fn stop(&self, buf: &mut IpcBuffer) -> Result<(), Error> {
+        self.call(buf, FS_STOP, &[], "").map(|_| ())
+    }
+
+    /// Files held, data requests answered, pages written back, disk reads.
+    pub fn info(&self, buf: &mut IpcBuffer) -> Result<[u64; 4], Error> {
+        Ok(self.call(buf, FS_INFO, &[], "")?.words)
+    }
+}
+
+/// Decodes the reply to request `id` in `buf`.
+pub fn take_reply(buf: &mut IpcBuffer, id: u64) -> Result<Reply, Error> {
+    let h = buf.header();
+    if h.id == NOTIFY_SEND_ONCE {
+        return Err(Error::DeadName);
+    }
+    let mut r = Reply {
+        words: [0; 4],
+        right: None,
+        region: None,
+        inline: [0; INLINE_MAX],
+        inline_len: 0,
+    };
+    for i in 0..h.descriptors() {
+        match buf.descriptor(i) {
+            Some(d) if d.kind == DESC_PORT && d.value != 0 => r.right = Some(d.value),
+            Some(d) if d.kind == DESC_OOL && d.value != 0 => r.region = Some((d.value, d.size)),
+            _ => {}
+        }
+    }
+    let data = buf.data();
+    let code = data_word(data, 0);
+    if h.id != id + 100 || code != 0 {
+        r.release();
+        if let Some(right) = r.right {
+            let _ = cap_drop(right);
+        }
+        if h.id != id + 100 {
+            return Err(Error::BadFormat);
+        }
+        return Err(Error::from_code(code as i64).unwrap_or(Error::BadFormat));
+    }
+    for (i, w) in r.words.iter_mut().enumerate() {
+        *w = data_word(data, i + 1);
+    }
+    let text_at = match id {
+        FS_LIST => 24,
+        _ => data.len(),
+    };
+    if let Some(t) = data.get(text_at..) {
+        let k = t.len().min(INLINE_MAX);
+        r.inline[..k].copy_from_slice(&t[..k]);
+        r.inline_len = k;
+    }
+    Ok(r)
+}
+
+/// Starts the file server as the boot task does: spawns `fs` with a port of its own as the
+/// bootstrap, takes its hello (a send right to its port), and sends it the driver's right
+/// `driver` (a copy). The server's task id and send right, or the setup's error
+/// (`BadFormat`: the disk was refused, and the server has ended).
+pub fn start_server(buf: &mut IpcBuffer, driver: u64) -> Result<(u64, u64), Error> {
+    let boot = port_allocate(0)?;
+    let task = match baton_rt::sys::spawn_with("fs", boot) {
+        Ok(t) => t,
+        Err(e) => {
+            let _ = cap_drop(boot);
+            return Err(e);
+        }
+    };
+    let hello = buf.msg(MSG_RECEIVE, boot, 10 * SECONDS);
+    let _ = cap_drop(boot);
+    hello?;
+    let h = buf.header();
+    let server = match buf.descriptor(0) {
+        Some(d) if h.id == FS_HELLO && d.kind == DESC_PORT => d.value,
+        _ => return Err(Error::BadFormat),
+    };
+    let reply = port_allocate(0)?;
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: server,
+        reply,
+        id: FS_SETUP,
+        ..MsgHeader::default()
+    };
+    let sent = buf
+        .set(h, &[Descriptor::port(driver, Disposition::CopySend)], &[])
+        .and_then(|_| buf.msg(MSG_SEND | MSG_RECEIVE, reply, 60 * SECONDS));
+    let _ = cap_drop(reply);
+    sent?;
+    match take_reply(buf, FS_SETUP) {
+        Ok(_) => Ok((task, server)),
+        Err(e) => {
+            let _ = cap_drop(server);
+            Err(e)
+        }
+    }
+}
