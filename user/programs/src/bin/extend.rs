@@ -9,6 +9,9 @@
 //! - several handlers on one event, their results summed by its combiner, in rank order;
 //! - a WebAssembly extension (`extensions/null_syscall`, embedded) adds system calls too,
 //!   linked against the interfaces it resolved;
+//! - calls between extension domains: a module (`extensions/caller`) calls the procedures
+//!   another module exports once a `Resolve` with that module's domain bound them; a
+//!   callee that runs out of the caller's fuel, traps or was released aborts the caller;
 //! - malicious modules: an endless loop (out of fuel) and an access outside its linear
 //!   memory are aborted, the call returns `Aborted`, the handler is removed and the task
 //!   is told on its port; a huge memory, a forged import, an oversized and an invalid
@@ -47,6 +50,12 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
 static NULL_SYSCALL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
+));
+
+/// The extension that calls another domain's procedures (`extensions/caller`).
+static CALLER: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/caller.wasm"
 ));
 
 /// A module whose memory asks for 1,000 pages (64 MB) and exports `one: (i64) -> i64`.
@@ -170,7 +179,82 @@ fn round(task_id: u64, port: u64, send: u64) -> Result<(), Failed> {
     authorisation()?;
     guards_and_combiner()?;
     wasm(task_id)?;
+    cross_domain(port, send)?;
     malicious(port, send)
+}
+
+/// SPIN's calls between domains: the `caller` module calls what a `null_syscall` module
+/// exports, once a `Resolve` with that domain (held by this task) bound its imports.
+fn cross_domain(port: u64, send: u64) -> Result<(), Failed> {
+    let callee = must("create the null_syscall module", spin::create(NULL_SYSCALL))?;
+    let console = must("import baton.console", spin::import("baton.console"))?;
+    let task = must("import baton.task", spin::import("baton.task"))?;
+    must("resolve", spin::resolve(console, callee))?;
+    must("resolve", spin::resolve(task, callee))?;
+    let caller = must("create the caller module", spin::create(CALLER))?;
+    check!(
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send) == Err(Error::NotFound),
+        "before a Resolve its imports are unbound: NotFound"
+    );
+    check!(
+        spin::resolve(console, caller) == Ok(0),
+        "the kernel's console exports nothing it imports"
+    );
+    check!(
+        spin::resolve(callee, caller) == Ok(4),
+        "Resolve with the other module's domain binds twice, one, forever and wild"
+    );
+    let h = must(
+        "install call_twice",
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(21) == Ok(42),
+        "a call into the other domain: 42"
+    );
+    must("remove", spin::remove(h))?;
+    let h = must(
+        "install call_n",
+        spin::install(caller, "call_n", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(spin::raise(50) == Ok(50), "50 calls into the other domain");
+    must("remove", spin::remove(h))?;
+    // A callee that runs out of the caller's fuel, or traps, aborts the caller.
+    for sym in ["call_forever", "call_wild"] {
+        let h = must(sym, spin::install(caller, sym, EVENT_TEST, 0, 0, send))?;
+        check!(
+            spin::raise(1) == Ok(0),
+            "{sym}: the callee's abort aborts the caller; the default answers"
+        );
+        check!(
+            receive(port, 1_000_000_000) == Ok((NOTIFY_ABORTED, h.id)),
+            "{sym}: the installer is told"
+        );
+    }
+    // The callee came back whole from its aborted calls.
+    let h = must(
+        "install call_twice again",
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(5) == Ok(10),
+        "the callee still answers after the aborts"
+    );
+    // The callee's domain released while the caller is installed: its module goes, and
+    // a call into it aborts the caller instead of reaching anything.
+    must("release the callee", spin::release(callee))?;
+    check!(
+        spin::raise(5) == Ok(0),
+        "a call into a released domain aborts"
+    );
+    check!(
+        receive(port, 1_000_000_000) == Ok((NOTIFY_ABORTED, h.id)),
+        "the installer is told"
+    );
+    for d in [caller, console, task] {
+        must("release", spin::release(d))?;
+    }
+    Ok(())
 }
 
 fn builtin(task_id: u64) -> Result<(), Failed> {
