@@ -220,6 +220,7 @@ fn install_families() {
         },
         vp_blocking: vproc::on_block,
         vp_preempting: vproc::on_preempt,
+        idle_work: extension::run_async,
     });
     pager::init();
     extension::translation::init();

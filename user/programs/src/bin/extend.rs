@@ -12,6 +12,9 @@
 //! - calls between extension domains: a module (`extensions/caller`) calls the procedures
 //!   another module exports once a `Resolve` with that module's domain bound them; a
 //!   callee that runs out of the caller's fuel, traps or was released aborts the caller;
+//! - asynchronous handlers: run after the raise by an idle processor's thread, at most
+//!   `ASYNC_PENDING_MAX` waiting per installer (the rest counted and dropped), purged with
+//!   their handler, aborted under their fuel;
 //! - malicious modules: an endless loop (out of fuel) and an access outside its linear
 //!   memory are aborted, the call returns `Aborted`, the handler is removed and the task
 //!   is told on its port; a huge memory, a forged import, an oversized and an invalid
@@ -180,7 +183,123 @@ fn round(task_id: u64, port: u64, send: u64) -> Result<(), Failed> {
     guards_and_combiner()?;
     wasm(task_id)?;
     cross_domain(port, send)?;
+    asynchronous(port, send)?;
     malicious(port, send)
+}
+
+/// The calling task's asynchronous counts: (waiting, ran, dropped).
+fn async_counts() -> Result<(u64, u64, u64), Failed> {
+    use baton_abi::spin::{ASYNC_DROPPED, ASYNC_PENDING, ASYNC_RAN};
+    Ok((
+        must("spin_async", spin::async_count(ASYNC_PENDING))?,
+        must("spin_async", spin::async_count(ASYNC_RAN))?,
+        must("spin_async", spin::async_count(ASYNC_DROPPED))?,
+    ))
+}
+
+/// Waits (sleeping, so that a processor goes idle and its worker runs) until none of
+/// this task's asynchronous raises is waiting; the counts then.
+fn settle_async() -> Result<(u64, u64, u64), Failed> {
+    for _ in 0..200 {
+        let c = async_counts()?;
+        if c.0 == 0 {
+            return Ok(c);
+        }
+        let _ = baton_rt::sys::sleep_ns(5_000_000);
+    }
+    async_counts()
+}
+
+/// SPIN's asynchronous handlers: run after the raise, by an idle processor's thread,
+/// bounded per installer, charged to it, purged when unloaded, aborted under their fuel.
+fn asynchronous(port: u64, send: u64) -> Result<(), Failed> {
+    use baton_abi::spin::ASYNC_PENDING_MAX;
+    let b = must("import builtin", spin::import("builtin.null_syscall"))?;
+    check!(
+        spin::install_async(b, "null", EVENT_SYSCALL, 0, 0x1030, send) == Err(Error::NotSupported),
+        "Trap.SystemCall takes no asynchronous handler: NotSupported"
+    );
+    let (_, ran0, dropped0) = settle_async()?;
+    let h = must(
+        "install an asynchronous one",
+        spin::install_async(b, "one", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(7) == Ok(0),
+        "the raise returns before it runs: the default answers"
+    );
+    let (waiting, ran, _) = settle_async()?;
+    check!(
+        waiting == 0 && ran == ran0 + 1,
+        "a worker ran it after the raise ({ran0} -> {ran})"
+    );
+    // The bound: raises back to back, with no idle processor between them (on one CPU),
+    // queue at most ASYNC_PENDING_MAX; the rest are counted and dropped.
+    for _ in 0..200 {
+        let _ = spin::raise(1);
+    }
+    let (waiting, _, _) = async_counts()?;
+    check!(
+        waiting <= ASYNC_PENDING_MAX,
+        "at most {ASYNC_PENDING_MAX} waiting ({waiting})"
+    );
+    let (_, ran2, dropped2) = settle_async()?;
+    check!(
+        (ran2 - ran) + (dropped2 - dropped0) == 200 && dropped2 > dropped0,
+        "every raise ran or was dropped, some dropped ({} ran, {} dropped)",
+        ran2 - ran,
+        dropped2 - dropped0
+    );
+    // Unloaded while raises wait: they go with it, and their charges (the round's
+    // baseline checks them).
+    for _ in 0..5 {
+        let _ = spin::raise(1);
+    }
+    must("remove", spin::remove(h))?;
+    check!(
+        async_counts()?.0 == 0,
+        "removing the handler drops its waiting raises"
+    );
+    // A WebAssembly one that runs out of fuel in the worker: aborted, removed, the
+    // installer told; the raise itself was not delayed.
+    let callee = must("create", spin::create(NULL_SYSCALL))?;
+    let console = must("import", spin::import("baton.console"))?;
+    let task = must("import", spin::import("baton.task"))?;
+    must("resolve", spin::resolve(console, callee))?;
+    must("resolve", spin::resolve(task, callee))?;
+    let caller = must("create", spin::create(CALLER))?;
+    must("resolve", spin::resolve(callee, caller))?;
+    let t = must(
+        "install an asynchronous wasm one",
+        spin::install_async(callee, "twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(4) == Ok(0),
+        "wasm: the default answers the raise"
+    );
+    let before = settle_async()?.1;
+    must("remove", spin::remove(t))?;
+    let f = must(
+        "install an asynchronous endless one",
+        spin::install_async(caller, "call_forever", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(1) == Ok(0),
+        "an endless asynchronous handler does not hold up the raise"
+    );
+    check!(
+        receive(port, 5_000_000_000) == Ok((NOTIFY_ABORTED, f.id)),
+        "the worker aborted it under its fuel and told the installer"
+    );
+    check!(
+        spin::remove(f) == Err(Error::NotFound),
+        "the aborted asynchronous handler is gone"
+    );
+    check!(before > ran2, "the wasm one ran too");
+    for d in [caller, callee, console, task, b] {
+        must("release", spin::release(d))?;
+    }
+    Ok(())
 }
 
 /// SPIN's calls between domains: the `caller` module calls what a `null_syscall` module

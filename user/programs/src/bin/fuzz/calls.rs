@@ -1915,7 +1915,13 @@ impl Fuzzer {
             }
             5 => {
                 let sym = b"null";
-                let (d, ev, claim, notify) = (self.edge(), self.edge(), self.edge(), self.name());
+                let (d, mut ev, claim, notify) =
+                    (self.edge(), self.edge(), self.edge(), self.name());
+                if self.r.chance(30) {
+                    ev |= baton_abi::spin::INSTALL_ASYNC;
+                }
+                let which = self.edge();
+                self.sys(Sys::SpinAsync, [which, 0, 0, 0, 0, 0]);
                 self.sys(
                     Sys::SpinInstall,
                     [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
@@ -2004,13 +2010,18 @@ impl Fuzzer {
                 ];
                 let sym = self.r.of(&syms, b"call_n");
                 let notify = self.name();
+                let asynchronous = if self.r.chance(30) {
+                    baton_abi::spin::INSTALL_ASYNC
+                } else {
+                    0
+                };
                 let h = self.sys(
                     Sys::SpinInstall,
                     [
                         caller,
                         sym.as_ptr() as u64,
                         sym.len() as u64,
-                        baton_abi::spin::EVENT_TEST,
+                        baton_abi::spin::EVENT_TEST | asynchronous,
                         0,
                         notify,
                     ],
