@@ -1999,9 +1999,9 @@ pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> 
 
 /// The end of a write fault a `Translation` handler resolved, without the default's
 /// round: when the page's translation is present and read-only, and the map now lets the
-/// write go to exactly that frame (the entry allows writing, is not copy-on-write, and
-/// the frame is its own object's page there), the translation is made writable in
-/// place. Whether it was; when not, the default ([`page_fault`]) decides as for any
+/// write go to exactly that frame with nothing to do first
+/// (`kern::vm::fault::write_in_place`: writable, not copy-on-write, its own object's
+/// page, no copy object to push to), the translation is made writable in place. Whether it was; when not, the default ([`page_fault`]) decides as for any
 /// fault.
 fn grant_write(k: &mut Kernel, task: TaskId, addr: u64) -> bool {
     use kern::pmap::ADDR_MASK;
@@ -2011,16 +2011,7 @@ fn grant_write(k: &mut Kernel, task: TaskId, addr: u64) -> bool {
     let Some(tv) = vm.tasks.get(&task) else {
         return false;
     };
-    let Some((start, e)) = tv.map.entry(page) else {
-        return false;
-    };
-    if !e.prot.contains(Prot::WRITE) || e.cow {
-        return false;
-    }
-    let Some(off) = e.offset.checked_add(page - start) else {
-        return false;
-    };
-    let Some(frame) = vm.objects.resident(e.object, off) else {
+    let Some(frame) = kern::vm::fault::write_in_place(&tv.map, &mut vm.objects, page) else {
         return false;
     };
     let Some(t) = k.tasks.get_mut(&task) else {

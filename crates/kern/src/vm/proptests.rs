@@ -11,10 +11,11 @@
 //! every frame held by exactly one object, and at the end nothing left at all.
 
 use super::copy::{copy_in, copy_out, copy_region, fork};
-use super::fault::Decision;
+use super::fault::{write_in_place, Decision};
 use super::map::{Map, Placement, ENTRIES_MAX};
 use super::object::Page;
 use super::tests::{Sim, P};
+use super::Access;
 use super::{Inherit, Prot};
 use crate::quota::{Account, Resource};
 use baton_abi::Error;
@@ -306,6 +307,19 @@ impl World {
                 let Some(map) = self.maps[t].as_mut() else {
                     return;
                 };
+                // Where a handler's resolution would make the translation writable in
+                // place, the fault path agrees: it maps that frame writable.
+                if let Some(f) = write_in_place(map, &mut self.sim.objs, addr(p)) {
+                    let d = super::fault::resolve(map, &mut self.sim.objs, addr(p), Access::Write)
+                        .map(|x| x.decision);
+                    assert_eq!(
+                        d,
+                        Ok(Decision::Map {
+                            frame: f,
+                            writable: true
+                        })
+                    );
+                }
                 let r = self.sim.write(t, map, addr(p), v);
                 let m = self.model.tasks[t].as_ref().unwrap();
                 match m.get(&p) {

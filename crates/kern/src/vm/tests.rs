@@ -1014,6 +1014,65 @@ fn one_page_protections_move_boundaries_and_stay_bounded() {
 }
 
 #[test]
+fn a_write_in_place_only_where_resolve_would_map_the_frame_writable() {
+    use super::fault::write_in_place;
+    let mut sim = Sim::new();
+    let mut p = sim.map();
+    let s = alloc(&mut sim, &mut p, Placement::Anywhere, 2 * P).unwrap();
+    // Not resident yet: a zero fill is to be done first.
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    p.inherit(&mut sim.objs, s, 2 * P, Inherit::Share).unwrap();
+    sim.write(0, &mut p, s, 1).unwrap();
+    let own = write_in_place(&p, &mut sim.objs, s).unwrap();
+    let f = resolve(&mut p, &mut sim.objs, s, Access::Write).unwrap();
+    assert_eq!(
+        f.decision,
+        Decision::Map {
+            frame: own,
+            writable: true
+        }
+    );
+    // Read-only: no.
+    p.protect_page(&mut sim.objs, s, Prot::READ, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    p.protect_page(&mut sim.objs, s, Prot::RW, &mut sim.mmu)
+        .unwrap();
+    // A snapshot of the shared memory (a copy object lacking the page): the old contents
+    // must be pushed first.
+    sim.mmu.current = 0;
+    let mut t = sim.map();
+    let y = copy_region(
+        &mut p,
+        &mut sim.objs,
+        s,
+        2 * P,
+        false,
+        &mut t,
+        Placement::Anywhere,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    assert!(matches!(
+        resolve(&mut p, &mut sim.objs, s, Access::Write)
+            .unwrap()
+            .decision,
+        Decision::CopyOnWrite { .. }
+    ));
+    // The copy's entry is copy-on-write: no.
+    assert_eq!(sim.read(1, &mut t, y).unwrap(), 1);
+    assert_eq!(write_in_place(&t, &mut sim.objs, y), None);
+    // Once pushed, the page is the writer's own again.
+    sim.write(0, &mut p, s, 5).unwrap();
+    assert!(write_in_place(&p, &mut sim.objs, s).is_some());
+    assert_eq!(sim.read(1, &mut t, y).unwrap(), 1);
+    sim.end_task(0, &mut p);
+    sim.end_task(1, &mut t);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
 fn anywhere_placements_keep_above_the_floor() {
     let mut sim = Sim::new();
     let mut map = sim.map();
