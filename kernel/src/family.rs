@@ -88,6 +88,10 @@ pub struct Hooks {
     /// user mode at a timer tick or about to be preempted (`preempted`): its processor may
     /// be told with a Checkpoint upcall (its user registers rewritten to enter it).
     pub vp_preempting: fn(&mut Kernel, ThreadId, bool),
+    /// A processor is about to halt with nothing to run (its idle thread, under the
+    /// lock): a family may do deferred work (SPIN's asynchronous handlers). Whether it
+    /// did any (the idle loop then looks at its run queue again).
+    pub idle_work: fn(&mut Kernel) -> bool,
 }
 
 /// The hooks before [`install`]: nothing to do.
@@ -113,6 +117,7 @@ const NONE: Hooks = Hooks {
     page_fault: |_, _, _, _| Err(0),
     vp_blocking: |_, _, _| {},
     vp_preempting: |_, _, _| {},
+    idle_work: |_| false,
 };
 
 static HOOKS: spin::Once<Hooks> = spin::Once::new();

@@ -1269,6 +1269,10 @@ pub fn idle_loop() -> ! {
             thread::thread_block(k, Some(Continuation::new(Resume::Idle)));
             continue;
         }
+        // Deferred work of the families (asynchronous extension handlers), then look again.
+        if (crate::family::hooks().idle_work)(k) {
+            continue;
+        }
         // A traced entry that ends with the CPU going idle ends here.
         crate::trace::exit(k, true);
         if k.tasks.is_empty() && k.shutdown_when_idle && cpu == 0 {

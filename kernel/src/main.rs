@@ -212,13 +212,15 @@ fn install_families() {
         // the virtual-memory system's own resolution (`pageout::page_fault`), which
         // enters whatever translation the map now allows.
         page_fault: |k, t, addr, error| {
-            if vm::translation_watched() {
-                vm::translation_fault(k, t, addr, error);
+            // A handler's resolution that left nothing for the default to do ends here.
+            if vm::translation_watched() && vm::translation_fault(k, t, addr, error) {
+                return Ok(());
             }
             pageout::page_fault(k, t, addr, error)
         },
         vp_blocking: vproc::on_block,
         vp_preempting: vproc::on_preempt,
+        idle_work: extension::run_async,
     });
     pager::init();
     extension::translation::init();

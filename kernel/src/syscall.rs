@@ -391,7 +391,8 @@ impl Kernel {
             | Sys::SpinInstall
             | Sys::SpinRemove
             | Sys::SpinRelease
-            | Sys::SpinRaise => crate::extension::sys(self, id, call, args),
+            | Sys::SpinRaise
+            | Sys::SpinAsync => crate::extension::sys(self, id, call, args),
             Sys::SpinvmQuery | Sys::SpinvmMark => {
                 crate::extension::translation::sys(self, id, call, args)
             }

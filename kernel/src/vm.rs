@@ -1474,7 +1474,12 @@ fn vm_protect(
     // SAFETY: the lock is held (the caller is in a system call); the family's entry.
     let vm = unsafe { state() };
     with_map(k, vm, task, |tv, objs, m| {
-        tv.map.protect(objs, addr, len, prot, set_max, m)
+        if len == PAGE_SIZE && !set_max {
+            // One page, as SPIN's fault handlers change it: no split and merge.
+            tv.map.protect_page(objs, addr, prot, m)
+        } else {
+            tv.map.protect(objs, addr, len, prot, set_max, m)
+        }
     })??;
     Ok(0)
 }
@@ -1966,8 +1971,9 @@ pub fn translation_watched() -> bool {
 /// SPIN's `Translation` event for a user page fault of thread `t` at `addr` (CPU error
 /// code `error`), raised before [`page_fault`]: its handlers may change the map (a
 /// protection, a mapping). Whatever they did, [`page_fault`] follows, the default: it
-/// enters the translation the map now allows, or goes on as for any fault. Whether a
-/// handler resolved it.
+/// enters the translation the map now allows, or goes on as for any fault. Whether the
+/// fault is over: a handler resolved a write fault and [`grant_write`] made the page's
+/// translation writable, so the default has nothing left to do.
 #[inline(never)]
 pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> bool {
     let Some(raise) = TRANSLATION.get() else {
@@ -1988,7 +1994,45 @@ pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> 
     // A built-in handler's copy to or from user memory that met a page being paged in
     // noted a wait for a system call to restart; there is none here.
     clear_page_wait();
-    resolved
+    resolved && access == Access::Write && grant_write(k, task, addr)
+}
+
+/// The end of a write fault a `Translation` handler resolved, without the default's
+/// round: when the page's translation is present and read-only, and the map now lets the
+/// write go to exactly that frame with nothing to do first
+/// (`kern::vm::fault::write_in_place`: writable, not copy-on-write, its own object's
+/// page, no copy object to push to), the translation is made writable in place. Whether it was; when not, the default ([`page_fault`]) decides as for any
+/// fault.
+fn grant_write(k: &mut Kernel, task: TaskId, addr: u64) -> bool {
+    use kern::pmap::ADDR_MASK;
+    let page = addr & !(PAGE_SIZE - 1);
+    // SAFETY: the lock is held (the page-fault hook); this reference ends here.
+    let vm = unsafe { state() };
+    let Some(tv) = vm.tasks.get(&task) else {
+        return false;
+    };
+    let Some(frame) = kern::vm::fault::write_in_place(&tv.map, &mut vm.objects, page) else {
+        return false;
+    };
+    let Some(t) = k.tasks.get_mut(&task) else {
+        return false;
+    };
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    // An upgrade from read-only to writable needs no TLB flush: the fault that brought
+    // us here dropped this address's entry on this CPU, and another CPU's stale
+    // read-only entry can at worst fault once more and find the translation writable.
+    let changed = t
+        .space
+        .update_leaves(&mut mem, page, page + PAGE_SIZE, |_, pte| {
+            if pte & ADDR_MASK == frame.0 && pte & WRITABLE == 0 {
+                pte | WRITABLE
+            } else {
+                pte
+            }
+        });
+    changed == 1
 }
 
 /// The protection of task `task`'s map at `addr` (`None`: no range covers it).

@@ -237,7 +237,7 @@ pub fn parse_tools(text: &str) -> Vec<String> {
 pub const WASM_TARGET: &str = "wasm32-unknown-unknown";
 
 /// The extension crates (`extensions/*`), built for [`WASM_TARGET`].
-pub const EXTENSIONS: &[&str] = &["null-syscall", "appel"];
+pub const EXTENSIONS: &[&str] = &["null-syscall", "appel", "caller"];
 
 /// Builds the extension crates for [`WASM_TARGET`] (installing the target with rustup
 /// when missing) into `target/extensions/wasm32-unknown-unknown/release/<crate>.wasm`,

@@ -196,6 +196,8 @@ pub const FLOORS: &[(&str, &str)] = &[
     // An exception starts with a CPU fault from user mode and ends by resuming the thread
     // behind it: at least the floor page-fault round trip.
     ("exc.", "floor.fault.roundtrip"),
+    // One call between extension domains, inside a handler: per call, no kernel entry.
+    ("spin.call.", ""),
     // Anything else enters the kernel through a full save at least once.
     ("", "floor.syscall.full"),
 ];

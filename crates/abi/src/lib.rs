@@ -519,6 +519,12 @@ pub enum Sys {
     /// it) have run, and in bits 32.. how many times they vetoed.
     /// [`Error::NotFound`] for another event.
     StrandCount = 162,
+    /// `spin_async(which) -> count`: the calling task's asynchronous handlers, as their
+    /// installer: how many raises of them are waiting to run
+    /// ([`spin::ASYNC_PENDING`]), have run ([`spin::ASYNC_RAN`]), or were dropped because
+    /// [`spin::ASYNC_PENDING_MAX`] were already waiting or no memory could be charged
+    /// ([`spin::ASYNC_DROPPED`]). [`Error::InvalidArgument`] for another `which`.
+    SpinAsync = 210,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -868,6 +874,7 @@ impl Sys {
             160 => Sys::VpPreempt,
             161 => Sys::VpResume,
             162 => Sys::StrandCount,
+            210 => Sys::SpinAsync,
             _ => return None,
         })
     }

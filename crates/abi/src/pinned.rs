@@ -311,3 +311,16 @@ fn dma_quarantine_numbers() {
     assert_eq!(Sys::from_raw(169), None);
     assert_eq!(Sys::from_raw(175), None);
 }
+
+#[test]
+fn spin_async_numbers() {
+    assert_eq!(Sys::SpinAsync as u64, 210);
+    assert_eq!(Sys::from_raw(210), Some(Sys::SpinAsync));
+    for n in 211..=219 {
+        assert_eq!(Sys::from_raw(n), None);
+    }
+    use crate::spin::*;
+    assert_eq!(INSTALL_ASYNC, 0x8000_0000);
+    assert_eq!(ASYNC_PENDING_MAX, 16);
+    assert_eq!((ASYNC_PENDING, ASYNC_RAN, ASYNC_DROPPED), (0, 1, 2));
+}

@@ -47,5 +47,20 @@ pub const FUEL: u64 = 100_000;
 /// id whose word is the handler id.
 pub const NOTIFY_ABORTED: u64 = 0x5350_0001;
 
+/// Or'ed into `spin_install`'s event word: the handler is asynchronous (SPIN's handler
+/// constraint): a raise does not run it; a kernel worker (a processor's idle thread) runs
+/// it afterwards, and its result is not the raise's. Only `Test.Raise` takes such
+/// handlers (`NotSupported` elsewhere).
+pub const INSTALL_ASYNC: u64 = 1 << 31;
+/// Most raises of one installer's asynchronous handlers waiting to run; a raise past it
+/// is counted ([`ASYNC_DROPPED`]) and dropped.
+pub const ASYNC_PENDING_MAX: u64 = 16;
+/// `spin_async`'s `which`: raises waiting to run.
+pub const ASYNC_PENDING: u64 = 0;
+/// `spin_async`'s `which`: asynchronous invocations that have run.
+pub const ASYNC_RAN: u64 = 1;
+/// `spin_async`'s `which`: raises dropped (past the bound, or no memory).
+pub const ASYNC_DROPPED: u64 = 2;
+
 /// Most domains one task may hold.
 pub const DOMAINS_MAX: usize = 32;

@@ -15,6 +15,21 @@
 //! while its handlers run; handlers never touch [`STATE`] (a WebAssembly handler uses
 //! only `wasm::EXTS`), and every change to the handler lists happens after the raise.
 //!
+//! # Asynchronous handlers
+//! `Test.Raise` takes asynchronous handlers (`spin_install` with
+//! `baton_abi::spin::INSTALL_ASYNC`): a raise does not run them but queues a [`Pending`]
+//! record of each whose guards held (the handler's id, its installer, the argument), at
+//! most `ASYNC_PENDING_MAX` per installer, each charged [`PENDING_BYTES`] of kernel heap
+//! to the installer; past the bound, or when the charge or the queue's room fails, the
+//! raise is counted as dropped for the installer and goes on. The worker is whichever
+//! processor's idle thread next finds nothing to run ([`run_async`], the core's
+//! `idle_work` hook): it runs up to [`ASYNC_BATCH`] of them, oldest first, each by its
+//! handler id (one removed meanwhile is gone from the queue already: every removal purges
+//! its records, giving back their charges), under the lock and, for a WebAssembly
+//! handler, under its fuel; one that aborts is removed and its installer told, as for a
+//! synchronous one. A handler cannot be unloaded while it runs (it runs under the big
+//! lock, and nothing it may call releases domains).
+//!
 //! # Invariants
 //! - Every installed handler has one [`Meta`] record (its event, id, installer, domain
 //!   and notification port), and a domain's handlers go before the domain does.
@@ -28,8 +43,8 @@ pub mod wasm;
 use crate::kernel::{Kernel, TaskId};
 use alloc::vec::Vec;
 use baton_abi::spin::{
-    DOMAINS_MAX, EVENT_SYSCALL, EVENT_TEST, EXT_SYSCALL_END, EXT_SYSCALL_FIRST, FUEL,
-    NOTIFY_ABORTED,
+    ASYNC_DROPPED, ASYNC_PENDING, ASYNC_PENDING_MAX, ASYNC_RAN, DOMAINS_MAX, EVENT_SYSCALL,
+    EVENT_TEST, EXT_SYSCALL_END, EXT_SYSCALL_FIRST, FUEL, INSTALL_ASYNC, NOTIFY_ABORTED,
 };
 use baton_abi::{Error, Sys};
 use core::cell::UnsafeCell;
@@ -77,6 +92,25 @@ struct Meta {
     notify: Option<PortId>,
 }
 
+/// A raise of an asynchronous `Test.Raise` handler waiting for a worker.
+struct Pending {
+    id: HandlerId,
+    /// The handler's installer, charged for this record.
+    task: TaskId,
+    arg: u64,
+    _charge: kern::quota::Charge,
+}
+
+/// Kernel heap a [`Pending`] record is charged to its installer.
+pub const PENDING_BYTES: usize = 64;
+
+/// Most asynchronous invocations one idle pass runs before it looks at its run queue
+/// again.
+pub const ASYNC_BATCH: usize = 4;
+
+/// An installer's asynchronous counts: (task, ran, dropped).
+type AsyncCount = (TaskId, u64, u64);
+
 /// The family's state.
 pub struct State {
     syscall: SyscallEvent,
@@ -86,6 +120,11 @@ pub struct State {
     meta: Vec<Meta>,
     /// The domains of the kernel's public interfaces.
     kernel_domains: [DomainId; 3],
+    /// Raises of asynchronous handlers waiting for a worker, oldest first.
+    pending: Vec<Pending>,
+    /// The counts of each task that installed an asynchronous handler (made at its
+    /// installation, so that counting a raise allocates nothing).
+    async_counts: Vec<AsyncCount>,
 }
 
 struct Global(UnsafeCell<Option<State>>);
@@ -246,7 +285,8 @@ impl State {
             Some(u64::wrapping_add),
             false,
             kern::spin::event::MAX_HANDLERS,
-        )?;
+        )?
+        .allow_asynchronous();
         let mut domains = Domains::new();
         let mut names = NameServer::new();
         let none = Sig {
@@ -294,6 +334,8 @@ impl State {
             names,
             meta,
             kernel_domains,
+            pending: Vec::new(),
+            async_counts: Vec::new(),
         })
     }
 }
@@ -383,6 +425,19 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
     let s = unsafe { state(k) }?;
     let me = Holder::Task(task);
     match call {
+        Sys::SpinAsync => {
+            let (ran, dropped) = s
+                .async_counts
+                .iter()
+                .find(|c| c.0 == task)
+                .map_or((0, 0), |c| (c.1, c.2));
+            match args[0] {
+                ASYNC_PENDING => Ok(s.pending.iter().filter(|p| p.task == task).count() as u64),
+                ASYNC_RAN => Ok(ran),
+                ASYNC_DROPPED => Ok(dropped),
+                _ => Err(Error::InvalidArgument),
+            }
+        }
         Sys::SpinImport => {
             let n = copy_name(k, task, args[0], args[1])?;
             check_room(s, task)?;
@@ -416,7 +471,10 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                     return strand::remove(task, w, id).map(|()| 0);
                 }
                 EVENT_SYSCALL => s.syscall.remove(id, Some(&who))?,
-                EVENT_TEST => s.test.remove(id, Some(&who))?,
+                EVENT_TEST => {
+                    s.test.remove(id, Some(&who))?;
+                    purge_pending(s);
+                }
                 e if baton_abi::translation::is_translation_event(e) => {
                     return translation::remove(task, e, id).map(|()| 0)
                 }
@@ -452,17 +510,100 @@ fn raise_test(k: &mut Kernel, arg: u64) -> Result<u64, Error> {
         return Ok(0);
     };
     let r = s.test.raise(k, &arg);
+    if r.deferred != 0 {
+        defer(k, s, r.deferred, arg);
+    }
     if r.aborted != 0 {
         aborted(k, EVENT_TEST, r.aborted);
     }
     Ok(r.result)
 }
 
+/// Queues the asynchronous handlers at the positions in `mask` of `Test.Raise` for a
+/// worker, each charged to its installer; counts those past the bound as dropped.
+#[inline(never)]
+fn defer(k: &mut Kernel, s: &mut State, mask: u32, arg: u64) {
+    for i in 0..kern::spin::event::MAX_HANDLERS {
+        if mask & (1 << i) == 0 {
+            continue;
+        }
+        let Some((id, Some(who))) = s.test.installer_at(i) else {
+            continue;
+        };
+        let task = who.task;
+        let waiting = s.pending.iter().filter(|p| p.task == task).count() as u64;
+        let charge = k
+            .tasks
+            .get(&task)
+            .and_then(|t| crate::quota::heap(&t.account, PENDING_BYTES).ok());
+        let queued = match charge {
+            Some(c) if waiting < ASYNC_PENDING_MAX && s.pending.try_reserve(1).is_ok() => {
+                s.pending.push(Pending {
+                    id,
+                    task,
+                    arg,
+                    _charge: c,
+                });
+                true
+            }
+            _ => false,
+        };
+        if !queued {
+            if let Some(c) = s.async_counts.iter_mut().find(|c| c.0 == task) {
+                c.2 += 1;
+            }
+        }
+    }
+}
+
+/// The core's `idle_work` hook: runs up to [`ASYNC_BATCH`] waiting asynchronous handlers
+/// (see the module documentation). Whether it ran any.
+pub fn run_async(k: &mut Kernel) -> bool {
+    let mut ran = false;
+    for _ in 0..ASYNC_BATCH {
+        // SAFETY: the lock is held (the idle loop); the reference ends before the
+        // handler runs, and the state is borrowed afresh after it.
+        let Some(s) = (unsafe { existing() }) else {
+            return ran;
+        };
+        if s.pending.is_empty() {
+            return ran;
+        }
+        let p = s.pending.remove(0);
+        let Some((f, b)) = s.test.proc_of(p.id) else {
+            continue;
+        };
+        ran = true;
+        let r = f(k, b, &p.arg);
+        drop(p._charge);
+        // SAFETY: as above; the handler's own use of the modules has ended.
+        let Some(s) = (unsafe { existing() }) else {
+            return ran;
+        };
+        if let Some(c) = s.async_counts.iter_mut().find(|c| c.0 == p.task) {
+            c.1 += 1;
+        }
+        if r.is_none() {
+            if let Some(at) = s.test.handler_ids().position(|h| h == p.id) {
+                aborted(k, EVENT_TEST, 1u32.checked_shl(at as u32).unwrap_or(0));
+            }
+        }
+    }
+    ran
+}
+
+/// Drops the waiting raises of handlers no longer installed (their charges come back).
+fn purge_pending(s: &mut State) {
+    let test = &s.test;
+    s.pending.retain(|p| test.proc_of(p.id).is_some());
+}
+
 /// `spin_install(domain, sym_ptr, sym_len, event | rank << 32, claim, notify)`.
 fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Result<u64, Error> {
     let domain = DomainId(args[0]);
     let sym = copy_name(k, task, args[1], args[2])?;
-    let event = args[3] & 0xffff_ffff;
+    let asynchronous = args[3] & INSTALL_ASYNC != 0;
+    let event = args[3] & 0xffff_ffff & !INSTALL_ASYNC;
     let rank = (args[3] >> 32) as u32 as i32;
     let claim = args[4];
     let notify = match args[5] {
@@ -484,8 +625,22 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         installer,
         claim,
         rank,
-        mode: Mode::Synchronous,
+        mode: if asynchronous {
+            Mode::Asynchronous
+        } else {
+            Mode::Synchronous
+        },
     };
+    if asynchronous {
+        if event != EVENT_TEST {
+            return Err(Error::NotSupported);
+        }
+        // Its counts, made now so that a raise never allocates to count.
+        if !s.async_counts.iter().any(|c| c.0 == task) {
+            s.async_counts.try_reserve(1).map_err(|_| Error::NoMemory)?;
+            s.async_counts.push((task, 0, 0));
+        }
+    }
     if baton_abi::translation::is_translation_event(event) {
         return translation::install(
             k, &s.domains, task, owner, &symbol, builtin, &req, event, notify,
@@ -568,6 +723,7 @@ fn forget_domain(s: &mut State, d: DomainId) {
             _ => s.test.remove(m.id, None),
         };
     }
+    purge_pending(s);
     translation::forget_domain(d);
     s.names.forget(d);
     wasm::forget(d);
@@ -583,6 +739,8 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     };
     s.syscall.remove_where(|i| i.task == id);
     s.test.remove_where(|i| i.task == id);
+    purge_pending(s);
+    s.async_counts.retain(|c| c.0 != id);
     strand::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {

@@ -72,7 +72,11 @@ struct Ext {
     /// a shared one would keep every released module's code (uncharged) for ever.
     engine: Engine,
     module: Module,
-    store: Option<(Store<Host>, Instance)>,
+    /// Its store and instance once instantiated, boxed so that an invocation can take
+    /// them out of the list while it runs ([`take_store`]): a call into another module
+    /// then borrows the list afresh, and a call back into a module already running finds
+    /// its store gone (refused) instead of aliasing it.
+    store: Option<alloc::boxed::Box<(Store<Host>, Instance)>>,
     sys_funcs: Vec<SysFn>,
     test_funcs: Vec<TestFn>,
     fault_funcs: Vec<FaultFn>,
@@ -255,14 +259,18 @@ pub fn closure(
     let _ = k;
     // SAFETY: the lock is held (we have `k`); no other reference to the modules is live.
     let e = unsafe { exts() };
-    let (slot, ext) = e
+    let slot = e
         .list
-        .iter_mut()
-        .enumerate()
-        .find_map(|(i, s)| s.as_mut().filter(|x| x.domain == owner).map(|x| (i, x)))
+        .iter()
+        .position(|s| s.as_ref().is_some_and(|x| x.domain == owner))
         .ok_or(Error::NotFound)?;
-    crate::heap::bounded(|| instantiate(ext, domains, task, owner))?;
-    let Some((store, instance)) = ext.store.as_ref() else {
+    crate::heap::bounded(|| instantiate(&mut e.list, slot, domains, task, 0))?;
+    let ext = e
+        .list
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .ok_or(Error::NotFound)?;
+    let Some((store, instance)) = ext.store.as_deref() else {
         return Err(Error::NotFound);
     };
     let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
@@ -309,65 +317,205 @@ pub fn closure(
     Ok((slot as u64) << 32 | index as u64)
 }
 
-/// Instantiates `ext` (of domain `owner`, task `task`'s) if it is not yet: links the
-/// imports its domain resolved, and nothing else.
+/// Deepest chain of modules instantiated for one another (a module's imports bound to
+/// another module's exports, and so on): a cycle of such bindings is refused at this depth.
+pub const CALL_DEPTH_MAX: usize = 4;
+
+/// An import bound to another module's export: the callee's slot and domain, and the
+/// function.
+#[derive(Clone, Copy)]
+struct Callee {
+    slot: usize,
+    domain: DomainId,
+    func: wasmi::Func,
+}
+
+/// Instantiates the module in `list[slot]` (task `task`'s) if it is not yet: links the
+/// imports its domain resolved, and nothing else. An import bound to another module's
+/// export (a `Resolve` with that module's domain as the source, which needs a capability
+/// for it) is linked to a call into that module ([`cross_call`]), which is instantiated
+/// first, at most [`CALL_DEPTH_MAX`] deep (`NotSupported` past it: a cycle).
 fn instantiate(
-    ext: &mut Ext,
+    list: &mut [Option<Ext>],
+    slot: usize,
     domains: &Domains,
     task: TaskId,
-    owner: DomainId,
+    depth: usize,
 ) -> Result<(), Error> {
-    if ext.store.is_none() {
-        let d = domains.get(Holder::Task(task), owner)?;
-        let engine = ext.engine.clone();
-        let mut linker = Linker::<Host>::new(&engine);
-        for (imp, bound) in d.imports() {
-            let bound = bound.ok_or(Error::NotFound)?;
-            let module =
-                core::str::from_utf8(imp.interface.as_bytes()).map_err(|_| Error::BadFormat)?;
-            let name = core::str::from_utf8(imp.name.as_bytes()).map_err(|_| Error::BadFormat)?;
-            let r = match bound.target {
-                K_CONSOLE_WRITE => linker.func_wrap(module, name, console_write).map(|_| ()),
-                K_TASK_ID => linker
-                    .func_wrap(module, name, |c: Caller<'_, Host>| -> i64 {
-                        c.data().task as i64
-                    })
-                    .map(|_| ()),
-                K_SECRET => linker.func_wrap(module, name, || -> i64 { 42 }).map(|_| ()),
-                t if super::translation::is_target(t) => link_memory(&mut linker, module, name, t),
-                // Bound to another module's export: calls between modules are not built.
-                _ => return Err(Error::NotSupported),
-            };
-            r.map_err(|_| Error::BadFormat)?;
-        }
-        let limits = StoreLimitsBuilder::new()
-            .memory_size(MEMORY_PAGES_MAX as usize * 65536)
-            .memories(1)
-            .tables(1)
-            .table_elements(1024)
-            .instances(1)
-            .build();
-        let mut store = Store::new(
-            &engine,
-            Host {
-                task,
-                limits,
-                kernel: core::ptr::null_mut(),
-            },
-        );
-        store.limiter(|h| &mut h.limits);
-        store.set_fuel(FUEL).map_err(|_| Error::BadFormat)?;
-        let instance = linker
-            .instantiate_and_start(&mut store, &ext.module)
-            .map_err(|err| {
-                crate::arch::serial::kprintln!(
-                    "[kernel] extension of task {task} not instantiated: {err}"
-                );
-                Error::NoMemory
-            })?;
-        ext.store = Some((store, instance));
+    let ext = list
+        .get(slot)
+        .and_then(Option::as_ref)
+        .ok_or(Error::NotFound)?;
+    if ext.store.is_some() {
+        return Ok(());
     }
+    if depth >= CALL_DEPTH_MAX {
+        return Err(Error::NotSupported);
+    }
+    let owner = ext.domain;
+    let d = domains.get(Holder::Task(task), owner)?;
+    // The modules it calls, first: their functions are what the imports link to.
+    let mut callees: Vec<Option<Callee>> = Vec::new();
+    callees
+        .try_reserve_exact(d.imports().len())
+        .map_err(|_| Error::NoMemory)?;
+    for (imp, bound) in d.imports() {
+        let bound = bound.ok_or(Error::NotFound)?;
+        let Some(cs) = list
+            .iter()
+            .position(|x| x.as_ref().is_some_and(|x| x.domain == bound.domain))
+        else {
+            callees.push(None);
+            continue;
+        };
+        instantiate(list, cs, domains, task, depth + 1)?;
+        let callee = list
+            .get(cs)
+            .and_then(Option::as_ref)
+            .ok_or(Error::NotFound)?;
+        let (store, instance) = callee.store.as_deref().ok_or(Error::NotFound)?;
+        let name = callee
+            .module
+            .exports()
+            .nth(usize::try_from(bound.target).map_err(|_| Error::NotFound)?)
+            .map(|x| x.name())
+            .ok_or(Error::NotFound)?;
+        if name.as_bytes() != imp.name.as_bytes() {
+            return Err(Error::NotFound);
+        }
+        let func = instance.get_func(store, name).ok_or(Error::NotFound)?;
+        callees.push(Some(Callee {
+            slot: cs,
+            domain: bound.domain,
+            func,
+        }));
+    }
+    let ext = list
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .ok_or(Error::NotFound)?;
+    let engine = ext.engine.clone();
+    let mut linker = Linker::<Host>::new(&engine);
+    for (((imp, bound), callee), mi) in d
+        .imports()
+        .iter()
+        .zip(callees.iter())
+        .zip(ext.module.imports())
+    {
+        let bound = bound.ok_or(Error::NotFound)?;
+        let module =
+            core::str::from_utf8(imp.interface.as_bytes()).map_err(|_| Error::BadFormat)?;
+        let name = core::str::from_utf8(imp.name.as_bytes()).map_err(|_| Error::BadFormat)?;
+        let r = match (callee, bound.target) {
+            (Some(c), _) => {
+                let ExternType::Func(ft) = mi.ty() else {
+                    return Err(Error::BadFormat);
+                };
+                let c = *c;
+                linker
+                    .func_new(module, name, ft.clone(), move |caller, params, results| {
+                        cross_call(caller, c, params, results)
+                    })
+                    .map(|_| ())
+            }
+            (None, K_CONSOLE_WRITE) => linker.func_wrap(module, name, console_write).map(|_| ()),
+            (None, K_TASK_ID) => linker
+                .func_wrap(module, name, |c: Caller<'_, Host>| -> i64 {
+                    c.data().task as i64
+                })
+                .map(|_| ()),
+            (None, K_SECRET) => linker.func_wrap(module, name, || -> i64 { 42 }).map(|_| ()),
+            (None, t) if super::translation::is_target(t) => {
+                link_memory(&mut linker, module, name, t)
+            }
+            (None, _) => return Err(Error::NotSupported),
+        };
+        r.map_err(|_| Error::BadFormat)?;
+    }
+    let limits = StoreLimitsBuilder::new()
+        .memory_size(MEMORY_PAGES_MAX as usize * 65536)
+        .memories(1)
+        .tables(1)
+        .table_elements(1024)
+        .instances(1)
+        .build();
+    let mut store = Store::new(
+        &engine,
+        Host {
+            task,
+            limits,
+            kernel: core::ptr::null_mut(),
+        },
+    );
+    store.limiter(|h| &mut h.limits);
+    store.set_fuel(FUEL).map_err(|_| Error::BadFormat)?;
+    let instance = linker
+        .instantiate_and_start(&mut store, &ext.module)
+        .map_err(|err| {
+            crate::arch::serial::kprintln!(
+                "[kernel] extension of task {task} not instantiated: {err}"
+            );
+            Error::NoMemory
+        })?;
+    let boxed = kern::fallible::try_box((store, instance)).ok_or(Error::NoMemory)?;
+    ext.store = Some(boxed);
     Ok(())
+}
+
+/// One call from a module into another module's exported function (SPIN's protected
+/// in-kernel call between domains): the callee runs in its own store and linear memory,
+/// for the same task and kernel as its caller, on the fuel the caller has left (what it
+/// burns is the caller's). A callee that is gone, or already running (a call back into a
+/// module on the way), or that traps or runs out of fuel, makes the call trap, which
+/// aborts the caller's handler as any trap does.
+fn cross_call(
+    mut caller: Caller<'_, Host>,
+    c: Callee,
+    params: &[wasmi::Val],
+    results: &mut [wasmi::Val],
+) -> Result<(), wasmi::Error> {
+    let (task, kernel) = (caller.data().task, caller.data().kernel);
+    let fuel = caller.get_fuel()?;
+    let mut st = take_store(c.slot, c.domain).ok_or_else(|| wasmi::Error::new("callee busy"))?;
+    let (store, _) = &mut *st;
+    store.data_mut().task = task;
+    store.data_mut().kernel = kernel;
+    let r = store
+        .set_fuel(fuel)
+        .and_then(|()| c.func.call(&mut *store, params, results));
+    let left = store.get_fuel().unwrap_or(0);
+    store.data_mut().kernel = core::ptr::null_mut();
+    put_store(c.slot, c.domain, st);
+    caller.set_fuel(left)?;
+    r.map_err(|_| wasmi::Error::new("callee aborted"))
+}
+
+/// Takes the store of the module in `slot` (of domain `domain`) out of the list for an
+/// invocation; `None` when it is gone, not instantiated, or already running.
+fn take_store(slot: usize, domain: DomainId) -> Option<alloc::boxed::Box<(Store<Host>, Instance)>> {
+    // SAFETY: under the lock (every invocation is), and no reference into the list is
+    // live across an invocation: each takes its store out first ([`Ext::store`]).
+    let e = unsafe { exts() };
+    e.list
+        .get_mut(slot)?
+        .as_mut()
+        .filter(|x| x.domain == domain)?
+        .store
+        .take()
+}
+
+/// Puts back what [`take_store`] took (dropped if the module went meanwhile).
+fn put_store(slot: usize, domain: DomainId, st: alloc::boxed::Box<(Store<Host>, Instance)>) {
+    // SAFETY: as in [`take_store`].
+    let e = unsafe { exts() };
+    if let Some(x) = e
+        .list
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .filter(|x| x.domain == domain)
+    {
+        x.store = Some(st);
+    }
 }
 
 /// `baton.console.write(ptr, len)`: prints bytes of the module's own linear memory.
@@ -403,26 +551,83 @@ fn fuel(b: Binding) -> u64 {
     }
 }
 
+/// Runs one invocation of the module in `slot` for task `task` (with the kernel, for the
+/// memory interfaces, when `k` is given) on `fuel`: its store is taken out of the list
+/// for the length of `run` ([`take_store`]). `None` when the module is gone or already
+/// running; otherwise what `run` gave.
+fn invoke<R>(
+    slot: usize,
+    task: Option<u64>,
+    k: Option<&mut Kernel>,
+    fuel: u64,
+    pick: impl FnOnce(&Ext) -> Option<R::Func>,
+    run: R,
+) -> Option<Result<R::Out, wasmi::Error>>
+where
+    R: Run,
+{
+    let (func, domain) = {
+        // SAFETY: under the lock (every raise is); this reference ends in this block.
+        let e = unsafe { exts() };
+        let ext = e.list.get(slot)?.as_ref()?;
+        (pick(ext)?, ext.domain)
+    };
+    let mut st = take_store(slot, domain)?;
+    let (store, _) = &mut *st;
+    if let Some(task) = task {
+        store.data_mut().task = task;
+    }
+    store.data_mut().kernel = k.map_or(core::ptr::null_mut(), |k| k as *mut Kernel);
+    let r = match store.set_fuel(fuel) {
+        Ok(()) => crate::heap::bounded(|| run.run(func, &mut *store)),
+        Err(e) => Err(e),
+    };
+    store.data_mut().kernel = core::ptr::null_mut();
+    put_store(slot, domain, st);
+    Some(r)
+}
+
+/// A kind of invocation: the typed function it calls and how.
+trait Run {
+    type Func;
+    type Out;
+    fn run(self, f: Self::Func, store: &mut Store<Host>) -> Result<Self::Out, wasmi::Error>;
+}
+
+/// A call of a typed function with these arguments.
+struct With<A>(A);
+
+impl<A: wasmi::WasmParams, Res: wasmi::WasmResults> Run
+    for (With<A>, core::marker::PhantomData<Res>)
+{
+    type Func = TypedFunc<A, Res>;
+    type Out = Res;
+    fn run(self, f: TypedFunc<A, Res>, store: &mut Store<Host>) -> Result<Res, wasmi::Error> {
+        f.call(store, self.0 .0)
+    }
+}
+
+fn with<A, Res>(a: A) -> (With<A>, core::marker::PhantomData<Res>) {
+    (With(a), core::marker::PhantomData)
+}
+
 /// Runs a module's `Trap.SystemCall` handler: `(number, a0, a1, a2) -> rax`.
 pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
     let (slot, index) = slot_of(b);
-    // SAFETY: handlers run under the lock (a raise is in a system call), and nothing else
-    // of the modules is borrowed during a raise.
-    let e = unsafe { exts() };
-    let ext = e.list.get_mut(slot)?.as_mut()?;
-    let f = ext.sys_funcs.get(index)?;
-    let (store, _) = ext.store.as_mut()?;
-    store.data_mut().task = c.task;
-    store.data_mut().kernel = k;
-    store.set_fuel(fuel(b)).ok()?;
     let args = (
         c.number as i64,
         c.args[0] as i64,
         c.args[1] as i64,
         c.args[2] as i64,
     );
-    let r = crate::heap::bounded(|| f.call(&mut *store, args));
-    store.data_mut().kernel = core::ptr::null_mut();
+    let r = invoke(
+        slot,
+        Some(c.task),
+        Some(k),
+        fuel(b),
+        |x| x.sys_funcs.get(index).copied(),
+        with::<_, i64>(args),
+    )?;
     match r {
         Ok(v) => Some(Some(v as u64)),
         Err(err) => {
@@ -436,15 +641,17 @@ pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u6
 }
 
 /// Runs a module's `Test.Raise` handler.
-pub fn test_handler(_k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
+pub fn test_handler(k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
     let (slot, index) = slot_of(b);
-    // SAFETY: as in `syscall_handler`.
-    let e = unsafe { exts() };
-    let ext = e.list.get_mut(slot)?.as_mut()?;
-    let f = ext.test_funcs.get(index)?;
-    let (store, _) = ext.store.as_mut()?;
-    store.set_fuel(fuel(b)).ok()?;
-    match crate::heap::bounded(|| f.call(store, *a as i64)) {
+    let r = invoke(
+        slot,
+        None,
+        Some(k),
+        fuel(b),
+        |x| x.test_funcs.get(index).copied(),
+        with::<_, i64>(*a as i64),
+    )?;
+    match r {
         Ok(v) => Some(v as u64),
         Err(err) => {
             crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");
@@ -461,21 +668,18 @@ pub fn fault_handler(
     f: &kern::spin::translation::Fault,
 ) -> Option<bool> {
     let (slot, index) = slot_of(b);
-    // SAFETY: handlers run under the lock (a raise is in the page-fault hook), and nothing
-    // else of the modules is borrowed during a raise.
-    let e = unsafe { exts() };
-    let ext = e.list.get_mut(slot)?.as_mut()?;
-    let func = ext.fault_funcs.get(index)?;
-    let (store, _) = ext.store.as_mut()?;
-    store.data_mut().task = f.task;
-    store.data_mut().kernel = k;
-    store.set_fuel(fuel(b)).ok()?;
     let args = (
         f.addr as i64,
         kern::spin::translation::access_code(f.access) as i64,
     );
-    let r = crate::heap::bounded(|| func.call(&mut *store, args));
-    store.data_mut().kernel = core::ptr::null_mut();
+    let r = invoke(
+        slot,
+        Some(f.task),
+        Some(k),
+        fuel(b),
+        |x| x.fault_funcs.get(index).copied(),
+        with::<_, i64>(args),
+    )?;
     match r {
         Ok(v) => Some(v != 0),
         Err(err) => {
@@ -492,15 +696,15 @@ pub fn fault_handler(
 /// `STRAND_VETO` proceeds).
 pub fn strand_handler(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
     let (slot, index) = slot_of(b);
-    // SAFETY: as in `syscall_handler` (a raise is in a system call or the kernel's
-    // preemption path, under the lock).
-    let e = unsafe { exts() };
-    let ext = e.list.get_mut(slot)?.as_mut()?;
-    let f = ext.strand_funcs.get(index)?;
-    let (store, _) = ext.store.as_mut()?;
-    store.data_mut().task = s.task;
-    store.set_fuel(fuel(b)).ok()?;
-    match crate::heap::bounded(|| f.call(store, (s.vp as i64, s.thread as i64))) {
+    let r = invoke(
+        slot,
+        Some(s.task),
+        None,
+        fuel(b),
+        |x| x.strand_funcs.get(index).copied(),
+        with::<_, i64>((s.vp as i64, s.thread as i64)),
+    )?;
+    match r {
         Ok(v) => Some(u64::from(v as u64 == baton_abi::spin::STRAND_VETO)),
         Err(err) => {
             crate::arch::serial::kprintln!(

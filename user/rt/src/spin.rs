@@ -78,7 +78,37 @@ pub fn install(
             notify,
         )
     };
-    decode_result(r).map(|id| Handler { event, id })
+    decode_result(r).map(|id| Handler {
+        event: event & !baton_abi::spin::INSTALL_ASYNC,
+        id,
+    })
+}
+
+/// [`install`] as an asynchronous handler (`baton_abi::spin::INSTALL_ASYNC`): a raise
+/// queues it, a kernel worker runs it later.
+pub fn install_async(
+    domain: Domain,
+    symbol: &str,
+    event: u64,
+    rank: i32,
+    claim: u64,
+    notify: u64,
+) -> Result<Handler, Error> {
+    install(
+        domain,
+        symbol,
+        event | baton_abi::spin::INSTALL_ASYNC,
+        rank,
+        claim,
+        notify,
+    )
+}
+
+/// `spin_async(which)`: the calling task's asynchronous handlers' raises waiting
+/// (`ASYNC_PENDING`), run (`ASYNC_RAN`) or dropped (`ASYNC_DROPPED`).
+pub fn async_count(which: u64) -> Result<u64, Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall1(Sys::SpinAsync as u64, which) })
 }
 
 /// Removes a handler.

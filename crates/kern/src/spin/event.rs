@@ -29,9 +29,13 @@
 //! installer may remove it ([`Owner::may_remove_primary`]), after which a new handler
 //! replaces it. The default still answers an event no handler answered.
 //!
-//! Asynchronous handlers (run in a thread of their own, isolating the raiser from their
-//! latency) are not built: an installation asking for one is refused with
-//! [`Error::NotSupported`].
+//! An **asynchronous** handler (SPIN's handler constraint: it runs in a thread of its own,
+//! isolating the raiser from its latency) is allowed only on an event that says it may
+//! have them ([`Event::allow_asynchronous`]; elsewhere the request is refused with
+//! [`Error::NotSupported`]). A raise does not run it: when its key and guards hold, its
+//! position is reported in [`Raised::deferred`], and the kernel runs it later
+//! ([`Event::proc_of`], by id, so a handler removed meanwhile is not run). Its result is
+//! not part of the raise's.
 //!
 //! # Invariants
 //! - `handlers` is sorted by `(rank, id)`, holds at most `limit` entries, and ids are
@@ -113,7 +117,7 @@ pub struct Installer {
 pub enum Mode {
     /// In the raiser's thread, to completion, before the raise returns.
     Synchronous,
-    /// In a thread of its own (not built: refused).
+    /// After the raise, in a thread of its own; its result is not the raise's.
     Asynchronous,
 }
 
@@ -176,6 +180,7 @@ struct Installed<C, A, R> {
     installer: Option<Installer>,
     run: Run<C, A, R>,
     guards: [Option<Guard<A>>; MAX_GUARDS],
+    mode: Mode,
 }
 
 impl<C, A, R> Installed<C, A, R> {
@@ -195,6 +200,9 @@ pub struct Raised<R> {
     pub aborted: u32,
     /// Whether the default implementation answered (no handler produced a result).
     pub defaulted: bool,
+    /// Positions (as for `aborted`) of the asynchronous handlers whose key and guards
+    /// held: the raise did not run them, the kernel is to.
+    pub deferred: u32,
 }
 
 /// The one handler of an event raised by a direct call: its procedure, binding and key.
@@ -212,6 +220,7 @@ pub struct Event<C, A, R> {
     primary_single: bool,
     next_id: u32,
     limit: usize,
+    asynchronous: bool,
 }
 
 impl<C, A, R: Copy> Event<C, A, R> {
@@ -250,6 +259,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 installer: None,
                 run: Run::Primary,
                 guards: [const { None }; MAX_GUARDS],
+                mode: Mode::Synchronous,
             });
         }
         let mut e = Event {
@@ -263,6 +273,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             primary_single: false,
             next_id: 1,
             limit,
+            asynchronous: false,
         };
         e.refresh();
         Ok(e)
@@ -272,9 +283,16 @@ impl<C, A, R: Copy> Event<C, A, R> {
         self.name
     }
 
+    /// Lets installers ask for asynchronous handlers (the owner still decides each one).
+    pub fn allow_asynchronous(mut self) -> Self {
+        self.asynchronous = true;
+        self
+    }
+
     /// Installs handler `proc_` with `closure` after the owner allowed `req`, with the
     /// installer's own `guards` stacked after the owner's. `Denied` when the owner refuses,
-    /// `NotSupported` for an asynchronous handler, `TooLarge` for too many guards,
+    /// `NotSupported` for an asynchronous handler on an event that has none, `TooLarge` for
+    /// too many guards,
     /// `NoSpace` at the event's limit.
     pub fn install(
         &mut self,
@@ -283,7 +301,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
         closure: u64,
         guards: &[Guard<A>],
     ) -> Result<HandlerId, Error> {
-        if req.mode == Mode::Asynchronous {
+        if req.mode == Mode::Asynchronous && !self.asynchronous {
             return Err(Error::NotSupported);
         }
         if self.handlers.len() >= self.limit {
@@ -317,6 +335,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 installer: Some(req.installer),
                 run: Run::Proc(proc_, Binding { closure, budget }),
                 guards: all,
+                mode: req.mode,
             },
         );
         self.refresh();
@@ -375,6 +394,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 installer: None,
                 run: Run::Primary,
                 guards: [const { None }; MAX_GUARDS],
+                mode: Mode::Synchronous,
             },
         );
         self.refresh();
@@ -399,6 +419,18 @@ impl<C, A, R: Copy> Event<C, A, R> {
     /// The installer of the handler at `position` (as in [`Raised::aborted`]).
     pub fn installer_at(&self, position: usize) -> Option<(HandlerId, Option<Installer>)> {
         self.handlers.get(position).map(|h| (h.id, h.installer))
+    }
+
+    /// The procedure and binding of handler `id` (not the primary's): how the kernel runs
+    /// a deferred asynchronous handler, if it is still installed.
+    pub fn proc_of(&self, id: HandlerId) -> Option<(HandlerFn<C, A, R>, Binding)> {
+        self.handlers
+            .iter()
+            .find(|h| h.id == id)
+            .and_then(|h| match h.run {
+                Run::Proc(f, b) => Some((f, b)),
+                Run::Primary => None,
+            })
     }
 
     /// The closure of the handler `id`.
@@ -429,7 +461,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
         self.single = None;
         self.primary_single = false;
         if let [only] = self.handlers.as_slice() {
-            if only.unguarded() {
+            if only.unguarded() && only.mode == Mode::Synchronous {
                 match only.run {
                     Run::Proc(f, b) => self.single = Some((f, b, only.key)),
                     Run::Primary => self.primary_single = true,
@@ -450,6 +482,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                         ran: 0,
                         aborted: 0,
                         defaulted: true,
+                        deferred: 0,
                     };
                 }
             }
@@ -459,6 +492,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                     ran: 1,
                     aborted: 0,
                     defaulted: false,
+                    deferred: 0,
                 };
             }
             return Raised {
@@ -466,6 +500,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 ran: 1,
                 aborted: 1,
                 defaulted: true,
+                deferred: 0,
             };
         }
         if self.primary_single {
@@ -474,6 +509,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 ran: 1,
                 aborted: 0,
                 defaulted: false,
+                deferred: 0,
             };
         }
         self.raise_general(ctx, args)
@@ -484,12 +520,17 @@ impl<C, A, R: Copy> Event<C, A, R> {
         let mut acc: Option<R> = None;
         let mut ran = 0;
         let mut aborted = 0u32;
+        let mut deferred = 0u32;
         let key = self.key_of.map(|f| f(args));
         for (i, h) in self.handlers.iter().enumerate() {
             if h.key.is_some() && h.key != key {
                 continue;
             }
             if !h.guards.iter().flatten().all(|g| g.holds(args)) {
+                continue;
+            }
+            if h.mode == Mode::Asynchronous {
+                deferred |= 1u32.checked_shl(i as u32).unwrap_or(0);
                 continue;
             }
             ran += 1;
@@ -513,12 +554,14 @@ impl<C, A, R: Copy> Event<C, A, R> {
                 ran,
                 aborted,
                 defaulted: false,
+                deferred,
             },
             None => Raised {
                 result: (self.default)(ctx, args),
                 ran,
                 aborted,
                 defaulted: true,
+                deferred,
             },
         }
     }

@@ -206,7 +206,7 @@ proptest! {
                         None => { want_log.push(u64::MAX); (arg.wrapping_add(17), true) }
                     };
                     prop_assert_eq!(log, want_log);
-                    prop_assert_eq!(r, Raised { result, ran, aborted, defaulted });
+                    prop_assert_eq!(r, Raised { result, ran, aborted, defaulted, deferred: 0 });
                     let direct = model.len() == 1 && model[0].guards.is_empty();
                     prop_assert_eq!(e.is_direct(), direct);
                 }

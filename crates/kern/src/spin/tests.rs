@@ -134,6 +134,51 @@ fn primary_only_is_direct_and_removal_needs_the_owner() {
 }
 
 #[test]
+fn asynchronous_handlers_are_deferred_not_run() {
+    let mut e: Event<Log, u64, u64> = Event::new("T.E", owner(), default, Some(sum), false, 8)
+        .unwrap()
+        .allow_asynchronous();
+    let mut a = req(2, 0, 0);
+    a.mode = Mode::Asynchronous;
+    let h1 = e.install(&a, handler, 7, &[]).unwrap();
+    // Alone, it is no direct call: the raise defers it and the default answers.
+    assert!(!e.is_direct());
+    let mut log = Log::new();
+    let r = e.raise(&mut log, &5);
+    assert_eq!(
+        (r.result, r.ran, r.deferred, r.defaulted),
+        (1005, 0, 1, true)
+    );
+    assert_eq!(log, vec![0]);
+    // Beside a synchronous handler, behind a guard: only the deferred positions whose
+    // guards hold.
+    let s = e.install(&req(2, 0, 1), handler, 3, &[]).unwrap();
+    let mut g = req(2, 200, 2);
+    g.mode = Mode::Asynchronous;
+    let h2 = e.install(&g, handler, 9, &[]).unwrap();
+    let mut log = Log::new();
+    let r = e.raise(&mut log, &5);
+    assert_eq!(
+        (r.result, r.ran, r.deferred, r.defaulted),
+        (8, 1, 0b001, false)
+    );
+    assert_eq!(log, vec![3]);
+    let r = e.raise(&mut log, &200);
+    assert_eq!(r.deferred, 0b101);
+    let ids: Vec<_> = e.handler_ids().collect();
+    assert_eq!(ids, vec![h1, s, h2]);
+    // The kernel runs a deferred one later, by id; a removed one is not found.
+    let (f, b) = e.proc_of(h2).unwrap();
+    assert_eq!(f(&mut log, b, &200), Some(209));
+    e.remove(h2, None).unwrap();
+    assert!(e.proc_of(h2).is_none());
+    // An event that does not allow them refuses them.
+    let mut plain: Event<Log, u64, u64> =
+        Event::new("T.F", owner(), default, None, false, 8).unwrap();
+    assert_eq!(plain.install(&a, handler, 1, &[]), Err(Error::NotSupported));
+}
+
+#[test]
 fn owner_denies_and_guards() {
     let mut e: Event<Log, u64, u64> =
         Event::new("T.E", owner(), default, Some(sum), false, 8).unwrap();

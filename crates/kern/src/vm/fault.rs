@@ -244,6 +244,31 @@ fn push_target<F: Copy>(objs: &Objects<F>, top: ObjectId, offset: u64) -> Option
     }
 }
 
+/// The frame a write to `page` may go to through the read-only translation already there,
+/// with nothing else to do first: the entry allows writing and is not copy-on-write, the
+/// page is resident in the entry's own object (not a physical one), and no copy object
+/// needs its old contents pushed first. Exactly the case where [`resolve`] answers
+/// `Decision::Map { writable: true }` for a write at the first round, without its other
+/// work; like it, marks the object written. `None` in every other case (then [`resolve`]
+/// decides). A SPIN fault handler's resolution ends here, making the translation
+/// writable in place.
+pub fn write_in_place<F: Copy>(map: &Map, objs: &mut Objects<F>, page: u64) -> Option<F> {
+    let (start, e) = map.entry(page)?;
+    if !e.prot.contains(Prot::WRITE) || e.cow {
+        return None;
+    }
+    if matches!(objs.get(e.object)?.kind(), Kind::Physical { .. }) {
+        return None;
+    }
+    let off = e.offset.checked_add(page.checked_sub(start)?)?;
+    let frame = objs.resident(e.object, off)?;
+    if push_target(objs, e.object, off).is_some() {
+        return None;
+    }
+    objs.mark_written(e.object);
+    Some(frame)
+}
+
 /// Decides what an `access` at `addr` in `map` needs. See the module documentation.
 /// Errors: [`Error::NoMemory`] when a shadow or a page-in record cannot be allocated
 /// (nothing changed), [`Error::NotFound`] when the map names an object that is gone

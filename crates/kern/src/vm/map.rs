@@ -59,6 +59,22 @@ pub const ENTRY_BYTES: u64 = Tree::<Entry>::NODE_BYTES;
 /// The default bound on a map's entries.
 pub const ENTRIES_MAX: usize = 1 << 16;
 
+/// How many neighbouring entries [`Map::protect_page`] may leave unmerged before it
+/// merges every entry of the map that can be (a bound on what its laziness costs).
+pub const SLACK_MAX: usize = 32;
+
+/// Whether `b`, starting where `a` (starting at `a_start`) ends, continues it exactly: the
+/// same object at the next offset and the same attributes, so the two could be one entry.
+fn alike(a_start: u64, a: &Entry, b: &Entry) -> bool {
+    a.object == b.object
+        && a.offset.checked_add(a.end.wrapping_sub(a_start)) == Some(b.offset)
+        && a.prot == b.prot
+        && a.max_prot == b.max_prot
+        && a.cow == b.cow
+        && a.inherit == b.inherit
+        && a.wired == b.wired
+}
+
 /// Where a new range goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placement {
@@ -78,6 +94,9 @@ pub struct Map {
     limit: usize,
     /// Where "anywhere" placements start looking (`lo` unless set).
     floor: u64,
+    /// Boundaries between entries that [`Map::protect_page`] left mergeable (at least
+    /// as many as there are; other operations may have merged some since).
+    slack: usize,
 }
 
 impl Drop for Map {
@@ -103,6 +122,7 @@ impl Map {
             hi,
             limit,
             floor: lo,
+            slack: 0,
         })
     }
 
@@ -335,14 +355,7 @@ impl Map {
                     None => return,
                 }
             };
-            let alike = a.object == b.object
-                && a.offset.checked_add(a.end - cur) == Some(b.offset)
-                && a.prot == b.prot
-                && a.max_prot == b.max_prot
-                && a.cow == b.cow
-                && a.inherit == b.inherit
-                && a.wired == b.wired;
-            if !alike {
+            if !alike(cur, &a, &b) {
                 cur = a.end;
                 continue;
             }
@@ -624,6 +637,105 @@ impl Map {
             }
         });
         self.coalesce(objs, start, end);
+        Ok(())
+    }
+
+    /// Sets the protection of the one page at `page` to `prot`: what [`Map::protect`]
+    /// does for a range of one page, at the cost SPIN's per-page protection changes
+    /// assume (its Table 4: a garbage collector or a distributed shared memory changes
+    /// one page at a time, at every fault).
+    ///
+    /// The page's entry is changed without the split-and-merge of the general path:
+    /// - a page that is an entry of its own changes in place, and is left unmerged with
+    ///   a neighbour it now matches (counted in the map's slack);
+    /// - a page at either end of its entry whose neighbour across that end would continue
+    ///   it with the new protection moves the boundary between the two entries by one
+    ///   page ([`Tree::rekey`]: no node is made or freed);
+    /// - otherwise the entry is split around the page, as the general path does.
+    ///
+    /// When more than [`SLACK_MAX`] boundaries may be mergeable, every entry that can be
+    /// is merged, so repeated calls grow the map by at most that many entries. The map's
+    /// contents (what each page maps, with which attributes) are exactly those the
+    /// general path gives. Errors as [`Map::protect`]'s.
+    pub fn protect_page<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        page: u64,
+        prot: Prot,
+        m: &mut impl Machine<F>,
+    ) -> Result<(), Error> {
+        let end = self.check_range(page, super::PAGE_SIZE)?;
+        let (s, e) = self.entry(page).ok_or(Error::BadAddress)?;
+        if !e.max_prot.contains(prot) {
+            return Err(Error::Denied);
+        }
+        if e.prot == prot {
+            return Ok(());
+        }
+        let new = Entry { prot, ..e };
+        // The entry ending where this one starts, and the one starting where it ends.
+        let left = self
+            .entries
+            .floor(s.wrapping_sub(1))
+            .filter(|(ls, l)| s > 0 && *ls < s && l.end == s)
+            .map(|(ls, l)| (ls, *l));
+        let right = self.entries.get(e.end).copied();
+        if s == page && e.end == end {
+            // An entry of its own: changed in place.
+            let was = left.is_some_and(|(ls, l)| alike(ls, &l, &e)) as usize
+                + right.is_some_and(|r| alike(s, &e, &r)) as usize;
+            let now = left.is_some_and(|(ls, l)| alike(ls, &l, &new)) as usize
+                + right.is_some_and(|r| alike(s, &new, &r)) as usize;
+            if let Some(me) = self.entries.get_mut(s) {
+                me.prot = prot;
+            }
+            self.slack = (self.slack + now).saturating_sub(was);
+        } else if let Some((ls, _)) = left.filter(|(ls, l)| s == page && alike(*ls, l, &new)) {
+            // The first page of its entry joins the entry below.
+            if !self.entries.rekey(s, end) {
+                return Err(Error::NoSpace);
+            }
+            if let Some(me) = self.entries.get_mut(end) {
+                me.offset = e.offset.saturating_add(super::PAGE_SIZE);
+            }
+            if let Some(l) = self.entries.get_mut(ls) {
+                l.end = end;
+            }
+        } else if let Some(r) = right.filter(|r| {
+            let mine = Entry {
+                offset: e.offset.wrapping_add(page - s),
+                ..new
+            };
+            e.end == end && alike(page, &mine, r)
+        }) {
+            // The last page of its entry joins the entry above.
+            if !self.entries.rekey(end, page) {
+                return Err(Error::NoSpace);
+            }
+            if let Some(rn) = self.entries.get_mut(page) {
+                rn.offset = r.offset.saturating_sub(super::PAGE_SIZE);
+            }
+            if let Some(me) = self.entries.get_mut(s) {
+                me.end = page;
+            }
+        } else {
+            // In the middle, or next to nothing it could join: split around it. The
+            // boundaries made separate different protections, so nothing is mergeable.
+            self.clip_range(objs, page, end)?;
+            if let Some(me) = self.entries.get_mut(page) {
+                me.prot = prot;
+            }
+        }
+        let lost = e.prot.minus(prot);
+        if lost.contains(Prot::READ) || lost.contains(Prot::EXECUTE) {
+            m.unmap(page, end);
+        } else if lost.contains(Prot::WRITE) {
+            m.write_protect(page, end);
+        }
+        if self.slack > SLACK_MAX {
+            self.coalesce(objs, self.lo, self.hi);
+            self.slack = 0;
+        }
         Ok(())
     }
 

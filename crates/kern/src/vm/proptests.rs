@@ -11,15 +11,17 @@
 //! every frame held by exactly one object, and at the end nothing left at all.
 
 use super::copy::{copy_in, copy_out, copy_region, fork};
-use super::fault::Decision;
+use super::fault::{write_in_place, Decision};
 use super::map::{Map, Placement, ENTRIES_MAX};
 use super::object::Page;
 use super::tests::{Sim, P};
+use super::Access;
 use super::{Inherit, Prot};
 use crate::quota::{Account, Resource};
 use baton_abi::Error;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::vec;
 use std::vec::Vec;
 
 /// Task slots.
@@ -37,6 +39,8 @@ enum Op {
     Allocate(usize, u64, Option<u64>),
     Deallocate(usize, u64, u64),
     Protect(usize, u64, u64, u8),
+    /// One page's protection through `Map::protect_page`.
+    ProtectPage(usize, u64, u8),
     Inherit(usize, u64, u64, u8),
     Write(usize, u64, u64),
     Read(usize, u64),
@@ -66,6 +70,7 @@ fn op() -> impl Strategy<Value = Op> {
             .prop_map(|(t, p, n, r)| Op::Protect(t, p, n, r)),
         2 => (t.clone(), pg.clone(), n.clone(), 0..3u8)
             .prop_map(|(t, p, n, i)| Op::Inherit(t, p, n, i)),
+        4 => (t.clone(), pg.clone(), 0..3u8).prop_map(|(t, p, r)| Op::ProtectPage(t, p, r)),
         6 => (t.clone(), pg.clone(), 1..1000u64).prop_map(|(t, p, v)| Op::Write(t, p, v)),
         4 => (t.clone(), pg.clone()).prop_map(|(t, p)| Op::Read(t, p)),
         1 => t.clone().prop_map(Op::Fork),
@@ -250,6 +255,36 @@ impl World {
                     assert_eq!(res, Err(Error::BadAddress));
                 }
             }
+            Op::ProtectPage(t, p, r) => {
+                let Some(map) = self.maps[t].as_mut() else {
+                    return;
+                };
+                self.sim.mmu.current = t;
+                let prot = prot_of(r);
+                let res = map.protect_page(&mut self.sim.objs, addr(p), prot, &mut self.sim.mmu);
+                if self.model.mapped(t, p, 1) {
+                    assert_eq!(res, Ok(()));
+                    if let Some(mp) = self.model.tasks[t].as_mut().unwrap().get_mut(&p) {
+                        mp.prot = prot;
+                    }
+                } else {
+                    assert_eq!(res, Err(Error::BadAddress));
+                }
+                // The laziness is bounded: no more entries than mapped pages, and at most
+                // the slack more than a map whose neighbours are all merged.
+                let mergeable = map
+                    .entries()
+                    .zip(map.entries().skip(1))
+                    .filter(|((s, a), (bs, b))| {
+                        a.end == *bs
+                            && a.object == b.object
+                            && a.offset + (a.end - s) == b.offset
+                            && (a.prot, a.max_prot, a.cow, a.inherit, a.wired)
+                                == (b.prot, b.max_prot, b.cow, b.inherit, b.wired)
+                    })
+                    .count();
+                assert!(mergeable <= super::map::SLACK_MAX, "{mergeable} mergeable");
+            }
             Op::Inherit(t, p, n, i) => {
                 let Some(map) = self.maps[t].as_mut() else {
                     return;
@@ -272,6 +307,19 @@ impl World {
                 let Some(map) = self.maps[t].as_mut() else {
                     return;
                 };
+                // Where a handler's resolution would make the translation writable in
+                // place, the fault path agrees: it maps that frame writable.
+                if let Some(f) = write_in_place(map, &mut self.sim.objs, addr(p)) {
+                    let d = super::fault::resolve(map, &mut self.sim.objs, addr(p), Access::Write)
+                        .map(|x| x.decision);
+                    assert_eq!(
+                        d,
+                        Ok(Decision::Map {
+                            frame: f,
+                            writable: true
+                        })
+                    );
+                }
                 let r = self.sim.write(t, map, addr(p), v);
                 let m = self.model.tasks[t].as_ref().unwrap();
                 match m.get(&p) {

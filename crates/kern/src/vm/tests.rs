@@ -5,7 +5,7 @@
 
 use super::copy::{copy_in, copy_out, copy_region, fork};
 use super::fault::{resolve, Decision, FaultStats};
-use super::map::{Map, Placement, ENTRIES_MAX, ENTRY_BYTES};
+use super::map::{Map, Placement, ENTRIES_MAX, ENTRY_BYTES, SLACK_MAX};
 use super::object::Objects;
 use super::{Access, Inherit, Machine, Prot, PAGE_SIZE};
 use crate::quota::{Account, AccountRef, Resource};
@@ -934,6 +934,141 @@ fn wiring_and_protecting_parts_then_undoing_it_leaves_one_entry() {
     assert_eq!(map.len(), 2);
     assert_eq!(sim.objs.get(o).unwrap().refs(), 2);
     sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn one_page_protections_move_boundaries_and_stay_bounded() {
+    let mut sim = Sim::new();
+    let mut map = sim.map();
+    let a = alloc(&mut sim, &mut map, Placement::Anywhere, 100 * P).unwrap();
+    let o = map.entry(a).unwrap().1.object;
+    let heap = map.account().used(Resource::Heap);
+    // Appel–Li's second test: the whole range read-only, then page by page back to
+    // read-write. The first page splits; every later one moves a boundary.
+    map.protect(&mut sim.objs, a, 100 * P, Prot::READ, false, &mut sim.mmu)
+        .unwrap();
+    for i in 0..100 {
+        map.protect_page(&mut sim.objs, a + i * P, Prot::RW, &mut sim.mmu)
+            .unwrap();
+        assert!(map.len() <= 2, "page {i}: {} entries", map.len());
+        let (s, e) = map.entry(a + i * P).unwrap();
+        // The last page is an entry of its own by then: changed in place, not merged.
+        let from = if i == 99 { i } else { 0 };
+        assert_eq!(
+            (s, e.end, e.offset, e.prot),
+            (a + from * P, a + (i + 1) * P, from * P, Prot::RW)
+        );
+        if i < 99 {
+            let (s, e) = map.entry(a + (i + 1) * P).unwrap();
+            assert_eq!(
+                (s, e.offset, e.prot),
+                (a + (i + 1) * P, (i + 1) * P, Prot::READ)
+            );
+        }
+    }
+    // The last page, an entry of its own, changed in place; one general protect merges.
+    map.protect(&mut sim.objs, a, 100 * P, Prot::RW, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 1);
+    // The same from the top down: each page joins the entry above.
+    map.protect(&mut sim.objs, a, 100 * P, Prot::READ, false, &mut sim.mmu)
+        .unwrap();
+    for i in (0..100).rev() {
+        map.protect_page(&mut sim.objs, a + i * P, Prot::RW, &mut sim.mmu)
+            .unwrap();
+        assert!(map.len() <= 2, "page {i}: {} entries", map.len());
+        assert_eq!(map.entry(a + i * P).unwrap().1.offset, i * P);
+    }
+    // Appel–Li's first test (and many pages each made read-only and back): the map
+    // grows by at most the slack, and everything is one entry once all pages agree.
+    for round in 0..1000u64 {
+        let k = round * 7 % 100;
+        let pg = a + k * P;
+        map.protect_page(&mut sim.objs, pg, Prot::READ, &mut sim.mmu)
+            .unwrap();
+        map.protect_page(&mut sim.objs, a + (k ^ 1) * P, Prot::RW, &mut sim.mmu)
+            .unwrap();
+        assert_eq!(map.entry(pg).unwrap().1.prot, Prot::READ);
+        assert!(map.len() <= SLACK_MAX + 4, "{} entries", map.len());
+        map.protect_page(&mut sim.objs, pg, Prot::RW, &mut sim.mmu)
+            .unwrap();
+    }
+    map.protect(&mut sim.objs, a, 100 * P, Prot::RW, false, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(map.len(), 1);
+    assert_eq!(sim.objs.get(o).unwrap().refs(), 1);
+    assert_eq!(map.account().used(Resource::Heap), heap);
+    // Errors as the general path's, with nothing changed.
+    let r = map.protect_page(&mut sim.objs, a + 100 * P, Prot::READ, &mut sim.mmu);
+    assert_eq!(r, Err(Error::BadAddress));
+    let r = map.protect_page(&mut sim.objs, a + 1, Prot::READ, &mut sim.mmu);
+    assert_eq!(r, Err(Error::InvalidArgument));
+    map.protect(&mut sim.objs, a, P, Prot::READ, true, &mut sim.mmu)
+        .unwrap();
+    let r = map.protect_page(&mut sim.objs, a, Prot::RW, &mut sim.mmu);
+    assert_eq!(r, Err(Error::Denied));
+    assert_eq!(map.entry(a).unwrap().1.prot, Prot::READ);
+    sim.end_task(0, &mut map);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
+fn a_write_in_place_only_where_resolve_would_map_the_frame_writable() {
+    use super::fault::write_in_place;
+    let mut sim = Sim::new();
+    let mut p = sim.map();
+    let s = alloc(&mut sim, &mut p, Placement::Anywhere, 2 * P).unwrap();
+    // Not resident yet: a zero fill is to be done first.
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    p.inherit(&mut sim.objs, s, 2 * P, Inherit::Share).unwrap();
+    sim.write(0, &mut p, s, 1).unwrap();
+    let own = write_in_place(&p, &mut sim.objs, s).unwrap();
+    let f = resolve(&mut p, &mut sim.objs, s, Access::Write).unwrap();
+    assert_eq!(
+        f.decision,
+        Decision::Map {
+            frame: own,
+            writable: true
+        }
+    );
+    // Read-only: no.
+    p.protect_page(&mut sim.objs, s, Prot::READ, &mut sim.mmu)
+        .unwrap();
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    p.protect_page(&mut sim.objs, s, Prot::RW, &mut sim.mmu)
+        .unwrap();
+    // A snapshot of the shared memory (a copy object lacking the page): the old contents
+    // must be pushed first.
+    sim.mmu.current = 0;
+    let mut t = sim.map();
+    let y = copy_region(
+        &mut p,
+        &mut sim.objs,
+        s,
+        2 * P,
+        false,
+        &mut t,
+        Placement::Anywhere,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    assert_eq!(write_in_place(&p, &mut sim.objs, s), None);
+    assert!(matches!(
+        resolve(&mut p, &mut sim.objs, s, Access::Write)
+            .unwrap()
+            .decision,
+        Decision::CopyOnWrite { .. }
+    ));
+    // The copy's entry is copy-on-write: no.
+    assert_eq!(sim.read(1, &mut t, y).unwrap(), 1);
+    assert_eq!(write_in_place(&t, &mut sim.objs, y), None);
+    // Once pushed, the page is the writer's own again.
+    sim.write(0, &mut p, s, 5).unwrap();
+    assert!(write_in_place(&p, &mut sim.objs, s).is_some());
+    assert_eq!(sim.read(1, &mut t, y).unwrap(), 1);
+    sim.end_task(0, &mut p);
+    sim.end_task(1, &mut t);
     assert!(sim.objs.is_empty());
 }
 

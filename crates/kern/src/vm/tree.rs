@@ -298,6 +298,55 @@ impl<V> Tree<V> {
         None
     }
 
+    /// Gives the node at `old` the key `new` in place, when that keeps the order: no
+    /// other key lies between them. Allocates nothing and moves no node (an address map
+    /// moves the boundary between two neighbouring entries this way). `false`, with
+    /// nothing changed, when `old` is absent, `new` is present or another key lies
+    /// between the two.
+    pub fn rekey(&mut self, old: u64, new: u64) -> bool {
+        if old == new {
+            return self.contains(old);
+        }
+        // Keys strictly between the bounds the path to `old` sets and the node's own
+        // subtrees are exactly the keys adjacent to `old`: `new` must fall inside.
+        let (mut lo, mut hi) = (None::<u64>, None::<u64>);
+        let mut cur = self.root.as_deref_mut();
+        while let Some(n) = cur {
+            match old.cmp(&n.key) {
+                Ordering::Less => {
+                    hi = Some(n.key);
+                    cur = n.left.as_deref_mut();
+                }
+                Ordering::Greater => {
+                    lo = Some(n.key);
+                    cur = n.right.as_deref_mut();
+                }
+                Ordering::Equal => {
+                    let pred = n.left.as_deref().map(|mut l| {
+                        while let Some(r) = l.right.as_deref() {
+                            l = r;
+                        }
+                        l.key
+                    });
+                    let succ = n.right.as_deref().map(|mut r| {
+                        while let Some(l) = r.left.as_deref() {
+                            r = l;
+                        }
+                        r.key
+                    });
+                    let below = pred.or(lo);
+                    let above = succ.or(hi);
+                    if below.is_some_and(|b| new <= b) || above.is_some_and(|a| new >= a) {
+                        return false;
+                    }
+                    n.key = new;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+
     /// Whether `key` is present.
     pub fn contains(&self, key: u64) -> bool {
         self.get(key).is_some()
@@ -411,6 +460,17 @@ mod tests {
             let k = (x >> 3) % 512;
             if x.is_multiple_of(3) {
                 assert_eq!(t.remove(k), m.remove(&k));
+            } else if x.is_multiple_of(5) {
+                // A new key for `k` in place: allowed exactly when no key lies between.
+                let to = (x >> 40) % 512;
+                let (a, b) = (k.min(to), k.max(to));
+                let free = m.contains_key(&k)
+                    && (to == k || (!m.contains_key(&to) && m.range(a + 1..b).next().is_none()));
+                assert_eq!(t.rekey(k, to), free, "{k} -> {to}");
+                if free {
+                    let v = m.remove(&k).unwrap();
+                    m.insert(to, v);
+                }
             } else {
                 assert_eq!(t.insert(k, step).unwrap(), m.insert(k, step));
             }

@@ -1511,8 +1511,58 @@ fn spin_benchmarks() -> Result<(), Failed> {
             }
         }
     }
+    spin_call_benchmarks(m)?;
     let _ = spin::release(m);
     let _ = spin::release(b);
+    Ok(())
+}
+
+/// The extension that calls another domain's procedures (`extensions/caller`).
+static CALLER: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/caller.wasm"
+));
+
+/// Calls per iteration of the `spin.call.*` rows.
+const CALLS: u64 = 100;
+
+/// SPIN's protected in-kernel call between domains (its Table 2, line 1):
+/// `spin.call.protected` is one call from the `caller` module into a procedure the
+/// `null_syscall` module `callee` exports (bound by a `Resolve`), `spin.call.local.wasm`
+/// one call of a procedure of the caller's own. Each iteration raises `Test.Raise` with
+/// 0 and with [`CALLS`], whose handler makes that many calls; the row is the difference
+/// per call.
+fn spin_call_benchmarks(callee: baton_rt::spin::Domain) -> Result<(), Failed> {
+    use baton_abi::spin::EVENT_TEST;
+    use baton_rt::spin;
+    let caller = spin::create(CALLER).map_err(|e| fail!("create caller: {e:?}"))?;
+    spin::resolve(callee, caller).map_err(|e| fail!("resolve caller: {e:?}"))?;
+    for (name, sym) in [
+        ("spin.call.protected", "call_n"),
+        ("spin.call.local.wasm", "local_n"),
+    ] {
+        let h = spin::install(caller, sym, EVENT_TEST, 0, 0, 0)
+            .map_err(|e| fail!("install {sym}: {e:?}"))?;
+        clear_samples();
+        for i in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let a = spin::raise(0);
+            let t1 = rdtsc_ordered();
+            let b = spin::raise(CALLS);
+            let t2 = rdtsc_ordered();
+            if a != Ok(0) || b != Ok(CALLS) {
+                let _ = spin::remove(h);
+                return Err(fail!("{name}: {a:?}, {b:?}"));
+            }
+            if let Some(j) = i.checked_sub(WARMUP) {
+                let per = (t2.wrapping_sub(t1)).saturating_sub(t1.wrapping_sub(t0)) / CALLS;
+                record(&SAMPLES, j, per);
+            }
+        }
+        let _ = spin::remove(h);
+        report(name, &SAMPLES);
+    }
+    let _ = spin::release(caller);
     Ok(())
 }
 

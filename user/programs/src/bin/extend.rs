@@ -9,6 +9,12 @@
 //! - several handlers on one event, their results summed by its combiner, in rank order;
 //! - a WebAssembly extension (`extensions/null_syscall`, embedded) adds system calls too,
 //!   linked against the interfaces it resolved;
+//! - calls between extension domains: a module (`extensions/caller`) calls the procedures
+//!   another module exports once a `Resolve` with that module's domain bound them; a
+//!   callee that runs out of the caller's fuel, traps or was released aborts the caller;
+//! - asynchronous handlers: run after the raise by an idle processor's thread, at most
+//!   `ASYNC_PENDING_MAX` waiting per installer (the rest counted and dropped), purged with
+//!   their handler, aborted under their fuel;
 //! - malicious modules: an endless loop (out of fuel) and an access outside its linear
 //!   memory are aborted, the call returns `Aborted`, the handler is removed and the task
 //!   is told on its port; a huge memory, a forged import, an oversized and an invalid
@@ -47,6 +53,12 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
 static NULL_SYSCALL: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
+));
+
+/// The extension that calls another domain's procedures (`extensions/caller`).
+static CALLER: &[u8] = include_bytes!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../target/extensions/wasm32-unknown-unknown/release/caller.wasm"
 ));
 
 /// A module whose memory asks for 1,000 pages (64 MB) and exports `one: (i64) -> i64`.
@@ -170,7 +182,198 @@ fn round(task_id: u64, port: u64, send: u64) -> Result<(), Failed> {
     authorisation()?;
     guards_and_combiner()?;
     wasm(task_id)?;
+    cross_domain(port, send)?;
+    asynchronous(port, send)?;
     malicious(port, send)
+}
+
+/// The calling task's asynchronous counts: (waiting, ran, dropped).
+fn async_counts() -> Result<(u64, u64, u64), Failed> {
+    use baton_abi::spin::{ASYNC_DROPPED, ASYNC_PENDING, ASYNC_RAN};
+    Ok((
+        must("spin_async", spin::async_count(ASYNC_PENDING))?,
+        must("spin_async", spin::async_count(ASYNC_RAN))?,
+        must("spin_async", spin::async_count(ASYNC_DROPPED))?,
+    ))
+}
+
+/// Waits (sleeping, so that a processor goes idle and its worker runs) until none of
+/// this task's asynchronous raises is waiting; the counts then.
+fn settle_async() -> Result<(u64, u64, u64), Failed> {
+    for _ in 0..200 {
+        let c = async_counts()?;
+        if c.0 == 0 {
+            return Ok(c);
+        }
+        let _ = baton_rt::sys::sleep_ns(5_000_000);
+    }
+    async_counts()
+}
+
+/// SPIN's asynchronous handlers: run after the raise, by an idle processor's thread,
+/// bounded per installer, charged to it, purged when unloaded, aborted under their fuel.
+fn asynchronous(port: u64, send: u64) -> Result<(), Failed> {
+    use baton_abi::spin::ASYNC_PENDING_MAX;
+    let b = must("import builtin", spin::import("builtin.null_syscall"))?;
+    check!(
+        spin::install_async(b, "null", EVENT_SYSCALL, 0, 0x1030, send) == Err(Error::NotSupported),
+        "Trap.SystemCall takes no asynchronous handler: NotSupported"
+    );
+    let (_, ran0, dropped0) = settle_async()?;
+    let h = must(
+        "install an asynchronous one",
+        spin::install_async(b, "one", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(7) == Ok(0),
+        "the raise returns before it runs: the default answers"
+    );
+    let (waiting, ran, _) = settle_async()?;
+    check!(
+        waiting == 0 && ran == ran0 + 1,
+        "a worker ran it after the raise ({ran0} -> {ran})"
+    );
+    // The bound: raises back to back, with no idle processor between them (on one CPU),
+    // queue at most ASYNC_PENDING_MAX; the rest are counted and dropped.
+    for _ in 0..200 {
+        let _ = spin::raise(1);
+    }
+    let (waiting, _, _) = async_counts()?;
+    check!(
+        waiting <= ASYNC_PENDING_MAX,
+        "at most {ASYNC_PENDING_MAX} waiting ({waiting})"
+    );
+    let (_, ran2, dropped2) = settle_async()?;
+    check!(
+        (ran2 - ran) + (dropped2 - dropped0) == 200 && dropped2 > dropped0,
+        "every raise ran or was dropped, some dropped ({} ran, {} dropped)",
+        ran2 - ran,
+        dropped2 - dropped0
+    );
+    // Unloaded while raises wait: they go with it, and their charges (the round's
+    // baseline checks them).
+    for _ in 0..5 {
+        let _ = spin::raise(1);
+    }
+    must("remove", spin::remove(h))?;
+    check!(
+        async_counts()?.0 == 0,
+        "removing the handler drops its waiting raises"
+    );
+    // A WebAssembly one that runs out of fuel in the worker: aborted, removed, the
+    // installer told; the raise itself was not delayed.
+    let callee = must("create", spin::create(NULL_SYSCALL))?;
+    let console = must("import", spin::import("baton.console"))?;
+    let task = must("import", spin::import("baton.task"))?;
+    must("resolve", spin::resolve(console, callee))?;
+    must("resolve", spin::resolve(task, callee))?;
+    let caller = must("create", spin::create(CALLER))?;
+    must("resolve", spin::resolve(callee, caller))?;
+    let t = must(
+        "install an asynchronous wasm one",
+        spin::install_async(callee, "twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(4) == Ok(0),
+        "wasm: the default answers the raise"
+    );
+    let before = settle_async()?.1;
+    must("remove", spin::remove(t))?;
+    let f = must(
+        "install an asynchronous endless one",
+        spin::install_async(caller, "call_forever", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(1) == Ok(0),
+        "an endless asynchronous handler does not hold up the raise"
+    );
+    check!(
+        receive(port, 5_000_000_000) == Ok((NOTIFY_ABORTED, f.id)),
+        "the worker aborted it under its fuel and told the installer"
+    );
+    check!(
+        spin::remove(f) == Err(Error::NotFound),
+        "the aborted asynchronous handler is gone"
+    );
+    check!(before > ran2, "the wasm one ran too");
+    for d in [caller, callee, console, task, b] {
+        must("release", spin::release(d))?;
+    }
+    Ok(())
+}
+
+/// SPIN's calls between domains: the `caller` module calls what a `null_syscall` module
+/// exports, once a `Resolve` with that domain (held by this task) bound its imports.
+fn cross_domain(port: u64, send: u64) -> Result<(), Failed> {
+    let callee = must("create the null_syscall module", spin::create(NULL_SYSCALL))?;
+    let console = must("import baton.console", spin::import("baton.console"))?;
+    let task = must("import baton.task", spin::import("baton.task"))?;
+    must("resolve", spin::resolve(console, callee))?;
+    must("resolve", spin::resolve(task, callee))?;
+    let caller = must("create the caller module", spin::create(CALLER))?;
+    check!(
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send) == Err(Error::NotFound),
+        "before a Resolve its imports are unbound: NotFound"
+    );
+    check!(
+        spin::resolve(console, caller) == Ok(0),
+        "the kernel's console exports nothing it imports"
+    );
+    check!(
+        spin::resolve(callee, caller) == Ok(4),
+        "Resolve with the other module's domain binds twice, one, forever and wild"
+    );
+    let h = must(
+        "install call_twice",
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(21) == Ok(42),
+        "a call into the other domain: 42"
+    );
+    must("remove", spin::remove(h))?;
+    let h = must(
+        "install call_n",
+        spin::install(caller, "call_n", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(spin::raise(50) == Ok(50), "50 calls into the other domain");
+    must("remove", spin::remove(h))?;
+    // A callee that runs out of the caller's fuel, or traps, aborts the caller.
+    for sym in ["call_forever", "call_wild"] {
+        let h = must(sym, spin::install(caller, sym, EVENT_TEST, 0, 0, send))?;
+        check!(
+            spin::raise(1) == Ok(0),
+            "{sym}: the callee's abort aborts the caller; the default answers"
+        );
+        check!(
+            receive(port, 1_000_000_000) == Ok((NOTIFY_ABORTED, h.id)),
+            "{sym}: the installer is told"
+        );
+    }
+    // The callee came back whole from its aborted calls.
+    let h = must(
+        "install call_twice again",
+        spin::install(caller, "call_twice", EVENT_TEST, 0, 0, send),
+    )?;
+    check!(
+        spin::raise(5) == Ok(10),
+        "the callee still answers after the aborts"
+    );
+    // The callee's domain released while the caller is installed: its module goes, and
+    // a call into it aborts the caller instead of reaching anything.
+    must("release the callee", spin::release(callee))?;
+    check!(
+        spin::raise(5) == Ok(0),
+        "a call into a released domain aborts"
+    );
+    check!(
+        receive(port, 1_000_000_000) == Ok((NOTIFY_ABORTED, h.id)),
+        "the installer is told"
+    );
+    for d in [caller, console, task] {
+        must("release", spin::release(d))?;
+    }
+    Ok(())
 }
 
 fn builtin(task_id: u64) -> Result<(), Failed> {

@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 22] = [
+const GROUPS: [Group; 23] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -145,6 +145,11 @@ const GROUPS: [Group; 22] = [
     group("task-creation calls with garbage", g_task_calls, false),
     group("virtual-processor calls with garbage", g_vproc, false),
     group("SPIN memory-interface calls with garbage", g_spinvm, false),
+    group(
+        "SPIN asynchronous handlers with garbage",
+        g_spin_async,
+        false,
+    ),
     group("default-pager calls with garbage", g_paging, false),
 ];
 
@@ -3687,7 +3692,66 @@ fn g_spinvm(c: &mut Ctx) {
             "removing handler {id:#x}"
         );
     }
+    expect!(
+        c,
+        spin::install_async(b, "gc", EVENT_PROTECTION_FAULT, 0, 0, 0).map(|_| ()),
+        Err(Error::NotSupported),
+        "an asynchronous Translation handler"
+    );
     expect!(c, spin::release(b), Ok(()), "release builtin.appel");
+}
+
+/// Asynchronous handlers and calls between extension domains with bad arguments: each an
+/// error, nothing installed or queued.
+fn g_spin_async(c: &mut Ctx) {
+    use baton_abi::spin::{ASYNC_DROPPED, ASYNC_PENDING, EVENT_STRAND_BLOCK, EVENT_SYSCALL};
+    use baton_rt::spin;
+    for which in [3, 4, 1 << 32, u64::MAX] {
+        expect!(
+            c,
+            spin::async_count(which),
+            Err(Error::InvalidArgument),
+            "spin_async({which:#x})"
+        );
+    }
+    let before = (
+        spin::async_count(ASYNC_PENDING),
+        spin::async_count(ASYNC_DROPPED),
+    );
+    check!(
+        c,
+        before == (Ok(0), Ok(0)),
+        "no asynchronous handler yet: nothing waiting or dropped ({before:?})"
+    );
+    let Ok(b) = spin::import("builtin.null_syscall") else {
+        check!(c, false, "import builtin.null_syscall");
+        return;
+    };
+    for ev in [EVENT_SYSCALL, EVENT_STRAND_BLOCK] {
+        expect!(
+            c,
+            spin::install_async(b, "null", ev, 0, 0x1000, 0).map(|_| ()),
+            Err(Error::NotSupported),
+            "an asynchronous handler on event {ev:#x}"
+        );
+    }
+    expect!(
+        c,
+        spin::install_async(spin::Domain(u64::MAX), "one", 2, 0, 0, 0).map(|_| ()),
+        Err(Error::NotFound),
+        "an asynchronous handler from a domain not held"
+    );
+    // A domain another module's imports are resolved against must be held (a forged
+    // domain number binds nothing).
+    for d in [0, 12345, u64::MAX] {
+        expect!(
+            c,
+            spin::resolve(spin::Domain(d), b),
+            Err(Error::NotFound),
+            "Resolve from domain {d:#x}"
+        );
+    }
+    expect!(c, spin::release(b), Ok(()), "release builtin.null_syscall");
 }
 
 /// The default pager's calls from a task that is not one and has no host-privilege right:

@@ -175,6 +175,7 @@ fn round(port: u64, send: u64) -> Result<(), Failed> {
     }
     write_barrier_builtin(b)?;
     write_barrier_wasm(m)?;
+    snapshot(b)?;
     appel(b, m)?;
     dirty(b, m)?;
     demand(m)?;
@@ -219,6 +220,46 @@ fn load(addr: u64) -> u64 {
 
 fn prot_of(addr: u64) -> u64 {
     spinvm::query(addr).map_or(99, |s| s >> STATE_PROT_SHIFT & 7)
+}
+
+/// A handler's resolution of a write to shared memory that a copy-on-write snapshot
+/// still reads: the translation may not simply be made writable (the kernel's shortcut
+/// for a resolved write fault), the old contents go to the snapshot first.
+fn snapshot(b: Domain) -> Result<(), Failed> {
+    use baton_abi::memobj::map_flags;
+    use baton_rt::memobj;
+    let o = must("memobj_create", memobj::create(PAGE))?;
+    let a = must(
+        "vm_map shared",
+        memobj::map(o, PAGE, 0, map_flags(PROT_RW, PROT_RW, false, 1)),
+    )?;
+    store(a, 1);
+    let snap = must(
+        "vm_map a snapshot",
+        memobj::map(o, PAGE, 0, map_flags(PROT_RW, PROT_RW, true, 1)),
+    )?;
+    // The page translated again (read-only: the snapshot still needs its contents).
+    check!(load(a) == 1, "the shared page reads 1");
+    // SAFETY: only this test's own page.
+    must("protect", unsafe {
+        baton_rt::vm::protect(a, PAGE, PROT_READ, false)
+    })?;
+    let h = must(
+        "install unprotect",
+        spin::install(b, "unprotect", EVENT_PROTECTION_FAULT, 0, 0, 0),
+    )?;
+    store(a, 2);
+    check!(
+        load(a) == 2 && load(snap) == 1,
+        "a resolved write to shared memory leaves the snapshot as it was ({}, {})",
+        load(a),
+        load(snap)
+    );
+    must("remove", spin::remove(h))?;
+    free(snap, 1)?;
+    free(a, 1)?;
+    must("cap_drop", baton_rt::ipc::cap_drop(o))?;
+    Ok(())
 }
 
 fn write_barrier_builtin(b: Domain) -> Result<(), Failed> {

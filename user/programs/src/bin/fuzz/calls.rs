@@ -1843,7 +1843,7 @@ impl Fuzzer {
             env!("CARGO_MANIFEST_DIR"),
             "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
         ));
-        match self.r.below(10) {
+        match self.r.below(11) {
             0..=2 => {
                 let mut module = [0u8; 1024];
                 let len = match self.r.below(4) {
@@ -1915,7 +1915,13 @@ impl Fuzzer {
             }
             5 => {
                 let sym = b"null";
-                let (d, ev, claim, notify) = (self.edge(), self.edge(), self.edge(), self.name());
+                let (d, mut ev, claim, notify) =
+                    (self.edge(), self.edge(), self.edge(), self.name());
+                if self.r.chance(30) {
+                    ev |= baton_abi::spin::INSTALL_ASYNC;
+                }
+                let which = self.edge();
+                self.sys(Sys::SpinAsync, [which, 0, 0, 0, 0, 0]);
                 self.sys(
                     Sys::SpinInstall,
                     [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
@@ -1953,6 +1959,85 @@ impl Fuzzer {
                     self.sys(Sys::SpinRemove, [ev, h, 0, 0, 0, 0]);
                 }
                 if (d as i64) > 0 {
+                    self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                }
+            }
+            10 => {
+                // Calls between domains: a module whose imports another module exports,
+                // resolved against that module (or against anything), one of its
+                // procedures installed and raised, the domains released in either order
+                // (a callee released under an installed caller).
+                const CALLER_MODULE: &[u8] = include_bytes!(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../target/extensions/wasm32-unknown-unknown/release/caller.wasm"
+                ));
+                let create = |f: &mut Self, m: &[u8]| {
+                    f.sys(
+                        Sys::SpinCreate,
+                        [m.as_ptr() as u64, m.len() as u64, 0, 0, 0, 0],
+                    )
+                };
+                let callee = create(self, NULL_MODULE);
+                let caller = create(self, CALLER_MODULE);
+                if self.r.chance(70) {
+                    // The callee's own imports, from the kernel's interfaces.
+                    for name in [&b"baton.console"[..], b"baton.task"] {
+                        let d = self.sys(
+                            Sys::SpinImport,
+                            [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0],
+                        );
+                        self.sys(Sys::SpinResolve, [d, callee, 0, 0, 0, 0]);
+                        self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                    }
+                }
+                let source = if self.r.chance(70) {
+                    callee
+                } else {
+                    self.edge()
+                };
+                let target = if self.r.chance(80) {
+                    caller
+                } else {
+                    self.edge()
+                };
+                self.sys(Sys::SpinResolve, [source, target, 0, 0, 0, 0]);
+                let syms: [&[u8]; 5] = [
+                    b"call_twice",
+                    b"call_n",
+                    b"call_wild",
+                    b"local_n",
+                    b"nosuch",
+                ];
+                let sym = self.r.of(&syms, b"call_n");
+                let notify = self.name();
+                let asynchronous = if self.r.chance(30) {
+                    baton_abi::spin::INSTALL_ASYNC
+                } else {
+                    0
+                };
+                let h = self.sys(
+                    Sys::SpinInstall,
+                    [
+                        caller,
+                        sym.as_ptr() as u64,
+                        sym.len() as u64,
+                        baton_abi::spin::EVENT_TEST | asynchronous,
+                        0,
+                        notify,
+                    ],
+                );
+                if self.r.chance(50) {
+                    self.sys(Sys::SpinRelease, [callee, 0, 0, 0, 0, 0]);
+                }
+                let arg = self.r.below(64);
+                self.sys(Sys::SpinRaise, [arg, 0, 0, 0, 0, 0]);
+                if (h as i64) > 0 {
+                    self.sys(
+                        Sys::SpinRemove,
+                        [baton_abi::spin::EVENT_TEST, h, 0, 0, 0, 0],
+                    );
+                }
+                for d in [caller, callee] {
                     self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
                 }
             }
