@@ -61,6 +61,15 @@ pub struct IntegrationTest {
     pub disk_prepare: &'static [&'static str],
 }
 
+/// `shell_swap_files`: the shell's file server used the driver `swapon` started; no second
+/// driver was started for the same device.
+fn one_disk_driver(log: &str) -> Result<(), String> {
+    if log.contains("starting the disk driver and the file server") {
+        return Err("the shell started a second disk driver for the system's disk".into());
+    }
+    Ok(())
+}
+
 /// One step of a test's [`IntegrationTest::input`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Typed {
@@ -1450,6 +1459,39 @@ pub const ALL: &[IntegrationTest] = &[
             ("fs", Exit::Killed),
             // The task made for a file that is no program, ended before it had a name.
             ("?", Exit::Killed),
+        ],
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // The system `cargo xtask run` boots: `swapon` starts the disk driver and the
+        // default pager and registers the driver with the name server; the shell's file
+        // server then uses that driver instead of starting a second one for the device.
+        name: "shell_swap_files",
+        init: &["names", "console", "shell", "swapon"],
+        smp: 1,
+        timeout: Duration::from_secs(120),
+        extra: &["priv=console,shell,swapon"],
+        input: &[
+            Typed::After("swapon: paging to the disk's swap area", "ls /\r"),
+            Typed::After("data/ -", "shutdown\r"),
+        ],
+        prompt: "baton> ",
+        require: &[
+            "swapon: paging to the disk's swap area",
+            "starting the file server on the system's disk driver",
+            "bin/ -",
+            "data/ -",
+        ],
+        check: Some(one_disk_driver),
+        exits: &[
+            ("names", Exit::Killed),
+            ("console", Exit::Killed),
+            ("shell", Exit::Killed),
+            ("swapon", Exit::Code(0)),
+            ("blk", Exit::Killed),
+            ("dpager", Exit::Killed),
+            ("fs", Exit::Killed),
         ],
         disk: true,
         ..BASE

@@ -43,6 +43,12 @@ pub const BLK_SETUP: u64 = 0x0b1c_0011;
 /// can stall the driver, and with it the default pager, for seconds at a time).
 pub const SETUP_ALLOW_HOLD: u64 = 1;
 
+/// The name the system's disk driver is registered under with the name server (by
+/// `swapon`, which starts it at boot): every program that serves the disk (the default
+/// pager, the shell's file server) uses that one driver, never a second one for the same
+/// device.
+pub const DISK_NAME: &str = "disk";
+
 /// `flags`: hold the request for [`HOLD_NS`] after handing it to the device and before
 /// completing it (for tests of a driver killed while the device works on a request).
 /// Honoured only by a driver its starter set up with [`SETUP_ALLOW_HOLD`].

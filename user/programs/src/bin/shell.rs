@@ -469,9 +469,23 @@ impl Shell {
         if let Some(fs) = self.fs {
             return Ok(fs);
         }
-        self.say("starting the disk driver and the file server\n");
-        let (_, driver) = blk_client::start_driver(self.rpc.ipc(), self.host_priv)
-            .map_err(|e| format!("no disk driver ({})", e.name()))?;
+        // The system's disk driver (`swapon` registers it), or one of its own when the
+        // system has none: never a second driver for a device one already drives.
+        let registered = NamesClient::new(&mut self.rpc, start::bootstrap())
+            .lookup(blk_proto::DISK_NAME)
+            .map(|r| r.0);
+        let driver = match registered {
+            Ok(driver) => {
+                self.say("starting the file server on the system's disk driver\n");
+                driver
+            }
+            Err(_) => {
+                self.say("starting the disk driver and the file server\n");
+                blk_client::start_driver(self.rpc.ipc(), self.host_priv)
+                    .map_err(|e| format!("no disk driver ({})", e.name()))?
+                    .1
+            }
+        };
         let started = fs_client::start_server(self.rpc.ipc(), driver);
         // The server holds its own right to the driver.
         let _ = cap_drop(driver);

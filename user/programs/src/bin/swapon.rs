@@ -4,7 +4,9 @@
 //! It starts the user-level disk driver `blk` (`docs/drivers.md`) and the default pager
 //! `dpager` on the disk's swap partition (the pager finds it in the partition table, and
 //! refuses to start without one), waits until the pager has registered with the kernel,
-//! says so, and ends: the pager holds the driver's port from then on. The shell's
+//! says so, and ends: the pager holds the driver's port from then on, and the name server
+//! holds it under `DISK_NAME` for the other programs that serve the disk (the shell's file
+//! server), so that the device has one driver. The shell's
 //! `paging` command shows the counters; booting with `pageable=N` (N frames of user
 //! memory, at least 64) makes a small machine page.
 #![no_std]
@@ -17,7 +19,10 @@ mod blk_proto;
 #[path = "../swap_proto.rs"]
 mod swap_proto;
 
+use baton_rt::idl_rt::SendRight;
 use baton_rt::ipc::{cap_drop, IpcBuffer};
+use baton_rt::names::NamesClient;
+use baton_rt::rpc::Rpc;
 use baton_rt::{paging, println, Error};
 
 baton_rt::entry!(main);
@@ -54,8 +59,18 @@ fn run() -> Result<u64, (&'static str, Error)> {
         blk_client::start_driver(&mut buf, host).map_err(|e| ("start the disk driver", e))?;
     let pager = swap_proto::start_pager(&mut buf, host, port, &["dpager"]);
     // The pager holds its own send right to the driver now (or failed to start, and the
-    // driver ends with its last right).
-    let _ = cap_drop(port);
+    // driver ends with its last right). This one goes to the name server, the system's one
+    // driver of the disk, which the shell's file server uses too.
+    let names = baton_rt::start::bootstrap();
+    let registered = match (&pager, names) {
+        (Ok(_), 1..) => Rpc::new().and_then(|mut rpc| {
+            NamesClient::new(&mut rpc, names).register(blk_proto::DISK_NAME, SendRight(port))
+        }),
+        _ => Err(Error::NotFound),
+    };
+    if registered.is_err() {
+        let _ = cap_drop(port);
+    }
     let pager = pager.map_err(|e| ("start the default pager", e))?;
     // The pager registers once it has read the partition table; it ends if it found none.
     for _ in 0..500 {
