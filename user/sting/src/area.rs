@@ -90,7 +90,7 @@ pub(crate) struct Bump {
     top: usize,
     /// The end of `cur`.
     end: usize,
-    /// Chunks taken from the program's heap since the last reset.
+    /// Chunks taken from the program's heap since the last reset (of an area in use).
     pub(crate) chunks_made: u64,
 }
 
@@ -103,6 +103,14 @@ unsafe impl Send for Bump {}
 pub(crate) struct Mark {
     cur: *mut Chunk,
     top: usize,
+}
+
+impl Mark {
+    /// The position of an area with nothing allocated.
+    pub(crate) const EMPTY: Mark = Mark {
+        cur: ptr::null_mut(),
+        top: 0,
+    };
 }
 
 impl Bump {
@@ -221,16 +229,11 @@ impl Bump {
     /// Releases everything allocated since `m` (the chunks stay, free).
     pub(crate) fn release(&mut self, m: Mark) {
         if m.cur.is_null() {
-            // Nothing was allocated at the mark: back to the start of the first chunk, if
-            // there is one now (so that the reset still sees and counts it).
-            if self.first.is_null() {
-                return;
-            }
-            let c = self.first;
-            self.cur = c;
-            self.top = c as usize + HEADER;
-            // SAFETY: a live chunk of this area.
-            self.end = c as usize + unsafe { (*c).size };
+            // Nothing was allocated at the mark: no current chunk (the chunks stay, and
+            // those made since are counted at the next reset).
+            self.cur = ptr::null_mut();
+            self.top = 0;
+            self.end = 0;
             return;
         }
         self.cur = m.cur;

@@ -59,7 +59,7 @@ use core::sync::atomic::{
 };
 
 use crate::arch;
-use crate::area::Bump;
+use crate::area::{Bump, Mark};
 use crate::exception::{AbsorbLink, HandlerFrame, Priority};
 use crate::group::GroupInner;
 use crate::platform;
@@ -1116,6 +1116,15 @@ unsafe fn reclaim_area(vp: &Vp, tcb: *mut Tcb) {
     // SAFETY: the caller's promise; the area is the running TCB's own.
     let area = unsafe { &mut *(*tcb).area.get() };
     if area.in_use() {
+        reset_area(vp, area);
+    }
+}
+
+/// Resets an area in use and counts what it reclaimed.
+#[cold]
+#[inline(never)]
+fn reset_area(vp: &Vp, area: &mut Bump) {
+    {
         let r = area.reset();
         let c = &vp.counters;
         bump(&c.area_resets);
@@ -1708,30 +1717,40 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
 /// Runs `t` on the calling TCB (absorption) and completes it. Returns false if it ended
 /// terminated (an exception with no handler of its own, `crate::exception`).
 fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) -> bool {
-    /// Runs an absorbed thread's thunk under a catch point (`arch::catch_call`).
-    unsafe extern "C" fn run_thunk(core: *mut u8) {
-        let core = core.cast_const().cast::<Core>();
-        // SAFETY: the absorbing frame won the Absorb transition and holds a reference.
-        unsafe { ((*core).vtable.run)(core) };
-    }
-    if !EXCEPTIONS.load(Relaxed) && !t.core().attention.load(Relaxed) {
-        // The common case: no exceptions delivered, no signal pending.
+    // SAFETY: the running TCB's area, touched only by this thread.
+    let area = unsafe { &mut *(*tcb).area.get() };
+    if !EXCEPTIONS.load(Relaxed) && !t.core().attention.load(Relaxed) && !area.in_use() {
+        // The common case: no exceptions delivered, no signal pending, nothing in the
+        // area yet (so the absorbed thread's allocations, if any, are all there is).
         // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
         let prev = unsafe { (*tcb).thread.replace(t.core()) };
-        // SAFETY: the running TCB's area, touched only by this thread.
-        let mark = unsafe { (*(*tcb).area.get()).mark() };
         // SAFETY: we won its Absorb transition, so we alone run it.
         unsafe { (t.core().vtable.run)(t.core()) };
-        // SAFETY: as above. The absorbed thread's handles into the area are gone (not
-        // `Send`: none left its thunk).
-        unsafe {
-            (*tcb).thread.set(prev);
-            (*(*tcb).area.get()).release(mark);
+        // SAFETY: as above.
+        unsafe { (*tcb).thread.set(prev) };
+        // SAFETY: the running TCB's area. The absorbed thread's handles into it are gone
+        // (not `Send`: none left its thunk).
+        let area = unsafe { &mut *(*tcb).area.get() };
+        if area.in_use() {
+            area.release(Mark::EMPTY);
         }
         complete(t, End::Value);
         let (vp, _) = here();
         bump(&vp.counters.absorbed);
         return true;
+    }
+    run_absorbed_recorded(t, tcb)
+}
+
+/// [`run_absorbed`] with an absorption record (and, with `Config::exceptions`, a catch
+/// point of the absorbed thread's own), and its pending signals run first.
+#[inline(never)]
+fn run_absorbed_recorded(t: &ThreadRef, tcb: *mut Tcb) -> bool {
+    /// Runs an absorbed thread's thunk under a catch point (`arch::catch_call`).
+    unsafe extern "C" fn run_thunk(core: *mut u8) {
+        let core = core.cast_const().cast::<Core>();
+        // SAFETY: the absorbing frame won the Absorb transition and holds a reference.
+        unsafe { ((*core).vtable.run)(core) };
     }
     // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
     let prev = unsafe { (*tcb).thread.replace(t.core()) };
@@ -1878,6 +1897,7 @@ pub fn migrate(target: usize) {
 /// resumed; if it has been asked to terminate, it ends here (as terminated, without
 /// running its frames' destructors). An absorbed thread is not ended here: it is
 /// determined when its thunk returns.
+#[inline]
 pub fn checkpoint() {
     let (vp, tcb) = here();
     // SAFETY: the running thread is alive.
@@ -1885,6 +1905,14 @@ pub fn checkpoint() {
     if !core.attention.load(Relaxed) {
         return;
     }
+    attend(vp, tcb, core);
+}
+
+/// [`checkpoint`] when the thread has something pending: its signals, then a suspension
+/// or termination.
+#[cold]
+#[inline(never)]
+fn attend(vp: &Vp, tcb: *mut Tcb, core: &Core) {
     deliver_signals(core);
     let c = core.ctl.lock();
     if !c.terminate && !c.suspended && c.signals.is_none() {
@@ -2222,6 +2250,7 @@ pub(crate) fn count_exception() {
 
 /// Runs the signals pushed onto the calling thread, in its context, oldest first.
 #[cold]
+#[inline(never)]
 fn deliver_signals(core: &Core) {
     loop {
         let Some(list) = core.ctl.lock().signals.take() else {
