@@ -726,6 +726,7 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: terminate: ",
     "sting#1| ok: groups: ",
     "sting#1| ok: ports: ",
+    "sting#1| ok: areas: ",
     "sting#1| ok: primes: ",
     "sting#1| ok: mst: ",
     "sting#1| ok: alphabeta: ",
@@ -2133,6 +2134,39 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 4,
         timeout: Duration::from_secs(240),
         require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's exceptions as continuations: CPU faults of user-level threads (divide
+        // error, breakpoint, bad access, invalid opcode) delivered to the faulting thread's
+        // handler, which resumes, unwinds or ends it while the task goes on.
+        name: "sting_exc_smp1",
+        init: &["sting_exc"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["sting_exc#1| TEST PASS sting_exc"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's exceptions as continuations: CPU faults of user-level threads (divide
+        // error, breakpoint, bad access, invalid opcode) delivered to the faulting thread's
+        // handler, which resumes, unwinds or ends it while the task goes on.
+        name: "sting_exc_smp2",
+        init: &["sting_exc"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["sting_exc#1| TEST PASS sting_exc"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's exceptions as continuations: CPU faults of user-level threads (divide
+        // error, breakpoint, bad access, invalid opcode) delivered to the faulting thread's
+        // handler, which resumes, unwinds or ends it while the task goes on.
+        name: "sting_exc_smp4",
+        init: &["sting_exc"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["sting_exc#1| TEST PASS sting_exc"],
         ..BASE
     },
     IntegrationTest {

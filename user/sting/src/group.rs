@@ -15,6 +15,7 @@
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 
+use crate::area::SharedArea;
 use crate::rt::{self, Core, ThreadRef};
 use crate::spin::SpinLock;
 use crate::thread::{AnyThread, Thread};
@@ -23,6 +24,8 @@ use crate::thread::{AnyThread, Thread};
 pub(crate) struct GroupInner {
     /// Its live members.
     members: SpinLock<Vec<ThreadRef>>,
+    /// The group's shared area, made at its first use.
+    area: SpinLock<Option<SharedArea>>,
 }
 
 impl GroupInner {
@@ -69,8 +72,20 @@ impl Group {
         Group {
             inner: Arc::new(GroupInner {
                 members: SpinLock::new(Vec::new()),
+                area: SpinLock::new(None),
             }),
         }
+    }
+
+    /// The group's shared area (`crate::area`): a heap its members share for data that
+    /// outlives the thread that made it. Made at the first call; lives while any handle to
+    /// the group or any value in it does.
+    pub fn area(&self) -> SharedArea {
+        self.inner
+            .area
+            .lock_disarmed()
+            .get_or_insert_with(SharedArea::new)
+            .clone()
     }
 
     /// Creates a thread in this group, scheduled on the calling thread's virtual processor.

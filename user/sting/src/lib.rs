@@ -17,6 +17,12 @@
 //! - Synchronisation that parks user-level threads, not virtual processors ([`sync`]:
 //!   [`Mutex`], [`Condvar`], [`Barrier`]), thread groups ([`Group`]) and first-class ports
 //!   with shallow and deep copy ([`Port`]).
+//! - Areas ([`area`]): a private heap per thread, no lock, reclaimed wholesale when the
+//!   thread is determined; shared areas (per group or explicit) for what outlives it.
+//! - Exceptions as continuations and signals ([`exception`]): a thread's faults (CPU
+//!   faults with [`Config::exceptions`], or [`raise`]) run its own handler in its context
+//!   ([`with_handler`], [`catch`]), which resumes, unwinds or ends it; signals push a
+//!   handler onto another thread ([`Thread::signal`]) with the paper's three priorities.
 //!
 //! `docs/sting.md` describes the design, its use, its measured costs and what the kernel's
 //! virtual-processor upcalls will change.
@@ -54,6 +60,8 @@ extern crate alloc;
 extern crate std;
 
 mod arch;
+pub mod area;
+pub mod exception;
 pub mod group;
 mod platform;
 pub mod policy;
@@ -72,6 +80,7 @@ mod proptests;
 #[cfg(test)]
 mod tests;
 
+pub use exception::{catch, raise, with_handler, Action, Fault, Priority};
 pub use group::Group;
 pub use policy::{Kind, Policy};
 pub use pool::Thresholds;

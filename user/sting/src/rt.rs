@@ -59,6 +59,8 @@ use core::sync::atomic::{
 };
 
 use crate::arch;
+use crate::area::{Bump, Mark};
+use crate::exception::{AbsorbLink, HandlerFrame, Priority};
 use crate::group::GroupInner;
 use crate::platform;
 use crate::policy::{Kind, Policy};
@@ -99,6 +101,14 @@ pub(crate) struct Tcb {
     /// (Atomic so that no store to it is optimised away: the kernel's interrupt reads it
     /// asynchronously, through the upcall, as a signal handler would.)
     preempt: AtomicBool,
+    /// The private area of the thread running on it (`crate::area`), kept with the TCB
+    /// through the pools and reset when a thread ends.
+    area: UnsafeCell<Bump>,
+    /// The exception handlers installed on its stack, innermost first
+    /// (`crate::exception`).
+    handlers: Cell<*const HandlerFrame>,
+    /// The absorptions running on its stack, innermost first.
+    absorb: Cell<*const AbsorbLink>,
 }
 
 /// A TCB pointer that may sit in the pools (which the runtime shares between threads).
@@ -133,8 +143,12 @@ impl Tcb {
                 vp: Cell::new(ptr::null()),
                 link: Cell::new(ptr::null_mut()),
                 preempt: AtomicBool::new(false),
+                area: UnsafeCell::new(Bump::new()),
+                handlers: Cell::new(ptr::null()),
+                absorb: Cell::new(ptr::null()),
             })
         };
+        crate::exception::register_tcb(p as usize);
         p
     }
 
@@ -144,6 +158,10 @@ impl Tcb {
     ///
     /// Nothing runs on it, and nothing refers to it any more.
     unsafe fn destroy(tcb: *mut Tcb) {
+        // SAFETY: the caller's promise: nothing runs on the TCB, so no handle into its
+        // area is alive.
+        unsafe { (*(*tcb).area.get()).free_all() };
+        crate::exception::unregister_tcb(tcb as usize);
         // SAFETY: the caller's promise; the block was allocated with this layout.
         unsafe { dealloc(tcb.cast(), tcb_layout()) };
     }
@@ -236,7 +254,16 @@ pub(crate) struct Ctl {
     vp: usize,
     /// Threads waiting for it to be determined.
     waiters: WaitList,
+    /// Signals pushed onto it, run in its context before it next runs its own code
+    /// (`crate::exception`); boxed so that a thread never signalled pays one word.
+    #[allow(clippy::box_collection)] // one word in every thread object, not three
+    signals: Option<Box<Vec<Signal>>>,
+    /// A signal's continuation is on its saved context (`arch::push_signal_frame`).
+    signal_frame: bool,
 }
+
+/// A signal's handler.
+pub(crate) type Signal = Box<dyn FnOnce() + Send>;
 
 /// A thread object with its thunk and value. `repr(C)` so that [`Head`] is a prefix of it
 /// whatever `F` is.
@@ -413,6 +440,8 @@ where
                 tcb: ptr::null_mut(),
                 vp,
                 waiters: WaitList::new(),
+                signals: None,
+                signal_frame: false,
             }),
         },
         value: UnsafeCell::new(None),
@@ -576,6 +605,11 @@ struct Counters {
     kernel_unblocks: AtomicU64,
     checkpoints: AtomicU64,
     declined: AtomicU64,
+    area_resets: AtomicU64,
+    area_reclaimed: AtomicU64,
+    area_chunks: AtomicU64,
+    exceptions: AtomicU64,
+    signals: AtomicU64,
 }
 
 /// Adds one to a counter only its virtual processor writes (a plain load and store).
@@ -1039,6 +1073,8 @@ pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
     // SAFETY: the switch that started us set the TCB's `vp`.
     unsafe { (*(*tcb).vp.get()).finish_switch() };
     loop {
+        // A signal pushed before the thread started runs first.
+        signals_check(tcb);
         // SAFETY: `thread` owns a reference to the thread this TCB was started for.
         let t = unsafe { ThreadRef::from_raw((*tcb).thread.get()) };
         // SAFETY: we won its Start transition (in `claim`), so we alone run it.
@@ -1048,6 +1084,8 @@ pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
         // SAFETY: as at the top; the thread may have migrated, so read it again.
         let vp = unsafe { &*(*tcb).vp.get() };
         bump(&vp.counters.finished);
+        // SAFETY: the thread has ended; the TCB is ours.
+        unsafe { reclaim_area(vp, tcb) };
         match vp.next_runnable() {
             Some(Next::Start(next)) => {
                 // Context sharing: the next thread is new, so it takes this TCB as it
@@ -1065,6 +1103,47 @@ pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
             }
         }
     }
+}
+
+/// Empties the private area of a TCB whose thread has ended, counting what it reclaims.
+///
+/// # Safety
+///
+/// `tcb` is the calling TCB, its thread has ended, and no handle into its area is used
+/// again (the handles are not `Send`, so none left the thread).
+#[inline]
+unsafe fn reclaim_area(vp: &Vp, tcb: *mut Tcb) {
+    // SAFETY: the caller's promise; the area is the running TCB's own.
+    let area = unsafe { &mut *(*tcb).area.get() };
+    if area.in_use() {
+        reset_area(vp, area);
+    }
+}
+
+/// Resets an area in use and counts what it reclaimed.
+#[cold]
+#[inline(never)]
+fn reset_area(vp: &Vp, area: &mut Bump) {
+    {
+        let r = area.reset();
+        let c = &vp.counters;
+        bump(&c.area_resets);
+        c.area_reclaimed
+            .store(c.area_reclaimed.load(Relaxed) + r.bytes as u64, Relaxed);
+        c.area_chunks
+            .store(c.area_chunks.load(Relaxed) + r.chunks_made, Relaxed);
+    }
+}
+
+/// Runs `f` on the calling thread's private area.
+///
+/// Panics outside a sting thread.
+#[inline]
+pub(crate) fn with_area<R>(f: impl FnOnce(&mut Bump) -> R) -> R {
+    let tcb = current_tcb();
+    // SAFETY: the area of the running TCB is touched only by the thread running on it
+    // (this one), and `f` cannot reach it again (it is not given out).
+    f(unsafe { &mut *(*tcb).area.get() })
 }
 
 /// Marks `t` determined (`end`), wakes its waiters and leaves its group.
@@ -1086,12 +1165,17 @@ fn complete(t: &ThreadRef, end: End) {
 
 /// Ends the calling thread at a checkpoint, as terminated: its frames are abandoned.
 fn exit_terminated(vp: &Vp, tcb: *mut Tcb) -> ! {
+    // Its handlers' frames are abandoned with the rest.
+    // SAFETY: our own TCB.
+    unsafe { (*tcb).handlers.set(ptr::null()) };
     // SAFETY: `thread` owns a reference to the TCB's own thread (not absorbed: checked by
     // the caller).
     let t = unsafe { ThreadRef::from_raw((*tcb).thread.get()) };
     complete(&t, End::Terminated);
     drop(t);
     bump(&vp.counters.finished);
+    // SAFETY: the thread has ended (its frames are abandoned); the TCB is ours.
+    unsafe { reclaim_area(vp, tcb) };
     let next = vp.next_runnable();
     // SAFETY: our TCB, finished; `next` was claimed by `vp`. A new thread gets a TCB from
     // the pool here (this one is still the stack in use).
@@ -1168,6 +1252,8 @@ pub struct Config {
     upcalls: u64,
     /// The preemption quantum (0: none).
     quantum_ns: u64,
+    /// Whether CPU faults of sting threads go to their handlers.
+    exceptions: bool,
 }
 
 impl Config {
@@ -1194,6 +1280,7 @@ impl Config {
             thresholds: Thresholds::DEFAULT,
             upcalls: 0,
             quantum_ns: 0,
+            exceptions: false,
         }
     }
 
@@ -1222,6 +1309,14 @@ impl Config {
     /// and is resumed later by `vp_resume` (Sting's Checkpoint and Resume). Only on Baton.
     pub fn preempt(mut self, quantum_ns: u64) -> Config {
         self.quantum_ns = quantum_ns;
+        self
+    }
+
+    /// Delivers the CPU faults of sting threads (a divide error, a breakpoint, a bad
+    /// access) to the faulting thread's handlers (`crate::exception`): the runtime serves
+    /// the task's exception port while it runs, and clears it when it stops. Only on Baton.
+    pub fn exceptions(mut self) -> Config {
+        self.exceptions = true;
         self
     }
 
@@ -1273,6 +1368,18 @@ pub struct Stats {
     /// Checkpoint upcalls that found the thread not preemptible (outside [`preemptible`],
     /// in a runtime call, or the heap lock taken) and resumed it at once.
     pub declined: u64,
+    /// Threads that ended (returned or were terminated) with something in their private
+    /// area, reclaimed wholesale (`crate::area`).
+    pub area_resets: u64,
+    /// Bytes so reclaimed.
+    pub area_reclaimed: u64,
+    /// Private-area chunks taken from the program's heap (the rest of the allocations
+    /// took no lock at all).
+    pub area_chunks: u64,
+    /// Exceptions dispatched to a thread's handlers (CPU faults and `raise`).
+    pub exceptions: u64,
+    /// Signal handlers run in their target's context.
+    pub signals: u64,
 }
 
 impl Stats {
@@ -1297,6 +1404,11 @@ impl Stats {
             kernel_unblocks: c.kernel_unblocks.load(Relaxed),
             checkpoints: c.checkpoints.load(Relaxed),
             declined: c.declined.load(Relaxed),
+            area_resets: c.area_resets.load(Relaxed),
+            area_reclaimed: c.area_reclaimed.load(Relaxed),
+            area_chunks: c.area_chunks.load(Relaxed),
+            exceptions: c.exceptions.load(Relaxed),
+            signals: c.signals.load(Relaxed),
         }
     }
 
@@ -1320,6 +1432,11 @@ impl Stats {
             kernel_unblocks: self.kernel_unblocks + o.kernel_unblocks,
             checkpoints: self.checkpoints + o.checkpoints,
             declined: self.declined + o.declined,
+            area_resets: self.area_resets + o.area_resets,
+            area_reclaimed: self.area_reclaimed + o.area_reclaimed,
+            area_chunks: self.area_chunks + o.area_chunks,
+            exceptions: self.exceptions + o.exceptions,
+            signals: self.signals + o.signals,
         }
     }
 }
@@ -1403,6 +1520,11 @@ where
         .collect();
     let n = vps.len();
     PREEMPTIVE.store(config.quantum_ns != 0, Relaxed);
+    EXCEPTIONS.store(config.exceptions, Relaxed);
+    #[cfg(baton)]
+    if config.exceptions {
+        crate::exception::start();
+    }
     let rt = Box::into_raw(Box::new(Runtime {
         vps,
         global: SpinLock::new(pool::Global::new()),
@@ -1454,6 +1576,10 @@ where
     while (rtr.exited.load(Acquire) as usize) < n - 1 {
         platform::park(&rtr.exited, rtr.exited.load(Acquire), IDLE_PARK_NS);
         platform::relax_hard();
+    }
+    #[cfg(baton)]
+    if config.exceptions {
+        crate::exception::stop();
     }
     let stats = stats();
     // SAFETY: the main thread is determined (shutdown is set only as its last act, and
@@ -1576,8 +1702,7 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
                     c.tcb = tcb;
                     c.vp = vp.id;
                     drop(c);
-                    run_absorbed(t, tcb);
-                    return true;
+                    return run_absorbed(t, tcb);
                 }
                 _ => {
                     node = Waiter::current();
@@ -1589,17 +1714,102 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
     }
 }
 
-/// Runs `t` on the calling TCB (absorption) and completes it.
-fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) {
+/// Runs `t` on the calling TCB (absorption) and completes it. Returns false if it ended
+/// terminated (an exception with no handler of its own, `crate::exception`).
+fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) -> bool {
+    // SAFETY: the running TCB's area, touched only by this thread.
+    let area = unsafe { &mut *(*tcb).area.get() };
+    if !EXCEPTIONS.load(Relaxed) && !t.core().attention.load(Relaxed) && !area.in_use() {
+        // The common case: no exceptions delivered, no signal pending, nothing in the
+        // area yet (so the absorbed thread's allocations, if any, are all there is).
+        // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
+        let prev = unsafe { (*tcb).thread.replace(t.core()) };
+        // SAFETY: we won its Absorb transition, so we alone run it.
+        unsafe { (t.core().vtable.run)(t.core()) };
+        // SAFETY: as above.
+        unsafe { (*tcb).thread.set(prev) };
+        // SAFETY: the running TCB's area. The absorbed thread's handles into it are gone
+        // (not `Send`: none left its thunk).
+        let area = unsafe { &mut *(*tcb).area.get() };
+        if area.in_use() {
+            area.release(Mark::EMPTY);
+        }
+        complete(t, End::Value);
+        let (vp, _) = here();
+        bump(&vp.counters.absorbed);
+        return true;
+    }
+    run_absorbed_recorded(t, tcb)
+}
+
+/// [`run_absorbed`] with an absorption record (and, with `Config::exceptions`, a catch
+/// point of the absorbed thread's own), and its pending signals run first.
+#[inline(never)]
+fn run_absorbed_recorded(t: &ThreadRef, tcb: *mut Tcb) -> bool {
+    /// Runs an absorbed thread's thunk under a catch point (`arch::catch_call`).
+    unsafe extern "C" fn run_thunk(core: *mut u8) {
+        let core = core.cast_const().cast::<Core>();
+        // SAFETY: the absorbing frame won the Absorb transition and holds a reference.
+        unsafe { ((*core).vtable.run)(core) };
+    }
     // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
     let prev = unsafe { (*tcb).thread.replace(t.core()) };
-    // SAFETY: we won its Absorb transition, so we alone run it.
-    unsafe { (t.core().vtable.run)(t.core()) };
-    // SAFETY: as above (the TCB is still ours, whichever VP runs it now).
-    unsafe { (*tcb).thread.set(prev) };
+    // What the absorbed thread allocates in the area goes when it is determined; an
+    // exception that unwinds past it ends it (`end_absorptions`).
+    // SAFETY: the running TCB's area and lists, touched only by this thread.
+    let (outer, mark, handlers) = unsafe {
+        (
+            (*tcb).absorb.get(),
+            (*(*tcb).area.get()).mark(),
+            (*tcb).handlers.get(),
+        )
+    };
+    let mut link = AbsorbLink {
+        prev: outer,
+        demander: prev,
+        absorbed: t.core(),
+        mark,
+        handlers,
+        catch_sp: 0,
+    };
+    let lp: *mut AbsorbLink = &mut link;
+    // SAFETY: as above; `link` outlives its place on the list.
+    unsafe { (*tcb).absorb.set(lp) };
+    // A signal pushed before it started runs first, in its context.
+    if t.core().attention.load(Relaxed) {
+        deliver_signals(t.core());
+    }
+    if EXCEPTIONS.load(Relaxed) {
+        // With CPU faults delivered, an absorbed thread's own fault may end it alone: it
+        // runs under a catch point that `exception::terminate_here` returns to (having
+        // completed it as terminated and restored the TCB).
+        // SAFETY: we won its Absorb transition, so we alone run it; `catch_sp` lives in
+        // this frame while the thunk runs.
+        let ended = unsafe {
+            arch::catch_call(
+                run_thunk,
+                t.core() as *const Core as *mut u8,
+                ptr::addr_of_mut!((*lp).catch_sp),
+            )
+        };
+        if ended != 0 {
+            return false;
+        }
+    } else {
+        // SAFETY: we won its Absorb transition, so we alone run it.
+        unsafe { (t.core().vtable.run)(t.core()) };
+    }
+    // SAFETY: as above (the TCB is still ours, whichever VP runs it now). The absorbed
+    // thread's handles into the area are gone (not `Send`: none left its thunk).
+    unsafe {
+        (*tcb).absorb.set((*lp).prev);
+        (*tcb).thread.set(prev);
+        (*(*tcb).area.get()).release((*lp).mark);
+    }
     complete(t, End::Value);
     let (vp, _) = here();
     bump(&vp.counters.absorbed);
+    true
 }
 
 /// Parks (blocks) the calling thread until another unparks it
@@ -1687,6 +1897,7 @@ pub fn migrate(target: usize) {
 /// resumed; if it has been asked to terminate, it ends here (as terminated, without
 /// running its frames' destructors). An absorbed thread is not ended here: it is
 /// determined when its thunk returns.
+#[inline]
 pub fn checkpoint() {
     let (vp, tcb) = here();
     // SAFETY: the running thread is alive.
@@ -1694,8 +1905,17 @@ pub fn checkpoint() {
     if !core.attention.load(Relaxed) {
         return;
     }
+    attend(vp, tcb, core);
+}
+
+/// [`checkpoint`] when the thread has something pending: its signals, then a suspension
+/// or termination.
+#[cold]
+#[inline(never)]
+fn attend(vp: &Vp, tcb: *mut Tcb, core: &Core) {
+    deliver_signals(core);
     let c = core.ctl.lock();
-    if !c.terminate && !c.suspended {
+    if !c.terminate && !c.suspended && c.signals.is_none() {
         core.attention.store(false, Relaxed);
     }
     if c.terminate && !c.absorbed {
@@ -1841,8 +2061,9 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
 pub(crate) extern "C" fn kernel_resumed(
     regs: *const crate::arch::UserRegs,
 ) -> *const crate::arch::UserRegs {
-    let (vp, _) = here();
+    let (vp, tcb) = here();
     vp.finish_switch();
+    signals_check(tcb);
     regs
 }
 
@@ -1876,6 +2097,10 @@ pub(crate) fn disarm() {
 /// Whether the running runtime lets the kernel preempt its threads ([`Config::preempt`]).
 static PREEMPTIVE: AtomicBool = AtomicBool::new(false);
 
+/// Whether the runtime delivers CPU faults to threads (`Config::exceptions`): absorbed
+/// threads then run under a catch point of their own.
+static EXCEPTIONS: AtomicBool = AtomicBool::new(false);
+
 #[cfg_attr(not(baton), allow(dead_code))]
 /// Called first by a thread resumed after a Checkpoint (from the frame
 /// `prepare_preempted` laid): finishes the switch that resumed it and makes it
@@ -1887,9 +2112,263 @@ pub(crate) extern "C" fn preempted_resumed(
     // SAFETY: a resumed TCB, whose `vp` its resumer set.
     let vp = unsafe { &*(*tcb).vp.get() };
     vp.finish_switch();
+    signals_check(tcb);
     // SAFETY: our own TCB; it was preemptible when stopped, and the rest of the way out
     // (the resume) touches nothing of the runtime's.
     unsafe { (*tcb).preempt.store(true, Relaxed) };
     compiler_fence(SeqCst);
     regs
+}
+
+// ---------------------------------------------------------------------------------------
+// Exceptions and signals (`crate::exception`): the thread controller's half
+
+/// The calling thread's TCB (a runtime call: ends a preemptible stretch).
+pub(crate) fn tcb_here() -> *mut Tcb {
+    current_tcb()
+}
+
+/// Bytes at the bottom of a TCB block that are not stack.
+pub(crate) const fn tcb_size() -> usize {
+    core::mem::size_of::<Tcb>()
+}
+
+/// The innermost handler frame installed on `tcb`.
+pub(crate) fn handlers(tcb: *mut Tcb) -> *const HandlerFrame {
+    // SAFETY: the calling thread's own TCB (`tcb_here`).
+    unsafe { (*tcb).handlers.get() }
+}
+
+/// Makes `f` the innermost handler frame of `tcb`.
+pub(crate) fn set_handlers(tcb: *mut Tcb, f: *const HandlerFrame) {
+    // SAFETY: the calling thread's own TCB.
+    unsafe { (*tcb).handlers.set(f) };
+}
+
+/// The innermost absorption running on `tcb`.
+pub(crate) fn absorptions(tcb: *mut Tcb) -> *const AbsorbLink {
+    // SAFETY: the calling thread's own TCB.
+    unsafe { (*tcb).absorb.get() }
+}
+
+/// Ends, as terminated, every absorption on `tcb` newer than `upto` (an exception unwinds
+/// past them): each absorbed thread is determined, the TCB names its demander again, and
+/// what it allocated in the area is released.
+pub(crate) fn end_absorptions(tcb: *mut Tcb, upto: *const AbsorbLink) {
+    loop {
+        // SAFETY: the calling thread's own TCB.
+        let l = unsafe { (*tcb).absorb.get() };
+        if l.is_null() || l == upto {
+            return;
+        }
+        // SAFETY: a listed link is a live `run_absorbed` frame below us on this stack,
+        // about to be abandoned.
+        let link = unsafe { &*l };
+        // SAFETY: the absorbing frame holds a reference to the absorbed thread.
+        let t = unsafe { ThreadRef::clone_raw(link.absorbed) };
+        complete(&t, End::Terminated);
+        drop(t);
+        // SAFETY: our own TCB; no handle into the area from the abandoned frames is used
+        // again.
+        unsafe {
+            (*tcb).absorb.set(link.prev);
+            (*tcb).thread.set(link.demander);
+            (*(*tcb).area.get()).release(link.mark);
+        }
+    }
+}
+
+/// Ends the thread running on `tcb` (the caller's), as terminated, from an exception with
+/// no handler of its own or whose handler said so. An absorbed thread under a catch point
+/// (`Config::exceptions`) ends alone and its demander goes on (its `value` finds it
+/// terminated); without one, its demander (and the absorptions between) end with it.
+pub(crate) fn terminate_here(tcb: *mut Tcb) -> ! {
+    if absorbed_unlinked(tcb) {
+        unlinked_absorption();
+    }
+    // SAFETY: the calling thread's own TCB.
+    let l = unsafe { (*tcb).absorb.get() };
+    // SAFETY: a listed link is a live `run_absorbed` frame below us on this stack.
+    if !l.is_null() && unsafe { (*l).catch_sp } != 0 {
+        // SAFETY: as above.
+        let link = unsafe { &*l };
+        end_absorptions(tcb, link.prev);
+        set_handlers(tcb, link.handlers);
+        // SAFETY: stored by that frame's live `catch_call`, on this stack.
+        unsafe { arch::catch_jump(link.catch_sp) }
+    }
+    end_absorptions(tcb, ptr::null());
+    // SAFETY: a running TCB's `vp` is set.
+    let vp = unsafe { &*(*tcb).vp.get() };
+    exit_terminated(vp, tcb)
+}
+
+/// Whether the thread running on `tcb` was absorbed without an absorption record (the
+/// common path of `run_absorbed`, without `Config::exceptions`): an exception cannot then
+/// end it alone, nor unwind past it.
+pub(crate) fn absorbed_unlinked(tcb: *mut Tcb) -> bool {
+    // SAFETY: the calling thread's own TCB; the running thread is alive.
+    let core = unsafe { (*tcb).thread.get() };
+    // SAFETY: as above.
+    if !unsafe { &*core }.ctl.lock().absorbed {
+        return false;
+    }
+    // SAFETY: as above.
+    let l = unsafe { (*tcb).absorb.get() };
+    // SAFETY: a listed link is a live frame of this stack.
+    l.is_null() || unsafe { (*l).absorbed } != core
+}
+
+/// An exception would end an absorbed thread, or unwind past it, with no record of the
+/// absorption to do it with.
+#[cold]
+pub(crate) fn unlinked_absorption() -> ! {
+    panic!("sting: an exception left an absorbed thread; that needs Config::exceptions")
+}
+
+/// The thread running on `tcb` (raw).
+pub(crate) fn running_on(tcb: *mut Tcb) -> *const Core {
+    // SAFETY: the calling thread's own TCB.
+    unsafe { (*tcb).thread.get() }
+}
+
+/// Whether a thread's own handlers can take its exceptions: the innermost handler frame
+/// `f` was installed by the thread running now (not by the demander of an absorbed
+/// thread that runs under its own catch point).
+pub(crate) fn handler_is_own(tcb: *mut Tcb, f: *const HandlerFrame) -> bool {
+    // SAFETY: the calling thread's own TCB.
+    let l = unsafe { (*tcb).absorb.get() };
+    // SAFETY: a listed link is a live `run_absorbed` frame below us on this stack.
+    l.is_null() || unsafe { (*l).catch_sp } == 0 || crate::exception::installed_under(f, l)
+}
+
+/// Counts one exception dispatched on the calling thread's processor.
+pub(crate) fn count_exception() {
+    let (vp, _) = here();
+    bump(&vp.counters.exceptions);
+}
+
+/// Runs the signals pushed onto the calling thread, in its context, oldest first.
+#[cold]
+#[inline(never)]
+fn deliver_signals(core: &Core) {
+    loop {
+        let Some(list) = core.ctl.lock().signals.take() else {
+            return;
+        };
+        for s in *list {
+            s();
+            let (vp, _) = here();
+            bump(&vp.counters.signals);
+        }
+        let c = core.ctl.lock();
+        if c.signals.is_none() && !c.terminate && !c.suspended {
+            core.attention.store(false, Relaxed);
+            return;
+        }
+    }
+}
+
+/// Runs the calling thread's pending signals if it has any (cheap when it has none).
+#[inline]
+fn signals_check(tcb: *mut Tcb) {
+    // SAFETY: the calling thread's own TCB names the running thread, which is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    if core.attention.load(Relaxed) {
+        deliver_signals(core);
+    }
+}
+
+/// Bytes of stack a thread must have left for a signal's continuation to be pushed onto it.
+const SIGNAL_ROOM: usize = 4096;
+
+/// Where a thread resumed at a signal's continuation enters the runtime
+/// (`arch::push_signal_frame`): finishes the switch, then runs its signals.
+pub(crate) extern "C" fn signalled(tcb: usize) {
+    let tcb = tcb as *mut Tcb;
+    // SAFETY: a resumed TCB, whose `vp` its resumer set; the running thread is alive.
+    let (vp, core) = unsafe { (&*(*tcb).vp.get(), &*(*tcb).thread.get()) };
+    vp.finish_switch();
+    core.ctl.lock().signal_frame = false;
+    deliver_signals(core);
+}
+
+/// Pushes `handler` onto `t` (see [`crate::exception`]), then goes on as `prio` says.
+/// Returns false if `t` is determined (nothing is pushed).
+pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
+    let (vp, tcb) = here();
+    // SAFETY: the running thread is alive.
+    if t.same(unsafe { (*tcb).thread.get() }) {
+        // The target is the current thread: apply the handler now (Figure 2, line 5).
+        handler();
+        bump(&vp.counters.signals);
+        return true;
+    }
+    let ready_here = {
+        let mut c = t.core().ctl.lock();
+        if c.state.determined() {
+            return false;
+        }
+        let mut list = c.signals.take().unwrap_or_default();
+        list.push(handler);
+        c.signals = Some(list);
+        t.core().attention.store(true, Relaxed);
+        // A thread stopped in a switch (ready or blocked) gets the continuation pushed
+        // onto its saved context, so the handler runs first when it is resumed.
+        if matches!(c.state, State::Ready | State::Blocked) && !c.signal_frame {
+            let ttcb = c.tcb;
+            // SAFETY: a ready or blocked thread's TCB is alive; while its `running` flag
+            // is clear and we hold its lock, nothing resumes it (a claim takes the lock),
+            // so its saved stack pointer is ours to change. The flag still set means it is
+            // still switching away: the handler then waits for its next checkpoint.
+            unsafe {
+                if !ttcb.is_null()
+                    && !(*ttcb).running.load(Acquire)
+                    && ptr::eq((*ttcb).thread.get(), t.core())
+                {
+                    let sp = *(*ttcb).sp.get();
+                    if sp.saturating_sub(ttcb as usize) > tcb_size() + SIGNAL_ROOM {
+                        *(*ttcb).sp.get() = arch::push_signal_frame(sp, ttcb as usize);
+                        c.signal_frame = true;
+                    }
+                }
+            }
+        }
+        c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id
+    };
+    match prio {
+        Priority::Continue => {}
+        Priority::Immediate if ready_here => switch_to_target(t),
+        Priority::Immediate => {}
+        Priority::Reschedule => yield_now(),
+    }
+    true
+}
+
+/// Switches from the calling thread to `t`, ready on this processor (its queue entry
+/// goes stale); the caller goes back on the ready queue.
+fn switch_to_target(t: &ThreadRef) {
+    let (vp, tcb) = here();
+    let target = {
+        let mut c = t.core().ctl.lock();
+        if !(c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id) {
+            return;
+        }
+        // Claimed here: the entry on the queue is now stale.
+        c.queued = false;
+        c.state = State::Running;
+        c.tcb
+    };
+    let me = {
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
+        let mut c = core.ctl.lock();
+        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        let ticket = c.enqueue();
+        // SAFETY: as above.
+        (unsafe { ThreadRef::clone_raw(core) }, ticket)
+    };
+    vp.push(me.0, me.1);
+    // SAFETY: our TCB; the thread is ready and queued; `target` was claimed above.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(Next::Resume(target))) };
 }

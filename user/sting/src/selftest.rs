@@ -37,6 +37,9 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("terminate", terminate),
     ("groups", groups),
     ("ports", ports),
+    ("areas", areas),
+    ("exceptions", exceptions),
+    ("signals", signals),
     ("primes", primes),
     ("mst", mst),
     ("alphabeta", alphabeta),
@@ -50,6 +53,372 @@ macro_rules! ensure {
             return Err(format!($($what)*));
         }
     };
+}
+
+/// Threads allocating from their private areas: no heap operation but for a chunk now and
+/// then, the chunks recycled with the TCBs, everything reclaimed wholesale when a thread
+/// returns, is terminated or (absorbed) is determined; a value moved to a group's shared
+/// area outlives the thread that made it.
+pub fn areas(vps: usize) -> Outcome {
+    use crate::area;
+    /// Threads forked.
+    const THREADS: u64 = 1200;
+    /// Private allocations per thread (each 48 bytes) and one slice of 2 KiB: more than
+    /// the first chunk holds.
+    const ALLOCS: u64 = 100;
+    let (r, s) = run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let group = Group::new();
+        let shared = group.area();
+        let mut sum = 0u64;
+        let mut kept = Vec::new();
+        for wave in 0..(THREADS / 8) {
+            let ts: Vec<_> = (0..8u64)
+                .map(|i| {
+                    let shared = shared.clone();
+                    group.fork(move || {
+                        let n = wave * 8 + i;
+                        let base = area::used();
+                        let mut held = Vec::new();
+                        for k in 0..ALLOCS {
+                            held.push(area::alloc([n, k, n ^ k, 1, 2, 3]));
+                        }
+                        if i % 2 == 0 {
+                            // Through the pools rather than handed over.
+                            yield_now();
+                        }
+                        let bytes = area::alloc_slice(&[n as u8; 2048]);
+                        // A LIFO drop gives its bytes straight back.
+                        let before = area::used();
+                        drop(area::alloc(0u64));
+                        if area::used() != before {
+                            return (u64::MAX, None);
+                        }
+                        let s: u64 = held.iter().map(|a| a[0] + a[1]).sum::<u64>()
+                            + bytes.iter().map(|&b| u64::from(b)).sum::<u64>();
+                        if area::used() < base + (ALLOCS * 48 + 2048) as usize {
+                            return (u64::MAX - 1, None);
+                        }
+                        // The last thread of each wave leaves a value in the group's area.
+                        let out = (i == 7).then(|| area::alloc(n * 3).share(&shared));
+                        (s, out)
+                    })
+                })
+                .collect();
+            for t in &ts {
+                t.wait();
+            }
+            for t in ts {
+                let Ok(Some((v, out))) = t.into_value() else {
+                    return Err(String::from("a thread had no value"));
+                };
+                ensure!(v < u64::MAX - 1, "LIFO free or accounting failed ({v})");
+                sum += v;
+                if let Some(out) = out {
+                    kept.push(out);
+                }
+            }
+        }
+        let want: u64 = (0..THREADS)
+            .map(|n| (0..ALLOCS).map(|k| n + k).sum::<u64>() + (n as u8 as u64) * 2048)
+            .sum();
+        ensure!(sum == want, "sum {sum}, want {want}");
+        // The shared values outlived their threads, whose TCBs (and areas) were reused.
+        for (w, v) in kept.iter().enumerate() {
+            ensure!(**v == (w as u64 * 8 + 7) * 3, "shared value {w} is {}", **v);
+        }
+        ensure!(
+            kept.first().is_some_and(|v| v.area().same(&shared)),
+            "value in another area"
+        );
+        // An absorbed thread's allocations go when it is determined.
+        let base = area::used();
+        let d = delay(|| {
+            let a = area::alloc([7u64; 16]);
+            a[3]
+        });
+        ensure!(d.value() == Ok(&7), "absorbed value");
+        ensure!(area::used() == base, "absorbed thread's bytes stayed");
+        // A terminated thread's area is reclaimed too.
+        let before = stats().area_resets;
+        let t = fork(|| {
+            let _a = area::alloc([1u64; 8]);
+            loop {
+                yield_now();
+            }
+        });
+        while t.detail().0 == State::Scheduled {
+            yield_now();
+        }
+        for _ in 0..4 {
+            yield_now();
+        }
+        t.terminate();
+        t.wait();
+        ensure!(
+            stats().area_resets > before,
+            "a terminated thread's area was not reclaimed"
+        );
+        Ok(String::new())
+    });
+    r?;
+    ensure!(
+        s.area_resets > THREADS,
+        "{} resets for {THREADS} threads",
+        s.area_resets
+    );
+    // The slice and the last small value were dropped last-in first-out, so gave their
+    // bytes back before the reset; the rest went with it.
+    ensure!(
+        s.area_reclaimed >= THREADS * (ALLOCS - 1) * 48,
+        "{} bytes reclaimed",
+        s.area_reclaimed
+    );
+    ensure!(
+        s.area_chunks <= 2 * s.tcbs_created + 2,
+        "{} chunks for {} TCBs",
+        s.area_chunks,
+        s.tcbs_created
+    );
+    Ok(format!(
+        "{} private allocations by {} threads took {} chunks from the heap ({} TCBs); {} areas reset, {} KiB reclaimed wholesale",
+        THREADS * (ALLOCS + 2) + 1,
+        THREADS,
+        s.area_chunks,
+        s.tcbs_created,
+        s.area_resets,
+        s.area_reclaimed / 1024
+    ))
+}
+
+/// Exceptions as continuations, raised by software (the same dispatcher the CPU faults
+/// of `sting_exc` reach): a handler that resumes, `catch` unwinding, nested handlers and a
+/// fault inside a handler going to the next one out, a thread with no handler (or whose
+/// handler says so) terminated while the others go on, and an absorbed thread's fault
+/// ending it alone, its demander going on.
+pub fn exceptions(vps: usize) -> Outcome {
+    use crate::area;
+    use crate::exception::{vector, Action};
+    use crate::{catch, raise, with_handler};
+    let (r, s) = run(Config::new(vps, Kind::Fifo).exceptions(), || -> Outcome {
+        // Resume: `raise` returns, the body goes on.
+        let mut seen = Vec::new();
+        let v = with_handler(
+            |f| {
+                seen.push(f.error);
+                Action::Resume
+            },
+            || {
+                raise(1);
+                raise(2);
+                40 + 2
+            },
+        );
+        ensure!(v == Ok(42), "resumed body: {v:?}");
+        ensure!(seen == [1, 2], "handler saw {seen:?}");
+        // Unwind: `catch` returns the fault; the frames above are gone.
+        let after = Arc::new(AtomicBool::new(false));
+        let a2 = after.clone();
+        let r = catch(move || {
+            raise(7);
+            a2.store(true, SeqCst);
+        });
+        ensure!(
+            matches!(r, Err(f) if f.error == 7 && f.vector == vector::SOFTWARE),
+            "catch: {r:?}"
+        );
+        ensure!(!after.load(SeqCst), "the body went on after an unwind");
+        // Nested: the innermost handler first; a fault in a handler goes out one level.
+        let mut outer = 0;
+        let r = with_handler(
+            |_| {
+                outer += 1;
+                Action::Resume
+            },
+            || {
+                let inner = catch(|| raise(3));
+                let h = with_handler(
+                    |f| {
+                        if f.error == 4 {
+                            raise(5);
+                        }
+                        Action::Resume
+                    },
+                    || {
+                        raise(4);
+                        9
+                    },
+                );
+                (inner.is_err(), h)
+            },
+        );
+        ensure!(r == Ok((true, Ok(9))), "nested: {r:?}");
+        ensure!(outer == 1, "outer handler ran {outer} times");
+        // A thread with no handler, and one whose handler terminates, are terminated; the
+        // runtime goes on.
+        let bare = fork(|| {
+            raise(8);
+            1u32
+        });
+        let told = fork(|| with_handler(|_| Action::Terminate, || raise(9)).is_ok());
+        ensure!(
+            bare.value() == Err(Terminated),
+            "unhandled: {:?}",
+            bare.detail()
+        );
+        ensure!(
+            told.value() == Err(Terminated),
+            "handler's terminate: {:?}",
+            told.detail()
+        );
+        // An absorbed thread's fault is its own, not its demander's: with no handler of its
+        // own it is determined as terminated, its area bytes are released, and its
+        // demander (whose `catch` sees nothing) goes on.
+        let base = area::used();
+        let d = delay(|| {
+            let _a = area::alloc([0u8; 100]);
+            raise(10);
+            5u32
+        });
+        let d2 = d.clone();
+        let r = catch(move || d2.value().is_ok());
+        ensure!(r == Ok(false), "absorbed thread's fault: {r:?}");
+        ensure!(
+            d.detail().0 == State::Determined(End::Terminated),
+            "absorbed thread after the unwind: {:?}",
+            d.detail()
+        );
+        ensure!(area::used() == base, "absorbed thread's area bytes stayed");
+        // Handlers were all removed: a raise now ends nobody but the raiser.
+        let last = fork(|| {
+            raise(11);
+        });
+        ensure!(last.value() == Err(Terminated), "after the scopes");
+        Ok(String::new())
+    });
+    r?;
+    ensure!(s.exceptions == 10, "{} exceptions dispatched", s.exceptions);
+    Ok(format!(
+        "{} exceptions: resumed, unwound, nested, terminated, absorbed",
+        s.exceptions
+    ))
+}
+
+/// Signals with the paper's three priorities: a handler runs in its target's context
+/// before the target's own code; `Continue` leaves the signaller running, `Immediate`
+/// switches to a ready target at once, `Reschedule` yields the signaller; a signal to
+/// oneself runs at once, one to a determined thread is refused; a blocked thread runs its
+/// handler when it is woken, a thread not yet started when it starts.
+pub fn signals(vps: usize) -> Outcome {
+    use crate::Priority;
+    let (r, s) = run(Config::new(vps, Kind::Fifo), || -> Outcome {
+        let me = current().id();
+        // To oneself: at once, in one's own context.
+        let ran_in = Arc::new(AtomicU64::new(0));
+        let r2 = ran_in.clone();
+        ensure!(
+            current().signal(Priority::Continue, move || r2.store(current().id(), SeqCst)),
+            "signal to self refused"
+        );
+        ensure!(
+            ran_in.load(SeqCst) == me,
+            "self-signal ran in {}",
+            ran_in.load(SeqCst)
+        );
+        // A ready thread on this processor, for each priority.
+        for prio in [
+            Priority::Continue,
+            Priority::Immediate,
+            Priority::Reschedule,
+        ] {
+            let stop = Arc::new(AtomicBool::new(false));
+            let hit = Arc::new(AtomicU64::new(0));
+            let spins = Arc::new(AtomicU64::new(0));
+            let (st, sp) = (stop.clone(), spins.clone());
+            let t = fork_on(current_vp(), move || {
+                while !st.load(SeqCst) {
+                    sp.fetch_add(1, SeqCst);
+                    yield_now();
+                }
+            });
+            // Let it start and yield back: it is ready on our queue.
+            while spins.load(SeqCst) == 0 {
+                yield_now();
+            }
+            let h = hit.clone();
+            let tid = t.id();
+            ensure!(
+                t.signal(prio, move || {
+                    h.store(if current().id() == tid { 1 } else { 2 }, SeqCst)
+                }),
+                "signal refused"
+            );
+            let at_return = hit.load(SeqCst);
+            match prio {
+                // One processor: the target cannot have run yet.
+                Priority::Continue if vp_count() == 1 => {
+                    ensure!(
+                        at_return == 0,
+                        "Continue: handler ran before the signaller went on"
+                    )
+                }
+                Priority::Continue => {}
+                _ => ensure!(
+                    at_return == 1,
+                    "{prio:?}: handler not run at return ({at_return})"
+                ),
+            }
+            while hit.load(SeqCst) == 0 {
+                yield_now();
+            }
+            ensure!(
+                hit.load(SeqCst) == 1,
+                "{prio:?}: handler ran outside its target"
+            );
+            stop.store(true, SeqCst);
+            t.wait();
+        }
+        // A parked thread runs its handler when woken, before its own code goes on.
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let l2 = log.clone();
+        let parked = fork_on(current_vp(), move || {
+            crate::park();
+            l2.lock().push("own code");
+        });
+        while parked.detail().0 != State::Blocked {
+            yield_now();
+        }
+        let l3 = log.clone();
+        parked.signal(Priority::Continue, move || l3.lock().push("handler"));
+        ensure!(log.lock().is_empty(), "a blocked thread ran its handler");
+        parked.any().unpark();
+        parked.wait();
+        ensure!(
+            *log.lock() == ["handler", "own code"],
+            "woken thread's order: {:?}",
+            *log.lock()
+        );
+        // A thread not yet started runs it first.
+        let flag = Arc::new(AtomicBool::new(false));
+        let (f2, f3) = (flag.clone(), flag.clone());
+        let fresh = fork(move || f2.load(SeqCst));
+        fresh.signal(Priority::Continue, move || f3.store(true, SeqCst));
+        ensure!(
+            fresh.value() == Ok(&true),
+            "a new thread's handler ran after its code"
+        );
+        // Determined: refused.
+        ensure!(
+            !fresh.signal(Priority::Continue, || {}),
+            "signal to a determined thread accepted"
+        );
+        Ok(String::new())
+    });
+    r?;
+    ensure!(s.signals == 6, "{} signal handlers ran", s.signals);
+    Ok(format!(
+        "{} signal handlers, each in its target's context",
+        s.signals
+    ))
 }
 
 /// Every thread state and transition: delayed, scheduled, evaluating (running, ready,

@@ -31,7 +31,7 @@ macro_rules! scenarios {
 
 scenarios!(
     states, absorb, pool_reuse, policies, stealing, mutex, condvar, barrier, terminate, groups,
-    ports, primes, mst, alphabeta, nbody
+    ports, areas, exceptions, signals, primes, mst, alphabeta, nbody
 );
 
 #[test]

@@ -136,6 +136,11 @@ impl<T> Thread<T> {
         rt::terminate(&self.r);
     }
 
+    /// See [`AnyThread::signal`].
+    pub fn signal(&self, prio: crate::Priority, handler: impl FnOnce() + Send + 'static) -> bool {
+        rt::signal(&self.r, prio, alloc::boxed::Box::new(handler))
+    }
+
     /// See [`AnyThread::suspend`].
     pub fn suspend(&self) {
         rt::suspend(&self.r);
@@ -211,5 +216,16 @@ impl AnyThread {
     /// its next `park` consumes at once.
     pub fn unpark(&self) {
         rt::unpark(&self.0);
+    }
+
+    /// Signals the thread (the Sting paper's Figure 2): `handler` is pushed onto it and
+    /// runs in its context before it next runs its own code — at once if it is the calling
+    /// thread; as the first thing it does when resumed or started if it is ready, blocked
+    /// or not yet started; at its next checkpoint, or the next switch it makes, if it is
+    /// running on another processor (or, with `Config::preempt`, when a Checkpoint next
+    /// stops it). The caller then goes on as `prio` says (`crate::exception`). Returns false
+    /// if the thread is already determined (the handler is dropped).
+    pub fn signal(&self, prio: crate::Priority, handler: impl FnOnce() + Send + 'static) -> bool {
+        rt::signal(&self.0, prio, alloc::boxed::Box::new(handler))
     }
 }

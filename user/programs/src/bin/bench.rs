@@ -1159,9 +1159,14 @@ fn join<'a>(out: &'a mut [u8], a: &str, b: &str) -> &'a str {
 /// iterations. The row is printed after the runtime has stopped, on this kernel thread's
 /// own stack (a Sting thread's stack is small).
 fn sting_row(name: &str, measure: fn()) -> Result<(), Failed> {
+    sting_row_with(name, sting::Config::new(1, sting::Kind::Fifo), measure)
+}
+
+/// [`sting_row`] with a configuration of the caller's.
+fn sting_row_with(name: &str, config: sting::Config, measure: fn()) -> Result<(), Failed> {
     clear_samples();
     let before = read_stats()?;
-    let ((), _) = sting::run(sting::Config::new(1, sting::Kind::Fifo), measure);
+    let ((), _) = sting::run(config, measure);
     let after = read_stats()?;
     report(name, &SAMPLES);
     report_stats(name, &before, &after);
@@ -1266,7 +1271,54 @@ fn sting_benchmarks() -> Result<(), Failed> {
         }
         b.wait();
     })?;
+    // One small allocation from the thread's private area (Sting's section 5): no lock;
+    // the value is dropped (last in, first out) outside the timed part.
+    sting_row("sting.area.alloc", || {
+        for w in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let p = sting::area::alloc(w as u64);
+            let t1 = rdtsc_ordered();
+            drop(black_box(p));
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // A divide by zero in a Sting thread delivered to its handler and resumed (Sting's
+    // section 7.1): the fault, the kernel's exception message to the runtime's dispatcher
+    // thread, its reply pushing the handler's continuation onto the faulting thread, the
+    // handler (a new divisor) in the thread's context, and the resumption that retries
+    // the division. From before the `div` to after it.
+    sting_row_with(
+        "sting.exception",
+        sting::Config::new(1, sting::Kind::Fifo).exceptions(),
+        || {
+            let fix = |f: &mut sting::Fault| {
+                f.regs.rcx = 1;
+                sting::Action::Resume
+            };
+            let _ = sting::with_handler(fix, || {
+                for w in 0..TOTAL {
+                    let t0 = rdtsc_ordered();
+                    let q = sting_div(w as u64, 0);
+                    let t1 = rdtsc_ordered();
+                    black_box(q);
+                    record_after_warmup(w, t1.wrapping_sub(t0));
+                }
+            });
+        },
+    )?;
     Ok(())
+}
+
+/// `n / d` by `div` (a divide error when `d` is 0, which a handler may repair).
+#[inline(never)]
+fn sting_div(n: u64, d: u64) -> u64 {
+    let q: u64;
+    // SAFETY: a division; a zero divisor raises a divide error, delivered by the Sting
+    // runtime to the thread's handler, which sets a divisor and retries.
+    unsafe {
+        core::arch::asm!("xor edx, edx", "div rcx", inout("rax") n => q, inout("rcx") d => _, out("rdx") _)
+    };
+    q
 }
 
 /// The id of `vproc_peer`'s messages.

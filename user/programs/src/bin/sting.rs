@@ -6,8 +6,8 @@
 //! <why>` and stops; at the end `TEST PASS sting`. The scenarios: every thread state and
 //! transition, absorption (no switch), TCB pool reuse counted (20,000 threads), each policy's
 //! order, work stealing under imbalance, migration, mutex, condition variable, barrier,
-//! suspension, termination, groups, ports (shallow and deep copy, active messages) and the
-//! primes application checked against a sequential count.
+//! suspension, termination, groups, ports (shallow and deep copy, active messages), private
+//! and shared areas, and the four applications checked against sequential runs.
 #![no_std]
 #![no_main]
 

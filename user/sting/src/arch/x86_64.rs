@@ -352,3 +352,192 @@ pub unsafe extern "C" fn resume_full(regs: *const UserRegs, fp: *const u8) -> ! 
         "ret 128",
     )
 }
+
+// ---------------------------------------------------------------------------------------
+// Exceptions as continuations (`crate::exception`)
+
+/// What the exception dispatcher leaves on a faulting thread's stack for
+/// [`exception_entry`]: the exception and where the copy of the thread's registers is.
+#[repr(C)]
+pub struct ExcInfo {
+    /// The CPU vector.
+    pub vector: u64,
+    /// The CPU's error code.
+    pub error: u64,
+    /// The faulting address of a page fault.
+    pub addr: u64,
+    /// The copy of the registers, laid as [`resume_full`] wants it.
+    pub regs: *mut UserRegs,
+}
+
+/// The bytes below a faulting thread's stack pointer that [`prepare_exception`] uses (the
+/// red zone, the register copy, the [`ExcInfo`], the `fxsave` area and its alignment).
+pub const EXC_FRAME: usize = PREEMPTED_COPY + size_of::<ExcInfo>() + FP_AREA + 32;
+
+/// Lays the continuation of an exception handler on a stopped thread's stack: below its
+/// stack pointer (past the red zone) a copy of its registers for [`resume_full`], the
+/// exception, and room for its `fxsave` area. Returns the stack pointer and the argument
+/// the thread must be resumed with at [`exception_entry`].
+///
+/// # Safety
+///
+/// `regs` are the registers of a stopped thread of this program whose stack has
+/// [`EXC_FRAME`] writable bytes below `regs.rsp` that nothing uses.
+pub unsafe fn prepare_exception(
+    regs: &UserRegs,
+    vector: u64,
+    error: u64,
+    addr: u64,
+) -> (usize, usize) {
+    let copy = regs.rsp as usize - PREEMPTED_COPY;
+    // SAFETY: the caller's promise: these bytes of the stack are free.
+    unsafe { (copy as *mut UserRegs).write_unaligned(*regs) };
+    let info = (copy - size_of::<ExcInfo>()) & !7;
+    // SAFETY: as above; aligned for an ExcInfo.
+    unsafe {
+        (info as *mut ExcInfo).write(ExcInfo {
+            vector,
+            error,
+            addr,
+            regs: copy as *mut UserRegs,
+        })
+    };
+    let area = (info - FP_AREA) & !15;
+    (area, info)
+}
+
+/// Where a thread stopped by an exception continues: saves its floating-point and vector
+/// registers (live at the fault) in the area at `rsp` before any compiled code runs, and
+/// calls the dispatcher's second half in the thread's own context with the [`ExcInfo`]
+/// (`rdi`) and the area. The dispatcher never returns here (it resumes the thread with
+/// [`resume_full`], unwinds it or ends it).
+#[unsafe(naked)]
+pub extern "C" fn exception_entry() -> ! {
+    naked_asm!(
+        "fxsave64 [rsp]",
+        "mov rsi, rsp",
+        // `rsp` is 16-byte aligned: the call leaves the callee the ABI's alignment.
+        "call {dispatch}",
+        "ud2",
+        dispatch = sym crate::exception::in_thread,
+    )
+}
+
+/// Calls `body(env)` with a catch point: returns 0 when `body` returns, or 1 when
+/// [`catch_jump`] is called with the stack pointer this call stored at `slot`. The
+/// callee-saved registers and the floating-point control words are restored either way.
+///
+/// # Safety
+///
+/// `slot` must stay writable while `body` runs; frames between this call and a
+/// [`catch_jump`] are abandoned without running their destructors.
+#[unsafe(naked)]
+pub unsafe extern "C" fn catch_call(
+    body: unsafe extern "C" fn(*mut u8),
+    env: *mut u8,
+    slot: *mut usize,
+) -> u64 {
+    naked_asm!(
+        "push rbp",
+        "push rbx",
+        "push r12",
+        "push r13",
+        "push r14",
+        "push r15",
+        "sub rsp, 8",
+        "stmxcsr [rsp]",
+        "fnstcw [rsp + 4]",
+        "mov [rdx], rsp",
+        "mov rax, rdi",
+        "mov rdi, rsi",
+        "call rax",
+        "xor eax, eax",
+        "add rsp, 8",
+        "pop r15",
+        "pop r14",
+        "pop r13",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+    )
+}
+
+/// Returns 1 from the [`catch_call`] that stored `sp`.
+///
+/// # Safety
+///
+/// `sp` was stored by a [`catch_call`] of the calling stack that has not returned; every
+/// frame above it is abandoned.
+#[unsafe(naked)]
+pub unsafe extern "C" fn catch_jump(sp: usize) -> ! {
+    naked_asm!(
+        "mov rsp, rdi",
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "mov eax, 1",
+        "add rsp, 8",
+        "pop r15",
+        "pop r14",
+        "pop r13",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+    )
+}
+
+/// Pushes a signal's continuation onto a context saved by [`switch`] at `sp`: below it, a
+/// frame that [`switch`] resumes as a call of the runtime's `signalled(tcb)` (which runs
+/// the thread's signal handlers, in its context) followed by the original frame. Returns
+/// the new saved stack pointer.
+///
+/// # Safety
+///
+/// `sp` is the saved stack pointer of a context that is not running and that nothing else
+/// changes meanwhile, with at least 72 free bytes below it.
+pub unsafe fn push_signal_frame(sp: usize, tcb: usize) -> usize {
+    let new = sp - 72;
+    let frame = new as *mut usize;
+    // Control words, r15, r14, r13 (the original frame), r12 (the TCB), rbx, rbp, return
+    // address, and a word the trampoline aligns over.
+    let words = [
+        INITIAL_CONTROL,
+        0,
+        0,
+        sp,
+        tcb,
+        0,
+        0,
+        signal_trampoline as *const () as usize,
+        0,
+    ];
+    for (i, w) in words.into_iter().enumerate() {
+        // SAFETY: the caller's promise: the 72 bytes below `sp` are free.
+        unsafe { frame.add(i).write(w) };
+    }
+    new
+}
+
+/// Where a context with a signal's continuation resumes: runs the handlers, then goes on
+/// exactly as [`switch`] would have resumed the original frame (`r13`).
+#[unsafe(naked)]
+extern "C" fn signal_trampoline() -> ! {
+    naked_asm!(
+        "mov rdi, r12",
+        "and rsp, -16",
+        "call {signalled}",
+        "mov rsp, r13",
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "add rsp, 8",
+        "pop r15",
+        "pop r14",
+        "pop r13",
+        "pop r12",
+        "pop rbx",
+        "pop rbp",
+        "ret",
+        signalled = sym crate::rt::signalled,
+    )
+}
