@@ -25,6 +25,7 @@ pub fn exception_port_set(target: u64, name: u64) -> Result<(), Error> {
 }
 
 /// The exception in `buf`, if it holds an exception message from the kernel.
+#[inline]
 pub fn info(buf: &IpcBuffer) -> Option<ExceptionInfo> {
     if buf.header().id != EXC_RAISE {
         return None;
@@ -34,6 +35,7 @@ pub fn info(buf: &IpcBuffer) -> Option<ExceptionInfo> {
 
 /// Replaces the exception message in `buf` by the reply `reply`, addressed to the message's
 /// reply right; send it with [`IpcBuffer::msg`].
+#[inline]
 pub fn set_reply(buf: &mut IpcBuffer, reply: ExcReply) -> Result<(), Error> {
     let right = buf.header().reply;
     let mut data = [0u8; EXC_REPLY_SET_SIZE];
