@@ -383,52 +383,6 @@ mod dispatcher {
     static RUNNING: AtomicU32 = AtomicU32::new(0);
     use baton_rt::FOREVER;
 
-    fn to_ours(r: &KRegs) -> super::Regs {
-        super::Regs {
-            rax: r.rax,
-            rbx: r.rbx,
-            rcx: r.rcx,
-            rdx: r.rdx,
-            rsi: r.rsi,
-            rdi: r.rdi,
-            rbp: r.rbp,
-            r8: r.r8,
-            r9: r.r9,
-            r10: r.r10,
-            r11: r.r11,
-            r12: r.r12,
-            r13: r.r13,
-            r14: r.r14,
-            r15: r.r15,
-            rip: r.rip,
-            rsp: r.rsp,
-            rflags: r.rflags,
-        }
-    }
-
-    fn to_kernel(r: &super::Regs) -> KRegs {
-        KRegs {
-            rax: r.rax,
-            rbx: r.rbx,
-            rcx: r.rcx,
-            rdx: r.rdx,
-            rsi: r.rsi,
-            rdi: r.rdi,
-            rbp: r.rbp,
-            r8: r.r8,
-            r9: r.r9,
-            r10: r.r10,
-            r11: r.r11,
-            r12: r.r12,
-            r13: r.r13,
-            r14: r.r14,
-            r15: r.r15,
-            rip: r.rip,
-            rsp: r.rsp,
-            rflags: r.rflags,
-        }
-    }
-
     /// Makes the port, starts the dispatcher and makes the port the task's exception port.
     pub(crate) fn start() {
         while RUNNING.load(Acquire) != 0 {
@@ -486,11 +440,15 @@ mod dispatcher {
                     r = buf.msg(MSG_RECEIVE, port, FOREVER);
                     continue;
                 };
-                let reply =
-                    match super::continuation_for(e.kind, e.error, e.addr, &to_ours(&e.regs)) {
-                        Some(regs) => ExcReply::Set(to_kernel(&regs)),
-                        None => ExcReply::Kill,
-                    };
+                let reply = match super::continuation_for(
+                    e.kind,
+                    e.error,
+                    e.addr,
+                    &super::Regs::from(&e.regs),
+                ) {
+                    Some(regs) => ExcReply::Set(KRegs::from(&regs)),
+                    None => ExcReply::Kill,
+                };
                 r = set_reply(&mut buf, reply)
                     .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
             }

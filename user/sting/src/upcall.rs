@@ -36,30 +36,6 @@ mod imp {
     /// Bytes of each virtual processor's upcall stack.
     const UPCALL_STACK: usize = 16 * 1024;
 
-    /// The kernel's registers as the runtime's.
-    fn regs_of(r: &baton_abi::exception::UserRegs) -> UserRegs {
-        UserRegs {
-            rax: r.rax,
-            rbx: r.rbx,
-            rcx: r.rcx,
-            rdx: r.rdx,
-            rsi: r.rsi,
-            rdi: r.rdi,
-            rbp: r.rbp,
-            r8: r.r8,
-            r9: r.r9,
-            r10: r.r10,
-            r11: r.r11,
-            r12: r.r12,
-            r13: r.r13,
-            r14: r.r14,
-            r15: r.r15,
-            rip: r.rip,
-            rsp: r.rsp,
-            rflags: r.rflags,
-        }
-    }
-
     /// Makes the calling kernel thread the carrier of `vp` in the kernel, with its spares.
     /// Without the kernel's support (an error) the processor runs as before: a blocking
     /// call then blocks it.
@@ -123,7 +99,7 @@ mod imp {
             for ev in buf.iter().take(n) {
                 // SAFETY: we are `vp`'s carrier; the kernel gave these registers back for
                 // threads that blocked on it.
-                unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
             }
             if n < buf.len() {
                 return;
@@ -183,16 +159,16 @@ mod imp {
             VP_UNBLOCK => {
                 // SAFETY: we are the carrier now; the registers are those of a thread of
                 // this processor that blocked in the kernel.
-                unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
                 if ev.interrupted == 0 {
                     resume_scheduler(vp)
                 }
-                let stopped = regs_of(&ev.stopped);
+                let stopped = UserRegs::from(&ev.stopped);
                 // SAFETY: `stopped` is the carrier's `vp_wait`, stopped by this upcall.
                 unsafe { arch::resume_regs(&stopped) }
             }
             VP_CHECKPOINT => {
-                let regs = regs_of(&ev.regs);
+                let regs = UserRegs::from(&ev.regs);
                 // SAFETY: we are the carrier, in the upcall; the registers are those of
                 // the thread the kernel stopped on this processor.
                 if unsafe { vp.kernel_preempted(&regs, fp) } {
@@ -230,11 +206,11 @@ mod imp {
             let mut mine = None;
             for ev in buf.iter().take(n) {
                 if ev.token == token {
-                    mine = Some(regs_of(&ev.regs));
+                    mine = Some(UserRegs::from(&ev.regs));
                 } else {
                     // SAFETY: we are `vp`'s carrier; the kernel gave these registers back
                     // for a thread that blocked on it.
-                    unsafe { vp.kernel_unblocked(&regs_of(&ev.regs)) };
+                    unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
                 }
             }
             if let Some(regs) = mine {

@@ -137,6 +137,59 @@ pub struct UserRegs {
     pub rflags: u64,
 }
 
+/// The kernel's register record (an Unblock upcall's, an exception message's) as the
+/// runtime's.
+impl From<&baton_abi::exception::UserRegs> for UserRegs {
+    fn from(r: &baton_abi::exception::UserRegs) -> UserRegs {
+        UserRegs {
+            rax: r.rax,
+            rbx: r.rbx,
+            rcx: r.rcx,
+            rdx: r.rdx,
+            rsi: r.rsi,
+            rdi: r.rdi,
+            rbp: r.rbp,
+            r8: r.r8,
+            r9: r.r9,
+            r10: r.r10,
+            r11: r.r11,
+            r12: r.r12,
+            r13: r.r13,
+            r14: r.r14,
+            r15: r.r15,
+            rip: r.rip,
+            rsp: r.rsp,
+            rflags: r.rflags,
+        }
+    }
+}
+
+/// The runtime's registers as the kernel's record (an exception reply's).
+impl From<&UserRegs> for baton_abi::exception::UserRegs {
+    fn from(r: &UserRegs) -> baton_abi::exception::UserRegs {
+        baton_abi::exception::UserRegs {
+            rax: r.rax,
+            rbx: r.rbx,
+            rcx: r.rcx,
+            rdx: r.rdx,
+            rsi: r.rsi,
+            rdi: r.rdi,
+            rbp: r.rbp,
+            r8: r.r8,
+            r9: r.r9,
+            r10: r.r10,
+            r11: r.r11,
+            r12: r.r12,
+            r13: r.r13,
+            r14: r.r14,
+            r15: r.r15,
+            rip: r.rip,
+            rsp: r.rsp,
+            rflags: r.rflags,
+        }
+    }
+}
+
 /// Bytes left untouched below a blocked thread's stack pointer (the ABI's red zone,
 /// although Baton's programs are built without one).
 const RED_ZONE: usize = 128;
@@ -540,4 +593,21 @@ extern "C" fn signal_trampoline() -> ! {
         "ret",
         signalled = sym crate::rt::signalled,
     )
+}
+
+#[cfg(test)]
+mod conversion_tests {
+    use super::UserRegs;
+
+    /// Every register survives the trip to the kernel's record and back, in its own place.
+    #[test]
+    fn registers_convert_field_for_field() {
+        let words: [u64; 18] = core::array::from_fn(|i| 0x1000 + i as u64);
+        let k = baton_abi::exception::UserRegs::from_words(&words);
+        let ours = UserRegs::from(&k);
+        let back = baton_abi::exception::UserRegs::from(&ours);
+        assert_eq!(back.to_words(), words);
+        assert_eq!((ours.rax, ours.rip, ours.rflags), (k.rax, k.rip, k.rflags));
+        assert_eq!((ours.r15, ours.rsp), (k.r15, k.rsp));
+    }
 }
