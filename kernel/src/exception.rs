@@ -181,6 +181,7 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: 
     paging::write_header(r_page, out);
     paging::write_phys(PhysAddr(r_page.0 + HEADER_SIZE as u64), &info.to_bytes());
     ht.frame.rax = 0;
+    ht.exc_hint = true;
     if let Some(timer) = ht.timer.take() {
         k.timers.cancel(timer);
     }

@@ -89,9 +89,26 @@ pub fn on_ipc_fast() {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
+    // SAFETY: the running thread of this CPU is in this system call; the reference is not
+    // used after the fast paths look threads up.
+    if unsafe { crate::thread::current_mut().exc_hint } {
+        exception_reply_hinted(k);
+    }
     crate::fastpath::try_ipc(k, gdt::this_cpu());
     exception_reply(k);
     kernel::unlock();
+}
+
+/// A handler that last received an exception from the exception fast path
+/// (`Thread::exc_hint`) sends its `ipc_msg`: the exception reply's fast path is tried
+/// before the RPC fast path, which would plan the reply only to decline it. It does not
+/// return when it applies; when it does not, the RPC fast path runs as for any message.
+/// Out of line, so that the RPC fast path's code stays as it was.
+#[inline(never)]
+fn exception_reply_hinted(k: &mut Kernel) {
+    // SAFETY: as in `on_ipc_fast`; the reference is dropped before the fast path runs.
+    unsafe { crate::thread::current_mut().exc_hint = false };
+    crate::exception::reply_fast(k, gdt::this_cpu());
 }
 
 /// After the RPC fast path declined a message of this CPU's running thread: if it was an

@@ -224,6 +224,11 @@ pub struct Thread {
     pub below: alloc::vec::Vec<alloc::boxed::Box<Saved>>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
+    /// It last received an exception message from the exception fast path, so its next
+    /// `ipc_msg` is most likely the handler's reply: the exception reply's fast path is
+    /// tried first, before the RPC fast path plans it and declines
+    /// (`crate::exception::reply_fast`). Only a hint: a wrong one costs a declined try.
+    pub exc_hint: bool,
     /// The running activation's control state (alerts, suspension, termination).
     pub ctl: kern::activation::ActState,
     /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
@@ -291,6 +296,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            exc_hint: false,
             vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
@@ -325,6 +331,7 @@ impl Thread {
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
+            exc_hint: false,
             vp: false,
             ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
