@@ -20,9 +20,7 @@
 use crate::arch::{cpu, gdt, paging};
 use crate::kernel::{self, Ending, Kernel, TaskId};
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
-use baton_abi::exception::{
-    ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE, EXC_REPLY_SET_SIZE,
-};
+use baton_abi::exception::{ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE};
 use baton_abi::ipc::{
     Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
     NOTIFY_SEND_ONCE,
@@ -179,7 +177,7 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: 
     };
     // From here on the exception is delivered.
     paging::write_header(r_page, out);
-    paging::write_phys(PhysAddr(r_page.0 + HEADER_SIZE as u64), &info.to_bytes());
+    paging::write_words(PhysAddr(r_page.0 + HEADER_SIZE as u64), &info.to_words());
     ht.frame.rax = 0;
     ht.exc_hint = true;
     if let Some(timer) = ht.timer.take() {
@@ -334,17 +332,11 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
         _ => return,
     };
     let plan = &plan;
-    let mut data = [0u8; EXC_REPLY_SET_SIZE];
-    let n = plan
-        .msg
-        .size
-        .saturating_sub(HEADER_SIZE)
-        .min(EXC_REPLY_SET_SIZE);
-    let Some(data) = data.get_mut(..n) else {
-        return;
-    };
-    paging::read_phys(PhysAddr(page.0 + HEADER_SIZE as u64), data);
-    let regs = match ExcReply::from_bytes(data) {
+    // The reply is read in place, word by word (no copy of its bytes).
+    let n = plan.msg.size.saturating_sub(HEADER_SIZE);
+    let data = page.0 + HEADER_SIZE as u64;
+    let word = |i: usize| paging::read_word(PhysAddr(data + 8 * i as u64));
+    let regs = match ExcReply::from_words_of(n, word) {
         Some(ExcReply::Retry) => None,
         Some(ExcReply::Set(r)) => match checked_regs(&r) {
             Ok(r) => Some(r),

@@ -130,8 +130,10 @@ pub struct ExceptionInfo {
     pub regs: UserRegs,
 }
 
+/// Words of an [`ExceptionInfo`] on the wire.
+pub const EXCEPTION_INFO_WORDS: usize = 5 + USER_REGS_WORDS;
 /// Bytes of an [`ExceptionInfo`] on the wire.
-pub const EXCEPTION_INFO_SIZE: usize = 8 * (5 + USER_REGS_WORDS);
+pub const EXCEPTION_INFO_SIZE: usize = 8 * EXCEPTION_INFO_WORDS;
 /// Bytes of an [`EXC_REPLY_SET`] reply's data.
 pub const EXC_REPLY_SET_SIZE: usize = 8 * (1 + USER_REGS_WORDS);
 
@@ -141,13 +143,43 @@ impl ExceptionInfo {
     #[inline(always)]
     pub fn to_bytes(&self) -> [u8; EXCEPTION_INFO_SIZE] {
         let mut b = [0u8; EXCEPTION_INFO_SIZE];
-        let head = [self.kind, self.error, self.addr, self.thread, self.task];
-        let regs = self.regs.to_words();
-        let words = head.iter().chain(regs.iter());
-        for (dst, w) in b.chunks_exact_mut(8).zip(words) {
+        for (dst, w) in b.chunks_exact_mut(8).zip(self.to_words().iter()) {
             dst.copy_from_slice(&w.to_le_bytes());
         }
         b
+    }
+
+    /// The message data as words (in field order; on the wire each is little-endian).
+    /// Always inlined: the kernel's exception fast path writes them straight into the
+    /// handler's buffer.
+    #[inline(always)]
+    pub const fn to_words(&self) -> [u64; EXCEPTION_INFO_WORDS] {
+        let r = &self.regs;
+        [
+            self.kind,
+            self.error,
+            self.addr,
+            self.thread,
+            self.task,
+            r.rax,
+            r.rbx,
+            r.rcx,
+            r.rdx,
+            r.rsi,
+            r.rdi,
+            r.rbp,
+            r.r8,
+            r.r9,
+            r.r10,
+            r.r11,
+            r.r12,
+            r.r13,
+            r.r14,
+            r.r15,
+            r.rip,
+            r.rsp,
+            r.rflags,
+        ]
     }
 
     /// Parses message data; `None` if it is too short.
@@ -199,6 +231,40 @@ impl ExcReply {
 
     /// Parses a reply's data; `None` if malformed (the kernel then ends the task).
     pub fn from_bytes(b: &[u8]) -> Option<ExcReply> {
+        ExcReply::from_words_of(b.len(), |i| {
+            let at = i * 8;
+            b.get(at..at + 8)
+                .and_then(|w| w.try_into().ok())
+                .map_or(0, u64::from_le_bytes)
+        })
+    }
+
+    /// Parses message data of `len` bytes whose `i`th little-endian word `word(i)` gives
+    /// (it is asked only for words inside `len`), as [`ExcReply::from_bytes`] parses them:
+    /// the kernel reads a reply straight from the handler's buffer this way, without a copy.
+    #[inline(always)]
+    pub fn from_words_of(len: usize, word: impl Fn(usize) -> u64) -> Option<ExcReply> {
+        if len < 8 {
+            return None;
+        }
+        match word(0) {
+            EXC_REPLY_SET if len >= EXC_REPLY_SET_SIZE => {
+                let mut regs = [0u64; USER_REGS_WORDS];
+                for (i, r) in regs.iter_mut().enumerate() {
+                    *r = word(i + 1);
+                }
+                Some(ExcReply::Set(UserRegs::from_words(&regs)))
+            }
+            EXC_REPLY_RETRY => Some(ExcReply::Retry),
+            EXC_REPLY_KILL => Some(ExcReply::Kill),
+            _ => None,
+        }
+    }
+
+    /// The former byte parser, kept as the reference [`ExcReply::from_words_of`] is tested
+    /// against.
+    #[cfg(test)]
+    fn from_bytes_reference(b: &[u8]) -> Option<ExcReply> {
         let [action] = words::<1>(b)?;
         match action {
             EXC_REPLY_SET => {
@@ -255,6 +321,23 @@ mod tests {
         }
         let n = ExcReply::Set(info.regs).to_bytes(&mut out);
         assert_eq!(ExcReply::from_bytes(&out[..n - 8]), None);
+        // The word reader parses as the byte parser did, at every length and action.
+        for action in [EXC_REPLY_SET, EXC_REPLY_RETRY, EXC_REPLY_KILL, 3, u64::MAX] {
+            ExcReply::Set(info.regs).to_bytes(&mut out);
+            out[..8].copy_from_slice(&action.to_le_bytes());
+            for len in 0..=out.len() {
+                assert_eq!(
+                    ExcReply::from_bytes(&out[..len]),
+                    ExcReply::from_bytes_reference(&out[..len]),
+                    "action {action}, {len} bytes"
+                );
+            }
+        }
+        let mut words = [0u64; EXCEPTION_INFO_WORDS];
+        for (w, b) in words.iter_mut().zip(info.to_bytes().chunks_exact(8)) {
+            *w = u64::from_le_bytes(b.try_into().unwrap());
+        }
+        assert_eq!(words, info.to_words());
         assert_eq!(ExcReply::from_bytes(&[]), None);
         assert_eq!(ExcReply::from_bytes(&9u64.to_le_bytes()), None);
     }

@@ -184,6 +184,32 @@ pub fn write_header(pa: PhysAddr, h: baton_abi::ipc::MsgHeader) {
     unsafe { core::ptr::write_volatile(phys_to_virt(pa.0) as *mut baton_abi::ipc::MsgHeader, h) }
 }
 
+/// Reads the word at physical `pa` (8-byte aligned) of an IPC buffer frame.
+///
+/// The same conditions as [`read_header`] (the word may be anywhere in the frame).
+#[inline(always)]
+pub fn read_word(pa: PhysAddr) -> u64 {
+    debug_assert!(pa.0 % 8 == 0);
+    // SAFETY: as in `read_header`: the caller guarantees an aligned word of a RAM frame of a
+    // user page, covered by the direct map; any bits are a valid `u64`; volatile, since the
+    // user may write it concurrently.
+    unsafe { core::ptr::read_volatile(phys_to_virt(pa.0) as *const u64) }
+}
+
+/// Writes `words` from physical `pa` (8-byte aligned) on, inside one IPC buffer frame.
+///
+/// The same conditions as [`read_header`], for the whole range.
+#[inline(always)]
+pub fn write_words(pa: PhysAddr, words: &[u64]) {
+    debug_assert!(pa.0 % 8 == 0 && (pa.0 & 0xfff) + 8 * words.len() as u64 <= 0x1000);
+    let at = phys_to_virt(pa.0) as *mut u64;
+    for (i, &w) in words.iter().enumerate() {
+        // SAFETY: the caller guarantees the range is inside a RAM frame of a user page,
+        // covered by the direct map and aligned; user memory is never kernel data.
+        unsafe { core::ptr::write_volatile(at.add(i), w) };
+    }
+}
+
 extern "C" {
     static __text_start: u8;
     static __text_end: u8;
