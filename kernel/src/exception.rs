@@ -59,18 +59,29 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
             Err(_) => return,
         },
     };
-    let info = ExceptionInfo {
+    let head = Head {
         kind,
         error,
         addr: if kind == 14 { cpu::read_cr2() } else { 0 },
         thread: cur.0,
         task,
-        regs: th.frame.user_regs(),
     };
     if let Some(th) = k.threads.get_mut(cur) {
         th.exc_reply = Some(reply);
     }
-    raise_fast(k, cur, port, reply, &info);
+    raise_fast(k, cur, port, reply, &head);
+    // The general path: the message built in kernel memory.
+    let Some(regs) = k.threads.get(cur).map(|th| th.frame.user_regs()) else {
+        return;
+    };
+    let info = ExceptionInfo {
+        kind,
+        error,
+        addr: head.addr,
+        thread: cur.0,
+        task,
+        regs,
+    };
     // Room for the thread among the reply port's receivers first: then nothing below
     // allocates once the exception is sent.
     if let Some(p) = k.ipc.port_mut(reply) {
@@ -122,6 +133,15 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     }
 }
 
+/// An exception's words before its registers (those of [`ExceptionInfo`]).
+struct Head {
+    kind: u64,
+    error: u64,
+    addr: u64,
+    thread: u64,
+    task: u64,
+}
+
 /// The `bits` of a reply the fast path takes: a send-once right used up, nothing else.
 const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
@@ -139,7 +159,7 @@ const _: () = assert!(RAISE_SIZE <= IPC_BUFFER_SIZE);
 /// Returns, having changed nothing, when the handler is not waiting so (or is this thread,
 /// pinned elsewhere, being killed, or has no room for the reply right) or this thread is
 /// being killed; the general path then sends the message.
-fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: &ExceptionInfo) {
+fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, head: &Head) {
     let cpu = gdt::this_cpu();
     let Some(plan) = k.ipc.fast_plan_kernel(port, reply, EXC_RAISE, RAISE_SIZE) else {
         return;
@@ -177,7 +197,17 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, info: 
     };
     // From here on the exception is delivered.
     paging::write_header(r_page, out);
-    paging::write_words(PhysAddr(r_page.0 + HEADER_SIZE as u64), &info.to_words());
+    // The exception's words go from the faulting thread's frame straight into the
+    // handler's buffer.
+    let info = ExceptionInfo {
+        kind: head.kind,
+        error: head.error,
+        addr: head.addr,
+        thread: head.thread,
+        task: head.task,
+        regs: th.frame.user_regs(),
+    };
+    paging::write_words(PhysAddr(r_page.0 + HEADER_SIZE as u64), info.to_words());
     ht.frame.rax = 0;
     ht.exc_hint = true;
     if let Some(timer) = ht.timer.take() {

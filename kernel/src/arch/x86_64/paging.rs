@@ -199,11 +199,13 @@ pub fn read_word(pa: PhysAddr) -> u64 {
 /// Writes `words` from physical `pa` (8-byte aligned) on, inside one IPC buffer frame.
 ///
 /// The same conditions as [`read_header`], for the whole range.
+/// Taken by value, so that the words can go from registers to the frame without a copy in
+/// between.
 #[inline(always)]
-pub fn write_words(pa: PhysAddr, words: &[u64]) {
-    debug_assert!(pa.0 % 8 == 0 && (pa.0 & 0xfff) + 8 * words.len() as u64 <= 0x1000);
+pub fn write_words<const N: usize>(pa: PhysAddr, words: [u64; N]) {
+    debug_assert!(pa.0 % 8 == 0 && (pa.0 & 0xfff) + 8 * N as u64 <= 0x1000);
     let at = phys_to_virt(pa.0) as *mut u64;
-    for (i, &w) in words.iter().enumerate() {
+    for (i, w) in words.into_iter().enumerate() {
         // SAFETY: the caller guarantees the range is inside a RAM frame of a user page,
         // covered by the direct map and aligned; user memory is never kernel data.
         unsafe { core::ptr::write_volatile(at.add(i), w) };
