@@ -48,14 +48,21 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         return;
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
-    let task_port = k.tasks.by_key(th.task_key).and_then(|t| t.exc_port);
-    let Some(port) = alive(k, th.exc_port).or_else(|| alive(k, task_port)) else {
+    // The task's port is looked at only when the thread has none of its own.
+    let (own, task_key) = (th.exc_port, th.task_key);
+    let task_port = |k: &Kernel| k.tasks.by_key(task_key).and_then(|t| t.exc_port);
+    let Some(port) = alive(k, own).or_else(|| alive(k, task_port(k))) else {
         return;
     };
     let reply = match th.exc_reply {
         Some(r) => r,
         None => match k.ipc.allocate_kernel() {
-            Ok(r) => r,
+            Ok(r) => {
+                if let Some(th) = k.threads.get_mut(cur) {
+                    th.exc_reply = Some(r);
+                }
+                r
+            }
             Err(_) => return,
         },
     };
@@ -66,9 +73,6 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         thread: cur.0,
         task,
     };
-    if let Some(th) = k.threads.get_mut(cur) {
-        th.exc_reply = Some(reply);
-    }
     raise_fast(k, cur, port, reply, &head);
     // The general path: the message built in kernel memory.
     let Some(regs) = k.threads.get(cur).map(|th| th.frame.user_regs()) else {
