@@ -23,8 +23,8 @@ use baton_rt::exception::{
     exception_port_set, info, set_reply, ExcReply, EXC_BAD_SYSCALL, EXC_RAISE,
 };
 use baton_rt::ipc::{
-    cap_drop, port_allocate, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND, NOTIFY_KIND_NO_SENDERS,
-    NOTIFY_NO_SENDERS,
+    cap_drop, port_allocate, port_make_send, port_notify, Disposition, IpcBuffer, MsgHeader,
+    MSG_RECEIVE, MSG_SEND, NOTIFY_KIND_NO_SENDERS, NOTIFY_NO_SENDERS,
 };
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
@@ -54,6 +54,13 @@ static ENDED: Counter = Counter::new(0);
 static GO: Counter = Counter::new(0);
 static WORKER_RAX: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 static WORKER_DONE: Counter = Counter::new(0);
+/// While set, the fast handler sends a message to itself between an exception and its
+/// reply (its next `ipc_msg` is then not the reply the kernel expects it to be); how many
+/// such detours came back.
+static DETOUR: AtomicU64 = AtomicU64::new(0);
+static DETOURS: Counter = Counter::new(0);
+/// The detour message's id.
+const DETOUR_ID: u64 = 0x7e57;
 
 /// This program's name in its `ok:` / `TEST FAIL` lines (see `baton_rt::check`).
 const TEST: &str = "exc";
@@ -134,12 +141,42 @@ fn handler(which: u64) {
                 _ => ExcReply::Kill,
             };
             HANDLED[w].fetch_add(1, Ordering::Relaxed);
+            if which == FAST && DETOUR.load(Ordering::Relaxed) != 0 {
+                detour(&mut buf, port);
+            }
             replying = true;
             r = set_reply(&mut buf, reply)
                 .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, timeout));
         }
     }
     ENDED.increment();
+}
+
+/// Between an exception and its reply, a message through a send right to the handler's own
+/// port, sent and received in one `ipc_msg`; the exception's reply right is kept aside and
+/// put back in the buffer's header for the reply.
+fn detour(buf: &mut IpcBuffer, port: u64) {
+    let reply_right = buf.header().reply;
+    let Ok(send) = port_make_send(port, false) else {
+        return;
+    };
+    let header = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: send,
+        id: DETOUR_ID,
+        ..MsgHeader::default()
+    };
+    if buf.set(header, &[], &[]).is_ok()
+        && buf.msg(MSG_SEND | MSG_RECEIVE, port, SOON).is_ok()
+        && buf.header().id == DETOUR_ID
+    {
+        DETOURS.increment();
+    }
+    let _ = cap_drop(send);
+    buf.set_header(MsgHeader {
+        reply: reply_right,
+        ..MsgHeader::default()
+    });
 }
 
 /// A worker thread: an invalid opcode at each go signal; records `rax` after it.
@@ -286,6 +323,23 @@ fn fast_path(exc: u64) -> Result<(), Failed> {
     check!(
         right && legs == 2 * ROUNDS && after.ipc_queued == before.ipc_queued,
         "with the handler waiting, each exception and its reply take the fast path: {legs} legs for {ROUNDS} round trips, no message queued, every resumption with the handler's registers"
+    );
+    // The kernel expects a handler fed by the exception fast path to reply next; one that
+    // sends something else first is served as any sender, and its reply still resumes the
+    // thread with its registers.
+    DETOUR.store(1, Ordering::Relaxed);
+    let before = must("stats", stats())?;
+    let mut right = true;
+    for _ in 0..ROUNDS {
+        right &= invalid_opcode() == VALUES[FAST as usize];
+    }
+    let after = must("stats", stats())?;
+    DETOUR.store(0, Ordering::Relaxed);
+    let detours = u64::from(DETOURS.get());
+    let legs = after.exc_fast - before.exc_fast;
+    check!(
+        right && detours == ROUNDS && legs == 2 * ROUNDS,
+        "a handler that sends itself a message between an exception and its reply: {detours} of {ROUNDS} detours came back, every resumption with the handler's registers, {legs} fast legs"
     );
     must("exception_port_set", exception_port_set(0, exc))?;
     // The handler ends when its port dies.
