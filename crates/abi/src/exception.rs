@@ -281,11 +281,15 @@ impl ExcReply {
 }
 
 /// The first `N` little-endian words of `b`, if it is long enough.
+#[inline(always)]
 fn words<const N: usize>(b: &[u8]) -> Option<[u64; N]> {
+    // One length check, then words without further checks.
+    let b = b.get(..N * 8)?;
     let mut w = [0u64; N];
-    for (i, slot) in w.iter_mut().enumerate() {
-        let at = i * 8;
-        *slot = u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?);
+    for (slot, chunk) in w.iter_mut().zip(b.chunks_exact(8)) {
+        let mut bytes = [0u8; 8];
+        bytes.copy_from_slice(chunk);
+        *slot = u64::from_le_bytes(bytes);
     }
     Some(w)
 }

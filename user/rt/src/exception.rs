@@ -8,7 +8,7 @@
 //! exception).
 
 pub use baton_abi::exception::*;
-use baton_abi::ipc::{Disposition, MsgHeader};
+use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE};
 use baton_abi::{decode_result, Error, Sys};
 
 use crate::ipc::IpcBuffer;
@@ -38,13 +38,19 @@ pub fn info(buf: &IpcBuffer) -> Option<ExceptionInfo> {
 #[inline]
 pub fn set_reply(buf: &mut IpcBuffer, reply: ExcReply) -> Result<(), Error> {
     let right = buf.header().reply;
-    let mut data = [0u8; EXC_REPLY_SET_SIZE];
-    let n = reply.to_bytes(&mut data);
-    let header = MsgHeader {
+    // The reply's data is written in place, after the header (no copy of it in between).
+    let bytes = buf.bytes();
+    let data: &mut [u8; EXC_REPLY_SET_SIZE] = bytes
+        .get_mut(HEADER_SIZE..HEADER_SIZE + EXC_REPLY_SET_SIZE)
+        .and_then(|d| d.try_into().ok())
+        .ok_or(Error::TooLarge)?;
+    let n = reply.to_bytes(data);
+    buf.set_header(MsgHeader {
         bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+        size: (HEADER_SIZE + n) as u32,
         dest: right,
         id: EXC_REPLY_ID,
         ..MsgHeader::default()
-    };
-    buf.set(header, &[], data.get(..n).unwrap_or(&[]))
+    });
+    Ok(())
 }
