@@ -1350,44 +1350,51 @@ fn before_user() {
 
 /// The interrupt and exception stubs' call into the kernel (`arch::trap`'s assembly).
 #[no_mangle]
-extern "C" fn trap_dispatch(frame: &mut TrapFrame) {
+extern "C" fn trap_dispatch(frame: *mut TrapFrame) {
     on_trap(frame);
 }
 
-/// Entry for every interrupt and exception. `frame` is on the kernel stack, where the CPU
-/// and the stub pushed it.
-pub fn on_trap(frame: &mut TrapFrame) {
-    if frame.vector == crate::arch::apic::IPI_TLB {
+/// Entry for every interrupt and exception. `frame` is where the CPU and the stub pushed
+/// it: on the kernel stack for an entry from kernel mode, and the running thread's own
+/// frame for one from user mode (`arch::trap`). The latter is then reached only through
+/// the thread (the kernel's paths read and write it there), never through `frame`.
+pub fn on_trap(frame: *mut TrapFrame) {
+    // SAFETY: the entry passes the frame it has just pushed, valid and aligned; it is read
+    // here, by value, before anything else refers to it.
+    let (vector, error, user) = unsafe { ((*frame).vector, (*frame).error, (*frame).from_user()) };
+    if vector == crate::arch::apic::IPI_TLB {
         crate::arch::tlb::service();
         apic::eoi();
         return;
     }
-    if !frame.from_user() {
-        kernel_mode_trap(frame);
+    if !user {
+        // SAFETY: from kernel mode the frame is the stub's, on this kernel stack, and
+        // nothing else refers to it.
+        kernel_mode_trap(unsafe { &mut *frame });
         return;
     }
     lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
-    // From here on the thread object holds the user registers; the copy on the stack is
-    // dead (we leave through `leave_to_user`, never back through the stub).
+    // The thread object holds the user registers: the entry pushed them into its frame
+    // (`TSS.rsp0` is the frame's end), so `frame` is that frame.
     // SAFETY: the trap came from user mode, so this CPU runs a user thread; the reference
     // is not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
     let (cur, task_key) = (th.id, th.task_key);
-    *th.frame = *frame;
+    debug_assert!(core::ptr::eq(&*th.frame, frame));
     if crate::trace::ON.load(Ordering::Relaxed) {
-        crate::trace::entry(k, crate::trace::Kind::Trap, frame.vector);
+        crate::trace::entry(k, crate::trace::Kind::Trap, vector);
     }
     if gdt::in_floor_call() {
         // The entry ends a floor call in progress; a fault in the partner's code ends
         // it and nothing more.
         (family::hooks().floor_interrupted)(k, gdt::this_cpu());
-        if frame.vector < 32 {
+        if vector < 32 {
             finish_entry(k, false, None);
         }
     }
-    match frame.vector {
+    match vector {
         TIMER_VECTOR => {
             apic::eoi();
             k.expire_timers();
@@ -1414,9 +1421,9 @@ pub fn on_trap(frame: &mut TrapFrame) {
             // A page fault goes to the virtual-memory family first: most are its work
             // (a page not there yet), and the thread resumes; the others carry their
             // fault class on to the exception path.
-            let mut error = frame.error;
+            let mut error = error;
             if v == 14 {
-                match (family::hooks().page_fault)(k, cur, cpu::read_cr2(), frame.error) {
+                match (family::hooks().page_fault)(k, cur, cpu::read_cr2(), error) {
                     Ok(()) => finish_entry(k, false, None),
                     Err(class) => {
                         error |= class << baton_abi::vm::FAULT_CLASS_SHIFT;
@@ -1424,7 +1431,9 @@ pub fn on_trap(frame: &mut TrapFrame) {
                 }
             }
             (family::hooks().exception)(k, cur, v, error);
-            k.report_exception(frame, error);
+            if let Some(frame) = k.threads.get(cur).map(|th| *th.frame) {
+                k.report_exception(&frame, error);
+            }
             if let Some(task) = k.current_task() {
                 k.end_task(task, Ending::Killed);
             }
@@ -1432,7 +1441,7 @@ pub fn on_trap(frame: &mut TrapFrame) {
         }
         _ => {}
     }
-    finish_entry(k, TIMER_VECTOR == frame.vector, None)
+    finish_entry(k, TIMER_VECTOR == vector, None)
 }
 
 /// Whether a thread of priority `prio`, running on this CPU, is to give way now (a ready

@@ -177,8 +177,9 @@ pub fn trap_stack_top() -> u64 {
     top
 }
 
-/// Makes `top` this CPU's trap stack: interrupts from user mode (`TSS.rsp0`) and `syscall`
-/// (`gs:0`) land there from now on. Two stores.
+/// Makes `top` this CPU's kernel stack: the `syscall` entry (`gs:0`) and the interrupts
+/// and exceptions from user mode (after they have saved the registers into the thread's
+/// frame, whose end is `TSS.rsp0`: see [`set_user_frame`]) run there from now on.
 ///
 /// # Panics
 /// Never; but `top` must be the top of a stack this CPU owns, or the next entry from user
@@ -193,9 +194,7 @@ pub fn set_kernel_stack(top: u64) {
     unsafe {
         core::arch::asm!(
             "mov qword ptr gs:[0], {top}",
-            "mov qword ptr gs:[{rsp0}], {top}",
             top = in(reg) top,
-            rsp0 = const GS_TSS_RSP0,
             options(nostack, preserves_flags)
         )
     };
@@ -205,8 +204,9 @@ pub fn set_kernel_stack(top: u64) {
 /// IDT, 0-based in the TSS).
 pub const IST_FATAL: u16 = 0;
 
-/// Makes `frame` the place of the running thread's user registers: the next `syscall`
-/// saves them there, and [`super::trap::resume_current`] returns to user mode from there;
+/// Makes `frame` the place of the running thread's user registers: the next `syscall`,
+/// interrupt or exception from user mode saves them there (`TSS.rsp0` is the frame's end),
+/// and [`super::trap::resume_current`] returns to user mode from there;
 /// and `thread` the address [`current_thread`] returns. Disarms the floor page-fault window
 /// (`floor_fault`), which belongs to the thread that armed it: every change of the running
 /// thread passes here.
@@ -216,16 +216,22 @@ pub const IST_FATAL: u16 = 0;
 /// and `thread` the address of the boxed thread object itself (likewise).
 #[inline]
 pub fn set_user_frame(frame: u64, thread: u64) {
+    let end = frame + core::mem::size_of::<super::trap::TrapFrame>() as u64;
     // SAFETY: in kernel mode `gs` is this CPU's `PerCpu`, whose `user_frame` is at 24,
-    // `floor_fault` at 32 and `thread` at 48; only this CPU writes them, with interrupts
-    // off.
+    // `floor_fault` at 32 and `thread` at 48, and `GS_TSS_RSP0` is its TSS's `rsp0`; only
+    // this CPU writes them, with interrupts off. `end` is 16-byte aligned (the frame is,
+    // and its size a multiple of 16), so the CPU pushes its part of a user-mode entry's
+    // frame exactly into the frame's last words, which the thread's frame box owns.
     unsafe {
         core::arch::asm!(
             "mov qword ptr gs:[24], {frame}",
             "mov qword ptr gs:[32], 0",
             "mov qword ptr gs:[48], {thread}",
+            "mov qword ptr gs:[{rsp0}], {end}",
             frame = in(reg) frame,
             thread = in(reg) thread,
+            end = in(reg) end,
+            rsp0 = const GS_TSS_RSP0,
             options(nostack, preserves_flags)
         )
     };

@@ -2,9 +2,11 @@
 //!
 //! A thread's user registers live in its thread object (a [`TrapFrame`]), whose address
 //! the per-CPU area holds at `gs:24` while the thread runs. The `syscall` entry pushes the
-//! registers straight into that frame and then moves to the kernel stack; interrupts and
-//! exceptions arrive on the kernel stack (the CPU pushes there) and the dispatcher copies
-//! the frame into the thread. Every return to user mode — [`resume_current`], which is
+//! registers straight into that frame and then moves to the kernel stack; so do interrupts
+//! and exceptions from user mode, because `TSS.rsp0` is the frame's end (the CPU pushes
+//! its part of the frame there, the stub the rest, and only then moves to the kernel
+//! stack: no copy of the frame is made). Those from kernel mode stay on the kernel stack.
+//! Every return to user mode — [`resume_current`], which is
 //! `thread_syscall_return` and `thread_exception_return` of the continuations paper —
 //! points `rsp` at the running thread's frame and runs `trap_exit`, which restores it with
 //! `sysretq` when the frame was made by `syscall` and `iretq` otherwise. So the kernel
@@ -50,7 +52,10 @@ pub const SPURIOUS_VECTOR: u64 = 0xff;
 pub const PIC_BASE: u64 = 0x20;
 
 /// A thread's user register state as saved on entry to the kernel.
-#[repr(C)]
+///
+/// 16-byte aligned, as its size is a multiple of 16: its end is `TSS.rsp0` while its
+/// thread runs, and the CPU aligns the stack it switches to on 16 bytes before it pushes.
+#[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, Default)]
 #[allow(missing_docs)]
 pub struct TrapFrame {
@@ -80,7 +85,8 @@ pub struct TrapFrame {
     pub ss: u64,
 }
 
-const _: () = assert!(size_of::<TrapFrame>() == 22 * 8);
+const _: () = assert!(size_of::<TrapFrame>() == 22 * 8 && size_of::<TrapFrame>() % 16 == 0);
+const _: () = assert!(core::mem::align_of::<TrapFrame>() == 16);
 
 impl TrapFrame {
     /// The frame of a thread that has never run: it starts at `entry` with stack `rsp`,
@@ -185,9 +191,35 @@ trap_stubs:
 
 trap_common:
     testb $3, 24(%rsp)
-    jz 1f
+    jz trap_kernel
+    // From user mode: `rsp` is inside the running thread's frame (`TSS.rsp0` is its end,
+    // `gs:24` its start), so the pushes below complete the frame in place; then the kernel
+    // stack. The way back is always through the frame (`resume_current_frame`).
     swapgs
-1:
+    pushq %rax
+    pushq %rbx
+    pushq %rcx
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rbp
+    pushq %r8
+    pushq %r9
+    pushq %r10
+    pushq %r11
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, %rdi
+    movq %gs:0, %rsp
+    cld
+    callq trap_dispatch
+    movq %gs:24, %rsp
+    jmp trap_exit
+
+    // From kernel mode: the frame is on the kernel stack, and so is the way back.
+trap_kernel:
     pushq %rax
     pushq %rbx
     pushq %rcx
