@@ -1377,12 +1377,17 @@ pub fn on_trap(frame: *mut TrapFrame) {
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
     // The thread object holds the user registers: the entry pushed them into its frame
-    // (`TSS.rsp0` is the frame's end), so `frame` is that frame.
+    // (`TSS.rsp0` is the frame's end), so `frame` is that frame, except for the vectors
+    // with a stack of their own (`gdt::IST_FATAL`: a non-maskable interrupt, a double fault
+    // or a machine check), whose frame is copied there.
     // SAFETY: the trap came from user mode, so this CPU runs a user thread; the reference
     // is not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
     let (cur, task_key) = (th.id, th.task_key);
-    debug_assert!(core::ptr::eq(&*th.frame, frame));
+    if !core::ptr::eq(&*th.frame, frame) {
+        // SAFETY: `frame` is the stub's, on its own stack, distinct from the thread's.
+        *th.frame = unsafe { *frame };
+    }
     if crate::trace::ON.load(Ordering::Relaxed) {
         crate::trace::entry(k, crate::trace::Kind::Trap, vector);
     }

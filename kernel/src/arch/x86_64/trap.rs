@@ -194,7 +194,8 @@ trap_common:
     jz trap_kernel
     // From user mode: `rsp` is inside the running thread's frame (`TSS.rsp0` is its end,
     // `gs:24` its start), so the pushes below complete the frame in place; then the kernel
-    // stack. The way back is always through the frame (`resume_current_frame`).
+    // stack. (The vectors with a stack of their own push there; the dispatcher copies that
+    // frame.) The way back is always through the thread's frame (`resume_current_frame`).
     swapgs
     pushq %rax
     pushq %rbx
