@@ -40,12 +40,19 @@ pub enum Decision<F> {
     /// The entry's protection forbids the access: an exception for the task.
     ProtectionError,
     /// Allocate a zeroed frame, [`Objects::insert_page`] it into `object` at `offset`,
-    /// and resolve again.
+    /// and resolve again; or, when `then_map` is known, enter the translation to the new
+    /// frame at once, writable as it says: the round after the fill would decide exactly
+    /// `Map { frame, writable }` (its entry, object and copy object are what this round
+    /// saw, and nothing else runs in between), so it is not needed.
     ZeroFill {
         /// The object that gets the page.
         object: ObjectId,
         /// Where in it.
         offset: u64,
+        /// The next round's `Map { writable }`, when the fill cannot change it: `None`
+        /// when `object` has a copy object (the fill may need a push first), and then the
+        /// kernel resolves again. A writable one has marked the object written already.
+        then_map: Option<bool>,
     },
     /// Allocate a frame, copy `from` into it, [`Objects::insert_page`] it into `to` at
     /// `offset`, and with `unmap_from` remove every translation of `from`
@@ -147,6 +154,9 @@ pub struct Fault<F> {
     /// Pages whose copy-on-write flag this fault cleared (Accent's reclaim, here always
     /// the whole entry: reclaim-ahead comes free).
     pub reclaimed_pages: u64,
+    /// Whether the entry allows instruction fetches (a translation the fault enters is
+    /// executable then); `false` when no entry maps the address.
+    pub executable: bool,
 }
 
 /// Fault counters, per task and system-wide (Accent's Table 3-10).
@@ -231,6 +241,7 @@ fn done<F>(decision: Decision<F>, class: FaultClass, reclaimed_pages: u64) -> Fa
         decision,
         class: Some(class),
         reclaimed_pages,
+        executable: false,
     }
 }
 
@@ -301,6 +312,8 @@ pub fn resolve<F: Copy>(
         };
         return Ok(done(d, FaultClass::MemoryFill, 0));
     }
+    // Whether the entry's object has a copy object (a zero fill may then need a push).
+    let (first, first_has_copy) = (e.object, obj.copy().is_some());
     let mut reclaimed_pages = 0;
     if access == Access::Write && e.cow {
         if obj.refs() == 1 && obj.kind() == Kind::Anonymous {
@@ -336,14 +349,28 @@ pub fn resolve<F: Copy>(
             FaultClass::MemoryFill,
             reclaimed_pages,
         ),
-        Found::Zero => done(
-            Decision::ZeroFill {
-                object: top,
-                offset: off,
-            },
-            FaultClass::ZeroFill,
-            reclaimed_pages,
-        ),
+        Found::Zero => {
+            // After the fill the page is `top`'s own (depth 0): the next round would map
+            // it, writable as below, unless a copy object must get its old contents first.
+            let has_copy = if top == first {
+                first_has_copy
+            } else {
+                objs.get(top).is_some_and(|o| o.copy().is_some())
+            };
+            let then_map = (!has_copy).then(|| !e.cow && e.prot.contains(Prot::WRITE));
+            if then_map == Some(true) {
+                objs.mark_written(top);
+            }
+            done(
+                Decision::ZeroFill {
+                    object: top,
+                    offset: off,
+                    then_map,
+                },
+                FaultClass::ZeroFill,
+                reclaimed_pages,
+            )
+        }
         Found::PagingIn { object, offset }
         | Found::Out {
             object,
@@ -354,6 +381,7 @@ pub fn resolve<F: Copy>(
             decision: Decision::Wait { object, offset },
             class: None,
             reclaimed_pages,
+            executable: false,
         },
         Found::Out {
             object,
@@ -382,6 +410,7 @@ pub fn resolve<F: Copy>(
             decision: Decision::PagerError { object, offset },
             class: None,
             reclaimed_pages,
+            executable: false,
         },
         Found::Pager {
             object,
@@ -452,5 +481,8 @@ pub fn resolve<F: Copy>(
             ),
         },
     };
-    Ok(fault)
+    Ok(Fault {
+        executable: e.prot.contains(Prot::EXECUTE),
+        ..fault
+    })
 }

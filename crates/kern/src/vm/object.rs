@@ -849,6 +849,61 @@ impl<F: Copy> Objects<F> {
     /// supply for a page being paged in), charging a frame and a node to the object's
     /// account; on an error the frame comes back for the caller to free.
     pub fn insert_page(&mut self, id: ObjectId, offset: u64, frame: F) -> Result<(), (Error, F)> {
+        // The common case (a zero fill or a copy: no record at `offset` yet) in one walk
+        // of the page tree, charged as a new node first.
+        let Some(o) = self.get_mut(id) else {
+            return Err((Error::NotFound, frame));
+        };
+        if !page_aligned(offset) || offset >= o.size || matches!(o.kind, Kind::Physical { .. }) {
+            return Err((Error::InvalidArgument, frame));
+        }
+        let node = Tree::<Page<F>>::NODE_BYTES;
+        let charge = u64::from(!o.committed);
+        if charge > 0 && o.account.take(Resource::Frames, charge).is_err() {
+            return Err((Error::NoMemory, frame));
+        }
+        if o.account.take(Resource::Heap, node).is_ok() {
+            let got = o.pages.insert_unless(offset, Page::Resident(frame), |p| {
+                matches!(p, Page::Resident(_) | Page::Out { .. })
+            });
+            match got {
+                Ok(Ok(None)) => {
+                    o.frames += charge;
+                    o.heap += node;
+                    return Ok(());
+                }
+                Ok(Ok(Some(_))) => {
+                    // It replaced a page being paged in (or failed): its node was
+                    // charged already.
+                    o.account.give(Resource::Heap, node);
+                    o.frames += charge;
+                    return Ok(());
+                }
+                Ok(Err(_)) => {
+                    o.account.give(Resource::Heap, node);
+                    o.account.give(Resource::Frames, charge);
+                    return Err((Error::InvalidArgument, frame));
+                }
+                Err(_) => {
+                    o.account.give(Resource::Heap, node);
+                    o.account.give(Resource::Frames, charge);
+                    return Err((Error::NoMemory, frame));
+                }
+            }
+        }
+        // The account cannot take a node: only a page being paged in (whose node is
+        // charged already) can still arrive.
+        o.account.give(Resource::Frames, charge);
+        self.insert_page_charged(id, offset, frame)
+    }
+
+    /// [`Objects::insert_page`] checking first whether a node is needed (two walks).
+    fn insert_page_charged(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        frame: F,
+    ) -> Result<(), (Error, F)> {
         let new = self.check_new_page(id, offset).map_err(|e| (e, frame))?;
         let Some(o) = self.get_mut(id) else {
             return Err((Error::NotFound, frame));
@@ -1173,6 +1228,13 @@ mod tests {
             Err((Error::InvalidArgument, 8))
         );
         assert_eq!(objs.insert_page(o, 1, 8), Err((Error::InvalidArgument, 8)));
+        // The refused page changed nothing: the first is still there, charged once.
+        assert_eq!(objs.resident(o, P), Some(7));
+        assert_eq!(acct.used(Resource::Frames), 1);
+        assert_eq!(
+            acct.used(Resource::Heap),
+            OBJECT_BYTES + Tree::<Page<u64>>::NODE_BYTES
+        );
         objs.release(o, &mut m);
         assert!(objs.is_empty());
         assert_eq!(m.freed, [7]);
@@ -1198,6 +1260,14 @@ mod tests {
         // The frame fits, the page's node does not.
         assert_eq!(objs.insert_page(o, 0, 1), Err((Error::NoMemory, 1)));
         assert_eq!(tiny.used(Resource::Frames), 0);
+        // A page being paged in has its node charged already: its supply arrives even
+        // when the account could not take another node.
+        let full = Account::root(OBJECT_BYTES + Tree::<Page<u64>>::NODE_BYTES, 4).unwrap();
+        let pg = objs.pager(9, P, &full).unwrap();
+        objs.begin_page_in(pg, 0).unwrap();
+        assert_eq!(objs.insert_page(pg, 0, 3), Ok(()));
+        assert_eq!(objs.resident(pg, 0), Some(3));
+        assert_eq!(full.used(Resource::Heap), full.limit(Resource::Heap));
         let mut few: Objects<u64> = Objects::new(1);
         few.anonymous(P, &acct).unwrap();
         assert_eq!(few.anonymous(P, &acct), Err(Error::NoMemory));

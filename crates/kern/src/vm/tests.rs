@@ -149,9 +149,25 @@ impl Sim {
                         .insert(page, (frame, writable));
                     return Ok(frame);
                 }
-                Decision::ZeroFill { object, offset } => {
+                Decision::ZeroFill {
+                    object,
+                    offset,
+                    then_map,
+                } => {
                     let f = self.mmu.new_frame(0);
                     self.objs.insert_page(object, offset, f).unwrap();
+                    if let Some(writable) = then_map {
+                        // The shortcut the kernel takes: exactly what the next round
+                        // decides (checked here on every zero fill of every test).
+                        let next = resolve(map, &mut self.objs, addr, access).unwrap();
+                        assert_eq!(next.decision, Decision::Map { frame: f, writable });
+                        self.mmu
+                            .pts
+                            .entry(task)
+                            .or_default()
+                            .insert(page, (f, writable));
+                        return Ok(f);
+                    }
                 }
                 Decision::CopyOnWrite {
                     from,

@@ -244,6 +244,38 @@ impl<V> Tree<V> {
         Ok(self.insert_node(node).map(|n| n.val))
     }
 
+    /// Inserts `val` at `key` in one walk unless the value already there satisfies
+    /// `keep`: `Ok(Ok(old))` inserted (`old` the value it replaced, if any),
+    /// `Ok(Err(val))` when `keep` held (the tree is as it was, `val` comes back),
+    /// [`Error::NoMemory`] when no node can be had (nothing changed).
+    #[allow(clippy::type_complexity)]
+    pub fn insert_unless(
+        &mut self,
+        key: u64,
+        val: V,
+        keep: impl FnOnce(&V) -> bool,
+    ) -> Result<Result<Option<V>, V>, Error> {
+        let node = crate::fallible::try_box(Node {
+            key,
+            val,
+            height: 1,
+            left: None,
+            right: None,
+        })
+        .ok_or(Error::NoMemory)?;
+        let Some(mut old) = self.insert_node(node) else {
+            return Ok(Ok(None));
+        };
+        if !keep(&old.val) {
+            return Ok(Ok(Some(old.val)));
+        }
+        // Put the kept value back: only on this (refused) path is the key walked twice.
+        if let Some(v) = self.get_mut(key) {
+            core::mem::swap(v, &mut old.val);
+        }
+        Ok(Err(old.val))
+    }
+
     /// Inserts a node taken from a tree (no allocation): on an equal key the values are
     /// swapped and the node comes back holding the old value.
     pub fn insert_node(&mut self, node: Box<Node<V>>) -> Option<Box<Node<V>>> {
@@ -489,6 +521,23 @@ mod tests {
         }
         assert_eq!(t.first().map(|(k, _)| k), m.keys().next().copied());
         assert_eq!(t.last().map(|(k, _)| k), m.keys().next_back().copied());
+    }
+
+    #[test]
+    fn insert_unless_keeps_what_it_is_told_to() {
+        let mut t = Tree::new();
+        assert_eq!(t.insert_unless(5, 50, |_| true), Ok(Ok(None)));
+        // Replaced when `keep` says no, kept (and the new value returned) when yes.
+        assert_eq!(t.insert_unless(5, 51, |v| *v != 50), Ok(Ok(Some(50))));
+        assert_eq!(t.insert_unless(5, 52, |v| *v == 51), Ok(Err(52)));
+        assert_eq!(t.get(5), Some(&51));
+        assert_eq!(t.len(), 1);
+        for k in 0..64 {
+            t.insert_unless(k * 3, k, |_| false).unwrap().unwrap();
+        }
+        assert_eq!(t.insert_unless(33, 0, |_| true), Ok(Err(0)));
+        assert_eq!(t.get(33), Some(&11));
+        assert_eq!(t.len(), 65);
     }
 
     #[test]
