@@ -549,13 +549,11 @@ impl<F: Copy> Objects<F> {
 
     /// Frees every page of `o` (refunding its account).
     fn free_pages(o: &mut Object<F>, m: &mut impl Machine<F>) {
-        while let Some(node) = o.pages.pop_first_node() {
-            match node.into_value() {
-                Page::Resident(f) => m.free_frame(f),
-                Page::Out { slot, .. } => m.free_slot(slot),
-                Page::PagingIn | Page::Failed => {}
-            }
-        }
+        o.pages.drain(|_, p| match p {
+            Page::Resident(f) => m.free_frame(f),
+            Page::Out { slot, .. } => m.free_slot(slot),
+            Page::PagingIn | Page::Failed => {}
+        });
     }
 
     /// Removes `id` (its references are gone): frees its pages and charges, unhooks it
@@ -645,7 +643,7 @@ impl<F: Copy> Objects<F> {
         };
         so.heap += x_heap;
         so.frames += x_frames;
-        while let Some(mut node) = xo.pages.pop_first_node() {
+        xo.pages.drain_nodes(|mut node| {
             let off = node.key();
             let up = off.checked_sub(boff).filter(|o| *o < s_size);
             match up {
@@ -676,7 +674,7 @@ impl<F: Copy> Objects<F> {
                     so.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);
                 }
             }
-        }
+        });
         so.backing = xo.backing.map(|(b2, o2)| (b2, o2.saturating_add(boff)));
         let below = xo.backing;
         x_account.give(Resource::Heap, xo.heap);
@@ -1165,6 +1163,32 @@ impl<F: Copy> Objects<F> {
             o.account.give(Resource::Frames, n);
         }
         let charge = u64::from(!o.committed);
+        // A window holding every page (the whole object dropped): one pass over the tree.
+        let all = o.pages.first().is_some_and(|(k, _)| k >= from)
+            && o.pages.last().is_some_and(|(k, _)| k < to);
+        if all {
+            let (mut frames, mut nodes) = (0, 0);
+            o.pages.drain(|_, p| {
+                nodes += 1;
+                match p {
+                    Page::Resident(f) => {
+                        m.free_frame(f);
+                        frames += charge;
+                    }
+                    Page::Out { slot, .. } => {
+                        m.free_slot(slot);
+                        frames += charge;
+                    }
+                    Page::PagingIn | Page::Failed => {}
+                }
+            });
+            let heap = nodes * Tree::<Page<F>>::NODE_BYTES;
+            o.frames = o.frames.saturating_sub(frames);
+            o.account.give(Resource::Frames, frames);
+            o.heap = o.heap.saturating_sub(heap);
+            o.account.give(Resource::Heap, heap);
+            return;
+        }
         while let Some(off) = o.pages.ceil(from).map(|(k, _)| k).filter(|k| *k < to) {
             match o.pages.remove(off) {
                 Some(Page::Resident(f)) => {
