@@ -1057,30 +1057,7 @@ impl Fuzzer {
                     size: self.r.of(&[0, 0, 0, 1], 0),
                 }
             } else {
-                // Out-of-line regions: arena ranges (whole pages or not, moved or
-                // copied, overlapping now and then) and bad ones; unknown flags.
-                let size = match self.r.below(4) {
-                    0 => self.edge(),
-                    1 => self.r.of(&[0, 1, 8, 4095, 4097], 8),
-                    _ => (1 + self.r.below(4)) * PAGE - self.r.of(&[0, 0, 100], 0),
-                };
-                let flags = self.r.of(&[0, 0, 1, 2, 0x80], 0) as u32;
-                // A move takes the pages away: only from the arena (which the memory
-                // class maps back) or bad addresses, never the fuzzer's own code, data or
-                // stacks.
-                let value = if flags & OOL_DEALLOCATE != 0 {
-                    self.arena_addr()
-                } else {
-                    self.addr()
-                };
-                Descriptor {
-                    kind: self
-                        .r
-                        .of(&[DESC_OOL, DESC_OOL, DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
-                    disposition: flags,
-                    value,
-                    size,
-                }
+                self.ool_descriptor()
             };
             self.write(at, &d.to_bytes());
             at += DESCRIPTOR_SIZE as u64;
@@ -1094,6 +1071,33 @@ impl Fuzzer {
             at += 8;
         }
         size
+    }
+
+    /// An out-of-line region's descriptor: arena ranges (whole pages or not, moved or
+    /// copied, overlapping now and then) and bad ones; unknown flags and kinds.
+    fn ool_descriptor(&mut self) -> Descriptor {
+        let size = match self.r.below(4) {
+            0 => self.edge(),
+            1 => self.r.of(&[0, 1, 8, 4095, 4097], 8),
+            _ => (1 + self.r.below(4)) * PAGE - self.r.of(&[0, 0, 100], 0),
+        };
+        let flags = self.r.of(&[0, 0, 1, 2, 0x80], 0) as u32;
+        // A move takes the pages away: only from the arena (which the memory
+        // class maps back) or bad addresses, never the fuzzer's own code, data or
+        // stacks.
+        let value = if flags & OOL_DEALLOCATE != 0 {
+            self.arena_addr()
+        } else {
+            self.addr()
+        };
+        Descriptor {
+            kind: self
+                .r
+                .of(&[DESC_OOL, DESC_OOL, DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
+            disposition: flags,
+            value,
+            size,
+        }
     }
 
     fn ipc(&mut self) {
@@ -1323,13 +1327,19 @@ impl Fuzzer {
                     return;
                 }
                 let words = self.r.below(8) as usize;
+                // Now and then with out-of-line regions (carried into the server's task).
+                let ndesc = if self.r.chance(20) {
+                    self.r.of(&[1, 1, 2, 8, 9], 1) as usize
+                } else {
+                    0
+                };
                 let h = MsgHeader {
                     bits: MsgHeader::make_bits(
                         baton_abi::ipc::Disposition::CopySend,
                         baton_abi::ipc::Disposition::MakeSendOnce,
-                        0,
+                        ndesc as u8,
                     ),
-                    size: (HEADER_SIZE + 8 * words) as u32,
+                    size: (HEADER_SIZE + ndesc * DESCRIPTOR_SIZE + 8 * words) as u32,
                     dest: s,
                     reply: self.reply,
                     id: self.r.below(16),
@@ -1347,6 +1357,13 @@ impl Fuzzer {
                 };
                 let at = if buf == 0 { page } else { buf };
                 self.write(at, &h.to_bytes());
+                for i in 0..ndesc {
+                    let d = self.ool_descriptor();
+                    self.write(
+                        at + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64,
+                        &d.to_bytes(),
+                    );
+                }
                 let timeout = self.r.of(&[0, 1_000_000, 5_000_000], 0);
                 self.sys(Sys::IpcMsg, [options, self.reply, timeout, buf, len, 0]);
                 self.keep_send(s);
