@@ -241,6 +241,9 @@ pub struct PageWait {
     pub ask: Option<u64>,
     /// The access that faulted.
     pub access: Access,
+    /// The page is resident and its pager's lock forbids the access: the pager is asked
+    /// to unlock it (`DATA_UNLOCK`) rather than for its data.
+    pub unlock: bool,
 }
 
 impl Failure {
@@ -714,6 +717,7 @@ fn fault_in(
                         offset,
                         ask: Some(pager),
                         access,
+                        unlock: false,
                     }))
                 }
                 Decision::Wait { object, offset } => {
@@ -722,6 +726,7 @@ fn fault_in(
                         offset,
                         ask: None,
                         access,
+                        unlock: false,
                     };
                     // A paged-out page waits for the default pager, a pager-backed one
                     // for its pager.
@@ -751,7 +756,21 @@ fn fault_in(
                         offset,
                         ask: Some(u64::from(slot)),
                         access,
+                        unlock: false,
                     }));
+                }
+                Decision::Unlock {
+                    pager,
+                    object,
+                    offset,
+                } => {
+                    return Err(Failure::PageIn(PageWait {
+                        object,
+                        offset,
+                        ask: Some(pager),
+                        access,
+                        unlock: true,
+                    }))
                 }
                 Decision::PagerError { .. } => return Err(Failure::Pager),
             }
@@ -1082,6 +1101,24 @@ pub fn pager_put(
 pub fn pager_fail(object: ObjectId, offset: u64) -> Result<(), Error> {
     // SAFETY: the lock is held; the reference ends in this statement.
     unsafe { state() }.objects.page_in_error(object, offset)
+}
+
+/// The pager of `object` restricts the accesses to its page at `offset` to `allow`
+/// (`Objects::set_lock`); translations that allowed more are gone when this returns.
+pub fn pager_lock(k: &mut Kernel, object: ObjectId, offset: u64, allow: Prot) -> Result<(), Error> {
+    // SAFETY: the lock is held (a system call); the family's entry.
+    let vm = unsafe { state() };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    let r = vm.objects.set_lock(object, offset, allow, &mut m);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+    r
 }
 
 /// The page being paged in at `offset` of `object` could not be asked for: absent again.

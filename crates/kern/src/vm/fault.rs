@@ -115,6 +115,17 @@ pub enum Decision<F> {
         /// The offset.
         offset: u64,
     },
+    /// The page is resident but its pager's lock forbids the access
+    /// ([`Objects::set_lock`]): ask `pager` to unlock the page at `offset` of `object`,
+    /// block until it changes the lock (or fails the page, or dies), then resolve again.
+    Unlock {
+        /// Whom to ask.
+        pager: u64,
+        /// The pager-backed object.
+        object: ObjectId,
+        /// The page's offset in it.
+        offset: u64,
+    },
     /// The page's pager is gone: an exception for the task.
     PagerError {
         /// The object.
@@ -276,6 +287,9 @@ pub fn write_in_place<F: Copy>(map: &Map, objs: &mut Objects<F>, page: u64) -> O
     if push_target(objs, e.object, off).is_some() {
         return None;
     }
+    if !objs.lock_at(e.object, off).contains(Prot::WRITE) {
+        return None;
+    }
     objs.mark_written(e.object);
     Some(frame)
 }
@@ -339,7 +353,59 @@ pub fn resolve<F: Copy>(
     } else {
         FaultClass::MemoryFill
     };
-    let fault = match objs.find(top, off)? {
+    let found = objs.find(top, off)?;
+    // A resident page of a pager-backed object its pager has locked against this access
+    // (a copy of it reads it: a write through a copy needs only a read).
+    if let Found::Resident {
+        object,
+        offset,
+        depth,
+        ..
+    } = found
+    {
+        if objs.has_locks(object) {
+            let allow = objs.lock_at(object, offset);
+            let needs = match (access, depth) {
+                (Access::Write, 0) => Prot::WRITE,
+                (Access::Execute, _) => Prot::EXECUTE,
+                _ => Prot::READ,
+            };
+            let pager = match objs.get(object).map(|o| o.kind()) {
+                Some(Kind::Pager { pager, dead: false }) => Some(pager),
+                _ => None,
+            };
+            if !allow.contains(needs) {
+                let decision = match pager {
+                    Some(pager) => Decision::Unlock {
+                        pager,
+                        object,
+                        offset,
+                    },
+                    None => Decision::PagerError { object, offset },
+                };
+                return Ok(Fault {
+                    decision,
+                    class: None,
+                    reclaimed_pages,
+                    executable: e.prot.contains(Prot::EXECUTE),
+                });
+            }
+            if depth == 0 && !allow.contains(Prot::WRITE) {
+                // Readable only: a later write faults into the lock.
+                if let Found::Resident { frame, .. } = found {
+                    let d = Decision::Map {
+                        frame,
+                        writable: false,
+                    };
+                    return Ok(Fault {
+                        executable: e.prot.contains(Prot::EXECUTE),
+                        ..done(d, class_if_in_top, reclaimed_pages)
+                    });
+                }
+            }
+        }
+    }
+    let fault = match found {
         Found::Physical { addr, uncached } => done(
             Decision::MapPhysical {
                 addr,

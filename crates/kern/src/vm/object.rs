@@ -49,7 +49,7 @@
 //!   object's account; the object itself is charged [`OBJECT_BYTES`].
 
 use super::tree::Tree;
-use super::{page_aligned, Machine, PAGE_SIZE};
+use super::{page_aligned, Machine, Prot, PAGE_SIZE};
 use crate::quota::{AccountRef, Resource};
 use crate::slab::{Key, Slab};
 use baton_abi::Error;
@@ -110,6 +110,9 @@ pub struct Object<F> {
     kind: Kind,
     size: u64,
     pages: Tree<Page<F>>,
+    /// A pager-backed object's locked pages (Mach's lock requests): the accesses its
+    /// pager allows at each offset (absent: every access). See [`Objects::set_lock`].
+    locks: Tree<Prot>,
     backing: Option<(ObjectId, u64)>,
     copy: Option<ObjectId>,
     written: bool,
@@ -354,6 +357,7 @@ impl<F: Copy> Objects<F> {
             kind,
             size,
             pages: Tree::new(),
+            locks: Tree::new(),
             backing,
             copy: None,
             written: false,
@@ -568,6 +572,7 @@ impl<F: Copy> Objects<F> {
             }
         }
         Self::free_pages(&mut o, m);
+        o.locks.drain(|_, _| {});
         o.account.give(Resource::Heap, o.heap);
         o.account.give(Resource::Frames, o.frames);
         let (b, _) = o.backing?;
@@ -1141,6 +1146,65 @@ impl<F: Copy> Objects<F> {
                 *asked = false;
             }
         }
+    }
+
+    /// The pager of the pager-backed `id` restricts access to its page at `offset` to
+    /// `allow` (every access: unlocked). The lock stays on the offset, whether the page is
+    /// resident or not, until the pager changes it or the object goes; a lock node is
+    /// charged to the object's account. When the lock takes a right away from a resident
+    /// page, its translations everywhere lose it (write-protected, or removed when reads
+    /// go too) and refault into the lock. [`Error::InvalidArgument`] for an object that is
+    /// not pager-backed or an offset outside it, [`Error::NoMemory`] (nothing changed).
+    pub fn set_lock(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        allow: Prot,
+        m: &mut impl Machine<F>,
+    ) -> Result<(), Error> {
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        if !matches!(o.kind, Kind::Pager { .. }) || !page_aligned(offset) || offset >= o.size {
+            return Err(Error::InvalidArgument);
+        }
+        let node = Tree::<Prot>::NODE_BYTES;
+        let before = o.locks.get(offset).copied().unwrap_or(Prot::ALL);
+        if allow.contains(Prot::ALL) {
+            if o.locks.remove(offset).is_some() {
+                o.heap = o.heap.saturating_sub(node);
+                o.account.give(Resource::Heap, node);
+            }
+        } else if let Some(l) = o.locks.get_mut(offset) {
+            *l = allow;
+        } else {
+            o.account.take(Resource::Heap, node)?;
+            if o.locks.insert(offset, allow).is_err() {
+                o.account.give(Resource::Heap, node);
+                return Err(Error::NoMemory);
+            }
+            o.heap += node;
+        }
+        let taken = before.minus(allow);
+        if let Some(Page::Resident(f)) = o.pages.get(offset) {
+            if taken.contains(Prot::READ) || taken.contains(Prot::EXECUTE) {
+                m.unmap_everywhere(*f);
+            } else if taken.contains(Prot::WRITE) {
+                m.write_protect_everywhere(*f);
+            }
+        }
+        Ok(())
+    }
+
+    /// The accesses the pager of `id` allows at `offset` (every access where it set no
+    /// lock, and for an object that is not pager-backed).
+    pub fn lock_at(&self, id: ObjectId, offset: u64) -> Prot {
+        self.get(id)
+            .and_then(|o| o.locks.get(offset).copied())
+            .unwrap_or(Prot::ALL)
+    }
+
+    /// Whether `id` has any locked page (a quick test before [`Objects::lock_at`]).
+    pub fn has_locks(&self, id: ObjectId) -> bool {
+        self.get(id).is_some_and(|o| !o.locks.is_empty())
     }
 
     /// Frees the pages of the private `id` in `[from, to)` (a window its map dropped);

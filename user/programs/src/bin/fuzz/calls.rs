@@ -71,7 +71,7 @@ pub const CLASSES: [Class; 13] = [
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
-    Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error and flush with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
+    Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error, flush and lock with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
     Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy, vp_preempt (never on), vp_resume (refused blocks only), strand_count (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
 ];
 
@@ -1819,6 +1819,11 @@ impl Fuzzer {
                 if self.r.chance(10) {
                     self.sys(Sys::PagerFlush, [o, 0, size, FLUSH_RETURN, 0, 0]);
                 }
+                if self.r.chance(10) {
+                    // Locks (with unknown rights now and then), left for the object's end.
+                    let prot = self.r.of(&[0, 1, 3, 5, 7, 8], 1);
+                    self.sys(Sys::PagerLock, [o, 0, size, prot, 0, 0]);
+                }
                 self.sys(Sys::CapDrop, [o, 0, 0, 0, 0, 0]);
             }
             5 => {
@@ -1836,8 +1841,13 @@ impl Fuzzer {
                 self.sys(call, a);
             }
             7 => {
-                let a = [self.name(), self.edge(), self.edge(), self.r.below(8), 0, 0];
-                self.sys(Sys::PagerFlush, a);
+                let a = [self.name(), self.edge(), self.edge(), self.r.below(9), 0, 0];
+                let call = if self.r.chance(50) {
+                    Sys::PagerFlush
+                } else {
+                    Sys::PagerLock
+                };
+                self.sys(call, a);
             }
             _ => {
                 // Drain data returns (and whatever else came) from the own port.
