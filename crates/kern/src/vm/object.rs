@@ -276,6 +276,8 @@ pub struct Objects<F> {
     freed_pagers: alloc::vec::Vec<u64>,
     /// Live pager-backed objects.
     pagers: usize,
+    /// Locked pages in all objects (none: a fault need not look).
+    locked: u64,
 }
 
 impl<F: Copy> Objects<F> {
@@ -297,6 +299,7 @@ impl<F: Copy> Objects<F> {
             slab: Slab::with_limit(limit),
             freed_pagers: alloc::vec::Vec::new(),
             pagers: 0,
+            locked: 0,
         }
     }
 
@@ -572,6 +575,7 @@ impl<F: Copy> Objects<F> {
             }
         }
         Self::free_pages(&mut o, m);
+        self.locked = self.locked.saturating_sub(o.locks.len() as u64);
         o.locks.drain(|_, _| {});
         o.account.give(Resource::Heap, o.heap);
         o.account.give(Resource::Frames, o.frames);
@@ -1168,10 +1172,12 @@ impl<F: Copy> Objects<F> {
         }
         let node = Tree::<Prot>::NODE_BYTES;
         let before = o.locks.get(offset).copied().unwrap_or(Prot::ALL);
+        let (mut made, mut gone) = (false, false);
         if allow.contains(Prot::ALL) {
             if o.locks.remove(offset).is_some() {
                 o.heap = o.heap.saturating_sub(node);
                 o.account.give(Resource::Heap, node);
+                gone = true;
             }
         } else if let Some(l) = o.locks.get_mut(offset) {
             *l = allow;
@@ -1182,8 +1188,18 @@ impl<F: Copy> Objects<F> {
                 return Err(Error::NoMemory);
             }
             o.heap += node;
+            made = true;
+        }
+        if made {
+            self.locked += 1;
+        }
+        if gone {
+            self.locked = self.locked.saturating_sub(1);
         }
         let taken = before.minus(allow);
+        let Some(o) = self.slab.get(id.0) else {
+            return Ok(());
+        };
         if let Some(Page::Resident(f)) = o.pages.get(offset) {
             if taken.contains(Prot::READ) || taken.contains(Prot::EXECUTE) {
                 m.unmap_everywhere(*f);
@@ -1202,9 +1218,10 @@ impl<F: Copy> Objects<F> {
             .unwrap_or(Prot::ALL)
     }
 
-    /// Whether `id` has any locked page (a quick test before [`Objects::lock_at`]).
+    /// Whether `id` has any locked page (a quick test before [`Objects::lock_at`]; one
+    /// load while no object has any).
     pub fn has_locks(&self, id: ObjectId) -> bool {
-        self.get(id).is_some_and(|o| !o.locks.is_empty())
+        self.locked > 0 && self.get(id).is_some_and(|o| !o.locks.is_empty())
     }
 
     /// Frees the pages of the private `id` in `[from, to)` (a window its map dropped);
