@@ -52,8 +52,8 @@ use crate::kernel::{self, Kernel, TaskId};
 use crate::thread::{self, Blocked, ReplyTo, Saved, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
-    Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, KERNEL_ID_BASE, MSG_BUF, MSG_RECEIVE,
-    MSG_SEND, MSG_SIZE_MAX,
+    Descriptor, Disposition, MsgHeader, DESCRIPTOR_SIZE, DESC_OOL, HEADER_SIZE, IPC_BUFFER_SIZE,
+    KERNEL_ID_BASE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SIZE_MAX,
 };
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::{Error, Sys};
@@ -108,10 +108,129 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     }
     let (s_key, sidetracked) = (th.task_key, th.sidetracked);
     let header = paging::read_header(page);
+    if header.bits >> 16 != 0 {
+        return migrate_ool(k, cpu, cur, page, &header, s_key, sidetracked);
+    }
     let Some(port) = migrating_port(k, s_key, &header, IPC_BUFFER_SIZE) else {
         return;
     };
     migrate(k, cpu, cur, page, &header, port, sidetracked)
+}
+
+/// Most out-of-line regions a migrating call carries; a call with more takes the general
+/// path (which refuses regions to a port with activations: `NotSupported`).
+pub const MIGRATING_REGIONS: usize = 8;
+
+/// A call whose request in the IPC buffer `page` carries out-of-line regions (its
+/// descriptors, all `DESC_OOL`, at most [`MIGRATING_REGIONS`]) to a port with activations: as [`migrate`], with the
+/// regions carried by value into the server's task before it is entered
+/// (`crate::ool::carry_migrating`) and the descriptors in the activation's buffer giving
+/// their addresses there. The regions are checked before an activation is taken (an
+/// error then changes nothing); once one is taken only the kernel's own memory can fail,
+/// and the activation goes back to its pool. Returns, changing nothing, when the request
+/// is not such a call (the general path runs it: port rights never migrate).
+#[cold]
+#[inline(never)]
+fn migrate_ool(
+    k: &mut Kernel,
+    cpu: usize,
+    cur: ThreadId,
+    page: PhysAddr,
+    header: &MsgHeader,
+    s_key: Key,
+    sidetracked: bool,
+) {
+    let n = ((header.bits >> 16) & 0xff) as usize;
+    let plain = MsgHeader {
+        bits: header.bits & 0xffff,
+        ..*header
+    };
+    let size = header.size as usize;
+    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    if n > MIGRATING_REGIONS || descs_end > size {
+        return;
+    }
+    let Some(port_id) = migrating_port(k, s_key, &plain, IPC_BUFFER_SIZE) else {
+        return;
+    };
+    // On the stack: nothing here may own heap memory, since the paths below end in
+    // calls that do not return (a wait for an activation, the upcall, an error's return).
+    let mut all = [Descriptor::default(); MIGRATING_REGIONS];
+    let Some(descs) = all.get_mut(..n) else {
+        return;
+    };
+    for (i, d) in descs.iter_mut().enumerate() {
+        let mut raw = [0u8; DESCRIPTOR_SIZE];
+        paging::read_phys(
+            PhysAddr(page.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
+            &mut raw,
+        );
+        match Descriptor::from_bytes(&raw) {
+            Some(got) if got.kind == DESC_OOL => *d = got,
+            _ => return,
+        }
+    }
+    let Some(task) = k.threads.get(cur).and_then(|th| th.task) else {
+        return;
+    };
+    if let Err(e) = crate::ool::check_migrating(task, descs) {
+        crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+    }
+    let (a, sidetrack) = take(k, cur, port_id, sidetracked);
+    if !sidetrack {
+        let carried = match k.acts.get(a).map(|act| act.task) {
+            Some(server) => crate::ool::carry_migrating(k, task, server, descs),
+            None => Err(Error::Aborted),
+        };
+        if let Err(e) = carried {
+            // Undone as `migrate_user` undoes: the activation goes back, the call fails.
+            if let Some(p) = k.ipc.port_mut(port_id) {
+                p.pool.free.push(a);
+            }
+            if let Some(th) = k.threads.get_mut(cur) {
+                th.sidetracked = false;
+            }
+            crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+        }
+    }
+    let Some(act) = occupy(&mut k.acts, cur, a, header) else {
+        // Not reachable: a pool holds only live activations. Refuse rather than panic.
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
+    };
+    let to = if sidetrack {
+        ReplyTo::Sidetrack
+    } else {
+        // The server sees the descriptors, rewritten to its addresses, then the data.
+        let buffer = act.buffer.1;
+        paging::write_header(
+            buffer,
+            MsgHeader {
+                bits: (n as u32) << 16,
+                ..request_header(header)
+            },
+        );
+        for (i, d) in descs.iter().enumerate() {
+            paging::write_phys(
+                PhysAddr(buffer.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
+                &d.to_bytes(),
+            );
+        }
+        if size > descs_end {
+            let at = descs_end as u64;
+            paging::copy_phys(
+                PhysAddr(buffer.0 + at),
+                PhysAddr(page.0 + at),
+                size - descs_end,
+            );
+        }
+        ReplyTo::IpcBuffer
+    };
+    let into = KernelParts {
+        stats: &mut k.stats,
+        cpus: &mut k.cpus,
+        kernel_root: k.kernel_root,
+    };
+    enter(act, into, cpu, a, port_id, size, to)
 }
 
 /// The port a request `header` (sent by the task of key `s_key`, through a buffer of

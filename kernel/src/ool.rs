@@ -151,28 +151,7 @@ pub fn take(
     if k.ipc.port(dest).is_some_and(|p| p.pool.is_migrating()) {
         return Err(Error::NotSupported);
     }
-    // Decode the descriptors: flags, sizes, addresses, overlaps, mapped, wired.
-    let mut n = 0usize;
-    for (i, d) in descriptors.iter().enumerate() {
-        if d.kind != DESC_OOL {
-            continue;
-        }
-        n += 1;
-        if d.disposition & !OOL_DEALLOCATE != 0 {
-            return Err(Error::InvalidArgument);
-        }
-        let (lo, hi) = pages_of(d.value, d.size)?;
-        // No two regions of one message overlap (a move must not take what another
-        // descriptor sends).
-        let end = d.value + d.size;
-        let overlaps = descriptors.iter().take(i).any(|o| {
-            o.kind == DESC_OOL && o.value < end && d.value < o.value.saturating_add(o.size)
-        });
-        if overlaps {
-            return Err(Error::InvalidArgument);
-        }
-        crate::vm::check_carry(task, lo, hi - lo, false)?;
-    }
+    let n = check_regions(task, descriptors)?;
     // And the rest of the message, as `copyin` will see it.
     let names = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.names;
     k.ipc.check_copyin(names, header, descriptors, |i| {
@@ -251,6 +230,96 @@ pub fn take(
         }
     }
     Ok(taken)
+}
+
+/// Decodes the out-of-line descriptors among `descriptors` of a message of task `task`:
+/// flags, sizes, addresses, overlaps, mapped, not wired (changing nothing). How many.
+fn check_regions(task: TaskId, descriptors: &[Descriptor]) -> Result<usize, Error> {
+    let mut n = 0usize;
+    for (i, d) in descriptors.iter().enumerate() {
+        if d.kind != DESC_OOL {
+            continue;
+        }
+        n += 1;
+        if d.disposition & !OOL_DEALLOCATE != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        let (lo, hi) = pages_of(d.value, d.size)?;
+        // No two regions of one message overlap (a move must not take what another
+        // descriptor sends).
+        let end = d.value + d.size;
+        let overlaps = descriptors.iter().take(i).any(|o| {
+            o.kind == DESC_OOL && o.value < end && d.value < o.value.saturating_add(o.size)
+        });
+        if overlaps {
+            return Err(Error::InvalidArgument);
+        }
+        crate::vm::check_carry(task, lo, hi - lo, false)?;
+    }
+    Ok(n)
+}
+
+// ---- migrating calls ------------------------------------------------------------------
+
+/// Checks the out-of-line descriptors of a migrating call by task `task` as a message's
+/// are checked ([`take`]), changing nothing.
+pub fn check_migrating(task: TaskId, descriptors: &[Descriptor]) -> Result<(), Error> {
+    check_regions(task, descriptors).map(|_| ())
+}
+
+/// Carries the regions of a migrating call (checked by [`check_migrating`]) from task
+/// `from` straight into task `to`, the server's, as a message's regions are delivered
+/// ([`place`]: by value, copy-on-write, anywhere, the bytes outside each range zeroed),
+/// and rewrites each descriptor with the server's address and size (0 and 0 for a region
+/// the server's map has no room for, as for a receiver's). Then the whole pages of a move
+/// (`OOL_DEALLOCATE`) leave `from`. Every region is taken before any is placed, so an
+/// error ([`Error::NoMemory`]: the kernel's own memory) changes nothing.
+pub fn carry_migrating(
+    k: &mut Kernel,
+    from: TaskId,
+    to: TaskId,
+    descriptors: &mut [Descriptor],
+) -> Result<(), Error> {
+    let n = descriptors.iter().filter(|d| d.kind == DESC_OOL).count();
+    let mut taken: Vec<(usize, Carried)> = Vec::new();
+    taken.try_reserve_exact(n).map_err(|_| Error::NoMemory)?;
+    for (i, d) in descriptors.iter().enumerate() {
+        if d.kind != DESC_OOL {
+            continue;
+        }
+        let got = pages_of(d.value, d.size)
+            .and_then(|(lo, hi)| crate::vm::carry_out(k, from, lo, hi - lo, false));
+        match got {
+            Ok(c) => taken.push((i, c)),
+            Err(e) => {
+                for (_, c) in taken {
+                    crate::vm::release_carried(k, c);
+                }
+                return Err(e);
+            }
+        }
+    }
+    for (i, carried) in taken {
+        let Some(d) = descriptors.get_mut(i) else {
+            crate::vm::release_carried(k, carried);
+            continue;
+        };
+        let (value, size) = (d.value, d.size);
+        let lo = value & !(PAGE_SIZE - 1);
+        match place(k, to, carried, value - lo, size, Placement::Anywhere) {
+            Ok(addr) => d.value = addr,
+            Err(_) => (d.value, d.size) = (0, 0),
+        }
+        if d.disposition & OOL_DEALLOCATE != 0 {
+            let (a, b) = inner_pages(value, size);
+            if b > a {
+                // Checked (mapped, not wired); as for a message, a split that cannot be
+                // made leaves the caller its pages, and the server still has a value.
+                let _ = crate::vm::deallocate(k, from, a, b - a);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The message failed after [`take`]: its regions go, nothing else changed.

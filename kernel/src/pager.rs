@@ -15,6 +15,10 @@
 //! - The pager answers with calls: `pager_supply` (the data: copied into new frames),
 //!   `pager_unavailable` (zeros), `pager_error` (faults on the page become exceptions);
 //!   each wakes the threads waiting for those pages, which fault again and find them.
+//! - `pager_lock` restricts the accesses to pages of the object (Mach's lock request):
+//!   translations allowing more go, and an access the lock forbids is sent to the pager
+//!   as a `DATA_UNLOCK` request and waits, as a page-in does, until a `pager_lock` allows
+//!   it.
 //! - `pager_flush` takes pages back: each resident page in the range is sent to the pager
 //!   in a data return (charged to the caller until received) and, with `FLUSH_DROP`,
 //!   removed from every address space and the object (a *clean* keeps it).
@@ -37,8 +41,9 @@ use crate::thread::{self, Blocked, ThreadId};
 use crate::vm::{Failure, PageWait};
 use alloc::vec::Vec;
 use baton_abi::pager::{
-    Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, FLUSH_DROP,
-    FLUSH_FLAGS, FLUSH_MAX_PAGES, FLUSH_RETURN, KIND_PAGER, PAGE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
+    Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, DATA_UNLOCK,
+    FLUSH_DROP, FLUSH_FLAGS, FLUSH_MAX_PAGES, FLUSH_RETURN, KIND_PAGER, PAGE_SIZE, REQUEST_SIZE,
+    SUPPLY_MAX,
 };
 use baton_abi::Error;
 use core::cell::UnsafeCell;
@@ -114,6 +119,7 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: baton_abi::Sys, a: [u64; 6]) -> R
         Sys::PagerUnavailable => fill(k, task, a[0], a[1], a[2], Fill::Zeros),
         Sys::PagerError => fill(k, task, a[0], a[1], a[2], Fill::Error),
         Sys::PagerFlush => flush(k, task, a[0], a[1], a[2], a[3]),
+        Sys::PagerLock => lock(k, task, a[0], a[1], a[2], a[3]),
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -450,7 +456,7 @@ fn ask(k: &mut Kernel, w: PageWait) -> Result<(), Failure> {
                 k,
                 port,
                 Message {
-                    id: DATA_REQUEST,
+                    id: request_id(w),
                     data,
                     ..Message::default()
                 },
@@ -525,6 +531,47 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
     }
 }
 
+/// The message id of what `w` asks its pager: the page's data, or an unlock.
+fn request_id(w: PageWait) -> u64 {
+    if w.unlock {
+        DATA_UNLOCK
+    } else {
+        DATA_REQUEST
+    }
+}
+
+/// `pager_lock(name, offset, len, prot)`: the object's pager restricts the accesses to the
+/// pages of the range to `prot` (all of read, write and execute: unlocked), at most
+/// [`FLUSH_MAX_PAGES`] pages a call; threads waiting for an unlock of a page the new lock
+/// allows more are woken (they make their access again). The bytes of the range done.
+fn lock(
+    k: &mut Kernel,
+    task: TaskId,
+    name: u64,
+    offset: u64,
+    len: u64,
+    prot: u64,
+) -> Result<u64, Error> {
+    let allow = kern::vm::Prot::from_bits(prot).ok_or(Error::InvalidArgument)?;
+    let (object, key, size) = pager_object(k, task, name)?;
+    check_range(offset, len, size)?;
+    let end = offset
+        .saturating_add(FLUSH_MAX_PAGES * PAGE_SIZE)
+        .min(offset + len);
+    let mut done = offset;
+    while done < end {
+        if let Err(e) = crate::vm::pager_lock(k, object, done, allow) {
+            if done == offset {
+                return Err(e);
+            }
+            break;
+        }
+        done += PAGE_SIZE;
+    }
+    wake(k, key, offset, done);
+    Ok(done - offset)
+}
+
 /// The `ACCESS_*` bits of an access.
 fn access_bits(a: Access) -> u64 {
     match a {
@@ -570,7 +617,7 @@ fn migrate(
         access: access_bits(w.access),
     };
     let cpu = crate::arch::gdt::this_cpu();
-    match crate::activation::migrate_fault(k, cpu, t, port, DATA_REQUEST, &req.to_bytes()) {
+    match crate::activation::migrate_fault(k, cpu, t, port, request_id(w), &req.to_bytes()) {
         Error::Busy => {}
         Error::DeadName => {
             crate::vm::pager_dead(w.object);

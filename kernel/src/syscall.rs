@@ -427,7 +427,8 @@ impl Kernel {
             | Sys::PagerSupply
             | Sys::PagerUnavailable
             | Sys::PagerError
-            | Sys::PagerFlush => crate::pager::sys(self, id, call, args),
+            | Sys::PagerFlush
+            | Sys::PagerLock => crate::pager::sys(self, id, call, args),
             Sys::DefaultPagerRegister
             | Sys::DefaultPagerSupply
             | Sys::PagingStats

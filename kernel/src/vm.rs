@@ -67,8 +67,6 @@ const TASK_ENTRIES_MAX: usize = ENTRIES_MAX;
 const WIRINGS_MAX: usize = 1024;
 /// Heap charged for a wiring record.
 const WIRING_BYTES: u64 = core::mem::size_of::<Wiring>() as u64;
-/// Page-table frames a fault may create at most (PDPT, PD, PT).
-const TABLES_WORST: u64 = 3;
 /// Where `vm_allocate` anywhere starts looking: 16 TiB, clear of the program, of small
 /// stray pointers, and below `baton-rt`'s heap (`docs/abi.md`).
 pub const ANYWHERE_FLOOR: u64 = 0x1000_0000_0000;
@@ -243,6 +241,9 @@ pub struct PageWait {
     pub ask: Option<u64>,
     /// The access that faulted.
     pub access: Access,
+    /// The page is resident and its pager's lock forbids the access: the pager is asked
+    /// to unlock it (`DATA_UNLOCK`) rather than for its data.
+    pub unlock: bool,
 }
 
 impl Failure {
@@ -601,6 +602,7 @@ fn count_failure(vm: &mut Vm, task: TaskId, access: Access) {
         decision: Decision::AddressError,
         class: Some(FaultClass::AddressError),
         reclaimed_pages: 0,
+        executable: false,
     };
     vm.stats.record(access, &f);
     if let Some(tv) = vm.tasks.get_mut(&task) {
@@ -638,15 +640,15 @@ fn fault_in(
             }
             match fault.decision {
                 Decision::Map { frame, writable } => {
-                    let exec = tv
-                        .map
-                        .entry(page)
-                        .is_some_and(|(_, e)| e.prot.contains(Prot::EXECUTE));
-                    let flags = MapFlags::user_shared(writable, exec);
+                    let flags = MapFlags::user_shared(writable, fault.executable);
                     changed |= enter(t, &mut mem, page, frame, flags)?;
                     return Ok(frame);
                 }
-                Decision::ZeroFill { object, offset } => {
+                Decision::ZeroFill {
+                    object,
+                    offset,
+                    then_map,
+                } => {
                     if !replace::room_for(mem.frames.free_frames() as u64, task) {
                         return Err(Failure::NoMemory);
                     }
@@ -657,6 +659,13 @@ fn fault_in(
                         return Err(Failure::NoMemory);
                     }
                     replace::count(f);
+                    // The next round would only decide this translation (host-tested
+                    // against it): enter it now.
+                    if let Some(writable) = then_map {
+                        let flags = MapFlags::user_shared(writable, fault.executable);
+                        changed |= enter(t, &mut mem, page, f, flags)?;
+                        return Ok(f);
+                    }
                 }
                 Decision::CopyOnWrite {
                     from,
@@ -667,7 +676,8 @@ fn fault_in(
                     if !replace::room_for(mem.frames.free_frames() as u64, task) {
                         return Err(Failure::NoMemory);
                     }
-                    let f = mem.alloc_frame().ok_or(Failure::NoMemory)?;
+                    // Every byte is copied over: the frame is not zeroed first.
+                    let f = mem.frames.alloc().ok_or(Failure::NoMemory)?;
                     mem.copy_bytes(f, from, PAGE_SIZE as usize);
                     if let Err((_, f)) = vm.objects.insert_page(to, offset, f) {
                         mem.free_frame(f);
@@ -707,6 +717,7 @@ fn fault_in(
                         offset,
                         ask: Some(pager),
                         access,
+                        unlock: false,
                     }))
                 }
                 Decision::Wait { object, offset } => {
@@ -715,6 +726,7 @@ fn fault_in(
                         offset,
                         ask: None,
                         access,
+                        unlock: false,
                     };
                     // A paged-out page waits for the default pager, a pager-backed one
                     // for its pager.
@@ -744,7 +756,21 @@ fn fault_in(
                         offset,
                         ask: Some(u64::from(slot)),
                         access,
+                        unlock: false,
                     }));
+                }
+                Decision::Unlock {
+                    pager,
+                    object,
+                    offset,
+                } => {
+                    return Err(Failure::PageIn(PageWait {
+                        object,
+                        offset,
+                        ask: Some(pager),
+                        access,
+                        unlock: true,
+                    }))
                 }
                 Decision::PagerError { .. } => return Err(Failure::Pager),
             }
@@ -759,8 +785,8 @@ fn fault_in(
     result
 }
 
-/// Enters the translation of `page` to `frame` in task `t`'s page tables, the page-table
-/// frames it may need charged to the task first (at most [`TABLES_WORST`]); whether it
+/// Enters the translation of `page` to `frame` in task `t`'s page tables, each page-table
+/// frame it needs charged to the task as it is made ([`Charged`]); whether it
 /// replaced a translation to another frame (a shootdown is then due).
 fn enter(
     t: &mut crate::kernel::Task,
@@ -769,19 +795,74 @@ fn enter(
     frame: PhysAddr,
     flags: MapFlags,
 ) -> Result<bool, Failure> {
-    t.account
-        .take(Resource::Frames, TABLES_WORST)
-        .map_err(|_| Failure::NoMemory)?;
-    let before = mem.frames.free_frames();
-    let set = t.space.set(mem, page, frame, flags);
-    let took = before.saturating_sub(mem.frames.free_frames()) as u64;
-    t.account
-        .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
-    t.frames += took.min(TABLES_WORST);
+    // Each table frame is charged as it is made (most translations need none).
+    let mut charged = Charged {
+        mem,
+        account: &t.account,
+        took: 0,
+    };
+    let set = t.space.set(&mut charged, page, frame, flags);
+    t.frames += charged.took;
     match set {
         Ok(Some(old)) => Ok(old != frame),
         Ok(None) => Ok(false),
         Err(_) => Err(Failure::NoMemory),
+    }
+}
+
+/// The kernel's physical memory for one task's page tables: every frame a table takes is
+/// charged to the task's account first (a frame the account cannot take is no memory),
+/// and counted in `took`.
+struct Charged<'m, 'a> {
+    mem: &'m mut KernelMem<'a>,
+    account: &'m kern::quota::AccountRef,
+    took: u64,
+}
+
+impl PhysMem for Charged<'_, '_> {
+    fn read_u64(&self, pa: PhysAddr) -> u64 {
+        self.mem.read_u64(pa)
+    }
+
+    fn write_u64(&mut self, pa: PhysAddr, v: u64) {
+        self.mem.write_u64(pa, v)
+    }
+
+    fn zero_frame(&mut self, frame: PhysAddr) {
+        self.mem.zero_frame(frame)
+    }
+
+    fn write_bytes(&mut self, pa: PhysAddr, bytes: &[u8]) {
+        self.mem.write_bytes(pa, bytes)
+    }
+
+    fn read_bytes(&self, pa: PhysAddr, out: &mut [u8]) {
+        self.mem.read_bytes(pa, out)
+    }
+
+    fn alloc_frame(&mut self) -> Option<PhysAddr> {
+        self.account.take(Resource::Frames, 1).ok()?;
+        match self.mem.alloc_frame() {
+            Some(f) => {
+                self.took += 1;
+                Some(f)
+            }
+            None => {
+                self.account.give(Resource::Frames, 1);
+                None
+            }
+        }
+    }
+
+    fn alloc_zeroed(&mut self) -> Option<PhysAddr> {
+        // `KernelMem` hands its frames out zeroed.
+        self.alloc_frame()
+    }
+
+    fn free_frame(&mut self, frame: PhysAddr) {
+        self.mem.free_frame(frame);
+        self.account.give(Resource::Frames, 1);
+        self.took = self.took.saturating_sub(1);
     }
 }
 
@@ -1022,6 +1103,24 @@ pub fn pager_fail(object: ObjectId, offset: u64) -> Result<(), Error> {
     unsafe { state() }.objects.page_in_error(object, offset)
 }
 
+/// The pager of `object` restricts the accesses to its page at `offset` to `allow`
+/// (`Objects::set_lock`); translations that allowed more are gone when this returns.
+pub fn pager_lock(k: &mut Kernel, object: ObjectId, offset: u64, allow: Prot) -> Result<(), Error> {
+    // SAFETY: the lock is held (a system call); the family's entry.
+    let vm = unsafe { state() };
+    let mut m = Mach {
+        frames: &mut k.frames,
+        space: None,
+        changed: 0,
+        everywhere: false,
+    };
+    let r = vm.objects.set_lock(object, offset, allow, &mut m);
+    if m.everywhere {
+        flush_everything(k, vm);
+    }
+    r
+}
+
 /// The page being paged in at `offset` of `object` could not be asked for: absent again.
 pub fn pager_not_asked(object: ObjectId, offset: u64) {
     // SAFETY: the lock is held; the reference ends in this statement.
@@ -1106,9 +1205,14 @@ pub fn alloc_frame_with(k: &mut Kernel, bytes: &[u8]) -> Option<PhysAddr> {
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
-    // `alloc_frame` hands the frame out zeroed.
-    let f = mem.alloc_frame()?;
     let n = bytes.len().min(PAGE_SIZE as usize);
+    // A whole page of bytes overwrites the frame: only a shorter one needs it zeroed
+    // (`alloc_frame` hands its frames out zeroed).
+    let f = if n == PAGE_SIZE as usize {
+        mem.frames.alloc()?
+    } else {
+        mem.alloc_frame()?
+    };
     mem.write_bytes(f, bytes.get(..n).unwrap_or(&[]));
     Some(f)
 }
@@ -1806,21 +1910,19 @@ fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
+    let mut charged = Charged {
+        mem: &mut mem,
+        account: &t.account,
+        took: 0,
+    };
     let mut full = false;
     tv.map
         .resident_reads(&vm.objects, start, PREFAULT_MAX, |va, frame| {
-            if full || t.account.take(Resource::Frames, TABLES_WORST).is_err() {
-                full = true;
-                return;
+            if !full {
+                full = t.space.set(&mut charged, va, frame, flags).is_err();
             }
-            let before = mem.frames.free_frames();
-            let set = t.space.set(&mut mem, va, frame, flags);
-            let took = before.saturating_sub(mem.frames.free_frames()) as u64;
-            t.account
-                .give(Resource::Frames, TABLES_WORST.saturating_sub(took));
-            t.frames += took.min(TABLES_WORST);
-            full |= set.is_err();
         });
+    t.frames += charged.took;
 }
 
 /// The key a shared wait at `addr` of task `task` uses: the (object, offset) its map

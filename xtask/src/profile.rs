@@ -126,6 +126,9 @@ pub enum Entry {
     /// The trap stub of this vector (`trap_stubs`, 16 bytes a stub): a fault the benchmark
     /// makes on purpose, counted whatever the registers hold.
     Trap(u8),
+    /// The page fault's entry (`floor_page_fault`), counted only when the faulting address (`cr2`) is
+    /// in `[from, to)`: the benchmark's own memory, not every fault of the boot.
+    PageFault { from: u64, to: u64 },
 }
 
 /// `ipc_msg`'s system call number.
@@ -142,11 +145,16 @@ const TASK_CREATE: u64 = 120;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
+/// Where `vm.fault.zero` puts its memory (`VM_BENCH` in the bench program), and its size
+/// (1,100 pages).
+const VM_BENCH: u64 = 0x5200_0000_0000;
+const VM_BENCH_END: u64 = VM_BENCH + 1100 * 4096;
+
 /// The paths: the switching fast path (`rpc.null.fast`) and migrating RPC
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 6] = [
+pub const PATHS: [PathSpec; 7] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
@@ -316,11 +324,52 @@ pub const PATHS: [PathSpec; 6] = [
         arm: Some(&["taskmake", "sys_create"]),
         cycle: true,
     },
+    PathSpec {
+        name: "fault_zero",
+        column: "zero-fill fault",
+        bench: "vm.fault.zero",
+        entry: Entry::PageFault {
+            from: VM_BENCH,
+            to: VM_BENCH_END,
+        },
+        rax: 0,
+        rdi: None,
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "fault: a store to an untouched anonymous page, to its return",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "fault: the next page's store (the same path again)",
+                // The same thread; `Server` only so the report's stage columns keep the
+                // two passes apart.
+                side: Side::Server,
+                rax: None,
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "Accent's zero-fill fault (Table 3-3): the first store to an untouched page of \
+                anonymous memory, from the trap to the return to user mode, the frame zeroed \
+                inside; the next kernel entry is the next page's fault",
+        arm: None,
+        cycle: false,
+    },
 ];
 
 impl PathSpec {
     /// How the traced RPC was found, for the report.
     fn trigger(&self) -> String {
+        if let Entry::PageFault { from, to } = self.entry {
+            return format!(
+                "the {} page fault at an address in [{from:#x}, {to:#x}) traced, then the \
+                 next kernel entry",
+                ordinal(self.skip + 1)
+            );
+        }
         if let Entry::Trap(v) = self.entry {
             return format!(
                 "the {} trap of vector {v} traced, then the next kernel entry",
@@ -365,6 +414,9 @@ pub fn profile() -> Result<ExitCode, String> {
     }
     let dir = root().join("results");
     fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if let Ok(name) = std::env::var("BATON_PROFILE_ONLY") {
+        return profile_one(&name, &images, &qemu, &gdb, &addr2line, &dir);
+    }
 
     note(format!(
         "tracing {} under QEMU TCG -icount with gdb, all at once (about two minutes)",
@@ -472,6 +524,51 @@ pub fn profile() -> Result<ExitCode, String> {
         "cargo xtask profile took {:.0}s",
         start.elapsed().as_secs_f64()
     ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `BATON_PROFILE_ONLY=<name> cargo xtask profile`: traces the one path `name` (a
+/// [`PathSpec::name`]) and prints each pass's top functions, without the tables of the
+/// full report (which need every path); the listing goes to
+/// `results/profile.<name>.insns` as in a full run. For working on one path.
+fn profile_one(
+    name: &str,
+    images: &Images,
+    qemu: &Path,
+    gdb: &Path,
+    addr2line: &Path,
+    dir: &Path,
+) -> Result<ExitCode, String> {
+    let spec = PATHS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let names: Vec<&str> = PATHS.iter().map(|p| p.name).collect();
+        format!("no path `{name}` (paths: {})", names.join(", "))
+    })?;
+    let step = Step::start(format!("tracing {}", spec.bench));
+    let passes = step.finish(trace(spec, images, qemu, gdb, dir))?;
+    let mut pcs: Vec<u64> = passes.iter().flat_map(|p| p.pcs.clone()).collect();
+    pcs.sort_unstable();
+    pcs.dedup();
+    let chains = symbolize(addr2line, &images.kernel, &pcs)?;
+    let elf = fs::read(&images.kernel)
+        .map_err(|e| format!("cannot read {}: {e}", images.kernel.display()))?;
+    let decoded = mix::decode(&elf, &pcs)?;
+    let mixes: BTreeMap<u64, Mix> = decoded.iter().map(|(pc, (_, m))| (*pc, *m)).collect();
+    let insns: BTreeMap<u64, String> = decoded.into_iter().map(|(pc, (t, _))| (pc, t)).collect();
+    let out = dir.join(format!("profile.{}.insns", spec.name));
+    fs::write(&out, listing(spec, &passes, &chains, &insns, &mixes))
+        .map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    for (i, p) in passes.iter().enumerate() {
+        let label = if spec.cycle {
+            entry_label(p)
+        } else {
+            spec.traced.get(i).map_or("", |t| t.label).to_string()
+        };
+        let side = spec.traced.get(i).map_or(Side::Client, |t| t.side);
+        let pass = Pass::classify(label.clone(), side, &p.pcs, &chains, &mixes);
+        println!("\n## pass {i}: {label}: {} instructions\n", pass.total.all);
+        println!("{}", stages::top_functions(&pass, 3 * TOP_FUNCTIONS));
+    }
+    note(format!("wrote {}", out.display()));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -801,6 +898,8 @@ class Trigger(gdb.Breakpoint):
             return False
         if TRIGGER_RDI is not None and reg("rdi") != TRIGGER_RDI:
             return False
+        if TRIGGER_CR2 is not None and not (TRIGGER_CR2[0] <= reg("cr2") < TRIGGER_CR2[1]):
+            return False
         self.seen += 1
         return self.seen > self.skip
 
@@ -842,7 +941,10 @@ else:
 if not CYCLE:
     for n in range(PASSES):
         if n > 0:
-            run_to(gdb.Breakpoint("*0x%x" % ENTRY, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True), ENTRY)
+            # The next kernel entry: a system call, or for a page-fault path the next page
+            # fault (the benchmark's loop makes no system call between two).
+            nxt = FIRST if TRIGGER_CR2 is not None else ENTRY
+            run_to(gdb.Breakpoint("*0x%x" % nxt, type=gdb.BP_HARDWARE_BREAKPOINT, internal=True), nxt)
         trace_pass(n, reg("rax"), reg("rdi"))
 else:
     # Every kernel entry until the trigger's system call comes again: system calls at
@@ -889,11 +991,21 @@ pub fn gdb_script(spec: &PathSpec, remote: &str, out: &Path, arm: Option<u64>) -
             format!("(unsigned long)&trap_stubs + {}", 16 * u64::from(v)),
             "None".to_string(),
         ),
+        // The page fault's own entry (the floor's fault window first, then vector 14's
+        // stub code).
+        Entry::PageFault { .. } => (
+            "(unsigned long)&floor_page_fault".to_string(),
+            "None".to_string(),
+        ),
+    };
+    let cr2 = match spec.entry {
+        Entry::PageFault { from, to } => format!("({from:#x}, {to:#x})"),
+        _ => "None".to_string(),
     };
     format!(
         "# Written by `cargo xtask profile` (xtask/src/profile.rs) for {bench}.\n\
          REMOTE = {remote:?}\nFIRST_ENTRY = {first:?}\nTRIGGER_RAX = {rax}\n\
-         TRIGGER_RDI = {rdi}\nSKIP = {skip}\nARM = {arm}\nCYCLE = {cycle}\nSKIP_VECTOR = {TIMER_VECTOR}\nMAX_PASSES = {CYCLE_PASSES}\n\
+         TRIGGER_RDI = {rdi}\nTRIGGER_CR2 = {cr2}\nSKIP = {skip}\nARM = {arm}\nCYCLE = {cycle}\nSKIP_VECTOR = {TIMER_VECTOR}\nMAX_PASSES = {CYCLE_PASSES}\n\
          TRAP_MARK = {TRAP_MARK}\n\
          PASSES = {passes}\nLIMIT = {PASS_LIMIT}\nOUT = {out:?}\n{GDB_SCRIPT}",
         bench = spec.bench,
@@ -1073,7 +1185,7 @@ mod unit_tests {
         let s = gdb_script(&PATHS[1], "127.0.0.1:4000", Path::new("/r/p.trace"), None);
         assert!(s.contains("REMOTE = \"127.0.0.1:4000\"\n"), "{s}");
         assert!(s.contains(
-            "TRIGGER_RAX = 41\nTRIGGER_RDI = None\nSKIP = 300\nARM = None\nCYCLE = False\n"
+            "TRIGGER_RAX = 41\nTRIGGER_RDI = None\nTRIGGER_CR2 = None\nSKIP = 300\nARM = None\nCYCLE = False\n"
         ));
         assert!(s.contains("PASSES = 2\n"));
         assert!(s.contains("FIRST_ENTRY = \"(unsigned long)&syscall_entry\"\n"));
@@ -1091,7 +1203,17 @@ mod unit_tests {
             .contains("ARM = 0x10\nCYCLE = True\n"));
         let s = gdb_script(&PATHS[0], "x", Path::new("y"), None);
         assert!(
-            s.contains("TRIGGER_RAX = 18\nTRIGGER_RDI = 3\nSKIP = 400\n"),
+            s.contains("TRIGGER_RAX = 18\nTRIGGER_RDI = 3\nTRIGGER_CR2 = None\nSKIP = 400\n"),
+            "{s}"
+        ); // The zero-fill fault: the page-fault stub, only for the benchmark's addresses.
+        let zero = PATHS.iter().find(|p| p.bench == "vm.fault.zero").unwrap();
+        let s = gdb_script(zero, "x", Path::new("y"), None);
+        assert!(
+            s.contains("FIRST_ENTRY = \"(unsigned long)&floor_page_fault\"\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("TRIGGER_CR2 = (0x520000000000, 0x52000044c000)\n"),
             "{s}"
         );
     }

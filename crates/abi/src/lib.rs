@@ -525,6 +525,15 @@ pub enum Sys {
     /// [`spin::ASYNC_PENDING_MAX`] were already waiting or no memory could be charged
     /// ([`spin::ASYNC_DROPPED`]). [`Error::InvalidArgument`] for another `which`.
     SpinAsync = 210,
+    /// `pager_lock(name, offset, len, prot) -> bytes`: the pager of a pager-backed object
+    /// (named by a memory-object right) restricts access to the pages of
+    /// `[offset, offset + len)` to `prot` ([`vm::PROT_READ`], [`vm::PROT_WRITE`],
+    /// [`vm::PROT_EXECUTE`] bits; all three is unlocked). Every translation allowing more is
+    /// taken away; an access the lock forbids is sent to the pager as a
+    /// [`pager::DATA_UNLOCK`] request, and the access waits until a `pager_lock` allows it
+    /// (or the pager fails the page or dies). At most [`pager::FLUSH_MAX_PAGES`] pages a
+    /// call; returns the bytes of the range done (Mach's lock request).
+    PagerLock = 240,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -875,6 +884,7 @@ impl Sys {
             161 => Sys::VpResume,
             162 => Sys::StrandCount,
             210 => Sys::SpinAsync,
+            240 => Sys::PagerLock,
             _ => return None,
         })
     }

@@ -17,6 +17,11 @@ pub const DATA_REQUEST: u64 = KERNEL_ID_BASE + 0x140;
 /// page's [`PAGE_SIZE`] bytes, in-line.
 pub const DATA_RETURN: u64 = KERNEL_ID_BASE + 0x141;
 
+/// Message id of an unlock request: the words of [`Request`] in-line (the access the
+/// faulting thread wanted, which the page's lock forbids: [`crate::Sys::PagerLock`]). The
+/// pager answers with a `pager_lock` that allows it (or fails the page).
+pub const DATA_UNLOCK: u64 = KERNEL_ID_BASE + 0x142;
+
 /// The access a faulting thread wanted ([`Request::access`]): a read.
 pub const ACCESS_READ: u64 = 1;
 /// A write.
@@ -118,6 +123,7 @@ mod tests {
     #[test]
     fn numbers_are_pinned() {
         assert_eq!(DATA_REQUEST, 0xffff_0000_0000_0140);
+        assert_eq!(DATA_UNLOCK, 0xffff_0000_0000_0142);
         assert_eq!(DATA_RETURN, 0xffff_0000_0000_0141);
         assert_eq!((FLUSH_RETURN, FLUSH_DROP), (1, 2));
         assert_eq!(KIND_PAGER, 3);

@@ -316,6 +316,8 @@ fn dma_quarantine_numbers() {
 fn spin_async_numbers() {
     assert_eq!(Sys::SpinAsync as u64, 210);
     assert_eq!(Sys::from_raw(210), Some(Sys::SpinAsync));
+    assert_eq!(Sys::PagerLock as u64, 240);
+    assert_eq!(Sys::from_raw(240), Some(Sys::PagerLock));
     for n in 211..=219 {
         assert_eq!(Sys::from_raw(n), None);
     }

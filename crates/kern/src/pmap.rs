@@ -372,6 +372,23 @@ impl AddressSpace {
         if flags.user && !in_user_range(va) {
             return Err(MapError::OutsideUser);
         }
+        let ea = self.leaf_slot(mem, va, flags)?;
+        if mem.read_u64(ea) & PRESENT != 0 {
+            return Err(MapError::AlreadyMapped);
+        }
+        mem.write_u64(ea, pa.0 | flags.entry_bits());
+        Ok(())
+    }
+
+    /// The address of `va`'s 4 KiB leaf entry (present or not), the tables on the way made
+    /// as needed and the entries above it given `USER` (for a user mapping) and the
+    /// used-chunk bit of the entry below. `va` is canonical and page aligned.
+    fn leaf_slot(
+        &mut self,
+        mem: &mut impl PhysMem,
+        va: u64,
+        flags: MapFlags,
+    ) -> Result<PhysAddr, MapError> {
         // A page that is taken is refused before anything is allocated: tables are made
         // only below an absent entry, where nothing can be mapped yet. (On the way down to
         // a taken page, entries above it may gain `USER` or a used-chunk bit, neither of
@@ -402,12 +419,7 @@ impl AddressSpace {
                 table = t;
             }
         }
-        let ea = entry_addr(table, table_index(va, 0));
-        if mem.read_u64(ea) & PRESENT != 0 {
-            return Err(MapError::AlreadyMapped);
-        }
-        mem.write_u64(ea, pa.0 | flags.entry_bits());
-        Ok(())
+        Ok(entry_addr(table, table_index(va, 0)))
     }
 
     /// Physical address of the present 4 KiB leaf entry for `va`, if the walk reaches one
@@ -542,21 +554,23 @@ impl AddressSpace {
         pa: PhysAddr,
         flags: MapFlags,
     ) -> Result<Option<PhysAddr>, MapError> {
-        let Some(ea) = self.leaf_entry(mem, va) else {
-            return self.map(mem, va, pa, flags).map(|()| None);
-        };
+        if !canonical(va) {
+            return Err(MapError::NonCanonical);
+        }
+        if !va.is_multiple_of(PAGE_SIZE) || pa.0 & !ADDR_MASK != 0 {
+            return Err(MapError::Misaligned);
+        }
         if flags.user && !in_user_range(va) {
             return Err(MapError::OutsideUser);
         }
-        if pa.0 & !ADDR_MASK != 0 {
-            return Err(MapError::Misaligned);
-        }
+        // One walk, making tables only below absent entries (where nothing is mapped).
+        let ea = self.leaf_slot(mem, va, flags)?;
         let old = mem.read_u64(ea);
         if old & OWNED != 0 {
             return Err(MapError::AlreadyMapped);
         }
         mem.write_u64(ea, pa.0 | flags.entry_bits());
-        Ok(Some(PhysAddr(old & ADDR_MASK)))
+        Ok((old & PRESENT != 0).then_some(PhysAddr(old & ADDR_MASK)))
     }
 
     /// Calls `f(va, entry)` for every present 4 KiB leaf of the user half in `[start,

@@ -104,6 +104,25 @@ impl Request {
         MsgHeader::from_bytes(&h).unwrap_or_default()
     }
 
+    /// The request's `i`th descriptor, if it has that many: a call may carry out-of-line
+    /// regions (`DESC_OOL`), which the kernel has put into this task's memory by value,
+    /// each descriptor giving the region's address here and its size (address and size 0
+    /// for one there was no room for). The region is this task's to keep or deallocate.
+    /// The in-line data ([`Request::data`]) starts with the descriptors.
+    pub fn descriptor(&mut self, i: usize) -> Option<baton_abi::ipc::Descriptor> {
+        let n = ((self.header().bits >> 16) & 0xff) as usize;
+        if i >= n {
+            return None;
+        }
+        let at = HEADER_SIZE + i * baton_abi::ipc::DESCRIPTOR_SIZE;
+        let end = at + baton_abi::ipc::DESCRIPTOR_SIZE;
+        let size = (self.size as u32 as usize).min(self.capacity());
+        if end > size {
+            return None;
+        }
+        baton_abi::ipc::Descriptor::from_bytes(self.buffer().get(at..end)?)
+    }
+
     /// The request's in-line data.
     pub fn data(&mut self) -> &[u8] {
         let size = (self.size as u32 as usize).clamp(HEADER_SIZE, self.capacity());

@@ -9,8 +9,8 @@ use crate::raw::{syscall3, syscall6};
 use baton_abi::{decode_result, Error, Sys};
 
 pub use baton_abi::pager::{
-    Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, FLUSH_DROP,
-    FLUSH_RETURN, PAGE_SIZE, RECEIVE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
+    Request, ACCESS_EXECUTE, ACCESS_READ, ACCESS_WRITE, DATA_REQUEST, DATA_RETURN, DATA_UNLOCK,
+    FLUSH_DROP, FLUSH_RETURN, PAGE_SIZE, RECEIVE_SIZE, REQUEST_SIZE, SUPPLY_MAX,
 };
 
 /// A pager-backed memory object of `size` bytes whose requests go to the port `port`
@@ -59,4 +59,14 @@ pub fn error(object: u64, offset: u64, len: u64) -> Result<u64, Error> {
 pub unsafe fn flush(object: u64, offset: u64, len: u64, flags: u64) -> Result<u64, Error> {
     // SAFETY: forwarded to the caller.
     decode_result(unsafe { syscall6(Sys::PagerFlush as u64, object, offset, len, flags, 0, 0) })
+}
+
+/// Restricts the accesses to the pages of `[offset, offset + len)` to `prot` (`PROT_*`
+/// bits; all of read, write and execute unlocks them): a forbidden access by anyone is
+/// sent to this pager as a [`DATA_UNLOCK`] request and waits until a lock allows it. The
+/// bytes of the range done (call again for the rest).
+pub fn lock(object: u64, offset: u64, len: u64, prot: u64) -> Result<u64, Error> {
+    // SAFETY: the call only changes page protections in the kernel; no memory of this
+    // task is read or written by it.
+    decode_result(unsafe { syscall6(Sys::PagerLock as u64, object, offset, len, prot, 0, 0) })
 }

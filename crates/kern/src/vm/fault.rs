@@ -40,12 +40,19 @@ pub enum Decision<F> {
     /// The entry's protection forbids the access: an exception for the task.
     ProtectionError,
     /// Allocate a zeroed frame, [`Objects::insert_page`] it into `object` at `offset`,
-    /// and resolve again.
+    /// and resolve again; or, when `then_map` is known, enter the translation to the new
+    /// frame at once, writable as it says: the round after the fill would decide exactly
+    /// `Map { frame, writable }` (its entry, object and copy object are what this round
+    /// saw, and nothing else runs in between), so it is not needed.
     ZeroFill {
         /// The object that gets the page.
         object: ObjectId,
         /// Where in it.
         offset: u64,
+        /// The next round's `Map { writable }`, when the fill cannot change it: `None`
+        /// when `object` has a copy object (the fill may need a push first), and then the
+        /// kernel resolves again. A writable one has marked the object written already.
+        then_map: Option<bool>,
     },
     /// Allocate a frame, copy `from` into it, [`Objects::insert_page`] it into `to` at
     /// `offset`, and with `unmap_from` remove every translation of `from`
@@ -108,6 +115,17 @@ pub enum Decision<F> {
         /// The offset.
         offset: u64,
     },
+    /// The page is resident but its pager's lock forbids the access
+    /// ([`Objects::set_lock`]): ask `pager` to unlock the page at `offset` of `object`,
+    /// block until it changes the lock (or fails the page, or dies), then resolve again.
+    Unlock {
+        /// Whom to ask.
+        pager: u64,
+        /// The pager-backed object.
+        object: ObjectId,
+        /// The page's offset in it.
+        offset: u64,
+    },
     /// The page's pager is gone: an exception for the task.
     PagerError {
         /// The object.
@@ -147,6 +165,9 @@ pub struct Fault<F> {
     /// Pages whose copy-on-write flag this fault cleared (Accent's reclaim, here always
     /// the whole entry: reclaim-ahead comes free).
     pub reclaimed_pages: u64,
+    /// Whether the entry allows instruction fetches (a translation the fault enters is
+    /// executable then); `false` when no entry maps the address.
+    pub executable: bool,
 }
 
 /// Fault counters, per task and system-wide (Accent's Table 3-10).
@@ -231,6 +252,7 @@ fn done<F>(decision: Decision<F>, class: FaultClass, reclaimed_pages: u64) -> Fa
         decision,
         class: Some(class),
         reclaimed_pages,
+        executable: false,
     }
 }
 
@@ -263,6 +285,9 @@ pub fn write_in_place<F: Copy>(map: &Map, objs: &mut Objects<F>, page: u64) -> O
     let off = e.offset.checked_add(page.checked_sub(start)?)?;
     let frame = objs.resident(e.object, off)?;
     if push_target(objs, e.object, off).is_some() {
+        return None;
+    }
+    if !objs.lock_at(e.object, off).contains(Prot::WRITE) {
         return None;
     }
     objs.mark_written(e.object);
@@ -301,6 +326,8 @@ pub fn resolve<F: Copy>(
         };
         return Ok(done(d, FaultClass::MemoryFill, 0));
     }
+    // Whether the entry's object has a copy object (a zero fill may then need a push).
+    let (first, first_has_copy) = (e.object, obj.copy().is_some());
     let mut reclaimed_pages = 0;
     if access == Access::Write && e.cow {
         if obj.refs() == 1 && obj.kind() == Kind::Anonymous {
@@ -326,7 +353,59 @@ pub fn resolve<F: Copy>(
     } else {
         FaultClass::MemoryFill
     };
-    let fault = match objs.find(top, off)? {
+    let found = objs.find(top, off)?;
+    // A resident page of a pager-backed object its pager has locked against this access
+    // (a copy of it reads it: a write through a copy needs only a read).
+    if let Found::Resident {
+        object,
+        offset,
+        depth,
+        ..
+    } = found
+    {
+        if objs.has_locks(object) {
+            let allow = objs.lock_at(object, offset);
+            let needs = match (access, depth) {
+                (Access::Write, 0) => Prot::WRITE,
+                (Access::Execute, _) => Prot::EXECUTE,
+                _ => Prot::READ,
+            };
+            let pager = match objs.get(object).map(|o| o.kind()) {
+                Some(Kind::Pager { pager, dead: false }) => Some(pager),
+                _ => None,
+            };
+            if !allow.contains(needs) {
+                let decision = match pager {
+                    Some(pager) => Decision::Unlock {
+                        pager,
+                        object,
+                        offset,
+                    },
+                    None => Decision::PagerError { object, offset },
+                };
+                return Ok(Fault {
+                    decision,
+                    class: None,
+                    reclaimed_pages,
+                    executable: e.prot.contains(Prot::EXECUTE),
+                });
+            }
+            if depth == 0 && !allow.contains(Prot::WRITE) {
+                // Readable only: a later write faults into the lock.
+                if let Found::Resident { frame, .. } = found {
+                    let d = Decision::Map {
+                        frame,
+                        writable: false,
+                    };
+                    return Ok(Fault {
+                        executable: e.prot.contains(Prot::EXECUTE),
+                        ..done(d, class_if_in_top, reclaimed_pages)
+                    });
+                }
+            }
+        }
+    }
+    let fault = match found {
         Found::Physical { addr, uncached } => done(
             Decision::MapPhysical {
                 addr,
@@ -336,14 +415,28 @@ pub fn resolve<F: Copy>(
             FaultClass::MemoryFill,
             reclaimed_pages,
         ),
-        Found::Zero => done(
-            Decision::ZeroFill {
-                object: top,
-                offset: off,
-            },
-            FaultClass::ZeroFill,
-            reclaimed_pages,
-        ),
+        Found::Zero => {
+            // After the fill the page is `top`'s own (depth 0): the next round would map
+            // it, writable as below, unless a copy object must get its old contents first.
+            let has_copy = if top == first {
+                first_has_copy
+            } else {
+                objs.get(top).is_some_and(|o| o.copy().is_some())
+            };
+            let then_map = (!has_copy).then(|| !e.cow && e.prot.contains(Prot::WRITE));
+            if then_map == Some(true) {
+                objs.mark_written(top);
+            }
+            done(
+                Decision::ZeroFill {
+                    object: top,
+                    offset: off,
+                    then_map,
+                },
+                FaultClass::ZeroFill,
+                reclaimed_pages,
+            )
+        }
         Found::PagingIn { object, offset }
         | Found::Out {
             object,
@@ -354,6 +447,7 @@ pub fn resolve<F: Copy>(
             decision: Decision::Wait { object, offset },
             class: None,
             reclaimed_pages,
+            executable: false,
         },
         Found::Out {
             object,
@@ -382,6 +476,7 @@ pub fn resolve<F: Copy>(
             decision: Decision::PagerError { object, offset },
             class: None,
             reclaimed_pages,
+            executable: false,
         },
         Found::Pager {
             object,
@@ -452,5 +547,8 @@ pub fn resolve<F: Copy>(
             ),
         },
     };
-    Ok(fault)
+    Ok(Fault {
+        executable: e.prot.contains(Prot::EXECUTE),
+        ..fault
+    })
 }

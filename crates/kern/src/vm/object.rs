@@ -49,7 +49,7 @@
 //!   object's account; the object itself is charged [`OBJECT_BYTES`].
 
 use super::tree::Tree;
-use super::{page_aligned, Machine, PAGE_SIZE};
+use super::{page_aligned, Machine, Prot, PAGE_SIZE};
 use crate::quota::{AccountRef, Resource};
 use crate::slab::{Key, Slab};
 use baton_abi::Error;
@@ -110,6 +110,9 @@ pub struct Object<F> {
     kind: Kind,
     size: u64,
     pages: Tree<Page<F>>,
+    /// A pager-backed object's locked pages (Mach's lock requests): the accesses its
+    /// pager allows at each offset (absent: every access). See [`Objects::set_lock`].
+    locks: Tree<Prot>,
     backing: Option<(ObjectId, u64)>,
     copy: Option<ObjectId>,
     written: bool,
@@ -273,6 +276,8 @@ pub struct Objects<F> {
     freed_pagers: alloc::vec::Vec<u64>,
     /// Live pager-backed objects.
     pagers: usize,
+    /// Locked pages in all objects (none: a fault need not look).
+    locked: u64,
 }
 
 impl<F: Copy> Objects<F> {
@@ -294,6 +299,7 @@ impl<F: Copy> Objects<F> {
             slab: Slab::with_limit(limit),
             freed_pagers: alloc::vec::Vec::new(),
             pagers: 0,
+            locked: 0,
         }
     }
 
@@ -354,6 +360,7 @@ impl<F: Copy> Objects<F> {
             kind,
             size,
             pages: Tree::new(),
+            locks: Tree::new(),
             backing,
             copy: None,
             written: false,
@@ -549,13 +556,11 @@ impl<F: Copy> Objects<F> {
 
     /// Frees every page of `o` (refunding its account).
     fn free_pages(o: &mut Object<F>, m: &mut impl Machine<F>) {
-        while let Some(node) = o.pages.pop_first_node() {
-            match node.into_value() {
-                Page::Resident(f) => m.free_frame(f),
-                Page::Out { slot, .. } => m.free_slot(slot),
-                Page::PagingIn | Page::Failed => {}
-            }
-        }
+        o.pages.drain(|_, p| match p {
+            Page::Resident(f) => m.free_frame(f),
+            Page::Out { slot, .. } => m.free_slot(slot),
+            Page::PagingIn | Page::Failed => {}
+        });
     }
 
     /// Removes `id` (its references are gone): frees its pages and charges, unhooks it
@@ -570,6 +575,8 @@ impl<F: Copy> Objects<F> {
             }
         }
         Self::free_pages(&mut o, m);
+        self.locked = self.locked.saturating_sub(o.locks.len() as u64);
+        o.locks.drain(|_, _| {});
         o.account.give(Resource::Heap, o.heap);
         o.account.give(Resource::Frames, o.frames);
         let (b, _) = o.backing?;
@@ -645,7 +652,7 @@ impl<F: Copy> Objects<F> {
         };
         so.heap += x_heap;
         so.frames += x_frames;
-        while let Some(mut node) = xo.pages.pop_first_node() {
+        xo.pages.drain_nodes(|mut node| {
             let off = node.key();
             let up = off.checked_sub(boff).filter(|o| *o < s_size);
             match up {
@@ -676,7 +683,7 @@ impl<F: Copy> Objects<F> {
                     so.account.give(Resource::Heap, Tree::<Page<F>>::NODE_BYTES);
                 }
             }
-        }
+        });
         so.backing = xo.backing.map(|(b2, o2)| (b2, o2.saturating_add(boff)));
         let below = xo.backing;
         x_account.give(Resource::Heap, xo.heap);
@@ -849,6 +856,61 @@ impl<F: Copy> Objects<F> {
     /// supply for a page being paged in), charging a frame and a node to the object's
     /// account; on an error the frame comes back for the caller to free.
     pub fn insert_page(&mut self, id: ObjectId, offset: u64, frame: F) -> Result<(), (Error, F)> {
+        // The common case (a zero fill or a copy: no record at `offset` yet) in one walk
+        // of the page tree, charged as a new node first.
+        let Some(o) = self.get_mut(id) else {
+            return Err((Error::NotFound, frame));
+        };
+        if !page_aligned(offset) || offset >= o.size || matches!(o.kind, Kind::Physical { .. }) {
+            return Err((Error::InvalidArgument, frame));
+        }
+        let node = Tree::<Page<F>>::NODE_BYTES;
+        let charge = u64::from(!o.committed);
+        if charge > 0 && o.account.take(Resource::Frames, charge).is_err() {
+            return Err((Error::NoMemory, frame));
+        }
+        if o.account.take(Resource::Heap, node).is_ok() {
+            let got = o.pages.insert_unless(offset, Page::Resident(frame), |p| {
+                matches!(p, Page::Resident(_) | Page::Out { .. })
+            });
+            match got {
+                Ok(Ok(None)) => {
+                    o.frames += charge;
+                    o.heap += node;
+                    return Ok(());
+                }
+                Ok(Ok(Some(_))) => {
+                    // It replaced a page being paged in (or failed): its node was
+                    // charged already.
+                    o.account.give(Resource::Heap, node);
+                    o.frames += charge;
+                    return Ok(());
+                }
+                Ok(Err(_)) => {
+                    o.account.give(Resource::Heap, node);
+                    o.account.give(Resource::Frames, charge);
+                    return Err((Error::InvalidArgument, frame));
+                }
+                Err(_) => {
+                    o.account.give(Resource::Heap, node);
+                    o.account.give(Resource::Frames, charge);
+                    return Err((Error::NoMemory, frame));
+                }
+            }
+        }
+        // The account cannot take a node: only a page being paged in (whose node is
+        // charged already) can still arrive.
+        o.account.give(Resource::Frames, charge);
+        self.insert_page_charged(id, offset, frame)
+    }
+
+    /// [`Objects::insert_page`] checking first whether a node is needed (two walks).
+    fn insert_page_charged(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        frame: F,
+    ) -> Result<(), (Error, F)> {
         let new = self.check_new_page(id, offset).map_err(|e| (e, frame))?;
         let Some(o) = self.get_mut(id) else {
             return Err((Error::NotFound, frame));
@@ -1090,6 +1152,78 @@ impl<F: Copy> Objects<F> {
         }
     }
 
+    /// The pager of the pager-backed `id` restricts access to its page at `offset` to
+    /// `allow` (every access: unlocked). The lock stays on the offset, whether the page is
+    /// resident or not, until the pager changes it or the object goes; a lock node is
+    /// charged to the object's account. When the lock takes a right away from a resident
+    /// page, its translations everywhere lose it (write-protected, or removed when reads
+    /// go too) and refault into the lock. [`Error::InvalidArgument`] for an object that is
+    /// not pager-backed or an offset outside it, [`Error::NoMemory`] (nothing changed).
+    pub fn set_lock(
+        &mut self,
+        id: ObjectId,
+        offset: u64,
+        allow: Prot,
+        m: &mut impl Machine<F>,
+    ) -> Result<(), Error> {
+        let o = self.get_mut(id).ok_or(Error::NotFound)?;
+        if !matches!(o.kind, Kind::Pager { .. }) || !page_aligned(offset) || offset >= o.size {
+            return Err(Error::InvalidArgument);
+        }
+        let node = Tree::<Prot>::NODE_BYTES;
+        let before = o.locks.get(offset).copied().unwrap_or(Prot::ALL);
+        let (mut made, mut gone) = (false, false);
+        if allow.contains(Prot::ALL) {
+            if o.locks.remove(offset).is_some() {
+                o.heap = o.heap.saturating_sub(node);
+                o.account.give(Resource::Heap, node);
+                gone = true;
+            }
+        } else if let Some(l) = o.locks.get_mut(offset) {
+            *l = allow;
+        } else {
+            o.account.take(Resource::Heap, node)?;
+            if o.locks.insert(offset, allow).is_err() {
+                o.account.give(Resource::Heap, node);
+                return Err(Error::NoMemory);
+            }
+            o.heap += node;
+            made = true;
+        }
+        if made {
+            self.locked += 1;
+        }
+        if gone {
+            self.locked = self.locked.saturating_sub(1);
+        }
+        let taken = before.minus(allow);
+        let Some(o) = self.slab.get(id.0) else {
+            return Ok(());
+        };
+        if let Some(Page::Resident(f)) = o.pages.get(offset) {
+            if taken.contains(Prot::READ) || taken.contains(Prot::EXECUTE) {
+                m.unmap_everywhere(*f);
+            } else if taken.contains(Prot::WRITE) {
+                m.write_protect_everywhere(*f);
+            }
+        }
+        Ok(())
+    }
+
+    /// The accesses the pager of `id` allows at `offset` (every access where it set no
+    /// lock, and for an object that is not pager-backed).
+    pub fn lock_at(&self, id: ObjectId, offset: u64) -> Prot {
+        self.get(id)
+            .and_then(|o| o.locks.get(offset).copied())
+            .unwrap_or(Prot::ALL)
+    }
+
+    /// Whether `id` has any locked page (a quick test before [`Objects::lock_at`]; one
+    /// load while no object has any).
+    pub fn has_locks(&self, id: ObjectId) -> bool {
+        self.locked > 0 && self.get(id).is_some_and(|o| !o.locks.is_empty())
+    }
+
     /// Frees the pages of the private `id` in `[from, to)` (a window its map dropped);
     /// nothing for an object that is not private.
     pub(crate) fn free_window(
@@ -1110,6 +1244,32 @@ impl<F: Copy> Objects<F> {
             o.account.give(Resource::Frames, n);
         }
         let charge = u64::from(!o.committed);
+        // A window holding every page (the whole object dropped): one pass over the tree.
+        let all = o.pages.first().is_some_and(|(k, _)| k >= from)
+            && o.pages.last().is_some_and(|(k, _)| k < to);
+        if all {
+            let (mut frames, mut nodes) = (0, 0);
+            o.pages.drain(|_, p| {
+                nodes += 1;
+                match p {
+                    Page::Resident(f) => {
+                        m.free_frame(f);
+                        frames += charge;
+                    }
+                    Page::Out { slot, .. } => {
+                        m.free_slot(slot);
+                        frames += charge;
+                    }
+                    Page::PagingIn | Page::Failed => {}
+                }
+            });
+            let heap = nodes * Tree::<Page<F>>::NODE_BYTES;
+            o.frames = o.frames.saturating_sub(frames);
+            o.account.give(Resource::Frames, frames);
+            o.heap = o.heap.saturating_sub(heap);
+            o.account.give(Resource::Heap, heap);
+            return;
+        }
         while let Some(off) = o.pages.ceil(from).map(|(k, _)| k).filter(|k| *k < to) {
             match o.pages.remove(off) {
                 Some(Page::Resident(f)) => {
@@ -1173,6 +1333,13 @@ mod tests {
             Err((Error::InvalidArgument, 8))
         );
         assert_eq!(objs.insert_page(o, 1, 8), Err((Error::InvalidArgument, 8)));
+        // The refused page changed nothing: the first is still there, charged once.
+        assert_eq!(objs.resident(o, P), Some(7));
+        assert_eq!(acct.used(Resource::Frames), 1);
+        assert_eq!(
+            acct.used(Resource::Heap),
+            OBJECT_BYTES + Tree::<Page<u64>>::NODE_BYTES
+        );
         objs.release(o, &mut m);
         assert!(objs.is_empty());
         assert_eq!(m.freed, [7]);
@@ -1198,6 +1365,14 @@ mod tests {
         // The frame fits, the page's node does not.
         assert_eq!(objs.insert_page(o, 0, 1), Err((Error::NoMemory, 1)));
         assert_eq!(tiny.used(Resource::Frames), 0);
+        // A page being paged in has its node charged already: its supply arrives even
+        // when the account could not take another node.
+        let full = Account::root(OBJECT_BYTES + Tree::<Page<u64>>::NODE_BYTES, 4).unwrap();
+        let pg = objs.pager(9, P, &full).unwrap();
+        objs.begin_page_in(pg, 0).unwrap();
+        assert_eq!(objs.insert_page(pg, 0, 3), Ok(()));
+        assert_eq!(objs.resident(pg, 0), Some(3));
+        assert_eq!(full.used(Resource::Heap), full.limit(Resource::Heap));
         let mut few: Objects<u64> = Objects::new(1);
         few.anonymous(P, &acct).unwrap();
         assert_eq!(few.anonymous(P, &acct), Err(Error::NoMemory));

@@ -149,9 +149,25 @@ impl Sim {
                         .insert(page, (frame, writable));
                     return Ok(frame);
                 }
-                Decision::ZeroFill { object, offset } => {
+                Decision::ZeroFill {
+                    object,
+                    offset,
+                    then_map,
+                } => {
                     let f = self.mmu.new_frame(0);
                     self.objs.insert_page(object, offset, f).unwrap();
+                    if let Some(writable) = then_map {
+                        // The shortcut the kernel takes: exactly what the next round
+                        // decides (checked here on every zero fill of every test).
+                        let next = resolve(map, &mut self.objs, addr, access).unwrap();
+                        assert_eq!(next.decision, Decision::Map { frame: f, writable });
+                        self.mmu
+                            .pts
+                            .entry(task)
+                            .or_default()
+                            .insert(page, (f, writable));
+                        return Ok(f);
+                    }
                 }
                 Decision::CopyOnWrite {
                     from,
@@ -800,6 +816,83 @@ fn pager_faults_ask_once_and_wait() {
     sim.end_task(0, &mut a);
     assert!(sim.objs.is_empty());
     assert!(sim.mmu.mem.is_empty());
+}
+
+#[test]
+fn pager_locks_send_forbidden_accesses_back_to_the_pager() {
+    let mut sim = Sim::new();
+    let mut a = sim.map();
+    let acct = a.account().clone();
+    let o = sim.objs.pager(7, 4 * P, &acct).unwrap();
+    let map = |sim: &mut Sim, a: &mut Map, copy: bool| {
+        a.map_object(
+            &mut sim.objs,
+            Placement::Anywhere,
+            4 * P,
+            o,
+            0,
+            Prot::RW,
+            Prot::ALL,
+            copy,
+            if copy { Inherit::Copy } else { Inherit::Share },
+            &mut sim.mmu,
+        )
+        .unwrap()
+    };
+    let at = map(&mut sim, &mut a, false);
+    let f = sim.mmu.new_frame(99);
+    sim.objs.insert_page(o, P, f).unwrap();
+    sim.write(0, &mut a, at + P, 5).unwrap();
+    let heap = acct.used(Resource::Heap);
+    let unlock = Decision::Unlock {
+        pager: 7,
+        object: o,
+        offset: P,
+    };
+    // Read-only: the writable translation already there is write-protected, reads go on
+    // without a fault, a write goes back to the pager.
+    sim.objs.set_lock(o, P, Prot::READ, &mut sim.mmu).unwrap();
+    assert!(acct.used(Resource::Heap) > heap);
+    assert_eq!(sim.objs.lock_at(o, P), Prot::READ);
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 5);
+    assert_eq!(sim.write(0, &mut a, at + P, 6).unwrap_err(), unlock);
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 5);
+    // A copy-on-write mapping reads it, and so may copy it for a write of its own.
+    let cow = map(&mut sim, &mut a, true);
+    sim.write(0, &mut a, cow + P, 8).unwrap();
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 5);
+    // No access at all: the translation goes, and even a read asks.
+    sim.objs.set_lock(o, P, Prot::NONE, &mut sim.mmu).unwrap();
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap_err(), unlock);
+    let locked = acct.used(Resource::Heap);
+    // Unlocked: everything again, and the lock's charge comes back.
+    sim.objs.set_lock(o, P, Prot::ALL, &mut sim.mmu).unwrap();
+    assert_eq!(
+        acct.used(Resource::Heap),
+        locked - super::tree::Tree::<Prot>::NODE_BYTES
+    );
+    sim.write(0, &mut a, at + P, 6).unwrap();
+    assert_eq!(sim.read(0, &mut a, at + P).unwrap(), 6);
+    assert_eq!(sim.read(0, &mut a, cow + P).unwrap(), 8);
+    // Only a pager-backed object can be locked, inside it; a lock left at the end goes
+    // with the object.
+    let anon = sim.objs.anonymous(P, &acct).unwrap();
+    assert_eq!(
+        sim.objs.set_lock(anon, 0, Prot::READ, &mut sim.mmu),
+        Err(Error::InvalidArgument)
+    );
+    assert_eq!(
+        sim.objs.set_lock(o, 4 * P, Prot::READ, &mut sim.mmu),
+        Err(Error::InvalidArgument)
+    );
+    sim.objs.release(anon, &mut sim.mmu);
+    sim.objs
+        .set_lock(o, 2 * P, Prot::READ, &mut sim.mmu)
+        .unwrap();
+    sim.objs.release(o, &mut sim.mmu);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+    assert_eq!(acct.used(Resource::Heap), 0);
 }
 
 #[test]

@@ -5,8 +5,9 @@
 //! the allocation-error handler, a panic in the kernel), so this is an AVL tree of boxed
 //! nodes made with [`crate::fallible::try_box`]: an insert that cannot get its node fails
 //! with nothing changed. Nodes can also be moved whole from one tree to another
-//! ([`Tree::pop_first_node`], [`Tree::insert_node`]), which allocates nothing: a shadow
-//! chain's collapse moves pages that way, so it cannot fail half done.
+//! ([`Tree::drain_nodes`], [`Tree::insert_node`]), which allocates nothing: a shadow
+//! chain's collapse moves pages that way, so it cannot fail half done. Emptying a tree
+//! ([`Tree::drain`]) visits each node once, without the rebalancing of removing one by one.
 //!
 //! # Invariants
 //! - In-order traversal gives strictly increasing keys; each key appears once.
@@ -172,6 +173,17 @@ fn insert<V>(link: &mut Link<V>, mut node: Box<Node<V>>) -> (Option<Box<Node<V>>
     (old, height(link) != before)
 }
 
+/// Hands every node of the subtree `link` to `f` in key order, each without its
+/// children; the recursion is as deep as the tree is high (logarithmic).
+fn drain_link<V>(mut link: Link<V>, f: &mut impl FnMut(Box<Node<V>>)) {
+    while let Some(mut n) = link {
+        drain_link(n.left.take(), f);
+        link = n.right.take();
+        n.height = 1;
+        f(n);
+    }
+}
+
 /// Removes the smallest node of the tree rooted at `n`: (that node, what is left).
 fn take_min<V>(mut n: Box<Node<V>>) -> (Box<Node<V>>, Link<V>) {
     match n.left.take() {
@@ -244,6 +256,38 @@ impl<V> Tree<V> {
         Ok(self.insert_node(node).map(|n| n.val))
     }
 
+    /// Inserts `val` at `key` in one walk unless the value already there satisfies
+    /// `keep`: `Ok(Ok(old))` inserted (`old` the value it replaced, if any),
+    /// `Ok(Err(val))` when `keep` held (the tree is as it was, `val` comes back),
+    /// [`Error::NoMemory`] when no node can be had (nothing changed).
+    #[allow(clippy::type_complexity)]
+    pub fn insert_unless(
+        &mut self,
+        key: u64,
+        val: V,
+        keep: impl FnOnce(&V) -> bool,
+    ) -> Result<Result<Option<V>, V>, Error> {
+        let node = crate::fallible::try_box(Node {
+            key,
+            val,
+            height: 1,
+            left: None,
+            right: None,
+        })
+        .ok_or(Error::NoMemory)?;
+        let Some(mut old) = self.insert_node(node) else {
+            return Ok(Ok(None));
+        };
+        if !keep(&old.val) {
+            return Ok(Ok(Some(old.val)));
+        }
+        // Put the kept value back: only on this (refused) path is the key walked twice.
+        if let Some(v) = self.get_mut(key) {
+            core::mem::swap(v, &mut old.val);
+        }
+        Ok(Err(old.val))
+    }
+
     /// Inserts a node taken from a tree (no allocation): on an equal key the values are
     /// swapped and the node comes back holding the old value.
     pub fn insert_node(&mut self, node: Box<Node<V>>) -> Option<Box<Node<V>>> {
@@ -264,6 +308,24 @@ impl<V> Tree<V> {
         let n = remove(&mut self.root, key)?;
         self.len -= 1;
         Some(n)
+    }
+
+    /// Empties the tree, handing `f` each node in key order (without children, to free or
+    /// to insert elsewhere without allocating): O(n) in all, where removing the nodes one
+    /// by one walks and rebalances the tree for each.
+    pub fn drain_nodes(&mut self, mut f: impl FnMut(Box<Node<V>>)) {
+        let root = self.root.take();
+        self.len = 0;
+        drain_link(root, &mut f);
+    }
+
+    /// Empties the tree, handing `f` each key and value in key order (see
+    /// [`Tree::drain_nodes`]).
+    pub fn drain(&mut self, mut f: impl FnMut(u64, V)) {
+        self.drain_nodes(|n| {
+            let key = n.key;
+            f(key, n.into_value());
+        });
     }
 
     /// Removes the smallest entry's node.
@@ -489,6 +551,48 @@ mod tests {
         }
         assert_eq!(t.first().map(|(k, _)| k), m.keys().next().copied());
         assert_eq!(t.last().map(|(k, _)| k), m.keys().next_back().copied());
+    }
+
+    #[test]
+    fn drain_hands_over_every_node_in_order_and_empties() {
+        let mut t = Tree::new();
+        for k in (0..500u64).rev() {
+            t.insert(k * 7 % 503, k).unwrap();
+        }
+        let mut seen = Vec::new();
+        t.drain(|k, v| seen.push((k, v)));
+        let mut want: Vec<(u64, u64)> = (0..500u64).map(|k| (k * 7 % 503, k)).collect();
+        want.sort_unstable();
+        assert_eq!(seen, want);
+        assert_eq!(t.len(), 0);
+        assert!(t.first().is_none());
+        // Drained nodes go into another tree without allocating, and the tree is reusable.
+        for k in 0..100 {
+            t.insert(k, k).unwrap();
+        }
+        let mut u = Tree::new();
+        t.drain_nodes(|n| assert!(u.insert_node(n).is_none()));
+        assert_eq!(u.len(), 100);
+        assert_eq!(u.range(0, 100).count(), 100);
+        t.insert(1, 1).unwrap();
+        assert_eq!(t.get(1), Some(&1));
+    }
+
+    #[test]
+    fn insert_unless_keeps_what_it_is_told_to() {
+        let mut t = Tree::new();
+        assert_eq!(t.insert_unless(5, 50, |_| true), Ok(Ok(None)));
+        // Replaced when `keep` says no, kept (and the new value returned) when yes.
+        assert_eq!(t.insert_unless(5, 51, |v| *v != 50), Ok(Ok(Some(50))));
+        assert_eq!(t.insert_unless(5, 52, |v| *v == 51), Ok(Err(52)));
+        assert_eq!(t.get(5), Some(&51));
+        assert_eq!(t.len(), 1);
+        for k in 0..64 {
+            t.insert_unless(k * 3, k, |_| false).unwrap().unwrap();
+        }
+        assert_eq!(t.insert_unless(33, 0, |_| true), Ok(Err(0)));
+        assert_eq!(t.get(33), Some(&11));
+        assert_eq!(t.len(), 65);
     }
 
     #[test]

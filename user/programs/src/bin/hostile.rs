@@ -3075,6 +3075,27 @@ fn g_memobj(c: &mut Ctx) {
             Err(want),
             "vm_write through {what}"
         );
+        expect!(
+            c,
+            sys(Sys::PagerLock, [name, 0, P, 1, 0, 0]),
+            Err(want),
+            "pager_lock of {what}"
+        );
+    }
+    // pager_lock of an object that has no pager, and with garbage ranges and rights.
+    for (what, a) in [
+        ("an anonymous object", [obj, 0, P, 1, 0, 0]),
+        ("an unaligned offset", [obj, 1, P, 1, 0, 0]),
+        ("an empty range", [obj, 0, 0, 1, 0, 0]),
+        ("a wrapping range", [obj, !0xfff, 2 * P, 1, 0, 0]),
+        ("unknown rights", [obj, 0, P, !0, 0, 0]),
+    ] {
+        expect!(
+            c,
+            sys(Sys::PagerLock, a),
+            Err(Error::InvalidArgument),
+            "pager_lock with {what}"
+        );
     }
     for (what, size, want) in [
         ("0", 0, Error::InvalidArgument),

@@ -30,6 +30,7 @@ use baton_rt::ipc::{
 use baton_rt::kobject::{call, task_port, task_self, TASK_TERMINATE};
 use baton_rt::vm::{self, PROT_READ, PROT_RW, VM_COPY_CREATE, VM_COPY_DELETE};
 use baton_rt::{println, Error};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 baton_rt::entry!(main);
 
@@ -114,9 +115,15 @@ fn ool(addr: u64, size: u64, flags: u32) -> Descriptor {
 
 fn run() -> Result<(), Failed> {
     let mut buf = must("IPC buffer", IpcBuffer::new())?;
+    // Activations for the migrating calls, made once: every round uses them.
+    let mig = must("port", port_allocate(0))?;
+    must("attach", baton_rt::migrate::attach(mig, 1, mig_handler))?;
+    let mig_send = must("send right", port_make_send(mig, false))?;
+    let mig_reply = must("port", port_allocate(0))?;
     let mut after = [(0u64, 0u64, 0u64); 3];
     for (round, slot) in after.iter_mut().enumerate() {
         println!("ool: round {round}");
+        migrating(&mut buf, mig_send, mig_reply)?;
         one_round(&mut buf)?;
         *slot = settled()?;
     }
@@ -264,6 +271,174 @@ fn by_value(buf: &mut IpcBuffer, peer: &Peer) -> Result<(), Failed> {
     );
     free(r, len)?;
     free(back.value, back.size)?;
+    Ok(())
+}
+
+/// An address nothing in this test maps.
+const UNMAPPED: u64 = 0x6fff_0000_0000;
+
+/// What the activation saw of the last migrating call: its descriptors' addresses and
+/// sizes (in this task, where the kernel put the regions), the first word of each, and
+/// whether every byte outside each range in its first and last page was zero.
+struct Seen {
+    n: AtomicU64,
+    at: [AtomicU64; 2],
+    size: [AtomicU64; 2],
+    first: [AtomicU64; 2],
+    outside_zero: [AtomicU64; 2],
+}
+
+static SEEN: Seen = Seen {
+    n: AtomicU64::new(0),
+    at: [AtomicU64::new(0), AtomicU64::new(0)],
+    size: [AtomicU64::new(0), AtomicU64::new(0)],
+    first: [AtomicU64::new(0), AtomicU64::new(0)],
+    outside_zero: [AtomicU64::new(0), AtomicU64::new(0)],
+};
+
+/// The activation's dispatch: records what each region holds (see [`Seen`]), then writes
+/// [`MARK`] over its first word, a write the caller must never see.
+fn mig_handler(req: &mut baton_rt::migrate::Request) {
+    let mut n = 0;
+    while let Some(d) = req.descriptor(n) {
+        if let (Some(at), Some(size), Some(first), Some(zero)) = (
+            SEEN.at.get(n),
+            SEEN.size.get(n),
+            SEEN.first.get(n),
+            SEEN.outside_zero.get(n),
+        ) {
+            at.store(d.value, Ordering::Relaxed);
+            size.store(d.size, Ordering::Relaxed);
+            if d.value != 0 && d.size >= 8 {
+                first.store(read(d.value), Ordering::Relaxed);
+                let lo = d.value & !(P - 1);
+                let hi = (d.value + d.size).next_multiple_of(P);
+                let clean = (lo..d.value)
+                    .chain(d.value + d.size..hi)
+                    .all(|a| byte(a) == 0);
+                zero.store(u64::from(clean), Ordering::Relaxed);
+                write(d.value, MARK);
+            }
+        }
+        n += 1;
+    }
+    SEEN.n.store(n as u64, Ordering::Relaxed);
+    req.reply(0, &[]);
+}
+
+/// A migrating call to the activations of `send` carrying `descs`.
+fn mig_call(buf: &mut IpcBuffer, send: u64, reply: u64, descs: &[Descriptor]) -> Result<(), Error> {
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0),
+        dest: send,
+        reply,
+        id: HELLO,
+        ..MsgHeader::default()
+    };
+    buf.set(h, descs, &[])?;
+    buf.msg(MSG_SEND | MSG_RECEIVE, reply, 10 * SECOND)
+}
+
+/// Out-of-line data in migrating calls: the regions arrive in the server's memory by
+/// value (writes on either side after the call are invisible to the other), a move takes
+/// the caller's pages, bytes outside an unaligned range are zeros, and bad descriptors are
+/// refused with nothing changed.
+fn migrating(buf: &mut IpcBuffer, send: u64, reply: u64) -> Result<(), Failed> {
+    let len = 4 * P;
+    let r = must("allocate", vm::allocate(None, len, PROT_RW))?;
+    fill(r, len, 7);
+    must(
+        "migrating call",
+        mig_call(buf, send, reply, &[ool(r, len, 0)]),
+    )?;
+    let (got, got_len) = (
+        SEEN.at[0].load(Ordering::Relaxed),
+        SEEN.size[0].load(Ordering::Relaxed),
+    );
+    check!(
+        SEEN.n.load(Ordering::Relaxed) == 1
+            && got != 0
+            && got != r
+            && got_len == len
+            && SEEN.first[0].load(Ordering::Relaxed) == pattern(7, 0),
+        "a migrating call's region arrives in the server's memory, a region of its own"
+    );
+    check!(
+        read(r) == pattern(7, 0) && holds(r, len, 7, 0),
+        "the caller never sees the server's write"
+    );
+    write(r + P, 0xdead);
+    check!(
+        read(got) == MARK && read(got + P) == pattern(7, P) && holds(got + P, len - P, 7, P),
+        "the server never sees the caller's later write"
+    );
+    free(got, got_len)?;
+    // A move, and an unaligned region beside it.
+    let m = must("allocate", vm::allocate(None, 2 * P, PROT_RW))?;
+    fill(m, 2 * P, 8);
+    let (ua, ulen) = (r + 2 * P + 104, P + 200);
+    must(
+        "migrating call",
+        mig_call(
+            buf,
+            send,
+            reply,
+            &[ool(m, 2 * P, OOL_DEALLOCATE), ool(ua, ulen, 0)],
+        ),
+    )?;
+    let gone = match vm::query(m) {
+        Err(Error::NotFound) => true,
+        Ok(q) => q.start >= m + 2 * P,
+        Err(_) => false,
+    };
+    let (m2, u2) = (
+        SEEN.at[0].load(Ordering::Relaxed),
+        SEEN.at[1].load(Ordering::Relaxed),
+    );
+    check!(
+        gone && SEEN.n.load(Ordering::Relaxed) == 2 && m2 != 0 && holds(m2, 2 * P, 8, 0),
+        "a move in a migrating call takes the caller's pages, and the data arrives whole"
+    );
+    check!(
+        u2 % P == ua % P
+            && SEEN.size[1].load(Ordering::Relaxed) == ulen
+            && SEEN.first[1].load(Ordering::Relaxed) == read(ua)
+            && SEEN.outside_zero[1].load(Ordering::Relaxed) == 1,
+        "an unaligned region arrives at its offset, the bytes around it zeros"
+    );
+    free(m2, 2 * P)?;
+    free(u2, ulen)?;
+    // Refused, nothing changed: overlapping regions, an unmapped one, a bad flag.
+    SEEN.n.store(99, Ordering::Relaxed);
+    let bad: [(&str, [Descriptor; 2], Error); 3] = [
+        (
+            "overlapping",
+            [ool(r, 2 * P, 0), ool(r + P, P, 0)],
+            Error::InvalidArgument,
+        ),
+        (
+            "unmapped",
+            [ool(r, P, 0), ool(UNMAPPED, P, 0)],
+            Error::BadAddress,
+        ),
+        (
+            "a bad flag",
+            [ool(r, P, 0), ool(r + 2 * P, P, 0x80)],
+            Error::InvalidArgument,
+        ),
+    ];
+    for (what, descs, want) in bad {
+        let got = mig_call(buf, send, reply, &descs);
+        check!(
+            got == Err(want),
+            "a migrating call with {what} regions: {want:?} ({got:?})"
+        );
+    }
+    check!(
+        SEEN.n.load(Ordering::Relaxed) == 99 && holds(r + 2 * P, 2 * P, 7, 2 * P),
+        "and the server was never entered, the caller's memory intact"
+    );
+    free(r, len)?;
     Ok(())
 }
 

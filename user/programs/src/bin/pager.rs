@@ -24,10 +24,12 @@ use baton_rt::exception::{exception_port_set, info, set_reply};
 use baton_rt::ipc::{
     cap_drop, msg_buf, msg_raw, port_allocate, port_make_send, IpcBuffer, MSG_RECEIVE, MSG_SEND,
 };
-use baton_rt::pager::{self, Request, DATA_REQUEST, DATA_RETURN, FLUSH_DROP, FLUSH_RETURN};
+use baton_rt::pager::{
+    self, Request, DATA_REQUEST, DATA_RETURN, DATA_UNLOCK, FLUSH_DROP, FLUSH_RETURN,
+};
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
-use baton_rt::vm::{self, PROT_RW};
+use baton_rt::vm::{self, PROT_READ, PROT_RW};
 use baton_rt::{println, Error, FOREVER};
 
 baton_rt::entry!(main);
@@ -62,6 +64,9 @@ static MODE: [AtomicU64; PAGES as usize] = [const { AtomicU64::new(SUPPLY) }; PA
 static RETURNED: [AtomicU64; PAGES as usize] = [const { AtomicU64::new(0) }; PAGES as usize];
 /// Requests and returns the pager saw; requests with a wrong cookie or size.
 static REQUESTS: Counter = Counter::new(0);
+/// Unlock requests the pager answered, and the access the last one wanted.
+static UNLOCKS: Counter = Counter::new(0);
+static UNLOCK_ACCESS: AtomicU64 = AtomicU64::new(0);
 static RETURNS: Counter = Counter::new(0);
 static BAD: Counter = Counter::new(0);
 /// The exception port, what the handler saw last, faults it answered.
@@ -115,6 +120,15 @@ fn pager_thread(_: u64) {
             w.copy_from_slice(data.get(32..40).unwrap_or(&[0; 8]));
             RETURNED[i as usize].store(u64::from_le_bytes(w), Ordering::SeqCst);
             RETURNS.increment();
+            continue;
+        }
+        if h.id == DATA_UNLOCK {
+            // Unlocks the page for every access.
+            UNLOCK_ACCESS.store(req.access, Ordering::SeqCst);
+            UNLOCKS.increment();
+            if pager::lock(OBJECT.load(Ordering::SeqCst), req.offset, P, 7) != Ok(P) {
+                BAD.increment();
+            }
             continue;
         }
         if h.id != DATA_REQUEST {
@@ -400,6 +414,42 @@ fn run() -> Result<(), Failed> {
     check!(
         read(base + 9 * P + 8) == pager::ACCESS_WRITE,
         "a write fault asks for write access"
+    );
+
+    // Lock and unlock (Mach's lock request): the pager restricts access to resident
+    // pages; an access the lock forbids comes back to it as an unlock request.
+    let (u0, r0) = (UNLOCKS.get(), REQUESTS.get());
+    let done = must("lock", pager::lock(object, 4 * P, 2 * P, PROT_READ))?;
+    check!(
+        done == 2 * P && read(base + 4 * P) == pattern(4) && UNLOCKS.get() == u0,
+        "a page locked read-only still reads, asking nothing ({done} bytes locked)"
+    );
+    write(base + 4 * P + 24, 0x10c4);
+    check!(
+        UNLOCKS.get() == u0 + 1
+            && UNLOCK_ACCESS.load(Ordering::SeqCst) == pager::ACCESS_WRITE
+            && read(base + 4 * P + 24) == 0x10c4,
+        "a write to it asks the pager to unlock it for writing, and is made once it has"
+    );
+    write(base + 4 * P + 32, 1);
+    check!(
+        UNLOCKS.get() == u0 + 1 && REQUESTS.get() == r0 && BAD.get() == 0,
+        "unlocked, the next write asks nothing, and the page was never fetched again"
+    );
+    must("lock", pager::lock(object, 5 * P, P, 0))?;
+    check!(
+        read(base + 5 * P) == pattern(5)
+            && UNLOCKS.get() == u0 + 2
+            && UNLOCK_ACCESS.load(Ordering::SeqCst) == pager::ACCESS_READ,
+        "a page locked against every access asks for an unlock even to be read"
+    );
+    check!(
+        pager::lock(object, 0, P, 8) == Err(Error::InvalidArgument)
+            && pager::lock(object, 1, P, PROT_READ) == Err(Error::InvalidArgument)
+            && pager::lock(object, PAGES * P, P, PROT_READ) == Err(Error::InvalidArgument)
+            && pager::lock(object, 0, 0, PROT_READ) == Err(Error::InvalidArgument)
+            && pager::lock(port, 0, P, PROT_READ) == Err(Error::InvalidRight),
+        "lock refuses unknown rights, partial pages, ranges outside the object and rights that are not memory objects"
     );
 
     // No data: zeros.

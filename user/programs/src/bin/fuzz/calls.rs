@@ -71,7 +71,7 @@ pub const CLASSES: [Class; 13] = [
     Class { letter: 'v', what: "virtual memory (vm_allocate, deallocate, protect, inherit, query, wire, unwire, stats on the arena and bad ranges), driver and host-privilege calls without the right, spawn with start blocks", weight: 8 },
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
-    Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error and flush with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
+    Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error, flush and lock with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
     Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy, vp_preempt (never on), vp_resume (refused blocks only), strand_count (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
 ];
 
@@ -1057,30 +1057,7 @@ impl Fuzzer {
                     size: self.r.of(&[0, 0, 0, 1], 0),
                 }
             } else {
-                // Out-of-line regions: arena ranges (whole pages or not, moved or
-                // copied, overlapping now and then) and bad ones; unknown flags.
-                let size = match self.r.below(4) {
-                    0 => self.edge(),
-                    1 => self.r.of(&[0, 1, 8, 4095, 4097], 8),
-                    _ => (1 + self.r.below(4)) * PAGE - self.r.of(&[0, 0, 100], 0),
-                };
-                let flags = self.r.of(&[0, 0, 1, 2, 0x80], 0) as u32;
-                // A move takes the pages away: only from the arena (which the memory
-                // class maps back) or bad addresses, never the fuzzer's own code, data or
-                // stacks.
-                let value = if flags & OOL_DEALLOCATE != 0 {
-                    self.arena_addr()
-                } else {
-                    self.addr()
-                };
-                Descriptor {
-                    kind: self
-                        .r
-                        .of(&[DESC_OOL, DESC_OOL, DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
-                    disposition: flags,
-                    value,
-                    size,
-                }
+                self.ool_descriptor()
             };
             self.write(at, &d.to_bytes());
             at += DESCRIPTOR_SIZE as u64;
@@ -1094,6 +1071,33 @@ impl Fuzzer {
             at += 8;
         }
         size
+    }
+
+    /// An out-of-line region's descriptor: arena ranges (whole pages or not, moved or
+    /// copied, overlapping now and then) and bad ones; unknown flags and kinds.
+    fn ool_descriptor(&mut self) -> Descriptor {
+        let size = match self.r.below(4) {
+            0 => self.edge(),
+            1 => self.r.of(&[0, 1, 8, 4095, 4097], 8),
+            _ => (1 + self.r.below(4)) * PAGE - self.r.of(&[0, 0, 100], 0),
+        };
+        let flags = self.r.of(&[0, 0, 1, 2, 0x80], 0) as u32;
+        // A move takes the pages away: only from the arena (which the memory
+        // class maps back) or bad addresses, never the fuzzer's own code, data or
+        // stacks.
+        let value = if flags & OOL_DEALLOCATE != 0 {
+            self.arena_addr()
+        } else {
+            self.addr()
+        };
+        Descriptor {
+            kind: self
+                .r
+                .of(&[DESC_OOL, DESC_OOL, DESC_OOL, 0, 3, u32::MAX], DESC_OOL),
+            disposition: flags,
+            value,
+            size,
+        }
     }
 
     fn ipc(&mut self) {
@@ -1323,13 +1327,19 @@ impl Fuzzer {
                     return;
                 }
                 let words = self.r.below(8) as usize;
+                // Now and then with out-of-line regions (carried into the server's task).
+                let ndesc = if self.r.chance(20) {
+                    self.r.of(&[1, 1, 2, 8, 9], 1) as usize
+                } else {
+                    0
+                };
                 let h = MsgHeader {
                     bits: MsgHeader::make_bits(
                         baton_abi::ipc::Disposition::CopySend,
                         baton_abi::ipc::Disposition::MakeSendOnce,
-                        0,
+                        ndesc as u8,
                     ),
-                    size: (HEADER_SIZE + 8 * words) as u32,
+                    size: (HEADER_SIZE + ndesc * DESCRIPTOR_SIZE + 8 * words) as u32,
                     dest: s,
                     reply: self.reply,
                     id: self.r.below(16),
@@ -1347,6 +1357,13 @@ impl Fuzzer {
                 };
                 let at = if buf == 0 { page } else { buf };
                 self.write(at, &h.to_bytes());
+                for i in 0..ndesc {
+                    let d = self.ool_descriptor();
+                    self.write(
+                        at + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64,
+                        &d.to_bytes(),
+                    );
+                }
                 let timeout = self.r.of(&[0, 1_000_000, 5_000_000], 0);
                 self.sys(Sys::IpcMsg, [options, self.reply, timeout, buf, len, 0]);
                 self.keep_send(s);
@@ -1802,6 +1819,11 @@ impl Fuzzer {
                 if self.r.chance(10) {
                     self.sys(Sys::PagerFlush, [o, 0, size, FLUSH_RETURN, 0, 0]);
                 }
+                if self.r.chance(10) {
+                    // Locks (with unknown rights now and then), left for the object's end.
+                    let prot = self.r.of(&[0, 1, 3, 5, 7, 8], 1);
+                    self.sys(Sys::PagerLock, [o, 0, size, prot, 0, 0]);
+                }
                 self.sys(Sys::CapDrop, [o, 0, 0, 0, 0, 0]);
             }
             5 => {
@@ -1819,8 +1841,13 @@ impl Fuzzer {
                 self.sys(call, a);
             }
             7 => {
-                let a = [self.name(), self.edge(), self.edge(), self.r.below(8), 0, 0];
-                self.sys(Sys::PagerFlush, a);
+                let a = [self.name(), self.edge(), self.edge(), self.r.below(9), 0, 0];
+                let call = if self.r.chance(50) {
+                    Sys::PagerFlush
+                } else {
+                    Sys::PagerLock
+                };
+                self.sys(call, a);
             }
             _ => {
                 // Drain data returns (and whatever else came) from the own port.
