@@ -525,6 +525,13 @@ pub enum Sys {
     /// [`spin::ASYNC_PENDING_MAX`] were already waiting or no memory could be charged
     /// ([`spin::ASYNC_DROPPED`]). [`Error::InvalidArgument`] for another `which`.
     SpinAsync = 210,
+    /// `spin_reclaim(which) -> count`: what the calling task's `PhysAddr.Reclaim`
+    /// handlers did, as their installer: how often page replacement asked them about one
+    /// of its pages ([`translation::RECLAIM_ASKED`]), how many of their nominations were
+    /// taken instead of the clock's choice ([`translation::RECLAIM_TAKEN`]) and how many
+    /// were ignored, the clock's choice standing ([`translation::RECLAIM_IGNORED`]).
+    /// [`Error::InvalidArgument`] for another `which`.
+    SpinReclaim = 250,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -875,6 +882,7 @@ impl Sys {
             161 => Sys::VpResume,
             162 => Sys::StrandCount,
             210 => Sys::SpinAsync,
+            250 => Sys::SpinReclaim,
             _ => return None,
         })
     }

@@ -50,3 +50,19 @@ pub const NOTIFY_REFUSED: u64 = 0x5350_0002;
 
 /// Most physical pages (`PhysAddr.Allocate`) one task's extensions may hold at once.
 pub const PHYS_PAGES_MAX: usize = 256;
+
+/// `PhysAddr.Reclaim` (SPIN section 4.1): page replacement is about to take one of the
+/// installer's pages (the candidate, named by its address in the installer's address
+/// space); a handler `(candidate: i64) -> i64` answers with the address of another page
+/// of the installer's to take instead, or the candidate's own address to let the clock's
+/// choice stand. A nominee that is not the installer's own (a page of memory other tasks
+/// may map), not resident, wired, or not a page at all is ignored. Numbers of this event
+/// family are `0x5041_xxxx`.
+pub const EVENT_RECLAIM: u64 = 0x5041_0001;
+
+/// [`crate::Sys::SpinReclaim`]: how often the task's `Reclaim` handlers were asked.
+pub const RECLAIM_ASKED: u64 = 0;
+/// ... how many of their nominations were taken instead of the clock's choice.
+pub const RECLAIM_TAKEN: u64 = 1;
+/// ... how many were ignored (the clock's choice stood).
+pub const RECLAIM_IGNORED: u64 = 2;

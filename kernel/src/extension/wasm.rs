@@ -243,6 +243,9 @@ pub enum Kind {
     Fault,
     /// The `Strand` events (`strand.rs`): `(vp, thread: i64) -> verdict`.
     Strand,
+    /// `PhysAddr.Reclaim` (`reclaim.rs`): `(candidate: i64) -> nominee`, kept with the
+    /// `Test.Raise` functions (the same type).
+    Reclaim,
 }
 
 /// The closure of a handler that runs `symbol` of domain `owner` (a module of task
@@ -284,7 +287,7 @@ pub fn closure(
                 ext.sys_funcs.push(f);
                 ext.sys_funcs.len() - 1
             }
-            Kind::Test => {
+            Kind::Test | Kind::Reclaim => {
                 let f = instance
                     .get_typed_func::<i64, i64>(store, fname)
                     .map_err(|_| Error::InvalidArgument)?;
@@ -655,6 +658,34 @@ pub fn test_handler(k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
         Ok(v) => Some(v as u64),
         Err(err) => {
             crate::arch::serial::kprintln!("[kernel] extension handler aborted: {err}");
+            None
+        }
+    }
+}
+
+/// Runs a module's `PhysAddr.Reclaim` handler for its installer's page: `(candidate) ->
+/// nominee` (the candidate itself: no other page named).
+pub fn reclaim_handler(
+    k: &mut Kernel,
+    b: Binding,
+    c: &super::reclaim::Candidate,
+) -> Option<Option<u64>> {
+    let (slot, index) = slot_of(b);
+    let r = invoke(
+        slot,
+        Some(c.task),
+        Some(k),
+        fuel(b),
+        |x| x.test_funcs.get(index).copied(),
+        with::<_, i64>(c.va as i64),
+    )?;
+    match r {
+        Ok(v) => Some((v as u64 != c.va).then_some(v as u64)),
+        Err(err) => {
+            crate::arch::serial::kprintln!(
+                "[kernel] PhysAddr.Reclaim handler of task {} aborted: {err}",
+                c.task
+            );
             None
         }
     }
