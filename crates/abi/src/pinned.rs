@@ -335,4 +335,5 @@ fn spin_reclaim_numbers() {
     use crate::translation::*;
     assert_eq!(EVENT_RECLAIM, 0x5041_0001);
     assert_eq!((RECLAIM_ASKED, RECLAIM_TAKEN, RECLAIM_IGNORED), (0, 1, 2));
+    assert_eq!(STATE_CHOSEN, 0x20);
 }

@@ -39,6 +39,10 @@ pub const STATE_WRITABLE: u64 = 1 << 2;
 pub const STATE_DIRTY: u64 = 1 << 3;
 /// The page was read or written through its current translation (the accessed bit).
 pub const STATE_ACCESSED: u64 = 1 << 4;
+/// Page replacement has chosen the page in the batch it is deciding: set only while a
+/// `PhysAddr.Reclaim` handler is asked ([`EVENT_RECLAIM`]), so that the handler can
+/// nominate a page that is not going anyway.
+pub const STATE_CHOSEN: u64 = 1 << 5;
 /// Where the map's protection of the page starts in the state word (`vm::PROT_*`, three
 /// bits).
 pub const STATE_PROT_SHIFT: u32 = 8;

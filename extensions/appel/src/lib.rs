@@ -69,6 +69,8 @@ const RW: i64 = 3;
 const STATE_DIRTY: i64 = 1 << 3;
 /// `baton_abi::translation::STATE_RESIDENT`.
 const STATE_RESIDENT: i64 = 1 << 1;
+/// `baton_abi::translation::STATE_CHOSEN`.
+const STATE_CHOSEN: i64 = 1 << 5;
 
 /// The card table: pages written since the collector last read it.
 static CARDS: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
@@ -229,8 +231,10 @@ mod handlers {
     }
 
     /// `PhysAddr.Reclaim`: a candidate in the kept range is exchanged for the scanned
-    /// region's page written last (most-recently-used replacement for a sequential scan,
-    /// which will not need that page again until it comes round); any other goes.
+    /// region's page written last, or the one before it, and so on (16 at most): the
+    /// first that is resident and not in replacement's batch already
+    /// (most-recently-used replacement for a sequential scan, which will not need that
+    /// page again until it comes round); any other candidate goes.
     pub fn mru(candidate: i64) -> i64 {
         let c = candidate as u64;
         let (base, len) = (KEEP[0].load(Relaxed), KEEP[1].load(Relaxed));
@@ -238,15 +242,15 @@ mod handlers {
             return candidate;
         }
         let pages = KEEP[3].load(Relaxed) / PAGE as u64;
-        if pages == 0 {
-            return candidate;
+        let (scan, pos) = (KEEP[2].load(Relaxed), KEEP[4].load(Relaxed));
+        for back in 0..pages.min(16) {
+            let page = scan.wrapping_add(((pos % pages + pages - back) % pages) * PAGE as u64);
+            let s = baton::query(page as i64);
+            if s >= 0 && s & STATE_RESIDENT != 0 && s & STATE_CHOSEN == 0 {
+                return page as i64;
+            }
         }
-        let nominee = KEEP[2].load(Relaxed) + (KEEP[4].load(Relaxed) % pages) * PAGE as u64;
-        // Only a page the map has (the kernel checks again; this saves it the work).
-        if baton::query(nominee as i64) & STATE_RESIDENT == 0 {
-            return candidate;
-        }
-        nominee as i64
+        candidate
     }
 
     pub fn reclaim_spin(candidate: i64) -> i64 {

@@ -395,8 +395,8 @@ impl Peek<'_> {
         Ok(u64::from_le_bytes(b))
     }
 
-    /// `Translation.ExamineMapping`: the page's state word.
-    #[allow(dead_code)] // the interface built-in handlers have; `mru` and `table` need none
+    /// `Translation.ExamineMapping`: the page's state word (`STATE_CHOSEN` for a page of
+    /// the batch being decided).
     pub fn query(&mut self, va: u64) -> Result<u64, Error> {
         super::translation::op_query(self.k, self.task, va)
     }
@@ -406,14 +406,19 @@ impl Peek<'_> {
 mod ext {
     #![forbid(unsafe_code)]
     use super::Peek;
+    use baton_abi::translation::{STATE_CHOSEN, STATE_RESIDENT};
 
     const PAGE: u64 = 4096;
+    /// How far back from the page written last `mru` looks.
+    pub const RECENT: u64 = 16;
 
     /// Most-recently-used replacement for a scanned region, and a protected range: the
     /// closure is the address, in the installer's memory, of five words `[hot, hot_len,
-    /// scan, scan_len, pos]`. A candidate in `[hot, hot + hot_len)` is exchanged for page
-    /// `pos` of the scan region (the page the application wrote last, which a sequential
-    /// scan will not need again until it comes round); any other candidate goes.
+    /// scan, scan_len, pos]`. A candidate in `[hot, hot + hot_len)` is exchanged for the
+    /// page of the scan region the application wrote last (index `pos`), or the one
+    /// before it, and so on ([`RECENT`] at most): the first that is resident and not in
+    /// the batch already (a sequential scan will not need it again until it comes round);
+    /// any other candidate goes.
     pub fn mru(io: &mut Peek<'_>, closure: u64, candidate: u64) -> u64 {
         let word = |io: &mut Peek<'_>, i: u64| io.read_word(closure.wrapping_add(8 * i));
         let (Ok(hot), Ok(hot_len)) = (word(io, 0), word(io, 1)) else {
@@ -429,7 +434,14 @@ mod ext {
         if pages == 0 {
             return candidate;
         }
-        scan.wrapping_add((pos % pages) * PAGE)
+        for back in 0..RECENT.min(pages) {
+            let page = scan.wrapping_add(((pos % pages + pages - back) % pages) * PAGE);
+            match io.query(page) {
+                Ok(s) if s & STATE_RESIDENT != 0 && s & STATE_CHOSEN == 0 => return page,
+                _ => {}
+            }
+        }
+        candidate
     }
 
     /// Nominates from a table at the closure, in the installer's memory: a count `n` (at

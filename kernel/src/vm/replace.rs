@@ -39,6 +39,7 @@ use alloc::vec::Vec;
 use baton_abi::paging::{PagingStats, Transfer, PAGE_OUT_SIZE, TRANSFER_SIZE};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, OWNED};
 use kern::spin::reclaim::{self, Ignored};
@@ -503,6 +504,20 @@ pub struct Nominator {
 
 static NOMINATOR: spin::Once<Nominator> = spin::Once::new();
 
+/// The frames of the batch whose pages `PhysAddr.Reclaim` handlers are being asked about
+/// (the first [`CHOSEN_LEN`]; none otherwise): what `Translation.ExamineMapping` reports
+/// as `STATE_CHOSEN`, so that a handler can nominate a page that is not going anyway.
+static CHOSEN: [AtomicU64; BATCH] = [const { AtomicU64::new(0) }; BATCH];
+static CHOSEN_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `frame` is in the batch `PhysAddr.Reclaim` handlers are being asked about.
+pub fn chosen(frame: u64) -> bool {
+    let n = CHOSEN_LEN.load(Ordering::Relaxed);
+    CHOSEN
+        .get(..n)
+        .is_some_and(|c| c.iter().any(|f| f.load(Ordering::Relaxed) == frame))
+}
+
 /// Registers the `PhysAddr.Reclaim` raise (once, at boot).
 pub fn set_nominator(n: Nominator) {
     NOMINATOR.call_once(|| n);
@@ -549,6 +564,10 @@ fn nominate(
             }
         }
     }
+    for (slot, v) in CHOSEN.iter().zip(victims.iter()) {
+        slot.store(v.frame.0, Ordering::Relaxed);
+    }
+    CHOSEN_LEN.store(victims.len().min(BATCH), Ordering::Relaxed);
     for &(i, task, va) in asks.get(..len).unwrap_or(&[]) {
         let nominee = (n.nominate)(k, task, va);
         // SAFETY: the lock is held; the handlers' references have ended, and this one
@@ -568,9 +587,13 @@ fn nominate(
         );
         if let (Ok(Some(page)), Some(slot)) = (verdict, victims.get_mut(i)) {
             *slot = page;
+            if let Some(c) = CHOSEN.get(i) {
+                c.store(page.frame.0, Ordering::Relaxed);
+            }
         }
         (n.judged)(task, verdict.map(|v| v.is_some()));
     }
+    CHOSEN_LEN.store(0, Ordering::Relaxed);
 }
 
 /// The pager family's way to give a written page of a pager-backed object back to its

@@ -174,12 +174,30 @@ fn run() -> Result<(), Failed> {
     must("drop the port", cap_drop(notify))
 }
 
-/// The kernel's heap in use, objects, and this task's kernel-memory charge.
+/// The kernel's heap in use, objects, and this task's kernel-memory charge, once they
+/// have settled: page-outs of the round's last pages may still be on their way to the
+/// default pager (each message a page of kernel heap) when the round ends, and a busy
+/// machine's pager takes a while to drain them. Eleven readings 20 ms apart must agree
+/// (at most 10 s).
 fn counts() -> Result<(u64, u64, u64), Failed> {
-    let s = must("stats", baton_rt::stats())?;
-    let v = must("vm stats", vm::system_stats())?;
-    let mine = must("sys stats", baton_rt::sys::stats())?;
-    Ok((s.heap_used, v.objects, mine.kmem_charged))
+    let read = || -> Result<(u64, u64, u64), Failed> {
+        let s = must("stats", baton_rt::stats())?;
+        let v = must("vm stats", vm::system_stats())?;
+        let mine = must("sys stats", baton_rt::sys::stats())?;
+        Ok((s.heap_used, v.objects, mine.kmem_charged))
+    };
+    let mut last = read()?;
+    let mut same = 0;
+    for _ in 0..500 {
+        let _ = baton_rt::sleep_ns(20_000_000);
+        let now = read()?;
+        same = if now == last { same + 1 } else { 0 };
+        if same == 10 {
+            return Ok(now);
+        }
+        last = now;
+    }
+    Ok(last)
 }
 
 /// The regions of one case: `H` (one page) and `P` (`pages` pages), both written once.
