@@ -409,8 +409,9 @@ mod ext {
     use baton_abi::translation::{STATE_CHOSEN, STATE_RESIDENT};
 
     const PAGE: u64 = 4096;
-    /// How far back from the page written last `mru` looks.
-    pub const RECENT: u64 = 16;
+    /// How far back from the page written last `mru` looks: more than a batch (32), so
+    /// that pages the batch holds cannot hide every recent one.
+    pub const RECENT: u64 = 64;
 
     /// Most-recently-used replacement for a scanned region, and a protected range: the
     /// closure is the address, in the installer's memory, of five words `[hot, hot_len,
