@@ -224,6 +224,7 @@ fn install_families() {
     });
     pager::init();
     extension::translation::init();
+    extension::reclaim::init();
     pageout::init();
 }
 

@@ -626,6 +626,7 @@ impl Kernel {
                 crate::vproc::sys(self, id, call, args)
             }
             Sys::StrandCount => crate::extension::strand::count(self, id, args[0]),
+            Sys::SpinReclaim => crate::extension::reclaim::sys(id, args[0]),
         };
         if let Err(Error::BadAddress) = result {
             // Rate-limited, and written after the lock is released (`klog`).

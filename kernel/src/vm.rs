@@ -2173,6 +2173,7 @@ pub fn spin_query(k: &mut Kernel, task: TaskId, va: u64) -> Result<u64, Error> {
         frames: &mut k.frames,
     };
     let mut pte = None;
+    let mut frame = None;
     t.space
         .update_leaves(&mut mem, page, page + PAGE_SIZE, |_, e| {
             pte = Some(Pte {
@@ -2180,9 +2181,17 @@ pub fn spin_query(k: &mut Kernel, task: TaskId, va: u64) -> Result<u64, Error> {
                 dirty: e & DIRTY != 0,
                 accessed: e & ACCESSED != 0,
             });
+            frame = Some(e & kern::pmap::ADDR_MASK);
             e
         });
-    Ok(page_state(prot, pte))
+    // Page replacement's batch, while `PhysAddr.Reclaim` handlers are asked about it.
+    let chosen = frame.is_some_and(replace::chosen);
+    let chosen = if chosen {
+        baton_abi::translation::STATE_CHOSEN
+    } else {
+        0
+    };
+    Ok(page_state(prot, pte) | chosen)
 }
 
 /// `VirtAddr.Allocate`: `len` bytes (whole pages) of task `task`'s address space

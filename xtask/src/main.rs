@@ -36,6 +36,7 @@ mod profile;
 mod qemu;
 mod report;
 mod run;
+mod spin;
 mod stages;
 mod symbolize;
 mod test;

@@ -1318,6 +1318,10 @@ impl Inputs<'_> {
             &self.baton.vm,
             plots,
         ));
+        out.push_str(&crate::spin::section(
+            &self.baton.rows,
+            &crate::workspace::root(),
+        ));
         if let Ok(l) = &self.linux {
             out.push_str(&linux_guest_md(l));
         }

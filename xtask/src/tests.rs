@@ -381,6 +381,10 @@ const VM_REQUIRE: &[&str] = &[
     "(protection violation, write, user): write error",
 ];
 
+/// How the `reclaim` test's helpers end: the default pager is stopped through its task
+/// port (before any line named it), the disk driver ends when its last client goes.
+const RECLAIM_EXITS: &[(&str, Exit)] = &[("blk", Exit::Code(0)), ("?", Exit::Killed)];
+
 /// What the `paging` test must print: the default pager's refusals of a disk without a
 /// partition table and of one without a swap partition, then the verdict.
 const PAGING_REQUIRE: &[&str] = &[
@@ -1609,6 +1613,31 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: &["spinvm#1| TEST PASS spinvm"],
         exits: &[("fault_null", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        // SPIN's `PhysAddr.Reclaim` under memory pressure: a hot page protected by a
+        // handler that nominates another page of its installer's, built in and in
+        // WebAssembly; hostile nominations ignored, hostile handlers aborted
+        // (`docs/extensions.md`, "PhysAddr.Reclaim").
+        name: "reclaim_smp1",
+        init: &["reclaim"],
+        require: &["reclaim#1| TEST PASS reclaim"],
+        exits: RECLAIM_EXITS,
+        extra: &["priv=reclaim", "pageable=256"],
+        timeout: Duration::from_secs(600),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "reclaim_smp2",
+        init: &["reclaim"],
+        smp: 2,
+        require: &["reclaim#1| TEST PASS reclaim"],
+        exits: RECLAIM_EXITS,
+        extra: &["priv=reclaim", "pageable=256"],
+        timeout: Duration::from_secs(600),
+        disk: true,
         ..BASE
     },
     IntegrationTest {

@@ -534,6 +534,13 @@ pub enum Sys {
     /// (or the pager fails the page or dies). At most [`pager::FLUSH_MAX_PAGES`] pages a
     /// call; returns the bytes of the range done (Mach's lock request).
     PagerLock = 240,
+    /// `spin_reclaim(which) -> count`: what the calling task's `PhysAddr.Reclaim`
+    /// handlers did, as their installer: how often page replacement asked them about one
+    /// of its pages ([`translation::RECLAIM_ASKED`]), how many of their nominations were
+    /// taken instead of the clock's choice ([`translation::RECLAIM_TAKEN`]) and how many
+    /// were ignored, the clock's choice standing ([`translation::RECLAIM_IGNORED`]).
+    /// [`Error::InvalidArgument`] for another `which`.
+    SpinReclaim = 250,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -885,6 +892,7 @@ impl Sys {
             162 => Sys::StrandCount,
             210 => Sys::SpinAsync,
             240 => Sys::PagerLock,
+            250 => Sys::SpinReclaim,
             _ => return None,
         })
     }

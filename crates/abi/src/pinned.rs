@@ -326,3 +326,16 @@ fn spin_async_numbers() {
     assert_eq!(ASYNC_PENDING_MAX, 16);
     assert_eq!((ASYNC_PENDING, ASYNC_RAN, ASYNC_DROPPED), (0, 1, 2));
 }
+
+#[test]
+fn spin_reclaim_numbers() {
+    assert_eq!(Sys::SpinReclaim as u64, 250);
+    assert_eq!(Sys::from_raw(250), Some(Sys::SpinReclaim));
+    for n in 251..=259 {
+        assert_eq!(Sys::from_raw(n), None);
+    }
+    use crate::translation::*;
+    assert_eq!(EVENT_RECLAIM, 0x5041_0001);
+    assert_eq!((RECLAIM_ASKED, RECLAIM_TAKEN, RECLAIM_IGNORED), (0, 1, 2));
+    assert_eq!(STATE_CHOSEN, 0x20);
+}

@@ -39,6 +39,10 @@ pub const STATE_WRITABLE: u64 = 1 << 2;
 pub const STATE_DIRTY: u64 = 1 << 3;
 /// The page was read or written through its current translation (the accessed bit).
 pub const STATE_ACCESSED: u64 = 1 << 4;
+/// Page replacement has chosen the page in the batch it is deciding: set only while a
+/// `PhysAddr.Reclaim` handler is asked ([`EVENT_RECLAIM`]), so that the handler can
+/// nominate a page that is not going anyway.
+pub const STATE_CHOSEN: u64 = 1 << 5;
 /// Where the map's protection of the page starts in the state word (`vm::PROT_*`, three
 /// bits).
 pub const STATE_PROT_SHIFT: u32 = 8;
@@ -50,3 +54,19 @@ pub const NOTIFY_REFUSED: u64 = 0x5350_0002;
 
 /// Most physical pages (`PhysAddr.Allocate`) one task's extensions may hold at once.
 pub const PHYS_PAGES_MAX: usize = 256;
+
+/// `PhysAddr.Reclaim` (SPIN section 4.1): page replacement is about to take one of the
+/// installer's pages (the candidate, named by its address in the installer's address
+/// space); a handler `(candidate: i64) -> i64` answers with the address of another page
+/// of the installer's to take instead, or the candidate's own address to let the clock's
+/// choice stand. A nominee that is not the installer's own (a page of memory other tasks
+/// may map), not resident, wired, or not a page at all is ignored. Numbers of this event
+/// family are `0x5041_xxxx`.
+pub const EVENT_RECLAIM: u64 = 0x5041_0001;
+
+/// [`crate::Sys::SpinReclaim`]: how often the task's `Reclaim` handlers were asked.
+pub const RECLAIM_ASKED: u64 = 0;
+/// ... how many of their nominations were taken instead of the clock's choice.
+pub const RECLAIM_TAKEN: u64 = 1;
+/// ... how many were ignored (the clock's choice stood).
+pub const RECLAIM_IGNORED: u64 = 2;

@@ -15,6 +15,13 @@
 //! - Demand paging from physical pages: `demand` allocates a physical page and maps it at
 //!   the faulting address; `pages` frees those pages; `valloc` allocates a range;
 //!   `exhaust` takes physical pages until the kernel refuses, and gives them back.
+//! - `PhysAddr.Reclaim` handlers, `(candidate: i64) -> i64` (the page to take instead, or
+//!   the candidate itself): `mru` protects the range the system call `keep` named by
+//!   nominating, in its place, the page of the scanned region the application wrote last
+//!   (told with the system call `scanned`); `reclaim_spin` never returns, `reclaim_wild`
+//!   traps, `reclaim_garbage` nominates addresses that are no page of the installer's,
+//!   and `reclaim_change` tries to change a protection while replacement runs (the kernel
+//!   answers `Denied`; the system call `last` reads what it answered).
 //! - Misbehaviour, for the tests: `spin` never returns (out of fuel), `wild` reads
 //!   outside its linear memory (a trap), `liar` says it resolved a fault it did not touch,
 //!   `foreign` protects a page of the kernel's half, `badpage` maps a page it does not
@@ -60,6 +67,10 @@ const READ: i64 = 1;
 const RW: i64 = 3;
 /// `baton_abi::translation::STATE_DIRTY`.
 const STATE_DIRTY: i64 = 1 << 3;
+/// `baton_abi::translation::STATE_RESIDENT`.
+const STATE_RESIDENT: i64 = 1 << 1;
+/// `baton_abi::translation::STATE_CHOSEN`.
+const STATE_CHOSEN: i64 = 1 << 5;
 
 /// The card table: pages written since the collector last read it.
 static CARDS: [AtomicU64; 256] = [const { AtomicU64::new(0) }; 256];
@@ -71,6 +82,13 @@ static PAGE_COUNT: AtomicU64 = AtomicU64::new(0);
 static MANY: [AtomicU64; 300] = [const { AtomicU64::new(0) }; 300];
 /// The range `demand` serves: base, length.
 static RANGE: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
+
+/// `mru`'s ranges: the protected range (base, length), the scanned region (base, length)
+/// and the index of its page written last.
+static KEEP: [AtomicU64; 5] = [const { AtomicU64::new(0) }; 5];
+/// What `reclaim_change`'s protection change last returned; how often `reclaim_garbage` ran.
+static LAST: AtomicU64 = AtomicU64::new(0);
+static GARBAGE: AtomicU64 = AtomicU64::new(0);
 
 /// The handlers, safe Rust.
 mod handlers {
@@ -196,6 +214,78 @@ mod handlers {
         (n as i64) << 8 | (err.wrapping_neg() & 0xff)
     }
 
+    /// `keep(_, base, len)`: the range `mru` protects.
+    pub fn keep(_n: i64, base: i64, len: i64, _a2: i64) -> i64 {
+        KEEP[0].store(base as u64, Relaxed);
+        KEEP[1].store(len as u64, Relaxed);
+        0
+    }
+
+    /// `scanned(_, base, len, pos)`: the scanned region, and the index of its page the
+    /// application wrote last.
+    pub fn scanned(_n: i64, base: i64, len: i64, pos: i64) -> i64 {
+        KEEP[2].store(base as u64, Relaxed);
+        KEEP[3].store(len as u64, Relaxed);
+        KEEP[4].store(pos as u64, Relaxed);
+        0
+    }
+
+    /// `PhysAddr.Reclaim`: a candidate in the kept range is exchanged for the scanned
+    /// region's page written last, or the one before it, and so on (64 at most, more than
+    /// a batch of replacement's 32): the
+    /// first that is resident and not in replacement's batch already
+    /// (most-recently-used replacement for a sequential scan, which will not need that
+    /// page again until it comes round); any other candidate goes.
+    pub fn mru(candidate: i64) -> i64 {
+        let c = candidate as u64;
+        let (base, len) = (KEEP[0].load(Relaxed), KEEP[1].load(Relaxed));
+        if c.wrapping_sub(base) >= len {
+            return candidate;
+        }
+        let pages = KEEP[3].load(Relaxed) / PAGE as u64;
+        let (scan, pos) = (KEEP[2].load(Relaxed), KEEP[4].load(Relaxed));
+        for back in 0..pages.min(64) {
+            let page = scan.wrapping_add(((pos % pages + pages - back) % pages) * PAGE as u64);
+            let s = baton::query(page as i64);
+            if s >= 0 && s & STATE_RESIDENT != 0 && s & STATE_CHOSEN == 0 {
+                return page as i64;
+            }
+        }
+        candidate
+    }
+
+    pub fn reclaim_spin(candidate: i64) -> i64 {
+        spin(candidate, 0)
+    }
+
+    pub fn reclaim_wild(candidate: i64) -> i64 {
+        wild(candidate, 0)
+    }
+
+    /// Cycles through addresses that are no page of the installer's to take: unaligned,
+    /// the kernel's half, zero, all ones, far above anything mapped.
+    pub fn reclaim_garbage(candidate: i64) -> i64 {
+        let i = GARBAGE.fetch_add(1, Relaxed) % 5;
+        match i {
+            0 => candidate | 1,
+            1 => 0xffff_8000_0000_0000u64 as i64,
+            2 => 0,
+            3 => -1,
+            _ => 0x7ff0_0000_0000,
+        }
+    }
+
+    /// Tries to make the candidate read-only while replacement runs; keeps the answer.
+    pub fn reclaim_change(candidate: i64) -> i64 {
+        LAST.store(baton::protect(page(candidate), PAGE, READ) as u64, Relaxed);
+        candidate
+    }
+
+    /// `last(_)`: what `reclaim_change`'s protection change last returned.
+    pub fn last(_n: i64, _a0: i64, _a1: i64, _a2: i64) -> i64 {
+        LAST.load(Relaxed) as i64
+    }
+
     pub fn spin(addr: i64, _access: i64) -> i64 {
         let mut x = addr;
         loop {
@@ -249,6 +339,21 @@ mod exports {
             }
         )*};
     }
+    macro_rules! reclaim {
+        ($($name:ident),*) => {$(
+            #[no_mangle]
+            pub extern "C" fn $name(candidate: i64) -> i64 {
+                h::$name(candidate)
+            }
+        )*};
+    }
     fault!(unprotect, trap, appel1, gc, demand, spin, wild, liar, foreign, badpage);
-    syscall!(cards, prot, dirty, pages, valloc, exhaust);
+    syscall!(cards, prot, dirty, pages, valloc, exhaust, keep, scanned, last);
+    reclaim!(
+        mru,
+        reclaim_spin,
+        reclaim_wild,
+        reclaim_garbage,
+        reclaim_change
+    );
 }

@@ -36,6 +36,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod reclaim;
 pub mod strand;
 pub mod translation;
 pub mod wasm;
@@ -324,6 +325,7 @@ impl State {
         builtin::register(&mut domains, &mut names)?;
         translation::register(&mut domains, &mut names)?;
         strand::register(&mut domains, &mut names)?;
+        reclaim::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -477,6 +479,9 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                 }
                 e if baton_abi::translation::is_translation_event(e) => {
                     return translation::remove(task, e, id).map(|()| 0)
+                }
+                baton_abi::translation::EVENT_RECLAIM => {
+                    return reclaim::remove(task, id).map(|()| 0)
                 }
                 _ => return Err(Error::NotFound),
             }
@@ -641,6 +646,9 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
             s.async_counts.push((task, 0, 0));
         }
     }
+    if event == baton_abi::translation::EVENT_RECLAIM {
+        return reclaim::install(k, &s.domains, owner, &symbol, builtin, &req, notify);
+    }
     if baton_abi::translation::is_translation_event(event) {
         return translation::install(
             k, &s.domains, task, owner, &symbol, builtin, &req, event, notify,
@@ -728,6 +736,7 @@ fn forget_domain(s: &mut State, d: DomainId) {
     s.names.forget(d);
     wasm::forget(d);
     strand::forget_domain(d);
+    reclaim::forget_domain(d);
 }
 
 /// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).
@@ -742,6 +751,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     purge_pending(s);
     s.async_counts.retain(|c| c.0 != id);
     strand::task_released(id);
+    reclaim::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {

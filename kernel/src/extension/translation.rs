@@ -45,6 +45,7 @@ use baton_abi::translation::{
 };
 use baton_abi::{Error, Sys};
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, Ordering};
 use kern::ipc::{Message, PortId};
 use kern::spin::domain::{DomainId, Domains, NameServer, Sig, Symbol};
 use kern::spin::event::{
@@ -486,6 +487,24 @@ pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Err
     Ok(())
 }
 
+/// Set while `PhysAddr.Reclaim` is raised: the interfaces that change a map or allocate
+/// answer `Denied` (page replacement holds a batch chosen from the maps as they are).
+static READ_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Makes the changing interfaces answer `Denied` (`true`) or work again (`false`).
+pub fn set_read_only(on: bool) {
+    READ_ONLY.store(on, Ordering::Relaxed);
+}
+
+/// `Denied` while the interfaces are read only.
+fn may_change() -> Result<(), Error> {
+    if READ_ONLY.load(Ordering::Relaxed) {
+        Err(Error::Denied)
+    } else {
+        Ok(())
+    }
+}
+
 /// `Translation.Protect(va, len, prot)` on `task`'s own map.
 pub fn op_protect(
     k: &mut Kernel,
@@ -494,6 +513,7 @@ pub fn op_protect(
     len: u64,
     prot: u64,
 ) -> Result<u64, Error> {
+    may_change()?;
     crate::vm::spin_protect(k, task, va, len, prot).map(|()| 0)
 }
 
@@ -505,6 +525,7 @@ pub fn op_query(k: &mut Kernel, task: TaskId, va: u64) -> Result<u64, Error> {
 /// `Translation.AddMapping(va, page, prot)`: maps physical page `page` (a handle from
 /// `PhysAddr.Allocate` the task holds) at `va`.
 pub fn op_add(k: &mut Kernel, task: TaskId, va: u64, page: u64, prot: u64) -> Result<u64, Error> {
+    may_change()?;
     // SAFETY: the lock is held; this reference ends here.
     let object = unsafe { side() }.pages.get(task, page)?;
     crate::vm::spin_add(k, task, va, object, prot).map(|()| 0)
@@ -512,21 +533,25 @@ pub fn op_add(k: &mut Kernel, task: TaskId, va: u64, page: u64, prot: u64) -> Re
 
 /// `Translation.RemoveMapping(va, len)`: the range leaves the map.
 pub fn op_remove(k: &mut Kernel, task: TaskId, va: u64, len: u64) -> Result<u64, Error> {
+    may_change()?;
     crate::vm::deallocate(k, task, va, len).map(|()| 0)
 }
 
 /// `VirtAddr.Allocate(len)`: a range anywhere; its address.
 pub fn op_valloc(k: &mut Kernel, task: TaskId, len: u64) -> Result<u64, Error> {
+    may_change()?;
     crate::vm::spin_allocate(k, task, len)
 }
 
 /// `VirtAddr.Deallocate(va, len)`.
 pub fn op_vfree(k: &mut Kernel, task: TaskId, va: u64, len: u64) -> Result<u64, Error> {
+    may_change()?;
     crate::vm::deallocate(k, task, va, len).map(|()| 0)
 }
 
 /// `PhysAddr.Allocate()`: a zeroed page charged to the task; its handle.
 pub fn op_palloc(k: &mut Kernel, task: TaskId) -> Result<u64, Error> {
+    may_change()?;
     // SAFETY: the lock is held; each reference ends before the kernel is used again.
     unsafe { side() }.pages.reserve(task)?;
     let account = k
@@ -548,6 +573,7 @@ pub fn op_palloc(k: &mut Kernel, task: TaskId) -> Result<u64, Error> {
 
 /// `PhysAddr.Deallocate(page)`: the handle goes (a mapping of the page keeps it).
 pub fn op_pfree(k: &mut Kernel, task: TaskId, page: u64) -> Result<u64, Error> {
+    may_change()?;
     // SAFETY: the lock is held; this reference ends before the release.
     let object = unsafe { side() }.pages.remove(task, page)?;
     crate::vm::object_release(k, object);

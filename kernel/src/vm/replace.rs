@@ -20,6 +20,10 @@
 //!   have written is first given back to its pager in a data return ([`set_returner`]).
 //! - The *reserve*: the last frames below the limit are the default pager's alone (its
 //!   own faults, its supplies), so the path that frees memory never waits for memory.
+//! - SPIN's `PhysAddr.Reclaim` (`docs/extensions.md`): before the batch is unmapped, each
+//!   victim that is the page of a task with a `Reclaim` handler is offered to that task's
+//!   handlers, which may nominate another of its pages instead ([`Nominator`], registered
+//!   by the extension family; `kern::spin::reclaim` judges the nomination).
 //!
 //! # Invariants
 //! - `used` is the number of frames in `counted`; every counted frame is a page of an
@@ -35,10 +39,12 @@ use alloc::vec::Vec;
 use baton_abi::paging::{PagingStats, Transfer, PAGE_OUT_SIZE, TRANSFER_SIZE};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, OWNED};
+use kern::spin::reclaim::{self, Ignored};
 use kern::vm::clock::{Clock, FrameSet, Slots, Victim};
-use kern::vm::object::{Kind, ObjectId};
+use kern::vm::object::{Kind, Object, ObjectId};
 
 /// Pages one reclaim takes at most.
 pub const BATCH: usize = 32;
@@ -369,13 +375,7 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     clock.select(
         &vm.objects,
         budget,
-        |_, o| match o.kind() {
-            Kind::Anonymous => have_store,
-            // A page of an object a mapping could have written goes back to its pager
-            // (a data return) before it is dropped.
-            Kind::Pager { .. } => !o.written() || can_return,
-            Kind::Physical { .. } => false,
-        },
+        |_, o| takeable(o, have_store, can_return),
         |id, off| pinned(&windows, id, off),
         |f| referenced.remove(f.0),
         &mut victims,
@@ -385,6 +385,12 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if victims.is_empty() {
         return outgoing;
     }
+    if NOMINATOR.get().is_some_and(|n| (n.any)()) {
+        nominate(k, &windows, &mut victims, have_store, can_return);
+    }
+    // SAFETY: the lock is held; the references taken above are not used past the
+    // handlers `nominate` ran (which took their own), so these are the only ones again.
+    let (vm, r) = unsafe { (state(), replace()) };
     let mut frames: Vec<(u64, usize)> = Vec::new();
     let mut mapped: Vec<TaskId> = Vec::new();
     if frames.try_reserve_exact(victims.len()).is_err()
@@ -467,6 +473,127 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
         });
     }
     outgoing
+}
+
+/// Whether page replacement may take pages of `o` now: anonymous ones when there is a
+/// store to page them out to; a pager-backed object's when they are clean or a written
+/// page can go back to its pager (a data return) before it is dropped.
+fn takeable(o: &Object<PhysAddr>, have_store: bool, can_return: bool) -> bool {
+    match o.kind() {
+        Kind::Anonymous => have_store,
+        Kind::Pager { .. } => !o.written() || can_return,
+        Kind::Physical { .. } => false,
+    }
+}
+
+/// SPIN's `PhysAddr.Reclaim` as page replacement sees it (the extension family registers
+/// it at boot, [`set_nominator`]; this family never imports that one).
+pub struct Nominator {
+    /// Whether any task has a handler (one load).
+    pub any: fn() -> bool,
+    /// Whether `task` has a handler to ask.
+    pub asks: fn(TaskId) -> bool,
+    /// Asks `task`'s handlers about its page at `va`, which replacement is about to take:
+    /// the address of the page to take instead (the candidate's own to let it go). The
+    /// handlers may look at the task's map but change nothing.
+    pub nominate: fn(&mut Kernel, TaskId, u64) -> u64,
+    /// What became of `task`'s answer: `Ok(true)` taken, `Ok(false)` the candidate itself,
+    /// or ignored and why.
+    pub judged: fn(TaskId, Result<bool, Ignored>),
+}
+
+static NOMINATOR: spin::Once<Nominator> = spin::Once::new();
+
+/// The frames of the batch whose pages `PhysAddr.Reclaim` handlers are being asked about
+/// (the first [`CHOSEN_LEN`]; none otherwise): what `Translation.ExamineMapping` reports
+/// as `STATE_CHOSEN`, so that a handler can nominate a page that is not going anyway.
+static CHOSEN: [AtomicU64; BATCH] = [const { AtomicU64::new(0) }; BATCH];
+static CHOSEN_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `frame` is in the batch `PhysAddr.Reclaim` handlers are being asked about.
+pub fn chosen(frame: u64) -> bool {
+    let n = CHOSEN_LEN.load(Ordering::Relaxed);
+    CHOSEN
+        .get(..n)
+        .is_some_and(|c| c.iter().any(|f| f.load(Ordering::Relaxed) == frame))
+}
+
+/// Registers the `PhysAddr.Reclaim` raise (once, at boot).
+pub fn set_nominator(n: Nominator) {
+    NOMINATOR.call_once(|| n);
+}
+
+/// `PhysAddr.Reclaim` over a batch the clock chose: each victim that a task with a
+/// handler maps directly from a private object (`kern::spin::reclaim`) is its page; the
+/// handlers are asked, and a nomination `kern::spin::reclaim::judge` accepts takes the
+/// victim's place. Takes its own references to the state between the handlers' runs.
+#[inline(never)]
+fn nominate(
+    k: &mut Kernel,
+    windows: &[(ObjectId, u64, u64)],
+    victims: &mut [Victim<PhysAddr>],
+    have_store: bool,
+    can_return: bool,
+) {
+    let Some(n) = NOMINATOR.get() else {
+        return;
+    };
+    // (victim, task, address): found before any handler runs, as nothing may change
+    // under them.
+    let mut asks = [(0usize, 0 as TaskId, 0u64); BATCH];
+    let mut len = 0;
+    {
+        // SAFETY: the lock is held; this reference ends in this block, before a handler
+        // runs.
+        let vm = unsafe { state() };
+        for (id, tv) in vm.tasks.iter() {
+            if !(n.asks)(id) {
+                continue;
+            }
+            for (i, v) in victims.iter().enumerate() {
+                if len >= asks.len() || asks.get(..len).is_some_and(|a| a.iter().any(|x| x.0 == i))
+                {
+                    continue;
+                }
+                if let Some(va) = reclaim::candidate_address(&vm.objects, &tv.map, v) {
+                    if let Some(slot) = asks.get_mut(len) {
+                        *slot = (i, id, va);
+                        len += 1;
+                    }
+                }
+            }
+        }
+    }
+    for (slot, v) in CHOSEN.iter().zip(victims.iter()) {
+        slot.store(v.frame.0, Ordering::Relaxed);
+    }
+    CHOSEN_LEN.store(victims.len().min(BATCH), Ordering::Relaxed);
+    for &(i, task, va) in asks.get(..len).unwrap_or(&[]) {
+        let nominee = (n.nominate)(k, task, va);
+        // SAFETY: the lock is held; the handlers' references have ended, and this one
+        // ends in this iteration.
+        let vm = unsafe { state() };
+        let (Some(tv), Some(&candidate)) = (vm.tasks.get(&task), victims.get(i)) else {
+            continue;
+        };
+        let verdict = reclaim::judge(
+            &vm.objects,
+            &tv.map,
+            nominee,
+            &candidate,
+            victims,
+            |_, o| takeable(o, have_store, can_return),
+            |id, off| pinned(windows, id, off),
+        );
+        if let (Ok(Some(page)), Some(slot)) = (verdict, victims.get_mut(i)) {
+            *slot = page;
+            if let Some(c) = CHOSEN.get(i) {
+                c.store(page.frame.0, Ordering::Relaxed);
+            }
+        }
+        (n.judged)(task, verdict.map(|v| v.is_some()));
+    }
+    CHOSEN_LEN.store(0, Ordering::Relaxed);
 }
 
 /// The pager family's way to give a written page of a pager-backed object back to its

@@ -111,6 +111,13 @@ pub fn async_count(which: u64) -> Result<u64, Error> {
     decode_result(unsafe { syscall1(Sys::SpinAsync as u64, which) })
 }
 
+/// `spin_reclaim(which)`: what the calling task's `PhysAddr.Reclaim` handlers did: asked
+/// (`RECLAIM_ASKED`), nominations taken (`RECLAIM_TAKEN`) or ignored (`RECLAIM_IGNORED`).
+pub fn reclaim_count(which: u64) -> Result<u64, Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall1(Sys::SpinReclaim as u64, which) })
+}
+
 /// Removes a handler.
 pub fn remove(h: Handler) -> Result<(), Error> {
     // SAFETY: no user memory is involved.

@@ -218,6 +218,8 @@ pub struct Event<C, A, R> {
     key_of: Option<fn(&A) -> u64>,
     single: Option<Single<C, A, R>>,
     primary_single: bool,
+    /// Whether some handler is asynchronous (a raise without one never compares modes).
+    deferring: bool,
     next_id: u32,
     limit: usize,
     asynchronous: bool,
@@ -271,6 +273,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             key_of,
             single: None,
             primary_single: false,
+            deferring: false,
             next_id: 1,
             limit,
             asynchronous: false,
@@ -460,6 +463,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
     fn refresh(&mut self) {
         self.single = None;
         self.primary_single = false;
+        self.deferring = self.handlers.iter().any(|h| h.mode == Mode::Asynchronous);
         if let [only] = self.handlers.as_slice() {
             if only.unguarded() && only.mode == Mode::Synchronous {
                 match only.run {
@@ -517,6 +521,16 @@ impl<C, A, R: Copy> Event<C, A, R> {
 
     #[inline(never)]
     fn raise_general(&self, ctx: &mut C, args: &A) -> Raised<R> {
+        if self.deferring {
+            self.raise_each::<true>(ctx, args)
+        } else {
+            self.raise_each::<false>(ctx, args)
+        }
+    }
+
+    /// The general raise, with (`DEFERRING`) or without a look at each handler's mode.
+    #[inline(always)]
+    fn raise_each<const DEFERRING: bool>(&self, ctx: &mut C, args: &A) -> Raised<R> {
         let mut acc: Option<R> = None;
         let mut ran = 0;
         let mut aborted = 0u32;
@@ -529,7 +543,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
             if !h.guards.iter().flatten().all(|g| g.holds(args)) {
                 continue;
             }
-            if h.mode == Mode::Asynchronous {
+            if DEFERRING && h.mode == Mode::Asynchronous {
                 deferred |= 1u32.checked_shl(i as u32).unwrap_or(0);
                 continue;
             }

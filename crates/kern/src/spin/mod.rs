@@ -11,12 +11,15 @@
 //!   the in-kernel name server with per-interface authorisation.
 //! - [`translation`]: the `Translation` events' classes, the page state word, when a
 //!   handler's resolution holds, and the physical pages extensions hold (section 4.1).
+//! - [`reclaim`]: `PhysAddr.Reclaim`: which pages a task's handler is asked about and
+//!   whether the page it nominates instead is taken (section 4.1).
 //!
 //! Nothing here knows WebAssembly or the machine: the kernel (`kernel/src/spin/`) turns a
 //! validated module into an [`domain::Image`] and runs the handlers.
 
 pub mod domain;
 pub mod event;
+pub mod reclaim;
 pub mod translation;
 
 #[cfg(test)]

@@ -1531,8 +1531,8 @@ fn spin_benchmarks() -> Result<(), Failed> {
     })?;
     let _ = spin::remove(h);
     // n handlers, each with the owner's guard `arg == 0` (claim 1: true for the raise's
-    // argument 0) or `arg == 1` (claim 2: false).
-    const NAMES: [[&str; 4]; 2] = [
+    // argument 0) or `arg == 1` (claim 2: false); built in, then WebAssembly.
+    const NAMES: [[&str; 4]; 4] = [
         [
             "spin.dispatch.1.true",
             "spin.dispatch.2.true",
@@ -1545,14 +1545,31 @@ fn spin_benchmarks() -> Result<(), Failed> {
             "spin.dispatch.4.false",
             "spin.dispatch.8.false",
         ],
+        [
+            "spin.dispatch.1.true.wasm",
+            "spin.dispatch.2.true.wasm",
+            "spin.dispatch.4.true.wasm",
+            "spin.dispatch.8.true.wasm",
+        ],
+        [
+            "spin.dispatch.1.false.wasm",
+            "spin.dispatch.2.false.wasm",
+            "spin.dispatch.4.false.wasm",
+            "spin.dispatch.8.false.wasm",
+        ],
     ];
-    for (claim, names) in [(1, NAMES[0]), (2, NAMES[1])] {
+    for (d, claim, names) in [
+        (b, 1, NAMES[0]),
+        (b, 2, NAMES[1]),
+        (m, 1, NAMES[2]),
+        (m, 2, NAMES[3]),
+    ] {
         for (n, name) in [1usize, 2, 4, 8].into_iter().zip(names) {
             let mut hs = [None; 8];
             for slot in hs.iter_mut().take(n) {
                 *slot = Some(ok(
                     "install",
-                    spin::install(b, "one", EVENT_TEST, 0, claim, 0),
+                    spin::install(d, "one", EVENT_TEST, 0, claim, 0),
                 )?);
             }
             single(name, || {

@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 23] = [
+const GROUPS: [Group; 24] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -151,6 +151,7 @@ const GROUPS: [Group; 23] = [
         false,
     ),
     group("default-pager calls with garbage", g_paging, false),
+    group("SPIN PhysAddr.Reclaim with garbage", g_spin_reclaim, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -3773,6 +3774,104 @@ fn g_spin_async(c: &mut Ctx) {
         );
     }
     expect!(c, spin::release(b), Ok(()), "release builtin.null_syscall");
+}
+
+/// `PhysAddr.Reclaim`'s calls with bad arguments: bad selectors, handlers of another
+/// type or from domains not held, removals of handlers that are not there; a handler with
+/// a garbage closure is installed (the closure is only a word: its table is read, if at
+/// all, resident and checked) and removed; nothing stays installed.
+fn g_spin_reclaim(c: &mut Ctx) {
+    use baton_abi::spin::{EVENT_SYSCALL, EVENT_TEST};
+    use baton_abi::translation::{EVENT_RECLAIM, RECLAIM_ASKED, RECLAIM_TAKEN};
+    use baton_rt::spin;
+    for which in [3, 4, 1 << 32, u64::MAX] {
+        expect!(
+            c,
+            spin::reclaim_count(which),
+            Err(Error::InvalidArgument),
+            "spin_reclaim({which:#x})"
+        );
+    }
+    let before = (
+        spin::reclaim_count(RECLAIM_ASKED),
+        spin::reclaim_count(RECLAIM_TAKEN),
+    );
+    let Ok(b) = spin::import("builtin.physaddr") else {
+        check!(c, false, "import builtin.physaddr");
+        return;
+    };
+    for (sym, ev) in [("mru", EVENT_SYSCALL), ("table", EVENT_TEST)] {
+        expect!(
+            c,
+            spin::install(b, sym, ev, 0, 0x1000, 0).map(|_| ()),
+            Err(Error::InvalidArgument),
+            "a Reclaim handler ({sym}) on event {ev:#x}"
+        );
+    }
+    if let Ok(n) = spin::import("builtin.null_syscall") {
+        // The same type as a Reclaim handler, but not one.
+        expect!(
+            c,
+            spin::install(n, "one", EVENT_RECLAIM, 0, 0, 0).map(|_| ()),
+            Err(Error::InvalidArgument),
+            "a Test.Raise handler on PhysAddr.Reclaim"
+        );
+        expect!(
+            c,
+            spin::install(n, "null", EVENT_RECLAIM, 0, 0, 0).map(|_| ()),
+            Err(Error::InvalidArgument),
+            "a Trap.SystemCall handler on PhysAddr.Reclaim"
+        );
+        expect!(c, spin::release(n), Ok(()), "release builtin.null_syscall");
+    }
+    expect!(
+        c,
+        spin::install(b, "nosuch", EVENT_RECLAIM, 0, 0, 0).map(|_| ()),
+        Err(Error::NotFound),
+        "an unknown symbol on PhysAddr.Reclaim"
+    );
+    expect!(
+        c,
+        spin::install(spin::Domain(u64::MAX), "mru", EVENT_RECLAIM, 0, 0, 0).map(|_| ()),
+        Err(Error::NotFound),
+        "a Reclaim handler from a domain not held"
+    );
+    for id in [0, 77, u64::MAX] {
+        expect!(
+            c,
+            spin::remove(spin::Handler {
+                event: EVENT_RECLAIM,
+                id
+            }),
+            Err(Error::NotFound),
+            "removing Reclaim handler {id:#x} that is not there"
+        );
+    }
+    for closure in [0, GARBAGE, 0xffff_8000_0000_0000, u64::MAX] {
+        match spin::install(b, "table", EVENT_RECLAIM, 0, closure, 0) {
+            Ok(h) => {
+                expect!(c, spin::remove(h), Ok(()), "remove a Reclaim handler");
+            }
+            Err(e) => {
+                check!(
+                    c,
+                    false,
+                    "install table with closure {closure:#x}: {}",
+                    e.name()
+                );
+            }
+        }
+    }
+    let after = (
+        spin::reclaim_count(RECLAIM_ASKED),
+        spin::reclaim_count(RECLAIM_TAKEN),
+    );
+    check!(
+        c,
+        before == after,
+        "nothing was asked or taken ({before:?} -> {after:?})"
+    );
+    expect!(c, spin::release(b), Ok(()), "release builtin.physaddr");
 }
 
 /// The default pager's calls from a task that is not one and has no host-privilege right:

@@ -1870,7 +1870,7 @@ impl Fuzzer {
             env!("CARGO_MANIFEST_DIR"),
             "/../../target/extensions/wasm32-unknown-unknown/release/null_syscall.wasm"
         ));
-        match self.r.below(11) {
+        match self.r.below(12) {
             0..=2 => {
                 let mut module = [0u8; 1024];
                 let len = match self.r.below(4) {
@@ -2065,6 +2065,37 @@ impl Fuzzer {
                     );
                 }
                 for d in [caller, callee] {
+                    self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
+                }
+            }
+            11 => {
+                // `PhysAddr.Reclaim`: a built-in handler with a random closure (its table
+                // is read resident only, and checked) installed and removed; the counts.
+                let name = b"builtin.physaddr";
+                let d = self.sys(
+                    Sys::SpinImport,
+                    [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0],
+                );
+                let syms: [&[u8]; 3] = [b"mru", b"table", b"nosuch"];
+                let sym = self.r.of(&syms, b"table");
+                let ev = self.r.of(
+                    &[
+                        baton_abi::translation::EVENT_RECLAIM,
+                        baton_abi::spin::EVENT_TEST,
+                    ],
+                    baton_abi::translation::EVENT_RECLAIM,
+                );
+                let (claim, notify) = (self.edge(), self.name());
+                let h = self.sys(
+                    Sys::SpinInstall,
+                    [d, sym.as_ptr() as u64, sym.len() as u64, ev, claim, notify],
+                );
+                let which = self.edge();
+                self.sys(Sys::SpinReclaim, [which, 0, 0, 0, 0, 0]);
+                if (h as i64) > 0 {
+                    self.sys(Sys::SpinRemove, [ev, h, 0, 0, 0, 0]);
+                }
+                if (d as i64) > 0 {
                     self.sys(Sys::SpinRelease, [d, 0, 0, 0, 0, 0]);
                 }
             }
