@@ -69,10 +69,18 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         task,
         regs: th.frame.user_regs(),
     };
-    if let Some(th) = k.threads.get_mut(cur) {
-        th.exc_reply = Some(reply);
+    let vp = match k.threads.get_mut(cur) {
+        Some(th) => {
+            th.exc_reply = Some(reply);
+            th.vp
+        }
+        None => false,
+    };
+    // A thread of a virtual processor waits through `block_until` below, which lets its
+    // processor go on with a spare (a Block upcall).
+    if !vp {
+        raise_fast(k, cur, port, reply, &info);
     }
-    raise_fast(k, cur, port, reply, &info);
     // Room for the thread among the reply port's receivers first: then nothing below
     // allocates once the exception is sent.
     if let Some(p) = k.ipc.port_mut(reply) {
@@ -99,10 +107,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     if let Some(p) = k.ipc.port_mut(reply) {
         p.receivers.push_back(cur);
     }
-    if let Some(th) = k.threads.get_mut(cur) {
-        th.state = ThreadState::Blocked(Blocked::Receive { port: reply });
-        th.timer = None;
-    }
+    thread::block_until(k, Blocked::Receive { port: reply }, None);
     k.stats.blocks_ipc += 1;
     let cont = Continuation::new(Resume::ExceptionReply);
     // The handler, if it was waiting, takes over this stack at once.
