@@ -1157,7 +1157,6 @@ pub(crate) fn with_area<R>(f: impl FnOnce(&mut Bump) -> R) -> R {
 }
 
 /// Marks `t` determined (`end`), wakes its waiters and leaves its group.
-#[inline(never)]
 fn complete(t: &ThreadRef, end: End) {
     let waiters = {
         let mut c = t.core().ctl.lock();
