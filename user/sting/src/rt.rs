@@ -66,7 +66,7 @@ use crate::platform;
 use crate::policy::{Kind, Policy};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
-use crate::state::{End, Event, Paper, State};
+use crate::state::{End, Paper, State};
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -947,7 +947,9 @@ impl Vp {
                 bump(&self.counters.declined);
                 return false;
             }
-            c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+            // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+            // out, so that no build has to see through the table).
+            c.state = State::Ready;
             let ticket = c.enqueue();
             // SAFETY: the thread is alive (its TCB runs it).
             (unsafe { ThreadRef::clone_raw(core) }, ticket)
@@ -1840,7 +1842,8 @@ pub fn park() {
             c.token = false;
             return;
         }
-        c.state = c.state.on(Event::Block).unwrap_or(State::Blocked);
+        // What `on(Block)` gives, or its fallback: `Blocked` from every state.
+        c.state = State::Blocked;
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it.
@@ -1874,7 +1877,9 @@ pub fn yield_now() {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         let ticket = c.enqueue();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
@@ -1895,7 +1900,9 @@ pub fn migrate(target: usize) {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         c.vp = target;
         let ticket = c.enqueue();
         // SAFETY: as above.
@@ -1950,7 +1957,9 @@ fn suspend_self() {
         // SAFETY: the running thread is alive.
         let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
         c.suspended = true;
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         c.queued = false;
     }
     let next = vp.next_runnable();
@@ -2391,7 +2400,9 @@ fn switch_to_target(t: &ThreadRef) {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         let ticket = c.enqueue();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
