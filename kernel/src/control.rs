@@ -483,8 +483,10 @@ fn wait_for_arrival(k: &mut Kernel, cur: ThreadId, target: ThreadId) -> ! {
     }
     if let Some(th) = k.threads.get_mut(cur) {
         rewind(&mut th.frame);
-        th.state = ThreadState::Blocked(Blocked::StateWait { target });
     }
+    // Through `block_until`: a virtual processor's thread gives its processor a Block
+    // upcall while it waits.
+    thread::block_until(k, Blocked::StateWait { target }, None);
     k.stats.blocks_internal += 1;
     thread::thread_block_with(k, Continuation::new(Resume::UserReturn))
 }

@@ -49,7 +49,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
     // The task's port is looked at only when the thread has none of its own.
-    let (own, task_key) = (th.exc_port, th.task_key);
+    let (own, task_key, vp) = (th.exc_port, th.task_key, th.vp);
     let task_port = |k: &Kernel| k.tasks.by_key(task_key).and_then(|t| t.exc_port);
     let Some(port) = alive(k, own).or_else(|| alive(k, task_port(k))) else {
         return;
@@ -73,7 +73,11 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
         thread: cur.0,
         task,
     };
-    raise_fast(k, cur, port, reply, &head);
+    // A thread of a virtual processor waits through `block_until` below, which lets its
+    // processor go on with a spare (a Block upcall).
+    if !vp {
+        raise_fast(k, cur, port, reply, &head);
+    }
     // The general path: the message built in kernel memory.
     let Some(regs) = k.threads.get(cur).map(|th| th.frame.user_regs()) else {
         return;
@@ -112,10 +116,7 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     if let Some(p) = k.ipc.port_mut(reply) {
         p.receivers.push_back(cur);
     }
-    if let Some(th) = k.threads.get_mut(cur) {
-        th.state = ThreadState::Blocked(Blocked::Receive { port: reply });
-        th.timer = None;
-    }
+    thread::block_until(k, Blocked::Receive { port: reply }, None);
     k.stats.blocks_ipc += 1;
     let cont = Continuation::new(Resume::ExceptionReply);
     // The handler, if it was waiting, takes over this stack at once.
@@ -387,8 +388,11 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
         return;
     };
     let urgent = c.runq.peek_priority().is_none_or(|p| p <= tt.priority);
+    // A handler on a virtual processor takes the general path, whose receive gives its
+    // processor a Block upcall.
     if th.stack.is_none()
         || th.kill_pending
+        || th.vp
         || tt.stack.is_some()
         || tt.cont.map(|c| c.point) != Some(Resume::ExceptionReply)
         || tt.exc_reply != Some(plan.msg.dest)

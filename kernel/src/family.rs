@@ -85,8 +85,9 @@ pub struct Hooks {
     /// go on with a spare thread, made ready at the front of this CPU's run queue.
     pub vp_blocking: fn(&mut Kernel, ThreadId, Blocked),
     /// The running thread `t`, which belongs to a virtual processor, is on its way back to
-    /// user mode at a timer tick or about to be preempted (`preempted`): its processor may
-    /// be told with a Checkpoint upcall (its user registers rewritten to enter it).
+    /// user mode at a timer tick or a wake-up interrupt, or about to be preempted
+    /// (`preempted`): its processor may be told with a Checkpoint upcall (its user registers
+    /// rewritten to enter it).
     pub vp_preempting: fn(&mut Kernel, ThreadId, bool),
     /// A processor is about to halt with nothing to run (its idle thread, under the
     /// lock): a family may do deferred work (SPIN's asynchronous handlers). Whether it

@@ -10,7 +10,8 @@
 //! when:
 //!
 //! - the options are exactly `MSG_SEND | MSG_RECEIVE` with no timeout, through the
-//!   caller's IPC buffer;
+//!   caller's IPC buffer, and the caller is no virtual processor's thread (its receive
+//!   must give the processor a Block upcall, which the general path does);
 //! - the message is one of the two RPC forms of `kern::ipc::fast` (a request with a
 //!   send-once reply right, or the reply through that right; no descriptors);
 //! - the port the caller receives on has no queued message (else the receive would not
@@ -45,7 +46,10 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
     let th = unsafe { crate::thread::current_mut() };
     let cur = th.id;
     let [opts, rcv_name, timeout, ..] = th.frame.syscall_args().1;
-    let (Some((_, page)), false, true) = (th.ipc_buffer, th.kill_pending, th.stack.is_some())
+    // A virtual processor's thread (`vp`) takes the general path, whose receive gives its
+    // processor a Block upcall.
+    let (Some((_, page)), false, true) =
+        (th.ipc_buffer, th.kill_pending | th.vp, th.stack.is_some())
     else {
         return;
     };

@@ -130,6 +130,26 @@ pub fn restore_after_fault(c: &Cpu, copy: &Area, kept: bool) {
     }
 }
 
+/// An `fxsave` image (the legacy region of the save area: x87, `mxcsr`, XMM) of the
+/// floating-point and vector registers of `c`'s running thread, for a virtual processor's
+/// runtime that resumes the thread on another kernel thread (`crate::vproc`): the initial
+/// state's when the thread never used them. (The AVX upper halves are not in it; user
+/// programs are built for SSE2.)
+pub fn legacy_image(c: &Cpu) -> [u8; baton_abi::vproc::FP_IMAGE_SIZE] {
+    let mut area = Area::initial();
+    if !c.fpu_live.is_null() {
+        // SAFETY: TS is clear (the module's invariant: `fpu_live` is not null); the live
+        // registers are the running thread's. Components in their initial state that the
+        // save skips keep the initial image's values, which are theirs.
+        unsafe { hw::save(&mut area) };
+    }
+    let mut out = [0u8; baton_abi::vproc::FP_IMAGE_SIZE];
+    if let Some(legacy) = area.0.get(..out.len()) {
+        out.copy_from_slice(legacy);
+    }
+    out
+}
+
 /// A thread that is not running leaves an activation (an unwind after its server ended):
 /// its saved floating-point state goes back to the initial one, as on a return.
 pub fn reset_saved(th: &mut Thread) {

@@ -1404,7 +1404,14 @@ pub fn on_trap(frame: *mut TrapFrame) {
             apic::eoi();
             k.expire_timers();
         }
-        v if v == crate::arch::apic::IPI_WAKE => apic::eoi(),
+        v if v == crate::arch::apic::IPI_WAKE => {
+            apic::eoi();
+            // A virtual processor's carrier may have been interrupted on purpose
+            // (`vp_interrupt`): its family decides whether it is told.
+            if k.threads.get(cur).is_some_and(|t| t.vp) {
+                (family::hooks().vp_preempting)(k, cur, false);
+            }
+        }
         v if crate::arch::line_of_vector(v).is_some() => {
             // The family masks a level-triggered line before the end of interrupt.
             if let Some(irq) = crate::arch::line_of_vector(v) {

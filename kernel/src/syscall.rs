@@ -622,9 +622,12 @@ impl Kernel {
             | Sys::VpWait
             | Sys::VpResume
             | Sys::Null => Err(Error::InvalidArgument),
-            Sys::VpCreate | Sys::VpSpares | Sys::VpTake | Sys::VpDestroy | Sys::VpPreempt => {
-                crate::vproc::sys(self, id, call, args)
-            }
+            Sys::VpCreate
+            | Sys::VpSpares
+            | Sys::VpTake
+            | Sys::VpDestroy
+            | Sys::VpPreempt
+            | Sys::VpInterrupt => crate::vproc::sys(self, id, call, args),
             Sys::StrandCount => crate::extension::strand::count(self, id, args[0]),
             Sys::SpinReclaim => crate::extension::reclaim::sys(id, args[0]),
         };

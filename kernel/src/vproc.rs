@@ -32,8 +32,8 @@ use crate::thread::{self, Blocked, ThreadId, ThreadState};
 use baton_abi::exception::UserRegs;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::vproc::{
-    VpConfig, VpEvent, SPARES_MAX, TAKE_MAX, UPCALL_STACK_MIN, VPS_PER_TASK_MAX, VP_BLOCK,
-    VP_CONFIG_SIZE, VP_EVENT_SIZE, VP_UNBLOCK,
+    VpConfig, VpEventHead, FP_IMAGE_SIZE, SPARES_MAX, TAKE_MAX, UPCALL_STACK_MIN, VPS_PER_TASK_MAX,
+    VP_BLOCK, VP_CONFIG_SIZE, VP_EVENT_HEAD, VP_EVENT_SIZE, VP_UNBLOCK,
 };
 use baton_abi::{Error, Sys, FOREVER};
 use core::cell::UnsafeCell;
@@ -42,28 +42,95 @@ use kern::continuation::{Continuation, Resume};
 use kern::slab::{Key, Slab};
 use kern::vproc::{Preemption, Role, Unblock, VpCore};
 
+/// What an Unblock gives back: the thread's user registers, and whether it blocked at a
+/// fault rather than in a system call (its frame is not a `syscall`'s): then every register
+/// and its floating-point and vector registers were live there, and the event carries an
+/// image of the latter (kept in [`Vp::images`] while the event is queued).
+#[derive(Clone, Copy)]
+struct Back {
+    regs: UserRegs,
+    fault: bool,
+}
+
+impl Back {
+    /// The Unblock event for thread `token` of processor `vp` (`pending` still queued),
+    /// displacing `stopped` when that is given.
+    fn event(
+        &self,
+        token: ThreadId,
+        vp: Key,
+        pending: usize,
+        stopped: Option<UserRegs>,
+    ) -> VpEventHead {
+        VpEventHead {
+            kind: VP_UNBLOCK,
+            token: token.0,
+            vp: vp.0,
+            pending: pending as u64,
+            interrupted: u64::from(stopped.is_some()),
+            regs: self.regs,
+            stopped: stopped.unwrap_or_default(),
+            fault: u64::from(self.fault),
+        }
+    }
+}
+
+/// A floating-point image of a queued fault Unblock, with its thread's id (0: a free slot).
+type Image = (u64, [u8; FP_IMAGE_SIZE]);
+
 /// One virtual processor.
 struct Vp {
     /// Its task.
     task: TaskId,
     /// Its threads and queued events.
-    core: VpCore<ThreadId, UserRegs>,
+    core: VpCore<ThreadId, Back>,
     /// Where the runtime is entered.
     cfg: VpConfig,
     /// The wait-queue key of the carrier's `vp_wait`, while it may be in one.
     idle: Option<(TaskId, u64)>,
     /// Whether, and after how long, the runtime is told of preemptions (Checkpoint).
     preempt: Preemption,
+    /// `vp_interrupt` asked for a Checkpoint at the carrier's next stop in user mode.
+    kick: bool,
+    /// The floating-point images of queued fault Unblocks: one slot for each event the
+    /// queue may hold, made with the processor.
+    images: alloc::boxed::Box<[Image; SPARES_MAX as usize]>,
     /// Its charge to the task's account.
     _charge: kern::quota::Charge,
 }
 
+impl Vp {
+    /// Keeps the image of thread `token`'s queued fault Unblock (there is a slot: no more
+    /// events are queued than there are slots).
+    fn keep_image(&mut self, token: ThreadId, fp: &[u8; FP_IMAGE_SIZE]) {
+        if let Some(slot) = self.images.iter_mut().find(|s| s.0 == 0) {
+            *slot = (token.0, *fp);
+        }
+    }
+
+    /// The image kept for thread `token`'s event.
+    fn image(&self, token: ThreadId) -> Option<&[u8; FP_IMAGE_SIZE]> {
+        self.images
+            .iter()
+            .find(|s| s.0 == token.0 && token.0 != 0)
+            .map(|s| &s.1)
+    }
+
+    /// Frees the slot of thread `token`'s image (its event was delivered).
+    fn drop_image(&mut self, token: ThreadId) {
+        if let Some(slot) = self.images.iter_mut().find(|s| s.0 == token.0) {
+            slot.0 = 0;
+        }
+    }
+}
+
 /// What a virtual processor costs its task besides its spare threads (each charged as a
-/// thread): the record and the room of its lists.
+/// thread): the record and the room of its lists, and its images' slots.
 const VP_BYTES: usize = core::mem::size_of::<Vp>()
+    + core::mem::size_of::<[Image; SPARES_MAX as usize]>()
     + SPARES_MAX as usize
         * (2 * core::mem::size_of::<ThreadId>()
-            + core::mem::size_of::<kern::vproc::Event<ThreadId, UserRegs>>())
+            + core::mem::size_of::<kern::vproc::Event<ThreadId, Back>>())
     + 64;
 
 struct State {
@@ -119,6 +186,7 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
             }
         }
         Sys::VpPreempt => set_preempt(k, task, args[0], args[1]),
+        Sys::VpInterrupt => interrupt(k, task, args[0]),
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -164,6 +232,8 @@ fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, E
         .clone();
     let charge = crate::quota::heap(&account, VP_BYTES)?;
     let core = VpCore::new(cur, SPARES_MAX as usize).ok_or(Error::NoMemory)?;
+    let images = kern::fallible::try_box([(0, [0; FP_IMAGE_SIZE]); SPARES_MAX as usize])
+        .ok_or(Error::NoMemory)?;
     let key = st
         .vps
         .insert(Vp {
@@ -172,6 +242,8 @@ fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, E
             cfg,
             idle: None,
             preempt: Preemption::default(),
+            kick: false,
+            images,
             _charge: charge,
         })
         .map_err(|_| Error::NoMemory)?;
@@ -245,17 +317,22 @@ fn frame_at(cfg: &VpConfig) -> u64 {
     (cfg.upcall_hi & !15).saturating_sub(VP_EVENT_SIZE as u64) & !15
 }
 
-/// Writes `ev` at the top of the upcall stack of `cfg` in `task` and points thread `t`'s
-/// user registers at the upcall entry. Nothing changes on an error.
+/// Writes `ev` (and its floating-point image `fp`, if any) at the top of the upcall stack
+/// of `cfg` in `task` and points thread `t`'s user registers at the upcall entry. Nothing
+/// changes on an error.
 fn enter_upcall(
     k: &mut Kernel,
     task: TaskId,
     t: ThreadId,
     cfg: &VpConfig,
-    ev: &VpEvent,
+    ev: &VpEventHead,
+    fp: Option<&[u8; FP_IMAGE_SIZE]>,
 ) -> Result<(), Error> {
     let at = frame_at(cfg);
-    let mut bytes = [0u8; VP_EVENT_SIZE + 8];
+    if let Some(fp) = fp {
+        k.copy_out(task, at + VP_EVENT_HEAD as u64, fp)?;
+    }
+    let mut bytes = [0u8; VP_EVENT_HEAD + 8];
     if let Some(rest) = bytes.get_mut(8..) {
         rest.copy_from_slice(&ev.to_bytes());
     }
@@ -277,13 +354,23 @@ fn post(k: &mut Kernel, task: TaskId, mailbox: u64, pending: usize) {
 }
 
 /// The `vp_blocking` hook: the running thread `t` (of a virtual processor) blocks on
-/// `why`. When it is a carrier, blocking in a call that waits (a receive or send, `wait`,
-/// `sleep`) away from the runtime's own stacks, and a spare is free, the spare carries the
-/// processor on: it is put first in this CPU's run queue, to enter the Block upcall.
+/// `why`. When it is a carrier, blocking in a call or at a fault that waits (a receive or
+/// send, on the general path or the fast path's way to it, in its own task or in a server
+/// its call migrated into; `wait`, `sleep`, `act_get_state`'s wait for a thread to stop; a
+/// fault's wait for its exception reply or for a page from a pager) away from the
+/// runtime's own stacks, and a spare is free, the spare carries the processor on: it is put
+/// first in this CPU's run queue, to enter the Block upcall. (Suspension, `Suspended`,
+/// stops the kernel thread, processor and all; the other states are never a running
+/// carrier's.)
 pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
     let waits = matches!(
         why,
-        Blocked::Receive { .. } | Blocked::Send { .. } | Blocked::Wait { .. } | Blocked::Sleep
+        Blocked::Receive { .. }
+            | Blocked::Send { .. }
+            | Blocked::Wait { .. }
+            | Blocked::Sleep
+            | Blocked::StateWait { .. }
+            | Blocked::PageIn { .. }
     );
     if !waits {
         return;
@@ -305,7 +392,12 @@ pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
     let Some(th) = k.threads.get(t) else {
         return;
     };
-    let regs = th.frame.user_regs();
+    // In a server its call migrated into, the thread's registers there are the server's:
+    // the event carries its own task's, as they were at the call.
+    let regs = match th.below.first() {
+        Some(home) => home.frame.user_regs(),
+        None => th.frame.user_regs(),
+    };
     let cfg = vp.cfg;
     let in_range = |lo: u64, hi: u64| lo <= regs.rsp && regs.rsp < hi;
     if in_range(cfg.upcall_lo, cfg.upcall_hi) || in_range(cfg.quiet_lo, cfg.quiet_hi) {
@@ -333,22 +425,21 @@ pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
     let Some(spare) = vp.core.on_block(t) else {
         return;
     };
-    let ev = VpEvent {
+    let ev = VpEventHead {
         kind: VP_BLOCK,
         token: t.0,
         vp: key.0,
         pending: vp.core.counts().2 as u64,
-        interrupted: 0,
         regs,
-        stopped: UserRegs::default(),
+        ..VpEventHead::default()
     };
     let task = vp.task;
-    if enter_upcall(k, task, spare, &cfg, &ev).is_err() {
+    if enter_upcall(k, task, spare, &cfg, &ev, None).is_err() {
         // The upcall stack is gone: undo, and `t` blocks as an ordinary thread.
         // SAFETY: as above (the earlier reference is no longer used).
         let st = unsafe { state(k) };
         if let Some(vp) = st.vps.get_mut(key) {
-            let _ = vp.core.on_unblock(t, regs, true);
+            let _ = vp.core.on_unblock(t, Back { regs, fault: false }, true);
         }
         return;
     }
@@ -373,16 +464,21 @@ pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
 /// Part of the `before_user` hook: the running thread, about to return to user mode, may
 /// be a detached thread whose call completed. It takes its processor over with an Unblock
 /// upcall when the carrier is idle in `vp_wait`, else queues its event and parks as a
-/// spare. An orphan (its processor gone) ends.
+/// spare. An orphan (its processor gone) ends. A thread on its way to user mode in a server
+/// its call migrated into goes on there: it comes back to its processor when the call
+/// returns into its own task. A thread whose frame is not a system call's (it blocked at
+/// a fault, or its registers were set) gives back every register and its floating-point
+/// state.
 pub fn before_user(k: &mut Kernel) {
     let cur = k.current_thread();
     let Some(th) = k.threads.get(cur) else {
         return;
     };
-    if !th.vp {
+    if !th.vp || !th.below.is_empty() {
         return;
     }
     let regs = th.frame.user_regs();
+    let fault = th.frame.vector != crate::arch::trap::SYSCALL_VECTOR;
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
     let Some((key, role)) = find(st, cur) else {
@@ -415,7 +511,9 @@ pub fn before_user(k: &mut Kernel) {
     let Some(vp) = st.vps.get_mut(key) else {
         return;
     };
-    match vp.core.on_unblock(cur, regs, idle.is_some()) {
+    let back = Back { regs, fault };
+    let fp = fault.then(|| crate::fpu::legacy_image(k.cpu(crate::arch::gdt::this_cpu())));
+    match vp.core.on_unblock(cur, back, idle.is_some()) {
         Unblock::NotDetached => {}
         Unblock::TakeOver { parked } => {
             STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
@@ -434,16 +532,8 @@ pub fn before_user(k: &mut Kernel) {
                     k.timers.cancel(timer);
                 }
             }
-            let ev = VpEvent {
-                kind: VP_UNBLOCK,
-                token: cur.0,
-                vp: key.0,
-                pending,
-                interrupted: 1,
-                regs,
-                stopped,
-            };
-            if enter_upcall(k, task, cur, &cfg, &ev).is_err() {
+            let ev = back.event(cur, key, pending as usize, Some(stopped));
+            if enter_upcall(k, task, cur, &cfg, &ev, fp.as_ref()).is_err() {
                 k.report(format_args!(
                     "killed: the upcall stack of virtual processor {} is not writable",
                     key.0
@@ -454,6 +544,9 @@ pub fn before_user(k: &mut Kernel) {
         }
         Unblock::Queued => {
             STOPS_PENDING.fetch_sub(1, Ordering::Relaxed);
+            if let Some(fp) = &fp {
+                vp.keep_image(cur, fp);
+            }
             let pending = vp.core.counts().2;
             post(k, task, cfg.mailbox, pending);
             if let Some(th) = k.threads.get_mut(cur) {
@@ -492,24 +585,27 @@ fn vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) -> Resul
             .map(|t| t.frame.user_regs())
             .unwrap_or_default();
         stopped.rax = 0;
-        let event = VpEvent {
-            kind: VP_UNBLOCK,
-            token: ev.token.0,
-            vp: key.0,
-            pending: pending as u64,
-            interrupted: 1,
-            regs: ev.regs,
-            stopped,
-        };
+        let event = ev.regs.event(ev.token, key, pending, Some(stopped));
         post(k, task, cfg.mailbox, pending);
-        if let Err(e) = enter_upcall(k, task, cur, &cfg, &event) {
-            // Not delivered: the event goes back (first), the call fails.
-            // SAFETY: as above (the earlier reference is no longer used).
-            let st = unsafe { state(k) };
-            if let Some(vp) = st.vps.get_mut(key) {
-                vp.core.requeue_front(ev);
+        // SAFETY: as above (the earlier reference is no longer used).
+        let st = unsafe { state(k) };
+        let fp = st
+            .vps
+            .get(key)
+            .filter(|_| ev.regs.fault)
+            .and_then(|v| v.image(ev.token).copied());
+        let sent = enter_upcall(k, task, cur, &cfg, &event, fp.as_ref());
+        // SAFETY: as above.
+        let st = unsafe { state(k) };
+        if let Some(vp) = st.vps.get_mut(key) {
+            match sent {
+                Ok(()) => vp.drop_image(ev.token),
+                // Not delivered: the event goes back (first), the call fails.
+                Err(e) => {
+                    vp.core.requeue_front(ev);
+                    return Err(e);
+                }
             }
-            return Err(e);
         }
         crate::kernel::finish_entry(k, false, None)
     }
@@ -563,17 +659,22 @@ fn take(k: &mut Kernel, cur: ThreadId, task: TaskId, buf: u64, max: u64) -> Resu
         let Some(ev) = vp.core.take() else {
             return Ok(i);
         };
-        let record = VpEvent {
-            kind: VP_UNBLOCK,
-            token: ev.token.0,
-            vp: key.0,
-            pending: vp.core.counts().2 as u64,
-            interrupted: 0,
-            regs: ev.regs,
-            stopped: UserRegs::default(),
-        };
+        let record = ev.regs.event(ev.token, key, vp.core.counts().2, None);
+        let fp = vp.image(ev.token).filter(|_| ev.regs.fault).copied();
         let at = buf + i * VP_EVENT_SIZE as u64;
-        if let Err(e) = k.copy_out(task, at, &record.to_bytes()) {
+        let written = match &fp {
+            Some(fp) => k.copy_out(task, at + VP_EVENT_HEAD as u64, fp),
+            None => Ok(()),
+        }
+        .and_then(|()| k.copy_out(task, at, &record.to_bytes()));
+        if written.is_ok() && fp.is_some() {
+            // SAFETY: as above.
+            let st = unsafe { state(k) };
+            if let Some(vp) = st.vps.get_mut(key) {
+                vp.drop_image(ev.token);
+            }
+        }
+        if let Err(e) = written {
             // SAFETY: as above.
             let st = unsafe { state(k) };
             if let Some(vp) = st.vps.get_mut(key) {
@@ -686,13 +787,35 @@ fn set_preempt(k: &mut Kernel, task: TaskId, vp: u64, quantum: u64) -> Result<u6
     Ok(0)
 }
 
-/// The `vp_preempting` hook: the carrier `t` is on its way to user mode at a timer tick,
-/// or is being preempted (`preempted`). When its processor asked for Checkpoints and the
-/// carrier runs a user-level thread that is due one (`kern::vproc::Preemption::due`), and
-/// no `Strand.Checkpoint` handler vetoes it, its user registers are rewritten to enter the
+/// `vp_interrupt(vp)`: a Checkpoint at the carrier's next stop in user mode, which an
+/// inter-processor interrupt makes now when the carrier runs on another CPU.
+fn interrupt(k: &mut Kernel, task: TaskId, vp: u64) -> Result<u64, Error> {
+    // SAFETY: the lock is held (we have `k`); no other reference is alive.
+    let st = unsafe { state(k) };
+    let v = st
+        .vps
+        .get_mut(Key(vp))
+        .filter(|v| v.task == task)
+        .ok_or(Error::NotFound)?;
+    v.kick = true;
+    let carrier = v.core.carrier();
+    if let Some(ThreadState::Running { cpu }) = k.threads.get(carrier).map(|t| t.state) {
+        // The interrupt's way back to user mode calls `on_preempt` (the core's
+        // `vp_preempting` hook); nothing when it is this CPU (the caller carries it).
+        crate::arch::smp::wake_cpu(cpu);
+    }
+    Ok(0)
+}
+
+/// The `vp_preempting` hook: the carrier `t` is on its way to user mode at a timer tick or
+/// a wake-up interrupt, or is being preempted (`preempted`). When its processor asked for
+/// Checkpoints and the carrier runs a user-level thread that is due one
+/// (`kern::vproc::Preemption::due`), or `vp_interrupt` asked for one, and no
+/// `Strand.Checkpoint` handler vetoes it, its user registers are rewritten to enter the
 /// runtime with a Checkpoint upcall carrying the thread's registers, all of them: the
-/// carrier enters it now, or when it next runs. A runtime whose upcall stack cannot be
-/// written ends.
+/// carrier enters it now, or when it next runs. Not while the carrier runs a call it
+/// migrated into a server (those registers are the server's). A runtime whose upcall stack
+/// cannot be written ends.
 pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
@@ -702,17 +825,26 @@ pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
     let Some(vp) = st.vps.get_mut(key) else {
         return;
     };
-    if vp.preempt.quantum_ns == 0 {
+    if vp.preempt.quantum_ns == 0 && !vp.kick {
         return;
     }
     let Some(th) = k.threads.get(t) else {
         return;
     };
+    if !th.below.is_empty() {
+        return;
+    }
     let regs = th.frame.user_regs();
     let (cfg, task) = (vp.cfg, vp.task);
     let now = crate::arch::apic::now_ns();
     let quiet = [(cfg.upcall_lo, cfg.upcall_hi), (cfg.quiet_lo, cfg.quiet_hi)];
-    if !vp.preempt.due(now, preempted, regs.rsp, &quiet) {
+    let kicked = core::mem::take(&mut vp.kick);
+    let due = if kicked {
+        Preemption::runs_a_thread(regs.rsp, &quiet)
+    } else {
+        vp.preempt.due(now, preempted, regs.rsp, &quiet)
+    };
+    if !due {
         return;
     }
     vp.preempt.restart(now);
@@ -728,16 +860,15 @@ pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
     ) {
         return;
     }
-    let ev = VpEvent {
+    let ev = VpEventHead {
         kind: baton_abi::vproc::VP_CHECKPOINT,
         token: t.0,
         vp: key.0,
         pending,
-        interrupted: 0,
         regs,
-        stopped: UserRegs::default(),
+        ..VpEventHead::default()
     };
-    if enter_upcall(k, task, t, &cfg, &ev).is_err() {
+    if enter_upcall(k, task, t, &cfg, &ev, None).is_err() {
         k.report(format_args!(
             "killed: the upcall stack of virtual processor {} is not writable",
             key.0

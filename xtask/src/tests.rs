@@ -1329,6 +1329,45 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Sting threads that block in the kernel on every path give their virtual
+        // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
+        // migrating call whose server sleeps, an exception's wait for its handler, a
+        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // virtual processor at once.
+        name: "sting_block_smp1",
+        init: &["sting_block"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["sting_block#1| TEST PASS sting_block"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting threads that block in the kernel on every path give their virtual
+        // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
+        // migrating call whose server sleeps, an exception's wait for its handler, a
+        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // virtual processor at once.
+        name: "sting_block_smp2",
+        init: &["sting_block"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["sting_block#1| TEST PASS sting_block"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting threads that block in the kernel on every path give their virtual
+        // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
+        // migrating call whose server sleeps, an exception's wait for its handler, a
+        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // virtual processor at once.
+        name: "sting_block_smp4",
+        init: &["sting_block"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["sting_block#1| TEST PASS sting_block"],
+        ..BASE
+    },
+    IntegrationTest {
         // The runtime's heap through `alloc`: Vec, String, Box, BTreeMap, reuse of freed
         // memory, pages given back, two threads at once, allocations that must fail.
         name: "heap_smp1",

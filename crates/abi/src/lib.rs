@@ -541,6 +541,14 @@ pub enum Sys {
     /// were ignored, the clock's choice standing ([`translation::RECLAIM_IGNORED`]).
     /// [`Error::InvalidArgument`] for another `which`.
     SpinReclaim = 250,
+    /// `vp_interrupt(vp) -> 0`: asks for a Checkpoint upcall (as [`Sys::VpPreempt`]'s, but
+    /// at once, whatever the quantum, even with Checkpoints off) on the task's virtual
+    /// processor `vp` the next time its carrier is stopped in user mode running a
+    /// user-level thread: an inter-processor interrupt stops it now when it runs on
+    /// another CPU, else it is stopped at its next timer tick. How a runtime interrupts a
+    /// thread running on another of its processors (Sting's immediate signal).
+    /// [`Error::NotFound`] for no virtual processor of the task with that id.
+    VpInterrupt = 260,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -890,6 +898,7 @@ impl Sys {
             160 => Sys::VpPreempt,
             161 => Sys::VpResume,
             162 => Sys::StrandCount,
+            260 => Sys::VpInterrupt,
             210 => Sys::SpinAsync,
             240 => Sys::PagerLock,
             250 => Sys::SpinReclaim,

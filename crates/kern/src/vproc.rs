@@ -225,8 +225,15 @@ impl Preemption {
     /// taking the CPU from it (`preempted`) or the thread has had its quantum.
     pub fn due(&self, now: u64, preempted: bool, rsp: u64, quiet: &[(u64, u64)]) -> bool {
         self.quantum_ns != 0
-            && !quiet.iter().any(|&(lo, hi)| lo <= rsp && rsp < hi)
+            && Preemption::runs_a_thread(rsp, quiet)
             && (preempted || now.saturating_sub(self.since_ns) >= self.quantum_ns)
+    }
+
+    /// Whether a carrier stopped with its stack pointer at `rsp` runs a user-level thread:
+    /// `rsp` in none of the runtime's own stacks (`quiet`). What an interruption the
+    /// runtime asked for (`vp_interrupt`) needs, whatever the quantum.
+    pub fn runs_a_thread(rsp: u64, quiet: &[(u64, u64)]) -> bool {
+        !quiet.iter().any(|&(lo, hi)| lo <= rsp && rsp < hi)
     }
 
     /// A user-level thread got the processor at `now`: its quantum starts.
@@ -259,6 +266,31 @@ mod tests {
         assert_eq!(vp.role(1), Some(Role::Spare));
         assert_eq!(vp.take(), Some(Event { token: 1, regs: 42 }));
         assert_eq!(vp.take(), None);
+    }
+
+    #[test]
+    fn an_interruption_needs_only_a_running_thread() {
+        let quiet = [(0x1000, 0x2000), (0x8000, 0x9000)];
+        assert!(Preemption::runs_a_thread(0x5000, &quiet));
+        assert!(
+            Preemption::runs_a_thread(0x2000, &quiet),
+            "the ranges are half open"
+        );
+        assert!(!Preemption::runs_a_thread(0x1000, &quiet));
+        assert!(!Preemption::runs_a_thread(0x8fff, &quiet));
+        let off = Preemption::default();
+        assert!(
+            !off.due(10, true, 0x5000, &quiet),
+            "no quantum: no Checkpoint due"
+        );
+        let on = Preemption {
+            quantum_ns: 100,
+            since_ns: 0,
+        };
+        assert!(!on.due(50, false, 0x5000, &quiet), "within the quantum");
+        assert!(on.due(50, true, 0x5000, &quiet), "preempted");
+        assert!(on.due(100, false, 0x5000, &quiet), "the quantum is over");
+        assert!(!on.due(100, true, 0x1800, &quiet), "in a quiet range");
     }
 
     #[test]

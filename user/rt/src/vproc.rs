@@ -73,6 +73,13 @@ pub fn vp_preempt(vp: u64, quantum_ns: u64) -> Result<(), Error> {
     decode_result(unsafe { syscall2(Sys::VpPreempt as u64, vp, quantum_ns) }).map(|_| ())
 }
 
+/// Asks for a Checkpoint upcall on virtual processor `vp` at once (an inter-processor
+/// interrupt when its carrier runs on another CPU), whatever its quantum.
+pub fn vp_interrupt(vp: u64) -> Result<(), Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall1(Sys::VpInterrupt as u64, vp) }).map(|_| ())
+}
+
 /// By a carrier: continues at `regs` (every register restored). Returns only on an error.
 ///
 /// # Safety

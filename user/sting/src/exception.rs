@@ -464,7 +464,9 @@ pub enum Priority {
     /// The signaller continues; the target runs the handler when it next runs.
     Continue,
     /// The signaller switches to the target at once if the target is ready on its
-    /// processor (the handler runs first); otherwise as `Continue`.
+    /// processor (the handler runs first); a target running on another processor is
+    /// stopped there at once by the kernel (with [`crate::Config::preempt`]; it runs the
+    /// handler then if it is [`crate::preemptible`]); otherwise as `Continue`.
     Immediate,
     /// The signaller yields its processor (back to its ready queue).
     Reschedule,

@@ -66,7 +66,7 @@ use crate::platform;
 use crate::policy::{Kind, Policy};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
-use crate::state::{End, Event, Paper, State};
+use crate::state::{End, Paper, State};
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -610,6 +610,7 @@ struct Counters {
     area_chunks: AtomicU64,
     exceptions: AtomicU64,
     signals: AtomicU64,
+    interrupts: AtomicU64,
 }
 
 /// Adds one to a counter only its virtual processor writes (a plain load and store).
@@ -872,21 +873,30 @@ impl Vp {
     /// A thread of this virtual processor that blocked in the kernel (on the TCB whose
     /// stack `regs.rsp` is in) may go on with `regs` (its call's result in `rax`): a frame
     /// on its stack makes [`switch_to`] resume it with those registers, and it is listed
-    /// to run before the queued threads.
+    /// to run before the queued threads. With `fp` (the thread blocked at a fault, not in
+    /// a call: `regs` are every register and `fp` its `fxsave` image) it resumes with all
+    /// of them, through the kernel's `vp_resume`.
     ///
     /// # Safety
     /// On this virtual processor's carrier; `regs` are the registers the kernel gave back
-    /// for a thread that blocked here.
-    pub(crate) unsafe fn kernel_unblocked(&self, regs: &crate::arch::UserRegs) {
+    /// for a thread that blocked here, and `fp`, if given, its readable `fxsave` image.
+    pub(crate) unsafe fn kernel_unblocked(
+        &self,
+        regs: &crate::arch::UserRegs,
+        fp: Option<*const u8>,
+    ) {
         let tcb = (regs.rsp as usize & !(STACK_SIZE - 1)) as *mut Tcb;
         // SAFETY: the stack pointer of a blocked sting thread lies in its TCB block.
         if unsafe { (*tcb).magic } != MAGIC {
             not_a_sting_thread();
         }
         // SAFETY: the TCB is blocked in the kernel: nothing runs on it, and the stack
-        // below its saved `rsp` is free.
+        // below its saved `rsp` is free; `fp` is readable (the caller's promise).
         unsafe {
-            *(*tcb).sp.get() = crate::arch::prepare_resume(regs);
+            *(*tcb).sp.get() = match fp {
+                None => crate::arch::prepare_resume(regs),
+                Some(fp) => crate::arch::prepare_fault_resume(regs, fp),
+            };
             (*tcb).running.store(false, Release);
         }
         bump(&self.counters.kernel_unblocks);
@@ -937,7 +947,9 @@ impl Vp {
                 bump(&self.counters.declined);
                 return false;
             }
-            c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+            // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+            // out, so that no build has to see through the table).
+            c.state = State::Ready;
             let ticket = c.enqueue();
             // SAFETY: the thread is alive (its TCB runs it).
             (unsafe { ThreadRef::clone_raw(core) }, ticket)
@@ -1150,11 +1162,10 @@ pub(crate) fn with_area<R>(f: impl FnOnce(&mut Bump) -> R) -> R {
 fn complete(t: &ThreadRef, end: End) {
     let waiters = {
         let mut c = t.core().ctl.lock();
-        let event = match end {
-            End::Value => Event::Finish,
-            End::Terminated => Event::Terminate,
-        };
-        c.state = c.state.on(event).unwrap_or(State::Determined(end));
+        // What `on(Finish)` or `on(Terminate)` gives from every state a thread ends in
+        // (a terminate that came while it ran absorbed is overridden by its value: an
+        // absorbed thread is never cut short), without the table's lookup.
+        c.state = State::Determined(end);
         c.waiters.take()
     };
     waiters.wake_all();
@@ -1380,6 +1391,9 @@ pub struct Stats {
     pub exceptions: u64,
     /// Signal handlers run in their target's context.
     pub signals: u64,
+    /// Immediate signals whose target ran on another virtual processor, which the kernel
+    /// was asked to stop at once (`vp_interrupt`; with [`Config::preempt`]).
+    pub interrupts: u64,
 }
 
 impl Stats {
@@ -1409,6 +1423,7 @@ impl Stats {
             area_chunks: c.area_chunks.load(Relaxed),
             exceptions: c.exceptions.load(Relaxed),
             signals: c.signals.load(Relaxed),
+            interrupts: c.interrupts.load(Relaxed),
         }
     }
 
@@ -1437,6 +1452,7 @@ impl Stats {
             area_chunks: self.area_chunks + o.area_chunks,
             exceptions: self.exceptions + o.exceptions,
             signals: self.signals + o.signals,
+            interrupts: self.interrupts + o.interrupts,
         }
     }
 }
@@ -1702,7 +1718,7 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
                     c.tcb = tcb;
                     c.vp = vp.id;
                     drop(c);
-                    return run_absorbed(t, tcb);
+                    return run_absorbed(t, vp, tcb);
                 }
                 _ => {
                     node = Waiter::current();
@@ -1714,14 +1730,17 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
     }
 }
 
-/// Runs `t` on the calling TCB (absorption) and completes it. Returns false if it ended
-/// terminated (an exception with no handler of its own, `crate::exception`).
-fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) -> bool {
+/// Runs `t` on the calling TCB `tcb` of `vp` (absorption) and completes it. Returns false
+/// if it ended terminated (an exception with no handler of its own, `crate::exception`).
+fn run_absorbed(t: &ThreadRef, vp: &Vp, tcb: *mut Tcb) -> bool {
     // SAFETY: the running TCB's area, touched only by this thread.
     let area = unsafe { &mut *(*tcb).area.get() };
     if !EXCEPTIONS.load(Relaxed) && !t.core().attention.load(Relaxed) && !area.in_use() {
         // The common case: no exceptions delivered, no signal pending, nothing in the
         // area yet (so the absorbed thread's allocations, if any, are all there is).
+        // Counted by the processor that absorbs it (the thread may block and go on on
+        // another: the counter is written only by its own processor).
+        bump(&vp.counters.absorbed);
         // SAFETY: `tcb` is the calling TCB; while `t` runs it is the thread running on it.
         let prev = unsafe { (*tcb).thread.replace(t.core()) };
         // SAFETY: we won its Absorb transition, so we alone run it.
@@ -1735,8 +1754,6 @@ fn run_absorbed(t: &ThreadRef, tcb: *mut Tcb) -> bool {
             area.release(Mark::EMPTY);
         }
         complete(t, End::Value);
-        let (vp, _) = here();
-        bump(&vp.counters.absorbed);
         return true;
     }
     run_absorbed_recorded(t, tcb)
@@ -1825,7 +1842,8 @@ pub fn park() {
             c.token = false;
             return;
         }
-        c.state = c.state.on(Event::Block).unwrap_or(State::Blocked);
+        // What `on(Block)` gives, or its fallback: `Blocked` from every state.
+        c.state = State::Blocked;
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it.
@@ -1859,7 +1877,9 @@ pub fn yield_now() {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         let ticket = c.enqueue();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
@@ -1880,7 +1900,9 @@ pub fn migrate(target: usize) {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         c.vp = target;
         let ticket = c.enqueue();
         // SAFETY: as above.
@@ -1935,7 +1957,9 @@ fn suspend_self() {
         // SAFETY: the running thread is alive.
         let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
         c.suspended = true;
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         c.queued = false;
     }
     let next = vp.next_runnable();
@@ -2334,12 +2358,25 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
                 }
             }
         }
-        c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id
+        let ready_here = c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id;
+        let elsewhere = (c.state == State::Running && c.vp != vp.id).then_some(c.vp);
+        (ready_here, elsewhere)
     };
+    let (ready_here, running_elsewhere) = ready_here;
     match prio {
         Priority::Continue => {}
         Priority::Immediate if ready_here => switch_to_target(t),
-        Priority::Immediate => {}
+        Priority::Immediate => {
+            // Running on another processor now: with preemption on, the kernel stops it
+            // there (a Checkpoint upcall at once); preemptible, it runs the handler as it
+            // is resumed, else at its next checkpoint.
+            if let Some(other) = running_elsewhere.and_then(|i| runtime().vps.get(i)) {
+                if PREEMPTIVE.load(Relaxed) {
+                    crate::upcall::interrupt(other);
+                    bump(&vp.counters.interrupts);
+                }
+            }
+        }
         Priority::Reschedule => yield_now(),
     }
     true
@@ -2363,7 +2400,9 @@ fn switch_to_target(t: &ThreadRef) {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
         let mut c = core.ctl.lock();
-        c.state = c.state.on(Event::Preempt).unwrap_or(State::Ready);
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
+        // out, so that no build has to see through the table).
+        c.state = State::Ready;
         let ticket = c.enqueue();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)

@@ -97,13 +97,21 @@ mod imp {
         loop {
             let n = sys::vp_take(&mut buf).unwrap_or(0);
             for ev in buf.iter().take(n) {
-                // SAFETY: we are `vp`'s carrier; the kernel gave these registers back for
-                // threads that blocked on it.
-                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
+                // SAFETY: we are `vp`'s carrier; the kernel gave these registers (and
+                // state) back for threads that blocked on it.
+                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs), fp_of(ev)) };
             }
             if n < buf.len() {
                 return;
             }
+        }
+    }
+
+    /// Asks the kernel to stop `vp`'s running thread now with a Checkpoint upcall.
+    pub(crate) fn interrupt(vp: &Vp) {
+        let id = vp.kvp.load(Relaxed);
+        if id != 0 {
+            let _ = sys::vp_interrupt(id);
         }
     }
 
@@ -157,9 +165,9 @@ mod imp {
                 resume_scheduler(vp)
             }
             VP_UNBLOCK => {
-                // SAFETY: we are the carrier now; the registers are those of a thread of
-                // this processor that blocked in the kernel.
-                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
+                // SAFETY: we are the carrier now; the registers (and state) are those of
+                // a thread of this processor that blocked in the kernel.
+                unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs), fp_of(ev)) };
                 if ev.interrupted == 0 {
                     resume_scheduler(vp)
                 }
@@ -181,6 +189,11 @@ mod imp {
             }
             _ => panic!("sting: an upcall of unknown kind {}", ev.kind),
         }
+    }
+
+    /// The floating-point state an Unblock gives back, for a thread that blocked at a fault.
+    fn fp_of(ev: &VpEvent) -> Option<*const u8> {
+        (ev.fault != 0).then_some(ev.fp.as_ptr())
     }
 
     /// Whether a blocked thread's call (its registers at the call) is a `wait` for the heap
@@ -208,9 +221,9 @@ mod imp {
                 if ev.token == token {
                     mine = Some(UserRegs::from(&ev.regs));
                 } else {
-                    // SAFETY: we are `vp`'s carrier; the kernel gave these registers back
-                    // for a thread that blocked on it.
-                    unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs)) };
+                    // SAFETY: we are `vp`'s carrier; the kernel gave these registers (and
+                    // state) back for a thread that blocked on it.
+                    unsafe { vp.kernel_unblocked(&UserRegs::from(&ev.regs), fp_of(ev)) };
                 }
             }
             if let Some(regs) = mine {
@@ -265,6 +278,7 @@ mod imp {
         unsafe { crate::arch::resume_full(regs, fp) }
     }
     pub(crate) fn take_events(_vp: &Vp) {}
+    pub(crate) fn interrupt(_vp: &Vp) {}
     pub(crate) fn park(_vp: &Vp, word: &AtomicU32, expected: u32, timeout_ns: u64) {
         crate::platform::park(word, expected, timeout_ns);
     }

@@ -3581,6 +3581,16 @@ fn g_vproc(c: &mut Ctx) {
             );
         }
         expect!(c, vp_preempt(vp, 0), Ok(()), "vp_preempt off");
+        // An interruption of no processor of this task (one of this carrier's would
+        // enter its upcall entry at the next tick).
+        for id in [0, u64::MAX, vp + 1, vp ^ (1 << 63)] {
+            expect!(
+                c,
+                baton_rt::vproc::vp_interrupt(id),
+                Err(Error::NotFound),
+                "vp_interrupt of id {id:#x}"
+            );
+        }
         let wild = baton_abi::exception::UserRegs {
             rip: KERNEL_ADDRESS,
             rsp: KERNEL_ADDRESS,

@@ -296,6 +296,26 @@ pub const FP_AREA: usize = 512;
 /// `regs.rsp` must be the stack pointer of a stopped context whose stack below it (about
 /// 900 bytes) is free and writable; `fp` must be a readable `fxsave` area.
 pub unsafe fn prepare_preempted(regs: &UserRegs, fp: *const u8) -> usize {
+    // SAFETY: the caller's promise.
+    unsafe { prepare_full(regs, fp, preempted_trampoline as *const () as usize) }
+}
+
+/// As [`prepare_preempted`], for a context the kernel stopped at a fault (a page-in, an
+/// exception's reply) and gave back with an Unblock (`regs` every register, `fp` its
+/// `fxsave` image): it resumes as a thread whose kernel call completed does, through
+/// the runtime's `kernel_resumed`, then every register and its state are loaded.
+///
+/// # Safety
+///
+/// As for [`prepare_preempted`].
+pub unsafe fn prepare_fault_resume(regs: &UserRegs, fp: *const u8) -> usize {
+    // SAFETY: the caller's promise.
+    unsafe { prepare_full(regs, fp, fault_trampoline as *const () as usize) }
+}
+
+/// [`prepare_preempted`]'s and [`prepare_fault_resume`]'s work: the frame's `ret` goes to
+/// `trampoline`, with the registers' copy in `r12` and the state's in `r13`.
+unsafe fn prepare_full(regs: &UserRegs, fp: *const u8, trampoline: usize) -> usize {
     let copy = regs.rsp as usize - PREEMPTED_COPY;
     // SAFETY: below the stopped context's stack pointer, free (the caller's promise); the
     // stopped `rsp` need not be aligned.
@@ -308,17 +328,7 @@ pub unsafe fn prepare_preempted(regs: &UserRegs, fp: *const u8) -> usize {
     let frame = sp as *mut usize;
     // Loaded by `switch`: the control words, r15, r14, r13 (the state), r12 (the copy),
     // rbx, rbp, then `ret`.
-    let words = [
-        INITIAL_CONTROL,
-        0,
-        0,
-        area,
-        copy,
-        0,
-        0,
-        preempted_trampoline as *const () as usize,
-        0,
-    ];
+    let words = [INITIAL_CONTROL, 0, 0, area, copy, 0, 0, trampoline, 0];
     for (i, w) in words.into_iter().enumerate() {
         // SAFETY: the 72 bytes below the area, free as above.
         unsafe { frame.add(i).write(w) };
@@ -338,6 +348,22 @@ extern "C" fn preempted_trampoline() -> ! {
         "mov rsi, r13",
         "jmp {resume}",
         finish = sym crate::rt::preempted_resumed,
+        resume = sym crate::upcall::resume_preempted,
+    )
+}
+
+/// Where a context prepared by [`prepare_fault_resume`] starts: `r12` holds the registers'
+/// copy, `r13` the floating-point state's.
+#[unsafe(naked)]
+extern "C" fn fault_trampoline() -> ! {
+    naked_asm!(
+        "mov rdi, r12",
+        "and rsp, -16",
+        "call {finish}",
+        "mov rdi, rax",
+        "mov rsi, r13",
+        "jmp {resume}",
+        finish = sym crate::rt::kernel_resumed,
         resume = sym crate::upcall::resume_preempted,
     )
 }

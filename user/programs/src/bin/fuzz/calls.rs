@@ -72,7 +72,7 @@ pub const CLASSES: [Class; 13] = [
     Class { letter: 'x', what: "extensions: spin_create of random and nearly valid WebAssembly modules (the kernel's interpreter validates them), spin_import, resolve, combine, install, remove, release, raise, ", weight: 4 },
     Class { letter: 'o', what: "memory objects: memobj_create, vm_map (anywhere, the arena, bad places), restrict, info, physical and DMA objects without the right, vm_read/vm_write through task ports, wait_shared/wake_shared", weight: 5 },
     Class { letter: 'g', what: "external pagers: memobj_pager on the thread's own port (every page supplied at once, so no access waits), pager_supply, unavailable, error, flush and lock with bad names, ranges, buffers and flags, data returns drained", weight: 4 },
-    Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy, vp_preempt (never on), vp_resume (refused blocks only), strand_count (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
+    Class { letter: 'u', what: "virtual processors: vp_create from random and nearly valid configurations, vp_spares, vp_take, vp_wait, vp_destroy, vp_preempt (never on), vp_resume (refused blocks only), vp_interrupt (of no processor of the task), strand_count (a processor made is destroyed before the class returns, so no upcall comes)", weight: 4 },
 ];
 
 // ---------------------------------------------------------------------------------------
@@ -2185,9 +2185,17 @@ impl Fuzzer {
                     );
                     self.sys(Sys::VpResume, [at, 0, 0, 0, 0, 0]);
                 }
-                6 => {
+                6 if self.r.chance(50) => {
                     let ev = self.r.of(&[0x5354_0001, 0x5354_0004, 0x5354_0005, 0], 0);
                     self.sys(Sys::StrandCount, [ev, 0, 0, 0, 0, 0]);
+                }
+                // Never the processor made here (a Checkpoint would enter
+                // `fuzz_act_entry`): garbage ids only.
+                6 => {
+                    let bad = self.edge();
+                    if bad != vp {
+                        self.sys(Sys::VpInterrupt, [bad, 0, 0, 0, 0, 0]);
+                    }
                 }
                 1 => {
                     let (buf, max) = (self.addr(), self.r.of(&[0, 1, 4, 16, 17, u64::MAX], 0));
