@@ -249,7 +249,7 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
                     Err(f) => return Err(f.code()),
                 }
             }
-            wait(k, t, w).map_err(Failure::code)
+            wait(k, t, w, Continuation::new(Resume::UserReturn)).map_err(Failure::code)
         }
         Err(Failure::NoMemory) => {
             // Page-outs on their way to a live pager free room as it takes them: wait a
@@ -300,8 +300,9 @@ fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
 }
 
 /// Blocks the current thread `t` until the paged-out page `w` is back (or the default
-/// pager dies); it then makes its access again. Returns only on an error.
-pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
+/// pager dies); it then resumes at `cont` (with [`Resume::UserReturn`], it makes its access
+/// again). Returns only on an error.
+pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait, cont: Continuation) -> Result<(), Failure> {
     if pager_port().is_none() || !crate::vm::swap_asked(w.object, w.offset) {
         return Err(Failure::Pager);
     }
@@ -319,7 +320,7 @@ pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
         },
         None,
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Wakes the threads waiting for `offset` of `object` (every waiter, with `None`).

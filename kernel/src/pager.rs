@@ -493,7 +493,7 @@ pub fn fault_result(k: &mut Kernel, t: ThreadId, r: Result<(), Failure>) -> Resu
                 }
                 ask(k, w).map_err(Failure::code)?;
             }
-            wait(k, t, w).map_err(Failure::code)
+            wait(k, t, w, Continuation::new(Resume::UserReturn)).map_err(Failure::code)
         }
         Err(f) => Err(f.code()),
     }
@@ -516,12 +516,44 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
     }
     let waited = match served_by_activations(k, w) {
         Some((port, cookie)) => migrate(k, t, w, port, cookie),
-        None => wait(k, t, w),
+        None => wait(k, t, w, Continuation::new(Resume::UserReturn)),
     };
     if waited.is_err() {
         if let Some(th) = k.threads.get_mut(t) {
             th.frame.rip = th.frame.rip.wrapping_add(2);
         }
+    }
+}
+
+/// A kernel copy of the current thread `t` made by a *later step* of a call met a page
+/// that must come in first (a page of a pager-backed object being paged in, or one paged
+/// out to the default pager: [`crate::vm::take_page_wait`]). Such a step cannot be made
+/// again by issuing the whole call again as [`after_call`] does: a receive after its send
+/// would send twice, a message delivered by a continuation has no call to issue. So the
+/// thread waits for the page here, interruptibly (an alert ends the call with
+/// `Interrupted`, a kill or its task's end takes it off the wait), and then resumes at
+/// `cont`, which makes that step again and only that step: the receive phase
+/// ([`Resume::Receive`]) or a send that has not happened yet ([`Resume::SendRetry`]).
+///
+/// Does not return when it waits. Otherwise returns the step's error: `Interrupted` when
+/// an alert ended an earlier wait for the page, `BadAddress` when no page was noted (the
+/// address is bad, or the page's pager failed or is gone), when the pager serves through
+/// activations (the thread would have to carry the request into one, which returns to
+/// user mode, not to a step), or when there is no room to wait.
+pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
+    let Some(w) = crate::vm::take_page_wait(t) else {
+        return Error::BadAddress;
+    };
+    if take_interrupted(t) {
+        return Error::Interrupted;
+    }
+    if served_by_activations(k, w).is_some() {
+        return Error::BadAddress;
+    }
+    // (It returns only when the thread cannot wait.)
+    match wait(k, t, w, cont) {
+        Err(Failure::NoMemory) => Error::NoMemory,
+        _ => Error::BadAddress,
     }
 }
 
@@ -584,7 +616,7 @@ fn migrate(
         .senders
         .try_push_back(t)
         .map_err(|_| Failure::NoMemory)?;
-    let waited = wait(k, t, w);
+    let waited = wait(k, t, w, Continuation::new(Resume::UserReturn));
     // Not waiting after all: out of the line again.
     if let Some(p) = k.ipc.port_mut(port) {
         if let Some(i) = p.senders.position(t) {
@@ -595,12 +627,14 @@ fn migrate(
 }
 
 /// Blocks the current thread `t` until the page `w` is supplied (or the pager fails or
-/// dies); it then makes its access again. Returns only on an error (no room to wait).
-fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
+/// dies); it then resumes at `cont`: [`Resume::UserReturn`] makes its access (or its
+/// rewound call) again, a call's step makes that step again ([`wait_in_step`]). Returns
+/// only on an error (no room to wait).
+fn wait(k: &mut Kernel, t: ThreadId, w: PageWait, cont: Continuation) -> Result<(), Failure> {
     let Some((pager, dead, _)) = crate::vm::pager_of(w.object) else {
         // Not pager-backed: a paged-out page a kernel copy met waits for the default
         // pager (which refuses unless the page is being paged in).
-        return crate::pageout::wait(k, t, w);
+        return crate::pageout::wait(k, t, w, cont);
     };
     if dead {
         return Err(Failure::Pager);
@@ -623,7 +657,7 @@ fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
         },
         None,
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Wakes the threads of record `key` waiting for a page in `[from, to)`.

@@ -562,8 +562,10 @@ impl Kernel {
             }
             Sys::StrandCount => crate::extension::strand::count(self, id, args[0]),
         };
-        if let Err(Error::BadAddress) = result {
-            // Rate-limited, and written after the lock is released (`klog`).
+        let cur = self.current_thread();
+        if result == Err(Error::BadAddress) && !crate::vm::page_wait_noted(cur) {
+            // Rate-limited, and written after the lock is released (`klog`). A copy that
+            // waits for a page (the call is made again once it is there) is no error.
             crate::klog::user_error(
                 self,
                 id,

@@ -876,6 +876,13 @@ pub fn take_page_wait(t: ThreadId) -> Option<PageWait> {
     }
 }
 
+/// Whether thread `t`'s kernel copy noted a page to wait for (its `BadAddress` is then no
+/// error: the call, or its step, goes on once the page is there).
+pub fn page_wait_noted(t: ThreadId) -> bool {
+    // SAFETY: the lock is held (the caller is in a system call); the reference ends here.
+    unsafe { state() }.page_wait.is_some_and(|(th, _)| th == t)
+}
+
 /// Forgets a page wait a copy noted (at the start of a call: only that call's copies
 /// count).
 #[inline(always)]

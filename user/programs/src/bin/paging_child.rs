@@ -14,6 +14,8 @@
 //! - `paging_child read <pages>`: as `lose`, but reads at once: its first page-in is
 //!   under way when the parent kills the pager or the disk driver, and a pager fault
 //!   kills it.
+//! - `paging_child touch <pages>`: writes its pages once and exits 0 (memory pressure for
+//!   the `pagewait` test).
 //! - `paging_child nop`: exits at once (a warm-up).
 #![no_std]
 #![no_main]
@@ -87,6 +89,10 @@ fn main(_task_id: u64) -> i32 {
     };
     match mode {
         "work" => work(base, pages),
+        "touch" => {
+            write_all(base, pages, 1);
+            0
+        }
         "hog" => {
             for i in 0..pages {
                 // SAFETY: as in `write_all`.
