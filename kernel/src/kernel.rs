@@ -414,12 +414,16 @@ impl Kernel {
         } else {
             self.release_task(task_id);
         }
+        // The map goes first, while the space is still the task's (the virtual-memory
+        // family reads what its translations say was written).
+        if self.tasks.get(&task_id).is_some() {
+            (family::hooks().space_freed)(self, task_id);
+        }
         if let Some(task) = self.tasks.remove(&task_id) {
             task.account
                 .give(kern::quota::Resource::Frames, task.frames);
             task.account
                 .give(kern::quota::Resource::Heap, task.acts_charged);
-            (family::hooks().space_freed)(self, task_id);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }

@@ -312,6 +312,10 @@ fn flush(
         .ok_or(Error::InvalidArgument)?
         .account
         .clone();
+    if flags & FLUSH_RETURN != 0 {
+        // What the processor says was written, into the pages' sticky dirty bits.
+        crate::vm::harvest_dirty(k, object, offset, end);
+    }
     let mut from = offset;
     let mut pages = 0;
     while pages < FLUSH_MAX_PAGES {
@@ -321,7 +325,9 @@ fn flush(
         };
         from = off + PAGE_SIZE;
         if flags & FLUSH_RETURN != 0 {
-            if let Some(f) = frame {
+            // Only a page written since it last went to the pager goes back (a clean one
+            // is what the pager has already).
+            if let Some(f) = frame.filter(|&f| crate::vm::replace::is_dirty(f)) {
                 // The page's bytes go to the pager, charged to the caller until received.
                 let req = Request {
                     cookie,
@@ -346,6 +352,7 @@ fn flush(
                         ..Message::default()
                     },
                 )?;
+                crate::vm::replace::clear_dirty(f);
             }
         }
         if flags & FLUSH_DROP != 0 {

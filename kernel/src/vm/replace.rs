@@ -36,7 +36,7 @@ use baton_abi::paging::{PagingStats, Transfer, PAGE_OUT_SIZE, TRANSFER_SIZE};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
 use kern::frame::{PhysAddr, PAGE_SIZE};
-use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, OWNED};
+use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, DIRTY, OWNED};
 use kern::vm::clock::{Clock, FrameSet, Slots, Victim};
 use kern::vm::object::{Kind, ObjectId};
 
@@ -55,6 +55,11 @@ pub struct Replace {
     counted_span_total: u64,
     counted: FrameSet,
     referenced: FrameSet,
+    /// Frames written since their page last went back to its pager: each page's sticky
+    /// dirty bit, gathered from its translations' dirty bits whenever a translation is
+    /// removed or write-protected, when replacement looks at its translations, and when a
+    /// pager's flush asks; cleared when the frame is freed or its bytes are returned.
+    dirty: FrameSet,
     clock: Clock,
     /// The default pager's store.
     pub slots: Slots,
@@ -85,6 +90,7 @@ pub unsafe fn replace() -> &'static mut Replace {
         counted_span_total: 0,
         counted: FrameSet::default(),
         referenced: FrameSet::default(),
+        dirty: FrameSet::default(),
         clock: Clock::new(),
         slots: Slots::new(),
         stats: PagingStats::default(),
@@ -100,13 +106,17 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
     let total = frames.free_frames() as u64;
     // SAFETY: the lock is held (boot); the reference ends in this function.
     let r = unsafe { replace() };
-    let (Ok(counted), Ok(referenced)) = (FrameSet::new(first, count), FrameSet::new(first, count))
-    else {
+    let (Ok(counted), Ok(referenced), Ok(dirty)) = (
+        FrameSet::new(first, count),
+        FrameSet::new(first, count),
+        FrameSet::new(first, count),
+    ) else {
         crate::arch::serial::kprintln!("[kernel] no memory for page replacement: off");
         return;
     };
     r.counted = counted;
     r.referenced = referenced;
+    r.dirty = dirty;
     r.counted_span_total = total;
     set_limit_in(r, limit.unwrap_or(total).min(total));
     r.ready = true;
@@ -186,6 +196,7 @@ pub fn uncount(frame: PhysAddr) {
 }
 
 fn uncount_in(r: &mut Replace, frame: PhysAddr) {
+    r.dirty.remove(frame.0);
     if r.counted.remove(frame.0) {
         r.used -= 1;
         r.stats.pageable_used = r.used;
@@ -199,6 +210,26 @@ fn count_in(r: &mut Replace, frame: PhysAddr) {
         r.stats.pageable_used = r.used;
         r.stats.from_free += 1;
     }
+}
+
+/// The page in `frame` was written: its sticky dirty bit is set (a translation with the
+/// processor's dirty bit is going, or the kernel wrote it).
+#[inline]
+pub fn mark_dirty(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.insert(frame.0 & ADDR_MASK);
+}
+
+/// Whether the page in `frame` was written since its bytes last went to its pager.
+pub fn is_dirty(frame: PhysAddr) -> bool {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.contains(frame.0 & ADDR_MASK)
+}
+
+/// The page in `frame` went back to its pager: it is clean.
+pub fn clear_dirty(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.remove(frame.0 & ADDR_MASK);
 }
 
 /// Gives a page's frame back to the allocator, uncounted.
@@ -272,7 +303,7 @@ fn pinned(pinned: &[(ObjectId, u64, u64)], object: ObjectId, offset: u64) -> boo
 /// Reads and clears the accessed bits of every task's user translations into the
 /// reference set, shooting down the translations whose bit was cleared (so the processor
 /// sets it again at the next use).
-fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
+fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet, dirty: &mut FrameSet) {
     let mut next = k.tasks.next_id(None);
     while let Some(id) = next {
         next = k.tasks.next_id(Some(id));
@@ -285,6 +316,10 @@ fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
         let mut changed = 0;
         for (s, e) in tv.map.entries() {
             changed += t.space.update_leaves(&mut mem, s, e.end, |_, pte| {
+                if pte & OWNED == 0 && pte & DIRTY != 0 {
+                    // Sticky: the translation keeps its bit too.
+                    dirty.insert(pte & ADDR_MASK);
+                }
                 if pte & OWNED == 0 && pte & ACCESSED != 0 {
                     referenced.insert(pte & ADDR_MASK);
                     pte & !ACCESSED
@@ -301,7 +336,13 @@ fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
 
 /// Removes every translation of the `victims` (sorted by frame) from every task; notes
 /// in `mapped` (by victim) the task that had one.
-fn unmap_victims(k: &mut Kernel, vm: &Vm, frames: &[(u64, usize)], mapped: &mut [TaskId]) {
+fn unmap_victims(
+    k: &mut Kernel,
+    vm: &Vm,
+    frames: &[(u64, usize)],
+    mapped: &mut [TaskId],
+    dirty: &mut FrameSet,
+) {
     let mut next = k.tasks.next_id(None);
     while let Some(id) = next {
         next = k.tasks.next_id(Some(id));
@@ -323,6 +364,9 @@ fn unmap_victims(k: &mut Kernel, vm: &Vm, frames: &[(u64, usize)], mapped: &mut 
                             if let Some(m) = mapped.get_mut(v) {
                                 *m = id;
                             }
+                        }
+                        if pte & DIRTY != 0 {
+                            dirty.insert(pte & ADDR_MASK);
                         }
                         0
                     }
@@ -355,7 +399,7 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if victims.try_reserve_exact(BATCH).is_err() || outgoing.try_reserve_exact(BATCH).is_err() {
         return outgoing;
     }
-    gather_referenced(k, vm, &mut r.referenced);
+    gather_referenced(k, vm, &mut r.referenced, &mut r.dirty);
     let have_store = r.slots.capacity() > r.slots.in_use();
     if !have_store {
         r.stats.no_store += 1;
@@ -395,11 +439,13 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     frames.extend(victims.iter().enumerate().map(|(i, v)| (v.frame.0, i)));
     frames.sort_unstable();
     mapped.resize(victims.len(), 0);
-    unmap_victims(k, vm, &frames, &mut mapped);
+    unmap_victims(k, vm, &frames, &mut mapped, &mut r.dirty);
     for (v, &task) in victims.iter().zip(mapped.iter()) {
         if v.pager_backed {
+            // Only a page written since it last went to its pager goes back to it (its
+            // sticky dirty bit); a clean one is dropped, and supplied again when touched.
             let written = match vm.objects.get(v.object) {
-                Some(o) if o.written() => match o.kind() {
+                Some(o) if o.written() && r.dirty.contains(v.frame.0) => match o.kind() {
                     Kind::Pager { pager, .. } => Some(pager),
                     _ => None,
                 },

@@ -4,8 +4,9 @@
 //! writes every page through a shared mapping and reads every page back: the written pages
 //! that replacement took went to the server in data returns and were written into the file,
 //! and came back from it at the next touch. Then it stops the server and reads the file
-//! through a new one, from the disk, by a shared read-only mapping (its clean pages are
-//! dropped by replacement and asked again).
+//! through a new one, from the disk, twice, by a shared writable mapping it only reads: its
+//! clean pages are dropped by replacement and asked again, and none is returned (the
+//! kernel keeps a dirty bit per page).
 #![no_std]
 #![no_main]
 
@@ -107,14 +108,24 @@ fn run() -> Result<(), Failed> {
     let fs = must("client", fs_client::Fs::new(server))?;
     let (obj, size) = must("open", fs.open(&mut buf, PATH))?;
     // Shared, not copy-on-write: a pager-backed object that a copy-on-write mapping needs
-    // is never a victim, so its pages would not fit the limit.
-    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
-    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    // is never a victim, so its pages would not fit the limit. Writable, but only read:
+    // replacement takes the pages, and since none was written none goes back to the
+    // server (each page's dirty bit, not the mapping's protection, decides).
+    let va = must("map", memobj::map(obj, size, 0, rw))?;
     let wrong = wrong_pages(va);
     baton_rt::check!(
         TEST,
         wrong == 0,
         "read through a new server, from the disk, every page is what was written ({wrong} differ)"
+    );
+    let again = wrong_pages(va);
+    let info = must("info", fs.info(&mut buf))?;
+    baton_rt::check!(
+        TEST,
+        again == 0 && info[1] > PAGES && info[2] == 0,
+        "pages only read through a writable mapping are dropped, not returned: {} data requests for {PAGES} pages read twice, {} pages written back",
+        info[1],
+        info[2]
     );
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;

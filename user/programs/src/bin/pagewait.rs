@@ -10,7 +10,7 @@
 //! - the child then sends from a second buffer to this task's port while its queue is
 //!   full; the buffer is paged out while the send waits for room, and the message must
 //!   arrive intact once room is made;
-//! - the child's watcher thread must have seen each buffer wholly out while its call
+//! - the child's watcher thread must have seen a page of each buffer out while its call
 //!   waited (otherwise the test proves nothing, and fails);
 //! - two rounds; the second leaves the kernel's heap, objects and free frames where the
 //!   first did.
@@ -251,7 +251,7 @@ fn round(buf: &mut IpcBuffer, notify: u64, limit: u64, n: u32) -> Result<(u64, u
     );
     check!(
         words[1] == 1 && words[2] == 1,
-        "the child saw its buffers wholly paged out while its calls waited (receive {}, send {})",
+        "the child saw its buffers paged out while its calls waited (receive {}, send {})",
         words[1],
         words[2]
     );
