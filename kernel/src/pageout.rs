@@ -90,6 +90,12 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: baton_abi::Sys, a: [u64; 6]) -> R
             crate::kobject::check_host_priv(k, cur, a[1])?;
             replace::set_limit(k, a[0])
         }
+        Sys::PagingExempt => {
+            let cur = k.current_thread();
+            crate::kobject::check_host_priv(k, cur, a[1])?;
+            let target = crate::taskmake::task_of(k, task, a[0])?;
+            replace::exempt(k, target).map(|()| 0)
+        }
         _ => Err(Error::InvalidArgument),
     }
 }

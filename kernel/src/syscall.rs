@@ -367,7 +367,8 @@ impl Kernel {
             Sys::DefaultPagerRegister
             | Sys::DefaultPagerSupply
             | Sys::PagingStats
-            | Sys::PagingLimit => crate::pageout::sys(self, id, call, args),
+            | Sys::PagingLimit
+            | Sys::PagingExempt => crate::pageout::sys(self, id, call, args),
             Sys::VmCopy => crate::ool::sys_vm_copy(self, id, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::MemobjCreate

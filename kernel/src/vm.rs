@@ -1029,6 +1029,8 @@ pub fn pager_put(
     offset: u64,
     frame: PhysAddr,
 ) -> Result<bool, Error> {
+    // The supplier: a pager on the path that frees memory may use the reserve.
+    let supplier = k.current_task().unwrap_or(0);
     // SAFETY: the lock is held; the family's entry.
     let vm = unsafe { state() };
     let mut mem = KernelMem {
@@ -1038,13 +1040,13 @@ pub fn pager_put(
         mem.free_frame(frame);
         return Ok(false);
     }
-    if !replace::room_for(mem.frames.free_frames() as u64, 0) {
+    if !replace::room_for(mem.frames.free_frames() as u64, supplier) {
         mem.free_frame(frame);
         return Err(Error::NoMemory);
     }
     match vm.objects.insert_page(object, offset, frame) {
         Ok(()) => {
-            replace::count(frame);
+            replace::count_wanted(frame);
             Ok(true)
         }
         Err((e, f)) => {

@@ -525,6 +525,13 @@ pub enum Sys {
     /// [`spin::ASYNC_PENDING_MAX`] were already waiting or no memory could be charged
     /// ([`spin::ASYNC_DROPPED`]). [`Error::InvalidArgument`] for another `which`.
     SpinAsync = 210,
+    /// `paging_exempt(task, host_priv)`: the task whose task port is `task` is on the path
+    /// that frees memory (a file server and its disk driver, which take back the pages
+    /// page replacement returns), as the default pager is: its pages are never taken by
+    /// page replacement, and it may use the frames kept in reserve below the pageable
+    /// limit. Needs the host-privilege right. [`Error::NoSpace`] when
+    /// [`paging::EXEMPT_MAX`] live tasks are exempt already.
+    PagingExempt = 230,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -875,6 +882,7 @@ impl Sys {
             161 => Sys::VpResume,
             162 => Sys::StrandCount,
             210 => Sys::SpinAsync,
+            230 => Sys::PagingExempt,
             _ => return None,
         })
     }

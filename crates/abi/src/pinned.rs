@@ -316,6 +316,9 @@ fn dma_quarantine_numbers() {
 fn spin_async_numbers() {
     assert_eq!(Sys::SpinAsync as u64, 210);
     assert_eq!(Sys::from_raw(210), Some(Sys::SpinAsync));
+    assert_eq!(Sys::PagingExempt as u64, 230);
+    assert_eq!(Sys::from_raw(230), Some(Sys::PagingExempt));
+    assert_eq!(crate::paging::EXEMPT_MAX, 8);
     for n in 211..=219 {
         assert_eq!(Sys::from_raw(n), None);
     }

@@ -43,6 +43,9 @@ use kern::vm::object::{Kind, ObjectId};
 /// Pages one reclaim takes at most.
 pub const BATCH: usize = 32;
 
+/// Most frames kept fresh at once ([`count_wanted`]).
+const FRESH_MAX: usize = 64;
+
 /// Page replacement's state.
 pub struct Replace {
     /// Frames user memory may hold.
@@ -60,6 +63,13 @@ pub struct Replace {
     /// removed or write-protected, when replacement looks at its translations, and when a
     /// pager's flush asks; cleared when the frame is freed or its bytes are returned.
     dirty: FrameSet,
+    /// Frames just put into objects for a thread that waits for them (a supply, a
+    /// page-in), not yet passed by a reclaim: the next reclaim spares them (the waiting
+    /// thread's own fault may reclaim before it maps the page it came for), then forgets
+    /// them. At most [`FRESH_MAX`].
+    fresh: FrameSet,
+    fresh_list: [u64; FRESH_MAX],
+    fresh_len: usize,
     clock: Clock,
     /// The default pager's store.
     pub slots: Slots,
@@ -67,6 +77,10 @@ pub struct Replace {
     pub stats: PagingStats,
     /// The default pager's task (its memory is never taken).
     pub pager: Option<TaskId>,
+    /// Other tasks on the path that frees memory (`paging_exempt`: a file server and its
+    /// disk driver), treated as the default pager is; 0 marks a free place. Task ids are
+    /// never reused, so the id of a task that ended names nothing.
+    exempt: [TaskId; baton_abi::paging::EXEMPT_MAX],
     ready: bool,
 }
 
@@ -91,10 +105,14 @@ pub unsafe fn replace() -> &'static mut Replace {
         counted: FrameSet::default(),
         referenced: FrameSet::default(),
         dirty: FrameSet::default(),
+        fresh: FrameSet::default(),
+        fresh_list: [0; FRESH_MAX],
+        fresh_len: 0,
         clock: Clock::new(),
         slots: Slots::new(),
         stats: PagingStats::default(),
         pager: None,
+        exempt: [0; baton_abi::paging::EXEMPT_MAX],
         ready: false,
     })
 }
@@ -106,7 +124,8 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
     let total = frames.free_frames() as u64;
     // SAFETY: the lock is held (boot); the reference ends in this function.
     let r = unsafe { replace() };
-    let (Ok(counted), Ok(referenced), Ok(dirty)) = (
+    let (Ok(counted), Ok(referenced), Ok(dirty), Ok(fresh)) = (
+        FrameSet::new(first, count),
         FrameSet::new(first, count),
         FrameSet::new(first, count),
         FrameSet::new(first, count),
@@ -117,6 +136,7 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
     r.counted = counted;
     r.referenced = referenced;
     r.dirty = dirty;
+    r.fresh = fresh;
     r.counted_span_total = total;
     set_limit_in(r, limit.unwrap_or(total).min(total));
     r.ready = true;
@@ -153,6 +173,29 @@ fn set_limit_in(r: &mut Replace, frames: u64) {
     r.stats.pageable_limit = frames;
 }
 
+/// `paging_exempt`: task `task` is on the path that frees memory, as the default pager is:
+/// its pages are never victims and it may use the reserve. [`Error::NoSpace`] when every
+/// place is taken by a live task.
+pub fn exempt(k: &Kernel, task: TaskId) -> Result<(), Error> {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    if r.exempt.contains(&task) {
+        return Ok(());
+    }
+    let free = r
+        .exempt
+        .iter_mut()
+        .find(|t| **t == 0 || k.tasks.get(t).is_none())
+        .ok_or(Error::NoSpace)?;
+    *free = task;
+    Ok(())
+}
+
+/// Whether `task` is the default pager or exempt like it (`task` 0: no).
+fn on_pageout_path(r: &Replace, task: TaskId) -> bool {
+    task != 0 && (Some(task) == r.pager || r.exempt.contains(&task))
+}
+
 /// Frames free for user memory now: under the limit and in the allocator.
 fn free_now(r: &Replace, k: &Kernel) -> u64 {
     r.limit
@@ -167,7 +210,7 @@ pub fn room_for(alloc_free: u64, task: TaskId) -> bool {
     // SAFETY: the lock is held; the reference ends in this function.
     let r = unsafe { replace() };
     let free = r.limit.saturating_sub(r.used).min(alloc_free);
-    if task != 0 && Some(task) == r.pager {
+    if on_pageout_path(r, task) {
         free > 0
     } else {
         free > r.reserve
@@ -180,6 +223,8 @@ pub fn wanted(k: &Kernel, task: TaskId) -> bool {
     // SAFETY: the lock is held; the reference ends in this function.
     let r = unsafe { replace() };
     // Half a batch above the reserve: a batch reclaimed then lasts for a batch of faults.
+    // (An exempt task reclaims as any: a file server's own fault may free the pages of its
+    // files. The default pager does not: its reclaim would only queue page-outs to itself.)
     r.ready && Some(task) != r.pager && free_now(r, k) <= r.reserve + BATCH as u64 / 2
 }
 
@@ -187,6 +232,26 @@ pub fn wanted(k: &Kernel, task: TaskId) -> bool {
 pub fn count(frame: PhysAddr) {
     // SAFETY: the lock is held; the reference ends in this function.
     count_in(unsafe { replace() }, frame);
+}
+
+/// Counts `frame`, just put into an object as a page a thread waits for (a pager's
+/// supply, a page-in): it is also marked referenced, so that the clock does not take it
+/// before the waiting thread has touched it (with memory at the low-water mark, that
+/// thread's next fault reclaims first, and would otherwise drop the page it came for).
+pub fn count_wanted(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    count_in(r, frame);
+    mark_fresh(r, frame);
+}
+
+fn mark_fresh(r: &mut Replace, frame: PhysAddr) {
+    if let Some(slot) = r.fresh_list.get_mut(r.fresh_len) {
+        if r.fresh.insert(frame.0) {
+            *slot = frame.0;
+            r.fresh_len += 1;
+        }
+    }
 }
 
 /// `frame` goes back to the allocator: uncounted if it was counted.
@@ -261,10 +326,10 @@ pub struct Outgoing {
 /// The windows of objects page replacement must not take pages of: what the default
 /// pager's map and every wired range map, down each chain (object, first offset, end
 /// offset). Sorted by object. `None` if there is no memory for it.
-fn pinned_windows(vm: &Vm, pager: Option<TaskId>) -> Option<Vec<(ObjectId, u64, u64)>> {
+fn pinned_windows(vm: &Vm, r: &Replace) -> Option<Vec<(ObjectId, u64, u64)>> {
     let mut out: Vec<(ObjectId, u64, u64)> = Vec::new();
     for (id, tv) in vm.tasks.iter() {
-        let all = Some(id) == pager;
+        let all = on_pageout_path(r, id);
         for (s, e) in tv.map.entries() {
             if !all && e.wired == 0 {
                 continue;
@@ -392,7 +457,7 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if !r.ready {
         return outgoing;
     }
-    let Some(windows) = pinned_windows(vm, r.pager) else {
+    let Some(windows) = pinned_windows(vm, r) else {
         return outgoing;
     };
     let mut victims: Vec<Victim<PhysAddr>> = Vec::new();
@@ -406,7 +471,10 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     }
     let budget = (2 * r.used as usize).saturating_add(2 * BATCH);
     let Replace {
-        clock, referenced, ..
+        clock,
+        referenced,
+        fresh,
+        ..
     } = r;
     let before = (clock.scanned, clock.spared);
     let can_return = RETURN.get().is_some();
@@ -421,9 +489,14 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
             Kind::Physical { .. } => false,
         },
         |id, off| pinned(&windows, id, off),
-        |f| referenced.remove(f.0),
+        |f| fresh.contains(f.0) || referenced.remove(f.0),
         &mut victims,
     );
+    // Fresh frames are spared by this reclaim only.
+    for &f in r.fresh_list.get(..r.fresh_len).unwrap_or(&[]) {
+        r.fresh.remove(f);
+    }
+    r.fresh_len = 0;
     r.stats.scanned += r.clock.scanned - before.0;
     r.stats.spared += r.clock.spared - before.1;
     if victims.is_empty() {
@@ -595,6 +668,7 @@ pub fn swap_in(
         return Err(e);
     }
     count_in(r, f);
+    mark_fresh(r, f);
     r.slots.free(slot);
     r.stats.pageins += 1;
     if let Some(tv) = vm.tasks.get_mut(&task) {

@@ -57,6 +57,79 @@ fn wrong_pages(va: u64) -> u64 {
     wrong
 }
 
+/// Under memory pressure nothing can relieve (a child has wired user memory full, all but
+/// the reserve; there is no default pager, and the server holds no file's pages), a file
+/// not read yet is read through its mapping: the file server is on the path that frees
+/// memory (`paging_exempt`, as its starter made it), so its faults and supplies may use
+/// the reserve, and every page arrives intact; without that the server dies of a
+/// no-memory fault.
+fn pressure(fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    use baton_abi::ipc::{HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
+    use baton_rt::ipc::{data_word, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
+    let done = must("port", port_allocate(0))?;
+    let hog = must(
+        "start paging_child",
+        baton_rt::task::run("paging_child", done, &["paging_child", "wire", "1024"], &[]),
+    )?;
+    let mut m = [0u8; 64];
+    must(
+        "the child's word",
+        msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+    )?;
+    let wired = data_word(&m[HEADER_SIZE..], 0);
+    let s = must("paging stats", baton_rt::paging::system_stats())?;
+    baton_rt::check!(
+        TEST,
+        wired > 0 && s.pageable_used + 20 >= s.pageable_limit,
+        "a child wired {wired} pages: user memory holds {} of {} frames",
+        s.pageable_used,
+        s.pageable_limit
+    );
+    let path = baton_disk::SAMPLE_PATH;
+    let (obj, size) = must("open the sample file", fs.open(buf, path))?;
+    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
+    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    let mut wrong = 0;
+    let mut at = 0;
+    while at < size {
+        // SAFETY: `va` maps `size` readable bytes of the file.
+        let b = unsafe { ((va + at) as *const u8).read_volatile() };
+        if b != baton_disk::sample_byte(at) {
+            wrong += 1;
+        }
+        at += 512;
+    }
+    baton_rt::check!(
+        TEST,
+        wrong == 0,
+        "with user memory full, a file read through the server arrives intact ({wrong} of {} samples differ)",
+        size / 512
+    );
+    // SAFETY: ours.
+    must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
+    must("drop", cap_drop(obj))?;
+    must("end the child", baton_rt::task::terminate(hog))?;
+    match port_notify(hog, NOTIFY_KIND_DEAD_NAME, done) {
+        // Gone already.
+        Err(Error::DeadName) => {}
+        r => {
+            must("watch", r)?;
+            loop {
+                must(
+                    "its end",
+                    msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+                )?;
+                let h = baton_abi::ipc::MsgHeader::from_bytes(&m).ok_or(Failed)?;
+                if h.id == NOTIFY_DEAD_NAME {
+                    break;
+                }
+            }
+        }
+    }
+    must("drop", cap_drop(hog))?;
+    must("drop", cap_drop(done))
+}
+
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
@@ -131,6 +204,15 @@ fn run() -> Result<(), Failed> {
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
     must("delete", fs.delete(&mut buf, PATH))?;
+    must("stop the server", fs.stop(&mut buf))?;
+    must("drop", cap_drop(fs.server))?;
+    // A third server, which has no file's pages yet: nothing in user memory can be taken.
+    let (_, server) = must(
+        "restart the server",
+        fs_client::start_server(&mut buf, driver),
+    )?;
+    let fs = must("client", fs_client::Fs::new(server))?;
+    pressure(&fs, &mut buf)?;
     must("stop the server", fs.stop(&mut buf))?;
     must("drop", cap_drop(fs.server))?;
     must("drop", cap_drop(driver))?;
