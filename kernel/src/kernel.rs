@@ -748,10 +748,13 @@ impl Kernel {
                     self.waits.remove(key, t);
                 }
                 ThreadState::Blocked(Blocked::ProcessModel) => {}
-                // A fault waiting for memory (`pageout::wait_memory`), the one page-in wait
-                // with a timeout: it is taken again from user mode, registers untouched.
+                // A fault (or a call's step) waiting for memory (`pageout::wait_memory`), the
+                // one page-in wait with a timeout: it goes on at the continuation it blocked
+                // with (a fault is taken again from user mode, registers untouched).
                 ThreadState::Blocked(why @ Blocked::PageIn { .. }) => {
-                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    if th.cont.is_none() {
+                        th.cont = Some(Continuation::new(Resume::UserReturn));
+                    }
                     (family::hooks().forget_waiter)(self, t, why);
                 }
                 ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {

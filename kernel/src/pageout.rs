@@ -281,6 +281,17 @@ pub const WAIT_MEMORY: u64 = u64::MAX;
 /// then taken again. Blocking rather than yielding: the pager works at the disk's pace, and
 /// a thread yielding in a loop meanwhile would keep the processor busy doing nothing.
 fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
+    if let Err(()) = wait_memory_then(k, t, Continuation::new(Resume::UserReturn)) {
+        thread::thread_yield_keeping(k, t);
+    }
+    unreachable!("wait_memory_then returns only when it cannot wait")
+}
+
+/// [`wait_memory`] for a kernel copy's page the default pager could not be asked for yet
+/// (its queue full of page-outs): the thread waits a moment and resumes at `cont` (which
+/// makes its copy, and so the request, again). Returns only when there is no room to
+/// list the thread.
+pub fn wait_memory_then(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Result<(), ()> {
     let listed = {
         // SAFETY: the lock is held; the reference ends in this block.
         let st = unsafe { state() };
@@ -291,7 +302,7 @@ fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
         ok
     };
     if !listed {
-        thread::thread_yield_keeping(k, t);
+        return Err(());
     }
     let deadline = crate::arch::apic::now_ns().saturating_add(MEMORY_WAIT_NS);
     thread::block_until(
@@ -302,7 +313,7 @@ fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
         },
         Some(deadline),
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Blocks the current thread `t` until the paged-out page `w` is back (or the default

@@ -640,7 +640,12 @@ fn migrate(
 fn wait(k: &mut Kernel, t: ThreadId, w: PageWait, cont: Continuation) -> Result<(), Failure> {
     let Some((pager, dead, _)) = crate::vm::pager_of(w.object) else {
         // Not pager-backed: a paged-out page a kernel copy met waits for the default
-        // pager (which refuses unless the page is being paged in).
+        // pager (which refuses unless the page is being paged in). One that could not be
+        // asked for yet (the pager's queue full of page-outs: still to ask) waits a moment
+        // and the copy is made again.
+        if w.ask.is_some() {
+            return crate::pageout::wait_memory_then(k, t, cont).map_err(|()| Failure::NoMemory);
+        }
         return crate::pageout::wait(k, t, w, cont);
     };
     if dead {

@@ -690,7 +690,18 @@ impl Kernel {
             let mut mem = KernelMem {
                 frames: &mut k.frames,
             };
-            usercopy::copy_to_user(&t.space, &mut mem, ptr, data)
+            usercopy::copy_to_user(&t.space, &mut mem, ptr, data)?;
+            // The kernel's store is a write of each page, for page replacement and a
+            // pager's flush (their sticky dirty bits; the translations are left as they are).
+            let end = ptr.saturating_add(data.len() as u64);
+            let mut page = ptr & !(PAGE_SIZE - 1);
+            while page < end {
+                if let Some((pa, _)) = t.space.translate(&mem, page) {
+                    crate::vm::replace::mark_dirty(pa);
+                }
+                page += PAGE_SIZE;
+            }
+            Ok(())
         };
         match copy(self) {
             // Pages not there yet (or copy-on-write): made resident and writable as a

@@ -886,10 +886,17 @@ fn swap_wanted(k: &mut Kernel, task: TaskId, w: PageWait) -> Error {
         (Some(_), Some(ask)) => ask(k, task, w),
         (Some(_), None) => Err(Failure::Pager),
     };
-    if asked.is_ok() {
-        let t = k.current_thread();
+    let t = k.current_thread();
+    let note = match asked {
+        Ok(()) => Some(PageWait { ask: None, ..w }),
+        // The pager's queue is full of page-outs: still to be asked (`ask` kept), after a
+        // moment (`crate::pager`).
+        Err(Failure::NoMemory) => Some(w),
+        Err(_) => None,
+    };
+    if let Some(n) = note {
         // SAFETY: the lock is held; the reference ends in this statement.
-        unsafe { state() }.page_wait = Some((t, PageWait { ask: None, ..w }));
+        unsafe { state() }.page_wait = Some((t, n));
     }
     Error::BadAddress
 }

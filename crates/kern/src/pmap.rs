@@ -431,19 +431,6 @@ impl AddressSpace {
         Some(ea)
     }
 
-    /// Sets the accessed and dirty bits of the present 4 KiB translation of `va`, as the
-    /// processor does for a store through it: the kernel's own store into user memory
-    /// (`crate::usercopy::copy_to_user`) is a write of that page, which page replacement
-    /// and a pager's flush must see. Nothing happens if there is no such translation.
-    pub fn mark_written(&self, mem: &mut impl PhysMem, va: u64) {
-        if let Some(ea) = self.leaf_entry(mem, va) {
-            let e = mem.read_u64(ea);
-            if e & (ACCESSED | DIRTY) != ACCESSED | DIRTY {
-                mem.write_u64(ea, e | ACCESSED | DIRTY);
-            }
-        }
-    }
-
     /// Removes the 4 KiB mapping of the page at `va` and returns the frame and flags it
     /// had. If the frame was [`OWNED`], it is freed here (with [`PhysMem::free_frame`]), so
     /// the caller must flush the TLB entry before the frame can be reused (on one processor

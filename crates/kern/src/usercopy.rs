@@ -185,8 +185,6 @@ pub fn copy_to_user(
             .and_then(|e| data.get(offset..e))
             .ok_or(Error::BadAddress)?;
         mem.write_bytes(pa, src);
-        // A store into the page, as the processor would record it.
-        space.mark_written(mem, addr);
     }
     Ok(())
 }
@@ -441,48 +439,6 @@ mod tests {
         let mut before = [0xffu8; 1];
         copy_from_user(&s, &mem, va - 1, &mut before).unwrap();
         assert_eq!(before, [0]);
-        s.destroy(&mut mem);
-        assert_eq!(mem.live(), 0);
-    }
-
-    /// The kernel's store into user memory marks each page it wrote dirty (and accessed)
-    /// in its translation, as a user store would, and no other page: page replacement and
-    /// a pager's flush go by that bit.
-    #[test]
-    fn copy_to_user_marks_written_pages_dirty() {
-        use crate::pmap::{ACCESSED, DIRTY};
-        let mut mem = FakeMem::new();
-        let base = 0x10_0000;
-        let mut s = space_with(
-            &mut mem,
-            &[(base, rw()), (base + P, rw()), (base + 2 * P, rw())],
-        );
-        let dirty = |s: &mut AddressSpace, mem: &mut FakeMem| {
-            let mut out = Vec::new();
-            s.update_leaves(mem, base, base + 3 * P, |va, e| {
-                out.push((va, e & (ACCESSED | DIRTY)));
-                e
-            });
-            out
-        };
-        assert!(dirty(&mut s, &mut mem).iter().all(|&(_, b)| b == 0));
-        // Reading marks nothing.
-        let mut back = [0u8; 16];
-        copy_from_user(&s, &mem, base, &mut back).unwrap();
-        assert!(dirty(&mut s, &mut mem).iter().all(|&(_, b)| b == 0));
-        // 20 bytes astride the first two pages.
-        copy_to_user(&s, &mut mem, base + P - 10, &pattern(20)).unwrap();
-        assert_eq!(
-            dirty(&mut s, &mut mem),
-            vec![
-                (base, ACCESSED | DIRTY),
-                (base + P, ACCESSED | DIRTY),
-                (base + 2 * P, 0)
-            ]
-        );
-        // A refused copy (it runs off the mapping) marks nothing.
-        assert!(copy_to_user(&s, &mut mem, base + 3 * P - 4, &pattern(8)).is_err());
-        assert_eq!(dirty(&mut s, &mut mem)[2], (base + 2 * P, 0));
         s.destroy(&mut mem);
         assert_eq!(mem.live(), 0);
     }

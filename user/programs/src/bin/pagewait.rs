@@ -51,6 +51,7 @@ const REPLY: u64 = 20;
 const LATE: u64 = 30;
 const REPORT: u64 = 40;
 const FILLER: u64 = 99;
+const OUT_SEEN: u64 = 35;
 const LEN: usize = 200;
 
 const fn byte(step: u64, i: usize) -> u8 {
@@ -203,6 +204,20 @@ fn round(buf: &mut IpcBuffer, notify: u64, limit: u64, n: u32) -> Result<(u64, u
     let h = buf.header();
     check!(h.id == REQUEST, "the child's request arrived (id {})", h.id);
     let reply_to = h.reply;
+    // Pressure until the child's watcher says a page of its buffer is out (at most five
+    // times), and once more.
+    let mut seen = false;
+    for _ in 0..5 {
+        pressure(2 * limit, notify)?;
+        if buf.msg(MSG_RECEIVE, port, 1_000_000_000).is_ok() && buf.header().id == OUT_SEEN {
+            seen = true;
+            break;
+        }
+    }
+    check!(
+        seen,
+        "the child's watcher saw its waiting receive's buffer paged out"
+    );
     pressure(2 * limit, notify)?;
     // The queue is filled for step 2 before the reply lets the child go on.
     must("the filler", buf.send(to_self, FILLER, &[], &[]))?;
@@ -216,11 +231,27 @@ fn round(buf: &mut IpcBuffer, notify: u64, limit: u64, n: u32) -> Result<(u64, u
         id: REPLY,
         ..MsgHeader::default()
     };
-    must("the reply", buf.set(reply, &[], &data))?;
+    // With a send right to a signal port of ours (our own port will be full).
+    let signal = must("signal port", port_allocate(0))?;
+    let desc = baton_abi::ipc::Descriptor::port(signal, Disposition::MakeSend);
+    must("the reply", buf.set(reply, &[desc], &data))?;
     must("the reply", buf.msg(MSG_SEND, 0, FOREVER))?;
 
-    // 2. The child's send waits for room; its buffer goes out; room is made.
-    must("sleep", baton_rt::sleep_ns(100_000_000))?;
+    // 2. The child's send waits for room; its buffer goes out (pressure until the child's
+    //    watcher says so, at most five times); room is made.
+    let mut seen = false;
+    for _ in 0..5 {
+        pressure(2 * limit, notify)?;
+        if buf.msg(MSG_RECEIVE, signal, 1_000_000_000).is_ok() && buf.header().id == OUT_SEEN {
+            seen = true;
+            break;
+        }
+    }
+    check!(
+        seen,
+        "the child's watcher saw its waiting send's buffer paged out"
+    );
+    // Once more, now that the send surely waits: its buffer is out when room is made.
     pressure(2 * limit, notify)?;
     must("the filler back", buf.msg(MSG_RECEIVE, port, WAIT))?;
     check!(buf.header().id == FILLER, "the filler came back first");
@@ -268,6 +299,7 @@ fn round(buf: &mut IpcBuffer, notify: u64, limit: u64, n: u32) -> Result<(u64, u
         after.pageins - before.pageins
     );
     until("the store empties", |s| s.store_used == 0)?;
+    must("drop the signal port", cap_drop(signal))?;
     must("drop the send right", cap_drop(to_self))?;
     must("drop the port", cap_drop(port))?;
     // The counts once they stop changing (the tasks just ended go at their threads'

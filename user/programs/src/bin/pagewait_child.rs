@@ -22,7 +22,7 @@
 #![no_std]
 #![no_main]
 
-use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE};
+use baton_abi::ipc::{Descriptor, Disposition, MsgHeader, DESCRIPTOR_SIZE, HEADER_SIZE};
 use baton_rt::ipc::{msg_buf, port_allocate, MSG_RECEIVE, MSG_SEND};
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::vm::{self, PROT_RW};
@@ -54,6 +54,12 @@ static WATCH: AtomicU64 = AtomicU64::new(0);
 static STEP: AtomicU64 = AtomicU64::new(0);
 /// For each step: the watcher saw a page of its region out.
 static OUT: [AtomicBool; 2] = [AtomicBool::new(false), AtomicBool::new(false)];
+/// The parent's signal port (a send right from the reply), told [`OUT_SEEN`] when the
+/// watcher first sees the second buffer out (the parent's own port is full then).
+static SIGNAL: AtomicU64 = AtomicU64::new(0);
+/// The parent's port (the bootstrap right).
+static PARENT: AtomicU64 = AtomicU64::new(0);
+pub const OUT_SEEN: u64 = 35;
 
 static STACKS: StackPool<1, 8192> = StackPool::new();
 
@@ -68,12 +74,34 @@ fn watcher(_: u64) {
             // A page of the buffer out is enough: the message covers both pages.
             if vm::query(region).is_ok_and(|r| r.resident < 2) {
                 if let Some(o) = OUT.get(step) {
-                    o.store(true, Ordering::SeqCst);
+                    if !o.swap(true, Ordering::SeqCst) {
+                        // Step 1: the parent's own port (empty while it holds the
+                        // request); step 2: its signal port (its own is full).
+                        let to = if step == 0 { &PARENT } else { &SIGNAL };
+                        tell(to.load(Ordering::SeqCst), OUT_SEEN);
+                    }
                 }
             }
         }
         let _ = baton_rt::sleep_ns(5_000_000);
     }
+}
+
+/// Sends an empty message `id` to `to` (a send right), if any.
+fn tell(to: u64, id: u64) {
+    if to == 0 {
+        return;
+    }
+    let mut m = [0u8; HEADER_SIZE];
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: HEADER_SIZE as u32,
+        dest: to,
+        reply: 0,
+        id,
+    };
+    m.copy_from_slice(&h.to_bytes());
+    let _ = msg_buf(&mut m, MSG_SEND, 0, FOREVER);
 }
 
 /// A new two-page region and the 256-byte buffer astride its page boundary.
@@ -87,6 +115,7 @@ fn buffer() -> Option<(u64, &'static mut [u8])> {
 
 fn main(_task_id: u64) -> i32 {
     let parent = baton_rt::start::bootstrap();
+    PARENT.store(parent, Ordering::SeqCst);
     let (Some((r1, b1)), Some((r2, b2)), Ok(reply)) = (buffer(), buffer(), port_allocate(0)) else {
         println!("TEST FAIL pagewait_child: no memory for its buffers");
         return 1;
@@ -114,9 +143,14 @@ fn main(_task_id: u64) -> i32 {
     let r = msg_buf(b1, MSG_SEND | MSG_RECEIVE, reply, FOREVER);
     WATCH.store(0, Ordering::SeqCst);
     let got = MsgHeader::from_bytes(b1);
+    // The reply carries a send right to the parent's signal port, then the data.
+    let at = HEADER_SIZE + DESCRIPTOR_SIZE;
+    let signal = Descriptor::from_bytes(&b1[HEADER_SIZE..]).map_or(0, |d| d.value);
+    SIGNAL.store(signal, Ordering::SeqCst);
     let intact = r.is_ok()
-        && got.is_some_and(|g| g.id == REPLY && g.size as usize == HEADER_SIZE + LEN)
-        && b1[HEADER_SIZE..][..LEN]
+        && signal != 0
+        && got.is_some_and(|g| g.id == REPLY && g.size as usize == at + LEN)
+        && b1[at..][..LEN]
             .iter()
             .enumerate()
             .all(|(i, &b)| b == byte(1, i));
