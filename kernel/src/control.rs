@@ -215,10 +215,18 @@ fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
         return;
     }
     if let Blocked::PageIn { .. } = why {
-        // No call to fail: the access is made again and reported as a pager fault.
-        crate::pager::interrupt(k, t, why);
-        return;
+        if !waits_in_step(th.cont) {
+            // No call to fail: the access is made again and reported as a pager fault.
+            crate::pager::interrupt(k, t, why);
+            return;
+        }
+        // A call's later step waiting for its buffer's page (`crate::pager::wait_in_step`):
+        // the call ends `Interrupted`, as a receive or a send waiting for room would.
+        crate::pager::forget_waiter(k, t, why);
     }
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
     th.frame.rax = Error::Interrupted.to_raw();
     th.cont = Some(Continuation::new(Resume::UserReturn));
     if let Blocked::Wait { key } = why {
@@ -425,8 +433,9 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         // Its frame was rewound to issue the call again (`wait_for_arrival`).
         Blocked::StateWait { .. } => point == Some(Resume::UserReturn),
         // A fault (or a call rewound: `crate::pager::after_call`) waiting for a pager: the
-        // access is made again when the thread goes on.
-        Blocked::PageIn { .. } => point == Some(Resume::UserReturn),
+        // access is made again when the thread goes on. A call's later step waiting for
+        // its buffer's page (`crate::pager::wait_in_step`) is cut short as its call.
+        Blocked::PageIn { .. } => point == Some(Resume::UserReturn) || waits_in_step(th.cont),
         Blocked::ProcessModel | Blocked::Suspended | Blocked::Unstarted | Blocked::VpSpare => false,
     };
     if !cut_short || th.below.len() != p.index || th.stack.is_some() {
@@ -443,12 +452,18 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
         // Not issued again: it returns.
         th.frame.rip = th.frame.rip.wrapping_add(2);
     }
-    if !matches!(b, Blocked::PageIn { .. }) {
+    if !matches!(b, Blocked::PageIn { .. }) || point != Some(Resume::UserReturn) {
         th.frame.rax = Error::Interrupted.to_raw();
     }
     th.cont = Some(Continuation::new(Resume::UserReturn));
     mark_stopped(k, p.thread);
     true
+}
+
+/// Whether a thread blocked `PageIn` with continuation `cont` waits for a page in a later
+/// step of a call (`crate::pager::wait_in_step`) rather than in a fault.
+fn waits_in_step(cont: Option<Continuation>) -> bool {
+    cont.is_some_and(|c| matches!(c.point, Resume::Receive | Resume::SendRetry))
 }
 
 /// The user registers of the activation of `p` (its thread stopped there), as

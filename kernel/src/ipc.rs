@@ -547,12 +547,21 @@ fn receive(
     args: MsgArgs,
     handoff: Option<ThreadId>,
 ) -> Result<(), Error> {
+    // Only this phase's copies may make it wait for a page (below).
+    crate::vm::clear_page_wait();
     let port = match receive_now(k, me, buf, args) {
         Ok(Some(port)) => port,
         done => {
             // Not blocking after all: the thread we delivered to just becomes ready.
             if let Some(r) = handoff {
                 thread::thread_setrun(k, r);
+            }
+            if let Err(Error::BadAddress) = done {
+                // The buffer's page must come in first (it was paged out, or its pager is
+                // asked): the receive waits for it and then runs again, its send (if
+                // any) done once. Nothing was taken from the queue.
+                let cont = Continuation::new(Resume::Receive);
+                return Err(crate::pager::wait_in_step(k, cur, cont));
             }
             return done.map(|_| ());
         }
@@ -738,9 +747,20 @@ pub fn continue_receive(k: &mut Kernel, t: ThreadId) -> ! {
 
 /// Continuation [`Resume::SendRetry`] of thread `t`: run its whole `ipc_msg` again.
 pub fn continue_send(k: &mut Kernel, t: ThreadId) -> ! {
+    crate::vm::clear_page_wait();
     let result = match MsgArgs::of(k, t) {
         Some(args) => ipc_msg(k, t, args),
         None => Err(Error::InvalidArgument),
+    };
+    // A page of the message's buffer must come in first: nothing was sent (the receive
+    // phase waits on its own), so the whole call runs again once the page is there.
+    let result = match result {
+        Err(Error::BadAddress) => Err(crate::pager::wait_in_step(
+            k,
+            t,
+            Continuation::new(Resume::SendRetry),
+        )),
+        r => r,
     };
     crate::kernel::finish_entry(k, false, Some(result.map_or_else(Error::to_raw, |()| 0)))
 }

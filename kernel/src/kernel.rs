@@ -414,12 +414,16 @@ impl Kernel {
         } else {
             self.release_task(task_id);
         }
+        // The map goes first, while the space is still the task's (the virtual-memory
+        // family reads what its translations say was written).
+        if self.tasks.get(&task_id).is_some() {
+            (family::hooks().space_freed)(self, task_id);
+        }
         if let Some(task) = self.tasks.remove(&task_id) {
             task.account
                 .give(kern::quota::Resource::Frames, task.frames);
             task.account
                 .give(kern::quota::Resource::Heap, task.acts_charged);
-            (family::hooks().space_freed)(self, task_id);
             let mut mem = self.mem();
             task.space.destroy(&mut mem);
         }
@@ -744,10 +748,13 @@ impl Kernel {
                     self.waits.remove(key, t);
                 }
                 ThreadState::Blocked(Blocked::ProcessModel) => {}
-                // A fault waiting for memory (`pageout::wait_memory`), the one page-in wait
-                // with a timeout: it is taken again from user mode, registers untouched.
+                // A fault (or a call's step) waiting for memory (`pageout::wait_memory`), the
+                // one page-in wait with a timeout: it goes on at the continuation it blocked
+                // with (a fault is taken again from user mode, registers untouched).
                 ThreadState::Blocked(why @ Blocked::PageIn { .. }) => {
-                    th.cont = Some(Continuation::new(Resume::UserReturn));
+                    if th.cont.is_none() {
+                        th.cont = Some(Continuation::new(Resume::UserReturn));
+                    }
                     (family::hooks().forget_waiter)(self, t, why);
                 }
                 ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {

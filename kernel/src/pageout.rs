@@ -90,6 +90,12 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: baton_abi::Sys, a: [u64; 6]) -> R
             crate::kobject::check_host_priv(k, cur, a[1])?;
             replace::set_limit(k, a[0])
         }
+        Sys::PagingExempt => {
+            let cur = k.current_thread();
+            crate::kobject::check_host_priv(k, cur, a[1])?;
+            let target = crate::taskmake::task_of(k, task, a[0])?;
+            replace::exempt(k, target).map(|()| 0)
+        }
         _ => Err(Error::InvalidArgument),
     }
 }
@@ -249,7 +255,7 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
                     Err(f) => return Err(f.code()),
                 }
             }
-            wait(k, t, w).map_err(Failure::code)
+            wait(k, t, w, Continuation::new(Resume::UserReturn)).map_err(Failure::code)
         }
         Err(Failure::NoMemory) => {
             // Page-outs on their way to a live pager free room as it takes them: wait a
@@ -275,6 +281,17 @@ pub const WAIT_MEMORY: u64 = u64::MAX;
 /// then taken again. Blocking rather than yielding: the pager works at the disk's pace, and
 /// a thread yielding in a loop meanwhile would keep the processor busy doing nothing.
 fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
+    if let Err(()) = wait_memory_then(k, t, Continuation::new(Resume::UserReturn)) {
+        thread::thread_yield_keeping(k, t);
+    }
+    unreachable!("wait_memory_then returns only when it cannot wait")
+}
+
+/// [`wait_memory`] for a kernel copy's page the default pager could not be asked for yet
+/// (its queue full of page-outs): the thread waits a moment and resumes at `cont` (which
+/// makes its copy, and so the request, again). Returns only when there is no room to
+/// list the thread.
+pub fn wait_memory_then(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Result<(), ()> {
     let listed = {
         // SAFETY: the lock is held; the reference ends in this block.
         let st = unsafe { state() };
@@ -285,7 +302,7 @@ fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
         ok
     };
     if !listed {
-        thread::thread_yield_keeping(k, t);
+        return Err(());
     }
     let deadline = crate::arch::apic::now_ns().saturating_add(MEMORY_WAIT_NS);
     thread::block_until(
@@ -296,12 +313,13 @@ fn wait_memory(k: &mut Kernel, t: ThreadId) -> ! {
         },
         Some(deadline),
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Blocks the current thread `t` until the paged-out page `w` is back (or the default
-/// pager dies); it then makes its access again. Returns only on an error.
-pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
+/// pager dies); it then resumes at `cont` (with [`Resume::UserReturn`], it makes its access
+/// again). Returns only on an error.
+pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait, cont: Continuation) -> Result<(), Failure> {
     if pager_port().is_none() || !crate::vm::swap_asked(w.object, w.offset) {
         return Err(Failure::Pager);
     }
@@ -319,7 +337,7 @@ pub fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
         },
         None,
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Wakes the threads waiting for `offset` of `object` (every waiter, with `None`).

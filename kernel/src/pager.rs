@@ -318,6 +318,10 @@ fn flush(
         .ok_or(Error::InvalidArgument)?
         .account
         .clone();
+    if flags & FLUSH_RETURN != 0 {
+        // What the processor says was written, into the pages' sticky dirty bits.
+        crate::vm::harvest_dirty(k, object, offset, end);
+    }
     let mut from = offset;
     let mut pages = 0;
     while pages < FLUSH_MAX_PAGES {
@@ -327,7 +331,9 @@ fn flush(
         };
         from = off + PAGE_SIZE;
         if flags & FLUSH_RETURN != 0 {
-            if let Some(f) = frame {
+            // Only a page written since it last went to the pager goes back (a clean one
+            // is what the pager has already).
+            if let Some(f) = frame.filter(|&f| crate::vm::replace::is_dirty(f)) {
                 // The page's bytes go to the pager, charged to the caller until received.
                 let req = Request {
                     cookie,
@@ -352,6 +358,7 @@ fn flush(
                         ..Message::default()
                     },
                 )?;
+                crate::vm::replace::clear_dirty(f);
             }
         }
         if flags & FLUSH_DROP != 0 {
@@ -499,7 +506,7 @@ pub fn fault_result(k: &mut Kernel, t: ThreadId, r: Result<(), Failure>) -> Resu
                 }
                 ask(k, w).map_err(Failure::code)?;
             }
-            wait(k, t, w).map_err(Failure::code)
+            wait(k, t, w, Continuation::new(Resume::UserReturn)).map_err(Failure::code)
         }
         Err(f) => Err(f.code()),
     }
@@ -522,7 +529,7 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
     }
     let waited = match served_by_activations(k, w) {
         Some((port, cookie)) => migrate(k, t, w, port, cookie),
-        None => wait(k, t, w),
+        None => wait(k, t, w, Continuation::new(Resume::UserReturn)),
     };
     if waited.is_err() {
         if let Some(th) = k.threads.get_mut(t) {
@@ -570,6 +577,38 @@ fn lock(
     }
     wake(k, key, offset, done);
     Ok(done - offset)
+}
+
+/// A kernel copy of the current thread `t` made by a *later step* of a call met a page
+/// that must come in first (a page of a pager-backed object being paged in, or one paged
+/// out to the default pager: [`crate::vm::take_page_wait`]). Such a step cannot be made
+/// again by issuing the whole call again as [`after_call`] does: a receive after its send
+/// would send twice, a message delivered by a continuation has no call to issue. So the
+/// thread waits for the page here, interruptibly (an alert ends the call with
+/// `Interrupted`, a kill or its task's end takes it off the wait), and then resumes at
+/// `cont`, which makes that step again and only that step: the receive phase
+/// ([`Resume::Receive`]) or a send that has not happened yet ([`Resume::SendRetry`]).
+///
+/// Does not return when it waits. Otherwise returns the step's error: `Interrupted` when
+/// an alert ended an earlier wait for the page, `BadAddress` when no page was noted (the
+/// address is bad, or the page's pager failed or is gone), when the pager serves through
+/// activations (the thread would have to carry the request into one, which returns to
+/// user mode, not to a step), or when there is no room to wait.
+pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
+    let Some(w) = crate::vm::take_page_wait(t) else {
+        return Error::BadAddress;
+    };
+    if take_interrupted(t) {
+        return Error::Interrupted;
+    }
+    if served_by_activations(k, w).is_some() {
+        return Error::BadAddress;
+    }
+    // (It returns only when the thread cannot wait.)
+    match wait(k, t, w, cont) {
+        Err(Failure::NoMemory) => Error::NoMemory,
+        _ => Error::BadAddress,
+    }
 }
 
 /// The `ACCESS_*` bits of an access.
@@ -631,7 +670,7 @@ fn migrate(
         .senders
         .try_push_back(t)
         .map_err(|_| Failure::NoMemory)?;
-    let waited = wait(k, t, w);
+    let waited = wait(k, t, w, Continuation::new(Resume::UserReturn));
     // Not waiting after all: out of the line again.
     if let Some(p) = k.ipc.port_mut(port) {
         if let Some(i) = p.senders.position(t) {
@@ -642,12 +681,19 @@ fn migrate(
 }
 
 /// Blocks the current thread `t` until the page `w` is supplied (or the pager fails or
-/// dies); it then makes its access again. Returns only on an error (no room to wait).
-fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
+/// dies); it then resumes at `cont`: [`Resume::UserReturn`] makes its access (or its
+/// rewound call) again, a call's step makes that step again ([`wait_in_step`]). Returns
+/// only on an error (no room to wait).
+fn wait(k: &mut Kernel, t: ThreadId, w: PageWait, cont: Continuation) -> Result<(), Failure> {
     let Some((pager, dead, _)) = crate::vm::pager_of(w.object) else {
         // Not pager-backed: a paged-out page a kernel copy met waits for the default
-        // pager (which refuses unless the page is being paged in).
-        return crate::pageout::wait(k, t, w);
+        // pager (which refuses unless the page is being paged in). One that could not be
+        // asked for yet (the pager's queue full of page-outs: still to ask) waits a moment
+        // and the copy is made again.
+        if w.ask.is_some() {
+            return crate::pageout::wait_memory_then(k, t, cont).map_err(|()| Failure::NoMemory);
+        }
+        return crate::pageout::wait(k, t, w, cont);
     };
     if dead {
         return Err(Failure::Pager);
@@ -670,7 +716,7 @@ fn wait(k: &mut Kernel, t: ThreadId, w: PageWait) -> Result<(), Failure> {
         },
         None,
     );
-    thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
+    thread::thread_block_with(k, cont);
 }
 
 /// Wakes the threads of record `key` waiting for a page in `[from, to)`.

@@ -432,7 +432,8 @@ impl Kernel {
             Sys::DefaultPagerRegister
             | Sys::DefaultPagerSupply
             | Sys::PagingStats
-            | Sys::PagingLimit => crate::pageout::sys(self, id, call, args),
+            | Sys::PagingLimit
+            | Sys::PagingExempt => crate::pageout::sys(self, id, call, args),
             Sys::VmCopy => crate::ool::sys_vm_copy(self, id, args),
             Sys::SetAffinity => self.sys_set_affinity(id, args[0], args[1]),
             Sys::MemobjCreate
@@ -631,8 +632,10 @@ impl Kernel {
             Sys::StrandCount => crate::extension::strand::count(self, id, args[0]),
             Sys::SpinReclaim => crate::extension::reclaim::sys(id, args[0]),
         };
-        if let Err(Error::BadAddress) = result {
-            // Rate-limited, and written after the lock is released (`klog`).
+        let cur = self.current_thread();
+        if result == Err(Error::BadAddress) && !crate::vm::page_wait_noted(cur) {
+            // Rate-limited, and written after the lock is released (`klog`). A copy that
+            // waits for a page (the call is made again once it is there) is no error.
             crate::klog::user_error(
                 self,
                 id,
@@ -756,7 +759,18 @@ impl Kernel {
             let mut mem = KernelMem {
                 frames: &mut k.frames,
             };
-            usercopy::copy_to_user(&t.space, &mut mem, ptr, data)
+            usercopy::copy_to_user(&t.space, &mut mem, ptr, data)?;
+            // The kernel's store is a write of each page, for page replacement and a
+            // pager's flush (their sticky dirty bits; the translations are left as they are).
+            let end = ptr.saturating_add(data.len() as u64);
+            let mut page = ptr & !(PAGE_SIZE - 1);
+            while page < end {
+                if let Some((pa, _)) = t.space.translate(&mem, page) {
+                    crate::vm::replace::mark_dirty(pa);
+                }
+                page += PAGE_SIZE;
+            }
+            Ok(())
         };
         match copy(self) {
             // Pages not there yet (or copy-on-write): made resident and writable as a

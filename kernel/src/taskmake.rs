@@ -334,7 +334,7 @@ fn map_object_program(k: &mut Kernel, id: TaskId, file: &ObjectProgram) -> Resul
 
 /// The task a send right `name` of task `caller` names (a task port): `InvalidName`,
 /// `DeadName` as for any right; `InvalidRight` for a port that is no task's.
-fn task_of(k: &Kernel, caller: TaskId, name: u64) -> Result<TaskId, Error> {
+pub fn task_of(k: &Kernel, caller: TaskId, name: u64) -> Result<TaskId, Error> {
     let t = k.tasks.get(&caller).ok_or(Error::InvalidArgument)?;
     let port = k.ipc.sendable_port(&t.names, name)?;
     match crate::kobject::object(k, port) {

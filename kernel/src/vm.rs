@@ -49,7 +49,9 @@ use baton_abi::Error;
 use core::cell::UnsafeCell;
 use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
 use kern::idslab::IdSlab;
-use kern::pmap::{AddressSpace, MapFlags, PhysMem, NO_CACHE, OWNED, WRITABLE, WRITE_THROUGH};
+use kern::pmap::{
+    AddressSpace, MapFlags, PhysMem, ADDR_MASK, DIRTY, NO_CACHE, OWNED, WRITABLE, WRITE_THROUGH,
+};
 use kern::quota::Resource;
 use kern::vm::copy::Carried;
 use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
@@ -169,19 +171,14 @@ impl Machine<PhysAddr> for Mach<'_> {
         let mut mem = KernelMem {
             frames: self.frames,
         };
-        self.changed +=
-            space.update_leaves(
-                &mut mem,
-                start,
-                end,
-                |_, e| {
-                    if e & OWNED != 0 {
-                        e
-                    } else {
-                        0
-                    }
-                },
-            );
+        self.changed += space.update_leaves(&mut mem, start, end, |_, e| {
+            if e & OWNED != 0 {
+                e
+            } else {
+                harvest(e);
+                0
+            }
+        });
     }
 
     fn write_protect(&mut self, start: u64, end: u64) {
@@ -191,7 +188,10 @@ impl Machine<PhysAddr> for Mach<'_> {
         let mut mem = KernelMem {
             frames: self.frames,
         };
-        self.changed += space.update_leaves(&mut mem, start, end, |_, e| e & !WRITABLE);
+        self.changed += space.update_leaves(&mut mem, start, end, |_, e| {
+            harvest(e);
+            e & !WRITABLE
+        });
     }
 
     fn write_protect_everywhere(&mut self, _frame: PhysAddr) {
@@ -208,6 +208,16 @@ impl Machine<PhysAddr> for Mach<'_> {
 
     fn free_slot(&mut self, slot: u32) {
         replace::free_slot(slot);
+    }
+}
+
+/// A translation `pte` is removed or write-protected: if the processor wrote through it,
+/// its page's sticky dirty bit is set (`replace`), so that page replacement and a pager's
+/// flush return the page to its pager, and only such pages.
+#[inline(always)]
+fn harvest(pte: u64) {
+    if pte & DIRTY != 0 && pte & OWNED == 0 {
+        replace::mark_dirty(PhysAddr(pte & ADDR_MASK));
     }
 }
 
@@ -302,12 +312,14 @@ fn flush_everything(k: &mut Kernel, vm: &mut Vm) {
             frames: &mut k.frames,
         };
         for (s, e) in tv.map.entries() {
-            t.space.update_leaves(
-                &mut mem,
-                s,
-                e.end,
-                |_, e| if e & OWNED != 0 { e } else { 0 },
-            );
+            t.space.update_leaves(&mut mem, s, e.end, |_, e| {
+                if e & OWNED != 0 {
+                    e
+                } else {
+                    harvest(e);
+                    0
+                }
+            });
         }
         shootdown(k, id);
     }
@@ -557,6 +569,26 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
     let Some(mut tv) = vm.tasks.remove(&id) else {
         return;
     };
+    // The space goes without its translations being removed one by one: the pages of
+    // pager-backed objects this task could write in place keep what its translations say
+    // they were written (the task's end must not lose a write to a file).
+    if let Some(t) = k.tasks.get_mut(&id) {
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        for (s, e) in tv.map.entries() {
+            let pager = vm
+                .objects
+                .get(e.object)
+                .is_some_and(|o| matches!(o.kind(), Kind::Pager { .. }));
+            if pager && !e.cow && e.max_prot.contains(Prot::WRITE) {
+                t.space.update_leaves(&mut mem, s, e.end, |_, pte| {
+                    harvest(pte);
+                    pte
+                });
+            }
+        }
+    }
     let mut m = Mach {
         frames: &mut k.frames,
         space: None,
@@ -935,10 +967,17 @@ fn swap_wanted(k: &mut Kernel, task: TaskId, w: PageWait) -> Error {
         (Some(_), Some(ask)) => ask(k, task, w),
         (Some(_), None) => Err(Failure::Pager),
     };
-    if asked.is_ok() {
-        let t = k.current_thread();
+    let t = k.current_thread();
+    let note = match asked {
+        Ok(()) => Some(PageWait { ask: None, ..w }),
+        // The pager's queue is full of page-outs: still to be asked (`ask` kept), after a
+        // moment (`crate::pager`).
+        Err(Failure::NoMemory) => Some(w),
+        Err(_) => None,
+    };
+    if let Some(n) = note {
         // SAFETY: the lock is held; the reference ends in this statement.
-        unsafe { state() }.page_wait = Some((t, PageWait { ask: None, ..w }));
+        unsafe { state() }.page_wait = Some((t, n));
     }
     Error::BadAddress
 }
@@ -955,6 +994,13 @@ pub fn take_page_wait(t: ThreadId) -> Option<PageWait> {
         }
         _ => None,
     }
+}
+
+/// Whether thread `t`'s kernel copy noted a page to wait for (its `BadAddress` is then no
+/// error: the call, or its step, goes on once the page is there).
+pub fn page_wait_noted(t: ThreadId) -> bool {
+    // SAFETY: the lock is held (the caller is in a system call); the reference ends here.
+    unsafe { state() }.page_wait.is_some_and(|(th, _)| th == t)
 }
 
 /// Forgets a page wait a copy noted (at the start of a call: only that call's copies
@@ -1071,6 +1117,8 @@ pub fn pager_put(
     offset: u64,
     frame: PhysAddr,
 ) -> Result<bool, Error> {
+    // The supplier: a pager on the path that frees memory may use the reserve.
+    let supplier = k.current_task().unwrap_or(0);
     // SAFETY: the lock is held; the family's entry.
     let vm = unsafe { state() };
     let mut mem = KernelMem {
@@ -1080,13 +1128,13 @@ pub fn pager_put(
         mem.free_frame(frame);
         return Ok(false);
     }
-    if !replace::room_for(mem.frames.free_frames() as u64, 0) {
+    if !replace::room_for(mem.frames.free_frames() as u64, supplier) {
         mem.free_frame(frame);
         return Err(Error::NoMemory);
     }
     match vm.objects.insert_page(object, offset, frame) {
         Ok(()) => {
-            replace::count(frame);
+            replace::count_wanted(frame);
             Ok(true)
         }
         Err((e, f)) => {
@@ -1198,6 +1246,50 @@ pub fn pager_flush_page(
         flush_everything(k, vm);
     }
     r
+}
+
+/// Gathers the dirty bits of every translation of `[from, to)` of the pager-backed object
+/// `object` into the pages' sticky dirty bits, clearing them in the translations (a pager's
+/// flush is about to return the written pages: a write after this sets the bit again, and
+/// its page is returned by the next flush). Only mappings of the object itself that may
+/// write it are looked at: a copy-on-write mapping never writes the object's pages.
+pub fn harvest_dirty(k: &mut Kernel, object: ObjectId, from: u64, to: u64) {
+    // SAFETY: the lock is held; the family's entry.
+    let vm = unsafe { state() };
+    let mut next = k.tasks.next_id(None);
+    while let Some(id) = next {
+        next = k.tasks.next_id(Some(id));
+        let (Some(tv), Some(t)) = (vm.tasks.get(&id), k.tasks.get_mut(&id)) else {
+            continue;
+        };
+        let mut mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        let mut changed = 0;
+        for (s, e) in tv.map.entries() {
+            if e.object != object || e.cow || !e.max_prot.contains(Prot::WRITE) {
+                continue;
+            }
+            // The entry's window of the object, cut to `[from, to)`, as addresses.
+            let len = e.end - s;
+            let (lo, hi) = (e.offset.max(from), e.offset.saturating_add(len).min(to));
+            if lo >= hi {
+                continue;
+            }
+            let (va, end) = (s + (lo - e.offset), s + (hi - e.offset));
+            changed += t.space.update_leaves(&mut mem, va, end, |_, pte| {
+                if pte & DIRTY != 0 && pte & OWNED == 0 {
+                    replace::mark_dirty(PhysAddr(pte & ADDR_MASK));
+                    pte & !DIRTY
+                } else {
+                    pte
+                }
+            });
+        }
+        if changed > 0 {
+            shootdown(k, id);
+        }
+    }
 }
 
 /// A new frame holding `bytes` (zeros after them), not yet in any object or charged.

@@ -73,7 +73,25 @@ const FORBIDDEN: &[&str] = &["TEST FAIL", "Kernel panic", "BUG:", "Oops:"];
 const LOG_TAIL_LINES: usize = 25;
 /// BusyBox applets `/init` uses, linked in `/bin`.
 const APPLETS: &[&str] = &[
-    "sh", "mount", "cat", "cut", "dmesg", "grep", "uname", "reboot",
+    "sh", "mount", "cat", "cut", "dmesg", "grep", "uname", "reboot", "insmod",
+];
+/// The kernel modules the guest loads for the file rows (the Debian kernel has neither
+/// virtio's PCI transport and block driver nor FAT built in), in an order that loads each
+/// after what it depends on: paths under `lib/modules/<version>/` of the kernel's package,
+/// unpacked into `target/linux-guest/modules/` and put into the initramfs as
+/// `/lib/modules/<name>.ko`. Debian's modules are not compressed.
+const MODULES: &[&str] = &[
+    "kernel/drivers/virtio/virtio_ring.ko",
+    "kernel/drivers/virtio/virtio.ko",
+    "kernel/drivers/virtio/virtio_pci_modern_dev.ko",
+    "kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
+    "kernel/drivers/virtio/virtio_pci.ko",
+    "kernel/drivers/block/virtio_blk.ko",
+    "kernel/fs/fat/fat.ko",
+    "kernel/fs/fat/vfat.ko",
+    "kernel/fs/nls/nls_cp437.ko",
+    "kernel/fs/nls/nls_ascii.ko",
+    "kernel/fs/nls/nls_utf8.ko",
 ];
 /// The benchmark programs: source in `bench/linux/`, extra `gcc` flags.
 const PROGRAMS: &[(&str, &[&str])] = &[
@@ -108,7 +126,22 @@ echo "LINUX cpu_flags=${have# }"
 for f in /sys/devices/system/cpu/vulnerabilities/*; do
     echo "LINUX vulnerability ${f##*/}=$(cat "$f")"
 done
-if /bench/linuxbench /bench/null; then
+# /tmp/disk.sh, run by linuxbench after every other benchmark (the disk's interrupts
+# come at host-dependent times, so nothing else may run once it is in use): loads the disk
+# with Baton's layout (`cargo xtask` makes it as for Baton's boots), whose first partition
+# is the FAT file system holding the 56 KiB sample file of the file rows.
+cat > /tmp/disk.sh <<'SCRIPT'
+if [ -d /lib/modules ]; then
+    for m in virtio_ring virtio virtio_pci_modern_dev virtio_pci_legacy_dev virtio_pci \
+             virtio_blk fat vfat nls_cp437 nls_ascii nls_utf8; do
+        insmod /lib/modules/$m.ko || echo "LINUXINFO insmod $m failed"
+    done
+    # The disk's device nodes (/dev/vda1).
+    mount -t devtmpfs devtmpfs /dev
+    mount -t vfat -o ro /dev/vda1 /mnt || echo "LINUXINFO the disk did not mount: no file rows"
+fi
+SCRIPT
+if /bench/linuxbench /bench/null /tmp/disk.sh /mnt/data/f56k.bin; then
     /bench/qemu-exit 0x10
 else
     /bench/qemu-exit 0x11
@@ -159,8 +192,17 @@ pub fn measure(quick: bool) -> Result<LinuxRun, String> {
     let busybox = busybox(&cache)?;
     let step = Step::start("compiling the Linux benchmarks (bench/linux/*.c) with gcc");
     let (programs, gcc) = step.finish(compile(&cache.join("bin")))?;
+    let modules = match modules(&cache, &kernel) {
+        Ok(m) => m,
+        Err(e) => {
+            note(format!(
+                "the guest kernel's modules could not be had, so the file rows are left out: {e}"
+            ));
+            Vec::new()
+        }
+    };
     let initramfs = cache.join("initramfs.cpio");
-    write_initramfs(&initramfs, &busybox.file, &programs)?;
+    write_initramfs(&initramfs, &busybox.file, &programs, &modules)?;
 
     let results = root().join("results");
     fs::create_dir_all(&results)
@@ -170,9 +212,25 @@ pub fn measure(quick: bool) -> Result<LinuxRun, String> {
     } else {
         vec![results.join("linux.log"), results.join("linux.2.log")]
     };
-    let cmd = qemu_command(&qemu, &kernel.file, &initramfs);
+    // A disk of Baton's layout for each boot (the file rows read its sample file).
+    let disks: Vec<Option<PathBuf>> = (0..logs.len())
+        .map(|i| {
+            if modules.is_empty() {
+                return None;
+            }
+            crate::disk::fresh(&format!("linux-{i}"))
+                .map_err(|e| note(format!("no disk for the Linux guest: {e}")))
+                .ok()
+        })
+        .collect();
+    let cmd = qemu_command(
+        &qemu,
+        &kernel.file,
+        &initramfs,
+        disks.first().and_then(|d| d.as_deref()),
+    );
     note(format!("$ {}", shell_line(&cmd)));
-    let runs = boot(&qemu, &kernel.file, &initramfs, &logs)?;
+    let runs = boot(&qemu, &kernel.file, &initramfs, &logs, &disks)?;
     if let [first, second] = runs.as_slice() {
         compare(first, second)?;
         note("the two Linux runs gave identical instruction counts for every benchmark");
@@ -219,7 +277,8 @@ pub fn bench_linux() -> Result<ExitCode, String> {
     println!(
         "- repeatability: {}",
         if run.repeated {
-            "checked: a second boot gave the same count for every benchmark"
+            "checked: a second boot gave the same count for every benchmark but the file rows, \
+             which wait for the disk"
         } else {
             "not checked (one boot)"
         }
@@ -324,6 +383,104 @@ fn busybox(cache: &Path) -> Result<Unpacked, String> {
     require_debian_tools()?;
     let step = Step::start(format!("fetching BusyBox: {BUSYBOX_DEB}"));
     step.finish(fetch(cache, BUSYBOX_DEB, "bin/busybox", &dir, "busybox"))
+}
+
+/// The guest kernel's [`MODULES`], from the cache (when it holds those of the same package
+/// and version) or fetched from the same package (`apt-get download <package>=<version>`):
+/// each module's name and file, in [`MODULES`]' order.
+fn modules(cache: &Path, kernel: &Unpacked) -> Result<Vec<(String, PathBuf)>, String> {
+    let dir = cache.join("modules");
+    let files: Vec<(String, PathBuf)> = MODULES
+        .iter()
+        .map(|m| {
+            let name = m.rsplit('/').next().unwrap_or(m).to_string();
+            let file = dir.join(&name);
+            (name, file)
+        })
+        .collect();
+    let stamp = format!("package={}\nversion={}\n", kernel.package, kernel.version);
+    if fs::read_to_string(dir.join(STAMP)).is_ok_and(|s| s == stamp)
+        && files.iter().all(|(_, f)| f.is_file())
+    {
+        return Ok(files);
+    }
+    require_debian_tools()?;
+    let step = Step::start(format!(
+        "fetching the guest kernel's modules for the file rows: {} {}",
+        kernel.package, kernel.version
+    ));
+    let got = (|| {
+        let debs = cache.join("debs");
+        let _ = fs::remove_dir_all(&debs);
+        fs::create_dir_all(&debs).map_err(|e| format!("cannot create {}: {e}", debs.display()))?;
+        let wanted = format!("{}={}", kernel.package, kernel.version);
+        with_package_lists(|| {
+            let mut cmd = command("apt-get");
+            cmd.current_dir(&debs).args(["download", &wanted]);
+            output(&mut cmd, &format!("downloading {wanted}")).map(drop)
+        })?;
+        let deb = fs::read_dir(&debs)
+            .map_err(|e| format!("cannot read {}: {e}", debs.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "deb"))
+            .ok_or_else(|| format!("apt-get download {wanted} left no .deb"))?;
+        fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let _ = fs::remove_file(dir.join(STAMP));
+        let mut child = command("dpkg-deb")
+            .arg("--fsys-tarfile")
+            .arg(&deb)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("could not start dpkg-deb: {e}"))?;
+        let stdout = child.stdout.take().ok_or("dpkg-deb: no standard output")?;
+        let found = copy_modules(stdout, &files);
+        let _ = child.kill();
+        let _ = child.wait();
+        let _ = fs::remove_dir_all(&debs);
+        let missing: Vec<&str> = MODULES
+            .iter()
+            .zip(&files)
+            .filter(|(_, (_, f))| !f.is_file())
+            .map(|(m, _)| *m)
+            .collect();
+        found?;
+        if !missing.is_empty() {
+            return Err(format!("{} has no {}", deb.display(), missing.join(", ")));
+        }
+        fs::write(dir.join(STAMP), &stamp)
+            .map_err(|e| format!("cannot write {}: {e}", dir.join(STAMP).display()))?;
+        Ok(files)
+    })();
+    step.finish(got)
+}
+
+/// Copies every regular file of the tar stream `from` whose path ends in
+/// `lib/modules/<version>/<one of MODULES>` to its place in `files`.
+fn copy_modules(from: impl Read, files: &[(String, PathBuf)]) -> Result<(), String> {
+    let mut archive = tar::Archive::new(from);
+    for entry in archive.entries().map_err(|e| e.to_string())? {
+        let mut entry = entry.map_err(|e| e.to_string())?;
+        if entry.header().entry_type() != tar::EntryType::Regular {
+            continue;
+        }
+        let path = entry.path().map_err(|e| e.to_string())?.into_owned();
+        let path = path.to_string_lossy().into_owned();
+        let Some(i) = MODULES
+            .iter()
+            .position(|m| path.ends_with(&format!("/{m}")) && path.contains("lib/modules/"))
+        else {
+            continue;
+        };
+        let Some((_, dest)) = files.get(i) else {
+            continue;
+        };
+        let mut out =
+            File::create(dest).map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+        std::io::copy(&mut entry, &mut out)
+            .map_err(|e| format!("cannot write {}: {e}", dest.display()))?;
+    }
+    Ok(())
 }
 
 /// Fails with directions unless `apt-get`, `apt-cache` and `dpkg-deb` are there.
@@ -608,11 +765,19 @@ fn write_initramfs(
     out: &Path,
     busybox: &Path,
     programs: &[(String, PathBuf)],
+    modules: &[(String, PathBuf)],
 ) -> Result<(), String> {
     let read = |p: &Path| fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
     let mut cpio = Cpio::default();
-    for dir in ["bin", "bench", "dev", "proc", "sys", "tmp"] {
+    for dir in ["bin", "bench", "dev", "proc", "sys", "tmp", "mnt"] {
         cpio.dir(dir, 0o755);
+    }
+    if !modules.is_empty() {
+        cpio.dir("lib", 0o755);
+        cpio.dir("lib/modules", 0o755);
+        for (name, path) in modules {
+            cpio.file(&format!("lib/modules/{name}"), 0o644, &read(path)?)?;
+        }
     }
     // The kernel opens /dev/console for /init before anything is mounted.
     cpio.char_device("dev/console", 0o600, 5, 1);
@@ -721,7 +886,7 @@ impl Cpio {
 // ---- Booting and judging -----------------------------------------------------------------------
 
 /// The QEMU command line of the Linux guest; standard streams are left to the caller.
-fn qemu_command(qemu: &Path, kernel: &Path, initramfs: &Path) -> Command {
+fn qemu_command(qemu: &Path, kernel: &Path, initramfs: &Path, disk: Option<&Path>) -> Command {
     let mut cmd = command(qemu);
     cmd.args(["-machine", "q35", "-m", "512M", "-smp", "1"])
         .args(["-accel", "tcg", "-cpu", "max"])
@@ -735,6 +900,10 @@ fn qemu_command(qemu: &Path, kernel: &Path, initramfs: &Path) -> Command {
     let qboot = Path::new("/usr/share/qemu/qboot.rom");
     if qboot.is_file() {
         cmd.arg("-bios").arg(qboot);
+    }
+    // The same virtio block device as Baton's boots (modern only).
+    if let Some(d) = disk {
+        cmd.args(crate::disk::qemu_args(d));
     }
     cmd.arg("-kernel")
         .arg(kernel)
@@ -766,11 +935,13 @@ fn boot(
     kernel: &Path,
     initramfs: &Path,
     logs: &[PathBuf],
+    disks: &[Option<PathBuf>],
 ) -> Result<Vec<Parsed>, String> {
     // Every log file is created before any QEMU starts, so that no error leaves one running.
     let mut cmds = Vec::new();
-    for log in logs {
-        let mut cmd = qemu_command(qemu, kernel, initramfs);
+    for (i, log) in logs.iter().enumerate() {
+        let disk = disks.get(i).and_then(|d| d.as_deref());
+        let mut cmd = qemu_command(qemu, kernel, initramfs, disk);
         let file =
             File::create(log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
         let stderr = file
@@ -951,9 +1122,19 @@ fn bench_row(fields: &str) -> Result<Row, String> {
 
 /// Checks that two boots gave the same figures to the instruction.
 fn compare(first: &Parsed, second: &Parsed) -> Result<(), String> {
+    // The file rows wait for the disk, whose interrupts come when the host has done the
+    // work: their counts may differ between boots by a little (they run last, so nothing
+    // else is affected); every other row must be identical.
+    let steady = |p: &Parsed| -> Vec<Row> {
+        p.rows
+            .iter()
+            .filter(|r| !r.name.starts_with("linux.file."))
+            .cloned()
+            .collect()
+    };
     crate::bench::compare_rows(
-        &first.rows,
-        &second.rows,
+        &steady(first),
+        &steady(second),
         "two boots of the same Linux image",
         "results/linux.log and results/linux.2.log",
     )
@@ -1146,7 +1327,7 @@ BENCH done\r
 
     #[test]
     fn qemu_matches_baton_settings() {
-        let cmd = qemu_command(Path::new("qemu"), Path::new("k"), Path::new("i"));
+        let cmd = qemu_command(Path::new("qemu"), Path::new("k"), Path::new("i"), None);
         let line = shell_line(&cmd);
         for want in [
             "-machine q35",

@@ -383,6 +383,21 @@ pub const LINUX_PAIRS: &[Pair] = &[
               (Accent's steps); Linux forks (`linux.spawn.null`, `posix_spawn` of a \
               program, is the closer operation and costs more)",
     },
+    // Accent's Table 3-4: a 56 KiB file read by mapping it and touching its pages.
+    Pair {
+        baton: "file.read.56k",
+        linux: "linux.file.read.56k",
+        why: "map a 56 KiB file on a virtio disk's FAT file system copy-on-write, read a \
+              word of each of its 14 pages, unmap it, the caches cold (Baton: a new file \
+              server; Linux: the page cache dropped); the disk's time left out (Baton \
+              subtracts its halted ticks, Linux counts the process's CPU time)",
+    },
+    Pair {
+        baton: "file.read.56k.warm",
+        linux: "linux.file.read.56k.warm",
+        why: "the same with the file's pages in memory (Baton: resident in the file's \
+              object; Linux: in the page cache)",
+    },
     Pair {
         baton: "task.fork",
         linux: "linux.fork.1m",
@@ -1313,11 +1328,12 @@ impl Inputs<'_> {
             out.push_str(&linux_only_md(rows));
         }
         out.push_str(&self.details_md());
-        out.push_str(&crate::accent::section(
-            &self.baton.rows,
-            &self.baton.vm,
-            plots,
-        ));
+        // Baton's rows, and the Linux guest's (Table 3-4 sets its file rows beside them).
+        let mut rows = self.baton.rows.clone();
+        if let Some(l) = self.linux_rows() {
+            rows.extend(l.iter().cloned());
+        }
+        out.push_str(&crate::accent::section(&rows, &self.baton.vm, plots));
         out.push_str(&crate::spin::section(
             &self.baton.rows,
             &crate::workspace::root(),

@@ -70,6 +70,15 @@ fn one_disk_driver(log: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `pagewait`: a kernel copy that waited for a page paged out is no error, and the kernel
+/// says nothing about it.
+fn no_bad_address_lines(log: &str) -> Result<(), String> {
+    match log.lines().find(|l| l.contains("bad user address")) {
+        Some(l) => Err(format!("a copy that waited for a page was reported: {l}")),
+        None => Ok(()),
+    }
+}
+
 /// One step of a test's [`IntegrationTest::input`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Typed {
@@ -406,6 +415,24 @@ const PAGING_EXITS: &[(&str, Exit)] = &[
     ("blk", Exit::Code(0)),
     // The default pagers, ended through their task ports before any line named them.
     ("?", Exit::Killed),
+];
+
+/// What the `pagewait` test must print (`pagewait_smp1`, `pagewait_smp2`).
+const PAGEWAIT_REQUIRE: &[&str] = &[
+    "ok: pagewait_child: the reply arrived intact in a buffer that was paged out",
+    "ok: a message sent from a buffer paged out while the send waited for room arrived intact",
+    "ok: the child saw its buffers paged out while its calls waited (receive 1, send 1)",
+    "pagewait#1| TEST PASS pagewait",
+];
+
+/// How the `pagewait` test's tasks end: its children exit 0, the default pager is ended
+/// through its task port, the driver exits when the test lets go of it.
+const PAGEWAIT_EXITS: &[(&str, Exit)] = &[
+    ("pagewait_child", Exit::Code(0)),
+    ("paging_child", Exit::Code(0)),
+    ("dpager", Exit::MaybeKilledOrCode(0)),
+    ("?", Exit::MaybeKilledOrCode(0)),
+    ("blk", Exit::Code(0)),
 ];
 
 /// What `taskmake` must print (`task_smp1`, `task_smp2`).
@@ -1601,6 +1628,31 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // A call's later step waits for its buffer's page: a reply received, and a send
+        // resumed after a full queue, into and from buffers paged out while they waited.
+        name: "pagewait_smp1",
+        init: &["pagewait"],
+        check: Some(no_bad_address_lines),
+        extra: &["priv=pagewait", "pageable=256"],
+        require: PAGEWAIT_REQUIRE,
+        exits: PAGEWAIT_EXITS,
+        timeout: Duration::from_secs(600),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "pagewait_smp2",
+        init: &["pagewait"],
+        check: Some(no_bad_address_lines),
+        smp: 2,
+        extra: &["priv=pagewait", "pageable=256"],
+        require: PAGEWAIT_REQUIRE,
+        exits: PAGEWAIT_EXITS,
+        timeout: Duration::from_secs(600),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         // External pagers: data on demand, flush and clean with data returns, unavailable
         // and failed pages, the kernel's copies waiting for a pager, an alert out of a
         // never-answered wait, the pager's port dying (`docs/vm.md`).
@@ -2134,9 +2186,17 @@ pub const ALL: &[IntegrationTest] = &[
         require: &[
             "ok: every page reads back what was written, the returned ones from the file (0 differ)",
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "ok: pages only read through a writable mapping are dropped, not returned",
+            "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
             "fs_evict#1| TEST PASS fs_evict",
         ],
-        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        exits: &[
+            ("fs", Exit::Code(0)),
+            ("blk", Exit::Code(0)),
+            // Ended through its task port, possibly before a line named it.
+            ("paging_child", Exit::MaybeKilledOrCode(0)),
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
         extra: &["priv=fs_evict", "pageable=256"],
         timeout: Duration::from_secs(180),
         disk: true,
@@ -2149,9 +2209,17 @@ pub const ALL: &[IntegrationTest] = &[
         require: &[
             "ok: every page reads back what was written, the returned ones from the file (0 differ)",
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
+            "ok: pages only read through a writable mapping are dropped, not returned",
+            "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
             "fs_evict#1| TEST PASS fs_evict",
         ],
-        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        exits: &[
+            ("fs", Exit::Code(0)),
+            ("blk", Exit::Code(0)),
+            // Ended through its task port, possibly before a line named it.
+            ("paging_child", Exit::MaybeKilledOrCode(0)),
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
         extra: &["priv=fs_evict", "pageable=256"],
         timeout: Duration::from_secs(180),
         disk: true,

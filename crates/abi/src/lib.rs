@@ -549,6 +549,13 @@ pub enum Sys {
     /// thread running on another of its processors (Sting's immediate signal).
     /// [`Error::NotFound`] for no virtual processor of the task with that id.
     VpInterrupt = 260,
+    /// `paging_exempt(task, host_priv)`: the task whose task port is `task` is on the path
+    /// that frees memory (a file server and its disk driver, which take back the pages
+    /// page replacement returns), as the default pager is: its pages are never taken by
+    /// page replacement, and it may use the frames kept in reserve below the pageable
+    /// limit. Needs the host-privilege right. [`Error::NoSpace`] when
+    /// [`paging::EXEMPT_MAX`] live tasks are exempt already.
+    PagingExempt = 230,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -902,6 +909,7 @@ impl Sys {
             210 => Sys::SpinAsync,
             240 => Sys::PagerLock,
             250 => Sys::SpinReclaim,
+            230 => Sys::PagingExempt,
             _ => return None,
         })
     }

@@ -120,5 +120,9 @@ pub struct PagingStats {
     pub pagers_registered: u64,
 }
 
+/// Most tasks exempt from page replacement at once (`Sys::PagingExempt`), besides the
+/// default pager.
+pub const EXEMPT_MAX: usize = 8;
+
 /// Words in [`PagingStats`].
 pub const PAGING_STATS_WORDS: usize = core::mem::size_of::<PagingStats>() / 8;

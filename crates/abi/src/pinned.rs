@@ -321,6 +321,9 @@ fn spin_async_numbers() {
     assert_eq!(Sys::from_raw(210), Some(Sys::SpinAsync));
     assert_eq!(Sys::PagerLock as u64, 240);
     assert_eq!(Sys::from_raw(240), Some(Sys::PagerLock));
+    assert_eq!(Sys::PagingExempt as u64, 230);
+    assert_eq!(Sys::from_raw(230), Some(Sys::PagingExempt));
+    assert_eq!(crate::paging::EXEMPT_MAX, 8);
     for n in 211..=219 {
         assert_eq!(Sys::from_raw(n), None);
     }

@@ -41,13 +41,16 @@ use baton_abi::Error;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kern::frame::{PhysAddr, PAGE_SIZE};
-use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, OWNED};
+use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, DIRTY, OWNED};
 use kern::spin::reclaim::{self, Ignored};
 use kern::vm::clock::{Clock, FrameSet, Slots, Victim};
 use kern::vm::object::{Kind, Object, ObjectId};
 
 /// Pages one reclaim takes at most.
 pub const BATCH: usize = 32;
+
+/// Most frames kept fresh at once ([`count_wanted`]).
+const FRESH_MAX: usize = 64;
 
 /// Page replacement's state.
 pub struct Replace {
@@ -61,6 +64,18 @@ pub struct Replace {
     counted_span_total: u64,
     counted: FrameSet,
     referenced: FrameSet,
+    /// Frames written since their page last went back to its pager: each page's sticky
+    /// dirty bit, gathered from its translations' dirty bits whenever a translation is
+    /// removed or write-protected, when replacement looks at its translations, and when a
+    /// pager's flush asks; cleared when the frame is freed or its bytes are returned.
+    dirty: FrameSet,
+    /// Frames just put into objects for a thread that waits for them (a supply, a
+    /// page-in), not yet passed by a reclaim: the next reclaim spares them (the waiting
+    /// thread's own fault may reclaim before it maps the page it came for), then forgets
+    /// them. At most [`FRESH_MAX`].
+    fresh: FrameSet,
+    fresh_list: [u64; FRESH_MAX],
+    fresh_len: usize,
     clock: Clock,
     /// The default pager's store.
     pub slots: Slots,
@@ -68,6 +83,10 @@ pub struct Replace {
     pub stats: PagingStats,
     /// The default pager's task (its memory is never taken).
     pub pager: Option<TaskId>,
+    /// Other tasks on the path that frees memory (`paging_exempt`: a file server and its
+    /// disk driver), treated as the default pager is; 0 marks a free place. Task ids are
+    /// never reused, so the id of a task that ended names nothing.
+    exempt: [TaskId; baton_abi::paging::EXEMPT_MAX],
     ready: bool,
 }
 
@@ -91,10 +110,15 @@ pub unsafe fn replace() -> &'static mut Replace {
         counted_span_total: 0,
         counted: FrameSet::default(),
         referenced: FrameSet::default(),
+        dirty: FrameSet::default(),
+        fresh: FrameSet::default(),
+        fresh_list: [0; FRESH_MAX],
+        fresh_len: 0,
         clock: Clock::new(),
         slots: Slots::new(),
         stats: PagingStats::default(),
         pager: None,
+        exempt: [0; baton_abi::paging::EXEMPT_MAX],
         ready: false,
     })
 }
@@ -106,13 +130,19 @@ pub fn init(frames: &kern::frame::FrameAllocator, limit: Option<u64>) {
     let total = frames.free_frames() as u64;
     // SAFETY: the lock is held (boot); the reference ends in this function.
     let r = unsafe { replace() };
-    let (Ok(counted), Ok(referenced)) = (FrameSet::new(first, count), FrameSet::new(first, count))
-    else {
+    let (Ok(counted), Ok(referenced), Ok(dirty), Ok(fresh)) = (
+        FrameSet::new(first, count),
+        FrameSet::new(first, count),
+        FrameSet::new(first, count),
+        FrameSet::new(first, count),
+    ) else {
         crate::arch::serial::kprintln!("[kernel] no memory for page replacement: off");
         return;
     };
     r.counted = counted;
     r.referenced = referenced;
+    r.dirty = dirty;
+    r.fresh = fresh;
     r.counted_span_total = total;
     set_limit_in(r, limit.unwrap_or(total).min(total));
     r.ready = true;
@@ -149,6 +179,29 @@ fn set_limit_in(r: &mut Replace, frames: u64) {
     r.stats.pageable_limit = frames;
 }
 
+/// `paging_exempt`: task `task` is on the path that frees memory, as the default pager is:
+/// its pages are never victims and it may use the reserve. [`Error::NoSpace`] when every
+/// place is taken by a live task.
+pub fn exempt(k: &Kernel, task: TaskId) -> Result<(), Error> {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    if r.exempt.contains(&task) {
+        return Ok(());
+    }
+    let free = r
+        .exempt
+        .iter_mut()
+        .find(|t| **t == 0 || k.tasks.get(t).is_none())
+        .ok_or(Error::NoSpace)?;
+    *free = task;
+    Ok(())
+}
+
+/// Whether `task` is the default pager or exempt like it (`task` 0: no).
+fn on_pageout_path(r: &Replace, task: TaskId) -> bool {
+    task != 0 && (Some(task) == r.pager || r.exempt.contains(&task))
+}
+
 /// Frames free for user memory now: under the limit and in the allocator.
 fn free_now(r: &Replace, k: &Kernel) -> u64 {
     r.limit
@@ -163,7 +216,7 @@ pub fn room_for(alloc_free: u64, task: TaskId) -> bool {
     // SAFETY: the lock is held; the reference ends in this function.
     let r = unsafe { replace() };
     let free = r.limit.saturating_sub(r.used).min(alloc_free);
-    if task != 0 && Some(task) == r.pager {
+    if on_pageout_path(r, task) {
         free > 0
     } else {
         free > r.reserve
@@ -176,6 +229,8 @@ pub fn wanted(k: &Kernel, task: TaskId) -> bool {
     // SAFETY: the lock is held; the reference ends in this function.
     let r = unsafe { replace() };
     // Half a batch above the reserve: a batch reclaimed then lasts for a batch of faults.
+    // (An exempt task reclaims as any: a file server's own fault may free the pages of its
+    // files. The default pager does not: its reclaim would only queue page-outs to itself.)
     r.ready && Some(task) != r.pager && free_now(r, k) <= r.reserve + BATCH as u64 / 2
 }
 
@@ -185,6 +240,26 @@ pub fn count(frame: PhysAddr) {
     count_in(unsafe { replace() }, frame);
 }
 
+/// Counts `frame`, just put into an object as a page a thread waits for (a pager's
+/// supply, a page-in): it is also marked referenced, so that the clock does not take it
+/// before the waiting thread has touched it (with memory at the low-water mark, that
+/// thread's next fault reclaims first, and would otherwise drop the page it came for).
+pub fn count_wanted(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    let r = unsafe { replace() };
+    count_in(r, frame);
+    mark_fresh(r, frame);
+}
+
+fn mark_fresh(r: &mut Replace, frame: PhysAddr) {
+    if let Some(slot) = r.fresh_list.get_mut(r.fresh_len) {
+        if r.fresh.insert(frame.0) {
+            *slot = frame.0;
+            r.fresh_len += 1;
+        }
+    }
+}
+
 /// `frame` goes back to the allocator: uncounted if it was counted.
 pub fn uncount(frame: PhysAddr) {
     // SAFETY: the lock is held; the reference ends in this function.
@@ -192,6 +267,7 @@ pub fn uncount(frame: PhysAddr) {
 }
 
 fn uncount_in(r: &mut Replace, frame: PhysAddr) {
+    r.dirty.remove(frame.0);
     if r.counted.remove(frame.0) {
         r.used -= 1;
         r.stats.pageable_used = r.used;
@@ -205,6 +281,26 @@ fn count_in(r: &mut Replace, frame: PhysAddr) {
         r.stats.pageable_used = r.used;
         r.stats.from_free += 1;
     }
+}
+
+/// The page in `frame` was written: its sticky dirty bit is set (a translation with the
+/// processor's dirty bit is going, or the kernel wrote it).
+#[inline]
+pub fn mark_dirty(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.insert(frame.0 & ADDR_MASK);
+}
+
+/// Whether the page in `frame` was written since its bytes last went to its pager.
+pub fn is_dirty(frame: PhysAddr) -> bool {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.contains(frame.0 & ADDR_MASK)
+}
+
+/// The page in `frame` went back to its pager: it is clean.
+pub fn clear_dirty(frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this function.
+    unsafe { replace() }.dirty.remove(frame.0 & ADDR_MASK);
 }
 
 /// Gives a page's frame back to the allocator, uncounted.
@@ -236,10 +332,10 @@ pub struct Outgoing {
 /// The windows of objects page replacement must not take pages of: what the default
 /// pager's map and every wired range map, down each chain (object, first offset, end
 /// offset). Sorted by object. `None` if there is no memory for it.
-fn pinned_windows(vm: &Vm, pager: Option<TaskId>) -> Option<Vec<(ObjectId, u64, u64)>> {
+fn pinned_windows(vm: &Vm, r: &Replace) -> Option<Vec<(ObjectId, u64, u64)>> {
     let mut out: Vec<(ObjectId, u64, u64)> = Vec::new();
     for (id, tv) in vm.tasks.iter() {
-        let all = Some(id) == pager;
+        let all = on_pageout_path(r, id);
         for (s, e) in tv.map.entries() {
             if !all && e.wired == 0 {
                 continue;
@@ -278,7 +374,7 @@ fn pinned(pinned: &[(ObjectId, u64, u64)], object: ObjectId, offset: u64) -> boo
 /// Reads and clears the accessed bits of every task's user translations into the
 /// reference set, shooting down the translations whose bit was cleared (so the processor
 /// sets it again at the next use).
-fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
+fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet, dirty: &mut FrameSet) {
     let mut next = k.tasks.next_id(None);
     while let Some(id) = next {
         next = k.tasks.next_id(Some(id));
@@ -291,6 +387,10 @@ fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
         let mut changed = 0;
         for (s, e) in tv.map.entries() {
             changed += t.space.update_leaves(&mut mem, s, e.end, |_, pte| {
+                if pte & OWNED == 0 && pte & DIRTY != 0 {
+                    // Sticky: the translation keeps its bit too.
+                    dirty.insert(pte & ADDR_MASK);
+                }
                 if pte & OWNED == 0 && pte & ACCESSED != 0 {
                     referenced.insert(pte & ADDR_MASK);
                     pte & !ACCESSED
@@ -307,7 +407,13 @@ fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet) {
 
 /// Removes every translation of the `victims` (sorted by frame) from every task; notes
 /// in `mapped` (by victim) the task that had one.
-fn unmap_victims(k: &mut Kernel, vm: &Vm, frames: &[(u64, usize)], mapped: &mut [TaskId]) {
+fn unmap_victims(
+    k: &mut Kernel,
+    vm: &Vm,
+    frames: &[(u64, usize)],
+    mapped: &mut [TaskId],
+    dirty: &mut FrameSet,
+) {
     let mut next = k.tasks.next_id(None);
     while let Some(id) = next {
         next = k.tasks.next_id(Some(id));
@@ -329,6 +435,9 @@ fn unmap_victims(k: &mut Kernel, vm: &Vm, frames: &[(u64, usize)], mapped: &mut 
                             if let Some(m) = mapped.get_mut(v) {
                                 *m = id;
                             }
+                        }
+                        if pte & DIRTY != 0 {
+                            dirty.insert(pte & ADDR_MASK);
                         }
                         0
                     }
@@ -354,21 +463,24 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if !r.ready {
         return outgoing;
     }
-    let Some(windows) = pinned_windows(vm, r.pager) else {
+    let Some(windows) = pinned_windows(vm, r) else {
         return outgoing;
     };
     let mut victims: Vec<Victim<PhysAddr>> = Vec::new();
     if victims.try_reserve_exact(BATCH).is_err() || outgoing.try_reserve_exact(BATCH).is_err() {
         return outgoing;
     }
-    gather_referenced(k, vm, &mut r.referenced);
+    gather_referenced(k, vm, &mut r.referenced, &mut r.dirty);
     let have_store = r.slots.capacity() > r.slots.in_use();
     if !have_store {
         r.stats.no_store += 1;
     }
     let budget = (2 * r.used as usize).saturating_add(2 * BATCH);
     let Replace {
-        clock, referenced, ..
+        clock,
+        referenced,
+        fresh,
+        ..
     } = r;
     let before = (clock.scanned, clock.spared);
     let can_return = RETURN.get().is_some();
@@ -377,9 +489,14 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
         budget,
         |_, o| takeable(o, have_store, can_return),
         |id, off| pinned(&windows, id, off),
-        |f| referenced.remove(f.0),
+        |f| fresh.contains(f.0) || referenced.remove(f.0),
         &mut victims,
     );
+    // Fresh frames are spared by this reclaim only.
+    for &f in r.fresh_list.get(..r.fresh_len).unwrap_or(&[]) {
+        r.fresh.remove(f);
+    }
+    r.fresh_len = 0;
     r.stats.scanned += r.clock.scanned - before.0;
     r.stats.spared += r.clock.spared - before.1;
     if victims.is_empty() {
@@ -401,11 +518,13 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     frames.extend(victims.iter().enumerate().map(|(i, v)| (v.frame.0, i)));
     frames.sort_unstable();
     mapped.resize(victims.len(), 0);
-    unmap_victims(k, vm, &frames, &mut mapped);
+    unmap_victims(k, vm, &frames, &mut mapped, &mut r.dirty);
     for (v, &task) in victims.iter().zip(mapped.iter()) {
         if v.pager_backed {
+            // Only a page written since it last went to its pager goes back to it (its
+            // sticky dirty bit); a clean one is dropped, and supplied again when touched.
             let written = match vm.objects.get(v.object) {
-                Some(o) if o.written() => match o.kind() {
+                Some(o) if o.written() && r.dirty.contains(v.frame.0) => match o.kind() {
                     Kind::Pager { pager, .. } => Some(pager),
                     _ => None,
                 },
@@ -676,6 +795,7 @@ pub fn swap_in(
         return Err(e);
     }
     count_in(r, f);
+    mark_fresh(r, f);
     r.slots.free(slot);
     r.stats.pageins += 1;
     if let Some(tv) = vm.tasks.get_mut(&task) {

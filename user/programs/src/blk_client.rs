@@ -190,6 +190,13 @@ pub fn start_driver_with(
 ) -> Result<(u64, u64), Error> {
     let boot = port_allocate(0)?;
     let task = baton_rt::sys::spawn_with("blk", boot)?;
+    // The driver carries the page-outs of the default pager and of file servers: it is put
+    // on the path that frees memory, as the default pager is, before it makes its first
+    // page.
+    if let Ok(port) = baton_rt::host::task_port(host, task) {
+        let _ = baton_rt::paging::exempt(port, host);
+        let _ = cap_drop(port);
+    }
     buf.msg(MSG_RECEIVE, boot, 10 * SECONDS)?;
     let h = buf.header();
     let driver = match buf.descriptor(0) {

@@ -180,6 +180,19 @@ pub fn take_reply(buf: &mut IpcBuffer, id: u64) -> Result<Reply, Error> {
 /// bootstrap, takes its hello (a send right to its port), and sends it the driver's right
 /// `driver` (a copy). The server's task id and send right, or the setup's error
 /// (`BadFormat`: the disk was refused, and the server has ended).
+/// Exempts the task `id` from page replacement (`paging_exempt`) when this task holds the
+/// host-privilege right; otherwise nothing.
+pub fn exempt(id: u64) {
+    let host = baton_rt::start::host_priv();
+    if host == 0 {
+        return;
+    }
+    if let Ok(port) = baton_rt::host::task_port(host, id) {
+        let _ = baton_rt::paging::exempt(port, host);
+        let _ = cap_drop(port);
+    }
+}
+
 pub fn start_server(buf: &mut IpcBuffer, driver: u64) -> Result<(u64, u64), Error> {
     let boot = port_allocate(0)?;
     let task = match baton_rt::sys::spawn_with("fs", boot) {
@@ -189,6 +202,10 @@ pub fn start_server(buf: &mut IpcBuffer, driver: u64) -> Result<(u64, u64), Erro
             return Err(e);
         }
     };
+    // The server takes back the pages page replacement returns: with the host-privilege
+    // right, it is put on the path that frees memory, as the default pager is, before it
+    // makes its first page.
+    exempt(task);
     let hello = buf.msg(MSG_RECEIVE, boot, 10 * SECONDS);
     let _ = cap_drop(boot);
     hello?;

@@ -44,6 +44,14 @@ pub fn set_limit(frames: u64, host_priv: u64) -> Result<u64, Error> {
     decode_result(unsafe { syscall2(Sys::PagingLimit as u64, frames, host_priv) })
 }
 
+/// `paging_exempt(task, host_priv)`: the task whose task port is `task` is on the path
+/// that frees memory (a file server, a disk driver): page replacement never takes its
+/// pages and it may use the frames kept in reserve, as the default pager does.
+pub fn exempt(task: u64, host_priv: u64) -> Result<(), Error> {
+    // SAFETY: the call changes no memory of this task.
+    decode_result(unsafe { syscall2(Sys::PagingExempt as u64, task, host_priv) }).map(|_| ())
+}
+
 /// The counters of this task.
 pub fn stats() -> Result<PagingStats, Error> {
     stats_raw(SCOPE_TASK)

@@ -2450,14 +2450,6 @@ fn paging_benchmarks() -> Result<(), Failed> {
     let name = "vm.paging";
     let host = host_priv();
     let notify = port_allocate(0).map_err(|e| fail!("{name}: port: {}", e.name()))?;
-    // This program's stack is wired for the while: it waits for the working set's end with
-    // a receive buffer on it, and a message delivered into a buffer that was paged out
-    // meanwhile is refused (`BadAddress`), not paged in.
-    let here = 0u8;
-    let stack = baton_rt::vm::query(core::ptr::addr_of!(here) as u64)
-        .map_err(|e| fail!("{name}: vm_query: {}", e.name()))?;
-    let stack = (stack.start, stack.end - stack.start);
-    baton_rt::vm::wire(stack.0, stack.1).map_err(|e| fail!("{name}: wire: {}", e.name()))?;
     let u0 = paging_stats(name)?.pageable_used;
     let mut buf = IpcBuffer::new().map_err(|e| fail!("{name}: IPC buffer: {}", e.name()))?;
     let (driver_id, driver) = blk_client::start_driver(&mut buf, host)
@@ -2506,7 +2498,6 @@ fn paging_benchmarks() -> Result<(), Failed> {
     }
     let _ = baton_rt::memobj::dma_quarantine_release(host);
     let _ = baton_rt::ipc::cap_drop(notify);
-    baton_rt::vm::unwire(stack.0, stack.1).map_err(|e| fail!("{name}: unwire: {}", e.name()))?;
     Ok(())
 }
 

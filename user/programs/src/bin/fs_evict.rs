@@ -4,8 +4,9 @@
 //! writes every page through a shared mapping and reads every page back: the written pages
 //! that replacement took went to the server in data returns and were written into the file,
 //! and came back from it at the next touch. Then it stops the server and reads the file
-//! through a new one, from the disk, by a shared read-only mapping (its clean pages are
-//! dropped by replacement and asked again).
+//! through a new one, from the disk, twice, by a shared writable mapping it only reads: its
+//! clean pages are dropped by replacement and asked again, and none is returned (the
+//! kernel keeps a dirty bit per page).
 #![no_std]
 #![no_main]
 
@@ -54,6 +55,79 @@ fn wrong_pages(va: u64) -> u64 {
         }
     }
     wrong
+}
+
+/// Under memory pressure nothing can relieve (a child has wired user memory full, all but
+/// the reserve; there is no default pager, and the server holds no file's pages), a file
+/// not read yet is read through its mapping: the file server is on the path that frees
+/// memory (`paging_exempt`, as its starter made it), so its faults and supplies may use
+/// the reserve, and every page arrives intact; without that the server dies of a
+/// no-memory fault.
+fn pressure(fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    use baton_abi::ipc::{HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
+    use baton_rt::ipc::{data_word, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
+    let done = must("port", port_allocate(0))?;
+    let hog = must(
+        "start paging_child",
+        baton_rt::task::run("paging_child", done, &["paging_child", "wire", "1024"], &[]),
+    )?;
+    let mut m = [0u8; 64];
+    must(
+        "the child's word",
+        msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+    )?;
+    let wired = data_word(&m[HEADER_SIZE..], 0);
+    let s = must("paging stats", baton_rt::paging::system_stats())?;
+    baton_rt::check!(
+        TEST,
+        wired > 0 && s.pageable_used + 20 >= s.pageable_limit,
+        "a child wired {wired} pages: user memory holds {} of {} frames",
+        s.pageable_used,
+        s.pageable_limit
+    );
+    let path = baton_disk::SAMPLE_PATH;
+    let (obj, size) = must("open the sample file", fs.open(buf, path))?;
+    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
+    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    let mut wrong = 0;
+    let mut at = 0;
+    while at < size {
+        // SAFETY: `va` maps `size` readable bytes of the file.
+        let b = unsafe { ((va + at) as *const u8).read_volatile() };
+        if b != baton_disk::sample_byte(at) {
+            wrong += 1;
+        }
+        at += 512;
+    }
+    baton_rt::check!(
+        TEST,
+        wrong == 0,
+        "with user memory full, a file read through the server arrives intact ({wrong} of {} samples differ)",
+        size / 512
+    );
+    // SAFETY: ours.
+    must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
+    must("drop", cap_drop(obj))?;
+    must("end the child", baton_rt::task::terminate(hog))?;
+    match port_notify(hog, NOTIFY_KIND_DEAD_NAME, done) {
+        // Gone already.
+        Err(Error::DeadName) => {}
+        r => {
+            must("watch", r)?;
+            loop {
+                must(
+                    "its end",
+                    msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+                )?;
+                let h = baton_abi::ipc::MsgHeader::from_bytes(&m).ok_or(Failed)?;
+                if h.id == NOTIFY_DEAD_NAME {
+                    break;
+                }
+            }
+        }
+    }
+    must("drop", cap_drop(hog))?;
+    must("drop", cap_drop(done))
 }
 
 fn run() -> Result<(), Failed> {
@@ -107,19 +181,38 @@ fn run() -> Result<(), Failed> {
     let fs = must("client", fs_client::Fs::new(server))?;
     let (obj, size) = must("open", fs.open(&mut buf, PATH))?;
     // Shared, not copy-on-write: a pager-backed object that a copy-on-write mapping needs
-    // is never a victim, so its pages would not fit the limit.
-    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
-    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    // is never a victim, so its pages would not fit the limit. Writable, but only read:
+    // replacement takes the pages, and since none was written none goes back to the
+    // server (each page's dirty bit, not the mapping's protection, decides).
+    let va = must("map", memobj::map(obj, size, 0, rw))?;
     let wrong = wrong_pages(va);
     baton_rt::check!(
         TEST,
         wrong == 0,
         "read through a new server, from the disk, every page is what was written ({wrong} differ)"
     );
+    let again = wrong_pages(va);
+    let info = must("info", fs.info(&mut buf))?;
+    baton_rt::check!(
+        TEST,
+        again == 0 && info[1] > PAGES && info[2] == 0,
+        "pages only read through a writable mapping are dropped, not returned: {} data requests for {PAGES} pages read twice, {} pages written back",
+        info[1],
+        info[2]
+    );
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
     must("delete", fs.delete(&mut buf, PATH))?;
+    must("stop the server", fs.stop(&mut buf))?;
+    must("drop", cap_drop(fs.server))?;
+    // A third server, which has no file's pages yet: nothing in user memory can be taken.
+    let (_, server) = must(
+        "restart the server",
+        fs_client::start_server(&mut buf, driver),
+    )?;
+    let fs = must("client", fs_client::Fs::new(server))?;
+    pressure(&fs, &mut buf)?;
     must("stop the server", fs.stop(&mut buf))?;
     must("drop", cap_drop(fs.server))?;
     must("drop", cap_drop(driver))?;

@@ -3947,6 +3947,21 @@ fn g_paging(c: &mut Ctx) {
             "paging_limit({frames}, {host:#x}) without the host-privilege right"
         );
     }
+    // `paging_exempt`: no host-privilege right, or a name that is no task port.
+    for (task, host) in [
+        (0, 0),
+        (GARBAGE, GARBAGE),
+        (p, ps),
+        (ps, p),
+        (dead, dead),
+        (u64::MAX, 0),
+    ] {
+        check!(
+            c,
+            paging::exempt(task, host).is_err(),
+            "paging_exempt({task:#x}, {host:#x}) without a task port and the host-privilege right"
+        );
+    }
     for scope in [2, 3, u64::MAX, 1 << 32] {
         expect!(
             c,

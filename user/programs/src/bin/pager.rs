@@ -409,6 +409,26 @@ fn run() -> Result<(), Failed> {
         RETURNED[1].load(Ordering::SeqCst) == 0x77 && read(base + P) == 0x77 && REQUESTS.get() == 9,
         "a clean returns the page and keeps it resident"
     );
+    // Only written pages go back: a page only read (page 0) and the page just cleaned
+    // (page 1, not written since) are not returned; a page written since (page 3) is,
+    // after them in the pager's queue, so once it is in nothing else came.
+    write(base + 3 * P, 0x3333);
+    // SAFETY: as above.
+    let done = must("flush clean pages", unsafe {
+        pager::flush(object, 0, 4 * P, FLUSH_RETURN)
+    })?;
+    must(
+        "the written page's return",
+        RETURNS.wait_for(3, 10_000_000_000).map(|_| ()),
+    )?;
+    check!(
+        done == 4 * P
+            && RETURNS.get() == 3
+            && RETURNED[3].load(Ordering::SeqCst) == 0x3333
+            && RETURNED[0].load(Ordering::SeqCst) == 0,
+        "a flush returns only the pages written since they last went back ({} returns in all)",
+        RETURNS.get()
+    );
     // Writes fault with write access.
     write(base + 9 * P + 16, 5);
     check!(

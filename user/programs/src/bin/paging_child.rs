@@ -14,6 +14,11 @@
 //! - `paging_child read <pages>`: as `lose`, but reads at once: its first page-in is
 //!   under way when the parent kills the pager or the disk driver, and a pager fault
 //!   kills it.
+//! - `paging_child touch <pages>`: writes its pages once and exits 0 (memory pressure for
+//!   the `pagewait` test).
+//! - `paging_child wire <pages>`: wires its pages one by one until the kernel refuses
+//!   (user memory is full but for the reserve), tells its bootstrap right how many, and
+//!   waits to be killed (memory pressure nothing can relieve, for `fs_evict`).
 //! - `paging_child nop`: exits at once (a warm-up).
 #![no_std]
 #![no_main]
@@ -87,6 +92,33 @@ fn main(_task_id: u64) -> i32 {
     };
     match mode {
         "work" => work(base, pages),
+        "wire" => {
+            let mut n = 0;
+            while n < pages && vm::wire(base + n * P, P).is_ok() {
+                n += 1;
+            }
+            let mut msg = [0u8; HEADER_SIZE + 8];
+            let h = MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: msg.len() as u32,
+                dest: baton_rt::start::bootstrap(),
+                id: 1,
+                ..MsgHeader::default()
+            };
+            msg[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+            msg[HEADER_SIZE..].copy_from_slice(&n.to_le_bytes());
+            if msg_buf(&mut msg, MSG_SEND, 0, FOREVER).is_err() {
+                println!("TEST FAIL paging_child: could not tell its parent");
+                return 1;
+            }
+            loop {
+                let _ = baton_rt::sleep_ns(1_000_000_000);
+            }
+        }
+        "touch" => {
+            write_all(base, pages, 1);
+            0
+        }
         "hog" => {
             for i in 0..pages {
                 // SAFETY: as in `write_all`.

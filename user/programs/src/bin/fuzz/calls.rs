@@ -1785,6 +1785,8 @@ impl Fuzzer {
                 self.sys(Sys::PagingStats, [scope, out, 0, 0, 0, 0]);
                 let (frames, host) = (self.edge(), self.name());
                 self.sys(Sys::PagingLimit, [frames, host, 0, 0, 0, 0]);
+                let (task, host) = (self.name(), self.name());
+                self.sys(Sys::PagingExempt, [task, host, 0, 0, 0, 0]);
             }
             0..=4 => {
                 let pages = 1 + self.r.below(16);
