@@ -189,7 +189,7 @@ pub fn write_header(pa: PhysAddr, h: baton_abi::ipc::MsgHeader) {
 /// The same conditions as [`read_header`] (the word may be anywhere in the frame).
 #[inline(always)]
 pub fn read_word(pa: PhysAddr) -> u64 {
-    debug_assert!(pa.0 % 8 == 0);
+    debug_assert!(pa.0.is_multiple_of(8));
     // SAFETY: as in `read_header`: the caller guarantees an aligned word of a RAM frame of a
     // user page, covered by the direct map; any bits are a valid `u64`; volatile, since the
     // user may write it concurrently.
@@ -203,7 +203,7 @@ pub fn read_word(pa: PhysAddr) -> u64 {
 /// between.
 #[inline(always)]
 pub fn write_words<const N: usize>(pa: PhysAddr, words: [u64; N]) {
-    debug_assert!(pa.0 % 8 == 0 && (pa.0 & 0xfff) + 8 * N as u64 <= 0x1000);
+    debug_assert!(pa.0.is_multiple_of(8) && (pa.0 & 0xfff) + 8 * N as u64 <= 0x1000);
     let at = phys_to_virt(pa.0) as *mut u64;
     for (i, w) in words.into_iter().enumerate() {
         // SAFETY: the caller guarantees the range is inside a RAM frame of a user page,

@@ -85,7 +85,8 @@ pub struct TrapFrame {
     pub ss: u64,
 }
 
-const _: () = assert!(size_of::<TrapFrame>() == 22 * 8 && size_of::<TrapFrame>() % 16 == 0);
+const _: () =
+    assert!(size_of::<TrapFrame>() == 22 * 8 && size_of::<TrapFrame>().is_multiple_of(16));
 const _: () = assert!(core::mem::align_of::<TrapFrame>() == 16);
 
 impl TrapFrame {
