@@ -190,14 +190,8 @@ trap_stubs:
     .set vec, vec + 1
     .endr
 
-trap_common:
-    testb $3, 24(%rsp)
-    jz trap_kernel
-    // From user mode: `rsp` is inside the running thread's frame (`TSS.rsp0` is its end,
-    // `gs:24` its start), so the pushes below complete the frame in place; then the kernel
-    // stack. (The vectors with a stack of their own push there; the dispatcher copies that
-    // frame.) The way back is always through the thread's frame (`resume_current_frame`).
-    swapgs
+    // The general registers, in `TrapFrame`'s order (the frame's first fifteen words).
+    .macro PUSH_GPRS
     pushq %rax
     pushq %rbx
     pushq %rcx
@@ -213,6 +207,17 @@ trap_common:
     pushq %r13
     pushq %r14
     pushq %r15
+    .endm
+
+trap_common:
+    testb $3, 24(%rsp)
+    jz trap_kernel
+    // From user mode: `rsp` is inside the running thread's frame (`TSS.rsp0` is its end,
+    // `gs:24` its start), so the pushes below complete the frame in place; then the kernel
+    // stack. (The vectors with a stack of their own push there; the dispatcher copies that
+    // frame.) The way back is always through the thread's frame (`resume_current_frame`).
+    swapgs
+    PUSH_GPRS
     movq %rsp, %rdi
     movq %gs:0, %rsp
     cld
@@ -222,21 +227,7 @@ trap_common:
 
     // From kernel mode: the frame is on the kernel stack, and so is the way back.
 trap_kernel:
-    pushq %rax
-    pushq %rbx
-    pushq %rcx
-    pushq %rdx
-    pushq %rsi
-    pushq %rdi
-    pushq %rbp
-    pushq %r8
-    pushq %r9
-    pushq %r10
-    pushq %r11
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
+    PUSH_GPRS
     movq %rsp, %rdi
     cld
     callq trap_dispatch
@@ -303,21 +294,7 @@ trap_exit:
     pushq %rcx
     pushq $0
     pushq ${syscall_vector}
-    pushq %rax
-    pushq %rbx
-    pushq %rcx
-    pushq %rdx
-    pushq %rsi
-    pushq %rdi
-    pushq %rbp
-    pushq %r8
-    pushq %r9
-    pushq %r10
-    pushq %r11
-    pushq %r12
-    pushq %r13
-    pushq %r14
-    pushq %r15
+    PUSH_GPRS
     .endm
 
     .global syscall_entry
