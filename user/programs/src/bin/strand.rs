@@ -232,7 +232,7 @@ fn bad_calls() -> Result<(), Failed> {
 struct Seen {
     /// The compute-bound thread's checksum.
     sum: u64,
-    /// How far the first thread had got when the second first ran (0: it had finished).
+    /// How far the first thread had got when the second first saw it part way (0: never).
     first_at_second: u64,
     /// The second thread's count when the first finished.
     second_at_first: u64,
@@ -259,25 +259,32 @@ fn one_run(spares: u64) -> Seen {
         });
         let (p, c, dn) = (progress.clone(), count.clone(), done.clone());
         let second = sting::fork(move || {
-            let first_at = p.load(Relaxed);
-            let finished = dn.load(Acquire);
+            // The first thread's progress the first time this thread saw it part way
+            // (started and not finished). A tick may preempt the first thread before its
+            // first iteration, so the first look alone can see 0; looking on every pass
+            // still needs the first thread preempted while part way, which is what the
+            // test shows.
+            let mut first_at = 0;
             // Floating-point work of its own, so that a switch that kept the first
             // thread's vector registers only by luck would show.
             sting::preemptible(|| {
                 let mut x = 3.0f64;
                 let mut n = 0u64;
-                while !dn.load(Acquire) && n < 200_000_000 {
+                while n < 200_000_000 {
+                    let at = p.load(Relaxed);
+                    if dn.load(Acquire) {
+                        break;
+                    }
+                    if first_at == 0 {
+                        first_at = at;
+                    }
                     x = x * 0.5 + 1.0;
                     n += 1;
                     c.store(n, Relaxed);
                 }
                 core::hint::black_box(x);
             });
-            if finished {
-                0
-            } else {
-                first_at
-            }
+            first_at
         });
         // Waited for, not absorbed: an absorbed thread runs on its demander's stack, and
         // the runtime does not preempt code absorbed there.
@@ -299,7 +306,7 @@ fn one_run(spares: u64) -> Seen {
 fn preempted_on_one(expect: u64) -> Result<(), Failed> {
     let s = one_run(2);
     println!(
-        "one processor: checksum {:#x} (expected {expect:#x}); the second thread ran when the first was at {} of {CRUNCH}; it had counted {} when the first finished; {} checkpoints, {} declined",
+        "one processor: checksum {:#x} (expected {expect:#x}); the second thread saw the first part way at {} of {CRUNCH}; it had counted {} when the first finished; {} checkpoints, {} declined",
         s.sum, s.first_at_second, s.second_at_first, s.checkpoints, s.declined
     );
     check!(
