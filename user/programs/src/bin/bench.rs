@@ -1386,34 +1386,49 @@ const PREEMPTIONS: usize = 20;
 /// Checkpoint upcalls, two preemptible threads spin reading the time stamp counter; the
 /// kernel's timer stops one (a Checkpoint upcall: the runtime saves its registers and
 /// vector state and requeues it) and the runtime resumes the other, which was preempted
-/// before, through `vp_resume`. One sample is the gap between the last stamp of one
-/// thread and the first stamp of the other: the timer interrupt, the upcall, the runtime's
-/// decision, the switch and the resume.
+/// before, through `vp_resume`. One sample is the gap between the last stamp one thread
+/// published and the first stamp the other takes once it sees it runs again: the timer
+/// interrupt, the upcall, the runtime's decision, the switch and the resume.
+///
+/// Each thread publishes its stamps in a slot of its own, and the thread that finds it has
+/// just been switched in takes a fresh stamp: a thread stopped between taking a stamp and
+/// publishing it (under `-icount` the timer's interrupt comes at the `rdtsc` that ends a
+/// translation block, so every preemption of a run can fall there) leaves its
+/// previous stamp, one pass of the loop older, and no switch goes unrecorded.
 fn sting_checkpoint_resume() -> Result<(), Failed> {
-    static LAST: AtomicU64 = AtomicU64::new(0);
+    static STAMP: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
     static OWNER: AtomicU64 = AtomicU64::new(0);
     static SWITCHES: AtomicU64 = AtomicU64::new(0);
     clear_samples();
-    LAST.store(0, Ordering::Relaxed);
+    STAMP.iter().for_each(|s| s.store(0, Ordering::Relaxed));
     OWNER.store(0, Ordering::Relaxed);
     SWITCHES.store(0, Ordering::Relaxed);
     let config = sting::Config::new(1, sting::Kind::Fifo)
         .kernel_upcalls(2)
         .preempt(1_000_000);
-    let spinner = |me: u64| {
+    let spinner = |me: usize| {
+        let other = 3 - me;
         move || {
             sting::preemptible(|| loop {
                 let t = rdtsc_ordered();
-                let prev = LAST.swap(t, Ordering::Relaxed);
-                // A thread stopped between its stamp and its swap comes back with a stamp
-                // older than the other's: that switch is not recorded (the first of the
-                // run neither, nor a change of owner before any stamp).
-                if OWNER.swap(me, Ordering::Relaxed) != me && prev != 0 && t > prev {
-                    let n = SWITCHES.fetch_add(1, Ordering::Relaxed) as usize;
-                    if let Some(slot) = SAMPLES.get(n) {
-                        slot.store(t - prev, Ordering::Relaxed);
+                if OWNER.load(Ordering::Relaxed) != me as u64 {
+                    // Switched in (or the first pass): `t` may predate this thread's
+                    // preemption, so the sample's end is taken now. A thread's first
+                    // pass is a start, not a resume, and is not recorded.
+                    let now = rdtsc_ordered();
+                    let prev = STAMP[other].load(Ordering::Relaxed);
+                    let resumed = STAMP[me].load(Ordering::Relaxed) != 0;
+                    if resumed && prev != 0 && now > prev {
+                        let n = SWITCHES.fetch_add(1, Ordering::Relaxed) as usize;
+                        if let Some(slot) = SAMPLES.get(n) {
+                            slot.store(now - prev, Ordering::Relaxed);
+                        }
                     }
+                    OWNER.store(me as u64, Ordering::Relaxed);
+                    STAMP[me].store(now, Ordering::Relaxed);
+                    continue;
                 }
+                STAMP[me].store(t, Ordering::Relaxed);
                 if SWITCHES.load(Ordering::Relaxed) as usize >= PREEMPTIONS {
                     break;
                 }
