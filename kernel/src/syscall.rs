@@ -43,6 +43,9 @@ extern "C" fn syscall_dispatch(number: u64) -> ! {
             kernel::leave_to_user()
         }
     }
+    if number == Sys::Wait as u64 || number == Sys::Wake as u64 {
+        sync_short(k, number);
+    }
     on_syscall(k, number)
 }
 
@@ -199,20 +202,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
                 Sys::WaitShared => crate::memobj::wait_key(k, key.0, key.1),
                 _ => Ok(key),
             }) {
-                Ok(_) if crate::control::alerted(k, cur) => Error::Interrupted.to_raw(),
-                Ok(key) => {
-                    let deadline = match args[2] {
-                        FOREVER => None,
-                        ns => Some(apic::now_ns().saturating_add(ns)),
-                    };
-                    if k.waits.try_enqueue(key, cur).is_err() {
-                        Error::NoMemory.to_raw()
-                    } else {
-                        thread::block_until(k, Blocked::Wait { key }, deadline);
-                        k.stats.blocks_wait += 1;
-                        thread::thread_block_with(k, Continuation::new(Resume::Wait));
-                    }
-                }
+                Ok(key) => wait_on(k, cur, key, args[2]),
                 Err(e) => e.to_raw(),
             }
         }
@@ -277,6 +267,63 @@ fn check_wait(
         return Err(Error::WouldBlock);
     }
     Ok((task, addr))
+}
+
+/// The rest of a `wait` whose word was as expected: thread `cur` waits on `key` for at
+/// most `timeout` ns, unless an alert is pending (`Interrupted`) or the wait queues have no
+/// room (`NoMemory`); the error, or it does not return.
+#[inline(always)]
+fn wait_on(k: &mut Kernel, cur: ThreadId, key: (TaskId, u64), timeout: u64) -> u64 {
+    if crate::control::alerted(k, cur) {
+        return Error::Interrupted.to_raw();
+    }
+    let deadline = match timeout {
+        FOREVER => None,
+        ns => Some(apic::now_ns().saturating_add(ns)),
+    };
+    if k.waits.try_enqueue(key, cur).is_err() {
+        return Error::NoMemory.to_raw();
+    }
+    thread::block_until(k, Blocked::Wait { key }, deadline);
+    k.stats.blocks_wait += 1;
+    thread::thread_block_with(k, Continuation::new(Resume::Wait));
+}
+
+/// `wait` and `wake`, the calls user-level synchronisation makes on every contended lock,
+/// the short way: decoded here, before the general decode of [`on_syscall`], and done
+/// without its steps for calls that copy user memory (no pager wait, no object dropped, no
+/// console line can come of them). `wait` takes it only when its word is read in one walk
+/// of the page tables; a word whose page is not there (a pager's, or one out on the swap
+/// area), a misaligned address or a thread to be ended take the general path, which gives
+/// the same results. Returns when the short way does not apply.
+#[inline(never)]
+fn sync_short(k: &mut Kernel, number: u64) {
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // not used after `k` is used again.
+    let th = unsafe { thread::current_mut() };
+    let (cur, key, [addr, arg, timeout, ..]) = (th.id, th.task_key, th.frame.syscall_args().1);
+    let (Some(task), false, true) = (th.task, th.kill_pending, addr.is_multiple_of(4)) else {
+        return;
+    };
+    if number == Sys::Wake as u64 {
+        let woken = k.wake_key((task, addr), arg);
+        kernel::finish_entry(k, false, Some(woken))
+    }
+    let Some(t) = k.tasks.by_key(key) else {
+        return;
+    };
+    let mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let Ok(word) = usercopy::read_user_u32(&t.space, &mem, addr) else {
+        return;
+    };
+    let result = if u64::from(word) != arg {
+        Error::WouldBlock.to_raw()
+    } else {
+        wait_on(k, cur, (task, addr), timeout)
+    };
+    kernel::finish_entry(k, false, Some(result))
 }
 
 /// `debug_block_process_model(ns, seed)`: computes the answer into a stack variable,
