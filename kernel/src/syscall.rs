@@ -43,6 +43,15 @@ extern "C" fn syscall_dispatch(number: u64) -> ! {
             kernel::leave_to_user()
         }
     }
+    short_or_general(k, number)
+}
+
+/// Every system call but the null call answered at once: `wait` and `wake` take their
+/// short way when they can ([`sync_short`]), the others (and these when their short way
+/// does not apply) the general decode. A function of its own, so that the null call's
+/// test stays the first (the compiler put the short way's test before it otherwise).
+#[inline(never)]
+fn short_or_general(k: &mut Kernel, number: u64) -> ! {
     if number == Sys::Wait as u64 || number == Sys::Wake as u64 {
         sync_short(k, number);
     }
@@ -71,10 +80,12 @@ fn on_extension_call(k: &mut Kernel, number: u64, task: Option<TaskId>, args: [u
     }
 }
 
-/// The entry's call for `ipc_msg`, before [`syscall_dispatch`] (see [`on_ipc_fast`]).
+/// The entry's call for `ipc_msg` (see [`on_ipc_fast`]). It does not return: a message
+/// the fast paths decline falls into the general path with the lock still held, and a
+/// function that never returns saves none of the caller's registers.
 #[no_mangle]
-extern "C" fn ipc_fast_dispatch() {
-    on_ipc_fast();
+extern "C" fn ipc_fast_dispatch() -> ! {
+    on_ipc_fast()
 }
 
 /// The entry's call for `act_return` (see [`on_act_return`]).
@@ -85,10 +96,10 @@ extern "C" fn act_return_dispatch() -> ! {
 
 /// The RPC fast paths' entry, tried first for every `ipc_msg` (before [`on_syscall`]):
 /// an RPC's request or reply may take the fast path, and a call to a port with activations
-/// migrates. Neither returns when it applies; otherwise this returns having changed
-/// nothing, with the lock released, and the entry goes on to [`on_syscall`].
+/// migrates. Neither returns when it applies; otherwise, having changed nothing, the
+/// general path ([`on_syscall`]) takes the call, the lock held throughout.
 #[inline(always)]
-pub fn on_ipc_fast() {
+pub fn on_ipc_fast() -> ! {
     kernel::lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel::kernel() };
@@ -99,7 +110,7 @@ pub fn on_ipc_fast() {
     }
     crate::fastpath::try_ipc(k, gdt::this_cpu());
     exception_reply(k);
-    kernel::unlock();
+    on_syscall(k, Sys::IpcMsg as u64)
 }
 
 /// A handler that last received an exception from the exception fast path
@@ -290,7 +301,7 @@ fn wait_on(k: &mut Kernel, cur: ThreadId, key: (TaskId, u64), timeout: u64) -> u
 }
 
 /// `wait` and `wake`, the calls user-level synchronisation makes on every contended lock,
-/// the short way: decoded here, before the general decode of [`on_syscall`], and done
+/// the short way: decoded before the general decode of [`on_syscall`], and done
 /// without its steps for calls that copy user memory (no pager wait, no object dropped, no
 /// console line can come of them). `wait` takes it only when its word is read in one walk
 /// of the page tables; a word whose page is not there (a pager's, or one out on the swap

@@ -315,16 +315,15 @@ syscall_general:
     jne floor_dispatch_entry
     movq %rax, %rdi
     // `ipc_msg` tries the RPC fast paths first, in a function of their own (small, so
-    // its registers stay in registers); it returns only when they do not apply.
+    // its registers stay in registers), which goes on to the general path itself when
+    // they do not apply: it does not return (the call keeps the stack aligned).
     cmpq ${sys_ipc_msg}, %rax
     jne 1f
     callq ipc_fast_dispatch
-    movq ${sys_ipc_msg}, %rdi
-    jmp 2f
     // `act_return` (the end of a migrating call) too, and it does not return.
 1:  cmpq ${sys_act_return}, %rax
     je act_return_dispatch
-2:  callq syscall_dispatch
+    callq syscall_dispatch
     // Back to user mode from the running thread's frame (which may be another thread's
     // than the one that entered, after a process-model switch back).
     .global resume_current_frame
