@@ -658,6 +658,12 @@ impl Server {
                 r.map(|n| (alloc::vec![n], None, None))
             }
             FS_STOP => {
+                // Every file is written back before the reply, so that a client that
+                // starts another server on the disk once it has the reply reads what
+                // was written (the loop's end writes back again what comes after).
+                for i in 0..self.files.len() {
+                    let _ = self.sync_file(i);
+                }
                 self.stopping = true;
                 Ok((Vec::new(), None, None))
             }
