@@ -2188,6 +2188,9 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
             "ok: pages only read through a writable mapping are dropped, not returned",
             "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
+            "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
+            "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
+            "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2211,6 +2214,9 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
             "ok: pages only read through a writable mapping are dropped, not returned",
             "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
+            "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
+            "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
+            "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
