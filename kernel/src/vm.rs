@@ -84,6 +84,9 @@ pub enum Owner {
     Act(kern::activation::ActId),
     /// The kernel, for an activation being made (renamed once it exists).
     NewAct,
+    /// The kernel, for a virtual processor's upcall event and mailbox (`crate::vproc`,
+    /// which unwires them when the processor ends).
+    Vp,
 }
 
 /// A range wired once, for `owner`.
@@ -1520,7 +1523,7 @@ pub fn rename_wiring(task: TaskId, va: u64, len: u64, from: Owner, to: Owner) {
 fn live(k: &Kernel, task: TaskId, w: &Wiring) -> bool {
     let at = |b: Option<(u64, PhysAddr)>| b.is_some_and(|(va, _)| va == w.start);
     match w.owner {
-        Owner::User | Owner::NewAct => true,
+        Owner::User | Owner::NewAct | Owner::Vp => true,
         Owner::Thread(t) => k.threads.get(t).is_some_and(|th| {
             (th.task == Some(task) && at(th.ipc_buffer))
                 || th
