@@ -898,7 +898,9 @@ fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), 
         reply: 0,
         id: reply.id,
     };
-    usercopy::copy_to_user(client, &mut mem, va, &out.to_bytes())
+    usercopy::copy_to_user(client, &mut mem, va, &out.to_bytes())?;
+    crate::vm::mark_stored(client, &mem, va, size);
+    Ok(())
 }
 
 /// Restores `saved` (just popped off the activation stack of `cur`, the thread running on

@@ -589,20 +589,57 @@ fn lock(
 /// `cont`, which makes that step again and only that step: the receive phase
 /// ([`Resume::Receive`]) or a send that has not happened yet ([`Resume::SendRetry`]).
 ///
-/// Does not return when it waits. Otherwise returns the step's error: `Interrupted` when
-/// an alert ended an earlier wait for the page, `BadAddress` when no page was noted (the
-/// address is bad, or the page's pager failed or is gone), when the pager serves through
-/// activations (the thread would have to carry the request into one, which returns to
-/// user mode, not to a step), or when there is no room to wait.
+/// A page of a pager serving through activations is never asked by message: the thread
+/// carries the request into one of the pager's activations, whose return makes the
+/// thread's access or call again in user mode (`ReplyTo::Fault`). A step whose call has
+/// done nothing yet — a receive-only call (its message stays queued until it is taken), a
+/// send resumed before it was made — is made so: the call is rewound over its `syscall`
+/// and the thread migrates into the pager, as a first step's copy does ([`after_call`]).
+/// The receive after a call's own send cannot be: its send is made, and the activation's
+/// return has no way to resume a kernel step instead of user mode; it fails with
+/// `NotSupported` (nothing is left asked, so the page's next touch carries its request as
+/// any fault does).
+///
+/// Does not return when it waits or migrates. Otherwise returns the step's error:
+/// `Interrupted` when an alert ended an earlier wait for the page, `BadAddress` when no
+/// page was noted (the address is bad, or the page's pager failed or is gone) or when
+/// there is no room to wait, `NotSupported` as above.
 pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
     let Some(w) = crate::vm::take_page_wait(t) else {
         return Error::BadAddress;
     };
     if take_interrupted(t) {
+        if w.ask.is_some() {
+            crate::vm::pager_not_asked(w.object, w.offset);
+        }
         return Error::Interrupted;
     }
-    if served_by_activations(k, w).is_some() {
-        return Error::BadAddress;
+    if let Some((port, cookie)) = served_by_activations(k, w) {
+        // Marked as being paged in for this copy, but asked by no message: unmarked (the
+        // thread carries the request, or the next access does).
+        if w.ask.is_some() {
+            crate::vm::pager_not_asked(w.object, w.offset);
+        }
+        let opts = k
+            .threads
+            .get(t)
+            .map_or(0, |th| th.frame.syscall_args().1[0]);
+        let sent = cont.point == Resume::Receive && opts & baton_abi::ipc::MSG_SEND != 0;
+        if sent {
+            return Error::NotSupported;
+        }
+        if let Some(th) = k.threads.get_mut(t) {
+            // Back over the `syscall` (two bytes), its registers as they were.
+            th.frame.rip = th.frame.rip.wrapping_sub(2);
+        }
+        let failed = migrate(k, t, w, port, cookie);
+        if let Some(th) = k.threads.get_mut(t) {
+            th.frame.rip = th.frame.rip.wrapping_add(2);
+        }
+        return match failed {
+            Err(Failure::NoMemory) => Error::NoMemory,
+            _ => Error::BadAddress,
+        };
     }
     // (It returns only when the thread cannot wait.)
     match wait(k, t, w, cont) {

@@ -772,15 +772,8 @@ impl Kernel {
             };
             usercopy::copy_to_user(&t.space, &mut mem, ptr, data)?;
             // The kernel's store is a write of each page, for page replacement and a
-            // pager's flush (their sticky dirty bits; the translations are left as they are).
-            let end = ptr.saturating_add(data.len() as u64);
-            let mut page = ptr & !(PAGE_SIZE - 1);
-            while page < end {
-                if let Some((pa, _)) = t.space.translate(&mem, page) {
-                    crate::vm::replace::mark_dirty(pa);
-                }
-                page += PAGE_SIZE;
-            }
+            // pager's flush (their sticky dirty bits).
+            crate::vm::mark_stored(&t.space, &mem, ptr, data.len());
             Ok(())
         };
         match copy(self) {

@@ -84,6 +84,9 @@ pub enum Owner {
     Act(kern::activation::ActId),
     /// The kernel, for an activation being made (renamed once it exists).
     NewAct,
+    /// The kernel, for a virtual processor's upcall event and mailbox (`crate::vproc`,
+    /// which unwires them when the processor ends).
+    Vp,
 }
 
 /// A range wired once, for `owner`.
@@ -218,6 +221,47 @@ impl Machine<PhysAddr> for Mach<'_> {
 fn harvest(pte: u64) {
     if pte & DIRTY != 0 && pte & OWNED == 0 {
         replace::mark_dirty(PhysAddr(pte & ADDR_MASK));
+    }
+}
+
+/// The kernel stores into the buffers it wires for (a thread's IPC buffer, an
+/// activation's) through the direct map, where no translation's dirty bit sees the store
+/// (the RPC and exception fast paths, a migrating call's copies): such a page counts as
+/// written for as long as it is a buffer. So its sticky dirty bit is set when its wiring
+/// ends ([`unwire_in`], [`purge_stale`], the task's end) and at every pager flush that
+/// looks at it ([`harvest_dirty`]); while it is wired, replacement never takes it. The
+/// fast paths pay nothing for this.
+fn kernel_stores(w: &Wiring) -> bool {
+    w.owner != Owner::User
+}
+
+/// Sets the sticky dirty bit of each resident page that `[start, end)` of `map` maps (a
+/// buffer the kernel wrote, [`kernel_stores`]).
+fn mark_written(map: &Map, objects: &Objects<PhysAddr>, start: u64, end: u64) {
+    let mut va = start & !(PAGE_SIZE - 1);
+    while va < end {
+        if let Some((s, e)) = map.entry(va) {
+            if let Ok(kern::vm::object::Found::Resident { frame, .. }) =
+                objects.find(e.object, e.offset + (va - s))
+            {
+                replace::mark_dirty(frame);
+            }
+        }
+        va += PAGE_SIZE;
+    }
+}
+
+/// The kernel stored `len` bytes at `ptr` of the space `space` through the direct map (a
+/// copy to user memory): each page's sticky dirty bit is set, as the processor's store
+/// would set its translation's (the translations are left as they are).
+pub fn mark_stored(space: &AddressSpace, mem: &KernelMem, ptr: u64, len: usize) {
+    let end = ptr.saturating_add(len as u64);
+    let mut page = ptr & !(PAGE_SIZE - 1);
+    while page < end {
+        if let Some((pa, _)) = space.translate(mem, page) {
+            replace::mark_dirty(pa);
+        }
+        page += PAGE_SIZE;
     }
 }
 
@@ -588,6 +632,10 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
                 });
             }
         }
+    }
+    // The buffers the kernel wrote, as their wirings go with the map.
+    for w in tv.wirings.iter().filter(|w| kernel_stores(w)) {
+        mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);
     }
     let mut m = Mach {
         frames: &mut k.frames,
@@ -1251,7 +1299,8 @@ pub fn pager_flush_page(
 /// Gathers the dirty bits of every translation of `[from, to)` of the pager-backed object
 /// `object` into the pages' sticky dirty bits, clearing them in the translations (a pager's
 /// flush is about to return the written pages: a write after this sets the bit again, and
-/// its page is returned by the next flush). Only mappings of the object itself that may
+/// its page is returned by the next flush), and marks written the pages of buffers the
+/// kernel writes there ([`kernel_stores`]). Only mappings of the object itself that may
 /// write it are looked at: a copy-on-write mapping never writes the object's pages.
 pub fn harvest_dirty(k: &mut Kernel, object: ObjectId, from: u64, to: u64) {
     // SAFETY: the lock is held; the family's entry.
@@ -1277,6 +1326,13 @@ pub fn harvest_dirty(k: &mut Kernel, object: ObjectId, from: u64, to: u64) {
                 continue;
             }
             let (va, end) = (s + (lo - e.offset), s + (hi - e.offset));
+            // The buffers the kernel writes there count as written (`kernel_stores`).
+            for w in tv.wirings.iter().filter(|w| kernel_stores(w)) {
+                let (a, b) = (w.start.max(va), (w.start + w.len).min(end));
+                if a < b {
+                    mark_written(&tv.map, &vm.objects, a, b);
+                }
+            }
             changed += t.space.update_leaves(&mut mem, va, end, |_, pte| {
                 if pte & DIRTY != 0 && pte & OWNED == 0 {
                     replace::mark_dirty(PhysAddr(pte & ADDR_MASK));
@@ -1436,6 +1492,9 @@ fn unwire_in(
         };
         let w = tv.wirings.swap_remove(i);
         tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        if kernel_stores(&w) {
+            mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);
+        }
         with_map(k, vm, task, |tv, objs, _| {
             tv.map.unwire(objs, w.start, w.len)
         })??;
@@ -1464,7 +1523,7 @@ pub fn rename_wiring(task: TaskId, va: u64, len: u64, from: Owner, to: Owner) {
 fn live(k: &Kernel, task: TaskId, w: &Wiring) -> bool {
     let at = |b: Option<(u64, PhysAddr)>| b.is_some_and(|(va, _)| va == w.start);
     match w.owner {
-        Owner::User | Owner::NewAct => true,
+        Owner::User | Owner::NewAct | Owner::Vp => true,
         Owner::Thread(t) => k.threads.get(t).is_some_and(|th| {
             (th.task == Some(task) && at(th.ipc_buffer))
                 || th
@@ -1505,6 +1564,9 @@ fn purge_stale(k: &mut Kernel, vm: &mut Vm, task: TaskId) -> Result<(), Error> {
         };
         let w = tv.wirings.swap_remove(i);
         tv.map.account().give(Resource::Heap, WIRING_BYTES);
+        if kernel_stores(&w) {
+            mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);
+        }
         with_map(k, vm, task, |tv, objs, _| {
             tv.map.unwire(objs, w.start, w.len)
         })??;

@@ -234,19 +234,25 @@ fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, E
     let core = VpCore::new(cur, SPARES_MAX as usize).ok_or(Error::NoMemory)?;
     let images = kern::fallible::try_box([(0, [0; FP_IMAGE_SIZE]); SPARES_MAX as usize])
         .ok_or(Error::NoMemory)?;
-    let key = st
-        .vps
-        .insert(Vp {
-            task,
-            core,
-            cfg,
-            idle: None,
-            preempt: Preemption::default(),
-            kick: false,
-            images,
-            _charge: charge,
-        })
-        .map_err(|_| Error::NoMemory)?;
+    wire_written(k, task, &cfg)?;
+    // SAFETY: as above (re-borrowed after the wiring used `k`).
+    let st = unsafe { state(k) };
+    let key = match st.vps.insert(Vp {
+        task,
+        core,
+        cfg,
+        idle: None,
+        preempt: Preemption::default(),
+        kick: false,
+        images,
+        _charge: charge,
+    }) {
+        Ok(key) => key,
+        Err(_) => {
+            unwire_written(k, task, &cfg);
+            return Err(Error::NoMemory);
+        }
+    };
     if let Some(t) = k.threads.get_mut(cur) {
         t.vp = true;
     }
@@ -315,6 +321,45 @@ fn spares(k: &mut Kernel, task: TaskId, vp: u64, n: u64) -> Result<u64, Error> {
 /// Where an upcall's event goes: the top of the upcall stack, 16-byte aligned.
 fn frame_at(cfg: &VpConfig) -> u64 {
     (cfg.upcall_hi & !15).saturating_sub(VP_EVENT_SIZE as u64) & !15
+}
+
+/// The pages the kernel writes outside any call of the processor's task (an upcall's
+/// event and the mailbox: [`enter_upcall`], [`post`]), as page-aligned ranges (start,
+/// length; a length of 0 for no mailbox). They are wired while the processor lives, as an
+/// IPC buffer is: such a write cannot wait for a page paged out (there is no call to make
+/// again, and the thread blocking or preempted is not the one that waits), so the pages
+/// are never taken, and the kernel's stores there count as writes of them (`vm::Owner`).
+fn kernel_written(cfg: &VpConfig) -> [(u64, u64); 2] {
+    let page = kern::frame::PAGE_SIZE;
+    let lo = (frame_at(cfg) - 8) & !(page - 1);
+    let hi = (frame_at(cfg) + VP_EVENT_SIZE as u64).next_multiple_of(page);
+    let mailbox = match cfg.mailbox {
+        0 => (0, 0),
+        m => (m & !(page - 1), page),
+    };
+    [(lo, hi - lo), mailbox]
+}
+
+/// Wires [`kernel_written`]'s pages of `cfg` in `task`; nothing stays wired on an error.
+fn wire_written(k: &mut Kernel, task: TaskId, cfg: &VpConfig) -> Result<(), Error> {
+    let [event, mailbox] = kernel_written(cfg);
+    crate::vm::wire(k, task, event.0, event.1, crate::vm::Owner::Vp)?;
+    if mailbox.1 != 0 {
+        if let Err(e) = crate::vm::wire(k, task, mailbox.0, mailbox.1, crate::vm::Owner::Vp) {
+            let _ = crate::vm::unwire(k, task, event.0, event.1, crate::vm::Owner::Vp);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Undoes [`wire_written`] (a range the task unmapped meanwhile is unwired already).
+fn unwire_written(k: &mut Kernel, task: TaskId, cfg: &VpConfig) {
+    for (va, len) in kernel_written(cfg) {
+        if len != 0 {
+            let _ = crate::vm::unwire(k, task, va, len, crate::vm::Owner::Vp);
+        }
+    }
 }
 
 /// Writes `ev` (and its floating-point image `fp`, if any) at the top of the upcall stack
@@ -715,7 +760,9 @@ fn destroy(k: &mut Kernel, key: Key) {
     if let Some(c) = k.threads.get_mut(vp.core.carrier()) {
         c.vp = false;
     }
+    let (task, cfg) = (vp.task, vp.cfg);
     drop(vp);
+    unwire_written(k, task, &cfg);
     for &t in spares.iter().take(n) {
         if let Some(th) = k.threads.get_mut(t) {
             th.vp = false;

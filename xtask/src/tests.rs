@@ -2188,6 +2188,9 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
             "ok: pages only read through a writable mapping are dropped, not returned",
             "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
+            "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
+            "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
+            "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2211,6 +2214,9 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: read through a new server, from the disk, every page is what was written (0 differ)",
             "ok: pages only read through a writable mapping are dropped, not returned",
             "ok: with user memory full, a file read through the server arrives intact (0 of 112 samples differ)",
+            "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
+            "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
+            "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2327,6 +2333,41 @@ pub const ALL: &[IntegrationTest] = &[
         require: &["sting_speedup#1| TEST PASS sting_speedup"],
         ..BASE
     },
+    // ---- Backing store and files ----
+    IntegrationTest {
+        // What the kernel stores into buffers through its direct map (a call delivered
+        // into an IPC buffer, an exception into a handler's buffer) counts as a write of
+        // the page: buffers in a file's pages survive a sync and eviction.
+        name: "fs_kstore",
+        init: &["fs_kstore"],
+        require: FS_KSTORE_REQUIRE,
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_kstore", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "fs_kstore_smp2",
+        init: &["fs_kstore"],
+        smp: 2,
+        require: FS_KSTORE_REQUIRE,
+        exits: &[("fs", Exit::Code(0)), ("blk", Exit::Code(0))],
+        extra: &["priv=fs_kstore", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+];
+
+/// What the `fs_kstore` tests require.
+const FS_KSTORE_REQUIRE: &[&str] = &[
+    "ok: a sync while page 0 is still a buffer returns it (1 pages written back)",
+    "ok: the worker's invalid opcode arrived in page 1 of the file, the handler's buffer",
+    "ok: pages 0 and 1 were evicted: reading them again asked the server for 2 pages",
+    "ok: after eviction, pages 0 and 1 hold what the kernel wrote there (call kept, exception kept)",
+    "ok: read from the disk by a new server, the file holds what the kernel wrote in its buffers (0 and 0 bytes differ; 0 of the task's own pages differ)",
+    "fs_kstore#1| TEST PASS fs_kstore",
 ];
 
 /// What the `blk` tests require: the driver finds the device, blocks of every size come

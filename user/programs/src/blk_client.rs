@@ -10,6 +10,18 @@ use baton_rt::Error;
 
 const SECONDS: u64 = 1_000_000_000;
 
+/// How long a request and its reply may take: for ever. A driver that dies fails its
+/// clients' requests at once (the reply right dies: `DeadName`), so no timeout is needed
+/// for that; and a timeout would be wrong. Under `-icount` (the benchmarks) the guest's
+/// clock jumps ahead whenever every CPU halts, so on a loaded host a disk request can
+/// outlast any number of guest seconds, and a reply that came after a timeout would be
+/// taken for the next request's. A timed-out page-out ends the default pager (a store
+/// that fails ends it), and the pages it held are lost: the bench task then dies of a
+/// pager fault when it pages itself in at the end of the paging rows, as it did once on a
+/// loaded host (the same end follows at once when the default pager's timeout is cut to
+/// 5 ms: a 4 KiB request takes up to 6 ms of guest time on an idle host).
+const REQUEST_TIMEOUT: u64 = baton_rt::FOREVER;
+
 /// The client's side: its IPC buffer and reply port, the driver's port.
 pub struct Client {
     pub buf: IpcBuffer,
@@ -40,7 +52,7 @@ impl Client {
         ool: Option<(u64, u64)>,
     ) -> Result<Reply, Error> {
         self.send(id, sector, len, flags, payload, ool)?;
-        self.buf.msg(MSG_RECEIVE, self.reply, 30 * SECONDS)?;
+        self.buf.msg(MSG_RECEIVE, self.reply, REQUEST_TIMEOUT)?;
         self.take_reply(id)
     }
 
@@ -75,7 +87,7 @@ impl Client {
             ..MsgHeader::default()
         };
         self.buf.set(h, descs.as_slice(), &data[..n])?;
-        self.buf.msg(MSG_SEND, 0, 30 * SECONDS)
+        self.buf.msg(MSG_SEND, 0, REQUEST_TIMEOUT)
     }
 
     pub fn take_reply(&mut self, id: u64) -> Result<Reply, Error> {

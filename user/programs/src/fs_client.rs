@@ -194,6 +194,16 @@ pub fn exempt(id: u64) {
 }
 
 pub fn start_server(buf: &mut IpcBuffer, driver: u64) -> Result<(u64, u64), Error> {
+    start_server_as(buf, driver, true)
+}
+
+/// [`start_server`], exempting the server from page replacement only with `exempt` (a
+/// test's server that must feel memory pressure as any task does).
+pub fn start_server_as(
+    buf: &mut IpcBuffer,
+    driver: u64,
+    exempt_it: bool,
+) -> Result<(u64, u64), Error> {
     let boot = port_allocate(0)?;
     let task = match baton_rt::sys::spawn_with("fs", boot) {
         Ok(t) => t,
@@ -205,7 +215,9 @@ pub fn start_server(buf: &mut IpcBuffer, driver: u64) -> Result<(u64, u64), Erro
     // The server takes back the pages page replacement returns: with the host-privilege
     // right, it is put on the path that frees memory, as the default pager is, before it
     // makes its first page.
-    exempt(task);
+    if exempt_it {
+        exempt(task);
+    }
     let hello = buf.msg(MSG_RECEIVE, boot, 10 * SECONDS);
     let _ = cap_drop(boot);
     hello?;

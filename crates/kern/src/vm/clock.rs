@@ -79,7 +79,10 @@ impl Clock {
     /// which `eligible` holds (and [`pageable_kind`]), that `keep(object, offset)` does
     /// not keep, and whose frame `referenced` says was not referenced. `referenced(frame)` tests *and clears* the frame's reference bit:
     /// a referenced page is passed over this time and taken on the next sweep unless it
-    /// is referenced again. Returns the pages examined.
+    /// is referenced again. One call goes at most once round (it stops where it began),
+    /// so it looks at each page once: a page spared by this call is never taken by it,
+    /// even when it is the only candidate (a caller short of frames calls again, and the
+    /// next call takes it if it was not used meanwhile). Returns the pages examined.
     pub fn select<F: Copy>(
         &mut self,
         objs: &Objects<F>,
@@ -94,13 +97,24 @@ impl Clock {
             return 0;
         }
         let mut examined = 0;
-        // Every slot is visited at most twice per call (a full turn and back to the page
-        // the hand started on), so the walk ends even with nothing pageable.
+        if self.slot >= slots {
+            self.slot = 0;
+            self.offset = 0;
+        }
+        // Where this call began: once the hand has wrapped round to it, the turn is over.
+        let (first_slot, first_offset) = (self.slot, self.offset);
+        let mut wrapped = false;
+        // Every slot is left at most once per call, so the walk ends even with nothing
+        // pageable (the turn's end ends it first; this bounds it whatever happens).
         let mut moves = 0;
-        while out.len() < out.capacity() && examined < budget && moves <= 2 * slots {
+        while out.len() < out.capacity() && examined < budget && moves <= slots {
             if self.slot >= slots {
                 self.slot = 0;
                 self.offset = 0;
+                wrapped = true;
+            }
+            if wrapped && self.slot > first_slot {
+                break;
             }
             let next = objs.at(self.slot).and_then(|(id, o)| {
                 if !pageable_kind(o) || !eligible(id, o) {
@@ -109,6 +123,21 @@ impl Clock {
                 let (off, f) = o.resident_range(self.offset, u64::MAX).next()?;
                 Some((id, off, f, matches!(o.kind(), Kind::Pager { .. })))
             });
+            if wrapped && self.slot == first_slot {
+                // Back in the slot the call began in: only the pages before its start
+                // are left of the turn (the hand stays on the next one for the next call).
+                match next {
+                    Some((_, off, ..)) if off < first_offset => {}
+                    Some((_, off, ..)) => {
+                        self.offset = off;
+                        break;
+                    }
+                    None => {
+                        self.offset = first_offset;
+                        break;
+                    }
+                }
+            }
             let Some((object, offset, frame, pager_backed)) = next else {
                 self.slot += 1;
                 self.offset = 0;
@@ -123,11 +152,6 @@ impl Clock {
             }
             if referenced(frame) {
                 self.spared += 1;
-                continue;
-            }
-            // The hand can come round to a page it took in this call (the caller removes
-            // victims only afterwards): once is enough.
-            if out.iter().any(|v| v.object == object && v.offset == offset) {
                 continue;
             }
             out.push(Victim {
@@ -429,10 +453,23 @@ mod tests {
             &mut out,
         );
         let frames: Vec<u64> = out.iter().map(|v| v.frame).collect();
-        // 100 and 102 first; 101 and 103 on the next turn (their bits were cleared).
-        assert_eq!(frames, vec![100, 102, 101, 103]);
+        // 100 and 102 now; 101 and 103 were spared (their bits cleared), and one call
+        // goes round once, so they are left for the next.
+        assert_eq!(frames, vec![100, 102]);
         assert!(out.iter().all(|v| v.object == a && !v.pager_backed));
         assert_eq!(clock.spared, 2);
+        // The next call (the hand back at the start) takes them, not referenced since.
+        let mut out = Vec::with_capacity(4);
+        clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, off| off == 6 * P,
+            |_| false,
+            &mut out,
+        );
+        let frames: Vec<u64> = out.iter().map(|v| v.frame).collect();
+        assert_eq!(frames, vec![100, 101, 102, 103]);
         // The budget bounds a scan.
         let mut out = Vec::with_capacity(4);
         assert_eq!(
@@ -459,5 +496,102 @@ mod tests {
         assert!(out.iter().all(|v| v.offset == 2 * P) && !out.is_empty());
         objs.release(a, &mut crate::vm::testing::Recorder::default());
         objs.release(pinned, &mut crate::vm::testing::Recorder::default());
+    }
+
+    /// Takes and clears `f`'s bit in `refd`: whether it was set.
+    fn test_and_clear(refd: &mut Vec<u64>, f: u64) -> bool {
+        let was = refd.contains(&f);
+        refd.retain(|&x| x != f);
+        was
+    }
+
+    #[test]
+    fn one_call_never_takes_a_page_it_spared() {
+        let root = Account::root(1 << 30, 1 << 20).unwrap();
+        let mut objs: Objects<u64> = Objects::new(64);
+        let a = objs.anonymous(8 * P, &root).unwrap();
+        objs.insert_page(a, 3 * P, 103).unwrap();
+        // The only candidate, used since the last sweep: spared, and not visited again
+        // by the same call however much room and budget it has.
+        let mut refd = vec![103];
+        let mut clock = Clock::new();
+        let mut out = Vec::with_capacity(8);
+        let examined = clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, _| false,
+            |f| test_and_clear(&mut refd, f),
+            &mut out,
+        );
+        assert!(out.is_empty(), "taken in the call that spared it: {out:?}");
+        assert_eq!((examined, clock.spared), (1, 1));
+        // Used again before the next call: spared again.
+        refd.push(103);
+        clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, _| false,
+            |f| test_and_clear(&mut refd, f),
+            &mut out,
+        );
+        assert!(out.is_empty());
+        // Not used since: the next call takes it, once.
+        let examined = clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, _| false,
+            |f| test_and_clear(&mut refd, f),
+            &mut out,
+        );
+        assert_eq!(examined, 1);
+        assert_eq!(out.iter().map(|v| v.frame).collect::<Vec<_>>(), vec![103]);
+        objs.release(a, &mut crate::vm::testing::Recorder::default());
+    }
+
+    #[test]
+    fn a_turn_ends_where_it_began_in_the_middle_of_an_object() {
+        let root = Account::root(1 << 30, 1 << 20).unwrap();
+        let mut objs: Objects<u64> = Objects::new(64);
+        let a = objs.anonymous(8 * P, &root).unwrap();
+        let b = objs.anonymous(8 * P, &root).unwrap();
+        for i in 0..4 {
+            objs.insert_page(a, i * P, 100 + i).unwrap();
+            objs.insert_page(b, i * P, 200 + i).unwrap();
+        }
+        let mut clock = Clock::new();
+        // Two taken: the hand stops on a's third page.
+        let mut out = Vec::with_capacity(2);
+        clock.select(&objs, 100, |_, _| true, |_, _| false, |_| false, &mut out);
+        assert_eq!(
+            out.iter().map(|v| v.frame).collect::<Vec<_>>(),
+            vec![100, 101]
+        );
+        // Every page referenced: one turn from a's third page round to it, each page
+        // seen once, none taken.
+        let mut seen = Vec::new();
+        let mut out = Vec::with_capacity(16);
+        let examined = clock.select(
+            &objs,
+            100,
+            |_, _| true,
+            |_, _| false,
+            |f| {
+                seen.push(f);
+                true
+            },
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(examined, 8);
+        assert_eq!(seen, vec![102, 103, 200, 201, 202, 203, 100, 101]);
+        // The next call begins where this one ended.
+        let mut out = Vec::with_capacity(1);
+        clock.select(&objs, 100, |_, _| true, |_, _| false, |_| false, &mut out);
+        assert_eq!(out.iter().map(|v| v.frame).collect::<Vec<_>>(), vec![102]);
+        objs.release(a, &mut crate::vm::testing::Recorder::default());
+        objs.release(b, &mut crate::vm::testing::Recorder::default());
     }
 }

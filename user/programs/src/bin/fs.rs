@@ -46,7 +46,9 @@ use baton_abi::FOREVER;
 use baton_rt::ipc::{
     cap_drop, msg_buf, port_allocate, port_make_send, port_notify, IpcBuffer, MSG_RECEIVE, MSG_SEND,
 };
-use baton_rt::pager::{self, Request, DATA_REQUEST, DATA_RETURN, FLUSH_RETURN, PAGE_SIZE};
+use baton_rt::pager::{
+    self, Request, DATA_REQUEST, DATA_RETURN, FLUSH_DROP, FLUSH_RETURN, PAGE_SIZE,
+};
 use baton_rt::rpc::Notification;
 use baton_rt::start::bootstrap;
 use baton_rt::{println, Error};
@@ -244,6 +246,12 @@ struct Server {
     returns: u64,
     /// Requests that came while a sync waited for its pages: served after it.
     deferred: Vec<Vec<u8>>,
+    /// Pages the server could not supply and failed instead (cookie, offset): forgotten
+    /// (flushed, so that they are asked again) at the file's next open. At most
+    /// [`FAILED_MAX`]; past that a failed page stays failed.
+    failed: Vec<(u64, u64)>,
+    /// Supplies that failed, for the console (the first few are reported).
+    supply_failures: u64,
     /// An `FS_STOP` came.
     stopping: bool,
 }
@@ -326,6 +334,8 @@ fn run() -> Result<(), Error> {
         requests: 0,
         returns: 0,
         deferred: Vec::new(),
+        failed: Vec::new(),
+        supply_failures: 0,
         stopping: false,
     };
     s.files
@@ -580,10 +590,47 @@ impl Server {
                 .and_then(|_| self.vols.read(file, &mut page[..n]))
                 .map(|_| ())
         };
-        let _ = match read {
-            Ok(()) => pager::supply(object, r.offset, &page),
-            Err(_) => pager::error(object, r.offset, P),
+        let supplied = match read {
+            Ok(()) => supply(object, r.offset, &page),
+            Err(_) => Err(Error::Aborted),
         };
+        if let Err(e) = supplied {
+            self.fail_page(r.cookie, object, r.offset, e);
+        }
+    }
+
+    /// Fails page `offset` of `object` (of the file with `cookie`), which could not be
+    /// read or supplied (`why`): the client waiting for it takes a pager fault (a kernel
+    /// copy an error) instead of waiting for good, and the page is asked again after the
+    /// file's next open.
+    fn fail_page(&mut self, cookie: u64, object: u64, offset: u64, why: Error) {
+        self.supply_failures += 1;
+        if self.supply_failures <= FAILURES_REPORTED {
+            println!(
+                "fs: page {offset:#x} of a file could not be supplied ({why:?}): the access fails"
+            );
+        }
+        if pager::error(object, offset, P).is_ok()
+            && self.failed.len() < FAILED_MAX
+            && self.failed.try_reserve(1).is_ok()
+        {
+            self.failed.push((cookie, offset));
+        }
+    }
+
+    /// The file `i` is opened again: its failed pages are flushed, so that the next touch
+    /// of each asks for it again.
+    fn retry_failed(&mut self, i: usize) {
+        let (cookie, object) = (self.files[i].cookie, self.files[i].object);
+        self.failed.retain(|&(c, offset)| {
+            if c != cookie {
+                return true;
+            }
+            // SAFETY: the server never maps its objects (no reference relies on their
+            // contents), and a failed page has none.
+            let _ = unsafe { pager::flush(object, offset, P, FLUSH_DROP) };
+            false
+        });
     }
 
     /// A page the kernel gives back: written into the file (up to its end).
@@ -614,6 +661,7 @@ impl Server {
     fn request(&mut self, id: u64, data: &[u8]) -> (Vec<u64>, Option<Vec<u8>>, Option<u64>) {
         let r = match id {
             FS_OPEN => path_of(data, 0).and_then(|p| self.open(p)).map(|i| {
+                self.retry_failed(i);
                 let f = &self.files[i];
                 (alloc::vec![f.size], None, Some(f.object))
             }),
@@ -658,6 +706,12 @@ impl Server {
                 r.map(|n| (alloc::vec![n], None, None))
             }
             FS_STOP => {
+                // Every file is written back before the reply, so that a client that
+                // starts another server on the disk once it has the reply reads what
+                // was written (the loop's end writes back again what comes after).
+                for i in 0..self.files.len() {
+                    let _ = self.sync_file(i);
+                }
                 self.stopping = true;
                 Ok((Vec::new(), None, None))
             }
@@ -1001,6 +1055,31 @@ impl Server {
         let file = self.files.get(i).map(|f| f.file).ok_or(Error::NotFound)?;
         self.vols.flush_file(file).map_err(fs_error)?;
         Ok(self.returns - before)
+    }
+}
+
+/// Most failed pages remembered for a retry ([`Server::fail_page`]).
+const FAILED_MAX: usize = 64;
+/// Supply failures reported on the console (the rest are only counted).
+const FAILURES_REPORTED: u64 = 4;
+/// Tries of a supply the kernel has no frame for, and the pause between them: page
+/// replacement (another task's fault, the default pager) may free one meanwhile.
+const SUPPLY_TRIES: u32 = 20;
+const SUPPLY_PAUSE_NS: u64 = 5_000_000;
+
+/// `pager_supply` of `page` at `offset` of `object`, tried again for a while when the
+/// kernel has no frame for it.
+fn supply(object: u64, offset: u64, page: &[u8]) -> Result<(), Error> {
+    let mut tries = 0;
+    loop {
+        match pager::supply(object, offset, page) {
+            Ok(_) => return Ok(()),
+            Err(Error::NoMemory) if tries + 1 < SUPPLY_TRIES => {
+                tries += 1;
+                let _ = baton_rt::sleep_ns(SUPPLY_PAUSE_NS);
+            }
+            Err(e) => return Err(e),
+        }
     }
 }
 

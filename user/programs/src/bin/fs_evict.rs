@@ -64,27 +64,7 @@ fn wrong_pages(va: u64) -> u64 {
 /// the reserve, and every page arrives intact; without that the server dies of a
 /// no-memory fault.
 fn pressure(fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
-    use baton_abi::ipc::{HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
-    use baton_rt::ipc::{data_word, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
-    let done = must("port", port_allocate(0))?;
-    let hog = must(
-        "start paging_child",
-        baton_rt::task::run("paging_child", done, &["paging_child", "wire", "1024"], &[]),
-    )?;
-    let mut m = [0u8; 64];
-    must(
-        "the child's word",
-        msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
-    )?;
-    let wired = data_word(&m[HEADER_SIZE..], 0);
-    let s = must("paging stats", baton_rt::paging::system_stats())?;
-    baton_rt::check!(
-        TEST,
-        wired > 0 && s.pageable_used + 20 >= s.pageable_limit,
-        "a child wired {wired} pages: user memory holds {} of {} frames",
-        s.pageable_used,
-        s.pageable_limit
-    );
+    let hog = Hog::start()?;
     let path = baton_disk::SAMPLE_PATH;
     let (obj, size) = must("open the sample file", fs.open(buf, path))?;
     let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
@@ -108,26 +88,120 @@ fn pressure(fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
-    must("end the child", baton_rt::task::terminate(hog))?;
-    match port_notify(hog, NOTIFY_KIND_DEAD_NAME, done) {
-        // Gone already.
-        Err(Error::DeadName) => {}
-        r => {
-            must("watch", r)?;
-            loop {
-                must(
-                    "its end",
-                    msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
-                )?;
-                let h = baton_abi::ipc::MsgHeader::from_bytes(&m).ok_or(Failed)?;
-                if h.id == NOTIFY_DEAD_NAME {
-                    break;
+    hog.end()
+}
+
+/// A child holding every frame of user memory but the reserve wired.
+struct Hog {
+    task: u64,
+    done: u64,
+}
+
+impl Hog {
+    fn start() -> Result<Hog, Failed> {
+        use baton_abi::ipc::HEADER_SIZE;
+        use baton_rt::ipc::{data_word, msg_buf, port_allocate, MSG_RECEIVE};
+        let done = must("port", port_allocate(0))?;
+        let hog = must(
+            "start paging_child",
+            baton_rt::task::run("paging_child", done, &["paging_child", "wire", "1024"], &[]),
+        )?;
+        let mut m = [0u8; 64];
+        must(
+            "the child's word",
+            msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+        )?;
+        let wired = data_word(&m[HEADER_SIZE..], 0);
+        let s = must("paging stats", baton_rt::paging::system_stats())?;
+        baton_rt::check!(
+            TEST,
+            wired > 0 && s.pageable_used + 20 >= s.pageable_limit,
+            "a child wired {wired} pages: user memory holds {} of {} frames",
+            s.pageable_used,
+            s.pageable_limit
+        );
+        Ok(Hog { task: hog, done })
+    }
+
+    /// Ends the child and waits until it is gone.
+    fn end(self) -> Result<(), Failed> {
+        use baton_abi::ipc::{NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
+        use baton_rt::ipc::{msg_buf, port_notify, MSG_RECEIVE};
+        let Hog { task: hog, done } = self;
+        let mut m = [0u8; 64];
+        must("end the child", baton_rt::task::terminate(hog))?;
+        match port_notify(hog, NOTIFY_KIND_DEAD_NAME, done) {
+            // Gone already.
+            Err(Error::DeadName) => {}
+            r => {
+                must("watch", r)?;
+                loop {
+                    must(
+                        "its end",
+                        msg_buf(&mut m, MSG_RECEIVE, done, 60_000_000_000),
+                    )?;
+                    let h = baton_abi::ipc::MsgHeader::from_bytes(&m).ok_or(Failed)?;
+                    if h.id == NOTIFY_DEAD_NAME {
+                        break;
+                    }
                 }
             }
         }
+        must("drop", cap_drop(hog))?;
+        must("drop", cap_drop(done))
     }
-    must("drop", cap_drop(hog))?;
-    must("drop", cap_drop(done))
+}
+
+/// A server not exempt from replacement, its pages made already (it read the sample file
+/// but its last page), cannot supply a page while a child holds all of user memory but
+/// the reserve: it tries for a while, then fails the page, so a kernel copy from it fails
+/// rather than waiting for good (before, the server ignored the supply's error and the
+/// copy waited forever). Once memory is back, opening the file again makes the server
+/// forget the failure, and the page reads intact.
+fn supply_fails(driver: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    use baton_abi::ipc::{MSG_BUF, MSG_SEND};
+    let (_, server) = must(
+        "start a server not exempt",
+        fs_client::start_server_as(buf, driver, false),
+    )?;
+    let fs = must("client", fs_client::Fs::new(server))?;
+    let path = baton_disk::SAMPLE_PATH;
+    let (obj, size) = must("open the sample file", fs.open(buf, path))?;
+    let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
+    let va = must("map", memobj::map(obj, size, 0, ro))?;
+    let last = (size - 1) & !(P - 1);
+    let mut at = 0;
+    while at < last {
+        // SAFETY: `va` maps `size` readable bytes of the file.
+        let _ = unsafe { ((va + at) as *const u8).read_volatile() };
+        at += P;
+    }
+    let hog = Hog::start()?;
+    // A kernel copy from the last page, which the server cannot supply now (a send from
+    // a buffer there: the kernel reads the header first).
+    // SAFETY: the kernel only reads the buffer, a page of the mapping.
+    let r = unsafe { baton_rt::ipc::msg_raw(MSG_SEND | MSG_BUF, 0, 1_000_000_000, va + last, 64) };
+    let r = baton_abi::decode_result(r);
+    baton_rt::check!(
+        TEST,
+        r == Err(Error::BadAddress),
+        "a page the server cannot supply under full memory is failed: a kernel copy from it returns {r:?}"
+    );
+    hog.end()?;
+    let (again, _) = must("open again", fs.open(buf, path))?;
+    must("drop", cap_drop(again))?;
+    // SAFETY: `va` maps `size` readable bytes of the file.
+    let b = unsafe { ((va + last) as *const u8).read_volatile() };
+    baton_rt::check!(
+        TEST,
+        b == baton_disk::sample_byte(last),
+        "once memory is back and the file opened again, the failed page is asked again and arrives intact"
+    );
+    // SAFETY: ours.
+    must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
+    must("drop", cap_drop(obj))?;
+    must("stop the server", fs.stop(buf))?;
+    must("drop", cap_drop(fs.server))
 }
 
 fn run() -> Result<(), Failed> {
@@ -215,6 +289,7 @@ fn run() -> Result<(), Failed> {
     pressure(&fs, &mut buf)?;
     must("stop the server", fs.stop(&mut buf))?;
     must("drop", cap_drop(fs.server))?;
+    supply_fails(driver, &mut buf)?;
     must("drop", cap_drop(driver))?;
     println!("fs_evict: done");
     Ok(())

@@ -226,6 +226,94 @@ fn handler(_: u64) {
     }
 }
 
+/// Queues a message of `HEADER_SIZE + 128` bytes (id `id`, data bytes `i + id`) on
+/// `port` through `send`, from `out`.
+fn queue_long(out: &mut IpcBuffer, send: u64, id: u64) -> Result<(), Failed> {
+    let mut data = [0u8; 128];
+    for (i, b) in data.iter_mut().enumerate() {
+        *b = (i as u64 + id) as u8;
+    }
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: send,
+        id,
+        ..MsgHeader::default()
+    };
+    must("queue", out.set(h, &[], &data))?;
+    must("send", out.msg(MSG_SEND, 0, FOREVER))
+}
+
+/// Whether the message of [`queue_long`] with `id` is at `at`.
+fn long_at(at: u64, id: u64) -> bool {
+    (0..128u64).all(|i| {
+        // SAFETY: `at` is in this test's mapping of the activation pager's object.
+        let b = unsafe { ((at + HEADER_SIZE as u64 + i) as *const u8).read_volatile() };
+        b == (i + id) as u8
+    })
+}
+
+/// A receive's copy, a step of `ipc_msg` after its first checks, meets a page of the
+/// activation pager's object (mapped at `abase`) not there yet: a receive-only call is
+/// rewound and the thread carries the request into the pager, then receives; the receive
+/// after the call's own send cannot be made again, and fails with `NotSupported` (before,
+/// both failed with `BadAddress`, and the page stayed marked as being paged in, so the
+/// next touch waited for good).
+fn act_later_steps(out: &mut IpcBuffer, abase: u64) -> Result<(), Failed> {
+    let own = must("a port", port_allocate(0))?;
+    let send = must("its send right", port_make_send(own, false))?;
+    let _ = read(abase);
+    queue_long(out, send, 7)?;
+    let calls = ACT_CALLS.get();
+    // The buffer's last 64 bytes are in page 0 (resident), the message runs into page 1.
+    let at = abase + P - 64;
+    // SAFETY: the buffer is this test's mapping of the object, which nothing references.
+    let r = decode_result(unsafe { msg_raw(MSG_RECEIVE | MSG_BUF, own, FOREVER, at, 256) });
+    check!(
+        r.is_ok() && long_at(at, 7) && ACT_CALLS.get() == calls + 1,
+        "a receive whose message runs into an activation pager's page carries the request into the pager and receives ({r:?}, {} calls)",
+        ACT_CALLS.get() - calls
+    );
+    // A call's send, then its receive of an older, longer message that runs into page 2.
+    queue_long(out, send, 9)?;
+    let at = abase + 2 * P - 64;
+    // SAFETY: as above; the first 32 bytes (resident, page 1) are the message sent.
+    unsafe {
+        (at as *mut [u8; HEADER_SIZE]).write_volatile(
+            MsgHeader {
+                bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+                size: HEADER_SIZE as u32,
+                dest: send,
+                id: 11,
+                ..MsgHeader::default()
+            }
+            .to_bytes(),
+        )
+    };
+    // SAFETY: as above.
+    let r =
+        decode_result(unsafe { msg_raw(MSG_SEND | MSG_RECEIVE | MSG_BUF, own, FOREVER, at, 256) });
+    check!(
+        r == Err(Error::NotSupported),
+        "the receive after a call's own send, into an activation pager's page not there, is not supported ({r:?})"
+    );
+    check!(
+        read(abase + 2 * P + 120) == 0 && read(abase + 2 * P) == act_pattern(2),
+        "the page is not left asked: touching it carries its request into the pager"
+    );
+    // Both messages are still queued, oldest first.
+    must("receive", out.msg(MSG_RECEIVE, own, FOREVER))?;
+    let first = out.header().id;
+    must("receive", out.msg(MSG_RECEIVE, own, FOREVER))?;
+    let second = out.header().id;
+    check!(
+        first == 9 && second == 11,
+        "nothing was taken from the queue: the longer message and the one sent follow ({first}, {second})"
+    );
+    let _ = cap_drop(send);
+    let _ = cap_drop(own);
+    Ok(())
+}
+
 /// Where the object is mapped; whether the pager's port is gone.
 static WORK_BASE: AtomicU64 = AtomicU64::new(0);
 static DEAD: AtomicU64 = AtomicU64::new(0);
@@ -560,6 +648,7 @@ fn run() -> Result<(), Failed> {
         v == act_pattern(7) && x == XMM_MARK && ACT_CALLS.get() == 4,
         "a fault served in the pager's activation leaves the faulting code's vector registers as they were ({x:#x})"
     );
+    act_later_steps(&mut out, abase)?;
     // SAFETY: no reference covers the mapping.
     must("unmap it", unsafe { vm::deallocate(abase, 8 * P) })?;
     must("drop it", cap_drop(aobj))?;

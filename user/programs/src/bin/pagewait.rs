@@ -26,13 +26,10 @@ mod blk_proto;
 #[path = "../swap_proto.rs"]
 mod swap_proto;
 
-use baton_abi::ipc::{
-    Disposition, MsgHeader, HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME,
-};
+use baton_abi::ipc::{Disposition, MsgHeader};
 use baton_rt::check::Failed;
 use baton_rt::ipc::{
-    cap_drop, data_word, msg_buf, port_allocate, port_make_send, port_notify, IpcBuffer,
-    MSG_RECEIVE, MSG_SEND,
+    cap_drop, data_word, port_allocate, port_make_send, IpcBuffer, MSG_RECEIVE, MSG_SEND,
 };
 use baton_rt::paging::{self, PagingStats};
 use baton_rt::{println, task, vm, Error, FOREVER};
@@ -81,83 +78,33 @@ fn counts() -> Result<(u64, u64, u64), Failed> {
     Ok((s.heap_used, v.objects, v.frames_free))
 }
 
-/// Wires every range of this task (at most 16 MiB each).
-fn wire_everything() -> Result<(), Failed> {
-    let mut addr = 0;
-    while let Ok(r) = vm::query(addr) {
-        if r.wired == 0 && r.end - r.start <= 16 << 20 {
-            must("wire", vm::wire(r.start, r.end - r.start))?;
-        }
-        addr = r.end;
-    }
-    Ok(())
-}
-
 /// Waits until the task whose port is `task` has ended, then releases the name.
 fn wait_end(task: u64, notify: u64) -> Result<(), Failed> {
-    match port_notify(task, NOTIFY_KIND_DEAD_NAME, notify) {
-        Ok(()) => {
-            let mut buf = [0u8; 64];
-            loop {
-                must(
-                    "wait for the end",
-                    msg_buf(&mut buf, MSG_RECEIVE, notify, WAIT),
-                )?;
-                let h = MsgHeader::from_bytes(&buf).ok_or(Failed)?;
-                if h.id == NOTIFY_DEAD_NAME && data_word(&buf[HEADER_SIZE..], 0) == task {
-                    break;
-                }
-            }
-        }
-        Err(Error::DeadName) => {}
-        Err(e) => return must("port_notify", Err(e)),
-    }
-    must("release the task's name", cap_drop(task))
+    must("wait for the end", swap_proto::wait_end(task, notify, WAIT))
 }
 
-/// Polls the system counters (every 5 ms, up to 20 s) until `done` holds.
+/// Polls the system counters until `done` holds.
 fn until(what: &str, done: impl Fn(&PagingStats) -> bool) -> Result<PagingStats, Failed> {
-    for _ in 0..4000 {
-        let s = sys()?;
-        if done(&s) {
-            return Ok(s);
-        }
-        must("sleep", baton_rt::sleep_ns(5_000_000))?;
-    }
-    println!("TEST FAIL {TEST}: timed out waiting: {what}");
-    Err(Failed)
-}
-
-fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    core::str::from_utf8(&buf[i..]).unwrap_or("0")
+    swap_proto::until(done).map_err(|e| {
+        println!("TEST FAIL {TEST}: waiting for {what}: {e:?}");
+        Failed
+    })
 }
 
 /// Memory pressure: a child writes `pages` pages once and ends; then a moment for the
 /// child's watcher to look.
 fn pressure(pages: u64, notify: u64) -> Result<(), Failed> {
-    let mut n = [0u8; 20];
-    let arg = fmt_u64(pages, &mut n);
-    let t = must(
-        "start paging_child",
-        task::run("paging_child", 0, &["paging_child", "touch", arg], &[]),
+    must(
+        "run paging_child",
+        swap_proto::run_child("touch", pages, notify, WAIT),
     )?;
-    wait_end(t, notify)?;
     must("sleep", baton_rt::sleep_ns(300_000_000))
 }
 
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
     let mut buf = must("IPC buffer", IpcBuffer::new())?;
-    wire_everything()?;
+    must("wire", swap_proto::wire_everything())?;
     let notify = must("port", port_allocate(0))?;
     let (driver_id, driver) = must("start blk", blk_client::start_driver(&mut buf, host))?;
     let driver_task = must(
@@ -165,10 +112,9 @@ fn run() -> Result<(), Failed> {
         baton_rt::host::task_port(host, driver_id),
     )?;
     let pager = must(
-        "start dpager",
-        swap_proto::start_pager(&mut buf, host, driver, &["dpager", "1024"]),
+        "start dpager and wait for it to register",
+        swap_proto::start_pager_registered(&mut buf, host, driver, &["dpager", "1024"], STORE),
     )?;
-    until("the default pager registers", |s| s.store_slots == STORE)?;
     let limit = sys()?.pageable_limit;
     let first = round(&mut buf, notify, limit, 1)?;
     let second = round(&mut buf, notify, limit, 2)?;

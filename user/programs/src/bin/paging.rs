@@ -23,9 +23,8 @@
 
 extern crate alloc;
 
-use baton_abi::ipc::{MsgHeader, HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
 use baton_rt::check::Failed;
-use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, port_notify, MSG_RECEIVE};
+use baton_rt::ipc::{cap_drop, msg_buf, port_allocate, MSG_RECEIVE};
 use baton_rt::paging::{self, PagingStats};
 use baton_rt::{println, task, vm, Error};
 
@@ -67,54 +66,25 @@ fn counts() -> Result<(u64, u64, u64), Failed> {
     Ok((s.heap_used, v.objects, v.frames_free))
 }
 
-/// Wires every range of this task (at most 16 MiB each): its program's private pages
-/// (partial pages of its segments), data and stack would otherwise be paged out like any.
+/// Wires every range of this task (its pages would otherwise be paged out like any).
 fn wire_everything() -> Result<(), Failed> {
-    let mut addr = 0;
-    while let Ok(r) = vm::query(addr) {
-        if r.wired == 0 && r.end - r.start <= 16 << 20 {
-            must("wire", vm::wire(r.start, r.end - r.start))?;
-        }
-        addr = r.end;
-    }
-    Ok(())
+    must("wire", swap_proto::wire_everything())
 }
 
 /// Waits until the task whose port is `task` has ended, then releases the name.
 fn wait_end(task: u64, notify: u64) -> Result<(), Failed> {
-    match port_notify(task, NOTIFY_KIND_DEAD_NAME, notify) {
-        Ok(()) => {
-            let mut buf = [0u8; 64];
-            loop {
-                must(
-                    "wait for the end",
-                    msg_buf(&mut buf, MSG_RECEIVE, notify, 120_000_000_000),
-                )?;
-                let h = MsgHeader::from_bytes(&buf).ok_or(Failed)?;
-                let word =
-                    u64::from_le_bytes(buf[HEADER_SIZE..][..8].try_into().map_err(|_| Failed)?);
-                if h.id == NOTIFY_DEAD_NAME && word == task {
-                    break;
-                }
-            }
-        }
-        Err(Error::DeadName) => {}
-        Err(e) => return must("port_notify", Err(e)),
-    }
-    must("release the task's name", cap_drop(task))
+    must(
+        "wait for the end",
+        swap_proto::wait_end(task, notify, 120_000_000_000),
+    )
 }
 
-/// Polls the system counters (every 5 ms, up to 20 s) until `done` holds.
+/// Polls the system counters until `done` holds.
 fn until(what: &str, done: impl Fn(&PagingStats) -> bool) -> Result<PagingStats, Failed> {
-    for _ in 0..4000 {
-        let s = sys()?;
-        if done(&s) {
-            return Ok(s);
-        }
-        must("sleep", baton_rt::sleep_ns(5_000_000))?;
-    }
-    println!("TEST FAIL {TEST}: timed out waiting: {what}");
-    Err(Failed)
+    swap_proto::until(done).map_err(|e| {
+        println!("TEST FAIL {TEST}: waiting for {what}: {e:?}");
+        Failed
+    })
 }
 
 /// The disk: the test's client of the driver (its IPC buffer, reply port and the driver's
@@ -178,37 +148,25 @@ impl Disk {
         } else {
             &["dpager", "1024"]
         };
-        let t = must(
-            "start dpager",
-            swap_proto::start_pager(&mut self.c.buf, self.host, self.c.driver, args),
-        )?;
-        until("the default pager registers", |s| s.store_slots == STORE)?;
-        Ok(t)
+        must(
+            "start dpager and wait for it to register",
+            swap_proto::start_pager_registered(
+                &mut self.c.buf,
+                self.host,
+                self.c.driver,
+                args,
+                STORE,
+            ),
+        )
     }
 }
 
 /// Runs `paging_child <mode> <pages>` and waits for its end.
 fn child(mode: &str, pages: u64, notify: u64) -> Result<(), Failed> {
-    let mut n = [0u8; 20];
-    let pages = fmt_u64(pages, &mut n);
-    let t = must(
-        "start paging_child",
-        task::run("paging_child", 0, &["paging_child", mode, pages], &[]),
-    )?;
-    wait_end(t, notify)
-}
-
-fn fmt_u64(mut v: u64, buf: &mut [u8; 20]) -> &str {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    core::str::from_utf8(&buf[i..]).unwrap_or("0")
+    must(
+        "run paging_child",
+        swap_proto::run_child(mode, pages, notify, 120_000_000_000),
+    )
 }
 
 fn run() -> Result<(), Failed> {
@@ -408,7 +366,7 @@ fn refusals(disk: &mut Disk, notify: u64) -> Result<(), Failed> {
 /// pages (half of them out by then, counted from `before`); its task port.
 fn written(mode: &str, pages: u64, before: &PagingStats) -> Result<u64, Failed> {
     let mut buf = [0u8; 20];
-    let n = fmt_u64(pages, &mut buf);
+    let n = swap_proto::fmt_u64(pages, &mut buf);
     let done = must("port", port_allocate(0))?;
     let c = must(
         "start paging_child",

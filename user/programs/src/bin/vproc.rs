@@ -211,7 +211,15 @@ fn bad_registrations() -> Result<(), Failed> {
         vp_destroy(12345) == Err(Error::NotFound),
         "vp_destroy of no such processor is not found"
     );
+    let top = good.upcall_hi - 8;
+    let wired = |at: u64| baton_rt::vm::query(at).map(|r| r.wired).unwrap_or(u64::MAX);
+    let before = wired(top);
     let vp = must("vp_create", vp_create(&good))?;
+    let during = wired(top);
+    check!(
+        before == 0 && during == 1,
+        "the page where upcall events are written is wired while the processor lives (wired {before}, then {during}): the kernel's upcall never waits for it"
+    );
     check!(
         vp_create(&good) == Err(Error::Busy),
         "vp_create twice from one thread is busy"
@@ -250,6 +258,11 @@ fn bad_registrations() -> Result<(), Failed> {
     check!(
         vp_destroy(vp) == Ok(()) && vp_destroy(vp) == Err(Error::NotFound),
         "vp_destroy ends the processor (and its spares) once"
+    );
+    let after = wired(top);
+    check!(
+        after == 0,
+        "vp_destroy unwires the upcall event's page (wired {after})"
     );
     let again = must("vp_create after destroy", vp_create(&good))?;
     must("vp_destroy", vp_destroy(again))?;
