@@ -361,12 +361,10 @@ pub fn system_call(
     let r = raise_with_abort(k, &mut s.syscall, &call, |id, _| {
         forget_meta(meta, EVENT_SYSCALL, id)
     });
-    if r.aborted != 0 {
-        if r.defaulted {
-            // The number was an extension's, which failed: the caller learns that, rather
-            // than being treated as having made an unknown call.
-            return Some(Error::Aborted.to_raw());
-        }
+    if r.aborted != 0 && r.defaulted {
+        // The number was an extension's, which failed: the caller learns that, rather
+        // than being treated as having made an unknown call.
+        return Some(Error::Aborted.to_raw());
     }
     r.result
 }
