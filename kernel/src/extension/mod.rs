@@ -36,6 +36,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod cthreads;
 pub mod reclaim;
 pub mod strand;
 pub mod translation;
@@ -326,6 +327,7 @@ impl State {
         translation::register(&mut domains, &mut names)?;
         strand::register(&mut domains, &mut names)?;
         reclaim::register(&mut domains, &mut names)?;
+        cthreads::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -723,7 +725,10 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         }
         EVENT_TEST => {
             let (f, closure): (HandlerFn<Kernel, u64, u64>, u64) = if builtin {
-(builtin::test_handler(symbol.target)?, claim)
+                (
+                    builtin::test_handler(symbol.target)?,
+                    builtin::test_closure(&s.domains, task, owner, symbol.target, claim)?,
+                )
             } else {
                 if symbol.sig != TEST_SIG {
                     return Err(Error::InvalidArgument);
@@ -793,6 +798,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     s.async_counts.retain(|c| c.0 != id);
     strand::task_released(id);
     reclaim::task_released(id);
+    cthreads::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {
