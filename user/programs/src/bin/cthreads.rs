@@ -4,7 +4,8 @@
 //!
 //! - fork and join: each thread's value comes back to its joiner, whether the thread
 //!   ended before or after the join; a handle joined once is gone (`NotFound`), as are
-//!   made-up ones; a thread cannot join itself (`InvalidArgument`);
+//!   made-up ones; a thread cannot join itself (`InvalidArgument`), and a second joiner of
+//!   a thread is `Busy`;
 //! - a thread that ends with `thread_exit` instead of the package's `exit` is noticed: its
 //!   joiner gets 0 and does not wait for ever;
 //! - conditions remember a signal that came before its wait, and `handoff` gives SPIN's
@@ -47,8 +48,8 @@ const CONDITIONS: u64 = 16;
 /// Rounds of the ping-pong.
 const ROUNDS: usize = 50;
 
-/// Stacks of the forked threads (each used once): two rounds of at most 41 threads.
-static STACKS: StackPool<88, 4096> = StackPool::new();
+/// Stacks of the forked threads (each used once): two rounds of at most 43 threads.
+static STACKS: StackPool<96, 4096> = StackPool::new();
 
 /// The package, for the threads (set before any is forked).
 static PKG_FIRST: AtomicU64 = AtomicU64::new(0);
@@ -142,6 +143,13 @@ fn plain_exit(_: u64) -> u64 {
     baton_rt::sys::thread_exit()
 }
 
+/// The handle a second joiner joins (`Busy` for a third).
+static JOINED: AtomicU64 = AtomicU64::new(0);
+
+fn joiner(_: u64) -> u64 {
+    pkg().join(JOINED.load(Ordering::Acquire)).unwrap_or(0)
+}
+
 fn self_joiner(c: u64) -> u64 {
     let p = pkg();
     let _ = p.wait(c);
@@ -213,6 +221,28 @@ fn round() -> Result<(), Failed> {
     check!(
         baton_abi::decode_result(SELF_JOIN.load(Ordering::Acquire)) == Err(Error::InvalidArgument),
         "joining oneself is InvalidArgument"
+    );
+
+    // A thread with a joiner waiting already: a second joiner is `Busy`.
+    let blocked = baton_rt::sys::stats().map_or(0, |s| s.blocks_wait);
+    let t = must("fork", p.fork(stack()?, waiter, 8))?;
+    JOINED.store(t, Ordering::Release);
+    let j = must("fork a joiner", p.fork(stack()?, joiner, 0))?;
+    for _ in 0..1000 {
+        // Both waiting: the thread on its condition, the joiner in its join.
+        if baton_rt::sys::stats().map_or(0, |s| s.blocks_wait) >= blocked + 2 {
+            break;
+        }
+        let _ = baton_rt::sys::sleep_ns(1_000_000);
+    }
+    check!(
+        p.join(t) == Err(Error::Busy),
+        "a second joiner of a thread is Busy"
+    );
+    must("signal", p.signal(8))?;
+    check!(
+        p.join(j) == Ok(108),
+        "the first joiner got the thread's value"
     );
 
     // Errors of the calls.
