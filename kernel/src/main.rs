@@ -143,7 +143,10 @@ fn install_families() {
     use kern::continuation::Resume;
     use thread::Blocked;
     family::install(family::Hooks {
-        thread_leaving: control::release_waiters,
+        thread_leaving: |k, t| {
+            control::release_waiters(k, t);
+            extension::cthreads::thread_leaving(k, t);
+        },
         thread_freed: |k, th| {
             let suspended = usize::from(th.ctl.suspend > 0)
                 + th.below.iter().filter(|s| s.ctl.suspend > 0).count();

@@ -142,6 +142,10 @@ const WAIT: u64 = 8;
 const WAKE: u64 = 9;
 /// `task_create`'s system call number.
 const TASK_CREATE: u64 = 120;
+/// `spin_raise`'s system call number.
+const SPIN_RAISE: u64 = 107;
+/// The number `spin.syscall.event` installs the built-in `null` on.
+const SPIN_NULL: u64 = 0x1000;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
@@ -154,7 +158,7 @@ const VM_BENCH_END: u64 = VM_BENCH + 1100 * 4096;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 7] = [
+pub const PATHS: [PathSpec; 9] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
@@ -356,6 +360,65 @@ pub const PATHS: [PathSpec; 7] = [
                 anonymous memory, from the trap to the return to user mode, the frame zeroed \
                 inside; the next kernel entry is the next page's fault",
         arm: None,
+        cycle: false,
+    },
+    PathSpec {
+        name: "spin_syscall",
+        column: "extension's system call",
+        bench: "spin.syscall.event",
+        entry: Entry::Syscall,
+        rax: SPIN_NULL,
+        rdi: None,
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "a system call a built-in extension added (`Trap.SystemCall`)",
+                side: Side::Client,
+                rax: Some(SPIN_NULL),
+                marker: "",
+            },
+            PassSpec {
+                label: "the next one (the same path again)",
+                // The same thread; `Server` only so the report keeps the passes apart.
+                side: Side::Server,
+                rax: Some(SPIN_NULL),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "SPIN's Table 2, line 2: a null system call a built-in extension added, from \
+                the `syscall` to the `sysretq`: the decode, the raise of `Trap.SystemCall` \
+                and its one keyed handler",
+        arm: Some(&["syscall", "on_extension_call"]),
+        cycle: false,
+    },
+    PathSpec {
+        name: "spin_wasm",
+        column: "a WebAssembly handler",
+        bench: "spin.dispatch.1.wasm",
+        entry: Entry::Syscall,
+        rax: SPIN_RAISE,
+        rdi: Some(0),
+        skip: 400,
+        traced: [
+            PassSpec {
+                label: "`spin_raise(0)` with one WebAssembly handler (`wasmi`)",
+                side: Side::Client,
+                rax: Some(SPIN_RAISE),
+                marker: "",
+            },
+            PassSpec {
+                label: "the next one (the same path again)",
+                side: Side::Server,
+                rax: Some(SPIN_RAISE),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "A null WebAssembly invocation: `Test.Raise` raised by a system call, its one \
+                handler a module's `one` run by `wasmi` under its fuel (the store taken out \
+                and put back, the fuel set, the typed call)",
+        arm: Some(&["extension", "wasm", "test_handler"]),
         cycle: false,
     },
 ];

@@ -444,6 +444,20 @@ pub const LINUX_PAIRS: &[Pair] = &[
         why: "protecting 100 pages with one call, then a write to each, each handler \
               unprotecting its page; per page",
     },
+    // SPIN's Table 3 through its integrated thread package, beside pthreads.
+    Pair {
+        baton: "spin.thread.forkjoin",
+        linux: "linux.thread.create_join",
+        why: "fork a thread that returns at once and join it (Baton: the built-in \
+              `builtin.cthreads` package's system calls; glibc: `pthread_create`, \
+              `pthread_join`)",
+    },
+    Pair {
+        baton: "spin.thread.pingpong",
+        linux: "linux.condvar.pingpong",
+        why: "one round of two threads signalling each other and waiting (Baton: the \
+              package's `handoff`; glibc: a mutex and two condition variables)",
+    },
     // Faults of Accent's Table 3-3, from the access to its resumption.
     Pair {
         baton: "vm.fault.zero",

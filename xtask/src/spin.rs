@@ -13,8 +13,38 @@ use std::path::Path;
 /// SPIN's Table 2 (µs): operation, SPIN's figure, Baton's row.
 const TABLE_2: &[(&str, f64, &str)] = &[
     ("Protected in-kernel call", 0.13, "spin.call.protected"),
+    (
+        "Protected in-kernel call (WebAssembly)",
+        0.13,
+        "spin.call.protected.wasm",
+    ),
     ("System call", 4.0, "spin.syscall.event"),
     ("Cross-address space call", 89.0, "rpc.null.migrating"),
+];
+
+/// SPIN's Table 3 (µs): operation, kernel, user (layered), user (integrated); Baton's
+/// kernel threads, Sting's user-level threads, the integrated package, Linux's pthreads.
+const TABLE_3: &[(&str, [f64; 3], [&str; 4])] = &[
+    (
+        "Fork-Join",
+        [22.0, 262.0, 111.0],
+        [
+            "thread.create_exit",
+            "sting.fork_value",
+            "spin.thread.forkjoin",
+            "linux.thread.create_join",
+        ],
+    ),
+    (
+        "Ping-Pong",
+        [17.0, 159.0, 85.0],
+        [
+            "sync.waitwake.pingpong",
+            "",
+            "spin.thread.pingpong",
+            "linux.condvar.pingpong",
+        ],
+    ),
 ];
 
 /// SPIN's Table 4 (µs, SPIN's column): case, figure, Baton's row stem.
@@ -114,14 +144,35 @@ pub fn section(rows: &[Row], root: &Path) -> String {
         );
     }
     out.push_str(
-        "\nBaton's protected in-kernel call is a WebAssembly extension's call into another \
-         module's export (`wasmi`, each module in its own store); SPIN's was a Modula-3 \
-         procedure call. Baton's cross-address-space call is the migrating RPC.\n",
+        "\nBaton's protected in-kernel call is a built-in extension's call into the \
+         procedure another built-in domain exports, through the import a `Resolve` bound \
+         (`spin.call.local`, the same loop with a direct Rust call, is the comparison); \
+         `.wasm` is a WebAssembly extension's call into another module's export (`wasmi`, \
+         each module in its own store). SPIN's was a Modula-3 procedure call. Baton's \
+         cross-address-space call is the migrating RPC.\n",
     );
     out.push_str(
         "\n### Table 3: thread management\n\n\
-         Not measured: the rows `spin.thread.forkjoin` and `spin.thread.pingpong` are not \
-         built yet.\n",
+         | operation | SPIN kernel (µs) | SPIN user, layered | SPIN user, integrated | \
+         Baton kernel threads | Sting (user) | `builtin.cthreads` (integrated) | Linux pthreads |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (op, us, names) in TABLE_3 {
+        let [k, l, i] = us;
+        let cells: Vec<String> = names
+            .iter()
+            .map(|n| match median(rows, n) {
+                Some(v) => format!("{v} (`{n}`)"),
+                None => "—".to_string(),
+            })
+            .collect();
+        let _ = writeln!(out, "| {op} | {k} | {l} | {i} | {} |", cells.join(" | "));
+    }
+    out.push_str(
+        "\nBaton's columns are instructions: its kernel threads through the base system \
+         calls (`thread_create`, `wait`/`wake`), Sting's user-level threads, and SPIN's \
+         integrated C-Threads as a built-in extension whose procedures are system calls \
+         added on `Trap.SystemCall` (`docs/extensions.md`). Ping-pong is one round trip.\n",
     );
     out.push_str(
         "\n### Table 4: virtual memory (the Appel–Li suite)\n\n\
@@ -208,6 +259,7 @@ mod unit_tests {
         let rows = vec![
             row("spin.syscall.event", 300),
             row("spin.call.protected", 1500),
+            row("spin.thread.forkjoin", 4000),
             row("spin.vm.fault", 2500),
             row("spin.vm.fault.builtin", 1500),
         ];
@@ -218,6 +270,12 @@ mod unit_tests {
         );
         assert!(s.contains("| Protected in-kernel call | 0.13 | 0.033 | `spin.call.protected` | 1500 | 5.000 |"), "{s}");
         assert!(s.contains("| Fault | 29 | 2500 | 1500 | — |"), "{s}");
+        assert!(
+            s.contains(
+                "| Fork-Join | 22 | 262 | 111 | — | — | 4000 (`spin.thread.forkjoin`) | — |"
+            ),
+            "{s}"
+        );
         assert!(
             s.contains("| Baton: `null_syscall` (WebAssembly) | — | — | — |"),
             "{s}"

@@ -1732,6 +1732,22 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // SPIN's integrated thread package, a built-in extension's system calls: fork,
+        // join, exit, conditions and the ping-pong handoff (`docs/extensions.md`).
+        name: "cthreads_smp1",
+        init: &["cthreads"],
+        smp: 1,
+        require: &["cthreads#1| TEST PASS cthreads"],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "cthreads_smp2",
+        init: &["cthreads"],
+        smp: 2,
+        require: &["cthreads#1| TEST PASS cthreads"],
+        ..BASE
+    },
+    IntegrationTest {
         // Kernel objects through capabilities: task and thread ports, interposition.
         name: "kobj_smp1",
         init: &["kobj"],

@@ -36,6 +36,7 @@
 //! - Everything a task made here goes when it ends ([`task_released`]).
 
 pub mod builtin;
+pub mod cthreads;
 pub mod reclaim;
 pub mod strand;
 pub mod translation;
@@ -326,6 +327,7 @@ impl State {
         translation::register(&mut domains, &mut names)?;
         strand::register(&mut domains, &mut names)?;
         reclaim::register(&mut domains, &mut names)?;
+        cthreads::register(&mut domains, &mut names)?;
         let mut meta = Vec::new();
         meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
@@ -357,65 +359,94 @@ pub fn system_call(
     // SAFETY: the lock is held (we have `k`); the reference is the only one.
     let s = unsafe { existing() }?;
     let call = Call { task, number, args };
-    let r = s.syscall.raise(k, &call);
-    if r.aborted != 0 {
-        aborted(k, EVENT_SYSCALL, r.aborted);
-        if r.defaulted {
-            // The number was an extension's, which failed: the caller learns that, rather
-            // than being treated as having made an unknown call.
-            return Some(Error::Aborted.to_raw());
-        }
+    let meta = &mut s.meta;
+    let r = raise_with_abort(k, &mut s.syscall, &call, |id, _| {
+        forget_meta(meta, EVENT_SYSCALL, id)
+    });
+    if r.aborted != 0 && r.defaulted {
+        // The number was an extension's, which failed: the caller learns that, rather
+        // than being treated as having made an unknown call.
+        return Some(Error::Aborted.to_raw());
     }
     r.result
 }
 
-/// Removes the handlers at the positions in `mask` of `event` (they aborted) and tells
-/// their installers.
+/// An aborted handler's record, as a family's `forget` gives it to [`raise_with_abort`]:
+/// its installer, and the port the installer named to be told.
+pub(crate) struct Forgotten {
+    pub task: TaskId,
+    pub notify: Option<PortId>,
+}
+
+/// Raises `ev` with `arg`: the handlers run (a WebAssembly one under its fuel), and those
+/// that aborted (out of fuel, a trap) are removed from `ev` and their installers told.
+/// How every event of the family is raised. For each removed handler `forget(id,
+/// removed)` drops the family's own record of it (`removed`: whether `ev` still had it)
+/// and gives back its installer and port. Inlined, so a raise with no abort costs what
+/// the raise costs.
+#[inline(always)]
+pub(crate) fn raise_with_abort<A, R: Copy>(
+    k: &mut Kernel,
+    ev: &mut Event<Kernel, A, R>,
+    arg: &A,
+    forget: impl FnMut(HandlerId, bool) -> Option<Forgotten>,
+) -> kern::spin::event::Raised<R> {
+    let r = ev.raise(k, arg);
+    if r.aborted != 0 {
+        remove_aborted(k, ev, r.aborted, forget);
+    }
+    r
+}
+
+/// Removes the handlers of `ev` at the positions in `mask` (they aborted in the raise that
+/// just ended) and tells their installers (see [`raise_with_abort`]).
 #[inline(never)]
-fn aborted(k: &mut Kernel, event: u64, mask: u32) {
-    // SAFETY: the lock is held; the raise's borrow has ended.
-    let Some(s) = (unsafe { existing() }) else {
-        return;
-    };
+pub(crate) fn remove_aborted<A, R: Copy>(
+    k: &mut Kernel,
+    ev: &mut Event<Kernel, A, R>,
+    mask: u32,
+    mut forget: impl FnMut(HandlerId, bool) -> Option<Forgotten>,
+) {
     let mut ids = [None; kern::spin::event::MAX_HANDLERS];
     for (i, slot) in ids.iter_mut().enumerate() {
         if mask & (1 << i) != 0 {
-            *slot = match event {
-                EVENT_SYSCALL => s.syscall.installer_at(i),
-                _ => s.test.installer_at(i),
-            }
-            .map(|x| x.0);
+            *slot = ev.installer_at(i).map(|x| x.0);
         }
     }
-    for id in ids.into_iter().flatten() {
-        let _ = match event {
-            EVENT_SYSCALL => s.syscall.remove(id, None),
-            _ => s.test.remove(id, None),
-        };
-        if let Some(at) = s.meta.iter().position(|m| m.event == event && m.id == id) {
-            let m = s.meta.swap_remove(at);
+    let mut ports = [None; kern::spin::event::MAX_HANDLERS];
+    for (id, port) in ids.into_iter().flatten().zip(ports.iter_mut()) {
+        let removed = ev.remove(id, None).is_ok();
+        if let Some(m) = forget(id, removed) {
             crate::arch::serial::kprintln!(
                 "[kernel] extension handler {} of task {} on {} aborted and removed",
                 id.0,
                 m.task,
-                if event == EVENT_SYSCALL {
-                    "Trap.SystemCall"
-                } else {
-                    "Test.Raise"
-                }
+                ev.name()
             );
-            if let Some(port) = m.notify {
-                let msg = Message {
-                    id: NOTIFY_ABORTED,
-                    word: Some(u64::from(id.0)),
-                    ..Message::default()
-                };
-                let mut fx = crate::ipc::effects(k);
-                k.ipc.enqueue(port, msg, &mut fx);
-                crate::ipc::apply(k, fx);
-            }
+            *port = m.notify.map(|p| (p, id));
         }
     }
+    for (port, id) in ports.into_iter().flatten() {
+        let msg = Message {
+            id: NOTIFY_ABORTED,
+            word: Some(u64::from(id.0)),
+            ..Message::default()
+        };
+        let mut fx = crate::ipc::effects(k);
+        k.ipc.enqueue(port, msg, &mut fx);
+        crate::ipc::apply(k, fx);
+    }
+}
+
+/// The `forget` of [`raise_with_abort`] for the family's own two events: `event`'s record
+/// of handler `id` leaves `meta`.
+fn forget_meta(meta: &mut Vec<Meta>, event: u64, id: HandlerId) -> Option<Forgotten> {
+    let at = meta.iter().position(|m| m.event == event && m.id == id)?;
+    let m = meta.swap_remove(at);
+    Some(Forgotten {
+        task: m.task,
+        notify: m.notify,
+    })
 }
 
 /// The extension system calls (`Sys::Spin*`) of task `task`.
@@ -515,11 +546,16 @@ fn raise_test(k: &mut Kernel, arg: u64) -> Result<u64, Error> {
         return Ok(0);
     };
     let r = s.test.raise(k, &arg);
+    // Deferred first: the positions in both masks are those of the raise, which removing
+    // an aborted handler would shift.
     if r.deferred != 0 {
         defer(k, s, r.deferred, arg);
     }
     if r.aborted != 0 {
-        aborted(k, EVENT_TEST, r.aborted);
+        let meta = &mut s.meta;
+        remove_aborted(k, &mut s.test, r.aborted, |id, _| {
+            forget_meta(meta, EVENT_TEST, id)
+        });
     }
     Ok(r.result)
 }
@@ -589,8 +625,15 @@ pub fn run_async(k: &mut Kernel) -> bool {
             c.1 += 1;
         }
         if r.is_none() {
-            if let Some(at) = s.test.handler_ids().position(|h| h == p.id) {
-                aborted(k, EVENT_TEST, 1u32.checked_shl(at as u32).unwrap_or(0));
+            let at = s.test.handler_ids().position(|h| h == p.id);
+            if let Some(at) = at {
+                let meta = &mut s.meta;
+                remove_aborted(
+                    k,
+                    &mut s.test,
+                    1u32.checked_shl(at as u32).unwrap_or(0),
+                    |id, _| forget_meta(meta, EVENT_TEST, id),
+                );
             }
         }
     }
@@ -682,7 +725,10 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         }
         EVENT_TEST => {
             let (f, closure): (HandlerFn<Kernel, u64, u64>, u64) = if builtin {
-                (builtin::test_handler(symbol.target)?, claim)
+                (
+                    builtin::test_handler(symbol.target)?,
+                    builtin::test_closure(&s.domains, task, owner, symbol.target, claim)?,
+                )
             } else {
                 if symbol.sig != TEST_SIG {
                     return Err(Error::InvalidArgument);
@@ -752,6 +798,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     s.async_counts.retain(|c| c.0 != id);
     strand::task_released(id);
     reclaim::task_released(id);
+    cthreads::task_released(id);
     s.meta.retain(|m| m.task != id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {

@@ -30,7 +30,7 @@
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
 use alloc::vec::Vec;
-use baton_abi::spin::{FUEL, NOTIFY_ABORTED};
+use baton_abi::spin::FUEL;
 use baton_abi::translation::{RECLAIM_ASKED, RECLAIM_IGNORED, RECLAIM_TAKEN};
 use baton_abi::Error;
 use core::cell::UnsafeCell;
@@ -193,13 +193,21 @@ fn nominate(k: &mut Kernel, task: TaskId, va: u64) -> u64 {
         return va;
     };
     super::translation::set_read_only(true);
-    let r = st.event.raise(k, &Candidate { task, va });
+    let meta = &mut st.meta;
+    let r = super::raise_with_abort(k, &mut st.event, &Candidate { task, va }, |id, removed| {
+        if removed {
+            INSTALLED.fetch_sub(1, Ordering::Relaxed);
+        }
+        let at = meta.iter().position(|m| m.id == id)?;
+        let m = meta.swap_remove(at);
+        Some(super::Forgotten {
+            task: m.task,
+            notify: m.notify,
+        })
+    });
     super::translation::set_read_only(false);
     if r.ran != 0 {
         count(task, RECLAIM_ASKED);
-    }
-    if r.aborted != 0 {
-        aborted(k, r.aborted);
     }
     r.result.unwrap_or(va)
 }
@@ -226,47 +234,6 @@ fn count(task: TaskId, which: u64) {
         .and_then(|t| t.counts.get_mut(which as usize))
     {
         *c = c.saturating_add(1);
-    }
-}
-
-/// Removes the handlers at the positions in `mask` (they aborted) and tells their
-/// installers.
-#[inline(never)]
-fn aborted(k: &mut Kernel, mask: u32) {
-    // SAFETY: the lock is held; the raise's borrow has ended.
-    let Some(st) = (unsafe { existing() }) else {
-        return;
-    };
-    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
-    for (i, slot) in ids.iter_mut().enumerate() {
-        if mask & (1 << i) != 0 {
-            *slot = st.event.installer_at(i).map(|x| x.0);
-        }
-    }
-    let mut ports = [None; kern::spin::event::MAX_HANDLERS];
-    for (id, port) in ids.into_iter().flatten().zip(ports.iter_mut()) {
-        if st.event.remove(id, None).is_ok() {
-            INSTALLED.fetch_sub(1, Ordering::Relaxed);
-        }
-        if let Some(at) = st.meta.iter().position(|m| m.id == id) {
-            let m = st.meta.swap_remove(at);
-            crate::arch::serial::kprintln!(
-                "[kernel] extension handler {} of task {} on PhysAddr.Reclaim aborted and removed",
-                id.0,
-                m.task
-            );
-            *port = m.notify.map(|p| (p, id));
-        }
-    }
-    for (port, id) in ports.into_iter().flatten() {
-        let msg = kern::ipc::Message {
-            id: NOTIFY_ABORTED,
-            word: Some(u64::from(id.0)),
-            ..kern::ipc::Message::default()
-        };
-        let mut fx = crate::ipc::effects(k);
-        k.ipc.enqueue(port, msg, &mut fx);
-        crate::ipc::apply(k, fx);
     }
 }
 

@@ -230,18 +230,22 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
     let Some(st) = (unsafe { existing() }) else {
         return true;
     };
-    let Some(ev) = st.events.get(which as usize) else {
+    let Some(ev) = st.events.get_mut(which as usize) else {
         return true;
     };
-    let r = ev.raise(k, s);
+    let meta = &mut st.meta;
+    let r = super::raise_with_abort(k, ev, s, |id, removed| {
+        if removed {
+            INSTALLED.fetch_sub(1, Ordering::Relaxed);
+        }
+        let at = meta.iter().position(|m| m.which == which && m.id == id)?;
+        let m = meta.swap_remove(at);
+        Some(super::Forgotten {
+            task: m.task,
+            notify: m.notify,
+        })
+    });
     let veto = r.result == STRAND_VETO;
-    if r.aborted != 0 {
-        aborted(k, which, r.aborted);
-    }
-    // SAFETY: as above (`aborted` has finished with its own reference).
-    let Some(st) = (unsafe { existing() }) else {
-        return !veto;
-    };
     if r.ran != 0 {
         if let Some(t) = st.tallies.iter_mut().find(|t| t.task == s.task) {
             if let (Some(ran), Some(v)) = (
@@ -254,50 +258,6 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
         }
     }
     !veto
-}
-
-/// Removes the handlers at the positions in `mask` of `which` (they aborted: out of fuel,
-/// a trap) and tells their installers; the raise has already fallen back to the default.
-#[inline(never)]
-fn aborted(k: &mut Kernel, which: Which, mask: u32) {
-    // SAFETY: the lock is held; the raise's borrow has ended.
-    let Some(st) = (unsafe { existing() }) else {
-        return;
-    };
-    let Some(ev) = st.events.get_mut(which as usize) else {
-        return;
-    };
-    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
-    for (i, slot) in ids.iter_mut().enumerate() {
-        if mask & (1 << i) != 0 {
-            *slot = ev.installer_at(i).map(|x| x.0);
-        }
-    }
-    for id in ids.into_iter().flatten() {
-        if ev.remove(id, None).is_ok() {
-            INSTALLED.fetch_sub(1, Ordering::Relaxed);
-        }
-        let Some(at) = st.meta.iter().position(|m| m.which == which && m.id == id) else {
-            continue;
-        };
-        let m = st.meta.swap_remove(at);
-        crate::arch::serial::kprintln!(
-            "[kernel] extension handler {} of task {} on {} aborted and removed",
-            id.0,
-            m.task,
-            NAMES.get(which as usize).copied().unwrap_or("Strand")
-        );
-        if let Some(port) = m.notify {
-            let msg = kern::ipc::Message {
-                id: baton_abi::spin::NOTIFY_ABORTED,
-                word: Some(u64::from(id.0)),
-                ..kern::ipc::Message::default()
-            };
-            let mut fx = crate::ipc::effects(k);
-            k.ipc.enqueue(port, msg, &mut fx);
-            crate::ipc::apply(k, fx);
-        }
-    }
 }
 
 /// What is installed: a built-in symbol (`target`, from a kernel domain) or a symbol of a

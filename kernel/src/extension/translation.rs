@@ -38,7 +38,7 @@ use super::wasm;
 use crate::kernel::{Kernel, TaskId};
 use crate::thread::ThreadId;
 use alloc::vec::Vec;
-use baton_abi::spin::{FUEL, NOTIFY_ABORTED};
+use baton_abi::spin::FUEL;
 use baton_abi::translation::{
     EVENT_BAD_ADDRESS, EVENT_PAGE_NOT_PRESENT, EVENT_PROTECTION_FAULT, NOTIFY_REFUSED,
     PHYS_PAGES_MAX,
@@ -205,7 +205,7 @@ fn raise(
         return false;
     };
     let class = classify(prot, access);
-    let Some(e) = evs.ev.get(class_index(class)) else {
+    let Some(e) = evs.ev.get_mut(class_index(class)) else {
         return false;
     };
     let fault = Fault {
@@ -214,11 +214,19 @@ fn raise(
         access,
         class,
     };
-    let r = e.raise(k, &fault);
     let event = class.event();
-    if r.aborted != 0 {
-        aborted(k, event, r.aborted);
-    }
+    let meta = &mut evs.meta;
+    let r = super::raise_with_abort(k, e, &fault, |id, removed| {
+        if removed {
+            crate::vm::translation_watch(false);
+        }
+        let at = meta.iter().position(|m| m.event == event && m.id == id)?;
+        let m = meta.swap_remove(at);
+        Some(super::Forgotten {
+            task: m.task,
+            notify: m.notify,
+        })
+    });
     if r.defaulted || !r.result {
         return false;
     }
@@ -240,44 +248,6 @@ fn notify(k: &mut Kernel, port: PortId, id: u64, word: u64) {
     let mut fx = crate::ipc::effects(k);
     k.ipc.enqueue(port, msg, &mut fx);
     crate::ipc::apply(k, fx);
-}
-
-/// Removes the handlers at the positions in `mask` of `event` (they aborted) and tells
-/// their installers.
-#[inline(never)]
-fn aborted(k: &mut Kernel, event: u64, mask: u32) {
-    // SAFETY: the lock is held; the raise's borrow has ended.
-    let Some(evs) = (unsafe { events() }) else {
-        return;
-    };
-    let Some(e) = index(event).and_then(|i| evs.ev.get_mut(i)) else {
-        return;
-    };
-    let mut ids = [None; kern::spin::event::MAX_HANDLERS];
-    for (i, slot) in ids.iter_mut().enumerate() {
-        if mask & (1 << i) != 0 {
-            *slot = e.installer_at(i).map(|x| x.0);
-        }
-    }
-    let mut ports = [None; kern::spin::event::MAX_HANDLERS];
-    for (id, port) in ids.into_iter().flatten().zip(ports.iter_mut()) {
-        if e.remove(id, None).is_ok() {
-            crate::vm::translation_watch(false);
-        }
-        if let Some(at) = evs.meta.iter().position(|m| m.event == event && m.id == id) {
-            let m = evs.meta.swap_remove(at);
-            crate::arch::serial::kprintln!(
-                "[kernel] extension handler {} of task {} on {} aborted and removed",
-                id.0,
-                m.task,
-                e.name()
-            );
-            *port = m.notify.map(|p| (p, id));
-        }
-    }
-    for (p, id) in ports.into_iter().flatten() {
-        notify(k, p, NOTIFY_ABORTED, u64::from(id.0));
-    }
 }
 
 /// Task `task`'s handlers of `event` said they resolved a fault the map still forbids:

@@ -143,3 +143,159 @@ pub fn call(number: u64, a: [u64; 4]) -> u64 {
     // their own linear memory and the argument words).
     unsafe { syscall6(number, a[0], a[1], a[2], a[3], 0, 0) }
 }
+
+/// SPIN's "integrated" C-Threads from user space: the kernel's built-in thread package
+/// `builtin.cthreads` (`docs/extensions.md`, "Threads as an extension"), whose procedures
+/// the task installs as system calls on six numbers of the extensions' range.
+pub mod cthreads {
+    use super::{call, import, install, release, remove, Domain, Handler};
+    use baton_abi::spin::EVENT_SYSCALL;
+    use baton_abi::{decode_result, Error};
+    use core::arch::naked_asm;
+
+    /// The package's procedures, in the order of their numbers from [`Package::first`].
+    pub const PROCEDURES: [&str; 6] = ["fork", "join", "exit", "signal", "wait", "handoff"];
+
+    /// The package installed for this task on numbers `first .. first + 6`.
+    pub struct Package {
+        pub first: u64,
+        domain: Option<Domain>,
+        handlers: [Option<Handler>; 6],
+    }
+
+    /// What [`Package::fork`] leaves at the top of the new thread's stack.
+    #[repr(C)]
+    struct Start {
+        f: fn(u64) -> u64,
+        arg: u64,
+        exit: u64,
+    }
+
+    impl Package {
+        /// Imports `builtin.cthreads` and installs its procedures on `first ..
+        /// first + 6` (in [`PROCEDURES`] order).
+        pub fn install(first: u64) -> Result<Package, Error> {
+            let domain = import("builtin.cthreads")?;
+            let mut p = Package {
+                first,
+                domain: Some(domain),
+                handlers: [None; 6],
+            };
+            for (i, name) in PROCEDURES.iter().enumerate() {
+                match install(domain, name, EVENT_SYSCALL, 0, first + i as u64, 0) {
+                    Ok(h) => {
+                        if let Some(slot) = p.handlers.get_mut(i) {
+                            *slot = Some(h);
+                        }
+                    }
+                    Err(e) => {
+                        p.uninstall();
+                        return Err(e);
+                    }
+                }
+            }
+            Ok(p)
+        }
+
+        /// The package another thread of this task installed on `first ..`: for the
+        /// calls only ([`Package::uninstall`] of it does nothing).
+        pub fn attach(first: u64) -> Package {
+            Package {
+                first,
+                domain: None,
+                handlers: [None; 6],
+            }
+        }
+
+        /// Removes the handlers and lets go of the domain.
+        pub fn uninstall(self) {
+            for h in self.handlers.into_iter().flatten() {
+                let _ = remove(h);
+            }
+            if let Some(d) = self.domain {
+                let _ = release(d);
+            }
+        }
+
+        /// `cthread_fork`: a new thread runs `f(arg)` on `stack` and ends with the
+        /// package's `exit` of its value. Its handle, for [`Package::join`]. `stack` is
+        /// taken for good, as by [`crate::thread::spawn`].
+        pub fn fork(
+            &self,
+            stack: &'static mut [u8],
+            f: fn(u64) -> u64,
+            arg: u64,
+        ) -> Result<u64, Error> {
+            let base = stack.as_mut_ptr() as usize;
+            let top = base.saturating_add(stack.len()) & !15;
+            let size = core::mem::size_of::<Start>();
+            if top.saturating_sub(base) < crate::thread::MIN_STACK.max(size) {
+                return Err(Error::InvalidArgument);
+            }
+            let offset = top - size - base;
+            // SAFETY: the record lies inside `stack` (checked above), which we own and give
+            // up to the new thread; 16-byte aligned, more than the record needs.
+            let record = unsafe {
+                let r = stack.as_mut_ptr().add(offset).cast::<Start>();
+                r.write(Start {
+                    f,
+                    arg,
+                    exit: self.first + 2,
+                });
+                r
+            };
+            decode_result(call(
+                self.first,
+                [
+                    trampoline as *const () as u64,
+                    record as u64,
+                    record as u64,
+                    0,
+                ],
+            ))
+        }
+
+        /// `cthread_join`: waits until thread `h` has ended; its value.
+        pub fn join(&self, h: u64) -> Result<u64, Error> {
+            decode_result(call(self.first + 1, [h, 0, 0, 0]))
+        }
+
+        /// `condition_signal` of condition `c` (remembered when nobody waits).
+        pub fn signal(&self, c: u64) -> Result<u64, Error> {
+            decode_result(call(self.first + 3, [c, 0, 0, 0]))
+        }
+
+        /// `condition_wait` on condition `c`.
+        pub fn wait(&self, c: u64) -> Result<u64, Error> {
+            decode_result(call(self.first + 4, [c, 0, 0, 0]))
+        }
+
+        /// Signals `s` and waits on `w`, in one call.
+        pub fn handoff(&self, s: u64, w: u64) -> Result<u64, Error> {
+            decode_result(call(self.first + 5, [s, w, 0, 0]))
+        }
+    }
+
+    /// Where a forked thread starts: `rsp` = `rdi` = its start record.
+    #[unsafe(naked)]
+    extern "C" fn trampoline() -> ! {
+        naked_asm!(
+            "xor ebp, ebp",
+            "and rsp, -16",
+            "call {start}",
+            "ud2",
+            start = sym start,
+        )
+    }
+
+    /// Runs the record's function and ends the thread with the package's `exit`.
+    extern "C" fn start(record: *const Start) -> ! {
+        // SAFETY: `trampoline` passes the record `fork` wrote above this thread's initial
+        // `rsp`, on a stack only this thread reaches.
+        let Start { f, arg, exit } = unsafe { record.read() };
+        let v = f(arg);
+        call(exit, [v, 0, 0, 0]);
+        // `exit` returns only when this thread is not the package's.
+        crate::sys::thread_exit()
+    }
+}

@@ -1512,23 +1512,25 @@ fn spin_benchmarks() -> Result<(), Failed> {
         let d = spin::import(i).map_err(|e| fail!("import {i}: {e:?}"))?;
         spin::resolve(d, m).map_err(|e| fail!("resolve: {e:?}"))?;
     }
-    let h1 = ok(
+    // Each row with its one handler alone on the event: the raise is then the direct
+    // call (with a second handler installed, any task's, the dispatcher walks the list
+    // comparing keys).
+    let h = ok(
         "install",
         spin::install(b, "null", EVENT_SYSCALL, 0, 0x1000, 0),
-    )?;
-    let h2 = ok(
-        "install",
-        spin::install(m, "null", EVENT_SYSCALL, 0, 0x1001, 0),
     )?;
     single("spin.syscall.event", || {
         black_box(spin::call(0x1000, [0; 4]));
     })?;
+    let _ = spin::remove(h);
+    let h = ok(
+        "install",
+        spin::install(m, "null", EVENT_SYSCALL, 0, 0x1001, 0),
+    )?;
     single("spin.syscall.event.wasm", || {
         black_box(spin::call(0x1001, [0; 4]));
     })?;
-    for h in [h1, h2] {
-        let _ = spin::remove(h);
-    }
+    let _ = spin::remove(h);
     // No handler: the default answers (the raise's system call and the dispatcher's
     // look at an empty list).
     single("spin.dispatch.0", || {
@@ -1601,6 +1603,102 @@ fn spin_benchmarks() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Stacks of the threads `spin.thread.forkjoin` forks (each used once), and of the
+/// partner of `spin.thread.pingpong`.
+static SPIN_STACKS: StackPool<{ TOTAL + 1 }, 2048> = StackPool::new();
+
+/// The first of the numbers the bench installs `builtin.cthreads` on.
+const CTHREADS_FIRST: u64 = 0x1200;
+
+/// A thread of `spin.thread.forkjoin`: its value is its argument.
+fn forkjoin_child(arg: u64) -> u64 {
+    arg
+}
+
+/// Thread B of `spin.thread.pingpong`: waits for condition 1, then answers each signal
+/// with `handoff(0, 1)` until `STOP`.
+fn pingpong_partner(_: u64) -> u64 {
+    let p = baton_rt::spin::cthreads::Package::attach(CTHREADS_FIRST);
+    if p.wait(1).is_err() {
+        return 1;
+    }
+    while STOP.load(Ordering::Acquire) == 0 {
+        if p.handoff(0, 1).is_err() {
+            return 2;
+        }
+    }
+    0
+}
+
+/// SPIN's Table 3 through its integrated thread package (`builtin.cthreads`, a built-in
+/// extension whose procedures the bench installs as system calls): `spin.thread.forkjoin`
+/// forks a thread that returns at once and joins it (the thread ends with the package's
+/// `exit`, which wakes the joiner); `spin.thread.pingpong` is one round of two threads
+/// synchronising, A's `handoff(1, 0)` (signal B, wait) answered by B's `handoff(0, 1)`.
+fn spin_thread_benchmarks(threads: u64) -> Result<(), Failed> {
+    use baton_rt::spin::cthreads::Package;
+    let p = Package::install(CTHREADS_FIRST).map_err(|e| fail!("cthreads: {e:?}"))?;
+    // The stacks are `.bss`: touched first, so that no thread's first run takes a zero
+    // fill (as `thread.create_exit`).
+    let base = core::ptr::addr_of!(SPIN_STACKS) as u64;
+    for page in (0..(TOTAL * 2048) as u64).step_by(4096) {
+        // SAFETY: a read of the pool's memory, which no thread uses yet.
+        unsafe { core::ptr::read_volatile((base + page) as *const u8) };
+    }
+    let name = "spin.thread.forkjoin";
+    clear_samples();
+    for w in 0..TOTAL {
+        let stack = SPIN_STACKS
+            .take()
+            .ok_or_else(|| fail!("{name}: out of stacks at iteration {w}"))?;
+        let t0 = rdtsc_ordered();
+        let r = p
+            .fork(stack, forkjoin_child, w as u64)
+            .and_then(|h| p.join(h));
+        let t1 = rdtsc_ordered();
+        if r != Ok(w as u64) {
+            p.uninstall();
+            return Err(fail!("{name}: iteration {w}: {r:?}"));
+        }
+        if let Some(i) = w.checked_sub(WARMUP) {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    report(name, &SAMPLES);
+    wait_threads_gone(threads)?;
+
+    let name = "spin.thread.pingpong";
+    clear_samples();
+    STOP.store(0, Ordering::Release);
+    let stack = SPIN_STACKS
+        .take()
+        .ok_or_else(|| fail!("{name}: out of stacks"))?;
+    let b = p
+        .fork(stack, pingpong_partner, 0)
+        .map_err(|e| fail!("{name}: fork: {e:?}"))?;
+    for w in 0..TOTAL {
+        let t0 = rdtsc_ordered();
+        let r = p.handoff(1, 0);
+        let t1 = rdtsc_ordered();
+        if let Err(e) = r {
+            return Err(fail!("{name}: round {w}: {e:?}"));
+        }
+        if let Some(i) = w.checked_sub(WARMUP) {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    STOP.store(1, Ordering::Release);
+    let _ = p.signal(1);
+    let ended = p.join(b);
+    STOP.store(0, Ordering::Release);
+    p.uninstall();
+    if ended != Ok(0) {
+        return Err(fail!("{name}: the partner ended with {ended:?}"));
+    }
+    report(name, &SAMPLES);
+    wait_threads_gone(threads)
+}
+
 /// The extension that calls another domain's procedures (`extensions/caller`).
 static CALLER: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -1611,21 +1709,27 @@ static CALLER: &[u8] = include_bytes!(concat!(
 const CALLS: u64 = 100;
 
 /// SPIN's protected in-kernel call between domains (its Table 2, line 1):
-/// `spin.call.protected` is one call from the `caller` module into a procedure the
-/// `null_syscall` module `callee` exports (bound by a `Resolve`), `spin.call.local.wasm`
-/// one call of a procedure of the caller's own. Each iteration raises `Test.Raise` with
-/// 0 and with [`CALLS`], whose handler makes that many calls; the row is the difference
-/// per call.
+/// `spin.call.protected` is one call from the built-in `builtin.caller` into the procedure
+/// `builtin.callee` exports (its import, bound by a `Resolve`), `spin.call.local` one
+/// direct Rust call of a procedure of the caller's own; `spin.call.protected.wasm` is one
+/// call from the `caller` module into a procedure the `null_syscall` module `callee`
+/// exports (bound by a `Resolve`), `spin.call.local.wasm` one call of a procedure of the
+/// caller's own. Each iteration raises `Test.Raise` with 0 and with [`CALLS`], whose
+/// handler makes that many calls; the row is the difference per call.
 fn spin_call_benchmarks(callee: baton_rt::spin::Domain) -> Result<(), Failed> {
     use baton_abi::spin::EVENT_TEST;
     use baton_rt::spin;
     let caller = spin::create(CALLER).map_err(|e| fail!("create caller: {e:?}"))?;
     spin::resolve(callee, caller).map_err(|e| fail!("resolve caller: {e:?}"))?;
-    for (name, sym) in [
-        ("spin.call.protected", "call_n"),
-        ("spin.call.local.wasm", "local_n"),
+    let b_caller = spin::import("builtin.caller").map_err(|e| fail!("import caller: {e:?}"))?;
+    let b_callee = spin::import("builtin.callee").map_err(|e| fail!("import callee: {e:?}"))?;
+    for (name, domain, sym) in [
+        ("spin.call.protected", b_caller, "call_n"),
+        ("spin.call.local", b_caller, "local_n"),
+        ("spin.call.protected.wasm", caller, "call_n"),
+        ("spin.call.local.wasm", caller, "local_n"),
     ] {
-        let h = spin::install(caller, sym, EVENT_TEST, 0, 0, 0)
+        let h = spin::install(domain, sym, EVENT_TEST, 0, 0, 0)
             .map_err(|e| fail!("install {sym}: {e:?}"))?;
         clear_samples();
         for i in 0..TOTAL {
@@ -1646,7 +1750,9 @@ fn spin_call_benchmarks(callee: baton_rt::spin::Domain) -> Result<(), Failed> {
         let _ = spin::remove(h);
         report(name, &SAMPLES);
     }
-    let _ = spin::release(caller);
+    for d in [b_caller, b_callee, caller] {
+        let _ = spin::release(d);
+    }
     Ok(())
 }
 
@@ -2690,6 +2796,7 @@ fn run_all() -> Result<(), Failed> {
     task_null()?;
     task_fork()?;
     spin_benchmarks()?;
+    spin_thread_benchmarks(threads)?;
     spin_vm_benchmarks(threads)?;
     // The file rows first: the blk rows write over the disk's first sectors, the
     // partition table among them.

@@ -183,8 +183,53 @@ fn round(task_id: u64, port: u64, send: u64) -> Result<(), Failed> {
     guards_and_combiner()?;
     wasm(task_id)?;
     cross_domain(port, send)?;
+    builtin_calls()?;
     asynchronous(port, send)?;
     malicious(port, send)
+}
+
+/// SPIN's protected in-kernel call between built-in domains: `builtin.caller.call_n`
+/// calls the procedure its import was bound to (`builtin.callee.null`), which a task may
+/// install only while it holds a capability for the callee's domain.
+fn builtin_calls() -> Result<(), Failed> {
+    let caller = must("import builtin.caller", spin::import("builtin.caller"))?;
+    check!(
+        spin::install(caller, "call_n", EVENT_TEST, 0, 0, 0) == Err(Error::NotFound),
+        "call_n without a capability for the callee's domain: NotFound"
+    );
+    let callee = must("import builtin.callee", spin::import("builtin.callee"))?;
+    check!(
+        spin::install(callee, "null", EVENT_TEST, 0, 0, 0) == Err(Error::InvalidArgument),
+        "the callee's procedure is no Test.Raise handler: InvalidArgument"
+    );
+    let h = must(
+        "install call_n",
+        spin::install(caller, "call_n", EVENT_TEST, 0, 0, 0),
+    )?;
+    check!(
+        spin::raise(0) == Ok(0) && spin::raise(7) == Ok(7),
+        "call_n made the calls it was asked for through the linked procedure"
+    );
+    check!(
+        spin::raise(u64::MAX) == Ok(1000),
+        "call_n stops at 1,000 calls a raise"
+    );
+    must("remove call_n", spin::remove(h))?;
+    let h = must(
+        "install local_n",
+        spin::install(caller, "local_n", EVENT_TEST, 0, 0, 0),
+    )?;
+    check!(spin::raise(9) == Ok(9), "local_n made its direct calls");
+    must("remove local_n", spin::remove(h))?;
+    // The link is checked at installation: without the callee's capability again, no
+    // new installation.
+    must("release callee", spin::release(callee))?;
+    check!(
+        spin::install(caller, "call_n", EVENT_TEST, 0, 0, 0) == Err(Error::NotFound),
+        "after the callee's capability is released: NotFound again"
+    );
+    must("release caller", spin::release(caller))?;
+    Ok(())
 }
 
 /// The calling task's asynchronous counts: (waiting, ran, dropped).

@@ -123,7 +123,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 24] = [
+const GROUPS: [Group; 25] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -152,6 +152,11 @@ const GROUPS: [Group; 24] = [
     ),
     group("default-pager calls with garbage", g_paging, false),
     group("SPIN PhysAddr.Reclaim with garbage", g_spin_reclaim, false),
+    group(
+        "SPIN thread package and built-in calls with garbage",
+        g_spin_threads,
+        false,
+    ),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -3984,4 +3989,84 @@ fn g_paging(c: &mut Ctx) {
         "no default pager registered, none counted ({before:?} -> {after:?})"
     );
     c.drop_names(&[p, ps, dead]);
+}
+
+/// SPIN's integrated thread package (`builtin.cthreads`, installed on extension numbers)
+/// and the built-in caller with garbage: made-up handles, conditions past the last, a
+/// fork at kernel and unmapped addresses (refused or a thread that only faults), `exit`
+/// from a thread the package did not make; `call_n` without the callee's capability and
+/// with a huge count (bounded).
+fn g_spin_threads(c: &mut Ctx) {
+    use baton_abi::decode_result;
+    use baton_abi::spin::EVENT_TEST;
+    use baton_rt::spin;
+    const FIRST: u64 = 0x1300;
+    let Ok(p) = spin::cthreads::Package::install(FIRST) else {
+        check!(c, false, "install builtin.cthreads");
+        return;
+    };
+    for h in [0, 1, 0x1_0000, u64::MAX] {
+        expect!(c, p.join(h), Err(Error::NotFound), "join({h:#x})");
+    }
+    for cond in [16, 17, 1 << 40, u64::MAX] {
+        expect!(
+            c,
+            p.signal(cond),
+            Err(Error::InvalidArgument),
+            "signal({cond:#x})"
+        );
+        expect!(
+            c,
+            p.wait(cond),
+            Err(Error::InvalidArgument),
+            "wait({cond:#x})"
+        );
+        expect!(
+            c,
+            p.handoff(0, cond),
+            Err(Error::InvalidArgument),
+            "handoff(0, {cond:#x})"
+        );
+    }
+    for (entry, stack) in [
+        (0u64, 0x1000u64),
+        (0xffff_8000_0000_0000, 0x1000),
+        (0x1000, 0xffff_ffff_ffff_0000),
+        (u64::MAX, u64::MAX),
+    ] {
+        expect!(
+            c,
+            decode_result(spin::call(FIRST, [entry, stack, 0, 0])),
+            Err(Error::BadAddress),
+            "fork at {entry:#x} with stack {stack:#x}"
+        );
+    }
+    expect!(
+        c,
+        decode_result(spin::call(FIRST + 2, [0, 0, 0, 0])),
+        Err(Error::NotFound),
+        "exit from the main thread"
+    );
+    p.uninstall();
+    if let Ok(caller) = spin::import("builtin.caller") {
+        expect!(
+            c,
+            spin::install(caller, "call_n", EVENT_TEST, 0, 0, 0).map(|_| ()),
+            Err(Error::NotFound),
+            "call_n without the callee's capability"
+        );
+        if let Ok(callee) = spin::import("builtin.callee") {
+            if let Ok(h) = spin::install(caller, "call_n", EVENT_TEST, 0, 0, 0) {
+                let r = spin::raise(u64::MAX);
+                check!(
+                    c,
+                    r == Ok(1000),
+                    "call_n of u64::MAX calls stops at 1,000: {r:?}"
+                );
+                let _ = spin::remove(h);
+            }
+            let _ = spin::release(callee);
+        }
+        let _ = spin::release(caller);
+    }
 }
