@@ -305,7 +305,8 @@ fn wait_on(k: &mut Kernel, cur: ThreadId, key: (TaskId, u64), timeout: u64) -> u
 /// without its steps for calls that copy user memory (no pager wait, no object dropped, no
 /// console line can come of them). `wait` takes it only when its word is read in one walk
 /// of the page tables; a word whose page is not there (a pager's, or one out on the swap
-/// area), a misaligned address or a thread to be ended take the general path, which gives
+/// area), a misaligned address, one outside the user half or a thread to be ended take the
+/// general path, which gives
 /// the same results. Returns when the short way does not apply.
 #[inline(never)]
 fn sync_short(k: &mut Kernel, number: u64) {
@@ -313,7 +314,11 @@ fn sync_short(k: &mut Kernel, number: u64) {
     // not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
     let (cur, key, [addr, arg, timeout, ..]) = (th.id, th.task_key, th.frame.syscall_args().1);
-    let (Some(task), false, true) = (th.task, th.kill_pending, addr.is_multiple_of(4)) else {
+    let (Some(task), false, true) = (
+        th.task,
+        th.kill_pending,
+        addr.is_multiple_of(4) && addr < baton_abi::layout::USER_END,
+    ) else {
         return;
     };
     if number == Sys::Wake as u64 {
@@ -929,7 +934,10 @@ impl Kernel {
     }
 
     fn sys_wake(&mut self, task: TaskId, addr: u64, n: u64) -> Result<u64, Error> {
-        if !addr.is_multiple_of(4) {
+        // A key in the kernel's half is none of the task's words: the kernel's own waits
+        // use such keys (the built-in thread package's joins and conditions), which a user
+        // `wake` must not reach.
+        if !addr.is_multiple_of(4) || addr >= baton_abi::layout::USER_END {
             return Err(Error::InvalidArgument);
         }
         Ok(self.wake_key((task, addr), n))

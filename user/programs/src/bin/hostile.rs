@@ -4047,6 +4047,20 @@ fn g_spin_threads(c: &mut Ctx) {
         Err(Error::NotFound),
         "exit from the main thread"
     );
+    // The package's joins and conditions wait on keys in the kernel's half: a user `wake`
+    // there is refused, and wakes nothing.
+    for addr in [
+        baton_abi::layout::USER_END,
+        0xffff_ff00_0000_0000,
+        0xffff_ff00_0001_0000,
+    ] {
+        expect!(
+            c,
+            baton_rt::sys::wake_raw(addr, u64::MAX),
+            Err(Error::InvalidArgument),
+            "wake({addr:#x}), a key in the kernel's half"
+        );
+    }
     p.uninstall();
     if let Ok(caller) = spin::import("builtin.caller") {
         expect!(
