@@ -2329,6 +2329,17 @@ pub const ALL: &[IntegrationTest] = &[
         require: &["sting_speedup#1| TEST PASS sting_speedup"],
         ..BASE
     },
+    IntegrationTest {
+        // Floating-point isolation between threads and tasks under preemption on four CPUs
+        // too (Sting's tests ask for 1, 2 and 4): `fpu_smp1`'s program.
+        name: "fpu_smp4",
+        init: &["fpu"],
+        smp: 4,
+        timeout: Duration::from_secs(180),
+        require: FPU_REQUIRE,
+        exits: &[("fpu_nomem", Exit::KilledOrCode(0))],
+        ..BASE
+    },
 ];
 
 /// What the `blk` tests require: the driver finds the device, blocks of every size come

@@ -14,7 +14,10 @@
 //!   thread runs on its demander's TCB, which then names the absorbed thread as running.
 //! - A *virtual processor* ([`Vp`]) is a kernel thread running a scheduler loop on its
 //!   own stack, with a policy manager over its ready queue, a LIFO pool of free TCBs and
-//!   counters. Threads switch directly to the next thread; the scheduler loop's context is
+//!   counters. The ready queue is shared (under a lock) for a policy that gives threads to
+//!   thieves; a built-in FIFO or LIFO policy keeps the threads its own kernel thread queues
+//!   in a second queue only that thread touches, with no lock, and takes over what others
+//!   queued on the shared one at its next decision. Threads switch directly to the next thread; the scheduler loop's context is
 //!   used only when a virtual processor has nothing to run, and it then parks the kernel
 //!   thread until work arrives (or steals, if its policy says so).
 //!
