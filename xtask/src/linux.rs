@@ -1140,9 +1140,229 @@ fn compare(first: &Parsed, second: &Parsed) -> Result<(), String> {
     )
 }
 
+// ---- The Sting applications' speedup (wall time) -----------------------------------------------
+
+/// `/init` of the speedup guest: runs the Sting applications' program and ends QEMU.
+const SPEEDUP_INIT: &str = r#"#!/bin/sh
+# /init of the Linux speedup guest, written by xtask/src/linux.rs.
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+echo "LINUX kernel=$(uname -r) cpus=$(grep -c ^processor /proc/cpuinfo)"
+if /bench/speedup_linux; then
+    /bench/qemu-exit 0x10
+else
+    /bench/qemu-exit 0x11
+fi
+reboot -f
+"#;
+
+/// The `SPEEDUP` lines of the Sting applications (`user/sting/examples/speedup_linux.rs`,
+/// the same programs as Baton's `sting_speedup`) in the Linux guest on `-smp 1` and on
+/// `-smp 2`, in wall time: plain multi-threaded TCG, no `-icount`, otherwise the settings of
+/// [`measure`]. Each boot's serial log goes to `results/linux-speedup.smpN.log`.
+pub fn speedup() -> Result<Vec<(u32, Vec<String>)>, String> {
+    let qemu = deps::ensure_qemu()?;
+    let cache = target_dir().join("linux-guest");
+    fs::create_dir_all(&cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+    let kernel = kernel(&cache)?;
+    let busybox = busybox(&cache)?;
+    let step = Step::start("compiling qemu-exit (bench/linux/*.c) with gcc");
+    let (programs, _) = step.finish(compile(&cache.join("bin")))?;
+    let exit = programs
+        .iter()
+        .find(|(n, _)| n == "qemu-exit")
+        .ok_or("qemu-exit was not built (internal error)")?;
+    let step = Step::start("building the Sting applications for Linux (static)");
+    let rust_target = cache.join("rust");
+    let status = command(env!("CARGO"))
+        .args(["build", "--release", "--quiet", "-p", "sting", "--example"])
+        .arg("speedup_linux")
+        .args(["--target", "x86_64-unknown-linux-gnu", "--target-dir"])
+        .arg(&rust_target)
+        .env("RUSTFLAGS", "-C target-feature=+crt-static")
+        .current_dir(root())
+        .status()
+        .map_err(|e| format!("cannot run cargo: {e}"))?;
+    step.end(if status.success() { "done" } else { "failed" });
+    if !status.success() {
+        return Err("the Linux build of the Sting applications failed".into());
+    }
+    let program = rust_target.join("x86_64-unknown-linux-gnu/release/examples/speedup_linux");
+    let read = |p: &Path| fs::read(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+    let mut cpio = Cpio::default();
+    for dir in ["bin", "bench", "dev", "proc", "sys", "tmp"] {
+        cpio.dir(dir, 0o755);
+    }
+    cpio.char_device("dev/console", 0o600, 5, 1);
+    cpio.char_device("dev/null", 0o666, 1, 3);
+    cpio.file("bin/busybox", 0o755, &read(&busybox.file)?)?;
+    for applet in APPLETS {
+        cpio.symlink(&format!("bin/{applet}"), "busybox");
+    }
+    cpio.file("bench/qemu-exit", 0o755, &read(&exit.1)?)?;
+    cpio.file("bench/speedup_linux", 0o755, &read(&program)?)?;
+    cpio.file("init", 0o755, SPEEDUP_INIT.as_bytes())?;
+    let initramfs = cache.join("speedup.cpio");
+    fs::write(&initramfs, cpio.finish())
+        .map_err(|e| format!("cannot write {}: {e}", initramfs.display()))?;
+    let results = root().join("results");
+    fs::create_dir_all(&results)
+        .map_err(|e| format!("cannot create {}: {e}", results.display()))?;
+    let mut out = Vec::new();
+    for smp in [1u32, 2] {
+        let mut cmd = command(&qemu);
+        cmd.args(["-machine", "q35", "-m", "1G", "-smp", &smp.to_string()])
+            .args(["-accel", "tcg,thread=multi", "-cpu", "max"])
+            .args(["-display", "none", "-vga", "none", "-nic", "none"])
+            .args(["-serial", "stdio", "-monitor", "none", "-no-reboot"])
+            .args(["-device", "isa-debug-exit,iobase=0xf4,iosize=0x04"])
+            .args(["-seed", SEED, "-rtc", RTC]);
+        let qboot = Path::new("/usr/share/qemu/qboot.rom");
+        if qboot.is_file() {
+            cmd.arg("-bios").arg(qboot);
+        }
+        cmd.arg("-kernel")
+            .arg(&kernel.file)
+            .arg("-initrd")
+            .arg(&initramfs)
+            .arg("-append")
+            .arg(CMDLINE);
+        let log = results.join(format!("linux-speedup.smp{smp}.log"));
+        let file =
+            File::create(&log).map_err(|e| format!("cannot create {}: {e}", log.display()))?;
+        let stderr = file
+            .try_clone()
+            .map_err(|e| format!("cannot share {}: {e}", log.display()))?;
+        cmd.stdin(Stdio::null()).stdout(file).stderr(stderr);
+        note(format!("$ {}", shell_line(&cmd)));
+        let step = Step::start(format!("booting the Linux speedup guest on -smp {smp}"));
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("could not start {}: {e}", qemu.display()))?;
+        let status = crate::test::wait_with_timeout(&mut child, TIMEOUT)?;
+        step.end("finished");
+        let text = fs::read(&log).map_err(|e| format!("cannot read {}: {e}", log.display()))?;
+        let text = String::from_utf8_lossy(&text);
+        let clean = status.and_then(|s| s.code()) == Some(EXIT_CLEAN);
+        if !clean || !text.contains("SPEEDUP done") {
+            return Err(failure(
+                "the Linux speedup guest did not finish cleanly",
+                &log,
+                &text,
+            ));
+        }
+        out.push((smp, speedup_lines(&text)));
+    }
+    Ok(out)
+}
+
+/// The `SPEEDUP app=...` lines of a log (serial prefixes and carriage returns removed).
+pub fn speedup_lines(log: &str) -> Vec<String> {
+    log.lines()
+        .filter_map(|l| {
+            let l = l.trim_end_matches('\r');
+            l.find("SPEEDUP app=").map(|i| l[i..].to_string())
+        })
+        .collect()
+}
+
+/// The value of `key=` in a `SPEEDUP` line.
+fn speedup_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// `cargo xtask sting-speedup`: the Sting applications' wall time in the Linux guest
+/// ([`speedup`]) beside Baton's (the logs of `cargo xtask test --filter sting_speedup`, if
+/// they are there), as a table on standard output and in `results/sting-speedup.md`.
+pub fn sting_speedup() -> Result<ExitCode, String> {
+    let linux = speedup()?;
+    let baton: Vec<(u32, Vec<String>)> = [1u32, 2]
+        .iter()
+        .map(|&smp| {
+            let log = target_dir().join(format!("test-logs/sting_speedup_smp{smp}.log"));
+            let text = fs::read_to_string(&log).unwrap_or_default();
+            (smp, speedup_lines(&text))
+        })
+        .collect();
+    let mut out = String::from(
+        "Wall time (ms, median of three runs) of each application's parallel program on one \
+         virtual processor / on one per CPU, and their ratio on two CPUs; multi-threaded TCG, \
+         no -icount, on a shared host.\n\n\
+         | application | size | Baton -smp 1 | Baton -smp 2 | Baton speedup | Linux -smp 1 | Linux -smp 2 | Linux speedup |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let find = |runs: &[(u32, Vec<String>)], smp: u32, app: &str| -> Option<String> {
+        runs.iter().find(|(s, _)| *s == smp).and_then(|(_, lines)| {
+            lines
+                .iter()
+                .find(|l| speedup_field(l, "app") == Some(app))
+                .cloned()
+        })
+    };
+    let cell = |l: &Option<String>| match l {
+        Some(l) => format!(
+            "{} / {}",
+            speedup_field(l, "one_vp_ms").unwrap_or("?"),
+            speedup_field(l, "per_cpu_ms").unwrap_or("?")
+        ),
+        None => "—".to_string(),
+    };
+    let ratio = |l: &Option<String>| {
+        l.as_deref()
+            .and_then(|l| speedup_field(l, "speedup"))
+            .unwrap_or("—")
+            .to_string()
+    };
+    for app in ["primes", "mst", "alphabeta", "nbody"] {
+        let l1 = find(&linux, 1, app);
+        let l2 = find(&linux, 2, app);
+        let b1 = find(&baton, 1, app);
+        let b2 = find(&baton, 2, app);
+        let size = l2
+            .as_deref()
+            .and_then(|l| l.split('"').nth(1))
+            .unwrap_or("");
+        let _ = writeln!(
+            out,
+            "| {app} | {size} | {} | {} | {} | {} | {} | {} |",
+            cell(&b1),
+            cell(&b2),
+            ratio(&b2),
+            cell(&l1),
+            cell(&l2),
+            ratio(&l2)
+        );
+    }
+    if baton.iter().all(|(_, l)| l.is_empty()) {
+        out.push_str(
+            "\nBaton's columns are empty: run `cargo xtask test --no-host --filter sting_speedup` \
+             first.\n",
+        );
+    }
+    print!("{out}");
+    let path = root().join("results/sting-speedup.md");
+    fs::write(&path, &out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    note(format!("wrote {}", path.display()));
+    Ok(ExitCode::SUCCESS)
+}
+
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    #[test]
+    fn speedup_lines_and_fields() {
+        let log = "noise\r\nsting_speedup#1| SPEEDUP app=mst size=\"5000 points\" cpus=2 one_vp_ms=10 per_cpu_ms=6 speedup=1.66 (wall time)\r\nSPEEDUP done\n";
+        let lines = speedup_lines(log);
+        assert_eq!(lines.len(), 1);
+        assert!(lines[0].starts_with("SPEEDUP app=mst "));
+        assert_eq!(speedup_field(&lines[0], "app"), Some("mst"));
+        assert_eq!(speedup_field(&lines[0], "per_cpu_ms"), Some("6"));
+        assert_eq!(speedup_field(&lines[0], "speedup"), Some("1.66"));
+        assert_eq!(speedup_field(&lines[0], "cpu"), None);
+    }
 
     /// One entry read back from a newc archive.
     #[derive(Debug, PartialEq, Eq)]

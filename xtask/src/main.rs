@@ -104,6 +104,14 @@ enum Cmd {
     Bench(BenchOpts),
     /// The Linux side of `bench` alone: a Debian guest, twice; writes results/linux.json.
     BenchLinux,
+    /// Sting's Figures 4/5 in wall time: the four applications in a Linux guest on -smp 1
+    /// and 2 beside Baton's; writes results/sting-speedup.md.
+    ///
+    /// Builds the applications (user/sting/examples/speedup_linux.rs, the programs Baton's
+    /// sting_speedup runs) as a static Linux program, boots the Debian guest with it under
+    /// multi-threaded TCG without -icount on -smp 1 and -smp 2, and tables its SPEEDUP
+    /// lines beside those in the logs of `cargo xtask test --filter sting_speedup`.
+    StingSpeedup,
     /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.
     ///
     /// Seed 001's Tables 1 and 2 for Baton: the null RPC kernel path by stage and
@@ -257,6 +265,7 @@ fn main() -> ExitCode {
         Cmd::Test(opts) => test::test(&opts),
         Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::BenchLinux => linux::bench_linux(),
+        Cmd::StingSpeedup => linux::sting_speedup(),
         Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
         Cmd::Trace(opts) => trace::run(&opts),
@@ -469,6 +478,7 @@ mod unit_tests {
         assert_eq!(p(&["build"]).unwrap(), Cmd::Build);
         assert_eq!(p(&["clippy"]).unwrap(), Cmd::Clippy);
         assert_eq!(p(&["bench-linux"]).unwrap(), Cmd::BenchLinux);
+        assert_eq!(p(&["sting-speedup"]).unwrap(), Cmd::StingSpeedup);
     }
 
     #[test]
@@ -607,6 +617,7 @@ mod unit_tests {
             "test",
             "bench",
             "bench-linux",
+            "sting-speedup",
             "profile",
             "fuzz",
             "clippy",

@@ -195,6 +195,122 @@ impl Kind {
     }
 }
 
+/// A virtual processor's policy manager as the runtime holds it: one of the built-in
+/// policies, held by value so that its operations are direct (inlined) calls, or the
+/// caller's own behind the [`Policy`] trait. Every variant behaves as the policy it holds.
+pub enum Queue<T> {
+    /// [`Fifo`].
+    Fifo(Fifo<T>),
+    /// [`Lifo`].
+    Lifo(Lifo<T>),
+    /// [`WorkStealing`].
+    WorkStealing(WorkStealing<T>),
+    /// A policy of the caller's own.
+    Custom(alloc::boxed::Box<dyn Policy<T>>),
+}
+
+impl<T: Send + 'static> Queue<T> {
+    /// A new, empty built-in policy of `kind`.
+    pub const fn of(kind: Kind) -> Queue<T> {
+        match kind {
+            Kind::Fifo => Queue::Fifo(Fifo::new()),
+            Kind::Lifo => Queue::Lifo(Lifo::new()),
+            Kind::WorkStealing => Queue::WorkStealing(WorkStealing::new()),
+        }
+    }
+
+    /// Whether this policy keeps its threads from thieves whatever it holds (a built-in
+    /// FIFO or LIFO policy): its owner may then keep them where only it looks.
+    pub fn keeps(&self) -> bool {
+        matches!(self, Queue::Fifo(_) | Queue::Lifo(_))
+    }
+
+    /// An empty queue of the same built-in policy (FIFO for a policy of the caller's own).
+    pub fn empty_like(&self) -> Queue<T> {
+        match self {
+            Queue::Lifo(_) => Queue::of(Kind::Lifo),
+            Queue::WorkStealing(_) => Queue::of(Kind::WorkStealing),
+            Queue::Fifo(_) | Queue::Custom(_) => Queue::of(Kind::Fifo),
+        }
+    }
+
+    /// Moves every item to `to`, enqueued there in the order they were enqueued here (a
+    /// built-in policy's), or in the order `next` gives them (the caller's own).
+    pub fn transfer_to(&mut self, to: &mut Queue<T>) {
+        let from = match self {
+            Queue::Fifo(p) => &mut p.queue,
+            Queue::Lifo(p) => &mut p.stack,
+            Queue::WorkStealing(p) => &mut p.deque,
+            Queue::Custom(p) => {
+                while let Some(x) = p.next() {
+                    to.enqueue(x);
+                }
+                return;
+            }
+        };
+        while let Some(x) = from.pop_front() {
+            to.enqueue(x);
+        }
+    }
+}
+
+impl<T: Send> Policy<T> for Queue<T> {
+    #[inline]
+    fn name(&self) -> &'static str {
+        match self {
+            Queue::Fifo(p) => p.name(),
+            Queue::Lifo(p) => p.name(),
+            Queue::WorkStealing(p) => p.name(),
+            Queue::Custom(p) => p.name(),
+        }
+    }
+    #[inline]
+    fn enqueue(&mut self, item: T) {
+        match self {
+            Queue::Fifo(p) => p.enqueue(item),
+            Queue::Lifo(p) => p.enqueue(item),
+            Queue::WorkStealing(p) => p.enqueue(item),
+            Queue::Custom(p) => p.enqueue(item),
+        }
+    }
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        match self {
+            Queue::Fifo(p) => p.next(),
+            Queue::Lifo(p) => p.next(),
+            Queue::WorkStealing(p) => p.next(),
+            Queue::Custom(p) => p.next(),
+        }
+    }
+    #[inline]
+    fn give(&mut self) -> Option<T> {
+        match self {
+            Queue::Fifo(p) => p.give(),
+            Queue::Lifo(p) => p.give(),
+            Queue::WorkStealing(p) => p.give(),
+            Queue::Custom(p) => p.give(),
+        }
+    }
+    #[inline]
+    fn steals(&self) -> bool {
+        match self {
+            Queue::Fifo(p) => p.steals(),
+            Queue::Lifo(p) => p.steals(),
+            Queue::WorkStealing(p) => p.steals(),
+            Queue::Custom(p) => p.steals(),
+        }
+    }
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Queue::Fifo(p) => p.len(),
+            Queue::Lifo(p) => p.len(),
+            Queue::WorkStealing(p) => p.len(),
+            Queue::Custom(p) => p.len(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +355,44 @@ mod tests {
         assert_eq!(p.give(), Some(1));
         assert_eq!(drain(&mut p), [3, 2]);
         assert_eq!(p.give(), None);
+    }
+
+    #[test]
+    fn queues_behave_as_the_policies_they_hold() {
+        for kind in [Kind::Fifo, Kind::Lifo, Kind::WorkStealing] {
+            let mut q = Queue::<u32>::of(kind);
+            let mut p = kind.make::<u32>();
+            assert_eq!(q.name(), p.name());
+            assert_eq!(q.steals(), p.steals());
+            assert_eq!(q.keeps(), kind != Kind::WorkStealing);
+            for i in 0..6 {
+                q.enqueue(i);
+                p.enqueue(i);
+            }
+            assert_eq!(q.give(), p.give());
+            assert_eq!(q.len(), p.len());
+            assert_eq!(drain(&mut q), drain(&mut *p));
+            // A transfer keeps the order of enqueueing, so the receiving queue then runs
+            // them as if they had been enqueued there.
+            let (mut a, mut b) = (Queue::<u32>::of(kind), Queue::<u32>::of(kind));
+            b.enqueue(10);
+            for i in 0..4 {
+                a.enqueue(i);
+            }
+            a.transfer_to(&mut b);
+            assert!(a.is_empty());
+            let mut want = Queue::<u32>::of(kind);
+            for i in [10, 0, 1, 2, 3] {
+                want.enqueue(i);
+            }
+            assert_eq!(drain(&mut b), drain(&mut want));
+            assert_eq!(a.empty_like().name(), q.name());
+        }
+        let mut c = Queue::Custom(Kind::Lifo.make::<u32>());
+        assert!(!c.keeps());
+        c.enqueue(1);
+        c.enqueue(2);
+        assert_eq!(drain(&mut c), [2, 1]);
     }
 
     #[test]

@@ -14,7 +14,10 @@
 //!   thread runs on its demander's TCB, which then names the absorbed thread as running.
 //! - A *virtual processor* ([`Vp`]) is a kernel thread running a scheduler loop on its
 //!   own stack, with a policy manager over its ready queue, a LIFO pool of free TCBs and
-//!   counters. Threads switch directly to the next thread; the scheduler loop's context is
+//!   counters. The ready queue is shared (under a lock) for a policy that gives threads to
+//!   thieves; a built-in FIFO or LIFO policy keeps the threads its own kernel thread queues
+//!   in a second queue only that thread touches, with no lock, and takes over what others
+//!   queued on the shared one at its next decision. Threads switch directly to the next thread; the scheduler loop's context is
 //!   used only when a virtual processor has nothing to run, and it then parks the kernel
 //!   thread until work arrives (or steals, if its policy says so).
 //!
@@ -63,7 +66,7 @@ use crate::area::{Bump, Mark};
 use crate::exception::{AbsorbLink, HandlerFrame, Priority};
 use crate::group::GroupInner;
 use crate::platform;
-use crate::policy::{Kind, Policy};
+use crate::policy::{Kind, Policy, Queue};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
 use crate::state::{End, Paper, State};
@@ -634,14 +637,25 @@ struct VpLocal {
     kfirst: *mut Tcb,
     /// The newest of them.
     klast: *mut Tcb,
+    /// The ready queue of a processor whose policy keeps its threads (`Vp::keeps`): the
+    /// threads it queued itself, and those others queued (moved here from `Vp::ready`),
+    /// behind a policy of the same kind; touched without a lock.
+    own: Queue<Runnable>,
 }
 
 /// A virtual processor.
 pub(crate) struct Vp {
     /// Its index in the runtime.
     pub(crate) id: usize,
-    /// Its policy manager over its ready queue.
-    ready: SpinLock<Box<dyn Policy<Runnable>>>,
+    /// Its policy manager over its shared ready queue: every thread queued here by
+    /// another virtual processor, and, unless it `keeps` its threads, every thread queued
+    /// here at all (thieves take from it).
+    ready: SpinLock<Queue<Runnable>>,
+    /// Entries in `ready`, written under its lock and read without it (a hint).
+    shared: AtomicUsize,
+    /// Whether its policy keeps its threads from thieves (built-in FIFO and LIFO): its own
+    /// kernel thread then queues its threads on `VpLocal::own`, with no lock.
+    keeps: bool,
     /// Whether its policy steals when idle (fixed when it starts).
     steals: bool,
     /// 1 while it is idle (parked or about to park); its kernel thread waits on it.
@@ -698,10 +712,14 @@ impl Vp {
         unsafe { &mut *self.local.get() }
     }
 
-    /// Puts `t` (already marked queued) on this virtual processor's ready queue and wakes
-    /// the processor, or an idle thief, if it sleeps.
+    /// Puts `t` (already marked queued) on this virtual processor's shared ready queue and
+    /// wakes the processor, or an idle thief, if it sleeps. From anywhere.
     pub(crate) fn push(&self, t: ThreadRef, ticket: u32) {
-        self.ready.lock().enqueue(Runnable { t, ticket });
+        {
+            let mut q = self.ready.lock();
+            q.enqueue(Runnable { t, ticket });
+            self.shared.store(q.len(), Relaxed);
+        }
         fence(SeqCst);
         if self.idle.load(Relaxed) != 0 {
             self.idle.store(0, Relaxed);
@@ -714,20 +732,83 @@ impl Vp {
         }
     }
 
+    /// Puts `t` (already marked queued) on this virtual processor's ready queue, from its
+    /// own kernel thread (which is running, so wakes no one): with no lock if its policy
+    /// keeps its threads.
+    #[inline]
+    fn push_own(&self, t: ThreadRef, ticket: u32) {
+        if self.keeps {
+            // SAFETY: the caller runs on this virtual processor's kernel thread.
+            unsafe { self.local() }.own.enqueue(Runnable { t, ticket });
+        } else {
+            self.push(t, ticket);
+        }
+    }
+
+    /// Puts `t` (already marked queued) on this virtual processor's ready queue, from a
+    /// thread running on `from`.
+    #[inline]
+    fn push_from(&self, from: &Vp, t: ThreadRef, ticket: u32) {
+        if ptr::eq(self, from) {
+            self.push_own(t, ticket);
+        } else {
+            self.push(t, ticket);
+        }
+    }
+
+    /// The next entry of the policy's queue, on this virtual processor's kernel thread:
+    /// from the owner's queue (after moving there what others queued) if the policy keeps
+    /// its threads, else from the shared queue.
+    #[inline]
+    fn pop_queue(&self) -> Option<Runnable> {
+        if self.keeps {
+            // SAFETY: the caller runs on this virtual processor's kernel thread.
+            let local = unsafe { self.local() };
+            if self.shared.load(Relaxed) != 0 {
+                self.take_shared(&mut local.own);
+            }
+            local.own.next()
+        } else {
+            let mut q = self.ready.lock();
+            let r = q.next();
+            self.shared.store(q.len(), Relaxed);
+            r
+        }
+    }
+
+    /// Moves what other virtual processors queued here onto the owner's queue `own`.
+    #[cold]
+    #[inline(never)]
+    fn take_shared(&self, own: &mut Queue<Runnable>) {
+        let mut q = self.ready.lock();
+        q.transfer_to(own);
+        self.shared.store(0, Relaxed);
+    }
+
     /// The next thread to run: a thread whose kernel call completed, else from the
     /// policy, else stolen if the policy steals.
+    #[inline]
     fn next_runnable(&self) -> Option<Next> {
         if self.upcalls {
             if let Some(tcb) = self.kernel_next() {
                 return Some(Next::Resume(tcb));
             }
         }
+        while let Some(r) = self.pop_queue() {
+            if let Some(next) = self.claim(r) {
+                return Some(next);
+            }
+        }
+        self.next_stolen()
+    }
+
+    /// [`next_runnable`](Self::next_runnable) when the queue is empty: a thread stolen, if
+    /// the policy steals.
+    #[cold]
+    #[inline(never)]
+    fn next_stolen(&self) -> Option<Next> {
         loop {
-            let popped = self.ready.lock().next();
-            let t = match popped {
-                Some(t) => t,
-                None => self.steal()?,
-            };
+            let t = self.steal()?;
             if let Some(next) = self.claim(t) {
                 return Some(next);
             }
@@ -743,7 +824,12 @@ impl Vp {
         let n = vps.len();
         for k in 1..n {
             let victim = vps.get((self.id + k) % n)?;
-            let given = victim.ready.lock().give();
+            let given = {
+                let mut q = victim.ready.lock();
+                let t = q.give();
+                victim.shared.store(q.len(), Relaxed);
+                t
+            };
             if let Some(t) = given {
                 bump(&self.counters.stolen);
                 return Some(t);
@@ -754,6 +840,7 @@ impl Vp {
 
     /// Takes a thread popped from a ready queue for this virtual processor, or drops a
     /// stale entry.
+    #[inline]
     fn claim(&self, r: Runnable) -> Option<Next> {
         let Runnable { t, ticket } = r;
         let mut c = t.core().ctl.lock();
@@ -801,6 +888,7 @@ impl Vp {
     }
 
     /// Puts a finished thread's TCB (no longer in use) on the local pool.
+    #[inline(never)]
     fn release_tcb(&self, tcb: *mut Tcb) {
         // SAFETY: we are on this virtual processor's kernel thread.
         let local = unsafe { self.local() };
@@ -813,6 +901,7 @@ impl Vp {
 
     /// Completes a switch on this virtual processor: releases the context switched away
     /// from. Called first thing by every context that resumes after [`switch_to`].
+    #[inline]
     fn finish_switch(&self) {
         // SAFETY: we are on this virtual processor's kernel thread.
         let local = unsafe { self.local() };
@@ -963,7 +1052,7 @@ impl Vp {
             (*tcb).running.store(false, Release);
         }
         bump(&self.counters.checkpoints);
-        self.push(me.0, me.1);
+        self.push_own(me.0, me.1);
         true
     }
 
@@ -991,7 +1080,8 @@ impl Vp {
         }
         self.idle.store(1, Relaxed);
         fence(SeqCst);
-        let empty = self.ready.lock().is_empty();
+        // SAFETY: our own kernel thread.
+        let empty = self.ready.lock().is_empty() && unsafe { self.local() }.own.is_empty();
         if empty && !rt.shutdown.load(Acquire) && !(self.steals && rt.work_elsewhere(self.id)) {
             if self.upcalls {
                 crate::upcall::park(self, &self.idle, 1, IDLE_PARK_NS);
@@ -1044,19 +1134,7 @@ unsafe fn switch_to(
                 *(*tcb).sp.get()
             }
         }
-        Some(Next::Start(t)) => {
-            let tcb = vp.take_tcb();
-            bump(&vp.counters.started);
-            t.core().ctl.lock().tcb = tcb;
-            // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the
-            // first frame can go at its top.
-            unsafe {
-                (*tcb).running.store(true, Relaxed);
-                (*tcb).vp.set(vp);
-                (*tcb).thread.set(t.into_raw());
-                arch::prepare(tcb as usize + STACK_SIZE, tcb as usize)
-            }
-        }
+        Some(Next::Start(t)) => start_context(vp, t),
     };
     // SAFETY: our kernel thread.
     let local = unsafe { vp.local() };
@@ -1074,6 +1152,23 @@ unsafe fn switch_to(
         unsafe { &*(*prev).vp.get() }
     };
     vp_now.finish_switch();
+}
+
+/// A TCB for the new thread `t`, claimed by `vp`, with the frame that starts it there;
+/// returns the stack pointer to switch to.
+#[inline(never)]
+fn start_context(vp: &Vp, t: ThreadRef) -> usize {
+    let tcb = vp.take_tcb();
+    bump(&vp.counters.started);
+    t.core().ctl.lock().tcb = tcb;
+    // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the first frame
+    // can go at its top.
+    unsafe {
+        (*tcb).running.store(true, Relaxed);
+        (*tcb).vp.set(vp);
+        (*tcb).thread.set(t.into_raw());
+        arch::prepare(tcb as usize + STACK_SIZE, tcb as usize)
+    }
 }
 
 /// Where every TCB starts (called by the architecture's trampoline with the TCB): runs
@@ -1256,7 +1351,7 @@ fn no_runtime() -> ! {
 /// thresholds.
 pub struct Config {
     /// One per virtual processor; the first runs on the calling kernel thread.
-    policies: Vec<Box<dyn Policy<Runnable>>>,
+    policies: Vec<Queue<Runnable>>,
     /// Every local pool's thresholds.
     thresholds: Thresholds,
     /// Spare kernel threads per virtual processor for the kernel's upcalls (0: none).
@@ -1281,10 +1376,9 @@ impl Config {
 
     /// One virtual processor per entry, with that policy.
     pub fn mixed(kinds: &[Kind]) -> Config {
-        let mut policies: Vec<Box<dyn Policy<Runnable>>> =
-            kinds.iter().map(|k| k.make::<Runnable>()).collect();
+        let mut policies: Vec<Queue<Runnable>> = kinds.iter().map(|&k| Queue::of(k)).collect();
         if policies.is_empty() {
-            policies.push(Kind::Fifo.make());
+            policies.push(Queue::of(Kind::Fifo));
         }
         Config {
             policies,
@@ -1298,7 +1392,7 @@ impl Config {
     /// Replaces virtual processor `vp`'s policy with one of the caller's own.
     pub fn policy(mut self, vp: usize, policy: Box<dyn Policy<Runnable>>) -> Config {
         if let Some(slot) = self.policies.get_mut(vp) {
-            *slot = policy;
+            *slot = Queue::Custom(policy);
         }
         self
     }
@@ -1514,7 +1608,8 @@ where
         .map(|(id, policy)| Vp {
             id,
             steals: policy.steals(),
-            ready: SpinLock::new(policy),
+            keeps: policy.keeps(),
+            shared: AtomicUsize::new(0),
             idle: AtomicU32::new(0),
             local: UnsafeCell::new(VpLocal {
                 sched_sp: 0,
@@ -1523,7 +1618,9 @@ where
                 pool: pool::Local::new(config.thresholds),
                 kfirst: ptr::null_mut(),
                 klast: ptr::null_mut(),
+                own: policy.empty_like(),
             }),
+            ready: SpinLock::new(policy),
             counters: Counters::default(),
             upcalls: cfg!(baton) && config.upcalls > 0,
             kpending: AtomicU64::new(0),
@@ -1611,7 +1708,11 @@ where
             // SAFETY: a pooled TCB is free.
             unsafe { Tcb::destroy(tcb) };
         }
-        drop(core::mem::replace(&mut *vp.ready.lock(), Kind::Fifo.make()));
+        drop(core::mem::replace(
+            &mut *vp.ready.lock(),
+            Queue::of(Kind::Fifo),
+        ));
+        drop(core::mem::replace(&mut local.own, Queue::of(Kind::Fifo)));
     }
     for TcbPtr(tcb) in rtr.global.lock().drain() {
         // SAFETY: a pooled TCB is free.
@@ -1671,7 +1772,7 @@ where
             if let Some(g) = &group {
                 g.add(&t);
             }
-            rt.vps[target].push(t.clone(), ticket);
+            rt.vps[target].push_from(me, t.clone(), ticket);
             t
         }
     }
@@ -1852,7 +1953,7 @@ pub fn park() {
 
 /// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
 pub fn unpark(t: &ThreadRef) {
-    disarm();
+    let (me, _) = here();
     let vp = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {
@@ -1862,14 +1963,21 @@ pub fn unpark(t: &ThreadRef) {
         c.state = State::Ready;
         (c.vp, c.enqueue())
     };
-    runtime().vps[vp.0].push(t.clone(), vp.1);
+    runtime().vps[vp.0].push_from(me, t.clone(), vp.1);
 }
 
 /// Gives the processor to the next ready thread, if there is one; the caller stays
 /// ready. Also a checkpoint: a pending suspension or termination takes effect here.
 pub fn yield_now() {
-    checkpoint();
-    let (vp, tcb) = here();
+    let (mut vp, mut tcb) = here();
+    // The checkpoint, on the TCB just found.
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    if core.attention.load(Relaxed) {
+        attend(vp, tcb, core);
+        // It may have been suspended and resumed on another processor.
+        (vp, tcb) = here();
+    }
     let Some(next) = vp.next_runnable() else {
         return;
     };
@@ -1884,7 +1992,7 @@ pub fn yield_now() {
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
-    vp.push(me.0, me.1);
+    vp.push_own(me.0, me.1);
     // SAFETY: our TCB; the thread is ready and queued, so it is safe to leave it.
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(next)) };
 }
@@ -2060,14 +2168,15 @@ pub(crate) fn id_of(t: &ThreadRef) -> u64 {
 
 /// For the benchmarks: puts the delayed thread `t` on the calling virtual processor's
 /// ready queue and takes it off again, as a real enqueue and dequeue do (the thread's lock
-/// to mark it queued, the policy manager under the queue's lock both ways, the thread's
-/// lock again to claim it). Returns whether the thread that came off is `t`.
+/// to mark it queued, the policy manager both ways — the owner's queue, with no lock, for
+/// the built-in FIFO and LIFO policies, the shared queue under its lock otherwise — and
+/// the thread's lock again to claim it). Returns whether the thread that came off is `t`.
 pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     let (vp, _) = here();
     let t = t.raw().clone();
     let ticket = t.core().ctl.lock().enqueue();
-    vp.ready.lock().enqueue(Runnable { t, ticket });
-    let back = vp.ready.lock().next();
+    vp.push_own(t, ticket);
+    let back = vp.pop_queue();
     match back {
         Some(Runnable { t: b, ticket }) => {
             let mut c = b.core().ctl.lock();
@@ -2407,7 +2516,7 @@ fn switch_to_target(t: &ThreadRef) {
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
-    vp.push(me.0, me.1);
+    vp.push_own(me.0, me.1);
     // SAFETY: our TCB; the thread is ready and queued; `target` was claimed above.
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(Next::Resume(target))) };
 }

@@ -1096,44 +1096,168 @@ pub fn ports(vps: usize) -> Outcome {
     .0
 }
 
-/// The primes application of the paper's Figure 4: a master forks one slave per range and
-/// sums the slaves' counts; checked against a sequential count.
-pub fn primes(vps: usize) -> Outcome {
-    const N: u64 = 60_000;
-    const SLAVES: u64 = 16;
-    fn is_prime(n: u64) -> bool {
-        if n < 2 {
-            return false;
-        }
-        let mut d = 2;
-        while d * d <= n {
-            if n.is_multiple_of(d) {
-                return false;
-            }
-            d += 1;
-        }
-        true
+/// The inputs of the four applications of the paper's Figure 4.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sizes {
+    /// Primes: how many primes to find (the paper: the first million).
+    pub primes: u64,
+    /// Minimum spanning tree: random points (the paper: 5,000).
+    pub mst_points: usize,
+    /// Alpha-beta: the game tree's depth, fanout 8 (the paper: 10).
+    pub ab_depth: u32,
+    /// N-body: bodies, six steps (the paper: 5,000).
+    pub nb_bodies: usize,
+}
+
+/// The sizes the checked scenarios use (`sting_smp1/2/4` and the host's tests): each
+/// application well under a second of QEMU's software CPU.
+pub const TEST_SIZES: Sizes = Sizes {
+    primes: 6_000,
+    mst_points: 500,
+    ab_depth: 6,
+    nb_bodies: 200,
+};
+
+/// The paper's sizes (its section 8): the first million primes, 5,000 points, depth 10,
+/// 5,000 bodies.
+pub const PAPER_SIZES: Sizes = Sizes {
+    primes: 1_000_000,
+    mst_points: 5_000,
+    ab_depth: 10,
+    nb_bodies: 5_000,
+};
+
+/// The sizes `sting_speedup` runs under QEMU's software CPU (`docs/sting.md`, "The
+/// applications at the paper's sizes"): the paper's for primes, the minimum spanning tree
+/// and alpha-beta; N-body with 2,000 bodies (its direct sum is quadratic: the paper's
+/// 5,000 take six times as long, about ten seconds of software floating point a run,
+/// which with the sequential check and three runs on each configuration is more than the
+/// test suite can give it; the host's `speedup_sizes` test runs the paper's).
+pub const SPEEDUP_SIZES: Sizes = Sizes {
+    nb_bodies: 2_000,
+    ..PAPER_SIZES
+};
+
+/// Slaves of the primes application: each sieves one range.
+const PRIME_SLAVES: u64 = 64;
+
+/// An upper bound of the `n`-th prime: `n (ln n + ln ln n)` for `n` ≥ 6 (Rosser's bound).
+fn nth_prime_bound(n: u64) -> u64 {
+    if n < 6 {
+        return 14;
     }
-    let sequential = (0..N).filter(|&n| is_prime(n)).count() as u64;
-    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), || {
-        let chunk = N / SLAVES;
-        let slaves: Vec<_> = (0..SLAVES)
-            .map(|i| {
-                fork(move || {
-                    (i * chunk..(i + 1) * chunk)
-                        .filter(|&n| is_prime(n))
-                        .count() as u64
-                })
+    let l = libm::log(n as f64);
+    (n as f64 * (l + libm::log(l))) as u64 + 1
+}
+
+/// The primes up to `limit` (inclusive), by the sieve of Eratosthenes.
+fn small_primes(limit: u64) -> Vec<u64> {
+    let n = limit as usize + 1;
+    let mut composite = alloc::vec![false; n];
+    let mut out = Vec::new();
+    for i in 2..n {
+        if !composite[i] {
+            out.push(i as u64);
+            let mut j = i * i;
+            while j < n {
+                composite[j] = true;
+                j += i;
+            }
+        }
+    }
+    out
+}
+
+/// The primes in `[lo, hi)`, by sieving the range with `base` (every prime up to the
+/// square root of `hi`); calls `each` with each, in order.
+fn sieve_range(base: &[u64], lo: u64, hi: u64, mut each: impl FnMut(u64)) {
+    if hi <= lo {
+        return;
+    }
+    let mut composite = alloc::vec![false; (hi - lo) as usize];
+    for &p in base {
+        if p * p >= hi {
+            break;
+        }
+        let mut m = (lo.div_ceil(p) * p).max(p * p);
+        while m < hi {
+            composite[(m - lo) as usize] = true;
+            m += p;
+        }
+    }
+    for (i, c) in composite.iter().enumerate() {
+        let n = lo + i as u64;
+        if !c && n >= 2 {
+            each(n);
+        }
+    }
+}
+
+/// The `n`-th prime (1-based): one sieve of the whole range.
+fn nth_prime_sequential(n: u64) -> u64 {
+    let bound = nth_prime_bound(n);
+    let base = small_primes(libm::sqrt(bound as f64) as u64 + 1);
+    let (mut count, mut found) = (0, 0);
+    sieve_range(&base, 0, bound, |p| {
+        count += 1;
+        if count == n {
+            found = p;
+        }
+    });
+    found
+}
+
+/// The `n`-th prime by the paper's master and slaves: the master forks a slave per range
+/// of `[0, bound)`, each counts the primes of its range, and the master finds the range
+/// the `n`-th falls in and the prime in it.
+fn nth_prime_parallel(n: u64) -> u64 {
+    let bound = nth_prime_bound(n);
+    let base = Arc::new(small_primes(libm::sqrt(bound as f64) as u64 + 1));
+    let chunk = bound.div_ceil(PRIME_SLAVES);
+    let slaves: Vec<_> = (0..PRIME_SLAVES)
+        .map(|i| {
+            let base = base.clone();
+            fork(move || {
+                let mut count = 0u64;
+                sieve_range(&base, i * chunk, ((i + 1) * chunk).min(bound), |_| {
+                    count += 1
+                });
+                count
             })
-            .collect();
-        slaves.iter().map(|t| *t.value().unwrap_or(&0)).sum::<u64>()
+        })
+        .collect();
+    let mut before = 0;
+    for (i, s) in (0..PRIME_SLAVES).zip(&slaves) {
+        let c = *s.value().unwrap_or(&0);
+        if before + c >= n {
+            let (mut k, mut found) = (before, 0);
+            sieve_range(&base, i * chunk, ((i + 1) * chunk).min(bound), |p| {
+                k += 1;
+                if k == n {
+                    found = p;
+                }
+            });
+            return found;
+        }
+        before += c;
+    }
+    0
+}
+
+/// The primes application of the paper's Figure 4: the `n`-th prime found by a master and
+/// its slaves, each sieving one range; checked against a sequential sieve.
+pub fn primes(vps: usize) -> Outcome {
+    let n = TEST_SIZES.primes;
+    let sequential = nth_prime_sequential(n);
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
+        nth_prime_parallel(n)
     });
     ensure!(
-        parallel == sequential,
-        "{parallel} primes below {N}, sequentially {sequential}"
+        parallel == sequential && sequential != 0,
+        "prime number {n}: {parallel}, sequentially {sequential}"
     );
     Ok(format!(
-        "{parallel} primes below {N}, as counted sequentially ({SLAVES} slaves, {} stolen, {} TCBs)",
+        "prime number {n} is {parallel}, as found sequentially ({PRIME_SLAVES} slaves, {} stolen, {} TCBs)",
         s.stolen, s.tcbs_created
     ))
 }
@@ -1152,15 +1276,13 @@ fn lcg(x: &mut u64) -> u64 {
     *x >> 33
 }
 
-/// Points of the minimum-spanning-tree application (the paper's 5,000, scaled by 1/10 for
-/// QEMU's software CPU).
-const MST_POINTS: usize = 500;
 /// Slaves per step of the parallel minimum spanning tree.
 const MST_SLAVES: usize = 8;
 
-fn mst_points() -> Vec<(i64, i64)> {
+/// `n` random points of the minimum-spanning-tree application.
+fn mst_points(n: usize) -> Vec<(i64, i64)> {
     let mut x = 42;
-    (0..MST_POINTS)
+    (0..n)
         .map(|_| ((lcg(&mut x) % 10_000) as i64, (lcg(&mut x) % 10_000) as i64))
         .collect()
 }
@@ -1234,10 +1356,11 @@ fn mst_weight(pts: Arc<Vec<(i64, i64)>>, par: bool) -> u64 {
 }
 
 /// The minimum-spanning-tree application of the paper's Figure 4 (Prim's algorithm on
-/// random points; 500 points where the paper had 5,000): the tree's weight in a runtime
-/// whose steps fork slaves, against a sequential run.
+/// random points): the tree's weight in a runtime whose steps fork slaves, against a
+/// sequential run.
 pub fn mst(vps: usize) -> Outcome {
-    let pts = Arc::new(mst_points());
+    let n = TEST_SIZES.mst_points;
+    let pts = Arc::new(mst_points(n));
     let sequential = mst_weight(pts.clone(), false);
     let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
         mst_weight(pts, true)
@@ -1247,14 +1370,13 @@ pub fn mst(vps: usize) -> Outcome {
         "minimum spanning tree weight {parallel}, sequentially {sequential}"
     );
     Ok(format!(
-        "minimum spanning tree of {MST_POINTS} points: weight {parallel} as sequentially ({} threads, {} TCBs)",
+        "minimum spanning tree of {n} points: weight {parallel} as sequentially ({} threads, {} TCBs)",
         s.created, s.tcbs_created
     ))
 }
 
-/// The game tree of the alpha-beta application: fanout 8; the paper's depth 10, here 6.
+/// The game tree of the alpha-beta application: fanout 8.
 const AB_FANOUT: u64 = 8;
-const AB_DEPTH: u32 = 6;
 
 /// A node's static value (at the leaves): a hash of its path, with the paper's 90% skew:
 /// in nine nodes out of ten (decided by the hash) the first child is the best move, by a
@@ -1277,7 +1399,13 @@ fn alpha_beta(path: u64, depth: u32, mut alpha: i64, beta: i64, bonus: i64) -> i
     let mut best = i64::MIN + 1;
     for c in 0..AB_FANOUT {
         let b = if c == 0 && ab_skew(path) { 300 } else { 0 };
-        let v = -alpha_beta(path * AB_FANOUT + c + 1, depth - 1, -beta, -alpha, -b);
+        let v = -alpha_beta(
+            path.wrapping_mul(AB_FANOUT).wrapping_add(c + 1),
+            depth - 1,
+            -beta,
+            -alpha,
+            -b,
+        );
         best = best.max(v);
         alpha = alpha.max(v);
         if alpha >= beta {
@@ -1287,39 +1415,48 @@ fn alpha_beta(path: u64, depth: u32, mut alpha: i64, beta: i64, bonus: i64) -> i
     best
 }
 
-/// The alpha-beta application of Figure 4: the root's first move is searched at once
-/// (it is the best nine times in ten), then the others are forked, each searched with the
-/// window the first gave, and their best is the root's value; against the sequential
+/// The sequential alpha-beta search of a tree of `depth`.
+fn ab_sequential(depth: u32) -> i64 {
+    alpha_beta(0, depth, i64::MIN + 1, i64::MAX, 0)
+}
+
+/// The parallel search: the root's first move is searched at once (it is the best nine
+/// times in ten), then the others are forked, each searched with the window the first
+/// gave, and their best is the root's value.
+fn ab_parallel(depth: u32) -> i64 {
+    let full = (i64::MIN + 1, i64::MAX);
+    let b0 = if ab_skew(0) { 300 } else { 0 };
+    let first = -alpha_beta(1, depth - 1, -full.1, -full.0, -b0);
+    let rest: Vec<_> = (1..AB_FANOUT)
+        .map(|c| fork(move || -alpha_beta(c + 1, depth - 1, -full.1, -first, 0)))
+        .collect();
+    for r in &rest {
+        r.wait();
+    }
+    rest.iter()
+        .map(|r| *r.value().unwrap_or(&i64::MIN))
+        .fold(first, i64::max)
+}
+
+/// The alpha-beta application of Figure 4 (fanout 8, 90% skew) against the sequential
 /// search. Alpha-beta returns the exact minimax value, so the two agree.
 pub fn alphabeta(vps: usize) -> Outcome {
-    let full = (i64::MIN + 1, i64::MAX);
-    let sequential = alpha_beta(0, AB_DEPTH, full.0, full.1, 0);
+    let depth = TEST_SIZES.ab_depth;
+    let sequential = ab_sequential(depth);
     let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
-        let b0 = if ab_skew(0) { 300 } else { 0 };
-        let first = -alpha_beta(1, AB_DEPTH - 1, -full.1, -full.0, -b0);
-        let rest: Vec<_> = (1..AB_FANOUT)
-            .map(|c| fork(move || -alpha_beta(c + 1, AB_DEPTH - 1, -full.1, -first, 0)))
-            .collect();
-        for r in &rest {
-            r.wait();
-        }
-        rest.iter()
-            .map(|r| *r.value().unwrap_or(&i64::MIN))
-            .fold(first, i64::max)
+        ab_parallel(depth)
     });
     ensure!(
         parallel == sequential,
         "alpha-beta value {parallel}, sequentially {sequential}"
     );
     Ok(format!(
-        "alpha-beta, depth {AB_DEPTH}, fanout {AB_FANOUT}, 90% skew: value {parallel} as sequentially ({} threads, {} stolen)",
+        "alpha-beta, depth {depth}, fanout {AB_FANOUT}, 90% skew: value {parallel} as sequentially ({} threads, {} stolen)",
         s.created, s.stolen
     ))
 }
 
-/// Bodies of the N-body application (the paper's 5,000, scaled to 200: the direct sum is
-/// quadratic) and its steps (the paper's six).
-const NB_BODIES: usize = 200;
+/// Steps of the N-body application (the paper's six) and its slaves per step.
 const NB_STEPS: usize = 6;
 const NB_SLAVES: usize = 8;
 
@@ -1337,7 +1474,7 @@ fn nb_accel(bodies: &[Body], range: core::ops::Range<usize>) -> Vec<[f64; 3]> {
                 }
                 let d = [q.0[0] - p[0], q.0[1] - p[1], q.0[2] - p[2]];
                 let r2 = d[0] * d[0] + d[1] * d[1] + d[2] * d[2] + 0.01;
-                let inv = 1.0 / (r2 * sqrt(r2));
+                let inv = 1.0 / (r2 * libm::sqrt(r2));
                 for (ak, dk) in a.iter_mut().zip(d) {
                     *ak += dk * inv;
                 }
@@ -1347,21 +1484,11 @@ fn nb_accel(bodies: &[Body], range: core::ops::Range<usize>) -> Vec<[f64; 3]> {
         .collect()
 }
 
-/// A square root by Newton's method (the runtime is `no_std`, without `libm`), the same in
-/// both runs.
-fn sqrt(x: f64) -> f64 {
-    let mut r = if x > 1.0 { x / 2.0 } else { 1.0 };
-    for _ in 0..40 {
-        r = 0.5 * (r + x / r);
-    }
-    r
-}
-
-/// Runs the simulation; with `par` each step's accelerations are computed by forked
-/// slaves. Returns a checksum of the final positions' bits.
-fn nb_run(par: bool) -> u64 {
+/// Runs the simulation of `n` bodies; with `par` each step's accelerations are computed
+/// by forked slaves. Returns a checksum of the final positions' bits.
+fn nb_run(n: usize, par: bool) -> u64 {
     let mut x = 7;
-    let mut bodies: Vec<Body> = (0..NB_BODIES)
+    let mut bodies: Vec<Body> = (0..n)
         .map(|_| {
             let mut c = || (lcg(&mut x) % 2000) as f64 / 100.0;
             ([c(), c(), c()], [0.0; 3])
@@ -1370,11 +1497,11 @@ fn nb_run(par: bool) -> u64 {
     for _ in 0..NB_STEPS {
         let acc: Vec<[f64; 3]> = if par {
             let shared = Arc::new(bodies.clone());
-            let chunk = NB_BODIES.div_ceil(NB_SLAVES);
+            let chunk = n.div_ceil(NB_SLAVES);
             let slaves: Vec<_> = (0..NB_SLAVES)
                 .map(|k| {
                     let b = shared.clone();
-                    fork(move || nb_accel(&b, k * chunk..((k + 1) * chunk).min(NB_BODIES)))
+                    fork(move || nb_accel(&b, k * chunk..((k + 1) * chunk).min(n)))
                 })
                 .collect();
             for s in &slaves {
@@ -1385,7 +1512,7 @@ fn nb_run(par: bool) -> u64 {
                 .flat_map(|s| s.value().cloned().unwrap_or_default())
                 .collect()
         } else {
-            nb_accel(&bodies, 0..NB_BODIES)
+            nb_accel(&bodies, 0..n)
         };
         for (b, a) in bodies.iter_mut().zip(acc.iter()) {
             for ((p, v), a) in b.0.iter_mut().zip(b.1.iter_mut()).zip(a) {
@@ -1399,71 +1526,83 @@ fn nb_run(par: bool) -> u64 {
     })
 }
 
-/// The N-body application of Figure 4 (direct summation; 200 bodies where the paper had
-/// 5,000, six steps): the final positions, bit for bit, against a sequential run.
+/// The N-body application of Figure 4 (direct summation, six steps): the final
+/// positions, bit for bit, against a sequential run.
 pub fn nbody(vps: usize) -> Outcome {
-    let sequential = nb_run(false);
-    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), || nb_run(true));
+    let n = TEST_SIZES.nb_bodies;
+    let sequential = nb_run(n, false);
+    let (parallel, s) = run(Config::new(vps, Kind::WorkStealing), move || {
+        nb_run(n, true)
+    });
     ensure!(
         parallel == sequential,
         "N-body checksum {parallel:#x}, sequentially {sequential:#x}"
     );
     Ok(format!(
-        "N-body, {NB_BODIES} bodies, {NB_STEPS} steps: positions as sequentially ({} threads, {} stolen)",
+        "N-body, {n} bodies, {NB_STEPS} steps: positions as sequentially ({} threads, {} stolen)",
         s.created, s.stolen
     ))
 }
 
-/// An application's parallel run: its answer on this many virtual processors.
-pub type App = fn(usize) -> u64;
+/// One of the four Figure 4 applications, for timing its speedup and checking its answer
+/// at any size.
+pub struct App {
+    /// Its name.
+    pub name: &'static str,
+    /// What `sizes` it is run at, in words.
+    pub size: fn(&Sizes) -> String,
+    /// The sequential program's answer (no runtime).
+    pub sequential: fn(&Sizes) -> u64,
+    /// The parallel program's answer, in a runtime of this many work-stealing virtual
+    /// processors, and the runtime's counters.
+    pub parallel: fn(usize, &Sizes) -> (u64, crate::Stats),
+}
 
-/// The parallel runs of the four Figure 4 applications alone (no sequential run, no
-/// check), for timing their speedup: each runs its program in a runtime of `vps`
-/// work-stealing virtual processors and returns its answer.
-pub const APPS: &[(&str, App)] = &[
-    ("primes", |vps| {
-        run(Config::new(vps, Kind::WorkStealing), || {
-            let chunk = 60_000 / 16;
-            let slaves: Vec<_> = (0..16u64)
-                .map(|i| {
-                    fork(move || {
-                        (i * chunk..(i + 1) * chunk)
-                            .filter(|&n| {
-                                n >= 2 && (2..).take_while(|d| d * d <= n).all(|d| n % d != 0)
-                            })
-                            .count() as u64
-                    })
-                })
-                .collect();
-            slaves.iter().map(|t| *t.value().unwrap_or(&0)).sum::<u64>()
-        })
-        .0
-    }),
-    ("mst", |vps| {
-        let pts = Arc::new(mst_points());
-        run(Config::new(vps, Kind::WorkStealing), move || {
-            mst_weight(pts, true)
-        })
-        .0
-    }),
-    ("alphabeta", |vps| {
-        run(Config::new(vps, Kind::WorkStealing), || {
-            let full = (i64::MIN + 1, i64::MAX);
-            let b0 = if ab_skew(0) { 300 } else { 0 };
-            let first = -alpha_beta(1, AB_DEPTH - 1, -full.1, -full.0, -b0);
-            let rest: Vec<_> = (1..AB_FANOUT)
-                .map(|c| fork(move || -alpha_beta(c + 1, AB_DEPTH - 1, -full.1, -first, 0)))
-                .collect();
-            for r in &rest {
-                r.wait();
-            }
-            rest.iter()
-                .map(|r| *r.value().unwrap_or(&i64::MIN))
-                .fold(first, i64::max) as u64
-        })
-        .0
-    }),
-    ("nbody", |vps| {
-        run(Config::new(vps, Kind::WorkStealing), || nb_run(true)).0
-    }),
+/// The four applications of Figure 4.
+pub const APPS: &[App] = &[
+    App {
+        name: "primes",
+        size: |z| format!("the first {} primes", z.primes),
+        sequential: |z| nth_prime_sequential(z.primes),
+        parallel: |vps, z| {
+            let n = z.primes;
+            run(Config::new(vps, Kind::WorkStealing), move || {
+                nth_prime_parallel(n)
+            })
+        },
+    },
+    App {
+        name: "mst",
+        size: |z| format!("{} points", z.mst_points),
+        sequential: |z| mst_weight(Arc::new(mst_points(z.mst_points)), false),
+        parallel: |vps, z| {
+            let pts = Arc::new(mst_points(z.mst_points));
+            run(Config::new(vps, Kind::WorkStealing), move || {
+                mst_weight(pts, true)
+            })
+        },
+    },
+    App {
+        name: "alphabeta",
+        size: |z| format!("depth {}, fanout {AB_FANOUT}, 90% skew", z.ab_depth),
+        sequential: |z| ab_sequential(z.ab_depth) as u64,
+        parallel: |vps, z| {
+            let depth = z.ab_depth;
+            let (v, s) = run(Config::new(vps, Kind::WorkStealing), move || {
+                ab_parallel(depth)
+            });
+            (v as u64, s)
+        },
+    },
+    App {
+        name: "nbody",
+        size: |z| format!("{} bodies, {NB_STEPS} steps", z.nb_bodies),
+        sequential: |z| nb_run(z.nb_bodies, false),
+        parallel: |vps, z| {
+            let n = z.nb_bodies;
+            run(Config::new(vps, Kind::WorkStealing), move || {
+                nb_run(n, true)
+            })
+        },
+    },
 ];

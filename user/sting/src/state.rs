@@ -17,8 +17,10 @@
 //!   calls it for every change of a thread's state, under the thread's lock.
 //! - [`State::Determined`] is final: no event leaves it.
 
-/// The state of a thread, as the runtime tracks it.
+/// The state of a thread, as the runtime tracks it. (A one-byte tag, so that the thread
+/// controller's tests of a state are one comparison.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum State {
     /// Created with `delay`: runs only when its value is demanded (or it is scheduled).
     Delayed,
@@ -38,6 +40,7 @@ pub enum State {
 
 /// How a determined thread ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub enum End {
     /// Its thunk returned a value.
     Value,

@@ -94,3 +94,33 @@ fn control_words_are_per_thread() {
         "a thread started while another had changed its rounding mode"
     );
 }
+
+/// The four applications at the paper's sizes (`selftest::PAPER_SIZES`: the first million
+/// primes, 5,000 points, depth 10, 5,000 bodies): each parallel answer, on 1 and 2 virtual
+/// processors, equals the sequential one. Long (seconds on the host), so run on demand:
+/// `cargo test -p sting --release -- --ignored speedup_sizes --nocapture`.
+#[test]
+#[ignore]
+fn speedup_sizes() {
+    let _g = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let z = crate::selftest::PAPER_SIZES;
+    for app in crate::selftest::APPS {
+        let t0 = std::time::Instant::now();
+        let seq = (app.sequential)(&z);
+        let t1 = std::time::Instant::now();
+        for vps in [1, 2] {
+            let t2 = std::time::Instant::now();
+            let (par, s) = (app.parallel)(vps, &z);
+            assert_eq!(par, seq, "{} on {vps}", app.name);
+            std::println!(
+                "{} ({}): {par} on {vps} VPs as sequentially ({} threads, {} TCBs); sequential {:?}, parallel {:?}",
+                app.name,
+                (app.size)(&z),
+                s.created,
+                s.tcbs_created,
+                t1 - t0,
+                t2.elapsed()
+            );
+        }
+    }
+}
