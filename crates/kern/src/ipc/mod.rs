@@ -177,7 +177,7 @@ pub struct Port<T> {
     no_senders: Option<(PortId, u64)>,
     /// Dead-name requests: notify port (kernel-held send-once right), the dead name, and
     /// the space that asked (names are per space: the same number in two spaces is two
-    /// requests).
+    /// requests), in the order they were made: the port's death notifies them in it.
     dead_names: Vec<(PortId, u64, SpaceId)>,
     /// While the receive right is in flight: the port on whose queue the message carrying
     /// it waits (for the circularity check of `copyin`).
@@ -641,7 +641,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                 .iter()
                 .position(|&(_, nm, s)| nm == name && s == sid)
             {
-                released = Some(p.dead_names.swap_remove(i).0);
+                // `remove`, not `swap_remove`: the requests stay in the order they were
+                // made, which is the order their notifications go in when the port dies.
+                released = Some(p.dead_names.remove(i).0);
             }
         }
         if let Some(n) = released {
@@ -1172,7 +1174,8 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         else {
             return;
         };
-        let (notify, _, _) = p.dead_names.swap_remove(i);
+        // (In order, as above.)
+        let (notify, _, _) = p.dead_names.remove(i);
         self.drop_kernel_send_once(notify);
     }
 
