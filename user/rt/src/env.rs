@@ -31,6 +31,13 @@ static LOCK: RawMutex = RawMutex::new();
 
 /// The decoded start message (empty when there is none or it does not decode).
 fn start() -> Start<'static> {
+    // A task started without a start port (a boot task, or one its creator started with
+    // no message) has no arguments: say so without touching the kept buffer, its lock or
+    // the heap, so that a program that only asks starts in as few pages as it can (the
+    // start port's name is set once, before `main`).
+    if crate::start::start_port() == 0 {
+        return Start::EMPTY;
+    }
     LOCK.lock();
     // SAFETY: `LOCK` is held, so no other thread writes `KEPT` now, and it is written only
     // while it is `None` (below): a reference handed out earlier is never invalidated.
