@@ -191,7 +191,16 @@ fn send(k: &mut Kernel, id: u64, data: Vec<u8>) -> Result<(), Error> {
 }
 
 /// Reclaims a batch and sends its page-outs; whether any frame came free.
+///
+/// Not while the default pager's queue has no room for a whole batch: a page-out that
+/// cannot be queued leaves its page resident but stripped of its translations, so a
+/// reclaim then only costs the pages' next touches soft faults, and a fault waiting for
+/// memory that retries would strip batch after batch while the pager catches up (each
+/// retry finding the queue still full). The fault waits instead ([`page_fault`]).
 fn reclaim(k: &mut Kernel) -> bool {
+    if pager_port().is_some() && queued(k).saturating_add(replace::BATCH) > INFLIGHT_MAX {
+        return false;
+    }
     let outs = replace::reclaim(k);
     let mut freed = false;
     for mut o in outs {
@@ -424,6 +433,7 @@ fn stats(k: &mut Kernel, task: TaskId, scope: u64, out: u64) -> Result<u64, Erro
         s.store_slots,
         s.store_used,
         s.pagers_registered,
+        s.unsent,
     ];
     let mut bytes = [0u8; baton_abi::paging::PAGING_STATS_WORDS * 8];
     for (c, w) in bytes.chunks_exact_mut(8).zip(words) {

@@ -118,6 +118,10 @@ pub struct PagingStats {
     pub store_used: u64,
     /// Default pagers registered since boot; system scope only.
     pub pagers_registered: u64,
+    /// Page-outs replacement made that could not be queued to the default pager (its
+    /// queue full, or the pager gone): the page stayed, its translations removed for
+    /// nothing; system scope only.
+    pub unsent: u64,
 }
 
 /// Most tasks exempt from page replacement at once (`Sys::PagingExempt`), besides the

@@ -744,12 +744,15 @@ pub fn finish(k: &mut Kernel, out: &Outgoing, sent: bool) {
         if let Some(tv) = vm.tasks.get_mut(&out.task) {
             tv.paging.pageouts += 1;
         }
-    } else if vm
-        .objects
-        .swap_in(out.object, out.offset, out.slot, out.frame)
-        .is_ok()
-    {
-        r.slots.free(out.slot);
+    } else {
+        r.stats.unsent += 1;
+        if vm
+            .objects
+            .swap_in(out.object, out.offset, out.slot, out.frame)
+            .is_ok()
+        {
+            r.slots.free(out.slot);
+        }
     }
 }
 

@@ -22,7 +22,8 @@
 //!   ever (out of fuel) or reads outside its memory (a trap) is aborted, removed, and its
 //!   installer told (`NOTIFY_ABORTED`).
 //! - Two rounds: the second leaves the kernel's heap, objects and the extension charges
-//!   where the first did.
+//!   where the first did; and every page-out replacement made was queued to the default
+//!   pager (replacement does not strip pages it cannot send).
 #![no_std]
 #![no_main]
 
@@ -155,8 +156,18 @@ fn run() -> Result<(), Failed> {
     }
     let limit = must("paging stats", baton_rt::paging::system_stats())?.pageable_limit;
     println!("reclaim: user memory limited to {limit} frames");
+    let unsent0 = must("paging stats", baton_rt::paging::system_stats())?.unsent;
     let first = round(limit)?;
     let second = round(limit)?;
+    // Replacement reclaims only when the default pager's queue can take a whole batch: a
+    // page-out it could not queue would have stripped a page's translations for nothing
+    // (while a fault waited for the pager, every retry used to strip another batch, and
+    // the handlers' recent pages with it).
+    let unsent = must("paging stats", baton_rt::paging::system_stats())?.unsent - unsent0;
+    check!(
+        unsent == 0,
+        "every page-out replacement made was queued to the default pager ({unsent} not)"
+    );
     check!(
         first == second,
         "a second round leaves the kernel's heap, objects and extension charges as the first did ({first:?} -> {second:?})"
@@ -350,7 +361,11 @@ fn control(limit: u64) -> Result<(), Failed> {
 /// `PASSES` passes with a protecting handler installed: `H` stays, nominations were
 /// taken, and pages of `P` went out.
 fn protected(what: &str, r: &Regions, tell: &mut impl FnMut(u64)) -> Result<(), Failed> {
-    let (asked0, taken0) = (counted(RECLAIM_ASKED)?, counted(RECLAIM_TAKEN)?);
+    let (asked0, taken0, ignored0) = (
+        counted(RECLAIM_ASKED)?,
+        counted(RECLAIM_TAKEN)?,
+        counted(RECLAIM_IGNORED)?,
+    );
     let outs0 = must("paging stats", baton_rt::paging::stats())?.pageouts;
     for n in 1..=PASSES {
         r.pass(u64::from(n), tell);
@@ -359,14 +374,15 @@ fn protected(what: &str, r: &Regions, tell: &mut impl FnMut(u64)) -> Result<(), 
             "{what}: the hot page is still resident after pass {n}"
         );
     }
-    let (asked, taken) = (
+    let (asked, taken, ign) = (
         counted(RECLAIM_ASKED)? - asked0,
         counted(RECLAIM_TAKEN)? - taken0,
+        counted(RECLAIM_IGNORED)? - ignored0,
     );
     let outs = must("paging stats", baton_rt::paging::stats())?.pageouts - outs0;
     let out_now = r.scan_out();
     println!(
-        "reclaim: {what}: asked {asked} times, {taken} nominations taken, {outs} pages of this task paged out, {out_now} of the scan out now"
+        "reclaim: {what}: asked {asked} times, {taken} nominations taken, {ign} ignored, {outs} pages of this task paged out, {out_now} of the scan out now"
     );
     check!(asked > 0, "{what}: the handler was asked");
     check!(
