@@ -231,9 +231,9 @@ mod handlers {
     }
 
     /// `PhysAddr.Reclaim`: a candidate in the kept range is exchanged for the scanned
-    /// region's page written last, or the one before it, and so on (64 at most, more than
-    /// a batch of replacement's 32): the
-    /// first that is resident and not in replacement's batch already
+    /// region's page written last, or the one before it, and so on (the whole region, 1,024
+    /// pages at most, as the built-in `mru`: several batches may go while the scan waits):
+    /// the first that is resident and not in replacement's batch already
     /// (most-recently-used replacement for a sequential scan, which will not need that
     /// page again until it comes round); any other candidate goes.
     pub fn mru(candidate: i64) -> i64 {
@@ -244,7 +244,7 @@ mod handlers {
         }
         let pages = KEEP[3].load(Relaxed) / PAGE as u64;
         let (scan, pos) = (KEEP[2].load(Relaxed), KEEP[4].load(Relaxed));
-        for back in 0..pages.min(64) {
+        for back in 0..pages.min(1024) {
             let page = scan.wrapping_add(((pos % pages + pages - back) % pages) * PAGE as u64);
             let s = baton::query(page as i64);
             if s >= 0 && s & STATE_RESIDENT != 0 && s & STATE_CHOSEN == 0 {

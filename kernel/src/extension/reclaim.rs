@@ -376,9 +376,14 @@ mod ext {
     use baton_abi::translation::{STATE_CHOSEN, STATE_RESIDENT};
 
     const PAGE: u64 = 4096;
-    /// How far back from the page written last `mru` looks: more than a batch (32), so
-    /// that pages the batch holds cannot hide every recent one.
-    pub const RECENT: u64 = 64;
+    /// How far back from the page written last `mru` looks, in pages (4 MiB): the whole
+    /// scanned region up to that bound. Not only the last batch's worth: a fault that
+    /// waits for page-outs is taken again, and each retry may run replacement again, so
+    /// several batches can go while the scan stands still, taking every recent page, and
+    /// the most recently used page still resident is then further back. Bounded because
+    /// the region's length is the installer's word and a built-in handler runs under the
+    /// kernel's lock.
+    pub const RECENT: u64 = 1024;
 
     /// Most-recently-used replacement for a scanned region, and a protected range: the
     /// closure is the address, in the installer's memory, of five words `[hot, hot_len,
