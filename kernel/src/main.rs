@@ -25,6 +25,7 @@ mod ipc;
 mod kernel;
 mod klog;
 mod kobject;
+mod locked;
 mod memobj;
 mod ool;
 mod pageout;

@@ -42,6 +42,7 @@
 
 use crate::kernel::{Kernel, TaskId};
 use crate::kobject::{self, KObject};
+use crate::locked::Locked;
 use crate::thread::ThreadId;
 use baton_abi::memobj::{
     MapRequest, MemobjInfo, DMA_MAX, KIND_ANONYMOUS, KIND_DMA, KIND_PHYSICAL, PHYS_LIMIT,
@@ -49,7 +50,6 @@ use baton_abi::memobj::{
 };
 use baton_abi::vm::{INHERIT_COPY, INHERIT_SHARE, VM_ANYWHERE};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use core::ops::Range;
 use kern::dma::{DmaTable, DMA_OBJECTS_MAX};
 use kern::slab::{Key, Slab};
@@ -125,12 +125,7 @@ fn owned() -> &'static [Range<u64>] {
     }
 }
 
-struct Records(UnsafeCell<Option<Slab<Record>>>);
-// SAFETY: the cell is only reached through `records()`, whose callers hold the big kernel
-// lock, so at most one CPU touches it at a time.
-unsafe impl Sync for Records {}
-
-static RECORDS: Records = Records(UnsafeCell::new(None));
+static RECORDS: Locked<Slab<Record>> = Locked::new();
 
 /// The records (made on first use).
 ///
@@ -139,8 +134,7 @@ static RECORDS: Records = Records(UnsafeCell::new(None));
 /// nothing that could take it again (no IPC effects, nothing of `crate::vm`).
 unsafe fn records() -> &'static mut Slab<Record> {
     // SAFETY: the lock is held and no other reference to the cell is live.
-    let cell = unsafe { &mut *RECORDS.0.get() };
-    cell.get_or_insert_with(Slab::new)
+    unsafe { RECORDS.get_or_make(Slab::new) }
 }
 
 /// The system calls of this family (`Sys::MemobjCreate` … `Sys::WakeShared`, but

@@ -39,12 +39,12 @@
 //!   for a handle of every region in the table, so a teardown never allocates for it.
 
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::ipc::{Descriptor, MsgHeader, DESC_OOL, OOL_DEALLOCATE};
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::vm::{VM_COPY_CREATE, VM_COPY_DELETE};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use kern::frame::PAGE_SIZE;
 use kern::ipc::{Attached, PortId};
 use kern::slab::{Key, Slab};
@@ -74,12 +74,7 @@ struct Ool {
     spare: Vec<u64>,
 }
 
-struct OolCell(UnsafeCell<Option<Ool>>);
-// SAFETY: the cell is only reached through `state()`, whose callers hold the big kernel
-// lock, so at most one CPU touches it at a time.
-unsafe impl Sync for OolCell {}
-
-static OOL: OolCell = OolCell(UnsafeCell::new(None));
+static OOL: Locked<Ool> = Locked::new();
 
 /// The family's state (made on first use).
 ///
@@ -88,11 +83,12 @@ static OOL: OolCell = OolCell(UnsafeCell::new(None));
 /// alive while it uses this one.
 unsafe fn state() -> &'static mut Ool {
     // SAFETY: the caller holds the lock and no other reference to the cell is live.
-    let cell = unsafe { &mut *OOL.0.get() };
-    cell.get_or_insert_with(|| Ool {
-        regions: Slab::new(),
-        spare: Vec::new(),
-    })
+    unsafe {
+        OOL.get_or_make(|| Ool {
+            regions: Slab::new(),
+            spare: Vec::new(),
+        })
+    }
 }
 
 /// Zeros for clearing partial pages.

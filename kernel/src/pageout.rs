@@ -28,6 +28,7 @@
 //!   `port` while set.
 
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use crate::thread::{self, Blocked, ThreadId};
 use crate::vm::replace;
 use crate::vm::{Failure, PageWait};
@@ -36,7 +37,6 @@ use baton_abi::paging::{
     PagingStats, Transfer, PAGE_IN, PAGE_SIZE, SCOPE_SYSTEM, SCOPE_TASK, SLOTS_MAX, TRANSFER_SIZE,
 };
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use kern::continuation::{Continuation, Resume};
 use kern::ipc::{Message, PortId};
 use kern::slab::Key;
@@ -53,10 +53,7 @@ struct State {
     registered: u64,
 }
 
-struct Cell(UnsafeCell<Option<State>>);
-// SAFETY: reached only through `state()`, whose callers hold the big kernel lock.
-unsafe impl Sync for Cell {}
-static STATE: Cell = Cell(UnsafeCell::new(None));
+static STATE: Locked<State> = Locked::new();
 
 /// The family's state.
 ///
@@ -64,13 +61,14 @@ static STATE: Cell = Cell(UnsafeCell::new(None));
 /// The caller holds the big kernel lock and keeps the reference only while it calls
 /// nothing that could take it again.
 unsafe fn state() -> &'static mut State {
-    // SAFETY: the lock is held and no other reference to the cell is live.
-    let cell = unsafe { &mut *STATE.0.get() };
-    cell.get_or_insert_with(|| State {
-        pager: None,
-        waiting: Vec::new(),
-        registered: 0,
-    })
+    // SAFETY: the caller holds the lock and no other reference to the cell is live.
+    unsafe {
+        STATE.get_or_make(|| State {
+            pager: None,
+            waiting: Vec::new(),
+            registered: 0,
+        })
+    }
 }
 
 /// Registers the family with the virtual-memory family (once, at boot).

@@ -37,6 +37,7 @@
 //!   mark has been cleared): no fault waits for a request that was never sent.
 
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use crate::thread::{self, Blocked, ThreadId};
 use crate::vm::{Failure, PageWait};
 use alloc::vec::Vec;
@@ -46,7 +47,6 @@ use baton_abi::pager::{
     SUPPLY_MAX,
 };
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use kern::continuation::{Continuation, Resume};
 use kern::ipc::{Message, PortId};
 use kern::slab::{Key, Slab};
@@ -81,12 +81,7 @@ struct State {
     tidying: bool,
 }
 
-struct Cell(UnsafeCell<Option<State>>);
-// SAFETY: the cell is only reached through `state()`, whose callers hold the big kernel
-// lock, so at most one CPU touches it at a time.
-unsafe impl Sync for Cell {}
-
-static STATE: Cell = Cell(UnsafeCell::new(None));
+static STATE: Locked<State> = Locked::new();
 
 /// The family's state (made on first use).
 ///
@@ -94,13 +89,14 @@ static STATE: Cell = Cell(UnsafeCell::new(None));
 /// The caller holds the big kernel lock and keeps the reference only while it calls
 /// nothing that could take it again.
 unsafe fn state() -> &'static mut State {
-    // SAFETY: the lock is held and no other reference to the cell is live.
-    let cell = unsafe { &mut *STATE.0.get() };
-    cell.get_or_insert_with(|| State {
-        pagers: Slab::new(),
-        interrupted: Vec::new(),
-        tidying: false,
-    })
+    // SAFETY: the caller holds the lock and no other reference to the cell is live.
+    unsafe {
+        STATE.get_or_make(|| State {
+            pagers: Slab::new(),
+            interrupted: Vec::new(),
+            tidying: false,
+        })
+    }
 }
 
 /// Registers the family with the virtual-memory family (once, at boot).

@@ -41,12 +41,12 @@
 
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use crate::thread::ThreadId;
 use alloc::vec::Vec;
 use baton_abi::layout::{USER_END, USER_MIN};
 use baton_abi::vm::{self as abi, VmRegion, VmStats};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use kern::frame::{FrameAllocator, PhysAddr, PAGE_SIZE};
 use kern::idslab::IdSlab;
 use kern::pmap::{
@@ -116,12 +116,7 @@ pub struct Vm {
     page_wait: Option<(ThreadId, PageWait)>,
 }
 
-struct VmCell(UnsafeCell<Option<Vm>>);
-// SAFETY: the cell is only reached through `state()`, whose callers hold the big kernel
-// lock, so at most one CPU touches it at a time.
-unsafe impl Sync for VmCell {}
-
-static VM: VmCell = VmCell(UnsafeCell::new(None));
+static VM: Locked<Vm> = Locked::new();
 
 /// The family's state (made on first use).
 ///
@@ -131,13 +126,14 @@ static VM: VmCell = VmCell(UnsafeCell::new(None));
 /// it down).
 unsafe fn state() -> &'static mut Vm {
     // SAFETY: the caller holds the lock and no other reference to the cell is live.
-    let cell = unsafe { &mut *VM.0.get() };
-    cell.get_or_insert_with(|| Vm {
-        objects: Objects::new(OBJECTS_MAX),
-        tasks: IdSlab::new(),
-        stats: FaultStats::default(),
-        page_wait: None,
-    })
+    unsafe {
+        VM.get_or_make(|| Vm {
+            objects: Objects::new(OBJECTS_MAX),
+            tasks: IdSlab::new(),
+            stats: FaultStats::default(),
+            page_wait: None,
+        })
+    }
 }
 
 /// The machine as `kern::vm` needs it: frames from the frame allocator, the page tables of

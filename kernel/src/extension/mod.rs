@@ -43,13 +43,13 @@ pub mod translation;
 pub mod wasm;
 
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::spin::{
     ASYNC_DROPPED, ASYNC_PENDING, ASYNC_PENDING_MAX, ASYNC_RAN, DOMAINS_MAX, EVENT_SYSCALL,
     EVENT_TEST, EXT_SYSCALL_END, EXT_SYSCALL_FIRST, FUEL, INSTALL_ASYNC, NOTIFY_ABORTED,
 };
 use baton_abi::{Error, Sys};
-use core::cell::UnsafeCell;
 use kern::ipc::{Message, PortId};
 use kern::spin::domain::{
     DomainId, Domains, Holder, Image, Interface, Name, NameServer, Sig, Symbol,
@@ -129,12 +129,7 @@ pub struct State {
     async_counts: Vec<AsyncCount>,
 }
 
-struct Global(UnsafeCell<Option<State>>);
-// SAFETY: the state is only reached through `state`, whose callers hold the big kernel
-// lock, so one CPU at a time uses it.
-unsafe impl Sync for Global {}
-
-static STATE: Global = Global(UnsafeCell::new(None));
+static STATE: Locked<State> = Locked::new();
 
 /// The family's state, made on first use.
 ///
@@ -143,11 +138,7 @@ static STATE: Global = Global(UnsafeCell::new(None));
 /// keeps no other reference from an earlier call alive while it uses this one.
 unsafe fn state(_k: &mut Kernel) -> Result<&'static mut State, Error> {
     // SAFETY: under the lock, by the caller's contract, this is the only reference.
-    let slot = unsafe { &mut *STATE.0.get() };
-    if slot.is_none() {
-        *slot = Some(State::new()?);
-    }
-    slot.as_mut().ok_or(Error::NoMemory)
+    unsafe { STATE.get_or_try_make(State::new) }
 }
 
 /// The state if it exists (nothing is made).
@@ -156,7 +147,7 @@ unsafe fn state(_k: &mut Kernel) -> Result<&'static mut State, Error> {
 /// As [`state`].
 unsafe fn existing() -> Option<&'static mut State> {
     // SAFETY: as `state`.
-    unsafe { (*STATE.0.get()).as_mut() }
+    unsafe { STATE.get() }
 }
 
 /// Kernel interface targets (the `target` of the kernel domain's symbols).

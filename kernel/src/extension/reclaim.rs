@@ -29,11 +29,11 @@
 
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::spin::FUEL;
 use baton_abi::translation::{RECLAIM_ASKED, RECLAIM_IGNORED, RECLAIM_TAKEN};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use kern::ipc::PortId;
 use kern::spin::domain::{DomainId, Domains, NameServer, Sig, Symbol};
@@ -78,11 +78,7 @@ struct State {
     tallies: Vec<Tally>,
 }
 
-struct Global(UnsafeCell<Option<State>>);
-// SAFETY: reached only through `state`/`existing`, whose callers hold the big kernel lock.
-unsafe impl Sync for Global {}
-
-static STATE: Global = Global(UnsafeCell::new(None));
+static STATE: Locked<State> = Locked::new();
 
 /// Handlers installed.
 static INSTALLED: AtomicUsize = AtomicUsize::new(0);
@@ -94,11 +90,7 @@ static INSTALLED: AtomicUsize = AtomicUsize::new(0);
 /// alive while it uses this one.
 unsafe fn state() -> Result<&'static mut State, Error> {
     // SAFETY: under the lock, by the caller's contract, the only reference.
-    let slot = unsafe { &mut *STATE.0.get() };
-    if slot.is_none() {
-        *slot = Some(State::new()?);
-    }
-    slot.as_mut().ok_or(Error::NoMemory)
+    unsafe { STATE.get_or_try_make(State::new) }
 }
 
 /// The state if it exists.
@@ -107,7 +99,7 @@ unsafe fn state() -> Result<&'static mut State, Error> {
 /// As [`state`].
 unsafe fn existing() -> Option<&'static mut State> {
     // SAFETY: as `state`.
-    unsafe { (*STATE.0.get()).as_mut() }
+    unsafe { STATE.get() }
 }
 
 /// The owner: anyone may install, keyed to its own task (a handler is asked about its

@@ -31,13 +31,13 @@
 //! - A raise allocates nothing.
 
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::spin::{
     EVENT_STRAND_BLOCK, EVENT_STRAND_CHECKPOINT, EVENT_STRAND_RESUME, EVENT_STRAND_UNBLOCK, FUEL,
     STRAND_PROCEED, STRAND_VETO,
 };
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicUsize, Ordering};
 use kern::spin::domain::{DomainId, Domains, NameServer};
 use kern::spin::domain::{Sig, Symbol};
@@ -104,12 +104,7 @@ struct State {
     tallies: Vec<Tally>,
 }
 
-struct Global(UnsafeCell<Option<State>>);
-// SAFETY: the state is only reached through `state`/`existing`, whose callers hold the big
-// kernel lock, so one CPU at a time uses it.
-unsafe impl Sync for Global {}
-
-static STATE: Global = Global(UnsafeCell::new(None));
+static STATE: Locked<State> = Locked::new();
 
 /// Handlers installed on the four events together.
 static INSTALLED: AtomicUsize = AtomicUsize::new(0);
@@ -121,11 +116,7 @@ static INSTALLED: AtomicUsize = AtomicUsize::new(0);
 /// alive while it uses this one.
 unsafe fn state() -> Result<&'static mut State, Error> {
     // SAFETY: under the lock, by the caller's contract, this is the only reference.
-    let slot = unsafe { &mut *STATE.0.get() };
-    if slot.is_none() {
-        *slot = Some(State::new()?);
-    }
-    slot.as_mut().ok_or(Error::NoMemory)
+    unsafe { STATE.get_or_try_make(State::new) }
 }
 
 /// The state if it exists.
@@ -134,7 +125,7 @@ unsafe fn state() -> Result<&'static mut State, Error> {
 /// As [`state`].
 unsafe fn existing() -> Option<&'static mut State> {
     // SAFETY: as `state`.
-    unsafe { (*STATE.0.get()).as_mut() }
+    unsafe { STATE.get() }
 }
 
 /// The owner of the `Strand` events: anyone may install, keyed to its own task, with the

@@ -27,10 +27,10 @@
 
 use super::{Call, K_CONSOLE_WRITE, K_SECRET, K_TASK_ID};
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::spin::{FUEL, MEMORY_PAGES_MAX, MODULE_MAX};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use kern::quota::Charge;
 use kern::spin::domain::{DomainId, Domains, Holder, Image, Import, Interface, Name, Sig, Symbol};
 use kern::spin::event::Binding;
@@ -89,11 +89,7 @@ struct Exts {
     list: Vec<Option<Ext>>,
 }
 
-struct Global(UnsafeCell<Option<Exts>>);
-// SAFETY: reached only through `exts`, whose callers hold the big kernel lock.
-unsafe impl Sync for Global {}
-
-static EXTS: Global = Global(UnsafeCell::new(None));
+static EXTS: Locked<Exts> = Locked::new();
 
 /// The modules.
 ///
@@ -101,8 +97,7 @@ static EXTS: Global = Global(UnsafeCell::new(None));
 /// The caller holds the big kernel lock and no other reference from an earlier call.
 unsafe fn exts() -> &'static mut Exts {
     // SAFETY: by the caller's contract this is the only reference, under the lock.
-    let slot = unsafe { &mut *EXTS.0.get() };
-    slot.get_or_insert_with(Exts::default)
+    unsafe { EXTS.get_or_make(Exts::default) }
 }
 
 /// A new engine: fuel metering, no floats, eager compilation, a bounded stack.

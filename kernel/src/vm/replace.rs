@@ -35,10 +35,10 @@
 use super::{shootdown, state, Vm};
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
+use crate::locked::Locked;
 use alloc::vec::Vec;
 use baton_abi::paging::{PagingStats, Transfer, PAGE_OUT_SIZE, TRANSFER_SIZE};
 use baton_abi::Error;
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use kern::frame::{PhysAddr, PAGE_SIZE};
 use kern::pmap::{PhysMem, ACCESSED, ADDR_MASK, DIRTY, OWNED};
@@ -90,10 +90,7 @@ pub struct Replace {
     ready: bool,
 }
 
-struct Cell(UnsafeCell<Option<Replace>>);
-// SAFETY: reached only through `replace()`, whose callers hold the big kernel lock.
-unsafe impl Sync for Cell {}
-static REPLACE: Cell = Cell(UnsafeCell::new(None));
+static REPLACE: Locked<Replace> = Locked::new();
 
 /// The state (made on first use; not ready until [`init`]).
 ///
@@ -101,26 +98,27 @@ static REPLACE: Cell = Cell(UnsafeCell::new(None));
 /// The caller holds the big kernel lock and keeps no other reference from this function
 /// alive while it uses this one.
 pub unsafe fn replace() -> &'static mut Replace {
-    // SAFETY: the lock is held and no other reference to the cell is live.
-    let cell = unsafe { &mut *REPLACE.0.get() };
-    cell.get_or_insert_with(|| Replace {
-        limit: u64::MAX,
-        used: 0,
-        reserve: 0,
-        counted_span_total: 0,
-        counted: FrameSet::default(),
-        referenced: FrameSet::default(),
-        dirty: FrameSet::default(),
-        fresh: FrameSet::default(),
-        fresh_list: [0; FRESH_MAX],
-        fresh_len: 0,
-        clock: Clock::new(),
-        slots: Slots::new(),
-        stats: PagingStats::default(),
-        pager: None,
-        exempt: [0; baton_abi::paging::EXEMPT_MAX],
-        ready: false,
-    })
+    // SAFETY: the caller holds the lock and no other reference to the cell is live.
+    unsafe {
+        REPLACE.get_or_make(|| Replace {
+            limit: u64::MAX,
+            used: 0,
+            reserve: 0,
+            counted_span_total: 0,
+            counted: FrameSet::default(),
+            referenced: FrameSet::default(),
+            dirty: FrameSet::default(),
+            fresh: FrameSet::default(),
+            fresh_list: [0; FRESH_MAX],
+            fresh_len: 0,
+            clock: Clock::new(),
+            slots: Slots::new(),
+            stats: PagingStats::default(),
+            pager: None,
+            exempt: [0; baton_abi::paging::EXEMPT_MAX],
+            ready: false,
+        })
+    }
 }
 
 /// Sets page replacement up over the frame allocator (once, at boot): `limit` frames of
