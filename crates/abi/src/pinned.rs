@@ -232,7 +232,7 @@ fn paging_numbers() {
     assert_eq!(crate::paging::PAGE_OUT, crate::ipc::KERNEL_ID_BASE + 0x180);
     assert_eq!(crate::paging::PAGE_IN, crate::ipc::KERNEL_ID_BASE + 0x181);
     assert_eq!(crate::paging::TRANSFER_SIZE, 32);
-    assert_eq!(crate::paging::PAGING_STATS_WORDS, 16);
+    assert_eq!(crate::paging::PAGING_STATS_WORDS, 17);
     let t = crate::paging::Transfer {
         object: 1,
         offset: 2,
