@@ -516,10 +516,146 @@ fn try_migrate_user(k: &mut Kernel, cpu: usize, cur: ThreadId, va: u64, len: u64
     let Some(header) = MsgHeader::from_bytes(&raw) else {
         return;
     };
+    if header.bits >> 16 != 0 {
+        return migrate_user_ool(k, cpu, cur, &header, s_key, sidetracked, va, len);
+    }
     let Some(port) = migrating_port(k, s_key, &header, len) else {
         return;
     };
     migrate_user(k, cpu, cur, &header, port, sidetracked, va, len)
+}
+
+/// Reads the `n` descriptors of a message whose header is at `va` of the task of key
+/// `key` (made resident first if need be, as its own loads would), into `out`. `None`
+/// when they cannot be read or one is not `DESC_OOL` (a migrating call carries regions
+/// only).
+fn user_regions(k: &mut Kernel, key: Key, va: u64, out: &mut [Descriptor]) -> Option<()> {
+    let at = va.checked_add(HEADER_SIZE as u64)?;
+    let len = out.len() * DESCRIPTOR_SIZE;
+    let mut raw = [0u8; MIGRATING_REGIONS * DESCRIPTOR_SIZE];
+    let raw = raw.get_mut(..len)?;
+    let read = |k: &mut Kernel, raw: &mut [u8]| {
+        let space = &k.tasks.by_key(key).ok_or(Error::BadAddress)?.space;
+        let mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        usercopy::copy_from_user(space, &mem, at, raw)
+    };
+    if read(k, raw).is_err() {
+        crate::vm::make_resident_key(k, key, at, len, false).ok()?;
+        read(k, raw).ok()?;
+    }
+    for (d, bytes) in out.iter_mut().zip(raw.chunks_exact(DESCRIPTOR_SIZE)) {
+        match Descriptor::from_bytes(bytes) {
+            Some(got) if got.kind == DESC_OOL => *d = got,
+            _ => return None,
+        }
+    }
+    Some(())
+}
+
+/// [`migrate_user`] for a request (in the caller's own buffer `[va, va + len)`) that
+/// carries out-of-line regions: as [`migrate_ool`] does for one in the IPC buffer, the
+/// regions are checked before an activation is taken (an error then changes nothing),
+/// carried by value into the server's task once the request's bytes are in the
+/// activation's buffer, and the descriptors there rewritten to the server's addresses.
+/// Returns, changing nothing, when the request is not such a call.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn migrate_user_ool(
+    k: &mut Kernel,
+    cpu: usize,
+    cur: ThreadId,
+    header: &MsgHeader,
+    s_key: Key,
+    sidetracked: bool,
+    va: u64,
+    len: usize,
+) {
+    let n = ((header.bits >> 16) & 0xff) as usize;
+    let plain = MsgHeader {
+        bits: header.bits & 0xffff,
+        ..*header
+    };
+    let size = header.size as usize;
+    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    if n > MIGRATING_REGIONS || descs_end > size {
+        return;
+    }
+    let Some(port_id) = migrating_port(k, s_key, &plain, len) else {
+        return;
+    };
+    // On the stack: the paths below end in calls that do not return.
+    let mut all = [Descriptor::default(); MIGRATING_REGIONS];
+    let Some(descs) = all.get_mut(..n) else {
+        return;
+    };
+    if user_regions(k, s_key, va, descs).is_none() {
+        return;
+    }
+    let Some(task) = k.threads.get(cur).and_then(|th| th.task) else {
+        return;
+    };
+    if let Err(e) = crate::ool::check_migrating(task, descs) {
+        crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+    }
+    let (a, sidetrack) = take(k, cur, port_id, sidetracked);
+    let carried = request_into(k, cur, a, va, size, sidetrack).and_then(|()| {
+        if sidetrack {
+            return Ok(());
+        }
+        match k.acts.get(a).map(|act| act.task) {
+            Some(server) => crate::ool::carry_migrating(k, task, server, descs),
+            None => Err(Error::Aborted),
+        }
+    });
+    if let Err(e) = carried {
+        // Undone as `migrate_user` undoes: the activation goes back, the call fails.
+        if let Some(p) = k.ipc.port_mut(port_id) {
+            p.pool.free.push(a);
+        }
+        if let Some(th) = k.threads.get_mut(cur) {
+            th.sidetracked = false;
+        }
+        crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+    }
+    let Some(act) = occupy(&mut k.acts, cur, a, header) else {
+        // Not reachable: a pool holds only live activations. Refuse rather than panic.
+        crate::kernel::finish_entry(k, false, Some(Error::Aborted.to_raw()))
+    };
+    let to = if sidetrack {
+        ReplyTo::Sidetrack
+    } else {
+        // The server sees the descriptors rewritten to its addresses (the request's bytes
+        // after them were copied by `request_into`).
+        write_regions(act.buffer.1, header, descs);
+        ReplyTo::User { va, len }
+    };
+    let into = KernelParts {
+        stats: &mut k.stats,
+        cpus: &mut k.cpus,
+        kernel_root: k.kernel_root,
+    };
+    enter(act, into, cpu, a, port_id, size, to)
+}
+
+/// Writes, at the start of the buffer whose first frame is `buffer`, a message header
+/// with `header`'s id and size claiming `descs.len()` descriptors, and the descriptors.
+fn write_regions(buffer: PhysAddr, header: &MsgHeader, descs: &[Descriptor]) {
+    paging::write_header(
+        buffer,
+        MsgHeader {
+            bits: (descs.len() as u32) << 16,
+            ..request_header(header)
+        },
+    );
+    for (i, d) in descs.iter().enumerate() {
+        paging::write_phys(
+            PhysAddr(buffer.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
+            &d.to_bytes(),
+        );
+    }
 }
 
 /// Runs the call of `cur` (on `cpu`), whose request `header` is at the start of its own
@@ -755,7 +891,9 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
             (Some((_, from)), Some((_, to))) => {
                 let reply = paging::read_header(from);
                 let size = reply.size as usize;
-                if reply.bits >> 16 != 0 || !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size) {
+                if reply.bits >> 16 != 0 {
+                    reply_regions(k, &saved, from, to, &reply)
+                } else if !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&size) {
                     Err(refused(k, &saved, &reply))
                 } else {
                     let [_, rcv_name, ..] = saved.frame.syscall_args().1;
@@ -800,6 +938,108 @@ fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
         ReplyTo::User { va, len } => reply_to_user(k, saved, va, len),
         ReplyTo::Sidetrack | ReplyTo::IpcBuffer | ReplyTo::Fault => Ok(()),
     }
+}
+
+/// The `n` descriptors of a reply whose header `reply` is at `buffer` (a frame of an
+/// activation's buffer), into `out`, checked for form: `n` at most
+/// [`MIGRATING_REGIONS`], all `DESC_OOL`, inside the reply's `size` (at most `room`).
+/// [`Error::BadFormat`] otherwise.
+fn reply_descriptors<'d>(
+    buffer: PhysAddr,
+    reply: &MsgHeader,
+    room: usize,
+    out: &'d mut [Descriptor; MIGRATING_REGIONS],
+) -> Result<&'d mut [Descriptor], Error> {
+    let n = ((reply.bits >> 16) & 0xff) as usize;
+    let size = reply.size as usize;
+    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    if reply.bits & 0xffff != 0 || n > MIGRATING_REGIONS || descs_end > size || size > room {
+        return Err(Error::BadFormat);
+    }
+    let descs = out.get_mut(..n).ok_or(Error::BadFormat)?;
+    for (i, d) in descs.iter_mut().enumerate() {
+        let mut raw = [0u8; DESCRIPTOR_SIZE];
+        paging::read_phys(
+            PhysAddr(buffer.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
+            &mut raw,
+        );
+        match Descriptor::from_bytes(&raw) {
+            Some(got) if got.kind == DESC_OOL => *d = got,
+            _ => return Err(Error::BadFormat),
+        }
+    }
+    Ok(descs)
+}
+
+/// Carries the regions the reply of the call `saved` names (`descs`, in the server's
+/// memory) by value into the caller's task, as a migrating request's are carried into the
+/// server's (`crate::ool::carry_migrating`: copy-on-write, anywhere, the bytes outside
+/// each range zeroed, the server's whole pages removed for `OOL_DEALLOCATE`), rewriting
+/// each descriptor to the caller's address. Checked first: an error changes nothing.
+fn carry_reply(k: &mut Kernel, saved: &Saved, descs: &mut [Descriptor]) -> Result<(), Error> {
+    let server = k
+        .acts
+        .get(saved.act)
+        .map(|a| a.task)
+        .ok_or(Error::Aborted)?;
+    let client = saved.task.ok_or(Error::Aborted)?;
+    crate::ool::check_migrating(server, descs)?;
+    crate::ool::carry_migrating(k, server, client, descs)
+}
+
+/// The return of a call to the caller's IPC buffer page `to` whose reply (at `from`, the
+/// server's buffer) carries out-of-line regions: they are carried into the caller's task
+/// ([`carry_reply`]) and the caller receives the header claiming them, their descriptors
+/// with its own addresses, and the rest of the reply. [`Error::BadFormat`] for a reply
+/// whose descriptors are not all well-formed regions, [`Error::TooLarge`] for one that
+/// does not fit the page, the region checks' errors for bad regions (nothing is carried
+/// then).
+#[cold]
+#[inline(never)]
+fn reply_regions(
+    k: &mut Kernel,
+    saved: &Saved,
+    from: PhysAddr,
+    to: PhysAddr,
+    reply: &MsgHeader,
+) -> Result<(), Error> {
+    let room = k
+        .acts
+        .get(saved.act)
+        .map_or(IPC_BUFFER_SIZE, |a| a.buffer_len);
+    let mut all = [Descriptor::default(); MIGRATING_REGIONS];
+    let descs = reply_descriptors(from, reply, room, &mut all)?;
+    let size = reply.size as usize;
+    if size > IPC_BUFFER_SIZE {
+        return Err(Error::TooLarge);
+    }
+    carry_reply(k, saved, descs)?;
+    let [_, rcv_name, ..] = saved.frame.syscall_args().1;
+    paging::write_header(
+        to,
+        MsgHeader {
+            bits: (descs.len() as u32) << 16,
+            size: reply.size,
+            dest: rcv_name,
+            reply: 0,
+            id: reply.id,
+        },
+    );
+    for (i, d) in descs.iter().enumerate() {
+        paging::write_phys(
+            PhysAddr(to.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
+            &d.to_bytes(),
+        );
+    }
+    let at = HEADER_SIZE + descs.len() * DESCRIPTOR_SIZE;
+    if size > at {
+        paging::copy_phys(
+            PhysAddr(to.0 + at as u64),
+            PhysAddr(from.0 + at as u64),
+            size - at,
+        );
+    }
+    Ok(())
 }
 
 /// Why the reply `reply` of the call `saved` (to the caller's IPC buffer page) is refused:
@@ -875,7 +1115,10 @@ fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), 
         }
     };
     let size = reply.size as usize;
-    if reply.bits >> 16 != 0 || !(HEADER_SIZE..=room).contains(&size) {
+    if reply.bits >> 16 != 0 {
+        return reply_regions_user(k, saved, va, len, &reply);
+    }
+    if !(HEADER_SIZE..=room).contains(&size) {
         return Err(Error::BadFormat);
     }
     if size > len {
@@ -893,6 +1136,88 @@ fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), 
     let [_, rcv_name, ..] = saved.frame.syscall_args().1;
     let out = MsgHeader {
         bits: 0,
+        size: reply.size,
+        dest: rcv_name,
+        reply: 0,
+        id: reply.id,
+    };
+    usercopy::copy_to_user(client, &mut mem, va, &out.to_bytes())
+}
+
+/// [`reply_once`] for a reply that carries out-of-line regions, into the caller's own
+/// buffer `[va, va + len)`: everything that can fail for want of a page (the caller's
+/// buffer writable for the whole reply, the server's reply readable) is checked before the
+/// regions are carried ([`carry_reply`]), so a retry after [`Error::BadAddress`] never
+/// carries twice; then the caller's buffer receives the header, the descriptors with its
+/// addresses and the rest of the reply.
+#[cold]
+#[inline(never)]
+fn reply_regions_user(
+    k: &mut Kernel,
+    saved: &Saved,
+    va: u64,
+    len: usize,
+    reply: &MsgHeader,
+) -> Result<(), Error> {
+    let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
+    let (from_va, room, server_key) = (act.buffer.0, act.buffer_len, act.task_key);
+    let mut all = [Descriptor::default(); MIGRATING_REGIONS];
+    let n = ((reply.bits >> 16) & 0xff) as usize;
+    if n > MIGRATING_REGIONS {
+        return Err(Error::BadFormat);
+    }
+    // The descriptors, read through the server's page tables (the activation may be
+    // retired: its recorded frames are not trusted then).
+    let descs = all.get_mut(..n).ok_or(Error::BadFormat)?;
+    user_regions(k, server_key, from_va, descs).ok_or(Error::BadFormat)?;
+    let size = reply.size as usize;
+    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
+    if reply.bits & 0xffff != 0 || descs_end > size || size > room {
+        return Err(Error::BadFormat);
+    }
+    if size > len {
+        return Err(Error::TooLarge);
+    }
+    {
+        let server = &k.tasks.by_key(server_key).ok_or(Error::BadAddress)?.space;
+        let client = &k
+            .tasks
+            .by_key(saved.task_key)
+            .ok_or(Error::BadAddress)?
+            .space;
+        let mem = KernelMem {
+            frames: &mut k.frames,
+        };
+        usercopy::check_writable(client, &mem, va, size)?;
+        usercopy::check_readable(server, &mem, from_va, size)?;
+    }
+    carry_reply(k, saved, descs)?;
+    let server = &k.tasks.by_key(server_key).ok_or(Error::BadAddress)?.space;
+    let client = &k
+        .tasks
+        .by_key(saved.task_key)
+        .ok_or(Error::BadAddress)?
+        .space;
+    let mut mem = KernelMem {
+        frames: &mut k.frames,
+    };
+    let data = size - descs_end;
+    let at = descs_end as u64;
+    // Checked above, and neither buffer is touched by the carry (regions are never wired
+    // pages, and land in free space): these cannot fail now but for a bug, and then the
+    // caller is told.
+    usercopy::copy_user_to_user(server, from_va + at, client, va + at, data, &mut mem)?;
+    for (i, d) in descs.iter().enumerate() {
+        usercopy::copy_to_user(
+            client,
+            &mut mem,
+            va + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64,
+            &d.to_bytes(),
+        )?;
+    }
+    let [_, rcv_name, ..] = saved.frame.syscall_args().1;
+    let out = MsgHeader {
+        bits: (n as u32) << 16,
         size: reply.size,
         dest: rcv_name,
         reply: 0,

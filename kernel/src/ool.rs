@@ -314,8 +314,8 @@ pub fn carry_migrating(
             let (a, b) = inner_pages(value, size);
             if b > a {
                 // Checked (mapped, not wired); as for a message, a split that cannot be
-                // made leaves the caller its pages, and the server still has a value.
-                let _ = crate::vm::deallocate(k, from, a, b - a);
+                // made leaves the sender its pages, and the receiver still has a value.
+                let _ = crate::vm::deallocate_moved(k, from, a, b - a);
             }
         }
     }

@@ -2379,6 +2379,19 @@ pub fn deallocate(k: &mut Kernel, task: TaskId, start: u64, len: u64) -> Result<
     vm_deallocate(k, task, start, len).map(|_| ())
 }
 
+/// Deallocates the whole pages of a region a move carried out of task `task` (checked
+/// unwired when it was taken), without first dropping the task's stale wirings as
+/// [`deallocate`] does: a migrating call's reply carries its regions while the returning
+/// thread is between the server's activation and its caller's record, when the caller's
+/// IPC buffer wiring would look stale (and be dropped) to that purge.
+pub fn deallocate_moved(k: &mut Kernel, task: TaskId, start: u64, len: u64) -> Result<(), Error> {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    with_map(k, vm, task, |tv, objs, m| {
+        tv.map.deallocate(objs, start, len, m)
+    })?
+}
+
 /// Whether task `task` has a map (a task that is ending may not any more).
 pub fn has_map(task: TaskId) -> bool {
     // SAFETY: the lock is held (every caller is under it); this reference ends here.

@@ -142,6 +142,39 @@ impl Request {
         self.reply_in_place(id, n);
     }
 
+    /// Writes a reply carrying out-of-line regions of this task (`descs`, `DESC_OOL`
+    /// descriptors, at most 8) and in-line `data` after them: the kernel carries the
+    /// regions into the caller's memory by value (with `OOL_DEALLOCATE`, this task's whole
+    /// pages of a region go) and gives the caller their addresses there. A reply that does
+    /// not fit the buffer is not written (`false`).
+    pub fn reply_regions(
+        &mut self,
+        id: u64,
+        descs: &[baton_abi::ipc::Descriptor],
+        data: &[u8],
+    ) -> bool {
+        let d = baton_abi::ipc::DESCRIPTOR_SIZE;
+        let at = HEADER_SIZE + descs.len() * d;
+        let size = at + data.len();
+        if descs.len() > 0xff || size > self.capacity() {
+            return false;
+        }
+        let b = self.buffer();
+        for (i, desc) in descs.iter().enumerate() {
+            b[HEADER_SIZE + i * d..HEADER_SIZE + (i + 1) * d].copy_from_slice(&desc.to_bytes());
+        }
+        b[at..size].copy_from_slice(data);
+        let h = MsgHeader {
+            bits: (descs.len() as u32) << 16,
+            size: size as u32,
+            dest: 0,
+            reply: 0,
+            id,
+        };
+        self.bytes()[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+        true
+    }
+
     /// Writes a reply header with id `id` over `len` bytes of data already in place (an
     /// echo leaves the request's data where it is).
     pub fn reply_in_place(&mut self, id: u64, mut len: usize) {

@@ -14,6 +14,8 @@
 //!   arrives at the peer;
 //! - a peer killed with out-of-line messages queued: the sender's own memory is intact, and
 //!   the kernel's heap, objects and free frames come back to the same baseline every round;
+//! - out-of-line data in migrating calls: in requests through the IPC buffer and through
+//!   a `MSG_BUF` buffer, and in their replies (by value, moved, unaligned, unmapped);
 //! - `vm_copy`'s four forms (new memory or over a destination, with or without deleting
 //!   the source), within the task and to and from the peer through its task port, and its
 //!   errors.
@@ -124,6 +126,7 @@ fn run() -> Result<(), Failed> {
     for (round, slot) in after.iter_mut().enumerate() {
         println!("ool: round {round}");
         migrating(&mut buf, mig_send, mig_reply)?;
+        migrating_replies(&mut buf, mig_send, mig_reply)?;
         one_round(&mut buf)?;
         *slot = settled()?;
     }
@@ -323,7 +326,211 @@ fn mig_handler(req: &mut baton_rt::migrate::Request) {
         n += 1;
     }
     SEEN.n.store(n as u64, Ordering::Relaxed);
-    req.reply(0, &[]);
+    let mode = REPLY_MODE.load(Ordering::Relaxed);
+    if mode == REPLY_PLAIN {
+        req.reply(0, &[]);
+        return;
+    }
+    // A reply carrying a region of this side's: two pages filled with seed 11 (or an
+    // unaligned part of them, or an unmapped range for the hostile case).
+    let Ok(a) = vm::allocate(None, 2 * P, PROT_RW) else {
+        req.reply(1, &[]);
+        return;
+    };
+    fill(a, 2 * P, 11);
+    REPLIED_AT.store(a, Ordering::Relaxed);
+    let d = match mode {
+        REPLY_MOVE => ool(a, 2 * P, OOL_DEALLOCATE),
+        REPLY_UNALIGNED => ool(a + 104, P + 200, 0),
+        REPLY_UNMAPPED => ool(UNMAPPED, P, 0),
+        _ => ool(a, 2 * P, 0),
+    };
+    req.reply_regions(REPLY_ID, &[d], &REPLY_TAIL.to_le_bytes());
+}
+
+/// How the activation replies: in-line only, or with a region (copied, moved, unaligned,
+/// or unmapped).
+static REPLY_MODE: AtomicU64 = AtomicU64::new(REPLY_PLAIN);
+const REPLY_PLAIN: u64 = 0;
+const REPLY_COPY: u64 = 1;
+const REPLY_MOVE: u64 = 2;
+const REPLY_UNALIGNED: u64 = 3;
+const REPLY_UNMAPPED: u64 = 4;
+/// The region the activation allocated for its last reply.
+static REPLIED_AT: AtomicU64 = AtomicU64::new(0);
+const REPLY_ID: u64 = 0x001_0003;
+/// The in-line word after a reply's descriptor.
+const REPLY_TAIL: u64 = 0x7a11_7a11_7a11;
+
+/// A migrating call through a buffer of the caller's own (`MSG_BUF`) carrying `descs` and
+/// one in-line word; the reply comes back into `out`.
+fn mig_call_buf(out: &mut [u8], send: u64, reply: u64, descs: &[Descriptor]) -> Result<(), Error> {
+    let d = baton_abi::ipc::DESCRIPTOR_SIZE;
+    let at = baton_abi::ipc::HEADER_SIZE + descs.len() * d;
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0)
+            | (descs.len() as u32) << 16,
+        dest: send,
+        reply,
+        id: HELLO,
+        size: (at + 8) as u32,
+    };
+    out[..baton_abi::ipc::HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    for (i, desc) in descs.iter().enumerate() {
+        let o = baton_abi::ipc::HEADER_SIZE + i * d;
+        out[o..o + d].copy_from_slice(&desc.to_bytes());
+    }
+    out[at..at + 8].copy_from_slice(&HELLO.to_le_bytes());
+    baton_rt::ipc::msg_buf(out, MSG_SEND | MSG_RECEIVE, reply, 10 * SECOND)
+}
+
+/// The header, first descriptor and the in-line word after it of a reply in `b`.
+fn reply_in(b: &[u8]) -> (MsgHeader, Option<Descriptor>, u64) {
+    let hs = baton_abi::ipc::HEADER_SIZE;
+    let d = baton_abi::ipc::DESCRIPTOR_SIZE;
+    let h = MsgHeader::from_bytes(&b[..hs]).unwrap_or_default();
+    let desc = Descriptor::from_bytes(&b[hs..hs + d]);
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[hs + d..hs + d + 8]);
+    (h, desc, u64::from_le_bytes(w))
+}
+
+/// Out-of-line data in the replies of migrating calls (through the IPC buffer and through
+/// a `MSG_BUF` buffer), and in `MSG_BUF` requests: the reply's region arrives in the
+/// caller's memory by value (a later write to either copy is invisible to the other), a
+/// moved one leaves the server's memory, an unaligned one comes with zeros around it, an
+/// unmapped one fails the call with nothing received; a `MSG_BUF` request's regions reach
+/// the server as the IPC buffer's do.
+fn migrating_replies(buf: &mut IpcBuffer, send: u64, reply: u64) -> Result<(), Failed> {
+    // Through the IPC buffer: a copy.
+    REPLY_MODE.store(REPLY_COPY, Ordering::Relaxed);
+    must("migrating call", mig_call(buf, send, reply, &[]))?;
+    let (h, d) = (buf.header(), buf.descriptor(0));
+    let server = REPLIED_AT.load(Ordering::Relaxed);
+    let tail = buf.data().get(..8).map(|w| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(w);
+        u64::from_le_bytes(b)
+    });
+    let got = d.map_or(0, |d| d.value);
+    check!(
+        h.id == REPLY_ID
+            && h.bits >> 16 == 1
+            && d.is_some_and(|d| d.kind == DESC_OOL && d.size == 2 * P)
+            && got != 0
+            && got != server
+            && read(got) == pattern(11, 0)
+            && holds(got, 2 * P, 11, 0)
+            && tail == Some(REPLY_TAIL),
+        "a migrating call's reply region arrives in the caller's memory, with the in-line data after it ({h:?} {d:?})"
+    );
+    write(server, 0xbad);
+    write(got + P, 0xbad);
+    check!(
+        read(got) == pattern(11, 0) && read(server + P) == pattern(11, P),
+        "the reply's region is a value: neither copy sees the other's later writes"
+    );
+    free(got, 2 * P)?;
+    free(server, 2 * P)?;
+    // A move: the server's pages go.
+    REPLY_MODE.store(REPLY_MOVE, Ordering::Relaxed);
+    must("migrating call", mig_call(buf, send, reply, &[]))?;
+    let server = REPLIED_AT.load(Ordering::Relaxed);
+    let got = buf.descriptor(0).map_or(0, |d| d.value);
+    let gone = match vm::query(server) {
+        Err(Error::NotFound) => true,
+        Ok(q) => q.start >= server + 2 * P,
+        Err(_) => false,
+    };
+    check!(
+        gone && got != 0 && read(got) == pattern(11, 0) && holds(got, 2 * P, 11, 0),
+        "a moved reply region leaves the server's memory and arrives whole"
+    );
+    free(got, 2 * P)?;
+    // Unaligned: zeros around it.
+    REPLY_MODE.store(REPLY_UNALIGNED, Ordering::Relaxed);
+    must("migrating call", mig_call(buf, send, reply, &[]))?;
+    let server = REPLIED_AT.load(Ordering::Relaxed);
+    let d = buf.descriptor(0);
+    let got = d.map_or(0, |d| d.value);
+    let clean = got != 0
+        && ((got & !(P - 1))..got)
+            .chain(got + P + 200..(got + P + 200).next_multiple_of(P))
+            .all(|a| byte(a) == 0);
+    check!(
+        got % P == 104
+            && d.is_some_and(|d| d.size == P + 200)
+            && clean
+            && read(got) == pattern(11, 104),
+        "an unaligned reply region arrives at its offset, the bytes around it zeros"
+    );
+    if got != 0 {
+        free(got & !(P - 1), 2 * P)?;
+    }
+    free(server, 2 * P)?;
+    // Unmapped: the call fails, nothing arrives.
+    REPLY_MODE.store(REPLY_UNMAPPED, Ordering::Relaxed);
+    let r = mig_call(buf, send, reply, &[]);
+    check!(
+        r == Err(Error::BadAddress),
+        "a reply naming unmapped memory fails the call ({r:?})"
+    );
+    free(REPLIED_AT.load(Ordering::Relaxed), 2 * P)?;
+    // Through a buffer of the caller's own (`MSG_BUF`): a region each way.
+    let q = must("allocate", vm::allocate(None, 2 * P, PROT_RW))?;
+    fill(q, 2 * P, 12);
+    let mut out = [0u8; 512];
+    REPLY_MODE.store(REPLY_COPY, Ordering::Relaxed);
+    SEEN.n.store(99, Ordering::Relaxed);
+    must(
+        "MSG_BUF migrating call",
+        mig_call_buf(&mut out, send, reply, &[ool(q, 2 * P, 0)]),
+    )?;
+    let at = SEEN.at[0].load(Ordering::Relaxed);
+    check!(
+        SEEN.n.load(Ordering::Relaxed) == 1
+            && at != 0
+            && at != q
+            && SEEN.first[0].load(Ordering::Relaxed) == pattern(12, 0)
+            && read(q) == pattern(12, 0)
+            && holds(at + 8, 2 * P - 8, 12, 8),
+        "a MSG_BUF migrating call's region arrives in the server's memory by value"
+    );
+    let (h, d, tail) = reply_in(&out);
+    let server = REPLIED_AT.load(Ordering::Relaxed);
+    let got = d.map_or(0, |d| d.value);
+    check!(
+        h.id == REPLY_ID
+            && h.bits >> 16 == 1
+            && got != 0
+            && got != server
+            && holds(got, 2 * P, 11, 0)
+            && read(got) == pattern(11, 0)
+            && tail == REPLY_TAIL,
+        "a MSG_BUF migrating call's reply region arrives in the caller's memory ({h:?} {d:?})"
+    );
+    write(got, 0xbad);
+    check!(read(server) == pattern(11, 0), "and is a value");
+    free(got, 2 * P)?;
+    free(server, 2 * P)?;
+    free(at, 2 * P)?;
+    // A MSG_BUF request moving its region, with an unmapped reply: the move happened
+    // (the request was carried), the reply fails.
+    REPLY_MODE.store(REPLY_UNMAPPED, Ordering::Relaxed);
+    let r = mig_call_buf(&mut out, send, reply, &[ool(q, 2 * P, OOL_DEALLOCATE)]);
+    let gone = match vm::query(q) {
+        Err(Error::NotFound) => true,
+        Ok(x) => x.start >= q + 2 * P,
+        Err(_) => false,
+    };
+    check!(
+        r == Err(Error::BadAddress) && gone,
+        "a MSG_BUF request's move takes the caller's pages; a bad reply region fails the call ({r:?})"
+    );
+    free(SEEN.at[0].load(Ordering::Relaxed), 2 * P)?;
+    free(REPLIED_AT.load(Ordering::Relaxed), 2 * P)?;
+    REPLY_MODE.store(REPLY_PLAIN, Ordering::Relaxed);
+    Ok(())
 }
 
 /// A migrating call to the activations of `send` carrying `descs`.
