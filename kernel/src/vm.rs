@@ -2278,9 +2278,12 @@ fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
             if !full {
                 full = t.space.set(&mut charged, va, frame, flags).is_err();
                 if !full {
-                    // A new mapping: this task has no other translation of its pages
-                    // to check, so a stale record of its own is simply kept beside.
-                    rmap.record(frame.0, task, va, &account, |id, _| id != task);
+                    // The page tables cannot be asked here (this task's are borrowed):
+                    // every record is taken as live, and a record the words have no
+                    // room for goes to the tree (never replacing a translation that
+                    // may still be there, such as this task's own mapping of the same
+                    // object elsewhere).
+                    rmap.record(frame.0, task, va, &account, |_, _| true);
                 }
             }
         });
