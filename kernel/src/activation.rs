@@ -140,19 +140,10 @@ fn migrate_ool(
     s_key: Key,
     sidetracked: bool,
 ) {
-    let n = ((header.bits >> 16) & 0xff) as usize;
-    let plain = MsgHeader {
-        bits: header.bits & 0xffff,
-        ..*header
-    };
-    let size = header.size as usize;
-    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
-    if n > MIGRATING_REGIONS || descs_end > size {
-        return;
-    }
-    let Some(port_id) = migrating_port(k, s_key, &plain, IPC_BUFFER_SIZE) else {
+    let Some((n, port_id)) = ool_call_port(k, s_key, header, IPC_BUFFER_SIZE) else {
         return;
     };
+    let (size, descs_end) = (header.size as usize, HEADER_SIZE + n * DESCRIPTOR_SIZE);
     // On the stack: nothing here may own heap memory, since the paths below end in
     // calls that do not return (a wait for an activation, the upcall, an error's return).
     let mut all = [Descriptor::default(); MIGRATING_REGIONS];
@@ -183,14 +174,7 @@ fn migrate_ool(
             None => Err(Error::Aborted),
         };
         if let Err(e) = carried {
-            // Undone as `migrate_user` undoes: the activation goes back, the call fails.
-            if let Some(p) = k.ipc.port_mut(port_id) {
-                p.pool.free.push(a);
-            }
-            if let Some(th) = k.threads.get_mut(cur) {
-                th.sidetracked = false;
-            }
-            crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+            regions_failed(k, cur, port_id, a, e)
         }
     }
     let Some(act) = occupy(&mut k.acts, cur, a, header) else {
@@ -202,19 +186,7 @@ fn migrate_ool(
     } else {
         // The server sees the descriptors, rewritten to its addresses, then the data.
         let buffer = act.buffer.1;
-        paging::write_header(
-            buffer,
-            MsgHeader {
-                bits: (n as u32) << 16,
-                ..request_header(header)
-            },
-        );
-        for (i, d) in descs.iter().enumerate() {
-            paging::write_phys(
-                PhysAddr(buffer.0 + (HEADER_SIZE + i * DESCRIPTOR_SIZE) as u64),
-                &d.to_bytes(),
-            );
-        }
+        write_regions(buffer, header, descs);
         if size > descs_end {
             let at = descs_end as u64;
             paging::copy_phys(
@@ -231,6 +203,40 @@ fn migrate_ool(
         kernel_root: k.kernel_root,
     };
     enter(act, into, cpu, a, port_id, size, to)
+}
+
+/// The number of descriptors of a request `header` that may carry out-of-line regions into
+/// a migrating call (at most [`MIGRATING_REGIONS`], all within its `size`), and the port
+/// it migrates to ([`migrating_port`] of the header without them, through a buffer of
+/// `limit` bytes). `None` when the request is not such a call.
+fn ool_call_port(
+    k: &Kernel,
+    s_key: Key,
+    header: &MsgHeader,
+    limit: usize,
+) -> Option<(usize, PortId)> {
+    let n = ((header.bits >> 16) & 0xff) as usize;
+    if n > MIGRATING_REGIONS || HEADER_SIZE + n * DESCRIPTOR_SIZE > header.size as usize {
+        return None;
+    }
+    let plain = MsgHeader {
+        bits: header.bits & 0xffff,
+        ..*header
+    };
+    migrating_port(k, s_key, &plain, limit).map(|port| (n, port))
+}
+
+/// A migrating call's regions could not be carried into the server (`e`) after
+/// activation `a` of `port` was taken for `cur`: undone as `migrate_user` undoes (the
+/// activation goes back to its pool, the call fails with `e`).
+fn regions_failed(k: &mut Kernel, cur: ThreadId, port: PortId, a: ActId, e: Error) -> ! {
+    if let Some(p) = k.ipc.port_mut(port) {
+        p.pool.free.push(a);
+    }
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.sidetracked = false;
+    }
+    crate::kernel::finish_entry(k, false, Some(e.to_raw()))
 }
 
 /// The port a request `header` (sent by the task of key `s_key`, through a buffer of
@@ -573,19 +579,10 @@ fn migrate_user_ool(
     va: u64,
     len: usize,
 ) {
-    let n = ((header.bits >> 16) & 0xff) as usize;
-    let plain = MsgHeader {
-        bits: header.bits & 0xffff,
-        ..*header
+    let Some((n, port_id)) = ool_call_port(k, s_key, header, len) else {
+        return;
     };
     let size = header.size as usize;
-    let descs_end = HEADER_SIZE + n * DESCRIPTOR_SIZE;
-    if n > MIGRATING_REGIONS || descs_end > size {
-        return;
-    }
-    let Some(port_id) = migrating_port(k, s_key, &plain, len) else {
-        return;
-    };
     // On the stack: the paths below end in calls that do not return.
     let mut all = [Descriptor::default(); MIGRATING_REGIONS];
     let Some(descs) = all.get_mut(..n) else {
@@ -611,14 +608,7 @@ fn migrate_user_ool(
         }
     });
     if let Err(e) = carried {
-        // Undone as `migrate_user` undoes: the activation goes back, the call fails.
-        if let Some(p) = k.ipc.port_mut(port_id) {
-            p.pool.free.push(a);
-        }
-        if let Some(th) = k.threads.get_mut(cur) {
-            th.sidetracked = false;
-        }
-        crate::kernel::finish_entry(k, false, Some(e.to_raw()))
+        regions_failed(k, cur, port_id, a, e)
     }
     let Some(act) = occupy(&mut k.acts, cur, a, header) else {
         // Not reachable: a pool holds only live activations. Refuse rather than panic.

@@ -300,6 +300,15 @@ fn wait_on(k: &mut Kernel, cur: ThreadId, key: (TaskId, u64), timeout: u64) -> u
     thread::thread_block_with(k, Continuation::new(Resume::Wait));
 }
 
+/// Whether `addr` may key a user's `wait` or `wake`: an aligned word of the user half. A
+/// key outside it is none of the task's words: the kernel's own waits use keys in the
+/// kernel's half (the built-in thread package's joins and conditions), which a user `wake`
+/// must not reach.
+#[inline(always)]
+fn word_key_ok(addr: u64) -> bool {
+    addr.is_multiple_of(4) && addr < baton_abi::layout::USER_END
+}
+
 /// `wait` and `wake`, the calls user-level synchronisation makes on every contended lock,
 /// the short way: decoded before the general decode of [`on_syscall`], and done
 /// without its steps for calls that copy user memory (no pager wait, no object dropped, no
@@ -314,11 +323,7 @@ fn sync_short(k: &mut Kernel, number: u64) {
     // not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
     let (cur, key, [addr, arg, timeout, ..]) = (th.id, th.task_key, th.frame.syscall_args().1);
-    let (Some(task), false, true) = (
-        th.task,
-        th.kill_pending,
-        addr.is_multiple_of(4) && addr < baton_abi::layout::USER_END,
-    ) else {
+    let (Some(task), false, true) = (th.task, th.kill_pending, word_key_ok(addr)) else {
         return;
     };
     if number == Sys::Wake as u64 {
@@ -934,10 +939,7 @@ impl Kernel {
     }
 
     fn sys_wake(&mut self, task: TaskId, addr: u64, n: u64) -> Result<u64, Error> {
-        // A key in the kernel's half is none of the task's words: the kernel's own waits
-        // use such keys (the built-in thread package's joins and conditions), which a user
-        // `wake` must not reach.
-        if !addr.is_multiple_of(4) || addr >= baton_abi::layout::USER_END {
+        if !word_key_ok(addr) {
             return Err(Error::InvalidArgument);
         }
         Ok(self.wake_key((task, addr), n))

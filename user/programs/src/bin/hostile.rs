@@ -4058,7 +4058,7 @@ fn g_spin_threads(c: &mut Ctx) {
             c,
             baton_rt::sys::wake_raw(addr, u64::MAX),
             Err(Error::InvalidArgument),
-            "wake({addr:#x}), a key in the kernel's half"
+            "wake({addr:#x}), a key outside the user half"
         );
     }
     p.uninstall();
