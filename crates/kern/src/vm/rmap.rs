@@ -142,21 +142,30 @@ impl Rmap {
     /// [`Rmap::record`] where it costs nothing: the translation is recorded already, or an
     /// inline word is free for it, or the frame is outside the span (nothing recorded).
     /// `false` when [`Rmap::record`] must be called (which may look at page tables).
+    ///
+    /// The zero-fill fault's case, a frame with no record (its words were cleared when
+    /// it was last freed), is tested first: two loads, a test and a store.
     #[inline(always)]
     pub fn record_fast(&mut self, frame: u64, task: u64, va: u64) -> bool {
         // A task id or address too large to pack goes the slow way (the tree).
-        if task > TASK_MASK || va >> (VPN_BITS + PAGE_SHIFT) != 0 {
+        if (task >> TASK_BITS) | (va >> (VPN_BITS + PAGE_SHIFT)) != 0 {
             return false;
         }
         let p = task << VPN_BITS | va >> PAGE_SHIFT;
-        let n = (frame >> PAGE_SHIFT).wrapping_sub(self.base) as usize;
-        let Some([a, b]) = n
-            .checked_mul(2)
-            .and_then(|i| self.words.get_mut(i..i.checked_add(2)?))
-            .and_then(|w| <&mut [u64; 2]>::try_from(w).ok())
+        // A frame below the span wraps to an index far beyond it (frame numbers are
+        // below 2^52), which `get_mut` refuses like one above it.
+        let i = ((frame >> PAGE_SHIFT).wrapping_sub(self.base) as usize).wrapping_mul(2);
+        let Some([a, b]) = self
+            .words
+            .get_mut(i..)
+            .and_then(|w| w.first_chunk_mut::<2>())
         else {
             return true;
         };
+        if *a | *b == 0 {
+            *a = p;
+            return true;
+        }
         let ia = *a & !(MORE | UNKNOWN);
         if ia == p || *b == p {
             return true;
