@@ -2303,21 +2303,45 @@ pub fn map_object(
             objs, at, len, object, offset, prot, max_prot, cow, inherit, m,
         )
     })??;
-    prefault(k, vm, task, start);
+    prefault(k, vm, task, start, PREFAULT_MAX);
     Ok(start)
+}
+
+/// Enters read-only translations for the resident pages of the entries that begin in
+/// `[start, start + len)` of task `task`, at most [`PREFAULT_MAX`] in all, as [`prefault`]
+/// does for a new mapping: a region received out of line whose object came over whole (a
+/// move: `Map::resident_reads` offers a copy-on-write entry's pages only when it holds
+/// the object's one reference) is translated when it is received, as Accent's IPC mapped
+/// the pages into the receiver, instead of taking a memory-fill fault at each page's
+/// first touch.
+pub fn prefault_region(k: &mut Kernel, task: TaskId, start: u64, len: u64) {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let end = start.saturating_add(len);
+    let (mut cur, mut left) = (start, PREFAULT_MAX);
+    while cur < end && left > 0 {
+        let Some((s, e)) = vm.tasks.get(&task).and_then(|tv| tv.map.entry(cur)) else {
+            return;
+        };
+        if s >= start {
+            left -= prefault(k, vm, task, s, left).min(left);
+        }
+        cur = e.end;
+    }
 }
 
 /// Most resident pages a new mapping gets translations for at once (a bound on the
 /// kernel's time in one call; the rest fault in as usual).
 const PREFAULT_MAX: usize = 1024;
 
-/// Enters read-only translations for the pages of the new mapping at `start` of task
-/// `task` that its object holds resident (`Map::resident_reads`: what a read fault would
-/// enter), so that touching them costs no fault. Page tables are a cache: a translation
-/// that cannot be entered (no room for a page table) is simply left to a fault.
-fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
+/// Enters read-only translations for at most `max` pages of the new mapping at `start`
+/// of task `task` that its object holds resident (`Map::resident_reads`: what a read
+/// fault would enter), so that touching them costs no fault; how many it entered. Page
+/// tables are a cache: a translation that cannot be entered (no room for a page table)
+/// is simply left to a fault.
+fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64, max: usize) -> usize {
     let (Some(tv), Some(t)) = (vm.tasks.get(&task), k.tasks.get_mut(&task)) else {
-        return;
+        return 0;
     };
     let exec = tv
         .map
@@ -2333,23 +2357,27 @@ fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
         took: 0,
     };
     let mut full = false;
+    let mut entered = 0;
     let rmap = &mut vm.rmap;
     let account = t.account.clone();
-    tv.map
-        .resident_reads(&vm.objects, start, PREFAULT_MAX, |va, frame| {
+    tv.map.resident_reads(&vm.objects, start, max, |va, frame| {
+        if !full {
+            entered += 1;
+            full = t.space.set(&mut charged, va, frame, flags).is_err();
             if !full {
-                full = t.space.set(&mut charged, va, frame, flags).is_err();
-                if !full {
-                    // The page tables cannot be asked here (this task's are borrowed):
-                    // every record is taken as live, and a record the words have no
-                    // room for goes to the tree (never replacing a translation that
-                    // may still be there, such as this task's own mapping of the same
-                    // object elsewhere).
+                // The page tables cannot be asked here (this task's are borrowed):
+                // every record is taken as live, and a record the words have no
+                // room for goes to the tree (never replacing a translation that
+                // may still be there, such as this task's own mapping of the same
+                // object elsewhere). Most often a free word takes it.
+                if !rmap.record_fast(frame.0, task, va) {
                     rmap.record(frame.0, task, va, &account, |_, _| true);
                 }
             }
-        });
+        }
+    });
     t.frames += charged.took;
+    entered
 }
 
 /// The key a shared wait at `addr` of task `task` uses: the (object, offset) its map
