@@ -95,7 +95,17 @@ pub struct Rmap {
     more: Tree<Record>,
     tasks: Tree<TaskCount>,
     unknown: u64,
+    /// The last [`ENDED`] tasks that ended (0: none). Task ids are never used again, so an
+    /// inline word naming one of them is stale for certain: [`Rmap::record_fast`] takes
+    /// its place without asking the page tables (the next run of a program maps the same
+    /// image pages its last run's words still name).
+    ended: [u64; ENDED],
+    /// Where the next ended task goes in `ended`.
+    ended_at: usize,
 }
+
+/// How many ended tasks [`Rmap`] remembers.
+const ENDED: usize = 8;
 
 /// The inline word for (`task`, `va`), if both fit.
 fn pack(task: u64, va: u64) -> Option<u64> {
@@ -126,6 +136,8 @@ impl Rmap {
             more: Tree::new(),
             tasks: Tree::new(),
             unknown: 0,
+            ended: [0; ENDED],
+            ended_at: 0,
         })
     }
 
@@ -178,6 +190,17 @@ impl Rmap {
             *b = p;
             return true;
         }
+        // A word naming a task that has ended gives its place.
+        let ended = &self.ended;
+        let gone = |w: u64| ended.contains(&((w >> VPN_BITS) & TASK_MASK));
+        if gone(ia) {
+            *a = p | (*a & (MORE | UNKNOWN));
+            return true;
+        }
+        if gone(*b) {
+            *b = p;
+            return true;
+        }
         false
     }
 
@@ -185,27 +208,25 @@ impl Rmap {
     /// left behind would only be stale; forgetting it keeps its place free for the next).
     #[inline(always)]
     pub fn forget(&mut self, frame: u64, task: u64, va: u64) {
-        let Some(i) = self.slot(frame) else {
+        // As in `record_fast`: one slice check finds the frame's two words.
+        let i = ((frame >> PAGE_SHIFT).wrapping_sub(self.base) as usize).wrapping_mul(2);
+        let Some([a, b]) = self
+            .words
+            .get_mut(i..)
+            .and_then(|w| w.first_chunk_mut::<2>())
+        else {
             return;
         };
-        let Some(p) = pack(task, va) else {
+        if (task >> TASK_BITS) | (va >> (VPN_BITS + PAGE_SHIFT)) != 0 {
+            // Never packed: only the tree can hold it.
             return self.forget_more(frame, task, va);
-        };
-        let mut more = false;
-        if let Some(a) = self.words.get_mut(i) {
-            more = *a & MORE != 0;
-            if *a & !(MORE | UNKNOWN) == p {
-                *a &= MORE | UNKNOWN;
-                return;
-            }
         }
-        if let Some(b) = self.words.get_mut(i + 1) {
-            if *b == p {
-                *b = 0;
-                return;
-            }
-        }
-        if more {
+        let p = task << VPN_BITS | va >> PAGE_SHIFT;
+        if *a & !(MORE | UNKNOWN) == p {
+            *a &= MORE | UNKNOWN;
+        } else if *b == p {
+            *b = 0;
+        } else if *a & MORE != 0 {
             self.forget_more(frame, task, va);
         }
     }
@@ -452,8 +473,15 @@ impl Rmap {
 
     /// Task `task` ended: its tree records go, and their charges come back (its inline
     /// words name a task that no longer maps anything: the next translation recorded for
-    /// their frame replaces them).
+    /// their frame replaces them, without asking the page tables while the task is among
+    /// the last few that ended). A task id must never be used again after this.
     pub fn task_gone(&mut self, task: u64) {
+        if task != 0 && task <= TASK_MASK {
+            if let Some(slot) = self.ended.get_mut(self.ended_at) {
+                *slot = task;
+            }
+            self.ended_at = (self.ended_at + 1) % ENDED;
+        }
         if !self.tasks.contains(task) {
             return;
         }
@@ -584,6 +612,79 @@ mod tests {
         // Outside the span: never known.
         assert_eq!(known(&r, frame(16)).0, Known::Partial);
         assert_eq!(known(&r, F0 - PAGE_SIZE).0, Known::Partial);
+    }
+
+    #[test]
+    fn frames_outside_the_span_are_neither_recorded_nor_touched() {
+        // Below the span (the index wraps far above it), just above it, and far above:
+        // `record_fast` has nothing to do, `forget` and `frame_freed` change nothing, and
+        // the frames in the span keep their records.
+        let a = Account::root(1 << 20, 100).unwrap();
+        let mut r = Rmap::new(F0 / PAGE_SIZE, 16).unwrap();
+        let mut pt = Tables::new();
+        enter(&mut r, &mut pt, &a, frame(0), 1, 0x1000);
+        enter(&mut r, &mut pt, &a, frame(15), 1, 0x2000);
+        for f in [0, PAGE_SIZE, F0 - PAGE_SIZE, frame(16), frame(1 << 40)] {
+            assert!(r.record_fast(f, 1, 0x3000));
+            r.forget(f, 1, 0x3000);
+            r.frame_freed(f);
+            assert_eq!(known(&r, f).0, Known::Partial);
+        }
+        assert_eq!(
+            known(&r, frame(0)).1.into_iter().collect::<Vec<_>>(),
+            [(1, 0x1000)]
+        );
+        assert_eq!(
+            known(&r, frame(15)).1.into_iter().collect::<Vec<_>>(),
+            [(1, 0x2000)]
+        );
+        assert_eq!(r.records(), 0);
+        assert_eq!(a.used(Resource::Heap), 0);
+    }
+
+    #[test]
+    fn a_word_naming_an_ended_task_gives_its_place_without_asking() {
+        let mut r = Rmap::new(F0 / PAGE_SIZE, 16).unwrap();
+        assert!(r.record_fast(frame(5), 1, 0x1000));
+        assert!(r.record_fast(frame(5), 2, 0x2000));
+        // Both words taken by live tasks: the page tables must be asked.
+        assert!(!r.record_fast(frame(5), 3, 0x3000));
+        r.task_gone(1);
+        assert!(r.record_fast(frame(5), 3, 0x3000));
+        let (k, seen) = known(&r, frame(5));
+        assert_eq!(k, Known::All);
+        assert_eq!(
+            seen.into_iter().collect::<Vec<_>>(),
+            [(2, 0x2000), (3, 0x3000)]
+        );
+        r.task_gone(2);
+        assert!(r.record_fast(frame(5), 4, 0x4000));
+        assert_eq!(
+            known(&r, frame(5)).1.into_iter().collect::<Vec<_>>(),
+            [(3, 0x3000), (4, 0x4000)]
+        );
+        assert_eq!(r.records(), 0);
+    }
+
+    #[test]
+    fn a_translation_too_large_to_pack_is_charged_and_forgotten_in_the_tree() {
+        // A task id beyond the inline word's bits cannot be inline: `record_fast` declines
+        // and `record` keeps it in the tree, charged; `forget` finds it there.
+        let a = Account::root(1 << 20, 100).unwrap();
+        let mut r = Rmap::new(F0 / PAGE_SIZE, 16).unwrap();
+        let mut pt = Tables::new();
+        let big = TASK_MASK + 1;
+        assert!(!r.record_fast(frame(4), big, 0x1000));
+        enter(&mut r, &mut pt, &a, frame(4), big, 0x1000);
+        assert_eq!(r.records(), 1);
+        assert!(a.used(Resource::Heap) >= RECORD_BYTES);
+        assert_eq!(
+            known(&r, frame(4)).1.into_iter().collect::<Vec<_>>(),
+            [(big, 0x1000)]
+        );
+        r.forget(frame(4), big, 0x1000);
+        assert_eq!(r.records(), 0);
+        assert_eq!(a.used(Resource::Heap), 0);
     }
 
     #[derive(Clone, Debug)]
