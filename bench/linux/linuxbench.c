@@ -825,10 +825,12 @@ static void bench_fault_fill(void)
 }
 
 /* linux.mprotect.<n>: mprotect of `n` resident, written pages from read-write to
- * read-only; between iterations (not measured) write access is given back and every page
- * written again, as Baton's vm.protect.<n>. */
+ * read-only; linux.mprotect.rw.<n>: the mprotect that gives write access back; after
+ * each pair (not measured) every page is written again, as Baton's vm.protect.<n> and
+ * vm.unprotect.<n>. */
 static void bench_mprotect(size_t n)
 {
+	static uint64_t unprotects[TOTAL];
 	char name[64];
 	snprintf(name, sizeof name, "linux.mprotect.%zu", n);
 	char *p = map_pages(n, 1, name);
@@ -837,11 +839,17 @@ static void bench_mprotect(size_t n)
 		protect(p, n, PROT_READ, name);
 		uint64_t b = stamp();
 		samples[i] = b - a;
+		uint64_t c = stamp();
 		protect(p, n, PROT_READ | PROT_WRITE, name);
+		uint64_t d = stamp();
+		unprotects[i] = d - c;
 		for (size_t j = 0; j < n; j++)
 			((volatile char *)p)[j * PAGE] = (char)i;
 	}
 	munmap(p, n * PAGE);
+	report(name);
+	memcpy(samples, unprotects, sizeof samples);
+	snprintf(name, sizeof name, "linux.mprotect.rw.%zu", n);
 	report(name);
 }
 

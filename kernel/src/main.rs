@@ -127,6 +127,7 @@ extern "C" fn kmain(start_info: u64) -> ! {
     let config = kern::cmdline::BootConfig::parse(boot.cmdline());
     heap::set_fail_every(config.fail_every);
     vm::replace::init(&frames, config.pageable);
+    vm::init_rmap(&frames);
     extern "C" {
         static boot_stack_top: u8;
     }

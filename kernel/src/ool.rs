@@ -63,6 +63,9 @@ struct Region {
     off: u64,
     /// The bytes sent.
     size: u64,
+    /// Sent with `OOL_DEALLOCATE`: its resident pages are translated when it is received
+    /// (see [`deliver`]).
+    moved: bool,
     /// The slot's charge to the sender.
     _charge: kern::quota::Charge,
 }
@@ -198,6 +201,7 @@ pub fn take(
                     carried,
                     off: d.value - lo,
                     size: d.size,
+                    moved: d.disposition & OOL_DEALLOCATE != 0,
                     _charge: charge,
                 })
                 .map_err(|r| {
@@ -383,8 +387,18 @@ pub fn deliver(k: &mut Kernel, task: TaskId, out: &mut [Descriptor]) {
             d.size = 0;
             continue;
         };
+        let (off, len, moved) = (r.off, r.carried.len(), r.moved);
         match place(k, task, r.carried, r.off, r.size, Placement::Anywhere) {
-            Ok(addr) => d.value = addr,
+            Ok(addr) => {
+                d.value = addr;
+                if moved {
+                    // A moved region's resident pages are translated now, as Accent's
+                    // IPC mapped them into the receiver, not one memory fill at a time
+                    // (a copied region's pages are still the sender's too: its entries
+                    // are offered none, `Map::resident_reads`).
+                    crate::vm::prefault_region(k, task, addr - off, len);
+                }
+            }
             Err(_) => d.size = 0,
         }
     }

@@ -57,6 +57,7 @@ use kern::vm::copy::Carried;
 use kern::vm::fault::{resolve, Decision, FaultClass, FaultStats};
 use kern::vm::map::{Map, Placement, ENTRIES_MAX};
 use kern::vm::object::{Kind, ObjectId, Objects, Page};
+use kern::vm::rmap::{Known, Rmap};
 use kern::vm::{Access, Inherit, Machine, Prot};
 
 pub mod replace;
@@ -114,6 +115,9 @@ pub struct Vm {
     /// A kernel copy of this thread's call met a page being paged in (see
     /// [`take_page_wait`]).
     page_wait: Option<(ThreadId, PageWait)>,
+    /// Which translations map each frame (`kern::vm::rmap`), so that taking a page away
+    /// from everyone visits its translations only.
+    rmap: Rmap,
 }
 
 static VM: Locked<Vm> = Locked::new();
@@ -132,25 +136,155 @@ unsafe fn state() -> &'static mut Vm {
             tasks: IdSlab::new(),
             stats: FaultStats::default(),
             page_wait: None,
+            rmap: Rmap::default(),
         })
+    }
+}
+
+/// Makes the reverse map over the frame allocator's span (once, at boot). Without it
+/// (no memory) every frame is unknown to it, and taking a page away sweeps every task.
+pub fn init_rmap(frames: &FrameAllocator) {
+    let (first, count) = frames.span();
+    // SAFETY: the lock is held (boot); the family's entry.
+    let vm = unsafe { state() };
+    match Rmap::new(first, count) {
+        Ok(r) => vm.rmap = r,
+        Err(_) => crate::arch::serial::kprintln!("[kernel] no memory for the reverse map"),
     }
 }
 
 /// The machine as `kern::vm` needs it: frames from the frame allocator, the page tables of
 /// the task whose map is operated on (`None` when that space is about to be destroyed:
-/// nothing to unmap), and a note of what must be shot down afterwards.
+/// nothing to unmap), the reverse map (told of every translation removed here), and a
+/// note of what must be done afterwards ([`settle`]): shoot this task's changes down, and
+/// take the pages taken from everyone out of every other space through the reverse map.
 struct Mach<'a> {
     frames: &'a mut FrameAllocator,
     space: Option<&'a mut AddressSpace>,
+    rmap: &'a mut Rmap,
+    /// The task whose page tables `space` is (0: none).
+    task: TaskId,
     /// Translations of this space removed or made read-only: shoot down before unlocking.
     changed: u64,
-    /// A translation in some *other* space must go (`*_everywhere`): every space's
+    /// Pages taken from every space, done once the operation is over.
+    pending: Pending,
+    /// More pages were taken from everyone than [`Pending`] holds: every space's
     /// translations are thrown away (they are only a cache) and refilled by faults.
     everywhere: bool,
 }
 
-impl Machine<PhysAddr> for Mach<'_> {
-    fn free_frame(&mut self, frame: PhysAddr) {
+/// The translations of this frame lose write permission everywhere.
+const PROTECT: u8 = 1;
+/// The translations of this frame go everywhere.
+const UNMAP: u8 = 2;
+/// The frame goes back to the allocator once its translations are gone.
+const FREE: u8 = 4;
+/// How many frames one operation may take from everyone before it flushes everything.
+const PENDING_MAX: usize = 64;
+
+/// The frames an operation took from everyone (see [`Mach`]); allocated only when an
+/// operation takes one (an empty list costs nothing to make or move).
+struct Pending {
+    items: Vec<(PhysAddr, u8)>,
+}
+
+impl Pending {
+    const fn new() -> Pending {
+        Pending { items: Vec::new() }
+    }
+
+    fn slot(&mut self, frame: PhysAddr) -> Option<&mut u8> {
+        self.items
+            .iter_mut()
+            .find(|(f, _)| *f == frame)
+            .map(|(_, k)| k)
+    }
+
+    /// Notes `what` for `frame`; `false` when there is no room.
+    fn add(&mut self, frame: PhysAddr, what: u8) -> bool {
+        if let Some(k) = self.slot(frame) {
+            *k |= what;
+            return true;
+        }
+        if self.items.len() >= PENDING_MAX || self.items.try_reserve(1).is_err() {
+            return false;
+        }
+        self.items.push((frame, what));
+        true
+    }
+}
+
+/// Tasks to shoot down (a few, then all).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Shoot {
+    ids: [TaskId; 8],
+    n: usize,
+    all: bool,
+}
+
+impl Shoot {
+    pub(crate) fn add(&mut self, id: TaskId) {
+        if self.all || self.ids.get(..self.n).is_some_and(|s| s.contains(&id)) {
+            return;
+        }
+        match self.ids.get_mut(self.n) {
+            Some(slot) => {
+                *slot = id;
+                self.n += 1;
+            }
+            None => self.all = true,
+        }
+    }
+
+    /// Shoots every noted task down.
+    pub(crate) fn fire(&self, k: &mut Kernel) {
+        if self.all {
+            let mut next = k.tasks.next_id(None);
+            while let Some(id) = next {
+                next = k.tasks.next_id(Some(id));
+                shootdown(k, id);
+            }
+            return;
+        }
+        for &id in self.ids.get(..self.n).unwrap_or(&[]) {
+            shootdown(k, id);
+        }
+    }
+}
+
+impl<'a> Mach<'a> {
+    /// A machine over `space`, task `task`'s page tables (or none, task 0).
+    fn new(
+        frames: &'a mut FrameAllocator,
+        space: Option<&'a mut AddressSpace>,
+        rmap: &'a mut Rmap,
+        task: TaskId,
+    ) -> Mach<'a> {
+        Mach {
+            frames,
+            space,
+            rmap,
+            task,
+            changed: 0,
+            pending: Pending::new(),
+            everywhere: false,
+        }
+    }
+
+    /// What is left to do once the operation is over (see [`settle`]).
+    fn finish(self) -> (u64, Pending, bool) {
+        (self.changed, self.pending, self.everywhere)
+    }
+
+    fn take_everywhere(&mut self, frame: PhysAddr, what: u8) {
+        if !self.everywhere && !self.pending.add(frame, what) {
+            self.everywhere = true;
+        }
+    }
+
+    /// Gives `frame` back to the allocator now.
+    fn free_now(&mut self, frame: PhysAddr) {
+        self.rmap.frame_freed(frame.0);
         // A frame the allocator does not manage is one of the boot image's, which an
         // image object holds (`make_image`): it is never handed out, so never given back.
         match self.frames.free(frame) {
@@ -162,6 +296,81 @@ impl Machine<PhysAddr> for Mach<'_> {
             ),
         }
     }
+}
+
+/// Finishes an operation made with a [`Mach`] over task `task`'s page tables (or none):
+/// the pages it took from everyone lose their translations in every space, found
+/// through the reverse map (or every translation goes, where the map does not know them
+/// all or there were too many), the frames it freed meanwhile go back to the allocator,
+/// and what changed is shot down.
+#[inline(always)]
+fn settle(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    (changed, pending, everywhere): (u64, Pending, bool),
+    task: Option<TaskId>,
+) {
+    if pending.items.is_empty() && !everywhere {
+        // The common case: nothing was taken from other spaces.
+        if let Some(task) = task.filter(|_| changed > 0) {
+            shootdown(k, task);
+        }
+        return;
+    }
+    settle_others(k, vm, changed, pending, everywhere, task);
+}
+
+/// [`settle`] when pages were taken from everyone.
+#[cold]
+#[inline(never)]
+fn settle_others(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    changed: u64,
+    pending: Pending,
+    mut everywhere: bool,
+    task: Option<TaskId>,
+) {
+    let mut shoot = Shoot::default();
+    if let Some(task) = task.filter(|_| changed > 0) {
+        shoot.add(task);
+    }
+    let items = &pending.items[..];
+    if !everywhere {
+        for &(frame, what) in items {
+            everywhere |= !rewrite_translations(k, &vm.rmap, frame, &mut shoot, |_, pte| {
+                harvest(pte);
+                if what & UNMAP != 0 {
+                    0
+                } else {
+                    pte & !WRITABLE
+                }
+            });
+        }
+    }
+    if everywhere {
+        flush_everything(k, vm);
+    } else {
+        shoot.fire(k);
+    }
+    let freed = items.iter().filter(|(_, what)| what & FREE != 0);
+    for &(frame, _) in freed {
+        let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
+        m.free_now(frame);
+    }
+}
+
+impl Machine<PhysAddr> for Mach<'_> {
+    fn free_frame(&mut self, frame: PhysAddr) {
+        // A frame whose translations elsewhere are still to go waits for them.
+        if !self.everywhere {
+            if let Some(what) = self.pending.slot(frame) {
+                *what |= FREE;
+                return;
+            }
+        }
+        self.free_now(frame);
+    }
 
     fn unmap(&mut self, start: u64, end: u64) {
         let Some(space) = self.space.as_deref_mut() else {
@@ -170,11 +379,14 @@ impl Machine<PhysAddr> for Mach<'_> {
         let mut mem = KernelMem {
             frames: self.frames,
         };
-        self.changed += space.update_leaves(&mut mem, start, end, |_, e| {
+        let (rmap, task) = (&mut *self.rmap, self.task);
+        self.changed += space.update_leaves(&mut mem, start, end, |va, e| {
             if e & OWNED != 0 {
                 e
             } else {
                 harvest(e);
+                // The reverse map is told, so the frame's record is free again.
+                rmap.forget(e & ADDR_MASK, task, va);
                 0
             }
         });
@@ -193,21 +405,96 @@ impl Machine<PhysAddr> for Mach<'_> {
         });
     }
 
-    fn write_protect_everywhere(&mut self, _frame: PhysAddr) {
-        // No reverse map yet: memory objects mapped by several tasks (`crate::memobj`)
-        // reach this (a copy-on-write map of an object written in place, a push into its
-        // copy object), and every cached translation goes (correct, if slow: page tables
-        // are a cache, refilled by faults) — see `flush_everything`.
-        self.everywhere = true;
+    fn write_protect_everywhere(&mut self, frame: PhysAddr) {
+        // Memory objects mapped by several tasks (`crate::memobj`) reach this (a
+        // copy-on-write map of an object written in place, a push into its copy object),
+        // as do copies of shared memory and forks: the reverse map finds the translations.
+        self.take_everywhere(frame, PROTECT);
     }
 
-    fn unmap_everywhere(&mut self, _frame: PhysAddr) {
-        self.everywhere = true;
+    fn unmap_everywhere(&mut self, frame: PhysAddr) {
+        self.take_everywhere(frame, UNMAP);
     }
 
     fn free_slot(&mut self, slot: u32) {
         replace::free_slot(slot);
     }
+}
+
+/// For page replacement: rewrites each translation of `frame` with `f(task, pte)` where
+/// the reverse map records one (a stale record is skipped), noting in `shoot` the tasks
+/// whose translations changed; whether the map knew every translation of the frame.
+/// Dirty bits are `f`'s to keep (this does not [`harvest`]).
+pub(crate) fn rewrite_translations(
+    k: &mut Kernel,
+    rmap: &Rmap,
+    frame: PhysAddr,
+    shoot: &mut Shoot,
+    mut f: impl FnMut(TaskId, u64) -> u64,
+) -> bool {
+    let Kernel { tasks, frames, .. } = k;
+    let known = rmap.each(frame.0, |id, va| {
+        let Some(t) = tasks.get_mut(&id) else {
+            return;
+        };
+        let mut mem = KernelMem { frames };
+        let n = t
+            .space
+            .update_leaves(&mut mem, va, va + PAGE_SIZE, |_, pte| {
+                if pte & OWNED == 0 && pte & ADDR_MASK == frame.0 {
+                    f(id, pte)
+                } else {
+                    pte
+                }
+            });
+        if n > 0 {
+            shoot.add(id);
+        }
+    });
+    known == Known::All
+}
+
+/// The end of a copy-on-write copy whose source `from` other mappings must stop seeing:
+/// its translations go everywhere (every translation, with `all`), and what changed is
+/// shot down (this task's too, if `changed`).
+#[cold]
+#[inline(never)]
+fn unmap_source(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    task: TaskId,
+    from: PhysAddr,
+    all: bool,
+    changed: bool,
+) {
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
+    m.everywhere = all;
+    m.unmap_everywhere(from);
+    let (more, others, everywhere) = m.finish();
+    settle(
+        k,
+        vm,
+        (more + u64::from(changed), others, everywhere),
+        Some(task),
+    );
+}
+
+/// Records that task `task` now translates `va` to `frame` (`kern::vm::rmap`), charged
+/// to the task; a stale record it finds is checked against the page tables.
+#[cold]
+#[inline(never)]
+fn note_translation(k: &mut Kernel, vm: &mut Vm, task: TaskId, va: u64, frame: PhysAddr) {
+    let Kernel { tasks, frames, .. } = k;
+    let Some(t) = tasks.get(&task) else {
+        return;
+    };
+    let mem = KernelMem { frames };
+    vm.rmap.record(frame.0, task, va, &t.account, |id, v| {
+        tasks
+            .get(&id)
+            .and_then(|x| x.space.translate(&mem, v))
+            .is_some_and(|(pa, _)| pa.0 == frame.0)
+    });
 }
 
 /// A translation `pte` is removed or write-protected: if the processor wrote through it,
@@ -332,7 +619,16 @@ pub fn shootdown(k: &mut Kernel, task: TaskId) {
         }
     }
     k.stats.tlb_shootdowns += u64::from(targets.count_ones());
-    crate::arch::tlb::shootdown((0..64).filter(|c| targets & (1 << c) != 0));
+    // The set bits only (a walk of all 64 cost some 400 instructions on every
+    // protection change).
+    let mut left = targets;
+    crate::arch::tlb::shootdown(core::iter::from_fn(move || {
+        (left != 0).then(|| {
+            let c = left.trailing_zeros() as usize;
+            left &= left - 1;
+            c
+        })
+    }));
 }
 
 /// Throws every task's cached translations away (see [`Mach::unmap_everywhere`]).
@@ -375,19 +671,10 @@ fn with_map<T>(
 ) -> Result<T, Error> {
     let tv = vm.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
     let t = k.tasks.get_mut(&task).ok_or(Error::InvalidArgument)?;
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: Some(&mut t.space),
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, Some(&mut t.space), &mut vm.rmap, task);
     let out = op(tv, &mut vm.objects, &mut m);
-    let (changed, everywhere) = (m.changed, m.everywhere);
-    if everywhere {
-        flush_everything(k, vm);
-    } else if changed > 0 {
-        shootdown(k, task);
-    }
+    let fin = m.finish();
+    settle(k, vm, fin, Some(task));
     Ok(out)
 }
 
@@ -439,12 +726,7 @@ pub fn make_image(
     // The boot image lies in the direct map: its physical address.
     let phys = (data.as_ptr() as u64).wrapping_sub(crate::arch::paging::phys_to_virt(0));
     let direct = phys.is_multiple_of(PAGE_SIZE);
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     for i in 0..pages {
         let at = i * PAGE_SIZE;
         let frame = if direct {
@@ -577,13 +859,10 @@ pub fn fork_map(k: &mut Kernel, parent: TaskId, child: TaskId) -> Result<(), Err
             Ok(())
         }
         None => {
-            let mut m = Mach {
-                frames: &mut k.frames,
-                space: None,
-                changed: 0,
-                everywhere: false,
-            };
+            let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
             map.clear(&mut vm.objects, &mut m);
+            let fin = m.finish();
+            settle(k, vm, fin, None);
             Err(Error::InvalidArgument)
         }
     }
@@ -633,18 +912,13 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
     for w in tv.wirings.iter().filter(|w| kernel_stores(w)) {
         mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);
     }
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     tv.map.clear(&mut vm.objects, &mut m);
+    let fin = m.finish();
+    vm.rmap.task_gone(id);
     let heap = tv.wirings.len() as u64 * WIRING_BYTES;
     tv.map.account().give(Resource::Heap, heap);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
+    settle(k, vm, fin, None);
 }
 
 /// Hook `page_fault`: a user-mode page fault of thread `t` at `addr` with the CPU's
@@ -696,7 +970,11 @@ fn fault_in(
     access: Access,
 ) -> Result<PhysAddr, Failure> {
     let page = addr & !(PAGE_SIZE - 1);
-    let mut everywhere = false;
+    // A frame every other translation of which must go (a copy-on-write copy's source
+    // that other mappings must stop seeing); a second such frame in one fault (not seen in
+    // practice) makes every translation go instead.
+    let mut unmap_from: Option<PhysAddr> = None;
+    let mut unmap_more = false;
     let mut changed = false;
     let result = (|| {
         let tv = vm.tasks.get_mut(&task).ok_or(Failure::Address)?;
@@ -747,7 +1025,7 @@ fn fault_in(
                     from,
                     to,
                     offset,
-                    unmap_from,
+                    unmap_from: unmap_from_this,
                 } => {
                     if !replace::room_for(mem.frames.free_frames() as u64, task) {
                         return Err(Failure::NoMemory);
@@ -760,7 +1038,10 @@ fn fault_in(
                         return Err(Failure::NoMemory);
                     }
                     replace::count(f);
-                    everywhere |= unmap_from;
+                    if unmap_from_this {
+                        unmap_more |= unmap_from.is_some();
+                        unmap_from = Some(from);
+                    }
                 }
                 Decision::AddressError => return Err(Failure::Address),
                 Decision::ProtectionError => return Err(Failure::Protection),
@@ -853,8 +1134,15 @@ fn fault_in(
         }
         Err(Failure::NoMemory)
     })();
-    if everywhere {
-        flush_everything(k, vm);
+    if let Ok(frame) = result {
+        // Most often one store (`Rmap::record_fast`); otherwise the page tables are asked
+        // which recorded translations are stale.
+        if !vm.rmap.record_fast(frame.0, task, page) {
+            note_translation(k, vm, task, page, frame);
+        }
+    }
+    if let Some(from) = unmap_from {
+        unmap_source(k, vm, task, from, unmap_more, changed);
     } else if changed {
         shootdown(k, task);
     }
@@ -1200,16 +1488,10 @@ pub fn pager_fail(object: ObjectId, offset: u64) -> Result<(), Error> {
 pub fn pager_lock(k: &mut Kernel, object: ObjectId, offset: u64, allow: Prot) -> Result<(), Error> {
     // SAFETY: the lock is held (a system call); the family's entry.
     let vm = unsafe { state() };
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     let r = vm.objects.set_lock(object, offset, allow, &mut m);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
+    let fin = m.finish();
+    settle(k, vm, fin, None);
     r
 }
 
@@ -1279,16 +1561,10 @@ pub fn pager_flush_page(
 ) -> Result<Option<PhysAddr>, Error> {
     // SAFETY: the lock is held; the family's entry.
     let vm = unsafe { state() };
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     let r = vm.objects.flush_page(object, offset, &mut m);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
+    let fin = m.finish();
+    settle(k, vm, fin, None);
     r
 }
 
@@ -1374,6 +1650,8 @@ pub fn read_frame(k: &mut Kernel, frame: PhysAddr, out: &mut [u8]) {
 
 /// Gives a frame a flush took back to the allocator.
 pub fn free_frame(k: &mut Kernel, frame: PhysAddr) {
+    // SAFETY: the lock is held; the reference ends in this statement.
+    unsafe { state() }.rmap.frame_freed(frame.0);
     replace::uncount(frame);
     let mut mem = KernelMem {
         frames: &mut k.frames,
@@ -1919,16 +2197,10 @@ fn with_objects<T>(
     // SAFETY: the lock is held (every caller is in a system call or a hook); the
     // family's entry, and the reference ends before `flush_everything` takes it again.
     let vm = unsafe { state() };
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     let out = op(&mut vm.objects, &mut m);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
+    let fin = m.finish();
+    settle(k, vm, fin, None);
     out
 }
 
@@ -2036,21 +2308,45 @@ pub fn map_object(
             objs, at, len, object, offset, prot, max_prot, cow, inherit, m,
         )
     })??;
-    prefault(k, vm, task, start);
+    prefault(k, vm, task, start, PREFAULT_MAX);
     Ok(start)
+}
+
+/// Enters read-only translations for the resident pages of the entries that begin in
+/// `[start, start + len)` of task `task`, at most [`PREFAULT_MAX`] in all, as [`prefault`]
+/// does for a new mapping: a region received out of line whose object came over whole (a
+/// move: `Map::resident_reads` offers a copy-on-write entry's pages only when it holds
+/// the object's one reference) is translated when it is received, as Accent's IPC mapped
+/// the pages into the receiver, instead of taking a memory-fill fault at each page's
+/// first touch.
+pub fn prefault_region(k: &mut Kernel, task: TaskId, start: u64, len: u64) {
+    // SAFETY: the lock is held (the caller is in a system call); the family's entry.
+    let vm = unsafe { state() };
+    let end = start.saturating_add(len);
+    let (mut cur, mut left) = (start, PREFAULT_MAX);
+    while cur < end && left > 0 {
+        let Some((s, e)) = vm.tasks.get(&task).and_then(|tv| tv.map.entry(cur)) else {
+            return;
+        };
+        if s >= start {
+            left -= prefault(k, vm, task, s, left).min(left);
+        }
+        cur = e.end;
+    }
 }
 
 /// Most resident pages a new mapping gets translations for at once (a bound on the
 /// kernel's time in one call; the rest fault in as usual).
 const PREFAULT_MAX: usize = 1024;
 
-/// Enters read-only translations for the pages of the new mapping at `start` of task
-/// `task` that its object holds resident (`Map::resident_reads`: what a read fault would
-/// enter), so that touching them costs no fault. Page tables are a cache: a translation
-/// that cannot be entered (no room for a page table) is simply left to a fault.
-fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
+/// Enters read-only translations for at most `max` pages of the new mapping at `start`
+/// of task `task` that its object holds resident (`Map::resident_reads`: what a read
+/// fault would enter), so that touching them costs no fault; how many it entered. Page
+/// tables are a cache: a translation that cannot be entered (no room for a page table)
+/// is simply left to a fault.
+fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64, max: usize) -> usize {
     let (Some(tv), Some(t)) = (vm.tasks.get(&task), k.tasks.get_mut(&task)) else {
-        return;
+        return 0;
     };
     let exec = tv
         .map
@@ -2066,13 +2362,27 @@ fn prefault(k: &mut Kernel, vm: &mut Vm, task: TaskId, start: u64) {
         took: 0,
     };
     let mut full = false;
-    tv.map
-        .resident_reads(&vm.objects, start, PREFAULT_MAX, |va, frame| {
+    let mut entered = 0;
+    let rmap = &mut vm.rmap;
+    let account = t.account.clone();
+    tv.map.resident_reads(&vm.objects, start, max, |va, frame| {
+        if !full {
+            entered += 1;
+            full = t.space.set(&mut charged, va, frame, flags).is_err();
             if !full {
-                full = t.space.set(&mut charged, va, frame, flags).is_err();
+                // The page tables cannot be asked here (this task's are borrowed):
+                // every record is taken as live, and a record the words have no
+                // room for goes to the tree (never replacing a translation that
+                // may still be there, such as this task's own mapping of the same
+                // object elsewhere). Most often a free word takes it.
+                if !rmap.record_fast(frame.0, task, va) {
+                    rmap.record(frame.0, task, va, &account, |_, _| true);
+                }
             }
-        });
+        }
+    });
     t.frames += charged.took;
+    entered
 }
 
 /// The key a shared wait at `addr` of task `task` uses: the (object, offset) its map
@@ -2156,16 +2466,10 @@ pub fn carry_in(task: TaskId, carried: Carried, at: Placement) -> Result<u64, (E
 pub fn release_carried(k: &mut Kernel, carried: Carried) {
     // SAFETY: the lock is held (every caller is under it); the family's entry.
     let vm = unsafe { state() };
-    let mut m = Mach {
-        frames: &mut k.frames,
-        space: None,
-        changed: 0,
-        everywhere: false,
-    };
+    let mut m = Mach::new(&mut k.frames, None, &mut vm.rmap, 0);
     carried.release(&mut vm.objects, &mut m);
-    if m.everywhere {
-        flush_everything(k, vm);
-    }
+    let fin = m.finish();
+    settle(k, vm, fin, None);
 }
 
 /// Deallocates `[start, start + len)` of task `task` (page aligned), as `vm_deallocate`.

@@ -142,6 +142,9 @@ const WAIT: u64 = 8;
 const WAKE: u64 = 9;
 /// `task_create`'s system call number.
 const TASK_CREATE: u64 = 120;
+/// `vm_deallocate`'s and `vm_protect`'s system call numbers.
+const VM_DEALLOCATE: u64 = 71;
+const VM_PROTECT: u64 = 72;
 /// `spin_raise`'s system call number.
 const SPIN_RAISE: u64 = 107;
 /// The number `spin.syscall.event` installs the built-in `null` on.
@@ -158,7 +161,7 @@ const VM_BENCH_END: u64 = VM_BENCH + 1100 * 4096;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 9] = [
+pub const PATHS: [PathSpec; 11] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
@@ -361,6 +364,73 @@ pub const PATHS: [PathSpec; 9] = [
                 inside; the next kernel entry is the next page's fault",
         arm: None,
         cycle: false,
+    },
+    PathSpec {
+        name: "vm_protect",
+        column: "vm_protect of one page",
+        bench: "vm.protect.1",
+        entry: Entry::Syscall,
+        rax: VM_PROTECT,
+        rdi: Some(VM_BENCH),
+        // `vm_protect` is called by no row before `vm.protect.1`, whose iterations make
+        // two calls each (read-only, then read-write again): armed at the 400th (a
+        // read-write one), the trace starts at the next, read-only.
+        skip: 399,
+        traced: [
+            PassSpec {
+                label: "protect: one resident, written page made read-only",
+                side: Side::Client,
+                rax: Some(VM_PROTECT),
+                marker: "",
+            },
+            PassSpec {
+                label: "unprotect: the same page made writable again (`vm.unprotect.1`)",
+                // The same thread; `Server` only so the report keeps the passes apart.
+                side: Side::Server,
+                rax: Some(VM_PROTECT),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "Accent's protection change of one resident page (`vm.protect.1`): the map's \
+                entry changed, the translation write-protected and the TLB flushed; then the \
+                call that gives write access back (`vm.unprotect.1`)",
+        arm: Some(&["vm", "vm_protect"]),
+        cycle: false,
+    },
+    PathSpec {
+        name: "ool_move",
+        column: "ipc.ool.64k.move",
+        bench: "ipc.ool.64k.move",
+        entry: Entry::Syscall,
+        rax: VM_DEALLOCATE,
+        rdi: None,
+        // `ool::check_regions` runs once per out-of-line send: 110 sends each of `ipc.ool.4k`,
+        // `.4k.move` and `.64k` come first, then the warm-up of `.64k.move`.
+        skip: 345,
+        traced: [
+            PassSpec {
+                label: "",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "One iteration of `ipc.ool.64k.move` (Accent's MoveWords through a message, \
+                16 pages), from the server's `vm_deallocate` of the region it received to \
+                the next one: the deallocation (its pages freed), the server's reply, the \
+                client's allocation and first stores to a new region (outside the row's \
+                window), the client's call moving it (`OOL_DEALLOCATE`), its delivery and \
+                the server's first read of each page (memory fills)",
+        arm: Some(&["ool", "check_regions"]),
+        cycle: true,
     },
     PathSpec {
         name: "spin_syscall",

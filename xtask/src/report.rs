@@ -549,6 +549,23 @@ pub const LINUX_PAIRS: &[Pair] = &[
         linux: "linux.mprotect.1024",
         why: "as `vm.protect.1`, 1,024 pages",
     },
+    Pair {
+        baton: "vm.unprotect.1",
+        linux: "linux.mprotect.rw.1",
+        why: "give write access back to resident, read-only pages (one page): the map \
+              changed (Baton leaves the translations to the next store's fault; Linux may \
+              make them writable at once)",
+    },
+    Pair {
+        baton: "vm.unprotect.100",
+        linux: "linux.mprotect.rw.100",
+        why: "as `vm.unprotect.1`, 100 pages",
+    },
+    Pair {
+        baton: "vm.unprotect.1024",
+        linux: "linux.mprotect.rw.1024",
+        why: "as `vm.unprotect.1`, 1,024 pages",
+    },
 ];
 
 /// The Linux row paired with the Baton row `name` ([`LINUX_PAIRS`]).

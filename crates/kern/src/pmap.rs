@@ -578,6 +578,11 @@ impl AddressSpace {
     /// present, not the length; `f` returns the entry to write back (the same to keep it).
     /// Returns how many entries changed. Huge leaves are skipped. The caller flushes the
     /// TLB for those that changed.
+    ///
+    /// The tables are walked from the root once per page table reached, not once per
+    /// page: the leaves of one page table are visited in a row, and within it only the
+    /// chunks of [`CHUNK`] entries that its entry's [`USED_CHUNKS`] bits say may be
+    /// present are read.
     pub fn update_leaves(
         &mut self,
         mem: &mut impl PhysMem,
@@ -585,11 +590,16 @@ impl AddressSpace {
         end: u64,
         mut f: impl FnMut(u64, u64) -> u64,
     ) -> u64 {
+        /// Bytes one page table maps.
+        const TABLE_SPAN: u64 = PAGE_SIZE * ENTRIES;
+        /// Bytes one chunk of a page table's entries maps.
+        const CHUNK_SPAN: u64 = PAGE_SIZE * CHUNK;
         let end = end.min(USER_END);
         let mut changed = 0;
         let mut va = start & !(PAGE_SIZE - 1);
         'outer: while va < end {
             let mut table = self.root;
+            let mut used = 0;
             for level in [3u32, 2, 1] {
                 let e = mem.read_u64(entry_addr(table, table_index(va, level)));
                 if e & PRESENT == 0 || e & HUGE != 0 {
@@ -602,17 +612,29 @@ impl AddressSpace {
                     continue 'outer;
                 }
                 table = PhysAddr(e & ADDR_MASK);
+                used = e;
             }
-            let ea = entry_addr(table, table_index(va, 0));
-            let e = mem.read_u64(ea);
-            if e & PRESENT != 0 {
-                let new = f(va, e);
-                if new != e {
-                    mem.write_u64(ea, new);
-                    changed += 1;
+            // The leaves of this page table up to `end` or the table's end.
+            let table_end = (va & !(TABLE_SPAN - 1)).saturating_add(TABLE_SPAN);
+            let stop = end.min(table_end);
+            while va < stop {
+                let index = table_index(va, 0);
+                if used & chunk_bit(index) == 0 {
+                    // No entry of this chunk was ever made present.
+                    va = (va & !(CHUNK_SPAN - 1)) + CHUNK_SPAN;
+                    continue;
                 }
+                let ea = entry_addr(table, index);
+                let e = mem.read_u64(ea);
+                if e & PRESENT != 0 {
+                    let new = f(va, e);
+                    if new != e {
+                        mem.write_u64(ea, new);
+                        changed += 1;
+                    }
+                }
+                va += PAGE_SIZE;
             }
-            va += PAGE_SIZE;
         }
         changed
     }
@@ -1189,6 +1211,71 @@ mod tests {
         assert_eq!(s.update_leaves(&mut mem, 0x1000, 0x2000, |_, _| 0), 1);
         assert_eq!(s.translate(&mem, 0x1000), None);
         s.update_leaves(&mut mem, 0x4000_0000, 0x4000_1000, |_, _| 0);
+        s.destroy(&mut mem);
+        assert_eq!(mem.live(), 0);
+    }
+
+    #[test]
+    fn update_leaves_visits_exactly_the_present_pages_of_any_range() {
+        // Pages in several chunks of one page table, in two page tables side by side and
+        // across a PML4 boundary; every sub-range's visits must be the pages `translate`
+        // finds present in it, in order.
+        let mut mem = FakeMem::new();
+        let mut s = AddressSpace::new(&mut mem, None).unwrap();
+        let rw = MapFlags::user_shared(true, false);
+        let frame = PhysAddr(0x20_0000);
+        let base = 0x40_0000_0000u64;
+        let pages: Vec<u64> = [0u64, 1, 63, 64, 130, 511, 512, 513, 1100, 1u64 << 27]
+            .iter()
+            .map(|p| base + p * PAGE_SIZE)
+            .collect();
+        for &va in &pages {
+            s.set(&mut mem, va, frame, rw).unwrap();
+        }
+        let bounds = [
+            0u64,
+            1,
+            2,
+            63,
+            64,
+            65,
+            200,
+            511,
+            512,
+            513,
+            514,
+            1100,
+            1101,
+            1 << 27,
+        ];
+        for &lo in &bounds {
+            for &hi in &bounds {
+                let (start, end) = (base + lo * PAGE_SIZE, base + hi * PAGE_SIZE + PAGE_SIZE);
+                let mut seen = Vec::new();
+                let n = s.update_leaves(&mut mem, start, end, |va, e| {
+                    seen.push(va);
+                    e
+                });
+                let want: Vec<u64> = pages
+                    .iter()
+                    .copied()
+                    .filter(|&va| va >= start && va < end)
+                    .collect();
+                assert_eq!(seen, want, "[{start:#x}, {end:#x})");
+                assert_eq!(n, 0);
+            }
+        }
+        // Changes are written and counted.
+        let n = s.update_leaves(&mut mem, base, base + (1 << 28) * PAGE_SIZE, |_, e| {
+            e & !WRITABLE
+        });
+        assert_eq!(n, pages.len() as u64);
+        for &va in &pages {
+            assert!(!s.translate(&mem, va).unwrap().1.writable);
+        }
+        for &va in &pages {
+            s.update_leaves(&mut mem, va, va + PAGE_SIZE, |_, _| 0);
+        }
         s.destroy(&mut mem);
         assert_eq!(mem.live(), 0);
     }

@@ -32,7 +32,7 @@
 //!   or an entry of the default pager's map maps (down its chain), of pager-backed objects with a copy
 //!   object or shadows; of written pager-backed objects until a returner is registered.
 
-use super::{shootdown, state, Vm};
+use super::{rewrite_translations, shootdown, state, Shoot, Vm};
 use crate::arch::paging::KernelMem;
 use crate::kernel::{Kernel, TaskId};
 use crate::locked::Locked;
@@ -302,8 +302,9 @@ pub fn clear_dirty(frame: PhysAddr) {
 }
 
 /// Gives a page's frame back to the allocator, uncounted.
-fn release(r: &mut Replace, k: &mut Kernel, frame: PhysAddr) {
+fn release(r: &mut Replace, vm: &mut Vm, k: &mut Kernel, frame: PhysAddr) {
     uncount_in(r, frame);
+    vm.rmap.frame_freed(frame.0);
     let mut mem = KernelMem {
         frames: &mut k.frames,
     };
@@ -403,6 +404,58 @@ fn gather_referenced(k: &mut Kernel, vm: &Vm, referenced: &mut FrameSet, dirty: 
     }
 }
 
+/// Whether a translation of `frame` was used since the hand last passed it: reads and
+/// clears the accessed bits of its translations (through the reverse map), keeping their
+/// dirty bits in `dirty`; the tasks whose bits were cleared are noted in `shoot` (so that
+/// the processor sets the bit again at the next use).
+fn used_since(
+    k: &mut Kernel,
+    rmap: &kern::vm::rmap::Rmap,
+    frame: PhysAddr,
+    shoot: &mut Shoot,
+    dirty: &mut FrameSet,
+) -> bool {
+    let mut used = false;
+    rewrite_translations(k, rmap, frame, shoot, |_, pte| {
+        if pte & DIRTY != 0 {
+            // Sticky: the translation keeps its bit too.
+            dirty.insert(pte & ADDR_MASK);
+        }
+        if pte & ACCESSED != 0 {
+            used = true;
+            pte & !ACCESSED
+        } else {
+            pte
+        }
+    });
+    used
+}
+
+/// Removes every translation of the `victims` through the reverse map, noting in `mapped`
+/// (by victim) the task that had one; whether the map knew every translation of each
+/// (otherwise the caller sweeps every task as well).
+fn unmap_by_rmap(
+    k: &mut Kernel,
+    vm: &Vm,
+    victims: &[Victim<PhysAddr>],
+    mapped: &mut [TaskId],
+    dirty: &mut FrameSet,
+) -> bool {
+    let mut shoot = Shoot::default();
+    let mut all = true;
+    for (v, m) in victims.iter().zip(mapped.iter_mut()) {
+        all &= rewrite_translations(k, &vm.rmap, v.frame, &mut shoot, |task, pte| {
+            *m = task;
+            if pte & DIRTY != 0 {
+                dirty.insert(pte & ADDR_MASK);
+            }
+            0
+        });
+    }
+    shoot.fire(k);
+    all
+}
+
 /// Removes every translation of the `victims` (sorted by frame) from every task; notes
 /// in `mapped` (by victim) the task that had one.
 fn unmap_victims(
@@ -468,7 +521,13 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if victims.try_reserve_exact(BATCH).is_err() || outgoing.try_reserve_exact(BATCH).is_err() {
         return outgoing;
     }
-    gather_referenced(k, vm, &mut r.referenced, &mut r.dirty);
+    // With the reverse map, the hand asks each page it passes whether a translation of
+    // it was used (and clears the bits it reads); without it (or with a frame whose
+    // translations it does not all know), every task's bits are gathered first.
+    let by_rmap = vm.rmap.ready() && vm.rmap.unknown() == 0;
+    if !by_rmap {
+        gather_referenced(k, vm, &mut r.referenced, &mut r.dirty);
+    }
     let have_store = r.slots.capacity() > r.slots.in_use();
     if !have_store {
         r.stats.no_store += 1;
@@ -478,18 +537,27 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
         clock,
         referenced,
         fresh,
+        dirty,
         ..
     } = r;
     let before = (clock.scanned, clock.spared);
     let can_return = RETURN.get().is_some();
+    let mut shoot = Shoot::default();
+    let rmap = &vm.rmap;
     clock.select(
         &vm.objects,
         budget,
         |_, o| takeable(o, have_store, can_return),
         |id, off| pinned(&windows, id, off),
-        |f| fresh.contains(f.0) || referenced.remove(f.0),
+        |f| {
+            if fresh.contains(f.0) || referenced.remove(f.0) {
+                return true;
+            }
+            by_rmap && used_since(k, rmap, f, &mut shoot, dirty)
+        },
         &mut victims,
     );
+    shoot.fire(k);
     // Fresh frames are spared by this reclaim only.
     for &f in r.fresh_list.get(..r.fresh_len).unwrap_or(&[]) {
         r.fresh.remove(f);
@@ -516,7 +584,9 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     frames.extend(victims.iter().enumerate().map(|(i, v)| (v.frame.0, i)));
     frames.sort_unstable();
     mapped.resize(victims.len(), 0);
-    unmap_victims(k, vm, &frames, &mut mapped, &mut r.dirty);
+    if !(by_rmap && unmap_by_rmap(k, vm, &victims, &mut mapped, &mut r.dirty)) {
+        unmap_victims(k, vm, &frames, &mut mapped, &mut r.dirty);
+    }
     for (v, &task) in victims.iter().zip(mapped.iter()) {
         if v.pager_backed {
             // Only a page written since it last went to its pager goes back to it (its
@@ -549,7 +619,7 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
                 }
             }
             if let Ok(f) = vm.objects.drop_pager_page(v.object, v.offset) {
-                release(r, k, f);
+                release(r, vm, k, f);
                 r.stats.reclaimed_pager += 1;
             }
             continue;
@@ -732,7 +802,7 @@ pub fn finish(k: &mut Kernel, out: &Outgoing, sent: bool) {
     // SAFETY: the lock is held; the references end in this function.
     let (vm, r) = unsafe { (state(), replace()) };
     if sent {
-        release(r, k, out.frame);
+        release(r, vm, k, out.frame);
         r.stats.pageouts += 1;
         if out.task != 0 {
             r.stats.reclaimed_mapped += 1;

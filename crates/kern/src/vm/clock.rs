@@ -191,13 +191,15 @@ impl FrameSet {
         })
     }
 
+    #[inline(always)]
     fn at(&self, addr: u64) -> Option<(usize, u64)> {
-        let n = (addr / PAGE_SIZE).checked_sub(self.base)?;
+        // A frame below the span wraps to a number far above it: one comparison refuses
+        // both (the word itself is still found with a checked `get`).
+        let n = (addr / PAGE_SIZE).wrapping_sub(self.base);
         if n >= self.count {
             return None;
         }
-        let w = usize::try_from(n / 64).ok()?;
-        (w < self.bits.len()).then_some((w, 1 << (n % 64)))
+        Some(((n / 64) as usize, 1 << (n % 64)))
     }
 
     /// Adds the frame at physical address `addr`; whether it was added (not there yet,

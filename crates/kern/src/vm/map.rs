@@ -489,10 +489,13 @@ impl Map {
     /// load would find resident in the entry's own object now, in address order: the
     /// translations a read fault would enter there (read-only; a store still faults, so
     /// that write permission is decided as [`super::fault::resolve`] decides it). Nothing
-    /// for a copy-on-write entry (its object is another's snapshot), one without read
-    /// access, or one over physical memory. A kernel may enter these when it maps an
-    /// object (Mach enters the resident pages of a new mapping the same way), so that the
-    /// first touch of each page costs no fault; page tables stay a cache.
+    /// for a copy-on-write entry whose object others may see (another's snapshot: a
+    /// copy-on-write entry is offered only when it holds the one reference to an
+    /// anonymous object without a copy object, as a region moved out of line holds once
+    /// its sender's range is gone), one without read access, or one over physical memory.
+    /// A kernel may enter these when it maps an object (Mach enters the resident pages of
+    /// a new mapping the same way), so that the first touch of each page costs no fault;
+    /// page tables stay a cache.
     pub fn resident_reads<F: Copy>(
         &self,
         objs: &Objects<F>,
@@ -503,13 +506,16 @@ impl Map {
         let Some(e) = self.entries.get(start) else {
             return;
         };
-        if e.cow || !e.prot.contains(Prot::READ) {
+        if !e.prot.contains(Prot::READ) {
             return;
         }
         let Some(o) = objs.get(e.object) else {
             return;
         };
         if !matches!(o.kind(), Kind::Anonymous) {
+            return;
+        }
+        if e.cow && (o.refs() != 1 || o.copy().is_some()) {
             return;
         }
         let len = e.end - start;

@@ -33,6 +33,7 @@ pub mod object;
 pub mod phys;
 #[cfg(test)]
 mod proptests;
+pub mod rmap;
 #[cfg(test)]
 mod tests;
 pub mod tree;

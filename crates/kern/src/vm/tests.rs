@@ -551,6 +551,50 @@ fn move_removes_the_source_and_shares_nothing() {
 }
 
 #[test]
+fn a_moved_regions_resident_pages_can_be_entered_when_received() {
+    // What the kernel enters when it delivers a moved region (`resident_reads`) is
+    // exactly what read faults would enter; a copied region (copy-on-write) gets nothing.
+    let mut sim = Sim::new();
+    let (mut a, mut b) = (sim.map(), sim.map());
+    let x = alloc(&mut sim, &mut a, Placement::Anywhere, 3 * P).unwrap();
+    sim.write(0, &mut a, x, 5).unwrap();
+    sim.write(0, &mut a, x + 2 * P, 6).unwrap();
+    sim.mmu.current = 0;
+    let w = alloc(&mut sim, &mut a, Placement::Anywhere, P).unwrap();
+    sim.write(0, &mut a, w, 4).unwrap();
+    sim.mmu.current = 0;
+    let c = copy_out(&mut a, &mut sim.objs, w, P, false, &mut sim.mmu).unwrap();
+    let y = copy_in(&mut b, c, Placement::Anywhere).unwrap();
+    b.resident_reads(&sim.objs, y, 8, |va, _| {
+        panic!("copied, yet entered {va:#x}")
+    });
+    // The kernel moves a region as a copy whose source then goes (`ool.rs`): once the
+    // source is gone the region's copy-on-write entry holds the only reference.
+    let c = copy_out(&mut a, &mut sim.objs, x, 3 * P, false, &mut sim.mmu).unwrap();
+    let z = copy_in(&mut b, c, Placement::Anywhere).unwrap();
+    b.resident_reads(&sim.objs, z, 8, |va, _| {
+        panic!("still shared, yet entered {va:#x}")
+    });
+    a.deallocate(&mut sim.objs, x, 3 * P, &mut sim.mmu).unwrap();
+    let mut got = Vec::new();
+    b.resident_reads(&sim.objs, z, 8, |va, f| got.push((va, f)));
+    assert_eq!(
+        got.iter().map(|(va, _)| *va).collect::<Vec<_>>(),
+        [z, z + 2 * P]
+    );
+    for (va, f) in got {
+        let fault = resolve(&mut b, &mut sim.objs, va, Access::Read).unwrap();
+        assert!(
+            matches!(fault.decision, Decision::Map { frame, .. } if frame == f),
+            "{fault:?}"
+        );
+    }
+    sim.end_task(1, &mut b);
+    sim.end_task(0, &mut a);
+    assert!(sim.objs.is_empty());
+}
+
+#[test]
 fn copy_errors_change_nothing() {
     let mut sim = Sim::new();
     let (mut a, mut b) = (sim.map(), sim.map());

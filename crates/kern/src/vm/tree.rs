@@ -156,14 +156,14 @@ fn insert<V>(link: &mut Link<V>, mut node: Box<Node<V>>) -> (Option<Box<Node<V>>
             *link = Some(node);
             return (None, true);
         }
-        Some(n) => match node.key.cmp(&n.key) {
-            Ordering::Less => insert(&mut n.left, node),
-            Ordering::Greater => insert(&mut n.right, node),
-            Ordering::Equal => {
-                core::mem::swap(&mut n.val, &mut node.val);
-                return (Some(node), false);
-            }
-        },
+        // Two plain comparisons, not `Ord::cmp` (whose three-way result costs a few
+        // instructions more at every level of the walk).
+        Some(n) if node.key == n.key => {
+            core::mem::swap(&mut n.val, &mut node.val);
+            return (Some(node), false);
+        }
+        Some(n) if node.key < n.key => insert(&mut n.left, node),
+        Some(n) => insert(&mut n.right, node),
     };
     if !grew {
         return (old, false);
@@ -338,10 +338,13 @@ impl<V> Tree<V> {
     pub fn get(&self, key: u64) -> Option<&V> {
         let mut cur = self.root.as_deref();
         while let Some(n) = cur {
-            cur = match key.cmp(&n.key) {
-                Ordering::Less => n.left.as_deref(),
-                Ordering::Greater => n.right.as_deref(),
-                Ordering::Equal => return Some(&n.val),
+            if key == n.key {
+                return Some(&n.val);
+            }
+            cur = if key < n.key {
+                n.left.as_deref()
+            } else {
+                n.right.as_deref()
             };
         }
         None
@@ -351,10 +354,13 @@ impl<V> Tree<V> {
     pub fn get_mut(&mut self, key: u64) -> Option<&mut V> {
         let mut cur = self.root.as_deref_mut();
         while let Some(n) = cur {
-            cur = match key.cmp(&n.key) {
-                Ordering::Less => n.left.as_deref_mut(),
-                Ordering::Greater => n.right.as_deref_mut(),
-                Ordering::Equal => return Some(&mut n.val),
+            if key == n.key {
+                return Some(&mut n.val);
+            }
+            cur = if key < n.key {
+                n.left.as_deref_mut()
+            } else {
+                n.right.as_deref_mut()
             };
         }
         None

@@ -42,8 +42,10 @@ pub fn service() {
 
 /// Makes every CPU in `cpus` (other than this one) flush its TLB, and waits until all did.
 pub fn shootdown(cpus: impl Iterator<Item = usize>) {
+    const _: () = assert!(MAX_CPUS <= 64, "the CPUs sent to are a 64-bit mask");
     let me = gdt::this_cpu();
-    let mut sent = [false; MAX_CPUS];
+    // The CPUs sent to, as a bit mask: the wait below visits those only.
+    let mut sent: u64 = 0;
     for cpu in cpus {
         if cpu == me {
             continue;
@@ -53,15 +55,13 @@ pub fn shootdown(cpus: impl Iterator<Item = usize>) {
         };
         flag.store(true, Ordering::Release);
         super::apic::send_ipi(apic_id, super::apic::IPI_TLB as u8);
-        if let Some(s) = sent.get_mut(cpu) {
-            *s = true;
-        }
+        sent |= 1 << cpu;
     }
-    for (cpu, was_sent) in sent.iter().enumerate() {
-        if *was_sent {
-            while PENDING.get(cpu).is_some_and(|f| f.load(Ordering::Acquire)) {
-                core::hint::spin_loop();
-            }
+    while sent != 0 {
+        let cpu = sent.trailing_zeros() as usize;
+        sent &= sent - 1;
+        while PENDING.get(cpu).is_some_and(|f| f.load(Ordering::Acquire)) {
+            core::hint::spin_loop();
         }
     }
 }

@@ -2198,9 +2198,12 @@ fn vm_copy_unbacked(n: u64, names: (&str, &str)) -> Result<(), Failed> {
 }
 
 /// `vm.protect.<n>`: making `n` resident, writable, translated pages read-only (their
-/// translations write-protected and shot down). Between iterations, write access is given
-/// back and every page stored to again (not measured).
-fn vm_protect(n: u64, name: &str) -> Result<(), Failed> {
+/// translations write-protected and shot down); `vm.unprotect.<n>`: giving write access
+/// back to the same pages, read-only and translated (the map changed; the translations
+/// stay read-only and the next store to each page upgrades it, as Mach's `vm_protect`
+/// leaves a permission's increase to the fault). After each pair, every page is stored to
+/// again (not measured).
+fn vm_protect(n: u64, name: &str, unname: &str) -> Result<(), Failed> {
     use baton_rt::vm::{protect, PROT_READ, PROT_RW};
     clear_samples();
     let len = n * PAGE;
@@ -2220,11 +2223,15 @@ fn vm_protect(n: u64, name: &str) -> Result<(), Failed> {
         let r = unsafe { protect(a, len, PROT_READ, false) };
         let t1 = rdtsc_ordered();
         r.map_err(|e| fail!("{name}: {}", e.name()))?;
+        let t2 = rdtsc_ordered();
         // SAFETY: as above.
-        unsafe { protect(a, len, PROT_RW, false) }.map_err(|e| fail!("{name}: {}", e.name()))?;
+        let r = unsafe { protect(a, len, PROT_RW, false) };
+        let t3 = rdtsc_ordered();
+        r.map_err(|e| fail!("{unname}: {}", e.name()))?;
         touch();
         if let Some(j) = i.checked_sub(WARMUP) {
             record(&SAMPLES, j, t1.wrapping_sub(t0));
+            record(&SAMPLES2, j, t3.wrapping_sub(t2));
         }
     }
     let after = read_stats()?;
@@ -2233,6 +2240,8 @@ fn vm_protect(n: u64, name: &str) -> Result<(), Failed> {
         .map_err(|e| fail!("{name}: deallocate: {}", e.name()))?;
     report(name, &SAMPLES);
     report_stats(name, &before, &after);
+    report(unname, &SAMPLES2);
+    report_stats(unname, &before, &after);
     Ok(())
 }
 
@@ -2496,9 +2505,9 @@ fn vm_benchmarks() -> Result<(), Failed> {
     vm_copy_unbacked(16, ("vm.copy.16", "vm.copy.16.move"))?;
     vm_copy_unbacked(256, ("vm.copy.256", "vm.copy.256.move"))?;
     vm_copy_unbacked(1024, ("vm.copy.1024", "vm.copy.1024.move"))?;
-    vm_protect(1, "vm.protect.1")?;
-    vm_protect(100, "vm.protect.100")?;
-    vm_protect(1024, "vm.protect.1024")?;
+    vm_protect(1, "vm.protect.1", "vm.unprotect.1")?;
+    vm_protect(100, "vm.protect.100", "vm.unprotect.100")?;
+    vm_protect(1024, "vm.protect.1024", "vm.unprotect.1024")?;
     vm_map(1, "vm.map.1")?;
     vm_map(100, "vm.map.100")?;
     vm_map(1024, "vm.map.1024")?;

@@ -158,6 +158,8 @@ fn pager_thread(_: u64) {
 /// The object served through activations, and the calls its pager took.
 static ACT_OBJECT: AtomicU64 = AtomicU64::new(0);
 static ACT_CALLS: Counter = Counter::new(0);
+/// Unlock requests the activation pager answered.
+static ACT_UNLOCKS: Counter = Counter::new(0);
 
 /// The first word of page `i` of the activation pager's object.
 const fn act_pattern(i: u64) -> u64 {
@@ -171,6 +173,15 @@ fn act_pager(req: &mut baton_rt::migrate::Request) {
         BAD.increment();
         return;
     };
+    if id == DATA_UNLOCK && r.cookie == COOKIE + 1 {
+        // Unlocks the page for every access.
+        ACT_UNLOCKS.increment();
+        if pager::lock(ACT_OBJECT.load(Ordering::SeqCst), r.offset, P, 7) != Ok(P) {
+            BAD.increment();
+        }
+        req.reply(0, &[]);
+        return;
+    }
     if id != DATA_REQUEST || r.cookie != COOKIE + 1 {
         BAD.increment();
         return;
@@ -551,6 +562,20 @@ fn run() -> Result<(), Failed> {
             && UNLOCK_ACCESS.load(Ordering::SeqCst) == pager::ACCESS_READ,
         "a page locked against every access asks for an unlock even to be read"
     );
+    // A kernel copy meets the lock as a user access does: `vm_query` writing its answer
+    // into a page locked read-only asks for an unlock for writing, waits for it, and is
+    // made again.
+    check!(read(base + 6 * P) == pattern(6), "page 6 reads");
+    must("lock", pager::lock(object, 6 * P, P, PROT_READ))?;
+    let q = vm::query_raw(base, base + 6 * P + 64);
+    check!(
+        q.is_ok()
+            && UNLOCKS.get() == u0 + 3
+            && UNLOCK_ACCESS.load(Ordering::SeqCst) == pager::ACCESS_WRITE
+            && read(base + 6 * P + 64) == base
+            && read(base + 6 * P) == pattern(6),
+        "a kernel copy into a page locked read-only asks for an unlock for writing and is made once it is unlocked ({q:?})"
+    );
     check!(
         pager::lock(object, 0, P, 8) == Err(Error::InvalidArgument)
             && pager::lock(object, 1, P, PROT_READ) == Err(Error::InvalidArgument)
@@ -649,6 +674,28 @@ fn run() -> Result<(), Failed> {
         "a fault served in the pager's activation leaves the faulting code's vector registers as they were ({x:#x})"
     );
     act_later_steps(&mut out, abase)?;
+    // Lock and unlock through activations: an access the lock forbids sends its unlock
+    // request by the faulting thread's own migration into the pager, from a user store
+    // and from a kernel copy (`vm_query` writing its answer) alike.
+    must("lock", pager::lock(aobj, 3 * P, P, PROT_READ))?;
+    let u0 = ACT_UNLOCKS.get();
+    write(abase + 3 * P + 40, 0x3e11);
+    check!(
+        ACT_UNLOCKS.get() == u0 + 1
+            && read(abase + 3 * P + 40) == 0x3e11
+            && read(abase + 3 * P) == act_pattern(3),
+        "a store to a page an activation pager locked read-only migrates into it for the unlock, and is made"
+    );
+    must("lock", pager::lock(aobj, 5 * P, P, PROT_READ))?;
+    let q = vm::query_raw(abase, abase + 5 * P + 64);
+    check!(
+        q.is_ok()
+            && ACT_UNLOCKS.get() == u0 + 2
+            && read(abase + 5 * P + 64) == abase
+            && read(abase + 5 * P) == act_pattern(5),
+        "a kernel copy into such a page migrates into the pager too, and its call is made again ({q:?}, {} unlocks)",
+        ACT_UNLOCKS.get() - u0
+    );
     // SAFETY: no reference covers the mapping.
     must("unmap it", unsafe { vm::deallocate(abase, 8 * P) })?;
     must("drop it", cap_drop(aobj))?;
