@@ -58,6 +58,83 @@ fn short_or_general(k: &mut Kernel, number: u64) -> ! {
     on_syscall(k, number)
 }
 
+/// The entry's call for a number of the extensions' range (`baton_abi::spin`): the entry's
+/// assembly sends those here with the compare that already sends the floor calls off the
+/// base calls' way, so the base calls pay nothing for the short way of an extension's
+/// call ([`extension_short`]). A thread to be killed takes the general path.
+#[no_mangle]
+extern "C" fn extension_dispatch(number: u64) -> ! {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    extension_short(k, number);
+    on_syscall(k, number)
+}
+
+/// A number of the extensions' range (`baton_abi::spin`, outside the base ABI by
+/// construction: `Sys::from_raw` knows none of them) goes to `Trap.SystemCall` at once,
+/// without the general decode's tests for the base calls. It does what the general path
+/// does for such a number, in the same order:
+/// a thread to be killed is left to the general path, and a number no handler took is a
+/// bad call. Returns only in the first case.
+#[inline(always)]
+fn extension_short(k: &mut Kernel, number: u64) {
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // not used after `k` is used again.
+    let th = unsafe { thread::current_mut() };
+    if th.kill_pending {
+        return;
+    }
+    let cur = th.id;
+    if let Some(task) = th.task {
+        // The arguments are copied once, into the event's argument record.
+        let call = crate::extension::Call {
+            task,
+            number,
+            args: th.frame.syscall_args().1,
+        };
+        // Only this call's copies may make it wait for a pager (`crate::pager::after_call`).
+        crate::vm::clear_page_wait();
+        if let Some(v) = crate::extension::system_call(k, &call) {
+            extension_answered(k, v)
+        }
+    }
+    bad_call(k, cur, number)
+}
+
+/// A handler of `Trap.SystemCall` answered `v`: the caller's result, and back to user
+/// space (by the general exit when it is to be preempted).
+#[inline(always)]
+fn extension_answered(k: &mut Kernel, v: u64) -> ! {
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // not used after `k` is used again; the handlers are done with the kernel.
+    let th = unsafe { thread::current_mut() };
+    if !kernel::preempt_due(k, th.priority) {
+        th.frame.rax = v;
+        kernel::leave_to_user()
+    }
+    kernel::finish_entry(k, false, Some(v))
+}
+
+/// A number neither the base ABI nor an extension's handler took: `EXC_BAD_SYSCALL` goes
+/// to the thread's exception port, and without a handler that answers it the task is
+/// killed.
+#[inline(never)]
+fn bad_call(k: &mut Kernel, cur: ThreadId, number: u64) -> ! {
+    crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
+    k.report(format_args!(
+        "killed: bad system call {number} (no handler)"
+    ));
+    if let Some(th) = k.threads.get(cur) {
+        crate::arch::trap::dump_frame(&th.frame);
+        k.report_code(th.frame.rip);
+    }
+    if let Some(task) = k.current_task() {
+        k.end_task(task, Ending::Killed);
+    }
+    thread::thread_terminate_current(k)
+}
+
 /// A number outside the base ABI (`Sys::from_raw` knew none): `Trap.SystemCall`, whose
 /// handlers extensions install (`crate::extension`), for the extensions' range
 /// (`baton_abi::spin`). Reached only once the general decode found no base call, so the
@@ -68,15 +145,10 @@ fn on_extension_call(k: &mut Kernel, number: u64, task: Option<TaskId>, args: [u
     if !(baton_abi::spin::EXT_SYSCALL_FIRST..baton_abi::spin::EXT_SYSCALL_END).contains(&number) {
         return;
     }
-    if let Some(v) = crate::extension::system_call(k, task, number, args) {
-        // SAFETY: this CPU runs the caller (it is in this system call), and the reference
-        // is not used after `k` is used again; the handlers are done with the kernel.
-        let th = unsafe { thread::current_mut() };
-        if !kernel::preempt_due(k, th.priority) {
-            th.frame.rax = v;
-            kernel::leave_to_user()
-        }
-        kernel::finish_entry(k, false, Some(v))
+    let Some(task) = task else { return };
+    let call = crate::extension::Call { task, number, args };
+    if let Some(v) = crate::extension::system_call(k, &call) {
+        extension_answered(k, v)
     }
 }
 
@@ -179,18 +251,7 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     crate::vm::clear_page_wait();
     let Some(call) = Sys::from_raw(number) else {
         on_extension_call(k, number, task_of.0, args);
-        crate::exception::raise(k, cur, baton_abi::exception::EXC_BAD_SYSCALL, number);
-        k.report(format_args!(
-            "killed: bad system call {number} (no handler)"
-        ));
-        if let Some(th) = k.threads.get(cur) {
-            crate::arch::trap::dump_frame(&th.frame);
-            k.report_code(th.frame.rip);
-        }
-        if let Some(task) = k.current_task() {
-            k.end_task(task, Ending::Killed);
-        }
-        thread::thread_terminate_current(k);
+        bad_call(k, cur, number)
     };
     let result = match call {
         Sys::Null | Sys::Yield => 0,

@@ -459,7 +459,7 @@ pub const PATHS: [PathSpec; 11] = [
         about: "SPIN's Table 2, line 2: a null system call a built-in extension added, from \
                 the `syscall` to the `sysretq`: the decode, the raise of `Trap.SystemCall` \
                 and its one keyed handler",
-        arm: Some(&["syscall", "on_extension_call"]),
+        arm: Some(&["extension", "call_key"]),
         cycle: false,
     },
     PathSpec {

@@ -23,15 +23,17 @@ const TABLE_2: &[(&str, f64, &str)] = &[
 ];
 
 /// SPIN's Table 3 (µs): operation, kernel, user (layered), user (integrated); Baton's
-/// kernel threads, Sting's user-level threads, the integrated package, Linux's pthreads.
-const TABLE_3: &[(&str, [f64; 3], [&str; 4])] = &[
+/// kernel threads, the layered C-Threads library, the integrated package, Sting's
+/// user-level threads, Linux's pthreads.
+const TABLE_3: &[(&str, [f64; 3], [&str; 5])] = &[
     (
         "Fork-Join",
         [22.0, 262.0, 111.0],
         [
             "thread.create_exit",
-            "sting.fork_value",
+            "spin.thread.forkjoin.layered",
             "spin.thread.forkjoin",
+            "sting.fork_value",
             "linux.thread.create_join",
         ],
     ),
@@ -40,8 +42,9 @@ const TABLE_3: &[(&str, [f64; 3], [&str; 4])] = &[
         [17.0, 159.0, 85.0],
         [
             "sync.waitwake.pingpong",
-            "",
+            "spin.thread.pingpong.layered",
             "spin.thread.pingpong",
+            "",
             "linux.condvar.pingpong",
         ],
     ),
@@ -63,8 +66,70 @@ const TABLE_4: &[(&str, f64, &str)] = &[
 /// text bytes, data bytes.
 const TABLE_7: &[(&str, u64, u64, u64)] = &[
     ("NULL syscall", 19, 96, 656),
+    ("CThreads", 219, 2480, 1792),
     ("VM workload", 263, 5712, 1472),
 ];
+
+/// The built-in extensions (Rust compiled into the kernel), for Table 7: the name they
+/// are exported under, and the module of `kernel/src/extension/` whose `mod ext` holds
+/// their code.
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "builtin.null_syscall, builtin.caller, builtin.callee",
+        "builtin",
+    ),
+    ("builtin.cthreads", "cthreads"),
+    ("builtin.appel", "translation"),
+    ("builtin.strand", "strand"),
+    ("builtin.physaddr", "reclaim"),
+];
+
+/// Non-blank lines of the `mod ext { ... }` block of a built-in extension's module (the
+/// extension's own code, which forbids `unsafe`): from its opening line to the first
+/// closing brace at the start of a line.
+fn ext_block_lines(text: &str) -> Option<u64> {
+    let mut lines = text.lines().skip_while(|l| !l.starts_with("mod ext {"));
+    lines.next()?;
+    let mut n = 1;
+    for l in lines {
+        if !l.trim().is_empty() {
+            n += 1;
+        }
+        if l.starts_with('}') {
+            return Some(n);
+        }
+    }
+    None
+}
+
+/// Bytes of a built-in extension's code and data in the kernel ELF: the function (text)
+/// and object (data) symbols of `baton_kernel::extension::<module>::ext`, and the
+/// module's handler wrappers (`h_*`, the procedures the dispatcher calls, into which the
+/// compiler inlines most of `ext`). Symbols are matched by their mangled names (each
+/// path component as its length and text).
+fn builtin_sizes(elf: &[u8], module: &str) -> Option<(u64, u64)> {
+    use object::{Object, ObjectSymbol, SymbolKind};
+    let file = object::File::parse(elf).ok()?;
+    let stem = format!("_ZN12baton_kernel9extension{}{module}", module.len());
+    let (mut text, mut data) = (0, 0);
+    for sym in file.symbols() {
+        let Ok(name) = sym.name() else { continue };
+        let Some(rest) = name.strip_prefix(&stem) else {
+            continue;
+        };
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let item = &rest[digits..];
+        if !(item.starts_with("ext") && digits == 1 || item.starts_with("h_")) {
+            continue;
+        }
+        match sym.kind() {
+            SymbolKind::Text => text += sym.size(),
+            SymbolKind::Data => data += sym.size(),
+            _ => {}
+        }
+    }
+    Some((text, data))
+}
 
 fn median(rows: &[Row], name: &str) -> Option<u64> {
     rows.iter().find(|r| r.name == name).map(|r| r.median)
@@ -154,8 +219,9 @@ pub fn section(rows: &[Row], root: &Path) -> String {
     out.push_str(
         "\n### Table 3: thread management\n\n\
          | operation | SPIN kernel (µs) | SPIN user, layered | SPIN user, integrated | \
-         Baton kernel threads | Sting (user) | `builtin.cthreads` (integrated) | Linux pthreads |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+         Baton kernel threads | C-Threads, layered | `builtin.cthreads` (integrated) | \
+         Sting (user) | Linux pthreads |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (op, us, names) in TABLE_3 {
         let [k, l, i] = us;
@@ -170,9 +236,12 @@ pub fn section(rows: &[Row], root: &Path) -> String {
     }
     out.push_str(
         "\nBaton's columns are instructions: its kernel threads through the base system \
-         calls (`thread_create`, `wait`/`wake`), Sting's user-level threads, and SPIN's \
-         integrated C-Threads as a built-in extension whose procedures are system calls \
-         added on `Trap.SystemCall` (`docs/extensions.md`). Ping-pong is one round trip.\n",
+         calls (`thread_create`, `wait`/`wake`); SPIN's layered C-Threads, a user-level \
+         library (`baton_rt::spin::layered`: join records and condition variables in user \
+         memory, a mutex) over those calls; SPIN's integrated C-Threads as a built-in \
+         extension whose procedures are system calls added on `Trap.SystemCall` \
+         (`docs/extensions.md`); Sting's user-level threads. Ping-pong is one round \
+         trip.\n",
     );
     out.push_str(
         "\n### Table 4: virtual memory (the Appel–Li suite)\n\n\
@@ -211,13 +280,35 @@ pub fn section(rows: &[Row], root: &Path) -> String {
             cell(sizes.map(|s| s.1)),
         );
     }
+    let elf = std::fs::read(crate::build::KERNEL.out_dir().join("baton-kernel")).ok();
+    for (name, module) in BUILTIN {
+        let lines = std::fs::read_to_string(
+            root.join("kernel/src/extension")
+                .join(format!("{module}.rs")),
+        )
+        .ok()
+        .and_then(|t| ext_block_lines(&t));
+        let sizes = elf.as_deref().and_then(|e| builtin_sizes(e, module));
+        let _ = writeln!(
+            out,
+            "| Baton: `{name}` (built in) | {} | {} | {} |",
+            cell(lines),
+            cell(sizes.map(|s| s.0)),
+            cell(sizes.map(|s| s.1)),
+        );
+    }
     out.push_str(
         "\nBaton's text is the module's code section (WebAssembly, which `wasmi` compiles \
          to its own instructions when the module is created), its data the data section; \
          source lines are the crate's non-blank lines, comments included. `null_syscall` \
          is SPIN's NULL syscall extension and more (handlers of the other events and the \
          malicious ones the tests use), `appel` the VM workload's handlers with \
-         `PhysAddr.Reclaim`'s and the malicious ones.\n",
+         `PhysAddr.Reclaim`'s and the malicious ones. A built-in extension's source lines \
+         are its `mod ext` block (the code that forbids `unsafe`; the wrappers that hand it \
+         the interface are not counted), its text the kernel's functions of that block and \
+         its handler wrappers (`h_*`, into which the compiler inlines most of it), its data \
+         its static objects: `builtin.cthreads` is SPIN's CThreads line, `builtin.appel` \
+         the VM workload's.\n",
     );
     out
 }
@@ -255,11 +346,20 @@ mod unit_tests {
     }
 
     #[test]
+    fn a_builtin_extension_is_its_ext_block() {
+        let text = "use x;\n\nmod ext {\n    #![forbid(unsafe_code)]\n\n    fn f() {\n    }\n}\nfn g() {}\n";
+        assert_eq!(ext_block_lines(text), Some(5));
+        assert_eq!(ext_block_lines("fn g() {}\n"), None);
+        assert_eq!(ext_block_lines("mod ext {\n    fn f() {}\n"), None);
+    }
+
+    #[test]
     fn the_section_sets_rows_beside_the_paper() {
         let rows = vec![
             row("spin.syscall.event", 300),
             row("spin.call.protected", 1500),
             row("spin.thread.forkjoin", 4000),
+            row("spin.thread.forkjoin.layered", 6000),
             row("spin.vm.fault", 2500),
             row("spin.vm.fault.builtin", 1500),
         ];
@@ -272,7 +372,7 @@ mod unit_tests {
         assert!(s.contains("| Fault | 29 | 2500 | 1500 | — |"), "{s}");
         assert!(
             s.contains(
-                "| Fork-Join | 22 | 262 | 111 | — | — | 4000 (`spin.thread.forkjoin`) | — |"
+                "| Fork-Join | 22 | 262 | 111 | — | 6000 (`spin.thread.forkjoin.layered`) | 4000 (`spin.thread.forkjoin`) | — | — |"
             ),
             "{s}"
         );

@@ -335,23 +335,16 @@ impl State {
     }
 }
 
-/// `Trap.SystemCall`: system call `number` (in the extension range) of a thread running
-/// in task `task`. The handlers' answer, or `None` when no handler took it (the caller's
-/// decode then treats it as an unknown number). Nothing is made when no extension was
-/// ever installed.
-#[inline]
-pub fn system_call(
-    k: &mut Kernel,
-    task: Option<TaskId>,
-    number: u64,
-    args: [u64; 6],
-) -> Option<u64> {
-    let task = task?;
+/// `Trap.SystemCall`: a system call of the extension range (`call`: its number, the
+/// calling task, the arguments). The handlers' answer, or `None` when no handler took it
+/// (the caller's decode then treats it as an unknown number). Nothing is made when no
+/// extension was ever installed. Inlined into the system-call entry's short way.
+#[inline(always)]
+pub fn system_call(k: &mut Kernel, call: &Call) -> Option<u64> {
     // SAFETY: the lock is held (we have `k`); the reference is the only one.
     let s = unsafe { existing() }?;
-    let call = Call { task, number, args };
     let meta = &mut s.meta;
-    let r = raise_with_abort(k, &mut s.syscall, &call, |id, _| {
+    let r = raise_with_abort(k, &mut s.syscall, call, |id, _| {
         forget_meta(meta, EVENT_SYSCALL, id)
     });
     if r.aborted != 0 && r.defaulted {

@@ -299,3 +299,155 @@ pub mod cthreads {
         crate::sys::thread_exit()
     }
 }
+
+/// SPIN's "layered" C-Threads (Bershad et al., Table 3: "a user-level library layered on
+/// a set of kernel extensions that implement Mach's kernel thread interface"): the same
+/// C-Threads operations as [`cthreads`], but kept in user space — a forked thread's end
+/// and value in a record of the caller's, a condition as a sequence word with a waiter
+/// count under the caller's mutex — over the kernel's thread interface, the base calls
+/// `thread_create`, `wait` and `wake` (Baton's kernel threads are the kernel's own, not
+/// an extension's). Set beside the integrated package, whose join and conditions are the
+/// kernel's.
+pub mod layered {
+    use crate::sync::{wait_until, RawMutex};
+    use crate::sys::wake;
+    use baton_abi::{Error, FOREVER};
+    use core::cell::UnsafeCell;
+    use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+    /// A forked thread as its forker and joiner see it (`cthread_t`): one thread at a
+    /// time, [`Thread::fork`] then [`Thread::join`].
+    pub struct Thread {
+        /// 1 from [`Thread::fork`] until [`Thread::join`] returns.
+        forked: AtomicU32,
+        /// 1 once the thread's function returned (the word its joiner waits on).
+        done: AtomicU32,
+        value: AtomicU64,
+        /// The function and its argument, for the forked thread.
+        start: UnsafeCell<Option<Start>>,
+    }
+
+    /// A forked thread's function and argument.
+    type Start = (fn(u64) -> u64, u64);
+
+    // SAFETY: `start` is written only by the `fork` that set `forked` from 0 to 1 (one
+    // caller wins), before its `thread_create`, and read only by the thread that call made
+    // (the system call orders the write before the new thread's first instruction); no
+    // other `fork` writes it until `join` has seen that thread's end and cleared `forked`.
+    unsafe impl Sync for Thread {}
+
+    impl Thread {
+        pub const fn new() -> Thread {
+            Thread {
+                forked: AtomicU32::new(0),
+                done: AtomicU32::new(0),
+                value: AtomicU64::new(0),
+                start: UnsafeCell::new(None),
+            }
+        }
+
+        /// `cthread_fork`: a new kernel thread runs `f(arg)` on `stack` (taken for good,
+        /// as by [`crate::thread::spawn`]); its value is kept here for [`Thread::join`].
+        /// The new thread's id.
+        ///
+        /// Errors: [`Error::Busy`] while this record's last thread is not joined; those of
+        /// [`crate::thread::spawn`].
+        pub fn fork(
+            &'static self,
+            stack: &'static mut [u8],
+            f: fn(u64) -> u64,
+            arg: u64,
+        ) -> Result<u64, Error> {
+            if self
+                .forked
+                .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+            {
+                return Err(Error::Busy);
+            }
+            self.done.store(0, Ordering::Relaxed);
+            // SAFETY: this call won `forked` (see the `Sync` impl): nothing else reads or
+            // writes `start` until the thread made below runs.
+            unsafe { *self.start.get() = Some((f, arg)) };
+            crate::thread::spawn(stack, body, self as *const Thread as u64).inspect_err(|_| {
+                self.forked.store(0, Ordering::Release);
+            })
+        }
+
+        /// `cthread_join`: waits (in the kernel's `wait`, when the thread has not ended)
+        /// until the forked thread's function returned; its value.
+        ///
+        /// Errors: [`Error::InvalidArgument`] when no thread was forked on this record.
+        pub fn join(&self) -> Result<u64, Error> {
+            if self.forked.load(Ordering::Acquire) == 0 {
+                return Err(Error::InvalidArgument);
+            }
+            wait_until(&self.done, |v| v != 0, FOREVER)?;
+            let v = self.value.load(Ordering::Acquire);
+            self.forked.store(0, Ordering::Release);
+            Ok(v)
+        }
+    }
+
+    impl Default for Thread {
+        fn default() -> Thread {
+            Thread::new()
+        }
+    }
+
+    /// A forked thread's body: the record's function, its value, the joiner's wake-up.
+    fn body(record: u64) {
+        // SAFETY: `fork` passes the address of a `&'static Thread`.
+        let t = unsafe { &*(record as *const Thread) };
+        // SAFETY: this thread is the one reader of `start` (see the `Sync` impl).
+        if let Some((f, arg)) = unsafe { *t.start.get() } {
+            t.value.store(f(arg), Ordering::Release);
+        }
+        t.done.store(1, Ordering::Release);
+        let _ = wake(&t.done, 1);
+    }
+
+    /// A C-Threads condition variable, used with a [`RawMutex`] the caller holds.
+    pub struct Condition {
+        /// Bumped by every signal: the word waiters wait on.
+        seq: AtomicU32,
+        /// Threads in [`Condition::wait`] (a signal with none makes no system call).
+        waiters: AtomicU32,
+    }
+
+    impl Condition {
+        pub const fn new() -> Condition {
+            Condition {
+                seq: AtomicU32::new(0),
+                waiters: AtomicU32::new(0),
+            }
+        }
+
+        /// `condition_wait`: releases `m` (which the caller holds), waits for a signal,
+        /// takes `m` again. As C-Threads', it may return without a signal (a spurious
+        /// wake): callers test their predicate in a loop.
+        pub fn wait(&self, m: &RawMutex) -> Result<(), Error> {
+            let seen = self.seq.load(Ordering::Acquire);
+            self.waiters.fetch_add(1, Ordering::Relaxed);
+            m.unlock();
+            let r = wait_until(&self.seq, |v| v != seen, FOREVER);
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
+            m.lock();
+            r.map(|_| ())
+        }
+
+        /// `condition_signal`, with the condition's mutex held: wakes one waiter, if any.
+        pub fn signal(&self) {
+            self.seq.fetch_add(1, Ordering::Release);
+            if self.waiters.load(Ordering::Acquire) != 0 {
+                let _ = wake(&self.seq, 1);
+            }
+        }
+    }
+
+    impl Default for Condition {
+        fn default() -> Condition {
+            Condition::new()
+        }
+    }
+}

@@ -475,8 +475,11 @@ impl<C, A, R: Copy> Event<C, A, R> {
     }
 
     /// Raises the event: one handler and no guard is a direct call; otherwise see the
-    /// module documentation.
-    #[inline]
+    /// module documentation. Always inlined, so that the one-handler case is the call
+    /// itself in the raiser (out of line, its frame and its result written through memory
+    /// cost a system call added by an extension some 20 instructions); the general raise
+    /// stays out of line.
+    #[inline(always)]
     pub fn raise(&self, ctx: &mut C, args: &A) -> Raised<R> {
         if let Some((f, b, key)) = self.single {
             if let (Some(k), Some(key_of)) = (key, self.key_of) {

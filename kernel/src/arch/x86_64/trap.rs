@@ -299,9 +299,10 @@ trap_exit:
 
     .global syscall_entry
 syscall_entry:
-    // The floor calls (`baton_abi::floor`) are recognised first.
-    cmpq ${floor_base}, %rax
-    jae floor_syscall
+    // The extensions' range (`baton_abi::spin`) and the floor calls (`baton_abi::floor`)
+    // lie above every base call: one compare sends both off the base calls' way.
+    cmpq ${ext_first}, %rax
+    jae high_syscall
 syscall_general:
     SYSCALL_SAVE
     movq %gs:0, %rsp
@@ -338,6 +339,24 @@ resume_current_frame:
     callq syscall_entry_hook
     movq %rbx, %rax
     jmp 5b
+
+    // Above the base calls: the floor calls, or a call of the extensions' range, which
+    // goes to `Trap.SystemCall` at once (`extension_dispatch`) with the general entry's
+    // save and checks (with the entry hook on, it takes the general way); numbers between
+    // the two ranges take the general way.
+high_syscall:
+    cmpq ${floor_base}, %rax
+    jae floor_syscall
+    cmpq ${ext_end}, %rax
+    jae syscall_general
+    SYSCALL_SAVE
+    movq %gs:0, %rsp
+    cmpb $0, {entry_hook}(%rip)
+    jne 6b
+    cmpq $0, %gs:40
+    jne floor_dispatch_entry
+    movq %rax, %rdi
+    callq extension_dispatch
 
     // The floor calls. Interrupts are off (FMASK); `rcx` and `r11` hold the user `rip`
     // and `rflags` for `sysretq`.
@@ -436,6 +455,8 @@ floor_fault_base:
     frame_size = const size_of::<TrapFrame>(),
     frame_rax = const core::mem::offset_of!(TrapFrame, rax),
     floor_base = const floor::FLOOR_BASE,
+    ext_first = const baton_abi::spin::EXT_SYSCALL_FIRST,
+    ext_end = const baton_abi::spin::EXT_SYSCALL_END,
     sys_ipc_msg = const baton_abi::Sys::IpcMsg as u64,
     sys_act_return = const baton_abi::Sys::ActReturn as u64,
     floor_full = const floor::FLOOR_FULL,

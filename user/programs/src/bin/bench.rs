@@ -1699,6 +1699,114 @@ fn spin_thread_benchmarks(threads: u64) -> Result<(), Failed> {
     wait_threads_gone(threads)
 }
 
+/// Stacks of the threads `spin.thread.forkjoin.layered` forks, and of the partner of
+/// `spin.thread.pingpong.layered`.
+static LAYERED_STACKS: StackPool<{ TOTAL + 1 }, 2048> = StackPool::new();
+/// The record of the thread `spin.thread.forkjoin.layered` forks and joins.
+static LAYERED_THREAD: baton_rt::spin::layered::Thread = baton_rt::spin::layered::Thread::new();
+/// The partner's record in `spin.thread.pingpong.layered`.
+static LAYERED_PARTNER: baton_rt::spin::layered::Thread = baton_rt::spin::layered::Thread::new();
+/// `spin.thread.pingpong.layered`'s mutex, its two conditions and whose turn it is (0:
+/// A, the main thread; 1: B).
+static LAYERED_MUTEX: baton_rt::sync::RawMutex = baton_rt::sync::RawMutex::new();
+static LAYERED_A: baton_rt::spin::layered::Condition = baton_rt::spin::layered::Condition::new();
+static LAYERED_B: baton_rt::spin::layered::Condition = baton_rt::spin::layered::Condition::new();
+static LAYERED_TURN: AtomicU32 = AtomicU32::new(0);
+
+/// Thread B of `spin.thread.pingpong.layered`: with the mutex held, waits on condition B
+/// for its turn, gives the turn back and signals A, until `STOP`.
+fn layered_partner(_: u64) -> u64 {
+    LAYERED_MUTEX.lock();
+    let mut r = 0;
+    while STOP.load(Ordering::Acquire) == 0 {
+        if LAYERED_TURN.load(Ordering::Relaxed) != 1 {
+            if LAYERED_B.wait(&LAYERED_MUTEX).is_err() {
+                r = 1;
+                break;
+            }
+            continue;
+        }
+        LAYERED_TURN.store(0, Ordering::Relaxed);
+        LAYERED_A.signal();
+    }
+    LAYERED_MUTEX.unlock();
+    r
+}
+
+/// SPIN's Table 3, "layered" column: the same two operations as [`spin_thread_benchmarks`]
+/// with a user-level C-Threads library (`baton_rt::spin::layered`) over the kernel's
+/// thread calls. `spin.thread.forkjoin.layered`: fork a thread that returns its argument,
+/// join it (the library's record, `thread_create`, `wait`/`wake`);
+/// `spin.thread.pingpong.layered`: one round of the C-Threads ping-pong, A taking the
+/// mutex, giving B the turn, signalling B's condition and waiting on its own until B gives
+/// the turn back.
+fn spin_thread_layered(threads: u64) -> Result<(), Failed> {
+    let base = core::ptr::addr_of!(LAYERED_STACKS) as u64;
+    for page in (0..(TOTAL * 2048) as u64).step_by(4096) {
+        // SAFETY: a read of the pool's memory, which no thread uses yet.
+        unsafe { core::ptr::read_volatile((base + page) as *const u8) };
+    }
+    let name = "spin.thread.forkjoin.layered";
+    clear_samples();
+    for w in 0..TOTAL {
+        let stack = LAYERED_STACKS
+            .take()
+            .ok_or_else(|| fail!("{name}: out of stacks at iteration {w}"))?;
+        let t0 = rdtsc_ordered();
+        let r = LAYERED_THREAD
+            .fork(stack, forkjoin_child, w as u64)
+            .and_then(|_| LAYERED_THREAD.join());
+        let t1 = rdtsc_ordered();
+        if r != Ok(w as u64) {
+            return Err(fail!("{name}: iteration {w}: {r:?}"));
+        }
+        if let Some(i) = w.checked_sub(WARMUP) {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    report(name, &SAMPLES);
+    wait_threads_gone(threads)?;
+
+    let name = "spin.thread.pingpong.layered";
+    clear_samples();
+    STOP.store(0, Ordering::Release);
+    LAYERED_TURN.store(0, Ordering::Relaxed);
+    let stack = LAYERED_STACKS
+        .take()
+        .ok_or_else(|| fail!("{name}: out of stacks"))?;
+    LAYERED_PARTNER
+        .fork(stack, layered_partner, 0)
+        .map_err(|e| fail!("{name}: fork: {e:?}"))?;
+    LAYERED_MUTEX.lock();
+    for w in 0..TOTAL {
+        let t0 = rdtsc_ordered();
+        LAYERED_TURN.store(1, Ordering::Relaxed);
+        LAYERED_B.signal();
+        let mut r = Ok(());
+        while r.is_ok() && LAYERED_TURN.load(Ordering::Relaxed) != 0 {
+            r = LAYERED_A.wait(&LAYERED_MUTEX);
+        }
+        let t1 = rdtsc_ordered();
+        if let Err(e) = r {
+            LAYERED_MUTEX.unlock();
+            return Err(fail!("{name}: round {w}: {e:?}"));
+        }
+        if let Some(i) = w.checked_sub(WARMUP) {
+            record(&SAMPLES, i, t1.wrapping_sub(t0));
+        }
+    }
+    STOP.store(1, Ordering::Release);
+    LAYERED_B.signal();
+    LAYERED_MUTEX.unlock();
+    let ended = LAYERED_PARTNER.join();
+    STOP.store(0, Ordering::Release);
+    if ended != Ok(0) {
+        return Err(fail!("{name}: the partner ended with {ended:?}"));
+    }
+    report(name, &SAMPLES);
+    wait_threads_gone(threads)
+}
+
 /// The extension that calls another domain's procedures (`extensions/caller`).
 static CALLER: &[u8] = include_bytes!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -2806,6 +2914,7 @@ fn run_all() -> Result<(), Failed> {
     task_fork()?;
     spin_benchmarks()?;
     spin_thread_benchmarks(threads)?;
+    spin_thread_layered(threads)?;
     spin_vm_benchmarks(threads)?;
     // The file rows first: the blk rows write over the disk's first sectors, the
     // partition table among them.

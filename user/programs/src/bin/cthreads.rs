@@ -13,6 +13,11 @@
 //! - the package's bounds: [`SLOTS`] threads forked and not joined (`NoSpace` past them),
 //!   [`CONDITIONS`] conditions (`InvalidArgument` past them); `exit` from a thread the
 //!   package did not make and `fork` at a kernel address are errors;
+//! - SPIN's "layered" C-Threads (`baton_rt::spin::layered`, a user-level library over the
+//!   kernel's thread calls): values come back to the joiner whether the thread ended
+//!   before or after the join, a record forked twice without a join is `Busy` and one
+//!   never forked `InvalidArgument`, and the mutex-and-conditions ping-pong alternates
+//!   strictly for [`ROUNDS`] rounds;
 //! - the kernel memory charged to the task is back to its baseline after a second round of
 //!   all this, and so is the kernel heap on one processor (on two, which wait-queue
 //!   buckets grew depends on timing).
@@ -23,9 +28,11 @@
 
 use baton_rt::check::{finish, Failed};
 use baton_rt::spin::cthreads::Package;
+use baton_rt::spin::layered;
+use baton_rt::sync::RawMutex;
 use baton_rt::thread::StackPool;
 use baton_rt::{println, Error};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 baton_rt::entry!(main);
 
@@ -90,6 +97,8 @@ fn run() -> Result<(), Failed> {
     // Round 1 makes what stays for the task (its package state, the tables' room); round
     // 2 must give back all it takes.
     let threads = baton_rt::sys::stats().map_or(0, |s| s.threads);
+    layered()?;
+    settle(threads);
     round()?;
     settle(threads);
     let (base, heap_base) = (charged(), heap());
@@ -339,4 +348,118 @@ fn round() -> Result<(), Failed> {
 
     p.uninstall();
     Ok(())
+}
+
+/// Stacks of the layered library's threads.
+static LAYERED_STACKS: StackPool<16, 4096> = StackPool::new();
+static L_THREADS: [layered::Thread; 4] = [const { layered::Thread::new() }; 4];
+static L_MUTEX: RawMutex = RawMutex::new();
+static L_A: layered::Condition = layered::Condition::new();
+static L_B: layered::Condition = layered::Condition::new();
+/// Whose turn it is in the layered ping-pong (0: A, 1: B).
+static L_TURN: AtomicU64 = AtomicU64::new(0);
+/// Set to let the layered fork-join's slow thread end.
+static L_GO: AtomicU32 = AtomicU32::new(0);
+
+fn l_stack() -> Result<&'static mut [u8], Failed> {
+    LAYERED_STACKS.take().ok_or_else(|| {
+        println!("TEST FAIL {TEST}: out of layered stacks");
+        Failed
+    })
+}
+
+/// A thread that ends only once `L_GO` is set (its joiner waits in the kernel).
+fn slow_triple(x: u64) -> u64 {
+    let _ = baton_rt::sync::wait_until(&L_GO, |v| v != 0, baton_abi::FOREVER);
+    triple(x)
+}
+
+/// B of the layered ping-pong: [`ROUNDS`] turns, each taken under the mutex when A gives
+/// it, logged, and given back.
+fn l_pong(_: u64) -> u64 {
+    L_MUTEX.lock();
+    for _ in 0..ROUNDS {
+        while L_TURN.load(Ordering::Relaxed) != 1 {
+            if L_B.wait(&L_MUTEX).is_err() {
+                L_MUTEX.unlock();
+                return 1;
+            }
+        }
+        log(2);
+        L_TURN.store(0, Ordering::Relaxed);
+        L_A.signal();
+    }
+    L_MUTEX.unlock();
+    0
+}
+
+/// SPIN's layered C-Threads: the user-level library over `thread_create`, `wait` and
+/// `wake`.
+fn layered() -> Result<(), Failed> {
+    let [t0, t1, t2, t3] = &L_THREADS;
+    check!(
+        t0.join() == Err(Error::InvalidArgument),
+        "layered: joining a record never forked is InvalidArgument"
+    );
+    // Ended before the join.
+    must("layered fork", t0.fork(l_stack()?, triple, 4))?;
+    let _ = baton_rt::sys::sleep_ns(2_000_000);
+    check!(
+        t0.join() == Ok(13),
+        "layered: a thread that ended first: its value waited"
+    );
+    // Joined before it ended: the joiner waits in the kernel.
+    must("layered fork", t1.fork(l_stack()?, slow_triple, 5))?;
+    check!(
+        t1.fork(l_stack()?, triple, 0) == Err(Error::Busy),
+        "layered: a record forked and not joined is Busy"
+    );
+    must("layered fork", t2.fork(l_stack()?, ended_by_go, 0))?;
+    check!(
+        t1.join() == Ok(16),
+        "layered: the joiner got the value of a thread that ended after it"
+    );
+    check!(
+        t2.join() == Ok(1),
+        "layered: the thread that let the other end ended"
+    );
+    // A record is used again once joined.
+    must("layered fork again", t0.fork(l_stack()?, triple, 6))?;
+    check!(t0.join() == Ok(19), "layered: a joined record forks again");
+
+    // Ping-pong: strict alternation of A (this thread) and B.
+    LOG_AT.store(0, Ordering::Release);
+    L_TURN.store(0, Ordering::Relaxed);
+    must("layered fork B", t3.fork(l_stack()?, l_pong, 0))?;
+    L_MUTEX.lock();
+    for _ in 0..ROUNDS {
+        log(1);
+        L_TURN.store(1, Ordering::Relaxed);
+        L_B.signal();
+        while L_TURN.load(Ordering::Relaxed) != 0 {
+            if L_A.wait(&L_MUTEX).is_err() {
+                L_MUTEX.unlock();
+                check!(false, "layered: A's condition wait failed");
+            }
+        }
+    }
+    L_MUTEX.unlock();
+    check!(t3.join() == Ok(0), "layered: B played all its rounds");
+    let n = LOG_AT.load(Ordering::Acquire);
+    let strict = (0..n).all(|i| LOG[i].load(Ordering::Acquire) == if i % 2 == 0 { 1 } else { 2 });
+    check!(
+        n == 2 * ROUNDS && strict,
+        "layered: the ping-pong alternated strictly ({n} steps)"
+    );
+    LOG_AT.store(0, Ordering::Release);
+    Ok(())
+}
+
+/// Waits briefly (so that the slow thread's joiner is waiting in the kernel), then lets
+/// it end.
+fn ended_by_go(_: u64) -> u64 {
+    let _ = baton_rt::sys::sleep_ns(2_000_000);
+    L_GO.store(1, Ordering::Release);
+    let _ = baton_rt::sys::wake(&L_GO, 1);
+    1
 }
