@@ -1,53 +1,95 @@
-//! x86-64: a context is a saved stack pointer; the callee-saved registers of the SysV ABI
-//! (`rbx`, `rbp`, `r12`-`r15`) are pushed on the stack being left, and `rip` is the return
-//! address the `call` to [`switch`] pushed. Everything else is caller-saved, so the
-//! compiler has already saved what it needs around the call.
+//! x86-64: a context is a saved stack pointer. [`switch`] is inline assembly in its caller:
+//! it leaves, at the saved stack pointer, a frame of four words — the address to resume
+//! at, the floating-point control words, `rbp` and `rbx` — and declares every other
+//! register clobbered, so the compiler saves around it only the registers its caller has
+//! live (and the callee-saved ones its own caller expects back, once, in its prologue),
+//! instead of a switch routine pushing all six callee-saved registers every time.
+//! Resuming a context is `mov rsp, saved; ret`: the resume address then restores the
+//! rest of its frame. A prepared context (a new thread's first frame, a resumption laid by
+//! the runtime) is the same four words, with its arguments in the words above them.
 //!
-//! The x87 control word and `mxcsr`, which the ABI also makes callee-saved, are saved too
-//! (one word below the registers): user programs are built hard-float, so a thread may
-//! change its rounding mode or exception masks, and the thread switched to must not run
-//! with them. The vector and x87 data registers are caller-saved: nothing to do.
+//! The x87 control word and `mxcsr`, which the ABI makes callee-saved, are saved too:
+//! user programs are built hard-float, so a thread may change its rounding mode or
+//! exception masks, and the thread switched to must not run with them. The vector and x87
+//! data registers are caller-saved: the asm's clobbers make the compiler keep what it
+//! needs of them.
 
 // The kernel-upcall resumption below is used only on Baton.
 #![cfg_attr(not(baton), allow(dead_code))]
 
 use core::arch::naked_asm;
 
-/// Saves the callee-saved registers and the stack pointer of the running context into
-/// `*from`, and resumes the context whose stack pointer is `to`.
+/// Words of a saved context's frame: the resume address, the control words, `rbp`, `rbx`.
+/// A prepared context's arguments follow them.
+const FRAME_WORDS: usize = 4;
+
+/// Saves the running context into `*from` (its frame on its own stack) and resumes the
+/// context whose stack pointer is `to`.
 ///
-/// Returns (in the saved context) when some later `switch` resumes `*from`.
+/// Returns (in the saved context) when some later `switch` resumes `*from`. Inlined into
+/// its caller: the compiler keeps what its caller has live in the registers it saves
+/// itself (every register but `rbp`, `rbx` and the stack pointer is declared clobbered).
 ///
 /// # Safety
 ///
 /// `from` must be valid for a write. `to` must be a stack pointer saved by `switch` (or
-/// prepared by [`prepare`]) of a context that is not running and will not be resumed by
-/// anyone else; its stack must stay valid while it runs.
-#[unsafe(naked)]
-pub unsafe extern "C" fn switch(from: *mut usize, to: usize) {
-    naked_asm!(
-        "push rbp",
-        "push rbx",
-        "push r12",
-        "push r13",
-        "push r14",
-        "push r15",
-        "sub rsp, 8",
-        "stmxcsr [rsp]",
-        "fnstcw [rsp + 4]",
-        "mov [rdi], rsp",
-        "mov rsp, rsi",
-        "ldmxcsr [rsp]",
-        "fldcw [rsp + 4]",
-        "add rsp, 8",
-        "pop r15",
-        "pop r14",
-        "pop r13",
-        "pop r12",
-        "pop rbx",
-        "pop rbp",
-        "ret",
-    )
+/// laid by one of this module's `prepare` functions) of a context that is not running and
+/// will not be resumed by anyone else; its stack must stay valid while it runs.
+#[inline(always)]
+pub unsafe fn switch(from: *mut usize, to: usize) {
+    // SAFETY: the caller's promise. The frame goes below the stack pointer (the asm may use
+    // the stack: no `nostack`), and `ret` into it from any other context comes back here
+    // with the stack pointer at its second word; the `add` leaves it as it was.
+    unsafe {
+        core::arch::asm!(
+            "sub rsp, 32",
+            "stmxcsr [rsp + 8]",
+            "fnstcw [rsp + 12]",
+            "mov [rsp + 16], rbp",
+            "mov [rsp + 24], rbx",
+            "lea rax, [rip + 2f]",
+            "mov [rsp], rax",
+            "mov [rdi], rsp",
+            "mov rsp, rsi",
+            "ret",
+            "2:",
+            "ldmxcsr [rsp]",
+            "fldcw [rsp + 4]",
+            "mov rbp, [rsp + 8]",
+            "mov rbx, [rsp + 16]",
+            "add rsp, 24",
+            inout("rdi") from => _,
+            inout("rsi") to => _,
+            out("r12") _,
+            out("r13") _,
+            out("r14") _,
+            out("r15") _,
+            clobber_abi("C"),
+        )
+    };
+}
+
+/// Writes a prepared context's frame at `sp`: resumed by [`switch`], it `ret`s to `entry`
+/// with the stack pointer at the control words (`INITIAL_CONTROL`), `rbp` and `rbx` zero
+/// above them, then `args`.
+///
+/// # Safety
+///
+/// The `(FRAME_WORDS + args.len()) * 8` bytes at `sp` must be writable memory of a stack
+/// nothing else uses; `sp` is 8-byte aligned.
+#[inline(always)]
+unsafe fn write_frame<const N: usize>(sp: usize, entry: usize, args: [usize; N]) {
+    let frame = sp as *mut usize;
+    // SAFETY: within the bytes the caller gives us.
+    unsafe {
+        frame.write(entry);
+        frame.add(1).write(INITIAL_CONTROL);
+        frame.add(2).write(0);
+        frame.add(3).write(0);
+        for (i, w) in args.into_iter().enumerate() {
+            frame.add(FRAME_WORDS + i).write(w);
+        }
+    }
 }
 
 /// Lays out, below `top` (16-byte aligned), the frame that [`switch`] resumes as a call of
@@ -55,31 +97,12 @@ pub unsafe extern "C" fn switch(from: *mut usize, to: usize) {
 ///
 /// # Safety
 ///
-/// The 72 bytes below `top` must be writable memory of a stack nothing else uses.
+/// The 64 bytes below `top` must be writable memory of a stack nothing else uses.
 pub unsafe fn prepare(top: usize, arg: usize) -> usize {
-    let top = top & !15;
-    let sp = top - 72;
-    let frame = sp as *mut usize;
-    // Loaded by `switch` in this order: `mxcsr` and the x87 control word (their initial
-    // values, as a new kernel thread gets them), r15, r14, r13, r12 (the argument), rbx,
-    // rbp, then `ret` to the trampoline; the last word is a zero return address for the
-    // trampoline.
-    let words = [
-        INITIAL_CONTROL,
-        0,
-        0,
-        0,
-        arg,
-        0,
-        0,
-        trampoline as *const () as usize,
-        0,
-    ];
-    for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: `frame + i` for i < 9 is within the 72 bytes below `top`, which the
-        // caller gives us; `sp` is 8-byte aligned.
-        unsafe { frame.add(i).write(w) };
-    }
+    let sp = (top & !15) - 64;
+    // The frame, the argument, and a word the trampoline aligns over.
+    // SAFETY: the 48 bytes at `sp` are below `top`, the caller's; `sp` is aligned.
+    unsafe { write_frame(sp, trampoline as *const () as usize, [arg]) };
     sp
 }
 
@@ -87,12 +110,15 @@ pub unsafe fn prepare(top: usize, arg: usize) -> usize {
 /// masked, round to nearest) in the low half, the x87 control word 0x037f above it.
 const INITIAL_CONTROL: usize = 0x037f << 32 | 0x1f80;
 
-/// Where a prepared context starts: `r12` holds the argument.
+/// Where a prepared context starts (the stack pointer at its frame's control words): loads
+/// them and calls `tcb_entry` with the argument.
 #[unsafe(naked)]
 extern "C" fn trampoline() -> ! {
     naked_asm!(
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
         "xor ebp, ebp",
-        "mov rdi, r12",
+        "mov rdi, [rsp + 24]",
         "and rsp, -16",
         "call {entry}",
         "ud2",
@@ -206,34 +232,22 @@ pub unsafe fn prepare_resume(regs: &UserRegs) -> usize {
     let copy = (regs.rsp as usize - RED_ZONE - size_of::<UserRegs>()) & !15;
     // SAFETY: below the stopped context's stack pointer, free (the caller's promise).
     unsafe { (copy as *mut UserRegs).write(*regs) };
-    let sp = copy - 72;
-    let frame = sp as *mut usize;
-    // Loaded by `switch`: `mxcsr` and the x87 control word (their defaults: the kernel
-    // gives the stopped context's integer registers back, not these), r15, r14, r13, r12
-    // (the copy), rbx, rbp, then `ret`.
-    let words = [
-        INITIAL_CONTROL,
-        0,
-        0,
-        0,
-        copy,
-        0,
-        0,
-        resume_trampoline as *const () as usize,
-        0,
-    ];
-    for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: the 72 bytes below the copy, free as above.
-        unsafe { frame.add(i).write(w) };
-    }
+    let sp = copy - 48;
+    // The control words are the defaults: the kernel gives the stopped context's integer
+    // registers back, not these. The argument is the copy.
+    // SAFETY: the 48 bytes below the copy, free as above.
+    unsafe { write_frame(sp, resume_trampoline as *const () as usize, [copy]) };
     sp
 }
 
-/// Where a context prepared by [`prepare_resume`] starts: `r12` holds the registers.
+/// Where a context prepared by [`prepare_resume`] starts: the registers' copy above its
+/// frame.
 #[unsafe(naked)]
 extern "C" fn resume_trampoline() -> ! {
     naked_asm!(
-        "mov rdi, r12",
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "mov rdi, [rsp + 24]",
         "and rsp, -16",
         "call {finish}",
         "mov rdi, rax",
@@ -324,23 +338,22 @@ unsafe fn prepare_full(regs: &UserRegs, fp: *const u8, trampoline: usize) -> usi
     // SAFETY: the area below the copy, free as above; `fp` is readable (the caller's
     // promise) and does not overlap it (it is on the upcall stack).
     unsafe { core::ptr::copy_nonoverlapping(fp, area as *mut u8, FP_AREA) };
-    let sp = area - 72;
-    let frame = sp as *mut usize;
-    // Loaded by `switch`: the control words, r15, r14, r13 (the state), r12 (the copy),
-    // rbx, rbp, then `ret`.
-    let words = [INITIAL_CONTROL, 0, 0, area, copy, 0, 0, trampoline, 0];
-    for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: the 72 bytes below the area, free as above.
-        unsafe { frame.add(i).write(w) };
-    }
+    let sp = area - 48;
+    // The frame, then the registers' copy and the state's, which the trampoline takes.
+    // SAFETY: the 48 bytes below the area, free as above.
+    unsafe { write_frame(sp, trampoline, [copy, area]) };
     sp
 }
 
-/// Where a context prepared by [`prepare_preempted`] starts: `r12` holds the registers'
-/// copy, `r13` the floating-point state's.
+/// Where a context prepared by [`prepare_preempted`] starts: the registers' copy and the
+/// floating-point state's above its frame (kept in `r12` and `r13` across the call).
 #[unsafe(naked)]
 extern "C" fn preempted_trampoline() -> ! {
     naked_asm!(
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "mov r12, [rsp + 24]",
+        "mov r13, [rsp + 32]",
         "mov rdi, r12",
         "and rsp, -16",
         "call {finish}",
@@ -352,11 +365,15 @@ extern "C" fn preempted_trampoline() -> ! {
     )
 }
 
-/// Where a context prepared by [`prepare_fault_resume`] starts: `r12` holds the registers'
-/// copy, `r13` the floating-point state's.
+/// Where a context prepared by [`prepare_fault_resume`] starts: as
+/// [`preempted_trampoline`].
 #[unsafe(naked)]
 extern "C" fn fault_trampoline() -> ! {
     naked_asm!(
+        "ldmxcsr [rsp]",
+        "fldcw [rsp + 4]",
+        "mov r12, [rsp + 24]",
+        "mov r13, [rsp + 32]",
         "mov rdi, r12",
         "and rsp, -16",
         "call {finish}",
@@ -574,48 +591,29 @@ pub unsafe extern "C" fn catch_jump(sp: usize) -> ! {
 /// # Safety
 ///
 /// `sp` is the saved stack pointer of a context that is not running and that nothing else
-/// changes meanwhile, with at least 72 free bytes below it.
+/// changes meanwhile, with at least 48 free bytes below it.
 pub unsafe fn push_signal_frame(sp: usize, tcb: usize) -> usize {
-    let new = sp - 72;
-    let frame = new as *mut usize;
-    // Control words, r15, r14, r13 (the original frame), r12 (the TCB), rbx, rbp, return
-    // address, and a word the trampoline aligns over.
-    let words = [
-        INITIAL_CONTROL,
-        0,
-        0,
-        sp,
-        tcb,
-        0,
-        0,
-        signal_trampoline as *const () as usize,
-        0,
-    ];
-    for (i, w) in words.into_iter().enumerate() {
-        // SAFETY: the caller's promise: the 72 bytes below `sp` are free.
-        unsafe { frame.add(i).write(w) };
-    }
+    let new = sp - 48;
+    // The frame, then the original frame's stack pointer and the TCB, which the
+    // trampoline takes.
+    // SAFETY: the caller's promise: the 48 bytes below `sp` are free.
+    unsafe { write_frame(new, signal_trampoline as *const () as usize, [sp, tcb]) };
     new
 }
 
 /// Where a context with a signal's continuation resumes: runs the handlers, then goes on
-/// exactly as [`switch`] would have resumed the original frame (`r13`).
+/// exactly as [`switch`] would have resumed the original frame (kept in `r12` across the
+/// call).
 #[unsafe(naked)]
 extern "C" fn signal_trampoline() -> ! {
     naked_asm!(
-        "mov rdi, r12",
-        "and rsp, -16",
-        "call {signalled}",
-        "mov rsp, r13",
         "ldmxcsr [rsp]",
         "fldcw [rsp + 4]",
-        "add rsp, 8",
-        "pop r15",
-        "pop r14",
-        "pop r13",
-        "pop r12",
-        "pop rbx",
-        "pop rbp",
+        "mov r12, [rsp + 24]",
+        "mov rdi, [rsp + 32]",
+        "and rsp, -16",
+        "call {signalled}",
+        "mov rsp, r12",
         "ret",
         signalled = sym crate::rt::signalled,
     )
