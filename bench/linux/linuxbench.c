@@ -46,6 +46,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 /* Iterations run before recording. */
@@ -739,6 +740,334 @@ static void bench_thread_create(void)
 	report("linux.thread.create_join");
 }
 
+/* ---- user-level threads (the Sting paper's Figure 3) ---------------------------------- */
+
+/*
+ * A minimal user-level thread package on the C library's contexts (`makecontext`,
+ * `swapcontext`), the user-level threads a Linux program gets without writing assembly:
+ * thread objects from the heap, stacks recycled LIFO from a free list, one FIFO ready
+ * queue, `yield`, `park`/`unpark` and `fork`/`value`. It runs on one kernel thread, so it
+ * needs no lock. The `linux.ult.*` rows measure it as Baton's `sting.*` rows measure the
+ * Sting runtime (one virtual processor, FIFO). glibc's `swapcontext` saves and restores the
+ * signal mask with an `rt_sigprocmask` system call at every switch; that is part of what
+ * this package costs, and why user-level packages on Linux often switch by hand.
+ */
+
+/* Bytes of a user-level thread's stack. */
+#define ULT_STACK (64 * 1024)
+/* Slots of the ready ring (a power of two). */
+#define ULT_RING 64
+
+enum ult_state { ULT_DELAYED, ULT_READY, ULT_RUNNING, ULT_BLOCKED, ULT_DETERMINED };
+
+struct ult {
+	ucontext_t ctx;
+	enum ult_state state;
+	void *(*fn)(void *);
+	void *arg;
+	void *value;
+	void *stack;
+	struct ult *waiter;
+};
+
+/* The thread running now (the main thread's record while it runs). */
+static struct ult *ult_current;
+/* The main thread's record. */
+static struct ult ult_main;
+/* The ready ring: FIFO. */
+static struct ult *ult_ring[ULT_RING];
+static unsigned ult_head, ult_tail;
+/* Free stacks, LIFO: the first word of a free stack links to the next. */
+static void *ult_free_stacks;
+
+static inline void ult_enqueue(struct ult *t)
+{
+	if (ult_tail - ult_head == ULT_RING)
+		fail("ult: the ready ring is full");
+	ult_ring[ult_tail++ % ULT_RING] = t;
+}
+
+static inline struct ult *ult_dequeue(void)
+{
+	if (ult_head == ult_tail)
+		return NULL;
+	return ult_ring[ult_head++ % ULT_RING];
+}
+
+/* Leaves the running thread (whose state the caller set) for `next`. */
+static inline void ult_switch(struct ult *next)
+{
+	struct ult *me = ult_current;
+	next->state = ULT_RUNNING;
+	ult_current = next;
+	if (swapcontext(&me->ctx, &next->ctx) != 0)
+		fail("ult: swapcontext");
+}
+
+/* The running thread stays ready and the next ready one runs, if there is one. */
+static void ult_yield(void)
+{
+	struct ult *next = ult_dequeue();
+	if (next == NULL)
+		return;
+	ult_current->state = ULT_READY;
+	ult_enqueue(ult_current);
+	ult_switch(next);
+}
+
+/* The running thread blocks until another unparks it. */
+static void ult_park(void)
+{
+	struct ult *next = ult_dequeue();
+	if (next == NULL)
+		fail("ult: park with nothing ready (deadlock)");
+	ult_current->state = ULT_BLOCKED;
+	ult_switch(next);
+}
+
+/* A blocked thread becomes ready. */
+static void ult_unpark(struct ult *t)
+{
+	if (t->state != ULT_BLOCKED)
+		fail("ult: unpark of a thread that is not blocked");
+	t->state = ULT_READY;
+	ult_enqueue(t);
+}
+
+/* A new thread object running fn(arg) once started: no stack yet (a delayed thread). */
+static struct ult *ult_create(void *(*fn)(void *), void *arg)
+{
+	struct ult *t = malloc(sizeof *t);
+	if (t == NULL)
+		fail("ult: malloc");
+	t->state = ULT_DELAYED;
+	t->fn = fn;
+	t->arg = arg;
+	t->value = NULL;
+	t->stack = NULL;
+	t->waiter = NULL;
+	return t;
+}
+
+/* Where every started thread begins: runs its function, records its value, wakes its
+ * waiter, gives its stack back and leaves for good. */
+static void ult_entry(void)
+{
+	struct ult *me = ult_current;
+	me->value = me->fn(me->arg);
+	me->state = ULT_DETERMINED;
+	if (me->waiter != NULL)
+		ult_unpark(me->waiter);
+	/* On one kernel thread nothing takes the stack before the switch below leaves it. */
+	*(void **)me->stack = ult_free_stacks;
+	ult_free_stacks = me->stack;
+	struct ult *next = ult_dequeue();
+	if (next == NULL)
+		fail("ult: a thread ended with nothing ready");
+	next->state = ULT_RUNNING;
+	ult_current = next;
+	setcontext(&next->ctx);
+	fail("ult: setcontext");
+}
+
+/* Gives a delayed thread a stack (from the free list, else the heap) and a context that
+ * starts it in ult_entry, and queues it. */
+static void ult_fork(struct ult *t)
+{
+	t->stack = ult_free_stacks;
+	if (t->stack != NULL)
+		ult_free_stacks = *(void **)t->stack;
+	else if ((t->stack = malloc(ULT_STACK)) == NULL)
+		fail("ult: stack");
+	if (getcontext(&t->ctx) != 0)
+		fail("ult: getcontext");
+	t->ctx.uc_stack.ss_sp = t->stack;
+	t->ctx.uc_stack.ss_size = ULT_STACK;
+	t->ctx.uc_link = NULL;
+	makecontext(&t->ctx, ult_entry, 0);
+	t->state = ULT_READY;
+	ult_enqueue(t);
+}
+
+/* The value of a started thread: the caller blocks until it is determined. */
+static void *ult_value(struct ult *t)
+{
+	while (t->state != ULT_DETERMINED) {
+		t->waiter = ult_current;
+		ult_park();
+	}
+	return t->value;
+}
+
+static void *ult_null(void *arg)
+{
+	return arg;
+}
+
+/* The stamp thread A took before its operation, and the iteration it was for. */
+static volatile uint64_t ult_stamp;
+static volatile int ult_seq;
+
+/* Thread B of linux.ult.switch: yields back each time, recording A's yield. */
+static void *ult_switch_partner(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < TOTAL; i++) {
+		ult_yield();
+		uint64_t t = stamp();
+		samples[ult_seq] = t - ult_stamp;
+	}
+	return NULL;
+}
+
+/* Thread B of linux.ult.block_resume: parks; once unparked records A's unpark and park,
+ * then unparks A. */
+static void *ult_block_partner(void *arg)
+{
+	struct ult *a = arg;
+	for (int i = 0; i < TOTAL; i++) {
+		ult_park();
+		uint64_t t = stamp();
+		samples[ult_seq] = t - ult_stamp;
+		ult_unpark(a);
+	}
+	return NULL;
+}
+
+static void ult_reset(void)
+{
+	ult_main.state = ULT_RUNNING;
+	ult_current = &ult_main;
+	ult_head = ult_tail = 0;
+}
+
+/* The linux.ult.* rows. */
+static void bench_ult(void)
+{
+	ult_reset();
+	/* linux.ult.create (sting.create): a delayed thread object, no stack, not queued. */
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		struct ult *t = ult_create(ult_null, NULL);
+		uint64_t b = stamp();
+		__asm__ volatile("" : : "r"(t) : "memory");
+		free(t);
+		samples[i] = b - a;
+	}
+	report("linux.ult.create");
+
+	/* linux.ult.fork_value (sting.fork_value): create and fork a null thread (a pooled
+	 * stack, a new context, queued), then take its value: the forker blocks, the thread
+	 * runs, ends, wakes the forker and leaves; the forker resumes. */
+	for (int i = 0; i < TOTAL; i++) {
+		uint64_t a = stamp();
+		struct ult *t = ult_create(ult_null, (void *)(uintptr_t)i);
+		ult_fork(t);
+		void *v = ult_value(t);
+		uint64_t b = stamp();
+		if (v != (void *)(uintptr_t)i)
+			fail("ult.fork_value: the value of thread %d", i);
+		free(t);
+		samples[i] = b - a;
+	}
+	report("linux.ult.fork_value");
+
+	/* linux.ult.enqueue_dequeue (sting.enqueue_dequeue): a thread onto the ready queue and
+	 * off again. */
+	{
+		struct ult *t = ult_create(ult_null, NULL);
+		for (int i = 0; i < TOTAL; i++) {
+			uint64_t a = stamp();
+			t->state = ULT_READY;
+			ult_enqueue(t);
+			struct ult *back = ult_dequeue();
+			uint64_t b = stamp();
+			if (back != t)
+				fail("ult.enqueue_dequeue: another thread came off");
+			samples[i] = b - a;
+		}
+		free(t);
+	}
+	report("linux.ult.enqueue_dequeue");
+
+	/* linux.ult.switch (sting.switch): A yields to B, which waits in its own yield; from
+	 * A's stamp before its yield to B's after its yield returned. */
+	{
+		struct ult *b = ult_create(ult_switch_partner, NULL);
+		ult_fork(b);
+		for (int i = 0; i <= TOTAL; i++) {
+			ult_seq = i < TOTAL ? i : 0;
+			ult_stamp = stamp();
+			ult_yield();
+		}
+		ult_value(b);
+		free(b);
+	}
+	report("linux.ult.switch");
+
+	/* linux.ult.block_resume (sting.block_resume): A unparks B (blocked) and parks; B
+	 * resumes. From A's stamp before the unpark to B's after its park returned. */
+	{
+		struct ult *b = ult_create(ult_block_partner, &ult_main);
+		ult_fork(b);
+		ult_yield(); /* B starts and parks. */
+		for (int i = 0; i < TOTAL; i++) {
+			ult_seq = i;
+			ult_stamp = stamp();
+			ult_unpark(b);
+			ult_park();
+		}
+		ult_value(b);
+		free(b);
+	}
+	report("linux.ult.block_resume");
+	while (ult_free_stacks != NULL) {
+		void *s = ult_free_stacks;
+		ult_free_stacks = *(void **)s;
+		free(s);
+	}
+}
+
+/* The word B of linux.pthread.block_resume waits on, and A's. */
+static volatile uint32_t br_b, br_a;
+
+/* Thread B of linux.pthread.block_resume: waits for its word, records A's wake and wait,
+ * then wakes A. */
+static void *pthread_block_partner(void *arg)
+{
+	(void)arg;
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		uint32_t v;
+		while ((v = br_b) != r)
+			futex_wait(&br_b, v);
+		uint64_t t = stamp();
+		samples[ult_seq] = t - ult_stamp;
+		br_a = r;
+		futex_wake(&br_a);
+	}
+	return NULL;
+}
+
+/* linux.pthread.block_resume (sting.block_resume with kernel threads): A wakes B, blocked
+ * in FUTEX_WAIT, and blocks in its own; from A's stamp before the wake to B's after its
+ * wait returned. One direction of linux.futex.pingpong. */
+static void bench_pthread_block(void)
+{
+	br_a = br_b = 0;
+	pthread_t b = start_thread(pthread_block_partner, "pthread.block_resume");
+	for (uint32_t r = 1; r <= TOTAL; r++) {
+		ult_seq = (int)r - 1;
+		ult_stamp = stamp();
+		br_b = r;
+		futex_wake(&br_b);
+		uint32_t v;
+		while ((v = br_a) != r)
+			futex_wait(&br_a, v);
+	}
+	join_thread(b, "pthread.block_resume");
+	report("linux.pthread.block_resume");
+}
+
 /* ---- page faults ---------------------------------------------------------------------- */
 
 /* linux.fault.zero: the first write to a page of a fresh private anonymous mapping (4 KiB
@@ -1272,6 +1601,8 @@ int main(int argc, char **argv)
 	bench_futex();
 	bench_condvar();
 	bench_thread_create();
+	bench_ult();
+	bench_pthread_block();
 	bench_fault_zero();
 	bench_fault_cow();
 	bench_fault_fill();

@@ -104,12 +104,12 @@ enum Cmd {
     Bench(BenchOpts),
     /// The Linux side of `bench` alone: a Debian guest, twice; writes results/linux.json.
     BenchLinux,
-    /// Sting's Figures 4/5 in wall time: the four applications in a Linux guest on -smp 1
-    /// and 2 beside Baton's; writes results/sting-speedup.md.
+    /// Sting's Figures 4/5 in wall time: the four applications in a Linux guest on -smp 1,
+    /// 2 and 4 beside Baton's; writes results/sting-speedup.md.
     ///
     /// Builds the applications (user/sting/examples/speedup_linux.rs, the programs Baton's
     /// sting_speedup runs) as a static Linux program, boots the Debian guest with it under
-    /// multi-threaded TCG without -icount on -smp 1 and -smp 2, and tables its SPEEDUP
+    /// multi-threaded TCG without -icount on -smp 1, 2 and 4, and tables its SPEEDUP
     /// lines beside those in the logs of `cargo xtask test --filter sting_speedup`.
     StingSpeedup,
     /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.

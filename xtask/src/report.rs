@@ -458,6 +458,40 @@ pub const LINUX_PAIRS: &[Pair] = &[
         why: "one round of two threads signalling each other and waiting (Baton: the \
               package's `handoff`; glibc: a mutex and two condition variables)",
     },
+    // The Sting paper's Figure 3 beside a user-level thread package on Linux: the C
+    // library's contexts (`makecontext`/`swapcontext`), one FIFO ready queue, one kernel
+    // thread (`bench/linux/linuxbench.c`, "user-level threads").
+    Pair {
+        baton: "sting.create",
+        linux: "linux.ult.create",
+        why: "make a thread object that has not started (no stack): Sting's `delay`; a \
+              heap-allocated record with its function",
+    },
+    Pair {
+        baton: "sting.fork_value",
+        linux: "linux.ult.fork_value",
+        why: "fork a null user-level thread and take its value: a pooled stack, started, \
+              ended, the forker woken and switched back to (Linux: `makecontext`, two \
+              `swapcontext`-family switches)",
+    },
+    Pair {
+        baton: "sting.enqueue_dequeue",
+        linux: "linux.ult.enqueue_dequeue",
+        why: "a thread put on the ready queue and taken off (Sting: through the policy \
+              manager and the thread's state; Linux: a plain ring)",
+    },
+    Pair {
+        baton: "sting.switch",
+        linux: "linux.ult.switch",
+        why: "user-level thread A yields to B, waiting in its own yield: A's stamp before \
+              to B's after (Linux: `swapcontext`, whose `rt_sigprocmask` is a system call)",
+    },
+    Pair {
+        baton: "sting.block_resume",
+        linux: "linux.ult.block_resume",
+        why: "A makes blocked user-level thread B ready and blocks; B resumes: A's stamp \
+              before to B's after its block returned",
+    },
     // Faults of Accent's Table 3-3, from the access to its resumption.
     Pair {
         baton: "vm.fault.zero",

@@ -500,7 +500,10 @@ impl Waiter {
         }
     }
 
-    /// Parks until a waker has taken this node off its list.
+    /// Parks until a waker has taken this node off its list. (Out of line: inlined, the
+    /// switch in `park` makes its callers, `demand` among them, save every callee-saved
+    /// register on paths that never wait, such as an absorption.)
+    #[inline(never)]
     pub(crate) fn wait(&self) {
         while !self.done.load(Acquire) {
             park();
