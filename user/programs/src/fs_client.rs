@@ -247,3 +247,73 @@ pub fn start_server_as(
         }
     }
 }
+
+/// Runs `end` (which tells task `id` to end: a stop request, dropping its last send right)
+/// and waits until the task has ended, through its task port (had with `host`) and a
+/// dead-name notification. A task already gone when looked up only runs `end`.
+pub fn end_and_wait(
+    host: u64,
+    id: u64,
+    end: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    use baton_abi::ipc::{HEADER_SIZE, NOTIFY_DEAD_NAME, NOTIFY_KIND_DEAD_NAME};
+    let port = port_allocate(0)?;
+    let watched = baton_rt::host::task_port(host, id).and_then(|tp| {
+        match baton_rt::ipc::port_notify(tp, NOTIFY_KIND_DEAD_NAME, port) {
+            Ok(()) => Ok(Some(tp)),
+            // Ended already: nothing to wait for.
+            Err(Error::DeadName) => cap_drop(tp).map(|()| None),
+            Err(e) => {
+                let _ = cap_drop(tp);
+                Err(e)
+            }
+        }
+    });
+    let ended = end();
+    let waited = match (&ended, watched) {
+        (Ok(()), Ok(Some(tp))) => {
+            let mut m = [0u8; 64];
+            let r = loop {
+                if let Err(e) = baton_rt::ipc::msg_buf(&mut m, MSG_RECEIVE, port, 60 * SECONDS) {
+                    break Err(e);
+                }
+                let h = MsgHeader::from_bytes(&m).unwrap_or_default();
+                if h.id == NOTIFY_DEAD_NAME && data_word(&m[HEADER_SIZE..], 0) == tp {
+                    break Ok(());
+                }
+            };
+            let _ = cap_drop(tp);
+            r
+        }
+        (_, Ok(Some(tp))) => cap_drop(tp),
+        (_, Ok(None)) => Ok(()),
+        // No task port: the task is gone (or was never there).
+        (_, Err(_)) => Ok(()),
+    };
+    let _ = cap_drop(port);
+    ended.and(waited)
+}
+
+/// What a test must leave as it found it: the kernel's heap in use, its objects, its free
+/// frames, its ports and port names, once they stop changing (a task just ended goes at its threads' next
+/// kernel entry). The driver's DMA memory, quarantined when its end is carried out (on
+/// several CPUs possibly after its end was reported), is released (with `host`) at every
+/// look.
+pub fn settled_counts(host: u64) -> Result<(u64, u64, u64, u64, u64), Error> {
+    let counts = || -> Result<(u64, u64, u64, u64, u64), Error> {
+        baton_rt::memobj::dma_quarantine_release(host)?;
+        let s = baton_rt::stats()?;
+        let v = baton_rt::vm::system_stats()?;
+        Ok((s.heap_used, v.objects, v.frames_free, s.ports, s.names))
+    };
+    let mut last = counts()?;
+    for _ in 0..100 {
+        baton_rt::sleep_ns(10_000_000)?;
+        let now = counts()?;
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    Ok(last)
+}

@@ -7,6 +7,9 @@
 //! through a new one, from the disk, twice, by a shared writable mapping it only reads: its
 //! clean pages are dropped by replacement and asked again, and none is returned (the
 //! kernel keeps a dirty bit per page).
+//!
+//! All of it runs twice: the second round must leave the kernel's heap, objects, free
+//! frames, ports and names where the first did (the servers, the driver and the children ended).
 #![no_std]
 #![no_main]
 
@@ -158,9 +161,9 @@ impl Hog {
 /// rather than waiting for good (before, the server ignored the supply's error and the
 /// copy waited forever). Once memory is back, opening the file again makes the server
 /// forget the failure, and the page reads intact.
-fn supply_fails(driver: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
+fn supply_fails(host: u64, driver: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
     use baton_abi::ipc::{MSG_BUF, MSG_SEND};
-    let (_, server) = must(
+    let (id, server) = must(
         "start a server not exempt",
         fs_client::start_server_as(buf, driver, false),
     )?;
@@ -200,18 +203,43 @@ fn supply_fails(driver: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
-    must("stop the server", fs.stop(buf))?;
-    must("drop", cap_drop(fs.server))
+    stop(host, id, &fs, buf)
+}
+
+/// Stops the file server `fs` (task `id`), waits for its end and drops its name.
+fn stop(host: u64, id: u64, fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    must(
+        "stop the server",
+        fs_client::end_and_wait(host, id, || fs.stop(buf)),
+    )?;
+    must("drop", cap_drop(fs.server))?;
+    must("drop", cap_drop(fs.reply))
 }
 
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
-    let (_, driver) = must("start the driver", blk_client::start_driver(&mut buf, host))?;
-    let (_, server) = must(
-        "start the server",
-        fs_client::start_server(&mut buf, driver),
-    )?;
+    let mut after = [(0, 0, 0, 0, 0); 2];
+    for (n, figures) in after.iter_mut().enumerate() {
+        println!("fs_evict: round {}", n + 1);
+        round(host, &mut buf)?;
+        *figures = must("counts", fs_client::settled_counts(host))?;
+    }
+    baton_rt::check!(
+        TEST,
+        after[0] == after[1],
+        "a second round leaves the kernel's heap, objects, free frames, ports and names as the first did ({:?} -> {:?})",
+        after[0],
+        after[1]
+    );
+    println!("fs_evict: done");
+    Ok(())
+}
+
+/// The test, once: the driver and every server it starts have ended when it returns.
+fn round(host: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    let (driver_id, driver) = must("start the driver", blk_client::start_driver(buf, host))?;
+    let (id, server) = must("start the server", fs_client::start_server(buf, driver))?;
     let fs = must("client", fs_client::Fs::new(server))?;
     let len = PAGES * P;
     let limit = must("paging stats", baton_rt::paging::system_stats()).map(|s| s.pageable_limit)?;
@@ -220,7 +248,7 @@ fn run() -> Result<(), Failed> {
         limit < PAGES / 2,
         "user memory is limited to {limit} frames"
     );
-    let (obj, _) = must("create", fs.create(&mut buf, PATH, len))?;
+    let (obj, _) = must("create", fs.create(buf, PATH, len))?;
     let rw = memobj::map_flags(PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE, false, 0);
     let va = must("map shared", memobj::map(obj, len, 0, rw))?;
     for i in 0..PAGES {
@@ -231,7 +259,7 @@ fn run() -> Result<(), Failed> {
             page.add(511).write_volatile(word(i, 511));
         }
     }
-    let returned = must("info", fs.info(&mut buf))?[2];
+    let returned = must("info", fs.info(buf))?[2];
     baton_rt::check!(
         TEST,
         returned > 0,
@@ -246,14 +274,10 @@ fn run() -> Result<(), Failed> {
     // SAFETY: ours; nothing refers to it.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, len) })?;
     must("drop", cap_drop(obj))?;
-    must("stop the server", fs.stop(&mut buf))?;
-    must("drop", cap_drop(fs.server))?;
-    let (_, server) = must(
-        "restart the server",
-        fs_client::start_server(&mut buf, driver),
-    )?;
+    stop(host, id, &fs, buf)?;
+    let (id, server) = must("restart the server", fs_client::start_server(buf, driver))?;
     let fs = must("client", fs_client::Fs::new(server))?;
-    let (obj, size) = must("open", fs.open(&mut buf, PATH))?;
+    let (obj, size) = must("open", fs.open(buf, PATH))?;
     // Shared, not copy-on-write: a pager-backed object that a copy-on-write mapping needs
     // is never a victim, so its pages would not fit the limit. Writable, but only read:
     // replacement takes the pages, and since none was written none goes back to the
@@ -266,7 +290,7 @@ fn run() -> Result<(), Failed> {
         "read through a new server, from the disk, every page is what was written ({wrong} differ)"
     );
     let again = wrong_pages(va);
-    let info = must("info", fs.info(&mut buf))?;
+    let info = must("info", fs.info(buf))?;
     baton_rt::check!(
         TEST,
         again == 0 && info[1] > PAGES && info[2] == 0,
@@ -277,20 +301,16 @@ fn run() -> Result<(), Failed> {
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
-    must("delete", fs.delete(&mut buf, PATH))?;
-    must("stop the server", fs.stop(&mut buf))?;
-    must("drop", cap_drop(fs.server))?;
+    must("delete", fs.delete(buf, PATH))?;
+    stop(host, id, &fs, buf)?;
     // A third server, which has no file's pages yet: nothing in user memory can be taken.
-    let (_, server) = must(
-        "restart the server",
-        fs_client::start_server(&mut buf, driver),
-    )?;
+    let (id, server) = must("restart the server", fs_client::start_server(buf, driver))?;
     let fs = must("client", fs_client::Fs::new(server))?;
-    pressure(&fs, &mut buf)?;
-    must("stop the server", fs.stop(&mut buf))?;
-    must("drop", cap_drop(fs.server))?;
-    supply_fails(driver, &mut buf)?;
-    must("drop", cap_drop(driver))?;
-    println!("fs_evict: done");
-    Ok(())
+    pressure(&fs, buf)?;
+    stop(host, id, &fs, buf)?;
+    supply_fails(host, driver, buf)?;
+    must(
+        "end the driver",
+        fs_client::end_and_wait(host, driver_id, || cap_drop(driver)),
+    )
 }

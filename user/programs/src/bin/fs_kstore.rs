@@ -16,6 +16,9 @@
 //!
 //! Without the kernel counting such stores as writes, the evicted pages were dropped as
 //! clean and came back as the file's zeros, and the sync returned nothing.
+//!
+//! All of it runs twice: the second round must leave the kernel's heap, objects, free
+//! frames, ports and names where the first did (the servers, the driver and the threads ended).
 #![no_std]
 #![no_main]
 
@@ -29,7 +32,7 @@ mod fs_client;
 mod fs_proto;
 
 use core::arch::asm;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::exception::{ExcReply, ExceptionInfo, EXC_RAISE};
 use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND};
@@ -57,7 +60,10 @@ const CALL_WORDS: usize = 40;
 /// What the handler puts in the worker's `rax`.
 const MAGIC: u64 = 0x6b73_746f_7265;
 
-static STACKS: StackPool<2, 32768> = StackPool::new();
+/// Two threads a round, two rounds.
+static STACKS: StackPool<4, 32768> = StackPool::new();
+/// The round (1 or 2): the counters below reach it once per round.
+static ROUND: AtomicU32 = AtomicU32::new(0);
 /// The server's port, the send right to the main thread's port, the sync's result.
 static SERVER: AtomicU64 = AtomicU64::new(0);
 static TO_MAIN: AtomicU64 = AtomicU64::new(0);
@@ -76,6 +82,10 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
 
 fn call_word(j: usize) -> u64 {
     (j as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x6b73
+}
+
+fn round() -> u32 {
+    ROUND.load(Ordering::Relaxed)
 }
 
 fn word(i: u64) -> u64 {
@@ -125,9 +135,11 @@ fn caller(_: u64) {
         )?;
         b.msg(MSG_SEND | MSG_RECEIVE, reply, TEN_S)?;
         let _ = cap_drop(reply);
-        ANSWERED.wait_for(1, TEN_S)?;
+        ANSWERED.wait_for(round(), TEN_S)?;
         let fs = fs_client::Fs::new(SERVER.load(Ordering::Relaxed))?;
-        fs.sync(&mut b, PATH)
+        let synced = fs.sync(&mut b, PATH);
+        let _ = cap_drop(fs.reply);
+        synced
     })();
     SYNCED.store(r.unwrap_or(u64::MAX - 1), Ordering::Relaxed);
     SYNC_DONE.increment();
@@ -135,7 +147,7 @@ fn caller(_: u64) {
 
 /// The worker: an invalid opcode once told to; records `rax` after it.
 fn worker(_: u64) {
-    if GO.wait_for(1, TEN_S).is_ok() {
+    if GO.wait_for(round(), TEN_S).is_ok() {
         // Give the handler time to wait in its receive (the exception's fast path).
         let _ = baton_rt::sleep_ns(20_000_000);
         let rax: u64;
@@ -193,7 +205,7 @@ fn call_into(va: u64) -> Result<[u8; SEEN], Failed> {
     ANSWERED.increment();
     must(
         "the caller's sync",
-        SYNC_DONE.wait_for(1, 3 * TEN_S).map(|_| ()),
+        SYNC_DONE.wait_for(round(), 3 * TEN_S).map(|_| ()),
     )?;
     let synced = SYNCED.load(Ordering::Relaxed);
     baton_rt::check!(
@@ -249,7 +261,7 @@ fn exception_into(va: u64, buf: &mut IpcBuffer) -> Result<[u8; SEEN], Failed> {
     must("send the reply", buf.msg(MSG_SEND, 0, TEN_S))?;
     must(
         "the worker's end",
-        WORKER_DONE.wait_for(1, TEN_S).map(|_| ()),
+        WORKER_DONE.wait_for(round(), TEN_S).map(|_| ()),
     )?;
     baton_rt::check!(
         TEST,
@@ -263,11 +275,39 @@ fn exception_into(va: u64, buf: &mut IpcBuffer) -> Result<[u8; SEEN], Failed> {
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
-    let (_, driver) = must("start the driver", blk_client::start_driver(&mut buf, host))?;
-    let (_, server) = must(
-        "start the server",
-        fs_client::start_server(&mut buf, driver),
+    let mut after = [(0, 0, 0, 0, 0); 2];
+    for (n, figures) in after.iter_mut().enumerate() {
+        println!("fs_kstore: round {}", n + 1);
+        ROUND.store(n as u32 + 1, Ordering::Relaxed);
+        SYNCED.store(u64::MAX, Ordering::Relaxed);
+        one_round(host, &mut buf)?;
+        *figures = must("counts", fs_client::settled_counts(host))?;
+    }
+    baton_rt::check!(
+        TEST,
+        after[0] == after[1],
+        "a second round leaves the kernel's heap, objects, free frames, ports and names as the first did ({:?} -> {:?})",
+        after[0],
+        after[1]
+    );
+    println!("fs_kstore: done");
+    Ok(())
+}
+
+/// Stops the file server `fs` (task `id`), waits for its end and drops its names.
+fn stop(host: u64, id: u64, fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    must(
+        "stop the server",
+        fs_client::end_and_wait(host, id, || fs.stop(buf)),
     )?;
+    must("drop", cap_drop(fs.server))?;
+    must("drop", cap_drop(fs.reply))
+}
+
+/// The test, once: the driver and the servers have ended when it returns.
+fn one_round(host: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
+    let (driver_id, driver) = must("start the driver", blk_client::start_driver(buf, host))?;
+    let (id, server) = must("start the server", fs_client::start_server(buf, driver))?;
     let fs = must("client", fs_client::Fs::new(server))?;
     SERVER.store(server, Ordering::Relaxed);
     let limit = must("paging stats", baton_rt::paging::system_stats()).map(|s| s.pageable_limit)?;
@@ -277,12 +317,12 @@ fn run() -> Result<(), Failed> {
         "user memory is limited to {limit} frames"
     );
     let len = PAGES * P;
-    let (obj, _) = must("create", fs.create(&mut buf, PATH, len))?;
+    let (obj, _) = must("create", fs.create(buf, PATH, len))?;
     let rw = memobj::map_flags(PROT_READ | PROT_WRITE, PROT_READ | PROT_WRITE, false, 0);
     let va = must("map shared", memobj::map(obj, len, 0, rw))?;
 
     let page0 = call_into(va)?;
-    let page1 = exception_into(va + P, &mut buf)?;
+    let page1 = exception_into(va + P, buf)?;
 
     // Neither page is a buffer now; the task writes every other page of the file, three
     // times what user memory may hold, so replacement takes pages 0 and 1 (not touched
@@ -291,9 +331,9 @@ fn run() -> Result<(), Failed> {
         // SAFETY: `va` maps `PAGES` writable pages of the file, only this task's.
         unsafe { ((va + i * P) as *mut u64).write_volatile(word(i)) };
     }
-    let before = must("info", fs.info(&mut buf))?;
+    let before = must("info", fs.info(buf))?;
     let (again0, again1) = (snapshot(va), snapshot(va + P));
-    let after = must("info", fs.info(&mut buf))?;
+    let after = must("info", fs.info(buf))?;
     let asked = after[1] - before[1];
     baton_rt::check!(
         TEST,
@@ -310,16 +350,12 @@ fn run() -> Result<(), Failed> {
     // SAFETY: ours; nothing refers to it (neither page is a buffer any more).
     must("unmap", unsafe { baton_rt::vm::deallocate(va, len) })?;
     must("drop", cap_drop(obj))?;
-    must("stop the server", fs.stop(&mut buf))?;
-    must("drop", cap_drop(fs.server))?;
+    stop(host, id, &fs, buf)?;
 
     // From the disk, through a new server.
-    let (_, server) = must(
-        "restart the server",
-        fs_client::start_server(&mut buf, driver),
-    )?;
+    let (id, server) = must("restart the server", fs_client::start_server(buf, driver))?;
     let fs = must("client", fs_client::Fs::new(server))?;
-    let (obj, size) = must("open", fs.open(&mut buf, PATH))?;
+    let (obj, size) = must("open", fs.open(buf, PATH))?;
     let ro = memobj::map_flags(PROT_READ, PROT_READ, false, 0);
     let va = must("map", memobj::map(obj, size, 0, ro))?;
     // The other pages too: the server wrote every page back before it answered the stop
@@ -340,10 +376,10 @@ fn run() -> Result<(), Failed> {
     // SAFETY: ours.
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
-    must("delete", fs.delete(&mut buf, PATH))?;
-    must("stop the server", fs.stop(&mut buf))?;
-    must("drop", cap_drop(fs.server))?;
-    must("drop", cap_drop(driver))?;
-    println!("fs_kstore: done");
-    Ok(())
+    must("delete", fs.delete(buf, PATH))?;
+    stop(host, id, &fs, buf)?;
+    must(
+        "end the driver",
+        fs_client::end_and_wait(host, driver_id, || cap_drop(driver)),
+    )
 }
