@@ -20,7 +20,9 @@
 use crate::arch::{cpu, gdt, paging};
 use crate::kernel::{self, Ending, Kernel, TaskId};
 use crate::thread::{self, Blocked, Thread, ThreadId, ThreadState};
-use baton_abi::exception::{ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE};
+use baton_abi::exception::{
+    ExcAction, ExcReply, ExceptionInfo, UserRegs, EXCEPTION_INFO_SIZE, EXC_RAISE,
+};
 use baton_abi::ipc::{
     Disposition, MsgHeader, HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEND, MSG_SLOW,
     NOTIFY_SEND_ONCE,
@@ -147,6 +149,10 @@ struct Head {
     task: u64,
 }
 
+/// Words of a [`Head`] (an [`ExceptionInfo`]'s before its registers).
+const HEAD_WORDS: usize =
+    baton_abi::exception::EXCEPTION_INFO_WORDS - baton_abi::exception::USER_REGS_WORDS;
+
 /// The `bits` of a reply the fast path takes: a send-once right used up, nothing else.
 const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
@@ -204,15 +210,16 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, head: 
     paging::write_header(r_page, out);
     // The exception's words go from the faulting thread's frame straight into the
     // handler's buffer.
-    let info = ExceptionInfo {
-        kind: head.kind,
-        error: head.error,
-        addr: head.addr,
-        thread: head.thread,
-        task: head.task,
-        regs: th.frame.user_regs(),
-    };
-    paging::write_words(PhysAddr(r_page.0 + HEADER_SIZE as u64), info.to_words());
+    // (`ExceptionInfo`'s words: the head's five, then the registers in `UserRegs`' order.)
+    let at = r_page.0 + HEADER_SIZE as u64;
+    paging::write_words(
+        PhysAddr(at),
+        [head.kind, head.error, head.addr, head.thread, head.task],
+    );
+    let regs_at = at + 8 * HEAD_WORDS as u64;
+    th.frame.for_each_user_reg(|i, w| {
+        paging::write_words(PhysAddr(regs_at + 8 * i as u64), [w]);
+    });
     ht.frame.rax = 0;
     ht.exc_hint = true;
     if let Some(timer) = ht.timer.take() {
@@ -314,13 +321,23 @@ pub fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> 
 /// user half ([`Error::BadAddress`] otherwise), and only the arithmetic and direction
 /// flags of `rflags` taken (interrupts stay on).
 fn checked_regs(r: &UserRegs) -> Result<UserRegs, Error> {
-    if r.rip >= USER_END || r.rsp >= USER_END {
-        return Err(Error::BadAddress);
-    }
+    let (rip, rsp, rflags) = checked_pc_sp_flags(r.rip, r.rsp, r.rflags)?;
     Ok(UserRegs {
-        rflags: (r.rflags & USER_FLAGS) | FORCED_FLAGS,
+        rip,
+        rsp,
+        rflags,
         ..*r
     })
+}
+
+/// [`checked_regs`]' checks of the three registers they concern: `rip` and `rsp` as they
+/// are, `rflags` with only the flags a user thread may set.
+#[inline(always)]
+fn checked_pc_sp_flags(rip: u64, rsp: u64, rflags: u64) -> Result<(u64, u64, u64), Error> {
+    if rip >= USER_END || rsp >= USER_END {
+        return Err(Error::BadAddress);
+    }
+    Ok((rip, rsp, (rflags & USER_FLAGS) | FORCED_FLAGS))
 }
 
 /// The reply half of the exception fast path (seed 000 section 2.5), tried by the general
@@ -371,13 +388,15 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     let n = plan.msg.size.saturating_sub(HEADER_SIZE);
     let data = page.0 + HEADER_SIZE as u64;
     let word = |i: usize| paging::read_word(PhysAddr(data + 8 * i as u64));
-    let regs = match ExcReply::from_words_of(n, word) {
-        Some(ExcReply::Retry) => None,
-        Some(ExcReply::Set(r)) => match checked_regs(&r) {
-            Ok(r) => Some(r),
+    // Only the action and the three registers the kernel checks are read now; the others
+    // go from the buffer to the frame once the reply is committed.
+    let regs = match ExcReply::action_of(n, word) {
+        Some(ExcAction::Retry) => None,
+        Some(ExcAction::Set { rip, rsp, rflags }) => match checked_pc_sp_flags(rip, rsp, rflags) {
+            Ok(checked) => Some(checked),
             Err(_) => return,
         },
-        Some(ExcReply::Kill) | None => return,
+        Some(ExcAction::Kill) | None => return,
     };
     let t = plan.receiver;
     let Some((th, tt)) = k.threads.get2_mut(cur, t) else {
@@ -412,8 +431,9 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
         return;
     }
     // From here on the reply is delivered.
-    if let Some(r) = regs {
-        tt.frame.set_user_regs(&r);
+    if let Some((rip, rsp, rflags)) = regs {
+        let word = |i: usize| word(ExcReply::set_word(i));
+        tt.frame.set_user_regs_with(word, rip, rsp, rflags);
     }
     k.fast_transfers += 1;
     k.stats.exc_fast += 1;

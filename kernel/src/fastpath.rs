@@ -34,6 +34,7 @@ use baton_abi::ipc::{HEADER_SIZE, IPC_BUFFER_SIZE, MSG_BUF, MSG_RECEIVE, MSG_SEN
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
+use kern::ipc::fast::REPLY_BITS;
 use kern::ipc::Fast;
 
 /// Tries the fast path for the `ipc_msg` of the running thread of CPU `cpu`. Returns only
@@ -44,7 +45,6 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
     // SAFETY: the caller runs on this CPU (it is in this system call) and nothing else
     // refers to it here; below it is kept only as a raw pointer across the other lookups.
     let th = unsafe { crate::thread::current_mut() };
-    let cur = th.id;
     let [opts, rcv_name, timeout, ..] = th.frame.syscall_args().1;
     // A virtual processor's thread (`vp`) takes the general path, whose receive gives its
     // processor a Block upcall.
@@ -56,26 +56,48 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
     if opts != MSG_SEND | MSG_RECEIVE || timeout != FOREVER {
         return;
     }
+    let header = paging::read_header(page);
+    // The two directions as two copies of one path, each specialised to its message (the
+    // compiler keeps fewer values live in each): a reply's bits are exactly `REPLY_BITS`;
+    // anything else is a call or declined.
+    if header.bits == REPLY_BITS {
+        transfer::<false>(k, cpu, th, page, &header, rcv_name)
+    } else {
+        transfer::<true>(k, cpu, th, page, &header, rcv_name)
+    }
+}
+
+/// The fast path for a message already read (`header`, from the caller's buffer `page`):
+/// a call (`CALL`) or a reply. Returns only when it does not apply, having changed nothing.
+#[inline(always)]
+fn transfer<const CALL: bool>(
+    k: &mut Kernel,
+    cpu: usize,
+    th: &mut Thread,
+    page: PhysAddr,
+    header: &baton_abi::ipc::MsgHeader,
+    rcv_name: u64,
+) {
+    let cur = th.id;
     let s_key = th.task_key;
     // Each object is looked up once: the two threads (boxed, so they stay put) and the
     // two tasks are kept as pointers across the lookups of the others.
     let th: *mut Thread = th;
-    let header = paging::read_header(page);
     let Some(sender) = k.tasks.by_key_mut(s_key) else {
         return;
     };
     let plan = match k
         .ipc
-        .fast_plan(&sender.names, &header, IPC_BUFFER_SIZE, rcv_name)
+        .fast_plan(&sender.names, header, IPC_BUFFER_SIZE, rcv_name)
     {
-        Some(Fast::Transfer(plan)) => plan,
-        Some(Fast::Migrate(port)) => {
+        Some(Fast::Transfer(plan)) if plan.msg.call == CALL => plan,
+        Some(Fast::Migrate(port)) if CALL => {
             // SAFETY: `th` points into the boxed thread `cur`, alive and unmoved (only
             // lookups happened since it was taken, under the big kernel lock).
             let sidetracked = unsafe { (*th).sidetracked };
-            crate::activation::migrate(k, cpu, cur, page, &header, port, sidetracked)
+            crate::activation::migrate(k, cpu, cur, page, header, port, sidetracked)
         }
-        None => return,
+        _ => return,
     };
     let sender: *mut Task = sender;
     // The receiver's side.
@@ -114,7 +136,7 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
     }
     // Every check of the threads passed. The rights: a request changes the receiver's
     // name space only, a reply the sender's only; either commit does all or nothing.
-    let out = if plan.msg.call {
+    let out = if CALL {
         let Some(receiver) = k.tasks.by_key_mut(rt.task_key) else {
             return;
         };

@@ -682,6 +682,13 @@ fn profile_one(
     pcs.sort_unstable();
     pcs.dedup();
     let chains = symbolize(addr2line, &images.kernel, &pcs)?;
+    // The passes in the order of the spec's labels, found by their markers as in the full
+    // report: the order traced depends on where the trigger lands in the cycle.
+    let passes = if spec.cycle {
+        passes
+    } else {
+        identify(spec, passes, &chains)?
+    };
     let elf = fs::read(&images.kernel)
         .map_err(|e| format!("cannot read {}: {e}", images.kernel.display()))?;
     let decoded = mix::decode(&elf, &pcs)?;

@@ -209,6 +209,32 @@ pub enum ExcReply {
     Kill,
 }
 
+/// What an exception reply asks for, as [`ExcReply::action_of`] reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExcAction {
+    /// Resume with the reply's registers: these three as given, the others as the reply's
+    /// words hold them.
+    Set {
+        /// The new `rip`.
+        rip: u64,
+        /// The new `rsp`.
+        rsp: u64,
+        /// The new `rflags`.
+        rflags: u64,
+    },
+    /// Resume unchanged.
+    Retry,
+    /// End the task.
+    Kill,
+}
+
+/// The index of `rip` among [`UserRegs`]' words.
+pub const RIP_INDEX: usize = 15;
+/// The index of `rsp` among [`UserRegs`]' words.
+pub const RSP_INDEX: usize = 16;
+/// The index of `rflags` among [`UserRegs`]' words.
+pub const RFLAGS_INDEX: usize = 17;
+
 impl ExcReply {
     /// The reply's data.
     pub fn to_bytes(&self, out: &mut [u8; EXC_REPLY_SET_SIZE]) -> usize {
@@ -259,6 +285,36 @@ impl ExcReply {
             EXC_REPLY_KILL => Some(ExcReply::Kill),
             _ => None,
         }
+    }
+
+    /// What a reply of `len` bytes whose `i`th word `word(i)` gives asks for, reading only
+    /// its action word and, for [`ExcReply::Set`], the three registers a handler may not
+    /// set freely (`rip`, `rsp`, `rflags`, which the kernel checks): the kernel then
+    /// copies the other registers straight from the handler's buffer
+    /// ([`ExcReply::set_word`] says where each is). Accepts and refuses exactly what
+    /// [`ExcReply::from_words_of`] does.
+    #[inline(always)]
+    pub fn action_of(len: usize, word: impl Fn(usize) -> u64) -> Option<ExcAction> {
+        if len < 8 {
+            return None;
+        }
+        match word(0) {
+            EXC_REPLY_SET if len >= EXC_REPLY_SET_SIZE => Some(ExcAction::Set {
+                rip: word(ExcReply::set_word(RIP_INDEX)),
+                rsp: word(ExcReply::set_word(RSP_INDEX)),
+                rflags: word(ExcReply::set_word(RFLAGS_INDEX)),
+            }),
+            EXC_REPLY_RETRY => Some(ExcAction::Retry),
+            EXC_REPLY_KILL => Some(ExcAction::Kill),
+            _ => None,
+        }
+    }
+
+    /// The word of a [`ExcReply::Set`] reply's data that holds register `i` of
+    /// [`UserRegs`] (in field order: `rax` is 0, `rflags` is 17).
+    #[inline(always)]
+    pub const fn set_word(i: usize) -> usize {
+        1 + i
     }
 
     /// The former byte parser, kept as the reference [`ExcReply::from_words_of`] is tested
@@ -337,6 +393,33 @@ mod tests {
                 );
             }
         }
+        // The action reader agrees with the word reader at every length and action.
+        for action in [EXC_REPLY_SET, EXC_REPLY_RETRY, EXC_REPLY_KILL, 3, u64::MAX] {
+            ExcReply::Set(info.regs).to_bytes(&mut out);
+            out[..8].copy_from_slice(&action.to_le_bytes());
+            for len in 0..=out.len() {
+                let word = |i: usize| u64::from_le_bytes(out[i * 8..i * 8 + 8].try_into().unwrap());
+                let want = ExcReply::from_words_of(len, word).map(|r| match r {
+                    ExcReply::Set(r) => ExcAction::Set {
+                        rip: r.rip,
+                        rsp: r.rsp,
+                        rflags: r.rflags,
+                    },
+                    ExcReply::Retry => ExcAction::Retry,
+                    ExcReply::Kill => ExcAction::Kill,
+                });
+                assert_eq!(
+                    ExcReply::action_of(len, word),
+                    want,
+                    "action {action}, {len} bytes"
+                );
+            }
+        }
+        let w = info.regs.to_words();
+        assert_eq!(
+            (w[RIP_INDEX], w[RSP_INDEX], w[RFLAGS_INDEX]),
+            (info.regs.rip, info.regs.rsp, info.regs.rflags)
+        );
         let mut words = [0u64; EXCEPTION_INFO_WORDS];
         for (w, b) in words.iter_mut().zip(info.to_bytes().chunks_exact(8)) {
             *w = u64::from_le_bytes(b.try_into().unwrap());

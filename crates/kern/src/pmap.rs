@@ -918,6 +918,40 @@ mod tests {
     }
 
     #[test]
+    fn every_level_restricts_the_effective_flags() {
+        // A restriction at any level of the walk (no USER, no WRITABLE, NO_EXECUTE) is in
+        // the flags `translate` gives, whatever the leaf says; a leaf's own flags stay.
+        let va = 0x40_3000;
+        let f = MapFlags::user_shared(true, true);
+        for level in [3u32, 2, 1] {
+            for (clear, set) in [(USER, 0), (WRITABLE, 0), (0, NO_EXECUTE)] {
+                let mut mem = FakeMem::new();
+                let mut s = AddressSpace::new(&mut mem, None).unwrap();
+                s.map(&mut mem, va, PhysAddr(0x30_0000), f).unwrap();
+                assert_eq!(s.translate(&mem, va).unwrap().1, f);
+                let mut table = s.root;
+                for l in (level + 1..=3).rev() {
+                    table =
+                        PhysAddr(mem.read_u64(entry_addr(table, table_index(va, l))) & ADDR_MASK);
+                }
+                let at = entry_addr(table, table_index(va, level));
+                let e = mem.read_u64(at);
+                mem.write_u64(at, (e & !clear) | set);
+                let got = s.translate(&mem, va).unwrap().1;
+                let want = MapFlags {
+                    user: clear != USER,
+                    writable: clear != WRITABLE,
+                    executable: set != NO_EXECUTE,
+                    ..f
+                };
+                assert_eq!(got, want, "level {level}, cleared {clear:#x}, set {set:#x}");
+                mem.write_u64(at, e);
+                s.destroy(&mut mem);
+            }
+        }
+    }
+
+    #[test]
     fn user_bit_added_to_existing_tables() {
         let mut mem = FakeMem::new();
         let mut s = AddressSpace::new(&mut mem, None).unwrap();

@@ -3,18 +3,20 @@
 //! A [`Slab`] stores objects in numbered slots. A [`Key`] names a slot *and* the generation
 //! of the object that was put there; when the object is removed the slot's generation is
 //! bumped, so the old key stops matching and a new object in the same slot gets a new key.
-//! Lookup is O(1): one bounds check, one generation compare — this is what the kernel's
+//! Lookup is O(1): one bounds check, one compare of the key with the slot's tag — this is what the kernel's
 //! hot paths (every system call finds its thread) use instead of a search tree, and what
 //! capability names are built from (a stale name never reaches a new object).
 //!
 //! # Invariants
-//! - `slots[i]` is `Full` exactly when some key with index `i` and that slot's generation
-//!   is live; `Free` slots are chained through `next_free`, ending in [`NIL`].
+//! - `slots[i]` is full (its value initialised) exactly when the low half of its tag is
+//!   `i`, and then its tag is the one live key of slot `i`; free slots are chained through
+//!   the low halves of their tags, ending in [`NIL`] (see `Slot`).
 //! - A slot's generation only grows (wrapping after 2^32 reuses of that one slot, which a
 //!   caller that cares retires by never freeing it: see [`Slab::remove`]).
-//! - `len` counts the `Full` slots.
+//! - `len` counts the full slots.
 
 use alloc::vec::Vec;
+use core::mem::MaybeUninit;
 
 /// A slab key: slot index in the low 32 bits, the object's generation in the high 32.
 /// Generation 0 is never handed out, so the all-zero key is never valid.
@@ -41,17 +43,30 @@ impl Key {
 /// End of the free list.
 const NIL: u32 = u32::MAX;
 
-/// One slot.
-#[derive(Debug)]
-enum Slot<T> {
-    /// Holds an object of this generation.
-    Full { generation: u32, value: T },
-    /// Empty; the next object here gets `generation`; `next_free` chains the free list.
-    Free { generation: u32, next_free: u32 },
+/// One slot: a tag word and room for an object.
+///
+/// The tag of a *full* slot is the key of its object (its own index in the low half, the
+/// object's generation in the high half), and the slot's `value` is initialised. The tag
+/// of a *free* slot has the generation the next object there gets in the high half and
+/// the next free slot's index (or [`NIL`]) in the low half, never the slot's own index
+/// (the free list does not loop), and its `value` is uninitialised. So a slot is full
+/// exactly when the low half of its tag is its own index, and a lookup is one compare of
+/// the whole tag with the key: a key whose index names the slot matches only a full
+/// slot's tag, and only at that object's generation.
+struct Slot<T> {
+    tag: u64,
+    value: MaybeUninit<T>,
+}
+
+impl<T> Slot<T> {
+    /// The key of the object held, if the slot (at `index`) is full.
+    #[inline(always)]
+    fn key(&self, index: usize) -> Option<Key> {
+        (self.tag as u32 as usize == index).then_some(Key(self.tag))
+    }
 }
 
 /// A slab of `T` with generation-checked [`Key`]s. See the module documentation.
-#[derive(Debug)]
 pub struct Slab<T> {
     slots: Vec<Slot<T>>,
     free_head: u32,
@@ -63,6 +78,27 @@ pub struct Slab<T> {
 impl<T> Default for Slab<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl<T: core::fmt::Debug> core::fmt::Debug for Slab<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+impl<T> Drop for Slab<T> {
+    fn drop(&mut self) {
+        if !core::mem::needs_drop::<T>() {
+            return;
+        }
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            if slot.key(i).is_some() {
+                // SAFETY: a full slot's value is initialised (the tag says so), and it is
+                // dropped once: the slab goes with this call.
+                unsafe { slot.value.assume_init_drop() };
+            }
+        }
     }
 }
 
@@ -125,15 +161,13 @@ impl<T> Slab<T> {
         let index = self.free_head;
         // `NIL` is never an index (the limit is below it), so it finds no slot.
         if let Some(slot) = self.slots.get_mut(index as usize) {
-            if let Slot::Free {
-                generation,
-                next_free,
-            } = *slot
-            {
-                *slot = Slot::Full { generation, value };
-                self.free_head = next_free;
+            if slot.key(index as usize).is_none() {
+                let key = Key::new(index, (slot.tag >> 32) as u32);
+                self.free_head = slot.tag as u32;
+                slot.tag = key.0;
+                slot.value.write(value);
                 self.len += 1;
-                return Ok(Key::new(index, generation));
+                return Ok(key);
             }
         }
         self.insert_grow(value)
@@ -154,19 +188,13 @@ impl<T> Slab<T> {
             let Some(slot) = self.slots.get_mut(index as usize) else {
                 return Err(make);
             };
-            let Slot::Free {
-                generation,
-                next_free,
-            } = *slot
-            else {
+            if slot.key(index as usize).is_some() {
                 return Err(make);
-            };
-            let key = Key::new(index, generation);
-            *slot = Slot::Full {
-                generation,
-                value: make(key),
-            };
-            self.free_head = next_free;
+            }
+            let key = Key::new(index, (slot.tag >> 32) as u32);
+            self.free_head = slot.tag as u32;
+            slot.value.write(make(key));
+            slot.tag = key.0;
             self.len += 1;
             return Ok(key);
         }
@@ -180,34 +208,29 @@ impl<T> Slab<T> {
             return Err(make);
         }
         let key = Key::new(index as u32, 1);
-        self.slots.push(Slot::Full {
-            generation: 1,
-            value: make(key),
+        self.slots.push(Slot {
+            tag: key.0,
+            value: MaybeUninit::new(make(key)),
         });
         self.len += 1;
         Ok(key)
     }
 
-    /// The object named by `key`, if it is still there.
+    /// The object named by `key`, if it is still there: a bounds check and one compare.
     #[inline]
     pub fn get(&self, key: Key) -> Option<&T> {
-        match self.slots.get(key.index() as usize) {
-            Some(Slot::Full { generation, value }) if *generation == key.generation() => {
-                Some(value)
-            }
-            _ => None,
-        }
+        let slot = self.slots.get(key.index() as usize)?;
+        // SAFETY: the tag equals a key whose index is this slot's, so the slot is full
+        // and its value initialised (see `Slot`).
+        (slot.tag == key.0).then(|| unsafe { slot.value.assume_init_ref() })
     }
 
     /// The object named by `key`, mutably, if it is still there.
     #[inline]
     pub fn get_mut(&mut self, key: Key) -> Option<&mut T> {
-        match self.slots.get_mut(key.index() as usize) {
-            Some(Slot::Full { generation, value }) if *generation == key.generation() => {
-                Some(value)
-            }
-            _ => None,
-        }
+        let slot = self.slots.get_mut(key.index() as usize)?;
+        // SAFETY: as in `get`: a matching tag means a full slot.
+        (slot.tag == key.0).then(|| unsafe { slot.value.assume_init_mut() })
     }
 
     /// The two distinct objects named by `a` and `b`, mutably, if both are there (`None`
@@ -224,19 +247,11 @@ impl<T> Slab<T> {
         // are to two different live elements of `slots`, which `&mut self` borrows whole
         // for as long as they live.
         let (sa, sb) = unsafe { (&mut *base.add(i), &mut *base.add(j)) };
-        match (sa, sb) {
-            (
-                Slot::Full {
-                    generation: ga,
-                    value: va,
-                },
-                Slot::Full {
-                    generation: gb,
-                    value: vb,
-                },
-            ) if *ga == a.generation() && *gb == b.generation() => Some((va, vb)),
-            _ => None,
+        if sa.tag != a.0 || sb.tag != b.0 {
+            return None;
         }
+        // SAFETY: both tags match keys of their slots' indices, so both slots are full.
+        Some(unsafe { (sa.value.assume_init_mut(), sb.value.assume_init_mut()) })
     }
 
     /// Whether `key` names an object held.
@@ -253,59 +268,45 @@ impl<T> Slab<T> {
     pub fn remove(&mut self, key: Key) -> Option<T> {
         let index = key.index();
         let slot = self.slots.get_mut(index as usize)?;
-        match slot {
-            Slot::Full { generation, .. } if *generation == key.generation() => {}
-            _ => return None,
+        if slot.tag != key.0 {
+            return None;
         }
-        let free = match key.generation().checked_add(1) {
+        slot.tag = match key.generation().checked_add(1) {
             Some(generation) => {
                 let next_free = self.free_head;
                 self.free_head = index;
-                Slot::Free {
-                    generation,
-                    next_free,
-                }
+                ((generation as u64) << 32) | next_free as u64
             }
-            // Retired: off the free list for good.
-            None => Slot::Free {
-                generation: 0,
-                next_free: NIL,
-            },
+            // Retired: off the free list for good (its low half is never an index).
+            None => NIL as u64,
         };
-        let old = core::mem::replace(slot, free);
         self.len -= 1;
-        match old {
-            Slot::Full { value, .. } => Some(value),
-            Slot::Free { .. } => None,
-        }
+        // SAFETY: the tag matched, so the value was initialised; the new tag marks the
+        // slot free, so the value is read out exactly once.
+        Some(unsafe { slot.value.assume_init_read() })
     }
 
     /// The key of the object in slot `index`, if it holds one (a cursor for removing
     /// objects while walking the slab: [`Slab::slots`] bounds the walk).
     pub fn key_at(&self, index: usize) -> Option<Key> {
-        match self.slots.get(index)? {
-            Slot::Full { generation, .. } => Some(Key::new(index as u32, *generation)),
-            Slot::Free { .. } => None,
-        }
+        self.slots.get(index)?.key(index)
     }
 
     /// Every object with its key, in slot order.
     pub fn iter(&self) -> impl Iterator<Item = (Key, &T)> {
-        self.slots.iter().enumerate().filter_map(|(i, s)| match s {
-            Slot::Full { generation, value } => Some((Key::new(i as u32, *generation), value)),
-            Slot::Free { .. } => None,
+        self.slots.iter().enumerate().filter_map(|(i, s)| {
+            // SAFETY: the slot is full (its tag is a key of its index).
+            s.key(i).map(|k| (k, unsafe { s.value.assume_init_ref() }))
         })
     }
 
     /// Every object with its key, mutably, in slot order.
     pub fn iter_mut(&mut self) -> impl Iterator<Item = (Key, &mut T)> {
-        self.slots
-            .iter_mut()
-            .enumerate()
-            .filter_map(|(i, s)| match s {
-                Slot::Full { generation, value } => Some((Key::new(i as u32, *generation), value)),
-                Slot::Free { .. } => None,
-            })
+        self.slots.iter_mut().enumerate().filter_map(|(i, s)| {
+            let k = s.key(i)?;
+            // SAFETY: the slot is full (its tag is a key of its index).
+            Some((k, unsafe { s.value.assume_init_mut() }))
+        })
     }
 }
 
@@ -415,11 +416,8 @@ mod tests {
         let mut s: Slab<u8> = Slab::new();
         let k = s.insert(1).unwrap();
         // Force the slot to the last generation.
-        s.slots[0] = Slot::Full {
-            generation: u32::MAX,
-            value: 1,
-        };
         let last = Key::new(k.index(), u32::MAX);
+        s.slots[0].tag = last.0;
         assert_eq!(s.remove(last), Some(1));
         let next = s.insert(2).unwrap();
         assert_ne!(
@@ -428,6 +426,51 @@ mod tests {
             "a slot at the last generation is never reused"
         );
         assert_eq!(s.get(last), None);
+    }
+
+    #[test]
+    fn every_held_object_is_dropped_once() {
+        use std::rc::Rc;
+        let token = Rc::new(());
+        {
+            let mut s = Slab::new();
+            let keys: Vec<Key> = (0..8).map(|_| s.insert(token.clone()).unwrap()).collect();
+            assert_eq!(Rc::strong_count(&token), 9);
+            for k in keys.iter().step_by(2) {
+                drop(s.remove(*k));
+            }
+            assert_eq!(
+                Rc::strong_count(&token),
+                5,
+                "removed objects are given back"
+            );
+            s.insert(token.clone()).unwrap();
+            assert_eq!(Rc::strong_count(&token), 6);
+        }
+        assert_eq!(
+            Rc::strong_count(&token),
+            1,
+            "the slab drops what it holds, once"
+        );
+    }
+
+    #[test]
+    fn keys_made_from_free_slots_find_nothing() {
+        // A free slot's tag is the next free index and the next generation: no key built
+        // from a free slot's index, at any generation, reaches it.
+        let mut s = Slab::new();
+        let a = s.insert(1u32).unwrap();
+        let b = s.insert(2u32).unwrap();
+        s.remove(a);
+        s.remove(b);
+        for slot in [a.index(), b.index()] {
+            for generation in [0, 1, 2, 3, u32::MAX] {
+                assert_eq!(s.get(Key::new(slot, generation)), None);
+                assert_eq!(s.remove(Key::new(slot, generation)), None);
+            }
+        }
+        assert_eq!(s.iter().count(), 0);
+        assert_eq!(s.key_at(0), None);
     }
 
     #[test]

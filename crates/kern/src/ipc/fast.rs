@@ -72,7 +72,8 @@ const CALL: u8 = Disposition::CopySend as u8;
 /// descriptors.
 const CALL_BITS: u32 = MsgHeader::make_bits(Disposition::CopySend, Disposition::MakeSendOnce, 0);
 /// The whole `bits` of a reply: a send-once right used up, no reply right, no descriptors.
-const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
+/// A message with other bits is never a fast-path reply (it may be a call, or migrate).
+pub const REPLY_BITS: u32 = MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0);
 
 /// Whether the reply right of `header` (sent from `space`) lets a call migrate from a fast
 /// path: none (disposition `None`, name 0), or a send-once right made from a receive right,

@@ -163,6 +163,50 @@ impl TrapFrame {
         };
     }
 
+    /// Gives `put` each register of [`TrapFrame::user_regs`] with its index in
+    /// `UserRegs`' field order (`rax` 0 ... `rflags` 17), in straight-line code: the
+    /// exception fast path writes them into a handler's buffer without a copy between.
+    #[inline(always)]
+    pub fn for_each_user_reg(&self, mut put: impl FnMut(usize, u64)) {
+        put(0, self.rax);
+        put(1, self.rbx);
+        put(2, self.rcx);
+        put(3, self.rdx);
+        put(4, self.rsi);
+        put(5, self.rdi);
+        put(6, self.rbp);
+        put(7, self.r8);
+        put(8, self.r9);
+        put(9, self.r10);
+        put(10, self.r11);
+        put(11, self.r12);
+        put(12, self.r13);
+        put(13, self.r14);
+        put(14, self.r15);
+        put(15, self.rip);
+        put(16, self.rsp);
+        put(17, self.rflags);
+    }
+
+    /// [`TrapFrame::set_user_regs`] from the registers' words as `word(i)` gives them
+    /// (index `i` in `UserRegs`' field order), except `rip`, `rsp` and `rflags`, which the
+    /// caller has read and checked once and gives as they are.
+    #[inline(always)]
+    pub fn set_user_regs_with(
+        &mut self,
+        word: impl Fn(usize) -> u64,
+        rip: u64,
+        rsp: u64,
+        rflags: u64,
+    ) {
+        (self.rax, self.rbx, self.rcx, self.rdx) = (word(0), word(1), word(2), word(3));
+        (self.rsi, self.rdi, self.rbp, self.r8) = (word(4), word(5), word(6), word(7));
+        (self.r9, self.r10, self.r11, self.r12) = (word(8), word(9), word(10), word(11));
+        (self.r13, self.r14, self.r15) = (word(12), word(13), word(14));
+        (self.rip, self.rsp, self.rflags) = (rip, rsp, rflags);
+        self.vector = RESUME_VECTOR;
+    }
+
     /// The system-call number and arguments (`rax`; `rdi`, `rsi`, `rdx`, `r10`, `r8`, `r9`).
     pub fn syscall_args(&self) -> (u64, [u64; 6]) {
         (
