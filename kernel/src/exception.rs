@@ -43,9 +43,12 @@ const FORCED_FLAGS: u64 = 0x202;
 /// are in its thread object. Returns only when there is no usable exception port (the
 /// caller then ends the task); otherwise the thread blocks until the handler's reply.
 pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
-    let Some(th) = k.threads.get(cur) else {
+    // SAFETY: `cur` is the running thread of this CPU (it raises its own exception); the
+    // reference is not used after `k`'s thread table is used below.
+    let th: &Thread = unsafe { crate::thread::current_mut() };
+    if th.id != cur {
         return;
-    };
+    }
     let Some(task) = th.task else {
         return;
     };
