@@ -2276,8 +2276,6 @@ pub const ALL: &[IntegrationTest] = &[
         exits: &[
             ("fs", Exit::Code(0)),
             ("blk", Exit::Code(0)),
-            // The busy default pager, killed at the end of its part.
-            ("dpager", Exit::Killed),
             // Ended through its task port, possibly before a line named it.
             ("paging_child", Exit::MaybeKilledOrCode(0)),
             ("?", Exit::MaybeKilledOrCode(0)),
@@ -2306,8 +2304,6 @@ pub const ALL: &[IntegrationTest] = &[
         exits: &[
             ("fs", Exit::Code(0)),
             ("blk", Exit::Code(0)),
-            // The busy default pager, killed at the end of its part.
-            ("dpager", Exit::Killed),
             // Ended through its task port, possibly before a line named it.
             ("paging_child", Exit::MaybeKilledOrCode(0)),
             ("?", Exit::MaybeKilledOrCode(0)),
