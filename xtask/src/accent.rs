@@ -518,8 +518,7 @@ const SESSION_RUN: Run = Run {
          pager on the swap partition), with user memory limited to 256 frames, and a session \
          typed at the shell that lists the disk, starts programs from their files on it \
          (their text and data paged in from the file server), among them one whose working \
-         set is twice the memory (its pages paged out to the swap area and back), and reads a \
-         file.\n",
+         set is twice the memory (its pages paged out to the swap area and back).\n",
     note_3_10: "\nAccent's figures are a system generation (compiling and linking the system, \
          8,043 s); Baton's are the kernel's counters since boot at the end of the shell \
          session above (boot included).\n",
