@@ -2314,6 +2314,62 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Sting's upcall pages under memory pressure: wired for the virtual processor's
+        // life, they stay resident while the task's other pages go to the default pager,
+        // and a Block/Unblock upcall then arrives intact.
+        name: "vproc_paging_smp1",
+        init: &["vproc_paging"],
+        smp: 1,
+        require: &[
+            "ok: without a virtual processor, nothing of the task's heap is wired",
+            "ok: with kernel upcalls on, the task has wired ranges (its upcall pages), wholly resident",
+            "ok: meanwhile every wired range (the upcall stack's event pages, the mailbox) stayed wholly resident",
+            "ok: the processor destroyed, its upcall pages are unwired",
+            "ok: then a thread blocked in a kernel receive resumed with the peer's message",
+            "ok: its Block upcall arrived and its Unblock came back",
+            "ok: a third round leaves the kernel's heap, objects and free frames as the second did",
+            "vproc_paging#1| TEST PASS vproc_paging",
+        ],
+        exits: &[
+            ("blk", Exit::Code(0)),
+            ("vproc_peer", Exit::Code(0)),
+            // The default pager, ended through its task port (a line that names no task).
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
+        extra: &["priv=vproc_paging", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's upcall pages under memory pressure: wired for the virtual processor's
+        // life, they stay resident while the task's other pages go to the default pager,
+        // and a Block/Unblock upcall then arrives intact.
+        name: "vproc_paging_smp2",
+        init: &["vproc_paging"],
+        smp: 2,
+        require: &[
+            "ok: without a virtual processor, nothing of the task's heap is wired",
+            "ok: with kernel upcalls on, the task has wired ranges (its upcall pages), wholly resident",
+            "ok: meanwhile every wired range (the upcall stack's event pages, the mailbox) stayed wholly resident",
+            "ok: the processor destroyed, its upcall pages are unwired",
+            "ok: then a thread blocked in a kernel receive resumed with the peer's message",
+            "ok: its Block upcall arrived and its Unblock came back",
+            "ok: a third round leaves the kernel's heap, objects and free frames as the second did",
+            "vproc_paging#1| TEST PASS vproc_paging",
+        ],
+        exits: &[
+            ("blk", Exit::Code(0)),
+            ("vproc_peer", Exit::Code(0)),
+            // The default pager, ended through its task port (a line that names no task).
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
+        extra: &["priv=vproc_paging", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "fs_smp2",
         init: &["fs_test"],
         smp: 2,
