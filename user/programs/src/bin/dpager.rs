@@ -217,8 +217,10 @@ fn serve(store: &mut dyn Store, host: u64, once: bool, stall: bool) -> Result<()
     if once {
         return Ok(());
     }
-    while stall {
-        baton_rt::sleep_ns(1_000_000_000)?;
+    if stall {
+        loop {
+            baton_rt::sleep_ns(1_000_000_000)?;
+        }
     }
     let mut msg = alloc::vec![0u8; HEADER_SIZE + paging::PAGE_OUT_SIZE];
     let mut page = alloc::vec![0u8; PAGE_SIZE as usize];
