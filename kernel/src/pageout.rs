@@ -188,18 +188,23 @@ fn send(k: &mut Kernel, id: u64, data: Vec<u8>) -> Result<(), Error> {
     Ok(())
 }
 
-/// Reclaims a batch and sends its page-outs; whether any frame came free.
+/// Reclaims a batch and sends its page-outs; whether a page-out was sent.
 ///
-/// Not while the default pager's queue has no room for a whole batch: a page-out that
-/// cannot be queued leaves its page resident but stripped of its translations, so a
-/// reclaim then only costs the pages' next touches soft faults, and a fault waiting for
-/// memory that retries would strip batch after batch while the pager catches up (each
-/// retry finding the queue still full). The fault waits instead ([`page_fault`]).
+/// Anonymous pages are not taken while the default pager's queue has no room for a whole
+/// batch: a page-out that cannot be queued leaves its page resident but stripped of its
+/// translations, so a reclaim then only costs the pages' next touches soft faults, and a
+/// fault waiting for memory that retries would strip batch after batch while the pager
+/// catches up (each retry finding the queue still full). Pages of pager-backed objects,
+/// which need no room there, are taken all the same (a file read behind a busy default
+/// pager goes on; `fs_evict` checks it).
 fn reclaim(k: &mut Kernel) -> bool {
-    if pager_port().is_some() && queued(k).saturating_add(replace::BATCH) > INFLIGHT_MAX {
-        return false;
-    }
-    let outs = replace::reclaim(k);
+    // While the default pager's queue has no room for a batch, anonymous pages stay (their
+    // page-outs could not be queued, and stripping them for nothing starved the tasks that
+    // use them); pages that need no room there still go: clean pager-backed pages are
+    // dropped, written ones go back to their own pager.
+    let anonymous =
+        pager_port().is_none() || queued(k).saturating_add(replace::BATCH) <= INFLIGHT_MAX;
+    let outs = replace::reclaim(k, anonymous);
     let mut freed = false;
     for mut o in outs {
         let data = core::mem::take(&mut o.data);

@@ -591,15 +591,15 @@ fn lock(
 /// done nothing yet — a receive-only call (its message stays queued until it is taken), a
 /// send resumed before it was made — is made so: the call is rewound over its `syscall`
 /// and the thread migrates into the pager, as a first step's copy does ([`after_call`]).
-/// The receive after a call's own send cannot be: its send is made, and the activation's
-/// return has no way to resume a kernel step instead of user mode; it fails with
-/// `NotSupported` (nothing is left asked, so the page's next touch carries its request as
-/// any fault does).
+/// The receive after a call's own send is made so too, as the receive alone: its send is
+/// made, and the activation's return cannot resume a kernel step, so the thread goes back
+/// over its `syscall` with `MSG_SEND` taken out of its options (the register the user
+/// sees after the call holds them so; the receive's timeout starts again).
 ///
 /// Does not return when it waits or migrates. Otherwise returns the step's error:
 /// `Interrupted` when an alert ended an earlier wait for the page, `BadAddress` when no
 /// page was noted (the address is bad, or the page's pager failed or is gone) or when
-/// there is no room to wait, `NotSupported` as above.
+/// there is no room to wait.
 pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
     let Some(w) = crate::vm::take_page_wait(t) else {
         return Error::BadAddress;
@@ -620,17 +620,20 @@ pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
             .threads
             .get(t)
             .map_or(0, |th| th.frame.syscall_args().1[0]);
+        // The receive after the call's own send: the send is made, so the call made again
+        // is the receive alone (its options without `MSG_SEND`, the rest as they were).
         let sent = cont.point == Resume::Receive && opts & baton_abi::ipc::MSG_SEND != 0;
-        if sent {
-            return Error::NotSupported;
-        }
         if let Some(th) = k.threads.get_mut(t) {
             // Back over the `syscall` (two bytes), its registers as they were.
             th.frame.rip = th.frame.rip.wrapping_sub(2);
+            if sent {
+                th.frame.rdi = opts & !baton_abi::ipc::MSG_SEND;
+            }
         }
         let failed = migrate(k, t, w, port, cookie);
         if let Some(th) = k.threads.get_mut(t) {
             th.frame.rip = th.frame.rip.wrapping_add(2);
+            th.frame.rdi = opts;
         }
         return match failed {
             Err(Failure::NoMemory) => Error::NoMemory,

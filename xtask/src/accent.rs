@@ -172,8 +172,8 @@ pub fn section(rows: &[Row], vm: &[(String, u64)], plots: &[&str]) -> String {
         figure_3_1(rows, plots.contains(&FIG_3_1_SVG)),
         figure_3_2(rows, plots.contains(&FIG_3_2_SVG)),
         figure_3_3(rows, plots.contains(&FIG_3_3_SVG)),
-        table_3_8(vm),
-        table_3_10(vm),
+        table_3_8(vm, &BENCH_RUN),
+        table_3_10(vm, &BENCH_RUN),
     ];
     if tables.iter().all(String::is_empty) {
         return out;
@@ -485,7 +485,96 @@ fn figure_3_3(rows: &[Row], plotted: bool) -> String {
     t
 }
 
-fn table_3_8(vm: &[(String, u64)]) -> String {
+/// Which run Baton's column of Tables 3-8 and 3-10 comes from: its column's label and the
+/// paragraph under each table.
+pub struct Run {
+    pub label: &'static str,
+    pub note_3_8: &'static str,
+    pub note_3_10: &'static str,
+}
+
+/// The benchmark program's run (the report's section).
+const BENCH_RUN: Run = Run {
+    label: "this benchmark run",
+    note_3_8: "\nBaton's counts are the kernel's since boot at the end of the benchmark program, \
+         whose paging rows run a working set twice the memory left to it, paged to the \
+         default pager's swap partition on the virtio disk. Baton has no *process pages with \
+         disk backing* to reclaim: a page paged in gives its swap slot back, so every page \
+         paged out gets a slot anew (lazily). Accent's task was not short of memory (67% \
+         of its pages came from the free list); Baton's run is made to be.\n",
+    note_3_10: "\nAccent's figures are a system generation (compiling and linking the system, \
+         8,043 s); Baton's are the kernel's counters since boot at the end of the benchmark \
+         program, a synthetic load (every row's iterations, out-of-line messages, forks, \
+         task creation and the pager rows), not a realistic one: its mix follows the \
+         benchmark list (a thousand iterations of each row), not a workload.\n",
+};
+
+/// The shell session of the `shell_session` test: programs started from files on the disk
+/// under a lowered memory limit.
+const SESSION_RUN: Run = Run {
+    label: "a shell session",
+    note_3_8: "\nBaton's counts are the kernel's since boot at the end of the `shell_session` \
+         test: the system `cargo xtask run` boots (the shell, the disk driver, the default \
+         pager on the swap partition), with user memory limited to 256 frames, and a session \
+         typed at the shell that lists the disk, starts programs from their files on it \
+         (their text and data paged in from the file server), among them one whose working \
+         set is twice the memory (its pages paged out to the swap area and back).\n",
+    note_3_10: "\nAccent's figures are a system generation (compiling and linking the system, \
+         8,043 s); Baton's are the kernel's counters since boot at the end of the shell \
+         session above (boot included).\n",
+};
+
+/// `cargo xtask accent-tables`: Tables 3-8 and 3-10 from the `vmstat` lines of the
+/// `shell_session` test's log.
+pub fn session_tables() -> Result<std::process::ExitCode, String> {
+    let path = crate::workspace::root().join("target/test-logs/shell_session.log");
+    let log = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run `cargo xtask test --filter shell_session` first)",
+            path.display()
+        )
+    })?;
+    let vm = vmstat_counters(&log)?;
+    print!("{}", tables(&vm, &SESSION_RUN));
+    Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// The counters of the last `vmstat` in `log`: its `BENCHVM` lines' `name=value` words.
+pub fn vmstat_counters(log: &str) -> Result<Vec<(String, u64)>, String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter_map(|l| l.split_once("BENCHVM ").map(|(_, rest)| rest))
+        .collect();
+    // The last `vmstat`'s lines: it prints its counters in a fixed number of lines.
+    let per = VMSTAT_LINES;
+    let last = lines
+        .len()
+        .checked_sub(per)
+        .map(|at| &lines[at..])
+        .ok_or("the log has no complete `vmstat` output")?;
+    let mut vm = Vec::new();
+    for word in last.iter().flat_map(|l| l.split_whitespace()) {
+        let (k, v) = word
+            .split_once('=')
+            .ok_or_else(|| format!("`{word}` is not name=value"))?;
+        let v = v.parse().map_err(|_| format!("`{word}`: not a number"))?;
+        vm.push((k.to_string(), v));
+    }
+    Ok(vm)
+}
+
+/// Lines of the shell's `vmstat`: sixteen fault counters and nine paging counters, eight a
+/// line.
+const VMSTAT_LINES: usize = 4;
+
+/// Tables 3-8 and 3-10 with Baton's column from `vm` (`BENCHVM` counters) of `run`.
+pub fn tables(vm: &[(String, u64)], run: &Run) -> String {
+    let mut t = table_3_8(vm, run);
+    t.push_str(&table_3_10(vm, run));
+    t
+}
+
+fn table_3_8(vm: &[(String, u64)], run: &Run) -> String {
     let Some(from_free) = counter(vm, "paging_from_free") else {
         return String::new();
     };
@@ -497,9 +586,10 @@ fn table_3_8(vm: &[(String, u64)]) -> String {
         .max(from_free);
     let mut t = String::from(
         "\n### Table 3-8: where physical pages came from (page replacement)\n\n\
-         | | Accent (system generation task, 512-byte pages) | % | Baton (this benchmark run, 4 KiB pages) | % |\n\
+         | | Accent (system generation task, 512-byte pages) | % | Baton ({}, 4 KiB pages) | % |\n\
          |---|---:|---:|---:|---:|\n",
-    );
+    )
+    .replace("{}", run.label);
     for (what, accent, ours) in TABLE_3_8 {
         let baton = counter(vm, ours);
         let _ = writeln!(
@@ -540,27 +630,21 @@ fn table_3_8(vm: &[(String, u64)]) -> String {
             fixed(outs as f64 / ins.max(1) as f64, 2)
         );
     }
-    t.push_str(
-        "\nBaton's counts are the kernel's since boot at the end of the benchmark program, \
-         whose paging rows run a working set twice the memory left to it, paged to the \
-         default pager's swap partition on the virtio disk. Baton has no *process pages with \
-         disk backing* to reclaim: a page paged in gives its swap slot back, so every page \
-         paged out gets a slot anew (lazily). Accent's task was not short of memory (67% \
-         of its pages came from the free list); Baton's run is made to be.\n",
-    );
+    t.push_str(run.note_3_8);
     t
 }
 
-fn table_3_10(vm: &[(String, u64)]) -> String {
+fn table_3_10(vm: &[(String, u64)], run: &Run) -> String {
     let Some(faults) = counter(vm, "faults") else {
         return String::new();
     };
     let accent_faults = TABLE_3_10[0].1;
     let mut t = String::from(
         "\n### Table 3-10: fault statistics of a whole run\n\n\
-         | counter | Accent (system generation task) | % of faults | Baton (this benchmark run) | % of faults |\n\
+         | counter | Accent (system generation task) | % of faults | Baton ({}) | % of faults |\n\
          |---|---:|---:|---:|---:|\n",
-    );
+    )
+    .replace("{}", run.label);
     for (what, accent, ours, of_faults) in TABLE_3_10 {
         let baton = counter(vm, ours);
         let share_of = |n: u64, whole: u64| match of_faults {
@@ -593,13 +677,7 @@ fn table_3_10(vm: &[(String, u64)]) -> String {
             extra.join(", ")
         );
     }
-    t.push_str(
-        "\nAccent's figures are a system generation (compiling and linking the system, \
-         8,043 s); Baton's are the kernel's counters since boot at the end of the benchmark \
-         program, a synthetic load (every row's iterations, out-of-line messages, forks, \
-         task creation and the pager rows), not a realistic one: its mix follows the \
-         benchmark list (a thousand iterations of each row), not a workload.\n",
-    );
+    t.push_str(run.note_3_10);
     t
 }
 
@@ -871,5 +949,39 @@ mod unit_tests {
                 Some("svg")
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod session_tests {
+    use super::*;
+
+    #[test]
+    fn vmstat_counters_take_the_last_output() {
+        let one = |n: u64| {
+            format!(
+                "BENCHVM faults={n} read_faults=1\nnoise\nshell| BENCHVM zero_fills=2\n\
+                 BENCHVM paging_from_free=3\nBENCHVM paging_pageins=4\n"
+            )
+        };
+        let log = format!("{}{}", one(10), one(20));
+        let vm = vmstat_counters(&log).unwrap();
+        assert_eq!(counter(&vm, "faults"), Some(20));
+        assert_eq!(counter(&vm, "zero_fills"), Some(2));
+        assert_eq!(counter(&vm, "paging_pageins"), Some(4));
+        assert!(vmstat_counters("BENCHVM faults=1\n").is_err());
+        assert!(vmstat_counters(&one(1).replace("=3", "=x")).is_err());
+    }
+
+    #[test]
+    fn tables_say_which_run() {
+        let vm = vec![
+            ("faults".to_string(), 10),
+            ("paging_from_free".to_string(), 5),
+        ];
+        let t = tables(&vm, &SESSION_RUN);
+        assert!(t.contains("Baton (a shell session, 4 KiB pages)"));
+        assert!(t.contains("Baton (a shell session) | % of faults"));
+        assert!(!t.contains("this benchmark run"));
     }
 }

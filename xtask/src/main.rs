@@ -112,6 +112,14 @@ enum Cmd {
     /// multi-threaded TCG without -icount on -smp 1, 2 and 4, and tables its SPEEDUP
     /// lines beside those in the logs of `cargo xtask test --filter sting_speedup`.
     StingSpeedup,
+    /// Accent's Tables 3-8 and 3-10 from a realistic run: the shell session of the
+    /// `shell_session` test.
+    ///
+    /// Reads the `BENCHVM` lines the shell's `vmstat` printed at the end of that test's
+    /// session (target/test-logs/shell_session.log: run `cargo xtask test --filter
+    /// shell_session` first) and prints the two tables, Accent's system generation beside
+    /// it, in Markdown (docs/files.md keeps a copy).
+    AccentTables,
     /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.
     ///
     /// Seed 001's Tables 1 and 2 for Baton: the null RPC kernel path by stage and
@@ -266,6 +274,7 @@ fn main() -> ExitCode {
         Cmd::Bench(opts) => bench::bench(&opts),
         Cmd::BenchLinux => linux::bench_linux(),
         Cmd::StingSpeedup => linux::sting_speedup(),
+        Cmd::AccentTables => accent::session_tables(),
         Cmd::Fuzz(opts) => fuzz::fuzz(&opts),
         Cmd::Profile => profile::profile(),
         Cmd::Trace(opts) => trace::run(&opts),

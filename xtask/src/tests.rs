@@ -70,6 +70,24 @@ fn one_disk_driver(log: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `shell_session`: the session paged both ways: pages came from the file server (pager
+/// fills), went out to the swap area and came back, and clean file pages were dropped.
+fn session_paged(log: &str) -> Result<(), String> {
+    let vm = crate::accent::vmstat_counters(log)?;
+    for name in [
+        "pager_fills",
+        "paging_pageouts",
+        "paging_pageins",
+        "paging_reclaimed_mapped",
+    ] {
+        let n = vm.iter().find(|(k, _)| k == name).map_or(0, |(_, v)| *v);
+        if n == 0 {
+            return Err(format!("the session's `vmstat` shows no {name}"));
+        }
+    }
+    Ok(())
+}
+
 /// `pagewait`: a kernel copy that waited for a page paged out is no error, and the kernel
 /// says nothing about it.
 fn no_bad_address_lines(log: &str) -> Result<(), String> {
@@ -1568,6 +1586,50 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // A realistic run for Accent's Tables 3-8 and 3-10 (`cargo xtask accent-tables`
+        // reads this log): the system `cargo xtask run` boots, user memory lowered to 256
+        // frames, and a session that starts programs from their files on the disk (text
+        // and data paged in from the file server), one of them working twice the memory
+        // (paged out to the swap area and back), then prints the counters (`vmstat`).
+        name: "shell_session",
+        init: &["names", "console", "shell", "swapon"],
+        smp: 1,
+        timeout: Duration::from_secs(300),
+        extra: &["priv=console,shell,swapon", "pageable=256"],
+        input: &[
+            Typed::After("swapon: paging to the disk's swap area", "ls /bin\r"),
+            Typed::Line("run /bin/echo a program started from its file"),
+            Typed::Line("run /bin/paging_child work 512"),
+            Typed::Line("ls /data"),
+            Typed::Line("run /bin/echo and another"),
+            Typed::Line("paging"),
+            Typed::Line("vmstat"),
+            Typed::Line("shutdown"),
+        ],
+        prompt: "baton> ",
+        require: &[
+            "swapon: paging to the disk's swap area",
+            "a program started from its file",
+            "f56k.bin 57344",
+            "and another",
+            "BENCHVM paging_from_free=",
+        ],
+        check: Some(session_paged),
+        exits: &[
+            ("names", Exit::Killed),
+            ("console", Exit::Killed),
+            ("shell", Exit::Killed),
+            ("swapon", Exit::Code(0)),
+            ("blk", Exit::Killed),
+            ("dpager", Exit::Killed),
+            ("fs", Exit::Killed),
+            ("echo", Exit::Code(0)),
+            ("paging_child", Exit::Code(0)),
+        ],
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
         name: "shell_smp2",
         init: &["names", "console", "shell"],
         smp: 2,
@@ -2207,6 +2269,7 @@ pub const ALL: &[IntegrationTest] = &[
             "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
+            "a file of 768 pages reads intact (0 differ)",
             "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
@@ -2234,6 +2297,7 @@ pub const ALL: &[IntegrationTest] = &[
             "fs: page 0xd000 of a file could not be supplied (NoMemory): the access fails",
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
+            "a file of 768 pages reads intact (0 differ)",
             "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
@@ -2245,6 +2309,62 @@ pub const ALL: &[IntegrationTest] = &[
             ("?", Exit::MaybeKilledOrCode(0)),
         ],
         extra: &["priv=fs_evict", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's upcall pages under memory pressure: wired for the virtual processor's
+        // life, they stay resident while the task's other pages go to the default pager,
+        // and a Block/Unblock upcall then arrives intact.
+        name: "vproc_paging_smp1",
+        init: &["vproc_paging"],
+        smp: 1,
+        require: &[
+            "ok: without a virtual processor, nothing of the task's heap is wired",
+            "ok: with kernel upcalls on, the task has wired ranges (its upcall pages), wholly resident",
+            "ok: meanwhile every wired range (the upcall stack's event pages, the mailbox) stayed wholly resident",
+            "ok: the processor destroyed, its upcall pages are unwired",
+            "ok: then a thread blocked in a kernel receive resumed with the peer's message",
+            "ok: its Block upcall arrived and its Unblock came back",
+            "ok: a third round leaves the kernel's heap, objects and free frames as the second did",
+            "vproc_paging#1| TEST PASS vproc_paging",
+        ],
+        exits: &[
+            ("blk", Exit::Code(0)),
+            ("vproc_peer", Exit::Code(0)),
+            // The default pager, ended through its task port (a line that names no task).
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
+        extra: &["priv=vproc_paging", "pageable=256"],
+        timeout: Duration::from_secs(180),
+        disk: true,
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting's upcall pages under memory pressure: wired for the virtual processor's
+        // life, they stay resident while the task's other pages go to the default pager,
+        // and a Block/Unblock upcall then arrives intact.
+        name: "vproc_paging_smp2",
+        init: &["vproc_paging"],
+        smp: 2,
+        require: &[
+            "ok: without a virtual processor, nothing of the task's heap is wired",
+            "ok: with kernel upcalls on, the task has wired ranges (its upcall pages), wholly resident",
+            "ok: meanwhile every wired range (the upcall stack's event pages, the mailbox) stayed wholly resident",
+            "ok: the processor destroyed, its upcall pages are unwired",
+            "ok: then a thread blocked in a kernel receive resumed with the peer's message",
+            "ok: its Block upcall arrived and its Unblock came back",
+            "ok: a third round leaves the kernel's heap, objects and free frames as the second did",
+            "vproc_paging#1| TEST PASS vproc_paging",
+        ],
+        exits: &[
+            ("blk", Exit::Code(0)),
+            ("vproc_peer", Exit::Code(0)),
+            // The default pager, ended through its task port (a line that names no task).
+            ("?", Exit::MaybeKilledOrCode(0)),
+        ],
+        extra: &["priv=vproc_paging", "pageable=256"],
         timeout: Duration::from_secs(180),
         disk: true,
         ..BASE

@@ -503,10 +503,11 @@ fn unmap_victims(
 }
 
 /// Reclaims up to [`BATCH`] pages: clean pager-backed pages are dropped (their frames
-/// free now); anonymous pages come back as [`Outgoing`] page-outs for the caller to send
-/// to the default pager and then [`finish`]. Allocates only bounded bookkeeping; on any
-/// shortage it reclaims less.
-pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
+/// free now); anonymous pages (only with `anonymous`: the caller can queue their
+/// page-outs) come back as [`Outgoing`] page-outs for the caller to send to the default
+/// pager and then [`finish`]. Allocates only bounded bookkeeping; on any shortage it
+/// reclaims less.
+pub fn reclaim(k: &mut Kernel, anonymous: bool) -> Vec<Outgoing> {
     let mut outgoing: Vec<Outgoing> = Vec::new();
     // SAFETY: the lock is held; these two references are the only ones to their cells
     // until this function returns, and nothing below takes them again.
@@ -528,8 +529,8 @@ pub fn reclaim(k: &mut Kernel) -> Vec<Outgoing> {
     if !by_rmap {
         gather_referenced(k, vm, &mut r.referenced, &mut r.dirty);
     }
-    let have_store = r.slots.capacity() > r.slots.in_use();
-    if !have_store {
+    let have_store = anonymous && r.slots.capacity() > r.slots.in_use();
+    if anonymous && !have_store {
         r.stats.no_store += 1;
     }
     let budget = (2 * r.used as usize).saturating_add(2 * BATCH);

@@ -115,7 +115,6 @@ pub fn run(table: bool) -> Result<(), Error> {
         cap_drop(tp)?;
         cap_drop(watch)?;
         cap_drop(fs.server)?;
-        cap_drop(fs.reply)?;
     }
     report(table, "file.read.56k", &mut cold);
     report(table, "file.read.56k.warm", &mut warm);

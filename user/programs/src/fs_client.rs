@@ -41,12 +41,18 @@ impl Reply {
     }
 }
 
-/// A client of the file server: its reply port and the server's port (the IPC buffer is
-/// the caller's).
-#[derive(Clone, Copy)]
+/// A client of the file server: the server's port (a right the caller keeps and drops) and
+/// a reply port of the client's own, made by [`Fs::new`] and dropped with the client (the
+/// IPC buffer is the caller's).
 pub struct Fs {
     pub server: u64,
-    pub reply: u64,
+    reply: u64,
+}
+
+impl Drop for Fs {
+    fn drop(&mut self) {
+        let _ = cap_drop(self.reply);
+    }
 }
 
 impl Fs {
@@ -316,4 +322,29 @@ pub fn settled_counts(host: u64) -> Result<(u64, u64, u64, u64, u64), Error> {
         last = now;
     }
     Ok(last)
+}
+
+/// Runs `body` (a test's whole work, given the round, 1 or 2) twice and checks, as test
+/// `test`, that the second round leaves the kernel's heap, objects, free frames, ports and
+/// names where the first did ([`settled_counts`], with `host`): whatever a round leaks
+/// shows as a difference.
+pub fn two_rounds(
+    test: &str,
+    host: u64,
+    mut body: impl FnMut(u32) -> Result<(), baton_rt::check::Failed>,
+) -> Result<(), baton_rt::check::Failed> {
+    let mut after = [(0, 0, 0, 0, 0); 2];
+    for (n, figures) in (1..).zip(after.iter_mut()) {
+        baton_rt::println!("{test}: round {n}");
+        body(n)?;
+        *figures = baton_rt::check::must(test, "counts", settled_counts(host))?;
+    }
+    baton_rt::check!(
+        test,
+        after[0] == after[1],
+        "a second round leaves the kernel's heap, objects, free frames, ports and names as the first did ({:?} -> {:?})",
+        after[0],
+        after[1]
+    );
+    Ok(())
 }

@@ -5,7 +5,7 @@
 //! (lazily, at a page's first page-out) and takes them back (at its page-in, or when its
 //! object goes); the pager only keeps bytes where it is told.
 //!
-//! `dpager [SLOTS] [once] [hold]`:
+//! `dpager [SLOTS] [once] [hold] [stall]`:
 //! - its store is the disk's swap area: partition 2 (type 0x82) of the
 //!   partition table in sector 0 (`baton_disk`), reached through the block driver `blk`
 //!   (`docs/drivers.md`), one slot of eight sectors per page, `SLOTS` at most (default:
@@ -17,7 +17,9 @@
 //! - `once`: register and end at once (a test's warm-up);
 //! - `hold`: every page-in's disk reads ask the driver to hold them two seconds
 //!   (`FLAG_HOLD`, which only a driver started for tests honours): a test kills the pager
-//!   or the driver while a page-in is under way.
+//!   or the driver while a page-in is under way;
+//! - `stall`: register and then take no message: a default pager busy for good, whose
+//!   queue the kernel's page-outs fill (a test's; it is killed at the end).
 //!
 //! A store that fails (the driver gone, the device reporting an error) ends the pager:
 //! the kernel then counts every page it held as lost, and a task touching one gets a
@@ -157,17 +159,18 @@ impl Store for DiskStore {
     }
 }
 fn main(_task_id: u64) -> i32 {
-    let (mut slots, mut once, mut hold) = (None, false, false);
+    let (mut slots, mut once, mut hold, mut stall) = (None, false, false, false);
     for a in env::args().skip(1) {
         match a {
             "once" => once = true,
             "hold" => hold = true,
+            "stall" => stall = true,
             n => slots = n.parse::<u64>().ok().or(slots),
         }
     }
     let result = setup().and_then(|(host, driver)| {
         let mut store = DiskStore::open(driver, slots, hold)?;
-        serve(&mut store, host, once)
+        serve(&mut store, host, once, stall)
     });
     match result {
         Ok(()) => 0,
@@ -205,7 +208,7 @@ fn setup() -> Result<(u64, u64), Error> {
     rights
 }
 
-fn serve(store: &mut dyn Store, host: u64, once: bool) -> Result<(), Error> {
+fn serve(store: &mut dyn Store, host: u64, once: bool, stall: bool) -> Result<(), Error> {
     // Ahead of the tasks whose memory it takes in: page-outs do not pile up.
     let _ = baton_rt::sys::set_priority(0, baton_abi::PRIORITY_DEFAULT + 8);
     let port = port_allocate(0)?;
@@ -213,6 +216,11 @@ fn serve(store: &mut dyn Store, host: u64, once: bool) -> Result<(), Error> {
     println!("dpager: serving {} pages", store.slots());
     if once {
         return Ok(());
+    }
+    if stall {
+        loop {
+            baton_rt::sleep_ns(1_000_000_000)?;
+        }
     }
     let mut msg = alloc::vec![0u8; HEADER_SIZE + paging::PAGE_OUT_SIZE];
     let mut page = alloc::vec![0u8; PAGE_SIZE as usize];

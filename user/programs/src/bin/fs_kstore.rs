@@ -137,9 +137,8 @@ fn caller(_: u64) {
         let _ = cap_drop(reply);
         ANSWERED.wait_for(round(), TEN_S)?;
         let fs = fs_client::Fs::new(SERVER.load(Ordering::Relaxed))?;
-        let synced = fs.sync(&mut b, PATH);
-        let _ = cap_drop(fs.reply);
-        synced
+        // The client's reply port goes with `fs`.
+        fs.sync(&mut b, PATH)
     })();
     SYNCED.store(r.unwrap_or(u64::MAX - 1), Ordering::Relaxed);
     SYNC_DONE.increment();
@@ -275,33 +274,23 @@ fn exception_into(va: u64, buf: &mut IpcBuffer) -> Result<[u8; SEEN], Failed> {
 fn run() -> Result<(), Failed> {
     let host = baton_rt::start::host_priv();
     let mut buf = must("ipc buffer", IpcBuffer::new())?;
-    let mut after = [(0, 0, 0, 0, 0); 2];
-    for (n, figures) in after.iter_mut().enumerate() {
-        println!("fs_kstore: round {}", n + 1);
-        ROUND.store(n as u32 + 1, Ordering::Relaxed);
+    fs_client::two_rounds(TEST, host, |n| {
+        ROUND.store(n, Ordering::Relaxed);
         SYNCED.store(u64::MAX, Ordering::Relaxed);
-        one_round(host, &mut buf)?;
-        *figures = must("counts", fs_client::settled_counts(host))?;
-    }
-    baton_rt::check!(
-        TEST,
-        after[0] == after[1],
-        "a second round leaves the kernel's heap, objects, free frames, ports and names as the first did ({:?} -> {:?})",
-        after[0],
-        after[1]
-    );
+        one_round(host, &mut buf)
+    })?;
     println!("fs_kstore: done");
     Ok(())
 }
 
-/// Stops the file server `fs` (task `id`), waits for its end and drops its names.
-fn stop(host: u64, id: u64, fs: &fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
+/// Stops the file server `fs` (task `id`), waits for its end and drops its name (the
+/// client's reply port goes with `fs`).
+fn stop(host: u64, id: u64, fs: fs_client::Fs, buf: &mut IpcBuffer) -> Result<(), Failed> {
     must(
         "stop the server",
         fs_client::end_and_wait(host, id, || fs.stop(buf)),
     )?;
-    must("drop", cap_drop(fs.server))?;
-    must("drop", cap_drop(fs.reply))
+    must("drop", cap_drop(fs.server))
 }
 
 /// The test, once: the driver and the servers have ended when it returns.
@@ -350,7 +339,7 @@ fn one_round(host: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
     // SAFETY: ours; nothing refers to it (neither page is a buffer any more).
     must("unmap", unsafe { baton_rt::vm::deallocate(va, len) })?;
     must("drop", cap_drop(obj))?;
-    stop(host, id, &fs, buf)?;
+    stop(host, id, fs, buf)?;
 
     // From the disk, through a new server.
     let (id, server) = must("restart the server", fs_client::start_server(buf, driver))?;
@@ -377,7 +366,7 @@ fn one_round(host: u64, buf: &mut IpcBuffer) -> Result<(), Failed> {
     must("unmap", unsafe { baton_rt::vm::deallocate(va, size) })?;
     must("drop", cap_drop(obj))?;
     must("delete", fs.delete(buf, PATH))?;
-    stop(host, id, &fs, buf)?;
+    stop(host, id, fs, buf)?;
     must(
         "end the driver",
         fs_client::end_and_wait(host, driver_id, || cap_drop(driver)),

@@ -120,8 +120,8 @@ fn start(buf: &mut IpcBuffer, host: u64) -> Result<System, Failed> {
 
 /// Stops the file server (it writes back and ends) and the driver, and releases the driver's quarantined buffers.
 fn stop(buf: &mut IpcBuffer, sys: System) -> Result<(), Failed> {
+    // The client's reply port goes with `sys.fs`.
     stop_server(buf, sys.host, sys.fs_task, &sys.fs)?;
-    must("drop the reply port", cap_drop(sys.fs.reply))?;
     must("drop the driver's port", cap_drop(sys.driver))?;
     let deadline = clock_ns() + 5 * SECONDS;
     while must("quarantined", memobj::dma_quarantined(sys.host))? == 0 {
@@ -475,10 +475,8 @@ fn refused(mut buf: IpcBuffer, sys: System) -> Result<(), Failed> {
         "start on the repaired disk",
         start_server(&mut c.buf, sys.driver),
     )?;
-    let fs = Fs {
-        server,
-        reply: sys.fs.reply,
-    };
+    let mut fs = sys.fs;
+    fs.server = server;
     let size = must("size", fs.size(&mut c.buf, baton_disk::SAMPLE_PATH))?;
     check!(
         size == baton_disk::SAMPLE_LEN,

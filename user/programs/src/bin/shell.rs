@@ -53,6 +53,8 @@ commands:
   stats             the kernel's counters (handoffs, recognitions, stacks, bytes per thread)
   paging            paging to the disk: user memory's limit and use, the swap area,
                     page-outs and page-ins, where frames came from (Accent Table 3-8)
+  vmstat            the kernel's fault and paging counters since boot as `BENCHVM`
+                    lines (Accent Tables 3-8 and 3-10; `cargo xtask accent-tables`)
   programs [all]    the programs `run` can start (with `all`, the test programs too)
   run PROGRAM [ARGUMENT...] [&]
                     start a boot module with these arguments; wait for it to end,
@@ -163,6 +165,7 @@ impl Shell {
                 ["ports", ..] => String::from("ports: usage: ports TASK (a task id, see `ps`)\n"),
                 ["stats"] => stats(),
                 ["paging"] => paging(),
+                ["vmstat"] => vmstat(),
                 ["programs"] => programs(false),
                 ["programs", "all"] => programs(true),
                 ["ls"] => self.ls("/"),
@@ -203,7 +206,7 @@ impl Shell {
                     let e = host::shutdown(self.host_priv);
                     format!("shutdown: {}\n", e.name())
                 }
-                ["ps" | "stats" | "paging" | "programs" | "shutdown" | "bench", ..] => {
+                ["ps" | "stats" | "paging" | "vmstat" | "programs" | "shutdown" | "bench", ..] => {
                     format!("{}: takes no arguments\n", words[0])
                 }
                 [other, ..] => format!("unknown command `{other}`; type `help` for the commands\n"),
@@ -464,11 +467,18 @@ impl Shell {
         format!("{label} ended\n")
     }
 
-    /// The file server, started (with the disk driver) at the first command that needs it.
-    fn files(&mut self) -> Result<fs_client::Fs, String> {
-        if let Some(fs) = self.fs {
-            return Ok(fs);
+    /// The file server, started (with the disk driver) at the first command that needs it
+    /// (`self.fs` is its client then).
+    fn files(&mut self) -> Result<&fs_client::Fs, String> {
+        if self.fs.is_none() {
+            self.start_files()?;
         }
+        self.fs
+            .as_ref()
+            .ok_or_else(|| String::from("no file server"))
+    }
+
+    fn start_files(&mut self) -> Result<(), String> {
         // The system's disk driver (`swapon` registers it), or one of its own when the
         // system has none: never a second driver for a device one already drives.
         let registered = NamesClient::new(&mut self.rpc, start::bootstrap())
@@ -493,16 +503,16 @@ impl Shell {
             .map_err(|e| format!("no file server: the disk was not accepted ({})", e.name()))?;
         let fs = fs_client::Fs::new(server).map_err(|e| String::from(e.name()))?;
         self.fs = Some(fs);
-        Ok(fs)
+        Ok(())
     }
 
     /// A request to the file server failed with `e`: a dead server is forgotten (the next
     /// command starts a new one).
     fn fs_failed(&mut self, e: Error) -> String {
         if matches!(e, Error::DeadName | Error::InvalidName) {
+            // The client's reply port goes with it.
             if let Some(fs) = self.fs.take() {
                 let _ = cap_drop(fs.server);
-                let _ = cap_drop(fs.reply);
             }
             return String::from("the file server is gone (the next command starts it again)");
         }
@@ -511,11 +521,14 @@ impl Shell {
 
     /// `ls [PATH]`.
     fn ls(&mut self, path: &str) -> String {
-        let fs = match self.files() {
-            Ok(fs) => fs,
-            Err(why) => return format!("ls: {why}\n"),
+        if let Err(why) = self.files() {
+            return format!("ls: {why}\n");
+        }
+        let listed = match &self.fs {
+            Some(fs) => fs.list(self.rpc.ipc(), path),
+            None => Err(Error::DeadName),
         };
-        match fs.list(self.rpc.ipc(), path) {
+        match listed {
             Ok(mut r) => {
                 let out = String::from_utf8_lossy(r.text()).into_owned();
                 r.release();
@@ -528,11 +541,14 @@ impl Shell {
     /// `cat PATH`: the file mapped copy-on-write and its pages touched (at most 64 KiB
     /// shown).
     fn cat(&mut self, path: &str) -> String {
-        let fs = match self.files() {
-            Ok(fs) => fs,
-            Err(why) => return format!("cat: {why}\n"),
+        if let Err(why) = self.files() {
+            return format!("cat: {why}\n");
+        }
+        let opened = match &self.fs {
+            Some(fs) => fs.open(self.rpc.ipc(), path),
+            None => Err(Error::DeadName),
         };
-        let (obj, size) = match fs.open(self.rpc.ipc(), path) {
+        let (obj, size) = match opened {
             Ok(o) => o,
             Err(e) => return format!("cat: {path}: {}\n", self.fs_failed(e)),
         };
@@ -573,8 +589,12 @@ impl Shell {
         argv: &[&str],
         env: &[(&str, &str)],
     ) -> Result<u64, String> {
-        let fs = self.files()?;
-        let (obj, size) = match fs.open(self.rpc.ipc(), path) {
+        self.files()?;
+        let opened = match &self.fs {
+            Some(fs) => fs.open(self.rpc.ipc(), path),
+            None => Err(Error::DeadName),
+        };
+        let (obj, size) = match opened {
             Ok(o) => o,
             Err(e) => return Err(self.fs_failed(e)),
         };
@@ -697,6 +717,45 @@ fn paging() -> String {
         s.lost,
         s.pagers_registered
     )
+}
+
+/// `vmstat`: the system's fault counters (`vm_stats`, Accent's Table 3-10 classes) and
+/// paging counters (`paging_stats`, Table 3-8's breakdown), as the benchmark program's
+/// `BENCHVM` lines (`name=value` words, eight a line), which `cargo xtask accent-tables`
+/// sets beside Accent's tables.
+fn vmstat() -> String {
+    let (v, p) = match (
+        baton_rt::vm::system_stats(),
+        baton_rt::paging::system_stats(),
+    ) {
+        (Ok(v), Ok(p)) => (v, p),
+        (Err(e), _) | (_, Err(e)) => return format!("vmstat: {}\n", e.name()),
+    };
+    let mut pairs: Vec<(&str, u64)> = baton_abi::vm::VmStats::FIELD_NAMES
+        .iter()
+        .copied()
+        .zip(v.to_words())
+        .collect();
+    pairs.extend([
+        ("paging_from_free", p.from_free),
+        ("paging_reclaimed_mapped", p.reclaimed_mapped),
+        ("paging_reclaimed_unmapped", p.reclaimed_unmapped),
+        ("paging_reclaimed_pager", p.reclaimed_pager),
+        ("paging_pageouts", p.pageouts),
+        ("paging_pageins", p.pageins),
+        ("paging_scanned", p.scanned),
+        ("paging_spared", p.spared),
+        ("paging_no_store", p.no_store),
+    ]);
+    let mut out = String::new();
+    for chunk in pairs.chunks(8) {
+        out.push_str("BENCHVM");
+        for (name, value) in chunk {
+            out.push_str(&format!(" {name}={value}"));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// `programs`.
