@@ -885,7 +885,9 @@ pub fn space_freed(k: &mut Kernel, id: TaskId) {
 }
 
 fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
-    let Some(mut tv) = vm.tasks.remove(&id) else {
+    // Emptied where it lies and dropped there: taking the task's record out by value
+    // would copy it whole (a `memcpy` on every task's end).
+    let Some(tv) = vm.tasks.get_mut(&id) else {
         return;
     };
     // The space goes without its translations being removed one by one: the pages of
@@ -918,6 +920,7 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
     vm.rmap.task_gone(id);
     let heap = tv.wirings.len() as u64 * WIRING_BYTES;
     tv.map.account().give(Resource::Heap, heap);
+    vm.tasks.discard(&id);
     settle(k, vm, fin, None);
 }
 
@@ -1574,9 +1577,116 @@ pub fn pager_flush_page(
 /// its page is returned by the next flush), and marks written the pages of buffers the
 /// kernel writes there ([`kernel_stores`]). Only mappings of the object itself that may
 /// write it are looked at: a copy-on-write mapping never writes the object's pages.
+///
+/// The translations are found through the reverse map, from the object's resident pages
+/// in the range; where it does not know every translation of one of them, every task's
+/// map is walked instead ([`harvest_dirty_by_walk`], the way before the reverse map).
 pub fn harvest_dirty(k: &mut Kernel, object: ObjectId, from: u64, to: u64) {
     // SAFETY: the lock is held; the family's entry.
     let vm = unsafe { state() };
+    if !harvest_dirty_by_rmap(k, vm, object, from, to) {
+        harvest_dirty_by_walk(k, vm, object, from, to);
+    }
+}
+
+/// [`harvest_dirty`] through the reverse map; `false` (nothing done) when it does not
+/// know every translation of the object's resident pages in `[from, to)`.
+fn harvest_dirty_by_rmap(
+    k: &mut Kernel,
+    vm: &mut Vm,
+    object: ObjectId,
+    from: u64,
+    to: u64,
+) -> bool {
+    if !vm.rmap.ready()
+        || object_resident(vm, object, from, to)
+            .any(|(_, f)| vm.rmap.each(f.0, |_, _| {}) != Known::All)
+    {
+        return false;
+    }
+    let mut shoot = Shoot::default();
+    {
+        let Kernel { tasks, frames, .. } = &mut *k;
+        for (off, frame) in object_resident(vm, object, from, to) {
+            vm.rmap.each(frame.0, |id, va| {
+                let Some(tv) = vm.tasks.get(&id) else {
+                    return;
+                };
+                // Only a mapping of the object itself that may write it, at this page
+                // (a stale record, or a copy-on-write mapping, is passed over).
+                let writes = tv.map.entry(va).is_some_and(|(s, e)| {
+                    e.object == object
+                        && !e.cow
+                        && e.max_prot.contains(Prot::WRITE)
+                        && e.offset.checked_add(va - s) == Some(off)
+                });
+                let Some(t) = tasks.get_mut(&id).filter(|_| writes) else {
+                    return;
+                };
+                let mut mem = KernelMem {
+                    frames: &mut *frames,
+                };
+                let n = t
+                    .space
+                    .update_leaves(&mut mem, va, va + PAGE_SIZE, |_, pte| {
+                        if pte & DIRTY != 0 && pte & OWNED == 0 && pte & ADDR_MASK == frame.0 {
+                            replace::mark_dirty(frame);
+                            pte & !DIRTY
+                        } else {
+                            pte
+                        }
+                    });
+                if n > 0 {
+                    shoot.add(id);
+                }
+            });
+        }
+    }
+    shoot.fire(k);
+    // The buffers the kernel writes there count as written (`kernel_stores`): a list of
+    // a few wirings a task, looked at without its map's entries or page tables.
+    for tv in vm.tasks.values() {
+        for w in tv.wirings.iter().filter(|w| kernel_stores(w)) {
+            let mut va = w.start;
+            while va < w.start + w.len {
+                if let Some((s, e)) = tv.map.entry(va) {
+                    let off = e.offset + (va - s);
+                    if e.object == object
+                        && !e.cow
+                        && e.max_prot.contains(Prot::WRITE)
+                        && (from..to).contains(&off)
+                    {
+                        mark_written(&tv.map, &vm.objects, va, va + PAGE_SIZE);
+                    }
+                }
+                va += PAGE_SIZE;
+            }
+        }
+    }
+    true
+}
+
+/// The resident pages of `object` in `[from, to)`: offset and frame.
+fn object_resident(
+    vm: &Vm,
+    object: ObjectId,
+    from: u64,
+    to: u64,
+) -> impl Iterator<Item = (u64, PhysAddr)> + '_ {
+    let mut at = from;
+    core::iter::from_fn(move || {
+        let (off, p) = vm.objects.next_page(object, at, to)?;
+        at = off.saturating_add(PAGE_SIZE);
+        Some((off, p))
+    })
+    .filter_map(|(off, p)| match p {
+        Page::Resident(f) => Some((off, f)),
+        _ => None,
+    })
+}
+
+/// [`harvest_dirty`] by walking every task's map entries and their page tables.
+fn harvest_dirty_by_walk(k: &mut Kernel, vm: &mut Vm, object: ObjectId, from: u64, to: u64) {
     let mut next = k.tasks.next_id(None);
     while let Some(id) = next {
         next = k.tasks.next_id(Some(id));

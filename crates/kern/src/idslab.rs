@@ -169,6 +169,16 @@ impl<T> IdSlab<T> {
         self.slab.remove(key).map(|(_, v)| v)
     }
 
+    /// Drops the object `id` in place ([`Slab::discard`]: no copy of it is returned).
+    /// Whether it was there.
+    pub fn discard(&mut self, id: &u64) -> bool {
+        let Ok(at) = self.position(*id) else {
+            return false;
+        };
+        let (_, key) = self.ids.remove(at);
+        self.slab.discard(key)
+    }
+
     /// Number of objects.
     pub fn len(&self) -> usize {
         self.ids.len()
@@ -226,6 +236,20 @@ mod tests {
         );
         assert!(s.by_keys2_mut(a, a).is_none());
         assert_eq!(s.len(), 2);
+    }
+
+    #[test]
+    fn discard_removes_by_id() {
+        let mut s = IdSlab::new();
+        s.insert(1, "a").unwrap();
+        s.insert(2, "b").unwrap();
+        assert!(s.discard(&1));
+        assert!(!s.discard(&1));
+        assert_eq!(s.get(&1), None);
+        assert_eq!(s.get(&2), Some(&"b"));
+        assert_eq!(s.len(), 1);
+        s.insert(1, "again").unwrap();
+        assert_eq!(s.get(&1), Some(&"again"));
     }
 
     /// Ids that share an entry of the table of recent keys, removed and reinserted in any

@@ -286,6 +286,39 @@ impl<T> Slab<T> {
         Some(unsafe { slot.value.assume_init_read() })
     }
 
+    /// Drops the object named by `key` where it lies, as [`Slab::remove`] would remove
+    /// it, without moving it out: for a large object whose value the caller does not
+    /// need, `remove`'s return is a copy of the whole object (a `memcpy` once it is past
+    /// the compiler's inline-copy size). Whether an object was there.
+    pub fn discard(&mut self, key: Key) -> bool {
+        let index = key.index();
+        let Some(slot) = self.slots.get_mut(index as usize) else {
+            return false;
+        };
+        match slot {
+            Slot::Full { generation, .. } if *generation == key.generation() => {}
+            _ => return false,
+        }
+        let free = match key.generation().checked_add(1) {
+            Some(generation) => {
+                let next_free = self.free_head;
+                self.free_head = index;
+                Slot::Free {
+                    generation,
+                    next_free,
+                }
+            }
+            None => Slot::Free {
+                generation: 0,
+                next_free: NIL,
+            },
+        };
+        // The assignment drops the object in place.
+        *slot = free;
+        self.len -= 1;
+        true
+    }
+
     /// The key of the object in slot `index`, if it holds one (a cursor for removing
     /// objects while walking the slab: [`Slab::slots`] bounds the walk).
     pub fn key_at(&self, index: usize) -> Option<Key> {
@@ -331,6 +364,28 @@ mod tests {
         assert_eq!(s.len(), 1);
         *s.get_mut(b).unwrap() = "B";
         assert_eq!(s.get(b), Some(&"B"));
+    }
+
+    /// `discard` drops the object exactly once, in place, and retires its key as
+    /// `remove` does; the slot is reused by the next insert.
+    #[test]
+    fn discard_drops_in_place_and_kills_the_key() {
+        use std::rc::Rc;
+        let mut s = Slab::new();
+        let probe = Rc::new(());
+        let a = s.insert(Rc::clone(&probe)).unwrap();
+        let b = s.insert(Rc::clone(&probe)).unwrap();
+        assert_eq!(Rc::strong_count(&probe), 3);
+        assert!(s.discard(a));
+        assert_eq!(Rc::strong_count(&probe), 2, "dropped once");
+        assert!(!s.discard(a), "a key works once");
+        assert!(s.get(a).is_none());
+        assert_eq!(s.len(), 1);
+        assert!(!s.discard(Key::new(99, 1)));
+        let c = s.insert(Rc::clone(&probe)).unwrap();
+        assert_eq!(c.index(), a.index(), "the slot is reused");
+        assert!(s.get(a).is_none());
+        assert!(s.contains(b) && s.contains(c));
     }
 
     #[test]

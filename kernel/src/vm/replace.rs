@@ -734,22 +734,67 @@ fn nominate(
         // SAFETY: the lock is held; this reference ends in this block, before a handler
         // runs.
         let vm = unsafe { state() };
-        for (id, tv) in vm.tasks.iter() {
-            if !(n.asks)(id) {
+        // The owner of each victim, through the reverse map: a private object is mapped
+        // by one task, and a translation of the victim's frame names it and the address
+        // (checked against that task's map: a stale record names nothing). A victim none
+        // of whose translations is recorded (resident but not translated now) is looked
+        // for in every asking task's map, as before the reverse map; that is rare, and
+        // the answer is the same either way (`reclaim::candidate_at`).
+        let mut unplaced = false;
+        for (i, v) in victims.iter().enumerate() {
+            if len >= asks.len() {
+                break;
+            }
+            if !vm.objects.is_private(v.object) {
                 continue;
             }
-            for (i, v) in victims.iter().enumerate() {
-                if len >= asks.len() || asks.get(..len).is_some_and(|a| a.iter().any(|x| x.0 == i))
+            let mut owner = None;
+            vm.rmap.each(v.frame.0, |task, va| {
+                if owner.is_none()
+                    && vm
+                        .tasks
+                        .get(&task)
+                        .is_some_and(|tv| reclaim::candidate_at(&vm.objects, &tv.map, v, va))
                 {
-                    continue;
+                    owner = Some((task, va));
                 }
-                if let Some(va) = reclaim::candidate_address(&vm.objects, &tv.map, v) {
+            });
+            match owner {
+                // Its one owner has no handler: nobody is asked.
+                Some((task, _)) if !(n.asks)(task) => {}
+                Some((task, va)) => {
                     if let Some(slot) = asks.get_mut(len) {
-                        *slot = (i, id, va);
+                        *slot = (i, task, va);
                         len += 1;
                     }
                 }
+                None => unplaced = true,
             }
+        }
+        if unplaced {
+            for (id, tv) in vm.tasks.iter() {
+                if !(n.asks)(id) {
+                    continue;
+                }
+                for (i, v) in victims.iter().enumerate() {
+                    if len >= asks.len()
+                        || asks.get(..len).is_some_and(|a| a.iter().any(|x| x.0 == i))
+                    {
+                        continue;
+                    }
+                    if let Some(va) = reclaim::candidate_address(&vm.objects, &tv.map, v) {
+                        if let Some(slot) = asks.get_mut(len) {
+                            *slot = (i, id, va);
+                            len += 1;
+                        }
+                    }
+                }
+            }
+        }
+        // The handlers are asked in the order the walk by task asked them (task, then
+        // victim), so that which nomination is judged first does not change.
+        if let Some(a) = asks.get_mut(..len) {
+            a.sort_unstable_by_key(|&(i, task, _)| (task, i));
         }
     }
     for (slot, v) in CHOSEN.iter().zip(victims.iter()) {

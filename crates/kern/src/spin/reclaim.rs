@@ -65,6 +65,20 @@ pub fn candidate_address<F: Copy>(objs: &Objects<F>, map: &Map, victim: &Victim<
     })
 }
 
+/// Whether `map` maps the `victim` page directly from a private object at `va`: the
+/// check of one address the reverse map names (a translation of the victim's frame),
+/// which answers exactly as [`candidate_address`] would for that address. A private
+/// object's windows in its one map are disjoint, so at most one address of the map
+/// passes, and it is the one [`candidate_address`] finds; a stale record fails the check.
+pub fn candidate_at<F: Copy>(objs: &Objects<F>, map: &Map, victim: &Victim<F>, va: u64) -> bool {
+    if !objs.is_private(victim.object) {
+        return false;
+    }
+    map.entry(va).is_some_and(|(start, e)| {
+        e.object == victim.object && e.offset.checked_add(va - start) == Some(victim.offset)
+    })
+}
+
 /// The verdict on `nominee`, the address a handler answered for `candidate` (which the
 /// installer's `map` maps), `chosen` being the batch so far: `Ok(None)` when it names the
 /// candidate itself (the clock's choice stands, as the handler wished), `Ok(Some(page))`
@@ -239,6 +253,58 @@ mod tests {
     fn object_at(w: &World, va: u64) -> (ObjectId, u64) {
         let (s, e) = w.map.entry(va).unwrap();
         (e.object, e.offset + va - s)
+    }
+
+    /// The reverse map's way (an address checked with [`candidate_at`]) finds what the
+    /// walk over the map's entries finds, for every page of every range and for
+    /// addresses that are stale, unaligned within the page, or outside everything.
+    #[test]
+    fn candidate_at_agrees_with_the_walk() {
+        let w = world();
+        let (mut checked, mut found) = (0, 0);
+        for (va, pages) in [
+            (w.hot, 1),
+            (w.cold, 8),
+            (w.wired, 2),
+            (w.shared, 2),
+            (w.holey, 2),
+        ] {
+            for i in 0..pages {
+                let Some(frame) = w
+                    .map
+                    .entry(va + i * P)
+                    .and_then(|(s, e)| w.objs.resident(e.object, e.offset + va + i * P - s))
+                else {
+                    continue;
+                };
+                let (object, offset) = object_at(&w, va + i * P);
+                let v = Victim {
+                    object,
+                    offset,
+                    frame,
+                    pager_backed: false,
+                };
+                let walk = candidate_address(&w.objs, &w.map, &v);
+                if let Some(a) = walk {
+                    assert!((LO..LO + 64 * P).contains(&a), "the probes cover {a:#x}");
+                    found += 1;
+                }
+                // Every address the reverse map could name, right or stale.
+                for probe in (LO..LO + 64 * P).step_by(P as usize) {
+                    assert_eq!(
+                        candidate_at(&w.objs, &w.map, &v, probe),
+                        walk == Some(probe),
+                        "victim at {:#x}, probe {probe:#x}",
+                        va + i * P
+                    );
+                }
+                assert!(!candidate_at(&w.objs, &w.other, &v, va + i * P) || walk.is_none());
+                checked += 1;
+            }
+        }
+        assert_eq!(checked, 14, "every resident page was tried");
+        // hot, cold, wired, holey's first: private; shared's two are not.
+        assert_eq!(found, 12, "the private pages are the map's own");
     }
 
     fn judge_in(

@@ -565,21 +565,28 @@ impl<F: Copy> Objects<F> {
 
     /// Removes `id` (its references are gone): frees its pages and charges, unhooks it
     /// from its backing object, and returns that object (whose reference it held).
+    ///
+    /// The object is emptied where it lies and then dropped there (`Slab::discard`):
+    /// taking it out of the slab by value would copy the whole object, on every task's
+    /// end for each object it held.
     fn destroy(&mut self, id: ObjectId, m: &mut impl Machine<F>) -> Option<ObjectId> {
-        let mut o = self.slab.remove(id.0)?;
-        if let Kind::Pager { pager, .. } = o.kind {
+        let o = self.slab.get_mut(id.0)?;
+        Self::free_pages(o, m);
+        let locks = o.locks.len() as u64;
+        o.locks.drain(|_, _| {});
+        o.account.give(Resource::Heap, o.heap);
+        o.account.give(Resource::Frames, o.frames);
+        let (kind, backing) = (o.kind, o.backing);
+        self.slab.discard(id.0);
+        self.locked = self.locked.saturating_sub(locks);
+        if let Kind::Pager { pager, .. } = kind {
             self.pagers = self.pagers.saturating_sub(1);
             // Room was made at the creation (`pager`).
             if self.freed_pagers.len() < self.freed_pagers.capacity() {
                 self.freed_pagers.push(pager);
             }
         }
-        Self::free_pages(&mut o, m);
-        self.locked = self.locked.saturating_sub(o.locks.len() as u64);
-        o.locks.drain(|_, _| {});
-        o.account.give(Resource::Heap, o.heap);
-        o.account.give(Resource::Frames, o.frames);
-        let (b, _) = o.backing?;
+        let (b, _) = backing?;
         if let Some(bo) = self.get_mut(b) {
             bo.shadows = bo.shadows.saturating_sub(1);
             bo.shadow_xor ^= id.0 .0;

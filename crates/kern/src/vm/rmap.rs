@@ -114,6 +114,26 @@ fn pack(task: u64, va: u64) -> Option<u64> {
         .then_some(task << VPN_BITS | vpn)
 }
 
+/// The two words of `frame` in `words` (a map whose span starts at frame number
+/// `base`), found with one slice check (the fault path's and the unmap path's way;
+/// [`Rmap::slot`] is the checked one). `None` outside the span.
+#[inline(always)]
+fn words_mut(words: &mut [u64], base: u64, frame: u64) -> Option<&mut [u64; 2]> {
+    // A frame below the span wraps to an index far beyond it (frame numbers are below
+    // 2^52), which `get_mut` refuses like one above it.
+    let i = ((frame >> PAGE_SHIFT).wrapping_sub(base) as usize).wrapping_mul(2);
+    words.get_mut(i..).and_then(|w| w.first_chunk_mut::<2>())
+}
+
+/// [`pack`] as the fault and unmap paths test it: one shift-or and a compare. It takes
+/// task 0 and page 0 too, which no translation the kernel records has, so the two
+/// agree on every word that is ever packed.
+#[inline(always)]
+fn pack_fast(task: u64, va: u64) -> Option<u64> {
+    ((task >> TASK_BITS) | (va >> (VPN_BITS + PAGE_SHIFT)) == 0)
+        .then_some(task << VPN_BITS | va >> PAGE_SHIFT)
+}
+
 /// The (task, va) of an inline word (task 0: none).
 fn unpack(w: u64) -> (u64, u64) {
     ((w >> VPN_BITS) & TASK_MASK, (w & VPN_MASK) * PAGE_SIZE)
@@ -160,18 +180,10 @@ impl Rmap {
     #[inline(always)]
     pub fn record_fast(&mut self, frame: u64, task: u64, va: u64) -> bool {
         // A task id or address too large to pack goes the slow way (the tree).
-        if (task >> TASK_BITS) | (va >> (VPN_BITS + PAGE_SHIFT)) != 0 {
+        let Some(p) = pack_fast(task, va) else {
             return false;
-        }
-        let p = task << VPN_BITS | va >> PAGE_SHIFT;
-        // A frame below the span wraps to an index far beyond it (frame numbers are
-        // below 2^52), which `get_mut` refuses like one above it.
-        let i = ((frame >> PAGE_SHIFT).wrapping_sub(self.base) as usize).wrapping_mul(2);
-        let Some([a, b]) = self
-            .words
-            .get_mut(i..)
-            .and_then(|w| w.first_chunk_mut::<2>())
-        else {
+        };
+        let Some([a, b]) = words_mut(&mut self.words, self.base, frame) else {
             return true;
         };
         if *a | *b == 0 {
@@ -208,20 +220,13 @@ impl Rmap {
     /// left behind would only be stale; forgetting it keeps its place free for the next).
     #[inline(always)]
     pub fn forget(&mut self, frame: u64, task: u64, va: u64) {
-        // As in `record_fast`: one slice check finds the frame's two words.
-        let i = ((frame >> PAGE_SHIFT).wrapping_sub(self.base) as usize).wrapping_mul(2);
-        let Some([a, b]) = self
-            .words
-            .get_mut(i..)
-            .and_then(|w| w.first_chunk_mut::<2>())
-        else {
+        let Some([a, b]) = words_mut(&mut self.words, self.base, frame) else {
             return;
         };
-        if (task >> TASK_BITS) | (va >> (VPN_BITS + PAGE_SHIFT)) != 0 {
+        let Some(p) = pack_fast(task, va) else {
             // Never packed: only the tree can hold it.
             return self.forget_more(frame, task, va);
-        }
-        let p = task << VPN_BITS | va >> PAGE_SHIFT;
+        };
         if *a & !(MORE | UNKNOWN) == p {
             *a &= MORE | UNKNOWN;
         } else if *b == p {
