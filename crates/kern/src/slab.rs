@@ -266,6 +266,17 @@ impl<T> Slab<T> {
     /// uses a reply right up on every reply).
     #[inline(always)]
     pub fn remove(&mut self, key: Key) -> Option<T> {
+        let slot = self.free_slot(key)?;
+        // SAFETY: `free_slot` found the slot full under `key` and has marked it free, so
+        // its value is initialised and read out exactly once.
+        Some(unsafe { slot.value.assume_init_read() })
+    }
+
+    /// Marks the full slot `key` names free (its generation moves on, or it is retired
+    /// when that would wrap) and returns it, its value still there for the caller to take
+    /// or drop; `None`, with nothing changed, when `key` names no object.
+    #[inline(always)]
+    fn free_slot(&mut self, key: Key) -> Option<&mut Slot<T>> {
         let index = key.index();
         let slot = self.slots.get_mut(index as usize)?;
         if slot.tag != key.0 {
@@ -281,9 +292,7 @@ impl<T> Slab<T> {
             None => NIL as u64,
         };
         self.len -= 1;
-        // SAFETY: the tag matched, so the value was initialised; the new tag marks the
-        // slot free, so the value is read out exactly once.
-        Some(unsafe { slot.value.assume_init_read() })
+        Some(slot)
     }
 
     /// Drops the object named by `key` where it lies, as [`Slab::remove`] would remove
@@ -291,31 +300,12 @@ impl<T> Slab<T> {
     /// need, `remove`'s return is a copy of the whole object (a `memcpy` once it is past
     /// the compiler's inline-copy size). Whether an object was there.
     pub fn discard(&mut self, key: Key) -> bool {
-        let index = key.index();
-        let Some(slot) = self.slots.get_mut(index as usize) else {
+        let Some(slot) = self.free_slot(key) else {
             return false;
         };
-        match slot {
-            Slot::Full { generation, .. } if *generation == key.generation() => {}
-            _ => return false,
-        }
-        let free = match key.generation().checked_add(1) {
-            Some(generation) => {
-                let next_free = self.free_head;
-                self.free_head = index;
-                Slot::Free {
-                    generation,
-                    next_free,
-                }
-            }
-            None => Slot::Free {
-                generation: 0,
-                next_free: NIL,
-            },
-        };
-        // The assignment drops the object in place.
-        *slot = free;
-        self.len -= 1;
+        // SAFETY: `free_slot` found the slot full under `key` and has marked it free, so
+        // its value is initialised and dropped exactly once, where it lies.
+        unsafe { slot.value.assume_init_drop() };
         true
     }
 
