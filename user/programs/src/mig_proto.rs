@@ -58,7 +58,9 @@ pub const WAIT_ALERT: u64 = 19;
 /// saw an alert after the nested call (alerts turned on then).
 pub const NEST2: u64 = 20;
 /// RPC: spin as [`SPIN`], with this activation's id noted for the server's own thread
-/// ([`SUSPEND_ACT`]).
+/// ([`SUSPEND_ACT`]). A second word other than 0 makes the first a limit: the spin ends
+/// as soon as the activation is alerted (alerts on while it spins), so a test whose server
+/// thread acts on the spinning activation is not racing a fixed spin.
 pub const SPIN_ACT: u64 = 21;
 /// RPC: `set_priority(0, 1)` on the calling thread; reply with the raw result.
 pub const SETPRIO: u64 = 22;

@@ -127,15 +127,23 @@ fn quiet_sleeper(_: u64) {
 
 /// Helper: one `SPIN_ACT` of 200 ms in A (A counts it in `INFO`'s [`SPINNING`] while it
 /// spins); the raw result.
-fn spin_caller(_: u64) {
+fn spin_caller(ns: u64) {
+    spin_call(if ns == 0 { 200_000_000 } else { ns }, false);
+}
+
+/// Helper: as [`spin_caller`], but the spin ends as soon as its activation in the server is
+/// alerted, at most 10 s (the steps whose server thread alerts or terminates it).
+fn alertable_spin_caller(_: u64) {
+    spin_call(10_000_000_000, true);
+}
+
+/// The call of [`spin_caller`] and [`alertable_spin_caller`].
+fn spin_call(ns: u64, alertable: bool) {
     if let Ok(mut b) = IpcBuffer::new() {
-        let ns = 200_000_000u64;
-        let r = raw_call(
-            &mut b,
-            A.load(Ordering::Relaxed),
-            SPIN_ACT,
-            &ns.to_le_bytes(),
-        );
+        let mut data = [0u8; 16];
+        data[..8].copy_from_slice(&ns.to_le_bytes());
+        data[8..].copy_from_slice(&u64::from(alertable).to_le_bytes());
+        let r = raw_call(&mut b, A.load(Ordering::Relaxed), SPIN_ACT, &data);
         RAW.store(r, Ordering::SeqCst);
     }
     DONE.fetch_add(1, Ordering::SeqCst);
@@ -554,7 +562,9 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //     is resumed before its thread comes back: its call fails at once
     //     (InvalidArgument, the activation is no longer suspended) instead of waiting for
     //     a stop that will never come.
-    let w = helper(spin_caller, 0)?;
+    // (A second's spin: the steps below must all happen while the thread is in A, and a
+    // loaded host runs the test's threads late.)
+    let w = helper(spin_caller, 1_000_000_000)?;
     await_info(&mut buf, a, SPINNING, "the caller to spin in A", |n| n == 1)?;
     must("suspend", migrate::suspend(Act::Thread(w), true))?;
     let waits = must("stats", stats())?.blocks_internal;
@@ -695,13 +705,13 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     //    thread asks about the activation a client occupies, suspends it, reads its
     //    registers, resumes and alerts it through its port; then terminates it, which
     //    aborts the client's call at once.
-    let h = helper(spin_caller, 0)?;
+    let h = helper(alertable_spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("port act", send(&mut buf, a, PORT_ACT, &[], &[]))?;
     join(3_000)?;
     control_done(&mut buf, a)?;
     let spun = RAW.load(Ordering::SeqCst);
-    let k = helper(spin_caller, 0)?;
+    let k = helper(alertable_spin_caller, 0)?;
     await_info(&mut buf, a, SPINNING, "the helper to spin in A", |n| n == 1)?;
     must("kill act", send(&mut buf, a, KILL_ACT, &[], &[]))?;
     join(3_000)?;

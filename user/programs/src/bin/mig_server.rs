@@ -263,6 +263,19 @@ fn spin(ns: u64) -> u64 {
     t1 - t0
 }
 
+/// [`spin`] until the calling activation is alerted, at most `ns` nanoseconds; how long it
+/// ran. Alerts are on while it spins, as they were before afterwards.
+fn spin_until_alerted(ns: u64) -> u64 {
+    let was = migrate::alert_enable(true).unwrap_or(false);
+    let t0 = baton_rt::clock_ns();
+    let mut t1 = t0;
+    while t1.wrapping_sub(t0) < ns && !migrate::alert_test() {
+        t1 = baton_rt::clock_ns();
+    }
+    let _ = migrate::alert_enable(was);
+    t1.wrapping_sub(t0)
+}
+
 /// Every migrating call runs here, on the caller's thread.
 fn dispatch(req: &mut Request) {
     if req.is_sidetrack() {
@@ -390,7 +403,12 @@ fn dispatch(req: &mut Request) {
         SPIN_ACT => {
             SPIN_ACT_ID.store(req.activation, Ordering::SeqCst);
             SPINNING.fetch_add(1, Ordering::SeqCst);
-            let spun = spin(word(req.data(), 0));
+            let (ns, alertable) = (word(req.data(), 0), word(req.data(), 1) != 0);
+            let spun = if alertable {
+                spin_until_alerted(ns)
+            } else {
+                spin(ns)
+            };
             SPINNING.fetch_sub(1, Ordering::SeqCst);
             req.reply(SPIN_ACT, &spun.to_le_bytes());
         }
