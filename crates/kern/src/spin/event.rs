@@ -460,6 +460,16 @@ impl<C, A, R: Copy> Event<C, A, R> {
         self.single.is_some() || self.primary_single
     }
 
+    /// The one handler of a direct raise (see [`Event::is_direct`]; `None` otherwise): its
+    /// procedure, binding and key, for a raiser that compares the key itself (one compare
+    /// instead of a call of the event's key function) and calls the procedure directly.
+    /// The raiser must then do what [`Event::raise`] does for this case: the default when
+    /// the key differs, the default and the handler's removal when it aborts (`None`).
+    #[inline(always)]
+    pub fn single(&self) -> Option<(HandlerFn<C, A, R>, Binding, Option<u64>)> {
+        self.single
+    }
+
     fn refresh(&mut self) {
         self.single = None;
         self.primary_single = false;
