@@ -206,7 +206,7 @@ pub struct Raised<R> {
 }
 
 /// The one handler of an event raised by a direct call: its procedure, binding and key.
-type Single<C, A, R> = (HandlerFn<C, A, R>, Binding, Option<u64>);
+pub type Single<C, A, R> = (HandlerFn<C, A, R>, Binding, Option<u64>);
 
 /// An event (see the module documentation).
 pub struct Event<C, A, R> {
@@ -466,7 +466,7 @@ impl<C, A, R: Copy> Event<C, A, R> {
     /// The raiser must then do what [`Event::raise`] does for this case: the default when
     /// the key differs, the default and the handler's removal when it aborts (`None`).
     #[inline(always)]
-    pub fn single(&self) -> Option<(HandlerFn<C, A, R>, Binding, Option<u64>)> {
+    pub fn single(&self) -> Option<Single<C, A, R>> {
         self.single
     }
 
