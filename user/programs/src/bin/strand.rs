@@ -99,6 +99,7 @@ fn run() -> Result<(), Failed> {
     preempted_on_one(expect)?;
     events(expect)?;
     chosen()?;
+    chosen_refused(expect)?;
     let mut now = baseline();
     for _ in 0..100 {
         if now == base {
@@ -586,6 +587,28 @@ fn chosen() -> Result<(), Failed> {
     );
     drop(stack);
     drop(upcall);
+    Ok(())
+}
+
+/// A choice the kernel cannot take (a record at a kernel address, one at an unmapped
+/// user address) is refused: the Checkpoint upcall is delivered as with no handler, and
+/// the preempted thread, resumed by the runtime, still computes the right checksum.
+fn chosen_refused(expect: u64) -> Result<(), Failed> {
+    let d = must("import builtin.strand", spin::import("builtin.strand"))?;
+    for bad in [0xffff_8000_0000_0000u64, 0x10] {
+        let h = must(
+            "install run with a bad record",
+            spin::install(d, "run", EVENT_STRAND_CHECKPOINT, 0, bad, 0),
+        )?;
+        let s = one_run(2);
+        must("remove run", spin::remove(h))?;
+        check!(
+            s.checkpoints >= 1 && s.sum == expect,
+            "a choice of the record at {bad:#x} is not taken: the runtime got its Checkpoints ({}) and the checksum is right",
+            s.checkpoints
+        );
+    }
+    must("release", spin::release(d))?;
     Ok(())
 }
 
