@@ -71,6 +71,83 @@ extern "C" fn extension_dispatch(number: u64) -> ! {
     on_syscall(k, number)
 }
 
+/// What the lean entry of the extensions' range does next (`arch::trap`'s
+/// `high_syscall`): `value` goes to `rax`, and `next` says 0, back to user space at once
+/// (the lock released); 1, the range's way with the full save ([`extension_dispatch`],
+/// nothing ran, the lock released); 2, [`extension_finish`] (`value` is the answer, the
+/// lock held); 3, [`extension_unknown`] (the lock held). For 1 and 3 the entry takes
+/// the number back from the record it pushed.
+#[repr(C)]
+pub struct FastAnswer {
+    value: u64,
+    next: u64,
+}
+
+/// The lean entry's call for a number of the extensions' range: `Trap.SystemCall` is
+/// raised with the record the entry pushed on the kernel stack (`call`: the number and
+/// the arguments; the task is filled in here), the thread's saved frame not being
+/// written at all. It does what [`extension_short`] does, in the
+/// same order; what needs the frame (a thread to be killed, preempted or stopped, an
+/// unknown number, a handler that may block its caller) is handed back to the entry,
+/// which saves the frame and calls the function that does it.
+#[no_mangle]
+extern "C" fn extension_fast(call: &mut crate::extension::Call) -> FastAnswer {
+    kernel::lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel::kernel() };
+    // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
+    // not used after `k` is used again.
+    let th = unsafe { thread::current_mut() };
+    match th.task {
+        Some(task) if !th.kill_pending => call.task = task,
+        _ => return fast_not_here(),
+    }
+    crate::vm::clear_page_wait();
+    match crate::extension::system_call_lean(k, call) {
+        crate::extension::Lean::Answer(Some(v)) => {
+            // SAFETY: as above; the handlers are done with the kernel.
+            let prio = unsafe { thread::current_mut() }.priority;
+            if kernel::preempt_due(k, prio)
+                || kernel::STOPS_PENDING.load(core::sync::atomic::Ordering::Relaxed) > 0
+            {
+                return FastAnswer { value: v, next: 2 };
+            }
+            kernel::unlock();
+            FastAnswer { value: v, next: 0 }
+        }
+        crate::extension::Lean::Answer(None) => FastAnswer { value: 0, next: 3 },
+        crate::extension::Lean::NeedsFrame => fast_not_here(),
+    }
+}
+
+/// The lean entry's call takes the range's way with the full save (nothing ran).
+#[cold]
+#[inline(never)]
+fn fast_not_here() -> FastAnswer {
+    kernel::unlock();
+    FastAnswer { value: 0, next: 1 }
+}
+
+/// The lean entry's answer `v` for a thread to be preempted or stopped: the general exit,
+/// the frame now saved and the lock still held.
+#[no_mangle]
+extern "C" fn extension_finish(v: u64) -> ! {
+    // SAFETY: the lock is held (`extension_fast` kept it).
+    let k = unsafe { kernel::kernel() };
+    kernel::finish_entry(k, false, Some(v))
+}
+
+/// The lean entry's `number` no handler took: a bad call, the frame now saved and the
+/// lock still held.
+#[no_mangle]
+extern "C" fn extension_unknown(number: u64) -> ! {
+    // SAFETY: the lock is held (`extension_fast` kept it).
+    let k = unsafe { kernel::kernel() };
+    // SAFETY: this CPU runs the caller; the reference ends here.
+    let cur = unsafe { thread::current_mut() }.id;
+    bad_call(k, cur, number)
+}
+
 /// A number of the extensions' range (`baton_abi::spin`, outside the base ABI by
 /// construction: `Sys::from_raw` knows none of them) goes to `Trap.SystemCall` at once,
 /// without the general decode's tests for the base calls. It does what the general path

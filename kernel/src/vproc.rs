@@ -896,14 +896,15 @@ pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
     }
     vp.preempt.restart(now);
     let pending = vp.core.counts().2 as u64;
-    if !strand::raise(
+    if !strand::checkpoint(
         k,
-        Which::Checkpoint,
         &Strand {
             task,
             vp: key.0,
             thread: t.0,
         },
+        t,
+        &regs,
     ) {
         return;
     }

@@ -19,7 +19,13 @@ pub const EVENT_STRAND_BLOCK: u64 = 0x5354_0001;
 /// the queue (for `vp_take`) rather than interrupt an idle processor.
 pub const EVENT_STRAND_UNBLOCK: u64 = 0x5354_0002;
 /// `Strand.Checkpoint`: the kernel preempts a carrier running a user-level thread; a veto
-/// leaves the thread running (no Checkpoint upcall this time).
+/// leaves the thread running (no Checkpoint upcall this time). Any other answer but
+/// [`STRAND_PROCEED`] chooses the thread that runs next: it is the user address of a
+/// saved register record (`exception::UserRegs` in words, as `vp_resume` reads it), and
+/// the kernel swaps it with the preempted thread's registers (the record then holds the
+/// preempted thread) and resumes the chosen thread, with no upcall. A record it cannot
+/// read or write, or whose `rip` or `rsp` is not a user address, is not taken: the upcall
+/// is delivered.
 pub const EVENT_STRAND_CHECKPOINT: u64 = 0x5354_0003;
 /// `Strand.Resume`: a runtime resumes a saved user-level thread (`vp_resume`); a veto
 /// fails the call with `Denied`.

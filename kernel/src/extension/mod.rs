@@ -58,8 +58,12 @@ use kern::spin::event::{
     Decision, Event, Guard, HandlerFn, HandlerId, Installer, Mode, Owner, Request,
 };
 
-/// `Trap.SystemCall`'s arguments.
+/// `Trap.SystemCall`'s arguments. Laid out as the system-call entry's lean way for the
+/// extensions' range pushes them on the kernel stack (`arch::trap`'s `high_syscall`: a
+/// slot for the task, the number, the six argument registers), so the record is raised
+/// where it lies.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct Call {
     pub task: TaskId,
     pub number: u64,
@@ -92,6 +96,40 @@ struct Meta {
     task: TaskId,
     domain: DomainId,
     notify: Option<PortId>,
+    /// The handler may block or end its caller (the integrated C-Threads' calls): it
+    /// needs the caller's registers saved in its thread, so while one such handler is on
+    /// `Trap.SystemCall` the system-call entry's lean way for the extensions' range is
+    /// not taken (see [`Lean::NeedsFrame`]).
+    blocks: bool,
+}
+
+/// The installed handlers' records, and how many of them may block their caller on
+/// `Trap.SystemCall` (kept with every change of the list).
+struct Metas {
+    list: Vec<Meta>,
+    blocking: usize,
+}
+
+impl Metas {
+    fn push(&mut self, m: Meta) -> Result<(), Error> {
+        self.list.try_reserve(1).map_err(|_| Error::NoMemory)?;
+        self.blocking += usize::from(m.blocks);
+        self.list.push(m);
+        Ok(())
+    }
+
+    /// Removes and returns the first record `pick` chooses.
+    fn take(&mut self, pick: impl Fn(&Meta) -> bool) -> Option<Meta> {
+        let at = self.list.iter().position(pick)?;
+        let m = self.list.swap_remove(at);
+        self.blocking -= usize::from(m.blocks);
+        Some(m)
+    }
+
+    /// Removes every record `pick` chooses.
+    fn remove_all(&mut self, pick: impl Fn(&Meta) -> bool) {
+        while self.take(&pick).is_some() {}
+    }
 }
 
 /// A raise of an asynchronous `Test.Raise` handler waiting for a worker.
@@ -119,7 +157,7 @@ pub struct State {
     test: TestEvent,
     domains: Domains,
     names: NameServer,
-    meta: Vec<Meta>,
+    meta: Metas,
     /// The domains of the kernel's public interfaces.
     kernel_domains: [DomainId; 3],
     /// Raises of asynchronous handlers waiting for a worker, oldest first.
@@ -224,6 +262,7 @@ fn syscall_authorize(r: &Request) -> Decision<Call> {
 }
 
 /// `Trap.SystemCall`'s key: the task in the high bits, the number in the low 20.
+#[inline(always)]
 fn call_key(c: &Call) -> u64 {
     c.task << 20 | (c.number & 0xf_ffff)
 }
@@ -319,9 +358,10 @@ impl State {
         strand::register(&mut domains, &mut names)?;
         reclaim::register(&mut domains, &mut names)?;
         cthreads::register(&mut domains, &mut names)?;
-        let mut meta = Vec::new();
-        meta.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
+        let mut list = Vec::new();
+        list.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
+        let meta = Metas { list, blocking: 0 };
         Ok(State {
             syscall,
             test,
@@ -335,6 +375,42 @@ impl State {
     }
 }
 
+/// What [`system_call_lean`] found.
+pub enum Lean {
+    /// The handlers' answer (`None`: no handler took the number).
+    Answer(Option<u64>),
+    /// Nothing ran: a handler on `Trap.SystemCall` may block or end its caller (see
+    /// `Meta::blocks`), so the call must be made with the caller's registers saved in its
+    /// thread ([`system_call`] from the entry's way that saves them).
+    NeedsFrame,
+}
+
+/// [`system_call`] for the system-call entry's lean way, which has not saved the caller's
+/// registers in its thread: the same, unless a handler that may block or end its caller
+/// is installed ([`Lean::NeedsFrame`]). The one-handler case is inlined into the entry
+/// (its key compared here, the procedure called directly); the others are out of line.
+#[inline(always)]
+pub fn system_call_lean(k: &mut Kernel, call: &Call) -> Lean {
+    // SAFETY: the lock is held (we have `k`); the reference is the only one.
+    let Some(s) = (unsafe { existing() }) else {
+        return Lean::Answer(None);
+    };
+    if s.meta.blocking != 0 {
+        return Lean::NeedsFrame;
+    }
+    let Some((f, b, key)) = s.syscall.single() else {
+        return Lean::Answer(system_call_general(k, s, call));
+    };
+    // What `Event::raise` does for one handler, without the call of `call_key`.
+    if key.is_some_and(|key| key != call_key(call)) {
+        return Lean::Answer(None);
+    }
+    match f(k, b, call) {
+        Some(r) => Lean::Answer(r),
+        None => Lean::Answer(single_aborted(k, s)),
+    }
+}
+
 /// `Trap.SystemCall`: a system call of the extension range (`call`: its number, the
 /// calling task, the arguments). The handlers' answer, or `None` when no handler took it
 /// (the caller's decode then treats it as an unknown number). Nothing is made when no
@@ -343,6 +419,35 @@ impl State {
 pub fn system_call(k: &mut Kernel, call: &Call) -> Option<u64> {
     // SAFETY: the lock is held (we have `k`); the reference is the only one.
     let s = unsafe { existing() }?;
+    if let Some((f, b, key)) = s.syscall.single() {
+        // One handler, no guard: its key compared here, its procedure called directly
+        // (what `Event::raise` does for this case, without the call of `call_key`).
+        if key.is_some_and(|key| key != call_key(call)) {
+            return None;
+        }
+        return match f(k, b, call) {
+            Some(r) => r,
+            None => single_aborted(k, s),
+        };
+    }
+    system_call_general(k, s, call)
+}
+
+/// The one handler of `Trap.SystemCall` aborted: it goes, its installer is told, and the
+/// caller learns `Aborted` (the number was an extension's).
+#[cold]
+#[inline(never)]
+fn single_aborted(k: &mut Kernel, s: &mut State) -> Option<u64> {
+    let meta = &mut s.meta;
+    remove_aborted(k, &mut s.syscall, 1, |id, _| {
+        forget_meta(meta, EVENT_SYSCALL, id)
+    });
+    Some(Error::Aborted.to_raw())
+}
+
+/// `Trap.SystemCall` with no handler or several (guards, ordering, the combiner).
+#[inline(never)]
+fn system_call_general(k: &mut Kernel, s: &mut State, call: &Call) -> Option<u64> {
     let meta = &mut s.meta;
     let r = raise_with_abort(k, &mut s.syscall, call, |id, _| {
         forget_meta(meta, EVENT_SYSCALL, id)
@@ -424,9 +529,8 @@ pub(crate) fn remove_aborted<A, R: Copy>(
 
 /// The `forget` of [`raise_with_abort`] for the family's own two events: `event`'s record
 /// of handler `id` leaves `meta`.
-fn forget_meta(meta: &mut Vec<Meta>, event: u64, id: HandlerId) -> Option<Forgotten> {
-    let at = meta.iter().position(|m| m.event == event && m.id == id)?;
-    let m = meta.swap_remove(at);
+fn forget_meta(meta: &mut Metas, event: u64, id: HandlerId) -> Option<Forgotten> {
+    let m = meta.take(|m| m.event == event && m.id == id)?;
     Some(Forgotten {
         task: m.task,
         notify: m.notify,
@@ -500,7 +604,7 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
                 }
                 _ => return Err(Error::NotFound),
             }
-            s.meta.retain(|m| !(m.event == args[0] && m.id == id));
+            s.meta.remove_all(|m| m.event == args[0] && m.id == id);
             Ok(0)
         }
         Sys::SpinRelease => release(s, me, DomainId(args[0])).map(|()| 0),
@@ -726,20 +830,23 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         }
         _ => return Err(Error::NotFound),
     };
-    if s.meta.try_reserve(1).is_err() {
+    let blocks =
+        event == EVENT_SYSCALL && builtin && cthreads::syscall_handler(symbol.target).is_some();
+    let m = Meta {
+        event,
+        id,
+        task,
+        domain: owner,
+        notify,
+        blocks,
+    };
+    if s.meta.push(m).is_err() {
         let _ = match event {
             EVENT_SYSCALL => s.syscall.remove(id, None),
             _ => s.test.remove(id, None),
         };
         return Err(Error::NoMemory);
     }
-    s.meta.push(Meta {
-        event,
-        id,
-        task,
-        domain: owner,
-        notify,
-    });
     Ok(u64::from(id.0))
 }
 
@@ -754,8 +861,7 @@ fn release(s: &mut State, who: Holder, domain: DomainId) -> Result<(), Error> {
 }
 
 fn forget_domain(s: &mut State, d: DomainId) {
-    while let Some(at) = s.meta.iter().position(|m| m.domain == d) {
-        let m = s.meta.swap_remove(at);
+    while let Some(m) = s.meta.take(|m| m.domain == d) {
         let _ = match m.event {
             EVENT_SYSCALL => s.syscall.remove(m.id, None),
             _ => s.test.remove(m.id, None),
@@ -783,7 +889,7 @@ pub fn task_released(_k: &mut Kernel, id: TaskId) {
     strand::task_released(id);
     reclaim::task_released(id);
     cthreads::task_released(id);
-    s.meta.retain(|m| m.task != id);
+    s.meta.remove_all(|m| m.task == id);
     loop {
         let Some(d) = s.domains.held_by(id).next() else {
             break;

@@ -32,7 +32,10 @@
 
 use crate::kernel::{Kernel, TaskId};
 use crate::locked::Locked;
+use crate::thread::ThreadId;
 use alloc::vec::Vec;
+use baton_abi::exception::{UserRegs, USER_REGS_WORDS};
+use baton_abi::layout::USER_END;
 use baton_abi::spin::{
     EVENT_STRAND_BLOCK, EVENT_STRAND_CHECKPOINT, EVENT_STRAND_RESUME, EVENT_STRAND_UNBLOCK, FUEL,
     STRAND_PROCEED, STRAND_VETO,
@@ -151,12 +154,15 @@ fn no_primary(_: &Installer) -> bool {
     false
 }
 
-/// Any veto wins.
+/// Any veto wins; otherwise the last handler that chose a thread (`Strand.Checkpoint`)
+/// has its choice.
 fn any_veto(a: u64, b: u64) -> u64 {
     if a == STRAND_VETO || b == STRAND_VETO {
         STRAND_VETO
+    } else if b != STRAND_PROCEED {
+        b
     } else {
-        STRAND_PROCEED
+        a
     }
 }
 
@@ -216,13 +222,67 @@ pub fn raise(k: &mut Kernel, which: Which, s: &Strand) -> bool {
 
 #[inline(never)]
 fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
+    raise_answer(k, which, s) != STRAND_VETO
+}
+
+/// `Strand.Checkpoint` for `s`, whose carrier `t` was preempted at `regs`: whether the
+/// Checkpoint upcall goes ahead. A handler that chose a thread (an answer neither
+/// `STRAND_PROCEED` nor `STRAND_VETO`: the address of a saved register record) has it
+/// run now in place of the upcall ([`run_chosen`]); a choice that cannot be taken lets
+/// the upcall go ahead. One load when no handler is installed anywhere.
+#[inline]
+pub fn checkpoint(k: &mut Kernel, s: &Strand, t: ThreadId, regs: &UserRegs) -> bool {
+    if INSTALLED.load(Ordering::Relaxed) == 0 {
+        return true;
+    }
+    match raise_answer(k, Which::Checkpoint, s) {
+        STRAND_PROCEED => true,
+        STRAND_VETO => false,
+        at => run_chosen(k, s.task, t, at, regs).is_err(),
+    }
+}
+
+/// A `Strand.Checkpoint` handler chose the thread whose registers are saved at `at` in
+/// `task`'s memory: they are swapped with `regs`, the preempted thread's (the record then
+/// holds the preempted thread, for a later choice or the runtime), and the carrier `t`
+/// resumes the chosen thread. Checked as `vp_resume` checks a record (`rip` and `rsp` in
+/// user space, only the user flags taken); nothing changes on an error. The vector
+/// registers are the carrier's and are not swapped (as with `vp_resume`).
+fn run_chosen(
+    k: &mut Kernel,
+    task: TaskId,
+    t: ThreadId,
+    at: u64,
+    regs: &UserRegs,
+) -> Result<(), Error> {
+    let mut raw = [0u8; USER_REGS_WORDS * 8];
+    k.copy_in(task, at, &mut raw)?;
+    let mut words = [0u64; USER_REGS_WORDS];
+    for (w, chunk) in words.iter_mut().zip(raw.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *w = u64::from_le_bytes(b);
+    }
+    let chosen = UserRegs::from_words(&words);
+    if chosen.rip >= USER_END || chosen.rsp >= USER_END {
+        return Err(Error::BadAddress);
+    }
+    for (chunk, w) in raw.chunks_exact_mut(8).zip(regs.to_words()) {
+        chunk.copy_from_slice(&w.to_le_bytes());
+    }
+    k.copy_out(task, at, &raw)?;
+    crate::exception::set_regs(k, t, &chosen)
+}
+
+/// Raises `which` for `s`: the handlers' combined answer (`STRAND_PROCEED` with none).
+fn raise_answer(k: &mut Kernel, which: Which, s: &Strand) -> u64 {
     // SAFETY: the lock is held (we have `k`); the reference is the only one, and handlers
     // do not reach the state.
     let Some(st) = (unsafe { existing() }) else {
-        return true;
+        return STRAND_PROCEED;
     };
     let Some(ev) = st.events.get_mut(which as usize) else {
-        return true;
+        return STRAND_PROCEED;
     };
     let meta = &mut st.meta;
     let r = super::raise_with_abort(k, ev, s, |id, removed| {
@@ -237,6 +297,12 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
         })
     });
     let veto = r.result == STRAND_VETO;
+    // What a handler of another event than Checkpoint answers besides a veto proceeds.
+    let answer = match which {
+        Which::Checkpoint => r.result,
+        _ if veto => STRAND_VETO,
+        _ => STRAND_PROCEED,
+    };
     if r.ran != 0 {
         if let Some(t) = st.tallies.iter_mut().find(|t| t.task == s.task) {
             if let (Some(ran), Some(v)) = (
@@ -248,7 +314,7 @@ fn raise_slow(k: &mut Kernel, which: Which, s: &Strand) -> bool {
             }
         }
     }
-    !veto
+    answer
 }
 
 /// What is installed: a built-in symbol (`target`, from a kernel domain) or a symbol of a
@@ -387,6 +453,18 @@ mod ext {
         STRAND_PROCEED
     }
 
+    /// On `Strand.Checkpoint`, chooses the thread whose registers are saved at `closure`
+    /// (the record's address the installer gave as its claim); the kernel swaps it with the
+    /// preempted one. Proceeds with no record (0), and on the other events (an answer
+    /// other than a veto proceeds there).
+    pub fn run(closure: u64, _s: &Strand) -> u64 {
+        if closure == STRAND_VETO {
+            STRAND_PROCEED
+        } else {
+            closure
+        }
+    }
+
     /// Vetoes the event: for every virtual processor of the task (closure 0), or for
     /// virtual processor `closure - 1` only.
     pub fn veto(closure: u64, s: &Strand) -> u64 {
@@ -406,25 +484,35 @@ fn h_veto(_k: &mut Kernel, b: Binding, s: &Strand) -> Option<u64> {
     Some(ext::veto(b.closure, s))
 }
 
+fn h_run(_k: &mut Kernel, b: Binding, s: &Strand) -> Option<u64> {
+    Some(ext::run(b.closure, s))
+}
+
 const T_COUNT: u64 = 0x300;
 const T_VETO: u64 = 0x301;
+const T_RUN: u64 = 0x302;
 
 fn handler(target: u64) -> Result<HandlerFn<Kernel, Strand, u64>, Error> {
     Ok(match target {
         T_COUNT => h_count,
         T_VETO => h_veto,
+        T_RUN => h_run,
         _ => return Err(Error::InvalidArgument),
     })
 }
 
-/// Makes the `builtin.strand` domain (symbols `count`, `veto`) and exports it to the name
+/// Makes the `builtin.strand` domain (symbols `count`, `veto`, `run`) and exports it to the name
 /// server for any task to import.
 pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Error> {
     super::export_kernel_interface(
         domains,
         names,
         "builtin.strand",
-        &[("count", STRAND_SIG, T_COUNT), ("veto", STRAND_SIG, T_VETO)],
+        &[
+            ("count", STRAND_SIG, T_COUNT),
+            ("veto", STRAND_SIG, T_VETO),
+            ("run", STRAND_SIG, T_RUN),
+        ],
         |_, _| true,
     )
     .map(|_| ())

@@ -206,7 +206,7 @@ pub struct Raised<R> {
 }
 
 /// The one handler of an event raised by a direct call: its procedure, binding and key.
-type Single<C, A, R> = (HandlerFn<C, A, R>, Binding, Option<u64>);
+pub type Single<C, A, R> = (HandlerFn<C, A, R>, Binding, Option<u64>);
 
 /// An event (see the module documentation).
 pub struct Event<C, A, R> {
@@ -458,6 +458,16 @@ impl<C, A, R: Copy> Event<C, A, R> {
     /// Whether a raise is one direct call (one handler, no guard).
     pub fn is_direct(&self) -> bool {
         self.single.is_some() || self.primary_single
+    }
+
+    /// The one handler of a direct raise (see [`Event::is_direct`]; `None` otherwise): its
+    /// procedure, binding and key, for a raiser that compares the key itself (one compare
+    /// instead of a call of the event's key function) and calls the procedure directly.
+    /// The raiser must then do what [`Event::raise`] does for this case: the default when
+    /// the key differs, the default and the handler's removal when it aborts (`None`).
+    #[inline(always)]
+    pub fn single(&self) -> Option<Single<C, A, R>> {
+        self.single
     }
 
     fn refresh(&mut self) {

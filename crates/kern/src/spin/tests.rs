@@ -87,6 +87,18 @@ fn one_handler_without_guard_is_a_direct_call() {
     let r = e.raise(&mut log, &2);
     assert_eq!((r.result, r.ran, r.aborted, r.defaulted), (42, 1, 0, false));
     assert_eq!(log, vec![40]);
+    // The one handler as a raiser that calls it directly sees it: its binding and no key.
+    let (f, b, key) = e
+        .single()
+        .expect("one unguarded handler is the direct call");
+    assert_eq!((b.closure, key), (40, None));
+    log.clear();
+    assert_eq!(
+        f(&mut log, b, &2),
+        Some(42),
+        "the procedure is the handler's"
+    );
+    assert_eq!(log, vec![40]);
     // A guard makes it general.
     e.install(
         &req(2, 0, 0),
@@ -99,8 +111,13 @@ fn one_handler_without_guard_is_a_direct_call() {
     )
     .unwrap();
     assert!(!e.is_direct());
+    assert!(e.single().is_none(), "two handlers: no direct call");
     e.remove(id, None).unwrap();
     assert!(!e.is_direct(), "the one left has a guard");
+    assert!(
+        e.single().is_none(),
+        "a guarded handler is not called directly"
+    );
 }
 
 #[test]

@@ -385,14 +385,106 @@ resume_current_frame:
     jmp 5b
 
     // Above the base calls: the floor calls, or a call of the extensions' range, which
-    // goes to `Trap.SystemCall` at once (`extension_dispatch`) with the general entry's
-    // save and checks (with the entry hook on, it takes the general way); numbers between
-    // the two ranges take the general way.
+    // goes to `Trap.SystemCall` at once; numbers between the two ranges take the general
+    // way.
+    //
+    // The extensions' range has a lean entry: the user `rsp` goes to `gs:8` as in the
+    // general save, and only the registers a Rust call may change and the system call
+    // must keep (`rcx`, `r11` and the six argument registers) are pushed on the kernel
+    // stack, then the number and a slot for the task: `Trap.SystemCall`'s record
+    // (`extension::Call`), which `extension_fast` raises in place; the callee-saved registers
+    // stay in the CPU, kept by the compiler. Its answer is `rax` = value, `rdx` = what
+    // next: 0, back to user space at once with the registers popped; otherwise the user's
+    // registers are put back as the `syscall` left them and a full save into the
+    // thread's frame follows: 1 (nothing ran: a thread to be killed, a handler that may
+    // block...) the general entry's way for the range (`extension_dispatch`), 2 (a
+    // handler answered `rax`, but the thread is to be preempted or stopped, the lock
+    // still held) `extension_finish`, 3 (no handler took the number, the lock held)
+    // `extension_unknown`; for 1 and 3 `rax` is the number again, from the record. With
+    // the entry hook on or in a floor call, the general way at once.
 high_syscall:
     cmpq ${floor_base}, %rax
     jae floor_syscall
     cmpq ${ext_end}, %rax
     jae syscall_general
+    swapgs
+    movq %rsp, %gs:8
+    movq %gs:0, %rsp
+    pushq %rcx
+    pushq %r11
+    pushq %r9
+    pushq %r8
+    pushq %r10
+    pushq %rdx
+    pushq %rsi
+    pushq %rdi
+    pushq %rax
+    pushq %rax
+    cmpb $0, {entry_hook}(%rip)
+    jne ext_undo
+    cmpq $0, %gs:40
+    jne ext_undo
+    movq %rsp, %rdi
+    callq extension_fast
+    cmpq $1, %rdx
+    jae ext_slow
+    addq $16, %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %r10
+    popq %r8
+    popq %r9
+    popq %r11
+    popq %rcx
+    movq %gs:8, %rsp
+    swapgs
+    sysretq
+    // Not answered at once (the flags of the compare survive the pops and `swapgs`).
+ext_slow:
+    je 1f
+    cmpq $3, %rdx
+    jne 2f
+1:  movq 8(%rsp), %rax
+2:  addq $16, %rsp
+    cmpq $2, %rdx
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %r10
+    popq %r8
+    popq %r9
+    popq %r11
+    popq %rcx
+    movq %gs:8, %rsp
+    swapgs
+    jb ext_general
+    je ext_finish
+    SYSCALL_SAVE
+    movq %gs:0, %rsp
+    movq %rax, %rdi
+    callq extension_unknown
+ext_finish:
+    SYSCALL_SAVE
+    movq %gs:0, %rsp
+    movq %rax, %rdi
+    callq extension_finish
+    // The entry hook is on or the thread is in a floor call: the general way.
+ext_undo:
+    addq $16, %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %r10
+    popq %r8
+    popq %r9
+    popq %r11
+    popq %rcx
+    movq %gs:8, %rsp
+    swapgs
+    jmp syscall_general
+    // The range's way with the full save (the semantic reference of the lean entry).
+ext_general:
     SYSCALL_SAVE
     movq %gs:0, %rsp
     cmpb $0, {entry_hook}(%rip)

@@ -93,9 +93,13 @@ fn run() -> Result<(), Failed> {
     preempted_per_cpu()?;
     // And the first WebAssembly module (the slots the kernel's tables grow to).
     wasm_handlers()?;
+    // And a first choosing handler (the tables it grows stay grown).
+    chosen()?;
     let base = settled();
     preempted_on_one(expect)?;
     events(expect)?;
+    chosen()?;
+    chosen_refused(expect)?;
     let mut now = baseline();
     for _ in 0..100 {
         if now == base {
@@ -489,6 +493,123 @@ fn events(expect: u64) -> Result<(), Failed> {
     must("remove veto", spin::remove(veto))?;
     must("release", spin::release(d))?;
     wasm_handlers()
+}
+
+/// The second thread of [`chosen`]: it only counts, in integer registers (the vector
+/// registers are the carrier's and a choice does not swap them).
+static OTHER_COUNT: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn other_thread() -> ! {
+    loop {
+        OTHER_COUNT.fetch_add(1, Relaxed);
+    }
+}
+
+/// A `Strand.Checkpoint` handler chooses the thread that runs: the built-in `run`, given
+/// the address of a saved register record as its claim, has the kernel swap the preempted
+/// thread with the one saved there at every Checkpoint. Two threads of one virtual
+/// processor alternate with no upcall at all (the processor's upcall entry is `never`):
+/// this thread sees the other's count move while it was preempted, several times.
+fn chosen() -> Result<(), Failed> {
+    // Everything made and touched before the processor exists: from then on, until it is
+    // destroyed, nothing here may block (a Block upcall would go to `never`).
+    let upcall = alloc::vec![0u8; 2 * UPCALL_STACK_MIN as usize + 16];
+    let lo = (upcall.as_ptr() as u64 + 15) & !15;
+    let mut stack = alloc::vec![0u8; 16 * 1024];
+    for b in stack.iter_mut().step_by(4096) {
+        // SAFETY: `b` is a valid byte of `stack`; the write makes its page present.
+        unsafe { core::ptr::write_volatile(b, 1) };
+    }
+    let top = (stack.as_ptr() as u64 + stack.len() as u64) & !15;
+    let mut slot = alloc::boxed::Box::new(UserRegs {
+        rip: other_thread as *const () as u64,
+        rsp: top - 8,
+        ..UserRegs::default()
+    });
+    let at = core::ptr::from_mut(&mut *slot) as u64;
+    let d = must("import builtin.strand", spin::import("builtin.strand"))?;
+    let (ran_before, _) = strand_count(EVENT_STRAND_CHECKPOINT).unwrap_or_default();
+    let h = must(
+        "install run on Strand.Checkpoint",
+        spin::install(d, "run", EVENT_STRAND_CHECKPOINT, 0, at, 0),
+    )?;
+    let cfg = VpConfig {
+        entry: never as *const () as u64,
+        upcall_lo: lo,
+        upcall_hi: lo + 2 * UPCALL_STACK_MIN,
+        ..VpConfig::default()
+    };
+    let vp = must("vp_create", vp_create(&cfg))?;
+    must("vp_preempt", vp_preempt(vp, QUANTUM))?;
+    let start = baton_rt::sys::clock_ns();
+    let (mut mine, mut moves, mut last) = (0u64, 0u32, OTHER_COUNT.load(Relaxed));
+    let mut timed_out = false;
+    while moves < 3 {
+        mine += 1;
+        let now = OTHER_COUNT.load(Relaxed);
+        if now != last {
+            moves += 1;
+            last = now;
+        }
+        if mine % 4096 == 0 && baton_rt::sys::clock_ns() - start > 20_000_000_000 {
+            timed_out = true;
+            break;
+        }
+    }
+    let off = vp_preempt(vp, 0);
+    let removed = spin::remove(h);
+    let destroyed = vp_destroy(vp);
+    let (ran_after, _) = strand_count(EVENT_STRAND_CHECKPOINT).unwrap_or_default();
+    must("vp_preempt off", off)?;
+    must("remove run", removed)?;
+    must("vp_destroy", destroyed)?;
+    must("release", spin::release(d))?;
+    println!(
+        "a Checkpoint handler that chooses: this thread was resumed {moves} times after the other ran (the other counted {last}, this one {mine}); the handler ran {} times",
+        ran_after - ran_before
+    );
+    check!(
+        !timed_out && moves >= 3,
+        "the two threads alternated on the processor at the handler's choice ({moves} times)"
+    );
+    check!(
+        ran_after - ran_before >= 2 * 3,
+        "the handler chose at every Checkpoint (it ran {} times)",
+        ran_after - ran_before
+    );
+    // SAFETY: `at` points into `slot`, alive; the kernel wrote it (hence the volatile read).
+    let rsp =
+        unsafe { core::ptr::read_volatile(core::ptr::addr_of!((*(at as *const UserRegs)).rsp)) };
+    check!(
+        rsp == top - 8,
+        "the record holds the other thread, saved at its last preemption (rsp {rsp:#x}, its stack's {:#x})",
+        top - 8
+    );
+    drop(stack);
+    drop(upcall);
+    Ok(())
+}
+
+/// A choice the kernel cannot take (a record at a kernel address, one at an unmapped
+/// user address) is refused: the Checkpoint upcall is delivered as with no handler, and
+/// the preempted thread, resumed by the runtime, still computes the right checksum.
+fn chosen_refused(expect: u64) -> Result<(), Failed> {
+    let d = must("import builtin.strand", spin::import("builtin.strand"))?;
+    for bad in [0xffff_8000_0000_0000u64, 0x10] {
+        let h = must(
+            "install run with a bad record",
+            spin::install(d, "run", EVENT_STRAND_CHECKPOINT, 0, bad, 0),
+        )?;
+        let s = one_run(2);
+        must("remove run", spin::remove(h))?;
+        check!(
+            s.checkpoints >= 1 && s.sum == expect,
+            "a choice of the record at {bad:#x} is not taken: the runtime got its Checkpoints ({}) and the checksum is right",
+            s.checkpoints
+        );
+    }
+    must("release", spin::release(d))?;
+    Ok(())
 }
 
 /// The WebAssembly extension (`extensions/null_syscall`), built by `cargo xtask build`.
