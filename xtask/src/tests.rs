@@ -758,6 +758,7 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: groups: ",
     "sting#1| ok: ports: ",
     "sting#1| ok: areas: ",
+    "sting#1| ok: foreign_unpark: 4 threads woken from another kernel thread",
     "sting#1| ok: primes: ",
     "sting#1| ok: mst: ",
     "sting#1| ok: alphabeta: ",

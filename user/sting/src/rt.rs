@@ -686,6 +686,11 @@ pub(crate) struct Vp {
     #[cfg_attr(not(baton), allow(dead_code))]
     /// The preemption quantum it asks the kernel for (0: no Checkpoint upcalls).
     pub(crate) quantum_ns: u64,
+    /// The TCB its kernel thread runs on (null in its scheduler or an upcall): written by
+    /// that kernel thread alone when it switches, read by anyone to learn, with no access
+    /// to memory it may not own, whether the calling code runs on this processor
+    /// ([`caller_vp`]).
+    on: AtomicPtr<Tcb>,
 }
 
 // SAFETY: `local` is touched only by the virtual processor's own kernel thread (the
@@ -961,6 +966,13 @@ impl Vp {
         Some(tcb)
     }
 
+    /// Says that this virtual processor's kernel thread leaves the TCB it ran for its
+    /// scheduler's context (an upcall about to resume the scheduler loop).
+    #[cfg_attr(not(baton), allow(dead_code))]
+    pub(crate) fn off(&self) {
+        self.on.store(ptr::null_mut(), Relaxed);
+    }
+
     #[cfg_attr(not(baton), allow(dead_code))]
     /// A thread of this virtual processor that blocked in the kernel (on the TCB whose
     /// stack `regs.rsp` is in) may go on with `regs` (its call's result in `rax`): a frame
@@ -1116,10 +1128,10 @@ unsafe fn switch_to(
     recycle: bool,
     next: Option<Next>,
 ) {
-    let to_sp = match next {
+    let (to_tcb, to_sp) = match next {
         None => {
             // SAFETY: our kernel thread (the caller's promise).
-            unsafe { vp.local().sched_sp }
+            (ptr::null_mut(), unsafe { vp.local().sched_sp })
         }
         Some(Next::Resume(tcb)) if tcb == prev => {
             // Woken (or resumed) before we got away: keep running.
@@ -1128,17 +1140,20 @@ unsafe fn switch_to(
         Some(Next::Resume(tcb)) => {
             // SAFETY: a ready thread's TCB is alive; the `running` flag tells us when the
             // virtual processor that last ran it has switched away from it.
-            unsafe {
+            let sp = unsafe {
                 while (*tcb).running.load(Acquire) {
                     core::hint::spin_loop();
                 }
                 (*tcb).running.store(true, Relaxed);
                 (*tcb).vp.set(vp);
                 *(*tcb).sp.get()
-            }
+            };
+            (tcb, sp)
         }
         Some(Next::Start(t)) => start_context(vp, t),
     };
+    // After the wait above: whoever ran on `to_tcb` before has switched away from it.
+    vp.on.store(to_tcb, Relaxed);
     // SAFETY: our kernel thread.
     let local = unsafe { vp.local() };
     local.prev = prev;
@@ -1160,18 +1175,19 @@ unsafe fn switch_to(
 /// A TCB for the new thread `t`, claimed by `vp`, with the frame that starts it there;
 /// returns the stack pointer to switch to.
 #[inline(never)]
-fn start_context(vp: &Vp, t: ThreadRef) -> usize {
+fn start_context(vp: &Vp, t: ThreadRef) -> (*mut Tcb, usize) {
     let tcb = vp.take_tcb();
     bump(&vp.counters.started);
     t.core().ctl.lock().tcb = tcb;
     // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the first frame
     // can go at its top.
-    unsafe {
+    let sp = unsafe {
         (*tcb).running.store(true, Relaxed);
         (*tcb).vp.set(vp);
         (*tcb).thread.set(t.into_raw());
         arch::prepare(tcb as usize + STACK_SIZE, tcb as usize)
-    }
+    };
+    (tcb, sp)
 }
 
 /// Where every TCB starts (called by the architecture's trampoline with the TCB): runs
@@ -1632,6 +1648,7 @@ where
             spares: config.upcalls,
             sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
             quantum_ns: config.quantum_ns,
+            on: AtomicPtr::new(ptr::null_mut()),
         })
         .collect();
     let n = vps.len();
@@ -1954,10 +1971,14 @@ pub fn park() {
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
 }
 
-/// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
+/// Wakes `t` if it is parked, else leaves it a wake-up for its next park. From any thread
+/// of the program: a sting thread, or another kernel thread (an exception handler, a
+/// server's thread), which cannot use the owner's queue and so always queues `t` on the
+/// shared one, waking its processor.
 pub fn unpark(t: &ThreadRef) {
-    let (me, _) = here();
-    let vp = {
+    let rt = runtime();
+    let me = caller_vp(rt);
+    let (vp, ticket) = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {
             c.token = true;
@@ -1966,7 +1987,29 @@ pub fn unpark(t: &ThreadRef) {
         c.state = State::Ready;
         (c.vp, c.enqueue())
     };
-    runtime().vps[vp.0].push_from(me, t.clone(), vp.1);
+    let Some(target) = rt.vps.get(vp) else {
+        return;
+    };
+    match me {
+        Some(me) => target.push_from(me, t.clone(), ticket),
+        None => target.push(t.clone(), ticket),
+    }
+}
+
+/// The virtual processor the calling code runs a sting thread on, or `None` for any other
+/// thread (one of the program's other kernel threads, or a processor's scheduler or
+/// upcall). Reads nothing at the calling stack's masked address (which, for a stack that
+/// is not a TCB, may be another object or no memory at all): a processor's `on` names the
+/// TCB it runs, and only code running on that TCB has its stack pointer inside it. A
+/// runtime call, like [`current_tcb`]: the thread is not preemptible any more.
+#[inline]
+fn caller_vp(rt: &'static Runtime) -> Option<&'static Vp> {
+    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
+    let vp = rt.vps.iter().find(|vp| vp.on.load(Relaxed) == tcb)?;
+    // SAFETY: `tcb` is the TCB `vp` runs, and we run on it: a live TCB.
+    unsafe { (*tcb).preempt.store(false, Relaxed) };
+    compiler_fence(SeqCst);
+    Some(vp)
 }
 
 /// Gives the processor to the next ready thread, if there is one; the caller stays
