@@ -70,6 +70,7 @@ use crate::policy::{Kind, Policy, Queue};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
 use crate::state::{End, Paper, State};
+use crate::ticket::Queued;
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -241,10 +242,8 @@ pub(crate) struct Ctl {
     pub(crate) state: State,
     /// It started by absorption (the paper's *absorbed* until determined).
     absorbed: bool,
-    /// It is on a ready queue, with entry `ticket`, waiting to be claimed.
-    queued: bool,
-    /// The ticket of its latest ready-queue entry.
-    ticket: u32,
+    /// Whether it is on a ready queue, and which entry is live (`crate::ticket`).
+    q: Queued,
     /// It must not run until resumed.
     pub(crate) suspended: bool,
     /// It must end at its next checkpoint.
@@ -401,11 +400,10 @@ pub struct Runnable {
 }
 
 impl Ctl {
-    /// Marks the thread queued (it must not be already) and gives the entry's ticket.
+    /// Marks the thread queued and gives the entry's ticket.
+    #[inline]
     fn enqueue(&mut self) -> u32 {
-        self.queued = true;
-        self.ticket = self.ticket.wrapping_add(1);
-        self.ticket
+        self.q.enqueue()
     }
 }
 
@@ -435,8 +433,7 @@ where
             ctl: SpinLock::new(Ctl {
                 state,
                 absorbed: false,
-                queued: false,
-                ticket: 0,
+                q: Queued::new(),
                 suspended: false,
                 terminate: false,
                 token: false,
@@ -852,10 +849,9 @@ impl Vp {
     fn claim(&self, r: Runnable) -> Option<Next> {
         let Runnable { t, ticket } = r;
         let mut c = t.core().ctl.lock();
-        if !c.queued || c.ticket != ticket {
+        if !c.q.claim(ticket) {
             return None;
         }
-        c.queued = false;
         if c.suspended {
             return None;
         }
@@ -1834,7 +1830,7 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
                     c.state = State::Absorbed;
                     c.absorbed = true;
                     // A queued entry of a scheduled thread is now stale.
-                    c.queued = false;
+                    c.q.unqueue();
                     let (vp, tcb) = here();
                     c.tcb = tcb;
                     c.vp = vp.id;
@@ -2114,7 +2110,7 @@ fn suspend_self() {
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
         c.state = State::Ready;
-        c.queued = false;
+        c.q.unqueue();
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is ready but suspended (on no queue): only a resume
@@ -2146,7 +2142,7 @@ pub(crate) fn resume(t: &ThreadRef) {
             return;
         }
         c.suspended = false;
-        if !matches!(c.state, State::Ready | State::Scheduled) || c.queued {
+        if !matches!(c.state, State::Ready | State::Scheduled) || c.q.is_queued() {
             return;
         }
         (c.vp, c.enqueue())
@@ -2170,14 +2166,14 @@ pub(crate) fn terminate(t: &ThreadRef) {
             State::Determined(_) => return,
             State::Delayed | State::Scheduled => {
                 c.state = State::Determined(End::Terminated);
-                c.queued = false;
+                c.q.unqueue();
                 waiters = c.waiters.take();
             }
             _ => {
                 c.terminate = true;
                 t.core().attention.store(true, Relaxed);
                 // A suspended thread must run to reach its checkpoint.
-                let requeue = c.suspended && c.state == State::Ready && !c.queued;
+                let requeue = c.suspended && c.state == State::Ready && !c.q.is_queued();
                 c.suspended = false;
                 if requeue {
                     let (vp, ticket) = (c.vp, c.enqueue());
@@ -2226,9 +2222,7 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     match back {
         Some(Runnable { t: b, ticket }) => {
             let mut c = b.core().ctl.lock();
-            let mine = c.queued && c.ticket == ticket;
-            c.queued = false;
-            mine
+            c.q.claim(ticket)
         }
         None => false,
     }
@@ -2513,7 +2507,8 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
                 }
             }
         }
-        let ready_here = c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id;
+        let ready_here =
+            c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id;
         let elsewhere = (c.state == State::Running && c.vp != vp.id).then_some(c.vp);
         (ready_here, elsewhere)
     };
@@ -2543,11 +2538,11 @@ fn switch_to_target(t: &ThreadRef) {
     let (vp, tcb) = here();
     let target = {
         let mut c = t.core().ctl.lock();
-        if !(c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id) {
+        if !(c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id) {
             return;
         }
         // Claimed here: the entry on the queue is now stale.
-        c.queued = false;
+        c.q.unqueue();
         c.state = State::Running;
         c.tcb
     };
