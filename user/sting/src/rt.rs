@@ -686,7 +686,7 @@ pub(crate) struct Vp {
     /// The TCB its kernel thread runs on (null in its scheduler or an upcall): written by
     /// that kernel thread alone when it switches, read by anyone to learn, with no access
     /// to memory it may not own, whether the calling code runs on this processor
-    /// ([`caller_vp`]).
+    /// ([`unpark`]).
     on: AtomicPtr<Tcb>,
 }
 
@@ -1819,7 +1819,9 @@ pub struct Terminated;
 /// Waits for `t` to be determined, absorbing it if it has not started (and `absorb`).
 /// Returns whether it has a value.
 pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
-    disarm();
+    // A runtime call (ends a preemptible stretch before the lock is taken), and where an
+    // absorption runs: found once, outside the lock.
+    let (mut vp, mut tcb) = here();
     loop {
         let node;
         {
@@ -1831,7 +1833,6 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
                     c.absorbed = true;
                     // A queued entry of a scheduled thread is now stale.
                     c.q.unqueue();
-                    let (vp, tcb) = here();
                     c.tcb = tcb;
                     c.vp = vp.id;
                     drop(c);
@@ -1844,6 +1845,8 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
             }
         }
         node.wait();
+        // It may go on on another processor.
+        (vp, tcb) = here();
     }
 }
 
@@ -1973,7 +1976,11 @@ pub fn park() {
 /// shared one, waking its processor.
 pub fn unpark(t: &ThreadRef) {
     let rt = runtime();
-    let me = caller_vp(rt);
+    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
+    if PREEMPTIVE.load(Relaxed) {
+        // A runtime call: a sting thread is not preemptible any more (before the lock).
+        disarm_caller(rt, tcb);
+    }
     let (vp, ticket) = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {
@@ -1986,26 +1993,26 @@ pub fn unpark(t: &ThreadRef) {
     let Some(target) = rt.vps.get(vp) else {
         return;
     };
-    match me {
-        Some(me) => target.push_from(me, t.clone(), ticket),
-        None => target.push(t.clone(), ticket),
+    // The caller runs on `target` if `target` says it runs the caller's TCB: only code
+    // running on a TCB has its stack pointer inside it, so this reads no memory at an
+    // address that may not be a TCB (the caller may be any thread of the program).
+    if target.on.load(Relaxed) == tcb {
+        target.push_own(t.clone(), ticket);
+    } else {
+        target.push(t.clone(), ticket);
     }
 }
 
-/// The virtual processor the calling code runs a sting thread on, or `None` for any other
-/// thread (one of the program's other kernel threads, or a processor's scheduler or
-/// upcall). Reads nothing at the calling stack's masked address (which, for a stack that
-/// is not a TCB, may be another object or no memory at all): a processor's `on` names the
-/// TCB it runs, and only code running on that TCB has its stack pointer inside it. A
-/// runtime call, like [`current_tcb`]: the thread is not preemptible any more.
-#[inline]
-fn caller_vp(rt: &'static Runtime) -> Option<&'static Vp> {
-    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
-    let vp = rt.vps.iter().find(|vp| vp.on.load(Relaxed) == tcb)?;
-    // SAFETY: `tcb` is the TCB `vp` runs, and we run on it: a live TCB.
-    unsafe { (*tcb).preempt.store(false, Relaxed) };
-    compiler_fence(SeqCst);
-    Some(vp)
+/// Ends the preemptible stretch of the calling code if it is a sting thread running on
+/// TCB `tcb` (the masked stack pointer) of one of `rt`'s virtual processors; does nothing
+/// for any other thread. Reads nothing at `tcb` unless a processor says it runs it.
+#[cold]
+fn disarm_caller(rt: &Runtime, tcb: *mut Tcb) {
+    if rt.vps.iter().any(|vp| vp.on.load(Relaxed) == tcb) {
+        // SAFETY: a processor runs `tcb`, and we run on it: a live TCB.
+        unsafe { (*tcb).preempt.store(false, Relaxed) };
+        compiler_fence(SeqCst);
+    }
 }
 
 /// Gives the processor to the next ready thread, if there is one; the caller stays
