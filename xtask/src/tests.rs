@@ -776,11 +776,19 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: groups: ",
     "sting#1| ok: ports: ",
     "sting#1| ok: areas: ",
+    "sting#1| ok: foreign_unpark: 4 threads woken from another kernel thread",
     "sting#1| ok: primes: ",
     "sting#1| ok: mst: ",
     "sting#1| ok: alphabeta: ",
     "sting#1| ok: nbody: ",
     "sting#1| TEST PASS sting",
+];
+
+/// What the `sting_block` tests require (the same at every CPU count): the verdict, and
+/// that the `act_get_state` case ran (its wait for another thread to stop).
+const STING_BLOCK_REQUIRE: &[&str] = &[
+    "sting_block#1| ok: act_get_state: the other thread of its virtual processor ran while it waited",
+    "sting_block#1| TEST PASS sting_block",
 ];
 
 /// `threads10k` creates 10,000 threads, which takes a while under TCG.
@@ -1377,39 +1385,39 @@ pub const ALL: &[IntegrationTest] = &[
         // Sting threads that block in the kernel on every path give their virtual
         // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
         // migrating call whose server sleeps, an exception's wait for its handler, a
-        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // page-in from a pager, act_get_state's wait for a thread to stop; and an immediate signal stops a thread spinning on another
         // virtual processor at once.
         name: "sting_block_smp1",
         init: &["sting_block"],
         smp: 1,
         timeout: Duration::from_secs(180),
-        require: &["sting_block#1| TEST PASS sting_block"],
+        require: STING_BLOCK_REQUIRE,
         ..BASE
     },
     IntegrationTest {
         // Sting threads that block in the kernel on every path give their virtual
         // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
         // migrating call whose server sleeps, an exception's wait for its handler, a
-        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // page-in from a pager, act_get_state's wait for a thread to stop; and an immediate signal stops a thread spinning on another
         // virtual processor at once.
         name: "sting_block_smp2",
         init: &["sting_block"],
         smp: 2,
         timeout: Duration::from_secs(180),
-        require: &["sting_block#1| TEST PASS sting_block"],
+        require: STING_BLOCK_REQUIRE,
         ..BASE
     },
     IntegrationTest {
         // Sting threads that block in the kernel on every path give their virtual
         // processor back (Block and Unblock upcalls): an RPC of the fast path's kind, a
         // migrating call whose server sleeps, an exception's wait for its handler, a
-        // page-in from a pager; and an immediate signal stops a thread spinning on another
+        // page-in from a pager, act_get_state's wait for a thread to stop; and an immediate signal stops a thread spinning on another
         // virtual processor at once.
         name: "sting_block_smp4",
         init: &["sting_block"],
         smp: 4,
         timeout: Duration::from_secs(240),
-        require: &["sting_block#1| TEST PASS sting_block"],
+        require: STING_BLOCK_REQUIRE,
         ..BASE
     },
     IntegrationTest {

@@ -73,8 +73,11 @@ mod spin;
 pub mod state;
 pub mod sync;
 pub mod thread;
+pub mod ticket;
 mod upcall;
 
+#[cfg(test)]
+mod loom_tickets;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -70,6 +70,7 @@ use crate::policy::{Kind, Policy, Queue};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
 use crate::state::{End, Paper, State};
+use crate::ticket::Queued;
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -241,10 +242,8 @@ pub(crate) struct Ctl {
     pub(crate) state: State,
     /// It started by absorption (the paper's *absorbed* until determined).
     absorbed: bool,
-    /// It is on a ready queue, with entry `ticket`, waiting to be claimed.
-    queued: bool,
-    /// The ticket of its latest ready-queue entry.
-    ticket: u32,
+    /// Whether it is on a ready queue, and which entry is live (`crate::ticket`).
+    q: Queued,
     /// It must not run until resumed.
     pub(crate) suspended: bool,
     /// It must end at its next checkpoint.
@@ -401,11 +400,10 @@ pub struct Runnable {
 }
 
 impl Ctl {
-    /// Marks the thread queued (it must not be already) and gives the entry's ticket.
+    /// Marks the thread queued and gives the entry's ticket.
+    #[inline]
     fn enqueue(&mut self) -> u32 {
-        self.queued = true;
-        self.ticket = self.ticket.wrapping_add(1);
-        self.ticket
+        self.q.enqueue()
     }
 }
 
@@ -435,8 +433,7 @@ where
             ctl: SpinLock::new(Ctl {
                 state,
                 absorbed: false,
-                queued: false,
-                ticket: 0,
+                q: Queued::new(),
                 suspended: false,
                 terminate: false,
                 token: false,
@@ -686,6 +683,11 @@ pub(crate) struct Vp {
     #[cfg_attr(not(baton), allow(dead_code))]
     /// The preemption quantum it asks the kernel for (0: no Checkpoint upcalls).
     pub(crate) quantum_ns: u64,
+    /// The TCB its kernel thread runs on (null in its scheduler or an upcall): written by
+    /// that kernel thread alone when it switches, read by anyone to learn, with no access
+    /// to memory it may not own, whether the calling code runs on this processor
+    /// ([`unpark`]).
+    on: AtomicPtr<Tcb>,
 }
 
 // SAFETY: `local` is touched only by the virtual processor's own kernel thread (the
@@ -847,10 +849,9 @@ impl Vp {
     fn claim(&self, r: Runnable) -> Option<Next> {
         let Runnable { t, ticket } = r;
         let mut c = t.core().ctl.lock();
-        if !c.queued || c.ticket != ticket {
+        if !c.q.claim(ticket) {
             return None;
         }
-        c.queued = false;
         if c.suspended {
             return None;
         }
@@ -959,6 +960,13 @@ impl Vp {
             local.klast = ptr::null_mut();
         }
         Some(tcb)
+    }
+
+    /// Says that this virtual processor's kernel thread leaves the TCB it ran for its
+    /// scheduler's context (an upcall about to resume the scheduler loop).
+    #[cfg_attr(not(baton), allow(dead_code))]
+    pub(crate) fn off(&self) {
+        self.on.store(ptr::null_mut(), Relaxed);
     }
 
     #[cfg_attr(not(baton), allow(dead_code))]
@@ -1116,10 +1124,10 @@ unsafe fn switch_to(
     recycle: bool,
     next: Option<Next>,
 ) {
-    let to_sp = match next {
+    let (to_tcb, to_sp) = match next {
         None => {
             // SAFETY: our kernel thread (the caller's promise).
-            unsafe { vp.local().sched_sp }
+            (ptr::null_mut(), unsafe { vp.local().sched_sp })
         }
         Some(Next::Resume(tcb)) if tcb == prev => {
             // Woken (or resumed) before we got away: keep running.
@@ -1128,17 +1136,20 @@ unsafe fn switch_to(
         Some(Next::Resume(tcb)) => {
             // SAFETY: a ready thread's TCB is alive; the `running` flag tells us when the
             // virtual processor that last ran it has switched away from it.
-            unsafe {
+            let sp = unsafe {
                 while (*tcb).running.load(Acquire) {
                     core::hint::spin_loop();
                 }
                 (*tcb).running.store(true, Relaxed);
                 (*tcb).vp.set(vp);
                 *(*tcb).sp.get()
-            }
+            };
+            (tcb, sp)
         }
         Some(Next::Start(t)) => start_context(vp, t),
     };
+    // After the wait above: whoever ran on `to_tcb` before has switched away from it.
+    vp.on.store(to_tcb, Relaxed);
     // SAFETY: our kernel thread.
     let local = unsafe { vp.local() };
     local.prev = prev;
@@ -1160,18 +1171,19 @@ unsafe fn switch_to(
 /// A TCB for the new thread `t`, claimed by `vp`, with the frame that starts it there;
 /// returns the stack pointer to switch to.
 #[inline(never)]
-fn start_context(vp: &Vp, t: ThreadRef) -> usize {
+fn start_context(vp: &Vp, t: ThreadRef) -> (*mut Tcb, usize) {
     let tcb = vp.take_tcb();
     bump(&vp.counters.started);
     t.core().ctl.lock().tcb = tcb;
     // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the first frame
     // can go at its top.
-    unsafe {
+    let sp = unsafe {
         (*tcb).running.store(true, Relaxed);
         (*tcb).vp.set(vp);
         (*tcb).thread.set(t.into_raw());
         arch::prepare(tcb as usize + STACK_SIZE, tcb as usize)
-    }
+    };
+    (tcb, sp)
 }
 
 /// Where every TCB starts (called by the architecture's trampoline with the TCB): runs
@@ -1632,6 +1644,7 @@ where
             spares: config.upcalls,
             sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
             quantum_ns: config.quantum_ns,
+            on: AtomicPtr::new(ptr::null_mut()),
         })
         .collect();
     let n = vps.len();
@@ -1806,7 +1819,9 @@ pub struct Terminated;
 /// Waits for `t` to be determined, absorbing it if it has not started (and `absorb`).
 /// Returns whether it has a value.
 pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
-    disarm();
+    // A runtime call (ends a preemptible stretch before the lock is taken), and where an
+    // absorption runs: found once, outside the lock.
+    let (mut vp, mut tcb) = here();
     loop {
         let node;
         {
@@ -1817,8 +1832,7 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
                     c.state = State::Absorbed;
                     c.absorbed = true;
                     // A queued entry of a scheduled thread is now stale.
-                    c.queued = false;
-                    let (vp, tcb) = here();
+                    c.q.unqueue();
                     c.tcb = tcb;
                     c.vp = vp.id;
                     drop(c);
@@ -1831,6 +1845,8 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
             }
         }
         node.wait();
+        // It may go on on another processor.
+        (vp, tcb) = here();
     }
 }
 
@@ -1954,10 +1970,18 @@ pub fn park() {
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
 }
 
-/// Wakes `t` if it is parked, else leaves it a wake-up for its next park.
+/// Wakes `t` if it is parked, else leaves it a wake-up for its next park. From any thread
+/// of the program: a sting thread, or another kernel thread (an exception handler, a
+/// server's thread), which cannot use the owner's queue and so always queues `t` on the
+/// shared one, waking its processor.
 pub fn unpark(t: &ThreadRef) {
-    let (me, _) = here();
-    let vp = {
+    let rt = runtime();
+    let tcb = (arch::stack_pointer() & !(STACK_SIZE - 1)) as *mut Tcb;
+    if PREEMPTIVE.load(Relaxed) {
+        // A runtime call: a sting thread is not preemptible any more (before the lock).
+        disarm_caller(rt, tcb);
+    }
+    let (vp, ticket) = {
         let mut c = t.core().ctl.lock();
         if c.state != State::Blocked {
             c.token = true;
@@ -1966,7 +1990,29 @@ pub fn unpark(t: &ThreadRef) {
         c.state = State::Ready;
         (c.vp, c.enqueue())
     };
-    runtime().vps[vp.0].push_from(me, t.clone(), vp.1);
+    let Some(target) = rt.vps.get(vp) else {
+        return;
+    };
+    // The caller runs on `target` if `target` says it runs the caller's TCB: only code
+    // running on a TCB has its stack pointer inside it, so this reads no memory at an
+    // address that may not be a TCB (the caller may be any thread of the program).
+    if target.on.load(Relaxed) == tcb {
+        target.push_own(t.clone(), ticket);
+    } else {
+        target.push(t.clone(), ticket);
+    }
+}
+
+/// Ends the preemptible stretch of the calling code if it is a sting thread running on
+/// TCB `tcb` (the masked stack pointer) of one of `rt`'s virtual processors; does nothing
+/// for any other thread. Reads nothing at `tcb` unless a processor says it runs it.
+#[cold]
+fn disarm_caller(rt: &Runtime, tcb: *mut Tcb) {
+    if rt.vps.iter().any(|vp| vp.on.load(Relaxed) == tcb) {
+        // SAFETY: a processor runs `tcb`, and we run on it: a live TCB.
+        unsafe { (*tcb).preempt.store(false, Relaxed) };
+        compiler_fence(SeqCst);
+    }
 }
 
 /// Gives the processor to the next ready thread, if there is one; the caller stays
@@ -2071,7 +2117,7 @@ fn suspend_self() {
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
         c.state = State::Ready;
-        c.queued = false;
+        c.q.unqueue();
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is ready but suspended (on no queue): only a resume
@@ -2103,7 +2149,7 @@ pub(crate) fn resume(t: &ThreadRef) {
             return;
         }
         c.suspended = false;
-        if !matches!(c.state, State::Ready | State::Scheduled) || c.queued {
+        if !matches!(c.state, State::Ready | State::Scheduled) || c.q.is_queued() {
             return;
         }
         (c.vp, c.enqueue())
@@ -2127,14 +2173,14 @@ pub(crate) fn terminate(t: &ThreadRef) {
             State::Determined(_) => return,
             State::Delayed | State::Scheduled => {
                 c.state = State::Determined(End::Terminated);
-                c.queued = false;
+                c.q.unqueue();
                 waiters = c.waiters.take();
             }
             _ => {
                 c.terminate = true;
                 t.core().attention.store(true, Relaxed);
                 // A suspended thread must run to reach its checkpoint.
-                let requeue = c.suspended && c.state == State::Ready && !c.queued;
+                let requeue = c.suspended && c.state == State::Ready && !c.q.is_queued();
                 c.suspended = false;
                 if requeue {
                     let (vp, ticket) = (c.vp, c.enqueue());
@@ -2183,9 +2229,7 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     match back {
         Some(Runnable { t: b, ticket }) => {
             let mut c = b.core().ctl.lock();
-            let mine = c.queued && c.ticket == ticket;
-            c.queued = false;
-            mine
+            c.q.claim(ticket)
         }
         None => false,
     }
@@ -2470,7 +2514,8 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
                 }
             }
         }
-        let ready_here = c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id;
+        let ready_here =
+            c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id;
         let elsewhere = (c.state == State::Running && c.vp != vp.id).then_some(c.vp);
         (ready_here, elsewhere)
     };
@@ -2500,11 +2545,11 @@ fn switch_to_target(t: &ThreadRef) {
     let (vp, tcb) = here();
     let target = {
         let mut c = t.core().ctl.lock();
-        if !(c.state == State::Ready && c.queued && !c.suspended && c.vp == vp.id) {
+        if !(c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id) {
             return;
         }
         // Claimed here: the entry on the queue is now stale.
-        c.queued = false;
+        c.q.unqueue();
         c.state = State::Running;
         c.tcb
     };

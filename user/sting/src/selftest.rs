@@ -11,9 +11,11 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering::SeqCst};
 
+use crate::spin::SpinLock;
 use crate::{
-    current, current_vp, delay, fork, fork_on, migrate, run, stats, vp_count, vp_stats, yield_now,
-    Barrier, Condvar, Config, DeepCopy, End, Group, Kind, Mutex, Paper, Port, State, Terminated,
+    current, current_vp, delay, fork, fork_on, migrate, park, run, stats, vp_count, vp_stats,
+    yield_now, AnyThread, Barrier, Condvar, Config, DeepCopy, End, Group, Kind, Mutex, Paper, Port,
+    State, Terminated,
 };
 
 /// A scenario's outcome: what it saw, or what went wrong.
@@ -40,6 +42,7 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("areas", areas),
     ("exceptions", exceptions),
     ("signals", signals),
+    ("foreign_unpark", foreign_unpark),
     ("primes", primes),
     ("mst", mst),
     ("alphabeta", alphabeta),
@@ -491,6 +494,86 @@ pub fn states(vps: usize) -> Outcome {
         ))
     })
     .0
+}
+
+/// What [`foreign_unparker`] is to wake, and how far it got (0 until it has woken it).
+static FOREIGN: SpinLock<Option<(AnyThread, Arc<AtomicU32>)>> = SpinLock::new(None);
+
+/// Not a sting thread: another kernel thread of the program (a `std` thread on the host).
+/// Wakes the thread [`FOREIGN`] names and says so.
+fn foreign_unparker(_: u64) {
+    let job = FOREIGN.lock().take();
+    if let Some((t, done)) = job {
+        t.unpark();
+        done.store(1, SeqCst);
+    }
+}
+
+/// Starts [`foreign_unparker`] on `t` and waits (yielding) until it has unparked it.
+fn unpark_from_outside(t: AnyThread) -> Result<(), String> {
+    let done = Arc::new(AtomicU32::new(0));
+    *FOREIGN.lock() = Some((t, done.clone()));
+    crate::platform::spawn_vp(foreign_unparker, 0, |_, _| {})
+        .map_err(|()| String::from("could not start a kernel thread"))?;
+    while done.load(SeqCst) == 0 {
+        yield_now();
+    }
+    Ok(())
+}
+
+/// `unpark` from a thread that is not a sting thread (another kernel thread of the
+/// program): it wakes a parked thread, from the owner's queue kind (FIFO) and the shared
+/// one (work stealing) alike, waking its idle processor; and a wake-up it leaves for a
+/// thread that has not parked yet makes that thread's next `park` return at once.
+pub fn foreign_unpark(vps: usize) -> Outcome {
+    let mut woken = 0;
+    for kind in [Kind::Fifo, Kind::WorkStealing] {
+        let r = run(Config::new(vps, kind), move || -> Outcome {
+            // 1. Parked: woken from outside, on the last processor (idle meanwhile).
+            let go = Arc::new(AtomicBool::new(false));
+            let g2 = go.clone();
+            let parked = fork_on(vps - 1, move || {
+                let mut parks = 0u32;
+                while !g2.load(SeqCst) {
+                    park();
+                    parks += 1;
+                }
+                parks
+            });
+            while parked.detail().0 != State::Blocked {
+                yield_now();
+            }
+            go.store(true, SeqCst);
+            unpark_from_outside(parked.any())?;
+            let parks = parked
+                .value()
+                .map_err(|_| String::from("parked thread terminated"))?;
+            ensure!(*parks >= 1, "{kind:?}: the thread never parked");
+            // 2. Not parked yet: the wake-up waits for its park.
+            let gate = Arc::new(AtomicBool::new(false));
+            let g3 = gate.clone();
+            let later = fork_on(vps - 1, move || {
+                while !g3.load(SeqCst) {
+                    yield_now();
+                }
+                park();
+                7u32
+            });
+            unpark_from_outside(later.any())?;
+            gate.store(true, SeqCst);
+            ensure!(
+                later.value() == Ok(&7),
+                "{kind:?}: the thread woken before it parked"
+            );
+            Ok(String::new())
+        })
+        .0;
+        r?;
+        woken += 2;
+    }
+    Ok(format!(
+        "{woken} threads woken from another kernel thread (FIFO and work-stealing processors; parked, and not yet parked)"
+    ))
 }
 
 /// Touching a delayed thread runs it on the toucher's stack without a switch; touching a

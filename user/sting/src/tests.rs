@@ -30,8 +30,25 @@ macro_rules! scenarios {
 }
 
 scenarios!(
-    states, absorb, pool_reuse, policies, stealing, mutex, condvar, barrier, terminate, groups,
-    ports, areas, exceptions, signals, primes, mst, alphabeta, nbody
+    states,
+    absorb,
+    pool_reuse,
+    policies,
+    stealing,
+    mutex,
+    condvar,
+    barrier,
+    terminate,
+    groups,
+    ports,
+    areas,
+    exceptions,
+    signals,
+    foreign_unpark,
+    primes,
+    mst,
+    alphabeta,
+    nbody
 );
 
 #[test]

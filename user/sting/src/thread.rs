@@ -213,7 +213,9 @@ impl AnyThread {
     }
 
     /// Wakes the thread if it is parked in [`crate::park`], else leaves it a wake-up that
-    /// its next `park` consumes at once.
+    /// its next `park` consumes at once. Unlike the rest of the runtime's calls, this one
+    /// may also come from a thread that is not a sting thread (another kernel thread of
+    /// the program, such as an exception handler or a server's thread).
     pub fn unpark(&self) {
         rt::unpark(&self.0);
     }

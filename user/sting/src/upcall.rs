@@ -256,6 +256,7 @@ mod imp {
     /// abandoned.
     fn resume_scheduler(vp: &Vp) -> ! {
         let mut abandoned = 0usize;
+        vp.off();
         // SAFETY: we are the carrier; a thread was running (the one that blocked), so the
         // scheduler loop's context is saved and nothing else resumes it.
         unsafe { arch::switch(&mut abandoned, vp.sched_sp()) };

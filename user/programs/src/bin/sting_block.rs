@@ -18,7 +18,10 @@
 //!   they were at the fault;
 //! - a page of a pager-backed object whose pager (a kernel thread of this task) supplies
 //!   it after 50 ms: the thread's load completes with the page's value and every register
-//!   kept.
+//!   kept;
+//! - `act_get_state` on another kernel thread of this task, suspended while it is in a
+//!   migrating call whose server sleeps 200 ms: the call waits in the kernel until that
+//!   thread comes home and stops, and then reads its registers.
 //!
 //! Then, on two virtual processors with preemption on (a quantum far longer than the
 //! test), a thread spinning in its own code with no checkpoint on processor 1 gets an
@@ -163,6 +166,7 @@ fn round(q: u64, server: u64, first: bool) -> Result<(), Failed> {
     exception_wait(true, first)?;
     exception_wait(false, first)?;
     page_in(first)?;
+    act_state_wait(server, first)?;
     if first {
         signal_across()?;
     }
@@ -277,30 +281,110 @@ fn fast_rpc(q: u64, first: bool) -> Result<(), Failed> {
     upcalls_ok("RPC", &st)
 }
 
+/// Calls the migrating server's procedure has taken.
+static IN_SERVER: AtomicU64 = AtomicU64::new(0);
+/// The value whose call the server holds four times as long (`act_state_wait`).
+const LONG_CALL: u64 = 100;
+
 /// The migrating server's procedure: sleeps in the kernel, then answers `value + 1`.
 fn slow_server(req: &mut baton_rt::migrate::Request) {
+    IN_SERVER.fetch_add(1, SeqCst);
     let value = data_word(req.data(), 0);
-    let _ = baton_rt::sys::sleep_ns(DELAY);
+    let delay = if value == LONG_CALL { 4 * DELAY } else { DELAY };
+    let _ = baton_rt::sys::sleep_ns(delay);
     req.reply(PEER_ID, &(value + 1).to_le_bytes());
+}
+
+/// One migrating call of `value` to the server `send` names: the answer's id and word.
+fn call_server(send: u64, value: u64) -> Result<(u64, u64), Error> {
+    let mut buf = [0u8; HEADER_SIZE + 8];
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: (HEADER_SIZE + 8) as u32,
+        dest: send,
+        id: 1,
+        ..MsgHeader::default()
+    };
+    buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    buf[HEADER_SIZE..].copy_from_slice(&value.to_le_bytes());
+    msg_buf(&mut buf, MSG_SEND | MSG_RECEIVE, 0, baton_abi::FOREVER)?;
+    let h = MsgHeader::from_bytes(&buf).ok_or(Error::BadFormat)?;
+    Ok((h.id, data_word(buf.get(HEADER_SIZE..).unwrap_or(&[]), 0)))
+}
+
+/// What [`long_caller`]'s call answered: 1 + the answer's word, 0 until it returns,
+/// `u64::MAX` on an error.
+static LONG_DONE: AtomicU64 = AtomicU64::new(0);
+
+/// A kernel thread of this task (not a sting thread) making the long call to the server
+/// `send` names.
+fn long_caller(send: u64) {
+    let r = match call_server(send, LONG_CALL) {
+        Ok((PEER_ID, v)) => v + 1,
+        _ => u64::MAX,
+    };
+    LONG_DONE.store(r, SeqCst);
+}
+
+/// A sting thread's `act_get_state` that waits in the kernel for another thread to stop
+/// leaves its virtual processor to the others, and reads the registers once it has.
+fn act_state_wait(server: u64, first: bool) -> Result<(), Failed> {
+    use baton_rt::migrate::{get_state, suspend, Act};
+    let send = must("port_make_send", port_make_send(server, false))?;
+    let entered = IN_SERVER.load(SeqCst);
+    LONG_DONE.store(0, SeqCst);
+    let w = must(
+        "spawn the caller",
+        baton_rt::thread::spawn(stack(), long_caller, send),
+    )?;
+    let mut inside = false;
+    for _ in 0..2_000 {
+        if IN_SERVER.load(SeqCst) > entered {
+            inside = true;
+            break;
+        }
+        let _ = baton_rt::sys::sleep_ns(1_000_000);
+    }
+    check!(
+        inside,
+        "act_get_state: the other thread's call reached the server"
+    );
+    must("suspend the caller", suspend(Act::Thread(w), true))?;
+    let (got, progress, st) = beside_a_counter(true, move || {
+        get_state(Act::Thread(w)).map(|r| (r.rip != 0, LONG_DONE.load(SeqCst)))
+    });
+    must("resume the caller", suspend(Act::Thread(w), false))?;
+    for _ in 0..2_000 {
+        if LONG_DONE.load(SeqCst) != 0 {
+            break;
+        }
+        let _ = baton_rt::sys::sleep_ns(1_000_000);
+    }
+    let _ = cap_drop(send);
+    if first {
+        println!("act_get_state's wait: {got:?}, progress while blocked {progress}");
+    }
+    check!(
+        got == Ok((true, 0)),
+        "act_get_state waited until the other thread stopped at home, and read its registers before it went on ({got:?})"
+    );
+    check!(
+        LONG_DONE.load(SeqCst) == LONG_CALL + 2,
+        "the other thread's call completed with its answer once resumed ({})",
+        LONG_DONE.load(SeqCst)
+    );
+    check!(
+        progress > 0,
+        "act_get_state: the other thread of its virtual processor ran while it waited ({progress} steps)"
+    );
+    upcalls_ok("act_get_state", &st)?;
+    settled();
+    Ok(())
 }
 
 fn migrating(port: u64, first: bool) -> Result<(), Failed> {
     let send = must("port_make_send", port_make_send(port, false))?;
-    let (got, progress, st) = beside_a_counter(true, move || {
-        let mut buf = [0u8; HEADER_SIZE + 8];
-        let h = MsgHeader {
-            bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-            size: (HEADER_SIZE + 8) as u32,
-            dest: send,
-            id: 1,
-            ..MsgHeader::default()
-        };
-        buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
-        buf[HEADER_SIZE..].copy_from_slice(&6u64.to_le_bytes());
-        msg_buf(&mut buf, MSG_SEND | MSG_RECEIVE, 0, baton_abi::FOREVER)?;
-        let h = MsgHeader::from_bytes(&buf).ok_or(Error::BadFormat)?;
-        Ok::<_, Error>((h.id, data_word(buf.get(HEADER_SIZE..).unwrap_or(&[]), 0)))
-    });
+    let (got, progress, st) = beside_a_counter(true, move || call_server(send, 6));
     let _ = cap_drop(send);
     if first {
         println!("migrating call: {got:?}, progress while blocked {progress}");
