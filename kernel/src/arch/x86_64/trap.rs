@@ -341,6 +341,23 @@ trap_exit:
     PUSH_GPRS
     .endm
 
+    // Takes the extensions' lean entry's record off the kernel stack: the user's registers
+    // as the `syscall` left them, its stack and `gs` back. Changes no flag (`lea`, not
+    // `add`), so a compare made before it can be branched on after it.
+    .macro EXT_POP_RECORD
+    leaq 16(%rsp), %rsp
+    popq %rdi
+    popq %rsi
+    popq %rdx
+    popq %r10
+    popq %r8
+    popq %r9
+    popq %r11
+    popq %rcx
+    movq %gs:8, %rsp
+    swapgs
+    .endm
+
     .global syscall_entry
 syscall_entry:
     // The extensions' range (`baton_abi::spin`) and the floor calls (`baton_abi::floor`)
@@ -428,36 +445,16 @@ high_syscall:
     callq extension_fast
     cmpq $1, %rdx
     jae ext_slow
-    addq $16, %rsp
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    popq %r10
-    popq %r8
-    popq %r9
-    popq %r11
-    popq %rcx
-    movq %gs:8, %rsp
-    swapgs
+    EXT_POP_RECORD
     sysretq
-    // Not answered at once (the flags of the compare survive the pops and `swapgs`).
+    // Not answered at once (the flags of the compare survive `EXT_POP_RECORD`).
 ext_slow:
     je 1f
     cmpq $3, %rdx
     jne 2f
 1:  movq 8(%rsp), %rax
-2:  addq $16, %rsp
-    cmpq $2, %rdx
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    popq %r10
-    popq %r8
-    popq %r9
-    popq %r11
-    popq %rcx
-    movq %gs:8, %rsp
-    swapgs
+2:  cmpq $2, %rdx
+    EXT_POP_RECORD
     jb ext_general
     je ext_finish
     SYSCALL_SAVE
@@ -471,17 +468,7 @@ ext_finish:
     callq extension_finish
     // The entry hook is on or the thread is in a floor call: the general way.
 ext_undo:
-    addq $16, %rsp
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    popq %r10
-    popq %r8
-    popq %r9
-    popq %r11
-    popq %rcx
-    movq %gs:8, %rsp
-    swapgs
+    EXT_POP_RECORD
     jmp syscall_general
     // The range's way with the full save (the semantic reference of the lean entry).
 ext_general:
