@@ -1248,7 +1248,7 @@ fn resume_below(
     // SAFETY: `cur` runs on this CPU and every other reference to it (through
     // `k.threads`, in the calls above) is gone.
     let th = unsafe { thread::current_mut() };
-    restore(th, saved);
+    let left_exc_port = restore(th, saved);
     // A kill pending on a migrated thread was aimed at the activation just left (its
     // task is ending); the one below is dealt with by the `alive` check.
     th.kill_pending = false;
@@ -1269,6 +1269,9 @@ fn resume_below(
         if let Some(spare) = th.spare.as_deref_mut() {
             spare.fpu = Some(area);
         }
+    }
+    if let Some(port) = left_exc_port {
+        release_exc_port(k, port);
     }
     if !alive {
         unwind_further(k, cur);
@@ -1303,18 +1306,34 @@ fn lives(saved: &Saved) -> bool {
 /// Makes `saved` the running activation of `th` again: its registers, task, space, IPC
 /// buffer, exception port and control state. The record, now holding the frame box of the
 /// activation left, is kept as the spare.
-fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) {
+///
+/// Returns the exception port the activation left had set for the thread (a send right
+/// the kernel holds, which belongs to that activation and ends with it): the caller gives
+/// it back ([`release_exc_port`]) once it may use the kernel again.
+#[must_use = "the exception port of the activation left is a held send right to give back"]
+fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) -> Option<PortId> {
     core::mem::swap(&mut th.frame, &mut saved.frame);
     saved.frame_of = th.task_key;
     th.task = saved.task;
     th.task_key = saved.task_key;
     th.space = saved.space;
     th.ipc_buffer = saved.ipc_buffer;
-    th.exc_port = saved.exc_port.take();
+    let left = core::mem::replace(&mut th.exc_port, saved.exc_port.take());
     if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
         crate::control::suspended_sub(1);
     }
     th.spare = Some(saved);
+    left
+}
+
+/// Gives back an exception port's send right the kernel held for an activation that has
+/// ended (off the common path: an activation rarely sets one).
+#[cold]
+#[inline(never)]
+pub fn release_exc_port(k: &mut Kernel, port: PortId) {
+    let mut fx = crate::ipc::effects(k);
+    k.ipc.release_held_send(port, &mut fx);
+    crate::ipc::apply(k, fx);
 }
 
 /// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
@@ -1367,10 +1386,13 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         let Some(th) = k.threads.get_mut(t) else {
             return true;
         };
-        restore(th, saved);
+        let left_exc_port = restore(th, saved);
         crate::fpu::reset_saved(th);
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
+        if let Some(p) = left_exc_port {
+            release_exc_port(k, p);
+        }
         give_back(k, act, port);
         k.reap_lingering();
         if alive {

@@ -1258,6 +1258,25 @@ pub fn halted_ticks(k: &Kernel) -> u64 {
     )
 }
 
+/// At shutdown, every task gone: whatever the tasks made the kernel keep must be gone too.
+/// Each port still alive (but the host-privilege port, which lives as long as the kernel),
+/// each activation and each thread but the CPUs' idle ones is a leak, reported on a
+/// `KERNEL LEAK` line, which fails any test (`cargo xtask test` and `fuzz` forbid it).
+fn report_leaks(k: &Kernel) {
+    for (id, port) in k.ipc.iter_ports() {
+        if Some(id) != k.host_priv {
+            kprintln!("[kernel] KERNEL LEAK: port {id:?} alive after every task ended: {port:?}");
+        }
+    }
+    let threads = k.threads.iter().filter(|(_, t)| t.task.is_some()).count();
+    if threads != 0 || k.acts.len() != 0 {
+        kprintln!(
+            "[kernel] KERNEL LEAK: {threads} threads and {} activations alive after every task ended",
+            k.acts.len()
+        );
+    }
+}
+
 /// The idle thread's loop (its continuation): run ready work, else halt until an
 /// interrupt. Entered with the lock held.
 pub fn idle_loop() -> ! {
@@ -1286,6 +1305,7 @@ pub fn idle_loop() -> ! {
             k.close_line();
             let _ = crate::trace::dump();
             kprintln!("[kernel] all tasks finished; shutting down");
+            report_leaks(k);
             crate::heap::report_fault_injection();
             cpu::qemu_exit(cpu::EXIT_SUCCESS);
         }

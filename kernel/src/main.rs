@@ -154,6 +154,11 @@ fn install_families() {
                 + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
             control::suspended_sub(suspended);
             exception::release(k, th.exc_port, th.exc_reply);
+            // The activations it was still running below its top (a thread freed in the
+            // middle of a migrating call): each one's exception port goes with it.
+            for below in &th.below {
+                exception::release(k, below.exc_port, None);
+            }
             kobject::destroy(k, th.kport);
             vproc::thread_freed(k, th);
         },

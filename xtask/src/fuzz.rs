@@ -92,7 +92,7 @@ pub struct SeedReport {
     /// The before and after count lines.
     pub before: Option<String>,
     pub after: Option<String>,
-    /// The first line with `PANIC`, `KERNEL EXCEPTION` or `TEST FAIL`.
+    /// The first line with `PANIC`, `KERNEL EXCEPTION`, `TEST FAIL` or `KERNEL LEAK`.
     pub failure: Option<String>,
     /// Each fuzzing thread's last progress mark (`tT call N`).
     pub last_calls: Vec<String>,
@@ -106,9 +106,14 @@ pub fn read_log(log: &str, seed: u64) -> SeedReport {
     let mark = format!("fuzz: seed {seed} t");
     for line in log.lines() {
         if r.failure.is_none()
-            && ["PANIC", "KERNEL EXCEPTION", "TEST FAIL"]
-                .iter()
-                .any(|bad| line.contains(bad))
+            && [
+                "PANIC",
+                "KERNEL EXCEPTION",
+                "TEST FAIL",
+                crate::judge::KERNEL_LEAK,
+            ]
+            .iter()
+            .any(|bad| line.contains(bad))
         {
             r.failure = Some(line.trim().to_string());
         }

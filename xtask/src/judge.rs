@@ -22,7 +22,16 @@ pub const ALL_FINISHED: &str = "[kernel] all tasks finished";
 /// A user program's panic (after its `<name>#<id>| ` prefix).
 pub const USER_PANIC: &str = "| panic: ";
 /// Text that fails every test wherever it appears.
-pub const FORBIDDEN: &[&str] = &["PANIC", "KERNEL EXCEPTION", "TEST FAIL", USER_PANIC];
+pub const FORBIDDEN: &[&str] = &[
+    "PANIC",
+    "KERNEL EXCEPTION",
+    "TEST FAIL",
+    USER_PANIC,
+    KERNEL_LEAK,
+];
+/// What the kernel reports at shutdown for a port, thread or activation that outlived
+/// every task (`kernel::report_leaks`).
+pub const KERNEL_LEAK: &str = "KERNEL LEAK";
 
 /// Judges one finished boot: `exit` is QEMU's exit status (`None` if killed by a signal) and
 /// `log` the serial output. The error lists every problem found.

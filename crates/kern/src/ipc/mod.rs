@@ -386,6 +386,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         self.ports.len()
     }
 
+    /// Every live port with its id (for leak reports: a port alive when no task is).
+    pub fn iter_ports(&self) -> impl Iterator<Item = (PortId, &Port<T>)> {
+        self.ports.iter().map(|(id, p)| (id, &**p))
+    }
+
     /// Messages queued on all ports.
     pub fn queued(&self) -> usize {
         self.queued

@@ -10,7 +10,9 @@
 //! and requests or replies that do not fit, unreadable requests and bad buffer sizes get
 //! error codes without entering the server; a server that exits while a caller is inside
 //! aborts that call and later calls fail; and activations, ports, names and queued
-//! messages return to their baseline.
+//! messages return to their baseline. Once after the rounds: an exception port that an
+//! activation of the task's own port sets for the thread that migrated in goes with the
+//! call (the kernel gives its send right back when the call returns).
 //!
 //! Verdict: `TEST PASS migrate` or `TEST FAIL migrate: ...`.
 #![no_std]
@@ -55,6 +57,88 @@ static REPLY: AtomicU64 = AtomicU64::new(0);
 
 fn main(_task_id: u64) -> i32 {
     baton_rt::check::finish(TEST, run())
+}
+
+/// The thread [`exc_setter`] runs on, and the name it sets as that thread's exception port.
+static EXC_TID: AtomicU64 = AtomicU64::new(0);
+static EXC_NAME: AtomicU64 = AtomicU64::new(0);
+/// What `exception_port_set` returned inside the activation: 1 ok, 2 failed.
+static EXC_SET: AtomicU32 = AtomicU32::new(0);
+
+/// An activation of our own port: sets the exception port of the thread that migrated in.
+fn exc_setter(req: &mut migrate::Request) {
+    let r = baton_rt::exception::exception_port_set(
+        EXC_TID.load(Ordering::SeqCst),
+        EXC_NAME.load(Ordering::SeqCst),
+    );
+    EXC_SET.store(if r.is_ok() { 1 } else { 2 }, Ordering::SeqCst);
+    req.reply(ECHO, &[]);
+}
+
+/// A helper thread: waits for its id to be recorded, then calls `TARGET` (our own port).
+fn exc_caller(_: u64) {
+    while EXC_TID.load(Ordering::SeqCst) == 0 {
+        let _ = baton_rt::sleep_ns(1_000_000);
+    }
+    let ok = IpcBuffer::new()
+        .and_then(|mut b| call(&mut b, TARGET.load(Ordering::Relaxed), ECHO, &[]))
+        .is_ok_and(|(id, _)| id == ECHO);
+    if !ok {
+        FAILED.fetch_add(1, Ordering::SeqCst);
+    }
+    DONE.fetch_add(1, Ordering::SeqCst);
+}
+
+/// An exception port set for the thread while it runs in an activation belongs to that
+/// activation: it goes when the call returns. A memory object's port (whose receive right
+/// the kernel keeps, and which goes with its last send right) shows a right the kernel
+/// kept and never gave back as a port that stays.
+fn own_exception_port() -> Result<(), Failed> {
+    let before = must("stats", stats())?;
+    let port = must("port", port_allocate(0))?;
+    let reply = must("reply port", port_allocate(0))?;
+    REPLY.store(reply, Ordering::Relaxed);
+    must("attach", migrate::attach(port, 1, exc_setter))?;
+    let send_right = must("make send", baton_rt::ipc::port_make_send(port, false))?;
+    let object = must("memobj_create", baton_rt::memobj::create(4096))?;
+    EXC_NAME.store(object, Ordering::SeqCst);
+    EXC_SET.store(0, Ordering::SeqCst);
+    EXC_TID.store(0, Ordering::SeqCst);
+    TARGET.store(send_right, Ordering::Relaxed);
+    DONE.store(0, Ordering::SeqCst);
+    FAILED.store(0, Ordering::SeqCst);
+    let stack = STACKS.take().ok_or(Failed)?;
+    let tid = must("spawn", spawn(stack, exc_caller, 0))?;
+    EXC_TID.store(tid, Ordering::SeqCst);
+    for _ in 0..5000 {
+        if DONE.load(Ordering::SeqCst) == 1 {
+            break;
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+    check!(
+        DONE.load(Ordering::SeqCst) == 1
+            && FAILED.load(Ordering::SeqCst) == 0
+            && EXC_SET.load(Ordering::SeqCst) == 1,
+        "an activation of our own port sets the exception port of the thread that migrated in, and returns (done {}, failed {}, set {})",
+        DONE.load(Ordering::SeqCst),
+        FAILED.load(Ordering::SeqCst),
+        EXC_SET.load(Ordering::SeqCst)
+    );
+    must("drop object", baton_rt::ipc::cap_drop(object))?;
+    must("drop send right", baton_rt::ipc::cap_drop(send_right))?;
+    must("drop port", baton_rt::ipc::cap_drop(port))?;
+    must("drop reply port", baton_rt::ipc::cap_drop(reply))?;
+    let now = baton_rt::check::settled(TEST, &before)?;
+    check!(
+        now.ports == before.ports && now.names == before.names,
+        "the activation's exception port went with the call: the memory object's port is gone (ports {} -> {}, names {} -> {})",
+        before.ports,
+        now.ports,
+        before.names,
+        now.names
+    );
+    Ok(())
 }
 
 /// One RPC of `data` with `id` to `server` through `buf`; the reply's id and data.
@@ -396,6 +480,8 @@ fn run() -> Result<(), Failed> {
         "the kernel heap does not grow round after round ({:?} bytes after each)",
         heap
     );
+    // Once, after the rounds: its activation's stack and buffer stay mapped in this task.
+    own_exception_port()?;
     Ok(())
 }
 
