@@ -237,6 +237,12 @@ pub fn lock() {
     }
 }
 
+/// Takes the big kernel lock if it is free, without waiting: whether it was taken.
+pub fn try_lock() -> bool {
+    BKL.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_ok()
+}
+
 /// Releases the big kernel lock.
 pub fn unlock() {
     BKL.store(false, Ordering::Release);
@@ -1269,7 +1275,7 @@ fn report_leaks(k: &Kernel) {
         }
     }
     let threads = k.threads.iter().filter(|(_, t)| t.task.is_some()).count();
-    if threads != 0 || k.acts.len() != 0 {
+    if threads != 0 || !k.acts.is_empty() {
         kprintln!(
             "[kernel] KERNEL LEAK: {threads} threads and {} activations alive after every task ended",
             k.acts.len()

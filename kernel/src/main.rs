@@ -12,6 +12,7 @@ extern crate alloc;
 mod activation;
 pub mod arch;
 mod control;
+mod debugger;
 mod device;
 mod exception;
 mod extension;

@@ -348,8 +348,8 @@ fn wait_watching(
 }
 
 /// Appends to `log` the hang's reason and, through the gdb stub on `port`, each CPU's
-/// registers and backtrace (symbols from the kernel image). Best effort: without gdb it
-/// says so.
+/// registers and backtrace (symbols from the kernel image), then has the kernel print its
+/// threads (what each waits on). Best effort: without gdb it says so.
 fn dump_stacks(log: &Path, images: &Images, port: u16, why: &str) {
     use std::io::Write;
     let mut text = format!("\n---- xtask fuzz: hang ({why}); each CPU's stack ----\n");
@@ -364,6 +364,10 @@ fn dump_stacks(log: &Path, images: &Images, port: u16, why: &str) {
         .args(["-ex", "info threads"])
         .args(["-ex", "thread apply all info registers rip rsp cr3"])
         .args(["-ex", "thread apply all bt 40"])
+        // The kernel's own report of its threads (`kernel/src/debugger.rs`), on the serial
+        // line and so in this log, after the stacks.
+        .args(["-ex", "set language c"])
+        .args(["-ex", "call (void)baton_debug_threads()"])
         .stdin(Stdio::null())
         .output();
     match out {
