@@ -745,6 +745,106 @@ impl Map {
         Ok(())
     }
 
+    /// Whether the entry at `start` and the entries next to it that continue its object's
+    /// window (at most 64 of them) are `refs` in all: then every reference to the object
+    /// is a piece of this one range of this map (the page-at-a-time reclaim's test).
+    pub(crate) fn only_pieces(&self, start: u64, refs: u32) -> bool {
+        let Some(e) = self.entries.get(start).copied() else {
+            return false;
+        };
+        let mut n = 1u32;
+        let (mut ls, mut l) = (start, e);
+        while n <= 64 {
+            let Some((ps, p)) = self.entries.floor(ls.wrapping_sub(1)) else {
+                break;
+            };
+            if ls == 0
+                || p.end != ls
+                || p.object != e.object
+                || p.offset.checked_add(p.end - ps) != Some(l.offset)
+            {
+                break;
+            }
+            n += 1;
+            (ls, l) = (ps, *p);
+        }
+        let (mut rs, mut r) = (start, e);
+        while n <= 64 {
+            let Some(q) = self.entries.get(r.end).copied() else {
+                break;
+            };
+            if q.object != e.object || r.offset.checked_add(r.end - rs) != Some(q.offset) {
+                break;
+            }
+            n += 1;
+            (rs, r) = (r.end, q);
+        }
+        n == refs
+    }
+
+    /// Clears the copy-on-write flag of the one page at `page` (the experiment's
+    /// page-at-a-time reclaim), as [`Map::protect_page`] changes one page's protection:
+    /// in place, by moving a boundary, or by a split.
+    pub(crate) fn uncow_page<F: Copy>(
+        &mut self,
+        objs: &mut Objects<F>,
+        page: u64,
+    ) -> Result<(), Error> {
+        let end = page + super::PAGE_SIZE;
+        let (s, e) = self.entry(page).ok_or(Error::BadAddress)?;
+        let new = Entry { cow: false, ..e };
+        let left = self
+            .entries
+            .floor(s.wrapping_sub(1))
+            .filter(|(ls, l)| s > 0 && *ls < s && l.end == s)
+            .map(|(ls, l)| (ls, *l));
+        let right = self.entries.get(e.end).copied();
+        if s == page && e.end == end {
+            let now = left.is_some_and(|(ls, l)| alike(ls, &l, &new)) as usize
+                + right.is_some_and(|r| alike(s, &new, &r)) as usize;
+            if let Some(me) = self.entries.get_mut(s) {
+                me.cow = false;
+            }
+            self.slack += now;
+        } else if let Some((ls, _)) = left.filter(|(ls, l)| s == page && alike(*ls, l, &new)) {
+            if !self.entries.rekey(s, end) {
+                return Err(Error::NoSpace);
+            }
+            if let Some(me) = self.entries.get_mut(end) {
+                me.offset = e.offset.saturating_add(super::PAGE_SIZE);
+            }
+            if let Some(l) = self.entries.get_mut(ls) {
+                l.end = end;
+            }
+        } else if let Some(r) = right.filter(|r| {
+            let mine = Entry {
+                offset: e.offset.wrapping_add(page - s),
+                ..new
+            };
+            e.end == end && alike(page, &mine, r)
+        }) {
+            if !self.entries.rekey(end, page) {
+                return Err(Error::NoSpace);
+            }
+            if let Some(rn) = self.entries.get_mut(page) {
+                rn.offset = r.offset.saturating_sub(super::PAGE_SIZE);
+            }
+            if let Some(me) = self.entries.get_mut(s) {
+                me.end = page;
+            }
+        } else {
+            self.clip_range(objs, page, end)?;
+            if let Some(me) = self.entries.get_mut(page) {
+                me.cow = false;
+            }
+        }
+        if self.slack > SLACK_MAX {
+            self.coalesce(objs, self.lo, self.hi);
+            self.slack = 0;
+        }
+        Ok(())
+    }
+
     /// Sets the inheritance of `[start, start + len)`, which must be mapped throughout.
     pub fn inherit<F: Copy>(
         &mut self,
