@@ -1013,7 +1013,9 @@ fn fault_in(
                     let flags = MapFlags::user_shared(writable, fault.executable);
                     changed |= enter(t, &mut mem, page, frame, flags)?;
                     if reclaimed {
-                        write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                        let raised = write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                        tv.stats.reclaimed_ahead(raised);
+                        vm.stats.reclaimed_ahead(raised);
                     }
                     return Ok(frame);
                 }
@@ -1038,7 +1040,9 @@ fn fault_in(
                         let flags = MapFlags::user_shared(writable, fault.executable);
                         changed |= enter(t, &mut mem, page, f, flags)?;
                         if reclaimed {
-                            write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                            let raised = write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                            tv.stats.reclaimed_ahead(raised);
+                            vm.stats.reclaimed_ahead(raised);
                         }
                         return Ok(f);
                     }
@@ -1177,16 +1181,18 @@ fn fault_in(
 /// map the frame it names, so that the stores that follow take no fault (without it each
 /// took one, which found the entry writable and only upgraded the translation: the
 /// `vm.reclaim.<n>` rows, `docs/vm.md`). Only permissions are raised: no shootdown is due
-/// (a stale read-only entry in a TLB costs at most a spurious fault).
+/// (a stale read-only entry in a TLB costs at most a spurious fault). How many
+/// translations it made writable (Table 3-10's pages reclaimed, with the faulting one).
 fn write_ahead(
     map: &Map,
     objects: &mut Objects<PhysAddr>,
     t: &mut crate::kernel::Task,
     mem: &mut KernelMem<'_>,
     page: u64,
-) {
+) -> u64 {
+    let mut raised = 0;
     kern::vm::fault::reclaim_ahead(map, objects, page, |va, frame| {
-        t.space.update_leaves(mem, va, va + PAGE_SIZE, |_, pte| {
+        raised += t.space.update_leaves(mem, va, va + PAGE_SIZE, |_, pte| {
             if pte & ADDR_MASK == frame.0 && pte & OWNED == 0 {
                 pte | WRITABLE
             } else {
@@ -1194,6 +1200,7 @@ fn write_ahead(
             }
         });
     });
+    raised
 }
 
 /// Enters the translation of `page` to `frame` in task `t`'s page tables, each page-table

@@ -163,11 +163,12 @@ pub struct Fault<F> {
     /// finds the pager gone).
     pub class: Option<FaultClass>,
     /// `Some(pages)` when this fault cleared its entry's copy-on-write flag (a reclaim:
-    /// the whole entry at once, Accent's reclaim-ahead), with the pages that reclaim gave
-    /// write permission back to as Table 3-10 counts them: those the entry's own object
-    /// holds in the entry's window (resident or paged out), and the faulting page when
-    /// this fault fills it there. Pages the object does not hold are not counted: a
-    /// later write to one is a zero fill or a copy, not a reclaim.
+    /// the whole entry at once), with the pages whose write permission it gives back as
+    /// Accent's Table 3-10 counts them ("CopyOnWrite reclaims of N pages"): here the
+    /// faulting page, 1, when it is the object's own (resident or paged out there, or
+    /// filled there by this fault), else 0 (a page of an object below is copied). The
+    /// pages that follow it and whose translations the kernel then makes writable
+    /// ([`reclaim_ahead`]) are added by the kernel ([`FaultStats::reclaimed_ahead`]).
     pub reclaimed: Option<u64>,
     /// Whether the entry allows instruction fetches (a translation the fault enters is
     /// executable then); `false` when no entry maps the address.
@@ -227,6 +228,12 @@ impl FaultStats {
             Some(FaultClass::CopyOnWriteReclaim) | None => return,
         };
         *slot += 1;
+    }
+
+    /// Counts `pages` more reclaimed by the last reclaim: the translations
+    /// [`reclaim_ahead`] had made writable.
+    pub fn reclaimed_ahead(&mut self, pages: u64) {
+        self.cow_reclaimed_pages += pages;
     }
 
     /// Accent's "address faults": faults that found no translation.
@@ -298,14 +305,6 @@ pub fn write_in_place<F: Copy>(map: &Map, objs: &mut Objects<F>, page: u64) -> O
     Some(frame)
 }
 
-/// Whether a reclaim gives the whole entry back (reclaim-ahead), or only the faulting
-/// page (the experiment's variant).
-const RECLAIM_AHEAD: bool = true;
-
-fn obj_refs<F: Copy>(objs: &Objects<F>, id: ObjectId) -> u32 {
-    objs.get(id).map_or(0, |o| o.refs())
-}
-
 /// Most pages [`reclaim_ahead`] offers after one reclaim (a bound on the fault's time).
 pub const RECLAIM_AHEAD_MAX: usize = 1024;
 
@@ -357,7 +356,7 @@ pub fn resolve<F: Copy>(
     access: Access,
 ) -> Result<Fault<F>, Error> {
     let page = addr & !(PAGE_SIZE - 1);
-    let Some((mut start, mut e)) = map.entry(page) else {
+    let Some((start, mut e)) = map.entry(page) else {
         return Ok(done(Decision::AddressError, FaultClass::AddressError, None));
     };
     if !e.prot.allows(access) {
@@ -368,7 +367,7 @@ pub fn resolve<F: Copy>(
         ));
     }
     let obj = objs.get(e.object).ok_or(Error::NotFound)?;
-    let mut rel = page - start;
+    let rel = page - start;
     if let Kind::Physical { base, uncached } = obj.kind() {
         let addr = base
             .checked_add(e.offset)
@@ -385,30 +384,14 @@ pub fn resolve<F: Copy>(
     // Whether the entry's object has a copy object (a zero fill may then need a push).
     let (first, first_has_copy) = (e.object, obj.copy().is_some());
     let mut reclaimed = None;
-    if access == Access::Write
-        && e.cow
-        && !RECLAIM_AHEAD
-        && obj.kind() == Kind::Anonymous
-        && map.only_pieces(start, obj.refs())
-    {
-        // The experiment's page-at-a-time reclaim: only the faulting page's entry loses
-        // its copy-on-write flag (split off, or joined to a neighbour already given back).
-        let held = obj.held_in(e.offset + rel, e.offset + rel + PAGE_SIZE);
-        map.uncow_page(objs, page)?;
-        let (s, ne) = map.entry(page).ok_or(Error::NotFound)?;
-        (start, e, rel) = (s, ne, page - s);
-        reclaimed = Some(held);
-    }
     if access == Access::Write && e.cow {
-        if obj_refs(objs, e.object) == 1
-            && objs.get(e.object).map(|o| o.kind()) == Some(Kind::Anonymous)
-        {
+        if obj.refs() == 1 && obj.kind() == Kind::Anonymous {
             // Nothing else sees the object: the entry simply owns it again, every page
-            // of it at once (reclaim-ahead).
+            // of it at once (a page at a time costs more: `docs/vm.md`, "Copy-on-write
+            // reclaim, and reclaiming ahead"). The faulting page counts as reclaimed when
+            // it is the object's own.
             e.cow = false;
-            reclaimed = objs
-                .get(e.object)
-                .map(|o| o.held_in(e.offset, e.offset + (e.end - start)));
+            reclaimed = Some(u64::from(obj.page(e.offset + rel).is_some()));
         } else {
             // The entry's own shadow takes over its reference to the object.
             let len = e.end - start;

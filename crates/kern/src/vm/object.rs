@@ -196,15 +196,6 @@ impl<F: Copy> Object<F> {
             Page::PagingIn | Page::Failed | Page::Out { .. } => None,
         })
     }
-    /// Pages held (resident, paged out or being paged in) at offsets in `[from, to)`:
-    /// the count of the whole tree when the range covers the object, a walk of the
-    /// range's pages otherwise.
-    pub fn held_in(&self, from: u64, to: u64) -> u64 {
-        if from == 0 && to >= self.size {
-            return self.pages.len() as u64;
-        }
-        self.pages.range(from, to).count() as u64
-    }
     /// Resident pages at offsets in `[from, to)`.
     pub fn resident_in(&self, from: u64, to: u64) -> u64 {
         self.pages
