@@ -336,10 +336,10 @@ pub fn reclaim_ahead<F: Copy>(
     let from = e.offset + (page - start);
     let to = e.offset + (e.end - start);
     let mut any = false;
-    for (off, frame) in o.resident_range(from, to).take(RECLAIM_AHEAD_MAX) {
+    o.each_resident(from, to, RECLAIM_AHEAD_MAX, |off, frame| {
         f(start + (off - e.offset), frame);
         any = true;
-    }
+    });
     if any {
         objs.mark_written(e.object);
     }
