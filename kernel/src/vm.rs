@@ -96,6 +96,9 @@ struct Wiring {
     start: u64,
     len: u64,
     owner: Owner,
+    /// Whether the range mapped a pager-backed object when it was wired (counted in
+    /// [`Vm::pager_wirings`]; a wired range's entries keep their objects).
+    pager: bool,
 }
 
 /// One task's memory: its map, counters and wirings.
@@ -110,6 +113,10 @@ struct TaskVm {
 /// The family's state.
 pub struct Vm {
     objects: Objects<PhysAddr>,
+    /// Wirings, of every task, whose range maps a pager-backed object ([`Wiring::pager`]):
+    /// while there are none, a flush's [`harvest_dirty`] needs no look at any task's
+    /// wirings, so its cost does not grow with the number of tasks.
+    pager_wirings: usize,
     tasks: IdSlab<TaskVm>,
     stats: FaultStats,
     /// A kernel copy of this thread's call met a page being paged in (see
@@ -133,6 +140,7 @@ unsafe fn state() -> &'static mut Vm {
     unsafe {
         VM.get_or_make(|| Vm {
             objects: Objects::new(OBJECTS_MAX),
+            pager_wirings: 0,
             tasks: IdSlab::new(),
             stats: FaultStats::default(),
             page_wait: None,
@@ -919,6 +927,8 @@ fn free_map(k: &mut Kernel, vm: &mut Vm, id: TaskId) {
     let fin = m.finish();
     vm.rmap.task_gone(id);
     let heap = tv.wirings.len() as u64 * WIRING_BYTES;
+    let pagers = tv.wirings.iter().filter(|w| w.pager).count();
+    vm.pager_wirings = vm.pager_wirings.saturating_sub(pagers);
     tv.map.account().give(Resource::Heap, heap);
     vm.tasks.discard(&id);
     settle(k, vm, fin, None);
@@ -954,7 +964,7 @@ fn count_failure(vm: &mut Vm, task: TaskId, access: Access) {
     let f: kern::vm::fault::Fault<PhysAddr> = kern::vm::fault::Fault {
         decision: Decision::AddressError,
         class: Some(FaultClass::AddressError),
-        reclaimed_pages: 0,
+        reclaimed: None,
         executable: false,
     };
     vm.stats.record(access, &f);
@@ -979,6 +989,8 @@ fn fault_in(
     let mut unmap_from: Option<PhysAddr> = None;
     let mut unmap_more = false;
     let mut changed = false;
+    // Whether the first round reclaimed the entry (its translations follow: `write_ahead`).
+    let mut reclaimed = false;
     let result = (|| {
         let tv = vm.tasks.get_mut(&task).ok_or(Failure::Address)?;
         let t = k.tasks.get_mut(&task).ok_or(Failure::Address)?;
@@ -994,11 +1006,17 @@ fn fault_in(
             if round == 0 {
                 tv.stats.record(access, &fault);
                 vm.stats.record(access, &fault);
+                reclaimed = fault.reclaimed.is_some();
             }
             match fault.decision {
                 Decision::Map { frame, writable } => {
                     let flags = MapFlags::user_shared(writable, fault.executable);
                     changed |= enter(t, &mut mem, page, frame, flags)?;
+                    if reclaimed {
+                        let raised = write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                        tv.stats.reclaimed_ahead(raised);
+                        vm.stats.reclaimed_ahead(raised);
+                    }
                     return Ok(frame);
                 }
                 Decision::ZeroFill {
@@ -1021,6 +1039,11 @@ fn fault_in(
                     if let Some(writable) = then_map {
                         let flags = MapFlags::user_shared(writable, fault.executable);
                         changed |= enter(t, &mut mem, page, f, flags)?;
+                        if reclaimed {
+                            let raised = write_ahead(&tv.map, &mut vm.objects, t, &mut mem, page);
+                            tv.stats.reclaimed_ahead(raised);
+                            vm.stats.reclaimed_ahead(raised);
+                        }
                         return Ok(f);
                     }
                 }
@@ -1150,6 +1173,34 @@ fn fault_in(
         shootdown(k, task);
     }
     result
+}
+
+/// Accent's reclaim-ahead (section 2.2.5) carried to the translations: after a fault at
+/// `page` reclaimed its entry, this task's translations of the resident pages that follow
+/// it in the entry (`kern::vm::fault::reclaim_ahead`) are made writable where they still
+/// map the frame it names, so that the stores that follow take no fault (without it each
+/// took one, which found the entry writable and only upgraded the translation: the
+/// `vm.reclaim.<n>` rows, `docs/vm.md`). Only permissions are raised: no shootdown is due
+/// (a stale read-only entry in a TLB costs at most a spurious fault). How many
+/// translations it made writable (Table 3-10's pages reclaimed, with the faulting one).
+fn write_ahead(
+    map: &Map,
+    objects: &mut Objects<PhysAddr>,
+    t: &mut crate::kernel::Task,
+    mem: &mut KernelMem<'_>,
+    page: u64,
+) -> u64 {
+    let mut raised = 0;
+    kern::vm::fault::reclaim_ahead(map, objects, page, |va, frame| {
+        raised += t.space.update_leaves(mem, va, va + PAGE_SIZE, |_, pte| {
+            if pte & ADDR_MASK == frame.0 && pte & OWNED == 0 {
+                pte | WRITABLE
+            } else {
+                pte
+            }
+        });
+    });
+    raised
 }
 
 /// Enters the translation of `page` to `frame` in task `t`'s page tables, each page-table
@@ -1644,7 +1695,11 @@ fn harvest_dirty_by_rmap(
     }
     shoot.fire(k);
     // The buffers the kernel writes there count as written (`kernel_stores`): a list of
-    // a few wirings a task, looked at without its map's entries or page tables.
+    // a few wirings a task, looked at without its map's entries or page tables, and only
+    // while some wiring maps a pager-backed object at all.
+    if vm.pager_wirings == 0 {
+        return true;
+    }
     for tv in vm.tasks.values() {
         for w in tv.wirings.iter().filter(|w| kernel_stores(w)) {
             let mut va = w.start;
@@ -1829,13 +1884,34 @@ fn wire_in(
         });
     }
     if let Some(tv) = vm.tasks.get_mut(&task) {
+        let pager = maps_pager(&tv.map, &vm.objects, va, va + len);
+        vm.pager_wirings += usize::from(pager);
         tv.wirings.push(Wiring {
             start: va,
             len,
             owner,
+            pager,
         });
     }
     Ok(())
+}
+
+/// Whether an entry of `[start, end)` of `map` maps a pager-backed object.
+fn maps_pager(map: &Map, objects: &Objects<PhysAddr>, start: u64, end: u64) -> bool {
+    let mut cur = start;
+    while cur < end {
+        let Some((_, e)) = map.entry(cur) else {
+            return false;
+        };
+        if objects
+            .get(e.object)
+            .is_some_and(|o| matches!(o.kind(), Kind::Pager { .. }))
+        {
+            return true;
+        }
+        cur = e.end;
+    }
+    false
 }
 
 /// Undoes one wiring of exactly `[va, va + len)` for `owner` ([`Error::InvalidArgument`]
@@ -1875,6 +1951,7 @@ fn unwire_in(
             return Ok(n);
         };
         let w = tv.wirings.swap_remove(i);
+        vm.pager_wirings = vm.pager_wirings.saturating_sub(usize::from(w.pager));
         tv.map.account().give(Resource::Heap, WIRING_BYTES);
         if kernel_stores(&w) {
             mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);
@@ -1947,6 +2024,7 @@ fn purge_stale(k: &mut Kernel, vm: &mut Vm, task: TaskId) -> Result<(), Error> {
             break;
         };
         let w = tv.wirings.swap_remove(i);
+        vm.pager_wirings = vm.pager_wirings.saturating_sub(usize::from(w.pager));
         tv.map.account().give(Resource::Heap, WIRING_BYTES);
         if kernel_stores(&w) {
             mark_written(&tv.map, &vm.objects, w.start, w.start + w.len);

@@ -160,6 +160,9 @@ pub struct VmStats {
     pub pager_fills: u64,
     pub cow_copies: u64,
     pub cow_reclaims: u64,
+    /// Pages those reclaims gave write access back to: the pages the entry's object held
+    /// in the entry's window (resident or paged out), and the faulting page when the
+    /// fault filled it there (Accent's Table 3-10, "CopyOnWrite reclaims of N pages").
     pub cow_reclaimed_pages: u64,
     /// Resident pages (the task's mapped ones; or every object's).
     pub resident: u64,

@@ -162,9 +162,14 @@ pub struct Fault<F> {
     /// The class (`None` for a fault that waits for a page-in already asked for, or
     /// finds the pager gone).
     pub class: Option<FaultClass>,
-    /// Pages whose copy-on-write flag this fault cleared (Accent's reclaim, here always
-    /// the whole entry: reclaim-ahead comes free).
-    pub reclaimed_pages: u64,
+    /// `Some(pages)` when this fault cleared its entry's copy-on-write flag (a reclaim:
+    /// the whole entry at once), with the pages whose write permission it gives back as
+    /// Accent's Table 3-10 counts them ("CopyOnWrite reclaims of N pages"): here the
+    /// faulting page, 1, when it is the object's own (resident or paged out there, or
+    /// filled there by this fault), else 0 (a page of an object below is copied). The
+    /// pages that follow it and whose translations the kernel then makes writable
+    /// ([`reclaim_ahead`]) are added by the kernel ([`FaultStats::reclaimed_ahead`]).
+    pub reclaimed: Option<u64>,
     /// Whether the entry allows instruction fetches (a translation the fault enters is
     /// executable then); `false` when no entry maps the address.
     pub executable: bool,
@@ -208,9 +213,9 @@ impl FaultStats {
             Access::Write => self.write_faults += 1,
             Access::Execute => self.execute_faults += 1,
         }
-        if fault.reclaimed_pages > 0 {
+        if let Some(pages) = fault.reclaimed {
             self.cow_reclaims += 1;
-            self.cow_reclaimed_pages += fault.reclaimed_pages;
+            self.cow_reclaimed_pages += pages;
         }
         let slot = match fault.class {
             Some(FaultClass::AddressError) => &mut self.address_errors,
@@ -219,10 +224,16 @@ impl FaultStats {
             Some(FaultClass::MemoryFill) => &mut self.memory_fills,
             Some(FaultClass::PagerFill) => &mut self.pager_fills,
             Some(FaultClass::CopyOnWriteCopy) => &mut self.cow_copies,
-            // Counted with `reclaimed_pages` above.
+            // Counted with `reclaimed` above.
             Some(FaultClass::CopyOnWriteReclaim) | None => return,
         };
         *slot += 1;
+    }
+
+    /// Counts `pages` more reclaimed by the last reclaim: the translations
+    /// [`reclaim_ahead`] had made writable.
+    pub fn reclaimed_ahead(&mut self, pages: u64) {
+        self.cow_reclaimed_pages += pages;
     }
 
     /// Accent's "address faults": faults that found no translation.
@@ -247,11 +258,11 @@ impl FaultStats {
     }
 }
 
-fn done<F>(decision: Decision<F>, class: FaultClass, reclaimed_pages: u64) -> Fault<F> {
+fn done<F>(decision: Decision<F>, class: FaultClass, reclaimed: Option<u64>) -> Fault<F> {
     Fault {
         decision,
         class: Some(class),
-        reclaimed_pages,
+        reclaimed,
         executable: false,
     }
 }
@@ -294,6 +305,46 @@ pub fn write_in_place<F: Copy>(map: &Map, objs: &mut Objects<F>, page: u64) -> O
     Some(frame)
 }
 
+/// Most pages [`reclaim_ahead`] offers after one reclaim (a bound on the fault's time).
+pub const RECLAIM_AHEAD_MAX: usize = 1024;
+
+/// Accent's reclaim-ahead (section 2.2.5) carried to the translations: after a fault at
+/// `page` reclaimed its entry ([`Fault::reclaimed`]), the pages that follow it in the
+/// entry (at most [`RECLAIM_AHEAD_MAX`]) that the entry's object holds resident, each with
+/// its frame: a translation of one to that frame may now allow writing, exactly as
+/// [`write_in_place`] would decide at a store's fault (the entry writable and no longer
+/// copy-on-write, an anonymous object with no copy object to push into and no locks).
+/// Marks the object written when it offers any. Nothing when the entry does not qualify.
+pub fn reclaim_ahead<F: Copy>(
+    map: &Map,
+    objs: &mut Objects<F>,
+    page: u64,
+    mut f: impl FnMut(u64, F),
+) {
+    let Some((start, e)) = map.entry(page) else {
+        return;
+    };
+    if e.cow || !e.prot.contains(Prot::WRITE) || objs.has_locks(e.object) {
+        return;
+    }
+    let Some(o) = objs.get(e.object) else {
+        return;
+    };
+    if o.kind() != Kind::Anonymous || o.copy().is_some() {
+        return;
+    }
+    let from = e.offset + (page - start);
+    let to = e.offset + (e.end - start);
+    let mut any = false;
+    o.each_resident(from, to, RECLAIM_AHEAD_MAX, |off, frame| {
+        f(start + (off - e.offset), frame);
+        any = true;
+    });
+    if any {
+        objs.mark_written(e.object);
+    }
+}
+
 /// Decides what an `access` at `addr` in `map` needs. See the module documentation.
 /// Errors: [`Error::NoMemory`] when a shadow or a page-in record cannot be allocated
 /// (nothing changed), [`Error::NotFound`] when the map names an object that is gone
@@ -306,10 +357,14 @@ pub fn resolve<F: Copy>(
 ) -> Result<Fault<F>, Error> {
     let page = addr & !(PAGE_SIZE - 1);
     let Some((start, mut e)) = map.entry(page) else {
-        return Ok(done(Decision::AddressError, FaultClass::AddressError, 0));
+        return Ok(done(Decision::AddressError, FaultClass::AddressError, None));
     };
     if !e.prot.allows(access) {
-        return Ok(done(Decision::ProtectionError, FaultClass::WriteError, 0));
+        return Ok(done(
+            Decision::ProtectionError,
+            FaultClass::WriteError,
+            None,
+        ));
     }
     let obj = objs.get(e.object).ok_or(Error::NotFound)?;
     let rel = page - start;
@@ -324,16 +379,19 @@ pub fn resolve<F: Copy>(
             writable,
             uncached,
         };
-        return Ok(done(d, FaultClass::MemoryFill, 0));
+        return Ok(done(d, FaultClass::MemoryFill, None));
     }
     // Whether the entry's object has a copy object (a zero fill may then need a push).
     let (first, first_has_copy) = (e.object, obj.copy().is_some());
-    let mut reclaimed_pages = 0;
+    let mut reclaimed = None;
     if access == Access::Write && e.cow {
         if obj.refs() == 1 && obj.kind() == Kind::Anonymous {
-            // Nothing else sees the object: the entry simply owns it again.
+            // Nothing else sees the object: the entry simply owns it again, every page
+            // of it at once (a page at a time costs more: `docs/vm.md`, "Copy-on-write
+            // reclaim, and reclaiming ahead"). The faulting page counts as reclaimed when
+            // it is the object's own.
             e.cow = false;
-            reclaimed_pages = (e.end - start) / PAGE_SIZE;
+            reclaimed = Some(u64::from(obj.page(e.offset + rel).is_some()));
         } else {
             // The entry's own shadow takes over its reference to the object.
             let len = e.end - start;
@@ -348,7 +406,7 @@ pub fn resolve<F: Copy>(
     }
     let top = e.object;
     let off = e.offset + rel;
-    let class_if_in_top = if reclaimed_pages > 0 {
+    let class_if_in_top = if reclaimed.is_some() {
         FaultClass::CopyOnWriteReclaim
     } else {
         FaultClass::MemoryFill
@@ -386,7 +444,7 @@ pub fn resolve<F: Copy>(
                 return Ok(Fault {
                     decision,
                     class: None,
-                    reclaimed_pages,
+                    reclaimed,
                     executable: e.prot.contains(Prot::EXECUTE),
                 });
             }
@@ -399,7 +457,7 @@ pub fn resolve<F: Copy>(
                     };
                     return Ok(Fault {
                         executable: e.prot.contains(Prot::EXECUTE),
-                        ..done(d, class_if_in_top, reclaimed_pages)
+                        ..done(d, class_if_in_top, reclaimed)
                     });
                 }
             }
@@ -413,7 +471,7 @@ pub fn resolve<F: Copy>(
                 uncached,
             },
             FaultClass::MemoryFill,
-            reclaimed_pages,
+            reclaimed,
         ),
         Found::Zero => {
             // After the fill the page is `top`'s own (depth 0): the next round would map
@@ -434,7 +492,8 @@ pub fn resolve<F: Copy>(
                     then_map,
                 },
                 FaultClass::ZeroFill,
-                reclaimed_pages,
+                // A reclaim's faulting page, filled into the object it gave back.
+                reclaimed.map(|pages| pages + 1),
             )
         }
         Found::PagingIn { object, offset }
@@ -446,7 +505,7 @@ pub fn resolve<F: Copy>(
         } => Fault {
             decision: Decision::Wait { object, offset },
             class: None,
-            reclaimed_pages,
+            reclaimed,
             executable: false,
         },
         Found::Out {
@@ -463,7 +522,7 @@ pub fn resolve<F: Copy>(
                     slot,
                 },
                 FaultClass::PagerFill,
-                reclaimed_pages,
+                reclaimed,
             )
         }
         Found::Failed { object, offset }
@@ -475,7 +534,7 @@ pub fn resolve<F: Copy>(
         } => Fault {
             decision: Decision::PagerError { object, offset },
             class: None,
-            reclaimed_pages,
+            reclaimed,
             executable: false,
         },
         Found::Pager {
@@ -492,7 +551,7 @@ pub fn resolve<F: Copy>(
                     offset,
                 },
                 FaultClass::PagerFill,
-                reclaimed_pages,
+                reclaimed,
             )
         }
         Found::Resident {
@@ -508,7 +567,7 @@ pub fn resolve<F: Copy>(
                         unmap_from: true,
                     },
                     FaultClass::CopyOnWriteCopy,
-                    reclaimed_pages,
+                    reclaimed,
                 ),
                 _ => {
                     let writable = !e.cow && e.prot.contains(Prot::WRITE) && push.is_none();
@@ -518,7 +577,7 @@ pub fn resolve<F: Copy>(
                     done(
                         Decision::Map { frame, writable },
                         class_if_in_top,
-                        reclaimed_pages,
+                        reclaimed,
                     )
                 }
             }
@@ -534,7 +593,7 @@ pub fn resolve<F: Copy>(
                         unmap_from: shared,
                     },
                     FaultClass::CopyOnWriteCopy,
-                    reclaimed_pages,
+                    reclaimed,
                 )
             }
             Access::Read | Access::Execute => done(
@@ -543,7 +602,7 @@ pub fn resolve<F: Copy>(
                     writable: false,
                 },
                 FaultClass::MemoryFill,
-                reclaimed_pages,
+                reclaimed,
             ),
         },
     };

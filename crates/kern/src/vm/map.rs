@@ -519,9 +519,9 @@ impl Map {
             return;
         }
         let len = e.end - start;
-        for (off, frame) in o.resident_range(e.offset, e.offset + len).take(max) {
+        o.each_resident(e.offset, e.offset + len, max, |off, frame| {
             enter(start + (off - e.offset), frame);
-        }
+        });
     }
 
     /// Maps the window `[offset, offset + len)` of the image object `object`

@@ -196,6 +196,22 @@ impl<F: Copy> Object<F> {
             Page::PagingIn | Page::Failed | Page::Out { .. } => None,
         })
     }
+    /// Calls `f(offset, frame)` for at most `max` resident pages at offsets in `[from,
+    /// to)`, in offset order: what [`Object::resident_range`] gives, in one walk of the
+    /// page tree instead of a search from its root for each page (`Tree::each_in`).
+    pub fn each_resident(&self, from: u64, to: u64, max: usize, mut f: impl FnMut(u64, F)) {
+        let mut left = max;
+        if left == 0 {
+            return;
+        }
+        self.pages.each_in(from, to, |off, p| {
+            if let Page::Resident(frame) = p {
+                f(off, *frame);
+                left -= 1;
+            }
+            left > 0
+        });
+    }
     /// Resident pages at offsets in `[from, to)`.
     pub fn resident_in(&self, from: u64, to: u64) -> u64 {
         self.pages

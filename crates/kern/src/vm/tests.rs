@@ -134,10 +134,12 @@ impl Sim {
                 return Ok(*f);
             }
         }
+        let mut reclaimed = false;
         for round in 0..6 {
             let fault = resolve(map, &mut self.objs, addr, access).unwrap();
             if round == 0 {
                 self.stats.record(access, &fault);
+                reclaimed = fault.reclaimed.is_some();
             }
             match fault.decision {
                 Decision::Map { frame, writable } => {
@@ -147,6 +149,9 @@ impl Sim {
                         .entry(task)
                         .or_default()
                         .insert(page, (frame, writable));
+                    if reclaimed {
+                        self.reclaim_ahead(task, map, page);
+                    }
                     return Ok(frame);
                 }
                 Decision::ZeroFill {
@@ -166,6 +171,9 @@ impl Sim {
                             .entry(task)
                             .or_default()
                             .insert(page, (f, writable));
+                        if reclaimed {
+                            self.reclaim_ahead(task, map, page);
+                        }
                         return Ok(f);
                     }
                 }
@@ -197,6 +205,23 @@ impl Sim {
             }
         }
         panic!("fault at {addr:#x} took more than six rounds");
+    }
+
+    /// What the kernel does after a reclaim: the translations `reclaim_ahead` offers
+    /// are made writable where they still map the frame it names.
+    /// Those it changed count as reclaimed pages, as the kernel counts them.
+    fn reclaim_ahead(&mut self, task: usize, map: &Map, page: u64) {
+        let pt = self.mmu.pts.entry(task).or_default();
+        let mut raised = 0;
+        super::fault::reclaim_ahead(map, &mut self.objs, page, |va, frame| {
+            if let Some((f, w)) = pt.get_mut(&va) {
+                if *f == frame && !*w {
+                    *w = true;
+                    raised += 1;
+                }
+            }
+        });
+        self.stats.reclaimed_ahead(raised);
     }
 
     /// Page replacement: up to `n` pages chosen by the clock (`referenced` says which
@@ -676,6 +701,90 @@ fn fork_by_inheritance() {
     sim.end_task(0, &mut p);
     assert!(sim.objs.is_empty());
     assert!(sim.mmu.mem.is_empty());
+}
+
+/// A copy of 8 pages of which 5 were written, whose source then ends; the copy's task
+/// and map, with the copy's address.
+fn orphaned_copy(sim: &mut Sim) -> (Map, u64) {
+    let mut src = sim.map();
+    let a = alloc(sim, &mut src, Placement::Anywhere, 8 * P).unwrap();
+    for i in 0..5 {
+        sim.write(0, &mut src, a + i * P, 10 + i).unwrap();
+    }
+    let mut dst = sim.map();
+    sim.mmu.current = 0;
+    let b = copy_region(
+        &mut src,
+        &mut sim.objs,
+        a,
+        8 * P,
+        false,
+        &mut dst,
+        Placement::Anywhere,
+        &mut sim.mmu,
+    )
+    .unwrap();
+    sim.end_task(0, &mut src);
+    (dst, b)
+}
+
+#[test]
+fn a_reclaim_counts_the_pages_it_gives_back() {
+    // Table 3-10's "CopyOnWrite reclaims of N pages": the pages whose write permission
+    // one reclaim gave back in the translations: the faulting page and the translated
+    // pages after it (pages 2, 3 and 4 of the 5 written and read), not the window's 8.
+    let mut sim = Sim::new();
+    let (mut dst, b) = orphaned_copy(&mut sim);
+    // The written pages read first: read-only translations of the object's pages.
+    for i in 0..5 {
+        assert_eq!(sim.read(1, &mut dst, b + i * P).unwrap(), 10 + i);
+    }
+    let before = sim.stats;
+    sim.write(1, &mut dst, b + 2 * P, 99).unwrap();
+    assert_eq!(sim.stats.cow_reclaims - before.cow_reclaims, 1);
+    assert_eq!(
+        sim.stats.cow_reclaimed_pages - before.cow_reclaimed_pages,
+        3
+    );
+    // The other written pages were reclaimed ahead: their writes are neither reclaims
+    // nor copies, and the translations of those that follow the faulting page were
+    // made writable with it (no fault at all); those before it fault once each, and an
+    // untouched page is a zero fill.
+    for i in [3, 4] {
+        sim.write(1, &mut dst, b + i * P, 100 + i).unwrap();
+    }
+    assert_eq!(sim.stats.faults - before.faults, 1, "written ahead");
+    for i in [0, 1, 6] {
+        sim.write(1, &mut dst, b + i * P, 100 + i).unwrap();
+    }
+    assert_eq!(sim.stats.faults - before.faults, 4);
+    assert_eq!(sim.stats.cow_reclaims - before.cow_reclaims, 1);
+    assert_eq!(
+        sim.stats.cow_reclaimed_pages - before.cow_reclaimed_pages,
+        3
+    );
+    assert_eq!(sim.stats.cow_copies, before.cow_copies);
+    assert_eq!(sim.stats.zero_fills - before.zero_fills, 1);
+    assert_eq!(sim.read(1, &mut dst, b + 2 * P).unwrap(), 99);
+    sim.end_task(1, &mut dst);
+    assert!(sim.objs.is_empty());
+
+    // A reclaim whose faulting page the object does not hold yet fills it there (a zero
+    // fill, which counts), in a copy with no translation to raise: 1.
+    let mut sim = Sim::new();
+    let (mut dst, b) = orphaned_copy(&mut sim);
+    let before = sim.stats;
+    sim.write(1, &mut dst, b + 7 * P, 1).unwrap();
+    sim.write(1, &mut dst, b + 4 * P, 1).unwrap();
+    assert_eq!(sim.stats.cow_reclaims - before.cow_reclaims, 1);
+    assert_eq!(
+        sim.stats.cow_reclaimed_pages - before.cow_reclaimed_pages,
+        1
+    );
+    assert_eq!(sim.stats.zero_fills - before.zero_fills, 1);
+    assert_eq!(sim.read(1, &mut dst, b).unwrap(), 10);
+    sim.end_task(1, &mut dst);
+    assert!(sim.objs.is_empty());
 }
 
 #[test]

@@ -484,6 +484,13 @@ impl<V> Tree<V> {
         })
     }
 
+    /// Calls `f(key, value)` for the entries with keys in `[from, to)`, in order, until it
+    /// returns `false`: one walk down to `from`, then O(1) amortized a key (recursing as
+    /// deep as the tree is high), where [`Tree::range`] searches from the root for each.
+    pub fn each_in(&self, from: u64, to: u64, mut f: impl FnMut(u64, &V) -> bool) {
+        each_in(&self.root, from, to, &mut f);
+    }
+
     /// Every entry, in order.
     pub fn iter(&self) -> impl Iterator<Item = (u64, &V)> {
         self.range(0, u64::MAX)
@@ -494,6 +501,23 @@ impl<V> Tree<V> {
     pub fn height(&self) -> u32 {
         height(&self.root).unsigned_abs()
     }
+}
+
+/// [`Tree::each_in`] below `link`; `false` once `f` has asked to stop.
+fn each_in<V>(link: &Link<V>, from: u64, to: u64, f: &mut impl FnMut(u64, &V) -> bool) -> bool {
+    let Some(n) = link.as_deref() else {
+        return true;
+    };
+    if from < n.key && !each_in(&n.left, from, to, f) {
+        return false;
+    }
+    if n.key >= to {
+        return true;
+    }
+    if n.key >= from && !f(n.key, &n.val) {
+        return false;
+    }
+    each_in(&n.right, from, to, f)
 }
 
 #[cfg(test)]
@@ -543,6 +567,19 @@ mod tests {
                 assert_eq!(t.insert(k, step).unwrap(), m.insert(k, step));
             }
             let q = (x >> 20) % 520;
+            // A walk of a range, stopped after `stop` entries.
+            let (q2, stop) = (q + (x >> 40) % 64, ((x >> 50) % 8) as usize);
+            let mut a = Vec::new();
+            t.each_in(q, q2, |k, v| {
+                a.push((k, *v));
+                a.len() < stop
+            });
+            let b: Vec<_> = m
+                .range(q..q2)
+                .take(stop.max(1))
+                .map(|(k, v)| (*k, *v))
+                .collect();
+            assert_eq!(a, b, "each_in [{q}, {q2}) stopping after {stop}");
             assert_eq!(t.floor(q), m.range(..=q).next_back().map(|(k, v)| (*k, v)));
             assert_eq!(t.ceil(q), m.range(q..).next().map(|(k, v)| (*k, v)));
             assert_eq!(t.get(q), m.get(&q));

@@ -1,7 +1,8 @@
 //! Accent's virtual memory, booted (`docs/vm.md`): lazy allocation (no frame before the
 //! first touch, shown by the fault counters and the resident counts), zero fill on first
 //! read and first write, the kernel's own copies into untouched memory, deallocation
-//! giving frames back, protection faults delivered to the exception port with their
+//! giving frames back, copy-on-write copies, memory fills and reclaims (the translations
+//! reclaimed ahead), protection faults delivered to the exception port with their
 //! class, wired pages, errors for bad arguments, exhaustion (`NoMemory`) and recovery.
 //! Every check runs in two rounds, and the second must leave the kernel's heap, objects
 //! and free frames where the first did. It then starts `vm_victim`, which writes to a
@@ -11,13 +12,17 @@
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
+use baton_abi::decode_result;
 use baton_abi::exception::ExcReply;
+use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, MSG_BUF};
 use baton_abi::vm::{
     FAULT_ADDRESS_ERROR, FAULT_CLASS_SHIFT, FAULT_WRITE_ERROR, OBJECT_ANONYMOUS, PROT_READ,
 };
 use baton_rt::check::Failed;
 use baton_rt::exception::{exception_port_set, info, set_reply};
-use baton_rt::ipc::{cap_drop, port_allocate, IpcBuffer, MSG_RECEIVE, MSG_SEND};
+use baton_rt::ipc::{
+    cap_drop, msg_raw, port_allocate, port_make_send, IpcBuffer, MSG_RECEIVE, MSG_SEND,
+};
 use baton_rt::sync::Counter;
 use baton_rt::thread::{spawn, StackPool};
 use baton_rt::vm::{self, PROT_RW};
@@ -167,6 +172,7 @@ fn run() -> Result<(), Failed> {
 
 fn one_round() -> Result<(), Failed> {
     lazy()?;
+    reclaim()?;
     kernel_copies()?;
     faults_to_the_handler()?;
     wired()?;
@@ -254,6 +260,92 @@ fn lazy() -> Result<(), Failed> {
         vm::query(a).map(|r| r.start != a) != Ok(false),
         "and the region is gone"
     );
+    Ok(())
+}
+
+/// Accent's copy-on-write copy, memory fill, reclaim and reclaim-ahead: 64 written (and so
+/// translated) pages copied by value with `vm_copy`; the copy's first store copies its
+/// page, its first load of another maps the original's; once the copy is deallocated, a
+/// store to each page of the original is one reclaim for all of them (the translations
+/// after the first made writable with it), no copy, and the copy's store was never seen
+/// here.
+fn reclaim() -> Result<(), Failed> {
+    const N: u64 = 64;
+    let a = must("allocate", vm::allocate(None, N * P, PROT_RW))?;
+    for i in 0..N {
+        write(a + i * P, i);
+    }
+    // SAFETY: the copy goes into new memory; no reference covers either range.
+    let c = must("vm_copy", unsafe {
+        vm::copy(0, a, N * P, 0, 0, vm::VM_COPY_CREATE)
+    })?;
+    let s0 = must("stats", vm::stats())?;
+    write(c + 3 * P, 1000);
+    let s1 = must("stats", vm::stats())?;
+    let four = read(c + 4 * P);
+    let s2 = must("stats", vm::stats())?;
+    check!(
+        s1.cow_copies - s0.cow_copies == 1 && s2.memory_fills - s1.memory_fills == 1,
+        "the copy's first store is a copy-on-write copy, its first load of a page the \
+         original holds a memory fill (copies {}, fills {})",
+        s1.cow_copies - s0.cow_copies,
+        s2.memory_fills - s1.memory_fills
+    );
+    check!(
+        read(a + 3 * P) == 3 && read(c + 3 * P) == 1000 && four == 4,
+        "a copy is a value: its store is its own, its other pages the original's"
+    );
+    // The kernel's own store into copy-on-write memory: `ipc_msg` receiving into a page
+    // of the copy copies that page first, as a user store would.
+    let mut out = must("ipc buffer", IpcBuffer::new())?;
+    let own = must("a port", port_allocate(0))?;
+    let send = must("its send right", port_make_send(own, false))?;
+    out.set_header(MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: HEADER_SIZE as u32,
+        dest: send,
+        id: 4242,
+        ..MsgHeader::default()
+    });
+    must("send", out.msg(MSG_SEND, 0, FOREVER))?;
+    let s3 = must("stats", vm::stats())?;
+    // SAFETY: the buffer is a page of the copy, which nothing references.
+    let r = unsafe { msg_raw(MSG_RECEIVE | MSG_BUF, own, FOREVER, c + 5 * P, P) };
+    let s4 = must("stats", vm::stats())?;
+    check!(
+        decode_result(r).is_ok()
+            && read(c + 5 * P + 24) == 4242
+            && read(a + 5 * P) == 5
+            && s4.cow_copies - s3.cow_copies == 1,
+        "a receive into a copy-on-write page copies it and lands there only ({:?}, {} copies)",
+        decode_result(r),
+        s4.cow_copies - s3.cow_copies
+    );
+    must("drop", cap_drop(send))?;
+    must("drop", cap_drop(own))?;
+    drop(out);
+    // SAFETY: nothing refers to the copy.
+    must("deallocate the copy", unsafe { vm::deallocate(c, N * P) })?;
+    let s0 = must("stats", vm::stats())?;
+    for i in 0..N {
+        write(a + i * P, 100 + i);
+    }
+    let s1 = must("stats", vm::stats())?;
+    let ok = (0..N).all(|i| read(a + i * P) == 100 + i);
+    check!(
+        ok && s1.cow_reclaims - s0.cow_reclaims == 1
+            && s1.cow_copies == s0.cow_copies
+            && s1.cow_reclaimed_pages - s0.cow_reclaimed_pages == N
+            && s1.faults - s0.faults < 8,
+        "stores to 64 pages whose copy is gone: one reclaim of all 64 pages, no copy, {} \
+         faults (reclaims {}, pages {}, copies {})",
+        s1.faults - s0.faults,
+        s1.cow_reclaims - s0.cow_reclaims,
+        s1.cow_reclaimed_pages - s0.cow_reclaimed_pages,
+        s1.cow_copies - s0.cow_copies
+    );
+    // SAFETY: nothing refers to the range.
+    must("deallocate", unsafe { vm::deallocate(a, N * P) })?;
     Ok(())
 }
 
