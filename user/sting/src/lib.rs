@@ -61,6 +61,7 @@ extern crate std;
 
 mod arch;
 pub mod area;
+pub mod deque;
 pub mod exception;
 pub mod group;
 mod platform;
@@ -76,6 +77,8 @@ pub mod thread;
 pub mod ticket;
 mod upcall;
 
+#[cfg(test)]
+mod loom_deque;
 #[cfg(test)]
 mod loom_tickets;
 #[cfg(test)]
