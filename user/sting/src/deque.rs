@@ -252,6 +252,7 @@ macro_rules! chase_lev {
                 $crate::deque::Steal::Took(item)
             }
 
+            #[allow(dead_code)] // not every instantiation asks
             /// Entries in the deque (exact for the owner between its own operations; a
             /// hint for anyone else).
             #[inline]
@@ -263,6 +264,7 @@ macro_rules! chase_lev {
             }
 
             /// Whether the deque looks empty.
+            #[allow(dead_code)] // not every instantiation asks
             #[inline]
             pub fn is_empty(&self) -> bool {
                 self.len() == 0

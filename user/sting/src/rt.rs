@@ -63,6 +63,7 @@ use core::sync::atomic::{
 
 use crate::arch;
 use crate::area::{Bump, Mark};
+use crate::deque::{ChaseLev, Ring, Steal, CAPACITY};
 use crate::exception::{AbsorbLink, HandlerFrame, Priority};
 use crate::group::GroupInner;
 use crate::platform;
@@ -637,10 +638,37 @@ struct VpLocal {
     kfirst: *mut Tcb,
     /// The newest of them.
     klast: *mut Tcb,
-    /// The ready queue of a processor whose policy keeps its threads (`Vp::keeps`): the
-    /// threads it queued itself, and those others queued (moved here from `Vp::ready`),
-    /// behind a policy of the same kind; touched without a lock.
-    own: Queue<Runnable>,
+    /// The ready queue of a processor whose built-in policy keeps its threads (`Vp::fast`
+    /// FIFO or LIFO): the threads it queued itself, and those others queued (moved here
+    /// from `Vp::ready`), in the order they were queued; touched without a lock.
+    own: Ring<Runnable>,
+}
+
+/// Which queue a virtual processor's own kernel thread uses for the threads it queues
+/// itself (the built-in policies' fast path; `docs/sting.md`, "Ready queues").
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fast {
+    /// The built-in FIFO policy: `VpLocal::own`, oldest first.
+    Fifo,
+    /// The built-in LIFO policy: `VpLocal::own`, newest first.
+    Lifo,
+    /// The built-in work-stealing policy: `Vp::deque`, newest first for the owner,
+    /// oldest first for thieves.
+    Steal,
+    /// A policy of the program's own: every thread goes through it, on `Vp::ready`.
+    Shared,
+}
+
+impl Fast {
+    /// The fast path of a policy.
+    fn of(policy: &Queue<Runnable>) -> Fast {
+        match policy {
+            Queue::Fifo(_) => Fast::Fifo,
+            Queue::Lifo(_) => Fast::Lifo,
+            Queue::WorkStealing(_) => Fast::Steal,
+            Queue::Custom(_) => Fast::Shared,
+        }
+    }
 }
 
 /// A virtual processor.
@@ -653,9 +681,14 @@ pub(crate) struct Vp {
     ready: SpinLock<Queue<Runnable>>,
     /// Entries in `ready`, written under its lock and read without it (a hint).
     shared: AtomicUsize,
-    /// Whether its policy keeps its threads from thieves (built-in FIFO and LIFO): its own
-    /// kernel thread then queues its threads on `VpLocal::own`, with no lock.
-    keeps: bool,
+    /// Where its own kernel thread queues threads: with no lock on `VpLocal::own` for the
+    /// built-in FIFO and LIFO policies, which keep their threads from thieves, on `deque`
+    /// for the built-in work-stealing policy, on `ready` for a policy of the program's own.
+    fast: Fast,
+    /// The work-stealing policy's deque (`Fast::Steal`): the owner pushes and pops its
+    /// newest entries with no lock, thieves steal the oldest. What does not fit goes on
+    /// `ready`.
+    deque: ChaseLev,
     /// Whether its policy steals when idle (fixed when it starts).
     steals: bool,
     /// 1 while it is idle (parked or about to park); its kernel thread waits on it.
@@ -742,11 +775,36 @@ impl Vp {
     /// keeps its threads.
     #[inline]
     fn push_own(&self, t: ThreadRef, ticket: u32) {
-        if self.keeps {
-            // SAFETY: the caller runs on this virtual processor's kernel thread.
-            unsafe { self.local() }.own.enqueue(Runnable { t, ticket });
-        } else {
-            self.push(t, ticket);
+        match self.fast {
+            // While others' entries wait on the shared queue, the owner's go after them
+            // there, so that the order of queueing is kept.
+            Fast::Fifo | Fast::Lifo if self.shared.load(Relaxed) == 0 => {
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                let own = &mut unsafe { self.local() }.own;
+                if let Err(r) = own.push(Runnable { t, ticket }) {
+                    self.push(r.t, r.ticket);
+                }
+            }
+            Fast::Steal => {
+                match self.deque.push((t.into_raw() as usize, ticket as usize)) {
+                    Ok(()) => {}
+                    Err((p, ticket)) => {
+                        // SAFETY: `p` came from `into_raw` just above.
+                        self.push(
+                            unsafe { ThreadRef::from_raw(p as *const Core) },
+                            ticket as u32,
+                        );
+                        return;
+                    }
+                }
+                // Work for an idle thief (as `push` does).
+                fence(SeqCst);
+                let rt = runtime();
+                if rt.idle_thieves.load(Relaxed) != 0 {
+                    rt.wake_thief();
+                }
+            }
+            _ => self.push(t, ticket),
         }
     }
 
@@ -766,28 +824,56 @@ impl Vp {
     /// its threads, else from the shared queue.
     #[inline]
     fn pop_queue(&self) -> Option<Runnable> {
-        if self.keeps {
-            // SAFETY: the caller runs on this virtual processor's kernel thread.
-            let local = unsafe { self.local() };
-            if self.shared.load(Relaxed) != 0 {
-                self.take_shared(&mut local.own);
+        match self.fast {
+            Fast::Fifo | Fast::Lifo => {
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                let local = unsafe { self.local() };
+                if self.shared.load(Relaxed) != 0 {
+                    self.take_shared(&mut local.own);
+                }
+                if self.fast == Fast::Fifo {
+                    local.own.pop_oldest()
+                } else {
+                    local.own.pop_newest()
+                }
             }
-            local.own.next()
-        } else {
-            let mut q = self.ready.lock();
-            let r = q.next();
-            self.shared.store(q.len(), Relaxed);
-            r
+            Fast::Steal => match self.deque.pop() {
+                Some((p, ticket)) => Some(Runnable {
+                    // SAFETY: the deque's entries are references given up by `into_raw`.
+                    t: unsafe { ThreadRef::from_raw(p as *const Core) },
+                    ticket: ticket as u32,
+                }),
+                None if self.shared.load(Relaxed) != 0 => self.pop_shared(),
+                None => None,
+            },
+            Fast::Shared => self.pop_shared(),
         }
     }
 
-    /// Moves what other virtual processors queued here onto the owner's queue `own`.
+    /// The next entry of the shared queue, under its lock.
+    fn pop_shared(&self) -> Option<Runnable> {
+        let mut q = self.ready.lock();
+        let r = q.next();
+        self.shared.store(q.len(), Relaxed);
+        r
+    }
+
+    /// Moves what other virtual processors queued here onto the owner's queue `own`, in the
+    /// order they were queued, as many as it has room for.
     #[cold]
     #[inline(never)]
-    fn take_shared(&self, own: &mut Queue<Runnable>) {
+    fn take_shared(&self, own: &mut Ring<Runnable>) {
         let mut q = self.ready.lock();
-        q.transfer_to(own);
-        self.shared.store(0, Relaxed);
+        while own.room() > 0 {
+            let Some(r) = q.take_oldest() else {
+                break;
+            };
+            if let Err(r) = own.push(r) {
+                q.enqueue(r);
+                break;
+            }
+        }
+        self.shared.store(q.len(), Relaxed);
     }
 
     /// The next thread to run: a thread whose kernel call completed, else from the
@@ -829,6 +915,25 @@ impl Vp {
         let n = vps.len();
         for k in 1..n {
             let victim = vps.get((self.id + k) % n)?;
+            if victim.fast == Fast::Steal {
+                // The victim's deque first: its oldest entry.
+                let mut tries = 0;
+                loop {
+                    match victim.deque.steal() {
+                        Steal::Took((p, ticket)) => {
+                            bump(&self.counters.stolen);
+                            return Some(Runnable {
+                                // SAFETY: the deque's entries are references given up by
+                                // `into_raw`; the compare-and-swap made this one ours.
+                                t: unsafe { ThreadRef::from_raw(p as *const Core) },
+                                ticket: ticket as u32,
+                            });
+                        }
+                        Steal::Lost if tries < 4 => tries += 1,
+                        _ => break,
+                    }
+                }
+            }
             let given = {
                 let mut q = victim.ready.lock();
                 let t = q.give();
@@ -1092,7 +1197,9 @@ impl Vp {
         self.idle.store(1, Relaxed);
         fence(SeqCst);
         // SAFETY: our own kernel thread.
-        let empty = self.ready.lock().is_empty() && unsafe { self.local() }.own.is_empty();
+        let empty = self.ready.lock().is_empty()
+            && unsafe { self.local() }.own.is_empty()
+            && self.deque.is_empty();
         if empty && !rt.shutdown.load(Acquire) && !(self.steals && rt.work_elsewhere(self.id)) {
             if self.upcalls {
                 crate::upcall::park(self, &self.idle, 1, IDLE_PARK_NS);
@@ -1339,7 +1446,7 @@ impl Runtime {
     fn work_elsewhere(&self, me: usize) -> bool {
         self.vps
             .iter()
-            .any(|vp| vp.id != me && !vp.ready.lock().is_empty())
+            .any(|vp| vp.id != me && (!vp.deque.is_empty() || !vp.ready.lock().is_empty()))
     }
 }
 
@@ -1623,7 +1730,12 @@ where
         .map(|(id, policy)| Vp {
             id,
             steals: policy.steals(),
-            keeps: policy.keeps(),
+            fast: Fast::of(&policy),
+            deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {
+                CAPACITY
+            } else {
+                1
+            }),
             shared: AtomicUsize::new(0),
             idle: AtomicU32::new(0),
             local: UnsafeCell::new(VpLocal {
@@ -1633,7 +1745,7 @@ where
                 pool: pool::Local::new(config.thresholds),
                 kfirst: ptr::null_mut(),
                 klast: ptr::null_mut(),
-                own: policy.empty_like(),
+                own: Ring::new(),
             }),
             ready: SpinLock::new(policy),
             counters: Counters::default(),
@@ -1728,7 +1840,11 @@ where
             &mut *vp.ready.lock(),
             Queue::of(Kind::Fifo),
         ));
-        drop(core::mem::replace(&mut local.own, Queue::of(Kind::Fifo)));
+        drop(core::mem::take(&mut local.own));
+        while let Some((p, _)) = vp.deque.pop() {
+            // SAFETY: the deque's entries are references given up by `into_raw`.
+            drop(unsafe { ThreadRef::from_raw(p as *const Core) });
+        }
     }
     for TcbPtr(tcb) in rtr.global.lock().drain() {
         // SAFETY: a pooled TCB is free.
