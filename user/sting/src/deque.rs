@@ -27,17 +27,16 @@
 //!   `top..bottom` (masked) hold the entries; `top` only grows, by a successful
 //!   compare-and-swap; only the owner writes `bottom` and the slots.
 
-use alloc::boxed::Box;
-use alloc::vec::Vec;
 use core::mem::MaybeUninit;
 
 /// Entries of each virtual processor's [`Ring`] and [`ChaseLev`] (a power of two).
 pub const CAPACITY: usize = 256;
 
-/// A bounded ring of `T`s, used by its owner alone, as a FIFO queue or a LIFO stack.
+/// A bounded ring of `T`s, used by its owner alone, as a FIFO queue or a LIFO stack. Its
+/// slots are inline (the mask is a constant).
 pub struct Ring<T> {
     /// The slots; `head..tail` (masked) are initialised.
-    buf: Box<[MaybeUninit<T>]>,
+    buf: [MaybeUninit<T>; CAPACITY],
     /// The oldest item's index (unmasked, wrapping).
     head: usize,
     /// One past the newest item's index (unmasked, wrapping).
@@ -46,11 +45,9 @@ pub struct Ring<T> {
 
 impl<T> Ring<T> {
     /// An empty ring of [`CAPACITY`] slots.
-    pub fn new() -> Ring<T> {
-        let mut v = Vec::with_capacity(CAPACITY);
-        v.resize_with(CAPACITY, MaybeUninit::uninit);
+    pub const fn new() -> Ring<T> {
         Ring {
-            buf: v.into_boxed_slice(),
+            buf: [const { MaybeUninit::uninit() }; CAPACITY],
             head: 0,
             tail: 0,
         }
@@ -59,16 +56,14 @@ impl<T> Ring<T> {
     /// The slot of unmasked index `i`.
     #[inline]
     fn slot(&mut self, i: usize) -> &mut MaybeUninit<T> {
-        let mask = self.buf.len() - 1;
-        // The mask keeps the index in bounds (the length is a power of two).
-        // SAFETY: `i & mask < len`.
-        unsafe { self.buf.get_unchecked_mut(i & mask) }
+        // SAFETY: `i & (CAPACITY - 1) < CAPACITY` (a power of two).
+        unsafe { self.buf.get_unchecked_mut(i & (CAPACITY - 1)) }
     }
 
     /// Appends `item` as the newest; gives it back if the ring is full.
     #[inline]
     pub fn push(&mut self, item: T) -> Result<(), T> {
-        if self.tail.wrapping_sub(self.head) >= self.buf.len() {
+        if self.tail.wrapping_sub(self.head) >= CAPACITY {
             return Err(item);
         }
         let t = self.tail;
@@ -117,7 +112,7 @@ impl<T> Ring<T> {
     /// Room for more items.
     #[inline]
     pub fn room(&self) -> usize {
-        self.buf.len() - self.len()
+        CAPACITY - self.len()
     }
 }
 
@@ -273,6 +268,7 @@ macro_rules! chase_lev {
     };
 }
 
+#[allow(unused_imports)] // used by the loom tests
 pub(crate) use chase_lev;
 
 /// The atomics the runtime's deque is built on.

@@ -74,8 +74,8 @@ mod spin;
 pub mod state;
 pub mod sync;
 pub mod thread;
-pub mod ticket;
 mod upcall;
+pub mod word;
 
 #[cfg(test)]
 mod loom_deque;

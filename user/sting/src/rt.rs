@@ -71,7 +71,7 @@ use crate::policy::{Kind, Policy, Queue};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
 use crate::state::{End, Paper, State};
-use crate::ticket::Queued;
+use crate::word::{self, Claim, Word};
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -230,6 +230,12 @@ pub(crate) struct Core {
     id: u64,
     /// Its thread group, fixed at creation.
     pub(crate) group: Option<Arc<GroupInner>>,
+    /// Its state word (`crate::word`): state, queue membership and ticket, suspension,
+    /// pending wake-up, virtual processor; changed only by compare-and-swap.
+    pub(crate) word: AtomicU64,
+    /// The TCB it runs on, once started (its demander's while absorbed): written by whoever
+    /// starts or absorbs it, before it runs.
+    tcb: AtomicPtr<Tcb>,
     /// Set (under `ctl`) whenever `suspended` or `terminate` is set, so that a checkpoint
     /// with nothing to do costs one load; cleared by a checkpoint that finds neither.
     attention: AtomicBool,
@@ -237,24 +243,10 @@ pub(crate) struct Core {
     pub(crate) ctl: SpinLock<Ctl>,
 }
 
-/// A thread's changing state, under `Core::ctl`.
+/// A thread's changing state beside its word, under `Core::ctl`.
 pub(crate) struct Ctl {
-    /// The state machine's state.
-    pub(crate) state: State,
-    /// It started by absorption (the paper's *absorbed* until determined).
-    absorbed: bool,
-    /// Whether it is on a ready queue, and which entry is live (`crate::ticket`).
-    q: Queued,
-    /// It must not run until resumed.
-    pub(crate) suspended: bool,
     /// It must end at its next checkpoint.
     terminate: bool,
-    /// A wake-up arrived while it was not blocked: its next park returns at once.
-    token: bool,
-    /// The TCB it runs on, once started.
-    tcb: *mut Tcb,
-    /// The virtual processor it was placed on or last ran on.
-    vp: usize,
     /// Threads waiting for it to be determined.
     waiters: WaitList,
     /// Signals pushed onto it, run in its context before it next runs its own code
@@ -400,11 +392,34 @@ pub struct Runnable {
     ticket: u32,
 }
 
-impl Ctl {
-    /// Marks the thread queued and gives the entry's ticket.
+impl Core {
+    /// The state word now.
     #[inline]
-    fn enqueue(&mut self) -> u32 {
-        self.q.enqueue()
+    pub(crate) fn word(&self) -> Word {
+        Word(self.word.load(Acquire))
+    }
+
+    /// Applies a transition to the state word (`word::update`): the old word, or the
+    /// transition's refusal.
+    #[inline]
+    fn update<E>(&self, f: impl FnMut(Word) -> Result<Word, E>) -> Result<Word, E> {
+        word::update(&self.word, f)
+    }
+
+    /// Applies a transition that always applies; gives the old word.
+    #[inline]
+    fn apply(&self, mut f: impl FnMut(Word) -> Word) -> Word {
+        match word::update(&self.word, |w| Ok::<_, core::convert::Infallible>(f(w))) {
+            Ok(old) => old,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Marks the thread queued with a new entry, whatever else its word says; gives the
+    /// entry's ticket.
+    #[inline]
+    fn enqueue(&self) -> u32 {
+        self.apply(Word::enqueue).enqueue().ticket()
     }
 }
 
@@ -430,16 +445,11 @@ where
             vtable: &Ops::<T, F>::VTABLE,
             id: rt.next_id.fetch_add(1, Relaxed),
             group,
+            word: AtomicU64::new(Word::new(state, vp).0),
+            tcb: AtomicPtr::new(ptr::null_mut()),
             attention: AtomicBool::new(false),
             ctl: SpinLock::new(Ctl {
-                state,
-                absorbed: false,
-                q: Queued::new(),
-                suspended: false,
                 terminate: false,
-                token: false,
-                tcb: ptr::null_mut(),
-                vp,
                 waiters: WaitList::new(),
                 signals: None,
                 signal_frame: false,
@@ -773,7 +783,7 @@ impl Vp {
     /// Puts `t` (already marked queued) on this virtual processor's ready queue, from its
     /// own kernel thread (which is running, so wakes no one): with no lock if its policy
     /// keeps its threads.
-    #[inline]
+    #[inline(always)]
     fn push_own(&self, t: ThreadRef, ticket: u32) {
         match self.fast {
             // While others' entries wait on the shared queue, the owner's go after them
@@ -785,26 +795,26 @@ impl Vp {
                     self.push(r.t, r.ticket);
                 }
             }
-            Fast::Steal => {
-                match self.deque.push((t.into_raw() as usize, ticket as usize)) {
-                    Ok(()) => {}
-                    Err((p, ticket)) => {
-                        // SAFETY: `p` came from `into_raw` just above.
-                        self.push(
-                            unsafe { ThreadRef::from_raw(p as *const Core) },
-                            ticket as u32,
-                        );
-                        return;
-                    }
-                }
-                // Work for an idle thief (as `push` does).
-                fence(SeqCst);
-                let rt = runtime();
-                if rt.idle_thieves.load(Relaxed) != 0 {
-                    rt.wake_thief();
-                }
-            }
+            Fast::Steal => self.push_deque(t, ticket),
             _ => self.push(t, ticket),
+        }
+    }
+
+    /// [`push_own`](Self::push_own) for the work-stealing policy: onto the deque, or the
+    /// shared queue if it is full; an idle thief is woken.
+    #[inline(never)]
+    fn push_deque(&self, t: ThreadRef, ticket: u32) {
+        if let Err((p, ticket)) = self.deque.push((t.into_raw() as usize, ticket as usize)) {
+            // SAFETY: `p` came from `into_raw` just above.
+            let t = unsafe { ThreadRef::from_raw(p as *const Core) };
+            self.push(t, ticket as u32);
+            return;
+        }
+        // Work for an idle thief (as `push` does).
+        fence(SeqCst);
+        let rt = runtime();
+        if rt.idle_thieves.load(Relaxed) != 0 {
+            rt.wake_thief();
         }
     }
 
@@ -822,7 +832,7 @@ impl Vp {
     /// The next entry of the policy's queue, on this virtual processor's kernel thread:
     /// from the owner's queue (after moving there what others queued) if the policy keeps
     /// its threads, else from the shared queue.
-    #[inline]
+    #[inline(always)]
     fn pop_queue(&self) -> Option<Runnable> {
         match self.fast {
             Fast::Fifo | Fast::Lifo => {
@@ -878,7 +888,7 @@ impl Vp {
 
     /// The next thread to run: a thread whose kernel call completed, else from the
     /// policy, else stolen if the policy steals.
-    #[inline]
+    #[inline(always)]
     fn next_runnable(&self) -> Option<Next> {
         if self.upcalls {
             if let Some(tcb) = self.kernel_next() {
@@ -953,26 +963,10 @@ impl Vp {
     #[inline]
     fn claim(&self, r: Runnable) -> Option<Next> {
         let Runnable { t, ticket } = r;
-        let mut c = t.core().ctl.lock();
-        if !c.q.claim(ticket) {
-            return None;
-        }
-        if c.suspended {
-            return None;
-        }
-        match c.state {
-            State::Scheduled => {
-                c.state = State::Running;
-                c.vp = self.id;
-                drop(c);
-                Some(Next::Start(t))
-            }
-            State::Ready => {
-                c.state = State::Running;
-                c.vp = self.id;
-                Some(Next::Resume(c.tcb))
-            }
-            _ => None,
+        match word::claim(&t.core().word, ticket, self.id, core::hint::spin_loop) {
+            Claim::Start => Some(Next::Start(t)),
+            Claim::Resume => Some(Next::Resume(t.core().tcb.load(Relaxed))),
+            Claim::Stale => None,
         }
     }
 
@@ -1146,16 +1140,16 @@ impl Vp {
         // SAFETY: an armed TCB runs its own thread (absorbed code disarms it first).
         let core = unsafe { &*(*tcb).thread.get() };
         let me = {
-            let mut c = core.ctl.lock();
-            if c.absorbed || c.tcb != tcb {
+            let c = core.ctl.lock();
+            if core.word().absorbed() || core.tcb.load(Relaxed) != tcb {
                 drop(c);
                 bump(&self.counters.declined);
                 return false;
             }
             // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
             // out, so that no build has to see through the table).
-            c.state = State::Ready;
-            let ticket = c.enqueue();
+            let ticket = core.apply(Word::yielded).yielded().ticket();
+            drop(c);
             // SAFETY: the thread is alive (its TCB runs it).
             (unsafe { ThreadRef::clone_raw(core) }, ticket)
         };
@@ -1281,7 +1275,7 @@ unsafe fn switch_to(
 fn start_context(vp: &Vp, t: ThreadRef) -> (*mut Tcb, usize) {
     let tcb = vp.take_tcb();
     bump(&vp.counters.started);
-    t.core().ctl.lock().tcb = tcb;
+    t.core().tcb.store(tcb, Relaxed);
     // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the first frame
     // can go at its top.
     let sp = unsafe {
@@ -1321,7 +1315,7 @@ pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
                 // stands, with no pool operation and no switch.
                 bump(&vp.counters.handovers);
                 bump(&vp.counters.started);
-                next.core().ctl.lock().tcb = tcb;
+                next.core().tcb.store(tcb, Relaxed);
                 // SAFETY: the TCB is ours; it now runs `next`.
                 unsafe { (*tcb).thread.set(next.into_raw()) };
             }
@@ -1377,15 +1371,16 @@ pub(crate) fn with_area<R>(f: impl FnOnce(&mut Bump) -> R) -> R {
 
 /// Marks `t` determined (`end`), wakes its waiters and leaves its group.
 fn complete(t: &ThreadRef, end: End) {
-    let waiters = {
-        let mut c = t.core().ctl.lock();
-        // What `on(Finish)` or `on(Terminate)` gives from every state a thread ends in
-        // (a terminate that came while it ran absorbed is overridden by its value: an
-        // absorbed thread is never cut short), without the table's lookup.
-        c.state = State::Determined(end);
-        c.waiters.take()
-    };
-    waiters.wake_all();
+    // What `on(Finish)` or `on(Terminate)` gives from every state a thread ends in (a
+    // terminate that came while it ran absorbed is overridden by its value: an absorbed
+    // thread is never cut short), without the table's lookup.
+    let old = t.core().apply(|w| w.finish(end));
+    if old.waited_for() {
+        // Someone joined the wait list (under the lock, having marked the word): take it
+        // under the lock, so that a waiter still pushing its node is waited for.
+        let waiters = t.core().ctl.lock().waiters.take();
+        waiters.wake_all();
+    }
     if let Some(g) = &t.core().group {
         g.remove(t.core());
     }
@@ -1498,7 +1493,12 @@ impl Config {
 
     /// One virtual processor per entry, with that policy.
     pub fn mixed(kinds: &[Kind]) -> Config {
-        let mut policies: Vec<Queue<Runnable>> = kinds.iter().map(|&k| Queue::of(k)).collect();
+        // At most as many as a thread's state word can name.
+        let mut policies: Vec<Queue<Runnable>> = kinds
+            .iter()
+            .take(crate::word::MAX_VPS)
+            .map(|&k| Queue::of(k))
+            .collect();
         if policies.is_empty() {
             policies.push(Queue::of(Kind::Fifo));
         }
@@ -1799,7 +1799,7 @@ where
         None,
     );
     bump(&vp0.counters.created);
-    let ticket = handle.core().ctl.lock().enqueue();
+    let ticket = handle.core().enqueue();
     vp0.push(handle.clone(), ticket);
     for i in 1..n {
         let started = platform::spawn_vp(vp_main, i as u64, |lo, hi| {
@@ -1900,7 +1900,7 @@ where
         Some(target) => {
             let target = target.min(rt.vps.len() - 1);
             let t = new_thread(f, State::Scheduled, target, group.clone());
-            let ticket = t.core().ctl.lock().enqueue();
+            let ticket = t.core().enqueue();
             if let Some(g) = &group {
                 g.add(&t);
             }
@@ -1914,13 +1914,9 @@ where
 /// any other.
 pub(crate) fn schedule(t: &ThreadRef) {
     disarm();
-    let vp = {
-        let mut c = t.core().ctl.lock();
-        if c.state != State::Delayed {
-            return;
-        }
-        c.state = State::Scheduled;
-        (c.vp, c.enqueue())
+    let vp = match t.core().update(Word::schedule) {
+        Ok(old) => (old.vp(), old.enqueue().ticket()),
+        Err(()) => return,
     };
     if let Some(g) = &t.core().group {
         g.add(t);
@@ -1939,26 +1935,23 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
     // absorption runs: found once, outside the lock.
     let (mut vp, mut tcb) = here();
     loop {
+        // Absorbed: a queued entry of a scheduled thread is now stale. (A claim may get
+        // there first: then it has started and is waited for.)
+        if absorb && t.core().update(|w| w.absorb(vp.id)).is_ok() {
+            t.core().tcb.store(tcb, Relaxed);
+            return run_absorbed(t, vp, tcb);
+        }
         let node;
         {
             let mut c = t.core().ctl.lock();
-            match c.state {
-                State::Determined(end) => return end == End::Value,
-                State::Delayed | State::Scheduled if absorb && !c.suspended => {
-                    c.state = State::Absorbed;
-                    c.absorbed = true;
-                    // A queued entry of a scheduled thread is now stale.
-                    c.q.unqueue();
-                    c.tcb = tcb;
-                    c.vp = vp.id;
-                    drop(c);
-                    return run_absorbed(t, vp, tcb);
-                }
-                _ => {
-                    node = Waiter::current();
-                    c.waiters.push(&node);
-                }
+            // Marked waited for, unless determined already (its end then took or takes no
+            // lock, and no waiter may join).
+            if t.core().update(Word::wait).is_err() {
+                drop(c);
+                return t.core().word().state() == State::Determined(End::Value);
             }
+            node = Waiter::current();
+            c.waiters.push(&node);
         }
         node.wait();
         // It may go on on another processor.
@@ -2071,15 +2064,12 @@ fn run_absorbed_recorded(t: &ThreadRef, tcb: *mut Tcb) -> bool {
 /// spuriously: re-check what you wait for.
 pub fn park() {
     let (vp, tcb) = here();
-    {
-        // SAFETY: the running thread is alive.
-        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
-        if c.token {
-            c.token = false;
-            return;
-        }
-        // What `on(Block)` gives, or its fallback: `Blocked` from every state.
-        c.state = State::Blocked;
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    // What `on(Block)` gives, or its fallback: `Blocked` from every state; or a pending
+    // wake-up consumed.
+    if core.apply(Word::park).token() {
+        return;
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it.
@@ -2097,15 +2087,11 @@ pub fn unpark(t: &ThreadRef) {
         // A runtime call: a sting thread is not preemptible any more (before the lock).
         disarm_caller(rt, tcb);
     }
-    let (vp, ticket) = {
-        let mut c = t.core().ctl.lock();
-        if c.state != State::Blocked {
-            c.token = true;
-            return;
-        }
-        c.state = State::Ready;
-        (c.vp, c.enqueue())
-    };
+    let old = t.core().apply(Word::unpark);
+    if old.state() != State::Blocked {
+        return;
+    }
+    let (vp, ticket) = (old.vp(), old.unpark().ticket());
     let Some(target) = rt.vps.get(vp) else {
         return;
     };
@@ -2149,11 +2135,9 @@ pub fn yield_now() {
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        let ticket = c.enqueue();
+        let ticket = core.apply(Word::yielded).yielded().ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
@@ -2172,12 +2156,13 @@ pub fn migrate(target: usize) {
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        c.vp = target;
-        let ticket = c.enqueue();
+        let ticket = core
+            .apply(|w| w.with_vp(target).yielded())
+            .with_vp(target)
+            .yielded()
+            .ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
@@ -2210,14 +2195,15 @@ pub fn checkpoint() {
 fn attend(vp: &Vp, tcb: *mut Tcb, core: &Core) {
     deliver_signals(core);
     let c = core.ctl.lock();
-    if !c.terminate && !c.suspended && c.signals.is_none() {
+    let suspended = core.word().suspended();
+    if !c.terminate && !suspended && c.signals.is_none() {
         core.attention.store(false, Relaxed);
     }
-    if c.terminate && !c.absorbed {
+    if c.terminate && !core.word().absorbed() {
         drop(c);
         exit_terminated(vp, tcb);
     }
-    if c.suspended {
+    if suspended {
         drop(c);
         suspend_self();
     }
@@ -2228,12 +2214,11 @@ fn suspend_self() {
     let (vp, tcb) = here();
     {
         // SAFETY: the running thread is alive.
-        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
-        c.suspended = true;
+        let core = unsafe { &*(*tcb).thread.get() };
+        let _c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        c.q.unqueue();
+        core.apply(|w| w.with_suspended(true).with_state(State::Ready).unqueue());
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is ready but suspended (on no queue): only a resume
@@ -2249,9 +2234,14 @@ pub(crate) fn suspend(t: &ThreadRef) {
         suspend_self();
         return;
     }
-    let mut c = t.core().ctl.lock();
-    if !c.state.determined() {
-        c.suspended = true;
+    let _c = t.core().ctl.lock();
+    let set = t.core().update(|w| {
+        if w.state().determined() {
+            return Err(());
+        }
+        Ok(w.with_suspended(true))
+    });
+    if set.is_ok() {
         t.core().attention.store(true, Relaxed);
     }
 }
@@ -2260,15 +2250,14 @@ pub(crate) fn suspend(t: &ThreadRef) {
 pub(crate) fn resume(t: &ThreadRef) {
     disarm();
     let vp = {
-        let mut c = t.core().ctl.lock();
-        if !c.suspended {
+        let _c = t.core().ctl.lock();
+        let Ok(old) = t.core().update(|w| w.resume().map(|(w, _)| w)) else {
             return;
-        }
-        c.suspended = false;
-        if !matches!(c.state, State::Ready | State::Scheduled) || c.q.is_queued() {
+        };
+        let Ok((new, true)) = old.resume() else {
             return;
-        }
-        (c.vp, c.enqueue())
+        };
+        (new.vp(), new.ticket())
     };
     runtime().vps[vp.0].push(t.clone(), vp.1);
 }
@@ -2285,26 +2274,37 @@ pub(crate) fn terminate(t: &ThreadRef) {
     let waiters;
     {
         let mut c = t.core().ctl.lock();
-        match c.state {
-            State::Determined(_) => return,
+        // Not started: determined at once (a claim may start it first).
+        let unstarted = t.core().update(|w| match w.state() {
             State::Delayed | State::Scheduled => {
-                c.state = State::Determined(End::Terminated);
-                c.q.unqueue();
-                waiters = c.waiters.take();
+                Ok(w.with_state(State::Determined(End::Terminated)).unqueue())
             }
-            _ => {
-                c.terminate = true;
-                t.core().attention.store(true, Relaxed);
-                // A suspended thread must run to reach its checkpoint.
-                let requeue = c.suspended && c.state == State::Ready && !c.q.is_queued();
-                c.suspended = false;
-                if requeue {
-                    let (vp, ticket) = (c.vp, c.enqueue());
-                    drop(c);
-                    runtime().vps[vp].push(t.clone(), ticket);
-                }
+            _ => Err(()),
+        });
+        if unstarted.is_ok() {
+            waiters = c.waiters.take();
+        } else {
+            if t.core().word().state().determined() {
                 return;
             }
+            c.terminate = true;
+            t.core().attention.store(true, Relaxed);
+            // A suspended thread must run to reach its checkpoint.
+            let old = t.core().apply(|w| {
+                let requeue = w.suspended() && w.state() == State::Ready && !w.queued();
+                let w = w.with_suspended(false);
+                if requeue {
+                    w.enqueue()
+                } else {
+                    w
+                }
+            });
+            if old.suspended() && old.state() == State::Ready && !old.queued() {
+                let (vp, ticket) = (old.vp(), old.enqueue().ticket());
+                drop(c);
+                runtime().vps[vp].push(t.clone(), ticket);
+            }
+            return;
         }
     }
     waiters.wake_all();
@@ -2316,8 +2316,8 @@ pub(crate) fn terminate(t: &ThreadRef) {
 /// The state of `t` and whether it was absorbed.
 pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
     disarm();
-    let c = t.core().ctl.lock();
-    (c.state, c.absorbed, c.suspended)
+    let w = t.core().word();
+    (w.state(), w.absorbed(), w.suspended())
 }
 
 /// The paper's state of `t`.
@@ -2339,14 +2339,21 @@ pub(crate) fn id_of(t: &ThreadRef) -> u64 {
 pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     let (vp, _) = here();
     let t = t.raw().clone();
-    let ticket = t.core().ctl.lock().enqueue();
+    let ticket = t.core().enqueue();
     vp.push_own(t, ticket);
     let back = vp.pop_queue();
     match back {
-        Some(Runnable { t: b, ticket }) => {
-            let mut c = b.core().ctl.lock();
-            c.q.claim(ticket)
-        }
+        // A claim of the delayed thread's entry: it stays delayed, the entry consumed.
+        Some(Runnable { t: b, ticket }) => b
+            .core()
+            .update(|w| {
+                if w.is_live(ticket) {
+                    Ok(w.unqueue())
+                } else {
+                    Err(())
+                }
+            })
+            .is_ok(),
         None => false,
     }
 }
@@ -2506,7 +2513,7 @@ pub(crate) fn absorbed_unlinked(tcb: *mut Tcb) -> bool {
     // SAFETY: the calling thread's own TCB; the running thread is alive.
     let core = unsafe { (*tcb).thread.get() };
     // SAFETY: as above.
-    if !unsafe { &*core }.ctl.lock().absorbed {
+    if !unsafe { &*core }.word().absorbed() {
         return false;
     }
     // SAFETY: as above.
@@ -2558,7 +2565,7 @@ fn deliver_signals(core: &Core) {
             bump(&vp.counters.signals);
         }
         let c = core.ctl.lock();
-        if c.signals.is_none() && !c.terminate && !c.suspended {
+        if c.signals.is_none() && !c.terminate && !core.word().suspended() {
             core.attention.store(false, Relaxed);
             return;
         }
@@ -2602,7 +2609,8 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
     }
     let ready_here = {
         let mut c = t.core().ctl.lock();
-        if c.state.determined() {
+        let core = t.core();
+        if core.word().state().determined() {
             return false;
         }
         let mut list = c.signals.take().unwrap_or_default();
@@ -2611,12 +2619,23 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
         t.core().attention.store(true, Relaxed);
         // A thread stopped in a switch (ready or blocked) gets the continuation pushed
         // onto its saved context, so the handler runs first when it is resumed.
-        if matches!(c.state, State::Ready | State::Blocked) && !c.signal_frame {
-            let ttcb = c.tcb;
+        // The word is pinned while the context changes: no claim resumes it meanwhile.
+        let pinned = !c.signal_frame
+            && core
+                .update(|w| {
+                    if matches!(w.state(), State::Ready | State::Blocked) && !w.pinned() {
+                        Ok(w.with_pinned(true))
+                    } else {
+                        Err(())
+                    }
+                })
+                .is_ok();
+        if pinned {
+            let ttcb = core.tcb.load(Relaxed);
             // SAFETY: a ready or blocked thread's TCB is alive; while its `running` flag
-            // is clear and we hold its lock, nothing resumes it (a claim takes the lock),
-            // so its saved stack pointer is ours to change. The flag still set means it is
-            // still switching away: the handler then waits for its next checkpoint.
+            // is clear and its word is pinned, nothing resumes it (a claim waits for the
+            // pin), so its saved stack pointer is ours to change. The flag still set means
+            // it is still switching away: the handler then waits for its next checkpoint.
             unsafe {
                 if !ttcb.is_null()
                     && !(*ttcb).running.load(Acquire)
@@ -2629,10 +2648,12 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
                     }
                 }
             }
+            core.apply(|w| w.with_pinned(false));
         }
+        let w = core.word();
         let ready_here =
-            c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id;
-        let elsewhere = (c.state == State::Running && c.vp != vp.id).then_some(c.vp);
+            w.state() == State::Ready && w.queued() && !w.suspended() && w.vp() == vp.id;
+        let elsewhere = (w.state() == State::Running && w.vp() != vp.id).then_some(w.vp());
         (ready_here, elsewhere)
     };
     let (ready_here, running_elsewhere) = ready_here;
@@ -2660,23 +2681,18 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
 fn switch_to_target(t: &ThreadRef) {
     let (vp, tcb) = here();
     let target = {
-        let mut c = t.core().ctl.lock();
-        if !(c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id) {
+        // Claimed here: the entry on the queue is now stale.
+        if t.core().update(|w| w.take_ready(vp.id)).is_err() {
             return;
         }
-        // Claimed here: the entry on the queue is now stale.
-        c.q.unqueue();
-        c.state = State::Running;
-        c.tcb
+        t.core().tcb.load(Relaxed)
     };
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        let ticket = c.enqueue();
+        let ticket = core.apply(Word::yielded).yielded().ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
