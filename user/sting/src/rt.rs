@@ -6,7 +6,7 @@
 //!
 //! - A *thread* ([`Core`], behind [`ThreadRef`] and the typed handle
 //!   [`Thread`](crate::Thread)) is a first-class object: a thunk, its value once determined,
-//!   its state, and a wait list. It exists from `fork`/`delay` on and gets storage to run
+//!   its state word (`crate::word`), and a wait list. It exists from `fork`/`delay` on and gets storage to run
 //!   on only when it starts.
 //! - A *TCB* ([`Tcb`]) is control state and a stack in one block of [`STACK_SIZE`] bytes
 //!   aligned to its size, the TCB at the bottom. The running code finds its TCB by masking
@@ -14,17 +14,19 @@
 //!   thread runs on its demander's TCB, which then names the absorbed thread as running.
 //! - A *virtual processor* ([`Vp`]) is a kernel thread running a scheduler loop on its
 //!   own stack, with a policy manager over its ready queue, a LIFO pool of free TCBs and
-//!   counters. The ready queue is shared (under a lock) for a policy that gives threads to
-//!   thieves; a built-in FIFO or LIFO policy keeps the threads its own kernel thread queues
-//!   in a second queue only that thread touches, with no lock, and takes over what others
-//!   queued on the shared one at its next decision. Threads switch directly to the next thread; the scheduler loop's context is
+//!   counters. The threads its own kernel thread queues go on a queue it works on without a
+//!   lock (`crate::deque`: a ring only it touches for the built-in FIFO and LIFO policies, a
+//!   Chase–Lev deque that thieves steal from for the built-in work-stealing policy); what
+//!   others queue, what does not fit, and everything for a policy of the program's own goes
+//!   on its shared queue, under a lock. Threads switch directly to the next thread; the scheduler loop's context is
 //!   used only when a virtual processor has nothing to run, and it then parks the kernel
 //!   thread until work arrives (or steals, if its policy says so).
 //!
 //! # Locks
 //!
-//! Three kinds of spin lock, never two held at once: a ready queue's, a thread's
-//! (`Core::ctl`: its state, flags, TCB and wait list) and a synchronisation object's (in
+//! Three kinds of spin lock, never two held at once: a shared ready queue's, a thread's
+//! (`Core::ctl`: its wait list, signals and terminate request; its state is the word,
+//! changed by compare-and-swap, under the lock or not) and a synchronisation object's (in
 //! [`crate::sync`], [`crate::port`], [`crate::group`]). The global TCB pool's lock is taken
 //! alone too.
 //!
@@ -40,10 +42,12 @@
 //!
 //! # Invariants
 //!
-//! - A thread's state changes only through [`State::on`], under its `ctl` lock.
-//! - A thread is on at most one ready queue at a time: `queued` is set by whoever pushes it
-//!   and cleared by whoever pops it; stale entries (absorbed, terminated or suspended
-//!   threads) are dropped when popped.
+//! - A thread's state word changes only by compare-and-swap, through `crate::word`'s
+//!   transitions (which follow [`State::on`]'s table); only a holder of its `ctl` lock, or
+//!   the thread's own end, makes it determined.
+//! - A thread has at most one live ready-queue entry: the word's queued bit and ticket are
+//!   set by whoever queues it and cleared by the claim that wins; stale entries (absorbed,
+//!   terminated or suspended threads, or ones queued again since) are dropped when popped.
 //! - A TCB is in exactly one of: a pool, in use by a started thread, or being switched away
 //!   from (until its virtual processor's next `finish_switch`).
 //! - `Vp::local` is touched only by the kernel thread of that virtual processor.
@@ -470,7 +474,9 @@ where
 pub(crate) unsafe fn value_of<T>(core: &Core) -> Option<&T> {
     let head = ptr::from_ref(core).cast::<Head<T>>();
     // SAFETY: `Head<T>` is a prefix of the thread's `Inner<T, F>`; the value was written
-    // before the thread became determined (seen under its lock) and is never written again.
+    // before the thread became determined (a release compare-and-swap of its word, seen by
+    // the caller's acquire load of it, or through its waiter's wake-up) and is never
+    // written again.
     unsafe { (*(*head).value.get()).as_ref() }
 }
 
@@ -2332,10 +2338,11 @@ pub(crate) fn id_of(t: &ThreadRef) -> u64 {
 }
 
 /// For the benchmarks: puts the delayed thread `t` on the calling virtual processor's
-/// ready queue and takes it off again, as a real enqueue and dequeue do (the thread's lock
-/// to mark it queued, the policy manager both ways — the owner's queue, with no lock, for
-/// the built-in FIFO and LIFO policies, the shared queue under its lock otherwise — and
-/// the thread's lock again to claim it). Returns whether the thread that came off is `t`.
+/// ready queue and takes it off again, as a real enqueue and dequeue do (a compare-and-swap
+/// of the thread's state word to mark it queued, the processor's own queue both ways — the
+/// ring for the built-in FIFO and LIFO policies, the deque for work stealing, the shared
+/// queue under its lock for a policy of the program's own — and a compare-and-swap again
+/// to claim the entry). Returns whether the thread that came off is `t`.
 pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     let (vp, _) = here();
     let t = t.raw().clone();

@@ -521,6 +521,46 @@ mod tests {
         assert!(t.state() == State::Running && !t.queued());
     }
 
+    /// Every transition gives the state the paper's table (`State::on`) gives.
+    #[test]
+    fn transitions_follow_the_state_table() {
+        use crate::state::Event as E;
+        let on = |s: State, e: E| s.on(e).unwrap();
+        let w = |s: State| Word::new(s, 0);
+        let sched = w(State::Scheduled).enqueue();
+        let ready = w(State::Ready).enqueue();
+        assert_eq!(
+            sched.claim(sched.ticket(), 0).unwrap().0.state(),
+            on(State::Scheduled, E::Start)
+        );
+        assert_eq!(
+            ready.claim(ready.ticket(), 0).unwrap().0.state(),
+            on(State::Ready, E::Dispatch)
+        );
+        for s in [State::Running, State::Absorbed] {
+            assert_eq!(w(s).yielded().state(), on(s, E::Preempt));
+            assert_eq!(w(s).park().state(), on(s, E::Block));
+            assert_eq!(w(s).finish(End::Value).state(), on(s, E::Finish));
+        }
+        assert_eq!(
+            w(State::Blocked).unpark().state(),
+            on(State::Blocked, E::Unblock)
+        );
+        assert_eq!(
+            w(State::Delayed).schedule().unwrap().state(),
+            on(State::Delayed, E::Schedule)
+        );
+        for s in [State::Delayed, State::Scheduled] {
+            assert_eq!(w(s).absorb(0).unwrap().state(), on(s, E::Absorb));
+            assert_eq!(w(s).finish(End::Terminated).state(), on(s, E::Terminate));
+        }
+        assert!(w(State::Ready).take_ready(0).is_err(), "not queued");
+        assert_eq!(
+            ready.take_ready(0).unwrap().state(),
+            on(State::Ready, E::Dispatch)
+        );
+    }
+
     #[test]
     fn update_retries_over_a_changed_word() {
         use core::sync::atomic::AtomicU64;
