@@ -841,17 +841,27 @@ impl Vp {
     #[inline(always)]
     fn pop_queue(&self) -> Option<Runnable> {
         match self.fast {
-            Fast::Fifo | Fast::Lifo => {
+            Fast::Lifo => {
+                // Every entry on the shared queue is newer than every entry on the ring
+                // (while the shared queue holds any, the owner queues there too): the
+                // shared queue's newest first, then the ring's.
+                if self.shared.load(Relaxed) != 0 {
+                    if let Some(r) = self.pop_shared() {
+                        return Some(r);
+                    }
+                }
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                unsafe { self.local() }.own.pop_newest()
+            }
+            Fast::Fifo => {
                 // SAFETY: the caller runs on this virtual processor's kernel thread.
                 let local = unsafe { self.local() };
+                // Every entry on the shared queue is newer than every entry on the ring:
+                // they go after it, as many as fit, in the order they came.
                 if self.shared.load(Relaxed) != 0 {
                     self.take_shared(&mut local.own);
                 }
-                if self.fast == Fast::Fifo {
-                    local.own.pop_oldest()
-                } else {
-                    local.own.pop_newest()
-                }
+                local.own.pop_oldest()
             }
             Fast::Steal => match self.deque.pop() {
                 Some((p, ticket)) => Some(Runnable {
