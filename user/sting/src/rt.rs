@@ -1932,7 +1932,7 @@ pub(crate) fn schedule(t: &ThreadRef) {
     disarm();
     let vp = match t.core().update(Word::schedule) {
         Ok(old) => (old.vp(), old.enqueue().ticket()),
-        Err(()) => return,
+        Err(word::Refused) => return,
     };
     if let Some(g) = &t.core().group {
         g.add(t);

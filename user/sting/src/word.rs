@@ -69,6 +69,10 @@ pub struct Word(pub u64);
 /// The most virtual processors a word can name.
 pub const MAX_VPS: usize = VP_MASK as usize + 1;
 
+/// A transition that does not apply to the word as it is (the word stays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refused;
+
 /// What a claim of a popped entry found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -265,9 +269,9 @@ impl Word {
 
     /// A delayed thread is scheduled (queued); `Err` for any other.
     #[inline]
-    pub fn schedule(self) -> Result<Word, ()> {
+    pub fn schedule(self) -> Result<Word, Refused> {
         if self.state() != State::Delayed {
-            return Err(());
+            return Err(Refused);
         }
         Ok(self.with_state(State::Scheduled).enqueue())
     }
@@ -275,9 +279,9 @@ impl Word {
     /// A demander absorbs a delayed or scheduled thread that is not suspended (on its own
     /// processor `vp`): absorbed, its entry stale; `Err` for any other.
     #[inline]
-    pub fn absorb(self, vp: usize) -> Result<Word, ()> {
+    pub fn absorb(self, vp: usize) -> Result<Word, Refused> {
         if !matches!(self.state(), State::Delayed | State::Scheduled) || self.suspended() {
-            return Err(());
+            return Err(Refused);
         }
         Ok(Word(
             self.with_state(State::Absorbed).unqueue().with_vp(vp).0 | ABSORBED,
@@ -288,9 +292,9 @@ impl Word {
     /// where it then joins the wait list): marked waited for, or `Err` if it is determined
     /// already.
     #[inline]
-    pub fn wait(self) -> Result<Word, ()> {
+    pub fn wait(self) -> Result<Word, Refused> {
         if self.state().determined() {
-            return Err(());
+            return Err(Refused);
         }
         Ok(Word(self.0 | WAITERS))
     }
@@ -308,9 +312,9 @@ impl Word {
     /// entry if it is ready or scheduled with no live entry (`Ok(true)`). `Err` if it was
     /// not suspended.
     #[inline]
-    pub fn resume(self) -> Result<(Word, bool), ()> {
+    pub fn resume(self) -> Result<(Word, bool), Refused> {
         if !self.suspended() {
-            return Err(());
+            return Err(Refused);
         }
         let w = self.with_suspended(false);
         if matches!(w.state(), State::Ready | State::Scheduled) && !w.queued() {
@@ -322,7 +326,7 @@ impl Word {
     /// A signal switches at once to a thread ready on the signaller's processor `vp`
     /// (`rt::switch_to_target`): running, its entry stale; `Err` if it is not so.
     #[inline]
-    pub fn take_ready(self, vp: usize) -> Result<Word, ()> {
+    pub fn take_ready(self, vp: usize) -> Result<Word, Refused> {
         if self.state() == State::Ready
             && self.queued()
             && !self.suspended()
@@ -331,7 +335,7 @@ impl Word {
         {
             return Ok(self.unqueue().with_state(State::Running));
         }
-        Err(())
+        Err(Refused)
     }
 }
 
