@@ -61,6 +61,7 @@ extern crate std;
 
 mod arch;
 pub mod area;
+pub mod deque;
 pub mod exception;
 pub mod group;
 mod platform;
@@ -73,9 +74,11 @@ mod spin;
 pub mod state;
 pub mod sync;
 pub mod thread;
-pub mod ticket;
 mod upcall;
+pub mod word;
 
+#[cfg(test)]
+mod loom_deque;
 #[cfg(test)]
 mod loom_tickets;
 #[cfg(test)]

@@ -1,103 +1,129 @@
-//! The claim/ticket protocol of the ready queues, model-checked with `loom`: every
-//! interleaving (up to a preemption bound) of the wakers, the controllers and the
-//! virtual processors that pop and claim, with the runtime's own [`Queued`] and the
-//! state table [`State::on`], each thread's changing state under one lock as in the
-//! runtime (`Core::ctl`), and the ready queues as locked FIFOs of tickets.
+//! The thread state word's protocol (`word.rs`) model-checked with `loom`: every
+//! interleaving (up to a preemption bound) of wakers, parkers, controllers suspending and
+//! resuming, a toucher absorbing, a terminator, a signaller pinning a thread's context and
+//! the virtual processors that pop and claim entries, with the runtime's own transitions
+//! ([`Word`]'s functions) applied by the runtime's own compare-and-swap loops
+//! ([`word::update`], [`word::claim`]) on `loom`'s atomics, the operations that take the
+//! thread's lock in the runtime taking a lock here too, and the ready queues as locked
+//! FIFOs of tickets.
 //!
 //! What must hold in every interleaving: a thread is run by at most one processor for one
-//! wake-up (never twice, never by two at once), a wake-up is never lost (once the
-//! queues are drained, the woken thread has been run exactly once, or is suspended with no
-//! live entry until resumed), and a thread terminated or absorbed before it started is
-//! never started by a stale entry.
+//! wake-up (never twice, never by two at once), a wake-up is never lost (once the queues
+//! are drained, the woken thread has been run exactly once, or is suspended with no live
+//! entry until resumed; a wake-up that comes before the park makes the park return), a
+//! thread terminated or absorbed before it started is never started by a stale entry, a
+//! stale entry never runs a thread since queued on another processor, and no processor
+//! resumes a context while a signal has it pinned.
 
 use std::collections::VecDeque;
 
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicU64;
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 
-use crate::state::{End, Event, State};
-use crate::ticket::Queued;
+use crate::state::{End, State};
+use crate::word::{self, Cell64, Claim, Word};
 
-/// What the runtime keeps under a thread's lock, as far as the protocol goes.
-#[derive(Debug)]
-struct Ctl {
-    state: State,
-    suspended: bool,
-    q: Queued,
-    /// How many times a processor's claim won (and would run the thread).
-    runs: u32,
-    /// The processor whose claim won last.
-    ran_on: usize,
+impl Cell64 for AtomicU64 {
+    fn get(&self) -> u64 {
+        self.load(loom::sync::atomic::Ordering::Acquire)
+    }
+    fn cas(&self, old: u64, new: u64) -> Result<u64, u64> {
+        use loom::sync::atomic::Ordering::{AcqRel, Acquire};
+        self.compare_exchange(old, new, AcqRel, Acquire)
+    }
 }
 
-type Thread = Arc<Mutex<Ctl>>;
+/// A thread as far as the protocol goes.
+struct ModelThread {
+    /// Its state word.
+    word: AtomicU64,
+    /// Its lock (`Core::ctl`), held by the rarer operations.
+    lock: Mutex<()>,
+    /// How many times a claim (or a switch, or an absorption) won, and by whom last: the
+    /// test's own record.
+    runs: Mutex<(u32, usize)>,
+    /// Its saved context, which a signal changes while the word is pinned.
+    sp: UnsafeCell<usize>,
+}
+
+type Thread = Arc<ModelThread>;
 type ReadyQueue = Arc<Mutex<VecDeque<u32>>>;
 
 fn thread_in(state: State) -> Thread {
-    Arc::new(Mutex::new(Ctl {
-        state,
-        suspended: false,
-        q: Queued::new(),
-        runs: 0,
-        ran_on: usize::MAX,
-    }))
+    Arc::new(ModelThread {
+        word: AtomicU64::new(Word::new(state, 0).0),
+        lock: Mutex::new(()),
+        runs: Mutex::new((0, usize::MAX)),
+        sp: UnsafeCell::new(0),
+    })
 }
 
-/// `rt::unpark`: a blocked thread becomes ready and is queued on `queue`.
+fn word_of(t: &Thread) -> Word {
+    Word(t.word.get())
+}
+
+fn runs(t: &Thread) -> (u32, usize) {
+    *t.runs.lock().unwrap()
+}
+
+fn ran(t: &Thread, vp: usize) {
+    let mut r = t.runs.lock().unwrap();
+    r.0 += 1;
+    r.1 = vp;
+}
+
+/// `Core::apply`.
+fn apply(t: &Thread, f: impl Fn(Word) -> Word) -> Word {
+    word::update(&t.word, |w| Ok::<_, ()>(f(w))).unwrap()
+}
+
+/// `rt::unpark`: a blocked thread becomes ready and is queued on `queue`; any other keeps
+/// the wake-up.
 fn unpark(t: &Thread, queue: &ReadyQueue) {
-    let ticket = {
-        let mut c = t.lock().unwrap();
-        if c.state != State::Blocked {
-            return;
-        }
-        c.state = c.state.on(Event::Unblock).unwrap();
-        c.q.enqueue()
-    };
-    queue.lock().unwrap().push_back(ticket);
+    let old = apply(t, Word::unpark);
+    if old.state() == State::Blocked {
+        queue.lock().unwrap().push_back(old.unpark().ticket());
+    }
+}
+
+/// `rt::park`'s transition: whether the thread blocked (else a wake-up was consumed).
+fn park(t: &Thread) -> bool {
+    !apply(t, Word::park).token()
 }
 
 /// `rt::suspend` of another thread.
 fn suspend(t: &Thread) {
-    let mut c = t.lock().unwrap();
-    if !c.state.determined() {
-        c.suspended = true;
-    }
+    let _c = t.lock.lock().unwrap();
+    let _ = word::update(&t.word, |w| {
+        if w.state().determined() {
+            return Err(());
+        }
+        Ok(w.with_suspended(true))
+    });
 }
 
 /// `rt::resume`: a ready or scheduled thread with no live entry is queued on `queue`.
 fn resume(t: &Thread, queue: &ReadyQueue) {
-    let ticket = {
-        let mut c = t.lock().unwrap();
-        if !c.suspended {
-            return;
-        }
-        c.suspended = false;
-        if !matches!(c.state, State::Ready | State::Scheduled) || c.q.is_queued() {
-            return;
-        }
-        c.q.enqueue()
+    let _c = t.lock.lock().unwrap();
+    let Ok(old) = word::update(&t.word, |w| w.resume().map(|(w, _)| w)) else {
+        return;
     };
-    queue.lock().unwrap().push_back(ticket);
+    if let Ok((new, true)) = old.resume() {
+        queue.lock().unwrap().push_back(new.ticket());
+    }
 }
 
 /// `Vp::claim` of one popped entry by processor `vp`: whether it runs the thread.
 fn claim_on(t: &Thread, ticket: u32, vp: usize) -> bool {
-    let mut c = t.lock().unwrap();
-    if !c.q.claim(ticket) {
-        return false;
+    match word::claim(&t.word, ticket, vp, thread::yield_now) {
+        Claim::Stale => false,
+        Claim::Start | Claim::Resume => {
+            ran(t, vp);
+            true
+        }
     }
-    if c.suspended {
-        return false;
-    }
-    let event = match c.state {
-        State::Scheduled => Event::Start,
-        State::Ready => Event::Dispatch,
-        _ => return false,
-    };
-    c.state = c.state.on(event).unwrap();
-    c.runs += 1;
-    c.ran_on = vp;
-    true
 }
 
 /// A claim whose processor does not matter.
@@ -114,7 +140,15 @@ fn pop_and_claim(t: &Thread, queue: &ReadyQueue) -> bool {
 /// Drains every queue, claiming each entry (what the processors do eventually).
 fn drain(t: &Thread, queues: &[&ReadyQueue]) {
     for q in queues {
-        while pop_and_claim(t, q) {}
+        loop {
+            let entry = q.lock().unwrap().pop_front();
+            match entry {
+                Some(ticket) => {
+                    claim(t, ticket);
+                }
+                None => break,
+            }
+        }
     }
 }
 
@@ -152,10 +186,10 @@ fn wake_suspend_resume_claims_once() {
         controller.join().unwrap();
         vp1.join().unwrap();
         drain(&t, &[&q0, &q1]);
-        let c = t.lock().unwrap();
-        assert_eq!(c.runs, 1, "run once for one wake-up: {c:?}");
-        assert_eq!(c.state, State::Running, "{c:?}");
-        assert!(!c.q.is_queued() && !c.suspended, "{c:?}");
+        let w = word_of(&t);
+        assert_eq!(runs(&t).0, 1, "run once for one wake-up: {w:?}");
+        assert_eq!(w.state(), State::Running, "{w:?}");
+        assert!(!w.queued() && !w.suspended(), "{w:?}");
     });
 }
 
@@ -179,23 +213,21 @@ fn suspended_while_queued_is_not_run() {
         let ran_before = vp.join().unwrap();
         drain(&t, &[&q0]);
         {
-            let c = t.lock().unwrap();
+            let w = word_of(&t);
             // The processor may have claimed it before the suspension; after it, never.
-            assert_eq!(c.runs, u32::from(ran_before), "{c:?}");
+            assert_eq!(runs(&t).0, u32::from(ran_before), "{w:?}");
             if !ran_before {
-                assert_eq!(c.state, State::Ready, "{c:?}");
-                assert!(!c.q.is_queued(), "no live entry while suspended: {c:?}");
+                assert_eq!(w.state(), State::Ready, "{w:?}");
+                assert!(!w.queued(), "no live entry while suspended: {w:?}");
             }
         }
         resume(&t, &q0);
         drain(&t, &[&q0]);
-        let c = t.lock().unwrap();
-        assert_eq!(c.runs, 1, "resumed, it runs once: {c:?}");
+        assert_eq!(runs(&t).0, 1, "resumed, it runs once");
     });
 }
 
-/// A scheduled thread (queued, not started) is claimed by two processors from two
-/// entries (queued, then queued again after a suspension and resume), absorbed by a
+/// A scheduled thread (queued, not started) is claimed by a processor, absorbed by a
 /// toucher, or terminated: exactly one of them takes it, and a terminated thread never
 /// starts.
 #[test]
@@ -204,12 +236,10 @@ fn start_absorb_terminate_race() {
         let t = thread_in(State::Delayed);
         let (q0, q1): (ReadyQueue, ReadyQueue) = Default::default();
         // `rt::schedule`: delayed to scheduled, queued on processor 0.
-        let ticket = {
-            let mut c = t.lock().unwrap();
-            c.state = c.state.on(Event::Schedule).unwrap();
-            c.q.enqueue()
-        };
-        q0.lock().unwrap().push_back(ticket);
+        let old = word::update(&t.word, Word::schedule).unwrap();
+        q0.lock()
+            .unwrap()
+            .push_back(old.schedule().unwrap().ticket());
         let vp0 = {
             let (t, q0) = (t.clone(), q0.clone());
             thread::spawn(move || pop_and_claim(&t, &q0))
@@ -218,30 +248,30 @@ fn start_absorb_terminate_race() {
             let t = t.clone();
             thread::spawn(move || {
                 // `rt::demand` with absorption.
-                let mut c = t.lock().unwrap();
-                if matches!(c.state, State::Delayed | State::Scheduled) && !c.suspended {
-                    c.state = c.state.on(Event::Absorb).unwrap();
-                    c.q.unqueue();
-                    c.runs += 1;
+                let _c = t.lock.lock().unwrap();
+                if word::update(&t.word, |w| w.absorb(2)).is_ok() {
+                    ran(&t, 2);
                 }
             })
         };
         // `rt::terminate` of a thread that has not started.
         {
-            let mut c = t.lock().unwrap();
-            if matches!(c.state, State::Delayed | State::Scheduled) {
-                c.state = c.state.on(Event::Terminate).unwrap();
-                c.q.unqueue();
-            }
+            let _c = t.lock.lock().unwrap();
+            let _ = word::update(&t.word, |w| match w.state() {
+                State::Delayed | State::Scheduled => {
+                    Ok(w.with_state(State::Determined(End::Terminated)).unqueue())
+                }
+                _ => Err(()),
+            });
         }
         vp0.join().unwrap();
         toucher.join().unwrap();
         drain(&t, &[&q0, &q1]);
-        let c = t.lock().unwrap();
-        match c.state {
-            State::Determined(End::Terminated) => assert_eq!(c.runs, 0, "{c:?}"),
-            State::Running | State::Absorbed => assert_eq!(c.runs, 1, "{c:?}"),
-            _ => panic!("unexpected end state {c:?}"),
+        let w = word_of(&t);
+        match w.state() {
+            State::Determined(End::Terminated) => assert_eq!(runs(&t).0, 0, "{w:?}"),
+            State::Running | State::Absorbed => assert_eq!(runs(&t).0, 1, "{w:?}"),
+            _ => panic!("unexpected end state {w:?}"),
         }
     });
 }
@@ -255,7 +285,7 @@ fn stale_entry_never_runs_a_migrated_thread() {
     model(|| {
         let t = thread_in(State::Ready);
         let (q0, q1): (ReadyQueue, ReadyQueue) = Default::default();
-        let first = t.lock().unwrap().q.enqueue();
+        let first = apply(&t, Word::enqueue).enqueue().ticket();
         q0.lock().unwrap().push_back(first);
         let vp0 = {
             let (t, q0) = (t.clone(), q0.clone());
@@ -264,43 +294,136 @@ fn stale_entry_never_runs_a_migrated_thread() {
                 entry.is_some_and(|ticket| claim_on(&t, ticket, 0))
             })
         };
-        // The signalling thread's switch to `t`, then `t`'s migration to processor 1.
-        let switched = {
-            let mut c = t.lock().unwrap();
-            if c.state == State::Ready && c.q.is_queued() && !c.suspended {
-                c.q.unqueue();
-                c.state = c.state.on(Event::Dispatch).unwrap();
-                c.runs += 1;
-                true
-            } else {
-                false
-            }
-        };
+        // The signalling thread's switch to `t` (on processor 0), then `t`'s migration to
+        // processor 1.
+        let switched = word::update(&t.word, |w| w.take_ready(0)).is_ok();
         if switched {
-            let ticket = {
-                let mut c = t.lock().unwrap();
-                c.state = c.state.on(Event::Preempt).unwrap();
-                c.q.enqueue()
-            };
-            q1.lock().unwrap().push_back(ticket);
+            ran(&t, usize::MAX);
+            let old = apply(&t, |w| w.with_vp(1).yielded());
+            q1.lock()
+                .unwrap()
+                .push_back(old.with_vp(1).yielded().ticket());
         }
         let vp0_ran = vp0.join().unwrap();
         assert!(
             !(switched && vp0_ran),
             "run by the switch and by processor 0"
         );
-        while let Some(ticket) = q1.lock().unwrap().pop_front() {
-            claim_on(&t, ticket, 1);
+        loop {
+            let entry = q1.lock().unwrap().pop_front();
+            match entry {
+                Some(ticket) => {
+                    claim_on(&t, ticket, 1);
+                }
+                None => break,
+            }
         }
-        let c = t.lock().unwrap();
         if switched {
-            assert_eq!(
-                (c.runs, c.ran_on),
-                (2, 1),
-                "migrated, it ran on processor 1: {c:?}"
-            );
+            assert_eq!(runs(&t), (2, 1), "migrated, it ran on processor 1");
         } else {
-            assert_eq!((c.runs, c.ran_on), (1, 0), "{c:?}");
+            assert_eq!(runs(&t), (1, 0));
         }
+    });
+}
+
+/// A running thread parks while another wakes it: the wake-up is never lost. Either the
+/// park consumes it and returns at once, or the thread blocks and the wake-up queues it,
+/// and it then runs exactly once.
+#[test]
+fn park_and_unpark_never_lose_a_wake_up() {
+    model(|| {
+        let t = thread_in(State::Running);
+        let q: ReadyQueue = Default::default();
+        let waker = {
+            let (t, q) = (t.clone(), q.clone());
+            thread::spawn(move || unpark(&t, &q))
+        };
+        let blocked = park(&t);
+        let vp = {
+            let (t, q) = (t.clone(), q.clone());
+            thread::spawn(move || pop_and_claim(&t, &q))
+        };
+        waker.join().unwrap();
+        vp.join().unwrap();
+        drain(&t, &[&q]);
+        let w = word_of(&t);
+        assert!(!w.token(), "the wake-up is consumed: {w:?}");
+        assert_eq!(w.state(), State::Running, "{w:?}");
+        assert_eq!(runs(&t).0, u32::from(blocked), "{w:?}");
+    });
+}
+
+/// A signaller pins a ready, queued thread and changes its saved context while a
+/// processor pops and claims it and then resumes the context: the processor never reads
+/// the context while it is being changed (`loom` reports such an access as a race), and
+/// reads the changed one if the signal came first.
+#[test]
+fn a_pinned_context_is_not_resumed() {
+    model(|| {
+        let t = thread_in(State::Ready);
+        let q: ReadyQueue = Default::default();
+        let ticket = apply(&t, Word::enqueue).enqueue().ticket();
+        q.lock().unwrap().push_back(ticket);
+        let vp = {
+            let (t, q) = (t.clone(), q.clone());
+            thread::spawn(move || {
+                if pop_and_claim(&t, &q) {
+                    // `switch_to`: the claimed context is read.
+                    // SAFETY: `loom` checks that no write races this read.
+                    Some(t.sp.with(|p| unsafe { *p }))
+                } else {
+                    None
+                }
+            })
+        };
+        // `rt::signal`: pin, change the context, unpin.
+        let pinned = {
+            let _c = t.lock.lock().unwrap();
+            let pinned = word::update(&t.word, |w| {
+                if matches!(w.state(), State::Ready | State::Blocked) && !w.pinned() {
+                    Ok(w.with_pinned(true))
+                } else {
+                    Err(())
+                }
+            })
+            .is_ok();
+            if pinned {
+                // SAFETY: pinned, no one else touches it now (`loom` checks it).
+                t.sp.with_mut(|p| unsafe { *p = 1 });
+                apply(&t, |w| w.with_pinned(false));
+            }
+            pinned
+        };
+        let seen = vp.join().unwrap();
+        assert_eq!(
+            seen,
+            Some(u32::from(pinned) as usize),
+            "claimed once, whole"
+        );
+    });
+}
+
+/// Two wakers race to wake one blocked thread: it is queued once, and the second wake-up
+/// is kept for its next park.
+#[test]
+fn two_wakers_queue_once() {
+    model(|| {
+        let t = thread_in(State::Blocked);
+        let (q0, q1): (ReadyQueue, ReadyQueue) = Default::default();
+        let w1 = {
+            let (t, q1) = (t.clone(), q1.clone());
+            thread::spawn(move || unpark(&t, &q1))
+        };
+        unpark(&t, &q0);
+        w1.join().unwrap();
+        let entries = q0.lock().unwrap().len() + q1.lock().unwrap().len();
+        assert_eq!(entries, 1, "queued once");
+        drain(&t, &[&q0, &q1]);
+        let w = word_of(&t);
+        assert_eq!(runs(&t).0, 1);
+        assert!(
+            w.token(),
+            "the second wake-up is kept for the next park: {w:?}"
+        );
     });
 }

@@ -234,6 +234,17 @@ impl<T: Send + 'static> Queue<T> {
         }
     }
 
+    /// Takes the oldest item enqueued (a built-in policy's), or the one `next` gives (the
+    /// caller's own): what moving items to another queue in their order of queueing takes.
+    pub fn take_oldest(&mut self) -> Option<T> {
+        match self {
+            Queue::Fifo(p) => p.queue.pop_front(),
+            Queue::Lifo(p) => p.stack.pop_front(),
+            Queue::WorkStealing(p) => p.deque.pop_front(),
+            Queue::Custom(p) => p.next(),
+        }
+    }
+
     /// Moves every item to `to`, enqueued there in the order they were enqueued here (a
     /// built-in policy's), or in the order `next` gives them (the caller's own).
     pub fn transfer_to(&mut self, to: &mut Queue<T>) {

@@ -6,7 +6,7 @@
 //!
 //! - A *thread* ([`Core`], behind [`ThreadRef`] and the typed handle
 //!   [`Thread`](crate::Thread)) is a first-class object: a thunk, its value once determined,
-//!   its state, and a wait list. It exists from `fork`/`delay` on and gets storage to run
+//!   its state word (`crate::word`), and a wait list. It exists from `fork`/`delay` on and gets storage to run
 //!   on only when it starts.
 //! - A *TCB* ([`Tcb`]) is control state and a stack in one block of [`STACK_SIZE`] bytes
 //!   aligned to its size, the TCB at the bottom. The running code finds its TCB by masking
@@ -14,17 +14,19 @@
 //!   thread runs on its demander's TCB, which then names the absorbed thread as running.
 //! - A *virtual processor* ([`Vp`]) is a kernel thread running a scheduler loop on its
 //!   own stack, with a policy manager over its ready queue, a LIFO pool of free TCBs and
-//!   counters. The ready queue is shared (under a lock) for a policy that gives threads to
-//!   thieves; a built-in FIFO or LIFO policy keeps the threads its own kernel thread queues
-//!   in a second queue only that thread touches, with no lock, and takes over what others
-//!   queued on the shared one at its next decision. Threads switch directly to the next thread; the scheduler loop's context is
+//!   counters. The threads its own kernel thread queues go on a queue it works on without a
+//!   lock (`crate::deque`: a ring only it touches for the built-in FIFO and LIFO policies, a
+//!   Chase–Lev deque that thieves steal from for the built-in work-stealing policy); what
+//!   others queue, what does not fit, and everything for a policy of the program's own goes
+//!   on its shared queue, under a lock. Threads switch directly to the next thread; the scheduler loop's context is
 //!   used only when a virtual processor has nothing to run, and it then parks the kernel
 //!   thread until work arrives (or steals, if its policy says so).
 //!
 //! # Locks
 //!
-//! Three kinds of spin lock, never two held at once: a ready queue's, a thread's
-//! (`Core::ctl`: its state, flags, TCB and wait list) and a synchronisation object's (in
+//! Three kinds of spin lock, never two held at once: a shared ready queue's, a thread's
+//! (`Core::ctl`: its wait list, signals and terminate request; its state is the word,
+//! changed by compare-and-swap, under the lock or not) and a synchronisation object's (in
 //! [`crate::sync`], [`crate::port`], [`crate::group`]). The global TCB pool's lock is taken
 //! alone too.
 //!
@@ -40,10 +42,12 @@
 //!
 //! # Invariants
 //!
-//! - A thread's state changes only through [`State::on`], under its `ctl` lock.
-//! - A thread is on at most one ready queue at a time: `queued` is set by whoever pushes it
-//!   and cleared by whoever pops it; stale entries (absorbed, terminated or suspended
-//!   threads) are dropped when popped.
+//! - A thread's state word changes only by compare-and-swap, through `crate::word`'s
+//!   transitions (which follow [`State::on`]'s table); only a holder of its `ctl` lock, or
+//!   the thread's own end, makes it determined.
+//! - A thread has at most one live ready-queue entry: the word's queued bit and ticket are
+//!   set by whoever queues it and cleared by the claim that wins; stale entries (absorbed,
+//!   terminated or suspended threads, or ones queued again since) are dropped when popped.
 //! - A TCB is in exactly one of: a pool, in use by a started thread, or being switched away
 //!   from (until its virtual processor's next `finish_switch`).
 //! - `Vp::local` is touched only by the kernel thread of that virtual processor.
@@ -63,6 +67,7 @@ use core::sync::atomic::{
 
 use crate::arch;
 use crate::area::{Bump, Mark};
+use crate::deque::{ChaseLev, Ring, Steal, CAPACITY};
 use crate::exception::{AbsorbLink, HandlerFrame, Priority};
 use crate::group::GroupInner;
 use crate::platform;
@@ -70,7 +75,7 @@ use crate::policy::{Kind, Policy, Queue};
 use crate::pool::{self, Thresholds};
 use crate::spin::SpinLock;
 use crate::state::{End, Paper, State};
-use crate::ticket::Queued;
+use crate::word::{self, Claim, Word};
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
@@ -229,6 +234,12 @@ pub(crate) struct Core {
     id: u64,
     /// Its thread group, fixed at creation.
     pub(crate) group: Option<Arc<GroupInner>>,
+    /// Its state word (`crate::word`): state, queue membership and ticket, suspension,
+    /// pending wake-up, virtual processor; changed only by compare-and-swap.
+    pub(crate) word: AtomicU64,
+    /// The TCB it runs on, once started (its demander's while absorbed): written by whoever
+    /// starts or absorbs it, before it runs.
+    tcb: AtomicPtr<Tcb>,
     /// Set (under `ctl`) whenever `suspended` or `terminate` is set, so that a checkpoint
     /// with nothing to do costs one load; cleared by a checkpoint that finds neither.
     attention: AtomicBool,
@@ -236,24 +247,10 @@ pub(crate) struct Core {
     pub(crate) ctl: SpinLock<Ctl>,
 }
 
-/// A thread's changing state, under `Core::ctl`.
+/// A thread's changing state beside its word, under `Core::ctl`.
 pub(crate) struct Ctl {
-    /// The state machine's state.
-    pub(crate) state: State,
-    /// It started by absorption (the paper's *absorbed* until determined).
-    absorbed: bool,
-    /// Whether it is on a ready queue, and which entry is live (`crate::ticket`).
-    q: Queued,
-    /// It must not run until resumed.
-    pub(crate) suspended: bool,
     /// It must end at its next checkpoint.
     terminate: bool,
-    /// A wake-up arrived while it was not blocked: its next park returns at once.
-    token: bool,
-    /// The TCB it runs on, once started.
-    tcb: *mut Tcb,
-    /// The virtual processor it was placed on or last ran on.
-    vp: usize,
     /// Threads waiting for it to be determined.
     waiters: WaitList,
     /// Signals pushed onto it, run in its context before it next runs its own code
@@ -399,11 +396,34 @@ pub struct Runnable {
     ticket: u32,
 }
 
-impl Ctl {
-    /// Marks the thread queued and gives the entry's ticket.
+impl Core {
+    /// The state word now.
     #[inline]
-    fn enqueue(&mut self) -> u32 {
-        self.q.enqueue()
+    pub(crate) fn word(&self) -> Word {
+        Word(self.word.load(Acquire))
+    }
+
+    /// Applies a transition to the state word (`word::update`): the old word, or the
+    /// transition's refusal.
+    #[inline]
+    fn update<E>(&self, f: impl FnMut(Word) -> Result<Word, E>) -> Result<Word, E> {
+        word::update(&self.word, f)
+    }
+
+    /// Applies a transition that always applies; gives the old word.
+    #[inline]
+    fn apply(&self, mut f: impl FnMut(Word) -> Word) -> Word {
+        match word::update(&self.word, |w| Ok::<_, core::convert::Infallible>(f(w))) {
+            Ok(old) => old,
+            Err(never) => match never {},
+        }
+    }
+
+    /// Marks the thread queued with a new entry, whatever else its word says; gives the
+    /// entry's ticket.
+    #[inline]
+    fn enqueue(&self) -> u32 {
+        self.apply(Word::enqueue).enqueue().ticket()
     }
 }
 
@@ -429,16 +449,11 @@ where
             vtable: &Ops::<T, F>::VTABLE,
             id: rt.next_id.fetch_add(1, Relaxed),
             group,
+            word: AtomicU64::new(Word::new(state, vp).0),
+            tcb: AtomicPtr::new(ptr::null_mut()),
             attention: AtomicBool::new(false),
             ctl: SpinLock::new(Ctl {
-                state,
-                absorbed: false,
-                q: Queued::new(),
-                suspended: false,
                 terminate: false,
-                token: false,
-                tcb: ptr::null_mut(),
-                vp,
                 waiters: WaitList::new(),
                 signals: None,
                 signal_frame: false,
@@ -459,7 +474,9 @@ where
 pub(crate) unsafe fn value_of<T>(core: &Core) -> Option<&T> {
     let head = ptr::from_ref(core).cast::<Head<T>>();
     // SAFETY: `Head<T>` is a prefix of the thread's `Inner<T, F>`; the value was written
-    // before the thread became determined (seen under its lock) and is never written again.
+    // before the thread became determined (a release compare-and-swap of its word, seen by
+    // the caller's acquire load of it, or through its waiter's wake-up) and is never
+    // written again.
     unsafe { (*(*head).value.get()).as_ref() }
 }
 
@@ -637,10 +654,37 @@ struct VpLocal {
     kfirst: *mut Tcb,
     /// The newest of them.
     klast: *mut Tcb,
-    /// The ready queue of a processor whose policy keeps its threads (`Vp::keeps`): the
-    /// threads it queued itself, and those others queued (moved here from `Vp::ready`),
-    /// behind a policy of the same kind; touched without a lock.
-    own: Queue<Runnable>,
+    /// The ready queue of a processor whose built-in policy keeps its threads (`Vp::fast`
+    /// FIFO or LIFO): the threads it queued itself, and those others queued (moved here
+    /// from `Vp::ready`), in the order they were queued; touched without a lock.
+    own: Ring<Runnable>,
+}
+
+/// Which queue a virtual processor's own kernel thread uses for the threads it queues
+/// itself (the built-in policies' fast path; `docs/sting.md`, "Ready queues").
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fast {
+    /// The built-in FIFO policy: `VpLocal::own`, oldest first.
+    Fifo,
+    /// The built-in LIFO policy: `VpLocal::own`, newest first.
+    Lifo,
+    /// The built-in work-stealing policy: `Vp::deque`, newest first for the owner,
+    /// oldest first for thieves.
+    Steal,
+    /// A policy of the program's own: every thread goes through it, on `Vp::ready`.
+    Shared,
+}
+
+impl Fast {
+    /// The fast path of a policy.
+    fn of(policy: &Queue<Runnable>) -> Fast {
+        match policy {
+            Queue::Fifo(_) => Fast::Fifo,
+            Queue::Lifo(_) => Fast::Lifo,
+            Queue::WorkStealing(_) => Fast::Steal,
+            Queue::Custom(_) => Fast::Shared,
+        }
+    }
 }
 
 /// A virtual processor.
@@ -653,9 +697,14 @@ pub(crate) struct Vp {
     ready: SpinLock<Queue<Runnable>>,
     /// Entries in `ready`, written under its lock and read without it (a hint).
     shared: AtomicUsize,
-    /// Whether its policy keeps its threads from thieves (built-in FIFO and LIFO): its own
-    /// kernel thread then queues its threads on `VpLocal::own`, with no lock.
-    keeps: bool,
+    /// Where its own kernel thread queues threads: with no lock on `VpLocal::own` for the
+    /// built-in FIFO and LIFO policies, which keep their threads from thieves, on `deque`
+    /// for the built-in work-stealing policy, on `ready` for a policy of the program's own.
+    fast: Fast,
+    /// The work-stealing policy's deque (`Fast::Steal`): the owner pushes and pops its
+    /// newest entries with no lock, thieves steal the oldest. What does not fit goes on
+    /// `ready`.
+    deque: ChaseLev,
     /// Whether its policy steals when idle (fixed when it starts).
     steals: bool,
     /// 1 while it is idle (parked or about to park); its kernel thread waits on it.
@@ -740,13 +789,38 @@ impl Vp {
     /// Puts `t` (already marked queued) on this virtual processor's ready queue, from its
     /// own kernel thread (which is running, so wakes no one): with no lock if its policy
     /// keeps its threads.
-    #[inline]
+    #[inline(always)]
     fn push_own(&self, t: ThreadRef, ticket: u32) {
-        if self.keeps {
-            // SAFETY: the caller runs on this virtual processor's kernel thread.
-            unsafe { self.local() }.own.enqueue(Runnable { t, ticket });
-        } else {
-            self.push(t, ticket);
+        match self.fast {
+            // While others' entries wait on the shared queue, the owner's go after them
+            // there, so that the order of queueing is kept.
+            Fast::Fifo | Fast::Lifo if self.shared.load(Relaxed) == 0 => {
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                let own = &mut unsafe { self.local() }.own;
+                if let Err(r) = own.push(Runnable { t, ticket }) {
+                    self.push(r.t, r.ticket);
+                }
+            }
+            Fast::Steal => self.push_deque(t, ticket),
+            _ => self.push(t, ticket),
+        }
+    }
+
+    /// [`push_own`](Self::push_own) for the work-stealing policy: onto the deque, or the
+    /// shared queue if it is full; an idle thief is woken.
+    #[inline(never)]
+    fn push_deque(&self, t: ThreadRef, ticket: u32) {
+        if let Err((p, ticket)) = self.deque.push((t.into_raw() as usize, ticket as usize)) {
+            // SAFETY: `p` came from `into_raw` just above.
+            let t = unsafe { ThreadRef::from_raw(p as *const Core) };
+            self.push(t, ticket as u32);
+            return;
+        }
+        // Work for an idle thief (as `push` does).
+        fence(SeqCst);
+        let rt = runtime();
+        if rt.idle_thieves.load(Relaxed) != 0 {
+            rt.wake_thief();
         }
     }
 
@@ -764,35 +838,73 @@ impl Vp {
     /// The next entry of the policy's queue, on this virtual processor's kernel thread:
     /// from the owner's queue (after moving there what others queued) if the policy keeps
     /// its threads, else from the shared queue.
-    #[inline]
+    #[inline(always)]
     fn pop_queue(&self) -> Option<Runnable> {
-        if self.keeps {
-            // SAFETY: the caller runs on this virtual processor's kernel thread.
-            let local = unsafe { self.local() };
-            if self.shared.load(Relaxed) != 0 {
-                self.take_shared(&mut local.own);
+        match self.fast {
+            Fast::Lifo => {
+                // Every entry on the shared queue is newer than every entry on the ring
+                // (while the shared queue holds any, the owner queues there too): the
+                // shared queue's newest first, then the ring's.
+                if self.shared.load(Relaxed) != 0 {
+                    if let Some(r) = self.pop_shared() {
+                        return Some(r);
+                    }
+                }
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                unsafe { self.local() }.own.pop_newest()
             }
-            local.own.next()
-        } else {
-            let mut q = self.ready.lock();
-            let r = q.next();
-            self.shared.store(q.len(), Relaxed);
-            r
+            Fast::Fifo => {
+                // SAFETY: the caller runs on this virtual processor's kernel thread.
+                let local = unsafe { self.local() };
+                // Every entry on the shared queue is newer than every entry on the ring:
+                // they go after it, as many as fit, in the order they came.
+                if self.shared.load(Relaxed) != 0 {
+                    self.take_shared(&mut local.own);
+                }
+                local.own.pop_oldest()
+            }
+            Fast::Steal => match self.deque.pop() {
+                Some((p, ticket)) => Some(Runnable {
+                    // SAFETY: the deque's entries are references given up by `into_raw`.
+                    t: unsafe { ThreadRef::from_raw(p as *const Core) },
+                    ticket: ticket as u32,
+                }),
+                None if self.shared.load(Relaxed) != 0 => self.pop_shared(),
+                None => None,
+            },
+            Fast::Shared => self.pop_shared(),
         }
     }
 
-    /// Moves what other virtual processors queued here onto the owner's queue `own`.
+    /// The next entry of the shared queue, under its lock.
+    fn pop_shared(&self) -> Option<Runnable> {
+        let mut q = self.ready.lock();
+        let r = q.next();
+        self.shared.store(q.len(), Relaxed);
+        r
+    }
+
+    /// Moves what other virtual processors queued here onto the owner's queue `own`, in the
+    /// order they were queued, as many as it has room for.
     #[cold]
     #[inline(never)]
-    fn take_shared(&self, own: &mut Queue<Runnable>) {
+    fn take_shared(&self, own: &mut Ring<Runnable>) {
         let mut q = self.ready.lock();
-        q.transfer_to(own);
-        self.shared.store(0, Relaxed);
+        while own.room() > 0 {
+            let Some(r) = q.take_oldest() else {
+                break;
+            };
+            if let Err(r) = own.push(r) {
+                q.enqueue(r);
+                break;
+            }
+        }
+        self.shared.store(q.len(), Relaxed);
     }
 
     /// The next thread to run: a thread whose kernel call completed, else from the
     /// policy, else stolen if the policy steals.
-    #[inline]
+    #[inline(always)]
     fn next_runnable(&self) -> Option<Next> {
         if self.upcalls {
             if let Some(tcb) = self.kernel_next() {
@@ -829,6 +941,25 @@ impl Vp {
         let n = vps.len();
         for k in 1..n {
             let victim = vps.get((self.id + k) % n)?;
+            if victim.fast == Fast::Steal {
+                // The victim's deque first: its oldest entry.
+                let mut tries = 0;
+                loop {
+                    match victim.deque.steal() {
+                        Steal::Took((p, ticket)) => {
+                            bump(&self.counters.stolen);
+                            return Some(Runnable {
+                                // SAFETY: the deque's entries are references given up by
+                                // `into_raw`; the compare-and-swap made this one ours.
+                                t: unsafe { ThreadRef::from_raw(p as *const Core) },
+                                ticket: ticket as u32,
+                            });
+                        }
+                        Steal::Lost if tries < 4 => tries += 1,
+                        _ => break,
+                    }
+                }
+            }
             let given = {
                 let mut q = victim.ready.lock();
                 let t = q.give();
@@ -848,26 +979,10 @@ impl Vp {
     #[inline]
     fn claim(&self, r: Runnable) -> Option<Next> {
         let Runnable { t, ticket } = r;
-        let mut c = t.core().ctl.lock();
-        if !c.q.claim(ticket) {
-            return None;
-        }
-        if c.suspended {
-            return None;
-        }
-        match c.state {
-            State::Scheduled => {
-                c.state = State::Running;
-                c.vp = self.id;
-                drop(c);
-                Some(Next::Start(t))
-            }
-            State::Ready => {
-                c.state = State::Running;
-                c.vp = self.id;
-                Some(Next::Resume(c.tcb))
-            }
-            _ => None,
+        match word::claim(&t.core().word, ticket, self.id, core::hint::spin_loop) {
+            Claim::Start => Some(Next::Start(t)),
+            Claim::Resume => Some(Next::Resume(t.core().tcb.load(Relaxed))),
+            Claim::Stale => None,
         }
     }
 
@@ -1041,16 +1156,16 @@ impl Vp {
         // SAFETY: an armed TCB runs its own thread (absorbed code disarms it first).
         let core = unsafe { &*(*tcb).thread.get() };
         let me = {
-            let mut c = core.ctl.lock();
-            if c.absorbed || c.tcb != tcb {
+            let c = core.ctl.lock();
+            if core.word().absorbed() || core.tcb.load(Relaxed) != tcb {
                 drop(c);
                 bump(&self.counters.declined);
                 return false;
             }
             // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
             // out, so that no build has to see through the table).
-            c.state = State::Ready;
-            let ticket = c.enqueue();
+            let ticket = core.apply(Word::yielded).yielded().ticket();
+            drop(c);
             // SAFETY: the thread is alive (its TCB runs it).
             (unsafe { ThreadRef::clone_raw(core) }, ticket)
         };
@@ -1092,7 +1207,9 @@ impl Vp {
         self.idle.store(1, Relaxed);
         fence(SeqCst);
         // SAFETY: our own kernel thread.
-        let empty = self.ready.lock().is_empty() && unsafe { self.local() }.own.is_empty();
+        let empty = self.ready.lock().is_empty()
+            && unsafe { self.local() }.own.is_empty()
+            && self.deque.is_empty();
         if empty && !rt.shutdown.load(Acquire) && !(self.steals && rt.work_elsewhere(self.id)) {
             if self.upcalls {
                 crate::upcall::park(self, &self.idle, 1, IDLE_PARK_NS);
@@ -1174,7 +1291,7 @@ unsafe fn switch_to(
 fn start_context(vp: &Vp, t: ThreadRef) -> (*mut Tcb, usize) {
     let tcb = vp.take_tcb();
     bump(&vp.counters.started);
-    t.core().ctl.lock().tcb = tcb;
+    t.core().tcb.store(tcb, Relaxed);
     // SAFETY: a pooled or new TCB is ours alone; its stack is unused, so the first frame
     // can go at its top.
     let sp = unsafe {
@@ -1214,7 +1331,7 @@ pub(crate) extern "C" fn tcb_entry(tcb: usize) -> ! {
                 // stands, with no pool operation and no switch.
                 bump(&vp.counters.handovers);
                 bump(&vp.counters.started);
-                next.core().ctl.lock().tcb = tcb;
+                next.core().tcb.store(tcb, Relaxed);
                 // SAFETY: the TCB is ours; it now runs `next`.
                 unsafe { (*tcb).thread.set(next.into_raw()) };
             }
@@ -1270,15 +1387,16 @@ pub(crate) fn with_area<R>(f: impl FnOnce(&mut Bump) -> R) -> R {
 
 /// Marks `t` determined (`end`), wakes its waiters and leaves its group.
 fn complete(t: &ThreadRef, end: End) {
-    let waiters = {
-        let mut c = t.core().ctl.lock();
-        // What `on(Finish)` or `on(Terminate)` gives from every state a thread ends in
-        // (a terminate that came while it ran absorbed is overridden by its value: an
-        // absorbed thread is never cut short), without the table's lookup.
-        c.state = State::Determined(end);
-        c.waiters.take()
-    };
-    waiters.wake_all();
+    // What `on(Finish)` or `on(Terminate)` gives from every state a thread ends in (a
+    // terminate that came while it ran absorbed is overridden by its value: an absorbed
+    // thread is never cut short), without the table's lookup.
+    let old = t.core().apply(|w| w.finish(end));
+    if old.waited_for() {
+        // Someone joined the wait list (under the lock, having marked the word): take it
+        // under the lock, so that a waiter still pushing its node is waited for.
+        let waiters = t.core().ctl.lock().waiters.take();
+        waiters.wake_all();
+    }
     if let Some(g) = &t.core().group {
         g.remove(t.core());
     }
@@ -1339,7 +1457,7 @@ impl Runtime {
     fn work_elsewhere(&self, me: usize) -> bool {
         self.vps
             .iter()
-            .any(|vp| vp.id != me && !vp.ready.lock().is_empty())
+            .any(|vp| vp.id != me && (!vp.deque.is_empty() || !vp.ready.lock().is_empty()))
     }
 }
 
@@ -1391,7 +1509,12 @@ impl Config {
 
     /// One virtual processor per entry, with that policy.
     pub fn mixed(kinds: &[Kind]) -> Config {
-        let mut policies: Vec<Queue<Runnable>> = kinds.iter().map(|&k| Queue::of(k)).collect();
+        // At most as many as a thread's state word can name.
+        let mut policies: Vec<Queue<Runnable>> = kinds
+            .iter()
+            .take(crate::word::MAX_VPS)
+            .map(|&k| Queue::of(k))
+            .collect();
         if policies.is_empty() {
             policies.push(Queue::of(Kind::Fifo));
         }
@@ -1623,7 +1746,12 @@ where
         .map(|(id, policy)| Vp {
             id,
             steals: policy.steals(),
-            keeps: policy.keeps(),
+            fast: Fast::of(&policy),
+            deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {
+                CAPACITY
+            } else {
+                1
+            }),
             shared: AtomicUsize::new(0),
             idle: AtomicU32::new(0),
             local: UnsafeCell::new(VpLocal {
@@ -1633,7 +1761,7 @@ where
                 pool: pool::Local::new(config.thresholds),
                 kfirst: ptr::null_mut(),
                 klast: ptr::null_mut(),
-                own: policy.empty_like(),
+                own: Ring::new(),
             }),
             ready: SpinLock::new(policy),
             counters: Counters::default(),
@@ -1687,7 +1815,7 @@ where
         None,
     );
     bump(&vp0.counters.created);
-    let ticket = handle.core().ctl.lock().enqueue();
+    let ticket = handle.core().enqueue();
     vp0.push(handle.clone(), ticket);
     for i in 1..n {
         let started = platform::spawn_vp(vp_main, i as u64, |lo, hi| {
@@ -1728,7 +1856,11 @@ where
             &mut *vp.ready.lock(),
             Queue::of(Kind::Fifo),
         ));
-        drop(core::mem::replace(&mut local.own, Queue::of(Kind::Fifo)));
+        drop(core::mem::take(&mut local.own));
+        while let Some((p, _)) = vp.deque.pop() {
+            // SAFETY: the deque's entries are references given up by `into_raw`.
+            drop(unsafe { ThreadRef::from_raw(p as *const Core) });
+        }
     }
     for TcbPtr(tcb) in rtr.global.lock().drain() {
         // SAFETY: a pooled TCB is free.
@@ -1784,7 +1916,7 @@ where
         Some(target) => {
             let target = target.min(rt.vps.len() - 1);
             let t = new_thread(f, State::Scheduled, target, group.clone());
-            let ticket = t.core().ctl.lock().enqueue();
+            let ticket = t.core().enqueue();
             if let Some(g) = &group {
                 g.add(&t);
             }
@@ -1798,13 +1930,9 @@ where
 /// any other.
 pub(crate) fn schedule(t: &ThreadRef) {
     disarm();
-    let vp = {
-        let mut c = t.core().ctl.lock();
-        if c.state != State::Delayed {
-            return;
-        }
-        c.state = State::Scheduled;
-        (c.vp, c.enqueue())
+    let vp = match t.core().update(Word::schedule) {
+        Ok(old) => (old.vp(), old.enqueue().ticket()),
+        Err(word::Refused) => return,
     };
     if let Some(g) = &t.core().group {
         g.add(t);
@@ -1823,26 +1951,23 @@ pub(crate) fn demand(t: &ThreadRef, absorb: bool) -> bool {
     // absorption runs: found once, outside the lock.
     let (mut vp, mut tcb) = here();
     loop {
+        // Absorbed: a queued entry of a scheduled thread is now stale. (A claim may get
+        // there first: then it has started and is waited for.)
+        if absorb && t.core().update(|w| w.absorb(vp.id)).is_ok() {
+            t.core().tcb.store(tcb, Relaxed);
+            return run_absorbed(t, vp, tcb);
+        }
         let node;
         {
             let mut c = t.core().ctl.lock();
-            match c.state {
-                State::Determined(end) => return end == End::Value,
-                State::Delayed | State::Scheduled if absorb && !c.suspended => {
-                    c.state = State::Absorbed;
-                    c.absorbed = true;
-                    // A queued entry of a scheduled thread is now stale.
-                    c.q.unqueue();
-                    c.tcb = tcb;
-                    c.vp = vp.id;
-                    drop(c);
-                    return run_absorbed(t, vp, tcb);
-                }
-                _ => {
-                    node = Waiter::current();
-                    c.waiters.push(&node);
-                }
+            // Marked waited for, unless determined already (its end then took or takes no
+            // lock, and no waiter may join).
+            if t.core().update(Word::wait).is_err() {
+                drop(c);
+                return t.core().word().state() == State::Determined(End::Value);
             }
+            node = Waiter::current();
+            c.waiters.push(&node);
         }
         node.wait();
         // It may go on on another processor.
@@ -1955,15 +2080,12 @@ fn run_absorbed_recorded(t: &ThreadRef, tcb: *mut Tcb) -> bool {
 /// spuriously: re-check what you wait for.
 pub fn park() {
     let (vp, tcb) = here();
-    {
-        // SAFETY: the running thread is alive.
-        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
-        if c.token {
-            c.token = false;
-            return;
-        }
-        // What `on(Block)` gives, or its fallback: `Blocked` from every state.
-        c.state = State::Blocked;
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    // What `on(Block)` gives, or its fallback: `Blocked` from every state; or a pending
+    // wake-up consumed.
+    if core.apply(Word::park).token() {
+        return;
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it.
@@ -1981,15 +2103,11 @@ pub fn unpark(t: &ThreadRef) {
         // A runtime call: a sting thread is not preemptible any more (before the lock).
         disarm_caller(rt, tcb);
     }
-    let (vp, ticket) = {
-        let mut c = t.core().ctl.lock();
-        if c.state != State::Blocked {
-            c.token = true;
-            return;
-        }
-        c.state = State::Ready;
-        (c.vp, c.enqueue())
-    };
+    let old = t.core().apply(Word::unpark);
+    if old.state() != State::Blocked {
+        return;
+    }
+    let (vp, ticket) = (old.vp(), old.unpark().ticket());
     let Some(target) = rt.vps.get(vp) else {
         return;
     };
@@ -2033,11 +2151,9 @@ pub fn yield_now() {
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        let ticket = c.enqueue();
+        let ticket = core.apply(Word::yielded).yielded().ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
@@ -2056,12 +2172,13 @@ pub fn migrate(target: usize) {
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        c.vp = target;
-        let ticket = c.enqueue();
+        let ticket = core
+            .apply(|w| w.with_vp(target).yielded())
+            .with_vp(target)
+            .yielded()
+            .ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };
@@ -2094,14 +2211,15 @@ pub fn checkpoint() {
 fn attend(vp: &Vp, tcb: *mut Tcb, core: &Core) {
     deliver_signals(core);
     let c = core.ctl.lock();
-    if !c.terminate && !c.suspended && c.signals.is_none() {
+    let suspended = core.word().suspended();
+    if !c.terminate && !suspended && c.signals.is_none() {
         core.attention.store(false, Relaxed);
     }
-    if c.terminate && !c.absorbed {
+    if c.terminate && !core.word().absorbed() {
         drop(c);
         exit_terminated(vp, tcb);
     }
-    if c.suspended {
+    if suspended {
         drop(c);
         suspend_self();
     }
@@ -2112,12 +2230,11 @@ fn suspend_self() {
     let (vp, tcb) = here();
     {
         // SAFETY: the running thread is alive.
-        let mut c = unsafe { &*(*tcb).thread.get() }.ctl.lock();
-        c.suspended = true;
+        let core = unsafe { &*(*tcb).thread.get() };
+        let _c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        c.q.unqueue();
+        core.apply(|w| w.with_suspended(true).with_state(State::Ready).unqueue());
     }
     let next = vp.next_runnable();
     // SAFETY: our TCB; the thread is ready but suspended (on no queue): only a resume
@@ -2133,9 +2250,14 @@ pub(crate) fn suspend(t: &ThreadRef) {
         suspend_self();
         return;
     }
-    let mut c = t.core().ctl.lock();
-    if !c.state.determined() {
-        c.suspended = true;
+    let _c = t.core().ctl.lock();
+    let set = t.core().update(|w| {
+        if w.state().determined() {
+            return Err(());
+        }
+        Ok(w.with_suspended(true))
+    });
+    if set.is_ok() {
         t.core().attention.store(true, Relaxed);
     }
 }
@@ -2144,15 +2266,14 @@ pub(crate) fn suspend(t: &ThreadRef) {
 pub(crate) fn resume(t: &ThreadRef) {
     disarm();
     let vp = {
-        let mut c = t.core().ctl.lock();
-        if !c.suspended {
+        let _c = t.core().ctl.lock();
+        let Ok(old) = t.core().update(|w| w.resume().map(|(w, _)| w)) else {
             return;
-        }
-        c.suspended = false;
-        if !matches!(c.state, State::Ready | State::Scheduled) || c.q.is_queued() {
+        };
+        let Ok((new, true)) = old.resume() else {
             return;
-        }
-        (c.vp, c.enqueue())
+        };
+        (new.vp(), new.ticket())
     };
     runtime().vps[vp.0].push(t.clone(), vp.1);
 }
@@ -2169,26 +2290,37 @@ pub(crate) fn terminate(t: &ThreadRef) {
     let waiters;
     {
         let mut c = t.core().ctl.lock();
-        match c.state {
-            State::Determined(_) => return,
+        // Not started: determined at once (a claim may start it first).
+        let unstarted = t.core().update(|w| match w.state() {
             State::Delayed | State::Scheduled => {
-                c.state = State::Determined(End::Terminated);
-                c.q.unqueue();
-                waiters = c.waiters.take();
+                Ok(w.with_state(State::Determined(End::Terminated)).unqueue())
             }
-            _ => {
-                c.terminate = true;
-                t.core().attention.store(true, Relaxed);
-                // A suspended thread must run to reach its checkpoint.
-                let requeue = c.suspended && c.state == State::Ready && !c.q.is_queued();
-                c.suspended = false;
-                if requeue {
-                    let (vp, ticket) = (c.vp, c.enqueue());
-                    drop(c);
-                    runtime().vps[vp].push(t.clone(), ticket);
-                }
+            _ => Err(()),
+        });
+        if unstarted.is_ok() {
+            waiters = c.waiters.take();
+        } else {
+            if t.core().word().state().determined() {
                 return;
             }
+            c.terminate = true;
+            t.core().attention.store(true, Relaxed);
+            // A suspended thread must run to reach its checkpoint.
+            let old = t.core().apply(|w| {
+                let requeue = w.suspended() && w.state() == State::Ready && !w.queued();
+                let w = w.with_suspended(false);
+                if requeue {
+                    w.enqueue()
+                } else {
+                    w
+                }
+            });
+            if old.suspended() && old.state() == State::Ready && !old.queued() {
+                let (vp, ticket) = (old.vp(), old.enqueue().ticket());
+                drop(c);
+                runtime().vps[vp].push(t.clone(), ticket);
+            }
+            return;
         }
     }
     waiters.wake_all();
@@ -2200,8 +2332,8 @@ pub(crate) fn terminate(t: &ThreadRef) {
 /// The state of `t` and whether it was absorbed.
 pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
     disarm();
-    let c = t.core().ctl.lock();
-    (c.state, c.absorbed, c.suspended)
+    let w = t.core().word();
+    (w.state(), w.absorbed(), w.suspended())
 }
 
 /// The paper's state of `t`.
@@ -2216,21 +2348,29 @@ pub(crate) fn id_of(t: &ThreadRef) -> u64 {
 }
 
 /// For the benchmarks: puts the delayed thread `t` on the calling virtual processor's
-/// ready queue and takes it off again, as a real enqueue and dequeue do (the thread's lock
-/// to mark it queued, the policy manager both ways — the owner's queue, with no lock, for
-/// the built-in FIFO and LIFO policies, the shared queue under its lock otherwise — and
-/// the thread's lock again to claim it). Returns whether the thread that came off is `t`.
+/// ready queue and takes it off again, as a real enqueue and dequeue do (a compare-and-swap
+/// of the thread's state word to mark it queued, the processor's own queue both ways — the
+/// ring for the built-in FIFO and LIFO policies, the deque for work stealing, the shared
+/// queue under its lock for a policy of the program's own — and a compare-and-swap again
+/// to claim the entry). Returns whether the thread that came off is `t`.
 pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     let (vp, _) = here();
     let t = t.raw().clone();
-    let ticket = t.core().ctl.lock().enqueue();
+    let ticket = t.core().enqueue();
     vp.push_own(t, ticket);
     let back = vp.pop_queue();
     match back {
-        Some(Runnable { t: b, ticket }) => {
-            let mut c = b.core().ctl.lock();
-            c.q.claim(ticket)
-        }
+        // A claim of the delayed thread's entry: it stays delayed, the entry consumed.
+        Some(Runnable { t: b, ticket }) => b
+            .core()
+            .update(|w| {
+                if w.is_live(ticket) {
+                    Ok(w.unqueue())
+                } else {
+                    Err(())
+                }
+            })
+            .is_ok(),
         None => false,
     }
 }
@@ -2390,7 +2530,7 @@ pub(crate) fn absorbed_unlinked(tcb: *mut Tcb) -> bool {
     // SAFETY: the calling thread's own TCB; the running thread is alive.
     let core = unsafe { (*tcb).thread.get() };
     // SAFETY: as above.
-    if !unsafe { &*core }.ctl.lock().absorbed {
+    if !unsafe { &*core }.word().absorbed() {
         return false;
     }
     // SAFETY: as above.
@@ -2442,7 +2582,7 @@ fn deliver_signals(core: &Core) {
             bump(&vp.counters.signals);
         }
         let c = core.ctl.lock();
-        if c.signals.is_none() && !c.terminate && !c.suspended {
+        if c.signals.is_none() && !c.terminate && !core.word().suspended() {
             core.attention.store(false, Relaxed);
             return;
         }
@@ -2486,7 +2626,8 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
     }
     let ready_here = {
         let mut c = t.core().ctl.lock();
-        if c.state.determined() {
+        let core = t.core();
+        if core.word().state().determined() {
             return false;
         }
         let mut list = c.signals.take().unwrap_or_default();
@@ -2495,12 +2636,23 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
         t.core().attention.store(true, Relaxed);
         // A thread stopped in a switch (ready or blocked) gets the continuation pushed
         // onto its saved context, so the handler runs first when it is resumed.
-        if matches!(c.state, State::Ready | State::Blocked) && !c.signal_frame {
-            let ttcb = c.tcb;
+        // The word is pinned while the context changes: no claim resumes it meanwhile.
+        let pinned = !c.signal_frame
+            && core
+                .update(|w| {
+                    if matches!(w.state(), State::Ready | State::Blocked) && !w.pinned() {
+                        Ok(w.with_pinned(true))
+                    } else {
+                        Err(())
+                    }
+                })
+                .is_ok();
+        if pinned {
+            let ttcb = core.tcb.load(Relaxed);
             // SAFETY: a ready or blocked thread's TCB is alive; while its `running` flag
-            // is clear and we hold its lock, nothing resumes it (a claim takes the lock),
-            // so its saved stack pointer is ours to change. The flag still set means it is
-            // still switching away: the handler then waits for its next checkpoint.
+            // is clear and its word is pinned, nothing resumes it (a claim waits for the
+            // pin), so its saved stack pointer is ours to change. The flag still set means
+            // it is still switching away: the handler then waits for its next checkpoint.
             unsafe {
                 if !ttcb.is_null()
                     && !(*ttcb).running.load(Acquire)
@@ -2513,10 +2665,12 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
                     }
                 }
             }
+            core.apply(|w| w.with_pinned(false));
         }
+        let w = core.word();
         let ready_here =
-            c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id;
-        let elsewhere = (c.state == State::Running && c.vp != vp.id).then_some(c.vp);
+            w.state() == State::Ready && w.queued() && !w.suspended() && w.vp() == vp.id;
+        let elsewhere = (w.state() == State::Running && w.vp() != vp.id).then_some(w.vp());
         (ready_here, elsewhere)
     };
     let (ready_here, running_elsewhere) = ready_here;
@@ -2544,23 +2698,18 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
 fn switch_to_target(t: &ThreadRef) {
     let (vp, tcb) = here();
     let target = {
-        let mut c = t.core().ctl.lock();
-        if !(c.state == State::Ready && c.q.is_queued() && !c.suspended && c.vp == vp.id) {
+        // Claimed here: the entry on the queue is now stale.
+        if t.core().update(|w| w.take_ready(vp.id)).is_err() {
             return;
         }
-        // Claimed here: the entry on the queue is now stale.
-        c.q.unqueue();
-        c.state = State::Running;
-        c.tcb
+        t.core().tcb.load(Relaxed)
     };
     let me = {
         // SAFETY: the running thread is alive.
         let core = unsafe { &*(*tcb).thread.get() };
-        let mut c = core.ctl.lock();
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written
         // out, so that no build has to see through the table).
-        c.state = State::Ready;
-        let ticket = c.enqueue();
+        let ticket = core.apply(Word::yielded).yielded().ticket();
         // SAFETY: as above.
         (unsafe { ThreadRef::clone_raw(core) }, ticket)
     };

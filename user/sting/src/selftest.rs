@@ -30,6 +30,7 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("absorb", absorb),
     ("pool_reuse", pool_reuse),
     ("policies", policies),
+    ("full_queues", full_queues),
     ("stealing", stealing),
     ("migrate", migrate_between),
     ("mutex", mutex),
@@ -707,6 +708,48 @@ pub fn policies(_vps: usize) -> Outcome {
         });
         ensure!(order == want, "{kind:?} ran {order:?}, expected {want:?}");
         out.push_str(&format!("{kind:?} {order:?}; "));
+    }
+    Ok(out)
+}
+
+/// More threads queued at once on one virtual processor than its own queue holds
+/// (`crate::deque::CAPACITY`): the rest go on its shared queue, and each built-in policy
+/// still runs every thread once, FIFO and LIFO in their exact orders.
+pub fn full_queues(_vps: usize) -> Outcome {
+    const N: u32 = crate::deque::CAPACITY as u32 * 2 + 44;
+    let mut out = String::new();
+    for kind in [Kind::Fifo, Kind::Lifo, Kind::WorkStealing] {
+        let (order, _) = run(Config::new(1, kind), || {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let ts: Vec<_> = (0..N)
+                .map(|i| {
+                    let log = log.clone();
+                    fork(move || log.lock().push(i))
+                })
+                .collect();
+            for t in &ts {
+                t.wait();
+            }
+            let v = log.lock().clone();
+            v
+        });
+        let mut sorted = order.clone();
+        sorted.sort_unstable();
+        ensure!(
+            sorted == (0..N).collect::<Vec<_>>(),
+            "{kind:?}: not every thread ran exactly once ({} ran)",
+            order.len()
+        );
+        match kind {
+            Kind::Fifo => ensure!(order == (0..N).collect::<Vec<_>>(), "FIFO out of order"),
+            Kind::Lifo => ensure!(
+                order == (0..N).rev().collect::<Vec<_>>(),
+                "LIFO out of order: {:?}",
+                order.get(..8)
+            ),
+            Kind::WorkStealing => {}
+        }
+        out.push_str(&format!("{kind:?}: {N} ran once; "));
     }
     Ok(out)
 }

@@ -13,8 +13,9 @@
 //!
 //! # Invariants
 //!
-//! - [`State::on`] is the only place that decides whether a transition is legal; the runtime
-//!   calls it for every change of a thread's state, under the thread's lock.
+//! - [`State::on`] is the table of legal transitions; the runtime's transitions of a
+//!   thread's state word (`crate::word`) follow it (a host test there checks each against
+//!   it), by compare-and-swap.
 //! - [`State::Determined`] is final: no event leaves it.
 
 /// The state of a thread, as the runtime tracks it. (A one-byte tag, so that the thread

@@ -34,6 +34,7 @@ scenarios!(
     absorb,
     pool_reuse,
     policies,
+    full_queues,
     stealing,
     mutex,
     condvar,
