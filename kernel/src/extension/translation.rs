@@ -190,8 +190,10 @@ pub fn init() {
     crate::vm::set_translation(raise);
 }
 
-/// The fault path's raise (`crate::vm::TranslationRaise`): whether a handler resolved the
-/// fault and the map now allows the access.
+/// The fault path's raise (`crate::vm::TranslationRaise`): whether the fault is over (a
+/// handler resolved a write fault and its page's translation was made writable in place,
+/// `crate::vm::grant_write`). A resolution the map does not show is refused; any other
+/// resolution is left to the default, which enters the translation the map now allows.
 fn raise(
     k: &mut Kernel,
     _t: ThreadId,
@@ -230,8 +232,13 @@ fn raise(
     if r.defaulted || !r.result {
         return false;
     }
+    // A write the translation can now take in place: `grant_write` found the map's entry
+    // writable, so the resolution holds without another look at the map.
+    if access == Access::Write && crate::vm::grant_write(k, task, addr) {
+        return true;
+    }
     match settle(true, crate::vm::prot_at(task, addr), access) {
-        Settle::Resume => true,
+        Settle::Resume => false,
         Settle::Refused | Settle::Default => {
             refused(k, event, task);
             false
