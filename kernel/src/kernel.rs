@@ -215,8 +215,10 @@ pub struct Kernel {
     pub log: crate::klog::Log,
 }
 
-/// The big kernel lock.
-static BKL: AtomicBool = AtomicBool::new(false);
+/// The big kernel lock. Taken by [`lock`], and by the system-call entry's lean way for
+/// the extensions' range in its assembly (`arch::trap`'s `high_syscall`), which has no
+/// register to spare for a call that may spin.
+pub static BKL: AtomicBool = AtomicBool::new(false);
 
 struct KernelCell(UnsafeCell<Option<Kernel>>);
 // SAFETY: the cell is only accessed through `kernel()`, whose callers hold the big kernel
