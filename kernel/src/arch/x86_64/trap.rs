@@ -441,12 +441,13 @@ high_syscall:
     jne ext_undo
     cmpq $0, %gs:40
     jne ext_undo
-    // The big lock (`kernel::lock`), taken here so that `extension_fast` makes no call
-    // before its handler's (the record's pointer then needs no register kept across one).
-    // `rax` and `rcx` are in the record; contended, `extension_lock_wait` spins for it.
+    // The big lock (`kernel::lock`'s word, by its symbol), taken here so that
+    // `extension_fast` makes no call before its handler's (the record's pointer then needs
+    // no register kept across one). `rax` and `rcx` are in the record; contended,
+    // `extension_lock_wait` spins for it.
     movl $1, %ecx
     xorl %eax, %eax
-    lock cmpxchgb %cl, {bkl}(%rip)
+    lock cmpxchgb %cl, kernel_lock_word(%rip)
     jne ext_lock_wait
 ext_locked:
     movq %rsp, %rdi
@@ -603,7 +604,6 @@ floor_fault_base:
     kernel_cr3 = sym FLOOR_KERNEL_CR3,
     noflush = sym FLOOR_NOFLUSH,
     entry_hook = sym ENTRY_HOOK,
-    bkl = sym crate::kernel::BKL,
     options(att_syntax)
 );
 
