@@ -215,7 +215,11 @@ pub struct Kernel {
     pub log: crate::klog::Log,
 }
 
-/// The big kernel lock.
+/// The big kernel lock. Taken by [`lock`], and by the system-call entry's lean way for
+/// the extensions' range in its assembly (`arch::trap`'s `high_syscall`, through the
+/// symbol `kernel_lock_word`, as `arch` reaches everything above it by symbol), which
+/// keeps nothing in a register across a call that may spin.
+#[export_name = "kernel_lock_word"]
 static BKL: AtomicBool = AtomicBool::new(false);
 
 struct KernelCell(UnsafeCell<Option<Kernel>>);

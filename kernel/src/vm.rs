@@ -2694,8 +2694,9 @@ pub fn has_map(task: TaskId) -> bool {
 // ([`translation_watch`]): with none, a fault costs a load, a test and a branch more.
 
 /// The extension family's raise of a `Translation` event for a user fault of thread `t`
-/// of task `task` at `addr` (the map's protection there `prot`): whether a handler
-/// resolved it and the map now allows the access.
+/// of task `task` at `addr` (the map's protection there `prot`): whether the fault is
+/// over (a handler resolved it and [`grant_write`] made the page's translation writable
+/// in place); otherwise the default follows.
 pub type TranslationRaise = fn(&mut Kernel, ThreadId, TaskId, u64, Access, Option<Prot>) -> bool;
 
 static TRANSLATION: spin::Once<TranslationRaise> = spin::Once::new();
@@ -2747,20 +2748,23 @@ pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> 
         Access::Read
     };
     let prot = prot_at(task, addr);
-    let resolved = raise(k, t, task, addr, access, prot);
+    let over = raise(k, t, task, addr, access, prot);
     // A built-in handler's copy to or from user memory that met a page being paged in
     // noted a wait for a system call to restart; there is none here.
     clear_page_wait();
-    resolved && access == Access::Write && grant_write(k, task, addr)
+    over
 }
 
 /// The end of a write fault a `Translation` handler resolved, without the default's
 /// round: when the page's translation is present and read-only, and the map now lets the
 /// write go to exactly that frame with nothing to do first
 /// (`kern::vm::fault::write_in_place`: writable, not copy-on-write, its own object's
-/// page, no copy object to push to), the translation is made writable in place. Whether it was; when not, the default ([`page_fault`]) decides as for any
-/// fault.
-fn grant_write(k: &mut Kernel, task: TaskId, addr: u64) -> bool {
+/// page, no copy object to push to), the translation is made writable in place. Whether
+/// it was; when not, the default ([`page_fault`]) decides as for any fault. When it was,
+/// the map allows the write (`write_in_place` found the entry writable): the extension
+/// family's raise ([`TranslationRaise`]) calls this first for a resolved write fault and
+/// needs no other look at the map to know the handler did what it said.
+pub fn grant_write(k: &mut Kernel, task: TaskId, addr: u64) -> bool {
     use kern::pmap::ADDR_MASK;
     let page = addr & !(PAGE_SIZE - 1);
     // SAFETY: the lock is held (the page-fault hook); this reference ends here.

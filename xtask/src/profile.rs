@@ -152,6 +152,8 @@ const VM_MAP: u64 = 111;
 const SPIN_RAISE: u64 = 107;
 /// The number `spin.syscall.event` installs the built-in `null` on.
 const SPIN_NULL: u64 = 0x1000;
+/// The number the `spin.vm.*.builtin` rows install the built-in `protect` on.
+const SPIN_PROTECT: u64 = 0x1201;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
@@ -528,6 +530,46 @@ pub const PATHS: [PathSpec; 12] = [
                 handler a module's `one` run by `wasmi` under its fuel (the store taken out \
                 and put back, the fuel set, the typed call)",
         arm: Some(&["extension", "wasm", "test_handler"]),
+        cycle: false,
+    },
+    PathSpec {
+        name: "spin_fault",
+        column: "a built-in fault handler",
+        bench: "spin.vm.fault.builtin",
+        // Anywhere in user space: the benchmark's pages are allocated anywhere; the arm
+        // makes it the row's own faults.
+        entry: Entry::PageFault {
+            from: 0x1000,
+            to: 0x8000_0000_0000,
+        },
+        rax: 0,
+        rdi: None,
+        // `h_unprotect` runs once per iteration of `spin.vm.fault.builtin` (the first
+        // row that installs it): armed after the warm-up.
+        skip: 200,
+        traced: [
+            PassSpec {
+                label: "a write to a read-only page, resolved by the built-in `unprotect` \
+                        (`Translation.ProtectionFault`)",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "the next kernel entry: the built-in system call that protects the \
+                        page again",
+                // The same thread; `Server` only so the report keeps the passes apart.
+                side: Side::Server,
+                rax: Some(SPIN_PROTECT),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "SPIN's Table 4 Fault line with a built-in handler (`spin.vm.fault.builtin`): \
+                the page fault, the raise of `Translation.ProtectionFault`, the handler's \
+                `Translation.Protect`, the check that the map now allows the write, the \
+                translation made writable in place, and the return from the trap",
+        arm: Some(&["extension", "translation", "h_unprotect"]),
         cycle: false,
     },
 ];

@@ -112,7 +112,10 @@ impl<T> IdSlab<T> {
         }
     }
 
-    /// The object `id`, mutably (as [`IdSlab::get`]).
+    /// The object `id`, mutably (as [`IdSlab::get`]). A miss of the table of recent keys
+    /// puts the key found there, so that the next lookup of `id` hits: an object whose
+    /// entry a later id took (and left stale when it went, as a short-lived task does) is
+    /// otherwise searched for at every lookup for the rest of its life.
     #[inline]
     pub fn get_mut(&mut self, id: &u64) -> Option<&mut T> {
         let id = *id;
@@ -120,9 +123,19 @@ impl<T> IdSlab<T> {
         let hit = hint.filter(|&key| self.slab.get(key).is_some_and(|&(i, _)| i == id));
         let key = match hit {
             Some(key) => key,
-            None => self.key_of_slow(id)?,
+            None => self.refresh(id)?,
         };
         self.slab.get_mut(key).map(|(_, v)| v)
+    }
+
+    /// [`IdSlab::key_of_slow`], and the key put in the table of recent keys.
+    #[inline(never)]
+    fn refresh(&mut self, id: u64) -> Option<Key> {
+        let key = self.key_of_slow(id)?;
+        if let Some(r) = self.recent.get_mut(id as usize % RECENT) {
+            *r = key;
+        }
+        Some(key)
     }
 
     /// The object `id` through `key`, a key it was known by: one slab lookup when the key
@@ -274,6 +287,25 @@ mod tests {
         for &id in &ids[1..4] {
             assert_eq!(s.key_of(id).and_then(|k| s.by_key(k)), Some(&(id * 10)));
         }
+    }
+
+    /// An object whose entry of the table of recent keys a later id took and left stale
+    /// (inserted, then removed) is found by the search, and a lookup with `get_mut` puts
+    /// its key back, so that the next lookups hit the table.
+    #[test]
+    fn a_mutable_lookup_refreshes_a_stale_hint() {
+        let mut s = IdSlab::new();
+        let a = s.insert(5, 50).unwrap();
+        s.insert(5 + RECENT as u64, 0).unwrap();
+        assert_eq!(s.remove(&(5 + RECENT as u64)), Some(0));
+        assert_ne!(s.recent[5], a, "the later id took the entry");
+        assert_eq!(s.get(&5), Some(&50), "found by the search");
+        assert_ne!(s.recent[5], a, "a shared lookup leaves the table alone");
+        *s.get_mut(&5).unwrap() = 51;
+        assert_eq!(s.recent[5], a, "the entry names the object again");
+        assert_eq!(s.get(&5), Some(&51));
+        assert_eq!(s.get_mut(&(5 + RECENT as u64)), None, "gone ids stay gone");
+        assert_eq!(s.recent[5], a, "a failed lookup changes nothing");
     }
 
     #[test]

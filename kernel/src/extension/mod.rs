@@ -96,24 +96,26 @@ struct Meta {
     task: TaskId,
     domain: DomainId,
     notify: Option<PortId>,
-    /// The handler may block or end its caller (the integrated C-Threads' calls): it
-    /// needs the caller's registers saved in its thread, so while one such handler is on
+    /// The handler needs its caller's registers saved in its thread: it may block or end
+    /// its caller (the integrated C-Threads' calls), or copy from or to the caller's
+    /// memory (a copy that meets a page being paged in makes the call again once the page
+    /// is there: `crate::pager::after_call`). While one such handler is on
     /// `Trap.SystemCall` the system-call entry's lean way for the extensions' range is
     /// not taken (see [`Lean::NeedsFrame`]).
-    blocks: bool,
+    frame: bool,
 }
 
-/// The installed handlers' records, and how many of them may block their caller on
+/// The installed handlers' records, and how many of them need their caller's frame on
 /// `Trap.SystemCall` (kept with every change of the list).
 struct Metas {
     list: Vec<Meta>,
-    blocking: usize,
+    framed: usize,
 }
 
 impl Metas {
     fn push(&mut self, m: Meta) -> Result<(), Error> {
         self.list.try_reserve(1).map_err(|_| Error::NoMemory)?;
-        self.blocking += usize::from(m.blocks);
+        self.framed += usize::from(m.frame);
         self.list.push(m);
         Ok(())
     }
@@ -122,7 +124,7 @@ impl Metas {
     fn take(&mut self, pick: impl Fn(&Meta) -> bool) -> Option<Meta> {
         let at = self.list.iter().position(pick)?;
         let m = self.list.swap_remove(at);
-        self.blocking -= usize::from(m.blocks);
+        self.framed -= usize::from(m.frame);
         Some(m)
     }
 
@@ -361,7 +363,7 @@ impl State {
         let mut list = Vec::new();
         list.try_reserve_exact(2 * kern::spin::event::MAX_HANDLERS)
             .map_err(|_| Error::NoMemory)?;
-        let meta = Metas { list, blocking: 0 };
+        let meta = Metas { list, framed: 0 };
         Ok(State {
             syscall,
             test,
@@ -375,40 +377,56 @@ impl State {
     }
 }
 
-/// What [`system_call_lean`] found.
+/// Why [`system_call_lean`] gave no answer.
 pub enum Lean {
-    /// The handlers' answer (`None`: no handler took the number).
-    Answer(Option<u64>),
-    /// Nothing ran: a handler on `Trap.SystemCall` may block or end its caller (see
-    /// `Meta::blocks`), so the call must be made with the caller's registers saved in its
-    /// thread ([`system_call`] from the entry's way that saves them).
+    /// No handler took the number.
+    Unknown,
+    /// Nothing ran: a handler on `Trap.SystemCall` may block or end its caller, or copy
+    /// its caller's memory (see `Meta::frame`), so the call must be made with the caller's
+    /// registers saved in its thread ([`system_call`] from the entry's way that saves
+    /// them).
     NeedsFrame,
 }
 
 /// [`system_call`] for the system-call entry's lean way, which has not saved the caller's
-/// registers in its thread: the same, unless a handler that may block or end its caller
-/// is installed ([`Lean::NeedsFrame`]). The one-handler case is inlined into the entry
-/// (its key compared here, the procedure called directly); the others are out of line.
+/// registers in its thread: the same, unless a handler that needs them is installed
+/// ([`Lean::NeedsFrame`]). The one-handler case is inlined into the entry (its key
+/// compared here, the procedure called directly, its answer told by one test); the
+/// others are out of line. No handler this runs copies its caller's memory, so none notes
+/// a page to wait for (`crate::vm::take_page_wait`): the lean way neither clears nor takes
+/// that note.
 #[inline(always)]
-pub fn system_call_lean(k: &mut Kernel, call: &Call) -> Lean {
+pub fn system_call_lean(k: &mut Kernel, call: &Call) -> Result<u64, Lean> {
     // SAFETY: the lock is held (we have `k`); the reference is the only one.
     let Some(s) = (unsafe { existing() }) else {
-        return Lean::Answer(None);
+        return Err(Lean::Unknown);
     };
-    if s.meta.blocking != 0 {
-        return Lean::NeedsFrame;
+    if s.meta.framed != 0 {
+        return Err(Lean::NeedsFrame);
     }
     let Some((f, b, key)) = s.syscall.single() else {
-        return Lean::Answer(system_call_general(k, s, call));
+        return system_call_general(k, s, call).ok_or(Lean::Unknown);
     };
     // What `Event::raise` does for one handler, without the call of `call_key`.
     if key.is_some_and(|key| key != call_key(call)) {
-        return Lean::Answer(None);
+        return Err(Lean::Unknown);
     }
     match f(k, b, call) {
-        Some(r) => Lean::Answer(r),
-        None => Lean::Answer(single_aborted(k, s)),
+        Some(Some(v)) => Ok(v),
+        other => lean_other(k, s, other),
     }
+}
+
+/// The one handler on the lean way did not answer: it declined the number (`Some(None)`)
+/// or aborted (`None`).
+#[cold]
+#[inline(never)]
+fn lean_other(k: &mut Kernel, s: &mut State, r: Option<Option<u64>>) -> Result<u64, Lean> {
+    match r {
+        Some(r) => r,
+        None => single_aborted(k, s),
+    }
+    .ok_or(Lean::Unknown)
 }
 
 /// `Trap.SystemCall`: a system call of the extension range (`call`: its number, the
@@ -830,15 +848,17 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
         }
         _ => return Err(Error::NotFound),
     };
-    let blocks =
-        event == EVENT_SYSCALL && builtin && cthreads::syscall_handler(symbol.target).is_some();
+    let frame = event == EVENT_SYSCALL
+        && builtin
+        && (cthreads::syscall_handler(symbol.target).is_some()
+            || translation::syscall_copies(symbol.target));
     let m = Meta {
         event,
         id,
         task,
         domain: owner,
         notify,
-        blocks,
+        frame,
     };
     if s.meta.push(m).is_err() {
         let _ = match event {

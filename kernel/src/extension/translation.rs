@@ -190,8 +190,10 @@ pub fn init() {
     crate::vm::set_translation(raise);
 }
 
-/// The fault path's raise (`crate::vm::TranslationRaise`): whether a handler resolved the
-/// fault and the map now allows the access.
+/// The fault path's raise (`crate::vm::TranslationRaise`): whether the fault is over (a
+/// handler resolved a write fault and its page's translation was made writable in place,
+/// `crate::vm::grant_write`). A resolution the map does not show is refused; any other
+/// resolution is left to the default, which enters the translation the map now allows.
 fn raise(
     k: &mut Kernel,
     _t: ThreadId,
@@ -230,8 +232,13 @@ fn raise(
     if r.defaulted || !r.result {
         return false;
     }
+    // A write the translation can now take in place: `grant_write` found the map's entry
+    // writable, so the resolution holds without another look at the map.
+    if access == Access::Write && crate::vm::grant_write(k, task, addr) {
+        return true;
+    }
     match settle(true, crate::vm::prot_at(task, addr), access) {
-        Settle::Resume => true,
+        Settle::Resume => false,
         Settle::Refused | Settle::Default => {
             refused(k, event, task);
             false
@@ -448,6 +455,7 @@ pub fn register(domains: &mut Domains, names: &mut NameServer) -> Result<(), Err
                 ("gc", FAULT_SIG, T_GC),
                 ("protect", super::SYSCALL_SIG, T_SYS_PROTECT),
                 ("dirty", super::SYSCALL_SIG, T_SYS_DIRTY),
+                ("load", super::SYSCALL_SIG, T_SYS_LOAD),
             ],
         ),
     ];
@@ -683,6 +691,12 @@ mod ext {
     pub fn sys_dirty(io: &mut Iface<'_>, a: [u64; 3]) -> Result<u64, baton_abi::Error> {
         io.query(a[0]).map(|s| u64::from(s & STATE_DIRTY != 0))
     }
+
+    /// `Trap.SystemCall` handler: the word at `a0` of the caller's memory (a system call
+    /// that reads its argument from the caller, as a call with a buffer does).
+    pub fn sys_load(io: &mut Iface<'_>, a: [u64; 3]) -> Result<u64, baton_abi::Error> {
+        io.read_word(a[0])
+    }
 }
 
 /// Built-in symbol targets of `builtin.appel`.
@@ -692,6 +706,7 @@ const T_APPEL1: u64 = 0x302;
 const T_GC: u64 = 0x303;
 const T_SYS_PROTECT: u64 = 0x310;
 const T_SYS_DIRTY: u64 = 0x311;
+const T_SYS_LOAD: u64 = 0x312;
 
 fn h_unprotect(k: &mut Kernel, b: Binding, f: &Fault) -> Option<bool> {
     Some(ext::unprotect(&mut Iface { k, task: f.task }, b.closure, f))
@@ -732,11 +747,30 @@ fn h_sys_dirty(k: &mut Kernel, _b: Binding, c: &super::Call) -> Option<Option<u6
     Some(Some(r.unwrap_or_else(Error::to_raw)))
 }
 
+fn h_sys_load(k: &mut Kernel, _b: Binding, c: &super::Call) -> Option<Option<u64>> {
+    let r = ext::sys_load(
+        &mut Iface { k, task: c.task },
+        [c.args[0], c.args[1], c.args[2]],
+    );
+    Some(Some(r.unwrap_or_else(Error::to_raw)))
+}
+
 /// The `Trap.SystemCall` handler for built-in target `t` of `builtin.appel`.
 pub fn syscall_handler(t: u64) -> Option<HandlerFn<Kernel, super::Call, Option<u64>>> {
     match t {
         T_SYS_PROTECT => Some(h_sys_protect),
         T_SYS_DIRTY => Some(h_sys_dirty),
+        T_SYS_LOAD => Some(h_sys_load),
         _ => None,
     }
+}
+
+/// Whether the `Trap.SystemCall` handler of built-in target `t` copies from or to its
+/// caller's memory: such a copy may meet a page being paged in, and the call is then
+/// made again once the page is there (`crate::pager::after_call`), which needs the
+/// caller's registers saved in its thread. No other handler of the range copies user
+/// memory (WebAssembly handlers reach only their linear memory), so none of them notes a
+/// page to wait for.
+pub fn syscall_copies(t: u64) -> bool {
+    t == T_SYS_LOAD
 }

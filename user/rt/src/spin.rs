@@ -139,8 +139,9 @@ pub fn raise(arg: u64) -> Result<u64, Error> {
 /// Calls system call `number` (one an extension added) with four arguments. A number no
 /// handler takes is an unknown system call (an exception).
 pub fn call(number: u64, a: [u64; 4]) -> u64 {
-    // SAFETY: an extension's call reads no user memory of the caller's (handlers see only
-    // their own linear memory and the argument words).
+    // SAFETY: an extension's call writes no user memory of the caller's (handlers see only
+    // their own linear memory and the argument words; a built-in one may read a word of
+    // the caller's, as the kernel's copies do).
     unsafe { syscall6(number, a[0], a[1], a[2], a[3], 0, 0) }
 }
 

@@ -441,6 +441,15 @@ high_syscall:
     jne ext_undo
     cmpq $0, %gs:40
     jne ext_undo
+    // The big lock (`kernel::lock`'s word, by its symbol), taken here so that
+    // `extension_fast` makes no call before its handler's (the record's pointer then needs
+    // no register kept across one). `rax` and `rcx` are in the record; contended,
+    // `extension_lock_wait` spins for it.
+    movl $1, %ecx
+    xorl %eax, %eax
+    lock cmpxchgb %cl, kernel_lock_word(%rip)
+    jne ext_lock_wait
+ext_locked:
     movq %rsp, %rdi
     callq extension_fast
     cmpq $1, %rdx
@@ -466,6 +475,10 @@ ext_finish:
     movq %gs:0, %rsp
     movq %rax, %rdi
     callq extension_finish
+    // The lock is held elsewhere: wait for it as `kernel::lock` does.
+ext_lock_wait:
+    callq extension_lock_wait
+    jmp ext_locked
     // The entry hook is on or the thread is in a floor call: the general way.
 ext_undo:
     EXT_POP_RECORD

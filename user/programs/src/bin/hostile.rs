@@ -3735,6 +3735,36 @@ fn g_spinvm(c: &mut Ctx) {
         Err(Error::NotSupported),
         "an asynchronous Translation handler"
     );
+    // The built-in `load` system call reads a word of its caller's memory: every bad
+    // address is `BadAddress`, the last word of user space and an unaligned one are read.
+    match spin::install(b, "load", baton_abi::spin::EVENT_SYSCALL, 0, 0x1ffe, 0) {
+        Ok(h) => {
+            for at in [
+                0,
+                8,
+                KERNEL_ADDRESS,
+                u64::MAX,
+                USER_MIN - 8,
+                1 << 47,
+                (1 << 47) - 4,
+            ] {
+                let r = decode_result(spin::call(0x1ffe, [at, 0, 0, 0]));
+                check!(c, r == Err(Error::BadAddress), "load at {at:#x}: {r:?}");
+            }
+            let word = 0x5eed_u64;
+            let at = core::ptr::addr_of!(word) as u64;
+            let r = decode_result(spin::call(0x1ffe, [at, 0, 0, 0]));
+            check!(c, r == Ok(0x5eed), "load of a word of the stack: {r:?}");
+            expect!(c, spin::remove(h), Ok(()), "remove load");
+        }
+        Err(e) => check!(c, false, "install load: {e:?}"),
+    }
+    expect!(
+        c,
+        spin::install(b, "load", EVENT_PROTECTION_FAULT, 0, 0, 0).map(|_| ()),
+        Err(Error::InvalidArgument),
+        "load on a Translation event"
+    );
     expect!(c, spin::release(b), Ok(()), "release builtin.appel");
 }
 

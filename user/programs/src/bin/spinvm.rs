@@ -19,6 +19,9 @@
 //! - bad arguments are errors; handlers of the wrong type are refused;
 //! - the kernel memory charged to the task and the kernel heap are back to their
 //!   baseline after a third round;
+//! - a system call an extension added that reads its caller's memory (built-in `load`)
+//!   meets a page an external pager has not supplied yet: the call waits for the page and
+//!   is made again, as a base call's copy is, instead of failing with `BadAddress`;
 //! - a handler sees only its installer's faults: a child (`fault_null`) that faults while
 //!   this task has a `BadAddress` handler installed is not seen by it, and ends as any
 //!   faulting task does.
@@ -61,7 +64,7 @@ static APPEL: &[u8] = include_bytes!(concat!(
     "/../../target/extensions/wasm32-unknown-unknown/release/appel.wasm"
 ));
 
-static STACKS: StackPool<1, 16384> = StackPool::new();
+static STACKS: StackPool<2, 16384> = StackPool::new();
 /// The exception port the handler thread receives on.
 static EXC_PORT: AtomicU64 = AtomicU64::new(0);
 /// Page faults that reached the exception port (the default's end).
@@ -93,6 +96,45 @@ fn exception_handler(_: u64) {
         }
     }
     HANDLER_DONE.increment();
+}
+
+/// The external pager of `paged_argument`: its port (a receive right), the object it
+/// serves now, what it is asked in each request, and the requests it answered.
+static PAGER_PORT: AtomicU64 = AtomicU64::new(0);
+static PAGER_OBJECT: AtomicU64 = AtomicU64::new(0);
+const PAGER_COOKIE: u64 = 0x5b1c_00c1e;
+static PAGER_REQUESTS: Counter = Counter::new(0);
+static PAGER_DONE: Counter = Counter::new(0);
+
+/// The word at offset 8 of page `i` of the pager's object.
+const fn paged_word(i: u64) -> u64 {
+    0x10ad_0000_0000 + i
+}
+
+/// The pager: supplies each page asked for, with [`paged_word`] at its offset 8, until
+/// its port goes.
+fn pager_thread(_: u64) {
+    use baton_abi::ipc::MsgHeader;
+    use baton_rt::pager::{self, Request, DATA_REQUEST};
+    let port = PAGER_PORT.load(Ordering::SeqCst);
+    let mut msg = [0u8; pager::RECEIVE_SIZE];
+    let mut page = [0u8; PAGE as usize];
+    while msg_buf(&mut msg, MSG_RECEIVE, port, baton_rt::FOREVER).is_ok() {
+        let Some(h) = MsgHeader::from_bytes(&msg) else {
+            continue;
+        };
+        let data = msg.get(HEADER_SIZE..h.size as usize).unwrap_or(&[]);
+        let Some(req) = Request::from_bytes(data) else {
+            continue;
+        };
+        if h.id != DATA_REQUEST || req.cookie != PAGER_COOKIE {
+            continue;
+        }
+        PAGER_REQUESTS.increment();
+        page[8..16].copy_from_slice(&paged_word(req.offset / PAGE).to_le_bytes());
+        let _ = pager::supply(PAGER_OBJECT.load(Ordering::SeqCst), req.offset, &page);
+    }
+    PAGER_DONE.increment();
 }
 
 fn receive(port: u64, ns: u64) -> Result<(u64, u64), Error> {
@@ -130,6 +172,9 @@ fn run() -> Result<(), Failed> {
     let stack = must("a stack", STACKS.take().ok_or(Error::NoMemory))?;
     must("spawn", spawn(stack, exception_handler, 0))?;
     must("exception_port_set", exception_port_set(0, exc))?;
+    PAGER_PORT.store(must("port_allocate", port_allocate(0))?, Ordering::SeqCst);
+    let stack = must("a stack", STACKS.take().ok_or(Error::NoMemory))?;
+    must("spawn", spawn(stack, pager_thread, 0))?;
     // Rounds 1 and 2 warm up what the kernel keeps once made (the events, tables grown to
     // their size: the heap settles after the second); round 3 must give back exactly what
     // it took.
@@ -157,6 +202,11 @@ fn run() -> Result<(), Failed> {
     must("exception_port_set", exception_port_set(0, 0))?;
     must("cap_drop", baton_rt::ipc::cap_drop(exc))?;
     let _ = HANDLER_DONE.wait_for(1, SOON);
+    must(
+        "cap_drop",
+        baton_rt::ipc::cap_drop(PAGER_PORT.load(Ordering::SeqCst)),
+    )?;
+    let _ = PAGER_DONE.wait_for(1, SOON);
     Ok(())
 }
 
@@ -178,6 +228,7 @@ fn round(port: u64, send: u64) -> Result<(), Failed> {
     snapshot(b)?;
     appel(b, m)?;
     dirty(b, m)?;
+    paged_argument(b)?;
     demand(m)?;
     bad_arguments(b, m)?;
     malicious(m, port, send)?;
@@ -425,6 +476,57 @@ fn dirty(b: Domain, m: Domain) -> Result<(), Failed> {
     free(a, 2)?;
     must("remove", spin::remove(hb))?;
     must("remove", spin::remove(hw))?;
+    Ok(())
+}
+
+/// A system call an extension added whose handler reads its caller's memory (the
+/// built-in `load`: the word at `a0`) meets a page of an external pager's object that is
+/// not there yet: the pager is asked once, the call waits for the page and is made again
+/// from the start, and answers the word, as a base call's copy does (before, the call
+/// answered `BadAddress` and was not made again). Once the page is there, the call needs
+/// no pager; a kernel address is still `BadAddress`.
+fn paged_argument(b: Domain) -> Result<(), Failed> {
+    use baton_abi::memobj::map_flags;
+    const N_LOAD: u64 = 0x1103;
+    let port = PAGER_PORT.load(Ordering::SeqCst);
+    let object = must(
+        "memobj_pager",
+        baton_rt::pager::create(port, 2 * PAGE, PAGER_COOKIE),
+    )?;
+    PAGER_OBJECT.store(object, Ordering::SeqCst);
+    let flags = map_flags(PROT_RW, PROT_RW, false, baton_abi::vm::INHERIT_SHARE);
+    let base = must(
+        "map the pager's object",
+        baton_rt::memobj::map(object, 2 * PAGE, 0, flags),
+    )?;
+    let h = must(
+        "install load",
+        spin::install(b, "load", EVENT_SYSCALL, 0, N_LOAD, 0),
+    )?;
+    let before = PAGER_REQUESTS.get();
+    let got = spin::call(N_LOAD, [base + PAGE + 8, 0, 0, 0]);
+    let asked = PAGER_REQUESTS.get() - before;
+    check!(
+        got == paged_word(1) && asked == 1,
+        "an extension's system call that reads a page not there yet waits for its pager and is made again ({got:#x}, {asked} requests)"
+    );
+    let again = spin::call(N_LOAD, [base + PAGE + 8, 0, 0, 0]);
+    let asked = PAGER_REQUESTS.get() - before;
+    check!(
+        again == paged_word(1) && asked == 1,
+        "the page there, the call reads it without its pager ({again:#x}, {asked} requests)"
+    );
+    let bad = spin::call(N_LOAD, [0xffff_8000_0000_0000, 0, 0, 0]);
+    check!(
+        bad == Error::BadAddress.to_raw(),
+        "a kernel address is a bad address ({bad:#x})"
+    );
+    must("remove", spin::remove(h))?;
+    // SAFETY: nothing refers to the mapping.
+    must("deallocate", unsafe {
+        baton_rt::vm::deallocate(base, 2 * PAGE)
+    })?;
+    must("cap_drop", baton_rt::ipc::cap_drop(object))?;
     Ok(())
 }
 

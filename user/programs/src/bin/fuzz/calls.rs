@@ -1976,7 +1976,7 @@ impl Fuzzer {
                     Sys::SpinImport,
                     [name.as_ptr() as u64, name.len() as u64, 0, 0, 0, 0],
                 );
-                let syms: [&[u8]; 4] = [b"gc", b"unprotect", b"protect", b"nosuch"];
+                let syms: [&[u8]; 5] = [b"gc", b"unprotect", b"protect", b"load", b"nosuch"];
                 let sym = self.r.of(&syms, b"gc");
                 let ev = self.r.of(&[0x11, 0x12, 0x13], 0x12);
                 let (claim, notify) = (self.edge(), self.name());
