@@ -358,24 +358,42 @@ fn send(
         .tasks
         .get_keyed_mut(me.id, me.key)
         .ok_or(Error::InvalidArgument)?;
-    let (port, mut msg) = k
+    // The message stays where `copyin` wrote it (in the `Result`, not moved out) until
+    // the queue takes it.
+    let mut copied = k
         .ipc
-        .copyin(&mut t.names, &header, &descriptors, data, &mut fx)?;
-    msg.charge = Some(charge);
+        .copyin(&mut t.names, &header, &descriptors, data, &mut fx);
+    let port = match &mut copied {
+        Ok((port, msg)) => {
+            msg.charge = Some(charge);
+            *port
+        }
+        Err(e) => {
+            // Nothing moved; the lists go back for the next operation.
+            let e = *e;
+            apply(k, fx);
+            return Err(e);
+        }
+    };
     k.stats.ipc_queued += 1;
     // A receiver waiting on the port takes the message at once, as if it had been queued
     // and taken by the receive its continuation would run again: the message is written
     // once into its buffer, never into the queue (see [`hand_over`]).
     let sent = match waiting_receiver(k, port) {
-        Some(w) => hand_over(k, w, port, msg, &mut fx),
+        Some(w) => hand_over(k, w, port, &mut copied, &mut fx),
         None => {
-            k.ipc.enqueue(port, msg, &mut fx);
+            if let Ok((_, msg)) = copied {
+                k.ipc.enqueue(port, msg, &mut fx);
+            }
             Sent::Queued
         }
     };
     apply(k, fx);
     Ok(sent)
 }
+
+/// A message made by `copyin`, where it was made.
+type Copied = Result<(PortId, kern::ipc::Message), Error>;
 
 /// A thread blocked receiving on a port, whose receive a sender can finish for it.
 #[derive(Clone, Copy, Debug)]
@@ -447,13 +465,22 @@ fn hand_over(
     k: &mut Kernel,
     w: Waiting,
     port: PortId,
-    msg: kern::ipc::Message,
+    copied: &mut Copied,
     fx: &mut Effects<ThreadId>,
 ) -> Sent {
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.pop_front();
     }
-    let result = take_at_once(k, w, port, msg, fx);
+    let result = match take_at_once(k, w, copied, fx) {
+        Ok(written) => written,
+        Err(e) => {
+            // The message stays, at the front of the queue, as the receive leaves it.
+            if let Ok((_, msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+                k.ipc.requeue_front(port, msg, fx);
+            }
+            Err(e)
+        }
+    };
     let Some(th) = k.threads.get_mut(w.thread) else {
         return Sent::Queued;
     };
@@ -466,38 +493,33 @@ fn hand_over(
     Sent::Delivered(w.thread)
 }
 
-/// The receive of [`hand_over`]: `msg` into `w`'s buffer, or back at the front of the
-/// (empty) queue with the receive's error.
+/// The receive of [`hand_over`]: the message into `w`'s buffer, and the result of its
+/// writes; an error (the message larger than the buffer, no room for its rights) when
+/// nothing of the receiver's changed, and the caller queues the message.
 #[inline(always)]
 fn take_at_once(
     k: &mut Kernel,
     w: Waiting,
-    port: PortId,
-    msg: kern::ipc::Message,
+    copied: &Copied,
     fx: &mut Effects<ThreadId>,
-) -> Result<(), Error> {
+) -> Result<Result<(), Error>, Error> {
+    let Ok((port, msg)) = copied else {
+        return Err(Error::InvalidArgument);
+    };
     if msg.size() > IPC_BUFFER_SIZE {
-        k.ipc.requeue_front(port, msg, fx);
         return Err(Error::TooLarge);
     }
-    if let Some(s) = k.ipc.port_mut(port).and_then(|p| p.senders.pop_front()) {
+    if let Some(s) = k.ipc.port_mut(*port).and_then(|p| p.senders.pop_front()) {
         fx.wake.push((s, Wake::Retry));
     }
     let mut out = Vec::new();
-    let copied = match k.tasks.get_keyed_mut(w.me.id, w.me.key) {
+    let hdr = match k.tasks.get_keyed_mut(w.me.id, w.me.key) {
         Some(t) => k
             .ipc
-            .copyout(&mut t.names, w.me.id, w.rcv_name, &msg, &mut out),
-        None => Err(Error::InvalidArgument),
+            .copyout(&mut t.names, w.me.id, w.rcv_name, msg, &mut out)?,
+        None => return Err(Error::InvalidArgument),
     };
-    match copied {
-        Ok(hdr) => write_received(k, &Buf::Page(w.buf), &hdr, &out, &msg),
-        Err(e) => {
-            // No room for the rights: the message stays, at the front.
-            k.ipc.requeue_front(port, msg, fx);
-            Err(e)
-        }
-    }
+    Ok(write_received(k, &Buf::Page(w.buf), &hdr, &out, msg))
 }
 
 /// Whether the running thread, about to block on this CPU, may hand it straight to `r`
