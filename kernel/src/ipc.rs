@@ -12,10 +12,14 @@
 //!   receives too (an RPC), it blocks on its own port with the receive continuation and
 //!   hands its kernel stack straight to the receiver (`thread_handoff`): no queue, no
 //!   scheduler, no stack switch.
-//! - **Slow path**: anything else. The message is copied into the kernel and queued; a
-//!   blocked receiver is made ready and its continuation runs the receive again; a sender
-//!   facing a full queue blocks with [`Resume::SendRetry`] and runs the call again when
-//!   space frees up.
+//! - **Slow path** (the general path): anything else. The message is copied into the
+//!   kernel (its rights taken into a kernel message). When the port's queue is empty and
+//!   its oldest receiver waits in the receive of `ipc_msg` into its IPC buffer, the
+//!   sender's call runs that receive at once ([`hand_over`]: the message written once,
+//!   into the receiver's buffer, the state changes those of a queued message received);
+//!   otherwise it is queued, a blocked receiver is made ready and its continuation runs
+//!   the receive again. A sender facing a full queue blocks with [`Resume::SendRetry`]
+//!   and runs the call again when space frees up.
 //!
 //! Every transfer is counted by path (`Stats::ipc_fast`, `Stats::ipc_queued`), as Table 2
 //! of the paper counts handoffs and recognitions.
