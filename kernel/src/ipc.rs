@@ -12,10 +12,14 @@
 //!   receives too (an RPC), it blocks on its own port with the receive continuation and
 //!   hands its kernel stack straight to the receiver (`thread_handoff`): no queue, no
 //!   scheduler, no stack switch.
-//! - **Slow path**: anything else. The message is copied into the kernel and queued; a
-//!   blocked receiver is made ready and its continuation runs the receive again; a sender
-//!   facing a full queue blocks with [`Resume::SendRetry`] and runs the call again when
-//!   space frees up.
+//! - **Slow path** (the general path): anything else. The message is copied into the
+//!   kernel (its rights taken into a kernel message). When the port's queue is empty and
+//!   its oldest receiver waits in the receive of `ipc_msg` into its IPC buffer, the
+//!   sender's call runs that receive at once ([`hand_over`]: the message written once,
+//!   into the receiver's buffer, the state changes those of a queued message received);
+//!   otherwise it is queued, a blocked receiver is made ready and its continuation runs
+//!   the receive again. A sender facing a full queue blocks with [`Resume::SendRetry`]
+//!   and runs the call again when space frees up.
 //!
 //! Every transfer is counted by path (`Stats::ipc_fast`, `Stats::ipc_queued`), as Table 2
 //! of the paper counts handoffs and recognitions.
@@ -257,10 +261,12 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
     if opts & MSG_SEND != 0 {
         match send(k, cur, me, &buf, args)? {
             Sent::Queued => {}
-            Sent::Delivered(r) if opts & MSG_RECEIVE != 0 => handoff = Some(r),
+            Sent::Delivered(r) if opts & MSG_RECEIVE != 0 && may_hand_to(k, r) => handoff = Some(r),
             Sent::Delivered(r) => {
                 thread::thread_setrun(k, r);
-                return Ok(());
+                if opts & MSG_RECEIVE == 0 {
+                    return Ok(());
+                }
             }
         }
     }
@@ -356,14 +362,183 @@ fn send(
         .tasks
         .get_keyed_mut(me.id, me.key)
         .ok_or(Error::InvalidArgument)?;
-    let (port, mut msg) = k
+    // The message stays where `copyin` wrote it (in the `Result`, not moved out) until
+    // the queue takes it.
+    let mut copied = k
         .ipc
-        .copyin(&mut t.names, &header, &descriptors, data, &mut fx)?;
-    msg.charge = Some(charge);
-    k.ipc.enqueue(port, msg, &mut fx);
+        .copyin(&mut t.names, &header, &descriptors, data, &mut fx);
+    let port = match &mut copied {
+        Ok((port, msg)) => {
+            msg.charge = Some(charge);
+            *port
+        }
+        Err(e) => {
+            // Nothing moved; the lists go back for the next operation.
+            let e = *e;
+            apply(k, fx);
+            return Err(e);
+        }
+    };
     k.stats.ipc_queued += 1;
+    // A receiver waiting on the port takes the message at once, as if it had been queued
+    // and taken by the receive its continuation would run again: the message is written
+    // once into its buffer, never into the queue (see [`hand_over`]).
+    let sent = match waiting_receiver(k, port) {
+        Some(w) => hand_over(k, w, port, &mut copied, &mut fx),
+        None => {
+            if let Ok((_, msg)) = copied {
+                k.ipc.enqueue(port, msg, &mut fx);
+            }
+            Sent::Queued
+        }
+    };
     apply(k, fx);
-    Ok(Sent::Queued)
+    Ok(sent)
+}
+
+/// A message made by `copyin`, where it was made.
+type Copied = Result<(PortId, kern::ipc::Message), Error>;
+
+/// A thread blocked receiving on a port, whose receive a sender can finish for it.
+#[derive(Clone, Copy, Debug)]
+struct Waiting {
+    /// The thread.
+    thread: ThreadId,
+    /// Its task.
+    me: Caller,
+    /// Its IPC buffer's frame.
+    buf: PhysAddr,
+    /// Its name for the port.
+    rcv_name: u64,
+}
+
+/// The thread a message arriving on `port` would wake, if its receive can be finished
+/// by the sender: the port's queue is empty and its oldest receiver is blocked in the
+/// receive of `ipc_msg` on `port` with its continuation (not in the process model), into
+/// its IPC buffer (whose writes cannot fault), by a name that still names `port`; not a
+/// virtual processor's thread (whose wake its family sees) and not being ended.
+fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
+    let p = k.ipc.port(port)?;
+    if !p.queue.is_empty() {
+        return None;
+    }
+    let t = p.receivers.front()?;
+    let th = k.threads.get(t)?;
+    let blocked_here = matches!(
+        th.state,
+        ThreadState::Blocked(Blocked::Receive { port: q }) if q == port
+    );
+    if !blocked_here
+        || th.cont.map(|c| c.point) != Some(Resume::Receive)
+        || th.stack.is_some()
+        || th.vp
+        || th.kill_pending
+    {
+        return None;
+    }
+    let args = MsgArgs::from(th.frame.syscall_args().1);
+    if args.opts & MSG_BUF != 0 {
+        return None;
+    }
+    let (_, buf) = th.ipc_buffer?;
+    let me = Caller {
+        id: th.task?,
+        key: th.task_key,
+    };
+    let names = &me.task(k)?.names;
+    let (named, _) = k.ipc.receive_peek(names, args.rcv_name).ok()?;
+    (named == port).then_some(Waiting {
+        thread: t,
+        me,
+        buf,
+        rcv_name: args.rcv_name,
+    })
+}
+
+/// Hands `msg`, made for `port`, to the receiver `w` found by [`waiting_receiver`]: the
+/// state changes are those of [`Ipc::enqueue`] (the receiver leaves the port's
+/// receivers) followed by the receive its continuation would run ([`take_message`]:
+/// the size check, [`Ipc::dequeue`]'s retry for the oldest blocked sender, the rights'
+/// copyout, the writes), without the message passing through the queue. When the
+/// receive fails (the message is larger than the buffer, or the receiver's name space has
+/// no room for its rights) the message is queued as that receive would have left it and
+/// the error is the receiver's result. The receiver then only has to return to user mode
+/// (continuation recognition).
+#[inline(always)]
+fn hand_over(
+    k: &mut Kernel,
+    w: Waiting,
+    port: PortId,
+    copied: &mut Copied,
+    fx: &mut Effects<ThreadId>,
+) -> Sent {
+    if let Some(p) = k.ipc.port_mut(port) {
+        p.receivers.pop_front();
+    }
+    let result = match take_at_once(k, w, copied, fx) {
+        Ok(written) => written,
+        Err(e) => {
+            // The message stays, at the front of the queue, as the receive leaves it.
+            if let Ok((_, msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+                k.ipc.requeue_front(port, msg, fx);
+            }
+            Err(e)
+        }
+    };
+    let Some(th) = k.threads.get_mut(w.thread) else {
+        return Sent::Queued;
+    };
+    if let Some(timer) = th.timer.take() {
+        k.timers.cancel(timer);
+    }
+    th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
+    th.cont = Some(Continuation::new(Resume::UserReturn));
+    k.stats.recognitions += 1;
+    Sent::Delivered(w.thread)
+}
+
+/// The receive of [`hand_over`]: the message into `w`'s buffer, and the result of its
+/// writes; an error (the message larger than the buffer, no room for its rights) when
+/// nothing of the receiver's changed, and the caller queues the message.
+#[inline(always)]
+fn take_at_once(
+    k: &mut Kernel,
+    w: Waiting,
+    copied: &Copied,
+    fx: &mut Effects<ThreadId>,
+) -> Result<Result<(), Error>, Error> {
+    let Ok((port, msg)) = copied else {
+        return Err(Error::InvalidArgument);
+    };
+    if msg.size() > IPC_BUFFER_SIZE {
+        return Err(Error::TooLarge);
+    }
+    if let Some(s) = k.ipc.port_mut(*port).and_then(|p| p.senders.pop_front()) {
+        fx.wake.push((s, Wake::Retry));
+    }
+    let mut out = Vec::new();
+    let hdr = match k.tasks.get_keyed_mut(w.me.id, w.me.key) {
+        Some(t) => k
+            .ipc
+            .copyout(&mut t.names, w.me.id, w.rcv_name, msg, &mut out)?,
+        None => return Err(Error::InvalidArgument),
+    };
+    Ok(write_received(k, &Buf::Page(w.buf), &hdr, &out, msg))
+}
+
+/// Whether the running thread, about to block on this CPU, may hand it straight to `r`
+/// (a receiver whose call it finished) instead of making `r` ready: as on the fast path,
+/// `r` is not pinned to another CPU and no thread of higher priority is ready here.
+fn may_hand_to(k: &Kernel, r: ThreadId) -> bool {
+    let cpu = gdt::this_cpu();
+    let Some(th) = k.threads.get(r) else {
+        return false;
+    };
+    let urgent = k
+        .cpus
+        .get(cpu)
+        .is_some_and(|c| c.runq.peek_priority().is_none_or(|p| p <= th.priority));
+    urgent && !(th.pinned && th.cpu != cpu)
 }
 
 /// Queues a message carrying out-of-line regions (`ool.rs`): the regions are taken after
@@ -650,19 +825,28 @@ fn take_message(
     if !msg.ool.is_empty() {
         crate::ool::deliver(k, task, &mut out);
     }
-    let written = (|| {
-        buf.write(k, 0, &hdr.to_bytes())?;
-        for (i, d) in out.iter().enumerate() {
-            buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
-        }
-        let at = HEADER_SIZE + out.len() * DESCRIPTOR_SIZE;
-        match msg.word {
-            Some(w) => buf.write(k, at, &w.to_le_bytes()),
-            None => buf.write(k, at, &msg.data),
-        }
-    })();
+    let written = write_received(k, buf, &hdr, &out, &msg);
     apply(k, fx);
     written
+}
+
+/// Writes a received message into `buf`: the header, the descriptors, the data.
+fn write_received(
+    k: &mut Kernel,
+    buf: &Buf,
+    hdr: &MsgHeader,
+    out: &[Descriptor],
+    msg: &kern::ipc::Message,
+) -> Result<(), Error> {
+    buf.write(k, 0, &hdr.to_bytes())?;
+    for (i, d) in out.iter().enumerate() {
+        buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
+    }
+    let at = HEADER_SIZE + out.len() * DESCRIPTOR_SIZE;
+    match msg.word {
+        Some(w) => buf.write(k, at, &w.to_le_bytes()),
+        None => buf.write(k, at, &msg.data),
+    }
 }
 
 /// Marks the running thread blocked on `why` with a timeout (`FOREVER`: none).

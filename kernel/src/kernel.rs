@@ -1540,6 +1540,10 @@ pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
 /// Interrupts and exceptions taken in kernel mode: timer ticks and wake-ups while idle are
 /// expected; anything else is a kernel bug and stops the machine with a report.
 fn kernel_mode_trap(frame: &mut TrapFrame) {
+    // A fault of the one recoverable user load (`wait`'s word) resumes at its recovery.
+    if crate::arch::uaccess::fixup(frame) {
+        return;
+    }
     match frame.vector {
         TIMER_VECTOR => {
             apic::eoi();

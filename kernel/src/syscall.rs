@@ -479,17 +479,17 @@ fn word_key_ok(addr: u64) -> bool {
 /// `wait` and `wake`, the calls user-level synchronisation makes on every contended lock,
 /// the short way: decoded before the general decode of [`on_syscall`], and done
 /// without its steps for calls that copy user memory (no pager wait, no object dropped, no
-/// console line can come of them). `wait` takes it only when its word is read in one walk
-/// of the page tables; a word whose page is not there (a pager's, or one out on the swap
-/// area), a misaligned address, one outside the user half or a thread to be ended take the
-/// general path, which gives
-/// the same results. Returns when the short way does not apply.
+/// console line can come of them). `wait` takes it only when its word can be read through
+/// the caller's own mapping (`arch::uaccess`: a load whose fault is recovered); a word
+/// whose page is not there (a pager's, or one out on the swap area), a misaligned
+/// address, one outside the user half or a thread to be ended take the general path,
+/// which gives the same results. Returns when the short way does not apply.
 #[inline(never)]
 fn sync_short(k: &mut Kernel, number: u64) {
     // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
     // not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
-    let (cur, key, [addr, arg, timeout, ..]) = (th.id, th.task_key, th.frame.syscall_args().1);
+    let (cur, [addr, arg, timeout, ..]) = (th.id, th.frame.syscall_args().1);
     let (Some(task), false, true) = (th.task, th.kill_pending, word_key_ok(addr)) else {
         return;
     };
@@ -497,13 +497,9 @@ fn sync_short(k: &mut Kernel, number: u64) {
         let woken = k.wake_key((task, addr), arg);
         kernel::finish_entry(k, false, Some(woken))
     }
-    let Some(t) = k.tasks.by_key(key) else {
-        return;
-    };
-    let mem = KernelMem {
-        frames: &mut k.frames,
-    };
-    let Ok(word) = usercopy::read_user_u32(&t.space, &mem, addr) else {
+    // Through the caller's own mapping (its space is the one loaded); a word whose page
+    // is not there faults, recoverably, and takes the general path.
+    let Some(word) = crate::arch::uaccess::read_user_u32(addr) else {
         return;
     };
     let result = if u64::from(word) != arg {
@@ -1120,16 +1116,21 @@ impl Kernel {
                 break;
             };
             woken += 1;
-            if let Some(th) = self.threads.get_mut(t) {
-                // Continuation recognition: the waiter only has to return from `wait`, so
-                // finish its call here and let it go straight back to user mode.
-                if th.cont.is_some_and(|c| c.finishes_syscall()) {
-                    th.frame.rax = 0;
-                    th.cont = Some(Continuation::new(Resume::UserReturn));
-                    self.stats.recognitions += 1;
-                }
+            let Some(th) = self.threads.get_mut(t) else {
+                continue;
+            };
+            // Continuation recognition: the waiter only has to return from `wait`, so
+            // finish its call here and let it go straight back to user mode.
+            if th.cont.is_some_and(|c| c.finishes_syscall()) {
+                th.frame.rax = 0;
+                th.cont = Some(Continuation::new(Resume::UserReturn));
+                self.stats.recognitions += 1;
             }
-            self.unblock(t);
+            // `unblock`, the thread already in hand.
+            if let Some(timer) = th.timer.take() {
+                self.timers.cancel(timer);
+            }
+            thread::thread_setrun(self, t);
         }
         woken
     }

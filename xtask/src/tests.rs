@@ -683,6 +683,10 @@ const IPC_REQUIRE: &[&str] = &[
     "ipc#1| ok: RPCs take the fast path",
     "ipc#1| ok: a send-once right works once",
     "ipc#1| ok: the server's end brings a dead-name notification",
+    "ipc#1| ok: a waiting receiver's receive of a message larger than its IPC buffer fails with TooLarge",
+    "ipc#1| ok: and the message stays queued, intact",
+    "ipc#1| ok: a waiting receiver gets a MSG_SLOW message intact, its receive finished by the send",
+    "ipc#1| ok: the first receive's timeout does not cut the next one short",
     "ipc#1| ok: ports, names and queued messages back to the baseline",
     "ipc#1| TEST PASS ipc",
 ];
@@ -724,6 +728,7 @@ const FUZZ_REQUIRE: &[&str] = &["TEST PASS fuzz: 4 seeds, ", "(fuzz) exited with
 
 /// What the `hostile` tests require.
 const HOSTILE_REQUIRE: &[&str] = &[
+    "hostile#1| ok: wait on words that cannot be read",
     "hostile#1| ok: ports, names, queued messages and threads back to the baseline after",
     "hostile#1| ok: the peer answers a normal RPC after all the hostile messages",
     "hostile#1| ok: the peer exits when told to",

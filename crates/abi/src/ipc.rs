@@ -35,8 +35,10 @@ pub const MSG_SEND: u64 = 1;
 pub const MSG_RECEIVE: u64 = 2;
 /// `ipc_msg` option: use the buffer `buf`/`buf_size` instead of the IPC buffer.
 pub const MSG_BUF: u64 = 4;
-/// `ipc_msg` option, for benchmarks and tests: never take the fast path (queue the
-/// message even when a receiver is waiting, and never be delivered to directly).
+/// `ipc_msg` option, for benchmarks and tests: never take the fast path, neither as the
+/// sender nor as the receiver. The message takes the general path (copied into the
+/// kernel, its rights taken into a kernel message, counted as queued); a receiver
+/// already waiting gets it as a receive from the queue would.
 pub const MSG_SLOW: u64 = 8;
 /// Every option bit `ipc_msg` knows.
 pub const MSG_OPTIONS: u64 = MSG_SEND | MSG_RECEIVE | MSG_BUF | MSG_SLOW;

@@ -113,6 +113,12 @@ impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> WaitQueues<K,
     /// Releases the oldest thread waiting on `key`, if any.
     pub fn wake_one(&mut self, key: K) -> Option<T> {
         let b = self.bucket(&key)?;
+        // Most often the bucket's oldest waiter is the key's.
+        if b.front().is_some_and(|(k, _)| k == key) {
+            let (_, t) = b.pop_front()?;
+            self.total -= 1;
+            return Some(t);
+        }
         let i = b.iter().position(|(k, _)| k == key)?;
         let (_, t) = b.remove(i)?;
         self.total -= 1;

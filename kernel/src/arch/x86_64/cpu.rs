@@ -45,6 +45,7 @@ pub fn init_features() -> Features {
     // pages through user addresses, so SMAP/SMEP cannot fault kernel code.
     unsafe { Cr4::write(cr4) };
     PCID.store(f.pcid, Ordering::Relaxed);
+    super::uaccess::set_smap(f.smap);
     f
 }
 

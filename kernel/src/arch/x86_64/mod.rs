@@ -18,6 +18,7 @@ pub mod smp;
 pub mod stack;
 pub mod tlb;
 pub mod trap;
+pub mod uaccess;
 
 /// Brings up the boot CPU after paging: segments, per-CPU area, traps, system calls,
 /// processor features, the floating-point registers and the timer. Returns the features

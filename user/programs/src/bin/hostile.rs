@@ -84,6 +84,10 @@ const READ_ONLY: u64 = 0x5100_0000_0000;
 /// A page mapped, registered as IPC buffer, and unmapped again.
 const SPARE: u64 = 0x5200_0000_0000;
 
+/// A page mapped for `wait` and never touched before it (not present until the kernel's
+/// general path brings it in), unmapped again at the end of its group.
+const FRESH: u64 = 0x5300_0000_0000;
+
 /// A name that no right of this task has.
 const GARBAGE: u64 = 12345;
 
@@ -123,7 +127,7 @@ struct Group {
     quiet: bool,
 }
 
-const GROUPS: [Group; 25] = [
+const GROUPS: [Group; 26] = [
     group("ipc_msg options", g_options, false),
     group("no IPC buffer", g_no_buffer, false),
     group("ipc_buffer_set with bad addresses", g_buffer_set, false),
@@ -157,6 +161,7 @@ const GROUPS: [Group; 25] = [
         g_spin_threads,
         false,
     ),
+    group("wait on words that cannot be read", g_wait, false),
 ];
 
 const fn group(name: &'static str, run: fn(&mut Ctx), quiet: bool) -> Group {
@@ -4113,4 +4118,52 @@ fn g_spin_threads(c: &mut Ctx) {
         }
         let _ = spin::release(caller);
     }
+}
+
+/// `wait` on words its short way cannot read through the caller's mapping (the load
+/// faults and is recovered, and the general path answers) or must refuse: each gets the
+/// general path's answer, and nothing blocks.
+fn g_wait(c: &mut Ctx) {
+    let wait = |addr: u64, expected: u64, ns: u64| {
+        // SAFETY: `wait` only reads the word (or fails), and nothing here wakes it early.
+        decode_result(unsafe { raw_syscall(Sys::Wait as u64, [addr, expected, ns, 0, 0, 0]) })
+    };
+    for (what, addr, want) in [
+        ("an unaligned word", SCRATCH + 2, Error::InvalidArgument),
+        ("an unmapped word", UNMAPPED, Error::BadAddress),
+        ("the lowest page", 0, Error::BadAddress),
+        ("an IPC buffer's page unmapped", SPARE, Error::BadAddress),
+        ("a kernel word", KERNEL_ADDRESS, Error::BadAddress),
+        ("the top word", TOP_PAGE + 4092, Error::BadAddress),
+    ] {
+        expect!(c, wait(addr, 0, SOON), Err(want), "wait on {what}");
+    }
+    // A word of a page mapped but never touched: the general path brings the page in
+    // (zero-filled), so the word is 0.
+    let mapped = mem_map(FRESH, 4096, true);
+    expect!(c, mapped, Ok(()), "mem_map of a fresh page");
+    if mapped.is_ok() {
+        expect!(
+            c,
+            wait(FRESH + 8, 1, SOON),
+            Err(Error::WouldBlock),
+            "wait on a fresh page's word (0) expecting 1"
+        );
+        expect!(
+            c,
+            wait(FRESH + 12, 0, SHORT),
+            Err(Error::TimedOut),
+            "wait on a fresh page's word (0) expecting 0, for a short time"
+        );
+        // SAFETY: nothing refers to the page (only the kernel read it).
+        let unmapped = unsafe { mem_unmap(FRESH, 4096) };
+        expect!(c, unmapped, Ok(()), "mem_unmap of the fresh page");
+    }
+    // A read-only page reads; its word (0) differs from 7.
+    expect!(
+        c,
+        wait(READ_ONLY, 7, SOON),
+        Err(Error::WouldBlock),
+        "wait on a read-only word expecting another value"
+    );
 }

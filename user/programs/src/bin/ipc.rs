@@ -6,7 +6,10 @@
 //! slow path forced, a full queue that refuses (timeout 0) and times out, rights rules
 //! (forged names, wrong kinds, send-once used once), the send-once notification when a
 //! server drops a reply right, the no-senders notification when the last send right is
-//! released, several client threads calling at once, the dead-name notification when the
+//! released, a receiver thread already waiting when a general-path message comes (a
+//! message larger than its buffer refused and left queued, one that fits delivered by the
+//! sender's call, the receive's timeout gone with it), several client threads calling at
+//! once, the dead-name notification when the
 //! server task ends, and that the kernel's port, name and message counts are back where
 //! they started.
 //!
@@ -43,7 +46,8 @@ const SOON: u64 = 5_000_000_000;
 const CLIENTS: usize = 4;
 /// RPCs per client thread.
 const CALLS: u32 = 200;
-static STACKS: StackPool<CLIENTS, 16384> = StackPool::new();
+/// The client threads' stacks, and the receiver thread's.
+static STACKS: StackPool<{ CLIENTS + 1 }, 16384> = StackPool::new();
 static CLIENTS_DONE: Counter = Counter::new(0);
 static CLIENT_ERRORS: AtomicU32 = AtomicU32::new(0);
 /// The client's name for the server's send right (shared by the task's threads).
@@ -267,6 +271,9 @@ fn run() -> Result<(), Failed> {
         "releasing the last send right brings a no-senders notification"
     );
 
+    // A receiver already waiting gets a general-path message from the sender's call.
+    waiting_receiver(&mut buf)?;
+
     // Several clients at once.
     for i in 0..CLIENTS {
         let Some(stack) = STACKS.take() else {
@@ -316,6 +323,154 @@ fn run() -> Result<(), Failed> {
         end == baseline,
         "ports, names and queued messages back to the baseline {baseline:?} (now {end:?})"
     );
+    Ok(())
+}
+
+/// The port the [`receiver`] thread receives on, the timeout of its next receive, and
+/// what that receive gave: its raw result, the data's length and first byte.
+static R_PORT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static R_TIMEOUT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static R_RESULT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static R_DATA: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// Receives the [`receiver`] thread is told to make, and has made.
+static R_GO: Counter = Counter::new(0);
+static R_DONE: Counter = Counter::new(0);
+/// Receives the [`receiver`] thread makes before it ends.
+const R_ROUNDS: u32 = 3;
+
+/// A thread of this task that receives on `R_PORT` into its IPC buffer, once per `R_GO`,
+/// with the timeout `R_TIMEOUT`, and publishes what it got.
+fn receiver(_: u64) {
+    let Ok(mut buf) = IpcBuffer::new() else {
+        R_RESULT.store(u64::MAX, Ordering::Relaxed);
+        R_DONE.increment();
+        return;
+    };
+    for round in 1..=R_ROUNDS {
+        if R_GO.wait_for(round, SOON).is_err() {
+            break;
+        }
+        let port = R_PORT.load(Ordering::Relaxed);
+        let timeout = R_TIMEOUT.load(Ordering::Relaxed);
+        let r = buf.msg(MSG_RECEIVE, port, timeout);
+        let data = buf.data();
+        let summary = (data.len() as u64) << 8 | u64::from(data.first().copied().unwrap_or(0));
+        R_RESULT.store(r.map_or_else(|e| e.to_raw(), |()| 0), Ordering::Relaxed);
+        R_DATA.store(summary, Ordering::Relaxed);
+        R_DONE.increment();
+    }
+}
+
+/// Waits (at most [`SOON`]) until a thread has blocked in the kernel since `blocks` (the
+/// `blocks_ipc` count): the receiver is waiting.
+fn receiver_waits(blocks: u64) -> Result<(), Failed> {
+    let start = baton_rt::clock_ns();
+    loop {
+        if must("stats", stats())?.blocks_ipc > blocks {
+            return Ok(());
+        }
+        if baton_rt::clock_ns().saturating_sub(start) > SOON {
+            println!("TEST FAIL ipc: the receiver thread never waited");
+            return Err(Failed);
+        }
+        baton_rt::yield_now();
+    }
+}
+
+/// A message on the general path to a port whose receiver already waits: the sender's
+/// call runs that receive (`docs/ipc.md`, "General path"), and the receiver gets what a
+/// receive from the queue gives: a message larger than its IPC buffer is refused with
+/// `TooLarge` and stays queued; a message that fits arrives intact, its receive finished
+/// (a continuation recognition), and the receive's timeout no longer runs.
+fn waiting_receiver(buf: &mut IpcBuffer) -> Result<(), Failed> {
+    let port = must("port_allocate", port_allocate(0))?;
+    let send = must("port_make_send", port_make_send(port, false))?;
+    R_PORT.store(port, Ordering::Relaxed);
+    let Some(stack) = STACKS.take() else {
+        println!("TEST FAIL ipc: no stack for the receiver thread");
+        return Err(Failed);
+    };
+    must("receiver thread", spawn(stack, receiver, 0))?;
+    let to_port = |size: usize| MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: send,
+        id: 21,
+        size: (baton_rt::ipc::HEADER_SIZE + size) as u32,
+        ..MsgHeader::default()
+    };
+    // 1. 8 KiB from a buffer of the sender's own: larger than the receiver's IPC buffer.
+    const BIG: usize = 8192;
+    const H: usize = baton_rt::ipc::HEADER_SIZE;
+    let pattern = |i: usize| (i % 251) as u8 + 1;
+    let mut big = [0u8; H + BIG];
+    big[..H].copy_from_slice(&to_port(BIG).to_bytes());
+    for (i, b) in big[H..].iter_mut().enumerate() {
+        *b = pattern(i);
+    }
+    R_TIMEOUT.store(SOON, Ordering::Relaxed);
+    let blocks = must("stats", stats())?.blocks_ipc;
+    R_GO.increment();
+    receiver_waits(blocks)?;
+    must(
+        "8 KiB to the waiting receiver",
+        baton_rt::ipc::msg_buf(&mut big, MSG_SEND, 0, 0),
+    )?;
+    must("receiver", R_DONE.wait_for(1, SOON).map(|_| ()))?;
+    check!(
+        R_RESULT.load(Ordering::Relaxed) == Error::TooLarge.to_raw(),
+        "a waiting receiver's receive of a message larger than its IPC buffer fails with TooLarge"
+    );
+    big.fill(0);
+    let taken = baton_rt::ipc::msg_buf(&mut big, MSG_RECEIVE, port, 0);
+    let intact = big[H..].iter().enumerate().all(|(i, &b)| b == pattern(i));
+    check!(
+        taken.is_ok() && intact,
+        "and the message stays queued, intact ({taken:?})"
+    );
+    // 2. 32 bytes with MSG_SLOW to a receiver waiting with a timeout: its receive is
+    // finished by the send (a recognition, no queued message left).
+    let before = must("stats", stats())?;
+    R_TIMEOUT.store(1_000_000_000, Ordering::Relaxed);
+    R_GO.increment();
+    receiver_waits(before.blocks_ipc)?;
+    must("set", buf.set(to_port(0), &[], &[0x77; 32]))?;
+    must(
+        "32 B to the waiting receiver",
+        buf.msg(MSG_SEND | MSG_SLOW, 0, 0),
+    )?;
+    must("receiver", R_DONE.wait_for(2, SOON).map(|_| ()))?;
+    let after = must("stats", stats())?;
+    check!(
+        R_RESULT.load(Ordering::Relaxed) == 0
+            && R_DATA.load(Ordering::Relaxed) == (32 << 8 | 0x77)
+            && after.ipc_queued > before.ipc_queued
+            && after.recognitions > before.recognitions,
+        "a waiting receiver gets a MSG_SLOW message intact, its receive finished by the send"
+    );
+    // 3. Its next receive waits longer than the first one's timeout: that timeout must
+    // not cut it short.
+    R_TIMEOUT.store(SOON, Ordering::Relaxed);
+    let blocks = must("stats", stats())?.blocks_ipc;
+    R_GO.increment();
+    receiver_waits(blocks)?;
+    must("sleep", baton_rt::sleep_ns(1_200_000_000))?;
+    must("set", buf.set(to_port(0), &[], &[0x78; 8]))?;
+    must(
+        "8 B to the waiting receiver",
+        buf.msg(MSG_SEND | MSG_SLOW, 0, 0),
+    )?;
+    must("receiver", R_DONE.wait_for(3, SOON).map(|_| ()))?;
+    check!(
+        R_RESULT.load(Ordering::Relaxed) == 0 && R_DATA.load(Ordering::Relaxed) == (8 << 8 | 0x78),
+        "the first receive's timeout does not cut the next one short"
+    );
+    check!(
+        buf.msg(MSG_RECEIVE, port, 0) == Err(Error::WouldBlock),
+        "no message is left queued"
+    );
+    for name in [port, send] {
+        must("cap_drop", cap_drop(name))?;
+    }
     Ok(())
 }
 
