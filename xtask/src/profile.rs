@@ -166,7 +166,7 @@ const VM_BENCH_END: u64 = VM_BENCH + 1100 * 4096;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 12] = [
+pub const PATHS: [PathSpec; 13] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
