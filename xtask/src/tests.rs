@@ -59,6 +59,10 @@ pub struct IntegrationTest {
     /// words too), in a boot of their own logged to `<name>.prepare.log` that must end
     /// cleanly with a `TEST PASS` line: for a test of data surviving a reboot.
     pub disk_prepare: &'static [&'static str],
+    /// The machine's memory in MiB (QEMU's `-m`; [`crate::qemu::DEFAULT_MEMORY_MIB`] in
+    /// [`BASE`]): a test of paging short of memory lowers it, so that the kernel sizes its
+    /// heap and user memory from a small machine rather than a `pageable=` limit.
+    pub memory_mib: u32,
 }
 
 /// `shell_swap_files`: the shell's file server used the driver `swapon` started; no second
@@ -163,6 +167,7 @@ pub const BASE: IntegrationTest = IntegrationTest {
     prompt: "",
     disk: false,
     disk_prepare: &[],
+    memory_mib: crate::qemu::DEFAULT_MEMORY_MIB,
 };
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
@@ -1603,11 +1608,12 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["names", "console", "shell", "swapon"],
         smp: 1,
         timeout: Duration::from_secs(300),
-        extra: &["priv=console,shell,swapon", "pageable=256"],
+        extra: &["priv=console,shell,swapon"],
+        memory_mib: 16,
         input: &[
             Typed::After("swapon: paging to the disk's swap area", "ls /bin\r"),
             Typed::Line("run /bin/echo a program started from its file"),
-            Typed::Line("run /bin/paging_child work 512"),
+            Typed::Line("run /bin/paging_child work 2048"),
             Typed::Line("ls /data"),
             Typed::Line("run /bin/echo and another"),
             Typed::Line("paging"),
