@@ -232,6 +232,39 @@ pub fn explain_exit(code: Option<i32>) -> String {
 mod unit_tests {
     use super::*;
 
+    /// The words after `-m` in `cmd`.
+    fn memory_of(cmd: &Command) -> Vec<String> {
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        args.windows(2)
+            .filter(|w| w[0] == "-m")
+            .map(|w| w[1].clone())
+            .collect()
+    }
+
+    #[test]
+    fn memory_is_the_default_unless_a_boot_sizes_it() {
+        let images = Images {
+            kernel: "k".into(),
+            initrd: "i".into(),
+            programs: Vec::new(),
+        };
+        let m = Machine {
+            images: &images,
+            accel: Accel::Tcg,
+            smp: 1,
+            cmdline: String::new(),
+            icount: false,
+            gdb: None,
+            disk: None,
+        };
+        let qemu = Path::new("qemu");
+        assert_eq!(memory_of(&m.command(qemu)), ["256M"]);
+        assert_eq!(memory_of(&m.sized_command(qemu, 16)), ["16M"]);
+    }
+
     #[test]
     fn command_lines() {
         assert_eq!(cmdline("init", false, &[]), "init=init");
