@@ -24,6 +24,7 @@ mod cycles;
 mod deps;
 mod disk;
 mod fuzz;
+mod generated;
 mod initrd;
 mod json;
 mod judge;
@@ -118,7 +119,7 @@ enum Cmd {
     /// Reads the `BENCHVM` lines the shell's `vmstat` printed at the end of that test's
     /// session (target/test-logs/shell_session.log: run `cargo xtask test --filter
     /// shell_session` first) and prints the two tables, Accent's system generation beside
-    /// it, in Markdown (docs/files.md keeps a copy).
+    /// it, in Markdown, and writes them into docs/files.md between its markers.
     AccentTables,
     /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.
     ///
