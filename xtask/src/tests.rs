@@ -1616,7 +1616,7 @@ pub const ALL: &[IntegrationTest] = &[
     },
     IntegrationTest {
         // A realistic run for Accent's Tables 3-8 and 3-10 (`cargo xtask accent-tables`
-        // reads this log): the system `cargo xtask run` boots, in a machine of 16 MiB (971
+        // reads this log): the system `cargo xtask run` boots, in a machine of 14 MiB (969
         // frames of user memory), and a session that starts programs from their files on
         // the disk (text and data paged in from the file server), one of them working
         // about three times the memory (paged out to the swap area and back, every page
@@ -1626,7 +1626,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 1,
         timeout: Duration::from_secs(300),
         extra: &["priv=console,shell,swapon"],
-        memory_mib: 16,
+        memory_mib: 14,
         input: &[
             Typed::After("swapon: paging to the disk's swap area", "ls /bin\r"),
             Typed::Line("run /bin/echo a program started from its file"),
