@@ -155,7 +155,9 @@ impl Machine<'_> {
     ///
     /// Not `interactive` (standard input is no terminal): the console on standard input and
     /// output as [`Machine::command`] has it, still copied to [`CONSOLE_LOG`].
-    pub fn console_command(&self, qemu: &Path, interactive: bool) -> Command {
+    ///
+    /// The machine has `memory_mib` MiB of memory (`cargo xtask run --memory`).
+    pub fn console_command(&self, qemu: &Path, interactive: bool, memory_mib: u32) -> Command {
         let chardev = format!(
             "stdio,id=console{},logfile={}",
             if interactive {
@@ -171,7 +173,7 @@ impl Machine<'_> {
         self.command_with(
             qemu,
             &["-chardev", &chardev, "-serial", "chardev:console"],
-            DEFAULT_MEMORY_MIB,
+            memory_mib,
         )
     }
 
