@@ -105,7 +105,7 @@ pub fn cmdline(init: &str, shutdown: bool, extra: &[String]) -> String {
 pub const DEFAULT_MEMORY_MIB: u32 = 256;
 
 /// One boot of the kernel, with [`DEFAULT_MEMORY_MIB`] of memory unless
-/// [`Machine::sized_command`] gives it another size.
+/// [`Machine::sized_command`] or [`Machine::console_command`] gives it another size.
 pub struct Machine<'a> {
     /// What to boot.
     pub images: &'a Images,
