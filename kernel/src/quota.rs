@@ -48,8 +48,9 @@ static FRAMES_OF_MEMORY: AtomicU64 = AtomicU64::new(0);
 /// committed when it is allocated (`docs/vm.md`, "Commitment"), and with a default pager a
 /// commitment may be kept on its disk, so a machine with little memory still runs a
 /// program whose working set is several times it (Accent section 2.2.6). Tasks with the
-/// default limits take a share of the root's and follow it; when the pager goes, the
-/// limit falls back and new commitments fail (`NoMemory`) until enough is given back.
+/// default limits take a share of the root's and follow it (read again when a charge would
+/// pass it); when the pager goes, the root's limit falls back and new commitments past it
+/// fail (`NoMemory`) until enough is given back.
 pub fn set_backing(pages: u64) {
     let frames = FRAMES_OF_MEMORY
         .load(Ordering::Relaxed)
@@ -68,8 +69,8 @@ pub fn root() -> &'static AccountRef {
 
 /// The account of a new task: a child of `parent` (the root for tasks the kernel starts)
 /// with at most `heap` bytes and `frames` frames; 0 means the default, half the root's
-/// limits as they are at each charge (`kern::quota::Limit::RootShare`: it grows with the
-/// root's frames when a default pager offers backing store, [`set_backing`]), and every
+/// limits (`kern::quota::Limit::RootShare`: read again when a charge would pass it, so it
+/// grows with the root's frames when a default pager offers backing store, [`set_backing`]), and every
 /// charge is bounded by the parent's limits too. A limit given is clamped to the parent's.
 pub fn task_account(parent: &AccountRef, heap: u64, frames: u64) -> Result<AccountRef, Error> {
     let limit = |n: u64| match n {

@@ -18,10 +18,14 @@
 //! reference counted), so a message that outlives its sender still refunds the right
 //! account, and its ancestors.
 //!
-//! A limit is either fixed when the account is made, or a *share* of the root's limit,
-//! read at each charge ([`Limit::RootShare`]): the root's limit may be raised and lowered
-//! later ([`Account::set_limit`]; the kernel adds the default pager's backing store to the
-//! frames anonymous memory may commit), and every account that takes a share follows it.
+//! A limit is either fixed when the account is made, or a *share* of the root's limit
+//! ([`Limit::RootShare`]): the root's limit may be raised and lowered later
+//! ([`Account::set_limit`]; the kernel adds the default pager's backing store to the frames
+//! anonymous memory may commit), and every account that takes a share follows it. A share
+//! keeps the value it last read, and reads the root's limit again only when a charge would
+//! pass that value, so a charge costs what it did with fixed limits; after the root's
+//! limit falls, a share may keep a higher value until it is read again (the root's own
+//! limit always holds).
 //!
 //! # Invariants
 //! - `used[r] <= limit[r]` for every account and resource, and an account's `used`
@@ -65,10 +69,10 @@ pub enum Limit {
 /// Limits and use of one account. See the module documentation.
 #[derive(Debug)]
 pub struct Account {
-    /// The fixed limit, or for a [`Limit::RootShare`] its divisor (see `share`).
+    /// The fixed limit, or for a [`Limit::RootShare`] the share's value last read.
     limit: [AtomicU64; RESOURCES],
-    /// Per resource: whether `limit` is a divisor of the root's limit.
-    share: [bool; RESOURCES],
+    /// Per resource: the divisor of the root's limit for a share, 0 for a fixed limit.
+    share: [u64; RESOURCES],
     used: [AtomicU64; RESOURCES],
     parent: Option<AccountRef>,
     depth: usize,
@@ -79,7 +83,7 @@ impl Account {
     pub fn root(heap: u64, frames: u64) -> Result<AccountRef, Error> {
         AccountRef::new(Account {
             limit: [AtomicU64::new(heap), AtomicU64::new(frames)],
-            share: [false; RESOURCES],
+            share: [0; RESOURCES],
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             parent: None,
             depth: 1,
@@ -104,8 +108,11 @@ impl Account {
             return Err(Error::NoSpace);
         }
         let one = |l: Limit, r: Resource| match l {
-            Limit::Fixed(n) => (n.min(parent.limit(r)), false),
-            Limit::RootShare(d) => (d.max(1), true),
+            Limit::Fixed(n) => (n.min(parent.limit(r)), 0),
+            Limit::RootShare(d) => (
+                parent.top().limit[r as usize].load(Ordering::Relaxed) / d.max(1),
+                d.max(1),
+            ),
         };
         let (h, f) = (one(heap, Resource::Heap), one(frames, Resource::Frames));
         AccountRef::new(Account {
@@ -117,19 +124,30 @@ impl Account {
         })
     }
 
-    /// The limit for `r` now.
+    /// The limit for `r` now (a share read from the root's limit, and kept).
     pub fn limit(&self, r: Resource) -> u64 {
         let i = r as usize;
-        let own = self.limit[i].load(Ordering::Relaxed);
-        if !self.share[i] {
-            return own;
+        match self.share[i] {
+            0 => self.limit[i].load(Ordering::Relaxed),
+            _ => self.read_share(i),
         }
+    }
+
+    /// The root of this account's tree.
+    fn top(&self) -> &Account {
         let mut root = self;
         while let Some(p) = root.parent.as_deref() {
             root = p;
         }
+        root
+    }
+
+    /// A share's value from the root's limit now, kept as its limit until read again.
+    fn read_share(&self, i: usize) -> u64 {
         // A root's limit is never a share.
-        root.limit[i].load(Ordering::Relaxed) / own.max(1)
+        let v = self.top().limit[i].load(Ordering::Relaxed) / self.share[i].max(1);
+        self.limit[i].store(v, Ordering::Relaxed);
+        v
     }
 
     /// Sets the fixed limit for `r` to `n` (the kernel raises the root's frames when a
@@ -139,7 +157,7 @@ impl Account {
     /// account whose limit for `r` is a share.
     pub fn set_limit(&self, r: Resource, n: u64) -> Result<(), Error> {
         let i = r as usize;
-        if self.share[i] {
+        if self.share[i] != 0 {
             return Err(Error::InvalidArgument);
         }
         self.limit[i].store(n, Ordering::Relaxed);
@@ -171,10 +189,14 @@ impl Account {
         // Check the whole chain first, then add: the kernel charges under its one lock,
         // so nothing changes in between; a racing caller without it could only make an
         // account go over by what it charged itself, never corrupt the counts.
+        // A share over the value it last read reads the root's limit again (it may have
+        // grown) before it refuses.
         let mut level = Some(self);
         while let Some(a) = level {
             let used = a.used[i].load(Ordering::Relaxed);
-            if used.checked_add(n).is_none_or(|u| u > a.limit(r)) {
+            if used.checked_add(n).is_none_or(|u| {
+                u > a.limit[i].load(Ordering::Relaxed) && (a.share[i] == 0 || u > a.read_share(i))
+            }) {
                 return Err(Error::NoMemory);
             }
             level = a.parent.as_deref();
@@ -405,6 +427,24 @@ mod tests {
             half.set_limit(Resource::Frames, 7),
             Err(Error::InvalidArgument)
         );
+        // The root falls: a share keeps the value it read (150) until it is read again;
+        // the root's own limit holds meanwhile.
+        root.set_limit(Resource::Frames, 101).unwrap();
+        let c = Account::charge(&half, Resource::Frames, 101).unwrap();
+        assert_eq!(
+            Account::charge(&half, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(c);
+        // Read again (an odd root: rounded down, to the unit), it holds.
+        assert_eq!(half.limit(Resource::Frames), 50);
+        let c = Account::charge(&half, Resource::Frames, 50).unwrap();
+        assert_eq!(
+            Account::charge(&half, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(c);
+        root.set_limit(Resource::Frames, 100).unwrap();
         // A divisor of 0 is taken as 1.
         let all = Account::child_with(&root, Limit::RootShare(0), Limit::RootShare(0)).unwrap();
         assert_eq!(all.limit(Resource::Frames), 100);
