@@ -1,7 +1,8 @@
 //! The kernel heap: the `#[global_allocator]` every `Box`, `Vec` and `BTreeMap` of the
 //! kernel allocates from.
 //!
-//! `kmain` gives it one region of RAM below 1 GiB (RAM/8, 4–64 MiB) before anything
+//! `kmain` gives it one region of RAM below 1 GiB (RAM/8, 4–64 MiB; down to 1 MiB in a
+//! small machine, `kern::frame::place_heap`) before anything
 //! allocates. Blocks of up to 2 KiB come from the size classes of [`kern::kheap::Heap`]
 //! (O(1) however many holes other tasks left: thread objects, queued messages, port and
 //! capability tables); larger blocks and the classes' 16 KiB chunks come from `talc`, a

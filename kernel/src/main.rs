@@ -48,6 +48,9 @@ use kern::frame::{FrameAllocator, PAGE_SIZE};
 /// The kernel heap lives in the first GiB, which the boot page tables already map.
 const EARLY_MAP_LIMIT: u64 = 1 << 30;
 
+/// The smallest kernel heap the kernel boots with (`kern::frame::place_heap`).
+const HEAP_MIN: u64 = 1 << 20;
+
 /// Entered from the boot assembly on the boot stack, in long mode, interrupts off, with the
 /// physical address of the PVH start info.
 #[no_mangle]
@@ -71,9 +74,13 @@ extern "C" fn kmain(start_info: u64) -> ! {
         boot.start_info & !(PAGE_SIZE - 1)..(boot.start_info & !(PAGE_SIZE - 1)) + PAGE_SIZE,
         0..0,
     ];
-    let heap_size = (ram / 8).clamp(4 << 20, 64 << 20);
-    let Some(heap_start) = find_free(usable, &reserved, heap_size, EARLY_MAP_LIMIT) else {
-        panic!("no room for a {heap_size}-byte kernel heap below 1 GiB");
+    // An eighth of RAM, 4 to 64 MiB; smaller (down to HEAP_MIN) where the kernel's image
+    // and the boot modules leave less than that free (a machine of a dozen MiB).
+    let wanted = (ram / 8).clamp(4 << 20, 64 << 20);
+    let Some((heap_start, heap_size)) =
+        kern::frame::place_heap(usable, &reserved, wanted, HEAP_MIN, EARLY_MAP_LIMIT)
+    else {
+        panic!("no room for a kernel heap of even {HEAP_MIN} bytes below 1 GiB");
     };
     // SAFETY: `heap_start..heap_start + heap_size` is usable RAM below 1 GiB (mapped by the
     // boot tables and later by the direct map), outside the kernel image, the initrd and
@@ -289,27 +296,6 @@ fn on_off(b: bool) -> &'static str {
     } else {
         "off"
     }
-}
-
-/// Finds `size` bytes (page aligned) of usable RAM below `limit` that overlap no reserved
-/// range.
-fn find_free(usable: &[Range<u64>], reserved: &[Range<u64>], size: u64, limit: u64) -> Option<u64> {
-    let candidates = usable
-        .iter()
-        .map(|r| r.start)
-        .chain(reserved.iter().map(|r| r.end));
-    for start in candidates {
-        let start = start.next_multiple_of(PAGE_SIZE);
-        let end = start.checked_add(size)?;
-        let inside = usable.iter().any(|r| r.start <= start && end <= r.end);
-        let clear = reserved
-            .iter()
-            .all(|r| r.is_empty() || end <= r.start || r.end <= start);
-        if inside && clear && end <= limit {
-            return Some(start);
-        }
-    }
-    None
 }
 
 #[panic_handler]

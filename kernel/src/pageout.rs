@@ -5,7 +5,9 @@
 //!
 //! - `default_pager_register(port, slots, host_priv)`: a task holding the host-privilege
 //!   right becomes the default pager. The kernel keeps a send right to `port` and offers
-//!   `slots` pages of backing store to page replacement. One at a time; a new one may
+//!   `slots` pages of backing store to page replacement, and the root account's frame
+//!   limit grows by them (anonymous memory may be committed up to memory plus the store,
+//!   `crate::quota::set_backing`) until the pager is gone. One at a time; a new one may
 //!   register once the old one's task has ended (restart).
 //! - Page-out: a user fault that finds free frames at the low-water mark first reclaims a
 //!   batch ([`page_fault`]); each anonymous victim's bytes go to the pager in a
@@ -132,6 +134,8 @@ fn register(
     }
     r.pager = Some(task);
     r.stats.pagers_registered += 1;
+    // Anonymous memory may now be committed up to memory plus the pager's store.
+    crate::quota::set_backing(slots);
     // SAFETY: the lock is held; the reference ends in this block.
     let st = unsafe { state() };
     st.pager = Some((port, task));
@@ -462,6 +466,7 @@ fn gone(k: &mut Kernel) {
         return;
     };
     replace::pager_gone();
+    crate::quota::set_backing(0);
     let mut fx = crate::ipc::effects(k);
     k.ipc.release_held_send(port, &mut fx);
     crate::ipc::apply(k, fx);

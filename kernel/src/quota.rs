@@ -2,16 +2,20 @@
 //! and what each kernel object costs (the model is `kern::quota`; `docs/architecture.md`,
 //! "Kernel memory", describes it).
 //!
-//! The root account's limits are set once at boot, below the kernel heap and the free
-//! frames, so that what every task together can make the kernel hold leaves the kernel
-//! its reserve: a charge that fails is an error to the caller, never an exhausted heap.
+//! The root account's limits are set at boot, below the kernel heap and the free frames,
+//! so that what every task together can make the kernel hold leaves the kernel its
+//! reserve: a charge that fails is an error to the caller, never an exhausted heap. The
+//! frame limit grows by the default pager's backing store while one is registered
+//! ([`set_backing`]): those frames are commitments of anonymous memory that page
+//! replacement keeps on the pager's disk when memory is short.
 //!
 //! # Invariants
 //! - [`root`] is set once, by [`init`], before the first task exists.
 //! - Every account a task holds descends from [`root`].
 
 use baton_abi::Error;
-use kern::quota::{Account, AccountRef, Charge, Resource};
+use core::sync::atomic::{AtomicU64, Ordering};
+use kern::quota::{Account, AccountRef, Charge, Limit, Resource};
 use spin::Once;
 
 /// The root of every task's account.
@@ -26,13 +30,33 @@ const FRAMES_RESERVED_MIN: u64 = 256;
 /// [`FRAMES_RESERVED_MIN`]).
 pub fn init(heap_bytes: u64, free_frames: u64) {
     let reserve = (free_frames / 8).max(FRAMES_RESERVED_MIN);
+    let frames = free_frames.saturating_sub(reserve);
+    FRAMES_OF_MEMORY.store(frames, Ordering::Relaxed);
     ROOT.call_once(|| {
-        let Ok(root) = Account::root(heap_bytes / 4 * 3, free_frames.saturating_sub(reserve))
-        else {
+        let Ok(root) = Account::root(heap_bytes / 4 * 3, frames) else {
             panic!("no kernel heap for the root account at boot");
         };
         root
     });
+}
+
+/// The root account's frame limit from memory alone, as [`init`] set it.
+static FRAMES_OF_MEMORY: AtomicU64 = AtomicU64::new(0);
+
+/// The default pager offers `pages` pages of backing store (0: none, or it is gone): the
+/// root's frame limit becomes the frames of memory plus those pages. Anonymous memory is
+/// committed when it is allocated (`docs/vm.md`, "Commitment"), and with a default pager a
+/// commitment may be kept on its disk, so a machine with little memory still runs a
+/// program whose working set is several times it (Accent section 2.2.6). Tasks with the
+/// default limits take a share of the root's and follow it (read again when a charge would
+/// pass it); when the pager goes, the root's limit falls back and new commitments past it
+/// fail (`NoMemory`) until enough is given back.
+pub fn set_backing(pages: u64) {
+    let frames = FRAMES_OF_MEMORY
+        .load(Ordering::Relaxed)
+        .saturating_add(pages);
+    // The root's frame limit is fixed (never a share), so this cannot fail.
+    let _ = root().set_limit(Resource::Frames, frames);
 }
 
 /// The root account. [`init`] made it at boot, before any task or system call.
@@ -45,20 +69,15 @@ pub fn root() -> &'static AccountRef {
 
 /// The account of a new task: a child of `parent` (the root for tasks the kernel starts)
 /// with at most `heap` bytes and `frames` frames; 0 means the default, half the root's
-/// limits (each clamped to the parent's own limit by `kern::quota`).
+/// limits (`kern::quota::Limit::RootShare`: read again when a charge would pass it, so it
+/// grows with the root's frames when a default pager offers backing store, [`set_backing`]), and every
+/// charge is bounded by the parent's limits too. A limit given is clamped to the parent's.
 pub fn task_account(parent: &AccountRef, heap: u64, frames: u64) -> Result<AccountRef, Error> {
-    let r = root();
-    let heap = if heap == 0 {
-        r.limit(Resource::Heap) / 2
-    } else {
-        heap
+    let limit = |n: u64| match n {
+        0 => Limit::RootShare(2),
+        n => Limit::Fixed(n),
     };
-    let frames = if frames == 0 {
-        r.limit(Resource::Frames) / 2
-    } else {
-        frames
-    };
-    Account::child(parent, heap, frames)
+    Account::child_with(parent, limit(heap), limit(frames))
 }
 
 /// Charges `bytes` of kernel heap to `account`.

@@ -510,33 +510,119 @@ const BENCH_RUN: Run = Run {
 };
 
 /// The shell session of the `shell_session` test: programs started from files on the disk
-/// under a lowered memory limit.
+/// in a small machine.
 const SESSION_RUN: Run = Run {
     label: "a shell session",
     note_3_8: "\nBaton's counts are the kernel's since boot at the end of the `shell_session` \
          test: the system `cargo xtask run` boots (the shell, the disk driver, the default \
-         pager on the swap partition), with user memory limited to 256 frames, and a session \
+         pager on the swap partition) in a machine with little memory (above), and a session \
          typed at the shell that lists the disk, starts programs from their files on it \
          (their text and data paged in from the file server), among them one whose working \
-         set is twice the memory (its pages paged out to the swap area and back).\n",
+         set is several times the memory (its pages paged out to the swap area and back).\n",
     note_3_10: "\nAccent's figures are a system generation (compiling and linking the system, \
          8,043 s); Baton's are the kernel's counters since boot at the end of the shell \
          session above (boot included).\n",
 };
 
+/// The `shell_session` test's log.
+const SESSION_LOG: &str = "target/test-logs/shell_session.log";
+
+/// The page `cargo xtask accent-tables` writes its tables into, between its markers
+/// (`crate::generated`).
+const SESSION_DOC: &str = "docs/files.md";
+
 /// `cargo xtask accent-tables`: Tables 3-8 and 3-10 from the `vmstat` lines of the
-/// `shell_session` test's log.
+/// `shell_session` test's log, with what the run was, printed and written into
+/// `docs/files.md` between its markers.
 pub fn session_tables() -> Result<std::process::ExitCode, String> {
-    let path = crate::workspace::root().join("target/test-logs/shell_session.log");
+    let root = crate::workspace::root();
+    let path = root.join(SESSION_LOG);
     let log = std::fs::read_to_string(&path).map_err(|e| {
         format!(
             "{}: {e} (run `cargo xtask test --filter shell_session` first)",
             path.display()
         )
     })?;
-    let vm = vmstat_counters(&log)?;
-    print!("{}", tables(&vm, &SESSION_RUN));
+    let body = session_body(&log)?;
+    print!("{body}");
+    let doc = root.join(SESSION_DOC);
+    let changed = crate::generated::write_into(&doc, "accent-tables", &body)?;
+    eprintln!(
+        "xtask: {} {}",
+        if changed {
+            "wrote the tables into"
+        } else {
+            "the tables are already in"
+        },
+        doc.display()
+    );
     Ok(std::process::ExitCode::SUCCESS)
+}
+
+/// What `accent-tables` writes: the run (from `log`), Tables 3-8 and 3-10, and the
+/// shares the docs' reading of them rests on.
+pub fn session_body(log: &str) -> Result<String, String> {
+    let vm = vmstat_counters(log)?;
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", session_run(log)?);
+    out.push_str(&tables(&vm, &SESSION_RUN));
+    let get = |name: &str| counter(&vm, name).unwrap_or(0);
+    let allocations: u64 = TABLE_3_8
+        .iter()
+        .filter_map(|l| counter(&vm, l.2))
+        .sum::<u64>()
+        .max(get("paging_from_free"));
+    let anonymous = get("paging_reclaimed_mapped") + get("paging_reclaimed_unmapped");
+    let _ = writeln!(
+        out,
+        "\nIn short: {} of the page allocations came from paging anonymous pages out \
+         (Accent: {}), {} clean pages of files were dropped, {} page-ins came from the swap \
+         area and {} pages from pagers (the file server's supplies and those page-ins).",
+        share(anonymous, allocations),
+        share(742 + 284, TABLE_3_8.iter().map(|l| l.1).sum()),
+        get("paging_reclaimed_pager"),
+        get("paging_pageins"),
+        get("pager_fills"),
+    );
+    Ok(out)
+}
+
+/// The run `log` shows, in a sentence: the machine's memory (QEMU's `-m`, from the
+/// command line the test's log ends with, and the kernel's boot line), the swap area, and
+/// what the working program did.
+fn session_run(log: &str) -> Result<String, String> {
+    let after = |marker: &str| -> Option<&str> {
+        log.lines()
+            .find_map(|l| l.split_once(marker).map(|(_, rest)| rest))
+    };
+    let number = |text: &str| -> Option<u64> {
+        text.split(|c: char| !c.is_ascii_digit())
+            .find(|w| !w.is_empty())
+            .and_then(|w| w.parse().ok())
+    };
+    let machine = after(" -m ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .ok_or("the log has no QEMU command line with `-m`")?;
+    let memory = after("[kernel] memory: ").ok_or("the log has no `[kernel] memory:` line")?;
+    let memory = memory.split("; ").next().unwrap_or(memory);
+    let swap = after("swapon: paging to the disk's swap area: ")
+        .and_then(number)
+        .ok_or("the log has no `swapon: paging` line")?;
+    let limit = log
+        .lines()
+        .find_map(|l| l.split_once("user memory limited to ").map(|(_, r)| r))
+        .and_then(number);
+    let work = log
+        .lines()
+        .find_map(|l| l.split_once("| paging_child: ").map(|(_, r)| r))
+        .ok_or("the log has no `paging_child:` summary (did the session's program run?)")?;
+    Ok(format!(
+        "The run: `cargo xtask test --filter shell_session` in a machine of QEMU `-m {machine}` \
+         (the kernel's boot line: {memory}), user memory {}, a swap area of {swap} pages; \
+         the program working several times the memory: {}.",
+        limit.map_or("not limited".to_string(), |n| format!("{n} frames")),
+        work.trim()
+    ))
 }
 
 /// The counters of the last `vmstat` in `log`: its `BENCHVM` lines' `name=value` words.
@@ -983,5 +1069,45 @@ mod session_tests {
         assert!(t.contains("Baton (a shell session, 4 KiB pages)"));
         assert!(t.contains("Baton (a shell session) | % of faults"));
         assert!(!t.contains("this benchmark run"));
+    }
+
+    /// A log of the shell session's shape: boot line, `swapon`, the working program, the
+    /// counters, and the QEMU command the test's log ends with.
+    const SESSION: &str = "[kernel] memory: 15 MiB RAM, 4 MiB heap, 971 free frames; SMEP on\n\
+        swapon#4| swapon: paging to the disk's swap area: 7936 pages; user memory limited to \
+        971 frames (shell: `paging`)\n\
+        paging_child#9| paging_child: 3072 pages: 9000 page-outs, 8000 page-ins\n\
+        BENCHVM faults=100 read_faults=60 write_faults=40\n\
+        BENCHVM pager_fills=30 zero_fills=20\n\
+        BENCHVM paging_from_free=300 paging_reclaimed_mapped=90 paging_reclaimed_unmapped=10 \
+        paging_reclaimed_pager=100 paging_pageins=25\n\
+        BENCHVM paging_no_store=0\n\
+        qemu command: qemu-system-x86_64 -machine q35 -m 16M -smp 1\n";
+
+    #[test]
+    fn the_session_body_says_what_the_run_was() {
+        let body = session_body(SESSION).unwrap();
+        assert!(body.starts_with(
+            "The run: `cargo xtask test --filter shell_session` in a machine of QEMU `-m 16M` \
+             (the kernel's boot line: 15 MiB RAM, 4 MiB heap, 971 free frames), user memory \
+             971 frames, a swap area of 7936 pages; the program working several times the \
+             memory: 3072 pages: 9000 page-outs, 8000 page-ins."
+        ));
+        assert!(body.contains("### Table 3-8"));
+        assert!(body.contains("### Table 3-10"));
+        // 100 of 500 allocations were anonymous pages paged out; 100 file pages dropped.
+        assert!(body.contains("In short: 20.000% of the page allocations"));
+        assert!(body.contains("100 clean pages of files were dropped, 25 page-ins"));
+        assert!(body.contains("and 30 pages from pagers"));
+        // A log that lacks a part is an error that names it, not a table with holes.
+        for missing in [
+            "-m 16M",
+            "[kernel] memory:",
+            "swapon: paging",
+            "| paging_child: ",
+        ] {
+            let log = SESSION.replace(missing, "something else");
+            assert!(session_body(&log).is_err(), "{missing}");
+        }
     }
 }

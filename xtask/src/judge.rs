@@ -356,6 +356,7 @@ mod unit_tests {
         prompt: "",
         disk: false,
         disk_prepare: &[],
+        memory_mib: crate::qemu::DEFAULT_MEMORY_MIB,
     };
 
     #[test]

@@ -24,6 +24,7 @@ mod cycles;
 mod deps;
 mod disk;
 mod fuzz;
+mod generated;
 mod initrd;
 mod json;
 mod judge;
@@ -118,7 +119,7 @@ enum Cmd {
     /// Reads the `BENCHVM` lines the shell's `vmstat` printed at the end of that test's
     /// session (target/test-logs/shell_session.log: run `cargo xtask test --filter
     /// shell_session` first) and prints the two tables, Accent's system generation beside
-    /// it, in Markdown (docs/files.md keeps a copy).
+    /// it, in Markdown, and writes them into docs/files.md between its markers.
     AccentTables,
     /// The null RPC's kernel path by stage and instruction mix; writes results/profile.md.
     ///
@@ -185,6 +186,11 @@ pub struct RunOpts {
     /// printed at shutdown).
     #[arg(long, value_name = "N", value_parser = positive::<u64>)]
     pub fault_inject: Option<u64>,
+    /// The machine's memory in MiB (QEMU's -m): a small machine pages for real, e.g.
+    /// `--memory 14` (the kernel needs about 12 with the test programs' boot modules).
+    #[arg(long, value_name = "MIB", default_value_t = qemu::DEFAULT_MEMORY_MIB,
+          value_parser = positive::<u32>)]
+    pub memory: u32,
     /// Extra kernel command-line words, after `--`; an `init=...` word replaces the default
     /// `init=names,console,shell,swapon priv=console,shell,swapon` (give `priv=` yourself
     /// then).
@@ -201,6 +207,7 @@ impl Default for RunOpts {
             gdb: false,
             gdb_port: None,
             fault_inject: None,
+            memory: qemu::DEFAULT_MEMORY_MIB,
             extra: Vec::new(),
         }
     }
@@ -397,6 +404,14 @@ mod unit_tests {
                 ..RunOpts::default()
             })
         );
+        assert_eq!(
+            p(&["run", "--memory", "14"]).unwrap(),
+            Cmd::Run(RunOpts {
+                memory: 14,
+                ..RunOpts::default()
+            })
+        );
+        assert!(p(&["run", "--memory", "0"]).is_err());
         assert_eq!(
             p(&["gdb", "--smp=4"]).unwrap(),
             Cmd::Run(RunOpts {

@@ -100,7 +100,12 @@ pub fn cmdline(init: &str, shutdown: bool, extra: &[String]) -> String {
     words.join(" ")
 }
 
-/// One boot of the kernel.
+/// The machine's memory, QEMU's `-m`, in MiB, unless a boot asks for another size
+/// ([`Machine::sized_command`]; a test's [`crate::tests::IntegrationTest::memory_mib`]).
+pub const DEFAULT_MEMORY_MIB: u32 = 256;
+
+/// One boot of the kernel, with [`DEFAULT_MEMORY_MIB`] of memory unless
+/// [`Machine::sized_command`] or [`Machine::console_command`] gives it another size.
 pub struct Machine<'a> {
     /// What to boot.
     pub images: &'a Images,
@@ -133,7 +138,14 @@ pub const CONSOLE_LOG: &str = "results/console.log";
 impl Machine<'_> {
     /// The QEMU command line; standard streams are left to the caller.
     pub fn command(&self, qemu: &Path) -> Command {
-        self.command_with(qemu, &["-serial", "stdio"])
+        self.sized_command(qemu, DEFAULT_MEMORY_MIB)
+    }
+
+    /// [`Machine::command`] with `memory_mib` MiB of memory (QEMU's `-m`) instead of
+    /// [`DEFAULT_MEMORY_MIB`]: the kernel sizes its heap, its frame allocator and user
+    /// memory from what the firmware reports, so this is how a boot is made short of memory.
+    pub fn sized_command(&self, qemu: &Path, memory_mib: u32) -> Command {
+        self.command_with(qemu, &["-serial", "stdio"], memory_mib)
     }
 
     /// [`Machine::command`] for a person at a terminal: the serial console on standard
@@ -143,7 +155,9 @@ impl Machine<'_> {
     ///
     /// Not `interactive` (standard input is no terminal): the console on standard input and
     /// output as [`Machine::command`] has it, still copied to [`CONSOLE_LOG`].
-    pub fn console_command(&self, qemu: &Path, interactive: bool) -> Command {
+    ///
+    /// The machine has `memory_mib` MiB of memory (`cargo xtask run --memory`).
+    pub fn console_command(&self, qemu: &Path, interactive: bool, memory_mib: u32) -> Command {
         let chardev = format!(
             "stdio,id=console{},logfile={}",
             if interactive {
@@ -156,14 +170,21 @@ impl Machine<'_> {
         if let Some(dir) = crate::workspace::root().join(CONSOLE_LOG).parent() {
             let _ = std::fs::create_dir_all(dir);
         }
-        self.command_with(qemu, &["-chardev", &chardev, "-serial", "chardev:console"])
+        self.command_with(
+            qemu,
+            &["-chardev", &chardev, "-serial", "chardev:console"],
+            memory_mib,
+        )
     }
 
-    /// The QEMU command line with `serial` as the serial port's arguments.
-    fn command_with(&self, qemu: &Path, serial: &[&str]) -> Command {
+    /// The QEMU command line with `serial` as the serial port's arguments and `memory_mib`
+    /// MiB of memory.
+    fn command_with(&self, qemu: &Path, serial: &[&str], memory_mib: u32) -> Command {
         let mut cmd = Command::new(qemu);
         cmd.current_dir(crate::workspace::root());
-        cmd.args(["-machine", "q35", "-m", "256M", "-smp"])
+        cmd.args(["-machine", "q35", "-m"])
+            .arg(format!("{memory_mib}M"))
+            .arg("-smp")
             .arg(self.smp.to_string())
             .args(["-display", "none"])
             .args(serial)
@@ -212,6 +233,39 @@ pub fn explain_exit(code: Option<i32>) -> String {
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    /// The words after `-m` in `cmd`.
+    fn memory_of(cmd: &Command) -> Vec<String> {
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        args.windows(2)
+            .filter(|w| w[0] == "-m")
+            .map(|w| w[1].clone())
+            .collect()
+    }
+
+    #[test]
+    fn memory_is_the_default_unless_a_boot_sizes_it() {
+        let images = Images {
+            kernel: "k".into(),
+            initrd: "i".into(),
+            programs: Vec::new(),
+        };
+        let m = Machine {
+            images: &images,
+            accel: Accel::Tcg,
+            smp: 1,
+            cmdline: String::new(),
+            icount: false,
+            gdb: None,
+            disk: None,
+        };
+        let qemu = Path::new("qemu");
+        assert_eq!(memory_of(&m.command(qemu)), ["256M"]);
+        assert_eq!(memory_of(&m.sized_command(qemu, 16)), ["16M"]);
+    }
 
     #[test]
     fn command_lines() {

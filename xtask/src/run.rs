@@ -6,6 +6,9 @@
 //! (`init=init`) instead, the kernel command line gets `shutdown` and the kernel powers the
 //! machine off after it. An `init=` word among the extra words replaces either default.
 //!
+//! `--memory MIB` gives the machine that much memory (QEMU's `-m`; 256 by default): in a
+//! small one, such as `--memory 14`, the default pager pages for real.
+//!
 //! `--fault-inject N` boots the kernel built with allocation fault injection
 //! ([`build::KERNEL_FAULT_INJECT`]) with `failalloc=N` on its command line: once boot is
 //! done, one in N kernel heap, kernel stack and frame allocations fails.
@@ -63,7 +66,7 @@ pub fn run(opts: &RunOpts) -> Result<ExitCode, String> {
         gdb: opts.gdb_stub(),
         disk: Some(crate::disk::run_image()?),
     };
-    let mut cmd = machine.console_command(&qemu, !shutdown);
+    let mut cmd = machine.console_command(&qemu, !shutdown, opts.memory);
     note(format!("$ {}", shell_line(&cmd)));
     if let Some(port) = machine.gdb {
         let kernel = shell_quote(&images.kernel.to_string_lossy());

@@ -150,6 +150,9 @@ pub fn list(opts: &TestOpts) -> Result<ExitCode, String> {
 fn describe(t: &IntegrationTest) -> String {
     let extra: Vec<String> = t.extra.iter().map(|w| w.to_string()).collect();
     let mut line = qemu::cmdline(&t.init.join(","), false, &extra);
+    if t.memory_mib != qemu::DEFAULT_MEMORY_MIB {
+        line.push_str(&format!("  (-m {}M)", t.memory_mib));
+    }
     if t.outcome == crate::tests::Outcome::KernelFailure {
         line.push_str("  (must end in a kernel failure)");
     }
@@ -388,7 +391,7 @@ fn boot_and_judge(
     if !test.disk_prepare.is_empty() {
         prepare_disk(test, run, &machine, log, trailer)?;
     }
-    let mut cmd = machine.command(qemu);
+    let mut cmd = machine.sized_command(qemu, test.memory_mib);
     trailer.push_str(&format!("qemu command: {}\n", shell_line(&cmd)));
     let stderr = file
         .try_clone()
@@ -463,7 +466,7 @@ fn prepare_disk(
         gdb: None,
         disk: machine.disk.clone(),
     };
-    let mut cmd = first.command(run.qemu);
+    let mut cmd = first.sized_command(run.qemu, test.memory_mib);
     trailer.push_str(&format!("first boot: {}\n", shell_line(&cmd)));
     let stderr = file
         .try_clone()

@@ -59,6 +59,10 @@ pub struct IntegrationTest {
     /// words too), in a boot of their own logged to `<name>.prepare.log` that must end
     /// cleanly with a `TEST PASS` line: for a test of data surviving a reboot.
     pub disk_prepare: &'static [&'static str],
+    /// The machine's memory in MiB (QEMU's `-m`; [`crate::qemu::DEFAULT_MEMORY_MIB`] in
+    /// [`BASE`]): a test of paging short of memory lowers it, so that the kernel sizes its
+    /// heap and user memory from a small machine rather than a `pageable=` limit.
+    pub memory_mib: u32,
 }
 
 /// `shell_swap_files`: the shell's file server used the driver `swapon` started; no second
@@ -163,6 +167,7 @@ pub const BASE: IntegrationTest = IntegrationTest {
     prompt: "",
     disk: false,
     disk_prepare: &[],
+    memory_mib: crate::qemu::DEFAULT_MEMORY_MIB,
 };
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
@@ -1599,20 +1604,38 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // A machine with little memory boots and runs a program: in 13 MiB the boot
+        // modules and the kernel's image leave 5 MiB, and the kernel's heap of the usual
+        // 4 MiB would leave too few frames to start a task (it did: `cannot start init`);
+        // it takes 2 MiB instead (`kern::frame::place_heap`).
+        name: "small_machine",
+        init: &["init"],
+        memory_mib: 13,
+        require: &[
+            "MiB RAM, 2 MiB heap",
+            "init#1| Hello from Baton",
+            "init#1| TEST PASS greeting",
+            "[kernel] task 1 (init) exited with code 0",
+        ],
+        ..BASE
+    },
+    IntegrationTest {
         // A realistic run for Accent's Tables 3-8 and 3-10 (`cargo xtask accent-tables`
-        // reads this log): the system `cargo xtask run` boots, user memory lowered to 256
-        // frames, and a session that starts programs from their files on the disk (text
-        // and data paged in from the file server), one of them working twice the memory
-        // (paged out to the swap area and back), then prints the counters (`vmstat`).
+        // reads this log): the system `cargo xtask run` boots, in a machine of 14 MiB (969
+        // frames of user memory), and a session that starts programs from their files on
+        // the disk (text and data paged in from the file server), one of them working
+        // about three times the memory (paged out to the swap area and back, every page
+        // checked), then prints the counters (`vmstat`).
         name: "shell_session",
         init: &["names", "console", "shell", "swapon"],
         smp: 1,
         timeout: Duration::from_secs(300),
-        extra: &["priv=console,shell,swapon", "pageable=256"],
+        extra: &["priv=console,shell,swapon"],
+        memory_mib: 14,
         input: &[
             Typed::After("swapon: paging to the disk's swap area", "ls /bin\r"),
             Typed::Line("run /bin/echo a program started from its file"),
-            Typed::Line("run /bin/paging_child work 512"),
+            Typed::Line("run /bin/paging_child work 3072"),
             Typed::Line("ls /data"),
             Typed::Line("run /bin/echo and another"),
             Typed::Line("paging"),

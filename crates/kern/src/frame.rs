@@ -412,6 +412,87 @@ impl FrameAllocator {
     }
 }
 
+/// The first page-aligned place of `size` bytes inside one of the `usable` ranges, clear of
+/// every `reserved` range (empty ones are ignored) and ending at or below `limit`: for the
+/// kernel's own regions at boot, before the allocator exists. Candidates are the starts of
+/// usable ranges and the ends of reserved ones.
+pub fn find_free(
+    usable: &[Range<u64>],
+    reserved: &[Range<u64>],
+    size: u64,
+    limit: u64,
+) -> Option<u64> {
+    let candidates = usable
+        .iter()
+        .map(|r| r.start)
+        .chain(reserved.iter().map(|r| r.end));
+    for start in candidates {
+        let Some(start) = start.checked_next_multiple_of(PAGE_SIZE) else {
+            continue;
+        };
+        let Some(end) = start.checked_add(size) else {
+            continue;
+        };
+        let inside = usable.iter().any(|r| r.start <= start && end <= r.end);
+        let clear = reserved
+            .iter()
+            .all(|r| r.is_empty() || end <= r.start || r.end <= start);
+        if inside && clear && end <= limit {
+            return Some(start);
+        }
+    }
+    None
+}
+
+/// Whether the `usable` ranges hold at least `bytes` bytes in whole pages outside every
+/// `reserved` range. Counts page by page and stops as soon as it has enough, so asking
+/// for a few MiB costs a few thousand steps however large the machine (it runs at boot,
+/// before any heap exists, so it allocates nothing).
+pub fn free_at_least(usable: &[Range<u64>], reserved: &[Range<u64>], bytes: u64) -> bool {
+    let mut found = 0u64;
+    for r in usable {
+        let Some(mut page) = r.start.checked_next_multiple_of(PAGE_SIZE) else {
+            continue;
+        };
+        while page.checked_add(PAGE_SIZE).is_some_and(|end| end <= r.end) {
+            if found >= bytes {
+                return true;
+            }
+            if !reserved.iter().any(|x| x.start <= page && page < x.end) {
+                found += PAGE_SIZE;
+            }
+            page += PAGE_SIZE;
+        }
+    }
+    found >= bytes
+}
+
+/// Where the kernel heap goes and how large it is: `wanted` bytes, else the largest of
+/// `wanted / 2`, `wanted / 4`, ... down to `min`, that has a free place ([`find_free`])
+/// and leaves at least as much free memory besides for frames ([`free_at_least`] of twice
+/// the size): in a machine where the kernel's image and the boot modules leave little, a
+/// heap of the usual size would leave too few frames to start a task. `min` is taken if
+/// it fits at all; `None` when not even `min` fits.
+pub fn place_heap(
+    usable: &[Range<u64>],
+    reserved: &[Range<u64>],
+    wanted: u64,
+    min: u64,
+    limit: u64,
+) -> Option<(u64, u64)> {
+    let mut size = wanted.max(min);
+    loop {
+        let leaves_enough = size <= min || free_at_least(usable, reserved, size.saturating_mul(2));
+        if let (true, Some(start)) = (leaves_enough, find_free(usable, reserved, size, limit)) {
+            return Some((start, size));
+        }
+        if size <= min {
+            return None;
+        }
+        size = (size / 2).max(min).next_multiple_of(PAGE_SIZE);
+    }
+}
+
 #[cfg(test)]
 // The allocator takes slices of ranges; one-range slices are what the tests mean.
 #[allow(clippy::single_range_in_vec_init)]
@@ -420,6 +501,81 @@ mod tests {
     use std::collections::HashSet;
 
     const P: u64 = PAGE_SIZE;
+
+    #[test]
+    fn find_free_keeps_clear_of_reserved_ranges_and_the_limit() {
+        let usable = [0x1000..0x9f000, 0x10_0000..0x100_0000];
+        let reserved = [0..0x10_0000, 0x10_0000..0x40_0000, 0..0];
+        // After the kernel image, in the second usable range.
+        assert_eq!(
+            find_free(&usable, &reserved, 0x20_0000, u64::MAX),
+            Some(0x40_0000)
+        );
+        // Small enough for the low range.
+        let low = [0x10_0000..0x40_0000];
+        assert_eq!(find_free(&usable, &low, 0x1000, u64::MAX), Some(0x1000));
+        // Too large for what is left, or above the limit.
+        assert_eq!(find_free(&usable, &reserved, 0xc0_1000, u64::MAX), None);
+        assert_eq!(find_free(&usable, &reserved, 0x20_0000, 0x50_0000), None);
+        // A size that would wrap is no place.
+        assert_eq!(find_free(&usable, &[], u64::MAX, u64::MAX), None);
+    }
+
+    #[test]
+    fn free_memory_is_counted_outside_reserved_ranges() {
+        let usable = [0x1000..0x9f000, 0x10_0000..0x20_0000];
+        // 158 low pages and 256 above 1 MiB; the start-info page reserved twice over.
+        let reserved = [0..0x10_0000, 0x9000..0xa000, 0x18_0000..0x20_0000];
+        assert!(free_at_least(&usable, &reserved, 0x8_0000));
+        assert!(!free_at_least(&usable, &reserved, 0x8_1000));
+        assert!(free_at_least(&usable, &[], (158 + 256) * P));
+        assert!(!free_at_least(&usable, &[], (159 + 256) * P));
+        // A range that is less than a page, or not page-aligned at its end, adds nothing.
+        assert!(!free_at_least(&[0x1800..0x2800], &[], 1));
+        assert!(free_at_least(&[], &[], 0));
+    }
+
+    #[test]
+    fn the_heap_shrinks_to_what_a_small_machine_has_left() {
+        let (mib, limit) = (1 << 20, 1 << 30);
+        // 16 MiB of RAM; the kernel image to 3 MiB and boot modules of 5 MiB at the top:
+        // 8 MiB free, so the wanted 4 MiB leaves as much besides.
+        let usable = [0x1000..0x9f000, 0x10_0000..0x100_0000];
+        let reserved = [0..0x10_0000, 0x10_0000..0x30_0000, 0xb0_0000..0x100_0000];
+        assert_eq!(
+            place_heap(&usable, &reserved, 4 * mib, mib, limit),
+            Some((0x30_0000, 4 * mib))
+        );
+        // 13 MiB: 5 MiB free. 4 MiB would fit and leave one for frames: 2 MiB instead.
+        let usable = [0x1000..0x9f000, 0x10_0000..0xd0_0000];
+        let reserved = [0..0x10_0000, 0x10_0000..0x30_0000, 0x80_0000..0xd0_0000];
+        assert_eq!(
+            place_heap(&usable, &reserved, 4 * mib, mib, limit),
+            Some((0x30_0000, 2 * mib))
+        );
+        // Modules of 6 MiB leave 3 MiB: the floor, which leaves two.
+        let bigger = [0..0x10_0000, 0x10_0000..0x30_0000, 0x60_0000..0xc0_0000];
+        let usable = [0x1000..0x9f000, 0x10_0000..0xc0_0000];
+        assert_eq!(
+            place_heap(&usable, &bigger, 4 * mib, mib, limit),
+            Some((0x30_0000, mib))
+        );
+        // Less than the floor: no heap.
+        let full = [0..0x10_0000, 0x10_0000..0x30_0000, 0x38_0000..0xc0_0000];
+        assert_eq!(place_heap(&usable, &full, 4 * mib, mib, limit), None);
+        // The floor is taken when it fits, even if it leaves less than itself.
+        let tight = [0..0x10_0000, 0x10_0000..0x30_0000, 0x48_0000..0xc0_0000];
+        assert_eq!(
+            place_heap(&usable, &tight, 4 * mib, mib, limit),
+            Some((0x30_0000, mib))
+        );
+        // A large machine gets what it wants at once.
+        let big = [0x10_0000..0x1_0000_0000];
+        assert_eq!(
+            place_heap(&big, &reserved[..2], 64 * mib, mib, limit),
+            Some((0x30_0000, 64 * mib))
+        );
+    }
 
     fn check_counts(a: &FrameAllocator) {
         assert_eq!(a.free_frames(), count_bits(&a.free));

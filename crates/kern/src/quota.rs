@@ -18,9 +18,19 @@
 //! reference counted), so a message that outlives its sender still refunds the right
 //! account, and its ancestors.
 //!
+//! A limit is either fixed when the account is made, or a *share* of the root's limit
+//! ([`Limit::RootShare`]): the root's limit may be raised and lowered later
+//! ([`Account::set_limit`]; the kernel adds the default pager's backing store to the frames
+//! anonymous memory may commit), and every account that takes a share follows it. A share
+//! keeps the value it last read, and reads the root's limit again only when a charge would
+//! pass that value, so a charge costs what it did with fixed limits; after the root's
+//! limit falls, a share may keep a higher value until it is read again (the root's own
+//! limit always holds).
+//!
 //! # Invariants
 //! - `used[r] <= limit[r]` for every account and resource, and an account's `used`
-//!   includes everything charged to its descendants.
+//!   includes everything charged to its descendants; except that a limit lowered below
+//!   what is used stays so until enough is given back (no charge succeeds meanwhile).
 //! - A [`Charge`] of `n` units on account `a` has added `n` to `a` and every ancestor of
 //!   `a`, and removes exactly that when dropped.
 //! - The chain is at most [`DEPTH_MAX`] accounts long, so a charge costs O(1).
@@ -46,10 +56,23 @@ pub enum Resource {
 /// How many [`Resource`]s there are.
 const RESOURCES: usize = 2;
 
+/// A child account's limit for one resource ([`Account::child_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Limit {
+    /// This much, clamped to the parent's limit when the account is made.
+    Fixed(u64),
+    /// The root's limit divided by this (at least 1), whatever the root's limit is at the
+    /// time of a charge: a task given the default share gains when the root's limit grows.
+    RootShare(u64),
+}
+
 /// Limits and use of one account. See the module documentation.
 #[derive(Debug)]
 pub struct Account {
-    limit: [u64; RESOURCES],
+    /// The fixed limit, or for a [`Limit::RootShare`] the share's value last read.
+    limit: [AtomicU64; RESOURCES],
+    /// Per resource: the divisor of the root's limit for a share, 0 for a fixed limit.
+    share: [u64; RESOURCES],
     used: [AtomicU64; RESOURCES],
     parent: Option<AccountRef>,
     depth: usize,
@@ -59,7 +82,8 @@ impl Account {
     /// A root account (no parent) with limits `heap` bytes and `frames` frames.
     pub fn root(heap: u64, frames: u64) -> Result<AccountRef, Error> {
         AccountRef::new(Account {
-            limit: [heap, frames],
+            limit: [AtomicU64::new(heap), AtomicU64::new(frames)],
+            share: [0; RESOURCES],
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             parent: None,
             depth: 1,
@@ -69,20 +93,75 @@ impl Account {
     /// A child of `parent` with at most the given limits (each clamped to the parent's
     /// own); [`Error::NoSpace`] when `parent` is already [`DEPTH_MAX`] deep.
     pub fn child(parent: &AccountRef, heap: u64, frames: u64) -> Result<AccountRef, Error> {
+        Account::child_with(parent, Limit::Fixed(heap), Limit::Fixed(frames))
+    }
+
+    /// A child of `parent` whose limits are fixed or shares of the root's ([`Limit`]); a
+    /// share is bounded by the parent's limit too, since every charge is checked against
+    /// each ancestor. [`Error::NoSpace`] when `parent` is already [`DEPTH_MAX`] deep.
+    pub fn child_with(
+        parent: &AccountRef,
+        heap: Limit,
+        frames: Limit,
+    ) -> Result<AccountRef, Error> {
         if parent.depth >= DEPTH_MAX {
             return Err(Error::NoSpace);
         }
+        let one = |l: Limit, r: Resource| match l {
+            Limit::Fixed(n) => (n.min(parent.limit(r)), 0),
+            Limit::RootShare(d) => (
+                parent.top().limit[r as usize].load(Ordering::Relaxed) / d.max(1),
+                d.max(1),
+            ),
+        };
+        let (h, f) = (one(heap, Resource::Heap), one(frames, Resource::Frames));
         AccountRef::new(Account {
-            limit: [heap.min(parent.limit[0]), frames.min(parent.limit[1])],
+            limit: [AtomicU64::new(h.0), AtomicU64::new(f.0)],
+            share: [h.1, f.1],
             used: [AtomicU64::new(0), AtomicU64::new(0)],
             parent: Some(parent.clone()),
             depth: parent.depth + 1,
         })
     }
 
-    /// The limit for `r`.
+    /// The limit for `r` now (a share read from the root's limit, and kept).
     pub fn limit(&self, r: Resource) -> u64 {
-        self.limit[r as usize]
+        let i = r as usize;
+        match self.share[i] {
+            0 => self.limit[i].load(Ordering::Relaxed),
+            _ => self.read_share(i),
+        }
+    }
+
+    /// The root of this account's tree.
+    fn top(&self) -> &Account {
+        let mut root = self;
+        while let Some(p) = root.parent.as_deref() {
+            root = p;
+        }
+        root
+    }
+
+    /// A share's value from the root's limit now, kept as its limit until read again.
+    fn read_share(&self, i: usize) -> u64 {
+        // A root's limit is never a share.
+        let v = self.top().limit[i].load(Ordering::Relaxed) / self.share[i].max(1);
+        self.limit[i].store(v, Ordering::Relaxed);
+        v
+    }
+
+    /// Sets the fixed limit for `r` to `n` (the kernel raises the root's frames when a
+    /// default pager offers backing store, and lowers them when it is gone); accounts that
+    /// take a share of the root's follow at once. A limit below what is used now makes
+    /// every charge fail until enough is given back. [`Error::InvalidArgument`] for an
+    /// account whose limit for `r` is a share.
+    pub fn set_limit(&self, r: Resource, n: u64) -> Result<(), Error> {
+        let i = r as usize;
+        if self.share[i] != 0 {
+            return Err(Error::InvalidArgument);
+        }
+        self.limit[i].store(n, Ordering::Relaxed);
+        Ok(())
     }
 
     /// How much of `r` is charged to this account and its descendants now.
@@ -110,10 +189,14 @@ impl Account {
         // Check the whole chain first, then add: the kernel charges under its one lock,
         // so nothing changes in between; a racing caller without it could only make an
         // account go over by what it charged itself, never corrupt the counts.
+        // A share over the value it last read reads the root's limit again (it may have
+        // grown) before it refuses.
         let mut level = Some(self);
         while let Some(a) = level {
             let used = a.used[i].load(Ordering::Relaxed);
-            if used.checked_add(n).is_none_or(|u| u > a.limit[i]) {
+            if used.checked_add(n).is_none_or(|u| {
+                u > a.limit[i].load(Ordering::Relaxed) && (a.share[i] == 0 || u > a.read_share(i))
+            }) {
                 return Err(Error::NoMemory);
             }
             level = a.parent.as_deref();
@@ -298,6 +381,73 @@ mod tests {
             (a.limit(Resource::Heap), a.limit(Resource::Frames)),
             (100, 5)
         );
+    }
+
+    #[test]
+    fn a_share_of_the_root_follows_its_limit() {
+        let root = Account::root(1000, 100).unwrap();
+        let fixed = Account::child(&root, 500, 50).unwrap();
+        let half = Account::child_with(&root, Limit::RootShare(2), Limit::RootShare(2)).unwrap();
+        // A default task of a default task: its share, and its parent's on the way up.
+        let grand = Account::child_with(&half, Limit::Fixed(1000), Limit::RootShare(2)).unwrap();
+        assert_eq!(half.limit(Resource::Frames), 50);
+        assert_eq!(
+            grand.limit(Resource::Heap),
+            500,
+            "clamped to the parent's then"
+        );
+        let c = Account::charge(&grand, Resource::Frames, 50).unwrap();
+        assert_eq!(
+            Account::charge(&grand, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(c);
+        // The root grows (a pager's backing store): the shares follow, the fixed one not.
+        root.set_limit(Resource::Frames, 300).unwrap();
+        assert_eq!(
+            (
+                half.limit(Resource::Frames),
+                grand.limit(Resource::Frames),
+                fixed.limit(Resource::Frames)
+            ),
+            (150, 150, 50)
+        );
+        let big = Account::charge(&grand, Resource::Frames, 150).unwrap();
+        assert_eq!(root.used(Resource::Frames), 150);
+        // It shrinks below what is used: nothing more is charged until enough comes back.
+        root.set_limit(Resource::Frames, 100).unwrap();
+        assert_eq!(
+            Account::charge(&fixed, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(big);
+        assert!(Account::charge(&fixed, Resource::Frames, 50).is_ok());
+        // A share has no limit of its own to set.
+        assert_eq!(
+            half.set_limit(Resource::Frames, 7),
+            Err(Error::InvalidArgument)
+        );
+        // The root falls: a share keeps the value it read (150) until it is read again;
+        // the root's own limit holds meanwhile.
+        root.set_limit(Resource::Frames, 101).unwrap();
+        let c = Account::charge(&half, Resource::Frames, 101).unwrap();
+        assert_eq!(
+            Account::charge(&half, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(c);
+        // Read again (an odd root: rounded down, to the unit), it holds.
+        assert_eq!(half.limit(Resource::Frames), 50);
+        let c = Account::charge(&half, Resource::Frames, 50).unwrap();
+        assert_eq!(
+            Account::charge(&half, Resource::Frames, 1).err(),
+            Some(Error::NoMemory)
+        );
+        drop(c);
+        root.set_limit(Resource::Frames, 100).unwrap();
+        // A divisor of 0 is taken as 1.
+        let all = Account::child_with(&root, Limit::RootShare(0), Limit::RootShare(0)).unwrap();
+        assert_eq!(all.limit(Resource::Frames), 100);
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //!   driver holds the read, `FLAG_HOLD`), and then the driver killed the same way: the
 //!   child is stopped by a pager fault, the pager ends when its driver is gone;
 //! - a new default pager (and a new driver) starts (restart) and paging works again;
+//! - while a default pager is registered the root account's frame limit (what anonymous
+//!   memory may commit) is memory plus its store, and memory alone once it is gone;
 //! - bad arguments are errors; and a second round of all this leaves the kernel's heap,
 //!   objects and free frames where the first did.
 //!
@@ -64,6 +66,12 @@ fn counts() -> Result<(u64, u64, u64), Failed> {
     let s = must("stats", baton_rt::stats())?;
     let v = must("vm stats", vm::system_stats())?;
     Ok((s.heap_used, v.objects, v.frames_free))
+}
+
+/// The root account's frame limit (`Stats::frames_limit`): the frames anonymous memory
+/// may commit, which a registered default pager's store adds to.
+fn frames_limit() -> Result<u64, Failed> {
+    Ok(must("stats", baton_rt::stats())?.frames_limit)
 }
 
 /// Wires every range of this task (its pages would otherwise be paged out like any).
@@ -217,9 +225,15 @@ fn round(disk: &mut Disk, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed
     println!("paging: round {n}");
     let s0 = sys()?;
     let limit = s0.pageable_limit;
+    let commit0 = frames_limit()?;
 
     // Data survives paging.
     let pager = disk.pager(false)?;
+    let commit1 = frames_limit()?;
+    check!(
+        commit1 == commit0 + STORE,
+        "with a default pager, anonymous memory may commit its store too: the root's frame limit {commit0} -> {commit1}"
+    );
     child("work", 3 * limit, notify)?;
     let s1 = sys()?;
     check!(
@@ -268,6 +282,11 @@ fn round(disk: &mut Disk, notify: u64, n: u32) -> Result<(u64, u64, u64), Failed
         s3.lost - before.lost
     );
     until("the lost slots are freed", |s| s.store_used == 0)?;
+    let commit = frames_limit()?;
+    check!(
+        commit == commit0,
+        "the pager gone, the root's frame limit is memory alone again ({commit}, {commit0} before the pager)"
+    );
 
     // Restart.
     let pager = disk.pager(false)?;
