@@ -1270,8 +1270,8 @@ fn resume_below(
             spare.fpu = Some(area);
         }
     }
-    if left_exc_port.is_some() {
-        crate::exception::release(k, left_exc_port, None);
+    if let Some(port) = left_exc_port {
+        release_exc_port(k, port);
     }
     if !alive {
         unwind_further(k, cur);
@@ -1309,7 +1309,7 @@ fn lives(saved: &Saved) -> bool {
 ///
 /// Returns the exception port the activation left had set for the thread (a send right
 /// the kernel holds, which belongs to that activation and ends with it): the caller gives
-/// it back (`exception::release`) once it may use the kernel again.
+/// it back ([`release_exc_port`]) once it may use the kernel again.
 #[must_use = "the exception port of the activation left is a held send right to give back"]
 fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) -> Option<PortId> {
     core::mem::swap(&mut th.frame, &mut saved.frame);
@@ -1324,6 +1324,16 @@ fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) -> Option<PortI
     }
     th.spare = Some(saved);
     left
+}
+
+/// Gives back an exception port's send right the kernel held for an activation that has
+/// ended (off the common path: an activation rarely sets one).
+#[cold]
+#[inline(never)]
+pub fn release_exc_port(k: &mut Kernel, port: PortId) {
+    let mut fx = crate::ipc::effects(k);
+    k.ipc.release_held_send(port, &mut fx);
+    crate::ipc::apply(k, fx);
 }
 
 /// Gives the server activation `a` back to the pool of `port` and wakes one caller waiting
@@ -1380,8 +1390,8 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         crate::fpu::reset_saved(th);
         th.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
-        if left_exc_port.is_some() {
-            crate::exception::release(k, left_exc_port, None);
+        if let Some(p) = left_exc_port {
+            release_exc_port(k, p);
         }
         give_back(k, act, port);
         k.reap_lingering();
