@@ -8,7 +8,10 @@
 //! (zero registers, default MXCSR and x87 control word) and lets the instruction run again.
 //! From then on every switch to another thread on the CPU saves the registers into the
 //! area and every switch to the thread restores them ([`switch`]), before any user code
-//! runs: the registers never hold one thread's values while another runs in user mode.
+//! runs: the registers never hold one thread's values while another runs in user mode
+//! (a switch to a thread without an area puts them in their initial state before it sets
+//! `CR0.TS`, because `TS` traps only the architectural use: a speculative one before the
+//! trap could still read them, the LazyFP leak).
 //! Decision: no lazy switching (leaving a thread's registers in the CPU until another
 //! thread traps on its first use of them), which is the LazyFP leak (CVE-2018-3665):
 //! speculative execution reads the stale registers before the trap. `TS` only tells the
@@ -70,6 +73,11 @@ fn switch_slow(c: &mut Cpu, live: *mut Area, next: *mut Area) {
         // module's invariant), which is still alive (it is reaped only after this switch);
         // TS is clear because `live` is not null.
         unsafe { hw::save(&mut *live) };
+    }
+    if plan.scrub {
+        // SAFETY: TS is still clear (the plan scrubs only when `live` is not null, and sets
+        // it after this); the live registers were saved just above.
+        unsafe { hw::load_initial() };
     }
     if plan.set_ts {
         hw::set_ts();

@@ -5,12 +5,21 @@
 //! The kernel switches the registers **eagerly**: the CPU records whose save area its
 //! registers hold (*live*); a switch to another thread saves the live area's registers and
 //! restores the incoming thread's, or, when the incoming thread has no area (it never
-//! used the registers), sets `CR0.TS` so that its first use traps.
+//! used the registers), puts the registers in their initial state and sets `CR0.TS` so
+//! that its first use traps.
+//!
+//! `TS` alone does not hide the values left in the registers: a processor may execute a
+//! floating-point or vector instruction speculatively before the trap and leak what it
+//! read through the cache (the LazyFP leak, CVE-2018-3665). So registers that held a
+//! thread's values are never left in the CPU while a thread without an area runs.
 //!
 //! # Invariants
 //! - After every [`switch_plan`], `CR0.TS` is clear exactly when the incoming thread has an
 //!   area (the registers are live for it) — so a thread without one can never read another
-//!   thread's values.
+//!   thread's values architecturally.
+//! - After every [`switch_plan`], the registers hold another thread's values only if they
+//!   were restored from the incoming thread's area (they are its own) — so a thread without
+//!   one cannot read them speculatively either.
 //! - The registers are saved whenever they were live for another thread, before anything
 //!   is restored over them.
 
@@ -60,7 +69,11 @@ pub struct SwitchPlan {
     pub restore: bool,
     /// Clear `CR0.TS` (first, before the restore).
     pub clear_ts: bool,
-    /// Set `CR0.TS` (after the save).
+    /// Put the registers in their initial state (after the save, before `TS` is set):
+    /// the outgoing thread's values must not stay in the CPU while a thread without an
+    /// area runs.
+    pub scrub: bool,
+    /// Set `CR0.TS` (after the save and the scrub).
     pub set_ts: bool,
 }
 
@@ -73,6 +86,7 @@ pub const fn switch_plan(live: bool, next: bool, same: bool) -> SwitchPlan {
             save: false,
             restore: false,
             clear_ts: false,
+            scrub: false,
             set_ts: false,
         };
     }
@@ -80,6 +94,7 @@ pub const fn switch_plan(live: bool, next: bool, same: bool) -> SwitchPlan {
         save: live,
         restore: next,
         clear_ts: next && !live,
+        scrub: live && !next,
         set_ts: live && !next,
     }
 }
@@ -117,6 +132,11 @@ mod tests {
                     assert_eq!(p.save, live && !same, "{live} {next} {same}: save");
                     assert_eq!(p.restore, next && !same, "{live} {next} {same}: restore");
                     assert!(!(p.set_ts && p.clear_ts));
+                    // Whatever another thread left in the registers is overwritten before
+                    // the incoming thread runs: by its own area, or by the initial state.
+                    let others_left = live && !same && !p.restore && !p.scrub;
+                    assert!(!others_left, "{live} {next} {same}: values left behind");
+                    assert!(!(p.scrub && p.restore), "{live} {next} {same}: scrub");
                     if same {
                         assert_eq!(
                             p,
@@ -124,6 +144,7 @@ mod tests {
                                 save: false,
                                 restore: false,
                                 clear_ts: false,
+                                scrub: false,
                                 set_ts: false
                             }
                         );
