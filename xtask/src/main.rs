@@ -231,12 +231,12 @@ pub struct TestOpts {
     /// Use QEMU's TCG even where hardware KVM is available (or BATON_TCG=1).
     #[arg(long)]
     pub tcg: bool,
-    /// Only the integration tests whose name contains SUBSTR (the host unit tests all run
-    /// regardless).
+    /// Only the integration tests whose name contains SUBSTR; given more than once, those
+    /// whose name contains any of them (the host unit tests all run regardless).
     // It does not apply to the host unit tests, which all run (a libtest filter would
     // silently skip most of them); `--no-host` skips those.
     #[arg(long, value_name = "SUBSTR")]
-    pub filter: Option<String>,
+    pub filter: Vec<String>,
     /// Skip the host unit tests.
     #[arg(long)]
     pub no_host: bool,
@@ -447,7 +447,7 @@ mod unit_tests {
         let cmd = p(&["test", "--filter", "fault", "-j3", "--tcg", "--no-host"]).unwrap();
         let want = TestOpts {
             tcg: true,
-            filter: Some("fault".into()),
+            filter: vec!["fault".into()],
             jobs: NonZeroUsize::new(3),
             no_host: true,
             ..TestOpts::default()
@@ -456,8 +456,15 @@ mod unit_tests {
         assert_eq!(
             p(&["test", "-j", "1", "--filter=x"]).unwrap(),
             Cmd::Test(TestOpts {
-                filter: Some("x".into()),
+                filter: vec!["x".into()],
                 jobs: NonZeroUsize::new(1),
+                ..TestOpts::default()
+            })
+        );
+        assert_eq!(
+            p(&["test", "--filter", "ipc", "--filter=vm"]).unwrap(),
+            Cmd::Test(TestOpts {
+                filter: vec!["ipc".into(), "vm".into()],
                 ..TestOpts::default()
             })
         );

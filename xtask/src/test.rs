@@ -114,7 +114,9 @@ fn default_jobs() -> usize {
 /// The integration tests that `--filter` and `--fault-inject` select, in [`ALL`]'s order.
 fn select(opts: &TestOpts) -> Vec<&'static IntegrationTest> {
     ALL.iter()
-        .filter(|t| opts.filter.as_deref().is_none_or(|f| t.name.contains(f)))
+        .filter(|t| {
+            opts.filter.is_empty() || opts.filter.iter().any(|f| t.name.contains(f.as_str()))
+        })
         // A test of the kernel's own failure path fails on purpose: not under injection.
         .filter(|t| opts.fault_inject.is_none() || t.outcome == crate::tests::Outcome::Clean)
         .collect()
@@ -629,6 +631,32 @@ pub(crate) fn wait_with_timeout(
 #[cfg(test)]
 mod unit_tests {
     use super::*;
+
+    /// `--filter` given twice selects the tests matching either, in the table's order.
+    #[test]
+    fn filters_combine_as_any() {
+        let one = |f: &str| {
+            select(&TestOpts {
+                filter: vec![f.into()],
+                ..TestOpts::default()
+            })
+            .len()
+        };
+        let both = select(&TestOpts {
+            filter: vec!["hostile".into(), "names".into()],
+            ..TestOpts::default()
+        });
+        assert!(one("hostile") > 0 && one("names") > 0);
+        let overlap = ALL
+            .iter()
+            .filter(|t| t.name.contains("hostile") && t.name.contains("names"))
+            .count();
+        assert_eq!(both.len(), one("hostile") + one("names") - overlap);
+        assert!(both
+            .iter()
+            .all(|t| t.name.contains("hostile") || t.name.contains("names")));
+        assert_eq!(select(&TestOpts::default()).len(), ALL.len());
+    }
 
     #[test]
     fn counts_prompts() {
