@@ -284,9 +284,54 @@ pub fn bench(opts: &BenchOpts) -> Result<ExitCode, String> {
         start.elapsed().as_secs_f64()
     ));
     if errors.is_empty() {
+        update_readme(opts, &inputs);
         Ok(ExitCode::SUCCESS)
     } else {
         Err(errors.join("\n"))
+    }
+}
+
+/// The README's headline paragraph and table for the run `inputs`: the kernel's commit,
+/// the QEMU version, what the columns mean, and the headline rows.
+fn readme_headline(inputs: &Inputs<'_>) -> String {
+    format!(
+        "Latest headline (kernel {}, QEMU {}; × floor: the multiple of the row's floor, the \
+         cheapest path its operation contains (`docs/benchmarks.md`, \"Floors\"); ratio:\n\
+         Baton ÷ the paper's instructions, or Baton's same ratio for a ratio of the \
+         paper's):\n\n{}",
+        inputs.meta.commit,
+        inputs.meta.qemu,
+        inputs.headline().trim_end()
+    )
+}
+
+/// Why the run `inputs` may not stand in the README as its headline (`None`: it may): only
+/// a full run (the Linux side measured, the Baton figures repeated to the instruction) of a
+/// committed, clean checkout, whose commit names the figures.
+fn readme_refusal(quick: bool, inputs: &Inputs<'_>) -> Option<&'static str> {
+    if quick {
+        Some("a `--quick` run has no Linux column and no repeat check")
+    } else if inputs.repeat != Repeat::Agreed || inputs.linux.is_err() {
+        Some("the run is not complete")
+    } else if inputs.meta.commit.ends_with("-dirty") || inputs.meta.commit == "unknown" {
+        Some("the checkout has uncommitted changes, so no commit names these figures")
+    } else {
+        None
+    }
+}
+
+/// Writes the headline of a full run into README.md between the `cargo xtask bench`
+/// markers ([`crate::generated`]), or says why it does not.
+fn update_readme(opts: &BenchOpts, inputs: &Inputs<'_>) {
+    if let Some(why) = readme_refusal(opts.quick, inputs) {
+        note(format!("README.md's headline left as it was: {why}"));
+        return;
+    }
+    let path = root().join("README.md");
+    match crate::generated::write_into(&path, "bench", &readme_headline(inputs)) {
+        Ok(true) => note("README.md's headline now shows this run"),
+        Ok(false) => note("README.md's headline already showed this run"),
+        Err(e) => note(format!("README.md's headline not written: {e}")),
     }
 }
 
@@ -656,6 +701,55 @@ bench#1| BENCH done
 [kernel] task 1 (bench) exited with code 0
 [kernel] all tasks finished; shutting down
 ";
+
+    /// Only a complete run of a clean checkout goes into the README, and what it writes
+    /// names the commit and holds the headline rows.
+    #[test]
+    fn the_readme_takes_only_a_complete_clean_run() {
+        let results = parse(LOG).unwrap();
+        let linux = crate::linux::LinuxRun::default();
+        let mut meta = report::Meta {
+            metric: "instructions".into(),
+            qemu: "QEMU emulator version 7.2.0".into(),
+            commit: "abc1234".into(),
+            host_cpu: "x".into(),
+            host_cpus: 2,
+        };
+        let inputs = |meta: &report::Meta, repeat, linux| {
+            readme_refusal(
+                false,
+                &Inputs {
+                    meta: &meta.clone(),
+                    baton: &results,
+                    image: "0",
+                    repeat,
+                    linux,
+                    cycles: Err("none".into()),
+                },
+            )
+        };
+        assert_eq!(inputs(&meta, Repeat::Agreed, Ok(&linux)), None);
+        assert!(inputs(&meta, Repeat::Differed, Ok(&linux)).is_some());
+        assert!(inputs(&meta, Repeat::Agreed, Err("failed".into())).is_some());
+        meta.commit = "abc1234-dirty".into();
+        assert!(inputs(&meta, Repeat::Agreed, Ok(&linux)).is_some());
+        meta.commit = "abc1234".into();
+        let full = Inputs {
+            meta: &meta,
+            baton: &results,
+            image: "0",
+            repeat: Repeat::Agreed,
+            linux: Ok(&linux),
+            cycles: Err("none".into()),
+        };
+        assert!(readme_refusal(true, &full).is_some(), "--quick");
+        let text = readme_headline(&full);
+        assert!(text.starts_with("Latest headline (kernel abc1234, QEMU QEMU emulator"));
+        assert!(text.contains("| `floor.syscall.null` | 223 |"), "{text}");
+        // The README has the one pair of markers the run writes between.
+        let readme = std::fs::read_to_string(crate::workspace::root().join("README.md")).unwrap();
+        assert!(crate::generated::splice(&readme, "bench", &text).is_ok());
+    }
 
     #[test]
     fn parses_results() {
