@@ -21,6 +21,7 @@ extern crate alloc;
 extern crate std;
 
 pub mod activation;
+pub mod calibrate;
 pub mod cmdline;
 pub mod continuation;
 pub mod device;
