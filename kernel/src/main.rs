@@ -111,9 +111,10 @@ extern "C" fn kmain(start_info: u64) -> ! {
         fpu.size
     );
     kprintln!(
-        "[kernel] TSC {} MHz, timer {} Hz",
+        "[kernel] TSC {} MHz, timer {} Hz ({} calibration windows)",
         arch::apic::tsc_hz() / 1_000_000,
-        arch::apic::TICK_HZ
+        arch::apic::TICK_HZ,
+        arch::apic::calibration_windows()
     );
     let cpus = start_other_cpus(&boot, kernel_root);
     arch::ioapic::init(boot.rsdp, arch::acpi::bsp_apic_id());

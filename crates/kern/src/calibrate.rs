@@ -7,7 +7,8 @@
 //! the window opens and stops after it is seen closed, so anything that delays the
 //! processor (a host that runs another thread for a few milliseconds) can only make a
 //! measurement *longer* than the window, never shorter. Of several measurements, the
-//! shortest is then the closest to the truth: [`shortest`] takes it. With one measurement
+//! shortest is then the closest to the truth: [`shortest`] takes it, once two
+//! measurements agree ([`settled`]). With one measurement
 //! of 2 ms, a virtual CPU stopped for 7 ms while its window closed calibrated its TSC at
 //! 12 GHz instead of 2.66 (every time the kernel measured then ran four times slow).
 //!
@@ -36,6 +37,22 @@ pub fn shortest(samples: &[Sample]) -> Option<Sample> {
             Some(b) if b.tsc <= s.tsc => Some(b),
             _ => Some(s),
         })
+}
+
+/// Whether `samples` have settled: their two shortest measurements (of TSC ticks) differ by
+/// at most one part in `1 << shift`. A stop of the processor stretches a window by a
+/// length of its own, so two that agree were most likely both unstretched; measuring
+/// stops there.
+pub fn settled(samples: &[Sample], shift: u32) -> bool {
+    let mut best = [u64::MAX; 2];
+    for s in samples.iter().filter(|s| s.tsc > 0) {
+        if s.tsc < best[0] {
+            best = [s.tsc, best[0]];
+        } else if s.tsc < best[1] {
+            best[1] = s.tsc;
+        }
+    }
+    best[1] != u64::MAX && best[1] - best[0] <= best[0] >> shift
 }
 
 /// Ticks per second of a counter that advanced `ticks` over a window of `window_us`
@@ -76,6 +93,25 @@ mod tests {
         assert_eq!(shortest(&[]), None);
         assert_eq!(shortest(&[s(0, 5)]), None);
         assert_eq!(shortest(&[s(0, 5), s(3, 2)]), Some(s(3, 2)));
+    }
+
+    #[test]
+    fn two_agreeing_windows_settle_a_stretched_one_does_not() {
+        assert!(!settled(&[], 7));
+        assert!(!settled(&[s(5_326_000, 1)], 7));
+        assert!(!settled(&[s(5_326_000, 1), s(24_098_000, 1)], 7));
+        // 5,326,000 and 5,360,000 differ by 0.64%: within 1/128, not within 1/256.
+        let close = [s(24_098_000, 1), s(5_360_000, 1), s(5_326_000, 1)];
+        assert!(settled(&close, 7));
+        assert!(!settled(&close, 8));
+        assert!(
+            settled(&[s(9, 1), s(9, 1)], 7),
+            "identical windows (icount)"
+        );
+        assert!(
+            !settled(&[s(0, 1), s(0, 1)], 7),
+            "counters that did not run"
+        );
     }
 
     #[test]

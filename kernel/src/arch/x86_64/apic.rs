@@ -2,8 +2,8 @@
 //!
 //! The legacy 8259 PICs are remapped out of the exception range and masked. The LAPIC timer
 //! and the TSC are both measured against a 2 ms window of PIT channel 2 (a known
-//! 1.193182 MHz clock), five times, the shortest measurement counting (`kern::calibrate`:
-//! a stop of the CPU only ever lengthens one), then the LAPIC timer runs periodically at
+//! 1.193182 MHz clock), until two measurements agree (at most 16), the shortest counting
+//! (`kern::calibrate`: a stop of the CPU only ever lengthens one), then the LAPIC timer runs periodically at
 //! [`TICK_HZ`]. Under QEMU
 //! with `-icount shift=0` the TSC advances once per instruction, so "TSC Hz" there is the
 //! instructions per second of virtual time.
@@ -33,11 +33,16 @@ const REG_TIMER_DIVIDE: u64 = 0x3e0;
 
 const PIT_HZ: u64 = 1_193_182;
 const CALIBRATE_MS: u64 = 2;
-/// Calibration windows measured; the shortest counts (see [`measure_window`]).
-const CALIBRATE_ROUNDS: usize = 5;
+/// Calibration windows measured at most (see [`measure_window`]): until two agree within
+/// one part in `1 << CALIBRATE_AGREE`; the shortest counts.
+const CALIBRATE_ROUNDS: usize = 16;
+/// How closely two windows must agree to end the calibration: 1/128 (0.8%).
+const CALIBRATE_AGREE: u32 = 7;
 
 static LAPIC_BASE: AtomicU64 = AtomicU64::new(0);
 static TSC_HZ: AtomicU64 = AtomicU64::new(1);
+/// How many calibration windows the boot measured ([`calibration_windows`]).
+static WINDOWS: AtomicU32 = AtomicU32::new(0);
 /// The LAPIC timer's initial count for one tick, as calibrated on the boot CPU.
 static TIMER_COUNT: AtomicU32 = AtomicU32::new(0);
 
@@ -85,10 +90,17 @@ pub fn init() {
     // measurement, and the shortest is the truest (`kern::calibrate`).
     write(REG_LVT_TIMER, 1 << 16); // masked, one-shot
     let mut samples = [kern::calibrate::Sample::default(); CALIBRATE_ROUNDS];
-    for sample in &mut samples {
-        *sample = measure_window();
+    for n in 1..=CALIBRATE_ROUNDS {
+        if let Some(sample) = samples.get_mut(n - 1) {
+            *sample = measure_window();
+        }
+        WINDOWS.store(n as u32, Ordering::Relaxed);
+        let done = samples.get(..n).unwrap_or(&samples);
+        if kern::calibrate::settled(done, CALIBRATE_AGREE) {
+            break;
+        }
     }
-    let best = kern::calibrate::shortest(&samples).unwrap_or(samples[0]);
+    let best = kern::calibrate::shortest(&samples).unwrap_or_default();
     let window_us = CALIBRATE_MS * 1000;
     TSC_HZ.store(
         kern::calibrate::per_second(best.tsc, window_us),
@@ -98,6 +110,12 @@ pub fn init() {
         .clamp(1, u64::from(u32::MAX));
     TIMER_COUNT.store(per_tick as u32, Ordering::Relaxed);
     start_timer();
+}
+
+/// How many windows the calibration measured before two agreed (its boot line says so: a
+/// count above 2 means the CPU was stopped during some).
+pub fn calibration_windows() -> u32 {
+    WINDOWS.load(Ordering::Relaxed)
 }
 
 /// One calibration window: the TSC and LAPIC timer ticks from just before PIT channel 2
