@@ -320,19 +320,96 @@ fn readme_refusal(quick: bool, inputs: &Inputs<'_>) -> Option<&'static str> {
     }
 }
 
-/// Writes the headline of a full run into README.md between the `cargo xtask bench`
-/// markers ([`crate::generated`]), or says why it does not.
+/// Writes the headline of a full run into README.md, and the file-reading table into
+/// docs/files.md, between the `cargo xtask bench` markers ([`crate::generated`]), or says
+/// why it does not.
 fn update_readme(opts: &BenchOpts, inputs: &Inputs<'_>) {
     if let Some(why) = readme_refusal(opts.quick, inputs) {
-        note(format!("README.md's headline left as it was: {why}"));
+        note(format!(
+            "README.md's headline and docs/files.md's figures left as they were: {why}"
+        ));
         return;
     }
-    let path = root().join("README.md");
-    match crate::generated::write_into(&path, "bench", &readme_headline(inputs)) {
-        Ok(true) => note("README.md's headline now shows this run"),
-        Ok(false) => note("README.md's headline already showed this run"),
-        Err(e) => note(format!("README.md's headline not written: {e}")),
+    let mut pages = vec![("README.md", readme_headline(inputs))];
+    match files_measured(inputs) {
+        Some(text) => pages.push(("docs/files.md", text)),
+        None => note("docs/files.md's figures left as they were: the run lacks a file row"),
     }
+    for (page, text) in pages {
+        match crate::generated::write_into(&root().join(page), "bench", &text) {
+            Ok(true) => note(format!("{page} now shows this run")),
+            Ok(false) => note(format!("{page} already showed this run")),
+            Err(e) => note(format!("{page} not written: {e}")),
+        }
+    }
+}
+
+/// A number with thousands separators, as the docs write them.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// docs/files.md's "Measured" figures from the run `inputs`: Baton's file rows beside
+/// Accent's Table 3-4, and the same reads on Linux. `None` when a Baton row is missing.
+fn files_measured(inputs: &Inputs<'_>) -> Option<String> {
+    let baton = |name: &str| {
+        inputs
+            .baton
+            .rows
+            .iter()
+            .find(|r| r.name == name && r.cpus == 1)
+            .map(|r| r.median)
+    };
+    let (open, cold, warm, blk) = (
+        baton("file.open")?,
+        baton("file.read.56k")?,
+        baton("file.read.56k.warm")?,
+        baton("blk.read.4k")?,
+    );
+    let page = cold / 14;
+    let ratio = format!("{:.1}", cold as f64 / open.max(1) as f64);
+    let mut text = format!(
+        "Measured by `cargo xtask bench` on kernel {} (QEMU TCG with `-icount`, one CPU; \
+         instructions executed, the disk's time left out by subtracting the kernel's halted \
+         ticks; `docs/benchmarks.md`), beside Accent's Table 3-4 (milliseconds on a PERQ, the \
+         disk's time included):\n\n\
+         | operation | Accent (ms) | UNIX 4.1bsd (ms) | Baton row | Baton (instructions, median) |\n\
+         |---|---:|---:|---|---:|\n\
+         | request the file (UNIX: open/close) | 66 | 5–10 | `file.open` | {} |\n\
+         | read a page (512 B, 1 KiB, 4 KiB) | 5–10 | 16–18 | `file.read.56k` ÷ 14 | {} |\n\
+         | read the 56 KiB file, cold | 560–1,120 | 896–1,008 | `file.read.56k` | {} |\n\
+         | read it again, pages resident | | | `file.read.56k.warm` | {} |\n\
+         | reading the file ÷ requesting it | 8.5–17 | 90–202 | | {ratio} |\n\n\
+         A 4 KiB block read from the driver (`blk.read.4k`) is {} in the same run: a cold page \
+         is {:.1} of them.",
+        inputs.meta.commit,
+        grouped(open),
+        grouped(page),
+        grouped(cold),
+        grouped(warm),
+        grouped(blk),
+        page as f64 / blk.max(1) as f64,
+    );
+    if let Ok(linux) = &inputs.linux {
+        let row = |name: &str| linux.rows.iter().find(|r| r.name == name).map(|r| r.median);
+        if let (Some(lc), Some(lw)) = (row("linux.file.read.56k"), row("linux.file.read.56k.warm"))
+        {
+            text.push_str(&format!(
+                " Linux on the same machine and disk (below): {} cold, {} warm.",
+                grouped(lc),
+                grouped(lw)
+            ));
+        }
+    }
+    Some(text)
 }
 
 /// The rows the report shows with the timeline trace on.
@@ -749,6 +826,59 @@ bench#1| BENCH done
         // The README has the one pair of markers the run writes between.
         let readme = std::fs::read_to_string(crate::workspace::root().join("README.md")).unwrap();
         assert!(crate::generated::splice(&readme, "bench", &text).is_ok());
+        // The file rows are not in this log: nothing for docs/files.md.
+        assert_eq!(files_measured(&full), None);
+    }
+
+    /// docs/files.md's figures come from the run's rows, grouped as the docs write them,
+    /// and the page has the markers they go between.
+    #[test]
+    fn the_files_page_takes_the_runs_file_rows() {
+        let line = |name: &str, m: u64| {
+            format!("bench#1| BENCH name={name} unit=instructions iterations=9 median={m} min={m} max={m}\n")
+        };
+        let log = [
+            line("file.open", 110_901),
+            line("file.read.56k", 626_232),
+            line("file.read.56k.warm", 139_105),
+            line("blk.read.4k", 29_313),
+            "bench#1| BENCH done\n".to_string(),
+        ]
+        .concat();
+        let results = parse(&log).unwrap();
+        let meta = report::Meta {
+            metric: "instructions".into(),
+            qemu: "7.2.22".into(),
+            commit: "abc1234".into(),
+            host_cpu: "x".into(),
+            host_cpus: 2,
+        };
+        let inputs = Inputs {
+            meta: &meta,
+            baton: &results,
+            image: "0",
+            repeat: Repeat::Agreed,
+            linux: Err("none".into()),
+            cycles: Err("none".into()),
+        };
+        let text = files_measured(&inputs).unwrap();
+        assert!(text.contains("kernel abc1234"));
+        assert!(text.contains("| `file.open` | 110,901 |"), "{text}");
+        assert!(text.contains("÷ 14 | 44,730 |"), "{text}");
+        assert!(
+            text.contains("| `file.read.56k.warm` | 139,105 |"),
+            "{text}"
+        );
+        assert!(text.contains("| | 5.6 |"), "{text}");
+        assert!(
+            text.contains("is 29,313 in the same run: a cold page is 1.5 of them"),
+            "{text}"
+        );
+        assert_eq!(grouped(7), "7");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(12_345_678), "12,345,678");
+        let page = std::fs::read_to_string(crate::workspace::root().join("docs/files.md")).unwrap();
+        assert!(crate::generated::splice(&page, "bench", &text).is_ok());
     }
 
     #[test]
