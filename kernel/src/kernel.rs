@@ -1590,6 +1590,7 @@ fn kernel_mode_trap(frame: &mut TrapFrame) {
 
 impl Kernel {
     fn report_exception(&mut self, frame: &TrapFrame, error: u64) {
+        cpu::check_ac_clear();
         let name = trap::exception_name(frame.vector);
         if frame.vector == 14 {
             let (presence, access, mode) = trap::page_fault_detail(frame.error);

@@ -309,7 +309,7 @@ pub fn invoke(
         b.copy_from_slice(word);
         *slot = u64::from_le_bytes(b);
     }
-    let args = &args[..given.min(ARGS_MAX + 1)];
+    let args = args.get(..given.min(ARGS_MAX + 1)).unwrap_or(&[]);
     let id = msg.id;
     let ends_caller = match (obj, id) {
         (KObject::Task(t), TASK_TERMINATE) => t == task,

@@ -4,8 +4,14 @@
 //! allocation, page-table bookkeeping, the ELF loader, user-memory checks, run queues) is
 //! the host-tested `kern` crate; [`kernel`] glues them into tasks, scheduling and system
 //! calls. `docs/architecture.md` describes the whole design.
+//!
+//! No system-call argument or word of user memory may panic the kernel: `unwrap`,
+//! `expect` and indexing or slicing that can panic are refused by the compiler here
+//! (`cargo xtask clippy`), as in `kern`; use `get`, `?` and `ok_or` (`docs/testing.md`,
+//! "Hostile input").
 #![no_std]
 #![no_main]
+#![deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)]
 
 extern crate alloc;
 

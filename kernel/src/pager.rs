@@ -342,7 +342,9 @@ fn flush(
                     .map_err(|_| Error::NoMemory)?;
                 data.extend_from_slice(&req.to_bytes());
                 data.resize(REQUEST_SIZE + PAGE_SIZE as usize, 0);
-                crate::vm::read_frame(k, f, &mut data[REQUEST_SIZE..]);
+                if let Some(page) = data.get_mut(REQUEST_SIZE..) {
+                    crate::vm::read_frame(k, f, page);
+                }
                 let charge = crate::quota::heap(&account, data.len())?;
                 send(
                     k,

@@ -2556,6 +2556,32 @@ pub const ALL: &[IntegrationTest] = &[
         exits: &[("fpu_nomem", Exit::KilledOrCode(0))],
         ..BASE
     },
+    // ---- Hostile input: classes of bugs (docs/testing.md, "Hostile input") ----
+    IntegrationTest {
+        // A user thread that sets RFLAGS.AC does not switch SMAP off in the kernel: page
+        // faults, timer interrupts and an exception taken with AC set.
+        name: "smap_ac_smp1",
+        init: &["smap_ac", "survivor"],
+        require: SMAP_AC_REQUIRE,
+        exits: &[("smap_ac", Exit::Killed)],
+        ..BASE
+    },
+    IntegrationTest {
+        name: "smap_ac_smp2",
+        init: &["smap_ac", "survivor"],
+        smp: 2,
+        require: SMAP_AC_REQUIRE,
+        exits: &[("smap_ac", Exit::Killed)],
+        ..BASE
+    },
+];
+
+/// What the `smap_ac` tests require: the program's checks, its kill reported, and another
+/// task unharmed.
+const SMAP_AC_REQUIRE: &[&str] = &[
+    "ok: RFLAGS.AC kept across 16 page faults and timer interrupts",
+    "(smap_ac) killed: invalid opcode",
+    "survivor#2| TEST PASS survivor",
 ];
 
 /// What the `fs_kstore` tests require.

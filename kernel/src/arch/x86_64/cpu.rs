@@ -89,6 +89,23 @@ pub fn rdtsc() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// RFLAGS.AC: with SMAP on, set only inside a `stac`/`clac` window of the kernel's.
+pub const RFLAGS_AC: u64 = 1 << 18;
+
+/// Checks that SMAP is in force: the kernel runs with RFLAGS.AC clear outside a `stac`
+/// window, whatever flags the user thread it came from had (the trap entry clears what a
+/// thread set itself). Called on a cold path after a user trap (a thread ended by an
+/// exception), so a way into the kernel that forgot AC is found by a test (`smap_ac`)
+/// instead of leaving user pages open to the kernel.
+pub fn check_ac_clear() {
+    let flags: u64;
+    // SAFETY: `pushfq; pop` reads RFLAGS through the stack and changes nothing else.
+    unsafe { asm!("pushfq", "pop {}", out(reg) flags, options(nomem, preserves_flags)) };
+    if flags & RFLAGS_AC != 0 {
+        panic!("RFLAGS.AC is set in kernel mode: SMAP is off (rflags {flags:#x})");
+    }
+}
+
 /// Reads the page-fault linear address.
 pub fn read_cr2() -> u64 {
     let v: u64;

@@ -109,8 +109,17 @@ pub fn init(cpu: usize) {
     assert!(cpu < MAX_CPUS, "cpu {cpu} is beyond MAX_CPUS");
     let trap_top = alloc_stack(TRAP_STACK_SIZE);
     let mut tss = TaskStateSegment::new();
-    tss.privilege_stack_table[0] = VirtAddr::new(trap_top);
-    tss.interrupt_stack_table[usize::from(IST_FATAL)] = VirtAddr::new(alloc_stack(IST_STACK_SIZE));
+    // The TSS is packed: its stack tables are copied out, set and stored back whole.
+    let mut rsp = tss.privilege_stack_table;
+    if let Some(rsp0) = rsp.first_mut() {
+        *rsp0 = VirtAddr::new(trap_top);
+    }
+    tss.privilege_stack_table = rsp;
+    let mut ist = tss.interrupt_stack_table;
+    if let Some(fatal) = ist.get_mut(usize::from(IST_FATAL)) {
+        *fatal = VirtAddr::new(alloc_stack(IST_STACK_SIZE));
+    }
+    tss.interrupt_stack_table = ist;
     let this = Box::into_raw(Box::new(Cpu {
         percpu: PerCpu {
             trap_stack_top: trap_top,

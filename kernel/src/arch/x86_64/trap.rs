@@ -216,6 +216,10 @@ impl TrapFrame {
     }
 }
 
+/// RFLAGS bits a user trap's entry clears (`trap_common`): DF (the ABI's direction) and AC
+/// (SMAP), as the `syscall` entry's flag mask does.
+const TRAP_CLEARED_FLAGS: u64 = super::cpu::RFLAGS_AC | (1 << 10);
+
 global_asm!(
     r#"
     .section .text.trap, "ax"
@@ -264,7 +268,13 @@ trap_common:
     PUSH_GPRS
     movq %rsp, %rdi
     movq %gs:0, %rsp
-    cld
+    // The user's DF and AC off, as the `syscall` entry's flag mask does: an interrupt or
+    // exception gate keeps them, and AC set in ring 0 turns SMAP off (`clac` is not used:
+    // it is an invalid opcode where there is no SMAP). The user's own flags are in the
+    // frame and go back with it.
+    pushfq
+    andq ${not_df_ac}, (%rsp)
+    popfq
     callq trap_dispatch
     movq %gs:24, %rsp
     jmp trap_exit
@@ -589,6 +599,7 @@ floor_fault_base:
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
     frame_size = const size_of::<TrapFrame>(),
+    not_df_ac = const !(TRAP_CLEARED_FLAGS as i64),
     frame_rax = const core::mem::offset_of!(TrapFrame, rax),
     floor_base = const floor::FLOOR_BASE,
     ext_first = const baton_abi::spin::EXT_SYSCALL_FIRST,

@@ -1589,6 +1589,8 @@ impl Fuzzer {
                         Sys::HostNames as u64,
                         Sys::HostTaskPort as u64,
                         Sys::HostShutdown as u64,
+                        Sys::HostTrace as u64,
+                        Sys::HostVm as u64,
                     ],
                     Sys::HostTasks as u64,
                 );
