@@ -292,7 +292,9 @@ fn send(
     let header = MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)?;
     Ipc::<ThreadId>::check_header(&header, buf.len())?;
     let names = &me.task(k).ok_or(Error::InvalidArgument)?.names;
-    let dest = k.ipc.dest_port(names, &header)?;
+    // The destination, resolved once: `copyin` below reuses it.
+    let resolved = k.ipc.resolve_dest(names, &header)?;
+    let dest = resolved.port();
     let n = header.descriptors();
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
@@ -366,7 +368,7 @@ fn send(
     // the queue takes it.
     let mut copied = k
         .ipc
-        .copyin(&mut t.names, &header, &descriptors, data, &mut fx);
+        .copyin_to(&mut t.names, resolved, &header, &descriptors, data, &mut fx);
     let port = match &mut copied {
         Ok((port, msg)) => {
             msg.charge = Some(charge);
@@ -415,8 +417,7 @@ struct Waiting {
 /// The thread a message arriving on `port` would wake, if its receive can be finished
 /// by the sender: the port's queue is empty and its oldest receiver is blocked in the
 /// receive of `ipc_msg` on `port` with its continuation (not in the process model), into
-/// its IPC buffer (whose writes cannot fault), by a name that still names `port`; not a
-/// virtual processor's thread (whose wake its family sees) and not being ended.
+/// its IPC buffer (whose writes cannot fault); not a virtual processor's thread (whose wake its family sees) and not being ended.
 fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
     let p = k.ipc.port(port)?;
     if !p.queue.is_empty() {
@@ -445,9 +446,15 @@ fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
         id: th.task?,
         key: th.task_key,
     };
-    let names = &me.task(k)?.names;
-    let (named, _) = k.ipc.receive_peek(names, args.rcv_name).ok()?;
-    (named == port).then_some(Waiting {
+    // Its name still names `port`: a receive right leaves its space only by moving away or
+    // dying, and both take every receiver off the port first (`kern::ipc`'s invariants),
+    // so the name is not looked up again (the receive's continuation would find the same
+    // port).
+    debug_assert!(me.task(k).is_some_and(|t| k
+        .ipc
+        .receive_peek(&t.names, args.rcv_name)
+        .is_ok_and(|(named, _)| named == port)));
+    Some(Waiting {
         thread: t,
         me,
         buf,
