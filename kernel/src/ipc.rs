@@ -87,6 +87,33 @@ impl Buf {
         }
     }
 
+    /// Reads the message header at the start of the buffer (from an IPC buffer in one
+    /// load of the frame, as the fast path reads it).
+    #[inline(always)]
+    fn read_header(&self, k: &mut Kernel) -> Result<MsgHeader, Error> {
+        match *self {
+            Buf::Page(pa) => Ok(crate::arch::paging::read_header(pa)),
+            Buf::User { .. } => {
+                let mut hb = [0u8; HEADER_SIZE];
+                self.read(k, 0, &mut hb)?;
+                MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)
+            }
+        }
+    }
+
+    /// Writes a message header at the start of the buffer (into an IPC buffer in one store
+    /// to the frame).
+    #[inline(always)]
+    fn write_header(&self, k: &mut Kernel, h: &MsgHeader) -> Result<(), Error> {
+        match *self {
+            Buf::Page(pa) => {
+                crate::arch::paging::write_header(pa, *h);
+                Ok(())
+            }
+            Buf::User { .. } => self.write(k, 0, &h.to_bytes()),
+        }
+    }
+
     /// Reads the `len` bytes at `off` into a new vector, each byte written once (a
     /// message's data: never zeroed first).
     fn read_vec(&self, k: &mut Kernel, off: usize, len: usize) -> Result<Vec<u8>, Error> {
@@ -287,9 +314,7 @@ fn send(
     args: MsgArgs,
 ) -> Result<Sent, Error> {
     let task = me.id;
-    let mut hb = [0u8; HEADER_SIZE];
-    buf.read(k, 0, &mut hb)?;
-    let header = MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)?;
+    let header = buf.read_header(k)?;
     Ipc::<ThreadId>::check_header(&header, buf.len())?;
     let names = &me.task(k).ok_or(Error::InvalidArgument)?.names;
     // The destination, resolved once: `copyin` below reuses it.
@@ -417,7 +442,8 @@ struct Waiting {
 /// The thread a message arriving on `port` would wake, if its receive can be finished
 /// by the sender: the port's queue is empty and its oldest receiver is blocked in the
 /// receive of `ipc_msg` on `port` with its continuation (not in the process model), into
-/// its IPC buffer (whose writes cannot fault); not a virtual processor's thread (whose wake its family sees) and not being ended.
+/// its IPC buffer (whose writes cannot fault); not a virtual processor's thread (whose
+/// wake its family sees) and not being ended.
 fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
     let p = k.ipc.port(port)?;
     if !p.queue.is_empty() {
@@ -587,10 +613,18 @@ fn queue_ool(
 }
 
 /// Reads the `n` descriptors after the header.
+#[inline(always)]
 fn read_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descriptor>, Error> {
+    // Most messages have none: no call, no stack frame for the array below.
     if n == 0 {
         return Ok(Vec::new());
     }
+    read_some_descriptors(k, buf, n)
+}
+
+/// [`read_descriptors`] of `n` > 0 descriptors.
+#[inline(never)]
+fn read_some_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descriptor>, Error> {
     // Read on the stack, kept in a vector allocated where failing is allowed.
     let mut raw = [0u8; baton_abi::ipc::DESCRIPTORS_MAX * DESCRIPTOR_SIZE];
     let raw = raw
@@ -845,7 +879,7 @@ fn write_received(
     out: &[Descriptor],
     msg: &kern::ipc::Message,
 ) -> Result<(), Error> {
-    buf.write(k, 0, &hdr.to_bytes())?;
+    buf.write_header(k, hdr)?;
     for (i, d) in out.iter().enumerate() {
         buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
     }
