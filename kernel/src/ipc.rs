@@ -87,6 +87,33 @@ impl Buf {
         }
     }
 
+    /// Reads the message header at the start of the buffer (from an IPC buffer in one
+    /// load of the frame, as the fast path reads it).
+    #[inline(always)]
+    fn read_header(&self, k: &mut Kernel) -> Result<MsgHeader, Error> {
+        match *self {
+            Buf::Page(pa) => Ok(crate::arch::paging::read_header(pa)),
+            Buf::User { .. } => {
+                let mut hb = [0u8; HEADER_SIZE];
+                self.read(k, 0, &mut hb)?;
+                MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)
+            }
+        }
+    }
+
+    /// Writes a message header at the start of the buffer (into an IPC buffer in one store
+    /// to the frame).
+    #[inline(always)]
+    fn write_header(&self, k: &mut Kernel, h: &MsgHeader) -> Result<(), Error> {
+        match *self {
+            Buf::Page(pa) => {
+                crate::arch::paging::write_header(pa, *h);
+                Ok(())
+            }
+            Buf::User { .. } => self.write(k, 0, &h.to_bytes()),
+        }
+    }
+
     /// Reads the `len` bytes at `off` into a new vector, each byte written once (a
     /// message's data: never zeroed first).
     fn read_vec(&self, k: &mut Kernel, off: usize, len: usize) -> Result<Vec<u8>, Error> {
@@ -287,12 +314,12 @@ fn send(
     args: MsgArgs,
 ) -> Result<Sent, Error> {
     let task = me.id;
-    let mut hb = [0u8; HEADER_SIZE];
-    buf.read(k, 0, &mut hb)?;
-    let header = MsgHeader::from_bytes(&hb).ok_or(Error::InvalidArgument)?;
+    let header = buf.read_header(k)?;
     Ipc::<ThreadId>::check_header(&header, buf.len())?;
     let names = &me.task(k).ok_or(Error::InvalidArgument)?.names;
-    let dest = k.ipc.dest_port(names, &header)?;
+    // The destination, resolved once: `copyin` below reuses it.
+    let resolved = k.ipc.resolve_dest(names, &header)?;
+    let dest = resolved.port();
     let n = header.descriptors();
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
@@ -366,7 +393,7 @@ fn send(
     // the queue takes it.
     let mut copied = k
         .ipc
-        .copyin(&mut t.names, &header, &descriptors, data, &mut fx);
+        .copyin_to(&mut t.names, resolved, &header, &descriptors, data, &mut fx);
     let port = match &mut copied {
         Ok((port, msg)) => {
             msg.charge = Some(charge);
@@ -415,8 +442,8 @@ struct Waiting {
 /// The thread a message arriving on `port` would wake, if its receive can be finished
 /// by the sender: the port's queue is empty and its oldest receiver is blocked in the
 /// receive of `ipc_msg` on `port` with its continuation (not in the process model), into
-/// its IPC buffer (whose writes cannot fault), by a name that still names `port`; not a
-/// virtual processor's thread (whose wake its family sees) and not being ended.
+/// its IPC buffer (whose writes cannot fault); not a virtual processor's thread (whose
+/// wake its family sees) and not being ended.
 fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
     let p = k.ipc.port(port)?;
     if !p.queue.is_empty() {
@@ -445,9 +472,15 @@ fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
         id: th.task?,
         key: th.task_key,
     };
-    let names = &me.task(k)?.names;
-    let (named, _) = k.ipc.receive_peek(names, args.rcv_name).ok()?;
-    (named == port).then_some(Waiting {
+    // Its name still names `port`: a receive right leaves its space only by moving away or
+    // dying, and both take every receiver off the port first (`kern::ipc`'s invariants),
+    // so the name is not looked up again (the receive's continuation would find the same
+    // port).
+    debug_assert!(me.task(k).is_some_and(|t| k
+        .ipc
+        .receive_peek(&t.names, args.rcv_name)
+        .is_ok_and(|(named, _)| named == port)));
+    Some(Waiting {
         thread: t,
         me,
         buf,
@@ -580,10 +613,18 @@ fn queue_ool(
 }
 
 /// Reads the `n` descriptors after the header.
+#[inline(always)]
 fn read_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descriptor>, Error> {
+    // Most messages have none: no call, no stack frame for the array below.
     if n == 0 {
         return Ok(Vec::new());
     }
+    read_some_descriptors(k, buf, n)
+}
+
+/// [`read_descriptors`] of `n` > 0 descriptors.
+#[inline(never)]
+fn read_some_descriptors(k: &mut Kernel, buf: &Buf, n: usize) -> Result<Vec<Descriptor>, Error> {
     // Read on the stack, kept in a vector allocated where failing is allowed.
     let mut raw = [0u8; baton_abi::ipc::DESCRIPTORS_MAX * DESCRIPTOR_SIZE];
     let raw = raw
@@ -838,7 +879,7 @@ fn write_received(
     out: &[Descriptor],
     msg: &kern::ipc::Message,
 ) -> Result<(), Error> {
-    buf.write(k, 0, &hdr.to_bytes())?;
+    buf.write_header(k, hdr)?;
     for (i, d) in out.iter().enumerate() {
         buf.write(k, HEADER_SIZE + i * DESCRIPTOR_SIZE, &d.to_bytes())?;
     }

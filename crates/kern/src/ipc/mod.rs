@@ -270,6 +270,23 @@ struct Named {
     disposition: Disposition,
 }
 
+/// A message's destination, resolved once ([`Ipc::resolve_dest`]) and reused by the
+/// commit ([`Ipc::copyin_to`]): the port, the name and the disposition it was named with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dest {
+    port: PortId,
+    name: u64,
+    disposition: Disposition,
+}
+
+impl Dest {
+    /// The port.
+    #[inline]
+    pub fn port(self) -> PortId {
+        self.port
+    }
+}
+
 /// What the decode phase of [`Ipc::copyin`] found.
 struct Decoded {
     dest: PortId,
@@ -679,7 +696,15 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
 
     /// Resolves the destination of a message without side effects: the live port of the
     /// header's `dest` name used with its disposition.
+    #[inline]
     pub fn dest_port(&self, space: &Space, header: &MsgHeader) -> Result<PortId, Error> {
+        self.resolve_dest(space, header).map(Dest::port)
+    }
+
+    /// [`Ipc::dest_port`], kept as a [`Dest`] that [`Ipc::copyin_to`] takes instead of
+    /// resolving the name a second time.
+    #[inline]
+    pub fn resolve_dest(&self, space: &Space, header: &MsgHeader) -> Result<Dest, Error> {
         let d = Disposition::from_raw(header.dest_disposition()).ok_or(Error::InvalidArgument)?;
         if matches!(d, Disposition::None | Disposition::MoveReceive) {
             return Err(Error::InvalidArgument);
@@ -691,7 +716,11 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         if !self.ports.contains(e.port) {
             return Err(Error::DeadName);
         }
-        Ok(e.port)
+        Ok(Dest {
+            port: e.port,
+            name: header.dest,
+            disposition: d,
+        })
     }
 
     /// Checks a message header's form: reserved bits, size, descriptor count, kernel ids.
@@ -738,9 +767,26 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         descriptors: &[Descriptor],
         ool_at: impl Fn(usize) -> bool,
     ) -> Result<Decoded, Error> {
-        let dest = self.dest_port(space, header)?;
-        let dest_disp =
-            Disposition::from_raw(header.dest_disposition()).ok_or(Error::InvalidArgument)?;
+        let dest = self.resolve_dest(space, header)?;
+        self.decode_to(space, header, dest, descriptors, ool_at)
+    }
+
+    /// [`Ipc::decode`] of a message whose destination is resolved already (`dest`, from
+    /// [`Ipc::resolve_dest`] of the same space and header).
+    #[inline(always)]
+    fn decode_to(
+        &self,
+        space: &Space,
+        header: &MsgHeader,
+        dest: Dest,
+        descriptors: &[Descriptor],
+        ool_at: impl Fn(usize) -> bool,
+    ) -> Result<Decoded, Error> {
+        let Dest {
+            port: dest,
+            disposition: dest_disp,
+            ..
+        } = dest;
         let reply_disp =
             Disposition::from_raw(header.reply_disposition()).ok_or(Error::InvalidArgument)?;
         let reply = match (reply_disp, header.reply) {
@@ -840,6 +886,24 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         self.copyin_ool(space, header, descriptors, data, Vec::new(), fx)
     }
 
+    /// [`Ipc::copyin`] of a message whose destination the caller resolved with
+    /// [`Ipc::resolve_dest`] and has not changed `space` since: the plan's reference is
+    /// reused, the name is not looked up again. Same results and effects as
+    /// [`Ipc::copyin`].
+    pub fn copyin_to(
+        &mut self,
+        space: &mut Space,
+        dest: Dest,
+        header: &MsgHeader,
+        descriptors: &[Descriptor],
+        data: Vec<u8>,
+        fx: &mut Effects<T>,
+    ) -> Result<(PortId, Message), Error> {
+        debug_assert_eq!(self.resolve_dest(space, header), Ok(dest), "a stale Dest");
+        let decoded = self.decode_to(space, header, dest, descriptors, |_| false)?;
+        self.copyin_decoded(space, header, decoded, descriptors, data, Vec::new(), fx)
+    }
+
     /// [`Ipc::copyin`] of a message carrying out-of-line regions: `ool` holds those the
     /// kernel took for its `DESC_OOL` descriptors, in order. Nothing changes unless
     /// everything checks out (the regions are then still the caller's to release).
@@ -853,12 +917,29 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         fx: &mut Effects<T>,
     ) -> Result<(PortId, Message), Error> {
         let ool_at = |i: usize| ool.iter().any(|a| usize::from(a.index) == i);
+        let decoded = self.decode(space, header, descriptors, ool_at)?;
+        self.copyin_decoded(space, header, decoded, descriptors, data, ool, fx)
+    }
+
+    /// The invoke phase of [`Ipc::copyin_ool`], after its decode.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // the decode's result joins copyin's own arguments
+    fn copyin_decoded(
+        &mut self,
+        space: &mut Space,
+        header: &MsgHeader,
+        decoded: Decoded,
+        descriptors: &[Descriptor],
+        data: Vec<u8>,
+        ool: Vec<Attached>,
+        fx: &mut Effects<T>,
+    ) -> Result<(PortId, Message), Error> {
         let Decoded {
             dest,
             dest_disp,
             reply,
             named,
-        } = self.decode(space, header, descriptors, ool_at)?;
+        } = decoded;
         let ools = descriptors.iter().filter(|d| d.kind == DESC_OOL).count();
         if ools != ool.len() {
             return Err(Error::InvalidArgument);

@@ -1546,3 +1546,66 @@ fn destroyed_messages_hand_back_their_regions() {
     assert_eq!(fx.dropped, vec![7, 8, 9]);
     let _ = client;
 }
+
+/// `copyin_to` with the destination `resolve_dest` found gives what `copyin` gives: the
+/// same result, the same names left in the sender's space and the same right counts, for
+/// valid messages and for each way a message is refused after its destination resolved.
+#[test]
+fn copyin_to_matches_copyin() {
+    let cases = |send: u64, reply: u64, other: u64| {
+        [
+            (
+                header(send, D::CopySend, reply, D::MakeSendOnce, 0, 1),
+                vec![],
+            ),
+            (header(send, D::CopySend, 0, D::None, 0, 2), vec![]),
+            (header(send, D::MoveSend, 0, D::None, 0, 3), vec![]),
+            (
+                header(send, D::CopySend, reply, D::MakeSend, 1, 4),
+                vec![Descriptor::port(other, D::MakeSendOnce)],
+            ),
+            // Refused after the destination resolved: a bad reply disposition, a name
+            // moved twice, a descriptor naming nothing, a descriptor count that lies.
+            (
+                header(send, D::CopySend, reply, D::MoveReceive, 0, 5),
+                vec![],
+            ),
+            (header(send, D::MoveSend, send, D::MoveSend, 0, 6), vec![]),
+            (
+                header(send, D::CopySend, 0, D::None, 1, 7),
+                vec![Descriptor::port(999, D::CopySend)],
+            ),
+            (header(send, D::CopySend, 0, D::None, 1, 8), vec![]),
+        ]
+    };
+    for i in 0..8 {
+        let run = |to: bool| {
+            let (mut ipc, _server, mut client, port, send) = setup();
+            let reply = ipc.allocate(&mut client, 2, 0).unwrap();
+            let other = ipc.allocate(&mut client, 2, 0).unwrap();
+            let (h, d) = cases(send, reply, other)[i].clone();
+            let mut fx = Effects::default();
+            let got = if to {
+                let dest = ipc.resolve_dest(&client, &h).unwrap();
+                ipc.copyin_to(&mut client, dest, &h, &d, vec![], &mut fx)
+            } else {
+                ipc.copyin(&mut client, &h, &d, vec![], &mut fx)
+            };
+            let names: Vec<_> = client.iter().collect();
+            let counts: Vec<_> = [port, reply, other]
+                .iter()
+                .map(|&n| {
+                    let p = if n == port {
+                        ipc.dest_port(&client, &header(send, D::CopySend, 0, D::None, 0, 0))
+                            .ok()
+                    } else {
+                        client.lookup(n).ok().map(|e| e.port)
+                    };
+                    p.and_then(|p| ipc.port(p)).map(|p| (p.sends, p.send_onces))
+                })
+                .collect();
+            (got, names, counts, fx.wake)
+        };
+        assert_eq!(run(true), run(false), "case {i}");
+    }
+}
