@@ -750,7 +750,9 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
         }
 
         #[doc = #in_place_doc]
-        #[inline]
+        // Into the server loop that calls it: the fast path is a few compares and the
+        // method, and a call of its own would cost as much again.
+        #[inline(always)]
         #vis fn #dispatch_in_place<S: #trait_name + ?Sized>(
             #server: &mut S,
             #buf: &mut [u8],
