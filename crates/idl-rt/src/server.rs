@@ -106,10 +106,11 @@ impl Dispatched {
 pub struct Answered {
     /// What was done, as the plain dispatch reports it.
     pub dispatched: Dispatched,
-    /// Whether the reply (if any) was written over the request, at the start of the
-    /// request's buffer: then the request was delivered, carried no rights and had a
-    /// send-once reply right, which the reply uses up, so nothing is left to release.
-    /// When false the reply is in the scratch buffer, and the request is where it was.
+    /// Whether the reply was written over the request, at the start of the request's
+    /// buffer: then the request was delivered, carried no rights and had a send-once
+    /// reply right, which the reply (always written: `reply_len > 0`) uses up, so nothing
+    /// is left to release. When false the reply, if any, is in the scratch buffer, and the
+    /// request is where it was.
     pub in_place: bool,
 }
 
