@@ -580,7 +580,7 @@ const MIGRATE_REQUIRE: &[&str] = &[
 const MIGRATE_IDL_REQUIRE: &[&str] = &[
     "ok: migrating: calls return their results, in-line data arrives whole, errors come back",
     "ok: migrating: an unknown id is NotSupported, truncated arguments and bytes left over are BadFormat",
-    "ok: migrating: every call migrated (13 of 13), none was queued (0)",
+    "ok: migrating: every call migrated (15 of 15), none was queued (0)",
     "ok: migrating: a one-way message is served by the server's own thread, on the same service",
     "ok: migrating: a call carrying a right does not migrate; the server's own thread refuses the unexpected right",
     "ok: migrating: a call made while another caller holds the service waits for it",

@@ -35,6 +35,7 @@
 #![forbid(unsafe_code)]
 
 pub mod client;
+pub mod fixed;
 pub mod marshal;
 pub mod reader;
 pub mod rights;
@@ -53,7 +54,7 @@ pub use baton_abi::Error;
 pub use marshal::{FixedBytes, Marshal, Unmarshal};
 pub use reader::MsgReader;
 pub use rights::{MakeSend, MakeSendOnce, MoveSend, ReceiveRight, Right, SendOnceRight, SendRight};
-pub use server::{migrated_request, Dispatched, ReplyTo, MIGRATED_REPLY};
+pub use server::{migrated_request, Answered, Dispatched, ReplyTo, MIGRATED_REPLY};
 pub use transport::Transport;
 pub use writer::MsgWriter;
 

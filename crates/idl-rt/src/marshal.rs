@@ -49,6 +49,13 @@ pub trait Marshal {
 /// A value that can be read from a message received into a buffer that lives for `'a`
 /// (borrowed values, such as `&'a [u8]`, point into it).
 pub trait Unmarshal<'a>: Sized {
+    /// `Some(n)` when every value of this type is exactly `n` bytes of in-line data and
+    /// carries no port rights (integers, `bool`, `[u8; N]`, `()`, tuples of these): a
+    /// message of such values has a size known in advance, so the generated code checks
+    /// its header with one compare ([`crate::fixed`]). `None` (the default) for anything
+    /// else. A type must never claim a size its `unmarshal` does not take exactly.
+    const FIXED: Option<usize> = None;
+
     /// Reads the value: its descriptors from the reader's descriptor cursor, its data
     /// from the data cursor. Malformed input is [`Error::BadFormat`].
     fn unmarshal(r: &mut MsgReader<'a>) -> Result<Self, Error>;
@@ -84,6 +91,8 @@ macro_rules! integers {
         }
 
         impl<'a> Unmarshal<'a> for $t {
+            const FIXED: Option<usize> = Some(core::mem::size_of::<$t>());
+
             fn unmarshal(r: &mut MsgReader<'a>) -> Result<Self, Error> {
                 Ok(<$t>::from_le_bytes(r.array()?))
             }
@@ -100,6 +109,8 @@ impl Marshal for bool {
 }
 
 impl<'a> Unmarshal<'a> for bool {
+    const FIXED: Option<usize> = Some(1);
+
     fn unmarshal(r: &mut MsgReader<'a>) -> Result<Self, Error> {
         match r.array::<1>()? {
             [0] => Ok(false),
@@ -116,6 +127,8 @@ impl<const N: usize> Marshal for [u8; N] {
 }
 
 impl<'a, const N: usize> Unmarshal<'a> for [u8; N] {
+    const FIXED: Option<usize> = Some(N);
+
     fn unmarshal(r: &mut MsgReader<'a>) -> Result<Self, Error> {
         r.array()
     }
@@ -128,6 +141,8 @@ impl Marshal for () {
 }
 
 impl<'a> Unmarshal<'a> for () {
+    const FIXED: Option<usize> = Some(0);
+
     fn unmarshal(_r: &mut MsgReader<'a>) -> Result<Self, Error> {
         Ok(())
     }
@@ -204,6 +219,15 @@ impl<'a, T: Unmarshal<'a>> Unmarshal<'a> for Option<T> {
     }
 }
 
+/// The fixed size of two values side by side (see [`Unmarshal::FIXED`]): `None` if
+/// either has none (or the sum overflows).
+pub const fn fixed_sum(a: Option<usize>, b: Option<usize>) -> Option<usize> {
+    match (a, b) {
+        (Some(a), Some(b)) => a.checked_add(b),
+        _ => None,
+    }
+}
+
 /// Tuples: their fields in order.
 macro_rules! tuples {
     ($(($($t:ident $i:tt),+)),*) => {$(
@@ -220,6 +244,12 @@ macro_rules! tuples {
         }
 
         impl<'a, $($t: Unmarshal<'a>),+> Unmarshal<'a> for ($($t,)+) {
+            const FIXED: Option<usize> = {
+                let mut sum = Some(0);
+                $(sum = fixed_sum(sum, <$t as Unmarshal<'a>>::FIXED);)+
+                sum
+            };
+
             fn unmarshal(r: &mut MsgReader<'a>) -> Result<Self, Error> {
                 Ok(($($t::unmarshal(r)?,)+))
             }

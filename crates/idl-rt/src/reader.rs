@@ -68,6 +68,27 @@ impl<'a> MsgReader<'a> {
         })
     }
 
+    /// A reader for `msg`, a message already checked to be exactly `header.size` bytes
+    /// with no descriptors, whose data cursor starts at `data` (past anything the caller
+    /// has read itself, such as a reply's result code). The caller ([`crate::fixed`])
+    /// upholds the invariants: `msg.len() == header.size`, no descriptors,
+    /// `HEADER_SIZE <= data <= msg.len()`.
+    #[inline(always)]
+    pub(crate) fn without_descriptors(
+        msg: &'a [u8],
+        header: MsgHeader,
+        data: usize,
+    ) -> MsgReader<'a> {
+        MsgReader {
+            msg,
+            header,
+            descriptors: 0,
+            next_descriptor: 0,
+            data_start: HEADER_SIZE,
+            data,
+        }
+    }
+
     /// The message's header.
     #[inline]
     pub fn header(&self) -> MsgHeader {

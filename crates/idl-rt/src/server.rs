@@ -100,6 +100,40 @@ impl Dispatched {
     }
 }
 
+/// What a dispatch that may answer in place (the generated `*_dispatch_in_place`) did:
+/// [`Dispatched`], and where the reply is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answered {
+    /// What was done, as the plain dispatch reports it.
+    pub dispatched: Dispatched,
+    /// Whether the reply was written over the request, at the start of the request's
+    /// buffer: then the request was delivered, carried no rights and had a send-once
+    /// reply right, which the reply (always written: `reply_len > 0`) uses up, so nothing
+    /// is left to release. When false the reply, if any, is in the scratch buffer, and the
+    /// request is where it was.
+    pub in_place: bool,
+}
+
+impl Answered {
+    /// A reply written over its request.
+    #[inline(always)]
+    pub fn in_place(d: Result<Dispatched, Error>) -> Result<Answered, Error> {
+        d.map(|dispatched| Answered {
+            dispatched,
+            in_place: true,
+        })
+    }
+
+    /// A reply written into the scratch buffer (or none).
+    #[inline(always)]
+    pub fn in_scratch(dispatched: Dispatched) -> Answered {
+        Answered {
+            dispatched,
+            in_place: false,
+        }
+    }
+}
+
 /// Where the reply to a request goes: the request's reply right.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReplyTo {

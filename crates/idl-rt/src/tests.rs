@@ -869,3 +869,209 @@ fn set_reply_changes_only_the_reply_fields() {
     let cleared = MsgHeader::from_bytes(&buf).unwrap();
     assert_eq!((cleared.reply, cleared.bits), (0, before.bits));
 }
+
+/// A request as the server receives it: `id`, reply right `reply` with `reply_disp`, the
+/// `ports` as received send rights, then `data`.
+fn received_request(
+    id: u64,
+    reply: u64,
+    reply_disp: Disposition,
+    ports: &[u64],
+    data: &[u8],
+) -> std::vec::Vec<u8> {
+    let mut buf = std::vec![0u8; IPC_BUFFER_SIZE];
+    let mut w = MsgWriter::new(&mut buf, 1, Disposition::None, reply, reply_disp, id).unwrap();
+    for &p in ports {
+        w.port(p, Disposition::MoveSend).unwrap();
+    }
+    w.bytes(data).unwrap();
+    let len = w.finish();
+    buf.truncate(len);
+    buf
+}
+
+#[test]
+fn fixed_request_takes_exactly_one_shape() {
+    let data = [7u8; 12];
+    let ok = received_request(40, 9, Disposition::MoveSendOnce, &[], &data);
+    let (mut r, name) = fixed::request(&ok, 12).unwrap();
+    assert_eq!(name, 9);
+    assert_eq!(r.remaining(), 12);
+    assert_eq!(r.header(), MsgReader::new(&ok).unwrap().header());
+    assert_eq!(r.array::<12>(), Ok(data));
+    assert_eq!(r.finish(), Ok(()));
+    // A null request is only a header.
+    let null = received_request(40, 9, Disposition::MoveSendOnce, &[], &[]);
+    assert!(fixed::request(&null, 0).is_some());
+    // The destination's disposition is not looked at (no receiver does).
+    let mut any_dest = ok.clone();
+    any_dest[0] = 0x13;
+    assert!(fixed::request(&any_dest, 12).is_some());
+
+    // Every other shape goes to the general path.
+    assert!(fixed::request(&ok, 11).is_none(), "size");
+    assert!(fixed::request(&ok, 13).is_none(), "size");
+    assert!(fixed::request(&ok[..40], 12).is_none(), "truncated");
+    assert!(fixed::request(&ok[..20], 0).is_none(), "no header");
+    let send = received_request(40, 9, Disposition::MoveSend, &[], &data);
+    assert!(
+        fixed::request(&send, 12).is_none(),
+        "a send right as reply right"
+    );
+    let none = received_request(40, 0, Disposition::None, &[], &data);
+    assert!(fixed::request(&none, 12).is_none(), "no reply right");
+    let mut zero_name = ok.clone();
+    zero_name[16..24].fill(0);
+    assert!(fixed::request(&zero_name, 12).is_none(), "reply name 0");
+    let with_port = received_request(40, 9, Disposition::MoveSendOnce, &[5], &[]);
+    assert!(fixed::request(&with_port, 0).is_none(), "a descriptor");
+    assert!(
+        fixed::request(&with_port, DESCRIPTOR_SIZE).is_none(),
+        "a descriptor counted as data"
+    );
+    let mut reserved = ok.clone();
+    reserved[3] = 1;
+    assert!(fixed::request(&reserved, 12).is_none(), "reserved bits");
+}
+
+#[test]
+fn fixed_reply_takes_exactly_one_shape() {
+    let write = |id: u64, code: u64, data: &[u8], ports: &[u64]| {
+        let mut buf = std::vec![0u8; IPC_BUFFER_SIZE];
+        let mut w = MsgWriter::new(
+            &mut buf,
+            77,
+            Disposition::MoveSendOnce,
+            0,
+            Disposition::None,
+            id,
+        )
+        .unwrap();
+        for &p in ports {
+            w.port(p, Disposition::MoveSend).unwrap();
+        }
+        w.bytes(&code.to_le_bytes()).unwrap();
+        w.bytes(data).unwrap();
+        let len = w.finish();
+        buf.truncate(len);
+        buf
+    };
+    let ok = write(7 + REPLY_ID_OFFSET, RESULT_OK, &5u32.to_le_bytes(), &[]);
+    let mut r = fixed::reply(&ok, ok.len(), 7, 4).unwrap();
+    assert_eq!(u32::unmarshal(&mut r), Ok(5));
+    assert_eq!(r.finish(), Ok(()));
+    // The same reply through the general path: the same reader position.
+    let g = open_reply(&ok, ok.len(), 7).unwrap();
+    assert_eq!(g.remaining(), 4);
+
+    assert!(
+        fixed::reply(&ok, ok.len(), 8, 4).is_none(),
+        "another request's reply"
+    );
+    assert!(fixed::reply(&ok, ok.len(), 7, 3).is_none(), "size");
+    assert!(fixed::reply(&ok, ok.len() - 1, 7, 4).is_none(), "length");
+    assert!(fixed::reply(&ok[..40], 44, 7, 4).is_none(), "truncated");
+    let err = write(7 + REPLY_ID_OFFSET, result_code(Error::NotFound), &[], &[]);
+    assert!(
+        fixed::reply(&err, err.len(), 7, 0).is_none(),
+        "an error reply"
+    );
+    assert_eq!(open_reply(&err, err.len(), 7).err(), Some(Error::NotFound));
+    let mut notify = ok.clone();
+    notify[24..32].copy_from_slice(&NOTIFY_SEND_ONCE.to_le_bytes());
+    assert!(
+        fixed::reply(&notify, notify.len(), 7, 4).is_none(),
+        "notification"
+    );
+    let mut reserved = ok.clone();
+    reserved[3] = 1;
+    assert!(
+        fixed::reply(&reserved, ok.len(), 7, 4).is_none(),
+        "reserved bits"
+    );
+    let with_port = write(7 + REPLY_ID_OFFSET, RESULT_OK, &[], &[3]);
+    assert!(
+        fixed::reply(&with_port, with_port.len(), 7, DESCRIPTOR_SIZE).is_none(),
+        "a descriptor"
+    );
+}
+
+#[test]
+fn fixed_sizes_of_the_types() {
+    fn fixed<T: for<'a> Unmarshal<'a>>() -> Option<usize> {
+        <T as Unmarshal<'static>>::FIXED
+    }
+    assert_eq!(fixed::<()>(), Some(0));
+    assert_eq!(fixed::<u8>(), Some(1));
+    assert_eq!(fixed::<i16>(), Some(2));
+    assert_eq!(fixed::<u32>(), Some(4));
+    assert_eq!(fixed::<i64>(), Some(8));
+    assert_eq!(fixed::<bool>(), Some(1));
+    assert_eq!(fixed::<[u8; 33]>(), Some(33));
+    assert_eq!(fixed::<(u8, (u16, [u8; 3]), u64)>(), Some(14));
+    assert_eq!(fixed::<FixedBytes<8>>(), None);
+    assert_eq!(fixed::<Option<u8>>(), None);
+    assert_eq!(fixed::<SendRight>(), None);
+    assert_eq!(fixed::<(u8, SendRight)>(), None);
+    assert_eq!(<&[u8] as Unmarshal<'static>>::FIXED, None);
+    assert_eq!(marshal::fixed_sum(Some(usize::MAX), Some(1)), None);
+}
+
+/// Whatever the fast path accepts, the general path accepts the same way: random and
+/// mutated requests and replies, checked both ways.
+#[test]
+fn fixed_paths_agree_with_the_general_path() {
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let mut taken = (0, 0);
+    for _ in 0..40_000 {
+        let n = (next() % 20) as usize;
+        let data: std::vec::Vec<u8> = (0..n).map(|_| next() as u8).collect();
+        let disp = match next() % 4 {
+            0 => Disposition::MoveSend,
+            _ => Disposition::MoveSendOnce,
+        };
+        let ports: std::vec::Vec<u64> = if next() % 4 == 0 {
+            std::vec![3]
+        } else {
+            std::vec![]
+        };
+        let mut msg = received_request(40, 1 + next() % 3, disp, &ports, &data);
+        if next() % 2 == 0 {
+            let at = (next() % msg.len() as u64) as usize;
+            msg[at] = next() as u8;
+        }
+        let want = (next() % 20) as usize;
+        if let Some((r, name)) = fixed::request(&msg, want) {
+            taken.0 += 1;
+            let g = MsgReader::new(&msg).unwrap();
+            let to = ReplyTo::of(&g).unwrap();
+            assert_eq!((to.name, to.disposition), (name, Disposition::MoveSendOnce));
+            assert_eq!((g.descriptors(), g.remaining()), (0, want));
+            assert_eq!(
+                (r.descriptors(), r.remaining(), r.len()),
+                (0, want, g.len())
+            );
+        }
+        // The same bytes as a reply to request 40.
+        let mut reply = msg.clone();
+        reply[24..32].copy_from_slice(&(40 + REPLY_ID_OFFSET).to_le_bytes());
+        if next() % 2 == 0 && reply.len() >= 40 {
+            reply[32..40].fill(0);
+        }
+        let len = reply.len();
+        if let Some(r) = fixed::reply(&reply, len, 40, want) {
+            taken.1 += 1;
+            let g = open_reply(&reply, len, 40).unwrap();
+            assert_eq!((g.remaining(), g.descriptors()), (want, 0));
+            assert_eq!((r.remaining(), r.descriptors()), (want, 0));
+        }
+    }
+    // Both fast paths were taken often enough for the comparison to mean something.
+    assert!(taken.0 > 200 && taken.1 > 200, "{taken:?}");
+}

@@ -143,12 +143,22 @@ impl<'a> MsgWriter<'a> {
     /// message's length: the message is `buf[..len]`.
     #[inline(always)]
     pub fn finish(self) -> usize {
-        let mut header = self.header;
+        let header = self.header;
         // Both fit: `len <= MSG_SIZE_MAX` and `descriptors <= DESCRIPTORS_MAX` (< 256).
-        header.size = u32::try_from(self.len).unwrap_or(u32::MAX);
-        header.bits |= (u8::try_from(self.descriptors).unwrap_or(u8::MAX) as u32) << 16;
-        if let Some(dst) = self.buf.get_mut(..HEADER_SIZE) {
-            dst.copy_from_slice(&header.to_bytes());
+        let size = u32::try_from(self.len).unwrap_or(u32::MAX);
+        let bits = header.bits | (u8::try_from(self.descriptors).unwrap_or(u8::MAX) as u32) << 16;
+        // Word by word, in the header's layout (`MsgHeader::to_bytes`), so that the
+        // compiler stores constants where it knows them.
+        if let Some(dst) = self.buf.first_chunk_mut::<HEADER_SIZE>() {
+            let first = (u64::from(size) << 32) | u64::from(bits);
+            for (at, word) in [
+                (0, first),
+                (8, header.dest),
+                (16, header.reply),
+                (24, header.id),
+            ] {
+                dst[at..at + 8].copy_from_slice(&word.to_le_bytes());
+            }
         }
         self.len
     }

@@ -343,6 +343,19 @@ fn result_types(output: &ReturnType) -> Option<(Type, Type)> {
     }
 }
 
+/// Whether `ty` names a reference or a lifetime: a value of it may borrow the message
+/// buffer, so the generated fast paths (which return early) leave it to the general path.
+fn borrows(ty: &Type) -> bool {
+    fn scan(tokens: TokenStream2) -> bool {
+        tokens.into_iter().any(|t| match t {
+            proc_macro2::TokenTree::Punct(p) => p.as_char() == '&' || p.as_char() == '\'',
+            proc_macro2::TokenTree::Group(g) => scan(g.stream()),
+            _ => false,
+        })
+    }
+    scan(quote!(#ty))
+}
+
 /// `snake_case` of a `CamelCase` (or already snake) name.
 fn snake(name: &str) -> String {
     let chars: Vec<char> = name.chars().collect();
@@ -425,6 +438,35 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
             .iter()
             .map(|(n, t)| quote_spanned!(t.span()=> #rt::Marshal::marshal_data(&#n, &mut #w)?;));
         let take_value = quote_spanned!(ok.span()=> #rt::Unmarshal::unmarshal(&mut #r)?);
+        // A result of a size known in advance (`Unmarshal::FIXED`) is checked with a few
+        // compares of the reply's header words (`fixed::reply`); anything else, or a reply
+        // of another shape, goes the general way below. Not for results that borrow the
+        // transport's buffer (their type names a lifetime), which a fixed size excludes
+        // anyway.
+        let fast_reply = if borrows(ok) {
+            quote!()
+        } else {
+            quote! {
+                if let ::core::option::Option::Some(__n) =
+                    <#ok as #rt::Unmarshal<'static>>::FIXED
+                {
+                    if let ::core::option::Option::Some(mut #r) = #rt::fixed::reply(
+                        #rt::Transport::buffer(&mut self.transport),
+                        #reply_len,
+                        #id_const,
+                        __n,
+                    ) {
+                        if let ::core::result::Result::Ok(#value) =
+                            <#ok as #rt::Unmarshal<'_>>::unmarshal(&mut #r)
+                        {
+                            if #r.finish().is_ok() {
+                                return ::core::result::Result::Ok(#value);
+                            }
+                        }
+                    }
+                }
+            }
+        };
         let doc = format!("Calls `{trait_str}::{name}` on the server (request id [`{id_const}`]).");
         quote! {
             #(#docs)*
@@ -444,6 +486,7 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                     #w.finish()
                 };
                 let #reply_len = #rt::Transport::call(&mut self.transport, #len)?;
+                #fast_reply
                 let mut #r = #rt::client::open_reply(
                     #rt::Transport::buffer(&mut self.transport),
                     #reply_len,
@@ -498,6 +541,103 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
             }
         }
     });
+
+    // The fast path of the dispatch: a method whose arguments all have a size known in
+    // advance (`Unmarshal::FIXED`) takes a request of exactly its shape (`fixed::request`:
+    // one compare of the header's first word, and the reply right) without the general
+    // decoding; any other request, or one the arguments' decoding refuses, goes to the
+    // general path, which decides as it always did.
+    let fast_arms = |out: &TokenStream2, src: &TokenStream2, wrap: &TokenStream2| {
+        let arms = methods
+            .iter()
+            .filter(|m| !m.args.iter().any(|(_, t)| borrows(t)) && !borrows(&m.ok))
+            .map(|m| {
+                let Method {
+                    name,
+                    args,
+                    id_const,
+                    ..
+                } = m;
+                let types: Vec<&Type> = args.iter().map(|(_, t)| t).collect();
+                let locals: Vec<Ident> =
+                    (0..args.len()).map(|i| local(&format!("__a{i}"))).collect();
+                let takes = types.iter().zip(&locals).map(|(t, a)| {
+                    quote_spanned! {t.span()=>
+                        let #a: #t = match #rt::Unmarshal::unmarshal(&mut #r) {
+                            ::core::result::Result::Ok(v) => v,
+                            ::core::result::Result::Err(_) => break 'fast,
+                        };
+                    }
+                });
+                quote! {
+                    #id_const => {
+                        const __FIXED: ::core::option::Option<usize> = {
+                            #[allow(unused_mut)]
+                            let mut sum = ::core::option::Option::Some(0usize);
+                            #(sum = #rt::marshal::fixed_sum(
+                                sum,
+                                <#types as #rt::Unmarshal<'static>>::FIXED,
+                            );)*
+                            sum
+                        };
+                        if let ::core::option::Option::Some(__n) = __FIXED {
+                            if let ::core::option::Option::Some((mut #r, __name)) =
+                                #rt::fixed::request(#src, __n)
+                            {
+                                #(#takes)*
+                                if #r.finish().is_ok() {
+                                    let #to = #rt::ReplyTo {
+                                        name: __name,
+                                        disposition: #rt::Disposition::MoveSendOnce,
+                                        request_id: #id_const,
+                                    };
+                                    let __result = <S as #trait_name>::#name(#server, #(#locals),*);
+                                    return #wrap(#rt::ReplyTo::respond(&#to, #out, __result));
+                                }
+                            }
+                        }
+                    }
+                }
+            });
+        quote! {
+            #[allow(unreachable_code, clippy::never_loop)]
+            'fast: loop {
+                if let ::core::option::Option::Some(__id) = #rt::fixed::request_id(#src) {
+                    #[allow(clippy::single_match)]
+                    match __id {
+                        #(#arms)*
+                        _ => {}
+                    }
+                }
+                break 'fast;
+            }
+        }
+    };
+    let buf = local("buf");
+    let buf_len = local("len");
+    let scratch = local("scratch");
+    let fast_dispatch = fast_arms(
+        &quote!(#reply),
+        &quote!(#request),
+        &quote!(::core::convert::identity),
+    );
+    let fast_in_place = fast_arms(
+        &quote!(#buf),
+        &quote!(#buf.get(..#buf_len).unwrap_or(&[])),
+        &quote!(#rt::Answered::in_place),
+    );
+    let general = format_ident!("__{}_dispatch_general", snake(&trait_str), span = span);
+    let dispatch_in_place = format_ident!("{}_dispatch_in_place", snake(&trait_str), span = span);
+    let in_place_doc = format!(
+        "Server side of interface [`{trait_str}`], answering in place: the request is \
+         `buf[..len]` (received into `buf`, the IPC buffer say). A request the fast path \
+         takes (a method whose arguments and result have a size known in advance, a request \
+         of exactly that shape) gets its reply written over it, at the start of `buf` \
+         (`Answered::in_place`), with no copy; any other is answered as [`{}`] answers it, \
+         the reply written into `scratch`, and `buf` still holds the request (for \
+         `Dispatched::leftover_rights`).",
+        dispatch
+    );
 
     let base_doc = format!("First request id of interface [`{trait_str}`] (its `base`).");
     let ids_doc = format!(
@@ -577,8 +717,11 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
             #(#trait_impl_methods)*
         }
 
-        #[doc = #dispatch_doc]
-        #vis fn #dispatch<S: #trait_name + ?Sized>(
+        /// The general path of the generated dispatch functions: every request their
+        /// fast path does not take.
+        #[doc(hidden)]
+        #[inline(never)]
+        #vis fn #general<S: #trait_name + ?Sized>(
             #server: &mut S,
             #request: &[u8],
             #reply: &mut [u8],
@@ -593,6 +736,32 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                     #to.reject(#reply, #rt::Error::NotSupported)
                 }
             }
+        }
+
+        #[doc = #dispatch_doc]
+        #[inline]
+        #vis fn #dispatch<S: #trait_name + ?Sized>(
+            #server: &mut S,
+            #request: &[u8],
+            #reply: &mut [u8],
+        ) -> ::core::result::Result<#rt::Dispatched, #rt::Error> {
+            #fast_dispatch
+            #general(#server, #request, #reply)
+        }
+
+        #[doc = #in_place_doc]
+        // Into the server loop that calls it: the fast path is a few compares and the
+        // method, and a call of its own would cost as much again.
+        #[inline(always)]
+        #vis fn #dispatch_in_place<S: #trait_name + ?Sized>(
+            #server: &mut S,
+            #buf: &mut [u8],
+            #buf_len: usize,
+            #scratch: &mut [u8],
+        ) -> ::core::result::Result<#rt::Answered, #rt::Error> {
+            #fast_in_place
+            let #request = #buf.get(..#buf_len).unwrap_or(&[]);
+            #general(#server, #request, #scratch).map(#rt::Answered::in_scratch)
         }
     }
 }

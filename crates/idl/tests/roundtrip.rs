@@ -670,3 +670,221 @@ fn runtime_under_another_path() {
     assert_eq!(c.twice(21), Ok(42));
     assert_eq!(c.twice(u32::MAX), Err(Error::TooLarge));
 }
+
+/// Methods of every fixed shape, and one that is not, for the fast-path tests.
+#[baton_idl::interface(base = 5000)]
+pub trait Shapes {
+    /// Nothing in, nothing out.
+    fn null(&mut self) -> Result<(), Error>;
+    /// Scalars in, a scalar out.
+    fn add(&mut self, a: u64, b: u64) -> Result<u64, Error>;
+    /// A `bool` (only 0 and 1 decode) and a nested tuple.
+    fn pick(&mut self, which: bool, pair: (u8, (u16, [u8; 3]))) -> Result<(i64, bool), Error>;
+    /// Fails with the error whose code is `code`.
+    fn fail(&mut self, code: u64) -> Result<u8, Error>;
+    /// Not fixed: a byte string in.
+    fn count(&mut self, data: &[u8]) -> Result<u32, Error>;
+    /// A right out: not fixed.
+    fn port(&mut self) -> Result<MakeSend, Error>;
+}
+
+/// The server of [`Shapes`]: logs every call, so two servers can be compared.
+#[derive(Default, Debug, PartialEq)]
+struct ShapeServer {
+    log: Vec<String>,
+}
+
+impl Shapes for ShapeServer {
+    fn null(&mut self) -> Result<(), Error> {
+        self.log.push("null".into());
+        Ok(())
+    }
+
+    fn add(&mut self, a: u64, b: u64) -> Result<u64, Error> {
+        self.log.push(format!("add {a} {b}"));
+        a.checked_add(b).ok_or(Error::TooLarge)
+    }
+
+    fn pick(&mut self, which: bool, pair: (u8, (u16, [u8; 3]))) -> Result<(i64, bool), Error> {
+        self.log.push(format!("pick {which} {pair:?}"));
+        Ok((i64::from(pair.0) - i64::from(pair.1 .0), !which))
+    }
+
+    fn fail(&mut self, code: u64) -> Result<u8, Error> {
+        self.log.push(format!("fail {code}"));
+        Err(Error::from_code(code as i64).unwrap_or(Error::InvalidArgument))
+    }
+
+    fn count(&mut self, data: &[u8]) -> Result<u32, Error> {
+        self.log.push(format!("count {data:?}"));
+        Ok(data.len() as u32)
+    }
+
+    fn port(&mut self) -> Result<MakeSend, Error> {
+        self.log.push("port".into());
+        Ok(MakeSend(SERVER_RECEIVE))
+    }
+}
+
+/// Every call through the stubs (whose result check has a fast path too) round-trips.
+#[test]
+fn fixed_shapes_round_trip() {
+    let mut c = ShapesClient::new(
+        Loopback::new(ShapeServer::default(), shapes_dispatch::<ShapeServer>),
+        CLIENT_DEST,
+    );
+    assert_eq!(c.null(), Ok(()));
+    assert_eq!(c.add(2, 3), Ok(5));
+    assert_eq!(c.add(u64::MAX, 1), Err(Error::TooLarge));
+    assert_eq!(c.pick(true, (9, (4, [1, 2, 3]))), Ok((5, false)));
+    assert_eq!(c.fail(Error::NotFound as u64), Err(Error::NotFound));
+    assert_eq!(c.count(b"abc"), Ok(3));
+    assert_eq!(c.port(), Ok(MakeSend(SERVER_RECEIVE + 1000)));
+    assert_eq!(c.transport().server.log.len(), 7);
+}
+
+/// The client's fast result check refuses what the general one refuses: a reply of the
+/// wrong id, size or code, or a notification, whatever fast path it looks like.
+#[test]
+fn client_fast_check_refuses_what_the_general_path_refuses() {
+    /// Replies with a fixed message, whatever the request.
+    struct Canned(Vec<u8>, [u8; IPC_BUFFER_SIZE]);
+    impl Transport for Canned {
+        fn buffer(&mut self) -> &mut [u8] {
+            &mut self.1
+        }
+        fn call(&mut self, _len: usize) -> Result<usize, Error> {
+            self.1[..self.0.len()].copy_from_slice(&self.0);
+            Ok(self.0.len())
+        }
+    }
+    let reply = |id: u64, code: u64, data: &[u8], size_delta: i32| {
+        let mut buf = vec![0u8; 256];
+        // A kernel id cannot be written by a writer: patched in afterwards.
+        let mut w = MsgWriter::new(
+            &mut buf,
+            77,
+            Disposition::MoveSendOnce,
+            0,
+            Disposition::None,
+            1,
+        )
+        .unwrap();
+        w.bytes(&code.to_le_bytes()).unwrap();
+        w.bytes(data).unwrap();
+        let len = w.finish();
+        buf.truncate(len);
+        let size = (len as i32 + size_delta) as u32;
+        buf[4..8].copy_from_slice(&size.to_le_bytes());
+        buf[24..32].copy_from_slice(&id.to_le_bytes());
+        buf
+    };
+    let add_reply = SHAPES_ADD_ID + REPLY_ID_OFFSET;
+    let call = |msg: Vec<u8>| ShapesClient::new(Canned(msg, [0; IPC_BUFFER_SIZE]), 1).add(1, 2);
+    assert_eq!(call(reply(add_reply, 0, &7u64.to_le_bytes(), 0)), Ok(7));
+    assert_eq!(
+        call(reply(add_reply + 1, 0, &7u64.to_le_bytes(), 0)),
+        Err(Error::BadFormat)
+    );
+    assert_eq!(
+        call(reply(add_reply, 0, &7u32.to_le_bytes(), 0)),
+        Err(Error::BadFormat)
+    );
+    assert_eq!(call(reply(add_reply, 0, &[7; 9], 0)), Err(Error::BadFormat));
+    assert_eq!(
+        call(reply(add_reply, 0, &7u64.to_le_bytes(), 1)),
+        Err(Error::BadFormat)
+    );
+    assert_eq!(
+        call(reply(add_reply, Error::NoSpace as u64, &[], 0)),
+        Err(Error::NoSpace)
+    );
+    assert_eq!(
+        call(reply(NOTIFY_SEND_ONCE, 0, &[], -8)),
+        Err(Error::DeadName)
+    );
+}
+
+/// The dispatch's fast path and its in-place variant against the general path: for
+/// random and damaged requests, the same result, the same reply bytes and the same calls
+/// made; a request answered in place had no rights and a send-once reply right, and one
+/// that was not is left where it was.
+#[test]
+fn fast_dispatch_agrees_with_the_general_path() {
+    let mut rng = XorShift(0x1234_5678_9abc_def1);
+    let (mut fast, mut general, mut in_place) = (
+        ShapeServer::default(),
+        ShapeServer::default(),
+        ShapeServer::default(),
+    );
+    let mut answered_in_place = 0;
+    for i in 0..30_000 {
+        let id = SHAPES_BASE + rng.next() % 7;
+        let rights: Vec<u64> = if rng.next().is_multiple_of(5) {
+            vec![4]
+        } else {
+            vec![]
+        };
+        let len = [0, 1, 2, 4, 8, 9, 15, 16, 17][(rng.next() % 9) as usize];
+        let data: Vec<u8> = (0..len).map(|_| (rng.next() % 3) as u8).collect();
+        let mut req = request(id, &rights, &data);
+        match rng.next() % 6 {
+            // A send right as reply right, or none.
+            0 => req[1] = Disposition::MoveSend as u8,
+            1 => {
+                req[1] = 0;
+                req[16..24].fill(0);
+            }
+            2 => {
+                let at = (rng.next() % req.len() as u64) as usize;
+                req[at] = rng.next() as u8;
+            }
+            _ => {}
+        }
+        let mut reply_f = vec![0u8; IPC_BUFFER_SIZE];
+        let mut reply_g = vec![0u8; IPC_BUFFER_SIZE];
+        let f = shapes_dispatch(&mut fast, &req, &mut reply_f);
+        let g = __shapes_dispatch_general(&mut general, &req, &mut reply_g);
+        assert_eq!(f, g, "request {i}: {req:?}");
+        if let Ok(d) = g {
+            assert_eq!(
+                reply_f[..d.reply_len],
+                reply_g[..d.reply_len],
+                "request {i}"
+            );
+        }
+
+        let mut buf = vec![0u8; IPC_BUFFER_SIZE];
+        buf[..req.len()].copy_from_slice(&req);
+        let mut scratch = vec![0u8; IPC_BUFFER_SIZE];
+        let a = shapes_dispatch_in_place(&mut in_place, &mut buf, req.len(), &mut scratch);
+        assert_eq!(a.map(|a| a.dispatched), g, "request {i} in place");
+        if let (Ok(a), Ok(d)) = (a, g) {
+            let out = if a.in_place { &buf } else { &scratch };
+            assert_eq!(
+                out[..d.reply_len],
+                reply_g[..d.reply_len],
+                "request {i} in place"
+            );
+            if a.in_place {
+                answered_in_place += 1;
+                assert!(d.delivered && d.reply_len > 0);
+                let h = MsgHeader::from_bytes(&req).unwrap();
+                assert_eq!(h.descriptors(), 0);
+                assert_eq!(h.reply_disposition(), Disposition::MoveSendOnce as u8);
+            } else {
+                assert_eq!(buf[..req.len()], req[..], "request {i} left in place");
+            }
+        }
+        assert_eq!(fast, general);
+        assert_eq!(in_place, general);
+    }
+    assert!(answered_in_place > 500, "{answered_in_place}");
+    // A request cut short of its header size is the general path's too.
+    let req = request(SHAPES_ADD_ID, &[], &[0; 16]);
+    let mut buf = vec![0u8; IPC_BUFFER_SIZE];
+    buf[..req.len()].copy_from_slice(&req);
+    let mut scratch = vec![0u8; IPC_BUFFER_SIZE];
+    let a = shapes_dispatch_in_place(&mut in_place, &mut buf, req.len() - 1, &mut scratch);
+    assert_eq!(a, Err(Error::BadFormat));
+}

@@ -41,7 +41,7 @@ use crate::rpc::{Service, HANDLED};
 use crate::sys::{mem_map, wait, wake};
 use baton_abi::ipc::NOTIFY_SEND_ONCE;
 use baton_abi::{Error, Sys, FOREVER};
-use baton_idl_rt::{migrated_request, Dispatched, MsgReader, ReplyTo};
+use baton_idl_rt::{migrated_request, Answered, Dispatched, MsgReader, ReplyTo};
 use core::arch::global_asm;
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
@@ -550,8 +550,10 @@ impl<S: Service + Send> Shared<S> {
             &mut *((req.buffer_address() + IPC_BUFFER_SIZE as u64) as *mut [u8; IPC_BUFFER_SIZE])
         };
         let buf = req.bytes();
-        let d = shared.handle_migrated(buf, reply);
+        let a = shared.handle_migrated(buf, reply);
+        let d = a.dispatched;
         match d.reply_len {
+            1.. if a.in_place => {}
             1.. if crate::rpc::copy_reply(buf, reply, d.reply_len) => {}
             // No reply (a one-way message or an undecodable request): the caller learns
             // it as a client of a message-loop server would, from the kernel's
@@ -569,27 +571,36 @@ impl<S: Service + Send> Shared<S> {
         }
     }
 
-    /// Hands the migrated request at the start of `buf` to the service, the reply into
-    /// `reply`; closes the server (and wakes its thread) when the service is done.
-    fn handle_migrated(&self, buf: &mut [u8], reply: &mut [u8]) -> Dispatched {
-        const NOTHING: Dispatched = Dispatched {
-            reply_len: 0,
-            delivered: false,
+    /// Hands the migrated request at the start of `buf` to the service, the reply over
+    /// the request or into `reply` ([`Service::handle_in_place`]); closes the server (and
+    /// wakes its thread) when the service is done.
+    fn handle_migrated(
+        &self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        reply: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Answered {
+        const NOTHING: Answered = Answered {
+            dispatched: Dispatched {
+                reply_len: 0,
+                delivered: false,
+            },
+            in_place: false,
         };
         let Ok(len) = migrated_request(buf) else {
             return NOTHING;
         };
-        let request = buf.get(..len).unwrap_or(&[]);
         let mut service = self.lock();
         if self.is_closed() {
             // The server has stopped serving: refused as by a dead server.
             drop(service);
+            let request = buf.get(..len).unwrap_or(&[]);
             return MsgReader::new(request)
                 .and_then(|r| ReplyTo::of(&r))
                 .and_then(|to| to.reject(reply, Error::DeadName))
+                .map(Answered::in_scratch)
                 .unwrap_or(NOTHING);
         }
-        let d = service.handle(request, reply).unwrap_or(NOTHING);
+        let d = service.handle_in_place(buf, len, reply).unwrap_or(NOTHING);
         let done = service.done();
         if done {
             self.closed.store(true, Ordering::Release);
@@ -636,6 +647,22 @@ impl<S: Service + Send> Service for Queued<S> {
             });
         }
         self.0.lock().handle(request, reply)
+    }
+
+    fn handle_in_place(
+        &mut self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        len: usize,
+        scratch: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Result<Answered, Error> {
+        let wake = MsgHeader::from_bytes(buf).is_some_and(|h| {
+            h.id == WAKE_ID && h.size as usize == HEADER_SIZE && h.bits >> 16 == 0
+        });
+        if wake || self.0.is_closed() {
+            let request = buf.get(..len).unwrap_or(&[]);
+            return self.handle(request, scratch).map(Answered::in_scratch);
+        }
+        self.0.lock().handle_in_place(buf, len, scratch)
     }
 
     fn done(&self) -> bool {

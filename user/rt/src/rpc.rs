@@ -33,7 +33,7 @@ use baton_abi::ipc::{
 };
 use baton_abi::{Error, FOREVER};
 use baton_idl_rt::transport::{message_len, set_reply};
-use baton_idl_rt::{Dispatched, Transport};
+use baton_idl_rt::{Answered, Dispatched, Transport};
 
 use crate::ipc::{cap_drop, cap_info, port_allocate, IpcBuffer};
 
@@ -81,7 +81,10 @@ impl Rpc {
     }
 
     /// Replaces the reply port after a failed call: whatever the old one would still
-    /// receive (a late reply) is destroyed with it.
+    /// receive (a late reply) is destroyed with it. Out of line: the stubs' calls keep
+    /// fewer registers live for a path they seldom take.
+    #[cold]
+    #[inline(never)]
     fn renew_reply_port(&mut self) {
         if self.reply_port != 0 {
             let _ = cap_drop(self.reply_port);
@@ -121,7 +124,9 @@ impl Transport for Rpc {
             self.renew_reply_port();
             return Err(e);
         }
-        message_len(self.ipc.view())
+        // The header's size as it is: the stub checks the reply (`open_reply` refuses a
+        // size beyond the buffer or short of a header, as `message_len` would).
+        Ok(MsgHeader::from_bytes(self.ipc.view()).map_or(0, |h| h.size as usize))
     }
 }
 
@@ -166,6 +171,23 @@ pub trait Service {
     /// `*_dispatch(self, request, reply)`. An `Err` is treated as "nothing delivered, no
     /// reply" (the loop releases the request's rights, and the client gets `DeadName`).
     fn handle(&mut self, request: &[u8], reply: &mut [u8]) -> Result<Dispatched, Error>;
+
+    /// Handles the message received at the start of `buf` (the IPC buffer; `len` bytes,
+    /// within it) as [`Service::handle`] does, but may answer in place: a reply written
+    /// over the request, at the start of `buf` ([`Answered::in_place`]), goes out with no
+    /// copy. The default hands `buf[..len]` to [`Service::handle`] with its reply in
+    /// `scratch`. A service made of a generated dispatch overrides it with
+    /// `*_dispatch_in_place(self, buf, len, scratch)`, whose fast path answers fixed-size
+    /// calls in place (`docs/idl.md`, "Cost").
+    fn handle_in_place(
+        &mut self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        len: usize,
+        scratch: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Result<Answered, Error> {
+        let request = buf.get(..len).unwrap_or(&[]);
+        self.handle(request, scratch).map(Answered::in_scratch)
+    }
 
     /// Whether [`serve`] should return; asked after each message (whose reply is then
     /// sent on its own).
@@ -232,18 +254,13 @@ pub fn serve<S: Service + ?Sized>(
 ) -> Result<(), Error> {
     let mut reply = [0u8; IPC_BUFFER_SIZE];
     // The reply right the reply waiting in the IPC buffer uses up (0: no reply waiting),
-    // and whether it is a send-once right (then the reply cannot block).
+    // and the options and timeout of the next `ipc_msg` (a reply through a send-once right
+    // cannot block, so it goes with the receive's `FOREVER`).
     let mut pending = 0u64;
-    let mut pending_once = false;
+    let mut options = MSG_RECEIVE;
+    let mut timeout = FOREVER;
     loop {
-        let received = if pending == 0 {
-            ipc.msg(MSG_RECEIVE, port, FOREVER)
-        } else if pending_once {
-            ipc.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER)
-        } else {
-            ipc.msg(MSG_SEND | MSG_RECEIVE, port, REPLY_TIMEOUT_NS)
-        };
-        if let Err(e) = received {
+        if let Err(e) = ipc.msg(options, port, timeout) {
             if pending == 0 {
                 return Err(e);
             }
@@ -254,9 +271,13 @@ pub fn serve<S: Service + ?Sized>(
                 let _ = cap_drop(pending);
             }
             pending = 0;
+            options = MSG_RECEIVE;
+            timeout = FOREVER;
             continue;
         }
         pending = 0;
+        options = MSG_RECEIVE;
+        timeout = FOREVER;
         // The header is read once: its size bounds the request, its reply fields say
         // where the reply goes (the dispatch checks them again as it decodes).
         let Some(h) = MsgHeader::from_bytes(ipc.view()) else {
@@ -266,21 +287,38 @@ pub fn serve<S: Service + ?Sized>(
         if !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&len) {
             continue;
         }
-        let request = ipc.view().get(..len).unwrap_or(&[]);
-        let d = service.handle(request, &mut reply).unwrap_or(Dispatched {
-            reply_len: 0,
-            delivered: false,
-        });
-        // A delivered request whose reply goes out leaves nothing to release: skip the
-        // walk over its header and descriptors.
-        if !d.delivered || d.reply_len == 0 {
-            for name in d.leftover_rights(request) {
-                let _ = cap_drop(name);
+        const NOTHING: Answered = Answered {
+            dispatched: Dispatched {
+                reply_len: 0,
+                delivered: false,
+            },
+            in_place: false,
+        };
+        let a = service
+            .handle_in_place(ipc.bytes(), len, &mut reply)
+            .unwrap_or(NOTHING);
+        let d = a.dispatched;
+        let sent = if a.in_place {
+            // Delivered, no rights, a send-once reply right the reply uses up.
+            d.reply_len > 0
+        } else {
+            let request = ipc.view().get(..len).unwrap_or(&[]);
+            // A delivered request whose reply goes out leaves nothing to release: skip
+            // the walk over its header and descriptors.
+            if !d.delivered || d.reply_len == 0 {
+                for name in d.leftover_rights(request) {
+                    let _ = cap_drop(name);
+                }
             }
-        }
-        if d.reply_len > 0 && copy_reply(ipc.bytes(), &reply, d.reply_len) {
+            d.reply_len > 0 && copy_reply(ipc.bytes(), &reply, d.reply_len)
+        };
+        if sent {
             pending = h.reply;
-            pending_once = h.reply_disposition() == Disposition::MoveSendOnce as u8;
+            options = MSG_SEND | MSG_RECEIVE;
+            // An in-place answer always goes through a send-once right.
+            if !a.in_place && h.reply_disposition() != Disposition::MoveSendOnce as u8 {
+                timeout = REPLY_TIMEOUT_NS;
+            }
         }
         if service.done() {
             if pending != 0 && ipc.msg(MSG_SEND, 0, 0).is_err() {
