@@ -39,6 +39,17 @@ const USER_FLAGS: u64 = 0xdd5;
 /// `rflags` bits always set in user mode: the reserved bit 1 and IF.
 const FORCED_FLAGS: u64 = 0x202;
 
+/// The direct entry of a user-mode CPU exception (`arch::trap`'s `trap_exception`: every
+/// vector below 32 but the page fault, the first floating-point use and those with a stack
+/// of their own, which go through `kernel::on_trap` and the `exception` hook): the core's
+/// entry steps, then the exception raised, else the task's end. It does not return.
+#[no_mangle]
+extern "C" fn exception_dispatch() -> ! {
+    let (k, cur, vector, error) = kernel::exception_entry();
+    raise(k, cur, vector, error);
+    kernel::exception_unhandled(k, cur, error)
+}
+
 /// Raises an exception of kind `kind` for the running thread `cur`, whose user registers
 /// are in its thread object. Returns only when there is no usable exception port (the
 /// caller then ends the task); otherwise the thread blocks until the handler's reply.
