@@ -32,7 +32,7 @@ use baton_abi::Error;
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
-use kern::ipc::{Fast, Held, PortId, Wake, KERNEL_SPACE};
+use kern::ipc::{Fast, PortId, Wake};
 
 /// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
 const USER_FLAGS: u64 = 0xdd5;
@@ -382,17 +382,10 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     let Some(names) = k.tasks.by_key(th.task_key).map(|t| &t.names) else {
         return;
     };
-    // Only a send-once right to a port the kernel receives on can reach a faulting thread:
-    // anything else leaves at once, so an RPC reply on the general path pays little here.
-    let to_kernel = names.lookup(header.dest).is_ok_and(|e| {
-        e.kind == Held::SendOnce
-            && k.ipc
-                .port(e.port)
-                .is_some_and(|p| p.receiver == KERNEL_SPACE)
-    });
-    if !to_kernel {
-        return;
-    }
+    // The plan finds the destination, a send-once right (the header's bits): the thread
+    // that waits on it must be the faulting thread whose exception reply port it is
+    // (checked below), a port the kernel receives on; no other lookup is made first (this
+    // path runs only when a hint says a faulting thread is answered).
     let plan = match k.ipc.fast_plan(names, &header, IPC_BUFFER_SIZE, rcv_name) {
         Some(Fast::Transfer(plan)) if !plan.msg.call => plan,
         _ => return,
