@@ -45,8 +45,8 @@ const FORCED_FLAGS: u64 = 0x202;
 /// entry steps, then the exception raised, else the task's end. It does not return.
 #[no_mangle]
 extern "C" fn exception_dispatch() -> ! {
-    let (k, cur, vector, error) = kernel::exception_entry();
-    raise(k, cur, vector, error);
+    let (k, cur, vector, error, task_port) = kernel::exception_entry();
+    raise_with(k, cur, vector, error, task_port);
     kernel::exception_unhandled(k, cur, error)
 }
 
@@ -54,6 +54,16 @@ extern "C" fn exception_dispatch() -> ! {
 /// are in its thread object. Returns only when there is no usable exception port (the
 /// caller then ends the task); otherwise the thread blocks until the handler's reply.
 pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
+    // SAFETY: `cur` is the running thread of this CPU; the reference is dropped at once.
+    let task_key = unsafe { crate::thread::current_mut() }.task_key;
+    let task_port = k.tasks.by_key(task_key).and_then(|t| t.exc_port);
+    raise_with(k, cur, kind, error, task_port);
+}
+
+/// [`raise`], given the thread's task's exception port `task_port` (its `Task::exc_port`),
+/// which the direct entry found already.
+#[inline(always)]
+fn raise_with(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64, task_port: Option<PortId>) {
     // SAFETY: `cur` is the running thread of this CPU (it raises its own exception); the
     // reference is not used after `k`'s thread table is used below.
     let th: &Thread = unsafe { crate::thread::current_mut() };
@@ -65,9 +75,8 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
     // The task's port is looked at only when the thread has none of its own.
-    let (own, task_key, vp) = (th.exc_port, th.task_key, th.vp);
-    let task_port = |k: &Kernel| k.tasks.by_key(task_key).and_then(|t| t.exc_port);
-    let Some(port) = alive(k, own).or_else(|| alive(k, task_port(k))) else {
+    let (own, vp) = (th.exc_port, th.vp);
+    let Some(port) = alive(k, own).or_else(|| alive(k, task_port)) else {
         return;
     };
     let reply = match th.exc_reply {

@@ -1451,7 +1451,7 @@ pub fn on_trap(frame: *mut TrapFrame) {
         // the thread's exception below.
         7 if crate::fpu::first_use(k, gdt::this_cpu()).is_ok() => {}
         v if v < 32 => {
-            exception_allowed(k, task_key);
+            let _ = exception_allowed(k, task_key);
             // A page fault goes to the virtual-memory family first: most are its work
             // (a page not there yet), and the thread resumes; the others carry their
             // fault class on to the exception path.
@@ -1490,10 +1490,13 @@ fn trap_entered(k: &mut Kernel, vector: u64) {
 
 /// A thread of a task already ending (another of its threads faulted first, on another
 /// CPU) takes no exception: it just ends, and the task's end is handled and reported once.
+/// Otherwise returns the task's exception port, found by the same lookup.
 #[inline(always)]
-fn exception_allowed(k: &mut Kernel, task_key: kern::slab::Key) {
-    if k.tasks.by_key(task_key).is_some_and(|t| t.ending.is_some()) {
-        thread::thread_terminate_current(k);
+fn exception_allowed(k: &mut Kernel, task_key: kern::slab::Key) -> Option<kern::ipc::PortId> {
+    match k.tasks.by_key(task_key) {
+        Some(t) if t.ending.is_some() => thread::thread_terminate_current(k),
+        Some(t) => t.exc_port,
+        None => None,
     }
 }
 
@@ -1502,12 +1505,19 @@ fn exception_allowed(k: &mut Kernel, task_key: kern::slab::Key) {
 /// fault, the first floating-point use and those with a stack of their own): takes the
 /// lock and does what [`on_trap`] does before it raises such an exception. Returns the
 /// kernel, the running thread, the vector and the error code when the exception is to be
-/// raised; it does not return when the trap ended a floor call or the thread's task is
-/// ending. The family then raises the exception and, when nothing takes it, calls
+/// raised, and the task's exception port (`Task::exc_port`, found by the test of the
+/// task's end); it does not return when the trap ended a floor call or the thread's task
+/// is ending. The family then raises the exception and, when nothing takes it, calls
 /// [`exception_unhandled`]: the same steps as [`on_trap`]'s, without its dispatch on the
 /// vector or the hook.
 #[inline(always)]
-pub fn exception_entry() -> (&'static mut Kernel, ThreadId, u64, u64) {
+pub fn exception_entry() -> (
+    &'static mut Kernel,
+    ThreadId,
+    u64,
+    u64,
+    Option<kern::ipc::PortId>,
+) {
     lock();
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
@@ -1519,8 +1529,8 @@ pub fn exception_entry() -> (&'static mut Kernel, ThreadId, u64, u64) {
         (th.id, th.task_key, th.frame.vector, th.frame.error)
     };
     trap_entered(k, vector);
-    exception_allowed(k, task_key);
-    (k, cur, vector, error)
+    let task_port = exception_allowed(k, task_key);
+    (k, cur, vector, error, task_port)
 }
 
 /// A user-mode exception (`error`: its error code, with the fault class for a page fault)
