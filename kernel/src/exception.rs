@@ -32,17 +32,38 @@ use baton_abi::Error;
 use baton_abi::FOREVER;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::PhysAddr;
-use kern::ipc::{Fast, Held, PortId, Wake, KERNEL_SPACE};
+use kern::ipc::{Fast, PortId, Wake};
 
 /// `rflags` bits a handler may set: CF, PF, AF, ZF, SF, TF, DF, OF.
 const USER_FLAGS: u64 = 0xdd5;
 /// `rflags` bits always set in user mode: the reserved bit 1 and IF.
 const FORCED_FLAGS: u64 = 0x202;
 
+/// The direct entry of a user-mode CPU exception (`arch::trap`'s `trap_exception`: every
+/// vector below 32 but the page fault, the first floating-point use and those with a stack
+/// of their own, which go through `kernel::on_trap` and the `exception` hook): the core's
+/// entry steps, then the exception raised, else the task's end. It does not return.
+#[no_mangle]
+extern "C" fn exception_dispatch() -> ! {
+    let (k, cur, vector, error, task_port) = kernel::exception_entry();
+    raise_with(k, cur, vector, error, task_port);
+    kernel::exception_unhandled(k, cur, error)
+}
+
 /// Raises an exception of kind `kind` for the running thread `cur`, whose user registers
 /// are in its thread object. Returns only when there is no usable exception port (the
 /// caller then ends the task); otherwise the thread blocks until the handler's reply.
 pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
+    // SAFETY: `cur` is the running thread of this CPU; the reference is dropped at once.
+    let task_key = unsafe { crate::thread::current_mut() }.task_key;
+    let task_port = k.tasks.by_key(task_key).and_then(|t| t.exc_port);
+    raise_with(k, cur, kind, error, task_port);
+}
+
+/// [`raise`], given the thread's task's exception port `task_port` (its `Task::exc_port`),
+/// which the direct entry found already.
+#[inline(always)]
+fn raise_with(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64, task_port: Option<PortId>) {
     // SAFETY: `cur` is the running thread of this CPU (it raises its own exception); the
     // reference is not used after `k`'s thread table is used below.
     let th: &Thread = unsafe { crate::thread::current_mut() };
@@ -54,9 +75,8 @@ pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
     // The task's port is looked at only when the thread has none of its own.
-    let (own, task_key, vp) = (th.exc_port, th.task_key, th.vp);
-    let task_port = |k: &Kernel| k.tasks.by_key(task_key).and_then(|t| t.exc_port);
-    let Some(port) = alive(k, own).or_else(|| alive(k, task_port(k))) else {
+    let (own, vp) = (th.exc_port, th.vp);
+    let Some(port) = alive(k, own).or_else(|| alive(k, task_port)) else {
         return;
     };
     let reply = match th.exc_reply {
@@ -371,17 +391,10 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     let Some(names) = k.tasks.by_key(th.task_key).map(|t| &t.names) else {
         return;
     };
-    // Only a send-once right to a port the kernel receives on can reach a faulting thread:
-    // anything else leaves at once, so an RPC reply on the general path pays little here.
-    let to_kernel = names.lookup(header.dest).is_ok_and(|e| {
-        e.kind == Held::SendOnce
-            && k.ipc
-                .port(e.port)
-                .is_some_and(|p| p.receiver == KERNEL_SPACE)
-    });
-    if !to_kernel {
-        return;
-    }
+    // The plan finds the destination, a send-once right (the header's bits): the thread
+    // that waits on it must be the faulting thread whose exception reply port it is
+    // (checked below), a port the kernel receives on; no other lookup is made first (this
+    // path runs only when a hint says a faulting thread is answered).
     let plan = match k.ipc.fast_plan(names, &header, IPC_BUFFER_SIZE, rcv_name) {
         Some(Fast::Transfer(plan)) if !plan.msg.call => plan,
         _ => return,

@@ -1425,17 +1425,7 @@ pub fn on_trap(frame: *mut TrapFrame) {
         // SAFETY: `frame` is the stub's, on its own stack, distinct from the thread's.
         *th.frame = unsafe { *frame };
     }
-    if crate::trace::ON.load(Ordering::Relaxed) {
-        crate::trace::entry(k, crate::trace::Kind::Trap, vector);
-    }
-    if gdt::in_floor_call() {
-        // The entry ends a floor call in progress; a fault in the partner's code ends
-        // it and nothing more.
-        (family::hooks().floor_interrupted)(k, gdt::this_cpu());
-        if vector < 32 {
-            finish_entry(k, false, None);
-        }
-    }
+    trap_entered(k, vector);
     match vector {
         TIMER_VECTOR => {
             apic::eoi();
@@ -1461,12 +1451,7 @@ pub fn on_trap(frame: *mut TrapFrame) {
         // the thread's exception below.
         7 if crate::fpu::first_use(k, gdt::this_cpu()).is_ok() => {}
         v if v < 32 => {
-            // A thread of a task already ending (another of its threads faulted first, on
-            // another CPU) just ends: the task's end is handled and reported once.
-            let ending = k.tasks.by_key(task_key).is_some_and(|t| t.ending.is_some());
-            if ending {
-                thread::thread_terminate_current(k);
-            }
+            let _ = exception_allowed(k, task_key);
             // A page fault goes to the virtual-memory family first: most are its work
             // (a page not there yet), and the thread resumes; the others carry their
             // fault class on to the exception path.
@@ -1480,17 +1465,84 @@ pub fn on_trap(frame: *mut TrapFrame) {
                 }
             }
             (family::hooks().exception)(k, cur, v, error);
-            if let Some(frame) = k.threads.get(cur).map(|th| *th.frame) {
-                k.report_exception(&frame, error);
-            }
-            if let Some(task) = k.current_task() {
-                k.end_task(task, Ending::Killed);
-            }
-            thread::thread_terminate_current(k);
+            exception_unhandled(k, cur, error)
         }
         _ => {}
     }
     finish_entry(k, TIMER_VECTOR == vector, None)
+}
+
+/// What every trap from user mode does first, the lock held: the timeline trace's entry
+/// record, and the end of a floor call in progress (a fault in the partner's code ends it
+/// and nothing more: the thread resumes).
+#[inline(always)]
+fn trap_entered(k: &mut Kernel, vector: u64) {
+    if crate::trace::ON.load(Ordering::Relaxed) {
+        crate::trace::entry(k, crate::trace::Kind::Trap, vector);
+    }
+    if gdt::in_floor_call() {
+        (family::hooks().floor_interrupted)(k, gdt::this_cpu());
+        if vector < 32 {
+            finish_entry(k, false, None);
+        }
+    }
+}
+
+/// A thread of a task already ending (another of its threads faulted first, on another
+/// CPU) takes no exception: it just ends, and the task's end is handled and reported once.
+/// Otherwise returns the task's exception port, found by the same lookup.
+#[inline(always)]
+fn exception_allowed(k: &mut Kernel, task_key: kern::slab::Key) -> Option<kern::ipc::PortId> {
+    match k.tasks.by_key(task_key) {
+        Some(t) if t.ending.is_some() => thread::thread_terminate_current(k),
+        Some(t) => t.exc_port,
+        None => None,
+    }
+}
+
+/// The core's half of the direct entry of the user-mode exceptions that go straight to the
+/// exception family (`arch::trap`'s `trap_exception`: every vector below 32 but the page
+/// fault, the first floating-point use and those with a stack of their own): takes the
+/// lock and does what [`on_trap`] does before it raises such an exception. Returns the
+/// kernel, the running thread, the vector and the error code when the exception is to be
+/// raised, and the task's exception port (`Task::exc_port`, found by the test of the
+/// task's end); it does not return when the trap ended a floor call or the thread's task
+/// is ending. The family then raises the exception and, when nothing takes it, calls
+/// [`exception_unhandled`]: the same steps as [`on_trap`]'s, without its dispatch on the
+/// vector or the hook.
+#[inline(always)]
+pub fn exception_entry() -> (
+    &'static mut Kernel,
+    ThreadId,
+    u64,
+    u64,
+    Option<kern::ipc::PortId>,
+) {
+    lock();
+    // SAFETY: the lock is held.
+    let k = unsafe { kernel() };
+    let (cur, task_key, vector, error) = {
+        // SAFETY: the trap came from user mode (the entry checked `cs`), so this CPU runs
+        // a user thread, whose frame the entry has just completed; the reference is
+        // dropped before `k` is used.
+        let th = unsafe { thread::current_mut() };
+        (th.id, th.task_key, th.frame.vector, th.frame.error)
+    };
+    trap_entered(k, vector);
+    let task_port = exception_allowed(k, task_key);
+    (k, cur, vector, error, task_port)
+}
+
+/// A user-mode exception (`error`: its error code, with the fault class for a page fault)
+/// of the running thread `cur` that no handler took: the task ends with a report.
+pub fn exception_unhandled(k: &mut Kernel, cur: ThreadId, error: u64) -> ! {
+    if let Some(frame) = k.threads.get(cur).map(|th| *th.frame) {
+        k.report_exception(&frame, error);
+    }
+    if let Some(task) = k.current_task() {
+        k.end_task(task, Ending::Killed);
+    }
+    thread::thread_terminate_current(k)
 }
 
 /// Whether a thread of priority `prio`, running on this CPU, is to give way now (a ready

@@ -234,7 +234,15 @@ trap_stubs:
     pushq $0
     .endif
     pushq $vec
+    // The exceptions a user thread's handler takes go straight to the exception family
+    // (`trap_exception`); the first floating-point use (7), the page fault (14, whose
+    // entry is `floor_page_fault`), the vectors with a stack of their own (2, 8, 18) and
+    // every interrupt take the common way.
+    .if (vec < 32) && (vec != 2) && (vec != 7) && (vec != 8) && (vec != 14) && (vec != 18)
+    jmp trap_exception
+    .else
     jmp trap_common
+    .endif
     .set vec, vec + 1
     .endr
 
@@ -278,6 +286,18 @@ trap_common:
     callq trap_dispatch
     movq %gs:24, %rsp
     jmp trap_exit
+
+    // A user thread's exception, from user mode: the frame completed in place as above,
+    // then `exception_dispatch` (the exception family), which does not return: it leaves
+    // to user mode itself, or ends the thread. From kernel mode, the common way.
+trap_exception:
+    testb $3, 24(%rsp)
+    jz trap_kernel
+    swapgs
+    PUSH_GPRS
+    movq %gs:0, %rsp
+    cld
+    callq exception_dispatch
 
     // From kernel mode: the frame is on the kernel stack, and so is the way back.
 trap_kernel:
@@ -737,6 +757,7 @@ pub fn resume_current() -> ! {
 // The assembly above calls up into the kernel through these symbols, each defined (with
 // `#[no_mangle]`) by the layer it belongs to, so that this layer imports nothing above it:
 // `trap_dispatch` (every interrupt and exception: the core, `kernel.rs`),
+// `exception_dispatch` (the user-mode exceptions a handler takes: `exception.rs`),
 // `syscall_dispatch`, `ipc_fast_dispatch` and `act_return_dispatch` (system-call decode,
 // `syscall.rs`), and `floor_dispatch` (the floor calls, `floor.rs`).
 

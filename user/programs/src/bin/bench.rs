@@ -1019,17 +1019,14 @@ fn exception_handler(_arg: u64) {
     if let Ok(mut buf) = IpcBuffer::new() {
         let mut r = buf.msg(MSG_RECEIVE, port, FOREVER);
         while r.is_ok() {
-            let reply = match exception::info(&buf) {
-                Some(e) if e.kind == 6 => {
-                    let mut regs = e.regs;
-                    regs.rip += 2;
-                    exception::ExcReply::Set(regs)
-                }
-                Some(e) if e.kind == 14 => vm_fault_reply(e.addr),
-                _ => exception::ExcReply::Kill,
-            };
-            r = exception::set_reply(&mut buf, reply)
-                .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
+            // The exception is read and answered in place (`baton_rt::exception::head`
+            // and `set_reply_regs`), as a handler that only moves `rip` would.
+            r = match exception::head(&buf) {
+                Some(e) if e.kind == 6 => exception::set_reply_regs(&mut buf, |regs| regs.rip += 2),
+                Some(e) if e.kind == 14 => exception::set_reply(&mut buf, vm_fault_reply(e.addr)),
+                _ => exception::set_reply(&mut buf, exception::ExcReply::Kill),
+            }
+            .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
         }
     }
     PARTNER_DONE.increment();
