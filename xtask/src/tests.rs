@@ -2453,6 +2453,28 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp1",
+        init: &["sting_fp"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp2",
+        init: &["sting_fp"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
+        ..BASE
+    },
+    IntegrationTest {
         // Sting's exceptions as continuations: CPU faults of user-level threads (divide
         // error, breakpoint, bad access, invalid opcode) delivered to the faulting thread's
         // handler, which resumes, unwinds or ends it while the task goes on.
