@@ -643,6 +643,8 @@ pub fn hand_off(vps: usize) -> Outcome {
                 park();
             }
         }
+        // The peer is parked in its last hand-off.
+        peer_any.unpark();
         peer.wait();
         ensure!(peer.value() == Ok(&Ok(())), "the peer failed");
         // 3. Another processor's parked thread, and a thread that is not parked.
