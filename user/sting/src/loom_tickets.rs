@@ -432,7 +432,11 @@ fn two_wakers_queue_once() {
 /// running when it is parked there (the caller switches to it: a run), else `unpark`
 /// onto `own`.
 fn hand_off(t: &Thread, own: &ReadyQueue) {
-    if word::update(&t.word, |w| w.take_parked(0)).is_ok() {
+    if let Ok(old) = word::update(&t.word, |w| w.take_parked(0)) {
+        assert!(
+            !old.suspended() && !old.pinned(),
+            "a suspended or pinned thread was taken: {old:?}"
+        );
         ran(t, 0);
     } else {
         unpark(t, own);
