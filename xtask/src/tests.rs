@@ -2476,6 +2476,17 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp4",
+        init: &["sting_fp"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
+        ..BASE
+    },
+    IntegrationTest {
         // Sting's exceptions as continuations: CPU faults of user-level threads (divide
         // error, breakpoint, bad access, invalid opcode) delivered to the faulting thread's
         // handler, which resumes, unwinds or ends it while the task goes on.
