@@ -787,6 +787,7 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: ports: ",
     "sting#1| ok: areas: ",
     "sting#1| ok: foreign_unpark: 4 threads woken from another kernel thread",
+    "sting#1| ok: hand_off: woken ahead of the queue",
     "sting#1| ok: primes: ",
     "sting#1| ok: mst: ",
     "sting#1| ok: alphabeta: ",
@@ -2450,6 +2451,39 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 4,
         timeout: Duration::from_secs(240),
         require: &["strand#1| TEST PASS strand"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp1",
+        init: &["sting_fp"],
+        smp: 1,
+        timeout: Duration::from_secs(180),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp2",
+        init: &["sting_fp"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
+        ..BASE
+    },
+    IntegrationTest {
+        // Sting: floating-point and vector isolation between user-level threads of one
+        // virtual processor under Checkpoint preemption (XMM, x87 and control registers
+        // each thread's own through every preemption, the preemptions counted).
+        name: "sting_fp_smp4",
+        init: &["sting_fp"],
+        smp: 4,
+        timeout: Duration::from_secs(240),
+        require: &["sting_fp#1| TEST PASS sting_fp"],
         ..BASE
     },
     IntegrationTest {

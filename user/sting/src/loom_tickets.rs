@@ -427,3 +427,75 @@ fn two_wakers_queue_once() {
         );
     });
 }
+
+/// `rt::hand_off`'s wake-up of `t` by processor 0, where the caller runs: straight to
+/// running when it is parked there (the caller switches to it: a run), else `unpark`
+/// onto `own`.
+fn hand_off(t: &Thread, own: &ReadyQueue) {
+    if let Ok(old) = word::update(&t.word, |w| w.take_parked(0)) {
+        assert!(
+            !old.suspended() && !old.pinned(),
+            "a suspended or pinned thread was taken: {old:?}"
+        );
+        ran(t, 0);
+    } else {
+        unpark(t, own);
+    }
+}
+
+/// A parked thread is handed the processor directly while another waker unparks it onto
+/// a second processor's queue and a controller suspends and resumes it: it runs exactly
+/// once (taken by the hand-off or claimed from one entry), the other wake-up is kept for
+/// its next park, and a suspended thread is never taken.
+#[test]
+fn hand_off_races_a_waker_and_a_suspension() {
+    model(|| {
+        let t = thread_in(State::Blocked);
+        let (q0, q1): (ReadyQueue, ReadyQueue) = Default::default();
+        let waker = {
+            let (t, q1) = (t.clone(), q1.clone());
+            thread::spawn(move || unpark(&t, &q1))
+        };
+        let controller = {
+            let (t, q1) = (t.clone(), q1.clone());
+            thread::spawn(move || {
+                suspend(&t);
+                resume(&t, &q1);
+            })
+        };
+        hand_off(&t, &q0);
+        waker.join().unwrap();
+        controller.join().unwrap();
+        drain(&t, &[&q0, &q1]);
+        let w = word_of(&t);
+        assert_eq!(runs(&t).0, 1, "run once for two wake-ups: {w:?}");
+        assert_eq!(w.state(), State::Running, "{w:?}");
+        assert!(!w.queued() && !w.suspended(), "{w:?}");
+        assert!(
+            w.token(),
+            "the second wake-up is kept for the next park: {w:?}"
+        );
+    });
+}
+
+/// A thread parks while another hands it the processor: the hand-off either finds it
+/// parked and runs it, or leaves the wake-up that makes its park return; never both,
+/// never neither.
+#[test]
+fn hand_off_to_a_thread_parking() {
+    model(|| {
+        let t = thread_in(State::Running);
+        let q: ReadyQueue = Default::default();
+        let giver = {
+            let (t, q) = (t.clone(), q.clone());
+            thread::spawn(move || hand_off(&t, &q))
+        };
+        let blocked = park(&t);
+        giver.join().unwrap();
+        drain(&t, &[&q]);
+        let w = word_of(&t);
+        assert!(!w.token(), "the wake-up is consumed: {w:?}");
+        assert_eq!(w.state(), State::Running, "{w:?}");
+        assert_eq!(runs(&t).0, u32::from(blocked), "{w:?}");
+    });
+}

@@ -2092,6 +2092,38 @@ pub fn park() {
     unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
 }
 
+/// Wakes `t` and parks the calling thread, as [`unpark`] of `t` followed by [`park`] does,
+/// but when `t` is parked on the caller's own virtual processor switches straight to it:
+/// one compare-and-swap makes it running here, with no ready-queue entry, no policy
+/// decision and no reference taken (the synchronous switch to a named thread). Otherwise
+/// (`t` ready, running, suspended, pinned by a signal, or parked on another processor)
+/// it is exactly `unpark` then `park`. A thread whose kernel call has completed waits
+/// for the processor's next ordinary scheduling decision rather than being run first.
+pub fn hand_off(t: &ThreadRef) {
+    let (vp, tcb) = here();
+    let target = t.core();
+    if word::update(&target.word, |w| w.take_parked(vp.id)).is_err() {
+        unpark(t);
+        park();
+        return;
+    }
+    // `t` is ours to run: running on this processor, with no live entry, so no claim
+    // elsewhere can take it. Now the caller parks.
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    if core.apply(Word::park).token() {
+        // A wake-up was pending, so the caller goes on, and `t` gets the entry that
+        // `unpark` would have given it.
+        let ticket = target.apply(Word::yielded).yielded().ticket();
+        vp.push_own(t.clone(), ticket);
+        return;
+    }
+    let next = Some(Next::Resume(target.tcb.load(Relaxed)));
+    // SAFETY: our TCB; the thread is now blocked, so it is safe to leave it; `t` was
+    // claimed for this processor by the compare-and-swap above.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, next) };
+}
+
 /// Wakes `t` if it is parked, else leaves it a wake-up for its next park. From any thread
 /// of the program: a sting thread, or another kernel thread (an exception handler, a
 /// server's thread), which cannot use the owner's queue and so always queues `t` on the

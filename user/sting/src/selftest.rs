@@ -44,6 +44,7 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("exceptions", exceptions),
     ("signals", signals),
     ("foreign_unpark", foreign_unpark),
+    ("hand_off", hand_off),
     ("primes", primes),
     ("mst", mst),
     ("alphabeta", alphabeta),
@@ -575,6 +576,111 @@ pub fn foreign_unpark(vps: usize) -> Outcome {
     Ok(format!(
         "{woken} threads woken from another kernel thread (FIFO and work-stealing processors; parked, and not yet parked)"
     ))
+}
+
+/// `hand_off`: a thread parked on the caller's processor runs next, ahead of a thread
+/// already on the ready queue (no trip through the queue; FIFO would run the queued one
+/// first), and the caller stays parked until woken; two threads handing off to each other
+/// alternate strictly; a hand-off to a thread parked on another processor, or to one not
+/// parked, is an ordinary wake-up.
+pub fn hand_off(vps: usize) -> Outcome {
+    const ROUNDS: u32 = 1_000;
+    run(Config::new(vps, Kind::Fifo), move || -> Outcome {
+        // 1. Ahead of the queue.
+        let order = Arc::new(AtomicU32::new(0));
+        let go = Arc::new(AtomicBool::new(false));
+        let me = current();
+        let (o, g) = (order.clone(), go.clone());
+        let parked = fork_on(0, move || {
+            while !g.load(SeqCst) {
+                park();
+            }
+            let at = o.fetch_add(1, SeqCst);
+            me.unpark();
+            at
+        });
+        while parked.detail().0 != State::Blocked {
+            yield_now();
+        }
+        let o = order.clone();
+        let queued = fork_on(0, move || o.fetch_add(1, SeqCst));
+        go.store(true, SeqCst);
+        parked.any().hand_off();
+        parked.wait();
+        queued.wait();
+        let (p, q) = (*parked.value().unwrap_or(&9), *queued.value().unwrap_or(&9));
+        ensure!(
+            p == 0 && q == 1,
+            "the parked thread ran at {p}, the queued one at {q}: the hand-off went through the queue"
+        );
+        // 2. Two threads handing off to each other alternate strictly.
+        let turn = Arc::new(AtomicU32::new(0));
+        let me = current();
+        let t = turn.clone();
+        let peer = fork_on(0, move || -> Result<(), String> {
+            for i in 0..ROUNDS {
+                while t.load(SeqCst) != 2 * i + 1 {
+                    park();
+                }
+                t.store(2 * i + 2, SeqCst);
+                me.hand_off();
+            }
+            Ok(())
+        });
+        let peer_any = peer.any();
+        while peer.detail().0 != State::Blocked {
+            yield_now();
+        }
+        for i in 0..ROUNDS {
+            ensure!(
+                turn.load(SeqCst) == 2 * i,
+                "round {i}: the turn is {} (the peer ran out of turn)",
+                turn.load(SeqCst)
+            );
+            turn.store(2 * i + 1, SeqCst);
+            peer_any.hand_off();
+            while turn.load(SeqCst) != 2 * i + 2 {
+                park();
+            }
+        }
+        // The peer is parked in its last hand-off.
+        peer_any.unpark();
+        peer.wait();
+        ensure!(peer.value() == Ok(&Ok(())), "the peer failed");
+        // 3. Another processor's parked thread, and a thread that is not parked.
+        let far = vps - 1;
+        let (g, me) = (Arc::new(AtomicBool::new(false)), current());
+        let g2 = g.clone();
+        let remote = fork_on(far, move || {
+            while !g2.load(SeqCst) {
+                park();
+            }
+            me.unpark();
+            current_vp()
+        });
+        while remote.detail().0 != State::Blocked {
+            yield_now();
+        }
+        g.store(true, SeqCst);
+        remote.any().hand_off();
+        ensure!(
+            remote.value() == Ok(&far),
+            "the thread parked on processor {far} ran there"
+        );
+        let busy = fork_on(0, || 5u32);
+        let me = current();
+        let b = busy.any();
+        // `busy` is queued, not parked: an ordinary wake-up (kept for a park it never
+        // makes), and the caller parks until the helper below wakes it.
+        let waker = fork_on(0, move || me.unpark());
+        b.hand_off();
+        ensure!(busy.value() == Ok(&5), "the queued thread ran");
+        waker.wait();
+        Ok(format!(
+            "woken ahead of the queue; {ROUNDS} alternations; across processors and to a thread not parked"
+        ))
+    })
+    .0
 }
 
 /// Touching a delayed thread runs it on the toucher's stack without a switch; touching a

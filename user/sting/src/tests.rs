@@ -46,6 +46,7 @@ scenarios!(
     exceptions,
     signals,
     foreign_unpark,
+    hand_off,
     primes,
     mst,
     alphabeta,

@@ -220,6 +220,14 @@ impl AnyThread {
         rt::unpark(&self.0);
     }
 
+    /// Wakes the thread and parks the calling thread (a sting thread) in one step: when
+    /// the thread is parked on the caller's virtual processor, the caller switches
+    /// straight to it, with no trip through the ready queue or the policy manager;
+    /// otherwise it is [`unpark`](Self::unpark) followed by [`park`](crate::park).
+    pub fn hand_off(&self) {
+        rt::hand_off(&self.0);
+    }
+
     /// Signals the thread (the Sting paper's Figure 2): `handler` is pushed onto it and
     /// runs in its context before it next runs its own code — at once if it is the calling
     /// thread; as the first thing it does when resumed or started if it is ready, blocked

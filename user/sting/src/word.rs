@@ -323,6 +323,20 @@ impl Word {
         Ok((w, false))
     }
 
+    /// A thread hands its processor `vp` straight to this one (`rt::hand_off`, the
+    /// synchronous switch to a named thread): a thread parked on `vp`, with no entry, not
+    /// suspended and not pinned, becomes running there without going through a queue;
+    /// `Err` for any other (the caller wakes it the ordinary way, with `unpark`).
+    #[inline]
+    pub fn take_parked(self, vp: usize) -> Result<Word, Refused> {
+        if self.0 & (STATE | QUEUED | SUSPENDED | PINNED) == encode(State::Blocked)
+            && self.vp() == vp
+        {
+            return Ok(self.with_state(State::Running));
+        }
+        Err(Refused)
+    }
+
     /// A signal switches at once to a thread ready on the signaller's processor `vp`
     /// (`rt::switch_to_target`): running, its entry stale; `Err` if it is not so.
     #[inline]
@@ -523,6 +537,27 @@ mod tests {
         assert!(q.with_pinned(true).take_ready(1).is_err());
         let t = q.take_ready(1).unwrap();
         assert!(t.state() == State::Running && !t.queued());
+        // A hand-off takes only a thread parked on its processor, with no entry, not
+        // suspended and not pinned; the rest of the word is kept.
+        let parked = Word::new(State::Running, 2).park();
+        assert!(parked.take_parked(1).is_err(), "another processor's");
+        assert!(parked.with_suspended(true).take_parked(2).is_err());
+        assert!(parked.with_pinned(true).take_parked(2).is_err());
+        assert!(
+            parked.unpark().take_parked(2).is_err(),
+            "woken: ready and queued"
+        );
+        for s in [
+            State::Ready,
+            State::Running,
+            State::Scheduled,
+            State::Delayed,
+        ] {
+            assert!(Word::new(s, 2).take_parked(2).is_err(), "{s:?}");
+        }
+        let taken = parked.take_parked(2).unwrap();
+        assert!(taken.state() == State::Running && !taken.queued() && taken.vp() == 2);
+        assert_eq!(taken.ticket(), parked.ticket());
     }
 
     /// Every transition gives the state the paper's table (`State::on`) gives.
@@ -558,6 +593,11 @@ mod tests {
             assert_eq!(w(s).absorb(0).unwrap().state(), on(s, E::Absorb));
             assert_eq!(w(s).finish(End::Terminated).state(), on(s, E::Terminate));
         }
+        // A hand-off is the wake-up and the dispatch in one step.
+        assert_eq!(
+            w(State::Blocked).take_parked(0).unwrap().state(),
+            on(on(State::Blocked, E::Unblock), E::Dispatch)
+        );
         assert!(w(State::Ready).take_ready(0).is_err(), "not queued");
         assert_eq!(
             ready.take_ready(0).unwrap().state(),

@@ -1244,8 +1244,10 @@ fn sting_benchmarks() -> Result<(), Failed> {
         }
         b.wait();
     })?;
-    // Block and resume: A wakes B (parked) and blocks; B resumes. From A's timestamp
-    // before its unpark to B's after its park returned.
+    // Block and resume: A wakes B (parked) and blocks, in one step (`hand_off`: B is
+    // parked on A's processor, so A switches straight to it, with no trip through the
+    // ready queue); B resumes. From A's timestamp before its hand-off to B's after its
+    // park returned.
     sting_row("sting.block_resume", || {
         let a = sting::current();
         let b = sting::fork(move || {
@@ -1263,8 +1265,7 @@ fn sting_benchmarks() -> Result<(), Failed> {
         for w in 0..TOTAL {
             SEQ.store(w as u32, Ordering::Relaxed);
             STAMP.store(rdtsc_ordered(), Ordering::Relaxed);
-            b_any.unpark();
-            sting::park();
+            b_any.hand_off();
         }
         b.wait();
     })?;
