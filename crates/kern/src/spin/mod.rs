@@ -20,9 +20,12 @@
 pub mod domain;
 pub mod event;
 pub mod reclaim;
+pub mod tier;
 pub mod translation;
 
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;
