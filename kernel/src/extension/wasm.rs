@@ -57,7 +57,7 @@ pub fn charge_bytes(len: usize) -> usize {
 /// operations ([`tier::ops_bound`]), export names and import table (each at most the
 /// module's size).
 fn tier_bytes(len: usize) -> usize {
-    tier::ops_bound(len) * core::mem::size_of::<tier::Op>() + len * 2
+    tier::ops_bound(len) * core::mem::size_of::<tier::Op>() + len * 4
 }
 
 /// Handler invocations the register-form tier ran, and `wasmi` ran (`spin_tier`).
@@ -389,7 +389,8 @@ pub fn closure(
 fn fast_index(ext: &Ext, symbol: &Symbol, kind: Kind) -> Option<usize> {
     let fast = ext.fast.as_deref()?;
     let m = &fast.module;
-    let func = *m.exports.get(usize::try_from(symbol.target).ok()?)?;
+    // By name: `wasmi` lists a module's exports in an order of its own.
+    let func = m.export_named(symbol.name.as_bytes())?;
     let f = m.func(func)?;
     let params = match kind {
         Kind::Syscall => 4,

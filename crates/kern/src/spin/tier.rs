@@ -278,6 +278,10 @@ pub struct Module {
     /// Each export's function index (`u32::MAX` for exports that are not functions), in
     /// the order of the export section.
     pub exports: Vec<u32>,
+    /// Each export's name: its bytes' range in `names`.
+    pub export_names: Vec<(u32, u32)>,
+    /// The export names' bytes.
+    pub names: Vec<u8>,
 }
 
 /// Why a module could not be translated at all (a function outside the subset is not an
@@ -368,6 +372,12 @@ impl Module {
                             u32::MAX
                         };
                         push(&mut m.exports, f)?;
+                        let at = m.names.len();
+                        m.names
+                            .try_reserve(e.name.len())
+                            .map_err(|_| Error::NoMemory)?;
+                        m.names.extend_from_slice(e.name.as_bytes());
+                        push(&mut m.export_names, (at as u32, e.name.len() as u32))?;
                     }
                 }
                 Payload::CodeSectionEntry(body) => {
@@ -406,6 +416,16 @@ impl Module {
     /// names, if it was translated.
     pub fn export(&self, export: usize) -> Option<&Func> {
         self.func(*self.exports.get(export)?)
+    }
+
+    /// The index of the function exported as `name`.
+    pub fn export_named(&self, name: &[u8]) -> Option<u32> {
+        let i = self.export_names.iter().position(|&(at, len)| {
+            self.names
+                .get(at as usize..(at as usize).saturating_add(len as usize))
+                == Some(name)
+        })?;
+        self.exports.get(i).copied().filter(|&f| f != u32::MAX)
     }
 }
 

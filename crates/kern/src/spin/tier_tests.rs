@@ -470,6 +470,10 @@ fn outside_the_subset_is_left_out() {
         assert!(t.funcs[i].is_none(), "function {i} translated");
     }
     assert!(t.funcs[4].is_some());
+    // Exports by name: `f4` is function 2 + 4 (two imports first); `memory` is no function.
+    assert_eq!(t.export_named(b"f4"), Some(6));
+    assert_eq!(t.export_named(b"memory"), None);
+    assert_eq!(t.export_named(b"f9"), None);
     assert_eq!(same(&m, 4, &[4, 0], 1000).0, Out::Value(Some(4)));
     // wasmi runs them (the deep stack one too) or traps (recursion, out of stack).
     assert_eq!(by_wasmi(&m, 2, &[1, 0], 1000).0, Out::Value(Some(40)));
