@@ -120,6 +120,8 @@ struct Ext {
 /// A module's register-form tier.
 struct Fast {
     module: tier::Module,
+    /// The registers its functions run in (taken out of the list with them).
+    frame: tier::Regs,
     /// The task that instantiated it: the task of an invocation that names none (a
     /// `Test.Raise` handler's).
     task: u64,
@@ -220,6 +222,7 @@ pub fn create(
         Ok(m) => Some(
             kern::fallible::try_box(Fast {
                 module: m,
+                frame: [0; tier::REGS],
                 task,
                 hosts: Vec::new(),
             })
@@ -755,14 +758,14 @@ fn run_fast(
     fuel: u64,
     args: &[u64],
 ) -> Option<Result<u64, tier::Trap>> {
-    let (fast, domain, memory) = {
+    let (mut fast, domain, memory) = {
         // SAFETY: under the lock (every raise is); this reference ends in this block.
         let e = unsafe { exts() };
         let ext = e.list.get_mut(slot)?.as_mut()?;
         (ext.fast.take()?, ext.domain, ext.memory)
     };
     count(0);
-    let r = run_taken(&fast, slot, domain, memory, index, task, k, fuel, args);
+    let r = run_taken(&mut fast, slot, domain, memory, index, task, k, fuel, args);
     // SAFETY: as above; the invocation has ended.
     let e = unsafe { exts() };
     if let Some(x) = e
@@ -778,7 +781,7 @@ fn run_fast(
 
 #[allow(clippy::too_many_arguments)]
 fn run_taken(
-    fast: &Fast,
+    fast: &mut Fast,
     slot: usize,
     domain: DomainId,
     memory: Option<wasmi::Memory>,
@@ -788,28 +791,37 @@ fn run_taken(
     fuel: u64,
     args: &[u64],
 ) -> Option<Result<u64, tier::Trap>> {
-    let f = fast
-        .module
-        .funcs
-        .get(usize::try_from(index).ok()?)?
-        .as_ref()?;
+    let Fast {
+        module,
+        frame,
+        task: owner,
+        hosts,
+    } = fast;
+    let f = module.funcs.get(usize::try_from(index).ok()?)?.as_ref()?;
     let mut host = FastHost {
         k,
-        task: task.unwrap_or(fast.task),
-        hosts: &fast.hosts,
+        task: task.unwrap_or(*owner),
+        hosts,
     };
     let mut fuel = fuel;
     let r = if f.memory {
         let mut st = take_store(slot, domain)?;
         let (store, _) = &mut *st;
         let r = match memory {
-            Some(m) => tier::run(f, args, m.data_mut(&mut *store), &mut fuel, &mut host),
+            Some(m) => tier::run(
+                f,
+                frame,
+                args,
+                m.data_mut(&mut *store),
+                &mut fuel,
+                &mut host,
+            ),
             None => Err(tier::Trap::OutOfBounds),
         };
         put_store(slot, domain, st);
         r
     } else {
-        tier::run(f, args, &mut [], &mut fuel, &mut host)
+        tier::run(f, frame, args, &mut [], &mut fuel, &mut host)
     };
     Some(r.map(|v| v.unwrap_or(0)))
 }

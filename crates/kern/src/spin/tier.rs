@@ -1277,19 +1277,29 @@ fn load(op: Load, mem: &[u8], a: u64, off: u32) -> Result<u64, Trap> {
     })
 }
 
-/// Runs `f` with `args` (`i32` arguments zero-extended) over linear memory `mem`, taking
-/// its fuel from `fuel` (what is left stays there): its result (`None` for a function
-/// without one), or the trap that ended it.
+/// A function's registers. What a frame held before an invocation does not matter: the
+/// parameters and locals are set on entry, and every stack slot is written before it is
+/// read (WebAssembly's validation), so one frame serves every invocation.
+pub type Regs = [u64; REGS];
+
+/// Runs `f` in frame `r` with `args` (`i32` arguments zero-extended) over linear memory
+/// `mem`, taking its fuel from `fuel` (what is left stays there): its result (`None` for
+/// a function without one), or the trap that ended it.
 pub fn run<H: Host>(
     f: &Func,
+    r: &mut Regs,
     args: &[u64],
     mem: &mut [u8],
     fuel: &mut u64,
     host: &mut H,
 ) -> Result<Option<u64>, Trap> {
-    let mut r = [0u64; REGS];
-    for (d, a) in r.iter_mut().zip(args.iter().take(f.params as usize)) {
+    let p = f.params as usize;
+    for (d, a) in r.iter_mut().zip(args.iter().take(p)) {
         *d = *a;
+    }
+    // Only the declared locals are zeroed (the frame is not: its stack slots need not be).
+    for d in r.iter_mut().skip(p).take(f.locals as usize) {
+        *d = 0;
     }
     macro_rules! g {
         ($x:expr) => {

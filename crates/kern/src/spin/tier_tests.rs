@@ -224,7 +224,9 @@ fn by_tier(bytes: &[u8], func: usize, args: &[u64], fuel: u64) -> Option<(Out, u
             }
         })
         .collect();
-    let out = match tier::run(f, &args, &mut mem, &mut left, &mut host) {
+    // A frame left dirty, as by an earlier invocation.
+    let mut frame = [0xdead_beef_u64; tier::REGS];
+    let out = match tier::run(f, &mut frame, &args, &mut mem, &mut left, &mut host) {
         Ok(v) => Out::Value(v),
         Err(Trap::OutOfFuel) => Out::NoFuel,
         Err(_) => Out::Trap,
