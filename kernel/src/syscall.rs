@@ -642,7 +642,8 @@ impl Kernel {
             | Sys::SpinRemove
             | Sys::SpinRelease
             | Sys::SpinRaise
-            | Sys::SpinAsync => crate::extension::sys(self, id, call, args),
+            | Sys::SpinAsync
+            | Sys::SpinTier => crate::extension::sys(self, id, call, args),
             Sys::SpinvmQuery | Sys::SpinvmMark => {
                 crate::extension::translation::sys(self, id, call, args)
             }

@@ -556,6 +556,11 @@ pub enum Sys {
     /// limit. Needs the host-privilege right. [`Error::NoSpace`] when
     /// [`paging::EXEMPT_MAX`] live tasks are exempt already.
     PagingExempt = 230,
+    /// `spin_tier(which) -> count`: how many WebAssembly handler invocations, since boot,
+    /// the register-form tier ran ([`spin::TIER_FAST`]) and how many `wasmi` ran
+    /// ([`spin::TIER_WASMI`]) (`docs/extensions.md`, "The register-form tier").
+    /// [`Error::InvalidArgument`] for another `which`.
+    SpinTier = 290,
 }
 
 /// Task creation ([`Sys::TaskCreate`] and the calls after it).
@@ -910,6 +915,7 @@ impl Sys {
             240 => Sys::PagerLock,
             250 => Sys::SpinReclaim,
             230 => Sys::PagingExempt,
+            290 => Sys::SpinTier,
             _ => return None,
         })
     }

@@ -345,3 +345,12 @@ fn spin_reclaim_numbers() {
     assert_eq!((RECLAIM_ASKED, RECLAIM_TAKEN, RECLAIM_IGNORED), (0, 1, 2));
     assert_eq!(STATE_CHOSEN, 0x20);
 }
+
+#[test]
+fn spin_tier_number() {
+    assert_eq!(Sys::SpinTier as u64, 290);
+    assert_eq!(Sys::from_raw(290), Some(Sys::SpinTier));
+    for n in 291..300 {
+        assert_eq!(Sys::from_raw(n), None);
+    }
+}

@@ -48,6 +48,11 @@ pub const MEMORY_PAGES_MAX: u64 = 16;
 /// Fuel of one handler invocation (about one wasm instruction per unit).
 pub const FUEL: u64 = 100_000;
 
+/// `spin_tier`'s `which`: invocations the register-form tier ran.
+pub const TIER_FAST: u64 = 0;
+/// `spin_tier`'s `which`: invocations `wasmi` ran.
+pub const TIER_WASMI: u64 = 1;
+
 /// The notification a handler's installer gets when the handler was aborted (out of
 /// fuel, a trap, an access outside its linear memory) and removed: a message with this
 /// id whose word is the handler id.

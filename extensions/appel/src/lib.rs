@@ -25,7 +25,9 @@
 //! - Misbehaviour, for the tests: `spin` never returns (out of fuel), `wild` reads
 //!   outside its linear memory (a trap), `liar` says it resolved a fault it did not touch,
 //!   `foreign` protects a page of the kernel's half, `badpage` maps a page it does not
-//!   hold; the kernel aborts the first two and refuses the others.
+//!   hold; the kernel aborts the first two and refuses the others. `spin_fast` and
+//!   `wild_fast` do what `spin` and `wild` do in code the kernel's register-form tier
+//!   runs (`spin` and `wild` stay on `wasmi`: `black_box` uses the stack pointer global).
 #![no_std]
 #![deny(unsafe_code)]
 
@@ -293,6 +295,26 @@ mod handlers {
         }
     }
 
+    /// As `spin`, without `black_box` (whose stack slot is a global): a function the
+    /// kernel's register-form tier runs, so that its own fuel bound is what stops it.
+    pub fn spin_fast(addr: i64, _access: i64) -> i64 {
+        let mut x = addr | 1;
+        while x != 0 {
+            x = x.wrapping_mul(3) | 1;
+        }
+        x
+    }
+
+    /// As `wild`, on the register-form tier: a read past the linear memory.
+    pub fn wild_fast(addr: i64, _access: i64) -> i64 {
+        let p = 0x7fff_fff0usize.wrapping_add(addr as usize & 0xf) as *const i64;
+        #[allow(unsafe_code)]
+        // SAFETY: none; the access is out of bounds on purpose, and WebAssembly traps.
+        unsafe {
+            core::ptr::read_volatile(p)
+        }
+    }
+
     pub fn wild(addr: i64, _access: i64) -> i64 {
         let p =
             core::hint::black_box(0x7fff_fff0usize.wrapping_add(addr as usize & 0xf)) as *const i64;
@@ -347,7 +369,10 @@ mod exports {
             }
         )*};
     }
-    fault!(unprotect, trap, appel1, gc, demand, spin, wild, liar, foreign, badpage);
+    fault!(
+        unprotect, trap, appel1, gc, demand, spin, wild, spin_fast, wild_fast, liar, foreign,
+        badpage
+    );
     syscall!(cards, prot, dirty, pages, valloc, exhaust, keep, scanned, last);
     reclaim!(
         mru,

@@ -564,6 +564,7 @@ pub fn sys(k: &mut Kernel, task: TaskId, call: Sys, args: [u64; 6]) -> Result<u6
     let s = unsafe { state(k) }?;
     let me = Holder::Task(task);
     match call {
+        Sys::SpinTier => wasm::runs(args[0]),
         Sys::SpinAsync => {
             let (ran, dropped) = s
                 .async_counts

@@ -34,6 +34,7 @@ use baton_abi::Error;
 use kern::quota::Charge;
 use kern::spin::domain::{DomainId, Domains, Holder, Image, Import, Interface, Name, Sig, Symbol};
 use kern::spin::event::Binding;
+use kern::spin::tier;
 use wasmi::{
     Caller, CompilationMode, Config, EnforcedLimits, Engine, ExternType, FuncType, Instance,
     Linker, Module, Store, StoreLimits, StoreLimitsBuilder, TypedFunc, ValType,
@@ -49,7 +50,33 @@ const WRITE_MAX: usize = 256;
 /// Bytes a module of `len` bytes is charged: its compiled form (at most 16 times its
 /// size), its linear memory at the limit, its value stack, and the store.
 pub fn charge_bytes(len: usize) -> usize {
-    len * 16 + MEMORY_PAGES_MAX as usize * 65536 + STACK_VALUES * 16 + 16 * 1024
+    len * 16 + MEMORY_PAGES_MAX as usize * 65536 + STACK_VALUES * 16 + 16 * 1024 + tier_bytes(len)
+}
+
+/// Bytes the register-form tier's translation of a module of `len` bytes may take: its
+/// operations ([`tier::ops_bound`]), export names and import table (each at most the
+/// module's size).
+fn tier_bytes(len: usize) -> usize {
+    tier::ops_bound(len) * core::mem::size_of::<tier::Op>() + len * 4
+}
+
+/// Handler invocations the register-form tier ran, and `wasmi` ran (`spin_tier`).
+static RUNS: [core::sync::atomic::AtomicU64; 2] =
+    [const { core::sync::atomic::AtomicU64::new(0) }; 2];
+
+fn count(which: usize) {
+    if let Some(c) = RUNS.get(which) {
+        c.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// `spin_tier(which)`.
+pub fn runs(which: u64) -> Result<u64, Error> {
+    match which {
+        baton_abi::spin::TIER_FAST => Ok(RUNS[0].load(core::sync::atomic::Ordering::Relaxed)),
+        baton_abi::spin::TIER_WASMI => Ok(RUNS[1].load(core::sync::atomic::Ordering::Relaxed)),
+        _ => Err(Error::InvalidArgument),
+    }
 }
 
 /// What a store carries: the task whose event it is running for.
@@ -81,8 +108,33 @@ struct Ext {
     test_funcs: Vec<TestFn>,
     fault_funcs: Vec<FaultFn>,
     strand_funcs: Vec<StrandFn>,
+    /// The register-form tier's translation and the kernel procedure each import is
+    /// bound to (once instantiated); taken out of the list while one of its functions
+    /// runs, as the store is.
+    fast: Option<alloc::boxed::Box<Fast>>,
+    /// The linear memory, for the tier's functions that use it.
+    memory: Option<wasmi::Memory>,
     _charge: Charge,
 }
+
+/// A module's register-form tier.
+struct Fast {
+    module: tier::Module,
+    /// The registers its functions run in (taken out of the list with them).
+    frame: tier::Regs,
+    /// The task that instantiated it: the task of an invocation that names none (a
+    /// `Test.Raise` handler's).
+    task: u64,
+    /// Each import's kernel procedure (`K_*`), or `NOT_HOST` for an import bound to
+    /// another module's export (its callers stay on `wasmi`).
+    hosts: Vec<u64>,
+}
+
+const NOT_HOST: u64 = u64::MAX;
+
+/// A closure's bit for a handler the tier runs: its low 31 bits are then the function's
+/// index among the module's defined functions.
+const FAST_BIT: u64 = 1 << 31;
 
 #[derive(Default)]
 struct Exts {
@@ -165,6 +217,20 @@ pub fn create(
         (engine, module)
     });
     let module = module.map_err(|_| Error::BadFormat)?;
+    // The tier's translation of what it can take (the module is valid: `wasmi` said so).
+    let fast = match tier::Module::translate(&bytes) {
+        Ok(m) => Some(
+            kern::fallible::try_box(Fast {
+                module: m,
+                frame: [0; tier::REGS],
+                task,
+                hosts: Vec::new(),
+            })
+            .ok_or(Error::NoMemory)?,
+        ),
+        Err(tier::Error::NoMemory) => return Err(Error::NoMemory),
+        Err(tier::Error::Format) => None,
+    };
     drop(bytes);
     let mut imports = Vec::new();
     for imp in module.imports() {
@@ -209,6 +275,8 @@ pub fn create(
         test_funcs: Vec::new(),
         fault_funcs: Vec::new(),
         strand_funcs: Vec::new(),
+        fast,
+        memory: None,
         _charge: charge,
     };
     match e.list.iter_mut().find(|s| s.is_none()) {
@@ -272,6 +340,9 @@ pub fn closure(
         return Err(Error::NotFound);
     };
     let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
+    if let Some(i) = fast_index(ext, symbol, kind) {
+        return Ok((slot as u64) << 32 | FAST_BIT | i as u64);
+    }
     let index = crate::heap::bounded(|| -> Result<usize, Error> {
         Ok(match kind {
             Kind::Syscall => {
@@ -313,6 +384,40 @@ pub fn closure(
         })
     })?;
     Ok((slot as u64) << 32 | index as u64)
+}
+
+/// The index of the function the tier runs for `symbol` (an event of kind `kind`), if it
+/// can: translated, its type the event's, and every import it calls bound to a kernel
+/// procedure the tier calls directly ([`FastHost`]).
+fn fast_index(ext: &Ext, symbol: &Symbol, kind: Kind) -> Option<usize> {
+    let fast = ext.fast.as_deref()?;
+    let m = &fast.module;
+    // By name: `wasmi` lists a module's exports in an order of its own.
+    let func = m.export_named(symbol.name.as_bytes())?;
+    let f = m.func(func)?;
+    let params = match kind {
+        Kind::Syscall => 4,
+        Kind::Test | Kind::Reclaim => 1,
+        Kind::Fault | Kind::Strand => 2,
+    };
+    // Every parameter and the result an `i64` (as the typed functions are).
+    if f.params != params || f.results != 1 || symbol.sig.wide != (1 << (params + 1)) - 1 {
+        return None;
+    }
+    if f.memory && ext.memory.is_none() {
+        return None;
+    }
+    for i in 0..tier::IMPORTS_MAX {
+        if f.imports & (1 << i) != 0 && !direct(*fast.hosts.get(i)?) {
+            return None;
+        }
+    }
+    (func as usize).checked_sub(m.imports.len())
+}
+
+/// Whether the tier calls kernel procedure `target` directly.
+fn direct(target: u64) -> bool {
+    matches!(target, K_TASK_ID | K_SECRET) || super::translation::is_target(target)
 }
 
 /// Deepest chain of modules instantiated for one another (a module's imports bound to
@@ -455,6 +560,21 @@ fn instantiate(
             );
             Error::NoMemory
         })?;
+    ext.memory = instance.get_memory(&store, "memory");
+    if let Some(fast) = ext.fast.as_deref_mut() {
+        let mut hosts = Vec::new();
+        hosts
+            .try_reserve_exact(callees.len())
+            .map_err(|_| Error::NoMemory)?;
+        for ((_, bound), callee) in d.imports().iter().zip(callees.iter()) {
+            hosts.push(match (callee, bound) {
+                (None, Some(b)) => b.target,
+                _ => NOT_HOST,
+            });
+        }
+        fast.hosts = hosts;
+        fast.task = task;
+    }
     let boxed = kern::fallible::try_box((store, instance)).ok_or(Error::NoMemory)?;
     ext.store = Some(boxed);
     Ok(())
@@ -571,6 +691,7 @@ where
         (pick(ext)?, ext.domain)
     };
     let mut st = take_store(slot, domain)?;
+    count(1);
     let (store, _) = &mut *st;
     if let Some(task) = task {
         store.data_mut().task = task;
@@ -583,6 +704,131 @@ where
     store.data_mut().kernel = core::ptr::null_mut();
     put_store(slot, domain, st);
     Some(r)
+}
+
+/// The kernel procedures a function the tier runs calls, by import: a direct call, its
+/// arguments from the frame, no `Caller`, no values boxed.
+struct FastHost<'a> {
+    k: Option<&'a mut Kernel>,
+    task: TaskId,
+    hosts: &'a [u64],
+}
+
+impl tier::Host for FastHost<'_> {
+    fn call(&mut self, import: u32, a: &[u64]) -> Result<u64, tier::Trap> {
+        use super::translation as tr;
+        let target = *self.hosts.get(import as usize).ok_or(tier::Trap::Host)?;
+        let arg = |i: usize| a.get(i).copied().unwrap_or(0);
+        let task = self.task;
+        match target {
+            K_TASK_ID => return Ok(task),
+            K_SECRET => return Ok(42),
+            tr::K_MARK => {
+                tr::op_mark(task);
+                return Ok(0);
+            }
+            _ => {}
+        }
+        // The memory interfaces need the kernel (a `Strand` handler runs without it).
+        let k = self.k.as_deref_mut().ok_or(tier::Trap::Host)?;
+        let r = match target {
+            tr::K_PROTECT => tr::op_protect(k, task, arg(0), arg(1), arg(2)),
+            tr::K_QUERY => tr::op_query(k, task, arg(0)),
+            tr::K_ADD => tr::op_add(k, task, arg(0), arg(1), arg(2)),
+            tr::K_REMOVE => tr::op_remove(k, task, arg(0), arg(1)),
+            tr::K_VFREE => tr::op_vfree(k, task, arg(0), arg(1)),
+            tr::K_VALLOC => tr::op_valloc(k, task, arg(0)),
+            tr::K_PALLOC => tr::op_palloc(k, task),
+            tr::K_PFREE => tr::op_pfree(k, task, arg(0)),
+            _ => return Err(tier::Trap::Host),
+        };
+        Ok(tr::word(r) as u64)
+    }
+}
+
+/// Runs function `index` of the module in `slot` on the register-form tier, for task
+/// `task` (the module's instantiating task if `None`) on `fuel`. Its translation is taken
+/// out of the list while it runs, and so is the store when the function uses the linear
+/// memory: `None` when the module is gone or already running (as [`invoke`]).
+fn run_fast(
+    slot: usize,
+    index: u64,
+    task: Option<u64>,
+    k: Option<&mut Kernel>,
+    fuel: u64,
+    args: &[u64],
+) -> Option<Result<u64, tier::Trap>> {
+    let (mut fast, domain, memory) = {
+        // SAFETY: under the lock (every raise is); this reference ends in this block.
+        let e = unsafe { exts() };
+        let ext = e.list.get_mut(slot)?.as_mut()?;
+        (ext.fast.take()?, ext.domain, ext.memory)
+    };
+    count(0);
+    let r = run_taken(&mut fast, slot, domain, memory, index, task, k, fuel, args);
+    // SAFETY: as above; the invocation has ended.
+    let e = unsafe { exts() };
+    if let Some(x) = e
+        .list
+        .get_mut(slot)
+        .and_then(Option::as_mut)
+        .filter(|x| x.domain == domain)
+    {
+        x.fast = Some(fast);
+    }
+    r
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_taken(
+    fast: &mut Fast,
+    slot: usize,
+    domain: DomainId,
+    memory: Option<wasmi::Memory>,
+    index: u64,
+    task: Option<u64>,
+    k: Option<&mut Kernel>,
+    fuel: u64,
+    args: &[u64],
+) -> Option<Result<u64, tier::Trap>> {
+    let Fast {
+        module,
+        frame,
+        task: owner,
+        hosts,
+    } = fast;
+    let f = module.funcs.get(usize::try_from(index).ok()?)?.as_ref()?;
+    let mut host = FastHost {
+        k,
+        task: task.unwrap_or(*owner),
+        hosts,
+    };
+    let mut fuel = fuel;
+    let r = if f.memory {
+        let mut st = take_store(slot, domain)?;
+        let (store, _) = &mut *st;
+        let r = match memory {
+            Some(m) => tier::run(
+                f,
+                frame,
+                args,
+                m.data_mut(&mut *store),
+                &mut fuel,
+                &mut host,
+            ),
+            None => Err(tier::Trap::OutOfBounds),
+        };
+        put_store(slot, domain, st);
+        r
+    } else {
+        tier::run(f, frame, args, &mut [], &mut fuel, &mut host)
+    };
+    Some(r.map(|v| v.unwrap_or(0)))
+}
+
+/// Whether a closure is the tier's: its function's index then.
+fn fast_of(b: Binding) -> Option<(usize, u64)> {
+    (b.closure & FAST_BIT != 0).then_some(((b.closure >> 32) as usize, b.closure & (FAST_BIT - 1)))
 }
 
 /// A kind of invocation: the typed function it calls and how.
@@ -611,6 +857,19 @@ fn with<A, Res>(a: A) -> (With<A>, core::marker::PhantomData<Res>) {
 
 /// Runs a module's `Trap.SystemCall` handler: `(number, a0, a1, a2) -> rax`.
 pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
+    if let Some((slot, i)) = fast_of(b) {
+        let a = [c.number, c.args[0], c.args[1], c.args[2]];
+        return match run_fast(slot, i, Some(c.task), Some(k), fuel(b), &a)? {
+            Ok(v) => Some(Some(v)),
+            Err(t) => {
+                crate::arch::serial::kprintln!(
+                    "[kernel] extension handler of task {} aborted: {t:?}",
+                    c.task
+                );
+                None
+            }
+        };
+    }
     let (slot, index) = slot_of(b);
     let args = (
         c.number as i64,
@@ -640,6 +899,15 @@ pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u6
 
 /// Runs a module's `Test.Raise` handler.
 pub fn test_handler(k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
+    if let Some((slot, i)) = fast_of(b) {
+        return match run_fast(slot, i, None, Some(k), fuel(b), &[*a])? {
+            Ok(v) => Some(v),
+            Err(t) => {
+                crate::arch::serial::kprintln!("[kernel] extension handler aborted: {t:?}");
+                None
+            }
+        };
+    }
     let (slot, index) = slot_of(b);
     let r = invoke(
         slot,
@@ -679,6 +947,19 @@ pub fn fault_handler(
     b: Binding,
     f: &kern::spin::translation::Fault,
 ) -> Option<bool> {
+    if let Some((slot, i)) = fast_of(b) {
+        let a = [f.addr, kern::spin::translation::access_code(f.access)];
+        return match run_fast(slot, i, Some(f.task), Some(k), fuel(b), &a)? {
+            Ok(v) => Some(v != 0),
+            Err(t) => {
+                crate::arch::serial::kprintln!(
+                    "[kernel] extension handler of task {} aborted: {t:?}",
+                    f.task
+                );
+                None
+            }
+        };
+    }
     let (slot, index) = slot_of(b);
     let args = (
         f.addr as i64,
@@ -707,6 +988,18 @@ pub fn fault_handler(
 /// Runs a module's `Strand` handler for `s`: `(vp, thread) -> verdict` (any verdict but
 /// `STRAND_VETO` proceeds).
 pub fn strand_handler(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
+    if let Some((slot, i)) = fast_of(b) {
+        return match run_fast(slot, i, Some(s.task), None, fuel(b), &[s.vp, s.thread])? {
+            Ok(v) => Some(u64::from(v == baton_abi::spin::STRAND_VETO)),
+            Err(t) => {
+                crate::arch::serial::kprintln!(
+                    "[kernel] Strand handler of task {} aborted: {t:?}",
+                    s.task
+                );
+                None
+            }
+        };
+    }
     let (slot, index) = slot_of(b);
     let r = invoke(
         slot,

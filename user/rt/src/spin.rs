@@ -111,6 +111,13 @@ pub fn async_count(which: u64) -> Result<u64, Error> {
     decode_result(unsafe { syscall1(Sys::SpinAsync as u64, which) })
 }
 
+/// `spin_tier(which)`: WebAssembly handler invocations since boot the kernel's
+/// register-form tier ran (`TIER_FAST`) or `wasmi` ran (`TIER_WASMI`).
+pub fn tier_count(which: u64) -> Result<u64, Error> {
+    // SAFETY: no user memory is involved.
+    decode_result(unsafe { syscall1(Sys::SpinTier as u64, which) })
+}
+
 /// `spin_reclaim(which)`: what the calling task's `PhysAddr.Reclaim` handlers did: asked
 /// (`RECLAIM_ASKED`), nominations taken (`RECLAIM_TAKEN`) or ignored (`RECLAIM_IGNORED`).
 pub fn reclaim_count(which: u64) -> Result<u64, Error> {

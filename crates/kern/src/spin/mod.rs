@@ -14,15 +14,22 @@
 //! - [`reclaim`]: `PhysAddr.Reclaim`: which pages a task's handler is asked about and
 //!   whether the page it nominates instead is taken (section 4.1).
 //!
-//! Nothing here knows WebAssembly or the machine: the kernel (`kernel/src/spin/`) turns a
+//! - [`tier`]: a register-form tier for WebAssembly extensions: the functions of a
+//!   validated module that fit a small subset, translated and interpreted with fuel per
+//!   basic block and bounds-checked memory.
+//!
+//! Nothing here knows the machine: the kernel (`kernel/src/extension/`) turns a
 //! validated module into an [`domain::Image`] and runs the handlers.
 
 pub mod domain;
 pub mod event;
 pub mod reclaim;
+pub mod tier;
 pub mod translation;
 
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tier_tests;

@@ -3842,6 +3842,21 @@ fn g_spin_reclaim(c: &mut Ctx) {
             "spin_reclaim({which:#x})"
         );
     }
+    // `spin_tier`: only its two counters.
+    for which in [2, 3, 1 << 32, u64::MAX] {
+        expect!(
+            c,
+            spin::tier_count(which),
+            Err(Error::InvalidArgument),
+            "spin_tier({which:#x})"
+        );
+    }
+    check!(
+        c,
+        spin::tier_count(baton_abi::spin::TIER_FAST).is_ok()
+            && spin::tier_count(baton_abi::spin::TIER_WASMI).is_ok(),
+        "spin_tier reads both counters"
+    );
     let before = (
         spin::reclaim_count(RECLAIM_ASKED),
         spin::reclaim_count(RECLAIM_TAKEN),

@@ -371,9 +371,15 @@ fn write_barrier_wasm(m: Domain) -> Result<(), Failed> {
         "install wasm gc",
         spin::install(m, "gc", EVENT_PROTECTION_FAULT, 0, 0, 0),
     )?;
+    let (fast, slow) = tiers();
     for i in [0u64, 2, 7] {
         store(pages + i * PAGE, 200 + i);
     }
+    let now = tiers();
+    check!(
+        now == (fast + 3, slow),
+        "the barrier, which uses its linear memory, ran on the register-form tier ({fast}, {slow} -> {now:?})"
+    );
     let n = spin::call(0x1100, [-1i64 as u64, 0, 0, 0]);
     check!(n == 3, "the WebAssembly barrier recorded 3 pages ({n})");
     check!(
@@ -407,6 +413,7 @@ fn appel(b: Domain, m: Domain) -> Result<(), Failed> {
             "install appel1",
             spin::install(d, "appel1", EVENT_PROTECTION_FAULT, 0, 0, 0),
         )?;
+        let (fast, slow) = tiers();
         store(pages, 1);
         check!(
             prot_of(pages) == PROT_RW && prot_of(pages + PAGE) == PROT_READ,
@@ -417,6 +424,13 @@ fn appel(b: Domain, m: Domain) -> Result<(), Failed> {
             prot_of(pages) == PROT_READ && prot_of(pages + PAGE) == PROT_RW,
             "{what} appel1: and back"
         );
+        if d == m {
+            let now = tiers();
+            check!(
+                now == (fast + 2, slow),
+                "WebAssembly appel1 ran on the register-form tier ({fast}, {slow} -> {now:?})"
+            );
+        }
         must("remove", spin::remove(h))?;
         let _ = spinvm::mark();
         let h = must(
@@ -650,10 +664,20 @@ fn bad_arguments(b: Domain, m: Domain) -> Result<(), Failed> {
     Ok(())
 }
 
+/// How many WebAssembly invocations the register-form tier and `wasmi` have run.
+fn tiers() -> (u64, u64) {
+    (
+        spin::tier_count(baton_abi::spin::TIER_FAST).unwrap_or(u64::MAX),
+        spin::tier_count(baton_abi::spin::TIER_WASMI).unwrap_or(u64::MAX),
+    )
+}
+
 fn malicious(m: Domain, port: u64, send: u64) -> Result<(), Failed> {
     for (sym, note) in [
         ("spin", NOTIFY_ABORTED),
         ("wild", NOTIFY_ABORTED),
+        ("spin_fast", NOTIFY_ABORTED),
+        ("wild_fast", NOTIFY_ABORTED),
         ("liar", NOTIFY_REFUSED),
         ("foreign", NOTIFY_REFUSED),
         ("badpage", NOTIFY_REFUSED),
@@ -664,7 +688,19 @@ fn malicious(m: Domain, port: u64, send: u64) -> Result<(), Failed> {
             sym,
             spin::install(m, sym, EVENT_PROTECTION_FAULT, 0, 0, send),
         )?;
+        let (fast, slow) = tiers();
         store(pages, 9);
+        let (fast2, slow2) = tiers();
+        // `spin` and `wild` use the stack pointer global: `wasmi` runs them.
+        let want = if sym == "spin" || sym == "wild" {
+            (fast, slow + 1)
+        } else {
+            (fast + 1, slow)
+        };
+        check!(
+            (fast2, slow2) == want,
+            "{sym}: ran on the expected tier (fast, wasmi: {fast}, {slow} -> {fast2}, {slow2})"
+        );
         check!(
             load(pages) == 9 && EXCEPTIONS.load(Ordering::Relaxed) == exc + 1,
             "{sym}: the fault went on to the default and the exception port"

@@ -2096,6 +2096,8 @@ impl Fuzzer {
                 );
                 let which = self.edge();
                 self.sys(Sys::SpinReclaim, [which, 0, 0, 0, 0, 0]);
+                let which = self.edge();
+                self.sys(Sys::SpinTier, [which, 0, 0, 0, 0, 0]);
                 if (h as i64) > 0 {
                     self.sys(Sys::SpinRemove, [ev, h, 0, 0, 0, 0]);
                 }
