@@ -216,7 +216,8 @@ impl TrapFrame {
     }
 }
 
-/// RFLAGS bits a user trap's entry clears (`trap_common`): DF (the ABI's direction) and AC
+/// RFLAGS bits a user trap's entry clears (`CLEAR_USER_FLAGS`, in `trap_common` and
+/// `trap_exception`): DF (the ABI's direction) and AC
 /// (SMAP), as the `syscall` entry's flag mask does.
 const TRAP_CLEARED_FLAGS: u64 = super::cpu::RFLAGS_AC | (1 << 10);
 
@@ -247,6 +248,16 @@ trap_stubs:
     .endr
 
     // The general registers, in `TrapFrame`'s order (the frame's first fifteen words).
+    // The user's DF and AC off, as the `syscall` entry's flag mask does: an interrupt or
+    // exception gate keeps them, and AC set in ring 0 turns SMAP off (`clac` is not used:
+    // it is an invalid opcode where there is no SMAP). The user's own flags are in the
+    // frame and go back with it. Every entry from user mode takes it, on the kernel stack.
+    .macro CLEAR_USER_FLAGS
+    pushfq
+    andq ${not_df_ac}, (%rsp)
+    popfq
+    .endm
+
     .macro PUSH_GPRS
     pushq %rax
     pushq %rbx
@@ -276,13 +287,7 @@ trap_common:
     PUSH_GPRS
     movq %rsp, %rdi
     movq %gs:0, %rsp
-    // The user's DF and AC off, as the `syscall` entry's flag mask does: an interrupt or
-    // exception gate keeps them, and AC set in ring 0 turns SMAP off (`clac` is not used:
-    // it is an invalid opcode where there is no SMAP). The user's own flags are in the
-    // frame and go back with it.
-    pushfq
-    andq ${not_df_ac}, (%rsp)
-    popfq
+    CLEAR_USER_FLAGS
     callq trap_dispatch
     movq %gs:24, %rsp
     jmp trap_exit
@@ -296,7 +301,7 @@ trap_exception:
     swapgs
     PUSH_GPRS
     movq %gs:0, %rsp
-    cld
+    CLEAR_USER_FLAGS
     callq exception_dispatch
 
     // From kernel mode: the frame is on the kernel stack, and so is the way back.
