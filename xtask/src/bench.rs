@@ -716,13 +716,22 @@ pub const DEVICE_SLACK_PERCENT: u64 = 2;
 /// Rows of paging to the disk: besides waiting for the device, which pages the clock
 /// takes, and so how many page-outs a window holds, follows when the disk's completions
 /// land. Their medians must agree within [`PAGING_SLACK_PERCENT`].
-pub const PAGING_ROWS: &[&str] = &["vm.pagein", "vm.pageout", "vm.thrash"];
+pub const PAGING_ROWS: &[&str] = &["vm.pagein", "vm.thrash"];
+/// Rows whose figure two runs of the same image do not reproduce even within a slack, so
+/// the repeat check leaves them out (the report still shows the first run's): `vm.pageout`
+/// is bimodal, about 185,000 or 410,000 instructions a run (measured over six runs of two
+/// trees), depending on whether a batch of page-outs whose disk writes complete on a host
+/// thread falls inside its timed window.
+pub const UNREPEATABLE_ROWS: &[&str] = &["vm.pageout"];
 /// How far two runs' medians of a [`PAGING_ROWS`] row may differ, in percent.
 pub const PAGING_SLACK_PERCENT: u64 = 35;
 
 /// Whether two runs' figures for one row agree: to the instruction, or for a row that
 /// waits for a device ([`DEVICE_ROWS`], [`PAGING_ROWS`]) in the median within its slack.
 fn agree(a: &Row, b: &Row) -> bool {
+    if UNREPEATABLE_ROWS.contains(&a.name.as_str()) {
+        return a.name == b.name && a.unit == b.unit;
+    }
     let slack = if DEVICE_ROWS.iter().any(|p| a.name.starts_with(p)) {
         DEVICE_SLACK_PERCENT
     } else if PAGING_ROWS.iter().any(|p| a.name == *p) {
@@ -994,12 +1003,17 @@ bench#1| BENCH done
         ));
         // Paging to the disk: within 35% in the median.
         assert!(same(
-            row("vm.pageout", 270_000, 1),
-            row("vm.pageout", 364_500, 1)
+            row("vm.pagein", 270_000, 1),
+            row("vm.pagein", 364_500, 1)
         ));
         assert!(!same(
-            row("vm.pageout", 270_000, 1),
-            row("vm.pageout", 364_501, 1)
+            row("vm.pagein", 270_000, 1),
+            row("vm.pagein", 364_501, 1)
+        ));
+        // A row no two runs reproduce is not compared (its name and unit still are).
+        assert!(same(
+            row("vm.pageout", 185_616, 1),
+            row("vm.pageout", 411_758, 1)
         ));
         assert!(!same(
             row("vm.pageout.other", 270_000, 1),
