@@ -300,9 +300,17 @@ fn readme_headline(inputs: &Inputs<'_>) -> String {
          Baton ÷ the paper's instructions, or Baton's same ratio for a ratio of the \
          paper's):\n\n{}",
         inputs.meta.commit,
-        inputs.meta.qemu,
+        qemu_version(&inputs.meta.qemu),
         inputs.headline().trim_end()
     )
+}
+
+/// The version number in QEMU's `--version` line (`QEMU emulator version 7.2.22 (Debian
+/// …)` gives `7.2.22`), or the line itself when it has none.
+fn qemu_version(line: &str) -> &str {
+    line.split_once("version ")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .unwrap_or(line)
 }
 
 /// Why the run `inputs` may not stand in the README as its headline (`None`: it may): only
@@ -830,7 +838,15 @@ bench#1| BENCH done
         };
         assert!(readme_refusal(true, &full).is_some(), "--quick");
         let text = readme_headline(&full);
-        assert!(text.starts_with("Latest headline (kernel abc1234, QEMU QEMU emulator"));
+        assert!(
+            text.starts_with("Latest headline (kernel abc1234, QEMU 7.2.0;"),
+            "{text}"
+        );
+        assert_eq!(
+            qemu_version("QEMU emulator version 7.2.22 (Debian 1:7.2)"),
+            "7.2.22"
+        );
+        assert_eq!(qemu_version("7.2.22"), "7.2.22");
         assert!(text.contains("| `floor.syscall.null` | 223 |"), "{text}");
         // The README has the one pair of markers the run writes between.
         let readme = std::fs::read_to_string(crate::workspace::root().join("README.md")).unwrap();
