@@ -608,30 +608,29 @@ fn cross_call(
     r.map_err(|_| wasmi::Error::new("callee aborted"))
 }
 
+/// The module in `slot` if it is still the one of domain `domain` (a slot is reused by a
+/// later module once its own goes).
+fn module_at(e: &mut Exts, slot: usize, domain: DomainId) -> Option<&mut Ext> {
+    e.list
+        .get_mut(slot)?
+        .as_mut()
+        .filter(|x| x.domain == domain)
+}
+
 /// Takes the store of the module in `slot` (of domain `domain`) out of the list for an
 /// invocation; `None` when it is gone, not instantiated, or already running.
 fn take_store(slot: usize, domain: DomainId) -> Option<alloc::boxed::Box<(Store<Host>, Instance)>> {
     // SAFETY: under the lock (every invocation is), and no reference into the list is
     // live across an invocation: each takes its store out first ([`Ext::store`]).
     let e = unsafe { exts() };
-    e.list
-        .get_mut(slot)?
-        .as_mut()
-        .filter(|x| x.domain == domain)?
-        .store
-        .take()
+    module_at(e, slot, domain)?.store.take()
 }
 
 /// Puts back what [`take_store`] took (dropped if the module went meanwhile).
 fn put_store(slot: usize, domain: DomainId, st: alloc::boxed::Box<(Store<Host>, Instance)>) {
     // SAFETY: as in [`take_store`].
     let e = unsafe { exts() };
-    if let Some(x) = e
-        .list
-        .get_mut(slot)
-        .and_then(Option::as_mut)
-        .filter(|x| x.domain == domain)
-    {
+    if let Some(x) = module_at(e, slot, domain) {
         x.store = Some(st);
     }
 }
@@ -768,12 +767,7 @@ fn run_fast(
     let r = run_taken(&mut fast, slot, domain, memory, index, task, k, fuel, args);
     // SAFETY: as above; the invocation has ended.
     let e = unsafe { exts() };
-    if let Some(x) = e
-        .list
-        .get_mut(slot)
-        .and_then(Option::as_mut)
-        .filter(|x| x.domain == domain)
-    {
+    if let Some(x) = module_at(e, slot, domain) {
         x.fast = Some(fast);
     }
     r
