@@ -57,7 +57,7 @@ pub fn on_syscall(number: u64) -> ! {
     if gdt::in_floor_call() {
         if number == FLOOR_XAS_RETURN {
             let value = k.threads.get(cur).map_or(0, |t| t.frame.rdi);
-            end(k, cpu, value);
+            let _ = end(k, cpu, value);
             kernel::leave_to_user();
         }
         // Any other system call from the partner's code ends the call.
@@ -142,17 +142,40 @@ fn call(k: &mut Kernel, cpu: usize, cur: ThreadId) -> Result<(), Error> {
 
 /// Ends the call in progress on `cpu` with `Interrupted` (another kernel entry came
 /// first). The running thread's frame must hold its registers of this entry.
+///
+/// The partner did not choose to return, so nothing it held may reach the caller: every
+/// general register but the ones the call gives back (`rip`, `rsp`, `rflags`, `rax`) is
+/// zeroed, and the floating-point and vector registers go back to their initial state
+/// (the partner ran on this thread, so they are its values). A return by
+/// `floor_xas_return` keeps them: that is the partner's own answer.
 pub fn interrupt(k: &mut Kernel, cpu: usize) {
-    end(k, cpu, Error::Interrupted.to_raw());
+    let Some(call) = end(k, cpu, Error::Interrupted.to_raw()) else {
+        return;
+    };
+    if let Some(th) = k.threads.get_mut(call) {
+        scrub(&mut th.frame);
+    }
+    if let Some(c) = k.cpus.get(cpu) {
+        crate::fpu::activation_changed(c);
+    }
+}
+
+/// Zeroes the general registers of `f` that an interrupted call does not give back.
+fn scrub(f: &mut crate::arch::trap::TrapFrame) {
+    for r in [
+        &mut f.rbx, &mut f.rcx, &mut f.rdx, &mut f.rsi, &mut f.rdi, &mut f.rbp, &mut f.r8,
+        &mut f.r9, &mut f.r10, &mut f.r11, &mut f.r12, &mut f.r13, &mut f.r14, &mut f.r15,
+    ] {
+        *r = 0;
+    }
 }
 
 /// Ends the call in progress on `cpu`: the caller's space again, its `rip`, `rsp` and
-/// `rflags`, `rax = value`; the partner's borrowed thread count given back.
-fn end(k: &mut Kernel, cpu: usize, value: u64) {
+/// `rflags`, `rax = value`; the partner's borrowed thread count given back. Returns the
+/// calling thread, `None` when no call was in progress.
+fn end(k: &mut Kernel, cpu: usize, value: u64) -> Option<ThreadId> {
     gdt::set_floor_call(false);
-    let Some(call) = k.floor.end(cpu) else {
-        return;
-    };
+    let call = k.floor.end(cpu)?;
     let mut space = None;
     if let Some(th) = k.threads.get_mut(call.thread) {
         let f = &mut th.frame;
@@ -179,6 +202,7 @@ fn end(k: &mut Kernel, cpu: usize, value: u64) {
     if last {
         k.remove_task(call.partner);
     }
+    Some(call.thread)
 }
 
 /// Task `id`'s floor entry, if it registered one, goes (its rights are released).

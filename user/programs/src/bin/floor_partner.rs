@@ -7,7 +7,7 @@
 //! client's thread, in this task's address space, and returns `arg + PARTNER_SECRET`
 //! (a word of this task's memory, so the client can tell the code ran here) — or, for
 //! the test's special arguments (from `u64::MAX - 4095` up: [`MODE_SYSCALL`], [`MODE_SPIN`],
-//! and `ud2` for any other), does
+//! and `ud2` for any other), fills its registers with [`PARTNER_MARK`] and does
 //! something that must end the call with `Interrupted`.
 #![no_std]
 #![no_main]
@@ -24,6 +24,10 @@ baton_rt::entry!(main);
 /// Added to the argument by the entry: read from this task's memory.
 #[no_mangle]
 static PARTNER_SECRET: u64 = 0x5ec2_e700_0000_0000;
+/// Before each of the special modes the entry fills every general register it may (all
+/// but `rsp` and `rax`, which the call gives back) and `xmm0` and `xmm15` with this: a
+/// call that ends without the partner's return must show none of it to the caller.
+const PARTNER_MARK: u64 = 0x6d61_726b_6d61_726b;
 /// The entry makes a system call (`null`).
 const MODE_SYSCALL: u64 = u64::MAX - 1;
 /// The entry spins until an interrupt.
@@ -43,9 +47,26 @@ floor_partner_entry:
     syscall
     ud2
 1:
-    cmpq ${mode_syscall}, %rdi
+    movq %rdi, %rcx
+    movabsq ${mark}, %rax
+    movq %rax, %rbx
+    movq %rax, %rdx
+    movq %rax, %rsi
+    movq %rax, %rdi
+    movq %rax, %rbp
+    movq %rax, %r8
+    movq %rax, %r9
+    movq %rax, %r10
+    movq %rax, %r11
+    movq %rax, %r12
+    movq %rax, %r13
+    movq %rax, %r14
+    movq %rax, %r15
+    movq %rax, %xmm0
+    movq %rax, %xmm15
+    cmpq ${mode_syscall}, %rcx
     je 2f
-    cmpq ${mode_spin}, %rdi
+    cmpq ${mode_spin}, %rcx
     je 3f
     ud2
 2:
@@ -56,6 +77,7 @@ floor_partner_entry:
     jmp 3b
     "#,
     secret = sym PARTNER_SECRET,
+    mark = const PARTNER_MARK as i64,
     ret = const FLOOR_XAS_RETURN,
     null = const Sys::Null as u64,
     mode_syscall = const MODE_SYSCALL as i64,

@@ -44,6 +44,8 @@ const MODE_UD2: u64 = u64::MAX;
 const MODE_SYSCALL: u64 = u64::MAX - 1;
 /// `floor_partner`'s entry spins until an interrupt.
 const MODE_SPIN: u64 = u64::MAX - 2;
+/// `floor_partner`'s `PARTNER_MARK`, which its special modes fill its registers with.
+const PARTNER_MARK: u64 = 0x6d61_726b_6d61_726b;
 /// Kernel replies come well within this.
 const SOON: u64 = 1_000_000_000;
 
@@ -91,6 +93,60 @@ fn handler(_arg: u64) {
         r = exception::set_reply(&mut buf, reply)
             .and_then(|()| buf.msg(MSG_SEND | MSG_RECEIVE, port, FOREVER));
     }
+}
+
+/// `floor_xas_call(partner, arg)` that returns the raw result and what the general
+/// registers (all but `rax`, `rsp`, and `rcx` and `r11`, which `sysretq` uses) and `xmm0`
+/// and `xmm15` held right after the system call, before any code of this task ran.
+fn xas_call_registers(partner: u64, arg: u64) -> (u64, [u64; 14]) {
+    let mut regs = [0u64; 14];
+    let ret: u64;
+    // SAFETY: as `baton_rt::floor::xas_call`: the callee-saved registers are pushed before
+    // and popped after, the rest declared clobbered; the buffer's address is kept on the
+    // stack (which the kernel gives back) and the registers stored into it, within its 14
+    // words, before anything else runs.
+    unsafe {
+        core::arch::asm!(
+            "push rbx",
+            "push rbp",
+            "push r12",
+            "push r13",
+            "push r14",
+            "push r15",
+            "push rdx",
+            "syscall",
+            "push rax",
+            "mov rax, [rsp + 8]",
+            "mov [rax], rbx",
+            "mov [rax + 8], rbp",
+            "mov [rax + 16], rdx",
+            "mov [rax + 24], rsi",
+            "mov [rax + 32], rdi",
+            "mov [rax + 40], r8",
+            "mov [rax + 48], r9",
+            "mov [rax + 56], r10",
+            "mov [rax + 64], r12",
+            "mov [rax + 72], r13",
+            "mov [rax + 80], r14",
+            "mov [rax + 88], r15",
+            "movq [rax + 96], xmm0",
+            "movq [rax + 104], xmm15",
+            "pop rax",
+            "add rsp, 8",
+            "pop r15",
+            "pop r14",
+            "pop r13",
+            "pop r12",
+            "pop rbp",
+            "pop rbx",
+            inlateout("rax") baton_abi::floor::FLOOR_XAS_CALL => ret,
+            inlateout("rdi") partner => _,
+            inlateout("rsi") arg => _,
+            inlateout("rdx") regs.as_mut_ptr() => _,
+            clobber_abi("C"),
+        );
+    }
+    (ret, regs)
 }
 
 fn main(task_id: u64) -> i32 {
@@ -205,18 +261,29 @@ fn run(me: u64) -> Result<(), Failed> {
         interrupted < 10,
         "1,000 calls and returns ({interrupted} interrupted by the timer)"
     );
-    check!(
-        xas_call(partner, MODE_UD2) == Err(Error::Interrupted),
-        "a fault in the partner's code ends the call: Interrupted"
-    );
-    check!(
-        xas_call(partner, MODE_SYSCALL) == Err(Error::Interrupted),
-        "a system call in the partner's code ends the call: Interrupted"
-    );
-    check!(
-        xas_call(partner, MODE_SPIN) == Err(Error::Interrupted),
-        "an interrupt in the partner's code ends the call: Interrupted"
-    );
+    // Each special mode fills the partner's registers with its mark first; the call that
+    // ends without the partner's return shows none of them (the registers are read right
+    // after the system call). This thread uses the vector registers before, so that the
+    // partner's writes to them land in live registers rather than fault.
+    // SAFETY: clears one vector register, which no Rust code here keeps a value in.
+    unsafe { core::arch::asm!("xorps xmm0, xmm0", out("xmm0") _) };
+    for (mode, what) in [
+        (MODE_UD2, "a fault"),
+        (MODE_SYSCALL, "a system call"),
+        (MODE_SPIN, "an interrupt"),
+    ] {
+        let (ret, regs) = xas_call_registers(partner, mode);
+        check!(
+            baton_abi::decode_result(ret) == Err(Error::Interrupted),
+            "{what} in the partner's code ends the call: Interrupted"
+        );
+        let seen = regs.iter().filter(|&&r| r == PARTNER_MARK).count();
+        check!(
+            seen == 0,
+            "after {what} in the partner, {seen} of the caller's registers hold the partner's \
+             values ({regs:x?})"
+        );
+    }
     check!(
         xas_call(partner, 7) == Ok(7 + SECRET),
         "the partner answers again after the interrupted calls"
