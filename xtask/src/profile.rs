@@ -584,7 +584,7 @@ pub const PATHS: [PathSpec; 14] = [
         },
         rax: 0,
         rdi: None,
-        // `wasm::fault_handler` runs once per iteration of `spin.vm.trap` (1,100, the
+        // `wasm::fault_tier` runs once per iteration of `spin.vm.trap` (1,100, the
         // WebAssembly `trap`), then of `spin.vm.fault` (the WebAssembly `unprotect`):
         // armed after the fault row's warm-up.
         skip: 1300,
@@ -609,7 +609,7 @@ pub const PATHS: [PathSpec; 14] = [
         about: "SPIN's Table 4 Fault line with the handler as a WebAssembly extension \
                 (`spin.vm.fault`): as `spin.vm.fault.builtin`, with `appel`'s `unprotect` \
                 run by the register-form tier and its `baton.translation.protect` import",
-        arm: Some(&["extension", "wasm", "fault_handler"]),
+        arm: Some(&["extension", "wasm", "fault_tier"]),
         cycle: false,
     },
 ];
