@@ -154,6 +154,8 @@ const SPIN_RAISE: u64 = 107;
 const SPIN_NULL: u64 = 0x1000;
 /// The number the `spin.vm.*.builtin` rows install the built-in `protect` on.
 const SPIN_PROTECT: u64 = 0x1201;
+/// The number the `spin.vm.*` rows install the WebAssembly `prot` on.
+const SPIN_PROTECT_WASM: u64 = 0x1200;
 /// `MSG_SEND | MSG_RECEIVE | MSG_SLOW`: the general path, asked for.
 const SEND_RECEIVE_SLOW: u64 = 11;
 
@@ -166,7 +168,7 @@ const VM_BENCH_END: u64 = VM_BENCH + 1100 * 4096;
 /// (`rpc.null.migrating`), set side by side with the paper's Table 1, and the general path
 /// (`rpc.null.slow`), reported on its own: the client's call with `MSG_SLOW` and the
 /// next kernel entry (the server's reply), in the order traced (no markers).
-pub const PATHS: [PathSpec; 13] = [
+pub const PATHS: [PathSpec; 14] = [
     PathSpec {
         name: "fast",
         column: "switching (fast path)",
@@ -570,6 +572,44 @@ pub const PATHS: [PathSpec; 13] = [
                 `Translation.Protect`, the check that the map now allows the write, the \
                 translation made writable in place, and the return from the trap",
         arm: Some(&["extension", "translation", "h_unprotect"]),
+        cycle: false,
+    },
+    PathSpec {
+        name: "spin_fault_wasm",
+        column: "a WebAssembly fault handler",
+        bench: "spin.vm.fault",
+        entry: Entry::PageFault {
+            from: 0x1000,
+            to: 0x8000_0000_0000,
+        },
+        rax: 0,
+        rdi: None,
+        // `wasm::fault_tier` runs once per iteration of `spin.vm.trap` (1,100, the
+        // WebAssembly `trap`), then of `spin.vm.fault` (the WebAssembly `unprotect`):
+        // armed after the fault row's warm-up.
+        skip: 1300,
+        traced: [
+            PassSpec {
+                label: "a write to a read-only page, resolved by the WebAssembly `unprotect` \
+                        on the register-form tier (`Translation.ProtectionFault`)",
+                side: Side::Client,
+                rax: None,
+                marker: "",
+            },
+            PassSpec {
+                label: "the next kernel entry: the WebAssembly system call that protects \
+                        the page again",
+                // The same thread; `Server` only so the report keeps the passes apart.
+                side: Side::Server,
+                rax: Some(SPIN_PROTECT_WASM),
+                marker: "",
+            },
+        ],
+        order: [0, 1],
+        about: "SPIN's Table 4 Fault line with the handler as a WebAssembly extension \
+                (`spin.vm.fault`): as `spin.vm.fault.builtin`, with `appel`'s `unprotect` \
+                run by the register-form tier and its `baton.translation.protect` import",
+        arm: Some(&["extension", "wasm", "fault_tier"]),
         cycle: false,
     },
 ];

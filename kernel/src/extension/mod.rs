@@ -823,10 +823,8 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
                 if symbol.sig != SYSCALL_SIG {
                     return Err(Error::InvalidArgument);
                 }
-                (
-                    wasm::syscall_handler,
-                    wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Syscall)?,
-                )
+                wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Syscall)?
+                    .pick(wasm::syscall_tier, wasm::syscall_handler)
             };
             s.syscall.install(&req, f, closure, &[])?
         }
@@ -840,10 +838,8 @@ fn install(k: &mut Kernel, s: &mut State, task: TaskId, args: [u64; 6]) -> Resul
                 if symbol.sig != TEST_SIG {
                     return Err(Error::InvalidArgument);
                 }
-                (
-                    wasm::test_handler,
-                    wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Test)?,
-                )
+                wasm::closure(k, &s.domains, task, owner, &symbol, wasm::Kind::Test)?
+                    .pick(wasm::test_tier, wasm::test_handler)
             };
             s.test.install(&req, f, closure, &[])?
         }
@@ -891,9 +887,10 @@ fn forget_domain(s: &mut State, d: DomainId) {
     purge_pending(s);
     translation::forget_domain(d);
     s.names.forget(d);
-    wasm::forget(d);
     strand::forget_domain(d);
     reclaim::forget_domain(d);
+    // Last: the handlers the tier runs point into the module (`wasm::Fast`).
+    wasm::forget(d);
 }
 
 /// Task `id` has ended: its handlers go, and so do its domains (the ones only it held).

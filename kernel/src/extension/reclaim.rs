@@ -247,10 +247,8 @@ pub fn install(
     let (f, closure): (HandlerFn<Kernel, Candidate, Option<u64>>, u64) = if builtin {
         (handler(symbol.target)?, req.claim)
     } else {
-        (
-            super::wasm::reclaim_handler,
-            super::wasm::closure(k, domains, task, owner, symbol, super::wasm::Kind::Reclaim)?,
-        )
+        super::wasm::closure(k, domains, task, owner, symbol, super::wasm::Kind::Reclaim)?
+            .pick(super::wasm::reclaim_tier, super::wasm::reclaim_handler)
     };
     // SAFETY: the lock is held (a system call); the only reference.
     let st = unsafe { state() }?;

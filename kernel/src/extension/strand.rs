@@ -342,17 +342,15 @@ pub fn install(
     let (f, closure): (HandlerFn<Kernel, Strand, u64>, u64) = if p.builtin {
         (handler(p.target)?, req.claim)
     } else {
-        (
-            super::wasm::strand_handler,
-            super::wasm::closure(
-                k,
-                domains,
-                req.installer.task,
-                p.owner,
-                p.symbol,
-                super::wasm::Kind::Strand,
-            )?,
-        )
+        super::wasm::closure(
+            k,
+            domains,
+            req.installer.task,
+            p.owner,
+            p.symbol,
+            super::wasm::Kind::Strand,
+        )?
+        .pick(super::wasm::strand_tier, super::wasm::strand_handler)
     };
     let domain = p.owner;
     // SAFETY: the lock is held (the caller is a system call); the only reference.

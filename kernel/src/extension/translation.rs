@@ -310,10 +310,8 @@ pub fn install(
         if symbol.sig != FAULT_SIG {
             return Err(Error::InvalidArgument);
         }
-        (
-            wasm::fault_handler,
-            wasm::closure(k, domains, task, owner, symbol, wasm::Kind::Fault)?,
-        )
+        wasm::closure(k, domains, task, owner, symbol, wasm::Kind::Fault)?
+            .pick(wasm::fault_tier, wasm::fault_handler)
     };
     if evs.meta.len() >= evs.meta.capacity() {
         return Err(Error::NoSpace);

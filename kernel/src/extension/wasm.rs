@@ -33,7 +33,7 @@ use baton_abi::spin::{FUEL, MEMORY_PAGES_MAX, MODULE_MAX};
 use baton_abi::Error;
 use kern::quota::Charge;
 use kern::spin::domain::{DomainId, Domains, Holder, Image, Import, Interface, Name, Sig, Symbol};
-use kern::spin::event::Binding;
+use kern::spin::event::{Binding, HandlerFn};
 use kern::spin::tier;
 use wasmi::{
     Caller, CompilationMode, Config, EnforcedLimits, Engine, ExternType, FuncType, Instance,
@@ -109,18 +109,33 @@ struct Ext {
     fault_funcs: Vec<FaultFn>,
     strand_funcs: Vec<StrandFn>,
     /// The register-form tier's translation and the kernel procedure each import is
-    /// bound to (once instantiated); taken out of the list while one of its functions
-    /// runs, as the store is.
-    fast: Option<alloc::boxed::Box<Fast>>,
+    /// bound to (once instantiated). The closures of the handlers it runs point at it.
+    fast: Option<FastBox>,
     /// The linear memory, for the tier's functions that use it.
     memory: Option<wasmi::Memory>,
     _charge: Charge,
 }
 
 /// A module's register-form tier.
+///
+/// The closure of a handler the tier runs points at it ([`tier_closure`]): an
+/// invocation reaches its translation, frame and import table with no look-up in the
+/// module list. It lives as long as its module's [`Ext`], and no handler outlives its
+/// module: a domain's handlers are removed, in every family, before its module
+/// ([`forget`], called last by the family's release of a domain).
 struct Fast {
     module: tier::Module,
-    /// The registers its functions run in (taken out of the list with them).
+    /// Set while one of its functions runs: a call into the module from under one of
+    /// its own invocations (a `PhysAddr.Reclaim` raised under a handler of the same
+    /// module) is refused, as `wasmi`'s is by the store being out of the list.
+    busy: core::cell::Cell<bool>,
+    /// What an invocation uses: reached only by the invocation that set `busy`, or by
+    /// the installation paths (system calls, never under a handler) while none runs.
+    run: core::cell::UnsafeCell<FastRun>,
+}
+
+struct FastRun {
+    /// The registers its functions run in.
     frame: tier::Regs,
     /// The task that instantiated it: the task of an invocation that names none (a
     /// `Test.Raise` handler's).
@@ -128,13 +143,77 @@ struct Fast {
     /// Each import's kernel procedure (`K_*`), or `NOT_HOST` for an import bound to
     /// another module's export (its callers stay on `wasmi`).
     hosts: Vec<u64>,
+    /// The linear memory, for the functions that use it (their store is taken out of
+    /// the list while they run), and where the module is in the list.
+    memory: Option<wasmi::Memory>,
+    slot: usize,
+    domain: DomainId,
+}
+
+/// The owner of a module's [`Fast`], which handlers' closures point at (so it is not a
+/// `Box`, whose uniqueness those pointers would break).
+struct FastBox(core::ptr::NonNull<Fast>);
+
+impl FastBox {
+    fn new(module: tier::Module, task: u64) -> Option<FastBox> {
+        let b = kern::fallible::try_box(Fast {
+            module,
+            busy: core::cell::Cell::new(false),
+            run: core::cell::UnsafeCell::new(FastRun {
+                frame: [0; tier::REGS],
+                task,
+                hosts: Vec::new(),
+                memory: None,
+                slot: 0,
+                domain: DomainId(0),
+            }),
+        })?;
+        Some(FastBox(core::ptr::NonNull::from(alloc::boxed::Box::leak(
+            b,
+        ))))
+    }
+
+    fn get(&self) -> &Fast {
+        // SAFETY: the pointer is a leaked box's, freed only by `drop` below.
+        unsafe { self.0.as_ref() }
+    }
+
+    /// What its invocations use, for the installation paths.
+    fn run_mut(&mut self) -> &mut FastRun {
+        // SAFETY: only a system call changes it (no invocation runs: a handler makes no
+        // system call, and none of the module's runs under the big lock meanwhile).
+        unsafe { &mut *self.get().run.get() }
+    }
+}
+
+impl Drop for FastBox {
+    fn drop(&mut self) {
+        // SAFETY: made by `Box::leak` in `new`; no handler names it any more (see
+        // [`Fast`]), so this is the last use.
+        drop(unsafe { alloc::boxed::Box::from_raw(self.0.as_ptr()) });
+    }
 }
 
 const NOT_HOST: u64 = u64::MAX;
 
-/// A closure's bit for a handler the tier runs: its low 31 bits are then the function's
-/// index among the module's defined functions.
-const FAST_BIT: u64 = 1 << 31;
+/// A handler's closure that names a module's [`Fast`] and its defined function `index`:
+/// the pointer's low 48 bits (a kernel address, which its upper bits sign-extend) and
+/// the index above them. `None` when the index does not fit (such a function stays on
+/// `wasmi`).
+fn tier_closure(fast: &Fast, index: usize) -> Option<u64> {
+    let ptr = fast as *const Fast as u64;
+    let c = (u64::try_from(index).ok().filter(|&i| i < 1 << 16)? << 48) | (ptr & ((1 << 48) - 1));
+    (tier_of(c) == (ptr as *const Fast, index)).then_some(c)
+}
+
+/// What [`tier_closure`] encoded.
+#[inline(always)]
+fn tier_of(c: u64) -> (*const Fast, usize) {
+    (
+        (((c << 16) as i64) >> 16) as u64 as *const Fast,
+        (c >> 48) as usize,
+    )
+}
 
 #[derive(Default)]
 struct Exts {
@@ -218,16 +297,8 @@ pub fn create(
     });
     let module = module.map_err(|_| Error::BadFormat)?;
     // The tier's translation of what it can take (the module is valid: `wasmi` said so).
-    let fast = match tier::Module::translate(&bytes) {
-        Ok(m) => Some(
-            kern::fallible::try_box(Fast {
-                module: m,
-                frame: [0; tier::REGS],
-                task,
-                hosts: Vec::new(),
-            })
-            .ok_or(Error::NoMemory)?,
-        ),
+    let translated = match tier::Module::translate(&bytes) {
+        Ok(m) => Some(m),
         Err(tier::Error::NoMemory) => return Err(Error::NoMemory),
         Err(tier::Error::Format) => None,
     };
@@ -265,7 +336,21 @@ pub fn create(
         symbols,
     });
     e.list.try_reserve(1).map_err(|_| Error::NoMemory)?;
+    let mut fast = match translated {
+        Some(m) => Some(FastBox::new(m, task).ok_or(Error::NoMemory)?),
+        None => None,
+    };
     let domain = domains.create(Holder::Task(task), Image { exports, imports })?;
+    let at = e
+        .list
+        .iter()
+        .position(Option::is_none)
+        .unwrap_or(e.list.len());
+    if let Some(f) = fast.as_mut() {
+        let run = f.run_mut();
+        run.slot = at;
+        run.domain = domain;
+    }
     let ext = Ext {
         domain,
         engine,
@@ -279,7 +364,7 @@ pub fn create(
         memory: None,
         _charge: charge,
     };
-    match e.list.iter_mut().find(|s| s.is_none()) {
+    match e.list.get_mut(at) {
         Some(slot) => *slot = Some(ext),
         None => e.list.push(Some(ext)),
     }
@@ -311,9 +396,31 @@ pub enum Kind {
     Reclaim,
 }
 
+/// A handler's closure: one the register-form tier runs (its module's [`Fast`] and
+/// function), or one `wasmi` runs (the module's slot and the typed function's index).
+#[derive(Clone, Copy)]
+pub enum Closure {
+    Tier(u64),
+    Wasmi(u64),
+}
+
+impl Closure {
+    /// The procedure to install with its word: `tier` (one of this module's `*_tier`) for
+    /// the tier's closures, `interp` (the matching `*_handler`) for `wasmi`'s.
+    pub fn pick<A, R>(
+        self,
+        tier: HandlerFn<Kernel, A, R>,
+        interp: HandlerFn<Kernel, A, R>,
+    ) -> (HandlerFn<Kernel, A, R>, u64) {
+        match self {
+            Closure::Tier(c) => (tier, c),
+            Closure::Wasmi(c) => (interp, c),
+        }
+    }
+}
+
 /// The closure of a handler that runs `symbol` of domain `owner` (a module of task
-/// `task`'s) for an event of kind `kind`: the module's slot and the function's index.
-/// Instantiates the module first if it is not yet.
+/// `task`'s) for an event of kind `kind`. Instantiates the module first if it is not yet.
 pub fn closure(
     k: &mut Kernel,
     domains: &Domains,
@@ -321,7 +428,7 @@ pub fn closure(
     owner: DomainId,
     symbol: &Symbol,
     kind: Kind,
-) -> Result<u64, Error> {
+) -> Result<Closure, Error> {
     let _ = k;
     // SAFETY: the lock is held (we have `k`); no other reference to the modules is live.
     let e = unsafe { exts() };
@@ -340,8 +447,10 @@ pub fn closure(
         return Err(Error::NotFound);
     };
     let fname = core::str::from_utf8(symbol.name.as_bytes()).map_err(|_| Error::BadFormat)?;
-    if let Some(i) = fast_index(ext, symbol, kind) {
-        return Ok((slot as u64) << 32 | FAST_BIT | i as u64);
+    if let Some(c) = fast_index(ext, symbol, kind)
+        .and_then(|i| ext.fast.as_ref().and_then(|f| tier_closure(f.get(), i)))
+    {
+        return Ok(Closure::Tier(c));
     }
     let index = crate::heap::bounded(|| -> Result<usize, Error> {
         Ok(match kind {
@@ -383,15 +492,17 @@ pub fn closure(
             }
         })
     })?;
-    Ok((slot as u64) << 32 | index as u64)
+    Ok(Closure::Wasmi((slot as u64) << 32 | index as u64))
 }
 
 /// The index of the function the tier runs for `symbol` (an event of kind `kind`), if it
 /// can: translated, its type the event's, and every import it calls bound to a kernel
 /// procedure the tier calls directly ([`FastHost`]).
 fn fast_index(ext: &Ext, symbol: &Symbol, kind: Kind) -> Option<usize> {
-    let fast = ext.fast.as_deref()?;
+    let fast = ext.fast.as_ref()?.get();
     let m = &fast.module;
+    // SAFETY: an installation (a system call): no invocation of the module runs.
+    let hosts = unsafe { &(*fast.run.get()).hosts };
     // By name: `wasmi` lists a module's exports in an order of its own.
     let func = m.export_named(symbol.name.as_bytes())?;
     let f = m.func(func)?;
@@ -408,7 +519,7 @@ fn fast_index(ext: &Ext, symbol: &Symbol, kind: Kind) -> Option<usize> {
         return None;
     }
     for i in 0..tier::IMPORTS_MAX {
-        if f.imports & (1 << i) != 0 && !direct(*fast.hosts.get(i)?) {
+        if f.imports & (1 << i) != 0 && !direct(*hosts.get(i)?) {
             return None;
         }
     }
@@ -561,7 +672,7 @@ fn instantiate(
             Error::NoMemory
         })?;
     ext.memory = instance.get_memory(&store, "memory");
-    if let Some(fast) = ext.fast.as_deref_mut() {
+    if let Some(fast) = ext.fast.as_mut() {
         let mut hosts = Vec::new();
         hosts
             .try_reserve_exact(callees.len())
@@ -572,8 +683,10 @@ fn instantiate(
                 _ => NOT_HOST,
             });
         }
-        fast.hosts = hosts;
-        fast.task = task;
+        let run = fast.run_mut();
+        run.hosts = hosts;
+        run.task = task;
+        run.memory = ext.memory;
     }
     let boxed = kern::fallible::try_box((store, instance)).ok_or(Error::NoMemory)?;
     ext.store = Some(boxed);
@@ -745,53 +858,53 @@ impl tier::Host for FastHost<'_> {
     }
 }
 
-/// Runs function `index` of the module in `slot` on the register-form tier, for task
-/// `task` (the module's instantiating task if `None`) on `fuel`. Its translation is taken
-/// out of the list while it runs, and so is the store when the function uses the linear
-/// memory: `None` when the module is gone or already running (as [`invoke`]).
-fn run_fast(
-    slot: usize,
-    index: u64,
+/// Runs the function a tier closure names (`b.closure`, [`tier_closure`]) for task
+/// `task` (the module's instantiating task if `None`) on the binding's fuel. The store is
+/// taken out of the list while a function that uses the linear memory runs (as for
+/// `wasmi`). `None` when the module is already running (a call from under one of its own
+/// invocations) or its store is out.
+#[inline(always)]
+fn run_tier(
+    b: Binding,
     task: Option<u64>,
     k: Option<&mut Kernel>,
-    fuel: u64,
     args: &[u64],
 ) -> Option<Result<u64, tier::Trap>> {
-    let (mut fast, domain, memory) = {
-        // SAFETY: under the lock (every raise is); this reference ends in this block.
-        let e = unsafe { exts() };
-        let ext = e.list.get_mut(slot)?.as_mut()?;
-        (ext.fast.take()?, ext.domain, ext.memory)
-    };
-    count(0);
-    let r = run_taken(&mut fast, slot, domain, memory, index, task, k, fuel, args);
-    // SAFETY: as above; the invocation has ended.
-    let e = unsafe { exts() };
-    if let Some(x) = module_at(e, slot, domain) {
-        x.fast = Some(fast);
+    let (fast, index) = tier_of(b.closure);
+    // SAFETY: a tier closure points at its module's `Fast`, which outlives the handler
+    // (see [`Fast`]); the reference is shared, and every change goes through its cells.
+    let fast = unsafe { &*fast };
+    if fast.busy.replace(true) {
+        return None;
     }
+    count(0);
+    // SAFETY: `busy` was clear and this invocation set it: no other reference to `run`
+    // is live (an installation path runs only from a system call, never under a handler).
+    let run = unsafe { &mut *fast.run.get() };
+    let r = run_tier_in(&fast.module, run, index, task, k, fuel(b), args);
+    fast.busy.set(false);
     r
 }
 
-#[allow(clippy::too_many_arguments)]
-fn run_taken(
-    fast: &mut Fast,
-    slot: usize,
-    domain: DomainId,
-    memory: Option<wasmi::Memory>,
-    index: u64,
+#[inline(always)]
+fn run_tier_in(
+    module: &tier::Module,
+    run: &mut FastRun,
+    index: usize,
     task: Option<u64>,
     k: Option<&mut Kernel>,
     fuel: u64,
     args: &[u64],
 ) -> Option<Result<u64, tier::Trap>> {
-    let Fast {
-        module,
+    let f = module.funcs.get(index)?.as_ref()?;
+    let FastRun {
         frame,
         task: owner,
         hosts,
-    } = fast;
-    let f = module.funcs.get(usize::try_from(index).ok()?)?.as_ref()?;
+        memory,
+        slot,
+        domain,
+    } = run;
     let mut host = FastHost {
         k,
         task: task.unwrap_or(*owner),
@@ -799,7 +912,7 @@ fn run_taken(
     };
     let mut fuel = fuel;
     let r = if f.memory {
-        let mut st = take_store(slot, domain)?;
+        let mut st = take_store(*slot, *domain)?;
         let (store, _) = &mut *st;
         let r = match memory {
             Some(m) => tier::run(
@@ -812,7 +925,7 @@ fn run_taken(
             ),
             None => Err(tier::Trap::OutOfBounds),
         };
-        put_store(slot, domain, st);
+        put_store(*slot, *domain, st);
         r
     } else {
         tier::run(f, frame, args, &mut [], &mut fuel, &mut host)
@@ -820,9 +933,75 @@ fn run_taken(
     Some(r.map(|v| v.unwrap_or(0)))
 }
 
-/// Whether a closure is the tier's: its function's index then.
-fn fast_of(b: Binding) -> Option<(usize, u64)> {
-    (b.closure & FAST_BIT != 0).then_some(((b.closure >> 32) as usize, b.closure & (FAST_BIT - 1)))
+/// A tier handler's invocation that trapped: said on the console (the dispatcher removes
+/// the handler and tells its installer).
+#[cold]
+#[inline(never)]
+fn tier_aborted(what: &str, task: Option<u64>, t: tier::Trap) {
+    match task {
+        Some(task) => {
+            crate::arch::serial::kprintln!("[kernel] {what} handler of task {task} aborted: {t:?}")
+        }
+        None => crate::arch::serial::kprintln!("[kernel] {what} handler aborted: {t:?}"),
+    }
+}
+
+/// A module's `Trap.SystemCall` handler on the register-form tier.
+pub fn syscall_tier(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
+    let a = [c.number, c.args[0], c.args[1], c.args[2]];
+    match run_tier(b, Some(c.task), Some(k), &a)? {
+        Ok(v) => Some(Some(v)),
+        Err(t) => {
+            tier_aborted("extension", Some(c.task), t);
+            None
+        }
+    }
+}
+
+/// A module's `Test.Raise` handler on the register-form tier.
+pub fn test_tier(k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
+    match run_tier(b, None, Some(k), &[*a])? {
+        Ok(v) => Some(v),
+        Err(t) => {
+            tier_aborted("extension", None, t);
+            None
+        }
+    }
+}
+
+/// A module's `PhysAddr.Reclaim` handler on the register-form tier (see
+/// [`reclaim_handler`]).
+pub fn reclaim_tier(
+    k: &mut Kernel,
+    b: Binding,
+    c: &super::reclaim::Candidate,
+) -> Option<Option<u64>> {
+    let v = test_tier(k, b, &c.va)?;
+    Some((v != c.va).then_some(v))
+}
+
+/// A module's `Translation` handler on the register-form tier.
+pub fn fault_tier(k: &mut Kernel, b: Binding, f: &kern::spin::translation::Fault) -> Option<bool> {
+    let a = [f.addr, kern::spin::translation::access_code(f.access)];
+    match run_tier(b, Some(f.task), Some(k), &a)? {
+        Ok(v) => Some(v != 0),
+        Err(t) => {
+            tier_aborted("extension", Some(f.task), t);
+            None
+        }
+    }
+}
+
+/// A module's `Strand` handler on the register-form tier (no kernel: the memory
+/// interfaces trap).
+pub fn strand_tier(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
+    match run_tier(b, Some(s.task), None, &[s.vp, s.thread])? {
+        Ok(v) => Some(u64::from(v == baton_abi::spin::STRAND_VETO)),
+        Err(t) => {
+            tier_aborted("Strand", Some(s.task), t);
+            None
+        }
+    }
 }
 
 /// A kind of invocation: the typed function it calls and how.
@@ -851,19 +1030,6 @@ fn with<A, Res>(a: A) -> (With<A>, core::marker::PhantomData<Res>) {
 
 /// Runs a module's `Trap.SystemCall` handler: `(number, a0, a1, a2) -> rax`.
 pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u64>> {
-    if let Some((slot, i)) = fast_of(b) {
-        let a = [c.number, c.args[0], c.args[1], c.args[2]];
-        return match run_fast(slot, i, Some(c.task), Some(k), fuel(b), &a)? {
-            Ok(v) => Some(Some(v)),
-            Err(t) => {
-                crate::arch::serial::kprintln!(
-                    "[kernel] extension handler of task {} aborted: {t:?}",
-                    c.task
-                );
-                None
-            }
-        };
-    }
     let (slot, index) = slot_of(b);
     let args = (
         c.number as i64,
@@ -893,15 +1059,6 @@ pub fn syscall_handler(k: &mut Kernel, b: Binding, c: &Call) -> Option<Option<u6
 
 /// Runs a module's `Test.Raise` handler.
 pub fn test_handler(k: &mut Kernel, b: Binding, a: &u64) -> Option<u64> {
-    if let Some((slot, i)) = fast_of(b) {
-        return match run_fast(slot, i, None, Some(k), fuel(b), &[*a])? {
-            Ok(v) => Some(v),
-            Err(t) => {
-                crate::arch::serial::kprintln!("[kernel] extension handler aborted: {t:?}");
-                None
-            }
-        };
-    }
     let (slot, index) = slot_of(b);
     let r = invoke(
         slot,
@@ -941,19 +1098,6 @@ pub fn fault_handler(
     b: Binding,
     f: &kern::spin::translation::Fault,
 ) -> Option<bool> {
-    if let Some((slot, i)) = fast_of(b) {
-        let a = [f.addr, kern::spin::translation::access_code(f.access)];
-        return match run_fast(slot, i, Some(f.task), Some(k), fuel(b), &a)? {
-            Ok(v) => Some(v != 0),
-            Err(t) => {
-                crate::arch::serial::kprintln!(
-                    "[kernel] extension handler of task {} aborted: {t:?}",
-                    f.task
-                );
-                None
-            }
-        };
-    }
     let (slot, index) = slot_of(b);
     let args = (
         f.addr as i64,
@@ -982,18 +1126,6 @@ pub fn fault_handler(
 /// Runs a module's `Strand` handler for `s`: `(vp, thread) -> verdict` (any verdict but
 /// `STRAND_VETO` proceeds).
 pub fn strand_handler(_k: &mut Kernel, b: Binding, s: &super::strand::Strand) -> Option<u64> {
-    if let Some((slot, i)) = fast_of(b) {
-        return match run_fast(slot, i, Some(s.task), None, fuel(b), &[s.vp, s.thread])? {
-            Ok(v) => Some(u64::from(v == baton_abi::spin::STRAND_VETO)),
-            Err(t) => {
-                crate::arch::serial::kprintln!(
-                    "[kernel] Strand handler of task {} aborted: {t:?}",
-                    s.task
-                );
-                None
-            }
-        };
-    }
     let (slot, index) = slot_of(b);
     let r = invoke(
         slot,

@@ -188,6 +188,14 @@ pub enum Op {
         a: u8,
         b: u8,
     },
+    /// A binary operation whose second operand is a constant (a `Const` that fed only it,
+    /// folded in at translation: one dispatch instead of two).
+    BinI {
+        op: Bin,
+        d: u8,
+        a: u8,
+        imm: u64,
+    },
     Un {
         op: Un,
         d: u8,
@@ -256,6 +264,9 @@ pub struct Func {
     pub results: u8,
     /// Registers past the parameters it zeroes on entry (its declared locals).
     pub locals: u8,
+    /// The fuel of its first basic block (`code[0]`, a `Fuel`), charged on entry: the
+    /// interpreter starts at `code[1]`.
+    pub entry: u32,
     /// The imports it calls, a bit each.
     pub imports: u64,
     /// Whether it touches the linear memory.
@@ -659,10 +670,28 @@ impl T<'_> {
     }
 
     fn bin(&mut self, op: Bin) -> R<()> {
+        // A constant just pushed into its own slot, read by nothing but this operation:
+        // folded into it.
+        let folded = match (self.last_def, self.code.last()) {
+            (Some(at), Some(&Op::Const { d, v }))
+                if at + 1 == self.code.len()
+                    && self.stack.last() == Some(&None)
+                    && Ok(d) == self.slot(self.stack.len().saturating_sub(1)) =>
+            {
+                Some(v)
+            }
+            _ => None,
+        };
         let b = self.pop()?;
         let a = self.pop()?;
         let d = self.push_slot()?;
-        self.def(Op::Bin { op, d, a, b })
+        match folded {
+            Some(imm) => {
+                self.code.pop();
+                self.def(Op::BinI { op, d, a, imm })
+            }
+            None => self.def(Op::Bin { op, d, a, b }),
+        }
     }
 
     fn un(&mut self, op: Un) -> R<()> {
@@ -713,6 +742,7 @@ impl T<'_> {
                 Some(
                     Op::Const { d, .. }
                     | Op::Bin { d, .. }
+                    | Op::BinI { d, .. }
                     | Op::Un { d, .. }
                     | Op::Load { d, .. }
                     | Op::Select { d, .. }
@@ -972,7 +1002,9 @@ impl T<'_> {
             O::I64Popcnt => self.un(Un::Popcnt64)?,
             O::I32WrapI64 => self.un(Un::Wrap)?,
             O::I64ExtendI32S => self.un(Un::ExtendS32)?,
-            O::I64ExtendI32U => self.un(Un::ExtendU32)?,
+            // An `i32` is kept zero-extended in its register (every operation that makes
+            // one writes it so, and arguments come so): the widening is no operation.
+            O::I64ExtendI32U => {}
             O::I32Extend8S => self.un(Un::Ext8S32)?,
             O::I32Extend16S => self.un(Un::Ext16S32)?,
             O::I64Extend8S => self.un(Un::Ext8S64)?,
@@ -1122,10 +1154,14 @@ fn translate(
         }
     }
     t.close_fuel();
+    let Some(&Op::Fuel(entry)) = t.code.first() else {
+        return Err(Some(Error::Format));
+    };
     Ok(Func {
         params,
         results,
         locals: (n - params as usize) as u8,
+        entry,
         imports: t.imports_used,
         memory: t.memory,
         code: t.code,
@@ -1306,7 +1342,12 @@ pub fn run<H: Host>(
             r[($x as usize) & (REGS - 1)]
         };
     }
-    let mut pc = 0usize;
+    // The first block's fuel (its `Fuel` operation, `code[0]`, is never a branch target:
+    // every target is a block start emitted after it).
+    *fuel = fuel
+        .checked_sub(u64::from(f.entry))
+        .ok_or(Trap::OutOfFuel)?;
+    let mut pc = 1usize;
     loop {
         let op = *f.code.get(pc).ok_or(Trap::Unreachable)?;
         pc += 1;
@@ -1317,6 +1358,7 @@ pub fn run<H: Host>(
             Op::Const { d, v } => g!(d) = v,
             Op::Copy { d, s } => g!(d) = g!(s),
             Op::Bin { op, d, a, b } => g!(d) = bin(op, g!(a), g!(b))?,
+            Op::BinI { op, d, a, imm } => g!(d) = bin(op, g!(a), imm)?,
             Op::Un { op, d, a } => g!(d) = un(op, g!(a)),
             Op::Load { op, d, a, off } => g!(d) = load(op, mem, g!(a), off)?,
             Op::Store { op, a, v, off } => {
