@@ -97,6 +97,75 @@ impl<T> Ring<T> {
         Some(unsafe { self.slot(t).assume_init_read() })
     }
 
+    /// The oldest item, left in place (what [`pop_oldest`](Self::pop_oldest) would take).
+    #[inline]
+    pub fn oldest(&self) -> Option<&T> {
+        if self.head == self.tail {
+            return None;
+        }
+        // SAFETY: `head` is in `head..tail`, so initialised; masked, it is in bounds.
+        Some(unsafe {
+            self.buf
+                .get_unchecked(self.head & (CAPACITY - 1))
+                .assume_init_ref()
+        })
+    }
+
+    /// The newest item, left in place (what [`pop_newest`](Self::pop_newest) would take).
+    #[inline]
+    pub fn newest(&self) -> Option<&T> {
+        if self.head == self.tail {
+            return None;
+        }
+        // SAFETY: `tail - 1` is in `head..tail`, so initialised; masked, it is in bounds.
+        Some(unsafe {
+            self.buf
+                .get_unchecked(self.tail.wrapping_sub(1) & (CAPACITY - 1))
+                .assume_init_ref()
+        })
+    }
+
+    /// Takes the oldest item and appends `item` as the newest, as [`pop_oldest`] then
+    /// [`push`] do, in one step that never finds the ring full (a FIFO yield: the
+    /// yielder goes to the back, the front runs). `Err(item)` if the ring is empty.
+    ///
+    /// [`pop_oldest`]: Self::pop_oldest
+    /// [`push`]: Self::push
+    #[inline]
+    pub fn rotate_oldest(&mut self, item: T) -> Result<T, T> {
+        let (h, t) = (self.head, self.tail);
+        if h == t {
+            return Err(item);
+        }
+        // SAFETY: `h` was in `head..tail`, so initialised; it is outside from now on, so it
+        // is read once.
+        let out = unsafe { self.slot(h).assume_init_read() };
+        // The slot of `t` is free: `head..tail` held at most CAPACITY items, one of which
+        // (at `h`) just left; when the ring was full, `t` and `h` are the same slot.
+        self.slot(t).write(item);
+        self.head = h.wrapping_add(1);
+        self.tail = t.wrapping_add(1);
+        Ok(out)
+    }
+
+    /// Replaces the newest item by `item`, as [`pop_newest`] then [`push`] do, in place
+    /// (a LIFO yield: one slot rewritten). `Err(item)` if the ring is empty.
+    ///
+    /// [`pop_newest`]: Self::pop_newest
+    /// [`push`]: Self::push
+    #[inline]
+    pub fn replace_newest(&mut self, item: T) -> Result<T, T> {
+        if self.head == self.tail {
+            return Err(item);
+        }
+        let slot = self.slot(self.tail.wrapping_sub(1));
+        // SAFETY: `tail - 1` is in `head..tail`, so initialised; it is read once and
+        // rewritten at once.
+        let out = unsafe { slot.assume_init_read() };
+        slot.write(item);
+        Ok(out)
+    }
+
     /// Items in the ring.
     #[inline]
     pub fn len(&self) -> usize {
@@ -313,6 +382,25 @@ mod tests {
         want.push(1000);
         assert_eq!(rest, want);
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn ring_yields_in_one_step_even_when_full() {
+        let mut r = Ring::new();
+        assert_eq!(r.rotate_oldest(7), Err(7), "empty");
+        assert_eq!(r.replace_newest(7), Err(7), "empty");
+        for i in 0..CAPACITY {
+            assert!(r.push(i).is_ok());
+        }
+        // Full: the yielder still takes the place of what runs.
+        assert_eq!(r.rotate_oldest(1000), Ok(0));
+        assert_eq!(r.replace_newest(2000), Ok(1000));
+        assert_eq!(
+            (r.oldest(), r.newest(), r.len()),
+            (Some(&1), Some(&2000), CAPACITY)
+        );
+        assert_eq!(r.pop_newest(), Some(2000));
+        assert_eq!(r.pop_oldest(), Some(1));
     }
 
     #[test]

@@ -172,4 +172,63 @@ proptest! {
         // at most the other two processors' pools hold TCBs then.
         prop_assert!(made as usize <= peak + 2 * overflow);
     }
+
+    /// The owner's ring against a deque model, with the yields' one-step operations
+    /// among the pushes and pops: `rotate_oldest` is `pop_oldest` then `push` (the FIFO
+    /// yield), `replace_newest` is `pop_newest` then `push` (the LIFO yield), each taking
+    /// what the pop would and never refusing for lack of room; `oldest` and `newest` peek
+    /// at what the pops take.
+    #[test]
+    fn ring_yields_match_pop_then_push(ops in proptest::collection::vec(0u8..6, 0..700)) {
+        use crate::deque::{Ring, CAPACITY};
+        let mut r: Ring<u32> = Ring::new();
+        let mut model: VecDeque<u32> = VecDeque::new();
+        let mut next_item = 0u32;
+        for op in ops {
+            prop_assert_eq!(r.oldest().copied(), model.front().copied());
+            prop_assert_eq!(r.newest().copied(), model.back().copied());
+            let item = next_item;
+            next_item += 1;
+            match op {
+                // Pushes twice as often as the rest, so that the ring fills up.
+                0 | 1 => {
+                    let got = r.push(item);
+                    if model.len() < CAPACITY {
+                        prop_assert_eq!(got, Ok(()));
+                        model.push_back(item);
+                    } else {
+                        prop_assert_eq!(got, Err(item));
+                    }
+                }
+                2 => prop_assert_eq!(r.pop_oldest(), model.pop_front()),
+                3 => prop_assert_eq!(r.pop_newest(), model.pop_back()),
+                4 => {
+                    let want = match model.pop_front() {
+                        Some(x) => {
+                            model.push_back(item);
+                            Ok(x)
+                        }
+                        None => Err(item),
+                    };
+                    prop_assert_eq!(r.rotate_oldest(item), want);
+                }
+                _ => {
+                    let want = match model.pop_back() {
+                        Some(x) => {
+                            model.push_back(item);
+                            Ok(x)
+                        }
+                        None => Err(item),
+                    };
+                    prop_assert_eq!(r.replace_newest(item), want);
+                }
+            }
+            prop_assert_eq!(r.len(), model.len());
+        }
+        let mut rest = Vec::new();
+        while let Some(x) = r.pop_oldest() {
+            rest.push(x);
+        }
+        prop_assert_eq!(rest, model.into_iter().collect::<Vec<_>>());
+    }
 }

@@ -357,6 +357,15 @@ impl ThreadRef {
         ThreadRef(unsafe { NonNull::new_unchecked(p.cast_mut()) })
     }
 
+    /// Drops this reference when another is known to be held for as long as the caller
+    /// uses the thread (its TCB's, or an absorbing frame's): one decrement, no test for
+    /// the last reference.
+    #[inline]
+    fn release_held(self) {
+        self.core().refs.fetch_sub(1, Release);
+        core::mem::forget(self);
+    }
+
     /// Whether this is the only reference to the thread.
     pub(crate) fn unique(&self) -> bool {
         self.core().refs.load(Acquire) == 1
@@ -753,6 +762,17 @@ enum Next {
     Resume(*mut Tcb),
 }
 
+/// The TCB of `t`, just claimed to resume, with the entry's reference `t` given up: a
+/// ready thread is kept alive by its TCB (or, absorbed, by the frame that absorbed it,
+/// suspended on a stack of its own), and, running on this processor from the claim on,
+/// cannot end before it is resumed.
+#[inline(always)]
+fn resume_of(t: ThreadRef) -> *mut Tcb {
+    let tcb = t.core().tcb.load(Relaxed);
+    t.release_held();
+    tcb
+}
+
 impl Vp {
     /// This virtual processor's local state.
     ///
@@ -981,9 +1001,80 @@ impl Vp {
         let Runnable { t, ticket } = r;
         match word::claim(&t.core().word, ticket, self.id, core::hint::spin_loop) {
             Claim::Start => Some(Next::Start(t)),
-            Claim::Resume => Some(Next::Resume(t.core().tcb.load(Relaxed))),
+            Claim::Resume => Some(Next::Resume(resume_of(t))),
             Claim::Stale => None,
         }
+    }
+
+    /// The yield of the running thread `core`, on TCB `tcb`, when its processor's policy
+    /// is the built-in FIFO or LIFO and every ready thread is on the owner's ring (nothing
+    /// on the shared queue, no kernel call completed): the entry that the policy would
+    /// take next is claimed where it lies and the yielder's new entry takes its place in
+    /// one step (`Ring::rotate_oldest` for FIFO, `Ring::replace_newest` for LIFO, one
+    /// slot rewritten), instead of a pop and a push, each with its tests. The order of the
+    /// queue is the one a pop then a push leaves. `false` (nothing done) when it does not
+    /// apply, or the next entry is stale: the caller takes the general path, which drops
+    /// it. `true` once the caller has been switched away from and resumed.
+    #[inline(always)]
+    fn yield_own(&self, tcb: *mut Tcb, core: &Core) -> bool {
+        let lifo = match self.fast {
+            Fast::Fifo => false,
+            Fast::Lifo => true,
+            Fast::Steal | Fast::Shared => return false,
+        };
+        if self.shared.load(Relaxed) != 0 {
+            return false;
+        }
+        // SAFETY: the caller runs on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
+            return false;
+        }
+        let peeked = if lifo {
+            local.own.newest()
+        } else {
+            local.own.oldest()
+        };
+        let Some((next, ticket)) = peeked.map(|r| (r.t.0.as_ptr().cast_const(), r.ticket)) else {
+            return false;
+        };
+        // SAFETY: the ring's entry holds a reference to `next`.
+        let what = word::claim(
+            unsafe { &(*next).word },
+            ticket,
+            self.id,
+            core::hint::spin_loop,
+        );
+        if what == Claim::Stale {
+            return false;
+        }
+        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written out,
+        // so that no build has to see through the table).
+        let mine = core.apply(Word::yielded).yielded().ticket();
+        let me = Runnable {
+            // SAFETY: the running thread is alive.
+            t: unsafe { ThreadRef::clone_raw(core) },
+            ticket: mine,
+        };
+        let out = if lifo {
+            local.own.replace_newest(me)
+        } else {
+            local.own.rotate_oldest(me)
+        };
+        let t = match out {
+            Ok(r) => r.t,
+            // SAFETY: the ring held the entry peeked above, and nothing has touched it
+            // since (only this kernel thread does).
+            Err(_) => unsafe { core::hint::unreachable_unchecked() },
+        };
+        let next = match what {
+            Claim::Start => Next::Start(t),
+            _ => Next::Resume(resume_of(t)),
+        };
+        // SAFETY: our TCB; the thread is ready and queued, so it is safe to leave it;
+        // `next` was claimed by this virtual processor above.
+        unsafe { switch_to(self, (*tcb).sp.get(), tcb, false, Some(next)) };
+        true
     }
 
     /// A TCB for a thread about to start: from the local pool, else the global pool,
@@ -2176,6 +2267,10 @@ pub fn yield_now() {
         attend(vp, tcb, core);
         // It may have been suspended and resumed on another processor.
         (vp, tcb) = here();
+    }
+    // SAFETY: the running thread is alive (read again: `attend` may have changed it).
+    if vp.yield_own(tcb, unsafe { &*(*tcb).thread.get() }) {
+        return;
     }
     let Some(next) = vp.next_runnable() else {
         return;
