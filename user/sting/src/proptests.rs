@@ -183,12 +183,9 @@ proptest! {
         use crate::deque::{Ring, CAPACITY};
         let mut r: Ring<u32> = Ring::new();
         let mut model: VecDeque<u32> = VecDeque::new();
-        let mut next_item = 0u32;
-        for op in ops {
+        for (item, op) in (0u32..).zip(ops) {
             prop_assert_eq!(r.oldest().copied(), model.front().copied());
             prop_assert_eq!(r.newest().copied(), model.back().copied());
-            let item = next_item;
-            next_item += 1;
             match op {
                 // Pushes twice as often as the rest, so that the ring fills up.
                 0 | 1 => {
