@@ -2,18 +2,20 @@
 //! runs the server's dispatch routine in one of the server's activations.
 //!
 //! A thread is the scheduler's entity (priority, CPU accounting, kernel stack or
-//! continuation); an activation is its execution context in one task. The running
-//! activation's user registers live in the thread object (`Thread::frame`, where the system
-//! call entry saves them) together with its task, address space, IPC buffer and exception
-//! port; the activations *below* it on the thread's activation stack are kept as
-//! [`Saved`] records in `Thread::below`. So a thread that never migrates has an empty stack
-//! and pays nothing.
+//! continuation); an activation is its execution context in one task. That context (its
+//! user registers, where the system call entry saves them, its task, address space, IPC
+//! buffer, exception port and control state) is one object, a [`Context`], which the
+//! thread points at (`Thread::ctx`); the contexts of the activations *below* it on the
+//! thread's activation stack are linked in `Thread::below`, each with the call it made.
+//! A call makes the server activation's context current and links the caller's below it,
+//! a return unlinks it again: pointers move, contexts are not copied. So a thread that
+//! never migrates has an empty stack and pays nothing.
 //!
 //! - **Call** ([`migrate`], reached from the RPC fast path's plan, or [`try_migrate`] on
 //!   the general path, e.g. with a timeout): an `ipc_msg(SEND | RECEIVE)` request (no descriptors,
 //!   through the IPC buffer, or through a buffer of the caller's with `MSG_BUF`) to a port
 //!   with a pool of activations takes a free activation
-//!   ([`kern::activation::Pool::decide`]), saves the caller's context as a record, copies the
+//!   ([`kern::activation::Pool::decide`]), links the caller's context below, copies the
 //!   request into the activation's buffer, switches the address space and upcalls the
 //!   dispatch routine: no second thread, no queue, no scheduler. The caller's priority and
 //!   CPU accounting apply in the server because it is the caller's thread. The request's
@@ -23,7 +25,7 @@
 //!   `kern::usercopy::copy_user_to_user`).
 //! - **Return** ([`sys_act_return`]): the reply in the activation's buffer is copied to the
 //!   caller's buffer (the one its request came from: [`ReplyTo`]), the activation goes back
-//!   to its pool (waking a caller waiting for one), and the record is restored. No rights
+//!   to its pool (waking a caller waiting for one), and the caller's context is current again. No rights
 //!   move: the caller's reply port is never used (section 6.2).
 //! - **Empty pool**: a call that finds no usable activation waits on the port (as a sender
 //!   facing a full queue, with [`Resume::SendRetry`]) until one is given back. With the
@@ -39,9 +41,9 @@
 //!   reply: after a split ([`split`]) that activation may already serve another call.
 //!
 //! # Invariants
-//! - `Thread::below` is empty exactly when the thread runs in its home task; each record
-//!   names the activation occupied *above* it, which is given back when the record is
-//!   restored.
+//! - `Thread::below` is empty exactly when the thread runs in its home task; each context
+//!   below names the activation occupied *above* it, which is given back when the context
+//!   is current again.
 //! - Permission checks that ask which task a thread belongs to use its home task
 //!   ([`Thread::home_task`]), never the task it has migrated into.
 
@@ -49,7 +51,7 @@ use crate::arch::gdt::{USER_CS, USER_DS};
 use crate::arch::paging::{self, KernelMem};
 use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR, USER_RFLAGS};
 use crate::kernel::{self, Kernel, TaskId};
-use crate::thread::{self, Blocked, ReplyTo, Saved, Thread, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, Context, ReplyTo, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
     Descriptor, Disposition, MsgHeader, DESCRIPTOR_SIZE, DESC_OOL, HEADER_SIZE, IPC_BUFFER_SIZE,
@@ -65,28 +67,6 @@ use kern::pmap::PhysMem;
 use kern::slab::Key;
 use kern::usercopy;
 
-impl Saved {
-    /// A record to be filled by a migrating call (a thread's first at its depth), around
-    /// the register box `frame`.
-    fn blank(frame: alloc::boxed::Box<TrapFrame>) -> Saved {
-        Saved {
-            frame,
-            task: None,
-            task_key: Key(0),
-            space: None,
-            ipc_buffer: None,
-            exc_port: None,
-            act: Key(0),
-            port: Key(0),
-            to: ReplyTo::IpcBuffer,
-            ctl: kern::activation::ActState::default(),
-            frame_of: Key(0),
-            fpu: None,
-            fpu_kept: false,
-        }
-    }
-}
-
 /// Tries to run the `ipc_msg` of `cur` (the running thread of `cpu`) as a migrating RPC.
 /// Returns only when the message does not go to a port with activations, having changed
 /// nothing; otherwise it upcalls the server or blocks the caller until an activation is
@@ -96,17 +76,17 @@ pub fn try_migrate(k: &mut Kernel, cpu: usize, cur: ThreadId) {
     let Some(th) = k.threads.get_mut(cur) else {
         return;
     };
-    let [opts, _, _, buf, buf_size, ..] = th.frame.syscall_args().1;
+    let [opts, _, _, buf, buf_size, ..] = th.ctx.frame.syscall_args().1;
     if opts == MSG_SEND | MSG_RECEIVE | MSG_BUF {
         return try_migrate_user(k, cpu, cur, buf, buf_size);
     }
-    let (Some((_, page)), false) = (th.ipc_buffer, th.kill_pending) else {
+    let (Some((_, page)), false) = (th.ctx.ipc_buffer, th.kill_pending) else {
         return;
     };
     if opts != MSG_SEND | MSG_RECEIVE {
         return;
     }
-    let (s_key, sidetracked) = (th.task_key, th.sidetracked);
+    let (s_key, sidetracked) = (th.ctx.task_key, th.sidetracked);
     let header = paging::read_header(page);
     if header.bits >> 16 != 0 {
         return migrate_ool(k, cpu, cur, page, &header, s_key, sidetracked);
@@ -161,7 +141,7 @@ fn migrate_ool(
             _ => return,
         }
     }
-    let Some(task) = k.threads.get(cur).and_then(|th| th.task) else {
+    let Some(task) = k.threads.get(cur).and_then(|th| th.ctx.task) else {
         return;
     };
     if let Err(e) = crate::ool::check_migrating(task, descs) {
@@ -345,16 +325,12 @@ pub fn migrate_fault(
         reply: 0,
         id,
     };
-    // The faulting context's floating-point registers, kept for the return (the call and
-    // its return put them in their initial state).
-    let Some(rec) = k
-        .threads
-        .get_mut(cur)
-        .and_then(|th| th.spare.as_deref_mut())
-    else {
+    // The faulting context's floating-point registers, kept in it for the return (the call
+    // and its return put them in their initial state).
+    let Some(th) = k.threads.get_mut(cur) else {
         return Error::Aborted;
     };
-    let reuse = rec.fpu.take();
+    let reuse = th.ctx.fpu.take();
     let kept = k.cpus.get(cpu).is_some_and(|c| !c.fpu_live.is_null());
     let fpu = match k
         .cpus
@@ -364,13 +340,9 @@ pub fn migrate_fault(
         Some(Ok(f)) => f,
         _ => return Error::NoMemory,
     };
-    if let Some(rec) = k
-        .threads
-        .get_mut(cur)
-        .and_then(|th| th.spare.as_deref_mut())
-    {
-        rec.fpu = fpu;
-        rec.fpu_kept = kept;
+    if let Some(th) = k.threads.get_mut(cur) {
+        th.ctx.fpu = fpu;
+        th.ctx.fpu_kept = kept;
     }
     let Some(act) = occupy(&mut k.acts, cur, a, &header) else {
         return Error::Aborted;
@@ -417,7 +389,7 @@ fn take(k: &mut Kernel, cur: ThreadId, port_id: PortId, sidetracked: bool) -> (A
             let timeout = k
                 .threads
                 .get(cur)
-                .map_or(baton_abi::FOREVER, |th| th.frame.syscall_args().1[2]);
+                .map_or(baton_abi::FOREVER, |th| th.ctx.frame.syscall_args().1[2]);
             crate::ipc::block(k, Blocked::Send { port: port_id }, timeout);
             k.stats.blocks_ipc += 1;
             thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
@@ -441,13 +413,10 @@ fn make_record(th: &mut Thread) -> bool {
         return false;
     }
     if th.spare.is_none() {
-        let Some(frame) = kern::fallible::try_box(TrapFrame::default()) else {
+        let Some(ctx) = kern::fallible::try_box(Context::default()) else {
             return false;
         };
-        let Some(rec) = kern::fallible::try_box(Saved::blank(frame)) else {
-            return false;
-        };
-        th.spare = Some(rec);
+        th.spare = Some(ctx);
     }
     true
 }
@@ -489,7 +458,7 @@ fn try_migrate_user(k: &mut Kernel, cpu: usize, cur: ThreadId, va: u64, len: u64
     if th.kill_pending {
         return;
     }
-    let (s_key, sidetracked) = (th.task_key, th.sidetracked);
+    let (s_key, sidetracked) = (th.ctx.task_key, th.sidetracked);
     let Ok(len) = usize::try_from(len) else {
         return;
     };
@@ -591,7 +560,7 @@ fn migrate_user_ool(
     if user_regions(k, s_key, va, descs).is_none() {
         return;
     }
-    let Some(task) = k.threads.get(cur).and_then(|th| th.task) else {
+    let Some(task) = k.threads.get(cur).and_then(|th| th.ctx.task) else {
         return;
     };
     if let Err(e) = crate::ool::check_migrating(task, descs) {
@@ -718,7 +687,7 @@ fn request_into(
             let key = k
                 .threads
                 .get(cur)
-                .map(|th| th.task_key)
+                .map(|th| th.ctx.task_key)
                 .ok_or(Error::InvalidArgument)?;
             let data = size.saturating_sub(HEADER_SIZE);
             crate::vm::make_resident_key(k, key, va + HEADER_SIZE as u64, data, false)?;
@@ -753,7 +722,7 @@ fn request_once(
     let from_key = k
         .threads
         .get(cur)
-        .map(|th| th.task_key)
+        .map(|th| th.ctx.task_key)
         .ok_or(Error::InvalidArgument)?;
     let from = &k
         .tasks
@@ -785,8 +754,8 @@ fn request_header(header: &MsgHeader) -> MsgHeader {
 
 /// The second half of a migrating call of the thread running on `cpu`, its request (of
 /// `size` bytes) already in the buffer of activation `a` (`act`: taken from the pool of
-/// `port_id`, occupied): saves the caller's context in a record whose reply goes `to`,
-/// switches to the activation and upcalls it.
+/// `port_id`, occupied): links the caller's context below the activation's, with the call
+/// (whose reply goes `to`), switches to the activation and upcalls it.
 #[inline(always)]
 fn enter(
     act: &Activation,
@@ -804,23 +773,23 @@ fn enter(
     // that have returned.
     let th = unsafe { thread::current_mut() };
     th.sidetracked = false;
-    // The caller's context goes into its spare record (made by `take`, see
+    // The server activation's context is the thread's spare (made by `take`, see
     // `record_ready`, and recycled: no allocation after a thread's first call at each
-    // depth). The record's frame box becomes the server activation's frame and the
-    // caller's box takes its place, so no register is copied. Nothing of another task may
-    // show through the box: unless it holds registers the server's own task left in it,
-    // every register is written.
-    let Some(mut rec) = th.spare.take() else {
+    // depth); it becomes the running context and the caller's is linked below, by
+    // pointer. Nothing of another task may show through its frame: unless it holds
+    // registers the server's own task left in it (it is the context the thread last
+    // returned from, of that task), every register is written.
+    let Some(mut ctx) = th.spare.take() else {
         // Not reachable (`take` made it, and nothing between took it). Refuse rather than
         // allocate or panic.
-        th.frame.rax = Error::NoMemory.to_raw();
+        th.ctx.frame.rax = Error::NoMemory.to_raw();
         kernel::leave_to_user()
     };
     let rsi = if sidetrack { 0 } else { size as u64 };
-    if rec.frame_of != act.task_key {
-        clear_frame(&mut rec.frame);
+    if ctx.task_key != act.task_key {
+        clear_frame(&mut ctx.frame);
     }
-    let f = &mut *rec.frame;
+    let f = &mut ctx.frame;
     (f.rip, f.rsp, f.rdi, f.rsi, f.rdx, f.r8) =
         (act.entry, act.stack, act.buffer.0, rsi, a.0, act.cookie);
     (f.rflags, f.cs, f.ss, f.vector) = (
@@ -829,22 +798,14 @@ fn enter(
         u64::from(USER_DS),
         SYSCALL_VECTOR,
     );
-    core::mem::swap(&mut th.frame, &mut rec.frame);
-    rec.task = th.task;
-    rec.task_key = th.task_key;
-    rec.space = th.space;
-    rec.ipc_buffer = th.ipc_buffer;
-    rec.exc_port = th.exc_port.take();
-    rec.act = a;
-    rec.port = port_id;
-    rec.to = to;
-    rec.ctl = th.ctl;
-    th.below.push(rec);
-    th.ctl = kern::activation::ActState::entered_from(&th.ctl);
-    th.task = Some(act.task);
-    th.task_key = act.task_key;
-    th.space = Some(act.space);
-    th.ipc_buffer = Some(act.buffer);
+    ctx.task = Some(act.task);
+    ctx.task_key = act.task_key;
+    ctx.space = Some(act.space);
+    ctx.ipc_buffer = Some(act.buffer);
+    ctx.ctl = kern::activation::ActState::entered_from(&th.ctx.ctl);
+    let mut caller = core::mem::replace(&mut th.ctx, ctx);
+    (caller.act, caller.port, caller.to) = (a, port_id, to);
+    th.below.push(caller);
     if let Some(c) = k.cpus.get_mut(cpu) {
         kernel::switch_activation(c, k.kernel_root, th);
     }
@@ -877,7 +838,7 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
     let result = if saved.to != ReplyTo::IpcBuffer || !lives(&saved) {
         reply_elsewhere(k, &saved)
     } else {
-        match (th.ipc_buffer, saved.ipc_buffer) {
+        match (th.ctx.ipc_buffer, saved.ipc_buffer) {
             (Some((_, from)), Some((_, to))) => {
                 let reply = paging::read_header(from);
                 let size = reply.size as usize;
@@ -920,7 +881,7 @@ pub fn sys_act_return(k: &mut Kernel, cur: ThreadId) -> Error {
 /// all when `saved` is dead (its thread unwinds through it with [`Error::Aborted`]: nothing
 /// is written to a buffer or memory of an activation that may serve another call now).
 #[inline(never)]
-fn reply_elsewhere(k: &mut Kernel, saved: &Saved) -> Result<(), Error> {
+fn reply_elsewhere(k: &mut Kernel, saved: &Context) -> Result<(), Error> {
     if !lives(saved) {
         return Err(Error::Aborted);
     }
@@ -966,7 +927,7 @@ fn reply_descriptors<'d>(
 /// server's (`crate::ool::carry_migrating`: copy-on-write, anywhere, the bytes outside
 /// each range zeroed, the server's whole pages removed for `OOL_DEALLOCATE`), rewriting
 /// each descriptor to the caller's address. Checked first: an error changes nothing.
-fn carry_reply(k: &mut Kernel, saved: &Saved, descs: &mut [Descriptor]) -> Result<(), Error> {
+fn carry_reply(k: &mut Kernel, saved: &Context, descs: &mut [Descriptor]) -> Result<(), Error> {
     let server = k
         .acts
         .get(saved.act)
@@ -988,7 +949,7 @@ fn carry_reply(k: &mut Kernel, saved: &Saved, descs: &mut [Descriptor]) -> Resul
 #[inline(never)]
 fn reply_regions(
     k: &mut Kernel,
-    saved: &Saved,
+    saved: &Context,
     from: PhysAddr,
     to: PhysAddr,
     reply: &MsgHeader,
@@ -1037,7 +998,7 @@ fn reply_regions(
 /// activation's buffer), else [`Error::BadFormat`].
 #[cold]
 #[inline(never)]
-fn refused(k: &Kernel, saved: &Saved, reply: &MsgHeader) -> Error {
+fn refused(k: &Kernel, saved: &Context, reply: &MsgHeader) -> Error {
     let room = k
         .acts
         .get(saved.act)
@@ -1057,7 +1018,7 @@ fn refused(k: &Kernel, saved: &Saved, reply: &MsgHeader) -> Error {
 /// activation's buffer), [`Error::TooLarge`] if it does not fit the caller's buffer,
 /// [`Error::BadAddress`] if either buffer's memory went away; the caller's buffer is
 /// written only when none of these happens.
-fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
+fn reply_to_user(k: &mut Kernel, saved: &Context, va: u64, len: usize) -> Result<(), Error> {
     match reply_once(k, saved, va, len) {
         // Pages not there yet: the caller's buffer made resident and writable (as far as
         // the activation's buffer could fill it), and a retired activation's buffer
@@ -1074,7 +1035,7 @@ fn reply_to_user(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(
 }
 
 /// One try of [`reply_to_user`].
-fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), Error> {
+fn reply_once(k: &mut Kernel, saved: &Context, va: u64, len: usize) -> Result<(), Error> {
     let act = k.acts.get(saved.act).ok_or(Error::BadAddress)?;
     let (from_va, room) = (act.buffer.0, act.buffer_len);
     // While the activation is not retired its buffer is mapped and its frames are those
@@ -1146,7 +1107,7 @@ fn reply_once(k: &mut Kernel, saved: &Saved, va: u64, len: usize) -> Result<(), 
 #[inline(never)]
 fn reply_regions_user(
     k: &mut Kernel,
-    saved: &Saved,
+    saved: &Context,
     va: u64,
     len: usize,
     reply: &MsgHeader,
@@ -1227,7 +1188,7 @@ fn reply_regions_user(
 fn resume_below(
     k: &mut Kernel,
     cur: ThreadId,
-    saved: alloc::boxed::Box<Saved>,
+    saved: alloc::boxed::Box<Context>,
     result: Result<(), Error>,
 ) -> ! {
     give_back(k, saved.act, saved.port);
@@ -1255,20 +1216,18 @@ fn resume_below(
     if sidetrack {
         // Run the `ipc_msg` again: `rax` still holds its number, `rip` steps back over
         // the two-byte `syscall`.
-        th.frame.rip = th.frame.rip.wrapping_sub(2);
-        th.frame.rax = Sys::IpcMsg as u64;
+        th.ctx.frame.rip = th.ctx.frame.rip.wrapping_sub(2);
+        th.ctx.frame.rax = Sys::IpcMsg as u64;
         th.sidetracked = true;
     } else if !fault {
-        th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
+        th.ctx.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     }
     kernel::switch_activation(c, kernel_root, th);
     if let Some((area, kept)) = fpu {
         // Back from a pager: the faulting context's registers as they were. The copy's box
-        // stays with the record (now the thread's spare) for the next fault.
+        // stays with the context for its next fault.
         crate::fpu::restore_after_fault(c, &area, kept);
-        if let Some(spare) = th.spare.as_deref_mut() {
-            spare.fpu = Some(area);
-        }
+        th.ctx.fpu = Some(area);
     }
     if let Some(port) = left_exc_port {
         release_exc_port(k, port);
@@ -1299,31 +1258,27 @@ fn unwind_further(k: &mut Kernel, cur: ThreadId) -> ! {
 
 /// Whether the activation `saved` lives on: it was not terminated, and its task is not
 /// ending (`Kernel::end_task` marks every record of an ending task dead).
-fn lives(saved: &Saved) -> bool {
+fn lives(saved: &Context) -> bool {
     !saved.ctl.dead
 }
 
-/// Makes `saved` the running activation of `th` again: its registers, task, space, IPC
-/// buffer, exception port and control state. The record, now holding the frame box of the
-/// activation left, is kept as the spare.
+/// Makes `saved` (the context just unlinked from below the running one) the running
+/// context of `th` again, by pointer. The context left is kept as the spare (its frame
+/// holds its task's registers, which a next call into that task may find again).
 ///
 /// Returns the exception port the activation left had set for the thread (a send right
 /// the kernel holds, which belongs to that activation and ends with it): the caller gives
 /// it back ([`release_exc_port`]) once it may use the kernel again.
 #[must_use = "the exception port of the activation left is a held send right to give back"]
-fn restore(th: &mut Thread, mut saved: alloc::boxed::Box<Saved>) -> Option<PortId> {
-    core::mem::swap(&mut th.frame, &mut saved.frame);
-    saved.frame_of = th.task_key;
-    th.task = saved.task;
-    th.task_key = saved.task_key;
-    th.space = saved.space;
-    th.ipc_buffer = saved.ipc_buffer;
-    let left = core::mem::replace(&mut th.exc_port, saved.exc_port.take());
-    if core::mem::replace(&mut th.ctl, saved.ctl).suspend > 0 {
+#[inline(always)]
+fn restore(th: &mut Thread, saved: alloc::boxed::Box<Context>) -> Option<PortId> {
+    let mut left = core::mem::replace(&mut th.ctx, saved);
+    let port = left.exc_port.take();
+    if left.ctl.suspend > 0 {
         crate::control::suspended_sub(1);
     }
-    th.spare = Some(saved);
-    left
+    th.spare = Some(left);
+    port
 }
 
 /// Gives back an exception port's send right the kernel held for an activation that has
@@ -1388,7 +1343,7 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
         };
         let left_exc_port = restore(th, saved);
         crate::fpu::reset_saved(th);
-        th.frame.rax = Error::Aborted.to_raw();
+        th.ctx.frame.rax = Error::Aborted.to_raw();
         th.cont = Some(Continuation::new(Resume::UserReturn));
         if let Some(p) = left_exc_port {
             release_exc_port(k, p);
@@ -1413,8 +1368,9 @@ pub fn unwind_other(k: &mut Kernel, t: ThreadId) -> bool {
 /// What a pool activation costs its task's account (`crate::quota`): the activation
 /// (twice: its slab doubles), its pool entry and the saved record a call through it may
 /// need.
-pub const ACTIVATION_BYTES: usize =
-    2 * core::mem::size_of::<kern::activation::Activation>() + core::mem::size_of::<Saved>() + 128;
+pub const ACTIVATION_BYTES: usize = 2 * core::mem::size_of::<kern::activation::Activation>()
+    + core::mem::size_of::<Context>()
+    + 128;
 
 /// `act_create(port_name, entry, stack_top, buffer, cookie, buffer_size)`.
 pub fn sys_act_create(k: &mut Kernel, task: TaskId, a: [u64; 6]) -> Result<u64, Error> {
@@ -1588,8 +1544,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let (Some(home), Some(top)) = (lower.first().and_then(|r| r.task), lower.last()) else {
         return false;
     };
-    let (Some(home_key), Some(top_task), Some(space)) = (k.tasks.key_of(home), top.task, top.space)
-    else {
+    let (Some(_), Some(top_task), Some(_)) = (k.tasks.key_of(home), top.task, top.space) else {
         return false;
     };
     let upper_task = th.below.get(index).and_then(|r| r.task);
@@ -1609,14 +1564,9 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let made = (|| {
         let account = &k.tasks.get(&home)?.account;
         let charge = crate::quota::heap(account, crate::quota::THREAD_BYTES).ok()?;
-        let frame = kern::fallible::try_box(TrapFrame::default())?;
-        let mut l = kern::fallible::try_box(Thread::new_user(
-            (home, home_key),
-            space,
-            frame,
-            priority,
-            cpu,
-        ))?;
+        // A placeholder context, replaced by the part's top one below.
+        let ctx = kern::fallible::try_box(Context::default())?;
+        let mut l = kern::fallible::try_box(Thread::new_user(ctx, priority, cpu))?;
         l.charge = Some(charge);
         l.below.try_reserve_exact(index).ok()?;
         Some(l)
@@ -1640,14 +1590,9 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
         return false;
     };
     // The new thread runs the caller's activation, whose `ipc_msg` fails.
-    core::mem::swap(&mut l.frame, &mut top.frame);
-    l.frame.rax = Error::Aborted.to_raw();
-    l.task = top.task;
-    l.task_key = top.task_key;
-    l.space = top.space;
-    l.ipc_buffer = top.ipc_buffer;
-    l.exc_port = top.exc_port.take();
-    l.ctl = top.ctl;
+    let (top_act, top_port) = (top.act, top.port);
+    top.frame.rax = Error::Aborted.to_raw();
+    l.ctx = top;
     l.pinned = pinned;
     l.kport = kport;
     let Ok(lid) = k.threads.insert(l) else {
@@ -1671,7 +1616,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
         task.threads += 1;
     }
     // The terminated activation's call is over.
-    give_back(k, top.act, top.port);
+    give_back(k, top_act, top_port);
     k.stats.threads_created += 1;
     k.stats.threads = k.threads.len().saturating_sub(k.cpus.len()) as u64;
     thread::thread_setrun(k, lid);

@@ -119,7 +119,7 @@ pub fn place(k: &Kernel, task: TaskId, cur: ThreadId, target: Target) -> Result<
 fn state_mut(k: &mut Kernel, t: ThreadId, index: usize) -> Option<&mut ActState> {
     let th = k.threads.get_mut(t)?;
     if index == th.below.len() {
-        Some(&mut th.ctl)
+        Some(&mut th.ctx.ctl)
     } else {
         th.below.get_mut(index).map(|s| &mut s.ctl)
     }
@@ -191,7 +191,7 @@ fn alert_from(k: &mut Kernel, t: ThreadId, index: usize) {
     for s in th.below.iter_mut().skip(index) {
         s.ctl.alert = true;
     }
-    th.ctl.alert = true;
+    th.ctx.ctl.alert = true;
     interrupt_wait(k, t);
 }
 
@@ -211,7 +211,7 @@ fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
         ) => b,
         _ => return,
     };
-    if !th.ctl.take_alert() {
+    if !th.ctx.ctl.take_alert() {
         return;
     }
     if let Blocked::PageIn { .. } = why {
@@ -227,7 +227,7 @@ fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
     let Some(th) = k.threads.get_mut(t) else {
         return;
     };
-    th.frame.rax = Error::Interrupted.to_raw();
+    th.ctx.frame.rax = Error::Interrupted.to_raw();
     th.cont = Some(Continuation::new(Resume::UserReturn));
     if let Blocked::Wait { key } = why {
         k.waits.remove(key, t);
@@ -239,7 +239,9 @@ fn interrupt_wait(k: &mut Kernel, t: ThreadId) {
 /// Whether the running activation of `t`, about to wait in the kernel, has an alert to
 /// see (consumed): the wait returns [`Error::Interrupted`] instead.
 pub fn alerted(k: &mut Kernel, t: ThreadId) -> bool {
-    k.threads.get_mut(t).is_some_and(|th| th.ctl.take_alert())
+    k.threads
+        .get_mut(t)
+        .is_some_and(|th| th.ctx.ctl.take_alert())
 }
 
 /// `alert_test()`: whether the calling activation has a pending alert it sees (consumed).
@@ -255,8 +257,8 @@ pub fn sys_alert_enable(k: &mut Kernel, cur: ThreadId, on: u64) -> Result<u64, E
         _ => return Err(Error::InvalidArgument),
     };
     let th = k.threads.get_mut(cur).ok_or(Error::NotFound)?;
-    let was = th.ctl.alerts_on;
-    th.ctl.alerts_on = on;
+    let was = th.ctx.ctl.alerts_on;
+    th.ctx.ctl.alerts_on = on;
     Ok(u64::from(was))
 }
 
@@ -322,7 +324,7 @@ pub fn stop_if_suspended(k: &mut Kernel) {
     let Some(th) = k.threads.get_mut(cur) else {
         return;
     };
-    if th.ctl.suspend == 0 || th.task.is_none() {
+    if th.ctx.ctl.suspend == 0 || th.ctx.task.is_none() {
         return;
     }
     mark_stopped(k, cur);
@@ -450,10 +452,10 @@ fn interrupt_to_stop(k: &mut Kernel, p: &Place) -> bool {
     }
     if let Blocked::StateWait { .. } = b {
         // Not issued again: it returns.
-        th.frame.rip = th.frame.rip.wrapping_add(2);
+        th.ctx.frame.rip = th.ctx.frame.rip.wrapping_add(2);
     }
     if !matches!(b, Blocked::PageIn { .. }) || point != Some(Resume::UserReturn) {
-        th.frame.rax = Error::Interrupted.to_raw();
+        th.ctx.frame.rax = Error::Interrupted.to_raw();
     }
     th.cont = Some(Continuation::new(Resume::UserReturn));
     mark_stopped(k, p.thread);
@@ -473,7 +475,7 @@ pub fn get_state(k: &Kernel, p: &Place) -> Result<[u64; USER_REGS_WORDS], Error>
         return Err(Error::InvalidArgument);
     }
     let th = k.threads.get(p.thread).ok_or(Error::NotFound)?;
-    Ok(th.frame.user_regs().to_words())
+    Ok(th.ctx.frame.user_regs().to_words())
 }
 
 /// Sets the user registers of the activation of `p` (its thread stopped there) to
@@ -497,7 +499,7 @@ fn wait_for_arrival(k: &mut Kernel, cur: ThreadId, target: ThreadId) -> ! {
         t.state_waiters.push(cur);
     }
     if let Some(th) = k.threads.get_mut(cur) {
-        rewind(&mut th.frame);
+        rewind(&mut th.ctx.frame);
     }
     // Through `block_until`: a virtual processor's thread gives its processor a Block
     // upcall while it waits.
@@ -515,7 +517,7 @@ fn rewind(f: &mut TrapFrame) {
 /// thread's scheduling state.
 pub fn sys_sched_lock(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
     let th = k.threads.get_mut(cur).ok_or(Error::NotFound)?;
-    th.ctl.sched_locked = true;
+    th.ctx.ctl.sched_locked = true;
     Ok(0)
 }
 

@@ -32,7 +32,7 @@ pub extern "C" fn baton_debug_threads() {
         kprintln!(
             "[kernel] debugger: thread {:#x} task {:?} prio {} cpu {}{} state {:?} cont {:?} timer {} depth {} ctl {:?}{}",
             id.0,
-            th.task,
+            th.ctx.task,
             th.priority,
             th.cpu,
             if th.pinned { " (pinned)" } else { "" },
@@ -40,7 +40,7 @@ pub extern "C" fn baton_debug_threads() {
             th.cont.map(|c| c.point),
             th.timer.is_some(),
             th.below.len(),
-            th.ctl,
+            th.ctx.ctl,
             if th.kill_pending { " kill pending" } else { "" },
         );
     }

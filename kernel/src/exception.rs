@@ -55,7 +55,7 @@ extern "C" fn exception_dispatch() -> ! {
 /// caller then ends the task); otherwise the thread blocks until the handler's reply.
 pub fn raise(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64) {
     // SAFETY: `cur` is the running thread of this CPU; the reference is dropped at once.
-    let task_key = unsafe { crate::thread::current_mut() }.task_key;
+    let task_key = unsafe { crate::thread::current_mut() }.ctx.task_key;
     let task_port = k.tasks.by_key(task_key).and_then(|t| t.exc_port);
     raise_with(k, cur, kind, error, task_port);
 }
@@ -70,12 +70,12 @@ fn raise_with(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64, task_port: O
     if th.id != cur {
         return;
     }
-    let Some(task) = th.task else {
+    let Some(task) = th.ctx.task else {
         return;
     };
     let alive = |k: &Kernel, p: Option<PortId>| p.filter(|&p| k.ipc.port(p).is_some());
     // The task's port is looked at only when the thread has none of its own.
-    let (own, vp) = (th.exc_port, th.vp);
+    let (own, vp) = (th.ctx.exc_port, th.vp);
     let Some(port) = alive(k, own).or_else(|| alive(k, task_port)) else {
         return;
     };
@@ -104,7 +104,7 @@ fn raise_with(k: &mut Kernel, cur: ThreadId, kind: u64, error: u64, task_port: O
         raise_fast(k, cur, port, reply, &head);
     }
     // The general path: the message built in kernel memory.
-    let Some(regs) = k.threads.get(cur).map(|th| th.frame.user_regs()) else {
+    let Some(regs) = k.threads.get(cur).map(|th| th.ctx.frame.user_regs()) else {
         return;
     };
     let info = ExceptionInfo {
@@ -203,8 +203,8 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, head: 
         return;
     };
     let (th, ht) = (&mut **th, &mut **ht);
-    let [r_opts, r_name, ..] = ht.frame.syscall_args().1;
-    let Some((_, r_page)) = ht.ipc_buffer else {
+    let [r_opts, r_name, ..] = ht.ctx.frame.syscall_args().1;
+    let Some((_, r_page)) = ht.ctx.ipc_buffer else {
         return;
     };
     if th.stack.is_none()
@@ -220,7 +220,7 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, head: 
     let Some(c) = k.cpus.get_mut(cpu) else {
         return;
     };
-    let Some(handler_task) = k.tasks.by_key_mut(ht.task_key) else {
+    let Some(handler_task) = k.tasks.by_key_mut(ht.ctx.task_key) else {
         return;
     };
     let Some(out) = k
@@ -240,10 +240,10 @@ fn raise_fast(k: &mut Kernel, cur: ThreadId, port: PortId, reply: PortId, head: 
         [head.kind, head.error, head.addr, head.thread, head.task],
     );
     let regs_at = at + 8 * HEAD_WORDS as u64;
-    th.frame.for_each_user_reg(|i, w| {
+    th.ctx.frame.for_each_user_reg(|i, w| {
         paging::write_words(PhysAddr(regs_at + 8 * i as u64), [w]);
     });
-    ht.frame.rax = 0;
+    ht.ctx.frame.rax = 0;
     ht.exc_hint = true;
     if let Some(timer) = ht.timer.take() {
         k.timers.cancel(timer);
@@ -336,7 +336,7 @@ pub fn continue_reply(k: &mut Kernel, t: ThreadId) -> ! {
 pub fn set_regs(k: &mut Kernel, t: ThreadId, r: &UserRegs) -> Result<(), Error> {
     let r = checked_regs(r)?;
     let th = k.threads.get_mut(t).ok_or(Error::InvalidArgument)?;
-    th.frame.set_user_regs(&r);
+    th.ctx.frame.set_user_regs(&r);
     Ok(())
 }
 
@@ -380,15 +380,15 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     // SAFETY: the running thread of this CPU is in this system call; the reference is
     // dropped before any other reference to a thread is made.
     let th = unsafe { crate::thread::current_mut() };
-    let (cur, [opts, rcv_name, timeout, ..]) = (th.id, th.frame.syscall_args().1);
-    let (Some((_, page)), true) = (th.ipc_buffer, opts == MSG_SEND | MSG_RECEIVE) else {
+    let (cur, [opts, rcv_name, timeout, ..]) = (th.id, th.ctx.frame.syscall_args().1);
+    let (Some((_, page)), true) = (th.ctx.ipc_buffer, opts == MSG_SEND | MSG_RECEIVE) else {
         return;
     };
     let header = paging::read_header(page);
     if header.bits != REPLY_BITS || timeout != FOREVER {
         return;
     }
-    let Some(names) = k.tasks.by_key(th.task_key).map(|t| &t.names) else {
+    let Some(names) = k.tasks.by_key(th.ctx.task_key).map(|t| &t.names) else {
         return;
     };
     // The plan finds the destination, a send-once right (the header's bits): the thread
@@ -437,7 +437,7 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     {
         return;
     }
-    let Some(handler_task) = k.tasks.by_key_mut(th.task_key) else {
+    let Some(handler_task) = k.tasks.by_key_mut(th.ctx.task_key) else {
         return;
     };
     if k.ipc
@@ -449,7 +449,7 @@ pub fn reply_fast(k: &mut Kernel, cpu: usize) {
     // From here on the reply is delivered.
     if let Some((rip, rsp, rflags)) = regs {
         let word = |i: usize| word(ExcReply::set_word(i));
-        tt.frame.set_user_regs_with(word, rip, rsp, rflags);
+        tt.ctx.frame.set_user_regs_with(word, rip, rsp, rflags);
     }
     k.fast_transfers += 1;
     k.stats.exc_fast += 1;
@@ -486,7 +486,7 @@ pub fn sys_exception_port_set(
         Some(t) => k
             .threads
             .get_mut(t)
-            .and_then(|th| core::mem::replace(&mut th.exc_port, port)),
+            .and_then(|th| core::mem::replace(&mut th.ctx.exc_port, port)),
         None => k
             .tasks
             .get_mut(&id)

@@ -45,12 +45,14 @@ pub fn try_ipc(k: &mut Kernel, cpu: usize) {
     // SAFETY: the caller runs on this CPU (it is in this system call) and nothing else
     // refers to it here; below it is kept only as a raw pointer across the other lookups.
     let th = unsafe { crate::thread::current_mut() };
-    let [opts, rcv_name, timeout, ..] = th.frame.syscall_args().1;
+    let [opts, rcv_name, timeout, ..] = th.ctx.frame.syscall_args().1;
     // A virtual processor's thread (`vp`) takes the general path, whose receive gives its
     // processor a Block upcall.
-    let (Some((_, page)), false, true) =
-        (th.ipc_buffer, th.kill_pending | th.vp, th.stack.is_some())
-    else {
+    let (Some((_, page)), false, true) = (
+        th.ctx.ipc_buffer,
+        th.kill_pending | th.vp,
+        th.stack.is_some(),
+    ) else {
         return;
     };
     if opts != MSG_SEND | MSG_RECEIVE || timeout != FOREVER {
@@ -79,7 +81,7 @@ fn transfer<const CALL: bool>(
     rcv_name: u64,
 ) {
     let cur = th.id;
-    let s_key = th.task_key;
+    let s_key = th.ctx.task_key;
     // Each object is looked up once: the two threads (boxed, so they stay put) and the
     // two tasks are kept as pointers across the lookups of the others.
     let th: *mut Thread = th;
@@ -109,7 +111,7 @@ fn transfer<const CALL: bool>(
     let Some(rt) = k.threads.get_mut(r).map(|b| &mut **b) else {
         return;
     };
-    let [r_opts, r_name, ..] = rt.frame.syscall_args().1;
+    let [r_opts, r_name, ..] = rt.ctx.frame.syscall_args().1;
     let Some(c) = k.cpus.get_mut(cpu) else {
         return;
     };
@@ -118,12 +120,12 @@ fn transfer<const CALL: bool>(
     let exc_reply = |c: &mut kernel::Cpu, rt: &Thread| {
         c.exc_reply_hint = rt.cont.map(|c| c.point) == Some(Resume::ExceptionReply);
     };
-    let Some((_, r_page)) = rt.ipc_buffer else {
+    let Some((_, r_page)) = rt.ctx.ipc_buffer else {
         exc_reply(c, rt);
         return;
     };
     let urgent = c.runq.peek_priority().is_none_or(|p| p <= rt.priority);
-    if rt.task_key == s_key
+    if rt.ctx.task_key == s_key
         || r_opts & (MSG_BUF | MSG_SLOW) != 0
         || rt.stack.is_some()
         || rt.cont.map(|c| c.point) != Some(Resume::Receive)
@@ -137,7 +139,7 @@ fn transfer<const CALL: bool>(
     // Every check of the threads passed. The rights: a request changes the receiver's
     // name space only, a reply the sender's only; either commit does all or nothing.
     let out = if CALL {
-        let Some(receiver) = k.tasks.by_key_mut(rt.task_key) else {
+        let Some(receiver) = k.tasks.by_key_mut(rt.ctx.task_key) else {
             return;
         };
         k.ipc
@@ -166,7 +168,7 @@ fn transfer<const CALL: bool>(
     }
     // The receiver's receive is finished here (recognition: it resumes straight in user
     // mode), and the caller blocks in its own receive, handing the stack over.
-    rt.frame.rax = 0;
+    rt.ctx.frame.rax = 0;
     if let Some(timer) = rt.timer.take() {
         k.timers.cancel(timer);
     }

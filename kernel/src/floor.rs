@@ -56,7 +56,7 @@ pub fn on_syscall(number: u64) -> ! {
     let cur = k.cpu(cpu).current;
     if gdt::in_floor_call() {
         if number == FLOOR_XAS_RETURN {
-            let value = k.threads.get(cur).map_or(0, |t| t.frame.rdi);
+            let value = k.threads.get(cur).map_or(0, |t| t.ctx.frame.rdi);
             let _ = end(k, cpu, value);
             kernel::leave_to_user();
         }
@@ -86,8 +86,8 @@ pub fn on_syscall(number: u64) -> ! {
 /// checks only that its caller is that task (`kern::floor::Xas::begin`).
 fn register(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
     let th = k.threads.get(cur).ok_or(Error::InvalidArgument)?;
-    let task = th.task.ok_or(Error::InvalidArgument)?;
-    let f = &th.frame;
+    let task = th.ctx.task.ok_or(Error::InvalidArgument)?;
+    let f = &th.ctx.frame;
     let (entry, stack, caller, host_priv) = (f.rdi, f.rsi, f.rdx, f.r10);
     if entry == 0 && stack == 0 {
         return k.floor.register(task, 0, 0, 0).map(|()| 0);
@@ -108,8 +108,8 @@ fn register(k: &mut Kernel, cur: ThreadId) -> Result<u64, Error> {
 /// frame holds the partner's entry and the partner's space is loaded.
 fn call(k: &mut Kernel, cpu: usize, cur: ThreadId) -> Result<(), Error> {
     let th = k.threads.get(cur).ok_or(Error::InvalidArgument)?;
-    let caller = th.task.ok_or(Error::InvalidArgument)?;
-    let f = &th.frame;
+    let caller = th.ctx.task.ok_or(Error::InvalidArgument)?;
+    let f = &th.ctx.frame;
     let (partner, arg) = (f.rdi, f.rsi);
     let (root, pcid) = match k.tasks.get(&partner) {
         Some(t) if t.ending.is_none() => (t.space.root(), t.pcid),
@@ -130,7 +130,7 @@ fn call(k: &mut Kernel, cpu: usize, cur: ThreadId) -> Result<(), Error> {
     load_space(k, cpu, partner, root, pcid);
     gdt::set_floor_call(true);
     if let Some(th) = k.threads.get_mut(cur) {
-        let f = &mut th.frame;
+        let f = &mut th.ctx.frame;
         f.rip = p.entry;
         f.rsp = p.stack;
         f.rflags = ENTRY_RFLAGS;
@@ -153,7 +153,7 @@ pub fn interrupt(k: &mut Kernel, cpu: usize) {
         return;
     };
     if let Some(th) = k.threads.get_mut(call) {
-        scrub(&mut th.frame);
+        scrub(&mut th.ctx.frame);
     }
     if let Some(c) = k.cpus.get(cpu) {
         crate::fpu::activation_changed(c);
@@ -178,12 +178,12 @@ fn end(k: &mut Kernel, cpu: usize, value: u64) -> Option<ThreadId> {
     let call = k.floor.end(cpu)?;
     let mut space = None;
     if let Some(th) = k.threads.get_mut(call.thread) {
-        let f = &mut th.frame;
+        let f = &mut th.ctx.frame;
         f.rip = call.rip;
         f.rsp = call.rsp;
         f.rflags = call.rflags;
         f.rax = value;
-        space = th.space;
+        space = th.ctx.space;
     }
     match space {
         Some((root, pcid)) => load_space(k, cpu, call.caller, root, pcid),

@@ -191,7 +191,7 @@ pub fn sys_threads(
         let r = ThreadRecord {
             id,
             home: task,
-            task: th.task.unwrap_or(0),
+            task: th.ctx.task.unwrap_or(0),
             state,
             blocked,
             on,

@@ -204,7 +204,7 @@ fn caller_buf_of(
     opts: u64,
     args: MsgArgs,
 ) -> Result<(Caller, Buf), Error> {
-    let (task, key, page) = (th.task, th.task_key, th.ipc_buffer);
+    let (task, key, page) = (th.ctx.task, th.ctx.task_key, th.ctx.ipc_buffer);
     let task = task.ok_or(Error::InvalidArgument)?;
     let me = Caller { id: task, key };
     if opts & MSG_BUF != 0 {
@@ -252,7 +252,7 @@ impl MsgArgs {
     fn of(k: &Kernel, t: ThreadId) -> Option<MsgArgs> {
         k.threads
             .get(t)
-            .map(|th| MsgArgs::from(th.frame.syscall_args().1))
+            .map(|th| MsgArgs::from(th.ctx.frame.syscall_args().1))
     }
 }
 
@@ -463,14 +463,14 @@ fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
     {
         return None;
     }
-    let args = MsgArgs::from(th.frame.syscall_args().1);
+    let args = MsgArgs::from(th.ctx.frame.syscall_args().1);
     if args.opts & MSG_BUF != 0 {
         return None;
     }
-    let (_, buf) = th.ipc_buffer?;
+    let (_, buf) = th.ctx.ipc_buffer?;
     let me = Caller {
-        id: th.task?,
-        key: th.task_key,
+        id: th.ctx.task?,
+        key: th.ctx.task_key,
     };
     // Its name still names `port`: a receive right leaves its space only by moving away or
     // dying, and both take every receiver off the port first (`kern::ipc`'s invariants),
@@ -524,7 +524,7 @@ fn hand_over(
     if let Some(timer) = th.timer.take() {
         k.timers.cancel(timer);
     }
-    th.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
+    th.ctx.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     th.cont = Some(Continuation::new(Resume::UserReturn));
     k.stats.recognitions += 1;
     Sent::Delivered(w.thread)
@@ -667,12 +667,12 @@ fn fast_receiver(k: &Kernel, dest: PortId, size: usize, rights: usize) -> Option
     if th.cont.map(|c| c.point) != Some(Resume::Receive) {
         return None;
     }
-    let args = MsgArgs::from(th.frame.syscall_args().1);
-    let (_, buf) = th.ipc_buffer?;
+    let args = MsgArgs::from(th.ctx.frame.syscall_args().1);
+    let (_, buf) = th.ctx.ipc_buffer?;
     if args.opts & (MSG_BUF | MSG_SLOW) != 0 {
         return None;
     }
-    let task = th.task?;
+    let task = th.ctx.task?;
     (k.tasks.get(&task)?.names.room() > rights).then_some(FastReceiver {
         thread,
         task,
@@ -744,7 +744,7 @@ fn deliver(
         None => copy_between(k, buf, &rb, data_off, data_len)?,
     }
     if let Some(th) = k.threads.get_mut(r.thread) {
-        th.frame.rax = 0;
+        th.ctx.frame.rax = 0;
         th.cont = Some(Continuation::new(Resume::UserReturn));
     }
     k.stats.recognitions += 1;
@@ -927,7 +927,7 @@ pub fn apply(k: &mut Kernel, fx: Effects<ThreadId>) {
             // A thread waiting for a pager's activation has no call to fail: it makes its
             // access again (`crate::pager`).
             if !matches!(th.state, ThreadState::Blocked(Blocked::PageIn { .. })) {
-                th.frame.rax = e.to_raw();
+                th.ctx.frame.rax = e.to_raw();
                 th.cont = Some(Continuation::new(Resume::UserReturn));
             }
         }
@@ -1017,7 +1017,7 @@ pub fn sys_ipc_buffer_set(
 ) -> Result<u64, Error> {
     if addr == 0 {
         if let Some(th) = k.threads.get_mut(t) {
-            th.ipc_buffer = None;
+            th.ctx.ipc_buffer = None;
         }
         return Ok(0);
     }
@@ -1033,7 +1033,7 @@ pub fn sys_ipc_buffer_set(
         return Err(Error::BadAddress);
     }
     if let Some(th) = k.threads.get_mut(t) {
-        th.ipc_buffer = Some((addr, pa));
+        th.ctx.ipc_buffer = Some((addr, pa));
     }
     Ok(0)
 }
@@ -1043,8 +1043,8 @@ pub fn sys_ipc_buffer_set(
 pub fn unmap_buffers(k: &mut Kernel, task: TaskId, start: u64, end: u64) {
     let inside = |b: Option<(u64, PhysAddr)>| b.is_some_and(|(va, _)| (start..end).contains(&va));
     for (_, th) in k.threads.iter_mut() {
-        if th.task == Some(task) && inside(th.ipc_buffer) {
-            th.ipc_buffer = None;
+        if th.ctx.task == Some(task) && inside(th.ctx.ipc_buffer) {
+            th.ctx.ipc_buffer = None;
         }
         // The buffers of activations below (a migrated thread's callers in this task).
         for s in th.below.iter_mut() {

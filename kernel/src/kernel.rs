@@ -344,7 +344,7 @@ impl Kernel {
         }
         crate::fpu::freed(self, &th);
         (family::hooks().thread_freed)(self, &th);
-        let Some(task_id) = th.task else {
+        let Some(task_id) = th.ctx.task else {
             return;
         };
         let last = match self.tasks.get_mut(&task_id) {
@@ -367,7 +367,11 @@ impl Kernel {
     /// ([`Kernel::reap_lingering`]): its page tables must outlive every CPU using them.
     fn last_thread_gone(&mut self, task_id: TaskId) {
         self.end_task(task_id, Ending::Exit(0));
-        if self.threads.iter().any(|(_, t)| t.task == Some(task_id)) {
+        if self
+            .threads
+            .iter()
+            .any(|(_, t)| t.ctx.task == Some(task_id))
+        {
             if self.tasks.get(&task_id).is_some_and(|t| !t.lingering) {
                 // Everything but its memory goes now: its ports die at once.
                 self.release_task(task_id);
@@ -404,7 +408,7 @@ impl Kernel {
                 .iter()
                 .filter(|(_, t)| t.lingering)
                 .map(|(id, _)| id)
-                .find(|&id| !self.threads.iter().any(|(_, t)| t.task == Some(id)))
+                .find(|&id| !self.threads.iter().any(|(_, t)| t.ctx.task == Some(id)))
             else {
                 return;
             };
@@ -488,8 +492,8 @@ impl Kernel {
             }
         };
         for (_, th) in self.threads.iter_mut() {
-            if th.task == Some(id) {
-                th.frame.rsi = rcv_name;
+            if th.ctx.task == Some(id) {
+                th.ctx.frame.rsi = rcv_name;
             }
         }
         Ok((id, port))
@@ -501,8 +505,8 @@ impl Kernel {
         match (family::hooks().grant_host_priv)(self, id) {
             Ok(name) => {
                 for (_, th) in self.threads.iter_mut() {
-                    if th.task == Some(id) {
-                        th.frame.rdx = name;
+                    if th.ctx.task == Some(id) {
+                        th.ctx.frame.rdx = name;
                     }
                 }
             }
@@ -699,10 +703,10 @@ impl Kernel {
         let space = (t.space.root(), t.pcid);
         let charge = crate::quota::heap(&t.account, crate::quota::THREAD_BYTES)?;
         let cpu = self.next_cpu % self.cpus.len().max(1);
-        let frame = kern::fallible::try_box(frame).ok_or(baton_abi::Error::NoMemory)?;
-        let mut thread =
-            kern::fallible::try_box(Thread::new_user((task, key), space, frame, priority, cpu))
-                .ok_or(baton_abi::Error::NoMemory)?;
+        let ctx = kern::fallible::try_box(crate::thread::Context::user((task, key), space, frame))
+            .ok_or(baton_abi::Error::NoMemory)?;
+        let mut thread = kern::fallible::try_box(Thread::new_user(ctx, priority, cpu))
+            .ok_or(baton_abi::Error::NoMemory)?;
         thread.charge = Some(charge);
         thread::reserve_ready(self, priority)?;
         let Ok(id) = self.threads.insert(thread) else {
@@ -749,11 +753,11 @@ impl Kernel {
             th.timer = None;
             match th.state {
                 ThreadState::Blocked(Blocked::Sleep) => {
-                    th.frame.rax = 0;
+                    th.ctx.frame.rax = 0;
                     th.cont = Some(Continuation::new(Resume::UserReturn));
                 }
                 ThreadState::Blocked(Blocked::Wait { key }) => {
-                    th.frame.rax = baton_abi::Error::TimedOut.to_raw();
+                    th.ctx.frame.rax = baton_abi::Error::TimedOut.to_raw();
                     th.cont = Some(Continuation::new(Resume::UserReturn));
                     self.waits.remove(key, t);
                 }
@@ -768,7 +772,7 @@ impl Kernel {
                     (family::hooks().forget_waiter)(self, t, why);
                 }
                 ThreadState::Blocked(why @ (Blocked::Receive { .. } | Blocked::Send { .. })) => {
-                    th.frame.rax = baton_abi::Error::TimedOut.to_raw();
+                    th.ctx.frame.rax = baton_abi::Error::TimedOut.to_raw();
                     th.cont = Some(Continuation::new(Resume::UserReturn));
                     (family::hooks().forget_waiter)(self, t, why);
                 }
@@ -799,7 +803,7 @@ impl Kernel {
         list.extend(
             self.threads
                 .iter()
-                .filter(|(_, t)| t.task == Some(id))
+                .filter(|(_, t)| t.ctx.task == Some(id))
                 .map(|(tid, _)| tid),
         );
         for &tid in list.iter() {
@@ -811,7 +815,7 @@ impl Kernel {
         list.extend(
             self.threads
                 .iter()
-                .filter(|(_, t)| t.task != Some(id) && t.home_task() == Some(id))
+                .filter(|(_, t)| t.ctx.task != Some(id) && t.home_task() == Some(id))
                 .map(|(tid, _)| tid),
         );
         for &tid in list.iter() {
@@ -824,7 +828,7 @@ impl Kernel {
         // A task that never had a thread (one being made) has no last thread to end it:
         // it goes now.
         if self.tasks.get(&id).is_some_and(|t| t.threads == 0)
-            && !self.threads.iter().any(|(_, t)| t.task == Some(id))
+            && !self.threads.iter().any(|(_, t)| t.ctx.task == Some(id))
         {
             self.remove_task(id);
         }
@@ -918,7 +922,7 @@ impl Kernel {
 
     fn current_task_name(&self) -> (TaskId, &str) {
         let cur = self.cpu(gdt::this_cpu()).current;
-        let id = self.threads.get(cur).and_then(|t| t.task).unwrap_or(0);
+        let id = self.threads.get(cur).and_then(|t| t.ctx.task).unwrap_or(0);
         let name = self.tasks.get(&id).map(|t| t.name.as_str()).unwrap_or("?");
         (id, name)
     }
@@ -926,7 +930,7 @@ impl Kernel {
     /// The current thread's task id.
     pub fn current_task(&self) -> Option<TaskId> {
         let cur = self.cpu(gdt::this_cpu()).current;
-        self.threads.get(cur).and_then(|t| t.task)
+        self.threads.get(cur).and_then(|t| t.ctx.task)
     }
 
     /// The current thread's id.
@@ -1008,7 +1012,7 @@ pub fn switch_in(c: &mut Cpu, kernel_root: PhysAddr, cpu: usize, t: ThreadId, th
     }
     crate::fpu::switch(c, th);
     gdt::set_user_frame(
-        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(th.ctx.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
     );
 }
@@ -1030,7 +1034,7 @@ pub fn switch_in_handoff(
     load_space(c, kernel_root, th);
     crate::fpu::switch(c, th);
     gdt::set_user_frame(
-        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(th.ctx.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
     );
 }
@@ -1043,7 +1047,7 @@ pub fn switch_activation(c: &mut Cpu, kernel_root: PhysAddr, th: &mut Thread) {
     load_space(c, kernel_root, th);
     crate::fpu::activation_changed(c);
     gdt::set_user_frame(
-        core::ptr::addr_of!(*th.frame) as u64,
+        core::ptr::addr_of!(th.ctx.frame) as u64,
         core::ptr::addr_of!(*th) as u64,
     );
 }
@@ -1053,9 +1057,9 @@ pub fn switch_activation(c: &mut Cpu, kernel_root: PhysAddr, th: &mut Thread) {
 /// for the same task.
 #[inline(always)]
 fn load_space(c: &mut Cpu, kernel_root: PhysAddr, th: &Thread) {
-    let root = th.space.map_or(kernel_root, |(root, _)| root);
+    let root = th.ctx.space.map_or(kernel_root, |(root, _)| root);
     if root != c.loaded_root {
-        match (th.task, th.space) {
+        match (th.ctx.task, th.ctx.space) {
             (Some(id), Some((root, pcid))) => {
                 let slot = usize::from(pcid);
                 let keep = c.pcid_owner.get(slot) == Some(&id);
@@ -1278,7 +1282,11 @@ fn report_leaks(k: &Kernel) {
             kprintln!("[kernel] KERNEL LEAK: port {id:?} alive after every task ended: {port:?}");
         }
     }
-    let threads = k.threads.iter().filter(|(_, t)| t.task.is_some()).count();
+    let threads = k
+        .threads
+        .iter()
+        .filter(|(_, t)| t.ctx.task.is_some())
+        .count();
     if threads != 0 || !k.acts.is_empty() {
         kprintln!(
             "[kernel] KERNEL LEAK: {threads} threads and {} activations alive after every task ended",
@@ -1420,10 +1428,10 @@ pub fn on_trap(frame: *mut TrapFrame) {
     // SAFETY: the trap came from user mode, so this CPU runs a user thread; the reference
     // is not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
-    let (cur, task_key) = (th.id, th.task_key);
-    if !core::ptr::eq(&*th.frame, frame) {
+    let (cur, task_key) = (th.id, th.ctx.task_key);
+    if !core::ptr::eq(&th.ctx.frame, frame) {
         // SAFETY: `frame` is the stub's, on its own stack, distinct from the thread's.
-        *th.frame = unsafe { *frame };
+        th.ctx.frame = unsafe { *frame };
     }
     trap_entered(k, vector);
     match vector {
@@ -1526,7 +1534,12 @@ pub fn exception_entry() -> (
         // a user thread, whose frame the entry has just completed; the reference is
         // dropped before `k` is used.
         let th = unsafe { thread::current_mut() };
-        (th.id, th.task_key, th.frame.vector, th.frame.error)
+        (
+            th.id,
+            th.ctx.task_key,
+            th.ctx.frame.vector,
+            th.ctx.frame.error,
+        )
     };
     trap_entered(k, vector);
     let task_port = exception_allowed(k, task_key);
@@ -1536,7 +1549,7 @@ pub fn exception_entry() -> (
 /// A user-mode exception (`error`: its error code, with the fault class for a page fault)
 /// of the running thread `cur` that no handler took: the task ends with a report.
 pub fn exception_unhandled(k: &mut Kernel, cur: ThreadId, error: u64) -> ! {
-    if let Some(frame) = k.threads.get(cur).map(|th| *th.frame) {
+    if let Some(frame) = k.threads.get(cur).map(|th| th.ctx.frame) {
         k.report_exception(&frame, error);
     }
     if let Some(task) = k.current_task() {
@@ -1567,7 +1580,7 @@ pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
     let th = unsafe { thread::current_mut() };
     let cur = th.id;
     if let Some(value) = result {
-        th.frame.rax = value;
+        th.ctx.frame.rax = value;
     }
     let (kill, prio, vp) = (th.kill_pending, th.priority, th.vp);
     if kill {

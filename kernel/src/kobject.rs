@@ -145,7 +145,7 @@ pub fn check_host_priv(k: &Kernel, cur: ThreadId, name: u64) -> Result<(), Error
     let Some(host) = k.host_priv else {
         return Err(Error::Denied);
     };
-    let key = k.threads.get(cur).ok_or(Error::Denied)?.task_key;
+    let key = k.threads.get(cur).ok_or(Error::Denied)?.ctx.task_key;
     let t = k.tasks.by_key(key).ok_or(Error::Denied)?;
     match k.ipc.sendable_port(&t.names, name) {
         Ok(port) if port == host => Ok(()),
@@ -455,10 +455,10 @@ fn operate(
             };
             Ok(Words::of(&[
                 t.0,
-                th.task.unwrap_or(0),
+                th.ctx.task.unwrap_or(0),
                 state,
-                th.frame.rip,
-                th.frame.rsp,
+                th.ctx.frame.rip,
+                th.ctx.frame.rsp,
             ]))
         }
         (KObject::Thread(t), THREAD_ALERT | THREAD_SUSPEND | THREAD_RESUME) => {

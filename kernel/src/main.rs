@@ -165,10 +165,10 @@ fn install_families() {
             extension::cthreads::thread_leaving(k, t);
         },
         thread_freed: |k, th| {
-            let suspended = usize::from(th.ctl.suspend > 0)
+            let suspended = usize::from(th.ctx.ctl.suspend > 0)
                 + th.below.iter().filter(|s| s.ctl.suspend > 0).count();
             control::suspended_sub(suspended);
-            exception::release(k, th.exc_port, th.exc_reply);
+            exception::release(k, th.ctx.exc_port, th.exc_reply);
             // The activations it was still running below its top (a thread freed in the
             // middle of a migrating call): each one's exception port goes with it.
             for below in &th.below {

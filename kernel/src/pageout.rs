@@ -254,7 +254,7 @@ fn ask(k: &mut Kernel, task: TaskId, w: PageWait) -> Result<(), Failure> {
 /// family's work, then a wait for the default pager (or an external pager, through
 /// `crate::pager`) when the page must come from one (does not return then).
 pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<(), u64> {
-    let Some(task) = k.threads.get(t).and_then(|th| th.task) else {
+    let Some(task) = k.threads.get(t).and_then(|th| th.ctx.task) else {
         return crate::pager::fault_result(k, t, Err(Failure::Address));
     };
     if replace::wanted(k, task) {

@@ -523,7 +523,7 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
     if let Some(th) = k.threads.get_mut(t) {
         // Back over the `syscall` instruction (two bytes), with the call's registers as
         // they were (the result is not written).
-        th.frame.rip = th.frame.rip.wrapping_sub(2);
+        th.ctx.frame.rip = th.ctx.frame.rip.wrapping_sub(2);
     }
     let waited = match served_by_activations(k, w) {
         Some((port, cookie)) => migrate(k, t, w, port, cookie),
@@ -531,7 +531,7 @@ pub fn after_call(k: &mut Kernel, t: ThreadId) {
     };
     if waited.is_err() {
         if let Some(th) = k.threads.get_mut(t) {
-            th.frame.rip = th.frame.rip.wrapping_add(2);
+            th.ctx.frame.rip = th.ctx.frame.rip.wrapping_add(2);
         }
     }
 }
@@ -621,21 +621,21 @@ pub fn wait_in_step(k: &mut Kernel, t: ThreadId, cont: Continuation) -> Error {
         let opts = k
             .threads
             .get(t)
-            .map_or(0, |th| th.frame.syscall_args().1[0]);
+            .map_or(0, |th| th.ctx.frame.syscall_args().1[0]);
         // The receive after the call's own send: the send is made, so the call made again
         // is the receive alone (its options without `MSG_SEND`, the rest as they were).
         let sent = cont.point == Resume::Receive && opts & baton_abi::ipc::MSG_SEND != 0;
         if let Some(th) = k.threads.get_mut(t) {
             // Back over the `syscall` (two bytes), its registers as they were.
-            th.frame.rip = th.frame.rip.wrapping_sub(2);
+            th.ctx.frame.rip = th.ctx.frame.rip.wrapping_sub(2);
             if sent {
-                th.frame.rdi = opts & !baton_abi::ipc::MSG_SEND;
+                th.ctx.frame.rdi = opts & !baton_abi::ipc::MSG_SEND;
             }
         }
         let failed = migrate(k, t, w, port, cookie);
         if let Some(th) = k.threads.get_mut(t) {
-            th.frame.rip = th.frame.rip.wrapping_add(2);
-            th.frame.rdi = opts;
+            th.ctx.frame.rip = th.ctx.frame.rip.wrapping_add(2);
+            th.ctx.frame.rdi = opts;
         }
         return match failed {
             Err(Failure::NoMemory) => Error::NoMemory,

@@ -39,7 +39,7 @@ extern "C" fn syscall_dispatch(number: u64) -> ! {
         // is not used after `k` is used again.
         let th = unsafe { thread::current_mut() };
         if !th.kill_pending && !kernel::preempt_due(k, th.priority) {
-            th.frame.rax = 0;
+            th.ctx.frame.rax = 0;
             kernel::leave_to_user()
         }
     }
@@ -100,7 +100,7 @@ extern "C" fn extension_fast(call: &mut crate::extension::Call) -> FastAnswer {
     // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
     // not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
-    match th.task {
+    match th.ctx.task {
         Some(task) if !th.kill_pending => call.task = task,
         _ => return fast_not_here(),
     }
@@ -173,12 +173,12 @@ fn extension_short(k: &mut Kernel, number: u64) {
         return;
     }
     let cur = th.id;
-    if let Some(task) = th.task {
+    if let Some(task) = th.ctx.task {
         // The arguments are copied once, into the event's argument record.
         let call = crate::extension::Call {
             task,
             number,
-            args: th.frame.syscall_args().1,
+            args: th.ctx.frame.syscall_args().1,
         };
         // Only this call's copies may make it wait for a pager (`crate::pager::after_call`).
         crate::vm::clear_page_wait();
@@ -204,7 +204,7 @@ fn extension_answered(k: &mut Kernel, v: u64) -> ! {
     // not used after `k` is used again; the handlers are done with the kernel.
     let th = unsafe { thread::current_mut() };
     if !kernel::preempt_due(k, th.priority) {
-        th.frame.rax = v;
+        th.ctx.frame.rax = v;
         kernel::leave_to_user()
     }
     kernel::finish_entry(k, false, Some(v))
@@ -232,8 +232,8 @@ fn bad_call(k: &mut Kernel, cur: ThreadId, number: u64) -> ! {
         "killed: bad system call {number} (no handler)"
     ));
     if let Some(th) = k.threads.get(cur) {
-        crate::arch::trap::dump_frame(&th.frame);
-        k.report_code(th.frame.rip);
+        crate::arch::trap::dump_frame(&th.ctx.frame);
+        k.report_code(th.ctx.frame.rip);
     }
     if let Some(task) = k.current_task() {
         k.end_task(task, Ending::Killed);
@@ -351,8 +351,8 @@ fn on_syscall(k: &mut Kernel, number: u64) -> ! {
     if number == Sys::Yield as u64 {
         thread::thread_yield(k, cur)
     }
-    let args = th.frame.syscall_args().1;
-    let task_of = (th.task, th.task_key);
+    let args = th.ctx.frame.syscall_args().1;
+    let task_of = (th.ctx.task, th.ctx.task_key);
     // Only this call's copies may make it wait for a pager (`crate::pager::after_call`).
     crate::vm::clear_page_wait();
     let Some(call) = Sys::from_raw(number) else {
@@ -489,8 +489,8 @@ fn sync_short(k: &mut Kernel, number: u64) {
     // SAFETY: this CPU runs the caller (it is in this system call), and the reference is
     // not used after `k` is used again.
     let th = unsafe { thread::current_mut() };
-    let (cur, [addr, arg, timeout, ..]) = (th.id, th.frame.syscall_args().1);
-    let (Some(task), false, true) = (th.task, th.kill_pending, word_key_ok(addr)) else {
+    let (cur, [addr, arg, timeout, ..]) = (th.id, th.ctx.frame.syscall_args().1);
+    let (Some(task), false, true) = (th.ctx.task, th.kill_pending, word_key_ok(addr)) else {
         return;
     };
     if number == Sys::Wake as u64 {
@@ -968,7 +968,7 @@ impl Kernel {
         let old = self
             .threads
             .get(cur)
-            .and_then(|th| th.ipc_buffer)
+            .and_then(|th| th.ctx.ipc_buffer)
             .map(|(va, _)| va);
         if addr != 0 && addr.is_multiple_of(PAGE_SIZE) && old != Some(addr) {
             crate::vm::wire(self, task, addr, PAGE_SIZE, Owner::Thread(cur))?;
@@ -977,7 +977,7 @@ impl Kernel {
         let new = self
             .threads
             .get(cur)
-            .and_then(|th| th.ipc_buffer)
+            .and_then(|th| th.ctx.ipc_buffer)
             .map(|(va, _)| va);
         // Whichever of the two pages the thread no longer uses loses its wiring.
         for va in [old, Some(addr)] {
@@ -1123,7 +1123,7 @@ impl Kernel {
             // Continuation recognition: the waiter only has to return from `wait`, so
             // finish its call here and let it go straight back to user mode.
             if th.cont.is_some_and(|c| c.finishes_syscall()) {
-                th.frame.rax = 0;
+                th.ctx.frame.rax = 0;
                 th.cont = Some(Continuation::new(Resume::UserReturn));
                 self.stats.recognitions += 1;
             }

@@ -497,8 +497,8 @@ pub fn sys_start(
         _ => 0,
     };
     if let Some(th) = k.threads.get_mut(t) {
-        th.frame.rsi = boot_name;
-        th.frame.rcx = start_name;
+        th.ctx.frame.rsi = boot_name;
+        th.ctx.frame.rcx = start_name;
     }
     // SAFETY: the lock is held; dropped at once.
     unsafe { state() }.making.retain(|m| m.task != id);
@@ -518,10 +518,10 @@ pub fn sys_fork(
     let (frame, priority, buffer) = {
         let th = k.threads.get(cur).ok_or(Error::InvalidArgument)?;
         // Only a thread in its own task (not in a migrating call into another) forks it.
-        if th.task != Some(caller) || !th.below.is_empty() {
+        if th.ctx.task != Some(caller) || !th.below.is_empty() {
             return Err(Error::InvalidArgument);
         }
-        (*th.frame, th.priority, th.ipc_buffer)
+        (th.ctx.frame, th.priority, th.ctx.ipc_buffer)
     };
     let (parent, name) = {
         let t = k.tasks.get(&caller).ok_or(Error::InvalidArgument)?;

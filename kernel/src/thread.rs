@@ -77,9 +77,10 @@ pub enum Blocked {
 }
 
 /// Where the reply of a migrating call goes: what the caller's `ipc_msg` used as its buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ReplyTo {
-    /// The caller's IPC buffer page (`Saved::ipc_buffer`, whose frame is known).
+    /// The caller's IPC buffer page (`Context::ipc_buffer`, whose frame is known).
+    #[default]
     IpcBuffer,
     /// No reply: the upcall above is a sidetrack, and on return the call is retried.
     Sidetrack,
@@ -97,41 +98,62 @@ pub enum ReplyTo {
     },
 }
 
-/// An activation below the running one on a thread's activation stack (migrating RPC: the
-/// records are the thread's, `crate::activation` fills and empties them).
-#[derive(Clone, Debug)]
-pub struct Saved {
-    /// Its user registers, as they were at its `ipc_msg` (the box the thread had).
-    pub frame: alloc::boxed::Box<crate::arch::trap::TrapFrame>,
-    /// Its task.
+/// The context of an activation: everything that belongs to the activation rather than to
+/// the thread running in it (seed 001, section 4). A thread points at its running
+/// activation's context (`Thread::ctx`); the contexts of the activations below it, each
+/// with the call it made, are linked on its activation stack (`Thread::below`), and a
+/// migrating call or return moves these pointers, never the contents
+/// (`crate::activation`).
+#[derive(Debug, Default)]
+pub struct Context {
+    /// User registers of the activation while not in user mode.
+    pub frame: TrapFrame,
+    /// The task it runs in (`None` for a CPU's idle thread).
     pub task: Option<TaskId>,
-    /// That task's key.
+    /// Its task's key in `Kernel::tasks` (the zero key, which names nothing, for an idle
+    /// thread): the fast path's one-step way to the task.
     pub task_key: Key,
-    /// That task's address space.
+    /// Its task's page-table root and PCID, copied from the task (they never change), so
+    /// a switch needs no task lookup.
     pub space: Option<(PhysAddr, u16)>,
-    /// Its IPC buffer (where the reply goes).
+    /// Its IPC buffer: the user address and the frame behind it (checked when set,
+    /// forgotten when the page is unmapped).
     pub ipc_buffer: Option<(u64, PhysAddr)>,
-    /// Its exception port.
-    pub exc_port: Option<PortId>,
-    /// The server activation occupied above it.
+    /// Its exception port (a send right the kernel holds), if set.
+    pub exc_port: Option<kern::ipc::PortId>,
+    /// Its control state (alerts, suspension, termination).
+    pub ctl: kern::activation::ActState,
+    /// While it is below another on a thread's activation stack: the server activation
+    /// its call occupies (the one above it).
     pub act: ActId,
     /// The port whose pool that activation came from.
     pub port: PortId,
     /// Where the reply goes (or that the upcall above is a sidetrack, retried on return).
     pub to: ReplyTo,
-    /// Its control state (alerts, suspension, termination).
-    pub ctl: kern::activation::ActState,
-    /// While the record is a thread's spare: the key of the task whose user registers its
-    /// frame box holds (those of the activation its thread returned from), `Key(0)` when
-    /// unknown. A call into an activation of that same task writes only the registers the
-    /// upcall passes: the rest are that task's own.
-    pub frame_of: Key,
     /// For a page fault's call into a pager ([`ReplyTo::Fault`]) by a thread that uses
     /// floating point: its registers at the fault, put back at the return (a fault is not
     /// a call: nothing of the faulting context may change).
     pub fpu: Option<alloc::boxed::Box<crate::arch::fpu::Area>>,
     /// Whether `fpu` holds this fault's registers (the box is kept between faults).
     pub fpu_kept: bool,
+}
+
+impl Context {
+    /// The context of a new thread of `task` (its id and slab key; whose address space is
+    /// `root` with `pcid`) that will start in user mode with `frame`.
+    pub fn user(
+        (task, task_key): (TaskId, Key),
+        space: (PhysAddr, u16),
+        frame: TrapFrame,
+    ) -> Context {
+        Context {
+            frame,
+            task: Some(task),
+            task_key,
+            space: Some(space),
+            ..Context::default()
+        }
+    }
 }
 
 /// A thread's scheduling state.
@@ -161,14 +183,12 @@ pub struct Thread {
     /// call paths that reach the running thread through the per-CPU pointer get its id
     /// with it.
     pub id: ThreadId,
-    /// The task it runs in (`None` for a CPU's idle thread).
-    pub task: Option<TaskId>,
-    /// Its task's key in `Kernel::tasks` (the zero key, which names nothing, for an idle
-    /// thread): the fast path's one-step way to the task.
-    pub task_key: Key,
-    /// Its task's page-table root and PCID, copied from the task (they never change), so
-    /// a switch needs no task lookup.
-    pub space: Option<(PhysAddr, u16)>,
+    /// The running activation's context: its user registers, task, address space, IPC
+    /// buffer, exception port and control state (boxed: a migrating call links the
+    /// caller's context below and makes the server activation's current by moving
+    /// pointers; the per-CPU area points at the running context's frame, see
+    /// `gdt::set_user_frame`).
+    pub ctx: alloc::boxed::Box<Context>,
     /// Priority, 0 (lowest) to 63.
     pub priority: u8,
     /// Scheduling state.
@@ -179,15 +199,11 @@ pub struct Thread {
     pub stack: Option<KernelStack>,
     /// Kernel registers saved by `switch_context` (process model only).
     pub saved: SavedContext,
-    /// User registers of the running activation while not in user mode (boxed: a migrating
-    /// call swaps the box instead of copying the registers; the per-CPU area points at the
-    /// running thread's box, see `gdt::set_user_frame`).
-    pub frame: alloc::boxed::Box<TrapFrame>,
-    /// A record kept from the last migrating return, for the next call: its frame box
-    /// holds the registers of the activation left then, and becomes the next server
-    /// activation's frame (every register rewritten) while the caller's frame takes its
-    /// place in the record (see `crate::activation`).
-    pub spare: Option<alloc::boxed::Box<Saved>>,
+    /// A context kept from the last migrating return, for the next call: the context of
+    /// the activation left then (its frame holds that activation's registers, of the task
+    /// its `task_key` names), which becomes the next server activation's (see
+    /// `crate::activation`).
+    pub spare: Option<alloc::boxed::Box<Context>>,
     /// The CPU whose run queue it joins when ready: where it last ran, or where
     /// `set_affinity` pinned it.
     pub cpu: usize,
@@ -197,11 +213,6 @@ pub struct Thread {
     pub timer: Option<TimerKey>,
     /// Set when its task is ending while it runs on another CPU.
     pub kill_pending: bool,
-    /// Its IPC buffer: the user address and the frame behind it (checked when set,
-    /// forgotten when the page is unmapped).
-    pub ipc_buffer: Option<(u64, PhysAddr)>,
-    /// Its exception port (a send right the kernel holds), if set.
-    pub exc_port: Option<kern::ipc::PortId>,
     /// The port it waits on for an exception handler's reply (receive right kept by the
     /// kernel), made at its first exception.
     pub exc_reply: Option<kern::ipc::PortId>,
@@ -215,13 +226,12 @@ pub struct Thread {
     /// The frames of the kernel stack it keeps while blocked in the process model,
     /// charged to its task until it resumes or is freed.
     pub stack_charge: Option<kern::quota::Charge>,
-    /// The activations below the running one, innermost last (empty at home): see
-    /// `crate::activation`. The fields above from `task` to `exc_port` and `frame` are the
-    /// running activation's.
-    // Boxed on purpose: a record is handed between the stack and `spare` by pointer, and
-    // its frame box swapped with the thread's, so a call copies no record.
+    /// The contexts of the activations below the running one, innermost last (empty at
+    /// home): see `crate::activation`.
+    // Boxed on purpose: a context moves between `ctx`, this stack and `spare` by pointer,
+    // so a call or a return copies no context.
     #[allow(clippy::vec_box)]
-    pub below: alloc::vec::Vec<alloc::boxed::Box<Saved>>,
+    pub below: alloc::vec::Vec<alloc::boxed::Box<Context>>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
     /// It last received an exception message from the exception fast path, so its next
@@ -229,8 +239,6 @@ pub struct Thread {
     /// tried first, before the RPC fast path plans it and declines
     /// (`crate::exception::reply_fast`). Only a hint: a wrong one costs a declined try.
     pub exc_hint: bool,
-    /// The running activation's control state (alerts, suspension, termination).
-    pub ctl: kern::activation::ActState,
     /// Threads waiting for this one to stop in a suspended activation (`act_get_state`).
     pub state_waiters: alloc::vec::Vec<ThreadId>,
     /// It belongs to a virtual processor (its carrier, a spare, or blocked with an upcall
@@ -260,45 +268,32 @@ pub unsafe fn current_mut<'a>() -> &'a mut Thread {
 impl Thread {
     /// The task the thread belongs to (where it was created), wherever it runs now.
     pub fn home_task(&self) -> Option<TaskId> {
-        self.below.first().map_or(self.task, |s| s.task)
+        self.below.first().map_or(self.ctx.task, |s| s.task)
     }
 }
 
 impl Thread {
-    /// A thread of `task` (its id and slab key; whose address space is `root` with `pcid`) that will start in
-    /// user mode with `frame`.
-    pub fn new_user(
-        (task, task_key): (TaskId, Key),
-        space: (PhysAddr, u16),
-        frame: alloc::boxed::Box<TrapFrame>,
-        priority: u8,
-        cpu: usize,
-    ) -> Thread {
+    /// A thread that will run in user mode in context `ctx` (see [`Context::user`]).
+    pub fn new_user(ctx: alloc::boxed::Box<Context>, priority: u8, cpu: usize) -> Thread {
         Thread {
             id: Key(0),
-            task: Some(task),
-            task_key,
-            space: Some(space),
+            ctx,
             priority,
             state: ThreadState::Ready,
             cont: Some(Continuation::new(Resume::UserReturn)),
             stack: None,
             saved: SavedContext::default(),
-            frame,
             spare: None,
             cpu,
             pinned: false,
             timer: None,
             kill_pending: false,
-            ipc_buffer: None,
-            exc_port: None,
             exc_reply: None,
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
             exc_hint: false,
             vp: false,
-            ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             fpu: None,
             cpu_tsc: 0,
@@ -311,29 +306,23 @@ impl Thread {
     pub fn new_idle(cpu: usize, stack: Option<KernelStack>) -> Thread {
         Thread {
             id: Key(0),
-            task: None,
-            task_key: Key(0),
-            space: None,
+            ctx: alloc::boxed::Box::default(),
             priority: 0,
             state: ThreadState::Running { cpu },
             cont: None,
             stack,
             saved: SavedContext::default(),
-            frame: alloc::boxed::Box::default(),
             spare: None,
             cpu,
             pinned: true,
             timer: None,
             kill_pending: false,
-            ipc_buffer: None,
-            exc_port: None,
             exc_reply: None,
             kport: None,
             below: alloc::vec::Vec::new(),
             sidetracked: false,
             exc_hint: false,
             vp: false,
-            ctl: kern::activation::ActState::default(),
             state_waiters: alloc::vec::Vec::new(),
             fpu: None,
             cpu_tsc: 0,
@@ -434,7 +423,7 @@ fn yield_now(k: &mut Kernel, cur: ThreadId, result: bool) -> ! {
         panic!("thread_yield: running thread {cur:?} vanished");
     };
     if result {
-        o.frame.rax = 0;
+        o.ctx.frame.rax = 0;
     }
     if o.cpu != cpu {
         // Pinned elsewhere since it started running here: it moves now.

@@ -186,11 +186,11 @@ fn counters(k: &Kernel) -> [u64; COUNTERS] {
 /// The running thread of `cpu`: its id, its task's and its IPC buffer header's id.
 fn running(k: &Kernel, cpu: usize) -> (u64, u64, Option<baton_abi::ipc::MsgHeader>) {
     let t = k.cpu(cpu).current;
-    match k.threads.get(t).and_then(|th| Some((th.task?, th))) {
+    match k.threads.get(t).and_then(|th| Some((th.ctx.task?, th))) {
         Some((task, th)) => (
             t.0,
             task,
-            th.ipc_buffer.map(|(_, page)| paging::read_header(page)),
+            th.ctx.ipc_buffer.map(|(_, page)| paging::read_header(page)),
         ),
         None => (0, 0, None),
     }
@@ -224,7 +224,7 @@ pub fn entry(k: &Kernel, kind: Kind, num: u64) {
     let arg = k
         .threads
         .get(k.cpu(cpu).current)
-        .map_or(0, |th| th.frame.rdi);
+        .map_or(0, |th| th.ctx.frame.rdi);
     let sends = kind == Kind::Syscall && num == Sys::IpcMsg as u64 && arg & MSG_SEND != 0;
     ring.open = Some(Record {
         t0: crate::arch::cpu::rdtsc(),

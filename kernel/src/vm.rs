@@ -617,7 +617,7 @@ pub fn shootdown(k: &mut Kernel, task: TaskId) {
         .filter(|&c| {
             k.threads
                 .get(k.cpu(c).current)
-                .is_some_and(|th| th.task == Some(task))
+                .is_some_and(|th| th.ctx.task == Some(task))
                 || k.floor.in_call_to(c, task)
         })
         .fold(0, |mask, c| mask | 1 << c);
@@ -943,7 +943,7 @@ pub fn page_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> Result<
     let task = k
         .threads
         .get(t)
-        .and_then(|th| th.task)
+        .and_then(|th| th.ctx.task)
         .ok_or(Failure::Address)?;
     let access = if error & (1 << 4) != 0 {
         Access::Execute
@@ -1986,7 +1986,7 @@ fn live(k: &Kernel, task: TaskId, w: &Wiring) -> bool {
     match w.owner {
         Owner::User | Owner::NewAct | Owner::Vp => true,
         Owner::Thread(t) => k.threads.get(t).is_some_and(|th| {
-            (th.task == Some(task) && at(th.ipc_buffer))
+            (th.ctx.task == Some(task) && at(th.ctx.ipc_buffer))
                 || th
                     .below
                     .iter()
@@ -2737,7 +2737,7 @@ pub fn translation_fault(k: &mut Kernel, t: ThreadId, addr: u64, error: u64) -> 
     let Some(raise) = TRANSLATION.get() else {
         return false;
     };
-    let Some(task) = k.threads.get(t).and_then(|th| th.task) else {
+    let Some(task) = k.threads.get(t).and_then(|th| th.ctx.task) else {
         return false;
     };
     let access = if error & (1 << 4) != 0 {

@@ -386,7 +386,7 @@ fn enter_upcall(
     let mut frame = TrapFrame::new_user(cfg.entry, at - 8, at);
     frame.rsi = ev.kind;
     frame.rdx = cfg.cookie;
-    *th.frame = frame;
+    th.ctx.frame = frame;
     Ok(())
 }
 
@@ -441,7 +441,7 @@ pub fn on_block(k: &mut Kernel, t: ThreadId, why: Blocked) {
     // the event carries its own task's, as they were at the call.
     let regs = match th.below.first() {
         Some(home) => home.frame.user_regs(),
-        None => th.frame.user_regs(),
+        None => th.ctx.frame.user_regs(),
     };
     let cfg = vp.cfg;
     let in_range = |lo: u64, hi: u64| lo <= regs.rsp && regs.rsp < hi;
@@ -522,8 +522,8 @@ pub fn before_user(k: &mut Kernel) {
     if !th.vp || !th.below.is_empty() {
         return;
     }
-    let regs = th.frame.user_regs();
-    let fault = th.frame.vector != crate::arch::trap::SYSCALL_VECTOR;
+    let regs = th.ctx.frame.user_regs();
+    let fault = th.ctx.frame.vector != crate::arch::trap::SYSCALL_VECTOR;
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
     let Some((key, role)) = find(st, cur) else {
@@ -571,7 +571,7 @@ pub fn before_user(k: &mut Kernel) {
             if let Some(p) = k.threads.get_mut(parked) {
                 p.state = ThreadState::Blocked(Blocked::VpSpare);
                 p.cont = Some(Continuation::new(Resume::UserReturn));
-                stopped = p.frame.user_regs();
+                stopped = p.ctx.frame.user_regs();
                 stopped.rax = 0;
                 if let Some(timer) = p.timer.take() {
                     k.timers.cancel(timer);
@@ -627,7 +627,7 @@ fn vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) -> Resul
         let mut stopped = k
             .threads
             .get(cur)
-            .map(|t| t.frame.user_regs())
+            .map(|t| t.ctx.frame.user_regs())
             .unwrap_or_default();
         stopped.rax = 0;
         let event = ev.regs.event(ev.token, key, pending, Some(stopped));
@@ -881,7 +881,7 @@ pub fn on_preempt(k: &mut Kernel, t: ThreadId, preempted: bool) {
     if !th.below.is_empty() {
         return;
     }
-    let regs = th.frame.user_regs();
+    let regs = th.ctx.frame.user_regs();
     let (cfg, task) = (vp.cfg, vp.task);
     let now = crate::arch::apic::now_ns();
     let quiet = [(cfg.upcall_lo, cfg.upcall_hi), (cfg.quiet_lo, cfg.quiet_hi)];

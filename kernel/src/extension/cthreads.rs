@@ -176,7 +176,7 @@ fn wake(k: &mut Kernel, task: TaskId, key: u64, value: u64) -> bool {
         return false;
     };
     if let Some(th) = k.threads.get_mut(t) {
-        th.frame.rax = value;
+        th.ctx.frame.rax = value;
         if th.cont.is_some_and(|c| c.finishes_syscall()) {
             th.cont = Some(Continuation::new(Resume::UserReturn));
         }
