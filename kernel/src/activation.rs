@@ -51,7 +51,7 @@ use crate::arch::gdt::{USER_CS, USER_DS};
 use crate::arch::paging::{self, KernelMem};
 use crate::arch::trap::{TrapFrame, SYSCALL_VECTOR, USER_RFLAGS};
 use crate::kernel::{self, Kernel, TaskId};
-use crate::thread::{self, Blocked, Context, ReplyTo, Thread, ThreadId, ThreadState};
+use crate::thread::{self, Blocked, Context, ContextBox, ReplyTo, Thread, ThreadId, ThreadState};
 use alloc::vec::Vec;
 use baton_abi::ipc::{
     Descriptor, Disposition, MsgHeader, DESCRIPTOR_SIZE, DESC_OOL, HEADER_SIZE, IPC_BUFFER_SIZE,
@@ -413,7 +413,7 @@ fn make_record(th: &mut Thread) -> bool {
         return false;
     }
     if th.spare.is_none() {
-        let Some(ctx) = kern::fallible::try_box(Context::default()) else {
+        let Some(ctx) = ContextBox::try_new(Context::default()) else {
             return false;
         };
         th.spare = Some(ctx);
@@ -1185,12 +1185,7 @@ fn reply_regions_user(
 /// instead. If the restored activation's task is ending, goes on unwinding below it with
 /// [`Error::Aborted`], or ends the thread when it is home.
 #[inline(always)]
-fn resume_below(
-    k: &mut Kernel,
-    cur: ThreadId,
-    saved: alloc::boxed::Box<Context>,
-    result: Result<(), Error>,
-) -> ! {
+fn resume_below(k: &mut Kernel, cur: ThreadId, saved: ContextBox, result: Result<(), Error>) -> ! {
     give_back(k, saved.act, saved.port);
     let alive = lives(&saved);
     let sidetrack = saved.to == ReplyTo::Sidetrack;
@@ -1271,7 +1266,7 @@ fn lives(saved: &Context) -> bool {
 /// it back ([`release_exc_port`]) once it may use the kernel again.
 #[must_use = "the exception port of the activation left is a held send right to give back"]
 #[inline(always)]
-fn restore(th: &mut Thread, saved: alloc::boxed::Box<Context>) -> Option<PortId> {
+fn restore(th: &mut Thread, saved: ContextBox) -> Option<PortId> {
     let mut left = core::mem::replace(&mut th.ctx, saved);
     let port = left.exc_port.take();
     if left.ctl.suspend > 0 {
@@ -1565,8 +1560,7 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
         let account = &k.tasks.get(&home)?.account;
         let charge = crate::quota::heap(account, crate::quota::THREAD_BYTES).ok()?;
         // A placeholder context, replaced by the part's top one below.
-        let ctx = kern::fallible::try_box(Context::default())?;
-        let mut l = kern::fallible::try_box(Thread::new_user(ctx, priority, cpu))?;
+        let mut l = Thread::new_user(Context::default, priority, cpu)?;
         l.charge = Some(charge);
         l.below.try_reserve_exact(index).ok()?;
         Some(l)
@@ -1593,6 +1587,8 @@ pub fn split(k: &mut Kernel, t: ThreadId, index: usize) -> bool {
     let (top_act, top_port) = (top.act, top.port);
     top.frame.rax = Error::Aborted.to_raw();
     l.ctx = top;
+    // The part's bottom is `t`'s own context: its contents move into the new thread.
+    l.adopt_bottom();
     l.pinned = pinned;
     l.kport = kport;
     let Ok(lid) = k.threads.insert(l) else {

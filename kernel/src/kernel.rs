@@ -703,10 +703,8 @@ impl Kernel {
         let space = (t.space.root(), t.pcid);
         let charge = crate::quota::heap(&t.account, crate::quota::THREAD_BYTES)?;
         let cpu = self.next_cpu % self.cpus.len().max(1);
-        let ctx = kern::fallible::try_box(crate::thread::Context::user((task, key), space, frame))
-            .ok_or(baton_abi::Error::NoMemory)?;
-        let mut thread = kern::fallible::try_box(Thread::new_user(ctx, priority, cpu))
-            .ok_or(baton_abi::Error::NoMemory)?;
+        let ctx = || crate::thread::Context::user((task, key), space, frame);
+        let mut thread = Thread::new_user(ctx, priority, cpu).ok_or(baton_abi::Error::NoMemory)?;
         thread.charge = Some(charge);
         thread::reserve_ready(self, priority)?;
         let Ok(id) = self.threads.insert(thread) else {
@@ -1221,7 +1219,7 @@ pub fn start(
 
 /// Registers CPU `c` with its idle thread (running, on a stack set by the caller).
 fn add_cpu(k: &mut Kernel, c: usize) {
-    let Ok(idle) = k.threads.insert(Box::new(Thread::new_idle(c, None))) else {
+    let Ok(idle) = k.threads.insert(Thread::new_idle(c, None)) else {
         panic!("no room for the idle thread of CPU {c}");
     };
     if let Some(th) = k.threads.get_mut(idle) {

@@ -89,12 +89,10 @@ pub fn heap(account: &AccountRef, bytes: usize) -> Result<Charge, Error> {
 /// entry, allocator rounding).
 const OVERHEAD: usize = 64;
 
-/// What a thread costs: the thread object, its running activation's context (registers,
-/// task, space, buffer, exception port, control state), its slab slot and the run queue
-/// and timer entries it may take.
-pub const THREAD_BYTES: usize = core::mem::size_of::<crate::thread::Thread>()
-    + core::mem::size_of::<crate::thread::Context>()
-    + 2 * OVERHEAD;
+/// What a thread costs: the thread object (its own context inside: registers, task, space,
+/// buffer, exception port, control state), its slab slot and the run queue and timer
+/// entries it may take.
+pub const THREAD_BYTES: usize = core::mem::size_of::<crate::thread::Thread>() + 2 * OVERHEAD;
 
 /// What a port costs: the port (twice: the global slab grows by doubling) and its first
 /// queue growth.

@@ -136,11 +136,15 @@ pub struct Context {
     pub fpu: Option<alloc::boxed::Box<crate::arch::fpu::Area>>,
     /// Whether `fpu` holds this fault's registers (the box is kept between faults).
     pub fpu_kept: bool,
+    /// Whether it is a heap block of its own, freed with its [`ContextBox`], rather than a
+    /// thread's own context (set only by [`ContextBox::try_new`]).
+    heap: bool,
 }
 
 impl Context {
     /// The context of a new thread of `task` (its id and slab key; whose address space is
     /// `root` with `pcid`) that will start in user mode with `frame`.
+    #[inline(always)]
     pub fn user(
         (task, task_key): (TaskId, Key),
         space: (PhysAddr, u16),
@@ -153,6 +157,85 @@ impl Context {
             space: Some(space),
             ..Context::default()
         }
+    }
+}
+
+/// An owning pointer to a [`Context`], which moves between a thread's running context
+/// (`Thread::ctx`), its activation stack (`Thread::below`) and its spare by pointer. A
+/// context is either a heap block of its own (a server activation's, made at a thread's
+/// first migrating call at each depth) or the one stored inside its thread's own
+/// allocation (`Thread::own`, the thread's first context), so that making a thread is one
+/// allocation. A thread's own context is only ever the bottom of its activation stack
+/// (the running context at home, else `below[0]`); a split, which gives that bottom to a
+/// new thread, moves its contents into the new thread's storage ([`Thread::adopt_bottom`]).
+pub struct ContextBox {
+    /// The context (whose `heap` says which kind it is: one word, so that a call and a
+    /// return move single words).
+    ptr: core::ptr::NonNull<Context>,
+}
+
+// SAFETY: a `ContextBox` owns its context as a `Box` does (a heap one), or points into the
+// boxed thread object that holds it (which never moves and outlives it, see
+// `Thread::own`); contexts are reached only under the big kernel lock.
+unsafe impl Send for ContextBox {}
+
+impl ContextBox {
+    /// A context in a heap block of its own, or `None` when the heap has no room.
+    pub fn try_new(ctx: Context) -> Option<ContextBox> {
+        let b = kern::fallible::try_box(Context { heap: true, ..ctx })?;
+        Some(ContextBox {
+            ptr: core::ptr::NonNull::from(alloc::boxed::Box::leak(b)),
+        })
+    }
+
+    /// The context stored at `slot`, a thread's own (`Thread::own`), which is not freed
+    /// with the box.
+    fn inline(slot: &mut Context) -> ContextBox {
+        slot.heap = false;
+        ContextBox {
+            ptr: core::ptr::NonNull::from(slot),
+        }
+    }
+
+    /// Whether the context is stored inside a thread's own allocation.
+    pub fn is_inline(&self) -> bool {
+        !self.heap
+    }
+}
+
+impl core::ops::Deref for ContextBox {
+    type Target = Context;
+    #[inline(always)]
+    fn deref(&self) -> &Context {
+        // SAFETY: `ptr` is a live context: a heap block this box owns, or the storage of a
+        // boxed thread that outlives the box (a thread's own context is linked only on that
+        // thread, see `Thread::adopt_bottom`); `&self` keeps others from `&mut`.
+        unsafe { self.ptr.as_ref() }
+    }
+}
+
+impl core::ops::DerefMut for ContextBox {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut Context {
+        // SAFETY: as in `deref`; the box is the only way to the context (a thread's own
+        // storage is reached only through its box once linked), and `&mut self` is unique.
+        unsafe { self.ptr.as_mut() }
+    }
+}
+
+impl Drop for ContextBox {
+    fn drop(&mut self) {
+        if self.heap {
+            // SAFETY: a heap box's `ptr` came from `Box::leak` in `try_new` and is freed
+            // only here, once.
+            drop(unsafe { alloc::boxed::Box::from_raw(self.ptr.as_ptr()) });
+        }
+    }
+}
+
+impl core::fmt::Debug for ContextBox {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        (**self).fmt(f)
     }
 }
 
@@ -184,11 +267,15 @@ pub struct Thread {
     /// with it.
     pub id: ThreadId,
     /// The running activation's context: its user registers, task, address space, IPC
-    /// buffer, exception port and control state (boxed: a migrating call links the
+    /// buffer, exception port and control state (by pointer: a migrating call links the
     /// caller's context below and makes the server activation's current by moving
     /// pointers; the per-CPU area points at the running context's frame, see
-    /// `gdt::set_user_frame`).
-    pub ctx: alloc::boxed::Box<Context>,
+    /// `gdt::set_user_frame`). At home it is the thread's own, `own`.
+    pub ctx: ContextBox,
+    /// The storage of the thread's own context (its home activation's), in the thread's
+    /// allocation: reached only through the [`ContextBox`] that points at it (in `ctx`, or
+    /// `below[0]` while the thread has migrated), never directly.
+    own: Context,
     /// Priority, 0 (lowest) to 63.
     pub priority: u8,
     /// Scheduling state.
@@ -203,7 +290,7 @@ pub struct Thread {
     /// the activation left then (its frame holds that activation's registers, of the task
     /// its `task_key` names), which becomes the next server activation's (see
     /// `crate::activation`).
-    pub spare: Option<alloc::boxed::Box<Context>>,
+    pub spare: Option<ContextBox>,
     /// The CPU whose run queue it joins when ready: where it last ran, or where
     /// `set_affinity` pinned it.
     pub cpu: usize,
@@ -228,10 +315,9 @@ pub struct Thread {
     pub stack_charge: Option<kern::quota::Charge>,
     /// The contexts of the activations below the running one, innermost last (empty at
     /// home): see `crate::activation`.
-    // Boxed on purpose: a context moves between `ctx`, this stack and `spare` by pointer,
-    // so a call or a return copies no context.
-    #[allow(clippy::vec_box)]
-    pub below: alloc::vec::Vec<alloc::boxed::Box<Context>>,
+    // By pointer on purpose: a context moves between `ctx`, this stack and `spare`, so a
+    // call or a return copies no context.
+    pub below: alloc::vec::Vec<ContextBox>,
     /// Its last migrating call made a sidetrack upcall (the retry must not make another).
     pub sidetracked: bool,
     /// It last received an exception message from the exception fast path, so its next
@@ -273,11 +359,19 @@ impl Thread {
 }
 
 impl Thread {
-    /// A thread that will run in user mode in context `ctx` (see [`Context::user`]).
-    pub fn new_user(ctx: alloc::boxed::Box<Context>, priority: u8, cpu: usize) -> Thread {
-        Thread {
+    /// A thread that will run in user mode in the context `ctx` makes (see
+    /// [`Context::user`]), stored in the thread's own allocation; `None` when the heap has
+    /// no room. The thread is made in place, after the allocation (no copy of it).
+    #[inline(always)]
+    pub fn new_user(
+        ctx: impl FnOnce() -> Context,
+        priority: u8,
+        cpu: usize,
+    ) -> Option<alloc::boxed::Box<Thread>> {
+        let th = kern::fallible::try_box_with(|| Thread {
             id: Key(0),
-            ctx,
+            ctx: ContextBox::dangling(),
+            own: ctx(),
             priority,
             state: ThreadState::Ready,
             cont: Some(Continuation::new(Resume::UserReturn)),
@@ -299,14 +393,16 @@ impl Thread {
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,
-        }
+        })?;
+        Some(Thread::link_own(th))
     }
 
     /// The idle thread of `cpu`, running on `stack` (given when the CPU starts).
-    pub fn new_idle(cpu: usize, stack: Option<KernelStack>) -> Thread {
-        Thread {
+    pub fn new_idle(cpu: usize, stack: Option<KernelStack>) -> alloc::boxed::Box<Thread> {
+        Thread::link_own(alloc::boxed::Box::new(Thread {
             id: Key(0),
-            ctx: alloc::boxed::Box::default(),
+            ctx: ContextBox::dangling(),
+            own: Context::default(),
             priority: 0,
             state: ThreadState::Running { cpu },
             cont: None,
@@ -328,6 +424,45 @@ impl Thread {
             cpu_tsc: 0,
             charge: None,
             stack_charge: None,
+        }))
+    }
+
+    /// Points the thread's running context at its own storage, once the thread is in the
+    /// allocation it keeps for life.
+    fn link_own(mut th: alloc::boxed::Box<Thread>) -> alloc::boxed::Box<Thread> {
+        let th_ref = &mut *th;
+        // The placeholder names no context: forgotten, not dropped.
+        core::mem::forget(core::mem::replace(
+            &mut th_ref.ctx,
+            ContextBox::inline(&mut th_ref.own),
+        ));
+        th
+    }
+
+    /// Makes the bottom context of the thread's activation stack (`below[0]`, or the
+    /// running one at home) its own: when it is another thread's own context (a split
+    /// gave this thread the part below of that thread's stack), its contents move into
+    /// this thread's storage, and that thread's storage is left empty (it never uses it
+    /// again: its own bottom is now a heap context).
+    pub fn adopt_bottom(&mut self) {
+        let bottom = match self.below.first_mut() {
+            Some(b) => b,
+            None => &mut self.ctx,
+        };
+        if !bottom.is_inline() || core::ptr::eq(bottom.ptr.as_ptr(), &self.own) {
+            return;
+        }
+        self.own = core::mem::take(&mut **bottom);
+        *bottom = ContextBox::inline(&mut self.own);
+    }
+}
+
+impl ContextBox {
+    /// A placeholder, never dereferenced: replaced by [`Thread::link_own`] before the
+    /// thread is used.
+    fn dangling() -> ContextBox {
+        ContextBox {
+            ptr: core::ptr::NonNull::dangling(),
         }
     }
 }

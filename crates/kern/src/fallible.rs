@@ -28,6 +28,28 @@ pub fn try_box<T>(value: T) -> Option<Box<T>> {
     }
 }
 
+/// `Box::new(f())`, or `None` (and `f` not called) when the heap has no room: the value is
+/// made after the allocation, so that a large one can be written in place rather than
+/// built elsewhere and copied in.
+#[inline(always)]
+pub fn try_box_with<T>(f: impl FnOnce() -> T) -> Option<Box<T>> {
+    let layout = Layout::new::<T>();
+    if layout.size() == 0 {
+        return Some(Box::new(f()));
+    }
+    // SAFETY: `layout` has a non-zero size, as `alloc` requires.
+    let ptr = unsafe { alloc(layout) } as *mut T;
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: as in `try_box`: a fresh block of `T`'s layout from the global allocator,
+    // written once and then owned by the `Box`.
+    unsafe {
+        ptr.write(f());
+        Some(Box::from_raw(ptr))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,6 +60,15 @@ mod tests {
         let b = try_box([7u64; 40]).unwrap();
         assert_eq!(b[39], 7);
         assert_eq!(*try_box(()).unwrap(), ());
+    }
+
+    #[test]
+    fn boxes_a_value_made_after_the_allocation() {
+        let b = try_box_with(|| [9u64; 40]).unwrap();
+        assert!(b.iter().all(|&x| x == 9));
+        let mut called = false;
+        assert_eq!(*try_box_with(|| called = true).unwrap(), ());
+        assert!(called);
     }
 
     #[test]
