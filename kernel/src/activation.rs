@@ -787,7 +787,14 @@ fn enter(
     };
     let rsi = if sidetrack { 0 } else { size as u64 };
     if ctx.task_key != act.task_key {
+        // A context of another task (or a new one): its registers are cleared and its task
+        // and space become the server's. A context the thread last returned from in this
+        // same task keeps them (a task's key names it alone, and its space never changes):
+        // the activations of a task share these, and only the buffer is each one's own.
         clear_frame(&mut ctx.frame);
+        ctx.task = Some(act.task);
+        ctx.task_key = act.task_key;
+        ctx.space = Some(act.space);
     }
     let f = &mut ctx.frame;
     (f.rip, f.rsp, f.rdi, f.rsi, f.rdx, f.r8) =
@@ -798,9 +805,6 @@ fn enter(
         u64::from(USER_DS),
         SYSCALL_VECTOR,
     );
-    ctx.task = Some(act.task);
-    ctx.task_key = act.task_key;
-    ctx.space = Some(act.space);
     ctx.ipc_buffer = Some(act.buffer);
     ctx.ctl = kern::activation::ActState::entered_from(&th.ctx.ctl);
     let mut caller = core::mem::replace(&mut th.ctx, ctx);
