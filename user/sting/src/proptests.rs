@@ -261,4 +261,14 @@ proptest! {
             prop_assert_eq!(Word(w.0.wrapping_add(Word::YIELD_RUNNING)), w.yielded());
         }
     }
+
+    /// An entry's liveness, tested with one exclusive-or and one mask, against its
+    /// definition: the word queued and its ticket the entry's.
+    #[test]
+    fn is_live_matches_its_definition(bits in any::<u64>(), ticket in any::<u32>(), same in any::<bool>()) {
+        use crate::word::Word;
+        // Half the words carry the entry's ticket, so that both answers come up.
+        let w = if same { Word((bits & 0xffff_ffff) | (u64::from(ticket) << 32)) } else { Word(bits) };
+        prop_assert_eq!(w.is_live(ticket), w.queued() && w.ticket() == ticket);
+    }
 }

@@ -700,6 +700,9 @@ impl Fast {
 pub(crate) struct Vp {
     /// Its index in the runtime.
     pub(crate) id: usize,
+    /// `Word::ready_on(id)`: what a thread's word is, masked, when it has a live entry
+    /// here that this processor can resume at once (`Word::claim_ready_on`).
+    ready_on: u64,
     /// Its policy manager over its shared ready queue: every thread queued here by
     /// another virtual processor, and, unless it `keeps` its threads, every thread queued
     /// here at all (thieves take from it).
@@ -1043,7 +1046,7 @@ impl Vp {
         // A ready thread's live entry on this processor (the common case) is claimed with
         // one comparison and one compare-and-swap; anything else by the general claim.
         let cur = cell.load(Acquire);
-        let what = match Word(cur).claim_ready(ticket, self.id) {
+        let what = match Word(cur).claim_ready_on(ticket, self.ready_on) {
             Some(new) if cell.compare_exchange(cur, new.0, AcqRel, Acquire).is_ok() => {
                 Claim::Resume
             }
@@ -1848,6 +1851,7 @@ where
         .enumerate()
         .map(|(id, policy)| Vp {
             id,
+            ready_on: Word::ready_on(id),
             steals: policy.steals(),
             fast: Fast::of(&policy),
             deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {

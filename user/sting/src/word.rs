@@ -127,7 +127,9 @@ impl Word {
     /// Whether entry `ticket` is live.
     #[inline]
     pub fn is_live(self, ticket: u32) -> bool {
-        self.queued() && self.ticket() == ticket
+        // One exclusive-or and one mask: the queued bit set and the ticket equal.
+        const MASK: u64 = (!0 << TICKET_SHIFT) | QUEUED;
+        (self.0 ^ ((u64::from(ticket) << TICKET_SHIFT) | QUEUED)) & MASK == 0
     }
 
     /// Queued with a new ticket (any older entry stale from now on).
@@ -245,13 +247,27 @@ impl Word {
     /// (the caller applies `claim`).
     #[inline]
     pub fn claim_ready(self, ticket: u32, vp: usize) -> Option<Word> {
+        if vp > VP_MASK as usize {
+            return None;
+        }
+        self.claim_ready_on(ticket, Word::ready_on(vp))
+    }
+
+    /// The bits of a word ready and queued on processor `vp` (which is below
+    /// [`MAX_VPS`]), neither suspended nor pinned, with ticket 0: what
+    /// [`claim_ready_on`](Self::claim_ready_on) compares with (a processor keeps them, so
+    /// that its claims do not compute them).
+    pub const fn ready_on(vp: usize) -> u64 {
+        ((vp as u64 & VP_MASK) << VP_SHIFT) | QUEUED | encode(State::Ready)
+    }
+
+    /// [`claim_ready`](Self::claim_ready) with the processor's
+    /// [`ready_on`](Self::ready_on) bits.
+    #[inline]
+    pub fn claim_ready_on(self, ticket: u32, ready_on: u64) -> Option<Word> {
         const MASK: u64 =
             (!0 << TICKET_SHIFT) | (VP_MASK << VP_SHIFT) | PINNED | SUSPENDED | QUEUED | STATE;
-        let want = (u64::from(ticket) << TICKET_SHIFT)
-            | ((vp as u64 & VP_MASK) << VP_SHIFT)
-            | QUEUED
-            | encode(State::Ready);
-        if self.0 & MASK != want || vp > VP_MASK as usize {
+        if self.0 & MASK != (u64::from(ticket) << TICKET_SHIFT) | ready_on {
             return None;
         }
         // Ready (2) becomes running (3), and the queued bit goes: one subtraction.
