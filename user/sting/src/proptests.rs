@@ -228,4 +228,47 @@ proptest! {
         }
         prop_assert_eq!(rest, model.into_iter().collect::<Vec<_>>());
     }
+
+    /// The yield's shortcuts against the transitions they stand for, over words of every
+    /// shape: `claim_ready` gives a word exactly when `claim` resumes a ready thread
+    /// without moving it to another processor (its entry live, neither suspended nor
+    /// pinned), and then the same word; the yield's addition is `yielded` for every
+    /// running word with no live entry, the ticket wrapping included.
+    #[test]
+    fn yield_shortcuts_match_the_transitions(
+        bits in any::<u64>(),
+        ticket in any::<u32>(),
+        same_ticket in any::<bool>(),
+        vp in 0usize..4,
+    ) {
+        use crate::word::{Claim, Word};
+        // Half the words carry the entry's ticket and a processor in 0..4, so that the
+        // common case comes up.
+        let w = if same_ticket {
+            Word((bits & 0xffff_ffff & !(0xfffc << 16)) | (u64::from(ticket) << 32))
+        } else {
+            Word(bits)
+        };
+        let general = w.claim(ticket, vp);
+        match w.claim_ready(ticket, vp) {
+            Some(new) => prop_assert_eq!(general, Ok((new, Claim::Resume))),
+            None => prop_assert!(
+                !matches!(general, Ok((n, Claim::Resume)) if n.vp() == w.vp()),
+                "{:?} claimed by {} on {}: {:?}", w, ticket, vp, general
+            ),
+        }
+        if w.running_unqueued() {
+            prop_assert_eq!(Word(w.0.wrapping_add(Word::YIELD_RUNNING)), w.yielded());
+        }
+    }
+
+    /// An entry's liveness, tested with one exclusive-or and one mask, against its
+    /// definition: the word queued and its ticket the entry's.
+    #[test]
+    fn is_live_matches_its_definition(bits in any::<u64>(), ticket in any::<u32>(), same in any::<bool>()) {
+        use crate::word::Word;
+        // Half the words carry the entry's ticket, so that both answers come up.
+        let w = if same { Word((bits & 0xffff_ffff) | (u64::from(ticket) << 32)) } else { Word(bits) };
+        prop_assert_eq!(w.is_live(ticket), w.queued() && w.ticket() == ticket);
+    }
 }

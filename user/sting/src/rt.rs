@@ -700,6 +700,9 @@ impl Fast {
 pub(crate) struct Vp {
     /// Its index in the runtime.
     pub(crate) id: usize,
+    /// `Word::ready_on(id)`: what a thread's word is, masked, when it has a live entry
+    /// here that this processor can resume at once (`Word::claim_ready_on`).
+    ready_on: u64,
     /// Its policy manager over its shared ready queue: every thread queued here by
     /// another virtual processor, and, unless it `keeps` its threads, every thread queued
     /// here at all (thieves take from it).
@@ -1039,18 +1042,30 @@ impl Vp {
             return false;
         };
         // SAFETY: the ring's entry holds a reference to `next`.
-        let what = word::claim(
-            unsafe { &(*next).word },
-            ticket,
-            self.id,
-            core::hint::spin_loop,
-        );
+        let cell = unsafe { &(*next).word };
+        // A ready thread's live entry on this processor (the common case) is claimed with
+        // one comparison and one compare-and-swap; anything else by the general claim.
+        let cur = cell.load(Acquire);
+        let what = match Word(cur).claim_ready_on(ticket, self.ready_on) {
+            Some(new) if cell.compare_exchange(cur, new.0, AcqRel, Acquire).is_ok() => {
+                Claim::Resume
+            }
+            _ => word::claim(cell, ticket, self.id, core::hint::spin_loop),
+        };
         if what == Claim::Stale {
             return false;
         }
         // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written out,
-        // so that no build has to see through the table).
-        let mine = core.apply(Word::yielded).yielded().ticket();
+        // so that no build has to see through the table). A running thread with no live
+        // entry (the common case; an absorbed thread is not running) adds a constant: no
+        // one else changes its state or its queued bit meanwhile.
+        let mine = if core.word().running_unqueued() {
+            Word(core.word.fetch_add(Word::YIELD_RUNNING, AcqRel))
+                .yielded()
+                .ticket()
+        } else {
+            core.apply(Word::yielded).yielded().ticket()
+        };
         let me = Runnable {
             // SAFETY: the running thread is alive.
             t: unsafe { ThreadRef::clone_raw(core) },
@@ -1836,6 +1851,7 @@ where
         .enumerate()
         .map(|(id, policy)| Vp {
             id,
+            ready_on: Word::ready_on(id),
             steals: policy.steals(),
             fast: Fast::of(&policy),
             deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {

@@ -127,7 +127,9 @@ impl Word {
     /// Whether entry `ticket` is live.
     #[inline]
     pub fn is_live(self, ticket: u32) -> bool {
-        self.queued() && self.ticket() == ticket
+        // One exclusive-or and one mask: the queued bit set and the ticket equal.
+        const MASK: u64 = (!0 << TICKET_SHIFT) | QUEUED;
+        (self.0 ^ ((u64::from(ticket) << TICKET_SHIFT) | QUEUED)) & MASK == 0
     }
 
     /// Queued with a new ticket (any older entry stale from now on).
@@ -236,6 +238,55 @@ impl Word {
             Claim::Resume
         };
         Ok((w.with_state(State::Running).with_vp(vp), what))
+    }
+
+    /// [`claim`](Self::claim) of entry `ticket` by processor `vp` in its common case, with
+    /// one mask and one comparison: the word says ready, queued with that very ticket, on
+    /// `vp`, neither suspended nor pinned; then the claim's new word (running on `vp`, not
+    /// queued), which `claim` would give with [`Claim::Resume`]. `None` for any other word
+    /// (the caller applies `claim`).
+    #[inline]
+    pub fn claim_ready(self, ticket: u32, vp: usize) -> Option<Word> {
+        if vp > VP_MASK as usize {
+            return None;
+        }
+        self.claim_ready_on(ticket, Word::ready_on(vp))
+    }
+
+    /// The bits of a word ready and queued on processor `vp` (which is below
+    /// [`MAX_VPS`]), neither suspended nor pinned, with ticket 0: what
+    /// [`claim_ready_on`](Self::claim_ready_on) compares with (a processor keeps them, so
+    /// that its claims do not compute them).
+    pub const fn ready_on(vp: usize) -> u64 {
+        ((vp as u64 & VP_MASK) << VP_SHIFT) | QUEUED | encode(State::Ready)
+    }
+
+    /// [`claim_ready`](Self::claim_ready) with the processor's
+    /// [`ready_on`](Self::ready_on) bits.
+    #[inline]
+    pub fn claim_ready_on(self, ticket: u32, ready_on: u64) -> Option<Word> {
+        const MASK: u64 =
+            (!0 << TICKET_SHIFT) | (VP_MASK << VP_SHIFT) | PINNED | SUSPENDED | QUEUED | STATE;
+        if self.0 & MASK != (u64::from(ticket) << TICKET_SHIFT) | ready_on {
+            return None;
+        }
+        // Ready (2) becomes running (3), and the queued bit goes: one subtraction.
+        Some(Word(
+            self.0 - QUEUED + (encode(State::Running) - encode(State::Ready)),
+        ))
+    }
+
+    /// What a running thread with no live entry adds to its word to yield
+    /// ([`yielded`](Self::yielded) of such a word, as one atomic addition: `rt::yield_now`
+    /// uses it, since only the thread itself changes the state and the queued bit of a
+    /// running thread, so nothing can change them between its test and its addition).
+    pub const YIELD_RUNNING: u64 = (1 << TICKET_SHIFT) + QUEUED - 1;
+
+    /// Whether the word is running with no live entry: [`yielded`](Self::yielded) is then
+    /// the addition of [`YIELD_RUNNING`](Self::YIELD_RUNNING).
+    #[inline]
+    pub fn running_unqueued(self) -> bool {
+        self.0 & (STATE | QUEUED) == encode(State::Running)
     }
 
     /// The running thread gives up its processor and stays runnable (a yield, a
