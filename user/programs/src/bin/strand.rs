@@ -34,7 +34,7 @@ use baton_rt::check::{finish, Failed};
 use baton_rt::vproc::{strand_count, vp_create, vp_destroy, vp_preempt, vp_resume_raw};
 use baton_rt::{println, spin, Error};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use core::sync::atomic::{AtomicBool, AtomicU64};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use sting::{Config, Kind};
 
 baton_rt::entry!(main);
@@ -179,8 +179,10 @@ fn bad_calls() -> Result<(), Failed> {
         vp_preempt(vp, 1000) == Err(Error::InvalidArgument),
         "vp_preempt with a quantum under the minimum is invalid"
     );
+    // An hour's quantum: a tick between the two calls (a loaded host can put one there)
+    // must not bring a Checkpoint to this processor, whose entry is `never`.
     check!(
-        vp_preempt(vp, QUANTUM) == Ok(()) && vp_preempt(vp, 0) == Ok(()),
+        vp_preempt(vp, 3_600_000_000_000) == Ok(()) && vp_preempt(vp, 0) == Ok(()),
         "vp_preempt turns Checkpoints on and off"
     );
     // SAFETY: each of these is refused before the registers are used.
@@ -373,23 +375,49 @@ fn preempted_per_cpu() -> Result<(), Failed> {
     Ok(())
 }
 
-/// A run in which a thread sleeps in the kernel while another counts, on one virtual
-/// processor with upcalls: its statistics and how far the counter moved during the sleep.
-fn sleeper() -> (sting::Stats, u64) {
-    let (moved, st) = sting::run(Config::new(1, Kind::Fifo).kernel_upcalls(2), || {
+/// How many times the busy thread counts before it wakes the sleeper.
+const WAKE_AFTER: u64 = 50;
+/// How long the sleeper waits when the busy thread is expected to wake it: long enough for
+/// a loaded host (the busy thread runs only once the Block upcall has come, after any
+/// handler of `Strand.Block` has run out of fuel), and reached only when it never runs.
+const WOKEN_WITHIN_NS: u64 = 20_000_000_000;
+/// How long the sleeper waits when the processor is expected to stay blocked with it.
+const VETOED_NS: u64 = 30_000_000;
+
+/// A run in which a thread blocks in the kernel while another counts, on one virtual
+/// processor with upcalls: its statistics and how far the counter moved while it was
+/// blocked. The sleeper waits on a word (up to `timeout_ns`) that the busy thread sets and
+/// wakes after counting [`WAKE_AFTER`] times, so the result does not depend on how fast
+/// the host runs: the counter moves if and only if the processor ran on while its thread
+/// was blocked.
+fn sleeper(timeout_ns: u64) -> (sting::Stats, u64) {
+    let (moved, st) = sting::run(Config::new(1, Kind::Fifo).kernel_upcalls(2), move || {
         let count = Arc::new(AtomicU64::new(0));
         let done = Arc::new(AtomicBool::new(false));
-        let (c, d) = (count.clone(), done.clone());
+        let flag = Arc::new(AtomicU32::new(0));
+        let (c, d, f) = (count.clone(), done.clone(), flag.clone());
         let busy = sting::fork(move || {
+            let mut n = 0u64;
             while !d.load(Acquire) {
                 c.fetch_add(1, Relaxed);
+                n += 1;
+                if n == WAKE_AFTER {
+                    f.store(1, Release);
+                    let _ = baton_rt::sys::wake(&f, 1);
+                }
                 sting::yield_now();
             }
         });
-        let c = count.clone();
+        let (c, f) = (count.clone(), flag.clone());
         let sleeper = sting::fork(move || {
             let before = c.load(Relaxed);
-            let _ = baton_rt::sys::sleep_ns(30_000_000);
+            // A wake for nobody or a spurious return waits again; only the flag or the
+            // timeout ends the wait.
+            while f.load(Acquire) == 0 {
+                if let Err(Error::TimedOut) = baton_rt::sys::wait(&f, 0, timeout_ns) {
+                    break;
+                }
+            }
             c.load(Relaxed) - before
         });
         let moved = *sleeper.value().unwrap_or(&0);
@@ -420,7 +448,7 @@ fn events(expect: u64) -> Result<(), Failed> {
         strand_count(EVENT_STRAND_CHECKPOINT).unwrap_or_default(),
         strand_count(EVENT_STRAND_RESUME).unwrap_or_default(),
     ];
-    let (st, moved) = sleeper();
+    let (st, moved) = sleeper(WOKEN_WITHIN_NS);
     let s = one_run(2);
     let after = [
         strand_count(EVENT_STRAND_BLOCK).unwrap_or_default(),
@@ -468,7 +496,7 @@ fn events(expect: u64) -> Result<(), Failed> {
         spin::install(d, "veto", EVENT_STRAND_BLOCK, 0, 0, 0),
     )?;
     let (vetoed_before, _) = strand_count(EVENT_STRAND_BLOCK).unwrap_or_default();
-    let (st, moved) = sleeper();
+    let (st, moved) = sleeper(VETOED_NS);
     let (vetoed_after, vetoes) = strand_count(EVENT_STRAND_BLOCK).unwrap_or_default();
     println!(
         "vetoing handler: {} Block upcalls, the counter moved {moved} during the sleep, {} vetoes",
@@ -631,7 +659,7 @@ fn wasm_handlers() -> Result<(), Failed> {
         "install strand_veto",
         spin::install(m, "strand_veto", EVENT_STRAND_BLOCK, 0, 0, 0),
     )?;
-    let (st, moved) = sleeper();
+    let (st, moved) = sleeper(VETOED_NS);
     check!(
         st.kernel_blocks == 0 && moved == 0,
         "a WebAssembly Strand.Block handler's veto keeps the processor blocked ({} upcalls, moved {moved})",
@@ -644,7 +672,7 @@ fn wasm_handlers() -> Result<(), Failed> {
         "install strand_forever",
         spin::install(m, "strand_forever", EVENT_STRAND_BLOCK, 0, 0, send),
     )?;
-    let (st, moved) = sleeper();
+    let (st, moved) = sleeper(WOKEN_WITHIN_NS);
     check!(
         st.kernel_blocks >= 1 && moved > 0,
         "a Strand.Block handler that never returns is stopped by its fuel and the Block upcall still comes ({} upcalls, moved {moved})",
