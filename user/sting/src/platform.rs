@@ -10,19 +10,60 @@
 
 use core::sync::atomic::AtomicU32;
 
+/// Bytes of each virtual processor's own stack (its scheduler loop and idle wait).
+#[cfg(baton)]
+const VP_STACK: usize = 16 * 1024;
+
+/// The stacks of virtual processors' kernel threads made so far (their bases), each with
+/// the kernel thread that last ran on it. A kernel thread's stack is never given back
+/// (baton-rt's rule: the thread runs on it until the kernel has ended it), but a stack
+/// whose thread the kernel no longer knows is free, and a later runtime's processor takes
+/// it: runs one after another then use the same stacks instead of leaking one for each
+/// processor but the first on each run (whose pages, touched, stayed charged to the task:
+/// its memory and the kernel's page records for it grew with every run).
+#[cfg(baton)]
+static VP_STACKS: crate::spin::SpinLock<alloc::vec::Vec<(usize, u64)>> =
+    crate::spin::SpinLock::new(alloc::vec::Vec::new());
+
 /// Starts a virtual processor: a kernel thread running `f(arg)`, after telling `stack`
 /// the range of its stack.
 #[cfg(baton)]
 pub fn spawn_vp(f: fn(u64), arg: u64, stack_range: impl FnOnce(usize, usize)) -> Result<(), ()> {
-    /// Bytes of each virtual processor's own stack (its scheduler loop and idle wait).
-    const VP_STACK: usize = 16 * 1024;
-    // A kernel thread's stack is never given back (baton-rt's rule): leak it.
-    let stack = alloc::boxed::Box::leak(alloc::vec![0u8; VP_STACK].into_boxed_slice());
+    let mut stacks = VP_STACKS.lock();
+    // A stack whose thread has ended: the kernel no longer finds the thread (thread ids are
+    // never reused).
+    let free = stacks
+        .iter()
+        .position(|&(_, t)| baton_rt::sys::thread_cpu_ns(t) == Err(baton_rt::Error::NotFound));
+    let (slot, stack) = match free {
+        Some(i) => {
+            let base = stacks.get(i).map_or(0, |s| s.0);
+            // SAFETY: `base` is a block of `VP_STACK` bytes leaked below for a virtual
+            // processor's stack and reached only through this list, under its lock; the
+            // thread that last ran on it has ended (the kernel no longer knows it), so
+            // nothing uses those bytes any more.
+            let stack = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, VP_STACK) };
+            (Some(i), stack)
+        }
+        None => {
+            if stacks.try_reserve(1).is_err() {
+                return Err(());
+            }
+            let stack = alloc::boxed::Box::leak(alloc::vec![0u8; VP_STACK].into_boxed_slice());
+            (None, stack)
+        }
+    };
     let lo = stack.as_ptr() as usize;
     stack_range(lo, lo + stack.len());
-    baton_rt::thread::spawn(stack, f, arg)
-        .map(|_| ())
-        .map_err(|_| ())
+    let started = baton_rt::thread::spawn(stack, f, arg);
+    // A stack no thread started on is free (no thread has an id of `u64::MAX`).
+    let t = *started.as_ref().unwrap_or(&u64::MAX);
+    match slot.and_then(|i| stacks.get_mut(i)) {
+        Some(s) => s.1 = t,
+        // Room was reserved above.
+        None => stacks.push((lo, t)),
+    }
+    started.map(|_| ()).map_err(|_| ())
 }
 
 /// Starts a virtual processor: a `std` thread running `f(arg)`.

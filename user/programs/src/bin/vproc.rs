@@ -13,6 +13,12 @@
 //!   peer's message; `wait`'s 0);
 //! - with one spare, a second thread that blocks while the first is still blocked falls
 //!   back to blocking the processor (one Block upcall, not two), and both resume right;
+//! - a sting thread blocked in a kernel receive through its IPC buffer (with an upcall
+//!   given) is the receiver of another task's RPC in the fast path's form: it resumes with
+//!   the request (an Unblock upcall), its reply reaches the caller, and its processor ran
+//!   its other thread meanwhile (the count of fast transfers is printed: so far the same
+//!   with the fast path open to such a receiver or closed to it, so which path delivered
+//!   the call is not yet pinned down);
 //! - a child (`vproc_child`) killed while two of its threads are blocked with upcalls
 //!   given and its spares parked leaves nothing behind: the kernel's threads, charges and
 //!   heap are back to the baseline.
@@ -25,7 +31,7 @@ use alloc::sync::Arc;
 use baton_abi::ipc::{Disposition, MsgHeader, HEADER_SIZE, MSG_RECEIVE, MSG_SEND};
 use baton_abi::vproc::{VpConfig, VpEvent, UPCALL_STACK_MIN};
 use baton_rt::check::{finish, Failed};
-use baton_rt::ipc::{cap_drop, data_word, msg_buf, port_allocate};
+use baton_rt::ipc::{cap_drop, data_word, msg_buf, port_allocate, IpcBuffer};
 use baton_rt::vproc::{vp_create, vp_create_raw, vp_destroy, vp_spares, vp_take, vp_wait_raw};
 use baton_rt::{println, Error};
 use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -100,6 +106,7 @@ fn run() -> Result<(), Failed> {
     kernel_receive(port, q)?;
     exhaustion(port, q)?;
     two_processors(port, q)?;
+    fast_path_receiver(port, q)?;
     per_cpu_sleepers()?;
     let _ = request(q, 0, 0);
     let _ = cap_drop(q);
@@ -409,6 +416,111 @@ fn two_processors(port: u64, q: u64) -> Result<(), Failed> {
     );
     check!(
         st.kernel_blocks >= 2 && st.kernel_unblocks == st.kernel_blocks,
+        "each block was an upcall and came back ({} blocks, {} unblocks)",
+        st.kernel_blocks,
+        st.kernel_unblocks
+    );
+    Ok(())
+}
+
+/// Asks the peer (through `q`) to call this task's port `count` times after `delay`
+/// nanoseconds (an RPC each, which the fast path may take).
+fn request_calls(q: u64, delay: u64, count: u64) -> Result<(), Error> {
+    let mut buf = [0u8; HEADER_SIZE + 24];
+    let h = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        size: (HEADER_SIZE + 24) as u32,
+        dest: q,
+        id: 1,
+        ..MsgHeader::default()
+    };
+    buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
+    for (i, w) in [delay, count, 1].into_iter().enumerate() {
+        let at = HEADER_SIZE + 8 * i;
+        buf[at..at + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    msg_buf(&mut buf, MSG_SEND, 0, baton_abi::FOREVER)
+}
+
+/// The id of the peer's calls.
+const PEER_CALL_ID: u64 = 0x7670_0003;
+/// What the server adds to a call's word in its reply.
+const REPLY_ADD: u64 = 1000;
+
+/// Receives one call on `port` through an IPC buffer of this kernel thread's (blocking,
+/// with an upcall given) and replies with its word plus [`REPLY_ADD`]: the call's id and
+/// word.
+fn serve_one(port: u64) -> Result<(u64, u64), Error> {
+    let mut ipc = IpcBuffer::new()?;
+    ipc.msg(MSG_RECEIVE, port, 5_000_000_000)?;
+    let h = ipc.header();
+    let word = data_word(ipc.data(), 0);
+    // The reply goes through a buffer of the caller's: the thread may now run on another
+    // kernel thread than the one whose IPC buffer received the call.
+    let mut buf = [0u8; HEADER_SIZE + 8];
+    let r = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::MoveSendOnce, Disposition::None, 0),
+        size: (HEADER_SIZE + 8) as u32,
+        dest: h.reply,
+        id: h.id,
+        ..MsgHeader::default()
+    };
+    buf[..HEADER_SIZE].copy_from_slice(&r.to_bytes());
+    buf[HEADER_SIZE..].copy_from_slice(&(word + REPLY_ADD).to_le_bytes());
+    msg_buf(&mut buf, MSG_SEND, 0, baton_abi::FOREVER)?;
+    Ok((h.id, word))
+}
+
+/// A sting thread blocked in a kernel receive through its IPC buffer (a Block upcall
+/// given) is the receiver of the peer's RPC, which the switching fast path may deliver
+/// straight into its buffer: the thread comes back through an Unblock upcall with the
+/// request, its reply reaches the peer (which sends the reply's word back), no upcall is
+/// lost and the processor ran its other thread meanwhile.
+fn fast_path_receiver(port: u64, q: u64) -> Result<(), Failed> {
+    let fast_before = baton_rt::sys::stats().map_or(0, |s| s.ipc_fast);
+    let ((got, progress), st) =
+        sting::run(Config::new(1, Kind::Fifo).kernel_upcalls(2), move || {
+            let counter = Arc::new(AtomicU64::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let (c, d) = (counter.clone(), done.clone());
+            let busy = sting::fork(move || {
+                while !d.load(Acquire) {
+                    c.fetch_add(1, Relaxed);
+                    sting::yield_now();
+                }
+            });
+            let _ = request_calls(q, PEER_DELAY, 1);
+            let c = counter.clone();
+            let server = sting::fork(move || {
+                let before = c.load(Relaxed);
+                let r = serve_one(port);
+                (r, c.load(Relaxed) - before)
+            });
+            let got = *server.value().unwrap_or(&(Err(Error::Aborted), 0));
+            done.store(true, Release);
+            let _ = busy.value();
+            got
+        });
+    let back = receive(port, 5_000_000_000);
+    let fast = baton_rt::sys::stats().map_or(0, |s| s.ipc_fast) - fast_before;
+    println!(
+        "served {got:?}, progress while blocked {progress}, the peer got back {back:?}; kernel blocks {}, unblocks {}; fast transfers {fast}",
+        st.kernel_blocks, st.kernel_unblocks
+    );
+    check!(
+        matches!(got, Ok((PEER_CALL_ID, w)) if w >= 1),
+        "the thread blocked in a receive through its IPC buffer resumed with the peer's call"
+    );
+    check!(
+        matches!((got, back), (Ok((_, w)), Ok((PEER_ID, b, _))) if b == w + REPLY_ADD),
+        "its reply reached the caller"
+    );
+    check!(
+        progress > 0,
+        "the other thread of its virtual processor ran while it was blocked ({progress} steps)"
+    );
+    check!(
+        st.kernel_blocks >= 1 && st.kernel_unblocks == st.kernel_blocks,
         "each block was an upcall and came back ({} blocks, {} unblocks)",
         st.kernel_blocks,
         st.kernel_unblocks
