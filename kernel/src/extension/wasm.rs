@@ -911,26 +911,24 @@ fn run_tier_in(
         hosts,
     };
     let mut fuel = fuel;
+    // The parameters straight into the frame (`args` is the tier procedure's array: the
+    // copy is a store each).
+    for (d, a) in frame.iter_mut().zip(args.iter()) {
+        *d = *a;
+    }
     let r = if f.memory {
         let mut st = take_store(*slot, *domain)?;
         let (store, _) = &mut *st;
         let r = match memory {
-            Some(m) => tier::run(
-                f,
-                frame,
-                args,
-                m.data_mut(&mut *store),
-                &mut fuel,
-                &mut host,
-            ),
+            Some(m) => tier::exec(f, frame, m.data_mut(&mut *store), &mut fuel, &mut host),
             None => Err(tier::Trap::OutOfBounds),
         };
         put_store(*slot, *domain, st);
         r
     } else {
-        tier::run(f, frame, args, &mut [], &mut fuel, &mut host)
+        tier::exec(f, frame, &mut [], &mut fuel, &mut host)
     };
-    Some(r.map(|v| v.unwrap_or(0)))
+    Some(r)
 }
 
 /// A tier handler's invocation that trapped: said on the console (the dispatcher removes

@@ -39,6 +39,9 @@ use wasmparser::{BlockType, ExternalKind, Operator, Parser, Payload, TypeRef, Va
 pub const REGS: usize = 32;
 /// Most operations of one translated function.
 pub const OPS_MAX: usize = 4096;
+/// Most arguments of an import call whose arguments are read in place ([`Op::CallA`]).
+pub const CALL_ARGS: usize = 3;
+const _: () = assert!(core::mem::size_of::<Op>() == 16);
 /// Most imported functions a module may have for its functions to be translated (a
 /// function's imports are kept as a bit mask).
 pub const IMPORTS_MAX: usize = 64;
@@ -247,10 +250,29 @@ pub enum Op {
         n: u8,
         res: u8,
     },
+    /// Import `import` with `n` (at most [`CALL_ARGS`]) arguments, each read where it
+    /// is (`src[i]` below [`REGS`]: a register; `REGS + j`: the constant `imm[j]`,
+    /// sign-extended); its result (`res` as for `Call`) into `d`. A call's arguments
+    /// that are locals are not copied into a window first, and constant arguments are
+    /// not operations of their own (a superinstruction of `local.get`/`const`... `call`).
+    CallA {
+        import: u8,
+        n: u8,
+        res: u8,
+        d: u8,
+        src: [u8; CALL_ARGS],
+        imm: [i32; 2],
+    },
     /// Returns `s` (`n` = 1) or nothing.
     Return {
         s: u8,
         n: u8,
+    },
+    /// Returns `un(op, a)` (a unary operation whose result the function returns, fused
+    /// with the return: handlers end with `x == 0` and the like).
+    RetUn {
+        op: Un,
+        a: u8,
     },
     Unreachable,
 }
@@ -637,6 +659,15 @@ impl T<'_> {
         let arity = self.frames.first().map_or(0, |f| f.arity);
         if arity == 1 {
             let s = self.reg(self.stack.len().checked_sub(1).ok_or(Error::Format)?)?;
+            // A unary operation that just made the value returned: fused with the return
+            // (its slot is never read again).
+            if let (Some(at), Some(&Op::Un { op, d, a })) = (self.last_def, self.code.last()) {
+                if at + 1 == self.code.len() && d == s && self.stack.last() == Some(&None) {
+                    self.code.pop();
+                    self.emit(Op::RetUn { op, a })?;
+                    return Ok(());
+                }
+            }
             self.emit(Op::Return { s, n: 1 })?;
         } else {
             self.emit(Op::Return { s: 0, n: 0 })?;
@@ -694,6 +725,77 @@ impl T<'_> {
         }
     }
 
+    /// An import call of at most [`CALL_ARGS`] arguments ([`Op::CallA`]): each argument
+    /// read where it is (a local's register, or its own slot), and the constants the
+    /// last operations put into the last arguments' slots folded into the call (at most
+    /// two, each fitting an `i32` sign-extended). The call writes no local, so the values
+    /// below its arguments stay where they are.
+    fn call_in_place(&mut self, function_index: u32, n: u8, res: u8) -> R<()> {
+        let h = self
+            .stack
+            .len()
+            .checked_sub(n as usize)
+            .ok_or(Error::Format)?;
+        let mut src = [0u8; CALL_ARGS];
+        let mut imm = [0i32; 2];
+        let mut k = 0usize;
+        let mut folding = true;
+        for i in (0..n as usize).rev() {
+            let pos = h + i;
+            let s = match self.stack.get(pos).copied() {
+                Some(Some(r)) => {
+                    folding = false;
+                    r
+                }
+                Some(None) => {
+                    let slot = self.slot(pos)?;
+                    // The last operation emitted wrote this argument's own slot with a
+                    // constant: nothing emitted since, so nothing read it, and no other
+                    // value was put there since (every other way a value gets into a
+                    // slot emits an operation).
+                    match self.code.last().copied() {
+                        Some(Op::Const { d, v })
+                            if folding
+                                && k < imm.len()
+                                && d == slot
+                                && v as i32 as i64 as u64 == v =>
+                        {
+                            self.code.pop();
+                            if let Some(x) = imm.get_mut(k) {
+                                *x = v as i32;
+                            }
+                            k += 1;
+                            (REGS + k - 1) as u8
+                        }
+                        _ => {
+                            folding = false;
+                            slot
+                        }
+                    }
+                }
+                None => return Err(Some(Error::Format)),
+            };
+            if let Some(x) = src.get_mut(i) {
+                *x = s;
+            }
+        }
+        self.stack.truncate(h);
+        self.imports_used |= 1 << function_index;
+        let d = if res != 0 { self.push_slot()? } else { 0 };
+        let at = self.emit(Op::CallA {
+            import: function_index as u8,
+            n,
+            res,
+            d,
+            src,
+            imm,
+        })?;
+        if res != 0 {
+            self.last_def = Some(at);
+        }
+        Ok(())
+    }
+
     fn un(&mut self, op: Un) -> R<()> {
         let a = self.pop()?;
         let d = self.push_slot()?;
@@ -746,6 +848,7 @@ impl T<'_> {
                     | Op::Un { d, .. }
                     | Op::Load { d, .. }
                     | Op::Select { d, .. }
+                    | Op::CallA { d, .. }
                     | Op::Copy { d, .. },
                 ),
             ) if *d == s => *d = x,
@@ -799,6 +902,9 @@ impl T<'_> {
                     Some(&(n, r)) => (n, r),
                     None => return outside(),
                 };
+                if n as usize <= CALL_ARGS {
+                    return self.call_in_place(function_index, n, res);
+                }
                 self.materialize(None)?;
                 let h = self
                     .stack
@@ -1197,6 +1303,7 @@ fn wr(mem: &mut [u8], base: u64, off: u32, bytes: &[u8]) -> Result<(), Trap> {
     Ok(())
 }
 
+#[inline(always)]
 fn bin(op: Bin, a: u64, b: u64) -> Result<u64, Trap> {
     let (x, y) = (a as u32, b as u32);
     let (xs, ys) = (x as i32, y as i32);
@@ -1277,6 +1384,7 @@ fn bin(op: Bin, a: u64, b: u64) -> Result<u64, Trap> {
     })
 }
 
+#[inline(always)]
 fn un(op: Un, a: u64) -> u64 {
     let x = a as u32;
     match op {
@@ -1329,13 +1437,29 @@ pub fn run<H: Host>(
     fuel: &mut u64,
     host: &mut H,
 ) -> Result<Option<u64>, Trap> {
-    let p = f.params as usize;
-    for (d, a) in r.iter_mut().zip(args.iter().take(p)) {
+    for (d, a) in r.iter_mut().zip(args.iter().take(f.params as usize)) {
         *d = *a;
     }
+    let v = exec(f, r, mem, fuel, host)?;
+    Ok((f.results != 0).then_some(v))
+}
+
+/// Runs `f` as [`run`] does, with its parameters already in the first registers of `r`
+/// (`i32` ones zero-extended): its result (0 for a function without one).
+#[inline]
+pub fn exec<H: Host>(
+    f: &Func,
+    r: &mut Regs,
+    mem: &mut [u8],
+    fuel: &mut u64,
+    host: &mut H,
+) -> Result<u64, Trap> {
     // Only the declared locals are zeroed (the frame is not: its stack slots need not be).
-    for d in r.iter_mut().skip(p).take(f.locals as usize) {
-        *d = 0;
+    let (p, l) = (f.params as usize, f.locals as usize);
+    if l != 0 {
+        for i in p..p + l {
+            r[i & (REGS - 1)] = 0;
+        }
     }
     macro_rules! g {
         ($x:expr) => {
@@ -1403,7 +1527,29 @@ pub fn run<H: Host>(
                 let v = host.call(u32::from(import), args)?;
                 g!(base) = if res == 1 { v as u32 as u64 } else { v };
             }
-            Op::Return { s, n } => return Ok((n != 0).then_some(g!(s))),
+            Op::CallA {
+                import,
+                n,
+                res,
+                d,
+                src,
+                imm,
+            } => {
+                let arg = |s: u8| {
+                    if (s as usize) < REGS {
+                        r[s as usize & (REGS - 1)]
+                    } else {
+                        imm[s as usize & 1] as i64 as u64
+                    }
+                };
+                let a = [arg(src[0]), arg(src[1]), arg(src[2])];
+                let v = host.call(u32::from(import), a.get(..n as usize).ok_or(Trap::Host)?)?;
+                if res != 0 {
+                    g!(d) = if res == 1 { v as u32 as u64 } else { v };
+                }
+            }
+            Op::Return { s, .. } => return Ok(g!(s)),
+            Op::RetUn { op, a } => return Ok(un(op, g!(a))),
             Op::Unreachable => return Err(Trap::Unreachable),
         }
     }

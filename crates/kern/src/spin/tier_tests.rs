@@ -116,7 +116,8 @@ fn module(types: &[(&[u8], &[u8])], imports: &[u32], funcs: &[F], data: &[u8]) -
 }
 
 /// The host both sides call: import 0 is `(a, b) -> a * 3 + b`, refusing `a` = 999;
-/// import 1 counts its calls.
+/// import 1 counts its calls; import 2 (in the modules that import it) is `(a, b, c) ->
+/// a * 5 + b * 7 + c`.
 #[derive(Default)]
 struct Counting {
     calls: u64,
@@ -128,6 +129,10 @@ impl Host for Counting {
         match (import, args) {
             (0, [a, b]) if *a != 999 => Ok(a.wrapping_mul(3).wrapping_add(*b)),
             (1, []) => Ok(self.calls),
+            (2, [a, b, c]) => Ok(a
+                .wrapping_mul(5)
+                .wrapping_add(b.wrapping_mul(7))
+                .wrapping_add(*c)),
             _ => Err(Trap::Host),
         }
     }
@@ -143,9 +148,10 @@ enum Out {
 }
 
 const TYPES: &[(&[u8], &[u8])] = &[
-    (&[I64, I64], &[I64]), // 0: the functions under test, import 0
-    (&[], &[I64]),         // 1: import 1
-    (&[I32, I32], &[I32]), // 2
+    (&[I64, I64], &[I64]),      // 0: the functions under test, import 0
+    (&[], &[I64]),              // 1: import 1
+    (&[I32, I32], &[I32]),      // 2
+    (&[I64, I64, I64], &[I64]), // 3: import 2
 ];
 
 fn by_wasmi(bytes: &[u8], func: usize, args: &[u64], fuel: u64) -> (Out, u64) {
@@ -171,6 +177,17 @@ fn by_wasmi(bytes: &[u8], func: usize, args: &[u64], fuel: u64) -> (Out, u64) {
         .func_wrap("host", "1", |mut c: Caller<'_, Counting>| -> i64 {
             c.data_mut().call(1, &[]).unwrap_or(0) as i64
         })
+        .expect("link");
+    linker
+        .func_wrap(
+            "host",
+            "2",
+            |mut c: Caller<'_, Counting>, a: i64, b: i64, d: i64| -> i64 {
+                c.data_mut()
+                    .call(2, &[a as u64, b as u64, d as u64])
+                    .unwrap_or(0) as i64
+            },
+        )
         .expect("link");
     let mut store = Store::new(&engine, Counting::default());
     store.set_fuel(u64::MAX / 2).expect("fuel");
@@ -574,4 +591,210 @@ fn translation_is_bounded_by_the_module_size() {
         tier::ops_bound(m.len())
     );
     assert!(Module::translate(&m[..m.len() - 3]).is_err());
+}
+
+/// A call's constant and local arguments are read in place (no constant or copy
+/// operations before it), and a unary operation whose result is returned is fused with
+/// the return: `unprotect`'s shape, `i64(host2(a & -4096, 4096, 3) == 0)`, is one
+/// operation, a call, and a fused return; a constant that does not fit an `i32` stays an
+/// operation; the results are `wasmi`'s.
+#[test]
+fn calls_read_arguments_in_place() {
+    let mut unprotect = vec![0x20, 0];
+    unprotect.extend(i64c(-4096));
+    unprotect.push(0x83);
+    unprotect.extend(i64c(4096));
+    unprotect.extend(i64c(3));
+    unprotect.extend([0x10, 2, 0x50, 0xad]);
+    // host2(b, a, 1 << 40): a constant too wide to fold, locals in place
+    let mut wide = vec![0x20, 1, 0x20, 0];
+    wide.extend(i64c(1 << 40));
+    wide.extend([0x10, 2]);
+    // host2(7, a, -1): a constant first argument stays an operation (only the last ones
+    // fold); host0(host1(), b) nested
+    let mut first = i64c(7);
+    first.extend([0x20, 0]);
+    first.extend(i64c(-1));
+    first.extend([0x10, 2, 0x10, 1, 0x20, 1, 0x10, 0, 0x7c]);
+    // a call result set into a local, then the local returned eqz'd with `i32.eqz`
+    let setres = vec![
+        0x20, 0, 0x20, 1, 0x10, 0, 0x21, 2, 0x20, 2, 0xa7, 0x45, 0xad,
+    ];
+    let m = module(
+        TYPES,
+        &[0, 1, 3],
+        &[
+            f(&unprotect),
+            f(&wide),
+            f(&first),
+            F {
+                ty: 0,
+                locals: vec![(1, I64)],
+                code: setres,
+            },
+        ],
+        &[],
+    );
+    let t = Module::translate(&m).unwrap();
+    let code = |i: usize| &t.funcs[i].as_ref().unwrap().code;
+    assert!(
+        matches!(
+            code(0)[..],
+            [
+                Op::Fuel(_),
+                Op::BinI { .. },
+                Op::CallA {
+                    n: 3,
+                    imm: [3, 4096],
+                    ..
+                },
+                Op::RetUn { op: Un::Eqz64, .. }
+            ]
+        ),
+        "{:?}",
+        code(0)
+    );
+    assert!(
+        matches!(
+            code(1)[..],
+            [
+                Op::Fuel(_),
+                Op::Const { .. },
+                Op::CallA { src: [1, 0, _], .. },
+                Op::Return { .. }
+            ]
+        ),
+        "{:?}",
+        code(1)
+    );
+    assert_eq!(
+        code(3)
+            .iter()
+            .filter(|o| matches!(o, Op::Copy { .. }))
+            .count(),
+        0,
+        "{:?}",
+        code(3)
+    );
+    for args in [
+        [0u64, 0],
+        [5, 6],
+        [999, 1],
+        [u64::MAX, 1 << 63],
+        [12_345, 4096],
+    ] {
+        for i in 0..4 {
+            same(&m, i, &args, 1000);
+        }
+    }
+}
+
+/// One operation of a random function ([`random_programs_agree`]).
+#[derive(Clone, Debug)]
+enum G {
+    Local(u8),
+    Const(i64),
+    Set(u8),
+    Tee(u8),
+    Bin(u8),
+    Un(u8),
+    Call(u8),
+    Drop,
+}
+
+fn g() -> impl Strategy<Value = G> {
+    prop_oneof![
+        4 => (0u8..4).prop_map(G::Local),
+        4 => prop_oneof![any::<i64>(), -5000i64..5000, Just(i64::MIN), Just(1 << 31)].prop_map(G::Const),
+        1 => (2u8..4).prop_map(G::Set),
+        1 => (2u8..4).prop_map(G::Tee),
+        3 => prop_oneof![0x7cu8..=0x7e, 0x83u8..=0x8a, 0x51u8..=0x5a].prop_map(G::Bin),
+        2 => prop_oneof![Just(0x50u8), Just(0x79), Just(0x7a), Just(0x7b), Just(0xc4)].prop_map(G::Un),
+        3 => (0u8..3).prop_map(G::Call),
+        1 => Just(G::Drop),
+    ]
+}
+
+/// The function's bytes: `ops` kept valid (an operation without its operands on the
+/// stack is left out), the stack at most 20 deep, and what is left at the end summed into
+/// one value, returned as it is or through `i64.eqz` (the fused return).
+fn program(ops: &[G], eqz: bool) -> Vec<u8> {
+    let mut c = Vec::new();
+    let mut depth = 0usize;
+    for o in ops {
+        match *o {
+            G::Local(l) if depth < 20 => {
+                c.extend([0x20, l]);
+                depth += 1;
+            }
+            G::Const(v) if depth < 20 => {
+                c.extend(i64c(v));
+                depth += 1;
+            }
+            G::Set(l) if depth >= 1 => {
+                c.extend([0x21, l]);
+                depth -= 1;
+            }
+            G::Tee(l) if depth >= 1 => c.extend([0x22, l]),
+            G::Bin(op) if depth >= 2 => {
+                c.push(op);
+                if (0x51..=0x5a).contains(&op) {
+                    c.push(0xad);
+                }
+                depth -= 1;
+            }
+            G::Un(op) if depth >= 1 => {
+                c.push(op);
+                if op == 0x50 {
+                    c.push(0xad);
+                }
+            }
+            G::Call(0) if depth >= 2 => {
+                c.extend([0x10, 0]);
+                depth -= 1;
+            }
+            G::Call(1) if depth < 20 => {
+                c.extend([0x10, 1]);
+                depth += 1;
+            }
+            G::Call(2) if depth >= 3 => {
+                c.extend([0x10, 2]);
+                depth -= 2;
+            }
+            G::Drop if depth >= 1 => {
+                c.push(0x1a);
+                depth -= 1;
+            }
+            _ => {}
+        }
+    }
+    if depth == 0 {
+        c.extend([0x20, 0]);
+        depth = 1;
+    }
+    c.extend(core::iter::repeat_n(0x7c, depth - 1));
+    if eqz {
+        c.extend([0x50, 0xad]);
+    }
+    c
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    /// Random straight-line functions of locals, constants, integer operations and
+    /// import calls of 0, 2 and 3 arguments (so calls whose arguments are read in place,
+    /// constants folded into calls, results set into locals, fused returns): the same
+    /// result, the same host calls, the same traps as `wasmi`.
+    #[test]
+    fn random_programs_agree(
+        ops in proptest::collection::vec(g(), 0..40),
+        eqz in any::<bool>(),
+        a in edge(),
+        b in edge(),
+    ) {
+        let code = program(&ops, eqz);
+        let m = module(TYPES, &[0, 1, 3], &[F { ty: 0, locals: vec![(2, I64)], code }], &[]);
+        same(&m, 0, &[a, b], 10_000);
+    }
 }
