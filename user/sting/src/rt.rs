@@ -79,8 +79,10 @@ use crate::word::{self, Claim, Word};
 
 /// Bytes of one TCB and its stack, and their alignment.
 pub const STACK_SIZE: usize = 16 * 1024;
-/// The first word of every TCB; a stack that overflowed into its TCB changes it.
-const MAGIC: u64 = 0x5354_494e_4754_4342;
+/// The first word of every TCB; a stack that overflowed into its TCB changes it. 32 bits,
+/// so that its test is one compare with an immediate (a 64-bit constant needs a register
+/// loaded first), on every runtime call.
+const MAGIC: u32 = 0x5354_4342;
 /// How long an idle virtual processor parks before looking again (a backstop: work for
 /// it wakes it at once).
 const IDLE_PARK_NS: u64 = 1_000_000;
@@ -92,7 +94,7 @@ const IDLE_PARK_NS: u64 = 1_000_000;
 #[repr(C)]
 pub(crate) struct Tcb {
     /// [`MAGIC`].
-    magic: u64,
+    magic: u32,
     /// The saved stack pointer while the TCB is not running.
     sp: UnsafeCell<usize>,
     /// Set while a virtual processor runs on this TCB or is switching away from it.
