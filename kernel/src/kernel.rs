@@ -1662,6 +1662,19 @@ impl Kernel {
             self.report(format_args!(
                 "killed: {name} at address {addr:#x} ({presence}, {access}, {mode}): {class}"
             ));
+            if error >> baton_abi::vm::FAULT_CLASS_SHIFT == baton_abi::vm::FAULT_NO_MEMORY {
+                // Whose memory ran out: the task's account, or the machine's frames.
+                let (task, _) = self.current_task_name();
+                if let Some(t) = self.tasks.get(&task) {
+                    let r = kern::quota::Resource::Frames;
+                    kprintln!(
+                        "  frames: the task's account {} of {}, {} free in the allocator",
+                        t.account.used(r),
+                        t.account.limit(r),
+                        self.frames.free_frames()
+                    );
+                }
+            }
         } else {
             self.report(format_args!("killed: {name} (vector {})", frame.vector));
         }
