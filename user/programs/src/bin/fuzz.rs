@@ -53,9 +53,64 @@ const MAX_THREADS: usize = 8;
 /// A seed fails when fewer of its calls succeed.
 const MIN_OK_PERCENT: u64 = 30;
 
-/// Message ids between controller and worker.
+/// Message id of the worker's request for its parameters.
 const PARAMS: u64 = 1;
-const RESULT: u64 = 2;
+
+/// The worker's result, which the controller reads through the worker's task port
+/// (`vm_read`) rather than receiving in a message: the fuzzed calls may drop or move any
+/// right the worker holds (a name is a small number, one of them among the fuzzer's edge
+/// values, others read back from its own messages), its bootstrap right included, but
+/// cannot touch the controller's task port. Words: [`OUTCOME_READY`] once the other two are the
+/// calls made and the calls that succeeded, then the controller's acknowledgement (set
+/// with `vm_write`), after which the worker exits.
+static OUTCOME: [AtomicU64; 4] = [
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+    AtomicU64::new(0),
+];
+/// `OUTCOME[0]` when the result is there.
+const OUTCOME_READY: u64 = 0x0f0f_d0e5_f022_0001;
+/// How long the worker waits for the controller to acknowledge its result.
+const ACK_WAIT_NS: u64 = 10_000_000_000;
+
+/// Reads the worker's [`OUTCOME`] through its task port: `Some((calls, ok))` once it is
+/// there. (Controller and worker are the same program, so the static is at the same
+/// address in both.)
+fn read_outcome(task: u64) -> Option<(u64, u64)> {
+    let mut words = [0u64; 3];
+    // SAFETY: `vm_read` writes at most `len` bytes into `words`, which is ours, writable
+    // and 24 bytes long; it reads only the other task's memory.
+    let got = unsafe {
+        baton_rt::raw::syscall6(
+            baton_abi::Sys::VmRead as u64,
+            task,
+            OUTCOME.as_ptr() as u64,
+            words.as_mut_ptr() as u64,
+            24,
+            0,
+            0,
+        )
+    };
+    (got == 24 && words[0] == OUTCOME_READY).then_some((words[1], words[2]))
+}
+
+/// Tells the worker its result was read (`OUTCOME[3]` through its task port).
+fn acknowledge(task: u64) {
+    let one = 1u64;
+    // SAFETY: `vm_write` only reads the 8 bytes of `one`, which is initialised.
+    let _ = unsafe {
+        baton_rt::raw::syscall6(
+            baton_abi::Sys::VmWrite as u64,
+            task,
+            OUTCOME[3].as_ptr() as u64,
+            &one as *const u64 as u64,
+            8,
+            0,
+            0,
+        )
+    };
+}
 
 /// How long the controller waits for a worker's result.
 const WORKER_TIMEOUT_NS: u64 = 300_000_000_000;
@@ -241,10 +296,16 @@ fn run_seed(
             fail("the worker did not finish in time");
             return Err(());
         }
-        // Whether the worker has ended, seen before the receive: a result it sent before
-        // ending is then already queued.
+        // Whether the worker has ended, seen before its result is read: a worker waits
+        // for the acknowledgement before it exits, so an ended worker without a result
+        // never gave one.
         let ended = cap_info(task) == Ok(RightKind::DeadName);
-        match buf.msg(MSG_RECEIVE, port, if ended { 0 } else { 100_000_000 }) {
+        if let Some(r) = read_outcome(task) {
+            acknowledge(task);
+            result = Some(r);
+            break;
+        }
+        match buf.msg(MSG_RECEIVE, port, if ended { 0 } else { 10_000_000 }) {
             Ok(()) => {}
             Err(_) if ended => {
                 fail("the worker ended without a result (killed?)");
@@ -254,7 +315,6 @@ fn run_seed(
             Err(_) => continue,
         }
         let h = buf.header();
-        let word = |i: usize| baton_rt::ipc::data_word(buf.data(), i);
         match h.id {
             PARAMS if h.reply != 0 => {
                 let reply = MsgHeader {
@@ -272,7 +332,6 @@ fn run_seed(
                     fail("cannot answer the worker");
                 }
             }
-            RESULT => result = Some((word(0), word(1))),
             _ => {
                 // Names the fuzzer's children sent to this port by way of the worker
                 // (hello messages with a send right): release them.
@@ -466,28 +525,17 @@ fn worker(_task_id: u64) -> i32 {
     if WRONG.load(Ordering::Relaxed) != 0 {
         println!("TEST FAIL fuzz: seed {seed}: the kernel returned wrong results (see above)");
     }
-    let result = MsgHeader {
-        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
-        dest: bootstrap(),
-        id: RESULT,
-        ..MsgHeader::default()
-    };
-    let mut data = [0u8; 16];
-    data[..8].copy_from_slice(&CALLS.load(Ordering::Relaxed).to_le_bytes());
-    data[8..].copy_from_slice(&OK.load(Ordering::Relaxed).to_le_bytes());
-    // The IPC buffer may have been replaced by a fuzzed `ipc_buffer_set` of this thread?
-    // No: only fuzzing threads fuzz, each its own buffer; this one is still ours.
-    let sent = buf
-        .set(result, &[], &data)
-        .and_then(|()| buf.msg(MSG_SEND, 0, 10_000_000_000));
-    if let Err(e) = sent {
-        println!(
-            "TEST FAIL fuzz: seed {seed}: cannot send the result ({}; bootstrap {:#x} is {:?})",
-            e.name(),
-            bootstrap(),
-            baton_rt::ipc::cap_info(bootstrap())
-        );
-        return 1;
+    OUTCOME[1].store(CALLS.load(Ordering::Relaxed), Ordering::Relaxed);
+    OUTCOME[2].store(OK.load(Ordering::Relaxed), Ordering::Relaxed);
+    OUTCOME[0].store(OUTCOME_READY, Ordering::Release);
+    // Exiting before the controller has read it would lose it.
+    let until = clock_ns().saturating_add(ACK_WAIT_NS);
+    while OUTCOME[3].load(Ordering::Acquire) == 0 {
+        if clock_ns() >= until {
+            println!("TEST FAIL fuzz: seed {seed}: the controller did not read the result");
+            return 1;
+        }
+        let _ = sleep_ns(1_000_000);
     }
     0
 }
