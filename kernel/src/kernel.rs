@@ -975,11 +975,9 @@ impl Kernel {
         s.stacks_max = self.stacks_in_use.max();
         s.stacks_mean_milli = self.stacks_in_use.mean_milli(now);
         s.stack_bytes = crate::arch::stack::STACK_SIZE;
-        // The thread object, its boxed register frame, and its slab slot (a generation
-        // and the box pointer).
-        s.thread_bytes = (core::mem::size_of::<Thread>()
-            + core::mem::size_of::<crate::arch::trap::TrapFrame>()
-            + 16) as u64;
+        // The thread object (its first context, register frame included, is stored in
+        // it: `thread::ContextBox`) and its slab slot (a generation and the box pointer).
+        s.thread_bytes = (core::mem::size_of::<Thread>() + 16) as u64;
         s.heap_used = crate::heap::heap_used() as u64;
         s.ports = self.ipc.ports() as u64;
         s.messages_queued = self.ipc.queued() as u64;
