@@ -341,6 +341,11 @@ fn wait_watching(
                 format!("still running after {} s", timeout.as_secs())
             };
             dump_stacks(log, images, port, &why);
+            // A second look: the first may catch a CPU holding the kernel lock for a
+            // moment (then the kernel prints no thread report); a CPU found holding it in
+            // the same place twice holds it for good.
+            std::thread::sleep(Duration::from_secs(2));
+            dump_stacks(log, images, port, "the same, 2 s later");
             return wait_with_timeout(child, Duration::ZERO);
         }
         std::thread::sleep(Duration::from_millis(100));
