@@ -1,7 +1,7 @@
 //! Every way into the kernel — exceptions, interrupts, `syscall` — and the one way back.
 //!
 //! A thread's user registers live in its thread object (a [`TrapFrame`]), whose address
-//! the per-CPU area holds at `gs:24` while the thread runs. The `syscall` entry pushes the
+//! the per-CPU area holds at `gs:24` while the thread runs. The `syscall` entry stores the
 //! registers straight into that frame and then moves to the kernel stack; so do interrupts
 //! and exceptions from user mode, because `TSS.rsp0` is the frame's end (the CPU pushes
 //! its part of the frame there, the stub the rest, and only then moves to the kernel
@@ -336,44 +336,62 @@ trap_exit:
     swapgs
 2:
     iretq
+    // The `syscall` frame's way back: loads at the frame's offsets rather than pops, so
+    // the two slots `sysretq` does not take (`rcx`, `r11`) cost nothing to skip.
 3:
-    popq %r15
-    popq %r14
-    popq %r13
-    popq %r12
-    addq $8, %rsp
-    popq %r10
-    popq %r9
-    popq %r8
-    popq %rbp
-    popq %rdi
-    popq %rsi
-    popq %rdx
-    addq $8, %rsp
-    popq %rbx
-    popq %rax
-    movq 16(%rsp), %rcx
-    movq 32(%rsp), %r11
-    movq 40(%rsp), %rsp
+    movq {o_r15}(%rsp), %r15
+    movq {o_r14}(%rsp), %r14
+    movq {o_r13}(%rsp), %r13
+    movq {o_r12}(%rsp), %r12
+    movq {o_r10}(%rsp), %r10
+    movq {o_r9}(%rsp), %r9
+    movq {o_r8}(%rsp), %r8
+    movq {o_rbp}(%rsp), %rbp
+    movq {o_rdi}(%rsp), %rdi
+    movq {o_rsi}(%rsp), %rsi
+    movq {o_rdx}(%rsp), %rdx
+    movq {o_rbx}(%rsp), %rbx
+    movq {o_rax}(%rsp), %rax
+    movq {o_rip}(%rsp), %rcx
+    movq {o_rflags}(%rsp), %r11
+    movq {o_rsp}(%rsp), %rsp
     swapgs
     sysretq
 
     // The `syscall` entry saves the user registers straight into the running thread's
     // frame (`gs:24`, in the thread object), not on the kernel stack: the stack then holds
-    // nothing a continuation needs, and no copy is made on a switch.
+    // nothing a continuation needs, and no copy is made on a switch. Stores at the
+    // frame's offsets, not pushes, so that the slots a `syscall` frame does not need are
+    // skipped: `cs` and `ss` (a user thread's frame always holds its user selectors: every
+    // frame is made by `TrapFrame::new_user` or an entry from user mode, and the way back
+    // from a `syscall` frame is `sysretq`, which does not read them) and `error` (read only
+    // for an exception's frame, whose entry writes it). `rcx` and `r11` get `rip` and
+    // `rflags`, which is what the `syscall` left in them. Leaves `rsp` at the frame's start
+    // and `rcx` holding the user `rsp`.
     .macro SYSCALL_SAVE
     swapgs
     movq %rsp, %gs:8
     movq %gs:24, %rsp
-    addq ${frame_size}, %rsp
-    pushq ${user_ds}
-    pushq %gs:8
-    pushq %r11
-    pushq ${user_cs}
-    pushq %rcx
-    pushq $0
-    pushq ${syscall_vector}
-    PUSH_GPRS
+    movq %rcx, {o_rip}(%rsp)
+    movq %rcx, {o_rcx}(%rsp)
+    movq %r11, {o_rflags}(%rsp)
+    movq %r11, {o_r11}(%rsp)
+    movq %gs:8, %rcx
+    movq %rcx, {o_rsp}(%rsp)
+    movq ${syscall_vector}, {o_vector}(%rsp)
+    movq %rax, {o_rax}(%rsp)
+    movq %rbx, {o_rbx}(%rsp)
+    movq %rdx, {o_rdx}(%rsp)
+    movq %rsi, {o_rsi}(%rsp)
+    movq %rdi, {o_rdi}(%rsp)
+    movq %rbp, {o_rbp}(%rsp)
+    movq %r8, {o_r8}(%rsp)
+    movq %r9, {o_r9}(%rsp)
+    movq %r10, {o_r10}(%rsp)
+    movq %r12, {o_r12}(%rsp)
+    movq %r13, {o_r13}(%rsp)
+    movq %r14, {o_r14}(%rsp)
+    movq %r15, {o_r15}(%rsp)
     .endm
 
     // Takes the extensions' lean entry's record off the kernel stack: the user's registers
@@ -621,11 +639,27 @@ floor_fault_base:
     .text
     "#,
     syscall_vector = const SYSCALL_VECTOR,
-    user_ds = const USER_DS as u64,
-    user_cs = const USER_CS as u64,
-    frame_size = const size_of::<TrapFrame>(),
     not_df_ac = const !(TRAP_CLEARED_FLAGS as i64),
     frame_rax = const core::mem::offset_of!(TrapFrame, rax),
+    o_r15 = const core::mem::offset_of!(TrapFrame, r15),
+    o_r14 = const core::mem::offset_of!(TrapFrame, r14),
+    o_r13 = const core::mem::offset_of!(TrapFrame, r13),
+    o_r12 = const core::mem::offset_of!(TrapFrame, r12),
+    o_r11 = const core::mem::offset_of!(TrapFrame, r11),
+    o_r10 = const core::mem::offset_of!(TrapFrame, r10),
+    o_r9 = const core::mem::offset_of!(TrapFrame, r9),
+    o_r8 = const core::mem::offset_of!(TrapFrame, r8),
+    o_rbp = const core::mem::offset_of!(TrapFrame, rbp),
+    o_rdi = const core::mem::offset_of!(TrapFrame, rdi),
+    o_rsi = const core::mem::offset_of!(TrapFrame, rsi),
+    o_rdx = const core::mem::offset_of!(TrapFrame, rdx),
+    o_rcx = const core::mem::offset_of!(TrapFrame, rcx),
+    o_rbx = const core::mem::offset_of!(TrapFrame, rbx),
+    o_rax = const core::mem::offset_of!(TrapFrame, rax),
+    o_vector = const core::mem::offset_of!(TrapFrame, vector),
+    o_rip = const core::mem::offset_of!(TrapFrame, rip),
+    o_rflags = const core::mem::offset_of!(TrapFrame, rflags),
+    o_rsp = const core::mem::offset_of!(TrapFrame, rsp),
     floor_base = const floor::FLOOR_BASE,
     ext_first = const baton_abi::spin::EXT_SYSCALL_FIRST,
     ext_end = const baton_abi::spin::EXT_SYSCALL_END,
