@@ -53,7 +53,6 @@ pub fn try_box_with<T>(f: impl FnOnce() -> T) -> Option<Box<T>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec::Vec;
 
     #[test]
     fn boxes() {
