@@ -33,6 +33,7 @@ pub mod fpu;
 pub mod frame;
 pub mod gauge;
 pub mod idslab;
+pub mod ilist;
 pub mod initrd;
 pub mod ipc;
 pub mod kheap;
