@@ -856,6 +856,22 @@ impl tier::Host for FastHost<'_> {
         };
         Ok(tr::word(r) as u64)
     }
+
+    /// `Translation.Protect` (the one import on the protection fault's path: an Appel–Li
+    /// handler's whole work) straight from the argument array, tested before anything
+    /// else; every other import through [`call`](tier::Host::call). The same work as
+    /// `call` does for it: its three arguments, the kernel's presence, `may_change`.
+    #[inline]
+    fn call3(&mut self, import: u32, a: [u64; tier::CALL_ARGS], n: u8) -> Result<u64, tier::Trap> {
+        use super::translation as tr;
+        let target = *self.hosts.get(import as usize).ok_or(tier::Trap::Host)?;
+        if target == tr::K_PROTECT && n == 3 {
+            let [va, len, prot] = a;
+            let k = self.k.as_deref_mut().ok_or(tier::Trap::Host)?;
+            return Ok(tr::word(tr::op_protect(k, self.task, va, len, prot)) as u64);
+        }
+        self.call(import, a.get(..n as usize).ok_or(tier::Trap::Host)?)
+    }
 }
 
 /// Runs the function a tier closure names (`b.closure`, [`tier_closure`]) for task
