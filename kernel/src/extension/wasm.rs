@@ -826,13 +826,20 @@ struct FastHost<'a> {
     hosts: &'a [u64],
 }
 
-impl tier::Host for FastHost<'_> {
-    fn call(&mut self, import: u32, a: &[u64]) -> Result<u64, tier::Trap> {
+impl FastHost<'_> {
+    /// Import `import` with its arguments (those past its arity 0). `Translation.Protect`,
+    /// the one import on the protection fault's path (an Appel–Li handler's whole work), is
+    /// tested first.
+    #[inline(never)]
+    fn dispatch(&mut self, import: u32, a0: u64, a1: u64, a2: u64) -> Result<u64, tier::Trap> {
         use super::translation as tr;
         let target = *self.hosts.get(import as usize).ok_or(tier::Trap::Host)?;
-        let arg = |i: usize| a.get(i).copied().unwrap_or(0);
         let task = self.task;
         match target {
+            tr::K_PROTECT => {
+                let k = self.k.as_deref_mut().ok_or(tier::Trap::Host)?;
+                return Ok(tr::word(tr::op_protect(k, task, a0, a1, a2)) as u64);
+            }
             K_TASK_ID => return Ok(task),
             K_SECRET => return Ok(42),
             tr::K_MARK => {
@@ -844,17 +851,33 @@ impl tier::Host for FastHost<'_> {
         // The memory interfaces need the kernel (a `Strand` handler runs without it).
         let k = self.k.as_deref_mut().ok_or(tier::Trap::Host)?;
         let r = match target {
-            tr::K_PROTECT => tr::op_protect(k, task, arg(0), arg(1), arg(2)),
-            tr::K_QUERY => tr::op_query(k, task, arg(0)),
-            tr::K_ADD => tr::op_add(k, task, arg(0), arg(1), arg(2)),
-            tr::K_REMOVE => tr::op_remove(k, task, arg(0), arg(1)),
-            tr::K_VFREE => tr::op_vfree(k, task, arg(0), arg(1)),
-            tr::K_VALLOC => tr::op_valloc(k, task, arg(0)),
+            tr::K_QUERY => tr::op_query(k, task, a0),
+            tr::K_ADD => tr::op_add(k, task, a0, a1, a2),
+            tr::K_REMOVE => tr::op_remove(k, task, a0, a1),
+            tr::K_VFREE => tr::op_vfree(k, task, a0, a1),
+            tr::K_VALLOC => tr::op_valloc(k, task, a0),
             tr::K_PALLOC => tr::op_palloc(k, task),
-            tr::K_PFREE => tr::op_pfree(k, task, arg(0)),
+            tr::K_PFREE => tr::op_pfree(k, task, a0),
             _ => return Err(tier::Trap::Host),
         };
         Ok(tr::word(r) as u64)
+    }
+}
+
+impl tier::Host for FastHost<'_> {
+    fn call(&mut self, import: u32, a: &[u64]) -> Result<u64, tier::Trap> {
+        let arg = |i: usize| a.get(i).copied().unwrap_or(0);
+        self.dispatch(import, arg(0), arg(1), arg(2))
+    }
+
+    /// The arguments straight from the interpreter's array, no slice made. The slots past
+    /// `n` hold whatever the frame had, and no procedure reads them: `n` is the import's
+    /// arity, which linking checked against the kernel procedure's type (a module that
+    /// declares an import with another type is refused when it is installed).
+    #[inline]
+    fn call3(&mut self, import: u32, a: [u64; tier::CALL_ARGS], _n: u8) -> Result<u64, tier::Trap> {
+        let [a0, a1, a2] = a;
+        self.dispatch(import, a0, a1, a2)
     }
 }
 

@@ -1280,6 +1280,15 @@ pub trait Host {
     /// Calls import `import` with `args` (`i32` arguments zero-extended): its result (0
     /// for an import without one), or [`Trap::Host`].
     fn call(&mut self, import: u32, args: &[u64]) -> Result<u64, Trap>;
+
+    /// Calls import `import` with the first `n` of `args` ([`Op::CallA`]'s form, the
+    /// arguments in a fixed array of [`CALL_ARGS`], no slice made): by default
+    /// [`call`](Host::call) on those `n`. A host may take its most frequent procedure
+    /// here straight from the array, as long as it does what `call` does.
+    #[inline]
+    fn call3(&mut self, import: u32, args: [u64; CALL_ARGS], n: u8) -> Result<u64, Trap> {
+        self.call(import, args.get(..n as usize).ok_or(Trap::Host)?)
+    }
 }
 
 fn rd<const N: usize>(mem: &[u8], base: u64, off: u32) -> Result<[u8; N], Trap> {
@@ -1543,7 +1552,7 @@ pub fn exec<H: Host>(
                     }
                 };
                 let a = [arg(src[0]), arg(src[1]), arg(src[2])];
-                let v = host.call(u32::from(import), a.get(..n as usize).ok_or(Trap::Host)?)?;
+                let v = host.call3(u32::from(import), a, n)?;
                 if res != 0 {
                     g!(d) = if res == 1 { v as u32 as u64 } else { v };
                 }

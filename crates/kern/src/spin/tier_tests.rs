@@ -1,7 +1,7 @@
 //! The WebAssembly tier against `wasmi` on the same modules: same results, same traps,
 //! the same abort when fuel runs out; and what it refuses to translate.
 
-use super::tier::{self, Host, Module, Op, Trap, Un};
+use super::tier::{self, Host, Module, Op, Trap, Un, CALL_ARGS};
 use proptest::prelude::*;
 use std::vec;
 use std::vec::Vec;
@@ -135,6 +135,21 @@ impl Host for Counting {
                 .wrapping_add(*c)),
             _ => Err(Trap::Host),
         }
+    }
+
+    /// As the kernel's host takes `Translation.Protect`: the three-argument import
+    /// straight from the array, every other call through `call` (so the tier's
+    /// results against `wasmi` check that a call's arguments reach the array in order).
+    fn call3(&mut self, import: u32, args: [u64; CALL_ARGS], n: u8) -> Result<u64, Trap> {
+        if import == 2 && n == 3 {
+            self.calls += 1;
+            let [a, b, c] = args;
+            return Ok(a
+                .wrapping_mul(5)
+                .wrapping_add(b.wrapping_mul(7))
+                .wrapping_add(c));
+        }
+        self.call(import, args.get(..n as usize).ok_or(Trap::Host)?)
     }
 }
 
