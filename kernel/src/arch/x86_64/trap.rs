@@ -575,7 +575,7 @@ floor_minimal:
     // `floor_full`: the general entry's save into the frame, then its restore.
 floor_full:
     SYSCALL_SAVE
-    movq $0, {frame_rax}(%rsp)
+    movq $0, {o_rax}(%rsp)
     jmp trap_exit
 
     // `floor_space`: CR3 := the kernel's root (PCID 0), CR3 := the caller's root again,
@@ -640,7 +640,6 @@ floor_fault_base:
     "#,
     syscall_vector = const SYSCALL_VECTOR,
     not_df_ac = const !(TRAP_CLEARED_FLAGS as i64),
-    frame_rax = const core::mem::offset_of!(TrapFrame, rax),
     o_r15 = const core::mem::offset_of!(TrapFrame, r15),
     o_r14 = const core::mem::offset_of!(TrapFrame, r14),
     o_r13 = const core::mem::offset_of!(TrapFrame, r13),

@@ -60,8 +60,8 @@ const PARAMS: u64 = 1;
 /// (`vm_read`) rather than receiving in a message: the fuzzed calls may drop or move any
 /// right the worker holds (a name is a small number, one of them among the fuzzer's edge
 /// values, others read back from its own messages), its bootstrap right included, but
-/// cannot touch the controller's task port. Words: [`OUTCOME_READY`] once the other two are the
-/// calls made and the calls that succeeded, then the controller's acknowledgement (set
+/// cannot touch the controller's task port. Words: [`OUTCOME_READY`] once the other two
+/// are the calls made and the calls that succeeded, then the controller's acknowledgement (set
 /// with `vm_write`), after which the worker exits.
 static OUTCOME: [AtomicU64; 4] = [
     AtomicU64::new(0),
@@ -78,38 +78,17 @@ const ACK_WAIT_NS: u64 = 10_000_000_000;
 /// there. (Controller and worker are the same program, so the static is at the same
 /// address in both.)
 fn read_outcome(task: u64) -> Option<(u64, u64)> {
-    let mut words = [0u64; 3];
-    // SAFETY: `vm_read` writes at most `len` bytes into `words`, which is ours, writable
-    // and 24 bytes long; it reads only the other task's memory.
-    let got = unsafe {
-        baton_rt::raw::syscall6(
-            baton_abi::Sys::VmRead as u64,
-            task,
-            OUTCOME.as_ptr() as u64,
-            words.as_mut_ptr() as u64,
-            24,
-            0,
-            0,
-        )
-    };
-    (got == 24 && words[0] == OUTCOME_READY).then_some((words[1], words[2]))
+    let mut bytes = [0u8; 24];
+    baton_rt::memobj::read(task, OUTCOME.as_ptr() as u64, &mut bytes).ok()?;
+    let word = |i: usize| baton_rt::ipc::data_word(&bytes, i);
+    (word(0) == OUTCOME_READY).then_some((word(1), word(2)))
 }
 
 /// Tells the worker its result was read (`OUTCOME[3]` through its task port).
 fn acknowledge(task: u64) {
-    let one = 1u64;
-    // SAFETY: `vm_write` only reads the 8 bytes of `one`, which is initialised.
-    let _ = unsafe {
-        baton_rt::raw::syscall6(
-            baton_abi::Sys::VmWrite as u64,
-            task,
-            OUTCOME[3].as_ptr() as u64,
-            &one as *const u64 as u64,
-            8,
-            0,
-            0,
-        )
-    };
+    // SAFETY: `task` is the worker's task, not this one: nothing of ours is written.
+    let _ =
+        unsafe { baton_rt::memobj::write(task, OUTCOME[3].as_ptr() as u64, &1u64.to_le_bytes()) };
 }
 
 /// How long the controller waits for a worker's result.
