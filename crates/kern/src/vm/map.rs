@@ -154,9 +154,11 @@ impl Map {
 
     /// The entry containing `addr`, with its start.
     pub fn entry(&self, addr: u64) -> Option<(u64, Entry)> {
+        // Entries never overlap, so one that starts at or below `addr` and ends above it
+        // is the floor: the tree's hint (the entry last found) answers repeated lookups
+        // of one page without a walk.
         self.entries
-            .floor(addr)
-            .filter(|(_, e)| addr < e.end)
+            .floor_where(addr, |_, e| addr < e.end)
             .map(|(s, e)| (s, *e))
     }
 

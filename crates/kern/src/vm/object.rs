@@ -1012,7 +1012,9 @@ impl<F: Copy> Objects<F> {
 
     /// The resident page of `id` at `offset`, if it has one of its own.
     pub fn resident(&self, id: ObjectId, offset: u64) -> Option<F> {
-        match self.get(id)?.pages.get(offset) {
+        // Through the page tree's hint: a fault's retry and a handler's change look up
+        // the page the fault found.
+        match self.get(id)?.pages.get_hinted(offset) {
             Some(Page::Resident(f)) => Some(*f),
             _ => None,
         }

@@ -15,10 +15,17 @@
 //!   differ by at most one, so the height is at most 1.44·log2(n + 2): insert, remove and
 //!   the ordered queries cost O(log n), and the recursion they use is that deep.
 //! - `len` counts the nodes.
+//! - The hint ([`Tree::floor_where`], [`Tree::get_hinted`]) is empty or names a node of
+//!   this tree: every method that adds a node, takes one out, changes a key or
+//!   rebalances empties it first, and [`Tree::get_mut`], the one way to change a value in
+//!   place, takes it again from the node it hands out. A node is boxed, so its address
+//!   does not change while it is in the tree.
 
 use alloc::boxed::Box;
 use baton_abi::Error;
+use core::cell::Cell;
 use core::cmp::Ordering;
+use core::ptr::NonNull;
 
 /// A child link.
 type Link<V> = Option<Box<Node<V>>>;
@@ -60,7 +67,16 @@ impl<V> Node<V> {
 pub struct Tree<V> {
     root: Link<V>,
     len: usize,
+    /// The node the last hinted lookup found: repeated lookups of one entry (a fault's
+    /// decode, the handler's protection change and the fault's retry all look up the
+    /// same page) compare it before walking from the root.
+    hint: Cell<Option<NonNull<Node<V>>>>,
 }
+
+// SAFETY: the hint is a cache of a pointer to a node the tree owns (as its boxes do); it
+// is only read through `&self` and reset through `&mut self`, so the tree is as safe to
+// move to another thread as its boxed nodes are.
+unsafe impl<V: Send> Send for Tree<V> {}
 
 impl<V> Default for Tree<V> {
     fn default() -> Self {
@@ -226,7 +242,36 @@ fn remove<V>(link: &mut Link<V>, key: u64) -> Option<Box<Node<V>>> {
 impl<V> Tree<V> {
     /// An empty tree.
     pub const fn new() -> Tree<V> {
-        Tree { root: None, len: 0 }
+        Tree {
+            root: None,
+            len: 0,
+            hint: Cell::new(None),
+        }
+    }
+
+    /// The hinted node, if any.
+    #[inline]
+    fn hinted(&self) -> Option<&Node<V>> {
+        #[cfg(test)]
+        if let Some(p) = self.hint.get() {
+            // The invariant itself, checked without following the pointer: it is the
+            // address of a node in the tree.
+            assert!(
+                owns(&self.root, p.as_ptr()),
+                "the hint names no node of the tree"
+            );
+        }
+        // SAFETY: the hint names a node of this tree (the invariant in the module
+        // documentation: whatever removes a node or changes a key empties it first), at a
+        // stable address in its box; `&self` keeps the tree, and so the node, unchanged
+        // for the reference's life.
+        self.hint.get().map(|p| unsafe { p.as_ref() })
+    }
+
+    /// Remembers `n` (a node of this tree) as the hint.
+    #[inline]
+    fn note(&self, n: &Node<V>) {
+        self.hint.set(Some(NonNull::from(n)));
     }
 
     /// Heap bytes one entry takes (what the callers charge per entry).
@@ -291,6 +336,7 @@ impl<V> Tree<V> {
     /// Inserts a node taken from a tree (no allocation): on an equal key the values are
     /// swapped and the node comes back holding the old value.
     pub fn insert_node(&mut self, node: Box<Node<V>>) -> Option<Box<Node<V>>> {
+        self.hint.set(None);
         let (old, _) = insert(&mut self.root, node);
         if old.is_none() {
             self.len += 1;
@@ -305,6 +351,7 @@ impl<V> Tree<V> {
 
     /// Removes `key`, returning its node (to insert elsewhere without allocating).
     pub fn remove_node(&mut self, key: u64) -> Option<Box<Node<V>>> {
+        self.hint.set(None);
         let n = remove(&mut self.root, key)?;
         self.len -= 1;
         Some(n)
@@ -314,6 +361,7 @@ impl<V> Tree<V> {
     /// to insert elsewhere without allocating): O(n) in all, where removing the nodes one
     /// by one walks and rebalances the tree for each.
     pub fn drain_nodes(&mut self, mut f: impl FnMut(Box<Node<V>>)) {
+        self.hint.set(None);
         let root = self.root.take();
         self.len = 0;
         drain_link(root, &mut f);
@@ -355,6 +403,9 @@ impl<V> Tree<V> {
         let mut cur = self.root.as_deref_mut();
         while let Some(n) = cur {
             if key == n.key {
+                // The hint is taken again from the node about to be changed, so that it
+                // never outlives a change made past it.
+                self.hint.set(Some(NonNull::from(&mut *n)));
                 return Some(&mut n.val);
             }
             cur = if key < n.key {
@@ -372,6 +423,7 @@ impl<V> Tree<V> {
     /// nothing changed, when `old` is absent, `new` is present or another key lies
     /// between the two.
     pub fn rekey(&mut self, old: u64, new: u64) -> bool {
+        self.hint.set(None);
         if old == new {
             return self.contains(old);
         }
@@ -427,6 +479,63 @@ impl<V> Tree<V> {
         while let Some(n) = cur {
             if n.key <= key {
                 best = Some((n.key, &n.val));
+                cur = n.right.as_deref();
+            } else {
+                cur = n.left.as_deref();
+            }
+        }
+        best
+    }
+
+    /// [`Tree::floor`] for a tree of disjoint ranges, through the hint: the entry with the
+    /// greatest key `<= key` if `fits(its key, its value)` (that it covers `key`), else
+    /// `None`. The caller's ranges do not overlap, so an entry at or below `key` that
+    /// covers it is the floor: the hinted entry, when it fits, is the answer without a
+    /// walk. The entry found becomes the hint.
+    #[inline]
+    pub fn floor_where(&self, key: u64, fits: impl Fn(u64, &V) -> bool) -> Option<(u64, &V)> {
+        if let Some(n) = self.hinted() {
+            if n.key <= key && fits(n.key, &n.val) {
+                return Some((n.key, &n.val));
+            }
+        }
+        let n = self.floor_node(key)?;
+        if !fits(n.key, &n.val) {
+            return None;
+        }
+        self.note(n);
+        Some((n.key, &n.val))
+    }
+
+    /// [`Tree::get`] through the hint (compared first; the node found becomes it), for
+    /// the lookups that repeat one key.
+    #[inline]
+    pub fn get_hinted(&self, key: u64) -> Option<&V> {
+        if let Some(n) = self.hinted().filter(|n| n.key == key) {
+            return Some(&n.val);
+        }
+        let mut cur = self.root.as_deref();
+        while let Some(n) = cur {
+            if key == n.key {
+                self.note(n);
+                return Some(&n.val);
+            }
+            cur = if key < n.key {
+                n.left.as_deref()
+            } else {
+                n.right.as_deref()
+            };
+        }
+        None
+    }
+
+    /// The node with the greatest key `<= key`.
+    fn floor_node(&self, key: u64) -> Option<&Node<V>> {
+        let mut cur = self.root.as_deref();
+        let mut best = None;
+        while let Some(n) = cur {
+            if n.key <= key {
+                best = Some(n);
                 cur = n.right.as_deref();
             } else {
                 cur = n.left.as_deref();
@@ -501,6 +610,13 @@ impl<V> Tree<V> {
     pub fn height(&self) -> u32 {
         height(&self.root).unsigned_abs()
     }
+}
+
+/// Whether a node below `link` is at `p` (the hint's invariant, for tests).
+#[cfg(test)]
+fn owns<V>(link: &Link<V>, p: *const Node<V>) -> bool {
+    link.as_deref()
+        .is_some_and(|n| core::ptr::eq(n, p) || owns(&n.left, p) || owns(&n.right, p))
 }
 
 /// [`Tree::each_in`] below `link`; `false` once `f` has asked to stop.
@@ -661,5 +777,148 @@ mod tests {
             b.range(20, 23).map(|(k, _)| k).collect::<Vec<_>>(),
             [20, 21, 22]
         );
+    }
+}
+
+/// The hint ([`Tree::floor_where`], [`Tree::get_hinted`]) against a model of disjoint
+/// ranges: whatever the tree did since (inserts, removals, new keys, values changed in
+/// place, a drain), a hinted lookup answers what a walk from the root answers.
+#[cfg(test)]
+mod hint_proptests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+    use std::vec::Vec;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A range `[start, start + len)` added when it overlaps nothing.
+        Insert(u64, u64),
+        /// The range starting at the key nearest below this removed.
+        Remove(u64),
+        /// The range containing the address gets a new end (kept disjoint) in place.
+        SetEnd(u64, u64),
+        /// The range starting at the key nearest below this moves its start.
+        Rekey(u64, u64),
+        /// The range containing the address, looked up (twice: the second through the
+        /// hint the first left).
+        Find(u64),
+        /// The value at the key nearest below this, looked up twice by key.
+        Get(u64),
+        /// Everything taken out.
+        Drain,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..400u64, 1..12u64).prop_map(|(s, l)| Op::Insert(s, l)),
+            1 => (0..420u64).prop_map(Op::Remove),
+            2 => (0..420u64, 1..12u64).prop_map(|(a, l)| Op::SetEnd(a, l)),
+            1 => (0..420u64, 0..420u64).prop_map(|(a, b)| Op::Rekey(a, b)),
+            6 => (0..420u64).prop_map(Op::Find),
+            3 => (0..420u64).prop_map(Op::Get),
+            1 => Just(Op::Drain),
+        ]
+    }
+
+    fn containing(m: &BTreeMap<u64, u64>, a: u64) -> Option<(u64, u64)> {
+        m.range(..=a)
+            .next_back()
+            .filter(|(_, e)| a < **e)
+            .map(|(s, e)| (*s, *e))
+    }
+
+    fn free(m: &BTreeMap<u64, u64>, s: u64, e: u64, except: Option<u64>) -> bool {
+        m.iter()
+            .filter(|(k, _)| Some(**k) != except)
+            .all(|(k, v)| *v <= s || *k >= e)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn hinted_lookups_answer_what_walks_answer(ops in proptest::collection::vec(op(), 1..200)) {
+            let mut t: Tree<u64> = Tree::new();
+            let mut m: BTreeMap<u64, u64> = BTreeMap::new();
+            // Each change is made with the hint on the entry it changes (the lookup before
+            // it), and checked by the same lookups after it.
+            let probe = |t: &Tree<u64>, m: &BTreeMap<u64, u64>, a: u64| {
+                let got = t.floor_where(a, |_, e| a < *e).map(|(s, e)| (s, *e));
+                let want = containing(m, a);
+                let key = t.get_hinted(a).copied();
+                (got == want && key == m.get(&a).copied(), got, want)
+            };
+            for op in ops {
+                let at = match op.clone() {
+                    Op::Insert(a, _) | Op::Remove(a) | Op::SetEnd(a, _) | Op::Rekey(a, _) => {
+                        let a = m.range(..=a).next_back().map_or(a, |(k, _)| *k);
+                        let _ = probe(&t, &m, a);
+                        Some(a)
+                    }
+                    Op::Drain => m.keys().next().copied(),
+                    _ => None,
+                };
+                match op {
+                    Op::Insert(s, l) => {
+                        if free(&m, s, s + l, None) {
+                            prop_assert_eq!(t.insert(s, s + l).unwrap(), None);
+                            m.insert(s, s + l);
+                        }
+                    }
+                    Op::Remove(a) => {
+                        if let Some((&k, _)) = m.range(..=a).next_back() {
+                            prop_assert_eq!(t.remove(k), m.remove(&k));
+                        }
+                    }
+                    Op::SetEnd(a, l) => {
+                        if let Some((s, _)) = containing(&m, a) {
+                            let e = a + l;
+                            if free(&m, s, e, Some(s)) {
+                                *t.get_mut(s).unwrap() = e;
+                                m.insert(s, e);
+                            }
+                        }
+                    }
+                    Op::Rekey(a, to) => {
+                        if let Some((&k, &e)) = m.range(..=a).next_back() {
+                            let ok = to < e
+                                && !m.contains_key(&to)
+                                && m.range(k.min(to) + 1..k.max(to)).next().is_none()
+                                && free(&m, to, e, Some(k));
+                            if ok || to == k {
+                                prop_assert!(t.rekey(k, to));
+                                m.remove(&k);
+                                m.insert(to, e);
+                            }
+                        }
+                    }
+                    Op::Find(a) => {
+                        let want = containing(&m, a);
+                        for _ in 0..2 {
+                            let got = t.floor_where(a, |_, e| a < *e).map(|(s, e)| (s, *e));
+                            prop_assert_eq!(got, want);
+                        }
+                    }
+                    Op::Get(a) => {
+                        let k = m.range(..=a).next_back().map_or(a, |(k, _)| *k);
+                        for _ in 0..2 {
+                            prop_assert_eq!(t.get_hinted(k), m.get(&k));
+                        }
+                    }
+                    Op::Drain => {
+                        let mut out = Vec::new();
+                        t.drain(|k, v| out.push((k, v)));
+                        let want: Vec<_> = m.iter().map(|(k, v)| (*k, *v)).collect();
+                        prop_assert_eq!(out, want);
+                        m.clear();
+                    }
+                }
+                if let Some(a) = at {
+                    let (ok, got, want) = probe(&t, &m, a);
+                    prop_assert!(ok, "after {:?} at {}: {:?}, want {:?}", op, a, got, want);
+                }
+                prop_assert_eq!(t.len(), m.len());
+            }
+        }
     }
 }
