@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 use baton_abi::{Stats, PRIORITY_DEFAULT};
 use core::cell::UnsafeCell;
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use kern::cmdline::BootConfig;
 use kern::continuation::{Continuation, Resume};
 use kern::frame::{FrameAllocator, PhysAddr};
@@ -218,9 +218,10 @@ pub struct Kernel {
 /// The big kernel lock. Taken by [`lock`], and by the system-call entry's lean way for
 /// the extensions' range in its assembly (`arch::trap`'s `high_syscall`, through the
 /// symbol `kernel_lock_word`, as `arch` reaches everything above it by symbol), which
-/// keeps nothing in a register across a call that may spin.
+/// keeps nothing in a register across a call that may spin. A 32-bit word whose bit 0 is
+/// the lock (1: held), so the assembly takes it with one `lock bts` and its carry.
 #[export_name = "kernel_lock_word"]
-static BKL: AtomicBool = AtomicBool::new(false);
+static BKL: AtomicU32 = AtomicU32::new(0);
 
 struct KernelCell(UnsafeCell<Option<Kernel>>);
 // SAFETY: the cell is only accessed through `kernel()`, whose callers hold the big kernel
@@ -232,7 +233,7 @@ static KERNEL: KernelCell = KernelCell(UnsafeCell::new(None));
 /// Takes the big kernel lock (interrupts are off).
 pub fn lock() {
     while BKL
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_err()
     {
         // A CPU waiting here has interrupts off: answer TLB shootdowns while waiting.
@@ -243,13 +244,13 @@ pub fn lock() {
 
 /// Takes the big kernel lock if it is free, without waiting: whether it was taken.
 pub fn try_lock() -> bool {
-    BKL.compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+    BKL.compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
         .is_ok()
 }
 
 /// Releases the big kernel lock.
 pub fn unlock() {
-    BKL.store(false, Ordering::Release);
+    BKL.store(0, Ordering::Release);
 }
 
 /// The kernel state.

@@ -106,21 +106,27 @@ extern "C" fn extension_fast(call: &mut crate::extension::Call) -> FastAnswer {
     }
     // No page-wait note is cleared or taken: no handler this way runs copies its caller's
     // memory (`extension::system_call_lean`); those that do take the full way.
-    match crate::extension::system_call_lean(k, call) {
-        Ok(v) => {
-            // SAFETY: as above; the handlers are done with the kernel.
-            let prio = unsafe { thread::current_mut() }.priority;
-            if kernel::preempt_due(k, prio)
-                || kernel::STOPS_PENDING.load(core::sync::atomic::Ordering::Relaxed) > 0
-            {
-                return FastAnswer { value: v, next: 2 };
-            }
-            kernel::unlock();
-            FastAnswer { value: v, next: 0 }
-        }
-        Err(crate::extension::Lean::Unknown) => FastAnswer { value: 0, next: 3 },
-        Err(crate::extension::Lean::NeedsFrame) => fast_not_here(),
+    let v = match crate::extension::system_call_lean(k, call) {
+        Ok(v) => v,
+        Err(crate::extension::Lean::Unknown) => return FastAnswer { value: 0, next: 3 },
+        Err(crate::extension::Lean::NeedsFrame) => return fast_not_here(),
+    };
+    // SAFETY: as above; the handlers are done with the kernel.
+    let prio = unsafe { thread::current_mut() }.priority;
+    if kernel::preempt_due(k, prio)
+        || kernel::STOPS_PENDING.load(core::sync::atomic::Ordering::Relaxed) > 0
+    {
+        return fast_finish(v);
     }
+    kernel::unlock();
+    FastAnswer { value: v, next: 0 }
+}
+
+/// The lean entry's answer `v` for a thread to be preempted or stopped (2: the lock held).
+#[cold]
+#[inline(never)]
+fn fast_finish(v: u64) -> FastAnswer {
+    FastAnswer { value: v, next: 2 }
 }
 
 /// The lean entry's wait for the big lock, which another CPU holds (`kernel::lock`'s

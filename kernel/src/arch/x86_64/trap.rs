@@ -496,12 +496,10 @@ high_syscall:
     jne ext_undo
     // The big lock (`kernel::lock`'s word, by its symbol), taken here so that
     // `extension_fast` makes no call before its handler's (the record's pointer then needs
-    // no register kept across one). `rax` and `rcx` are in the record; contended,
-    // `extension_lock_wait` spins for it.
-    movl $1, %ecx
-    xorl %eax, %eax
-    lock cmpxchgb %cl, kernel_lock_word(%rip)
-    jne ext_lock_wait
+    // no register kept across one): bit 0 of its word set atomically, the carry saying it
+    // was set already. Contended, `extension_lock_wait` spins for it.
+    lock btsl $0, kernel_lock_word(%rip)
+    jc ext_lock_wait
 ext_locked:
     movq %rsp, %rdi
     callq extension_fast
