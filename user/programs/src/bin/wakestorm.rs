@@ -12,7 +12,7 @@
 //!   port and wakes the word;
 //! - the main thread suspends a waiter through its thread port, reads its registers (the
 //!   kernel stops it at once if it waits, or when it next leaves the kernel), alerts it and
-//!   resumes it; every fourth round it terminates one and starts another;
+//!   resumes it; every eighth round it terminates one and starts another;
 //! - each round starts a `wakestorm_child` task, whose five threads wait the same way while
 //!   its main thread wakes their word; the main thread sends to the child's port and then
 //!   ends the child through its task port after 0–3 ms (every third child instead ends by
@@ -111,7 +111,7 @@ fn run() -> Result<(), Failed> {
         // A waiter stopped, read, alerted and resumed meanwhile.
         let slot = (x >> 8) as usize % WAITERS;
         stop_and_go(&mut buf, reply, slot)?;
-        if round % 4 == 3 {
+        if round % 8 == 7 {
             replace_waiter(&mut buf, reply, (slot + 1) % WAITERS)?;
         }
         must("sleep", baton_rt::sleep_ns((x >> 16) % 3_000_000))?;
