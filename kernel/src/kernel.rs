@@ -745,10 +745,17 @@ impl Kernel {
     pub fn expire_timers(&mut self) {
         self.reap_lingering();
         let now = self.now();
-        while let Some((_, t)) = self.timers.pop_expired(now) {
+        while let Some((key, t)) = self.timers.pop_expired_key(now) {
             let Some(th) = self.threads.get_mut(t) else {
                 continue;
             };
+            // Only the timer the thread holds wakes it: an entry it no longer names (lost
+            // track of without being cancelled) would time out a later wait and leave the
+            // real timer behind.
+            if th.timer != Some(key) {
+                crate::thread::stale_timer(t);
+                continue;
+            }
             th.timer = None;
             match th.state {
                 ThreadState::Blocked(Blocked::Sleep) => {
@@ -1593,7 +1600,7 @@ pub fn finish_entry(k: &mut Kernel, timeslice: bool, result: Option<u64>) -> ! {
     }
     if preempt {
         k.stats.blocks_preempt += 1;
-        thread::thread_setrun(k, cur);
+        thread::requeue_current(k, cur);
         thread::thread_block_with(k, Continuation::new(Resume::UserReturn));
     }
     leave_to_user()

@@ -535,14 +535,10 @@ fn process_model_block(ns: u64, seed: u64) -> u64 {
         if ns == 0 {
             // A yield in the process model: ready again at once, keeping the stack (the
             // benchmark of `switch_context` against stack handoff).
-            thread::thread_setrun(k, cur);
+            thread::requeue_current(k, cur);
         } else {
             let deadline = apic::now_ns().saturating_add(ns);
-            let timer = k.timers.insert(deadline, cur);
-            if let Some(t) = k.threads.get_mut(cur) {
-                t.state = ThreadState::Blocked(Blocked::ProcessModel);
-                t.timer = Some(timer);
-            }
+            thread::block_until(k, Blocked::ProcessModel, Some(deadline));
         }
         k.stats.blocks_process_model += 1;
         thread::thread_block(k, None);

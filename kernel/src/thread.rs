@@ -373,7 +373,8 @@ impl Thread {
             ctx: ContextBox::dangling(),
             own: ctx(),
             priority,
-            state: ThreadState::Ready,
+            // Not in a run queue until made ready (`thread_setrun`).
+            state: ThreadState::Blocked(Blocked::Unstarted),
             cont: Some(Continuation::new(Resume::UserReturn)),
             stack: None,
             saved: SavedContext::default(),
@@ -519,9 +520,50 @@ pub fn release_ready(k: &mut Kernel, prio: u8) {
     }
 }
 
-/// Makes `t` ready on its CPU's run queue (Mach's `thread_setrun`), waking that CPU if it is
-/// idle elsewhere.
+/// Makes the blocked thread `t` ready on its CPU's run queue (Mach's `thread_setrun`),
+/// waking that CPU if it is idle elsewhere.
+///
+/// Only a blocked thread becomes ready here: a wake of a thread that is already ready (in
+/// a run queue), running, halted or idle is refused and reported ([`refused_wake`]). Every
+/// waker (a message, a timeout, a port's death, an alert, a resume, a task's end) comes
+/// through here, so no mix of them can put a thread in a run queue twice, or queue one that
+/// runs on a CPU or has ended: the two CPUs would then both run it, on one kernel stack, or
+/// one would resume a reaped thread. (The running thread requeues itself with
+/// [`requeue_current`].)
 pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
+    let Some(th) = k.threads.get_mut(t) else {
+        return;
+    };
+    if !matches!(th.state, ThreadState::Blocked(_)) {
+        let state = th.state;
+        refused_wake(k, t, state);
+        return;
+    }
+    enqueue(k, t);
+}
+
+/// The running thread `cur` of this CPU goes back to its run queue (a preemption, a yield
+/// that moves it to the CPU it is pinned to): the caller then blocks it.
+pub fn requeue_current(k: &mut Kernel, cur: ThreadId) {
+    let here = gdt::this_cpu();
+    let running_here = k.cpu(here).current == cur
+        && k.threads
+            .get(cur)
+            .is_some_and(|th| th.state == ThreadState::Running { cpu: here });
+    if !running_here {
+        let state = k
+            .threads
+            .get(cur)
+            .map_or(ThreadState::Halted, |th| th.state);
+        refused_wake(k, cur, state);
+        return;
+    }
+    enqueue(k, cur);
+}
+
+/// Puts `t` in its CPU's run queue, ready, and pokes that CPU.
+#[inline(always)]
+fn enqueue(k: &mut Kernel, t: ThreadId) {
     let Some(th) = k.threads.get_mut(t) else {
         return;
     };
@@ -532,6 +574,39 @@ pub fn thread_setrun(k: &mut Kernel, t: ThreadId) {
     }
     if cpu != gdt::this_cpu() {
         kernel::poke_cpu(k, cpu, prio);
+    }
+}
+
+/// Timer entries that fired for a thread that no longer held them, since boot.
+pub static STALE_TIMERS: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// A timer entry of `t` fired that `t` does not hold (`Kernel::expire_timers` skips it):
+/// counted, and the first few reported.
+#[cold]
+#[inline(never)]
+pub fn stale_timer(t: ThreadId) {
+    let n = STALE_TIMERS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    if n < 8 {
+        crate::kprintln!("[kernel] stale timer of thread {t:?} skipped");
+    }
+}
+
+/// Wakes refused by [`thread_setrun`] and [`requeue_current`] since boot.
+pub static REFUSED_WAKES: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+/// A wake of `t`, in `state`, that would have queued it twice, or queued a running,
+/// halted or idle thread: counted, and the first few are reported (each is a kernel path
+/// that wakes a thread it no longer holds; the refusal keeps the machine sound).
+#[cold]
+#[inline(never)]
+fn refused_wake(k: &mut Kernel, t: ThreadId, state: ThreadState) {
+    let n = REFUSED_WAKES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    if n < 8 {
+        k.close_line();
+        crate::kprintln!(
+            "[kernel] wake refused: thread {t:?} is {state:?}, not blocked (on CPU {})",
+            gdt::this_cpu()
+        );
     }
 }
 
@@ -563,7 +638,7 @@ fn yield_now(k: &mut Kernel, cur: ThreadId, result: bool) -> ! {
     if o.cpu != cpu {
         // Pinned elsewhere since it started running here: it moves now.
         k.stats.blocks_yield += 1;
-        thread_setrun(k, cur);
+        requeue_current(k, cur);
         thread_block_with(k, Continuation::new(Resume::UserReturn));
     }
     let Some(c) = k.cpus.get_mut(cpu) else {
@@ -841,7 +916,12 @@ pub fn block_until(k: &mut Kernel, why: Blocked, deadline: Option<u64>) {
     let timer = deadline.map(|d| k.timers.insert(d, cur));
     if let Some(t) = k.threads.get_mut(cur) {
         t.state = ThreadState::Blocked(why);
-        t.timer = timer;
+        // A timer still held from an earlier wait is cancelled, never just forgotten: its
+        // entry would fire into this wait (`Kernel::expire_timers` skips entries the thread
+        // does not hold, but the heap would keep it).
+        if let Some(old) = core::mem::replace(&mut t.timer, timer) {
+            k.timers.cancel(old);
+        }
         if t.vp {
             // Its virtual processor may go on with a spare thread (a Block upcall).
             (crate::family::hooks().vp_blocking)(k, cur, why);

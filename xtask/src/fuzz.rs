@@ -92,7 +92,8 @@ pub struct SeedReport {
     /// The before and after count lines.
     pub before: Option<String>,
     pub after: Option<String>,
-    /// The first line with `PANIC`, `KERNEL EXCEPTION`, `TEST FAIL` or `KERNEL LEAK`.
+    /// The first line with `PANIC`, `KERNEL EXCEPTION`, `TEST FAIL`, `KERNEL LEAK`, or a
+    /// wake the kernel refused or a stale timer it skipped.
     pub failure: Option<String>,
     /// Each fuzzing thread's last progress mark (`tT call N`).
     pub last_calls: Vec<String>,
@@ -111,6 +112,11 @@ pub fn read_log(log: &str, seed: u64) -> SeedReport {
                 "KERNEL EXCEPTION",
                 "TEST FAIL",
                 crate::judge::KERNEL_LEAK,
+                // A wake the kernel refused (of a thread not blocked) or a timer entry it
+                // skipped (one its thread no longer held): a kernel path woke a thread it
+                // did not hold, which, unrefused, runs a thread on two CPUs at once.
+                "[kernel] wake refused",
+                "[kernel] stale timer",
             ]
             .iter()
             .any(|bad| line.contains(bad))

@@ -101,6 +101,19 @@ fn no_bad_address_lines(log: &str) -> Result<(), String> {
     }
 }
 
+/// `wakestorm`: the kernel refused no wake (of a thread already ready, running or ended)
+/// and skipped no timer entry a thread no longer held; each such line is a kernel path
+/// that woke a thread it did not hold.
+fn no_refused_wakes(log: &str) -> Result<(), String> {
+    match log
+        .lines()
+        .find(|l| l.contains("[kernel] wake refused") || l.contains("[kernel] stale timer"))
+    {
+        Some(l) => Err(format!("a wake of a thread that was not waiting: {l}")),
+        None => Ok(()),
+    }
+}
+
 /// One step of a test's [`IntegrationTest::input`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Typed {
@@ -1234,6 +1247,21 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 4,
         require: YIELD_STORM_REQUIRE,
         check: Some(yield_storm_counts),
+        ..BASE
+    },
+    IntegrationTest {
+        // Every way a thread is woken (timeouts, messages, wake, alerts, resumes, its
+        // task's end, terminate) at once on two CPUs: each wait made ready exactly once.
+        name: "wakestorm_smp2",
+        init: &["wakestorm"],
+        smp: 2,
+        timeout: Duration::from_secs(180),
+        require: &[
+            "wakestorm#1| TEST PASS wakestorm",
+            "[kernel] task 1 (wakestorm) exited with code 0",
+        ],
+        check: Some(no_refused_wakes),
+        exits: &[("wakestorm_child", Exit::KilledOrCode(0))],
         ..BASE
     },
     IntegrationTest {

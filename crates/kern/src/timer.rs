@@ -222,6 +222,23 @@ impl<T: Copy> TimerQueue<T> {
         self.remove_at(0)
     }
 
+    /// [`TimerQueue::pop_expired`], with the key [`TimerQueue::insert`] handed out for the
+    /// entry: whoever keeps a key per entry (the kernel keeps one per thread, in the
+    /// thread) can tell the entry it holds from a stale one it lost track of.
+    pub fn pop_expired_key(&mut self, now: u64) -> Option<(TimerKey, T)> {
+        if self.next_deadline()? > now {
+            return None;
+        }
+        let slot = *self.heap.first()?;
+        let s = self.slots.get(slot as usize)?;
+        let key = TimerKey {
+            deadline: s.deadline,
+            seq: s.seq,
+            slot,
+        };
+        self.remove_at(0).map(|(_, t)| (key, t))
+    }
+
     /// The earliest deadline queued, if any.
     pub fn next_deadline(&self) -> Option<u64> {
         let slot = *self.heap.first()?;
@@ -321,6 +338,49 @@ mod tests {
         }
         assert_eq!((q.slots.capacity(), q.heap.capacity()), caps);
         assert_eq!(q.len(), 64);
+    }
+
+    /// `pop_expired_key` hands back the very key `insert` gave for the entry (so a holder
+    /// of one key per entry recognises its own entry, and a stale one it lost track of),
+    /// in the order `pop_expired` would, and the key then cancels nothing.
+    #[test]
+    fn popped_key_is_the_inserted_one() {
+        let mut q = TimerQueue::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut held: Vec<(TimerKey, u32)> = Vec::new();
+        for step in 0..5_000u32 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            match x % 3 {
+                0 | 1 => held.push((q.insert((x >> 8) % 300, step), step)),
+                _ => {
+                    let now = (x >> 20) % 300;
+                    let expect = held
+                        .iter()
+                        .filter(|(k, _)| k.deadline() <= now)
+                        .min_by_key(|(k, _)| (k.deadline(), k.seq))
+                        .copied();
+                    let got = q.pop_expired_key(now);
+                    assert_eq!(got, expect);
+                    if let Some((k, _)) = got {
+                        held.retain(|h| h.0 != k);
+                        assert_eq!(q.cancel(k), None, "a popped key names nothing");
+                    }
+                }
+            }
+            assert_eq!(q.len(), held.len());
+        }
+        while q.pop_expired_key(u64::MAX).is_some() {}
+        // A key replaced without being cancelled is told apart from the one held now.
+        let stale = q.insert(0, 7u32);
+        let now_held = q.insert(0, 7u32);
+        assert_eq!(
+            q.pop_expired_key(0).map(|(k, _)| k == now_held),
+            Some(false)
+        );
+        assert_eq!(q.pop_expired_key(0), Some((now_held, 7)));
+        assert_ne!(stale, now_held);
     }
 
     /// Random inserts, cancels and pops against a sorted model.
