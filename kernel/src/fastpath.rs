@@ -85,7 +85,12 @@ fn transfer<const CALL: bool>(
     // Each object is looked up once: the two threads (boxed, so they stay put) and the
     // two tasks are kept as pointers across the lookups of the others.
     let th: *mut Thread = th;
-    let Some(sender) = k.tasks.by_key_mut(s_key) else {
+    // SAFETY: a running user thread's `task_key` is its task's key, which the task slab
+    // handed out (`kern::idslab::IdSlab::key_of` or `insert`): the task may have gone (then
+    // `None`), its slot has not (`kern::slab::Slab::get_held`). A context made by
+    // `Context::default` has the never-valid key 0, whose slot 0 exists once any task was
+    // made, as it was before any user thread runs.
+    let Some(sender) = (unsafe { k.tasks.by_held_key_mut(s_key) }) else {
         return;
     };
     let plan = match k
@@ -108,7 +113,8 @@ fn transfer<const CALL: bool>(
         return;
     }
     // The thread itself, not its box: one load less at every use.
-    let Some(rt) = k.threads.get_mut(r).map(|b| &mut **b) else {
+    // SAFETY: a port's receivers are threads' own ids, keys the thread slab handed out.
+    let Some(rt) = (unsafe { k.threads.get_held_mut(r) }).map(|b| &mut **b) else {
         return;
     };
     let [r_opts, r_name, ..] = rt.ctx.frame.syscall_args().1;
@@ -139,7 +145,9 @@ fn transfer<const CALL: bool>(
     // Every check of the threads passed. The rights: a request changes the receiver's
     // name space only, a reply the sender's only; either commit does all or nothing.
     let out = if CALL {
-        let Some(receiver) = k.tasks.by_key_mut(rt.ctx.task_key) else {
+        // SAFETY: as for the sender's: a blocked user thread's `task_key` is a key the
+        // task slab handed out.
+        let Some(receiver) = (unsafe { k.tasks.by_held_key_mut(rt.ctx.task_key) }) else {
             return;
         };
         k.ipc

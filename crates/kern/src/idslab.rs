@@ -169,6 +169,17 @@ impl<T> IdSlab<T> {
         self.slab.get_mut(key).map(|(_, v)| v)
     }
 
+    /// [`IdSlab::by_key_mut`] for a key this slab handed out: one compare, no bounds
+    /// check (see [`Slab::get_held`]).
+    ///
+    /// # Safety
+    /// `key` was returned by this slab's [`IdSlab::insert`] (at any time before).
+    #[inline(always)]
+    pub unsafe fn by_held_key_mut(&mut self, key: Key) -> Option<&mut T> {
+        // SAFETY: the keys `insert` returns are the inner slab's.
+        unsafe { self.slab.get_held_mut(key) }.map(|(_, v)| v)
+    }
+
     /// The two distinct objects named by `a` and `b`, mutably (`None` also when `a == b`).
     #[inline]
     pub fn by_keys2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {

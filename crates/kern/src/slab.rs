@@ -233,6 +233,67 @@ impl<T> Slab<T> {
         (slot.tag == key.0).then(|| unsafe { slot.value.assume_init_mut() })
     }
 
+    /// The object named by `key`, a key this slab handed out (see [`Slab::get_held`]),
+    /// mutably, if it is still there: one compare.
+    ///
+    /// # Safety
+    /// As for [`Slab::get_held`].
+    #[inline(always)]
+    pub unsafe fn get_held_mut(&mut self, key: Key) -> Option<&mut T> {
+        let i = key.index() as usize;
+        debug_assert!(i < self.slots.len(), "a key this slab never handed out");
+        // SAFETY: the caller guarantees `key` came from this slab's `insert`, when slot `i`
+        // existed; slots are never removed (`slots` only grows), so `i` is in bounds.
+        let slot = unsafe { self.slots.get_unchecked_mut(i) };
+        // SAFETY: as in `get`: a matching tag means a full slot.
+        (slot.tag == key.0).then(|| unsafe { slot.value.assume_init_mut() })
+    }
+
+    /// The object named by `key`, if it is still there, for a key this slab handed out:
+    /// one compare of the key with the slot's tag, without the bounds check of
+    /// [`Slab::get`]. A key the kernel keeps itself (a name entry's port, a queued
+    /// thread, a thread's task) was returned by `insert` when its slot existed, and a slot
+    /// is never removed (the slab only grows), so its index is in bounds for good: the
+    /// object may be gone (the generation then differs and the answer is `None`), the slot
+    /// may not.
+    ///
+    /// # Safety
+    /// `key` was returned by this slab's [`Slab::insert`] or [`Slab::insert_with`] (at
+    /// any time before): never a key made from user input or by another slab.
+    #[inline(always)]
+    pub unsafe fn get_held(&self, key: Key) -> Option<&T> {
+        let i = key.index() as usize;
+        debug_assert!(i < self.slots.len(), "a key this slab never handed out");
+        // SAFETY: as in `get_held_mut`.
+        let slot = unsafe { self.slots.get_unchecked(i) };
+        // SAFETY: as in `get`: a matching tag means a full slot.
+        (slot.tag == key.0).then(|| unsafe { slot.value.assume_init_ref() })
+    }
+
+    /// [`Slab::get2_mut`] for two keys this slab handed out: the two compares of the keys
+    /// with their slots' tags and the test that they differ, without the bounds checks.
+    ///
+    /// # Safety
+    /// As for [`Slab::get_held`], for both keys.
+    #[inline(always)]
+    pub unsafe fn get2_held_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        let (i, j) = (a.index() as usize, b.index() as usize);
+        debug_assert!(i < self.slots.len() && j < self.slots.len());
+        if i == j {
+            return None;
+        }
+        let base = self.slots.as_mut_ptr();
+        // SAFETY: `i` and `j` are in bounds (the caller's guarantee, as in `get_held_mut`)
+        // and distinct, so the two references are to two different live elements of
+        // `slots`, which `&mut self` borrows whole for as long as they live.
+        let (sa, sb) = unsafe { (&mut *base.add(i), &mut *base.add(j)) };
+        if sa.tag != a.0 || sb.tag != b.0 {
+            return None;
+        }
+        // SAFETY: both tags match keys of their slots' indices, so both slots are full.
+        Some(unsafe { (sa.value.assume_init_mut(), sb.value.assume_init_mut()) })
+    }
+
     /// The two distinct objects named by `a` and `b`, mutably, if both are there (`None`
     /// also when `a == b`).
     #[inline(always)]
@@ -423,6 +484,43 @@ mod tests {
         assert!(s.get2_mut(a, b).is_none());
         assert!(s.get2_mut(b, a).is_none());
         assert!(s.get2_mut(a, Key::new(99, 1)).is_none());
+    }
+
+    /// The held lookups agree with the checked ones for every key the slab ever handed
+    /// out, through removals, reuse of slots and growth: a gone object is `None`, a reused
+    /// slot's new object is reached only by its own key.
+    #[test]
+    fn held_lookups_agree_with_checked_ones() {
+        let mut s = Slab::new();
+        let mut keys = vec::Vec::new();
+        for round in 0..4u32 {
+            for i in 0..8u32 {
+                keys.push(s.insert(round * 100 + i).unwrap());
+            }
+            for k in keys.iter().skip(round as usize).step_by(3) {
+                s.remove(*k);
+            }
+            for &a in &keys {
+                // SAFETY: every key in `keys` was returned by `s.insert`.
+                assert_eq!(unsafe { s.get_held(a) }, s.get(a));
+                let checked = s.get_mut(a).copied();
+                // SAFETY: as above.
+                assert_eq!(unsafe { s.get_held_mut(a) }.copied(), checked);
+                for &b in &keys {
+                    let checked = s.get2_mut(a, b).map(|(x, y)| (*x, *y));
+                    // SAFETY: as above.
+                    let held = unsafe { s.get2_held_mut(a, b) }.map(|(x, y)| (*x, *y));
+                    assert_eq!(held, checked);
+                }
+            }
+        }
+        // A held mutable lookup writes the object a checked lookup then sees.
+        let k = s.insert(7).unwrap();
+        // SAFETY: `k` was returned by `s.insert`.
+        if let Some(v) = unsafe { s.get_held_mut(k) } {
+            *v = 70;
+        }
+        assert_eq!(s.get(k), Some(&70));
     }
 
     #[test]

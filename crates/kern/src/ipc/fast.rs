@@ -118,7 +118,9 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
             return None;
         }
         let dest = space.lookup(header.dest).ok()?;
-        let to = self.ports.get(dest.port)?;
+        // SAFETY: a name entry's port is a key the port slab handed out (module invariants
+        // of `super`: entries are made only for ports of this `Ipc`).
+        let to = unsafe { self.ports.get_held(dest.port) }?;
         if header.dest_disposition() == CALL && dest.kind == Held::Send && to.pool.is_migrating() {
             // A call to a port with activations migrates; its reply port is never used, but
             // is checked as the general path checks it ([`migration_reply_ok`]).
@@ -196,7 +198,10 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
         &mut self,
         plan: &FastPlan<T>,
     ) -> Option<(&mut super::Port<T>, &mut super::Port<T>)> {
-        let (dest, own) = self.ports.get2_mut(plan.msg.dest, plan.own)?;
+        // SAFETY: a plan's two ports were found through name entries or given by the
+        // kernel from its own records (`fast_plan`, `fast_plan_kernel`), keys the port
+        // slab handed out.
+        let (dest, own) = unsafe { self.ports.get2_held_mut(plan.msg.dest, plan.own) }?;
         // The queue is empty, so it has room for its send-once rights' messages and one
         // more (the reply right a call makes) when its capacity exceeds their count.
         (own.queue.is_empty()

@@ -27,6 +27,10 @@
 //!   send-once rights the kernel keeps for notification requests.
 //! - A port's receive right is in exactly one place: a `Receive` entry of the space
 //!   `receiver`, or (with `receiver == 0`) inside one queued message.
+//! - Every port key a name entry or a message holds was handed out by this `Ipc`'s port
+//!   slab (entries are made only here, `Space::insert` being private to this module), so
+//!   the fast path finds a named port by one compare of generations
+//!   ([`Slab::get_held`](crate::slab::Slab::get_held)).
 //! - A thread is in a port's `receivers` only while blocked receiving on it, in `senders`
 //!   only while blocked on its full queue; destroying the port or moving its receive right
 //!   away hands every such thread back through [`Effects`].
