@@ -1374,10 +1374,7 @@ unsafe fn switch_to(
             // to wait for and `vp` stays.
             let sp = unsafe {
                 if !ptr::eq((*tcb).vp.get(), vp) {
-                    while (*tcb).running.load(Acquire) {
-                        core::hint::spin_loop();
-                    }
-                    (*tcb).vp.set(vp);
+                    take_from_elsewhere(vp, tcb);
                 }
                 (*tcb).running.store(true, Relaxed);
                 *(*tcb).sp.get()
@@ -1404,6 +1401,24 @@ unsafe fn switch_to(
         unsafe { &*(*prev).vp.get() }
     };
     vp_now.finish_switch();
+}
+
+/// Makes `tcb`, which last ran on another virtual processor, `vp`'s, once that processor
+/// has switched away from it (its `running` flag cleared).
+///
+/// # Safety
+///
+/// `tcb` is the live TCB of a thread `vp` has claimed.
+#[cold]
+#[inline(never)]
+unsafe fn take_from_elsewhere(vp: &Vp, tcb: *mut Tcb) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        while (*tcb).running.load(Acquire) {
+            core::hint::spin_loop();
+        }
+        (*tcb).vp.set(vp);
+    }
 }
 
 /// A TCB for the new thread `t`, claimed by `vp`, with the frame that starts it there;
