@@ -1376,6 +1376,11 @@ unsafe fn switch_to(
                 if !ptr::eq((*tcb).vp.get(), vp) {
                     take_from_elsewhere(vp, tcb);
                 }
+                // The invariant the skip rests on, checked by every host test.
+                debug_assert!(
+                    !(*tcb).running.load(Acquire),
+                    "a TCB of this processor still running"
+                );
                 (*tcb).running.store(true, Relaxed);
                 *(*tcb).sp.get()
             };
