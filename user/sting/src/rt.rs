@@ -698,6 +698,9 @@ impl Fast {
     }
 }
 
+/// Added to `Vp::shared` on a processor whose owner does not queue on its ring.
+const NOT_OWN: usize = 1 << (usize::BITS - 1);
+
 /// A virtual processor.
 pub(crate) struct Vp {
     /// Its index in the runtime.
@@ -709,8 +712,14 @@ pub(crate) struct Vp {
     /// another virtual processor, and, unless it `keeps` its threads, every thread queued
     /// here at all (thieves take from it).
     ready: SpinLock<Queue<Runnable>>,
-    /// Entries in `ready`, written under its lock and read without it (a hint).
+    /// Entries in `ready`, written under its lock and read without it (a hint), plus
+    /// [`NOT_OWN`] when the owner does not queue on the ring (`fast` neither FIFO nor
+    /// LIFO): zero exactly when the owner's ring is the whole ready queue, so the owner's
+    /// push, pop and yield test one word for both the policy and the shared queue.
     shared: AtomicUsize,
+    /// [`NOT_OWN`] if `fast` is neither FIFO nor LIFO, else 0: what `shared` holds with
+    /// the shared queue empty.
+    shared_base: usize,
     /// Where its own kernel thread queues threads: with no lock on `VpLocal::own` for the
     /// built-in FIFO and LIFO policies, which keep their threads from thieves, on `deque`
     /// for the built-in work-stealing policy, on `ready` for a policy of the program's own.
@@ -797,7 +806,7 @@ impl Vp {
         {
             let mut q = self.ready.lock();
             q.enqueue(Runnable { t, ticket });
-            self.shared.store(q.len(), Relaxed);
+            self.shared.store(q.len() | self.shared_base, Relaxed);
         }
         fence(SeqCst);
         if self.idle.load(Relaxed) != 0 {
@@ -816,18 +825,19 @@ impl Vp {
     /// keeps its threads.
     #[inline(always)]
     fn push_own(&self, t: ThreadRef, ticket: u32) {
-        match self.fast {
-            // While others' entries wait on the shared queue, the owner's go after them
-            // there, so that the order of queueing is kept.
-            Fast::Fifo | Fast::Lifo if self.shared.load(Relaxed) == 0 => {
-                // SAFETY: the caller runs on this virtual processor's kernel thread.
-                let own = &mut unsafe { self.local() }.own;
-                if let Err(r) = own.push(Runnable { t, ticket }) {
-                    self.push(r.t, r.ticket);
-                }
+        // Zero: FIFO or LIFO, with nothing on the shared queue. While others' entries
+        // wait on the shared queue, the owner's go after them there, so that the order of
+        // queueing is kept.
+        if self.shared.load(Relaxed) == 0 {
+            // SAFETY: the caller runs on this virtual processor's kernel thread.
+            let own = &mut unsafe { self.local() }.own;
+            if let Err(r) = own.push(Runnable { t, ticket }) {
+                self.push(r.t, r.ticket);
             }
-            Fast::Steal => self.push_deque(t, ticket),
-            _ => self.push(t, ticket),
+        } else if self.fast == Fast::Steal {
+            self.push_deque(t, ticket);
+        } else {
+            self.push(t, ticket);
         }
     }
 
@@ -894,7 +904,7 @@ impl Vp {
                     t: unsafe { ThreadRef::from_raw(p as *const Core) },
                     ticket: ticket as u32,
                 }),
-                None if self.shared.load(Relaxed) != 0 => self.pop_shared(),
+                None if self.shared.load(Relaxed) & !NOT_OWN != 0 => self.pop_shared(),
                 None => None,
             },
             Fast::Shared => self.pop_shared(),
@@ -905,7 +915,7 @@ impl Vp {
     fn pop_shared(&self) -> Option<Runnable> {
         let mut q = self.ready.lock();
         let r = q.next();
-        self.shared.store(q.len(), Relaxed);
+        self.shared.store(q.len() | self.shared_base, Relaxed);
         r
     }
 
@@ -924,7 +934,7 @@ impl Vp {
                 break;
             }
         }
-        self.shared.store(q.len(), Relaxed);
+        self.shared.store(q.len() | self.shared_base, Relaxed);
     }
 
     /// The next thread to run: a thread whose kernel call completed, else from the
@@ -988,7 +998,7 @@ impl Vp {
             let given = {
                 let mut q = victim.ready.lock();
                 let t = q.give();
-                victim.shared.store(q.len(), Relaxed);
+                victim.shared.store(q.len() | victim.shared_base, Relaxed);
                 t
             };
             if let Some(t) = given {
@@ -1022,14 +1032,11 @@ impl Vp {
     /// it. `true` once the caller has been switched away from and resumed.
     #[inline(always)]
     fn yield_own(&self, tcb: *mut Tcb, core: &Core) -> bool {
-        let lifo = match self.fast {
-            Fast::Fifo => false,
-            Fast::Lifo => true,
-            Fast::Steal | Fast::Shared => return false,
-        };
+        // Zero: FIFO or LIFO, with nothing on the shared queue.
         if self.shared.load(Relaxed) != 0 {
             return false;
         }
+        let lifo = self.fast == Fast::Lifo;
         // SAFETY: the caller runs on this virtual processor's kernel thread.
         let local = unsafe { self.local() };
         if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
@@ -1360,13 +1367,21 @@ unsafe fn switch_to(
         }
         Some(Next::Resume(tcb)) => {
             // SAFETY: a ready thread's TCB is alive; the `running` flag tells us when the
-            // virtual processor that last ran it has switched away from it.
+            // virtual processor that last ran it has switched away from it. If that is
+            // this one, it has (we run here, on another context, and every context
+            // resumed here cleared the flag of the one switched away from first; the
+            // kernel's upcalls clear it before they queue a thread), so there is nothing
+            // to wait for and `vp` stays.
             let sp = unsafe {
-                while (*tcb).running.load(Acquire) {
-                    core::hint::spin_loop();
+                if !ptr::eq((*tcb).vp.get(), vp) {
+                    take_from_elsewhere(vp, tcb);
                 }
+                // The invariant the skip rests on, checked by every host test.
+                debug_assert!(
+                    !(*tcb).running.load(Acquire),
+                    "a TCB of this processor still running"
+                );
                 (*tcb).running.store(true, Relaxed);
-                (*tcb).vp.set(vp);
                 *(*tcb).sp.get()
             };
             (tcb, sp)
@@ -1391,6 +1406,24 @@ unsafe fn switch_to(
         unsafe { &*(*prev).vp.get() }
     };
     vp_now.finish_switch();
+}
+
+/// Makes `tcb`, which last ran on another virtual processor, `vp`'s, once that processor
+/// has switched away from it (its `running` flag cleared).
+///
+/// # Safety
+///
+/// `tcb` is the live TCB of a thread `vp` has claimed.
+#[cold]
+#[inline(never)]
+unsafe fn take_from_elsewhere(vp: &Vp, tcb: *mut Tcb) {
+    // SAFETY: the caller's promise.
+    unsafe {
+        while (*tcb).running.load(Acquire) {
+            core::hint::spin_loop();
+        }
+        (*tcb).vp.set(vp);
+    }
 }
 
 /// A TCB for the new thread `t`, claimed by `vp`, with the frame that starts it there;
@@ -1851,37 +1884,44 @@ where
         .policies
         .into_iter()
         .enumerate()
-        .map(|(id, policy)| Vp {
-            id,
-            ready_on: Word::ready_on(id),
-            steals: policy.steals(),
-            fast: Fast::of(&policy),
-            deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {
-                CAPACITY
-            } else {
-                1
-            }),
-            shared: AtomicUsize::new(0),
-            idle: AtomicU32::new(0),
-            local: UnsafeCell::new(VpLocal {
-                sched_sp: 0,
-                prev: ptr::null_mut(),
-                recycle: false,
-                pool: pool::Local::new(config.thresholds),
-                kfirst: ptr::null_mut(),
-                klast: ptr::null_mut(),
-                own: Ring::new(),
-            }),
-            ready: SpinLock::new(policy),
-            counters: Counters::default(),
-            upcalls: cfg!(baton) && config.upcalls > 0,
-            kpending: AtomicU64::new(0),
-            kvp: AtomicU64::new(0),
-            upcall_stack: AtomicUsize::new(0),
-            spares: config.upcalls,
-            sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
-            quantum_ns: config.quantum_ns,
-            on: AtomicPtr::new(ptr::null_mut()),
+        .map(|(id, policy)| {
+            let shared_base = match Fast::of(&policy) {
+                Fast::Fifo | Fast::Lifo => 0,
+                Fast::Steal | Fast::Shared => NOT_OWN,
+            };
+            Vp {
+                id,
+                ready_on: Word::ready_on(id),
+                steals: policy.steals(),
+                fast: Fast::of(&policy),
+                deque: ChaseLev::with_capacity(if Fast::of(&policy) == Fast::Steal {
+                    CAPACITY
+                } else {
+                    1
+                }),
+                shared: AtomicUsize::new(shared_base),
+                shared_base,
+                idle: AtomicU32::new(0),
+                local: UnsafeCell::new(VpLocal {
+                    sched_sp: 0,
+                    prev: ptr::null_mut(),
+                    recycle: false,
+                    pool: pool::Local::new(config.thresholds),
+                    kfirst: ptr::null_mut(),
+                    klast: ptr::null_mut(),
+                    own: Ring::new(),
+                }),
+                ready: SpinLock::new(policy),
+                counters: Counters::default(),
+                upcalls: cfg!(baton) && config.upcalls > 0,
+                kpending: AtomicU64::new(0),
+                kvp: AtomicU64::new(0),
+                upcall_stack: AtomicUsize::new(0),
+                spares: config.upcalls,
+                sched_stack: (AtomicUsize::new(0), AtomicUsize::new(0)),
+                quantum_ns: config.quantum_ns,
+                on: AtomicPtr::new(ptr::null_mut()),
+            }
         })
         .collect();
     let n = vps.len();
