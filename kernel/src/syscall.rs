@@ -108,8 +108,7 @@ extern "C" fn extension_fast(call: &mut crate::extension::Call) -> FastAnswer {
     // memory (`extension::system_call_lean`); those that do take the full way.
     let v = match crate::extension::system_call_lean(k, call) {
         Ok(v) => v,
-        Err(crate::extension::Lean::Unknown) => return FastAnswer { value: 0, next: 3 },
-        Err(crate::extension::Lean::NeedsFrame) => return fast_not_here(),
+        Err(why) => return fast_declined(why),
     };
     // SAFETY: as above; the handlers are done with the kernel.
     let prio = unsafe { thread::current_mut() }.priority;
@@ -120,6 +119,18 @@ extern "C" fn extension_fast(call: &mut crate::extension::Call) -> FastAnswer {
     }
     kernel::unlock();
     FastAnswer { value: v, next: 0 }
+}
+
+/// The lean entry's raise gave no answer: 3 for a number no handler took (the lock
+/// held), or the full save's way (nothing ran). Out of line, so that the answered way
+/// keeps its value in a register and sets up no answer before it has one.
+#[cold]
+#[inline(never)]
+fn fast_declined(why: crate::extension::Lean) -> FastAnswer {
+    match why {
+        crate::extension::Lean::Unknown => FastAnswer { value: 0, next: 3 },
+        crate::extension::Lean::NeedsFrame => fast_not_here(),
+    }
 }
 
 /// The lean entry's answer `v` for a thread to be preempted or stopped (2: the lock held).
