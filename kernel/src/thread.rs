@@ -587,7 +587,7 @@ pub static STALE_TIMERS: core::sync::atomic::AtomicU64 = core::sync::atomic::Ato
 pub fn stale_timer(t: ThreadId) {
     let n = STALE_TIMERS.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     if n < 8 {
-        crate::kprintln!("[kernel] stale timer of thread {t:?} skipped");
+        crate::arch::serial::kprintln!("[kernel] stale timer of thread {t:?} skipped");
     }
 }
 
@@ -603,7 +603,7 @@ fn refused_wake(k: &mut Kernel, t: ThreadId, state: ThreadState) {
     let n = REFUSED_WAKES.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
     if n < 8 {
         k.close_line();
-        crate::kprintln!(
+        crate::arch::serial::kprintln!(
             "[kernel] wake refused: thread {t:?} is {state:?}, not blocked (on CPU {})",
             gdt::this_cpu()
         );
