@@ -384,10 +384,16 @@ impl<V> Tree<V> {
 
     /// The value at `key`.
     pub fn get(&self, key: u64) -> Option<&V> {
+        self.get_node(key).map(|n| &n.val)
+    }
+
+    /// The node at `key`.
+    #[inline]
+    fn get_node(&self, key: u64) -> Option<&Node<V>> {
         let mut cur = self.root.as_deref();
         while let Some(n) = cur {
             if key == n.key {
-                return Some(&n.val);
+                return Some(n);
             }
             cur = if key < n.key {
                 n.left.as_deref()
@@ -514,19 +520,9 @@ impl<V> Tree<V> {
         if let Some(n) = self.hinted().filter(|n| n.key == key) {
             return Some(&n.val);
         }
-        let mut cur = self.root.as_deref();
-        while let Some(n) = cur {
-            if key == n.key {
-                self.note(n);
-                return Some(&n.val);
-            }
-            cur = if key < n.key {
-                n.left.as_deref()
-            } else {
-                n.right.as_deref()
-            };
-        }
-        None
+        let n = self.get_node(key)?;
+        self.note(n);
+        Some(&n.val)
     }
 
     /// The node with the greatest key `<= key`.

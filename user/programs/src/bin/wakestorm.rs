@@ -26,6 +26,9 @@
 #![no_std]
 #![no_main]
 
+#[path = "../wait_mix.rs"]
+mod wait_mix;
+
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use baton_abi::kobject::{THREAD_ALERT, THREAD_RESUME, THREAD_SUSPEND, THREAD_TERMINATE};
@@ -207,22 +210,7 @@ fn waiter(slot: u64) {
         let port = PORT.load(Ordering::Relaxed);
         let mut n = slot.wrapping_add(0x1234_5678);
         while !STOP.load(Ordering::Relaxed) {
-            n = n
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let ns = 10_000 + (n >> 40) % 60_000;
-            match (n >> 33) % 3 {
-                0 => {
-                    let _ = buf.msg(MSG_RECEIVE, port, ns);
-                }
-                1 => {
-                    let seen = WORD.load(Ordering::Relaxed);
-                    let _ = baton_rt::wait(&WORD, seen, ns);
-                }
-                _ => {
-                    let _ = baton_rt::sleep_ns(ns);
-                }
-            }
+            wait_mix::wait_once(&mut buf, port, &WORD, &mut n);
         }
     }
     LIVE.fetch_sub(1, Ordering::Relaxed);

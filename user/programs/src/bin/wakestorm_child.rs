@@ -10,10 +10,13 @@
 #![no_std]
 #![no_main]
 
+#[path = "../wait_mix.rs"]
+mod wait_mix;
+
 use core::sync::atomic::{AtomicU32, Ordering};
 
+use baton_rt::ipc::MSG_SEND;
 use baton_rt::ipc::{port_allocate, Descriptor, Disposition, IpcBuffer, MsgHeader};
-use baton_rt::ipc::{MSG_RECEIVE, MSG_SEND};
 use baton_rt::start::bootstrap;
 use baton_rt::thread::{spawn, StackPool};
 
@@ -76,21 +79,6 @@ fn waiter(i: u64) {
     let port = PORT.load(Ordering::Relaxed);
     let mut n = i;
     loop {
-        n = n
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        let ns = 10_000 + (n >> 40) % 60_000;
-        match (n >> 33) % 3 {
-            0 => {
-                let _ = buf.msg(MSG_RECEIVE, port, ns);
-            }
-            1 => {
-                let seen = WORD.load(Ordering::Relaxed);
-                let _ = baton_rt::wait(&WORD, seen, ns);
-            }
-            _ => {
-                let _ = baton_rt::sleep_ns(ns);
-            }
-        }
+        wait_mix::wait_once(&mut buf, port, &WORD, &mut n);
     }
 }
