@@ -185,8 +185,10 @@ fn transfer<const CALL: bool>(
     rt.cont = None;
     rt.stack = th.stack.take();
     // Counted as an IPC fast transfer, a recognition, an IPC block and a stack handoff.
+    // No CPU time is charged here (`kernel::charge`): the time since the CPU last charged
+    // goes to whichever thread runs there at its next ordinary switch, so a client's calls
+    // on this path and the server's work for them are charged together, not split.
     k.fast_transfers += 1;
-    kernel::charge(c, th);
     // `rt` is not pinned elsewhere (checked above) and takes this CPU's stack.
     kernel::switch_in_handoff(c, k.kernel_root, cpu, r, rt);
     kernel::leave_to_user()

@@ -146,7 +146,10 @@ pub struct Cpu {
 }
 
 /// Charges the time since the CPU `c` last charged to `old`, its running thread, which is
-/// about to stop running there (CPU accounting: a thread's `cpu_tsc`).
+/// about to stop running there (CPU accounting: a thread's `cpu_tsc`). Every switch
+/// charges but the switching RPC fast path's (`crate::fastpath`), whose stretch of time
+/// goes to the thread running at the CPU's next charge: a client and the server it calls
+/// that way are charged together, as a migrating call's server work is its caller's.
 #[inline(always)]
 pub fn charge(c: &mut Cpu, old: &mut Thread) {
     let now = cpu::rdtsc();

@@ -305,8 +305,9 @@ pub struct Thread {
     pub exc_reply: Option<kern::ipc::PortId>,
     /// Its thread port (receive right kept by the kernel), once asked for.
     pub kport: Option<kern::ipc::PortId>,
-    /// TSC ticks it has run (charged when it stops running on a CPU; a migrating call
-    /// runs on the caller's thread, so the server's work is charged to the caller).
+    /// TSC ticks it has run (charged when it stops running on a CPU, except at the
+    /// switching RPC fast path's switches, see `kernel::charge`; a migrating call runs on
+    /// the caller's thread, so the server's work is charged to the caller).
     pub cpu_tsc: u64,
     /// What it costs its task's account (`crate::quota`), given back when it is freed.
     pub charge: Option<kern::quota::Charge>,
