@@ -166,6 +166,22 @@ impl<T> Ring<T> {
         Ok(out)
     }
 
+    /// The oldest item that `pred` accepts, to change in place (a search from the oldest
+    /// to the newest: for rare operations only).
+    pub fn find_mut(&mut self, mut pred: impl FnMut(&T) -> bool) -> Option<&mut T> {
+        let (h, t) = (self.head, self.tail);
+        let mut i = h;
+        while i != t {
+            // SAFETY: `i` is in `head..tail`, so initialised.
+            if pred(unsafe { self.slot(i).assume_init_ref() }) {
+                // SAFETY: as above.
+                return Some(unsafe { self.slot(i).assume_init_mut() });
+            }
+            i = i.wrapping_add(1);
+        }
+        None
+    }
+
     /// Items in the ring.
     #[inline]
     pub fn len(&self) -> usize {
