@@ -48,6 +48,14 @@
 //! - A thread has at most one live ready-queue entry: the word's queued bit and ticket are
 //!   set by whoever queues it and cleared by the claim that wins; stale entries (absorbed,
 //!   terminated or suspended threads, or ones queued again since) are dropped when popped.
+//!   The exception is an owned entry ([`Own`]) on a FIFO or LIFO processor's ring: a thread
+//!   that yielded there keeps its running word (no queued bit, no ticket), its TCB is the
+//!   entry, and only that processor resumes it; it is on the ring at most once, because
+//!   only the thread itself puts it there, as it yields.
+//! - An owned entry's TCB keeps its `running` flag set while it waits (no other processor
+//!   can take it, so there is no switch-away to wait for), and is resumed without the
+//!   handshake; every other TCB resumed on the processor it last ran on has its flag
+//!   clear.
 //! - A TCB is in exactly one of: a pool, in use by a started thread, or being switched away
 //!   from (until its virtual processor's next `finish_switch`).
 //! - `Vp::local` is touched only by the kernel thread of that virtual processor.
@@ -1151,32 +1159,33 @@ impl Vp {
     /// [`yield_own`](Self::yield_own) on a LIFO (`LIFO`) or FIFO ring.
     #[inline(always)]
     fn yield_in<const LIFO: bool>(&self, local: &mut VpLocal, tcb: *mut Tcb, core: &Core) -> bool {
-        let peeked = if LIFO {
-            local.own.newest()
-        } else {
-            local.own.oldest()
-        };
-        let Some(&Own { p, ticket }) = peeked else {
+        let (h, t) = local.own.ends();
+        if h == t {
             return false;
-        };
+        }
+        let at = if LIFO { t.wrapping_sub(1) } else { h };
+        // SAFETY: `at` is in `h..t`.
+        let &Own { p, ticket } = unsafe { local.own.at(at) };
         // The yielder must be running here with no live entry (not absorbed): its word
-        // then stays as it is.
-        if !core.word().running_unqueued() {
+        // then stays as it is. (Only this thread changes those fields of a running word,
+        // so no ordering is needed.)
+        if !Word(core.word.load(Relaxed)).running_unqueued() {
             return false;
         }
         let me = Own::owned(tcb);
         if p & 1 != 0 {
             // An owned entry: resumed as it is, with no claim and no reference.
-            core.own_ready.store(true, Relaxed);
-            let out = if LIFO {
-                local.own.replace_newest(me)
-            } else {
-                local.own.rotate_oldest(me)
+            // SAFETY: `(h, t)` are the ring's ends, read above; nothing has touched the
+            // ring since (only this kernel thread does), and `h != t`.
+            let out = unsafe {
+                if LIFO {
+                    local.own.replace_newest_at(t, me)
+                } else {
+                    local.own.rotate_oldest_at(h, t, me)
+                }
             };
-            // SAFETY: the ring held the entry peeked above, and nothing has touched it
-            // since (only this kernel thread does).
-            let out = out.unwrap_or_else(|_| unsafe { core::hint::unreachable_unchecked() });
             core::mem::forget(out);
+            core.own_ready.store(true, Relaxed);
             let next = (p & !1) as *mut Tcb;
             // SAFETY: our TCB, an owned entry on this processor's ring now, which only
             // this kernel thread reads; `next` an owned entry taken off it.
@@ -1198,16 +1207,17 @@ impl Vp {
         if what == Claim::Stale {
             return false;
         }
-        core.own_ready.store(true, Relaxed);
-        let out = if LIFO {
-            local.own.replace_newest(me)
-        } else {
-            local.own.rotate_oldest(me)
+        // SAFETY: as above (the claim touched the thread's word, not the ring).
+        let out = unsafe {
+            if LIFO {
+                local.own.replace_newest_at(t, me)
+            } else {
+                local.own.rotate_oldest_at(h, t, me)
+            }
         };
-        // SAFETY: as above.
-        let out = out.unwrap_or_else(|_| unsafe { core::hint::unreachable_unchecked() });
+        core.own_ready.store(true, Relaxed);
         let Taken::Entry(r) = out.take() else {
-            // SAFETY: the entry peeked above is untagged.
+            // SAFETY: the entry read above is untagged.
             unsafe { core::hint::unreachable_unchecked() }
         };
         let next = match what {
@@ -2478,7 +2488,10 @@ pub fn yield_now() {
     if vp.yield_own(tcb, core) {
         // Resumed from the owned entry (by this processor): no longer on its ring, and
         // what was asked of it while it waited there (it looked running to the others)
-        // is done now, before its own code.
+        // is done now, before its own code. (The thread read again from the TCB, whose
+        // register the switch keeps, rather than kept across the switch.)
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
         core.own_ready.store(false, Relaxed);
         if core.attention.load(Relaxed) {
             attend(vp, tcb, core);
