@@ -434,8 +434,9 @@ pub(crate) struct Own {
     /// A [`Runnable`]'s thread (its reference given up, `ThreadRef::into_raw`), or a TCB's
     /// address with the low bit set.
     p: usize,
-    /// The [`Runnable`]'s ticket (nothing for an owned TCB).
-    ticket: u32,
+    /// The [`Runnable`]'s ticket; left unwritten for an owned TCB (so that the owned
+    /// yield stores one word), and read only when `p` is untagged.
+    ticket: core::mem::MaybeUninit<u32>,
 }
 
 /// What an [`Own`] entry is, taken out of the ring.
@@ -452,7 +453,7 @@ impl Own {
     fn entry(r: Runnable) -> Own {
         Own {
             p: r.t.into_raw() as usize,
-            ticket: r.ticket,
+            ticket: core::mem::MaybeUninit::new(r.ticket),
         }
     }
 
@@ -461,7 +462,7 @@ impl Own {
     fn owned(tcb: *mut Tcb) -> Own {
         Own {
             p: tcb as usize | 1,
-            ticket: 0,
+            ticket: core::mem::MaybeUninit::uninit(),
         }
     }
 
@@ -481,7 +482,8 @@ impl Own {
         Taken::Entry(Runnable {
             // SAFETY: an untagged entry holds a reference given up by `into_raw`.
             t: unsafe { ThreadRef::from_raw(this.p as *const Core) },
-            ticket: this.ticket,
+            // SAFETY: an untagged entry's ticket was written (`entry`).
+            ticket: unsafe { this.ticket.assume_init() },
         })
     }
 }
@@ -1165,7 +1167,8 @@ impl Vp {
         }
         let at = if LIFO { t.wrapping_sub(1) } else { h };
         // SAFETY: `at` is in `h..t`.
-        let &Own { p, ticket } = unsafe { local.own.at(at) };
+        let entry = unsafe { local.own.at(at) };
+        let p = entry.p;
         // The yielder must be running here with no live entry (not absorbed): its word
         // then stays as it is. (Only this thread changes those fields of a running word,
         // so no ordering is needed.)
@@ -1193,6 +1196,8 @@ impl Vp {
             return true;
         }
         let next = p as *const Core;
+        // SAFETY: an untagged entry's ticket was written (`Own::entry`).
+        let ticket = unsafe { entry.ticket.assume_init() };
         // SAFETY: the ring's entry holds a reference to `next`.
         let cell = unsafe { &(*next).word };
         // A ready thread's live entry on this processor (the common case) is claimed with
