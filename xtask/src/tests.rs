@@ -801,6 +801,7 @@ const STING_REQUIRE: &[&str] = &[
     "sting#1| ok: areas: ",
     "sting#1| ok: foreign_unpark: 4 threads woken from another kernel thread",
     "sting#1| ok: hand_off: woken ahead of the queue",
+    "sting#1| ok: owned_entries: Fifo ok, Lifo ok",
     "sting#1| ok: primes: ",
     "sting#1| ok: mst: ",
     "sting#1| ok: alphabeta: ",

@@ -166,6 +166,72 @@ impl<T> Ring<T> {
         Ok(out)
     }
 
+    /// The unmasked indices of the oldest item and one past the newest (`head`, `tail`):
+    /// the ring is empty when they are equal.
+    #[inline]
+    pub fn ends(&self) -> (usize, usize) {
+        (self.head, self.tail)
+    }
+
+    /// The item at unmasked index `i`.
+    ///
+    /// # Safety
+    ///
+    /// `i` is in `head..tail` ([`ends`](Self::ends)).
+    #[inline]
+    pub unsafe fn at(&self, i: usize) -> &T {
+        // SAFETY: the caller's promise: initialised; masked, in bounds.
+        unsafe { self.buf.get_unchecked(i & (CAPACITY - 1)).assume_init_ref() }
+    }
+
+    /// [`rotate_oldest`](Self::rotate_oldest) of a ring whose [`ends`](Self::ends) the
+    /// caller has just read as `(h, t)`, with `h != t`: no test, no load of the ends.
+    ///
+    /// # Safety
+    ///
+    /// `(h, t)` are the ring's ends now and `h != t`.
+    #[inline]
+    pub unsafe fn rotate_oldest_at(&mut self, h: usize, t: usize, item: T) -> T {
+        // SAFETY: as in `rotate_oldest`: `h` is initialised and read once; the slot of `t`
+        // is free (or, full, the slot of `h` just read).
+        let out = unsafe { self.slot(h).assume_init_read() };
+        self.slot(t).write(item);
+        self.head = h.wrapping_add(1);
+        self.tail = t.wrapping_add(1);
+        out
+    }
+
+    /// [`replace_newest`](Self::replace_newest) of a ring whose [`ends`](Self::ends) the
+    /// caller has just read as `(h, t)`, with `h != t`.
+    ///
+    /// # Safety
+    ///
+    /// As [`rotate_oldest_at`](Self::rotate_oldest_at).
+    #[inline]
+    pub unsafe fn replace_newest_at(&mut self, t: usize, item: T) -> T {
+        let slot = self.slot(t.wrapping_sub(1));
+        // SAFETY: `t - 1` is in `head..tail`, so initialised; read once, rewritten at once.
+        let out = unsafe { slot.assume_init_read() };
+        slot.write(item);
+        out
+    }
+
+    /// The oldest item that `pred` accepts, to change in place (a search from the oldest
+    /// to the newest: for rare operations only).
+    pub fn find_mut(&mut self, mut pred: impl FnMut(&T) -> bool) -> Option<&mut T> {
+        let (h, t) = (self.head, self.tail);
+        let mut i = h;
+        while i != t {
+            // SAFETY: `i` is in `head..tail`, so initialised.
+            if pred(unsafe { self.slot(i).assume_init_ref() }) {
+                // SAFETY: as above.
+                return Some(unsafe { self.slot(i).assume_init_mut() });
+            }
+            i = i.wrapping_add(1);
+        }
+        None
+    }
+
     /// Items in the ring.
     #[inline]
     pub fn len(&self) -> usize {

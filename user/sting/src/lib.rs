@@ -92,8 +92,9 @@ pub use policy::{Kind, Policy};
 pub use pool::Thresholds;
 pub use port::{DeepCopy, Port};
 pub use rt::{
-    checkpoint, current_vp, migrate, park, preemptible, probe_enqueue_dequeue, run, stats,
-    vp_count, vp_policy, vp_stats, yield_now, Config, Runnable, Stats, STACK_SIZE,
+    checkpoint, current_vp, migrate, park, preemptible, probe_enqueue_dequeue,
+    probe_enqueue_dequeue_scheduled, run, stats, vp_count, vp_policy, vp_stats, yield_now, Config,
+    Runnable, Stats, STACK_SIZE,
 };
 pub use state::{End, Paper, State};
 pub use sync::{Barrier, Condvar, Mutex, MutexGuard};

@@ -499,3 +499,62 @@ fn hand_off_to_a_thread_parking() {
         assert_eq!(runs(&t).0, u32::from(blocked), "{w:?}");
     });
 }
+
+/// The owned yield (`rt::Own`): a running thread goes on its processor's ring with its
+/// word untouched, and its processor later resumes it, reads its attention flag and
+/// attends (here: suspends itself, as `attend` does for a suspension) or parks. Meanwhile
+/// a waker unparks it and a controller suspends it (word and flag, under the lock). What
+/// must hold: neither request is lost, since the owner never writes the word while the
+/// thread sits on the ring (a plain store of the state there would drop a wake-up or a
+/// suspension set in between: that is why the state stays in the word, changed by others
+/// only, and the owner's queue position and ready flag live outside it). In every
+/// interleaving the word ends suspended, and the wake-up is either still pending, consumed
+/// by the park, or has queued the parked thread once.
+#[test]
+fn an_owned_entry_keeps_what_others_ask() {
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::atomic::Ordering::{Acquire, Release};
+    model(|| {
+        let t = thread_in(State::Running);
+        let attention = Arc::new(AtomicBool::new(false));
+        let q: ReadyQueue = Default::default();
+        let waker = {
+            let (t, q) = (t.clone(), q.clone());
+            thread::spawn(move || unpark(&t, &q))
+        };
+        let controller = {
+            let (t, a) = (t.clone(), attention.clone());
+            thread::spawn(move || {
+                suspend(&t);
+                a.store(true, Release);
+            })
+        };
+        // The owner: the yield reads the word (running, no live entry) and writes nothing
+        // to it; the resumption reads the flag.
+        assert!(word_of(&t).running_unqueued() || word_of(&t).suspended());
+        let mut parked = None;
+        if attention.load(Acquire) {
+            let _c = t.lock.lock().unwrap();
+            if word_of(&t).suspended() {
+                apply(&t, |w| w.with_state(State::Ready).unqueue());
+            }
+        } else {
+            parked = Some(park(&t));
+        }
+        waker.join().unwrap();
+        controller.join().unwrap();
+        let w = word_of(&t);
+        assert!(w.suspended(), "the suspension survived: {w:?}");
+        match parked {
+            // Suspended itself before parking: the wake-up waits for its next park.
+            None => assert!(w.token(), "the wake-up is pending: {w:?}"),
+            // Parked with the wake-up pending: consumed, it goes on.
+            Some(false) => assert!(!w.token() && w.state() == State::Running, "{w:?}"),
+            // Parked first: the wake-up made it ready and queued it once.
+            Some(true) => {
+                assert_eq!(w.state(), State::Ready, "{w:?}");
+                assert_eq!(q.lock().unwrap().len(), 1, "{w:?}");
+            }
+        }
+    });
+}

@@ -229,6 +229,70 @@ proptest! {
         prop_assert_eq!(rest, model.into_iter().collect::<Vec<_>>());
     }
 
+    /// The owned yield's ring operations against a deque model, over random pushes, pops
+    /// and yields of a ring that fills up: `ends` and `at` read what the pops would take,
+    /// `rotate_oldest_at` and `replace_newest_at` given the ends just read are the FIFO
+    /// and LIFO yields (`pop_oldest` or `pop_newest`, then `push`), and `find_mut`
+    /// rewrites the oldest matching item in place (the immediate signal's retargeting of
+    /// an owned entry) and finds nothing that is not there.
+    #[test]
+    fn owned_ring_ops_match_a_deque(
+        ops in proptest::collection::vec(0u8..7, 0..700),
+        probe in 0u32..700,
+    ) {
+        use crate::deque::{Ring, CAPACITY};
+        let mut r: Ring<u32> = Ring::new();
+        let mut model: VecDeque<u32> = VecDeque::new();
+        for (item, op) in (0u32..).zip(ops) {
+            let (h, t) = r.ends();
+            prop_assert_eq!(t.wrapping_sub(h), model.len());
+            if h != t {
+                // SAFETY: `h` and `t - 1` are in `h..t`.
+                unsafe {
+                    prop_assert_eq!(Some(*r.at(h)), model.front().copied());
+                    prop_assert_eq!(Some(*r.at(t.wrapping_sub(1))), model.back().copied());
+                }
+            }
+            match op {
+                0 | 1 => {
+                    if r.push(item).is_ok() {
+                        model.push_back(item);
+                    }
+                    prop_assert!(model.len() <= CAPACITY);
+                }
+                2 => prop_assert_eq!(r.pop_oldest(), model.pop_front()),
+                3 if h != t => {
+                    // SAFETY: `(h, t)` are the ends just read, `h != t`.
+                    let out = unsafe { r.rotate_oldest_at(h, t, item) };
+                    prop_assert_eq!(Some(out), model.pop_front());
+                    model.push_back(item);
+                }
+                4 if h != t => {
+                    // SAFETY: as above.
+                    let out = unsafe { r.replace_newest_at(t, item) };
+                    prop_assert_eq!(Some(out), model.pop_back());
+                    model.push_back(item);
+                }
+                5 => {
+                    let want = model.iter().position(|&x| x == probe);
+                    let got = r.find_mut(|&x| x == probe).map(|x| {
+                        *x = u32::MAX;
+                    });
+                    prop_assert_eq!(got.is_some(), want.is_some());
+                    if let Some(i) = want {
+                        model[i] = u32::MAX;
+                    }
+                }
+                _ => prop_assert_eq!(r.pop_newest(), model.pop_back()),
+            }
+        }
+        let mut rest = Vec::new();
+        while let Some(x) = r.pop_oldest() {
+            rest.push(x);
+        }
+        prop_assert_eq!(rest, model.into_iter().collect::<Vec<_>>());
+    }
+
     /// The yield's shortcuts against the transitions they stand for, over words of every
     /// shape: `claim_ready` gives a word exactly when `claim` resumes a ready thread
     /// without moving it to another processor (its entry live, neither suspended nor

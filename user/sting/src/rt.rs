@@ -48,6 +48,14 @@
 //! - A thread has at most one live ready-queue entry: the word's queued bit and ticket are
 //!   set by whoever queues it and cleared by the claim that wins; stale entries (absorbed,
 //!   terminated or suspended threads, or ones queued again since) are dropped when popped.
+//!   The exception is an owned entry ([`Own`]) on a FIFO or LIFO processor's ring: a thread
+//!   that yielded there keeps its running word (no queued bit, no ticket), its TCB is the
+//!   entry, and only that processor resumes it; it is on the ring at most once, because
+//!   only the thread itself puts it there, as it yields.
+//! - An owned entry's TCB keeps its `running` flag set while it waits (no other processor
+//!   can take it, so there is no switch-away to wait for), and is resumed without the
+//!   handshake; every other TCB resumed on the processor it last ran on has its flag
+//!   clear.
 //! - A TCB is in exactly one of: a pool, in use by a started thread, or being switched away
 //!   from (until its virtual processor's next `finish_switch`).
 //! - `Vp::local` is touched only by the kernel thread of that virtual processor.
@@ -245,6 +253,11 @@ pub(crate) struct Core {
     /// Set (under `ctl`) whenever `suspended` or `terminate` is set, so that a checkpoint
     /// with nothing to do costs one load; cleared by a checkpoint that finds neither.
     attention: AtomicBool,
+    /// Set while the thread waits on its processor's ring as an owned entry (it yielded
+    /// there as a thread that processor owns: its word still says running, see
+    /// [`Own`]); written by that processor's kernel thread alone, read by others only to
+    /// report the thread as ready.
+    own_ready: AtomicBool,
     /// Everything that changes.
     pub(crate) ctl: SpinLock<Ctl>,
 }
@@ -407,6 +420,83 @@ pub struct Runnable {
     ticket: u32,
 }
 
+/// An entry of a FIFO or LIFO owner's ring (`VpLocal::own`): either a ready-queue entry
+/// like any other ([`Runnable`]: a counted reference and a ticket, claimed by
+/// compare-and-swap) or, tagged by the low bit, the TCB of a started thread that yielded
+/// on this processor as one it *owns*: its state word still says running here (nothing
+/// was written to it), it holds no reference (its TCB's keeps it alive) and no ticket
+/// (no other processor can claim it: the ring is this processor's alone, and a running
+/// word offers no claim). Such an entry is resumed with plain loads and stores; what
+/// others ask of the thread meanwhile (a suspension, a termination, a signal) goes to its
+/// word and its attention flag as for a running thread, and it attends to them as it
+/// resumes, before its own code (`docs/sting.md`, "The owned yield").
+pub(crate) struct Own {
+    /// A [`Runnable`]'s thread (its reference given up, `ThreadRef::into_raw`), or a TCB's
+    /// address with the low bit set.
+    p: usize,
+    /// The [`Runnable`]'s ticket; left unwritten for an owned TCB (so that the owned
+    /// yield stores one word), and read only when `p` is untagged.
+    ticket: core::mem::MaybeUninit<u32>,
+}
+
+/// What an [`Own`] entry is, taken out of the ring.
+enum Taken {
+    /// A ready-queue entry, to be claimed.
+    Entry(Runnable),
+    /// An owned TCB, to be resumed as it is.
+    Owned(*mut Tcb),
+}
+
+impl Own {
+    /// A ready-queue entry for the ring.
+    #[inline(always)]
+    fn entry(r: Runnable) -> Own {
+        Own {
+            p: r.t.into_raw() as usize,
+            ticket: core::mem::MaybeUninit::new(r.ticket),
+        }
+    }
+
+    /// The owned entry of TCB `tcb`.
+    #[inline(always)]
+    fn owned(tcb: *mut Tcb) -> Own {
+        Own {
+            p: tcb as usize | 1,
+            ticket: core::mem::MaybeUninit::uninit(),
+        }
+    }
+
+    /// The TCB if this is an owned entry.
+    #[inline(always)]
+    fn owned_tcb(&self) -> Option<*mut Tcb> {
+        (self.p & 1 != 0).then_some((self.p & !1) as *mut Tcb)
+    }
+
+    /// The entry's content, given up by the ring.
+    #[inline(always)]
+    fn take(self) -> Taken {
+        let this = core::mem::ManuallyDrop::new(self);
+        if this.p & 1 != 0 {
+            return Taken::Owned((this.p & !1) as *mut Tcb);
+        }
+        Taken::Entry(Runnable {
+            // SAFETY: an untagged entry holds a reference given up by `into_raw`.
+            t: unsafe { ThreadRef::from_raw(this.p as *const Core) },
+            // SAFETY: an untagged entry's ticket was written (`entry`).
+            ticket: unsafe { this.ticket.assume_init() },
+        })
+    }
+}
+
+impl Drop for Own {
+    fn drop(&mut self) {
+        if self.p & 1 == 0 {
+            // SAFETY: an untagged entry holds a reference given up by `into_raw`.
+            drop(unsafe { ThreadRef::from_raw(self.p as *const Core) });
+        }
+    }
+}
+
 impl Core {
     /// The state word now.
     #[inline]
@@ -463,6 +553,7 @@ where
             word: AtomicU64::new(Word::new(state, vp).0),
             tcb: AtomicPtr::new(ptr::null_mut()),
             attention: AtomicBool::new(false),
+            own_ready: AtomicBool::new(false),
             ctl: SpinLock::new(Ctl {
                 terminate: false,
                 waiters: WaitList::new(),
@@ -668,7 +759,7 @@ struct VpLocal {
     /// The ready queue of a processor whose built-in policy keeps its threads (`Vp::fast`
     /// FIFO or LIFO): the threads it queued itself, and those others queued (moved here
     /// from `Vp::ready`), in the order they were queued; touched without a lock.
-    own: Ring<Runnable>,
+    own: Ring<Own>,
 }
 
 /// Which queue a virtual processor's own kernel thread uses for the threads it queues
@@ -774,6 +865,9 @@ enum Next {
     Start(ThreadRef),
     /// A ready thread: resume its TCB.
     Resume(*mut Tcb),
+    /// An owned entry's TCB ([`Own`]): it last ran here and its `running` flag is still
+    /// set (it was never claimable elsewhere); resume it as it is.
+    Owned(*mut Tcb),
 }
 
 /// The TCB of `t`, just claimed to resume, with the entry's reference `t` given up: a
@@ -831,8 +925,10 @@ impl Vp {
         if self.shared.load(Relaxed) == 0 {
             // SAFETY: the caller runs on this virtual processor's kernel thread.
             let own = &mut unsafe { self.local() }.own;
-            if let Err(r) = own.push(Runnable { t, ticket }) {
-                self.push(r.t, r.ticket);
+            if let Err(r) = own.push(Own::entry(Runnable { t, ticket })) {
+                if let Taken::Entry(r) = r.take() {
+                    self.push(r.t, r.ticket);
+                }
             }
         } else if self.fast == Fast::Steal {
             self.push_deque(t, ticket);
@@ -874,7 +970,7 @@ impl Vp {
     /// from the owner's queue (after moving there what others queued) if the policy keeps
     /// its threads, else from the shared queue.
     #[inline(always)]
-    fn pop_queue(&self) -> Option<Runnable> {
+    fn pop_queue(&self) -> Option<Taken> {
         match self.fast {
             Fast::Lifo => {
                 // Every entry on the shared queue is newer than every entry on the ring
@@ -882,11 +978,11 @@ impl Vp {
                 // shared queue's newest first, then the ring's.
                 if self.shared.load(Relaxed) != 0 {
                     if let Some(r) = self.pop_shared() {
-                        return Some(r);
+                        return Some(Taken::Entry(r));
                     }
                 }
                 // SAFETY: the caller runs on this virtual processor's kernel thread.
-                unsafe { self.local() }.own.pop_newest()
+                unsafe { self.local() }.own.pop_newest().map(Own::take)
             }
             Fast::Fifo => {
                 // SAFETY: the caller runs on this virtual processor's kernel thread.
@@ -896,18 +992,20 @@ impl Vp {
                 if self.shared.load(Relaxed) != 0 {
                     self.take_shared(&mut local.own);
                 }
-                local.own.pop_oldest()
+                local.own.pop_oldest().map(Own::take)
             }
             Fast::Steal => match self.deque.pop() {
-                Some((p, ticket)) => Some(Runnable {
+                Some((p, ticket)) => Some(Taken::Entry(Runnable {
                     // SAFETY: the deque's entries are references given up by `into_raw`.
                     t: unsafe { ThreadRef::from_raw(p as *const Core) },
                     ticket: ticket as u32,
-                }),
-                None if self.shared.load(Relaxed) & !NOT_OWN != 0 => self.pop_shared(),
+                })),
+                None if self.shared.load(Relaxed) & !NOT_OWN != 0 => {
+                    self.pop_shared().map(Taken::Entry)
+                }
                 None => None,
             },
-            Fast::Shared => self.pop_shared(),
+            Fast::Shared => self.pop_shared().map(Taken::Entry),
         }
     }
 
@@ -923,14 +1021,16 @@ impl Vp {
     /// order they were queued, as many as it has room for.
     #[cold]
     #[inline(never)]
-    fn take_shared(&self, own: &mut Ring<Runnable>) {
+    fn take_shared(&self, own: &mut Ring<Own>) {
         let mut q = self.ready.lock();
         while own.room() > 0 {
             let Some(r) = q.take_oldest() else {
                 break;
             };
-            if let Err(r) = own.push(r) {
-                q.enqueue(r);
+            if let Err(r) = own.push(Own::entry(r)) {
+                if let Taken::Entry(r) = r.take() {
+                    q.enqueue(r);
+                }
                 break;
             }
         }
@@ -947,8 +1047,13 @@ impl Vp {
             }
         }
         while let Some(r) = self.pop_queue() {
-            if let Some(next) = self.claim(r) {
-                return Some(next);
+            match r {
+                Taken::Owned(tcb) => return Some(Next::Owned(tcb)),
+                Taken::Entry(r) => {
+                    if let Some(next) = self.claim(r) {
+                        return Some(next);
+                    }
+                }
             }
         }
         self.next_stolen()
@@ -1023,33 +1128,76 @@ impl Vp {
 
     /// The yield of the running thread `core`, on TCB `tcb`, when its processor's policy
     /// is the built-in FIFO or LIFO and every ready thread is on the owner's ring (nothing
-    /// on the shared queue, no kernel call completed): the entry that the policy would
-    /// take next is claimed where it lies and the yielder's new entry takes its place in
-    /// one step (`Ring::rotate_oldest` for FIFO, `Ring::replace_newest` for LIFO, one
-    /// slot rewritten), instead of a pop and a push, each with its tests. The order of the
-    /// queue is the one a pop then a push leaves. `false` (nothing done) when it does not
-    /// apply, or the next entry is stale: the caller takes the general path, which drops
-    /// it. `true` once the caller has been switched away from and resumed.
+    /// on the shared queue, no kernel call completed): the owned yield (`docs/sting.md`,
+    /// "The owned yield"). The yielder, running here with no live entry, goes on the ring
+    /// as an owned entry ([`Own`]: its TCB, no reference, no ticket, its word left as it
+    /// is, running here), and the entry that the policy would take next is taken where it
+    /// lies in the same step (`Ring::rotate_oldest` for FIFO, `Ring::replace_newest` for
+    /// LIFO, one slot rewritten): an owned entry is resumed as it is, any other claimed
+    /// by compare-and-swap. The order of the queue is the one a pop then a push leaves.
+    /// `false` (nothing done) when it does not apply, or the next entry is stale: the
+    /// caller takes the general path, which drops it. `true` once the caller has been
+    /// switched away from and resumed (by this processor: an owned entry is resumed by its
+    /// own processor alone); the caller then attends to what was asked of it meanwhile.
     #[inline(always)]
     fn yield_own(&self, tcb: *mut Tcb, core: &Core) -> bool {
         // Zero: FIFO or LIFO, with nothing on the shared queue.
         if self.shared.load(Relaxed) != 0 {
             return false;
         }
-        let lifo = self.fast == Fast::Lifo;
         // SAFETY: the caller runs on this virtual processor's kernel thread.
         let local = unsafe { self.local() };
         if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
             return false;
         }
-        let peeked = if lifo {
-            local.own.newest()
+        // One test of the policy, each way specialised.
+        if self.fast == Fast::Lifo {
+            self.yield_in::<true>(local, tcb, core)
         } else {
-            local.own.oldest()
-        };
-        let Some((next, ticket)) = peeked.map(|r| (r.t.0.as_ptr().cast_const(), r.ticket)) else {
+            self.yield_in::<false>(local, tcb, core)
+        }
+    }
+
+    /// [`yield_own`](Self::yield_own) on a LIFO (`LIFO`) or FIFO ring.
+    #[inline(always)]
+    fn yield_in<const LIFO: bool>(&self, local: &mut VpLocal, tcb: *mut Tcb, core: &Core) -> bool {
+        let (h, t) = local.own.ends();
+        if h == t {
             return false;
-        };
+        }
+        let at = if LIFO { t.wrapping_sub(1) } else { h };
+        // SAFETY: `at` is in `h..t`.
+        let entry = unsafe { local.own.at(at) };
+        let p = entry.p;
+        // The yielder must be running here with no live entry (not absorbed): its word
+        // then stays as it is. (Only this thread changes those fields of a running word,
+        // so no ordering is needed.)
+        if !Word(core.word.load(Relaxed)).running_unqueued() {
+            return false;
+        }
+        let me = Own::owned(tcb);
+        if p & 1 != 0 {
+            // An owned entry: resumed as it is, with no claim and no reference.
+            // SAFETY: `(h, t)` are the ring's ends, read above; nothing has touched the
+            // ring since (only this kernel thread does), and `h != t`.
+            let out = unsafe {
+                if LIFO {
+                    local.own.replace_newest_at(t, me)
+                } else {
+                    local.own.rotate_oldest_at(h, t, me)
+                }
+            };
+            core::mem::forget(out);
+            core.own_ready.store(true, Relaxed);
+            let next = (p & !1) as *mut Tcb;
+            // SAFETY: our TCB, an owned entry on this processor's ring now, which only
+            // this kernel thread reads; `next` an owned entry taken off it.
+            unsafe { switch_owned(self, tcb, next) };
+            return true;
+        }
+        let next = p as *const Core;
+        // SAFETY: an untagged entry's ticket was written (`Own::entry`).
+        let ticket = unsafe { entry.ticket.assume_init() };
         // SAFETY: the ring's entry holds a reference to `next`.
         let cell = unsafe { &(*next).word };
         // A ready thread's live entry on this processor (the common case) is claimed with
@@ -1064,40 +1212,28 @@ impl Vp {
         if what == Claim::Stale {
             return false;
         }
-        // What `on(Preempt)` gives, or its fallback: `Ready` from every state (written out,
-        // so that no build has to see through the table). A running thread with no live
-        // entry (the common case; an absorbed thread is not running) adds a constant: no
-        // one else changes its state or its queued bit meanwhile.
-        let mine = if core.word().running_unqueued() {
-            Word(core.word.fetch_add(Word::YIELD_RUNNING, AcqRel))
-                .yielded()
-                .ticket()
-        } else {
-            core.apply(Word::yielded).yielded().ticket()
+        // SAFETY: as above (the claim touched the thread's word, not the ring).
+        let out = unsafe {
+            if LIFO {
+                local.own.replace_newest_at(t, me)
+            } else {
+                local.own.rotate_oldest_at(h, t, me)
+            }
         };
-        let me = Runnable {
-            // SAFETY: the running thread is alive.
-            t: unsafe { ThreadRef::clone_raw(core) },
-            ticket: mine,
-        };
-        let out = if lifo {
-            local.own.replace_newest(me)
-        } else {
-            local.own.rotate_oldest(me)
-        };
-        let t = match out {
-            Ok(r) => r.t,
-            // SAFETY: the ring held the entry peeked above, and nothing has touched it
-            // since (only this kernel thread does).
-            Err(_) => unsafe { core::hint::unreachable_unchecked() },
+        core.own_ready.store(true, Relaxed);
+        let Taken::Entry(r) = out.take() else {
+            // SAFETY: the entry read above is untagged.
+            unsafe { core::hint::unreachable_unchecked() }
         };
         let next = match what {
-            Claim::Start => Next::Start(t),
-            _ => Next::Resume(resume_of(t)),
+            Claim::Start => Next::Start(r.t),
+            _ => Next::Resume(resume_of(r.t)),
         };
-        // SAFETY: our TCB; the thread is ready and queued, so it is safe to leave it;
-        // `next` was claimed by this virtual processor above.
-        unsafe { switch_to(self, (*tcb).sp.get(), tcb, false, Some(next)) };
+        // SAFETY: our TCB, an owned entry on this processor's ring now, which only this
+        // kernel thread reads, so it is safe to leave it (and `prev` stays null: its
+        // `running` flag stays set, as no other processor may take it); `next` was
+        // claimed by this virtual processor above.
+        unsafe { switch_to(self, (*tcb).sp.get(), ptr::null_mut(), false, Some(next)) };
         true
     }
 
@@ -1139,10 +1275,11 @@ impl Vp {
     fn finish_switch(&self) {
         // SAFETY: we are on this virtual processor's kernel thread.
         let local = unsafe { self.local() };
-        let prev = core::mem::replace(&mut local.prev, ptr::null_mut());
+        let prev = local.prev;
         if prev.is_null() {
             return;
         }
+        local.prev = ptr::null_mut();
         // SAFETY: `prev` is a TCB this virtual processor has just switched away from; it
         // is not running and, until its flag is cleared, no one else resumes it.
         unsafe { (*prev).running.store(false, Release) };
@@ -1386,6 +1523,11 @@ unsafe fn switch_to(
             };
             (tcb, sp)
         }
+        Some(Next::Owned(tcb)) => {
+            // SAFETY: an owned entry's TCB is alive and last ran here (its `vp` is this
+            // processor, its `running` flag still set): nothing to wait for.
+            (tcb, unsafe { *(*tcb).sp.get() })
+        }
         Some(Next::Start(t)) => start_context(vp, t),
     };
     // After the wait above: whoever ran on `to_tcb` before has switched away from it.
@@ -1406,6 +1548,26 @@ unsafe fn switch_to(
         unsafe { &*(*prev).vp.get() }
     };
     vp_now.finish_switch();
+}
+
+/// [`switch_to`] from `from` to `to`, both owned entries of `vp` ([`Own`]): `to` last ran
+/// here and its `running` flag is still set, and `from`, on the ring, keeps its own set
+/// and needs no release after the switch (`prev` stays null), so the switch is the
+/// published TCB, the counter and the registers. Returns when `from` is resumed, by `vp`.
+///
+/// # Safety
+///
+/// Called on `vp`'s kernel thread, running on `from`, an owned entry of its ring now;
+/// `to` an owned entry taken off it.
+#[inline(always)]
+unsafe fn switch_owned(vp: &Vp, from: *mut Tcb, to: *mut Tcb) {
+    vp.on.store(to, Relaxed);
+    bump(&vp.counters.switches);
+    // SAFETY: the caller's promise: `to` is not running and this processor alone resumes
+    // it; `from`'s save slot is its own.
+    unsafe { arch::switch((*from).sp.get(), *(*to).sp.get()) };
+    // Resumed by this processor (an owned entry is resumed by no other).
+    vp.finish_switch();
 }
 
 /// Makes `tcb`, which last ran on another virtual processor, `vp`'s, once that processor
@@ -2327,7 +2489,18 @@ pub fn yield_now() {
         (vp, tcb) = here();
     }
     // SAFETY: the running thread is alive (read again: `attend` may have changed it).
-    if vp.yield_own(tcb, unsafe { &*(*tcb).thread.get() }) {
+    let core = unsafe { &*(*tcb).thread.get() };
+    if vp.yield_own(tcb, core) {
+        // Resumed from the owned entry (by this processor): no longer on its ring, and
+        // what was asked of it while it waited there (it looked running to the others)
+        // is done now, before its own code. (The thread read again from the TCB, whose
+        // register the switch keeps, rather than kept across the switch.)
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
+        core.own_ready.store(false, Relaxed);
+        if core.attention.load(Relaxed) {
+            attend(vp, tcb, core);
+        }
         return;
     }
     let Some(next) = vp.next_runnable() else {
@@ -2518,7 +2691,12 @@ pub(crate) fn terminate(t: &ThreadRef) {
 pub(crate) fn state_of(t: &ThreadRef) -> (State, bool, bool) {
     disarm();
     let w = t.core().word();
-    (w.state(), w.absorbed(), w.suspended())
+    // An owned entry on its processor's ring keeps a running word ([`Own`]).
+    let s = match w.state() {
+        State::Running if t.core().own_ready.load(Relaxed) => State::Ready,
+        s => s,
+    };
+    (s, w.absorbed(), w.suspended())
 }
 
 /// The paper's state of `t`.
@@ -2532,13 +2710,47 @@ pub(crate) fn id_of(t: &ThreadRef) -> u64 {
     t.core().id
 }
 
+/// For the benchmarks: puts the calling thread on its virtual processor's ready queue and
+/// takes it off again, as the owner's scheduler queues a started thread of its own: the
+/// test that it runs here with no live entry, its `own_ready` flag, the owned entry pushed
+/// on the ring (after the one-word test that the ring is the whole ready queue), the
+/// policy's pop with its dispatch, and the flag cleared; no atomic operation. Only with
+/// nothing else queued (so that what comes off is the caller) on a built-in FIFO or LIFO
+/// processor; returns whether the caller's entry came off (false, with nothing done, if
+/// the queue was not empty or the policy is another).
+pub fn probe_enqueue_dequeue() -> bool {
+    let (vp, tcb) = here();
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    // SAFETY: on this virtual processor's kernel thread.
+    let own = &mut unsafe { vp.local() }.own;
+    if vp.shared.load(Relaxed) != 0 || !own.is_empty() || !core.word().running_unqueued() {
+        return false;
+    }
+    core.own_ready.store(true, Relaxed);
+    if let Err(e) = own.push(Own::owned(tcb)) {
+        core::mem::forget(e);
+    }
+    match vp.pop_queue() {
+        Some(Taken::Owned(t)) => {
+            // SAFETY: an owned entry's TCB runs its thread.
+            unsafe { &*(*t).thread.get() }
+                .own_ready
+                .store(false, Relaxed);
+            t == tcb
+        }
+        _ => false,
+    }
+}
+
 /// For the benchmarks: puts the delayed thread `t` on the calling virtual processor's
-/// ready queue and takes it off again, as a real enqueue and dequeue do (a compare-and-swap
-/// of the thread's state word to mark it queued, the processor's own queue both ways — the
-/// ring for the built-in FIFO and LIFO policies, the deque for work stealing, the shared
-/// queue under its lock for a policy of the program's own — and a compare-and-swap again
-/// to claim the entry). Returns whether the thread that came off is `t`.
-pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
+/// ready queue and takes it off again, as the scheduler queues a thread that has not
+/// started (a compare-and-swap of the thread's state word to mark it queued, the
+/// processor's own queue both ways — the ring for the built-in FIFO and LIFO policies, the
+/// deque for work stealing, the shared queue under its lock for a policy of the program's
+/// own — and a compare-and-swap again to claim the entry). Returns whether the thread
+/// that came off is `t`.
+pub fn probe_enqueue_dequeue_scheduled<T>(t: &crate::Thread<T>) -> bool {
     let (vp, _) = here();
     let t = t.raw().clone();
     let ticket = t.core().enqueue();
@@ -2546,7 +2758,7 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
     let back = vp.pop_queue();
     match back {
         // A claim of the delayed thread's entry: it stays delayed, the entry consumed.
-        Some(Runnable { t: b, ticket }) => b
+        Some(Taken::Entry(Runnable { t: b, ticket })) => b
             .core()
             .update(|w| {
                 if w.is_live(ticket) {
@@ -2556,7 +2768,7 @@ pub fn probe_enqueue_dequeue<T>(t: &crate::Thread<T>) -> bool {
                 }
             })
             .is_ok(),
-        None => false,
+        _ => false,
     }
 }
 
@@ -2855,13 +3067,20 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
         let w = core.word();
         let ready_here =
             w.state() == State::Ready && w.queued() && !w.suspended() && w.vp() == vp.id;
+        // An owned entry on this processor's ring (its word says running here; only this
+        // processor's kernel thread, which runs the caller, writes `own_ready`).
+        let owned_here = w.state() == State::Running
+            && !w.suspended()
+            && w.vp() == vp.id
+            && core.own_ready.load(Relaxed);
         let elsewhere = (w.state() == State::Running && w.vp() != vp.id).then_some(w.vp());
-        (ready_here, elsewhere)
+        (ready_here, owned_here, elsewhere)
     };
-    let (ready_here, running_elsewhere) = ready_here;
+    let (ready_here, owned_here, running_elsewhere) = ready_here;
     match prio {
         Priority::Continue => {}
         Priority::Immediate if ready_here => switch_to_target(t),
+        Priority::Immediate if owned_here => switch_to_owned(t),
         Priority::Immediate => {
             // Running on another processor now: with preemption on, the kernel stops it
             // there (a Checkpoint upcall at once); preemptible, it runs the handler as it
@@ -2876,6 +3095,37 @@ pub(crate) fn signal(t: &ThreadRef, prio: Priority, handler: Signal) -> bool {
         Priority::Reschedule => yield_now(),
     }
     true
+}
+
+/// Switches from the calling thread to `t`, an owned entry on this processor's ring
+/// ([`Own`]): the entry is replaced by a stale ready-queue entry of `t` (the ticket its
+/// word has now, with no live entry: the claim that pops it drops it), and the caller
+/// goes back on the ready queue. `t` attends to the signal as it resumes, in its yield.
+fn switch_to_owned(t: &ThreadRef) {
+    let (vp, tcb) = here();
+    let target = t.core().tcb.load(Relaxed);
+    {
+        // SAFETY: the caller runs on this virtual processor's kernel thread.
+        let own = &mut unsafe { vp.local() }.own;
+        let Some(slot) = own.find_mut(|e| e.owned_tcb() == Some(target)) else {
+            return;
+        };
+        *slot = Own::entry(Runnable {
+            t: t.clone(),
+            ticket: t.core().word().ticket(),
+        });
+    }
+    let me = {
+        // SAFETY: the running thread is alive.
+        let core = unsafe { &*(*tcb).thread.get() };
+        let ticket = core.apply(Word::yielded).yielded().ticket();
+        // SAFETY: as above.
+        (unsafe { ThreadRef::clone_raw(core) }, ticket)
+    };
+    vp.push_own(me.0, me.1);
+    // SAFETY: our TCB; the thread is ready and queued; `target` was an owned entry of
+    // this processor, taken off its ring above.
+    unsafe { switch_to(vp, (*tcb).sp.get(), tcb, false, Some(Next::Owned(target))) };
 }
 
 /// Switches from the calling thread to `t`, ready on this processor (its queue entry

@@ -45,6 +45,7 @@ pub const ALL: &[(&str, Scenario)] = &[
     ("signals", signals),
     ("foreign_unpark", foreign_unpark),
     ("hand_off", hand_off),
+    ("owned_entries", owned_entries),
     ("primes", primes),
     ("mst", mst),
     ("alphabeta", alphabeta),
@@ -58,6 +59,77 @@ macro_rules! ensure {
             return Err(format!($($what)*));
         }
     };
+}
+
+/// Threads that yield on a FIFO or LIFO processor wait on its ring as owned entries (their
+/// word left running, `rt::Own`): each is reported ready there; a suspension or a
+/// termination asked while it waits takes effect as it is resumed, before its own code runs
+/// again; a resumption lets it go on; the owner's enqueue and dequeue of itself gives its
+/// own entry back. On every processor count (the threads share the caller's processor).
+pub fn owned_entries(vps: usize) -> Outcome {
+    let mut seen = Vec::new();
+    for kind in [Kind::Fifo, Kind::Lifo] {
+        let (r, _) = run(Config::new(vps, kind), move || -> Outcome {
+            ensure!(
+                crate::probe_enqueue_dequeue(),
+                "the owner's enqueue and dequeue of itself"
+            );
+            let here = current_vp();
+            // One thread at a time beside the caller (a LIFO processor alternates the two
+            // newest), counting its turns until stopped.
+            let spinner = || {
+                let stop = Arc::new(AtomicBool::new(false));
+                let count = Arc::new(AtomicU64::new(0));
+                let (st, c) = (stop.clone(), count.clone());
+                let t = fork_on(here, move || {
+                    while !st.load(SeqCst) {
+                        c.fetch_add(1, SeqCst);
+                        yield_now();
+                    }
+                });
+                while count.load(SeqCst) < 3 {
+                    yield_now();
+                }
+                (t, count, stop)
+            };
+            // It waits on the ring (we run), and is reported ready.
+            let (t, count, stop) = spinner();
+            ensure!(t.detail().0 == State::Ready, "queued: {:?}", t.detail());
+            // Asked to suspend while queued: it does not run its own code again.
+            t.suspend();
+            let before = count.load(SeqCst);
+            for _ in 0..20 {
+                yield_now();
+            }
+            ensure!(
+                count.load(SeqCst) == before,
+                "suspended while queued, it ran: {} -> {}",
+                before,
+                count.load(SeqCst)
+            );
+            ensure!(t.detail().1, "not suspended: {:?}", t.detail());
+            // Resumed, it goes on.
+            t.resume();
+            while count.load(SeqCst) == before {
+                yield_now();
+            }
+            stop.store(true, SeqCst);
+            ensure!(t.value().is_ok(), "stopped without its value");
+            // Terminated while queued: it ends as it is resumed.
+            let (t, count, _stop) = spinner();
+            t.terminate();
+            let before = count.load(SeqCst);
+            t.wait();
+            ensure!(t.value().is_err(), "terminated, yet a value");
+            ensure!(
+                count.load(SeqCst) == before,
+                "terminated while queued, it ran"
+            );
+            Ok(format!("{kind:?} ok"))
+        });
+        seen.push(r?);
+    }
+    Ok(seen.join(", "))
 }
 
 /// Threads allocating from their private areas: no heap operation but for a chunk now and

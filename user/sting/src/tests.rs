@@ -47,6 +47,7 @@ scenarios!(
     signals,
     foreign_unpark,
     hand_off,
+    owned_entries,
     primes,
     mst,
     alphabeta,

@@ -1215,12 +1215,24 @@ fn sting_benchmarks() -> Result<(), Failed> {
             record_after_warmup(w, t1.wrapping_sub(t0));
         }
     })?;
-    // Put a thread on the virtual processor's ready queue and take it off.
+    // Put a thread on the virtual processor's ready queue and take it off: a started
+    // thread (the caller) as its processor queues its own, an owned entry.
     sting_row("sting.enqueue_dequeue", || {
+        for w in 0..TOTAL {
+            let t0 = rdtsc_ordered();
+            let back = sting::probe_enqueue_dequeue();
+            let t1 = rdtsc_ordered();
+            black_box(back);
+            record_after_warmup(w, t1.wrapping_sub(t0));
+        }
+    })?;
+    // The same for a thread that has not started (delayed): a ticketed entry, marked and
+    // claimed by compare-and-swap, as a fork or a wake-up queues one.
+    sting_row("sting.enqueue_dequeue.scheduled", || {
         let t = sting::delay(|| ());
         for w in 0..TOTAL {
             let t0 = rdtsc_ordered();
-            let back = sting::probe_enqueue_dequeue(&t);
+            let back = sting::probe_enqueue_dequeue_scheduled(&t);
             let t1 = rdtsc_ordered();
             black_box(back);
             record_after_warmup(w, t1.wrapping_sub(t0));
