@@ -586,21 +586,13 @@ impl<S: Service + Send> Shared<S> {
             },
             in_place: false,
         };
-        let Ok(len) = migrated_request(buf) else {
-            return NOTHING;
-        };
         let mut service = self.lock();
         if self.is_closed() {
             // The server has stopped serving: refused as by a dead server.
             drop(service);
-            let request = buf.get(..len).unwrap_or(&[]);
-            return MsgReader::new(request)
-                .and_then(|r| ReplyTo::of(&r))
-                .and_then(|to| to.reject(reply, Error::DeadName))
-                .map(Answered::in_scratch)
-                .unwrap_or(NOTHING);
+            return Self::refuse(buf, reply);
         }
-        let d = service.handle_in_place(buf, len, reply).unwrap_or(NOTHING);
+        let d = service.handle_migrated(buf, reply).unwrap_or(NOTHING);
         let done = service.done();
         if done {
             self.closed.store(true, Ordering::Release);
@@ -610,6 +602,30 @@ impl<S: Service + Send> Shared<S> {
             self.wake_server();
         }
         d
+    }
+
+    /// The answer to a migrated request once the server is closed: `DeadName`, as from a
+    /// dead server (nothing for a request that is not what the kernel delivers). Out of
+    /// line: the entry keeps fewer registers live for it.
+    #[cold]
+    #[inline(never)]
+    fn refuse(buf: &mut [u8; IPC_BUFFER_SIZE], reply: &mut [u8; IPC_BUFFER_SIZE]) -> Answered {
+        const NOTHING: Answered = Answered {
+            dispatched: Dispatched {
+                reply_len: 0,
+                delivered: false,
+            },
+            in_place: false,
+        };
+        let Ok(len) = migrated_request(buf) else {
+            return NOTHING;
+        };
+        let request = buf.get(..len).unwrap_or(&[]);
+        MsgReader::new(request)
+            .and_then(|r| ReplyTo::of(&r))
+            .and_then(|to| to.reject(reply, Error::DeadName))
+            .map(Answered::in_scratch)
+            .unwrap_or(NOTHING)
     }
 
     /// Sends [`WAKE_ID`] to the served port (with a send right made for the message) so

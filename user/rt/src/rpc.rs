@@ -189,6 +189,24 @@ pub trait Service {
         self.handle(request, scratch).map(Answered::in_scratch)
     }
 
+    /// Handles a request delivered by a migrating call (`crate::migrate::serve`), as it
+    /// arrived at the start of the activation's buffer `buf`: no reply right, since the
+    /// reply goes back to the caller when the activation returns. As
+    /// [`Service::handle_in_place`] after [`baton_idl_rt::migrated_request`] has given the
+    /// request a stand-in reply right (what the default does); a service made of a
+    /// generated dispatch overrides it with `*_dispatch_migrated(self, buf, scratch)`,
+    /// whose fast path takes a fixed-size call as the kernel delivered it, with no rewrite
+    /// of its header. Error [`Error::BadFormat`] for a request that is not what the kernel
+    /// delivers to an activation.
+    fn handle_migrated(
+        &mut self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        scratch: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Result<Answered, Error> {
+        let len = baton_idl_rt::migrated_request(buf)?;
+        self.handle_in_place(buf, len, scratch)
+    }
+
     /// Whether [`serve`] should return; asked after each message (whose reply is then
     /// sent on its own).
     fn done(&self) -> bool {
