@@ -804,6 +804,29 @@ fn a_transport_reference_is_that_transport() {
     let mut by_ref = &mut t;
     assert_eq!(Transport::call(&mut by_ref, 3), Ok(8));
     assert_eq!(Transport::buffer(&mut by_ref).len(), 64);
+    // `call_written` is `call` unless the transport says otherwise, by reference too.
+    assert_eq!(Transport::call_written(&mut by_ref, 3), Ok(8));
+    let mut own = Written(0);
+    let mut own_ref = &mut own;
+    assert_eq!(Transport::call_written(&mut own_ref, 3), Ok(103));
+    assert_eq!(Transport::call(&mut own_ref, 3), Ok(3));
+}
+
+/// A transport whose `call_written` is its own.
+struct Written(u8);
+
+impl Transport for Written {
+    fn buffer(&mut self) -> &mut [u8] {
+        core::slice::from_mut(&mut self.0)
+    }
+
+    fn call(&mut self, len: usize) -> Result<usize, Error> {
+        Ok(len)
+    }
+
+    fn call_written(&mut self, len: usize) -> Result<usize, Error> {
+        Ok(len + 100)
+    }
 }
 
 #[test]

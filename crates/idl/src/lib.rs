@@ -485,7 +485,7 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                     #(#put_data)*
                     #w.finish()
                 };
-                let #reply_len = #rt::Transport::call(&mut self.transport, #len)?;
+                let #reply_len = #rt::Transport::call_written(&mut self.transport, #len)?;
                 #fast_reply
                 let mut #r = #rt::client::open_reply(
                     #rt::Transport::buffer(&mut self.transport),
