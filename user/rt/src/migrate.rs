@@ -584,16 +584,17 @@ impl<S: Service + Send> Shared<S> {
             in_place: false,
         };
         let mut service = self.lock();
-        let a = if self.is_closed() {
+        if self.is_closed() {
             // The server has stopped serving: refused as by a dead server.
-            Self::refuse(buf, reply)
-        } else {
-            service.handle_migrated(buf, reply).unwrap_or(NOTHING)
-        };
-        // A reply written in place (always one: `Answered::in_place`) is where the
-        // caller gets it.
-        if !a.in_place {
+            let a = Self::refuse(buf, reply);
             reply_from_scratch(buf, reply, a.dispatched.reply_len);
+        } else {
+            match service.handle_migrated(buf, reply) {
+                // A reply written in place (always one: `Answered::in_place`) is where
+                // the caller gets it.
+                Ok(Answered { in_place: true, .. }) => {}
+                a => reply_from_scratch(buf, reply, a.unwrap_or(NOTHING).dispatched.reply_len),
+            }
         }
         if service.done() {
             Self::close(service);
