@@ -3,7 +3,7 @@
 //! A stub does
 //! 1. [`begin_request`] on the transport's buffer, marshals the arguments (every
 //!    argument's ports, then every argument's data), and finishes the message;
-//! 2. [`crate::Transport::call`];
+//! 2. [`crate::Transport::call_written`] (by default [`crate::Transport::call`]);
 //! 3. [`open_reply`] on the reply, which checks its id and result code, then unmarshals the
 //!    return value and checks with [`crate::MsgReader::finish`] that nothing is left.
 //!

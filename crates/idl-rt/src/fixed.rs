@@ -15,7 +15,7 @@
 //!   position the reader where the general path would be after the same checks.
 
 use crate::reader::MsgReader;
-use crate::{MsgHeader, HEADER_SIZE, REPLY_ID_OFFSET, RESULT_OK};
+use crate::{MsgHeader, HEADER_SIZE, MIGRATED_REPLY, REPLY_ID_OFFSET, RESULT_OK};
 use baton_abi::ipc::Disposition;
 
 /// The first eight bytes of a header read as one little-endian word: `bits` in the low
@@ -86,6 +86,46 @@ pub fn request(request: &[u8], data: usize) -> Option<(MsgReader<'_>, u64)> {
     Some((
         MsgReader::without_descriptors(msg, header, HEADER_SIZE),
         reply,
+    ))
+}
+
+/// The request at the start of `request` as a migrating call delivers it to an activation
+/// (no reply right: the reply goes back to the caller when the activation returns), when
+/// it has exactly the shape of a request whose arguments are `data` bytes of fixed-size
+/// values: `HEADER_SIZE + data` bytes (within `request`), no descriptors, no reserved bits,
+/// no reply disposition and a reply name of 0. Returns a reader at its data and
+/// [`MIGRATED_REPLY`], the reply name [`crate::migrated_request`] would have given it;
+/// `None` for any other message, which the general path then decodes (after
+/// [`crate::migrated_request`]). One compare of the header's first word and one of the
+/// reply name, where [`crate::migrated_request`] followed by [`request`] checks the header
+/// twice and rewrites its reply fields.
+///
+/// So a dispatch answers a migrated request as it would answer the same request after
+/// [`crate::migrated_request`], without the rewrite.
+#[inline(always)]
+pub fn migrated(request: &[u8], data: usize) -> Option<(MsgReader<'_>, u64)> {
+    let size = HEADER_SIZE.checked_add(data)?;
+    let b: &[u8; HEADER_SIZE] = request.first_chunk()?;
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let first = word(0);
+    if first & REQUEST_MASK != header_word(0, size) || word(16) != 0 {
+        return None;
+    }
+    let msg = request.get(..size)?;
+    let header = MsgHeader {
+        bits: (first as u32 & 0xff) | (Disposition::MoveSendOnce as u32) << 8,
+        size: size as u32,
+        dest: word(8),
+        reply: MIGRATED_REPLY,
+        id: word(24),
+    };
+    Some((
+        MsgReader::without_descriptors(msg, header, HEADER_SIZE),
+        MIGRATED_REPLY,
     ))
 }
 

@@ -804,6 +804,29 @@ fn a_transport_reference_is_that_transport() {
     let mut by_ref = &mut t;
     assert_eq!(Transport::call(&mut by_ref, 3), Ok(8));
     assert_eq!(Transport::buffer(&mut by_ref).len(), 64);
+    // `call_written` is `call` unless the transport says otherwise, by reference too.
+    assert_eq!(Transport::call_written(&mut by_ref, 3), Ok(8));
+    let mut own = Written(0);
+    let mut own_ref = &mut own;
+    assert_eq!(Transport::call_written(&mut own_ref, 3), Ok(103));
+    assert_eq!(Transport::call(&mut own_ref, 3), Ok(3));
+}
+
+/// A transport whose `call_written` is its own.
+struct Written(u8);
+
+impl Transport for Written {
+    fn buffer(&mut self) -> &mut [u8] {
+        core::slice::from_mut(&mut self.0)
+    }
+
+    fn call(&mut self, len: usize) -> Result<usize, Error> {
+        Ok(len)
+    }
+
+    fn call_written(&mut self, len: usize) -> Result<usize, Error> {
+        Ok(len + 100)
+    }
 }
 
 #[test]
@@ -1074,4 +1097,111 @@ fn fixed_paths_agree_with_the_general_path() {
     }
     // Both fast paths were taken often enough for the comparison to mean something.
     assert!(taken.0 > 200 && taken.1 > 200, "{taken:?}");
+}
+
+#[test]
+fn fixed_migrated_takes_exactly_one_shape() {
+    let data = [7u8; 12];
+    let mut ok = received_request(40, 9, Disposition::MoveSendOnce, &[], &data);
+    as_migrated(&mut ok);
+    let (mut r, name) = fixed::migrated(&ok, 12).unwrap();
+    assert_eq!(name, MIGRATED_REPLY);
+    assert_eq!(r.remaining(), 12);
+    assert_eq!(r.array::<12>(), Ok(data));
+    // The reader's header is the one `migrated_request` would have written.
+    let mut rewritten = ok.clone();
+    migrated_request(&mut rewritten).unwrap();
+    assert_eq!(r.header(), MsgReader::new(&rewritten).unwrap().header());
+    // The destination's disposition (byte 0) is not looked at; anything else is.
+    let mut any_dest = ok.clone();
+    any_dest[0] = 0x13;
+    assert!(fixed::migrated(&any_dest, 12).is_some());
+    let mut null = received_request(40, 9, Disposition::MoveSendOnce, &[], &[]);
+    as_migrated(&mut null);
+    assert!(fixed::migrated(&null, 0).is_some());
+    assert!(fixed::migrated(&ok, 11).is_none(), "size");
+    assert!(fixed::migrated(&ok, 13).is_none(), "size");
+    assert!(fixed::migrated(&ok[..40], 12).is_none(), "truncated");
+    assert!(fixed::migrated(&ok[..20], 0).is_none(), "no header");
+    // A request with a reply right is not a migrated one, nor one already given its
+    // stand-in (that is `fixed::request`'s shape).
+    let with_reply = received_request(40, 9, Disposition::MoveSendOnce, &[], &data);
+    assert!(fixed::migrated(&with_reply, 12).is_none(), "reply right");
+    assert!(fixed::migrated(&rewritten, 12).is_none(), "stand-in");
+    let mut disp_only = ok.clone();
+    disp_only[1] = Disposition::MoveSendOnce as u8;
+    assert!(
+        fixed::migrated(&disp_only, 12).is_none(),
+        "reply disposition"
+    );
+    let mut name_only = ok.clone();
+    name_only[16] = 1;
+    assert!(fixed::migrated(&name_only, 12).is_none(), "reply name");
+    let mut with_port = received_request(40, 9, Disposition::MoveSendOnce, &[5], &[]);
+    as_migrated(&mut with_port);
+    with_port[2] = 1;
+    assert!(
+        fixed::migrated(&with_port, DESCRIPTOR_SIZE).is_none(),
+        "a descriptor"
+    );
+    let mut reserved = ok.clone();
+    reserved[3] = 0x80;
+    assert!(fixed::migrated(&reserved, 12).is_none(), "reserved bits");
+}
+
+/// Whatever `fixed::migrated` accepts, `migrated_request` followed by the general path
+/// accepts the same way (the same reply route, data and length); random and mutated
+/// requests as the kernel delivers them to an activation.
+#[test]
+fn fixed_migrated_agrees_with_the_general_path() {
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d);
+    let mut taken = 0;
+    for _ in 0..40_000 {
+        let n = (rng.next() % 20) as usize;
+        let data: std::vec::Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+        let ports: std::vec::Vec<u64> = if rng.next().is_multiple_of(4) {
+            std::vec![3]
+        } else {
+            std::vec![]
+        };
+        let mut msg = received_request(40, 1, Disposition::MoveSendOnce, &ports, &data);
+        if !rng.next().is_multiple_of(4) {
+            as_migrated(&mut msg);
+            if !ports.is_empty() {
+                msg[2] = 1;
+            }
+        }
+        if rng.next().is_multiple_of(2) {
+            let at = (rng.next() % msg.len() as u64) as usize;
+            msg[at] = rng.next() as u8;
+        }
+        let want = (rng.next() % 20) as usize;
+        let mut general = msg.clone();
+        let prepared = migrated_request(&mut general);
+        match fixed::migrated(&msg, want) {
+            Some((r, name)) => {
+                taken += 1;
+                let len = prepared.unwrap();
+                let g = MsgReader::new(&general[..len]).unwrap();
+                let to = ReplyTo::of(&g).unwrap();
+                assert_eq!((to.name, to.disposition), (name, Disposition::MoveSendOnce));
+                assert_eq!((g.descriptors(), g.remaining()), (0, want));
+                assert_eq!(
+                    (r.header(), r.remaining(), r.len()),
+                    (g.header(), want, len)
+                );
+                // And the switching fast path takes the prepared request the same way.
+                let (f, fname) = fixed::request(&general, want).unwrap();
+                assert_eq!((f.header(), f.remaining(), fname), (r.header(), want, name));
+            }
+            None => {
+                // Refused: either the general path refuses it too, or it is not of the
+                // fast path's shape once prepared either.
+                if let Ok(len) = prepared {
+                    assert!(fixed::request(&general[..len], want).is_none());
+                }
+            }
+        }
+    }
+    assert!(taken > 200, "{taken}");
 }

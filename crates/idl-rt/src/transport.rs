@@ -7,7 +7,8 @@
 //!
 //! # What an implementation must do
 //! A generated stub calls [`Transport::buffer`], writes the request at its start, then
-//! calls [`Transport::call`] with the request's length. The request's header has
+//! calls [`Transport::call_written`] (by default [`Transport::call`]) with the request's
+//! length. The request's header has
 //! - `dest`: the server's send right (the client's destination name), disposition
 //!   `CopySend`;
 //! - `reply`: 0, reply disposition `None`: **the transport supplies the reply right**.
@@ -46,6 +47,15 @@ pub trait Transport {
     /// Sends the request `buffer()[..len]` (after giving it a reply right with
     /// [`set_reply`]) and receives its reply into `buffer()`; returns the reply's length.
     fn call(&mut self, len: usize) -> Result<usize, Error>;
+
+    /// [`Transport::call`] for a request that a generated stub has just written with
+    /// [`crate::MsgWriter`] (whose `finish` returned `len` and wrote it as the header's
+    /// size): a transport may leave out checking that the header's size is `len`. The
+    /// default is [`Transport::call`].
+    #[inline]
+    fn call_written(&mut self, len: usize) -> Result<usize, Error> {
+        self.call(len)
+    }
 }
 
 impl<T: Transport + ?Sized> Transport for &mut T {
@@ -57,6 +67,11 @@ impl<T: Transport + ?Sized> Transport for &mut T {
     #[inline]
     fn call(&mut self, len: usize) -> Result<usize, Error> {
         (**self).call(len)
+    }
+
+    #[inline]
+    fn call_written(&mut self, len: usize) -> Result<usize, Error> {
+        (**self).call_written(len)
     }
 }
 

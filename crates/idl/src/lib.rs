@@ -485,7 +485,7 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                     #(#put_data)*
                     #w.finish()
                 };
-                let #reply_len = #rt::Transport::call(&mut self.transport, #len)?;
+                let #reply_len = #rt::Transport::call_written(&mut self.transport, #len)?;
                 #fast_reply
                 let mut #r = #rt::client::open_reply(
                     #rt::Transport::buffer(&mut self.transport),
@@ -547,8 +547,9 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
     // one compare of the header's first word, and the reply right) without the general
     // decoding; any other request, or one the arguments' decoding refuses, goes to the
     // general path, which decides as it always did.
-    let fast_arms = |out: &TokenStream2, src: &TokenStream2, wrap: &TokenStream2| {
-        let arms = methods
+    let fast_arms =
+        |out: &TokenStream2, src: &TokenStream2, wrap: &TokenStream2, shape: &TokenStream2| {
+            let arms = methods
             .iter()
             .filter(|m| !m.args.iter().any(|(_, t)| borrows(t)) && !borrows(&m.ok))
             .map(|m| {
@@ -582,7 +583,7 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                         };
                         if let ::core::option::Option::Some(__n) = __FIXED {
                             if let ::core::option::Option::Some((mut #r, __name)) =
-                                #rt::fixed::request(#src, __n)
+                                #shape(#src, __n)
                             {
                                 #(#takes)*
                                 if #r.finish().is_ok() {
@@ -599,20 +600,20 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
                     }
                 }
             });
-        quote! {
-            #[allow(unreachable_code, clippy::never_loop)]
-            'fast: loop {
-                if let ::core::option::Option::Some(__id) = #rt::fixed::request_id(#src) {
-                    #[allow(clippy::single_match)]
-                    match __id {
-                        #(#arms)*
-                        _ => {}
+            quote! {
+                #[allow(unreachable_code, clippy::never_loop)]
+                'fast: loop {
+                    if let ::core::option::Option::Some(__id) = #rt::fixed::request_id(#src) {
+                        #[allow(clippy::single_match)]
+                        match __id {
+                            #(#arms)*
+                            _ => {}
+                        }
                     }
+                    break 'fast;
                 }
-                break 'fast;
             }
-        }
-    };
+        };
     let buf = local("buf");
     let buf_len = local("len");
     let scratch = local("scratch");
@@ -620,14 +621,35 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
         &quote!(#reply),
         &quote!(#request),
         &quote!(::core::convert::identity),
+        &quote!(#rt::fixed::request),
     );
     let fast_in_place = fast_arms(
         &quote!(#buf),
         &quote!(#buf.get(..#buf_len).unwrap_or(&[])),
         &quote!(#rt::Answered::in_place),
+        &quote!(#rt::fixed::request),
+    );
+    // A migrated request as the kernel delivers it to an activation (no reply right),
+    // taken by the fast path as it is (`fixed::migrated`), else given its stand-in reply
+    // right (`migrated_request`) and answered as above.
+    let fast_migrated = fast_arms(
+        &quote!(#buf),
+        &quote!(&*#buf),
+        &quote!(#rt::Answered::in_place),
+        &quote!(#rt::fixed::migrated),
     );
     let general = format_ident!("__{}_dispatch_general", snake(&trait_str), span = span);
     let dispatch_in_place = format_ident!("{}_dispatch_in_place", snake(&trait_str), span = span);
+    let dispatch_migrated = format_ident!("{}_dispatch_migrated", snake(&trait_str), span = span);
+    let migrated_doc = format!(
+        "Server side of interface [`{trait_str}`] for a request delivered by a migrating \
+         call, as it arrived at the start of an activation's buffer `buf` (no reply right: \
+         the reply goes back to the caller when the activation returns). Answers as \
+         [`{dispatch_in_place}`] answers the request after `migrated_request(buf)` gave it \
+         its stand-in reply right, which the fast path does without rewriting the header. \
+         Error `BadFormat` when the request is not what the kernel delivers to an \
+         activation (as `migrated_request`)."
+    );
     let in_place_doc = format!(
         "Server side of interface [`{trait_str}`], answering in place: the request is \
          `buf[..len]` (received into `buf`, the IPC buffer say). A request the fast path \
@@ -760,6 +782,19 @@ fn generate(tr: &ItemTrait, base: &Expr, rt: &TokenStream2, methods: &[Method]) 
             #scratch: &mut [u8],
         ) -> ::core::result::Result<#rt::Answered, #rt::Error> {
             #fast_in_place
+            let #request = #buf.get(..#buf_len).unwrap_or(&[]);
+            #general(#server, #request, #scratch).map(#rt::Answered::in_scratch)
+        }
+
+        #[doc = #migrated_doc]
+        #[inline(always)]
+        #vis fn #dispatch_migrated<S: #trait_name + ?Sized>(
+            #server: &mut S,
+            #buf: &mut [u8],
+            #scratch: &mut [u8],
+        ) -> ::core::result::Result<#rt::Answered, #rt::Error> {
+            #fast_migrated
+            let #buf_len = #rt::migrated_request(#buf)?;
             let #request = #buf.get(..#buf_len).unwrap_or(&[]);
             #general(#server, #request, #scratch).map(#rt::Answered::in_scratch)
         }

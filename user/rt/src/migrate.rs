@@ -427,9 +427,17 @@ impl<S> DerefMut for Guard<'_, S> {
 impl<S> Drop for Guard<'_, S> {
     fn drop(&mut self) {
         if self.shared.lock.swap(0, Ordering::Release) == 2 {
-            let _ = wake(&self.shared.lock, 1);
+            wake_waiter(&self.shared.lock);
         }
     }
+}
+
+/// Wakes one thread waiting for a [`Shared`]'s lock. Out of line (as the wait in
+/// [`Shared::lock`]), so that the uncontended lock and unlock keep few registers live.
+#[cold]
+#[inline(never)]
+fn wake_waiter(lock: &AtomicU32) {
+    let _ = wake(lock, 1);
 }
 
 impl<S: Service + Send> Shared<S> {
@@ -497,13 +505,21 @@ impl<S: Service + Send> Shared<S> {
             .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
-            while self.lock.swap(2, Ordering::Acquire) != 0 {
-                // `WouldBlock` (released meanwhile) and `Interrupted` (an alert) only mean
-                // trying again.
-                let _ = wait(&self.lock, 2, FOREVER);
-            }
+            Self::lock_contended(&self.lock);
         }
         Guard { shared: self }
+    }
+
+    /// The rest of [`Shared::lock`] when the lock is held: marks it contended and sleeps
+    /// until it is free. Out of line, as [`wake_waiter`].
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(lock: &AtomicU32) {
+        while lock.swap(2, Ordering::Acquire) != 0 {
+            // `WouldBlock` (released meanwhile) and `Interrupted` (an alert) only mean
+            // trying again.
+            let _ = wait(lock, 2, FOREVER);
+        }
     }
 
     /// Makes `port` the port this serves (Error [`Error::InvalidArgument`] if it serves
@@ -550,35 +566,58 @@ impl<S: Service + Send> Shared<S> {
             &mut *((req.buffer_address() + IPC_BUFFER_SIZE as u64) as *mut [u8; IPC_BUFFER_SIZE])
         };
         let buf = req.bytes();
-        let a = shared.handle_migrated(buf, reply);
-        let d = a.dispatched;
-        match d.reply_len {
-            1.. if a.in_place => {}
-            1.. if crate::rpc::copy_reply(buf, reply, d.reply_len) => {}
-            // No reply (a one-way message or an undecodable request): the caller learns
-            // it as a client of a message-loop server would, from the kernel's
-            // send-once notification (the stubs' `DeadName`).
-            _ => {
-                let h = MsgHeader {
-                    bits: 0,
-                    size: HEADER_SIZE as u32,
-                    dest: 0,
-                    reply: 0,
-                    id: NOTIFY_SEND_ONCE,
-                };
-                buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
-            }
-        }
+        shared.handle_migrated(buf, reply);
     }
 
     /// Hands the migrated request at the start of `buf` to the service, the reply over
-    /// the request or into `reply` ([`Service::handle_in_place`]); closes the server (and
-    /// wakes its thread) when the service is done.
-    fn handle_migrated(
-        &self,
-        buf: &mut [u8; IPC_BUFFER_SIZE],
-        reply: &mut [u8; IPC_BUFFER_SIZE],
-    ) -> Answered {
+    /// the request or into `reply` ([`Service::handle_migrated`]), and leaves the reply
+    /// in `buf`, where the caller gets it; closes the server (and wakes its thread) when
+    /// the service is done. The reply is in place before the lock is released, so that
+    /// nothing of the call is live across the release.
+    #[inline(always)]
+    fn handle_migrated(&self, buf: &mut [u8; IPC_BUFFER_SIZE], reply: &mut [u8; IPC_BUFFER_SIZE]) {
+        const NOTHING: Answered = Answered {
+            dispatched: Dispatched {
+                reply_len: 0,
+                delivered: false,
+            },
+            in_place: false,
+        };
+        let mut service = self.lock();
+        if self.is_closed() {
+            // The server has stopped serving: refused as by a dead server.
+            let a = Self::refuse(buf, reply);
+            reply_from_scratch(buf, reply, a.dispatched.reply_len);
+        } else {
+            match service.handle_migrated(buf, reply) {
+                // A reply written in place (always one: `Answered::in_place`) is where
+                // the caller gets it.
+                Ok(Answered { in_place: true, .. }) => {}
+                a => reply_from_scratch(buf, reply, a.unwrap_or(NOTHING).dispatched.reply_len),
+            }
+        }
+        if service.done() {
+            Self::close(service);
+        }
+    }
+
+    /// Closes the server once its service is done (the guard is the service's lock,
+    /// released here) and wakes its thread. Out of line: once per server.
+    #[cold]
+    #[inline(never)]
+    fn close(service: Guard<'_, S>) {
+        let shared = service.shared;
+        shared.closed.store(true, Ordering::Release);
+        drop(service);
+        shared.wake_server();
+    }
+
+    /// The answer to a migrated request once the server is closed: `DeadName`, as from a
+    /// dead server (nothing for a request that is not what the kernel delivers). Out of
+    /// line: the entry keeps fewer registers live for it.
+    #[cold]
+    #[inline(never)]
+    fn refuse(buf: &mut [u8; IPC_BUFFER_SIZE], reply: &mut [u8; IPC_BUFFER_SIZE]) -> Answered {
         const NOTHING: Answered = Answered {
             dispatched: Dispatched {
                 reply_len: 0,
@@ -589,31 +628,18 @@ impl<S: Service + Send> Shared<S> {
         let Ok(len) = migrated_request(buf) else {
             return NOTHING;
         };
-        let mut service = self.lock();
-        if self.is_closed() {
-            // The server has stopped serving: refused as by a dead server.
-            drop(service);
-            let request = buf.get(..len).unwrap_or(&[]);
-            return MsgReader::new(request)
-                .and_then(|r| ReplyTo::of(&r))
-                .and_then(|to| to.reject(reply, Error::DeadName))
-                .map(Answered::in_scratch)
-                .unwrap_or(NOTHING);
-        }
-        let d = service.handle_in_place(buf, len, reply).unwrap_or(NOTHING);
-        let done = service.done();
-        if done {
-            self.closed.store(true, Ordering::Release);
-        }
-        drop(service);
-        if done {
-            self.wake_server();
-        }
-        d
+        let request = buf.get(..len).unwrap_or(&[]);
+        MsgReader::new(request)
+            .and_then(|r| ReplyTo::of(&r))
+            .and_then(|to| to.reject(reply, Error::DeadName))
+            .map(Answered::in_scratch)
+            .unwrap_or(NOTHING)
     }
 
     /// Sends [`WAKE_ID`] to the served port (with a send right made for the message) so
-    /// the server's own thread sees that it is closed.
+    /// the server's own thread sees that it is closed. Out of line: called once.
+    #[cold]
+    #[inline(never)]
     fn wake_server(&self) {
         let port = self.port.load(Ordering::Acquire);
         let h = MsgHeader {
@@ -627,6 +653,31 @@ impl<S: Service + Send> Shared<S> {
         // Timeout 0: with the queue full the thread has messages to wake it anyway.
         let _ = msg_buf(&mut msg, MSG_SEND, 0, 0);
     }
+}
+
+/// Puts the reply of a migrated request that was not answered in place (`reply_len`
+/// bytes of `reply`; 0 for none) into the activation's buffer `buf`, where the caller gets
+/// it. No reply (a one-way message or an undecodable request): the caller learns it as a
+/// client of a message-loop server would, from the kernel's send-once notification (the
+/// stubs' `DeadName`). Out of line: the entry's way for a reply written in place keeps
+/// fewer registers live.
+#[inline(never)]
+fn reply_from_scratch(
+    buf: &mut [u8; IPC_BUFFER_SIZE],
+    reply: &[u8; IPC_BUFFER_SIZE],
+    reply_len: usize,
+) {
+    if reply_len > 0 && crate::rpc::copy_reply(buf, reply, reply_len) {
+        return;
+    }
+    let h = MsgHeader {
+        bits: 0,
+        size: HEADER_SIZE as u32,
+        dest: 0,
+        reply: 0,
+        id: NOTIFY_SEND_ONCE,
+    };
+    buf[..HEADER_SIZE].copy_from_slice(&h.to_bytes());
 }
 
 /// The server's own thread's side of [`serve`]: what does not migrate.

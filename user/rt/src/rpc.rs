@@ -112,6 +112,13 @@ impl Transport for Rpc {
         if message_len(self.ipc.view()) != Ok(len) {
             return Err(Error::InvalidArgument);
         }
+        self.call_written(len)
+    }
+
+    /// The kernel sends the header's size from the IPC buffer, which a generated stub has
+    /// just written as `len`.
+    #[inline]
+    fn call_written(&mut self, _len: usize) -> Result<usize, Error> {
         if self.reply_port == 0 {
             return Err(Error::InvalidName);
         }
@@ -189,6 +196,24 @@ pub trait Service {
         self.handle(request, scratch).map(Answered::in_scratch)
     }
 
+    /// Handles a request delivered by a migrating call (`crate::migrate::serve`), as it
+    /// arrived at the start of the activation's buffer `buf`: no reply right, since the
+    /// reply goes back to the caller when the activation returns. As
+    /// [`Service::handle_in_place`] after [`baton_idl_rt::migrated_request`] has given the
+    /// request a stand-in reply right (what the default does); a service made of a
+    /// generated dispatch overrides it with `*_dispatch_migrated(self, buf, scratch)`,
+    /// whose fast path takes a fixed-size call as the kernel delivered it, with no rewrite
+    /// of its header. Error [`Error::BadFormat`] for a request that is not what the kernel
+    /// delivers to an activation.
+    fn handle_migrated(
+        &mut self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        scratch: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Result<Answered, Error> {
+        let len = baton_idl_rt::migrated_request(buf)?;
+        self.handle_in_place(buf, len, scratch)
+    }
+
     /// Whether [`serve`] should return; asked after each message (whose reply is then
     /// sent on its own).
     fn done(&self) -> bool {
@@ -261,13 +286,13 @@ pub fn serve<S: Service + ?Sized>(
     let mut timeout = FOREVER;
     loop {
         if let Err(e) = ipc.msg(options, port, timeout) {
-            if pending == 0 {
+            if options == MSG_RECEIVE {
                 return Err(e);
             }
             // Either the send failed, which changes nothing (the reply right is still
             // ours: release it), or the receive did (say, it timed out); in both cases
             // the next round is a plain receive, whose errors are the loop's.
-            if cap_info(pending).is_ok() {
+            if pending != 0 && cap_info(pending).is_ok() {
                 let _ = cap_drop(pending);
             }
             pending = 0;
@@ -278,12 +303,8 @@ pub fn serve<S: Service + ?Sized>(
         pending = 0;
         options = MSG_RECEIVE;
         timeout = FOREVER;
-        // The header is read once: its size bounds the request, its reply fields say
-        // where the reply goes (the dispatch checks them again as it decodes).
-        let Some(h) = MsgHeader::from_bytes(ipc.view()) else {
-            continue;
-        };
-        let len = h.size as usize;
+        // The request's size bounds it (the dispatch checks the rest as it decodes).
+        let len = MsgHeader::from_bytes(ipc.view()).map_or(0, |h| h.size as usize);
         if !(HEADER_SIZE..=IPC_BUFFER_SIZE).contains(&len) {
             continue;
         }
@@ -297,34 +318,59 @@ pub fn serve<S: Service + ?Sized>(
         let a = service
             .handle_in_place(ipc.bytes(), len, &mut reply)
             .unwrap_or(NOTHING);
-        let d = a.dispatched;
-        let sent = if a.in_place {
-            // Delivered, no rights, a send-once reply right the reply uses up.
-            d.reply_len > 0
-        } else {
-            let request = ipc.view().get(..len).unwrap_or(&[]);
-            // A delivered request whose reply goes out leaves nothing to release: skip
-            // the walk over its header and descriptors.
-            if !d.delivered || d.reply_len == 0 {
-                for name in d.leftover_rights(request) {
-                    let _ = cap_drop(name);
-                }
+        if a.in_place {
+            // Delivered, no rights, and a send-once reply right, which the reply (its
+            // destination) uses up and which never blocks: the reply goes with the next
+            // receive, as it is, with no timeout.
+            if a.dispatched.reply_len > 0 {
+                pending = MsgHeader::from_bytes(ipc.view()).map_or(0, |h| h.dest);
+                options = MSG_SEND | MSG_RECEIVE;
             }
-            d.reply_len > 0 && copy_reply(ipc.bytes(), &reply, d.reply_len)
-        };
-        if sent {
-            pending = h.reply;
+        } else if let Some((name, t)) = reply_from_scratch(ipc, &reply, len, a.dispatched) {
+            pending = name;
             options = MSG_SEND | MSG_RECEIVE;
-            // An in-place answer always goes through a send-once right.
-            if !a.in_place && h.reply_disposition() != Disposition::MoveSendOnce as u8 {
-                timeout = REPLY_TIMEOUT_NS;
-            }
+            timeout = t;
         }
         if service.done() {
-            if pending != 0 && ipc.msg(MSG_SEND, 0, 0).is_err() {
+            if options != MSG_RECEIVE && ipc.msg(MSG_SEND, 0, 0).is_err() && pending != 0 {
                 let _ = cap_drop(pending);
             }
             return Ok(());
         }
+    }
+}
+
+/// The rest of [`serve`]'s round for a request not answered in place (`len` bytes at the
+/// start of `ipc`, dispatched as `d`, its reply if any in `reply`): releases the rights
+/// [`Dispatched::leftover_rights`] names and copies the reply into the IPC buffer.
+/// Returns the reply right the reply uses up and the timeout it goes with
+/// ([`REPLY_TIMEOUT_NS`] for a send right, `FOREVER` for a send-once right), or `None`
+/// when there is no reply to send. Out of line: the loop's way for a reply written in
+/// place keeps fewer registers live.
+#[inline(never)]
+fn reply_from_scratch(
+    ipc: &mut IpcBuffer,
+    reply: &[u8; IPC_BUFFER_SIZE],
+    len: usize,
+    d: Dispatched,
+) -> Option<(u64, u64)> {
+    let h = MsgHeader::from_bytes(ipc.view())?;
+    let request = ipc.view().get(..len).unwrap_or(&[]);
+    // A delivered request whose reply goes out leaves nothing to release: skip the walk
+    // over its header and descriptors.
+    if !d.delivered || d.reply_len == 0 {
+        for name in d.leftover_rights(request) {
+            let _ = cap_drop(name);
+        }
+    }
+    if d.reply_len > 0 && copy_reply(ipc.bytes(), reply, d.reply_len) {
+        let timeout = if h.reply_disposition() == Disposition::MoveSendOnce as u8 {
+            FOREVER
+        } else {
+            REPLY_TIMEOUT_NS
+        };
+        Some((h.reply, timeout))
+    } else {
+        None
     }
 }

@@ -19,7 +19,7 @@ use baton_rt::ipc::{port_allocate, IpcBuffer};
 use baton_rt::migrate::{self, Shared};
 use baton_rt::rpc::{self, Service};
 use baton_rt::{println, start::bootstrap, Error};
-use table3_idl::{table3_dispatch, table3_dispatch_in_place, Table3};
+use table3_idl::{table3_dispatch, table3_dispatch_in_place, table3_dispatch_migrated, Table3};
 
 baton_rt::entry!(main);
 
@@ -146,6 +146,17 @@ impl Service for Table3Server {
     ) -> Result<Answered, Error> {
         self.total += 1;
         table3_dispatch_in_place(self, buf, len, scratch)
+    }
+
+    // Inlined into the migrating entry, as `handle_in_place` is into the loop.
+    #[inline(always)]
+    fn handle_migrated(
+        &mut self,
+        buf: &mut [u8; IPC_BUFFER_SIZE],
+        scratch: &mut [u8; IPC_BUFFER_SIZE],
+    ) -> Result<Answered, Error> {
+        self.total += 1;
+        table3_dispatch_migrated(self, buf, scratch)
     }
 
     fn done(&self) -> bool {
