@@ -324,11 +324,16 @@ fn send(
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
 
-    // One look at the port: the kernel object it stands for, and whether its queue is full.
-    let (tag, full) = k
-        .ipc
-        .port(dest)
-        .map_or((None, false), |p| (p.object(), p.is_full()));
+    // One look at the port: the kernel object it stands for, whether its queue is full,
+    // and whether a receiver waits on its empty queue (then the message is likely handed
+    // over, never queued: see the charge below).
+    let (tag, full, waited) = k.ipc.port(dest).map_or((None, false, false), |p| {
+        (
+            p.object(),
+            p.is_full(),
+            p.queue.is_empty() && !p.receivers.is_empty(),
+        )
+    });
     // A kernel object's port: the kernel does the operation now and replies.
     if let Some(obj) = crate::kobject::object_of(tag) {
         let descriptors = read_descriptors(k, buf, n)?;
@@ -374,11 +379,18 @@ fn send(
         thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
     }
     // A queued message is charged to its sender until it is received or destroyed, so
-    // that no task can fill the kernel's heap with messages (`crate::quota`).
+    // that no task can fill the kernel's heap with messages (`crate::quota`). One that a
+    // waiting receiver takes at once is never queued and is not charged (as on the fast
+    // path); should it be queued after all (the receiver cannot take it), it is charged
+    // then, past the limit if need be ([`charge_queued`]): at most one such message per
+    // moment a receiver waits on an empty queue.
     // The sender's account through its thread's cached task key (no search by id).
-    let account = &me.task(k).ok_or(Error::InvalidArgument)?.account;
-    let cost = crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len;
-    let charge = crate::quota::heap(account, cost)?;
+    let charge = if waited && n == 0 && header.size as usize <= IPC_BUFFER_SIZE {
+        None
+    } else {
+        let account = &me.task(k).ok_or(Error::InvalidArgument)?.account;
+        Some(crate::quota::heap(account, message_cost(n, data_len))?)
+    };
     let descriptors = read_descriptors(k, buf, n)?;
     let data = buf.read_vec(k, data_off, data_len)?;
     if crate::ool::has_ool(&descriptors) {
@@ -396,7 +408,7 @@ fn send(
         .copyin_to(&mut t.names, resolved, &header, &descriptors, data, &mut fx);
     let port = match &mut copied {
         Ok((port, msg)) => {
-            msg.charge = Some(charge);
+            msg.charge = charge;
             *port
         }
         Err(e) => {
@@ -411,9 +423,10 @@ fn send(
     // and taken by the receive its continuation would run again: the message is written
     // once into its buffer, never into the queue (see [`hand_over`]).
     let sent = match waiting_receiver(k, port) {
-        Some(w) => hand_over(k, w, port, &mut copied, &mut fx),
+        Some(w) => hand_over(k, me, w, port, &mut copied, &mut fx),
         None => {
-            if let Ok((_, msg)) = copied {
+            if let Ok((_, mut msg)) = copied {
+                charge_queued(k, me, &mut msg);
                 k.ipc.enqueue(port, msg, &mut fx);
             }
             Sent::Queued
@@ -421,6 +434,29 @@ fn send(
     };
     apply(k, fx);
     Ok(sent)
+}
+
+/// What a queued message of `n` rights and `data_len` bytes of data costs its sender.
+fn message_cost(n: usize, data_len: usize) -> usize {
+    crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len
+}
+
+/// Charges `msg`, admitted uncharged for a waiting receiver that did not take it, to its
+/// sender `me` before it is queued: past the account's limit if need be (its rights have
+/// moved already), which the sender's next charge sees.
+#[cold]
+fn charge_queued(k: &Kernel, me: Caller, msg: &mut kern::ipc::Message) {
+    if msg.charge.is_some() {
+        return;
+    }
+    if let Some(t) = me.task(k) {
+        let cost = message_cost(msg.rights.len(), msg.data.len());
+        msg.charge = Some(kern::quota::Account::charge_over(
+            &t.account,
+            kern::quota::Resource::Heap,
+            cost as u64,
+        ));
+    }
 }
 
 /// A message made by `copyin`, where it was made.
@@ -500,6 +536,7 @@ fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
 #[inline(always)]
 fn hand_over(
     k: &mut Kernel,
+    me: Caller,
     w: Waiting,
     port: PortId,
     copied: &mut Copied,
@@ -512,7 +549,8 @@ fn hand_over(
         Ok(written) => written,
         Err(e) => {
             // The message stays, at the front of the queue, as the receive leaves it.
-            if let Ok((_, msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+            if let Ok((_, mut msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+                charge_queued(k, me, &mut msg);
                 k.ipc.requeue_front(port, msg, fx);
             }
             Err(e)
@@ -585,8 +623,16 @@ fn queue_ool(
     descriptors: &[Descriptor],
     dest: PortId,
     data: Vec<u8>,
-    charge: kern::quota::Charge,
+    charge: Option<kern::quota::Charge>,
 ) -> Result<Sent, Error> {
+    let charge = match charge {
+        Some(c) => c,
+        None => {
+            let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+            let cost = message_cost(descriptors.len(), data.len());
+            crate::quota::heap(account, cost)?
+        }
+    };
     let (attached, moves, mtask) = crate::ool::take(k, task, header, descriptors, dest)?.split();
     let handles = attached.clone();
     let mut fx = crate::ipc::effects(k);
