@@ -263,6 +263,9 @@ enum Sent {
     /// The message went straight into this receiver's buffer (fast path); the receiver's
     /// call is finished and it is ready to return to user mode, but not yet queued to run.
     Delivered(ThreadId),
+    /// As `Delivered`, to a receiver the sender may hand its processor to when it blocks
+    /// ([`may_hand_to`] already asked).
+    Handable(ThreadId),
 }
 
 /// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size)` by the running thread `cur`.
@@ -288,8 +291,9 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
     if opts & MSG_SEND != 0 {
         match send(k, cur, me, &buf, args)? {
             Sent::Queued => {}
+            Sent::Handable(r) if opts & MSG_RECEIVE != 0 => handoff = Some(r),
             Sent::Delivered(r) if opts & MSG_RECEIVE != 0 && may_hand_to(k, r) => handoff = Some(r),
-            Sent::Delivered(r) => {
+            Sent::Delivered(r) | Sent::Handable(r) => {
                 thread::thread_setrun(k, r);
                 if opts & MSG_RECEIVE == 0 {
                     return Ok(());
@@ -542,10 +546,16 @@ fn hand_over(
     copied: &mut Copied,
     fx: &mut Effects<ThreadId>,
 ) -> Sent {
+    // One look at the port: the receiver leaves it, and when the message fits the buffer
+    // (the receive takes it), the oldest sender blocked on a full queue gets its retry.
+    let fits = matches!(copied, Ok((_, msg)) if msg.size() <= IPC_BUFFER_SIZE);
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.pop_front();
+        if let Some(s) = p.senders.pop_front().filter(|_| fits) {
+            fx.wake.push((s, Wake::Retry));
+        }
     }
-    let result = match take_at_once(k, w, copied, fx) {
+    let result = match take_at_once(k, w, copied) {
         Ok(written) => written,
         Err(e) => {
             // The message stays, at the front of the queue, as the receive leaves it.
@@ -565,27 +575,29 @@ fn hand_over(
     th.ctx.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     th.cont = Some(Continuation::new(Resume::UserReturn));
     k.stats.recognitions += 1;
-    Sent::Delivered(w.thread)
+    // What [`may_hand_to`] asks, from the thread in hand.
+    let cpu = gdt::this_cpu();
+    let urgent = k
+        .cpus
+        .get(cpu)
+        .is_some_and(|c| c.runq.peek_priority().is_none_or(|p| p <= th.priority));
+    if urgent && !(th.pinned && th.cpu != cpu) {
+        Sent::Handable(w.thread)
+    } else {
+        Sent::Delivered(w.thread)
+    }
 }
 
 /// The receive of [`hand_over`]: the message into `w`'s buffer, and the result of its
 /// writes; an error (the message larger than the buffer, no room for its rights) when
 /// nothing of the receiver's changed, and the caller queues the message.
 #[inline(always)]
-fn take_at_once(
-    k: &mut Kernel,
-    w: Waiting,
-    copied: &Copied,
-    fx: &mut Effects<ThreadId>,
-) -> Result<Result<(), Error>, Error> {
-    let Ok((port, msg)) = copied else {
+fn take_at_once(k: &mut Kernel, w: Waiting, copied: &Copied) -> Result<Result<(), Error>, Error> {
+    let Ok((_, msg)) = copied else {
         return Err(Error::InvalidArgument);
     };
     if msg.size() > IPC_BUFFER_SIZE {
         return Err(Error::TooLarge);
-    }
-    if let Some(s) = k.ipc.port_mut(*port).and_then(|p| p.senders.pop_front()) {
-        fx.wake.push((s, Wake::Retry));
     }
     let mut out = Vec::new();
     let hdr = match k.tasks.get_keyed_mut(w.me.id, w.me.key) {
