@@ -396,7 +396,12 @@ fn send(
         Some(crate::quota::heap(account, message_cost(n, data_len))?)
     };
     let descriptors = read_descriptors(k, buf, n)?;
-    let data = buf.read_vec(k, data_off, data_len)?;
+    // No data (a null message): nothing to read or allocate (`check_header` bounded the
+    // offset by the buffer already).
+    let data = match data_len {
+        0 => Vec::new(),
+        _ => buf.read_vec(k, data_off, data_len)?,
+    };
     if crate::ool::has_ool(&descriptors) {
         return queue_ool(k, task, &header, &descriptors, dest, data, charge);
     }
