@@ -556,8 +556,10 @@ fn hand_over(
     let fits = matches!(copied, Ok((_, msg)) if msg.size() <= IPC_BUFFER_SIZE);
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.pop_front();
-        if let Some(s) = p.senders.pop_front().filter(|_| fits) {
-            fx.wake.push((s, Wake::Retry));
+        if fits {
+            if let Some(s) = p.senders.pop_front() {
+                fx.wake.push((s, Wake::Retry));
+            }
         }
     }
     let result = match take_at_once(k, w, copied) {
