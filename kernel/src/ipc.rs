@@ -263,6 +263,9 @@ enum Sent {
     /// The message went straight into this receiver's buffer (fast path); the receiver's
     /// call is finished and it is ready to return to user mode, but not yet queued to run.
     Delivered(ThreadId),
+    /// As `Delivered`, to a receiver the sender may hand its processor to when it blocks
+    /// ([`may_hand_to`] already asked).
+    Handable(ThreadId),
 }
 
 /// `ipc_msg(options, rcv_name, timeout_ns, buf, buf_size)` by the running thread `cur`.
@@ -288,8 +291,9 @@ fn ipc_msg(k: &mut Kernel, cur: ThreadId, args: MsgArgs) -> Result<(), Error> {
     if opts & MSG_SEND != 0 {
         match send(k, cur, me, &buf, args)? {
             Sent::Queued => {}
+            Sent::Handable(r) if opts & MSG_RECEIVE != 0 => handoff = Some(r),
             Sent::Delivered(r) if opts & MSG_RECEIVE != 0 && may_hand_to(k, r) => handoff = Some(r),
-            Sent::Delivered(r) => {
+            Sent::Delivered(r) | Sent::Handable(r) => {
                 thread::thread_setrun(k, r);
                 if opts & MSG_RECEIVE == 0 {
                     return Ok(());
@@ -324,11 +328,16 @@ fn send(
     let data_off = HEADER_SIZE + n * DESCRIPTOR_SIZE;
     let data_len = header.size as usize - data_off;
 
-    // One look at the port: the kernel object it stands for, and whether its queue is full.
-    let (tag, full) = k
-        .ipc
-        .port(dest)
-        .map_or((None, false), |p| (p.object(), p.is_full()));
+    // One look at the port: the kernel object it stands for, whether its queue is full,
+    // and whether a receiver waits on its empty queue (then the message is likely handed
+    // over, never queued: see the charge below).
+    let (tag, full, waited) = k.ipc.port(dest).map_or((None, false, false), |p| {
+        (
+            p.object(),
+            p.is_full(),
+            p.queue.is_empty() && !p.receivers.is_empty(),
+        )
+    });
     // A kernel object's port: the kernel does the operation now and replies.
     if let Some(obj) = crate::kobject::object_of(tag) {
         let descriptors = read_descriptors(k, buf, n)?;
@@ -374,13 +383,25 @@ fn send(
         thread::thread_block_with(k, Continuation::new(Resume::SendRetry));
     }
     // A queued message is charged to its sender until it is received or destroyed, so
-    // that no task can fill the kernel's heap with messages (`crate::quota`).
+    // that no task can fill the kernel's heap with messages (`crate::quota`). One that a
+    // waiting receiver takes at once is never queued and is not charged (as on the fast
+    // path); should it be queued after all (the receiver cannot take it), it is charged
+    // then, past the limit if need be ([`charge_queued`]): at most one such message per
+    // moment a receiver waits on an empty queue.
     // The sender's account through its thread's cached task key (no search by id).
-    let account = &me.task(k).ok_or(Error::InvalidArgument)?.account;
-    let cost = crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len;
-    let charge = crate::quota::heap(account, cost)?;
+    let charge = if waited && n == 0 && header.size as usize <= IPC_BUFFER_SIZE {
+        None
+    } else {
+        let account = &me.task(k).ok_or(Error::InvalidArgument)?.account;
+        Some(crate::quota::heap(account, message_cost(n, data_len))?)
+    };
     let descriptors = read_descriptors(k, buf, n)?;
-    let data = buf.read_vec(k, data_off, data_len)?;
+    // No data (a null message): nothing to read or allocate (`check_header` bounded the
+    // offset by the buffer already).
+    let data = match data_len {
+        0 => Vec::new(),
+        _ => buf.read_vec(k, data_off, data_len)?,
+    };
     if crate::ool::has_ool(&descriptors) {
         return queue_ool(k, task, &header, &descriptors, dest, data, charge);
     }
@@ -396,7 +417,7 @@ fn send(
         .copyin_to(&mut t.names, resolved, &header, &descriptors, data, &mut fx);
     let port = match &mut copied {
         Ok((port, msg)) => {
-            msg.charge = Some(charge);
+            msg.charge = charge;
             *port
         }
         Err(e) => {
@@ -411,9 +432,10 @@ fn send(
     // and taken by the receive its continuation would run again: the message is written
     // once into its buffer, never into the queue (see [`hand_over`]).
     let sent = match waiting_receiver(k, port) {
-        Some(w) => hand_over(k, w, port, &mut copied, &mut fx),
+        Some(w) => hand_over(k, me, w, port, &mut copied, &mut fx),
         None => {
-            if let Ok((_, msg)) = copied {
+            if let Ok((_, mut msg)) = copied {
+                charge_queued(k, me, &mut msg);
                 k.ipc.enqueue(port, msg, &mut fx);
             }
             Sent::Queued
@@ -421,6 +443,29 @@ fn send(
     };
     apply(k, fx);
     Ok(sent)
+}
+
+/// What a queued message of `n` rights and `data_len` bytes of data costs its sender.
+fn message_cost(n: usize, data_len: usize) -> usize {
+    crate::quota::MESSAGE_BYTES + n * crate::quota::RIGHT_BYTES + data_len
+}
+
+/// Charges `msg`, admitted uncharged for a waiting receiver that did not take it, to its
+/// sender `me` before it is queued: past the account's limit if need be (its rights have
+/// moved already), which the sender's next charge sees.
+#[cold]
+fn charge_queued(k: &Kernel, me: Caller, msg: &mut kern::ipc::Message) {
+    if msg.charge.is_some() {
+        return;
+    }
+    if let Some(t) = me.task(k) {
+        let cost = message_cost(msg.rights.len(), msg.data.len());
+        msg.charge = Some(kern::quota::Account::charge_over(
+            &t.account,
+            kern::quota::Resource::Heap,
+            cost as u64,
+        ));
+    }
 }
 
 /// A message made by `copyin`, where it was made.
@@ -500,19 +545,29 @@ fn waiting_receiver(k: &Kernel, port: PortId) -> Option<Waiting> {
 #[inline(always)]
 fn hand_over(
     k: &mut Kernel,
+    me: Caller,
     w: Waiting,
     port: PortId,
     copied: &mut Copied,
     fx: &mut Effects<ThreadId>,
 ) -> Sent {
+    // One look at the port: the receiver leaves it, and when the message fits the buffer
+    // (the receive takes it), the oldest sender blocked on a full queue gets its retry.
+    let fits = matches!(copied, Ok((_, msg)) if msg.size() <= IPC_BUFFER_SIZE);
     if let Some(p) = k.ipc.port_mut(port) {
         p.receivers.pop_front();
+        if fits {
+            if let Some(s) = p.senders.pop_front() {
+                fx.wake.push((s, Wake::Retry));
+            }
+        }
     }
-    let result = match take_at_once(k, w, copied, fx) {
+    let result = match take_at_once(k, w, copied) {
         Ok(written) => written,
         Err(e) => {
             // The message stays, at the front of the queue, as the receive leaves it.
-            if let Ok((_, msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+            if let Ok((_, mut msg)) = core::mem::replace(copied, Err(Error::InvalidArgument)) {
+                charge_queued(k, me, &mut msg);
                 k.ipc.requeue_front(port, msg, fx);
             }
             Err(e)
@@ -527,27 +582,29 @@ fn hand_over(
     th.ctx.frame.rax = result.map_or_else(Error::to_raw, |()| 0);
     th.cont = Some(Continuation::new(Resume::UserReturn));
     k.stats.recognitions += 1;
-    Sent::Delivered(w.thread)
+    // What [`may_hand_to`] asks, from the thread in hand.
+    let cpu = gdt::this_cpu();
+    let urgent = k
+        .cpus
+        .get(cpu)
+        .is_some_and(|c| c.runq.peek_priority().is_none_or(|p| p <= th.priority));
+    if urgent && !(th.pinned && th.cpu != cpu) {
+        Sent::Handable(w.thread)
+    } else {
+        Sent::Delivered(w.thread)
+    }
 }
 
 /// The receive of [`hand_over`]: the message into `w`'s buffer, and the result of its
 /// writes; an error (the message larger than the buffer, no room for its rights) when
 /// nothing of the receiver's changed, and the caller queues the message.
 #[inline(always)]
-fn take_at_once(
-    k: &mut Kernel,
-    w: Waiting,
-    copied: &Copied,
-    fx: &mut Effects<ThreadId>,
-) -> Result<Result<(), Error>, Error> {
-    let Ok((port, msg)) = copied else {
+fn take_at_once(k: &mut Kernel, w: Waiting, copied: &Copied) -> Result<Result<(), Error>, Error> {
+    let Ok((_, msg)) = copied else {
         return Err(Error::InvalidArgument);
     };
     if msg.size() > IPC_BUFFER_SIZE {
         return Err(Error::TooLarge);
-    }
-    if let Some(s) = k.ipc.port_mut(*port).and_then(|p| p.senders.pop_front()) {
-        fx.wake.push((s, Wake::Retry));
     }
     let mut out = Vec::new();
     let hdr = match k.tasks.get_keyed_mut(w.me.id, w.me.key) {
@@ -585,8 +642,16 @@ fn queue_ool(
     descriptors: &[Descriptor],
     dest: PortId,
     data: Vec<u8>,
-    charge: kern::quota::Charge,
+    charge: Option<kern::quota::Charge>,
 ) -> Result<Sent, Error> {
+    let charge = match charge {
+        Some(c) => c,
+        None => {
+            let account = &k.tasks.get(&task).ok_or(Error::InvalidArgument)?.account;
+            let cost = message_cost(descriptors.len(), data.len());
+            crate::quota::heap(account, cost)?
+        }
+    };
     let (attached, moves, mtask) = crate::ool::take(k, task, header, descriptors, dest)?.split();
     let handles = attached.clone();
     let mut fx = crate::ipc::effects(k);

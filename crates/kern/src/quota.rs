@@ -181,6 +181,25 @@ impl Account {
         })
     }
 
+    /// Charges `n` units of `r` to `this` and its ancestors even past their limits: for
+    /// what was admitted uncharged because it was not to be kept (a message handed
+    /// straight to a waiting receiver) and then had to be kept after all. The next
+    /// [`Account::charge`] sees the overdraft and refuses until it is given back.
+    pub fn charge_over(this: &AccountRef, r: Resource, n: u64) -> Charge {
+        let i = r as usize;
+        let mut level = Some(&**this);
+        while let Some(a) = level {
+            let used = a.used[i].load(Ordering::Relaxed);
+            a.used[i].store(used.saturating_add(n), Ordering::Relaxed);
+            level = a.parent.as_deref();
+        }
+        Charge {
+            account: this.clone(),
+            resource: r,
+            amount: n,
+        }
+    }
+
     /// Adds `n` of `r` to this account and its ancestors, or nothing and
     /// [`Error::NoMemory`]. Without a receipt: the caller gives it back with
     /// [`Account::give`] (for counts kept elsewhere, such as a task's mapped pages).
@@ -337,6 +356,26 @@ impl Drop for Charge {
 mod tests {
     use super::*;
     use alloc::vec::Vec;
+
+    #[test]
+    fn a_charge_over_the_limit_counts_refuses_the_next_and_comes_back() {
+        let root = Account::root(1000, 10).unwrap();
+        let a = Account::child(&root, 100, 10).unwrap();
+        let full = Account::charge(&a, Resource::Heap, 100).unwrap();
+        let over = Account::charge_over(&a, Resource::Heap, 50);
+        assert_eq!(
+            (a.used(Resource::Heap), root.used(Resource::Heap)),
+            (150, 150)
+        );
+        drop(full);
+        // Still over by nothing but at the limit: 50 left, the next 51 refused.
+        assert_eq!(
+            Account::charge(&a, Resource::Heap, 51).err(),
+            Some(Error::NoMemory)
+        );
+        drop(over);
+        assert_eq!((a.used(Resource::Heap), root.used(Resource::Heap)), (0, 0));
+    }
 
     #[test]
     fn charges_count_up_the_chain_and_come_back_on_drop() {

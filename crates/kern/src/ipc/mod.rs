@@ -976,11 +976,12 @@ impl<T: Copy + Default + PartialEq> Ipc<T> {
                     p.reserve_queue(1)?;
                 }
             }
-        }
-        for port in makes().filter(|_| !named.is_empty()) {
-            let count = makes().filter(|&p| p == port).count();
-            if let Some(p) = self.ports.get_mut(port) {
-                p.reserve_queue(count)?;
+        } else {
+            for port in makes() {
+                let count = makes().filter(|&p| p == port).count();
+                if let Some(p) = self.ports.get_mut(port) {
+                    p.reserve_queue(count)?;
+                }
             }
         }
 
