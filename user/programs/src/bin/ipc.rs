@@ -46,8 +46,9 @@ const SOON: u64 = 5_000_000_000;
 const CLIENTS: usize = 4;
 /// RPCs per client thread.
 const CALLS: u32 = 200;
-/// The client threads' stacks, and the receiver thread's.
-static STACKS: StackPool<{ CLIENTS + 1 }, 16384> = StackPool::new();
+/// The client threads' stacks, the receiver thread's, and the three threads of
+/// [`full_queue_hand_over`].
+static STACKS: StackPool<{ CLIENTS + 4 }, 16384> = StackPool::new();
 static CLIENTS_DONE: Counter = Counter::new(0);
 static CLIENT_ERRORS: AtomicU32 = AtomicU32::new(0);
 /// The client's name for the server's send right (shared by the task's threads).
@@ -273,6 +274,9 @@ fn run() -> Result<(), Failed> {
 
     // A receiver already waiting gets a general-path message from the sender's call.
     waiting_receiver(&mut buf)?;
+    // ... and a sender blocked on a full queue keeps its place when the message handed
+    // over is too large for that receiver.
+    full_queue_hand_over(&mut buf)?;
 
     // Several clients at once.
     for i in 0..CLIENTS {
@@ -467,6 +471,156 @@ fn waiting_receiver(buf: &mut IpcBuffer) -> Result<(), Failed> {
     check!(
         buf.msg(MSG_RECEIVE, port, 0) == Err(Error::WouldBlock),
         "no message is left queued"
+    );
+    for name in [port, send] {
+        must("cap_drop", cap_drop(name))?;
+    }
+    Ok(())
+}
+
+/// [`full_queue_hand_over`]'s port (its receive right) and send right.
+static F_PORT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static F_SEND: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// The two senders' results, and how many have finished.
+static F_BIG: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(u64::MAX);
+static F_SMALL: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(u64::MAX);
+static F_SENT: Counter = Counter::new(0);
+/// The receiver thread's rounds, its last result, and how many rounds it has finished.
+static F_GO: Counter = Counter::new(0);
+static F_RESULT: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+static F_DONE: Counter = Counter::new(0);
+/// The size of [`full_queue_hand_over`]'s large message's data: more than an IPC buffer.
+const F_BIG_SIZE: usize = 8192;
+
+/// A message to [`F_SEND`] with `size` bytes of data.
+fn to_full(size: usize) -> MsgHeader {
+    MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: F_SEND.load(Ordering::Relaxed),
+        id: 22,
+        size: (baton_rt::ipc::HEADER_SIZE + size) as u32,
+        ..MsgHeader::default()
+    }
+}
+
+/// [`full_queue_hand_over`]'s first sender: [`F_BIG_SIZE`] bytes from a buffer of its
+/// own, blocking while the queue is full.
+fn full_big_sender(_: u64) {
+    const H: usize = baton_rt::ipc::HEADER_SIZE;
+    let mut big = [0x42u8; H + F_BIG_SIZE];
+    big[..H].copy_from_slice(&to_full(F_BIG_SIZE).to_bytes());
+    let r = baton_rt::ipc::msg_buf(&mut big, MSG_SEND, 0, SOON);
+    F_BIG.store(r.map_or_else(|e| e.to_raw(), |_| 0), Ordering::Relaxed);
+    F_SENT.increment();
+}
+
+/// [`full_queue_hand_over`]'s second sender: one byte through its IPC buffer, blocking
+/// while the queue is full.
+fn full_small_sender(_: u64) {
+    let r = IpcBuffer::new().and_then(|mut buf| {
+        buf.set(to_full(0), &[], b"3")?;
+        buf.msg(MSG_SEND, 0, SOON)
+    });
+    F_SMALL.store(r.map_or_else(|e| e.to_raw(), |()| 0), Ordering::Relaxed);
+    F_SENT.increment();
+}
+
+/// [`full_queue_hand_over`]'s receiver: one receive into its IPC buffer per [`F_GO`].
+fn full_receiver(_: u64) {
+    let Ok(mut buf) = IpcBuffer::new() else {
+        F_RESULT.store(u64::MAX, Ordering::Relaxed);
+        F_DONE.increment();
+        return;
+    };
+    for round in 1..=2 {
+        if F_GO.wait_for(round, SOON).is_err() {
+            break;
+        }
+        let r = buf.msg(MSG_RECEIVE, F_PORT.load(Ordering::Relaxed), SOON);
+        F_RESULT.store(r.map_or_else(|e| e.to_raw(), |()| 0), Ordering::Relaxed);
+        F_DONE.increment();
+    }
+}
+
+/// Sleeps in 1 ms steps (at most [`SOON`]) until a thread has blocked in the kernel since
+/// `blocks` (the `blocks_ipc` count): a sender of lower priority, which runs only while
+/// this thread sleeps, is blocked on the full queue.
+fn sender_blocks(blocks: u64) -> Result<(), Failed> {
+    let start = baton_rt::clock_ns();
+    while must("stats", stats())?.blocks_ipc <= blocks {
+        if baton_rt::clock_ns().saturating_sub(start) > SOON {
+            println!("TEST FAIL ipc: a sender never blocked on the full queue");
+            return Err(Failed);
+        }
+        must("sleep", baton_rt::sleep_ns(1_000_000))?;
+    }
+    Ok(())
+}
+
+/// Two senders blocked on a port's full queue (limit 1), the first with a message larger
+/// than an IPC buffer, the second with a small one. A receiver takes the queued message,
+/// which gives the first sender its retry, and waits again; the first sender's retry then
+/// finds that receiver waiting and its message is handed over, which the receiver's IPC
+/// buffer cannot take (`TooLarge`: the message stays queued). The second sender must keep
+/// its place: once the large message is received, its own send goes through. (On one CPU
+/// the priorities make exactly this order happen; on more, other orders give the same
+/// results.)
+fn full_queue_hand_over(buf: &mut IpcBuffer) -> Result<(), Failed> {
+    const H: usize = baton_rt::ipc::HEADER_SIZE;
+    let port = must("port_allocate", port_allocate(0))?;
+    must("port_set_limit", port_set_limit(port, 1))?;
+    let send = must("port_make_send", port_make_send(port, false))?;
+    F_PORT.store(port, Ordering::Relaxed);
+    F_SEND.store(send, Ordering::Relaxed);
+    must("set", buf.set(to_full(0), &[], b"1"))?;
+    must("the queued message", buf.msg(MSG_SEND, 0, 0))?;
+    let threads: [(fn(u64), u64); 3] = [
+        (full_big_sender, 8),
+        (full_small_sender, 8),
+        (full_receiver, baton_abi::PRIORITY_DEFAULT),
+    ];
+    for (i, (f, priority)) in threads.into_iter().enumerate() {
+        let Some(stack) = STACKS.take() else {
+            println!("TEST FAIL ipc: no stack for the full queue's thread {i}");
+            return Err(Failed);
+        };
+        let blocks = must("stats", stats())?.blocks_ipc;
+        let t = must("full queue thread", spawn(stack, f, 0))?;
+        must("set_priority", baton_rt::sys::set_priority(t, priority))?;
+        if i < 2 {
+            sender_blocks(blocks)?;
+        }
+    }
+    // The receiver takes the queued message: the large message's sender gets its retry.
+    F_GO.increment();
+    must("receiver", F_DONE.wait_for(1, SOON).map(|_| ()))?;
+    check!(
+        F_RESULT.load(Ordering::Relaxed) == 0,
+        "a receive from a full queue takes its message"
+    );
+    // It waits again; the retried large message is handed to it and does not fit.
+    F_GO.increment();
+    must("receiver", F_DONE.wait_for(2, SOON).map(|_| ()))?;
+    check!(
+        F_RESULT.load(Ordering::Relaxed) == Error::TooLarge.to_raw(),
+        "a message larger than the waiting receiver's IPC buffer is refused with TooLarge"
+    );
+    let mut big = [0u8; H + F_BIG_SIZE];
+    let taken = baton_rt::ipc::msg_buf(&mut big, MSG_RECEIVE, port, SOON);
+    check!(
+        taken.is_ok() && big[H..].iter().all(|&b| b == 0x42),
+        "the large message stays queued, intact ({taken:?})"
+    );
+    // The small message's sender kept its place and sends now.
+    let small = buf.msg(MSG_RECEIVE, port, 2_000_000_000);
+    check!(
+        small.is_ok() && buf.data() == b"3",
+        "a sender blocked on the full queue keeps its place across the refused hand-over ({small:?})"
+    );
+    must("senders", F_SENT.wait_for(2, 2 * SOON).map(|_| ()))?;
+    check!(
+        F_BIG.load(Ordering::Relaxed) == 0 && F_SMALL.load(Ordering::Relaxed) == 0,
+        "both senders' sends succeed"
     );
     for name in [port, send] {
         must("cap_drop", cap_drop(name))?;
