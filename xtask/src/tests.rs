@@ -775,6 +775,7 @@ const KMEM_REQUIRE: &[&str] = &[
     "ok: with a sibling at its limit of mapped memory",
     "ok: with a sibling at its limit of threads blocked in the process model",
     "ok: the sibling hog met every limit with NoMemory",
+    "ok: at its heap limit, a message to a waiting receiver goes through",
     "ok: with a child at its limit of queued 64 KiB messages",
     "ok: the child's smaller limit bounds every count below the sibling's",
     "ok: the kernel memory charged came back after the hogs",

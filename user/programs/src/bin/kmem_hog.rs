@@ -4,7 +4,9 @@
 //! (`NoMemory`), not a kernel panic. At each limit it tells `kmem` (found through the name
 //! server: see `kmem_proto`), which checks that it can still do all of these itself, and
 //! then gives everything back before the next step. Started by the `kmem` test, as a
-//! sibling of `kmem` (the default limits) and as its child with smaller limits.
+//! sibling of `kmem` (the default limits) and as its child with smaller limits. At the heap
+//! limit it also checks that a message a waiting receiver takes at once still goes through
+//! (it is never queued, so it is not charged).
 #![no_std]
 #![no_main]
 
@@ -55,6 +57,26 @@ struct Ctl {
     pm_done: AtomicU32,
     /// The host-privilege right the debug call needs (0 without it).
     host: AtomicU64,
+}
+
+/// The waiting receiver of step 1: the port it receives on, its result (`u64::MAX`
+/// until it has one), the first byte it got, and its stack.
+static W_PORT: AtomicU64 = AtomicU64::new(0);
+static W_RESULT: AtomicU64 = AtomicU64::new(u64::MAX);
+static W_BYTE: AtomicU64 = AtomicU64::new(0);
+static W_STACK: baton_rt::thread::StackPool<1, 16384> = baton_rt::thread::StackPool::new();
+
+/// Receives one message on [`W_PORT`] into an IPC buffer of its own.
+fn waiter(_: u64) {
+    let r = baton_rt::ipc::IpcBuffer::new().and_then(|mut buf| {
+        buf.msg(MSG_RECEIVE, W_PORT.load(Ordering::Relaxed), 30_000_000_000)?;
+        W_BYTE.store(
+            u64::from(buf.data().first().copied().unwrap_or(0)),
+            Ordering::Relaxed,
+        );
+        Ok(())
+    });
+    W_RESULT.store(r.map_or_else(|e| e.to_raw(), |()| 0), Ordering::Relaxed);
 }
 
 static CTL: Ctl = Ctl {
@@ -165,6 +187,21 @@ fn run() -> Result<(), &'static str> {
         report(rpc.ipc(), kmem, reply, step, count, e as u64).map_err(|_| "report to kmem")
     };
 
+    // A thread of this task waits in a receive on a port of its own, made before any
+    // limit is near (step 1 sends to it at the heap limit).
+    let w_port = port_allocate(0).map_err(|_| "waiter's port")?;
+    let w_send = baton_rt::ipc::port_make_send(w_port, false).map_err(|_| "waiter's send")?;
+    W_PORT.store(w_port, Ordering::Relaxed);
+    let blocks = baton_rt::stats().map_err(|_| "stats")?.blocks_ipc;
+    let stack = W_STACK.take().ok_or("waiter's stack")?;
+    baton_rt::thread::spawn(stack, waiter, 0).map_err(|_| "waiter thread")?;
+    for _ in 0..5000 {
+        if baton_rt::stats().map_err(|_| "stats")?.blocks_ipc > blocks {
+            break;
+        }
+        sleep_ns(1_000_000).map_err(|_| "sleep")?;
+    }
+
     // 1. Queued messages: 64 KiB each on a port with room for 1,024.
     let port = port_allocate(1024).map_err(|_| "port")?;
     port_set_limit(port, 1024).map_err(|_| "port limit")?;
@@ -191,6 +228,65 @@ fn run() -> Result<(), &'static str> {
         }
     };
     at_limit(STEP_MESSAGES, queued, e)?;
+    // At the heap limit, a message that a waiting receiver takes at once is never queued,
+    // so it is not charged: it goes through, on the general path too. First the room a
+    // 64 KiB message did not fit in is filled with one-byte messages, so that one more
+    // charged message of that size would be refused.
+    let fill = port_allocate(0).map_err(|_| "fill port")?;
+    port_set_limit(fill, 1024).map_err(|_| "fill port limit")?;
+    let fill_send = baton_rt::ipc::port_make_send(fill, false).map_err(|_| "fill send")?;
+    let one_byte = |dest: u64| MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest,
+        id: 8,
+        size: (baton_rt::ipc::HEADER_SIZE + 1) as u32,
+        ..MsgHeader::default()
+    };
+    let mut small = 0u32;
+    loop {
+        rpc.ipc()
+            .set(one_byte(fill_send), &[], b"f")
+            .map_err(|_| "a fill message")?;
+        match rpc.ipc().msg(MSG_SEND, 0, 0) {
+            Ok(()) => small += 1,
+            Err(Error::NoMemory) => break,
+            Err(_) => return Err("a one-byte message was refused for another reason than memory"),
+        }
+        if small >= 1024 {
+            return Err("the one-byte messages never met the heap limit");
+        }
+    }
+    let to_waiter = MsgHeader {
+        bits: MsgHeader::make_bits(Disposition::CopySend, Disposition::None, 0),
+        dest: w_send,
+        id: 8,
+        size: (baton_rt::ipc::HEADER_SIZE + 1) as u32,
+        ..MsgHeader::default()
+    };
+    rpc.ipc()
+        .set(to_waiter, &[], b"w")
+        .map_err(|_| "the message to the waiter")?;
+    let sent = rpc.ipc().msg(MSG_SEND | baton_rt::ipc::MSG_SLOW, 0, 0);
+    let mut got = W_RESULT.load(Ordering::Relaxed);
+    for _ in 0..5000 {
+        if got != u64::MAX {
+            break;
+        }
+        sleep_ns(1_000_000).map_err(|_| "sleep")?;
+        got = W_RESULT.load(Ordering::Relaxed);
+    }
+    if sent.is_err() || got != 0 || W_BYTE.load(Ordering::Relaxed) != u64::from(b'w') {
+        println!(
+            "at the heap limit: the send to a waiting receiver gave {sent:?}, its receive {got:#x}"
+        );
+        return Err("at the heap limit, a message to a waiting receiver did not go through");
+    }
+    println!("ok: at its heap limit, a message to a waiting receiver goes through (never queued, never charged; {small} one-byte messages filled the room left)");
+    while rpc.ipc().msg(MSG_RECEIVE, fill, 0).is_ok() {}
+    cap_drop(fill_send).map_err(|_| "drop the fill send")?;
+    cap_drop(fill).map_err(|_| "drop the fill port")?;
+    cap_drop(w_send).map_err(|_| "drop the waiter's send")?;
+    cap_drop(w_port).map_err(|_| "drop the waiter's port")?;
     tell(&mut rpc, STEP_MESSAGES, queued, e)?;
     // Giving back: one message received frees room for one more.
     msg_buf(big, MSG_RECEIVE, port, 0).map_err(|_| "receive a queued message")?;
