@@ -36,11 +36,7 @@ const REPLY_MASK: u64 = !0xffff;
 #[inline(always)]
 fn words(msg: &[u8]) -> Option<(MsgHeader, u64)> {
     let b: &[u8; HEADER_SIZE + 8] = msg.first_chunk()?;
-    let word = |at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(w)
-    };
+    let word = |at: usize| header_word_at(b, at);
     let first = word(0);
     let header = MsgHeader {
         bits: first as u32,
@@ -50,6 +46,14 @@ fn words(msg: &[u8]) -> Option<(MsgHeader, u64)> {
         id: word(24),
     };
     Some((header, word(32)))
+}
+
+/// The little-endian word at byte `at` of a message's first bytes `b`.
+#[inline(always)]
+fn header_word_at<const N: usize>(b: &[u8; N], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(w)
 }
 
 /// The request at the start of `request`, when it has exactly the shape of a request
@@ -64,11 +68,7 @@ fn words(msg: &[u8]) -> Option<(MsgHeader, u64)> {
 pub fn request(request: &[u8], data: usize) -> Option<(MsgReader<'_>, u64)> {
     let size = HEADER_SIZE.checked_add(data)?;
     let b: &[u8; HEADER_SIZE] = request.first_chunk()?;
-    let word = |at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(w)
-    };
+    let word = |at: usize| header_word_at(b, at);
     let first = word(0);
     let reply = word(16);
     let expect = header_word((Disposition::MoveSendOnce as u32) << 8, size);
@@ -106,11 +106,7 @@ pub fn request(request: &[u8], data: usize) -> Option<(MsgReader<'_>, u64)> {
 pub fn migrated(request: &[u8], data: usize) -> Option<(MsgReader<'_>, u64)> {
     let size = HEADER_SIZE.checked_add(data)?;
     let b: &[u8; HEADER_SIZE] = request.first_chunk()?;
-    let word = |at: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[at..at + 8]);
-        u64::from_le_bytes(w)
-    };
+    let word = |at: usize| header_word_at(b, at);
     let first = word(0);
     if first & REQUEST_MASK != header_word(0, size) || word(16) != 0 {
         return None;
@@ -156,7 +152,5 @@ pub fn reply(buf: &[u8], len: usize, request_id: u64, data: usize) -> Option<Msg
 #[inline(always)]
 pub fn request_id(msg: &[u8]) -> Option<u64> {
     let b: &[u8; HEADER_SIZE] = msg.first_chunk()?;
-    let mut w = [0u8; 8];
-    w.copy_from_slice(&b[24..32]);
-    Some(u64::from_le_bytes(w))
+    Some(header_word_at(b, 24))
 }

@@ -189,8 +189,7 @@ impl Account {
         let i = r as usize;
         let mut level = Some(&**this);
         while let Some(a) = level {
-            let used = a.used[i].load(Ordering::Relaxed);
-            a.used[i].store(used.saturating_add(n), Ordering::Relaxed);
+            a.used[i].fetch_add(n, Ordering::Relaxed);
             level = a.parent.as_deref();
         }
         Charge {

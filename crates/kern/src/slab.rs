@@ -277,14 +277,26 @@ impl<T> Slab<T> {
     /// As for [`Slab::get_held`], for both keys.
     #[inline(always)]
     pub unsafe fn get2_held_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
+        debug_assert!(
+            (a.index() as usize) < self.slots.len() && (b.index() as usize) < self.slots.len()
+        );
+        // SAFETY: a key this slab handed out indexes a slot that exists (slots are never
+        // removed): both indices are in bounds.
+        unsafe { self.get2_in_bounds(a, b) }
+    }
+
+    /// [`Slab::get2_mut`] without the bounds check.
+    ///
+    /// # Safety
+    /// Both keys' indices are below `self.slots.len()`.
+    #[inline(always)]
+    unsafe fn get2_in_bounds(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
         let (i, j) = (a.index() as usize, b.index() as usize);
-        debug_assert!(i < self.slots.len() && j < self.slots.len());
         if i == j {
             return None;
         }
         let base = self.slots.as_mut_ptr();
-        // SAFETY: `i` and `j` are in bounds (the caller's guarantee, as in `get_held_mut`)
-        // and distinct, so the two references are to two different live elements of
+        // SAFETY: `i` and `j` are in bounds (the caller's guarantee) and distinct, so the two references are to two different live elements of
         // `slots`, which `&mut self` borrows whole for as long as they live.
         let (sa, sb) = unsafe { (&mut *base.add(i), &mut *base.add(j)) };
         if sa.tag != a.0 || sb.tag != b.0 {
@@ -298,21 +310,12 @@ impl<T> Slab<T> {
     /// also when `a == b`).
     #[inline(always)]
     pub fn get2_mut(&mut self, a: Key, b: Key) -> Option<(&mut T, &mut T)> {
-        let (i, j) = (a.index() as usize, b.index() as usize);
         let len = self.slots.len();
-        if i == j || i >= len || j >= len {
+        if a.index() as usize >= len || b.index() as usize >= len {
             return None;
         }
-        let base = self.slots.as_mut_ptr();
-        // SAFETY: `i` and `j` are distinct indices below the length, so the two references
-        // are to two different live elements of `slots`, which `&mut self` borrows whole
-        // for as long as they live.
-        let (sa, sb) = unsafe { (&mut *base.add(i), &mut *base.add(j)) };
-        if sa.tag != a.0 || sb.tag != b.0 {
-            return None;
-        }
-        // SAFETY: both tags match keys of their slots' indices, so both slots are full.
-        Some(unsafe { (sa.value.assume_init_mut(), sb.value.assume_init_mut()) })
+        // SAFETY: both indices were just checked to be below the length.
+        unsafe { self.get2_in_bounds(a, b) }
     }
 
     /// Whether `key` names an object held.
