@@ -64,11 +64,15 @@ struct Ctl {
 static W_PORT: AtomicU64 = AtomicU64::new(0);
 static W_RESULT: AtomicU64 = AtomicU64::new(u64::MAX);
 static W_BYTE: AtomicU64 = AtomicU64::new(0);
+/// Set by [`waiter`] once its IPC buffer exists, just before its receive.
+static W_READY: AtomicU32 = AtomicU32::new(0);
 static W_STACK: baton_rt::thread::StackPool<1, 16384> = baton_rt::thread::StackPool::new();
 
-/// Receives one message on [`W_PORT`] into an IPC buffer of its own.
+/// Receives one message on [`W_PORT`] into an IPC buffer of its own, made (and
+/// announced in [`W_READY`]) before the task nears any limit.
 fn waiter(_: u64) {
     let r = baton_rt::ipc::IpcBuffer::new().and_then(|mut buf| {
+        W_READY.store(1, Ordering::Release);
         buf.msg(MSG_RECEIVE, W_PORT.load(Ordering::Relaxed), 30_000_000_000)?;
         W_BYTE.store(
             u64::from(buf.data().first().copied().unwrap_or(0)),
@@ -192,14 +196,17 @@ fn run() -> Result<(), &'static str> {
     let w_port = port_allocate(0).map_err(|_| "waiter's port")?;
     let w_send = baton_rt::ipc::port_make_send(w_port, false).map_err(|_| "waiter's send")?;
     W_PORT.store(w_port, Ordering::Relaxed);
-    let blocks = baton_rt::stats().map_err(|_| "stats")?.blocks_ipc;
     let stack = W_STACK.take().ok_or("waiter's stack")?;
     baton_rt::thread::spawn(stack, waiter, 0).map_err(|_| "waiter thread")?;
+    // Its IPC buffer must exist before the heap fills; it is then about to receive.
     for _ in 0..5000 {
-        if baton_rt::stats().map_err(|_| "stats")?.blocks_ipc > blocks {
+        if W_READY.load(Ordering::Acquire) != 0 || W_RESULT.load(Ordering::Relaxed) != u64::MAX {
             break;
         }
         sleep_ns(1_000_000).map_err(|_| "sleep")?;
+    }
+    if W_READY.load(Ordering::Acquire) == 0 {
+        return Err("the waiter never made its IPC buffer");
     }
 
     // 1. Queued messages: 64 KiB each on a port with room for 1,024.
@@ -266,7 +273,21 @@ fn run() -> Result<(), &'static str> {
     rpc.ipc()
         .set(to_waiter, &[], b"w")
         .map_err(|_| "the message to the waiter")?;
-    let sent = rpc.ipc().msg(MSG_SEND | baton_rt::ipc::MSG_SLOW, 0, 0);
+    // The waiter announced itself just before its receive, so it may not be blocked
+    // yet: a send that finds no one waiting would be queued and charged, so it is
+    // refused for memory and tried again after a pause. One that finds the waiter must
+    // go through; charged as a queued message would be, every try fails.
+    let mut sent = Err(Error::NoMemory);
+    for _ in 0..2000 {
+        sent = rpc.ipc().msg(MSG_SEND | baton_rt::ipc::MSG_SLOW, 0, 0);
+        if sent != Err(Error::NoMemory) || W_RESULT.load(Ordering::Relaxed) != u64::MAX {
+            break;
+        }
+        sleep_ns(1_000_000).map_err(|_| "sleep")?;
+        rpc.ipc()
+            .set(to_waiter, &[], b"w")
+            .map_err(|_| "the message to the waiter")?;
+    }
     let mut got = W_RESULT.load(Ordering::Relaxed);
     for _ in 0..5000 {
         if got != u64::MAX {
