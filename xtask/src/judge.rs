@@ -357,6 +357,7 @@ mod unit_tests {
         disk: false,
         disk_prepare: &[],
         memory_mib: crate::qemu::DEFAULT_MEMORY_MIB,
+        icount: false,
     };
 
     #[test]

@@ -370,7 +370,7 @@ fn boot_and_judge(
     }
     let machine = Machine {
         images,
-        accel,
+        accel: if test.icount { Accel::Tcg } else { accel },
         smp: test.smp,
         cmdline: qemu::cmdline(
             &test.init.join(","),
@@ -382,7 +382,7 @@ fn boot_and_judge(
                 .chain(run.fault_inject.map(|n| format!("failalloc={n}")))
                 .collect::<Vec<_>>(),
         ),
-        icount: false,
+        icount: test.icount,
         gdb: None,
         disk: if test.disk {
             Some(crate::disk::fresh(test.name)?)

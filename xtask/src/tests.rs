@@ -63,6 +63,12 @@ pub struct IntegrationTest {
     /// [`BASE`]): a test of paging short of memory lowers it, so that the kernel sizes its
     /// heap and user memory from a small machine rather than a `pageable=` limit.
     pub memory_mib: u32,
+    /// Whether the machine runs under `-icount` (TCG, whatever accelerator the other tests
+    /// use): its clock then advances with the instructions run, not the host's time, so a
+    /// test of timing (the order in which sleepers wake) does not depend on how the host
+    /// schedules QEMU's threads. A virtual CPU the host leaves waiting for tens of
+    /// milliseconds otherwise wakes its sleepers that late, in any order.
+    pub icount: bool,
 }
 
 /// `shell_swap_files`: the shell's file server used the driver `swapon` started; no second
@@ -181,6 +187,7 @@ pub const BASE: IntegrationTest = IntegrationTest {
     disk: false,
     disk_prepare: &[],
     memory_mib: crate::qemu::DEFAULT_MEMORY_MIB,
+    icount: false,
 };
 
 /// What the shell tests type (the tasks are numbered in boot order: names 1, console 2,
@@ -1272,6 +1279,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["sleepers"],
         smp: 1,
         require: SLEEPERS_REQUIRE,
+        icount: true,
         ..BASE
     },
     IntegrationTest {
@@ -1279,6 +1287,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["sleepers"],
         smp: 2,
         require: SLEEPERS_REQUIRE,
+        icount: true,
         ..BASE
     },
     IntegrationTest {
@@ -1286,6 +1295,7 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["sleepers"],
         smp: 4,
         require: SLEEPERS_REQUIRE,
+        icount: true,
         ..BASE
     },
     IntegrationTest {
