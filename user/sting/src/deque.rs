@@ -72,6 +72,18 @@ impl<T> Ring<T> {
         Ok(())
     }
 
+    /// [`push`](Self::push) onto a ring whose tail the caller has just read as `t`
+    /// ([`ends`](Self::ends)), knowing it has room (it was empty, say): no test.
+    ///
+    /// # Safety
+    ///
+    /// `t` is the ring's tail now and the ring holds fewer than [`CAPACITY`] items.
+    #[inline]
+    pub unsafe fn push_at(&mut self, t: usize, item: T) {
+        self.slot(t).write(item);
+        self.tail = t.wrapping_add(1);
+    }
+
     /// Takes the oldest item (FIFO).
     #[inline]
     pub fn pop_oldest(&mut self) -> Option<T> {

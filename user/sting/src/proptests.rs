@@ -232,7 +232,8 @@ proptest! {
     /// The owned yield's ring operations against a deque model, over random pushes, pops
     /// and yields of a ring that fills up: `ends` and `at` read what the pops would take,
     /// `rotate_oldest_at` and `replace_newest_at` given the ends just read are the FIFO
-    /// and LIFO yields (`pop_oldest` or `pop_newest`, then `push`), and `find_mut`
+    /// and LIFO yields (`pop_oldest` or `pop_newest`, then `push`), `push_at` given the
+    /// tail just read of a ring with room is `push`, and `find_mut`
     /// rewrites the oldest matching item in place (the immediate signal's retargeting of
     /// an owned entry) and finds nothing that is not there.
     #[test]
@@ -254,12 +255,18 @@ proptest! {
                 }
             }
             match op {
-                0 | 1 => {
+                0 => {
                     if r.push(item).is_ok() {
                         model.push_back(item);
                     }
                     prop_assert!(model.len() <= CAPACITY);
                 }
+                1 if model.len() < CAPACITY => {
+                    // SAFETY: `t` is the tail just read, and the ring has room.
+                    unsafe { r.push_at(t, item) };
+                    model.push_back(item);
+                }
+                1 => prop_assert!(r.push(item).is_err()),
                 2 => prop_assert_eq!(r.pop_oldest(), model.pop_front()),
                 3 if h != t => {
                     // SAFETY: `(h, t)` are the ends just read, `h != t`.

@@ -1158,6 +1158,74 @@ impl Vp {
         }
     }
 
+    /// The case of [`yield_own`](Self::yield_own) that [`yield_now`] inlines into its
+    /// caller: the next entry is an owned one (a thread that yielded here), so the yield is
+    /// a rotation of the ring and a switch, with no claim. `false` (nothing done) in every
+    /// other case, which [`yield_general`] takes. `true` once the caller has been
+    /// switched away from and resumed, and has attended to what was asked of it
+    /// meanwhile.
+    #[inline(always)]
+    fn yield_owned(&self, tcb: *mut Tcb, core: &Core) -> bool {
+        // Zero: FIFO or LIFO, with nothing on the shared queue.
+        if self.shared.load(Relaxed) != 0 {
+            return false;
+        }
+        // SAFETY: the caller runs on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
+            return false;
+        }
+        // One test of the policy, each way specialised.
+        if self.fast == Fast::Lifo {
+            self.owned_in::<true>(local, tcb, core)
+        } else {
+            self.owned_in::<false>(local, tcb, core)
+        }
+    }
+
+    /// [`yield_owned`](Self::yield_owned) on a LIFO (`LIFO`) or FIFO ring.
+    #[inline(always)]
+    fn owned_in<const LIFO: bool>(&self, local: &mut VpLocal, tcb: *mut Tcb, core: &Core) -> bool {
+        let lifo = LIFO;
+        let (h, t) = local.own.ends();
+        if h == t {
+            return false;
+        }
+        let at = if lifo { t.wrapping_sub(1) } else { h };
+        // SAFETY: `at` is in `h..t`.
+        let p = unsafe { local.own.at(at) }.p;
+        // An owned entry, and the yielder running here with no live entry (as in
+        // `yield_in`).
+        if p & 1 == 0 || !Word(core.word.load(Relaxed)).running_unqueued() {
+            return false;
+        }
+        let me = Own::owned(tcb);
+        // SAFETY: `(h, t)` are the ring's ends, read above, and `h != t`; nothing has
+        // touched the ring since (only this kernel thread does).
+        let out = unsafe {
+            if lifo {
+                local.own.replace_newest_at(t, me)
+            } else {
+                local.own.rotate_oldest_at(h, t, me)
+            }
+        };
+        core::mem::forget(out);
+        core.own_ready.store(true, Relaxed);
+        // SAFETY: our TCB, an owned entry on this processor's ring now, which only this
+        // kernel thread reads; `next` an owned entry taken off it.
+        unsafe { switch_owned(self, tcb, (p & !1) as *mut Tcb) };
+        // Resumed from the owned entry (by this processor): no longer on its ring, and
+        // what was asked of it while it waited there is done now, before its own code.
+        // SAFETY: the running thread is alive (read again from the TCB, whose register
+        // the switch keeps).
+        let core = unsafe { &*(*tcb).thread.get() };
+        core.own_ready.store(false, Relaxed);
+        if core.attention.load(Relaxed) {
+            attend_resumed(self, tcb);
+        }
+        true
+    }
+
     /// [`yield_own`](Self::yield_own) on a LIFO (`LIFO`) or FIFO ring.
     #[inline(always)]
     fn yield_in<const LIFO: bool>(&self, local: &mut VpLocal, tcb: *mut Tcb, core: &Core) -> bool {
@@ -2478,8 +2546,27 @@ fn disarm_caller(rt: &Runtime, tcb: *mut Tcb) {
 
 /// Gives the processor to the next ready thread, if there is one; the caller stays
 /// ready. Also a checkpoint: a pending suspension or termination takes effect here.
+///
+/// Its common case, a FIFO or LIFO processor whose next thread is one that yielded here
+/// (an owned entry), is inlined into the caller, register switch included: the compiler
+/// then keeps across the switch only what the caller has live, instead of a call saving
+/// every callee-saved register for the caller. Everything else is
+/// [`yield_general`], out of line.
+#[inline(always)]
 pub fn yield_now() {
-    let (mut vp, mut tcb) = here();
+    let (vp, tcb) = here();
+    // The checkpoint, on the TCB just found.
+    // SAFETY: the running thread is alive.
+    let core = unsafe { &*(*tcb).thread.get() };
+    if core.attention.load(Relaxed) || !vp.yield_owned(tcb, core) {
+        yield_general(vp, tcb);
+    }
+}
+
+/// [`yield_now`] in every case but an owned entry to an owned entry: on virtual
+/// processor `vp`, TCB `tcb` (the caller's [`here`]).
+#[inline(never)]
+fn yield_general(mut vp: &'static Vp, mut tcb: *mut Tcb) {
     // The checkpoint, on the TCB just found.
     // SAFETY: the running thread is alive.
     let core = unsafe { &*(*tcb).thread.get() };
@@ -2560,6 +2647,15 @@ pub fn checkpoint() {
         return;
     }
     attend(vp, tcb, core);
+}
+
+/// [`attend`] for the thread on `tcb`, resumed on `vp` by an inlined yield (out of line:
+/// a pending request is rare).
+#[cold]
+#[inline(never)]
+fn attend_resumed(vp: &Vp, tcb: *mut Tcb) {
+    // SAFETY: the running thread is alive.
+    attend(vp, tcb, unsafe { &*(*tcb).thread.get() });
 }
 
 /// [`checkpoint`] when the thread has something pending: its signals, then a suspension
@@ -2724,13 +2820,15 @@ pub fn probe_enqueue_dequeue() -> bool {
     let core = unsafe { &*(*tcb).thread.get() };
     // SAFETY: on this virtual processor's kernel thread.
     let own = &mut unsafe { vp.local() }.own;
-    if vp.shared.load(Relaxed) != 0 || !own.is_empty() || !core.word().running_unqueued() {
+    // The owned yield's conditions (`Vp::yield_owned`), and an empty ring, so that what
+    // comes off is what went on.
+    let (h, t) = own.ends();
+    if vp.shared.load(Relaxed) != 0 || h != t || !core.word().running_unqueued() {
         return false;
     }
     core.own_ready.store(true, Relaxed);
-    if let Err(e) = own.push(Own::owned(tcb)) {
-        core::mem::forget(e);
-    }
+    // SAFETY: `t` is the tail just read, of an empty ring.
+    unsafe { own.push_at(t, Own::owned(tcb)) };
     match vp.pop_queue() {
         Some(Taken::Owned(t)) => {
             // SAFETY: an owned entry's TCB runs its thread.
