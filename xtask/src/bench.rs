@@ -334,7 +334,7 @@ fn readme_refusal(quick: bool, inputs: &Inputs<'_>) -> Option<&'static str> {
 fn update_readme(opts: &BenchOpts, inputs: &Inputs<'_>) {
     if let Some(why) = readme_refusal(opts.quick, inputs) {
         note(format!(
-            "README.md's headline and docs/files.md's figures left as they were: {why}"
+            "README.md's headline and the figures of docs/files.md and docs/sting.md left as they were: {why}"
         ));
         return;
     }
@@ -342,6 +342,10 @@ fn update_readme(opts: &BenchOpts, inputs: &Inputs<'_>) {
     match files_measured(inputs) {
         Some(text) => pages.push(("docs/files.md", text)),
         None => note("docs/files.md's figures left as they were: the run lacks a file row"),
+    }
+    match sting_measured(inputs) {
+        Some(text) => pages.push(("docs/sting.md", text)),
+        None => note("docs/sting.md's figures left as they were: the run lacks a Sting row"),
     }
     for (page, text) in pages {
         match crate::generated::write_into(&root().join(page), "bench", &text) {
@@ -416,6 +420,150 @@ fn files_measured(inputs: &Inputs<'_>) -> Option<String> {
                 grouped(lw)
             ));
         }
+    }
+    Some(text)
+}
+
+/// One row of the Sting paper's Figure 3 as docs/sting.md shows it: Baton's row, the
+/// paper's case, its figure (µs), the target, and the Linux guest's rows for the same
+/// operation with user-level threads and with kernel threads (pthreads), where there is one.
+struct StingRow {
+    baton: &'static str,
+    case: &'static str,
+    paper: &'static str,
+    target: &'static str,
+    ult: Option<&'static str>,
+    pthreads: Option<&'static str>,
+}
+
+/// Figure 3's rows, and the runtime's rows measured beside them, in docs/sting.md's order.
+const STING_ROWS: [StingRow; 10] = [
+    StingRow {
+        baton: "sting.create",
+        case: "Thread Creation",
+        paper: "40",
+        target: "≤ 300",
+        ult: Some("linux.ult.create"),
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.fork_value",
+        case: "Thread Fork and Value",
+        paper: "86.9",
+        target: "≤ 1,000",
+        ult: Some("linux.ult.fork_value"),
+        pthreads: Some("linux.thread.create_join"),
+    },
+    StingRow {
+        baton: "sting.absorb",
+        case: "(absorption)",
+        paper: "",
+        target: "≤ 100",
+        ult: None,
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.enqueue_dequeue",
+        case: "Thread Enqueue/Dequeue",
+        paper: "14.5",
+        target: "≤ 40",
+        ult: Some("linux.ult.enqueue_dequeue"),
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.enqueue_dequeue.scheduled",
+        case: "(the same, a thread not started)",
+        paper: "",
+        target: "",
+        ult: None,
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.switch",
+        case: "Synchronous Context Switch",
+        paper: "12.8",
+        target: "≤ 60",
+        ult: Some("linux.ult.switch"),
+        pthreads: Some("linux.sched.yield.switch"),
+    },
+    StingRow {
+        baton: "sting.block_resume",
+        case: "Thread Block and Resume",
+        paper: "27.9",
+        target: "≤ 150",
+        ult: Some("linux.ult.block_resume"),
+        pthreads: Some("linux.pthread.block_resume"),
+    },
+    StingRow {
+        baton: "sting.kernel_block",
+        case: "(a thread blocked in the kernel)",
+        paper: "",
+        target: "report",
+        ult: None,
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.area.alloc",
+        case: "(a private-area allocation)",
+        paper: "",
+        target: "report",
+        ult: None,
+        pthreads: None,
+    },
+    StingRow {
+        baton: "sting.exception",
+        case: "(an exception as a continuation)",
+        paper: "",
+        target: "report",
+        ult: None,
+        pthreads: None,
+    },
+];
+
+/// docs/sting.md's Figure 3 table from the run `inputs`: each of [`STING_ROWS`] with
+/// Baton's median and the Linux guest's. `None` when a Baton row is missing.
+fn sting_measured(inputs: &Inputs<'_>) -> Option<String> {
+    let mut text = format!(
+        "Measured by `cargo xtask bench` on kernel {} (QEMU TCG with `-icount`, one CPU; \
+         instructions executed, medians; `docs/benchmarks.md`). The Linux columns are the \
+         same operations in the Linux guest on the same machine: a user-level thread \
+         package on one kernel thread (the C library's `makecontext`/`swapcontext`, one \
+         FIFO ring), and kernel threads (`pthread_create` and `pthread_join`; two threads \
+         alternating with `sched_yield`; a futex-based block and resume).\n\n\
+         | row | Figure 3 case | paper (µs) | target | Baton | Linux, user-level threads \
+         | Linux, pthreads |\n|---|---|---:|---:|---:|---:|---:|\n",
+        inputs.meta.commit,
+    );
+    let linux = |name: Option<&str>| -> String {
+        let Some(name) = name else {
+            return String::new();
+        };
+        match &inputs.linux {
+            Ok(l) => l
+                .rows
+                .iter()
+                .find(|r| r.name == name)
+                .map_or_else(String::new, |r| format!("{} (`{name}`)", grouped(r.median))),
+            Err(_) => String::new(),
+        }
+    };
+    for row in &STING_ROWS {
+        let baton = inputs
+            .baton
+            .rows
+            .iter()
+            .find(|r| r.name == row.baton && r.cpus == 1)?
+            .median;
+        text.push_str(&format!(
+            "| `{}` | {} | {} | {} | {} | {} | {} |\n",
+            row.baton,
+            row.case,
+            row.paper,
+            row.target,
+            grouped(baton),
+            linux(row.ult),
+            linux(row.pthreads),
+        ));
     }
     Some(text)
 }
@@ -904,6 +1052,80 @@ bench#1| BENCH done
         assert_eq!(grouped(12_345_678), "12,345,678");
         let page = std::fs::read_to_string(crate::workspace::root().join("docs/files.md")).unwrap();
         assert!(crate::generated::splice(&page, "bench", &text).is_ok());
+    }
+
+    /// docs/sting.md's Figure 3 table takes Baton's rows of the run and the Linux guest's
+    /// rows beside them, leaves a cell empty where Linux has no such row, gives nothing
+    /// when a Baton row is missing, and the page has the markers it goes between.
+    #[test]
+    fn the_sting_page_takes_the_runs_figure_3_rows() {
+        let line = |name: &str, m: u64| {
+            format!("bench#1| BENCH name={name} unit=instructions iterations=9 median={m} min={m} max={m}\n")
+        };
+        let mut log: Vec<String> = STING_ROWS
+            .iter()
+            .zip(1u64..)
+            .map(|(r, i)| line(r.baton, 1000 + i))
+            .collect();
+        log.push("bench#1| BENCH done\n".to_string());
+        let results = parse(&log.concat()).unwrap();
+        let meta = report::Meta {
+            metric: "instructions".into(),
+            qemu: "7.2.22".into(),
+            commit: "abc1234".into(),
+            host_cpu: "x".into(),
+            host_cpus: 2,
+        };
+        let row = |name: &str, m: u64| Row {
+            name: name.into(),
+            unit: "instructions".into(),
+            iterations: 9,
+            median: m,
+            min: m,
+            max: m,
+            cpus: 1,
+        };
+        let linux = crate::linux::LinuxRun {
+            rows: vec![
+                row("linux.ult.switch", 466),
+                row("linux.sched.yield.switch", 2126),
+                row("linux.thread.create_join", 65_450),
+            ],
+            ..crate::linux::LinuxRun::default()
+        };
+        let inputs = Inputs {
+            meta: &meta,
+            baton: &results,
+            image: "0",
+            repeat: Repeat::Agreed,
+            linux: Ok(&linux),
+            cycles: Err("none".into()),
+        };
+        let text = sting_measured(&inputs).unwrap();
+        assert!(text.contains("kernel abc1234"), "{text}");
+        assert!(
+            text.contains("| `sting.switch` | Synchronous Context Switch | 12.8 | ≤ 60 | 1,006 | 466 (`linux.ult.switch`) | 2,126 (`linux.sched.yield.switch`) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| `sting.fork_value` | Thread Fork and Value | 86.9 | ≤ 1,000 | 1,002 |  | 65,450 (`linux.thread.create_join`) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| `sting.absorb` | (absorption) |  | ≤ 100 | 1,003 |  |  |"),
+            "{text}"
+        );
+        let page = std::fs::read_to_string(crate::workspace::root().join("docs/sting.md")).unwrap();
+        assert!(crate::generated::splice(&page, "bench", &text).is_ok());
+        // Without one of its rows, the run writes nothing.
+        let short = parse(&log[1..].concat()).unwrap();
+        assert_eq!(
+            sting_measured(&Inputs {
+                baton: &short,
+                ..inputs
+            }),
+            None
+        );
     }
 
     #[test]
