@@ -1280,7 +1280,8 @@ fn speedup_field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
 
 /// `cargo xtask sting-speedup`: the Sting applications' wall time in the Linux guest
 /// ([`speedup`]) beside Baton's (the logs of `cargo xtask test --filter sting_speedup`, if
-/// they are there), as a table on standard output and in `results/sting-speedup.md`.
+/// they are there), as a table on standard output and in `results/sting-speedup.md`, and,
+/// when every column is there, in docs/sting.md between its `sting-speedup` markers.
 pub fn sting_speedup() -> Result<ExitCode, String> {
     let linux = speedup()?;
     let baton: Vec<(u32, Vec<String>)> = SPEEDUP_CPUS
@@ -1340,6 +1341,19 @@ pub fn sting_speedup() -> Result<ExitCode, String> {
     let path = root().join("results/sting-speedup.md");
     fs::write(&path, &out).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     note(format!("wrote {}", path.display()));
+    // docs/sting.md shows the last complete run: both systems on every CPU count.
+    let complete =
+        baton.iter().all(|(_, l)| !l.is_empty()) && linux.iter().all(|(_, l)| !l.is_empty());
+    if complete {
+        let doc = root().join("docs/sting.md");
+        match crate::generated::write_into(&doc, "sting-speedup", &out) {
+            Ok(true) => note("docs/sting.md now shows this run"),
+            Ok(false) => note("docs/sting.md already showed this run"),
+            Err(e) => note(format!("docs/sting.md not written: {e}")),
+        }
+    } else {
+        note("docs/sting.md left as it was: the run lacks a column");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
