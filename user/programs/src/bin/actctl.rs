@@ -125,10 +125,13 @@ fn quiet_sleeper(_: u64) {
     DONE.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Helper: one `SPIN_ACT` of 200 ms in A (A counts it in `INFO`'s [`SPINNING`] while it
-/// spins); the raw result.
+/// Helper: one `SPIN_ACT` of a second in A (A counts it in `INFO`'s [`SPINNING`] while it
+/// spins); the raw result. The steps that use it must act while it still spins (suspend
+/// it there, or its home activation): the spin is on the clock, which runs on while a
+/// loaded host leaves the guest's CPU waiting, so 200 ms was outrun once (the thread was
+/// home before the suspension, and the test failed).
 fn spin_caller(ns: u64) {
-    spin_call(if ns == 0 { 200_000_000 } else { ns }, false);
+    spin_call(if ns == 0 { 1_000_000_000 } else { ns }, false);
 }
 
 /// Helper: as [`spin_caller`], but the spin ends as soon as its activation in the server is

@@ -205,11 +205,17 @@ fn port_act(buf: &mut IpcBuffer, port: u64, reply: u64) -> Result<u64, Error> {
     }
     baton_rt::sleep_ns(20_000_000)?;
     kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER)?;
-    kobject::call(buf, port, reply, kobject::ACT_ALERT, &[], FOREVER)?;
-    match kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER) {
-        Err(Error::InvalidArgument) => Ok(info[3]),
-        _ => Err(Error::BadFormat),
+    // A resume of what is no longer suspended is refused, asked while the client still
+    // spins in the activation: once alerted, its call may leave the activation (on another
+    // CPU, before the next call here), and a resume of a free activation is `NotFound`.
+    if !matches!(
+        kobject::call(buf, port, reply, kobject::ACT_RESUME, &[], FOREVER),
+        Err(Error::InvalidArgument)
+    ) {
+        return Err(Error::BadFormat);
     }
+    kobject::call(buf, port, reply, kobject::ACT_ALERT, &[], FOREVER)?;
+    Ok(info[3])
 }
 
 /// [`KILL_ACT`]: 0 once the terminated activation is free and refuses an alert.
