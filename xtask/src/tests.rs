@@ -1289,6 +1289,22 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // A blocking wait leaves the kernel's heap as it was, whichever address it waits
+        // on: every wait-queue bucket has its room from boot.
+        name: "waitroom_smp1",
+        init: &["waitroom"],
+        smp: 1,
+        require: WAITROOM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "waitroom_smp2",
+        init: &["waitroom"],
+        smp: 2,
+        require: WAITROOM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
         // Ports, rights, messages, RPC fast and slow paths, notifications, between two
         // tasks.
         name: "ipc_smp1",
@@ -2646,6 +2662,13 @@ const SMAP_AC_REQUIRE: &[&str] = &[
     "ok: RFLAGS.AC kept across 16 page faults and timer interrupts",
     "(smap_ac) killed: invalid opcode",
     "survivor#2| TEST PASS survivor",
+];
+
+/// What the `waitroom` tests require.
+const WAITROOM_REQUIRE: &[&str] = &[
+    "ok: each of 256 waits on a different word blocked and timed out (256 timed out",
+    "ok: waits on 256 different words leave the kernel's heap as it was (0 bytes more)",
+    "waitroom#1| TEST PASS waitroom",
 ];
 
 /// What the `fs_kstore` tests require.
