@@ -2353,7 +2353,7 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "a file of 768 pages reads intact (0 differ)",
-            "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+            "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2381,7 +2381,7 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "a file of 768 pages reads intact (0 differ)",
-            "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+            "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2678,7 +2678,7 @@ const FS_KSTORE_REQUIRE: &[&str] = &[
     "ok: pages 0 and 1 were evicted: reading them again asked the server for 2 pages",
     "ok: after eviction, pages 0 and 1 hold what the kernel wrote there (call kept, exception kept)",
     "ok: read from the disk by a new server, the file holds what the kernel wrote in its buffers (0 and 0 bytes differ; 0 of the task's own pages differ)",
-    "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+    "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
     "fs_kstore#1| TEST PASS fs_kstore",
 ];
 
