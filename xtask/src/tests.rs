@@ -638,6 +638,13 @@ const ACTCTL_REQUIRE: &[&str] = &[
 /// The `teardown` tests spin and sleep for seconds in servers; TCG on a loaded host is slow.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The `migrate` and `actctl` tests: 3-9 s alone, mostly their own sleeps and spins (host
+/// time under TCG); the rest is emulated work that other QEMU runs on the host slow down
+/// many times over, and each once ran past the default 60 s limit on a loaded host. Every
+/// wait of the programs for their own threads fails by itself, naming what it waited for,
+/// within 10 s; this limit only has to end a call that never returns.
+const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// What the `teardown` tests require.
 const TEARDOWN_REQUIRE: &[&str] = &[
     "ok: a task returning from main while another of its threads yields inside its own activation ends, and all it had is freed",
@@ -1917,6 +1924,7 @@ pub const ALL: &[IntegrationTest] = &[
         require: MIGRATE_REQUIRE,
         check: Some(each_task_ends_once),
         exits: MIGRATE_EXITS,
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -1944,6 +1952,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 1,
         require: ACTCTL_REQUIRE,
         check: Some(each_task_ends_once),
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -1952,6 +1961,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: ACTCTL_REQUIRE,
         check: Some(each_task_ends_once),
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -2002,6 +2012,7 @@ pub const ALL: &[IntegrationTest] = &[
         require: MIGRATE_REQUIRE,
         check: Some(each_task_ends_once),
         exits: MIGRATE_EXITS,
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {

@@ -46,6 +46,34 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
+/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock, sleeping
+/// between looks: whether it held. Bounded by time, not by a count of sleeps: a 1 ms sleep
+/// lasts a timer tick (10 ms), so 5000 of them were 50 s, not 5, and a wait that never ended
+/// ran into the run's time limit instead of failing with its name.
+fn poll_until(limit_ms: u64, mut done: impl FnMut() -> bool) -> Result<bool, Failed> {
+    let t0 = baton_rt::clock_ns();
+    loop {
+        if done() {
+            return Ok(true);
+        }
+        if baton_rt::clock_ns() - t0 > limit_ms * 1_000_000 {
+            return Ok(false);
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+}
+
+/// [`poll_until`] `done`, failing the test (naming `what`) when it does not hold within
+/// 10 s: each wait here is for a thread of this test to get somewhere it reaches in
+/// milliseconds alone, and in well under a second on a loaded host.
+fn await_that(what: &str, done: impl FnMut() -> bool) -> Result<(), Failed> {
+    if poll_until(10_000, done)? {
+        return Ok(());
+    }
+    println!("TEST FAIL {TEST}: waited 10 s for {what}");
+    Err(Failed)
+}
+
 static STACKS: StackPool<24, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
 static DONE: AtomicU32 = AtomicU32::new(0);
@@ -110,12 +138,7 @@ fn own_exception_port() -> Result<(), Failed> {
     let stack = STACKS.take().ok_or(Failed)?;
     let tid = must("spawn", spawn(stack, exc_caller, 0))?;
     EXC_TID.store(tid, Ordering::SeqCst);
-    for _ in 0..5000 {
-        if DONE.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    poll_until(10_000, || DONE.load(Ordering::SeqCst) == 1)?;
     check!(
         DONE.load(Ordering::SeqCst) == 1
             && FAILED.load(Ordering::SeqCst) == 0
@@ -608,9 +631,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         let stack = STACKS.take().ok_or(Failed)?;
         must("spawn sleeper", spawn(stack, sleeper, 0))?;
     }
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleepers to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 2
+    })?;
     must("let them in", baton_rt::sleep_ns(5_000_000))?;
     // With a timeout, the wait for an activation ends with TimedOut.
     must(
@@ -652,9 +675,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "with every activation busy, a call waits until one comes back ({} ms)",
         took / 1_000_000
     );
-    while DONE.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleepers' calls to end", || {
+        DONE.load(Ordering::SeqCst) >= 2
+    })?;
     check!(
         FAILED.load(Ordering::SeqCst) == 0,
         "the calls that held the activations finished"
@@ -676,9 +699,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     SLEEPERS_IN.store(0, Ordering::SeqCst);
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn sleeper", spawn(stack, sleeper, 0))?;
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 1
+    })?;
     must("let it in", baton_rt::sleep_ns(5_000_000))?;
     let t1 = baton_rt::clock_ns();
     let got = must("echo d", call(&mut buf, d, ECHO, &[3; 8]))?;
@@ -691,9 +714,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "when the server declines on the sidetrack, the call waits for an activation ({} ms)",
         took / 1_000_000
     );
-    while DONE.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper's call to end", || {
+        DONE.load(Ordering::SeqCst) >= 1
+    })?;
     must("count d", call(&mut buf, d, COUNT, &[]))?;
     let n = word(buf.data(), 0);
     check!(n >= 1, "the declined sidetrack upcall happened ({n})");
@@ -751,9 +774,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     let still = INSIDE.load(Ordering::SeqCst);
     STOP.store(1, Ordering::SeqCst);
     must("unpin", baton_rt::set_affinity(0, baton_abi::CPU_ANY))?;
-    while SPINNERS_DONE.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(5_000_000))?;
-    }
+    await_that("the spinners to end", || {
+        SPINNERS_DONE.load(Ordering::SeqCst) >= 2
+    })?;
     check!(
         busy > 0 && still > 0 && low1 == low0 && FAILED.load(Ordering::SeqCst) == 0,
         "a high-priority client is served at its own priority while low-priority clients load the server ({busy} inside; they ran {} ns during its 10 calls; worst call {worst} ns)",
@@ -821,17 +844,12 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     QUIT_RESULT.store(u64::MAX, Ordering::SeqCst);
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn quit sleeper", spawn(stack, quit_sleeper, 0))?;
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 1
+    })?;
     must("let it in", baton_rt::sleep_ns(20_000_000))?;
     must("quit", send(&mut buf, g, QUIT, &[], &[]))?;
-    for _ in 0..2000 {
-        if DONE.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    poll_until(10_000, || DONE.load(Ordering::SeqCst) == 1)?;
     let quit = QUIT_RESULT.load(Ordering::SeqCst);
     let after = call(&mut buf, g, ECHO, &[]);
     let _ = baton_rt::ipc::cap_drop(g);
