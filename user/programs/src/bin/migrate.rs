@@ -754,6 +754,11 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         must("low priority", baton_rt::set_priority(*t, 2))?;
         must("pin spinner", baton_rt::set_affinity(*t, 0))?;
     }
+    // They run only while this thread sleeps: on a loaded host a fixed 15 ms could pass
+    // with neither having run (0 inside, once in 20 runs beside other QEMU runs).
+    await_that("a low-priority caller to call the server", || {
+        INSIDE.load(Ordering::SeqCst) > 0
+    })?;
     must("let them in", baton_rt::sleep_ns(15_000_000))?;
     let busy = INSIDE.load(Ordering::SeqCst);
     let cpu_of = |ts: &[u64; 2]| -> Result<u64, Failed> {
