@@ -1159,6 +1159,12 @@ pub fn start(
     unsafe { *KERNEL.0.get() = Some(k) };
     // SAFETY: the lock is held.
     let k = unsafe { kernel() };
+    // Every wait-queue bucket's first ring now, so that the heap the queues hold does not
+    // depend on which waits happened to block (`kern::waitq`). A heap too small for it
+    // boots all the same, its buckets then grown on first use.
+    if k.waits.reserve_each(kern::waitq::BOOT_ROOM).is_err() {
+        kprintln!("[kernel] no room for the wait queues' buckets: they grow on first use");
+    }
     for c in 0..cpus {
         add_cpu(k, c);
     }

@@ -645,6 +645,13 @@ const ACTCTL_REQUIRE: &[&str] = &[
 /// The `teardown` tests spin and sleep for seconds in servers; TCG on a loaded host is slow.
 const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The `migrate` and `actctl` tests: 3-9 s alone, mostly their own sleeps and spins (host
+/// time under TCG); the rest is emulated work that other QEMU runs on the host slow down
+/// many times over, and each once ran past the default 60 s limit on a loaded host. Every
+/// wait of the programs for their own threads fails by itself, naming what it waited for,
+/// within 10 s; this limit only has to end a call that never returns.
+const ACTIVATION_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// What the `teardown` tests require.
 const TEARDOWN_REQUIRE: &[&str] = &[
     "ok: a task returning from main while another of its threads yields inside its own activation ends, and all it had is freed",
@@ -1299,6 +1306,22 @@ pub const ALL: &[IntegrationTest] = &[
         ..BASE
     },
     IntegrationTest {
+        // A blocking wait leaves the kernel's heap as it was, whichever address it waits
+        // on: every wait-queue bucket has its room from boot.
+        name: "waitroom_smp1",
+        init: &["waitroom"],
+        smp: 1,
+        require: WAITROOM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
+        name: "waitroom_smp2",
+        init: &["waitroom"],
+        smp: 2,
+        require: WAITROOM_REQUIRE,
+        ..BASE
+    },
+    IntegrationTest {
         // Ports, rights, messages, RPC fast and slow paths, notifications, between two
         // tasks.
         name: "ipc_smp1",
@@ -1911,6 +1934,7 @@ pub const ALL: &[IntegrationTest] = &[
         require: MIGRATE_REQUIRE,
         check: Some(each_task_ends_once),
         exits: MIGRATE_EXITS,
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -1938,6 +1962,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 1,
         require: ACTCTL_REQUIRE,
         check: Some(each_task_ends_once),
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -1946,6 +1971,7 @@ pub const ALL: &[IntegrationTest] = &[
         smp: 2,
         require: ACTCTL_REQUIRE,
         check: Some(each_task_ends_once),
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -1996,6 +2022,7 @@ pub const ALL: &[IntegrationTest] = &[
         require: MIGRATE_REQUIRE,
         check: Some(each_task_ends_once),
         exits: MIGRATE_EXITS,
+        timeout: ACTIVATION_TIMEOUT,
         ..BASE
     },
     IntegrationTest {
@@ -2347,7 +2374,7 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "a file of 768 pages reads intact (0 differ)",
-            "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+            "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2375,7 +2402,7 @@ pub const ALL: &[IntegrationTest] = &[
             "ok: a page the server cannot supply under full memory is failed: a kernel copy from it returns Err(BadAddress)",
             "ok: once memory is back and the file opened again, the failed page is asked again and arrives intact",
             "a file of 768 pages reads intact (0 differ)",
-            "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+            "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
             "fs_evict#1| TEST PASS fs_evict",
         ],
         exits: &[
@@ -2658,6 +2685,13 @@ const SMAP_AC_REQUIRE: &[&str] = &[
     "survivor#2| TEST PASS survivor",
 ];
 
+/// What the `waitroom` tests require.
+const WAITROOM_REQUIRE: &[&str] = &[
+    "ok: each of 256 waits on a different word blocked and timed out (256 timed out",
+    "ok: waits on 256 different words leave the kernel's heap as it was (0 bytes more)",
+    "waitroom#1| TEST PASS waitroom",
+];
+
 /// What the `fs_kstore` tests require.
 const FS_KSTORE_REQUIRE: &[&str] = &[
     "ok: a sync while page 0 is still a buffer returns it (1 pages written back)",
@@ -2665,7 +2699,7 @@ const FS_KSTORE_REQUIRE: &[&str] = &[
     "ok: pages 0 and 1 were evicted: reading them again asked the server for 2 pages",
     "ok: after eviction, pages 0 and 1 hold what the kernel wrote there (call kept, exception kept)",
     "ok: read from the disk by a new server, the file holds what the kernel wrote in its buffers (0 and 0 bytes differ; 0 of the task's own pages differ)",
-    "ok: a second round leaves the kernel's heap, objects, free frames, ports and names as the first did",
+    "ok: a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did",
     "fs_kstore#1| TEST PASS fs_kstore",
 ];
 

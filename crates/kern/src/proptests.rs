@@ -318,10 +318,20 @@ proptest! {
         }
     }
 
-    /// Wait queues against a map of per-key FIFOs.
+    /// Wait queues against a map of per-key FIFOs, with and without every bucket's room
+    /// reserved first; reserved, the room does not change while no more than that many
+    /// threads have waited at once.
     #[test]
-    fn waitq_matches_fifos(ops in proptest::collection::vec(wait_op(), 1..100)) {
+    fn waitq_matches_fifos(
+        ops in proptest::collection::vec(wait_op(), 1..100),
+        reserved in proptest::bool::ANY,
+    ) {
         let mut q: WaitQueues<u64, u32> = WaitQueues::new();
+        if reserved {
+            prop_assert!(q.reserve_each(crate::waitq::BOOT_ROOM).is_ok());
+        }
+        let room = q.capacity();
+        let mut most = 0usize;
         let mut model: BTreeMap<u64, VecDeque<u32>> = BTreeMap::new();
         let mut next = 1u32;
         for op in ops {
@@ -350,6 +360,10 @@ proptest! {
             prop_assert_eq!(q.is_empty(), total == 0);
             for (&k, fifo) in &model {
                 prop_assert_eq!(q.waiters(k), fifo.len());
+            }
+            most = most.max(total);
+            if reserved && most <= crate::waitq::BOOT_ROOM {
+                prop_assert_eq!(q.capacity(), room);
             }
         }
     }

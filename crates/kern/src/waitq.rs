@@ -8,6 +8,13 @@
 //! the heap allocator; and memory is bounded by the number of waiting threads, never by
 //! the number of addresses user space chooses to wait on.
 //!
+//! A bucket's ring is allocated on the first wait that lands in it and kept. Which buckets
+//! see a wait depends on timing (a `wait` whose word already changed never queues) and on
+//! task ids, so, left to grow on first use, the heap held by the queues would differ
+//! between two runs of the same work. [`WaitQueues::reserve_each`] gives every bucket its
+//! first ring up front (the kernel does, at boot, for [`BOOT_ROOM`] waiters each): a bucket
+//! then grows only past that many waiters at once.
+//!
 //! Costs: [`WaitQueues::enqueue`] O(1) (amortised); [`WaitQueues::wake_one`] and
 //! [`WaitQueues::remove`] O(waiters in the key's bucket) at worst, O(1) when the oldest
 //! waiter of the bucket is the one taken; [`WaitQueues::total`] O(1).
@@ -65,6 +72,10 @@ fn bucket_of<K: Hash>(key: &K) -> usize {
 
 const _: () = assert!(BUCKETS.is_power_of_two());
 
+/// Waiters every bucket has room for from boot ([`WaitQueues::reserve_each`]): a ring's
+/// smallest size, so 64 rings of 4 (key, thread) entries (6 KiB for the kernel's keys).
+pub const BOOT_ROOM: usize = 4;
+
 /// Per-key FIFOs of waiting threads (`T`, a thread id). See the module documentation.
 #[derive(Debug)]
 pub struct WaitQueues<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> {
@@ -87,6 +98,19 @@ impl<K: Copy + Eq + Hash + Default, T: Copy + PartialEq + Default> WaitQueues<K,
             buckets: [const { Ring::new() }; BUCKETS],
             total: 0,
         }
+    }
+
+    /// Gives every bucket room for `n` waiters at once, so that waits never allocate until
+    /// more than `n` wait in one bucket at once; [`baton_abi::Error::NoMemory`] when the
+    /// heap has no room (the buckets grown so far keep their room).
+    pub fn reserve_each(&mut self, n: usize) -> Result<(), baton_abi::Error> {
+        self.buckets.iter_mut().try_for_each(|b| b.reserve(n))
+    }
+
+    /// Entries the buckets have room for, in all (what the queues keep of the heap, in
+    /// units of one (key, thread) entry).
+    pub fn capacity(&self) -> usize {
+        self.buckets.iter().map(Ring::capacity).sum()
     }
 
     fn bucket(&mut self, key: &K) -> Option<&mut Ring<(K, T)>> {
@@ -273,6 +297,47 @@ mod tests {
         // No bucket ever held more than three entries at once.
         assert!(w.buckets.iter().all(|b| b.capacity() <= 4));
         check(&w);
+    }
+
+    #[test]
+    fn a_reserved_bucket_grows_only_past_its_room() {
+        // Whichever buckets see waits, and in whatever order, the room stays what
+        // `reserve_each` made while no bucket holds more than `BOOT_ROOM` waiters: the heap
+        // the queues hold does not depend on which waits happened to queue.
+        let mut w = WaitQueues::new();
+        w.reserve_each(BOOT_ROOM).unwrap();
+        let room = w.capacity();
+        assert_eq!(room, BUCKETS * BOOT_ROOM);
+        for round in 0..50u64 {
+            // Up to BOOT_ROOM waiters on keys of one task, then on keys of a new task id
+            // each round (hashing to other buckets).
+            for t in 0..BOOT_ROOM as u32 {
+                w.enqueue((round, 0x1000 + 8 * round), t);
+            }
+            w.enqueue((round + 1000, 0x2000), 9);
+            assert_eq!(w.capacity(), room, "round {round}");
+            assert_eq!(
+                wake(&mut w, (round, 0x1000 + 8 * round), 10).len(),
+                BOOT_ROOM
+            );
+            assert_eq!(wake(&mut w, (round + 1000, 0x2000), 10), [9]);
+            assert!(w.is_empty());
+        }
+        assert_eq!(w.capacity(), room);
+        // Without the reservation, the first wait in a bucket grows it.
+        let mut fresh: WaitQueues<u64, u32> = WaitQueues::new();
+        assert_eq!(fresh.capacity(), 0);
+        fresh.enqueue(8, 1);
+        assert_eq!(fresh.capacity(), BOOT_ROOM);
+        // Past the room, a bucket still grows (to the most waiters it held at once).
+        let mut busy: WaitQueues<u64, u32> = WaitQueues::new();
+        busy.reserve_each(BOOT_ROOM).unwrap();
+        for t in 0..=BOOT_ROOM as u32 {
+            busy.enqueue(8, t);
+        }
+        assert_eq!(busy.capacity(), room + BOOT_ROOM);
+        assert_eq!(wake(&mut busy, 8, 10).len(), BOOT_ROOM + 1);
+        check(&busy);
     }
 
     #[test]

@@ -324,27 +324,60 @@ pub fn settled_counts(host: u64) -> Result<(u64, u64, u64, u64, u64), Error> {
     Ok(last)
 }
 
-/// Runs `body` (a test's whole work, given the round, 1 or 2) twice and checks, as test
-/// `test`, that the second round leaves the kernel's heap, objects, free frames, ports and
-/// names where the first did ([`settled_counts`], with `host`): whatever a round leaks
-/// shows as a difference.
+/// The most rounds [`two_rounds`] runs.
+pub const MOST_ROUNDS: u32 = 4;
+
+/// Runs `body` (a test's whole work, given the round: 1, 2, ...) round after round until
+/// two rounds in a row leave the kernel's heap, objects, free frames, ports and names
+/// ([`settled_counts`], with `host`) at the same figures, and checks, as test `test`, that
+/// this happens within [`MOST_ROUNDS`] rounds. Whatever a round leaks shows as a difference
+/// after every round, so a leak fails the check however many rounds run.
+///
+/// Why not always rounds 1 and 2: some of the kernel's tables keep the room they grew to
+/// (its high-water mark) and grow on first use, by design, so that hot paths never
+/// allocate: the run queues, the timer heap and the wake lists sized for the most threads
+/// that existed at once, the kernel-stack pool for the most stacks in use at once, a
+/// wait-queue bucket for the most threads that waited in it at once. How high those marks
+/// go depends on timing (whether a thread had ended before the next began, whether a
+/// `wait` blocked or found its word changed), so on two CPUs under load a second round
+/// can push one of them a little higher than the first did: bounded growth, which the
+/// next round no longer shows. A 96-byte difference was one such case: the first wait
+/// in a wait-queue bucket no wait had used before grew that bucket's ring to four entries
+/// of 24 bytes. The kernel now gives every bucket that ring at boot (`kern::waitq`), but
+/// other marks remain, so the comparison takes the last two rounds, once they agree.
 pub fn two_rounds(
     test: &str,
     host: u64,
     mut body: impl FnMut(u32) -> Result<(), baton_rt::check::Failed>,
 ) -> Result<(), baton_rt::check::Failed> {
-    let mut after = [(0, 0, 0, 0, 0); 2];
-    for (n, figures) in (1..).zip(after.iter_mut()) {
+    let mut figures = [(0, 0, 0, 0, 0); 2];
+    let mut agreed = 0;
+    for n in 1..=MOST_ROUNDS {
         baton_rt::println!("{test}: round {n}");
         body(n)?;
-        *figures = baton_rt::check::must(test, "counts", settled_counts(host))?;
+        let now = baton_rt::check::must(test, "counts", settled_counts(host))?;
+        figures = [figures[1], now];
+        if n > 1 {
+            if figures[0] == figures[1] {
+                agreed = n;
+                break;
+            }
+            baton_rt::println!(
+                "{test}: round {n} left other figures than round {} ({:?} -> {:?})",
+                n - 1,
+                figures[0],
+                figures[1]
+            );
+        }
     }
     baton_rt::check!(
         test,
-        after[0] == after[1],
-        "a second round leaves the kernel's heap, objects, free frames, ports and names as the first did ({:?} -> {:?})",
-        after[0],
-        after[1]
+        agreed > 0,
+        "a round leaves the kernel's heap, objects, free frames, ports and names as the round before it did (rounds {} and {}: {:?} -> {:?})",
+        if agreed > 0 { agreed - 1 } else { MOST_ROUNDS - 1 },
+        if agreed > 0 { agreed } else { MOST_ROUNDS },
+        figures[0],
+        figures[1]
     );
     Ok(())
 }

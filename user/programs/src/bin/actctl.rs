@@ -290,21 +290,40 @@ fn await_alert_wait(buf: &mut IpcBuffer, b: u64) -> Result<(), Failed> {
     })
 }
 
-/// Waits (up to 3 s, then fails the test) until a helper has set [`ASLEEP`]: it is about
-/// to sleep (a kernel wait honours an alert that comes before it, so the few instructions
-/// in between change no outcome).
-fn await_asleep() -> Result<(), Failed> {
-    for _ in 0..3_000 {
-        if ASLEEP.load(Ordering::SeqCst) != 0 {
-            return Ok(());
+/// How long the test waits for one of its threads to get somewhere before it fails: 10 s on
+/// the clock, for what takes milliseconds alone and well under a second on a loaded host.
+const PATIENCE_MS: u64 = 10_000;
+
+/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock, sleeping
+/// between looks: whether it held. Bounded by time, not by a count of sleeps: a 1 ms sleep
+/// lasts a timer tick (10 ms), so 3000 of them were 30 s, not the 3 s they were meant as,
+/// and a few such waits that never ended ran into the run's time limit instead of failing
+/// with their names.
+fn poll_until(limit_ms: u64, mut done: impl FnMut() -> bool) -> Result<bool, Failed> {
+    let t0 = baton_rt::clock_ns();
+    loop {
+        if done() {
+            return Ok(true);
+        }
+        if baton_rt::clock_ns() - t0 > limit_ms * 1_000_000 {
+            return Ok(false);
         }
         must("sleep", baton_rt::sleep_ns(1_000_000))?;
     }
-    println!("TEST FAIL {TEST}: waited 3 s for a helper to sleep");
+}
+
+/// Waits (up to [`PATIENCE_MS`], then fails the test) until a helper has set [`ASLEEP`]: it
+/// is about to sleep (a kernel wait honours an alert that comes before it, so the few
+/// instructions in between change no outcome).
+fn await_asleep() -> Result<(), Failed> {
+    if poll_until(PATIENCE_MS, || ASLEEP.load(Ordering::SeqCst) != 0)? {
+        return Ok(());
+    }
+    println!("TEST FAIL {TEST}: waited {PATIENCE_MS} ms for a helper to sleep");
     Err(Failed)
 }
 
-/// Waits (up to 3 s, then fails the test) until word `i` of `server`'s `INFO` satisfies
+/// Waits (up to [`PATIENCE_MS`], then fails the test) until word `i` of `server`'s `INFO` satisfies
 /// `ok`. The test's waits for the other threads are these, not fixed sleeps, which a loaded
 /// host outran.
 fn await_info(
@@ -315,10 +334,10 @@ fn await_info(
     ok: impl Fn(u64) -> bool,
 ) -> Result<(), Failed> {
     let reply = REPLY.load(Ordering::Relaxed);
-    if must("sleep", mig_proto::await_info(buf, server, reply, i, ok))? {
+    if poll_until(PATIENCE_MS, || ok(info(buf, server, reply, i)))? {
         return Ok(());
     }
-    println!("TEST FAIL {TEST}: waited 3 s for {what}");
+    println!("TEST FAIL {TEST}: waited {PATIENCE_MS} ms for {what}");
     Err(Failed)
 }
 
@@ -573,23 +592,12 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
     let waits = must("stats", stats())?.blocks_internal;
     STATE_GOT.store(u64::MAX, Ordering::SeqCst);
     spawn_plain(state_getter, w)?;
-    let mut waiting = false;
-    for _ in 0..3_000 {
-        if must("stats", stats())?.blocks_internal > waits {
-            waiting = true;
-            break;
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
-    }
+    let waiting = poll_until(PATIENCE_MS, || {
+        stats().is_ok_and(|s| s.blocks_internal > waits)
+    })?;
     must("resume", migrate::suspend(Act::Thread(w), false))?;
-    let mut got = u64::MAX;
-    for _ in 0..3_000 {
-        got = STATE_GOT.load(Ordering::SeqCst);
-        if got != u64::MAX {
-            break;
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
-    }
+    poll_until(PATIENCE_MS, || STATE_GOT.load(Ordering::SeqCst) != u64::MAX)?;
+    let got = STATE_GOT.load(Ordering::SeqCst);
     let still_in = DONE.load(Ordering::SeqCst) == 0;
     check!(
         waiting && got == Error::InvalidArgument as u64 && still_in,
@@ -616,14 +624,9 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         .map(|_| ()),
     )?;
     let answered = baton_rt::clock_ns() - t0;
-    let mut gone = false;
-    for _ in 0..1000 {
-        if baton_rt::sys::thread_cpu_ns(v) == Err(Error::NotFound) {
-            gone = true;
-            break;
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
-    }
+    let gone = poll_until(PATIENCE_MS, || {
+        baton_rt::sys::thread_cpu_ns(v) == Err(Error::NotFound)
+    })?;
     let ended = baton_rt::clock_ns() - t0;
     must("drop thread port", baton_rt::ipc::cap_drop(tp))?;
     if gone {
@@ -759,13 +762,10 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         "terminating a server activation below the top splits the thread: the client's call is aborted at once ({raw:#x} after {joined} ms) while the part above still sleeps in B ({asleep} asleep; A says {kill:#x})"
     );
     // The part above wakes in B, returns into the terminated activation and ends.
-    for _ in 0..1000 {
+    poll_until(PATIENCE_MS, || {
         let _ = raw_call(&mut buf, b, INFO, &[]);
-        if word(buf.data(), 4) == 0 {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(2_000_000))?;
-    }
+        word(buf.data(), 4) == 0
+    })?;
     check!(
         word(buf.data(), 4) == 0,
         "the part above finishes its call in B"
@@ -781,16 +781,14 @@ fn one_round(base: &baton_rt::Stats) -> Result<(), Failed> {
         baton_rt::ipc::cap_drop(REPLY.load(Ordering::Relaxed)),
     )?;
     let mut now = must("stats", stats())?;
-    for _ in 0..300 {
-        if now.activations == base.activations
+    poll_until(3_000, || {
+        if let Ok(s) = stats() {
+            now = s;
+        }
+        now.activations == base.activations
             && now.ports == base.ports
             && now.threads == base.threads
-        {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-        now = must("stats", stats())?;
-    }
+    })?;
     check!(
         now.threads == base.threads
             && now.activations == base.activations

@@ -11,8 +11,10 @@
 //! Then, behind a default pager whose queue is full, the file is read again: its clean
 //! pages are dropped for the next ones.
 //!
-//! All of it runs twice: the second round must leave the kernel's heap, objects, free
-//! frames, ports and names where the first did (the servers, the driver and the children ended).
+//! All of it runs at least twice: a round must leave the kernel's heap, objects, free
+//! frames, ports and names where the round before it did (the servers, the driver and the
+//! children ended), within [`fs_client::MOST_ROUNDS`] rounds ([`fs_client::two_rounds`]
+//! says why not always the first two).
 #![no_std]
 #![no_main]
 

@@ -46,6 +46,34 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
+/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock, sleeping
+/// between looks: whether it held. Bounded by time, not by a count of sleeps: a 1 ms sleep
+/// lasts a timer tick (10 ms), so 5000 of them were 50 s, not 5, and a wait that never ended
+/// ran into the run's time limit instead of failing with its name.
+fn poll_until(limit_ms: u64, mut done: impl FnMut() -> bool) -> Result<bool, Failed> {
+    let t0 = baton_rt::clock_ns();
+    loop {
+        if done() {
+            return Ok(true);
+        }
+        if baton_rt::clock_ns() - t0 > limit_ms * 1_000_000 {
+            return Ok(false);
+        }
+        must("wait", baton_rt::sleep_ns(1_000_000))?;
+    }
+}
+
+/// [`poll_until`] `done`, failing the test (naming `what`) when it does not hold within
+/// 10 s: each wait here is for a thread of this test to get somewhere it reaches in
+/// milliseconds alone, and in well under a second on a loaded host.
+fn await_that(what: &str, done: impl FnMut() -> bool) -> Result<(), Failed> {
+    if poll_until(10_000, done)? {
+        return Ok(());
+    }
+    println!("TEST FAIL {TEST}: waited 10 s for {what}");
+    Err(Failed)
+}
+
 static STACKS: StackPool<24, 16384> = StackPool::new();
 /// Helper threads that finished their call (and how: 1 ok, 2 failed).
 static DONE: AtomicU32 = AtomicU32::new(0);
@@ -110,12 +138,7 @@ fn own_exception_port() -> Result<(), Failed> {
     let stack = STACKS.take().ok_or(Failed)?;
     let tid = must("spawn", spawn(stack, exc_caller, 0))?;
     EXC_TID.store(tid, Ordering::SeqCst);
-    for _ in 0..5000 {
-        if DONE.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    poll_until(10_000, || DONE.load(Ordering::SeqCst) == 1)?;
     check!(
         DONE.load(Ordering::SeqCst) == 1
             && FAILED.load(Ordering::SeqCst) == 0
@@ -186,12 +209,30 @@ fn spinner(_: u64) {
     SPINNERS_DONE.fetch_add(1, Ordering::SeqCst);
 }
 
-/// The server's own thread's CPU time, as it noted it on a one-way `CPU`.
-fn main_cpu(buf: &mut IpcBuffer, server: u64) -> Result<u64, Failed> {
+/// The server's own thread's CPU time, as it notes it on a one-way `CPU` sent now: asks
+/// (`MAIN_CPU`) until the note read differs from `before`, the one read last (0 before
+/// the first: a new server has noted nothing). The own thread takes the note when it runs,
+/// on a loaded host many milliseconds after the send, while `MAIN_CPU` is answered at once
+/// by an activation; and each note is later than the one before, so it differs (the thread
+/// ran to take it). A fixed 2 ms wait here read a note not yet taken as the one before it
+/// under load: the first read 0, and the own thread's start-up then counted as the
+/// server's work done on its thread (+27 ms and +54 ms in two of eleven runs of
+/// `migrate_smp2` beside other QEMU runs). Gives up (failing the test) after 10 s.
+fn main_cpu(buf: &mut IpcBuffer, server: u64, before: u64) -> Result<u64, Failed> {
     must("cpu", send(buf, server, CPU, &[], &[]))?;
-    must("let it note", baton_rt::sleep_ns(2_000_000))?;
-    must("main cpu", call(buf, server, MAIN_CPU, &[]))?;
-    Ok(word(buf.data(), 0))
+    let t0 = baton_rt::clock_ns();
+    loop {
+        must("main cpu", call(buf, server, MAIN_CPU, &[]))?;
+        let noted = word(buf.data(), 0);
+        if noted != before {
+            return Ok(noted);
+        }
+        if baton_rt::clock_ns() - t0 > 10_000_000_000 {
+            println!("TEST FAIL {TEST}: the server's own thread took no CPU note in 10 s");
+            return Err(Failed);
+        }
+        must("let it note", baton_rt::sleep_ns(1_000_000))?;
+    }
 }
 
 /// Sleepers about to call.
@@ -590,9 +631,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         let stack = STACKS.take().ok_or(Failed)?;
         must("spawn sleeper", spawn(stack, sleeper, 0))?;
     }
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleepers to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 2
+    })?;
     must("let them in", baton_rt::sleep_ns(5_000_000))?;
     // With a timeout, the wait for an activation ends with TimedOut.
     must(
@@ -634,9 +675,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "with every activation busy, a call waits until one comes back ({} ms)",
         took / 1_000_000
     );
-    while DONE.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleepers' calls to end", || {
+        DONE.load(Ordering::SeqCst) >= 2
+    })?;
     check!(
         FAILED.load(Ordering::SeqCst) == 0,
         "the calls that held the activations finished"
@@ -658,9 +699,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     SLEEPERS_IN.store(0, Ordering::SeqCst);
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn sleeper", spawn(stack, sleeper, 0))?;
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 1
+    })?;
     must("let it in", baton_rt::sleep_ns(5_000_000))?;
     let t1 = baton_rt::clock_ns();
     let got = must("echo d", call(&mut buf, d, ECHO, &[3; 8]))?;
@@ -673,16 +714,16 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         "when the server declines on the sidetrack, the call waits for an activation ({} ms)",
         took / 1_000_000
     );
-    while DONE.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper's call to end", || {
+        DONE.load(Ordering::SeqCst) >= 1
+    })?;
     must("count d", call(&mut buf, d, COUNT, &[]))?;
     let n = word(buf.data(), 0);
     check!(n >= 1, "the declined sidetrack upcall happened ({n})");
 
     // 6. The server's work is charged to the calling thread, and runs at its priority.
     let e = must("start mig_server", start(&mut buf, 4, false, false))?;
-    let m0 = main_cpu(&mut buf, e)?;
+    let m0 = main_cpu(&mut buf, e, 0)?;
     let c0 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
     // 30 ms: long enough that the server's own thread's few instructions in between stay
     // far below a quarter of it even when the host deschedules QEMU for some milliseconds
@@ -693,7 +734,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     )?;
     let spun = word(buf.data(), 0);
     let c1 = must("cpu time", baton_rt::sys::thread_cpu_ns(0))?;
-    let m1 = main_cpu(&mut buf, e)?;
+    let m1 = main_cpu(&mut buf, e, m0)?;
     check!(
         spun >= 30_000_000 && c1 - c0 >= spun && m1 - m0 < spun / 4,
         "the server's work is charged to the calling thread (caller +{} ns, server's own thread +{} ns, spun {} ns)",
@@ -713,6 +754,11 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         must("low priority", baton_rt::set_priority(*t, 2))?;
         must("pin spinner", baton_rt::set_affinity(*t, 0))?;
     }
+    // They run only while this thread sleeps: on a loaded host a fixed 15 ms could pass
+    // with neither having run (0 inside, once in 20 runs beside other QEMU runs).
+    await_that("a low-priority caller to call the server", || {
+        INSIDE.load(Ordering::SeqCst) > 0
+    })?;
     must("let them in", baton_rt::sleep_ns(15_000_000))?;
     let busy = INSIDE.load(Ordering::SeqCst);
     let cpu_of = |ts: &[u64; 2]| -> Result<u64, Failed> {
@@ -733,9 +779,9 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     let still = INSIDE.load(Ordering::SeqCst);
     STOP.store(1, Ordering::SeqCst);
     must("unpin", baton_rt::set_affinity(0, baton_abi::CPU_ANY))?;
-    while SPINNERS_DONE.load(Ordering::SeqCst) < 2 {
-        must("wait", baton_rt::sleep_ns(5_000_000))?;
-    }
+    await_that("the spinners to end", || {
+        SPINNERS_DONE.load(Ordering::SeqCst) >= 2
+    })?;
     check!(
         busy > 0 && still > 0 && low1 == low0 && FAILED.load(Ordering::SeqCst) == 0,
         "a high-priority client is served at its own priority while low-priority clients load the server ({busy} inside; they ran {} ns during its 10 calls; worst call {worst} ns)",
@@ -803,17 +849,12 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     QUIT_RESULT.store(u64::MAX, Ordering::SeqCst);
     let stack = STACKS.take().ok_or(Failed)?;
     must("spawn quit sleeper", spawn(stack, quit_sleeper, 0))?;
-    while SLEEPERS_IN.load(Ordering::SeqCst) < 1 {
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    await_that("the sleeper to start", || {
+        SLEEPERS_IN.load(Ordering::SeqCst) >= 1
+    })?;
     must("let it in", baton_rt::sleep_ns(20_000_000))?;
     must("quit", send(&mut buf, g, QUIT, &[], &[]))?;
-    for _ in 0..2000 {
-        if DONE.load(Ordering::SeqCst) == 1 {
-            break;
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+    poll_until(10_000, || DONE.load(Ordering::SeqCst) == 1)?;
     let quit = QUIT_RESULT.load(Ordering::SeqCst);
     let after = call(&mut buf, g, ECHO, &[]);
     let _ = baton_rt::ipc::cap_drop(g);
