@@ -238,18 +238,22 @@ fn main_cpu(buf: &mut IpcBuffer, server: u64, before: u64) -> Result<u64, Failed
 /// Sleepers about to call.
 static SLEEPERS_IN: AtomicU32 = AtomicU32::new(0);
 
-/// A helper thread: one `SLEEP` call to `TARGET`.
+/// How long a [`sleeper`] holds its activation: long enough that the main thread's call
+/// surely comes while it is inside, however the CPUs are scheduled. The clock runs on while
+/// a loaded host leaves a virtual CPU waiting (the main thread was seen 230 ms late), so
+/// 300 ms was not always enough for the waits below to show.
+const HOLD_NS: u64 = 1_000_000_000;
+
+/// A helper thread: one `SLEEP` call of [`HOLD_NS`] to `TARGET`.
 fn sleeper(_: u64) {
     SLEEPERS_IN.fetch_add(1, Ordering::SeqCst);
     let ok = IpcBuffer::new()
-        // Long enough that the main thread's call surely comes while it is inside, however
-        // the CPUs are scheduled.
         .and_then(|mut b| {
             call(
                 &mut b,
                 TARGET.load(Ordering::Relaxed),
                 SLEEP,
-                &300_000_000u64.to_le_bytes(),
+                &HOLD_NS.to_le_bytes(),
             )
         })
         .is_ok_and(|(id, n)| id == SLEEP && n == 8);
@@ -634,7 +638,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     await_that("the sleepers to start", || {
         SLEEPERS_IN.load(Ordering::SeqCst) >= 2
     })?;
-    must("let them in", baton_rt::sleep_ns(5_000_000))?;
+    must("let them in", baton_rt::sleep_ns(20_000_000))?;
     // With a timeout, the wait for an activation ends with TimedOut.
     must(
         "set",
@@ -663,7 +667,7 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
         timed.err().map(|e| e.name()),
         waited / 1_000_000
     );
-    // The sleepers hold both activations for 300 ms from before `t0`: a call that waits
+    // The sleepers hold both activations for a second from before `t0`: a call that waits
     // for one to come back takes a good part of that; one that did not wait, well under a
     // millisecond. (Whether a sleeper has counted itself `DONE` yet is a race on two CPUs:
     // its thread may still be on its way out of `call` when ours resumes.)
@@ -702,11 +706,11 @@ fn one_round(base: &baton_rt::Stats, round: u64) -> Result<(), Failed> {
     await_that("the sleeper to start", || {
         SLEEPERS_IN.load(Ordering::SeqCst) >= 1
     })?;
-    must("let it in", baton_rt::sleep_ns(5_000_000))?;
+    must("let it in", baton_rt::sleep_ns(20_000_000))?;
     let t1 = baton_rt::clock_ns();
     let got = must("echo d", call(&mut buf, d, ECHO, &[3; 8]))?;
     let took = baton_rt::clock_ns() - t1;
-    // The sleeper holds the only activation for 300 ms: a call that waited for it took a
+    // The sleeper holds the only activation for a second: a call that waited for it took a
     // good part of that. (Whether the sleeper's thread has counted itself `DONE` yet is a
     // race on two CPUs: it may still be on its way out of `call` when ours resumes.)
     check!(
