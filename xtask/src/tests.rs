@@ -693,6 +693,8 @@ const MIGRATE_REGS_REQUIRE: &[&str] = &[
 const VP_MIGRATE_REQUIRE: &[&str] = &[
     "ok: vp_create by a client's thread migrated into this task is InvalidArgument",
     "ok: vp_take, vp_wait and vp_resume by a client's carrier migrated into this task are InvalidArgument",
+    "ok: a thread's port reads its own task and registers while it waits in a server",
+    "ok: an exception port set for a thread while it waits in a server gets its fault once back",
     "(vp_migrate_peer) exited with code 0",
     "TEST PASS vp_migrate",
 ];
@@ -1991,7 +1993,8 @@ pub const ALL: &[IntegrationTest] = &[
     },
     IntegrationTest {
         // A server cannot make a client's thread that migrated into it a virtual
-        // processor's carrier, nor use the client's processor through it.
+        // processor's carrier, nor use the client's processor through it; the client's
+        // THREAD_INFO and exception_port_set of that thread reach its home activation.
         name: "vp_migrate_smp1",
         init: &["vp_migrate"],
         smp: 1,

@@ -13,6 +13,12 @@
 //! - `vp_create` by a client's thread migrated in is `InvalidArgument`, carrier or not;
 //! - `vp_take`, `vp_wait` and `vp_resume` by a carrier migrated in are `InvalidArgument`
 //!   (no processor of this task), and the client's processor is untouched;
+//! - the client's checks of the next two (printed by it) hold: while one of its threads
+//!   waits in this task in a third call, the thread's port reads (`THREAD_INFO`) the
+//!   client's own task and registers, not this task's, and an exception port the client
+//!   sets for that thread (`exception_port_set`) is its own home activation's: it gets the
+//!   thread's fault after the call returns (before, it went to the activation running in
+//!   this task, whose faults the client would then have handled, and was lost with it);
 //! - the client exits normally.
 //!
 //! Verdict: `TEST PASS vp_migrate` or `TEST FAIL vp_migrate: ...`.
@@ -44,6 +50,12 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
 /// The request ids the peer sends: its first call (a plain thread), its second (a carrier).
 const PLAIN: u64 = 1;
 const CARRIER: u64 = 2;
+/// A call that waits in this task until [`RELEASE`] (the peer reads and sets its thread's
+/// state meanwhile), and the call that ends that wait.
+const HOLD: u64 = 3;
+const RELEASE: u64 = 4;
+/// [`HOLD`]'s wait word.
+static HELD: AtomicU32 = AtomicU32::new(0);
 
 /// Results of the activation's attempts, as raw results (`Error::to_raw`, or `OK`).
 static CREATE_PLAIN: AtomicU64 = AtomicU64::new(NONE);
@@ -108,6 +120,17 @@ fn dispatch(req: &mut migrate::Request) {
             let e = unsafe { vp_resume(&regs) };
             RESUME.store(e.to_raw(), Ordering::Relaxed);
         }
+        HOLD => {
+            while HELD.load(Ordering::Acquire) == 0 {
+                if wait(&HELD, 0, 10_000_000_000) == Err(Error::TimedOut) {
+                    break;
+                }
+            }
+        }
+        RELEASE => {
+            HELD.store(1, Ordering::Release);
+            let _ = baton_rt::wake(&HELD, 1);
+        }
         _ => {}
     }
     req.reply(id, &[]);
@@ -121,11 +144,11 @@ fn main(_task_id: u64) -> i32 {
 
 fn run() -> Result<(), Failed> {
     let port = must("port_allocate", port_allocate(0))?;
-    must("attach", migrate::attach(port, 1, dispatch))?;
+    must("attach", migrate::attach(port, 2, dispatch))?;
     must("spawn vp_migrate_peer", spawn_with("vp_migrate_peer", port))?;
     loop {
         let n = SERVED.load(Ordering::Acquire);
-        if n >= 2 {
+        if n >= 4 {
             break;
         }
         let _ = wait(&SERVED, n, 5_000_000_000);
