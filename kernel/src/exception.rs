@@ -486,7 +486,10 @@ pub fn sys_exception_port_set(
         Some(t) => k
             .threads
             .get_mut(t)
-            .and_then(|th| core::mem::replace(&mut th.ctx.exc_port, port)),
+            // Its home activation's: while the thread runs in a server its call migrated
+            // into, the running context is the server's, and its exceptions are not this
+            // task's to handle.
+            .and_then(|th| core::mem::replace(&mut th.home_ctx_mut().exc_port, port)),
         None => k
             .tasks
             .get_mut(&id)

@@ -453,12 +453,15 @@ fn operate(
                 ThreadState::Ready => THREAD_READY,
                 _ => THREAD_BLOCKED,
             };
+            // Its home activation's task and registers: in a server its call migrated
+            // into, the running context is the server's, not the caller's to read.
+            let home = th.home_ctx();
             Ok(Words::of(&[
                 t.0,
-                th.ctx.task.unwrap_or(0),
+                home.task.unwrap_or(0),
                 state,
-                th.ctx.frame.rip,
-                th.ctx.frame.rsp,
+                home.frame.rip,
+                home.frame.rsp,
             ]))
         }
         (KObject::Thread(t), THREAD_ALERT | THREAD_SUSPEND | THREAD_RESUME) => {

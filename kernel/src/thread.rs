@@ -357,6 +357,24 @@ impl Thread {
     pub fn home_task(&self) -> Option<TaskId> {
         self.below.first().map_or(self.ctx.task, |s| s.task)
     }
+
+    /// The context of its home activation (in its own task): the running one at home,
+    /// else `below[0]`. What its task may read or set of it; while the thread runs in a
+    /// server, the running context is the server's.
+    pub fn home_ctx(&self) -> &Context {
+        match self.below.first() {
+            Some(home) => home,
+            None => &self.ctx,
+        }
+    }
+
+    /// [`Thread::home_ctx`], to change.
+    pub fn home_ctx_mut(&mut self) -> &mut Context {
+        match self.below.first_mut() {
+            Some(home) => home,
+            None => &mut self.ctx,
+        }
+    }
 }
 
 impl Thread {

@@ -161,6 +161,16 @@ fn find(st: &State, t: ThreadId) -> Option<(Key, Role)> {
         .find_map(|(key, vp)| vp.core.role(t).map(|r| (key, r)))
 }
 
+/// The virtual processor of `task` that thread `t` carries. A carrier whose call migrated
+/// into a server runs there in the server's task and carries no processor of it: the
+/// server must not take, wait for or resume its client's events.
+fn carried(st: &State, t: ThreadId, task: TaskId) -> Option<Key> {
+    match find(st, t) {
+        Some((key, Role::Carrier)) if st.vps.get(key).is_some_and(|v| v.task == task) => Some(key),
+        _ => None,
+    }
+}
+
 /// Whether `[lo, hi)` is a non-empty range of user addresses.
 fn user_range(lo: u64, hi: u64) -> bool {
     USER_MIN <= lo && lo < hi && hi <= USER_END
@@ -216,8 +226,13 @@ fn create(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<u64, E
     if cfg.mailbox != 0 {
         k.check_writable(task, cfg.mailbox, 8)?;
     }
-    if k.threads.get(cur).is_none_or(|t| t.vp) {
-        return Err(Error::Busy);
+    match k.threads.get(cur) {
+        // A thread whose call migrated into this task (a server's activation) is its
+        // client's: the server may not make it a carrier (its upcalls would carry the
+        // client's registers here, and `vp_interrupt` would redirect it in its own task).
+        Some(t) if t.home_task() != Some(task) => return Err(Error::InvalidArgument),
+        Some(t) if !t.vp => {}
+        _ => return Err(Error::Busy),
     }
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
@@ -617,7 +632,7 @@ pub fn sys_vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) 
 fn vp_wait(k: &mut Kernel, cur: ThreadId, task: TaskId, args: [u64; 6]) -> Result<u64, Error> {
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
-    let Some((key, Role::Carrier)) = find(st, cur) else {
+    let Some(key) = carried(st, cur, task) else {
         return Err(Error::InvalidArgument);
     };
     let vp = st.vps.get_mut(key).ok_or(Error::InvalidArgument)?;
@@ -686,7 +701,7 @@ fn take(k: &mut Kernel, cur: ThreadId, task: TaskId, buf: u64, max: u64) -> Resu
     }
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
-    let Some((key, Role::Carrier)) = find(st, cur) else {
+    let Some(key) = carried(st, cur, task) else {
         return Err(Error::InvalidArgument);
     };
     let queued = st.vps.get(key).map_or(0, |v| v.core.counts().2) as u64;
@@ -940,7 +955,7 @@ pub fn sys_vp_resume(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> u6
 fn vp_resume(k: &mut Kernel, cur: ThreadId, task: TaskId, at: u64) -> Result<(), Error> {
     // SAFETY: the lock is held (we have `k`); no other reference is alive.
     let st = unsafe { state(k) };
-    let Some((key, Role::Carrier)) = find(st, cur) else {
+    let Some(key) = carried(st, cur, task) else {
         return Err(Error::InvalidArgument);
     };
     let mut raw = [0u8; baton_abi::exception::USER_REGS_WORDS * 8];

@@ -696,6 +696,16 @@ const MIGRATE_REGS_REQUIRE: &[&str] = &[
     "TEST PASS migrate_regs",
 ];
 
+/// What the `vp_migrate` tests require.
+const VP_MIGRATE_REQUIRE: &[&str] = &[
+    "ok: vp_create by a client's thread migrated into this task is InvalidArgument",
+    "ok: vp_take, vp_wait and vp_resume by a client's carrier migrated into this task are InvalidArgument",
+    "ok: a thread's port reads its own task and registers while it waits in a server",
+    "ok: an exception port set for a thread while it waits in a server gets its fault once back",
+    "(vp_migrate_peer) exited with code 0",
+    "TEST PASS vp_migrate",
+];
+
 /// What the `kobj` tests require.
 const KOBJ_REQUIRE: &[&str] = &[
     "kobj#1| ok: a thread created through the task port runs",
@@ -2004,6 +2014,25 @@ pub const ALL: &[IntegrationTest] = &[
         init: &["migrate_regs"],
         smp: 1,
         require: MIGRATE_REGS_REQUIRE,
+        check: Some(each_task_ends_once),
+        ..BASE
+    },
+    IntegrationTest {
+        // A server cannot make a client's thread that migrated into it a virtual
+        // processor's carrier, nor use the client's processor through it; the client's
+        // THREAD_INFO and exception_port_set of that thread reach its home activation.
+        name: "vp_migrate_smp1",
+        init: &["vp_migrate"],
+        smp: 1,
+        require: VP_MIGRATE_REQUIRE,
+        check: Some(each_task_ends_once),
+        ..BASE
+    },
+    IntegrationTest {
+        name: "vp_migrate_smp2",
+        init: &["vp_migrate"],
+        smp: 2,
+        require: VP_MIGRATE_REQUIRE,
         check: Some(each_task_ends_once),
         ..BASE
     },
