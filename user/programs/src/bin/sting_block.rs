@@ -53,8 +53,10 @@ const TEST: &str = "sting_block";
 /// The id of `sting_block_peer`'s messages.
 const PEER_ID: u64 = 0x5b10_0001;
 /// How long each blocking partner (the peer, the server, the handler, the pager) waits
-/// before it answers: long enough for the counter to be seen moving.
-const DELAY: u64 = 50_000_000;
+/// before it answers: long enough for the counter to be seen moving. On the clock, which
+/// runs on while a loaded host leaves a virtual CPU waiting: at 50 ms the peer once
+/// answered before the processor had run its other thread at all (0 steps).
+const DELAY: u64 = 200_000_000;
 /// The id of the message that ends a helper thread.
 const STOP: u64 = 0x5b10_0fff;
 /// What the exception handler puts in `r12`, and the pager in the page.
