@@ -41,6 +41,28 @@ pub fn must<T>(test: &str, what: &str, r: Result<T, Error>) -> Result<T, Failed>
     })
 }
 
+/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock,
+/// sleeping 1 ms between looks: whether it held. Bounded by time, not by a count of
+/// sleeps: a 1 ms sleep lasts at least a timer tick (10 ms), so a counted wait lasts ten
+/// times what it says, and one that never ends runs into the test's time limit instead of
+/// failing with its name. A failed sleep is `TEST FAIL <test>: wait: <error>`.
+pub fn poll_until(
+    test: &str,
+    limit_ms: u64,
+    mut done: impl FnMut() -> bool,
+) -> Result<bool, Failed> {
+    let t0 = crate::clock_ns();
+    loop {
+        if done() {
+            return Ok(true);
+        }
+        if crate::clock_ns().wrapping_sub(t0) > limit_ms.saturating_mul(1_000_000) {
+            return Ok(false);
+        }
+        must(test, "wait", crate::sleep_ns(1_000_000))?;
+    }
+}
+
 /// The exit code of a test program whose checks gave `result`, after printing
 /// `TEST PASS <test>` if they all held.
 pub fn finish(test: &str, result: Result<(), Failed>) -> i32 {

@@ -1141,21 +1141,35 @@ impl Vp {
     /// own processor alone); the caller then attends to what was asked of it meanwhile.
     #[inline(always)]
     fn yield_own(&self, tcb: *mut Tcb, core: &Core) -> bool {
-        // Zero: FIFO or LIFO, with nothing on the shared queue.
-        if self.shared.load(Relaxed) != 0 {
+        let Some(local) = self.own_ring() else {
             return false;
-        }
-        // SAFETY: the caller runs on this virtual processor's kernel thread.
-        let local = unsafe { self.local() };
-        if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
-            return false;
-        }
+        };
         // One test of the policy, each way specialised.
         if self.fast == Fast::Lifo {
             self.yield_in::<true>(local, tcb, core)
         } else {
             self.yield_in::<false>(local, tcb, core)
         }
+    }
+
+    /// This processor's local state, when its owner's ring is the whole ready queue (FIFO
+    /// or LIFO, nothing on the shared queue) and no kernel event waits (no Unblock to
+    /// run first): the condition of both yields that rotate the ring.
+    ///
+    /// Called on this virtual processor's kernel thread.
+    #[inline(always)]
+    #[allow(clippy::mut_from_ref)] // the module's invariant: one kernel thread uses it
+    fn own_ring(&self) -> Option<&mut VpLocal> {
+        // Zero: FIFO or LIFO, with nothing on the shared queue.
+        if self.shared.load(Relaxed) != 0 {
+            return None;
+        }
+        // SAFETY: the caller runs on this virtual processor's kernel thread.
+        let local = unsafe { self.local() };
+        if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
+            return None;
+        }
+        Some(local)
     }
 
     /// The case of [`yield_own`](Self::yield_own) that [`yield_now`] inlines into its
@@ -1166,15 +1180,9 @@ impl Vp {
     /// meanwhile.
     #[inline(always)]
     fn yield_owned(&self, tcb: *mut Tcb, core: &Core) -> bool {
-        // Zero: FIFO or LIFO, with nothing on the shared queue.
-        if self.shared.load(Relaxed) != 0 {
+        let Some(local) = self.own_ring() else {
             return false;
-        }
-        // SAFETY: the caller runs on this virtual processor's kernel thread.
-        let local = unsafe { self.local() };
-        if self.upcalls && (!local.kfirst.is_null() || self.kpending.load(Relaxed) != 0) {
-            return false;
-        }
+        };
         // One test of the policy, each way specialised.
         if self.fast == Fast::Lifo {
             self.owned_in::<true>(local, tcb, core)

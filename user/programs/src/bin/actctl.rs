@@ -294,22 +294,9 @@ fn await_alert_wait(buf: &mut IpcBuffer, b: u64) -> Result<(), Failed> {
 /// the clock, for what takes milliseconds alone and well under a second on a loaded host.
 const PATIENCE_MS: u64 = 10_000;
 
-/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock, sleeping
-/// between looks: whether it held. Bounded by time, not by a count of sleeps: a 1 ms sleep
-/// lasts a timer tick (10 ms), so 3000 of them were 30 s, not the 3 s they were meant as,
-/// and a few such waits that never ended ran into the run's time limit instead of failing
-/// with their names.
-fn poll_until(limit_ms: u64, mut done: impl FnMut() -> bool) -> Result<bool, Failed> {
-    let t0 = baton_rt::clock_ns();
-    loop {
-        if done() {
-            return Ok(true);
-        }
-        if baton_rt::clock_ns() - t0 > limit_ms * 1_000_000 {
-            return Ok(false);
-        }
-        must("sleep", baton_rt::sleep_ns(1_000_000))?;
-    }
+/// [`baton_rt::check::poll_until`] for this test.
+fn poll_until(limit_ms: u64, done: impl FnMut() -> bool) -> Result<bool, Failed> {
+    baton_rt::check::poll_until(TEST, limit_ms, done)
 }
 
 /// Waits (up to [`PATIENCE_MS`], then fails the test) until a helper has set [`ASLEEP`]: it

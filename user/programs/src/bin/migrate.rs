@@ -46,21 +46,9 @@ fn must<T>(what: &str, r: Result<T, Error>) -> Result<T, Failed> {
     baton_rt::check::must(TEST, what, r)
 }
 
-/// Polls `done` until it holds or `limit_ms` milliseconds have passed on the clock, sleeping
-/// between looks: whether it held. Bounded by time, not by a count of sleeps: a 1 ms sleep
-/// lasts a timer tick (10 ms), so 5000 of them were 50 s, not 5, and a wait that never ended
-/// ran into the run's time limit instead of failing with its name.
-fn poll_until(limit_ms: u64, mut done: impl FnMut() -> bool) -> Result<bool, Failed> {
-    let t0 = baton_rt::clock_ns();
-    loop {
-        if done() {
-            return Ok(true);
-        }
-        if baton_rt::clock_ns() - t0 > limit_ms * 1_000_000 {
-            return Ok(false);
-        }
-        must("wait", baton_rt::sleep_ns(1_000_000))?;
-    }
+/// [`baton_rt::check::poll_until`] for this test.
+fn poll_until(limit_ms: u64, done: impl FnMut() -> bool) -> Result<bool, Failed> {
+    baton_rt::check::poll_until(TEST, limit_ms, done)
 }
 
 /// [`poll_until`] `done`, failing the test (naming `what`) when it does not hold within
