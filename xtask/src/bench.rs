@@ -1003,29 +1003,36 @@ bench#1| BENCH done
         assert_eq!(files_measured(&full), None);
     }
 
-    /// docs/files.md's figures come from the run's rows, grouped as the docs write them,
-    /// and the page has the markers they go between.
-    #[test]
-    fn the_files_page_takes_the_runs_file_rows() {
-        let line = |name: &str, m: u64| {
-            format!("bench#1| BENCH name={name} unit=instructions iterations=9 median={m} min={m} max={m}\n")
-        };
-        let log = [
-            line("file.open", 110_901),
-            line("file.read.56k", 626_232),
-            line("file.read.56k.warm", 139_105),
-            line("blk.read.4k", 29_313),
-            "bench#1| BENCH done\n".to_string(),
-        ]
-        .concat();
-        let results = parse(&log).unwrap();
-        let meta = report::Meta {
+    /// A run's meta data for the page tests (kernel `abc1234`).
+    fn test_meta() -> report::Meta {
+        report::Meta {
             metric: "instructions".into(),
             qemu: "7.2.22".into(),
             commit: "abc1234".into(),
             host_cpu: "x".into(),
             host_cpus: 2,
-        };
+        }
+    }
+
+    /// The serial line of Baton's row `name` with median `m`.
+    fn bench_line(name: &str, m: u64) -> String {
+        format!("bench#1| BENCH name={name} unit=instructions iterations=9 median={m} min={m} max={m}\n")
+    }
+
+    /// docs/files.md's figures come from the run's rows, grouped as the docs write them,
+    /// and the page has the markers they go between.
+    #[test]
+    fn the_files_page_takes_the_runs_file_rows() {
+        let log = [
+            bench_line("file.open", 110_901),
+            bench_line("file.read.56k", 626_232),
+            bench_line("file.read.56k.warm", 139_105),
+            bench_line("blk.read.4k", 29_313),
+            "bench#1| BENCH done\n".to_string(),
+        ]
+        .concat();
+        let results = parse(&log).unwrap();
+        let meta = test_meta();
         let inputs = Inputs {
             meta: &meta,
             baton: &results,
@@ -1059,23 +1066,14 @@ bench#1| BENCH done
     /// when a Baton row is missing, and the page has the markers it goes between.
     #[test]
     fn the_sting_page_takes_the_runs_figure_3_rows() {
-        let line = |name: &str, m: u64| {
-            format!("bench#1| BENCH name={name} unit=instructions iterations=9 median={m} min={m} max={m}\n")
-        };
         let mut log: Vec<String> = STING_ROWS
             .iter()
             .zip(1u64..)
-            .map(|(r, i)| line(r.baton, 1000 + i))
+            .map(|(r, i)| bench_line(r.baton, 1000 + i))
             .collect();
         log.push("bench#1| BENCH done\n".to_string());
         let results = parse(&log.concat()).unwrap();
-        let meta = report::Meta {
-            metric: "instructions".into(),
-            qemu: "7.2.22".into(),
-            commit: "abc1234".into(),
-            host_cpu: "x".into(),
-            host_cpus: 2,
-        };
+        let meta = test_meta();
         let row = |name: &str, m: u64| Row {
             name: name.into(),
             unit: "instructions".into(),
